@@ -1,0 +1,184 @@
+//! Reading `/etc/default`-style files.
+//!
+//! illumos tools read these with defopen(3C)/defread(3C); SMF methods
+//! source them as shell. The common subset both readers agree on is what
+//! this parser accepts:
+//!
+//! * `KEY=value` lines, `KEY` being `[A-Za-z_][A-Za-z0-9_]*`, no spaces
+//!   around `=` (defread matches the prefix `KEY=` literally);
+//! * blank lines, and comment lines whose first non-blank is `#`;
+//! * a value wrapped in one pair of matching `"` or `'` quotes is unquoted,
+//!   as the shell would;
+//! * a final line without a newline is read (defread silently drops it,
+//!   which has surprised many an administrator).
+//!
+//! It is stricter than defread where defread's leniency hides mistakes:
+//! any other line is an error naming the file and the line, and a key set
+//! twice is an error (defread keeps the first setting, a shell the last;
+//! refusing both readings is the only answer that cannot be wrong). Which
+//! keys mean something is the caller's business: see
+//! [`Tunables`](crate::Tunables).
+
+use std::collections::HashMap;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use crate::error::{DefaultsProblem, Error, Op, Result};
+
+/// One `KEY=value` setting and where it came from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Setting {
+    /// The value, unquoted.
+    pub value: String,
+    /// 1-based line number.
+    pub line: usize,
+}
+
+/// A parsed defaults file.
+#[derive(Clone, Debug, Default)]
+pub struct DefaultsFile {
+    path: PathBuf,
+    settings: HashMap<String, Setting>,
+}
+
+impl DefaultsFile {
+    /// Reads and parses `path`. A file that does not exist is an empty set
+    /// of settings: every key then takes its built-in default.
+    pub fn load(path: &Path) -> Result<Self> {
+        match std::fs::read(path) {
+            Ok(bytes) => Self::parse(path, &bytes),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(DefaultsFile {
+                path: path.to_path_buf(),
+                settings: HashMap::new(),
+            }),
+            Err(e) => Err(Error::io(Op::ReadDefaults, path, e)),
+        }
+    }
+
+    /// Parses the contents of a defaults file; `path` is used in errors.
+    pub fn parse(path: &Path, bytes: &[u8]) -> Result<Self> {
+        let mut settings: HashMap<String, Setting> = HashMap::new();
+        let text = String::from_utf8_lossy(bytes);
+        for (i, raw) in text.lines().enumerate() {
+            let line = i + 1;
+            let trimmed = raw.trim();
+            if trimmed.is_empty() || trimmed.starts_with('#') {
+                continue;
+            }
+            let malformed = || Error::Defaults {
+                file: path.to_path_buf(),
+                line,
+                key: String::new(),
+                value: raw.to_string(),
+                problem: DefaultsProblem::Malformed,
+            };
+            // defread skips leading blanks; so do we.
+            let body = raw.trim_start();
+            let (key, value) = body.split_once('=').ok_or_else(malformed)?;
+            if !is_key(key) {
+                return Err(malformed());
+            }
+            let value = unquote(value.trim_end());
+            if let Some(first) = settings.get(key) {
+                return Err(Error::Defaults {
+                    file: path.to_path_buf(),
+                    line,
+                    key: key.to_string(),
+                    value: value.to_string(),
+                    problem: DefaultsProblem::Duplicate {
+                        first_line: first.line,
+                    },
+                });
+            }
+            settings.insert(
+                key.to_string(),
+                Setting {
+                    value: value.to_string(),
+                    line,
+                },
+            );
+        }
+        Ok(DefaultsFile {
+            path: path.to_path_buf(),
+            settings,
+        })
+    }
+
+    /// The file these settings came from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The setting of `key`, if the file has one.
+    pub fn get(&self, key: &str) -> Option<&Setting> {
+        self.settings.get(key)
+    }
+
+    /// Every key set in the file, in no particular order.
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.settings.keys().map(String::as_str)
+    }
+}
+
+fn is_key(s: &str) -> bool {
+    let mut chars = s.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+fn unquote(v: &str) -> &str {
+    for q in ['"', '\''] {
+        if v.len() >= 2 && v.starts_with(q) && v.ends_with(q) {
+            return &v[1..v.len() - 1];
+        }
+    }
+    v
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    fn parse(s: &str) -> Result<DefaultsFile> {
+        DefaultsFile::parse(Path::new("/etc/default/zinstall"), s.as_bytes())
+    }
+
+    #[test]
+    fn reads_keys_comments_quotes_and_a_last_line_without_newline() {
+        let f = parse(
+            "# comment\n\n  # indented comment\nCOPY_THREADS=4\n\
+             COPY_BATCH=\"64\"\n  COPY_BUFSIZE='65536'",
+        )
+        .unwrap();
+        assert_eq!(f.get("COPY_THREADS").unwrap().value, "4");
+        assert_eq!(f.get("COPY_THREADS").unwrap().line, 4);
+        assert_eq!(f.get("COPY_BATCH").unwrap().value, "64");
+        assert_eq!(f.get("COPY_BUFSIZE").unwrap().value, "65536");
+        assert_eq!(f.get("COPY_BUFSIZE").unwrap().line, 6);
+        assert!(f.get("MISSING").is_none());
+    }
+
+    #[test]
+    fn malformed_line_is_an_error_naming_the_line() {
+        let e = parse("COPY_THREADS=4\nthis is not a setting\n").unwrap_err();
+        let s = e.to_string();
+        assert!(s.starts_with("/etc/default/zinstall:2: malformed"), "{s}");
+        assert!(s.contains("this is not a setting"), "{s}");
+        assert!(parse("COPY THREADS=4\n").is_err());
+        assert!(parse("=4\n").is_err());
+        assert!(parse("1KEY=4\n").is_err());
+    }
+
+    #[test]
+    fn duplicate_key_is_an_error() {
+        let e = parse("COPY_BATCH=1\nCOPY_BATCH=2\n").unwrap_err();
+        assert!(e.to_string().contains("first set on line 1"), "{e}");
+    }
+
+    #[test]
+    fn missing_file_is_empty() {
+        let d = tempfile::tempdir().unwrap();
+        let f = DefaultsFile::load(&d.path().join("absent")).unwrap();
+        assert_eq!(f.keys().count(), 0);
+    }
+}

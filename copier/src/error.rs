@@ -1,0 +1,394 @@
+//! Errors that name the operation and the path.
+//!
+//! Every filesystem failure the engine meets becomes an [`Error`] carrying
+//! the operation that failed ([`Op`]), the path it was applied to, the
+//! second path when there is one (the destination of a copy, the target
+//! of a link), and the `io::Error` underneath with its errno intact. Its
+//! display reads like the failing call:
+//!
+//! ```text
+//! copy_file_range /a/b -> /x/b: No space left on device (os error 28)
+//! ```
+
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// Result type of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The operation that failed, named after the system call or step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Op {
+    /// Reading a directory's entries during the walk.
+    ReadDir,
+    /// `lstat(2)` or `fstat(2)`.
+    Stat,
+    /// Opening a source file.
+    Open,
+    /// Creating a destination file.
+    Create,
+    /// `mkdir(2)`.
+    Mkdir,
+    /// `read(2)`.
+    Read,
+    /// `write(2)`.
+    Write,
+    /// `lseek(2)` with `SEEK_DATA`/`SEEK_HOLE`.
+    Seek,
+    /// `ioctl(FICLONE)`.
+    Clone,
+    /// `copy_file_range(2)`.
+    CopyFileRange,
+    /// `ftruncate(2)`.
+    Truncate,
+    /// `readlink(2)`.
+    Readlink,
+    /// `symlink(2)`.
+    Symlink,
+    /// `link(2)`.
+    Link,
+    /// `mknod(2)` / `mkfifo(3)`.
+    Mknod,
+    /// `fchown(2)` / `lchown(2)`.
+    Chown,
+    /// `fchmod(2)` / `chmod(2)`.
+    Chmod,
+    /// `futimens(2)` / `utimensat(2)`.
+    SetTimes,
+    /// `listxattr(2)`.
+    ListXattr,
+    /// `getxattr(2)`.
+    GetXattr,
+    /// `setxattr(2)`.
+    SetXattr,
+    /// `rename(2)`.
+    Rename,
+    /// `unlink(2)` / `rmdir(2)`.
+    Remove,
+    /// `syncfs(2)`.
+    Sync,
+    /// Reading a defaults file.
+    ReadDefaults,
+    /// Checking that a source entry still is what the walk saw.
+    Check,
+}
+
+impl Op {
+    /// The name printed in messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Op::ReadDir => "readdir",
+            Op::Stat => "stat",
+            Op::Open => "open",
+            Op::Create => "create",
+            Op::Mkdir => "mkdir",
+            Op::Read => "read",
+            Op::Write => "write",
+            Op::Seek => "lseek",
+            Op::Clone => "ioctl(FICLONE)",
+            Op::CopyFileRange => "copy_file_range",
+            Op::Truncate => "ftruncate",
+            Op::Readlink => "readlink",
+            Op::Symlink => "symlink",
+            Op::Link => "link",
+            Op::Mknod => "mknod",
+            Op::Chown => "chown",
+            Op::Chmod => "chmod",
+            Op::SetTimes => "utimensat",
+            Op::ListXattr => "listxattr",
+            Op::GetXattr => "getxattr",
+            Op::SetXattr => "setxattr",
+            Op::Rename => "rename",
+            Op::Remove => "remove",
+            Op::Sync => "syncfs",
+            Op::ReadDefaults => "read defaults",
+            Op::Check => "check",
+        }
+    }
+}
+
+impl fmt::Display for Op {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why an entry was refused without any system call failing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Refusal {
+    /// The entry is no longer of the type the walk saw (replaced mid-copy).
+    ChangedType,
+    /// A device node, FIFO or socket that cannot be recreated here.
+    Special,
+    /// The destination holds a directory where a non-directory must go, or
+    /// the reverse.
+    Conflict,
+    /// The destination exists and is not empty, and merging was not asked.
+    NotEmpty,
+    /// The source is neither a directory nor a regular file or symlink.
+    BadSource,
+    /// The destination lies inside the source.
+    DestinationInsideSource,
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Refusal::ChangedType => "changed type during the copy",
+            Refusal::Special => {
+                "special file not recreated (needs privilege; \
+                 use --skip-special to skip such files)"
+            }
+            Refusal::Conflict => "a directory and a non-directory conflict",
+            Refusal::NotEmpty => {
+                "destination is not empty (use --merge to copy into it)"
+            }
+            Refusal::BadSource => "source is not a file, directory or symlink",
+            Refusal::DestinationInsideSource => {
+                "destination is inside the source"
+            }
+        })
+    }
+}
+
+/// Why a defaults file was rejected.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DefaultsProblem {
+    /// A line that is neither blank, a `#` comment nor `KEY=value`.
+    Malformed,
+    /// The same key set twice.
+    Duplicate {
+        /// Line of the first setting.
+        first_line: usize,
+    },
+    /// A value that is not a number.
+    NotANumber,
+    /// A number outside the accepted range.
+    OutOfRange {
+        /// Smallest accepted value.
+        min: u64,
+        /// Largest accepted value.
+        max: u64,
+    },
+}
+
+/// An error of the engine.
+///
+/// The variants are public so callers can match on them; use
+/// [`Error::path`] and [`Error::io_error`] to reach the common parts.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A system call failed.
+    #[error("{op} {}{}: {source}", path.display(), Arrow(target.as_deref()))]
+    Io {
+        /// What was being done.
+        op: Op,
+        /// The path it was done to.
+        path: PathBuf,
+        /// The second path of the operation (copy or link destination).
+        target: Option<PathBuf>,
+        /// The underlying error, errno intact.
+        source: io::Error,
+    },
+    /// An entry was refused.
+    #[error("{}: {reason}", path.display())]
+    Refused {
+        /// The entry.
+        path: PathBuf,
+        /// Why.
+        reason: Refusal,
+    },
+    /// A defaults file (or environment setting) is malformed.
+    #[error("{}{}: {}", file.display(), LineNo(*line), DefaultsMsg(problem, key, value))]
+    Defaults {
+        /// The file, or `environment` for an environment variable.
+        file: PathBuf,
+        /// 1-based line number; 0 when not from a file.
+        line: usize,
+        /// The key, when known.
+        key: String,
+        /// The offending text.
+        value: String,
+        /// What is wrong with it.
+        problem: DefaultsProblem,
+    },
+    /// A rule pattern does not compile.
+    #[error("bad rule pattern {pattern:?}: {message}")]
+    Rule {
+        /// The pattern as given.
+        pattern: String,
+        /// The glob compiler's explanation.
+        message: String,
+    },
+}
+
+struct Arrow<'a>(Option<&'a Path>);
+
+impl fmt::Display for Arrow<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(p) => write!(f, " -> {}", p.display()),
+            None => Ok(()),
+        }
+    }
+}
+
+struct LineNo(usize);
+
+impl fmt::Display for LineNo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0 > 0 {
+            write!(f, ":{}", self.0)
+        } else {
+            Ok(())
+        }
+    }
+}
+
+struct DefaultsMsg<'a>(&'a DefaultsProblem, &'a str, &'a str);
+
+impl fmt::Display for DefaultsMsg<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let DefaultsMsg(problem, key, value) = *self;
+        match problem {
+            DefaultsProblem::Malformed => {
+                write!(f, "malformed line {value:?} (expected KEY=value)")
+            }
+            DefaultsProblem::Duplicate { first_line } => write!(
+                f,
+                "{key} set again (first set on line {first_line}); \
+                 remove one"
+            ),
+            DefaultsProblem::NotANumber => {
+                write!(f, "{key}={value}: not a number")
+            }
+            DefaultsProblem::OutOfRange { min, max } => write!(
+                f,
+                "{key}={value}: out of range (must be {min} to {max})"
+            ),
+        }
+    }
+}
+
+impl Error {
+    /// An I/O error on one path.
+    pub fn io(op: Op, path: impl Into<PathBuf>, source: io::Error) -> Self {
+        Error::Io {
+            op,
+            path: path.into(),
+            target: None,
+            source,
+        }
+    }
+
+    /// An I/O error on a pair of paths (source and destination).
+    pub fn io2(
+        op: Op,
+        path: impl Into<PathBuf>,
+        target: impl Into<PathBuf>,
+        source: io::Error,
+    ) -> Self {
+        Error::Io {
+            op,
+            path: path.into(),
+            target: Some(target.into()),
+            source,
+        }
+    }
+
+    /// A refused entry.
+    pub fn refused(path: impl Into<PathBuf>, reason: Refusal) -> Self {
+        Error::Refused {
+            path: path.into(),
+            reason,
+        }
+    }
+
+    /// The path the error is about.
+    pub fn path(&self) -> &Path {
+        match self {
+            Error::Io { path, .. } | Error::Refused { path, .. } => path,
+            Error::Defaults { file, .. } => file,
+            Error::Rule { .. } => Path::new(""),
+        }
+    }
+
+    /// The operation, for I/O errors.
+    pub fn op(&self) -> Option<Op> {
+        match self {
+            Error::Io { op, .. } => Some(*op),
+            _ => None,
+        }
+    }
+
+    /// The underlying I/O error, if any.
+    pub fn io_error(&self) -> Option<&io::Error> {
+        match self {
+            Error::Io { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+
+    /// The errno of the underlying I/O error, if any.
+    pub fn raw_os_error(&self) -> Option<i32> {
+        self.io_error().and_then(io::Error::raw_os_error)
+    }
+}
+
+impl From<Error> for io::Error {
+    /// Keeps the kind of an I/O error so callers can still match on it.
+    fn from(e: Error) -> io::Error {
+        let kind = match &e {
+            Error::Io { source, .. } => source.kind(),
+            Error::Refused { .. } => io::ErrorKind::InvalidInput,
+            Error::Defaults { .. } | Error::Rule { .. } => {
+                io::ErrorKind::InvalidData
+            }
+        };
+        io::Error::new(kind, e)
+    }
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    #[test]
+    fn io_error_reads_like_the_call() {
+        let e = Error::io2(
+            Op::CopyFileRange,
+            "/a/b",
+            "/x/b",
+            io::Error::from_raw_os_error(libc::ENOSPC),
+        );
+        let s = e.to_string();
+        assert!(
+            s.starts_with("copy_file_range /a/b -> /x/b: No space left"),
+            "{s}"
+        );
+        assert_eq!(e.raw_os_error(), Some(libc::ENOSPC));
+        let back: io::Error = e.into();
+        assert_eq!(back.kind(), io::ErrorKind::StorageFull);
+    }
+
+    #[test]
+    fn defaults_error_names_file_line_and_value() {
+        let e = Error::Defaults {
+            file: "/etc/default/zinstall".into(),
+            line: 7,
+            key: "COPY_THREADS".into(),
+            value: "0".into(),
+            problem: DefaultsProblem::OutOfRange { min: 1, max: 1024 },
+        };
+        assert_eq!(
+            e.to_string(),
+            "/etc/default/zinstall:7: COPY_THREADS=0: out of range \
+             (must be 1 to 1024)"
+        );
+    }
+}
