@@ -11,6 +11,7 @@
 
 pub mod defaults;
 pub mod error;
+#[allow(dead_code)] // The engine module uses the recorder internals.
 pub mod trace;
 pub mod tunables;
 
