@@ -128,6 +128,8 @@ pub enum Refusal {
     Conflict,
     /// The destination exists and is not empty, and merging was not asked.
     NotEmpty,
+    /// The destination file exists, and merging was not asked.
+    Exists,
     /// The source is neither a directory nor a regular file or symlink.
     BadSource,
     /// The destination lies inside the source.
@@ -145,6 +147,9 @@ impl fmt::Display for Refusal {
             Refusal::Conflict => "a directory and a non-directory conflict",
             Refusal::NotEmpty => {
                 "destination is not empty (use --merge to copy into it)"
+            }
+            Refusal::Exists => {
+                "destination exists (use --merge to overwrite it)"
             }
             Refusal::BadSource => "source is not a file, directory or symlink",
             Refusal::DestinationInsideSource => {
@@ -193,6 +198,18 @@ pub enum Error {
         /// The second path of the operation (copy or link destination).
         target: Option<PathBuf>,
         /// The underlying error, errno intact.
+        source: io::Error,
+    },
+    /// An extended attribute could not be read or written.
+    #[error("{op} {} ({name}): {source}", path.display())]
+    Attr {
+        /// `ListXattr`, `GetXattr` or `SetXattr`.
+        op: Op,
+        /// The file.
+        path: PathBuf,
+        /// The attribute's name.
+        name: String,
+        /// The underlying error.
         source: io::Error,
     },
     /// An entry was refused.
@@ -312,7 +329,9 @@ impl Error {
     /// The path the error is about.
     pub fn path(&self) -> &Path {
         match self {
-            Error::Io { path, .. } | Error::Refused { path, .. } => path,
+            Error::Io { path, .. }
+            | Error::Attr { path, .. }
+            | Error::Refused { path, .. } => path,
             Error::Defaults { file, .. } => file,
             Error::Rule { .. } => Path::new(""),
         }
@@ -321,7 +340,7 @@ impl Error {
     /// The operation, for I/O errors.
     pub fn op(&self) -> Option<Op> {
         match self {
-            Error::Io { op, .. } => Some(*op),
+            Error::Io { op, .. } | Error::Attr { op, .. } => Some(*op),
             _ => None,
         }
     }
@@ -329,7 +348,9 @@ impl Error {
     /// The underlying I/O error, if any.
     pub fn io_error(&self) -> Option<&io::Error> {
         match self {
-            Error::Io { source, .. } => Some(source),
+            Error::Io { source, .. } | Error::Attr { source, .. } => {
+                Some(source)
+            }
             _ => None,
         }
     }
@@ -344,7 +365,9 @@ impl From<Error> for io::Error {
     /// Keeps the kind of an I/O error so callers can still match on it.
     fn from(e: Error) -> io::Error {
         let kind = match &e {
-            Error::Io { source, .. } => source.kind(),
+            Error::Io { source, .. } | Error::Attr { source, .. } => {
+                source.kind()
+            }
             Error::Refused { .. } => io::ErrorKind::InvalidInput,
             Error::Defaults { .. } | Error::Rule { .. } => {
                 io::ErrorKind::InvalidData

@@ -2,20 +2,39 @@
 //!
 //! ```text
 //! source ──walk──▶ jobs ──batch──▶ bounded channel ──▶ N workers ──▶ dest
+//! (dir tree)      (file, symlink,  (COPY_BATCH)       (COPY_THREADS,
+//!                  redirect,                            COPY_BUFSIZE,
+//!                  special)                             reflink/copy_file_range)
 //! ```
 //!
-//! The library has no CLI, no logger and no fixed paths: every path and
-//! every knob comes from the caller.
+//! One run is one [`Plan`] (source, destination, [`Tunables`], rules) and
+//! one outcome: a [`Report`] (stats, notices, optional state recording) or
+//! a [`Failure`] (every error met, each naming its operation and path).
+//! The copy is faithful: types, modes with special bits, owners (as root),
+//! nanosecond times, extended attributes (file capabilities and ACLs
+//! included), hard links, holes and device numbers.
+//!
+//! The library has no CLI, no logger, no fixed paths and no process-global
+//! state: every path (the defaults file included) and every knob comes
+//! from the caller. The engine's design is described in the `engine`
+//! module's source; the platform seam is `sys`.
 
 #![deny(missing_docs)]
 
 pub mod defaults;
+mod engine;
 pub mod error;
-#[allow(dead_code)] // The engine module uses the recorder internals.
+pub mod plan;
+pub mod rules;
+pub mod stats;
+mod sys;
 pub mod trace;
 pub mod tunables;
 
 pub use defaults::DefaultsFile;
 pub use error::{Error, Op, Refusal, Result};
+pub use plan::{Failure, Plan, Progress, Report};
+pub use rules::{Action, Rule, RuleSet};
+pub use stats::{Notice, NoticeKind, Stats, WorkerStats};
 pub use trace::{Recording, ThreadState};
 pub use tunables::Tunables;

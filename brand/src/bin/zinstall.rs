@@ -1,1 +1,27 @@
-fn main() {}
+//! `zinstall`: copy trees, install roots, provision guests.
+
+use std::process::ExitCode;
+
+use brand::cmd;
+use clap::{Parser, Subcommand};
+
+/// Fast, faithful installation of zone roots, rootfs trees and VM guests.
+#[derive(Parser, Debug)]
+#[command(name = "zinstall", version, about, max_term_width = 100)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Copy a tree faithfully and in parallel (like cp -a, faster).
+    Copy(cmd::copy::CopyArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match &cli.command {
+        Command::Copy(a) => cmd::copy::run(a),
+    }
+}

@@ -1,0 +1,88 @@
+//! `zinstall copy SRC DST`: a faithful, parallel `cp -a`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::Args;
+use copier::Plan;
+
+use crate::output::{self, Bar};
+use crate::settings::TunableArgs;
+
+/// Arguments of `zinstall copy`.
+#[derive(Args, Debug)]
+pub struct CopyArgs {
+    /// Source: a directory, file, symlink or special file.
+    pub src: PathBuf,
+    /// Destination: created if missing; must be empty unless --merge.
+    pub dst: PathBuf,
+    #[command(flatten)]
+    pub tunables: TunableArgs,
+    /// Copy into a non-empty destination, replacing entries that differ.
+    #[arg(long)]
+    pub merge: bool,
+    /// Flush the destination filesystem once at the end (syncfs).
+    #[arg(long)]
+    pub sync: bool,
+    /// Print per-worker statistics after the copy.
+    #[arg(long)]
+    pub stats: bool,
+    /// Print nothing but errors.
+    #[arg(long, short)]
+    pub quiet: bool,
+    /// Skip special files that cannot be recreated without privilege.
+    #[arg(long)]
+    pub skip_special: bool,
+    /// Descend into directories on other filesystems.
+    #[arg(long)]
+    pub cross_fs: bool,
+}
+
+/// Runs the copy; exit 0 on success, 1 on any error.
+pub fn run(args: &CopyArgs) -> ExitCode {
+    let tunables = match args.tunables.resolve() {
+        Ok(t) => t,
+        Err(e) => {
+            output::error(e);
+            return ExitCode::from(2);
+        }
+    };
+    let bar = Bar::for_terminal(args.quiet, "copying");
+    let mut plan = Plan::new(&args.src, &args.dst)
+        .tunables(tunables)
+        .merge(args.merge)
+        .sync(args.sync)
+        .skip_special(args.skip_special)
+        .cross_fs(args.cross_fs);
+    if let Some(b) = &bar {
+        plan = plan.progress(Arc::clone(b) as Arc<dyn copier::Progress>);
+    }
+    let result = plan.run();
+    if let Some(b) = &bar {
+        b.finish();
+    }
+    let (report, failed) = match &result {
+        Ok(r) => (r, None),
+        Err(f) => (&*f.report, Some(f)),
+    };
+    for n in &report.notices {
+        output::note(n);
+    }
+    if let Some(f) = failed {
+        output::failure(f);
+        return ExitCode::from(1);
+    }
+    if !args.quiet {
+        output::out(format_args!(
+            "copied {} -> {}: {}",
+            output::show(&args.src),
+            output::show(&args.dst),
+            report.stats
+        ));
+        if args.stats {
+            output::stats_detail(&report.stats);
+        }
+    }
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,3 @@
+//! One module per `zinstall` subcommand.
+
+pub mod copy;

@@ -1,0 +1,8 @@
+//! The zinstall binaries' shared code: command implementations, terminal
+//! output, and how settings are found. Each binary in `src/bin` only
+//! parses its arguments and calls in here; the engine is the `copier`
+//! crate.
+
+pub mod cmd;
+pub mod output;
+pub mod settings;

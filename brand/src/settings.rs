@@ -1,0 +1,117 @@
+//! Where the tunables come from: flag > environment > defaults file >
+//! built-in default.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use clap::Args;
+use copier::{DefaultsFile, Tunables};
+
+/// The system-wide defaults file (defopen(3C) format).
+pub const DEFAULTS_FILE: &str = "/etc/default/zinstall";
+
+/// The environment variable naming another defaults file.
+pub const DEFAULTS_ENV: &str = "ZINSTALL_DEFAULTS";
+
+/// Flags that set the engine's knobs, shared by every command that copies.
+#[derive(Args, Debug, Clone, Default)]
+pub struct TunableArgs {
+    /// Worker threads (COPY_THREADS; default 8).
+    #[arg(long, value_name = "N")]
+    pub threads: Option<String>,
+    /// Jobs per batch handed to a worker (COPY_BATCH; default 128).
+    #[arg(long, value_name = "N")]
+    pub batch: Option<String>,
+    /// Read/write buffer per worker in bytes (COPY_BUFSIZE; default
+    /// 1048576).
+    #[arg(long, value_name = "BYTES")]
+    pub bufsize: Option<String>,
+    /// Defaults file to read instead of /etc/default/zinstall (also
+    /// ZINSTALL_DEFAULTS).
+    #[arg(long, value_name = "FILE")]
+    pub defaults: Option<PathBuf>,
+}
+
+impl TunableArgs {
+    /// The defaults file in effect.
+    pub fn defaults_path(
+        &self,
+        env: &impl Fn(&str) -> Option<OsString>,
+    ) -> PathBuf {
+        if let Some(p) = &self.defaults {
+            return p.clone();
+        }
+        match env(DEFAULTS_ENV) {
+            Some(p) if !p.is_empty() => PathBuf::from(p),
+            _ => PathBuf::from(DEFAULTS_FILE),
+        }
+    }
+
+    /// Resolves the tunables with `env` as the environment.
+    pub fn resolve_with(
+        &self,
+        env: impl Fn(&str) -> Option<OsString>,
+    ) -> copier::Result<Tunables> {
+        let path = self.defaults_path(&env);
+        let mut t = Tunables::from_defaults(&DefaultsFile::load(&path)?)?;
+        t.apply_env(&env)?;
+        for (key, flag, v) in [
+            ("COPY_THREADS", "--threads", &self.threads),
+            ("COPY_BATCH", "--batch", &self.batch),
+            ("COPY_BUFSIZE", "--bufsize", &self.bufsize),
+        ] {
+            if let Some(v) = v {
+                t.set(key, v, Path::new(flag), 0)?;
+            }
+        }
+        Ok(t)
+    }
+
+    /// Resolves the tunables from the process environment.
+    pub fn resolve(&self) -> copier::Result<Tunables> {
+        self.resolve_with(|k| std::env::var_os(k))
+    }
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    #[test]
+    fn flag_beats_env_beats_file() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("zinstall");
+        std::fs::write(&f, "COPY_THREADS=3\nCOPY_BATCH=5\nCOPY_BUFSIZE=8192\n")
+            .unwrap();
+        let args = TunableArgs {
+            threads: Some("2".into()),
+            defaults: Some(f.clone()),
+            ..Default::default()
+        };
+        let env = |k: &str| (k == "ZINSTALL_COPY_BATCH").then(|| "7".into());
+        let t = args.resolve_with(env).unwrap();
+        assert_eq!(
+            (t.copy_threads, t.copy_batch, t.copy_bufsize),
+            (2, 7, 8192)
+        );
+    }
+
+    #[test]
+    fn env_names_the_defaults_file() {
+        let args = TunableArgs::default();
+        let env = |k: &str| (k == DEFAULTS_ENV).then(|| "/x/y".into());
+        assert_eq!(args.defaults_path(&env), Path::new("/x/y"));
+        assert_eq!(args.defaults_path(&|_| None), Path::new(DEFAULTS_FILE));
+    }
+
+    #[test]
+    fn bad_flag_value_names_the_flag() {
+        let args = TunableArgs {
+            batch: Some("0".into()),
+            defaults: Some("/nonexistent/zinstall".into()),
+            ..Default::default()
+        };
+        let e = args.resolve_with(|_| None).unwrap_err();
+        assert!(e.to_string().starts_with("--batch: COPY_BATCH=0"), "{e}");
+    }
+}

@@ -1,0 +1,171 @@
+//! Applying metadata: owner, extended attributes, mode, times.
+//!
+//! The order matters and is the same for every kind of entry:
+//! 1. owner: `chown` clears setuid/setgid bits and file capabilities, so
+//!    it comes first;
+//! 2. extended attributes (capabilities, ACLs, user.*), after the owner so
+//!    `security.capability` survives;
+//! 3. mode with its special bits, after chown for the same reason (an ACL
+//!    set in step 2 is consistent with it: its mask is the group bits);
+//! 4. times, last, since every step before may change ctime/mtime.
+
+use std::ffi::CString;
+use std::fs::{File, Metadata, Permissions};
+use std::io;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+
+use super::{DirNode, Shared};
+use crate::error::{Error, Op, Result};
+use crate::stats::NoticeKind;
+use crate::sys::posix::{self, Times};
+use crate::sys::{self, XattrTarget};
+
+/// Owner, xattrs, mode, times of a regular file, through its descriptor.
+pub(crate) fn apply_file(
+    shared: &Shared<'_>,
+    src: &File,
+    dst: &File,
+    md: &Metadata,
+    src_path: &Path,
+    dst_path: &Path,
+) -> Result<()> {
+    owner(shared, md, dst_path, || {
+        std::os::unix::fs::fchown(dst, Some(md.uid()), Some(md.gid()))
+    })?;
+    copy_xattrs(
+        shared,
+        &XattrTarget::Fd(src),
+        &XattrTarget::Fd(dst),
+        src_path,
+        dst_path,
+    )?;
+    dst.set_permissions(Permissions::from_mode(md.mode() & 0o7777))
+        .map_err(|e| Error::io(Op::Chmod, dst_path, e))?;
+    posix::set_times_fd(dst, &Times::of(md))
+        .map_err(|e| Error::io(Op::SetTimes, dst_path, e))
+}
+
+/// The same for an entry reached by path: symlinks (no mode), special
+/// files and directories. Final symlinks are never followed.
+pub(crate) fn apply_path(
+    shared: &Shared<'_>,
+    md: &Metadata,
+    src_path: &Path,
+    dst_path: &Path,
+) -> Result<()> {
+    owner(shared, md, dst_path, || {
+        posix::lchown(dst_path, md.uid(), md.gid())
+    })?;
+    let src_c = posix::cstr(src_path)
+        .map_err(|e| Error::io(Op::ListXattr, src_path, e))?;
+    let dst_c = posix::cstr(dst_path)
+        .map_err(|e| Error::io(Op::SetXattr, dst_path, e))?;
+    copy_xattrs(
+        shared,
+        &XattrTarget::Path(&src_c),
+        &XattrTarget::Path(&dst_c),
+        src_path,
+        dst_path,
+    )?;
+    if !md.file_type().is_symlink() {
+        posix::chmod(dst_path, md.mode() & 0o7777)
+            .map_err(|e| Error::io(Op::Chmod, dst_path, e))?;
+    }
+    posix::set_times_nofollow(dst_path, &Times::of(md))
+        .map_err(|e| Error::io(Op::SetTimes, dst_path, e))
+}
+
+/// A finished directory.
+pub(crate) fn apply_dir(shared: &Shared<'_>, d: &DirNode) -> Result<()> {
+    apply_path(shared, &d.md, &d.src, &d.dst)
+}
+
+/// Sets the owner when we keep owners; otherwise, or when not permitted
+/// without root, notes once that owners were not kept.
+fn owner(
+    shared: &Shared<'_>,
+    md: &Metadata,
+    path: &Path,
+    chown: impl FnOnce() -> io::Result<()>,
+) -> Result<()> {
+    if !shared.preserve_owner {
+        if !shared.is_root
+            && (md.uid() != posix::euid() || md.gid() != posix::egid())
+        {
+            shared.notice(NoticeKind::Ownership, path);
+        }
+        return Ok(());
+    }
+    match chown() {
+        Ok(()) => Ok(()),
+        Err(e) if !shared.is_root && e.raw_os_error() == Some(libc::EPERM) => {
+            shared.notice(NoticeKind::Ownership, path);
+            Ok(())
+        }
+        Err(e) => Err(Error::io(Op::Chown, path, e)),
+    }
+}
+
+/// Copies every extended attribute we can read. Attributes that need
+/// privilege we lack (trusted.*, security.capability) are noted once,
+/// not failed; as root every failure is an error, since a root missing a
+/// capability or an ACL is broken.
+fn copy_xattrs(
+    shared: &Shared<'_>,
+    src: &XattrTarget<'_>,
+    dst: &XattrTarget<'_>,
+    src_path: &Path,
+    dst_path: &Path,
+) -> Result<()> {
+    let names = sys::list_xattrs(src).map_err(|e| Error::Attr {
+        op: Op::ListXattr,
+        path: src_path.to_path_buf(),
+        name: String::new(),
+        source: e,
+    })?;
+    for name in names.split(|&b| b == 0).filter(|n| !n.is_empty()) {
+        let attr_err = |op, path: &Path, e| Error::Attr {
+            op,
+            path: path.to_path_buf(),
+            name: String::from_utf8_lossy(name).into_owned(),
+            source: e,
+        };
+        // Split on NUL, so the name has none.
+        let cname = CString::new(name).map_err(|_| {
+            attr_err(
+                Op::GetXattr,
+                src_path,
+                io::Error::from(io::ErrorKind::InvalidData),
+            )
+        })?;
+        let Some(value) = sys::get_xattr(src, &cname)
+            .map_err(|e| attr_err(Op::GetXattr, src_path, e))?
+        else {
+            continue;
+        };
+        if let Err(e) = sys::set_xattr(dst, &cname, &value) {
+            let denied =
+                matches!(e.raw_os_error(), Some(libc::EPERM | libc::EACCES));
+            if denied && !shared.is_root {
+                shared.notice(NoticeKind::Xattr(namespace(name)), dst_path);
+            } else {
+                return Err(attr_err(Op::SetXattr, dst_path, e));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// How a notice names an attribute: capabilities by name, the rest by
+/// namespace.
+fn namespace(name: &[u8]) -> String {
+    let name = String::from_utf8_lossy(name);
+    if name == "security.capability" || name.starts_with("system.") {
+        return name.into_owned();
+    }
+    match name.split_once('.') {
+        Some((ns, _)) => format!("{ns}.*"),
+        None => name.into_owned(),
+    }
+}

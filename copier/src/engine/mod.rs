@@ -1,0 +1,326 @@
+//! The engine: one walker, a bounded queue of batches, a pool of workers.
+//!
+//! ```text
+//!  caller thread                      copy-0 .. copy-N-1
+//! ┌──────────────┐  Vec<Job> × BATCH  ┌───────────────────────────┐
+//! │ walker       │ ─────────────────▶ │ worker: open, fstat, copy │
+//! │ readdir      │  bounded(2 × N)    │ data, chown, xattrs,      │
+//! │ mkdir        │                    │ chmod, times              │
+//! └──────────────┘                    └───────────────────────────┘
+//!        │ holds 1 on each open dir          │ releases 1 per job
+//!        ▼                                   ▼
+//!   DirNode { pending } ── reaches 0 ──▶ directory metadata applied
+//! ```
+//!
+//! Invariants:
+//! * A directory exists before any job inside it is queued: the walker
+//!   creates it (mode 0700, so that its owner can fill it whatever its
+//!   final mode) before it reads the directory's entries.
+//! * A directory's own metadata is applied after everything inside it is
+//!   done (see [`dirs`]), so a 0555 directory is filled before it becomes
+//!   0555 and its copied mtime is not clobbered by later creations.
+//! * The walker does no per-file system call beyond what readdir gives;
+//!   opening, `fstat` and everything else happens in the workers, in
+//!   parallel. Hard links are found there too (see [`inodes`]).
+//! * Memory is bounded by the queue (2 × threads batches), the open
+//!   directories on the current path, and the inodes with more than one
+//!   name; not by the size of the tree.
+//! * The first error stops the walk; workers stop at their next job.
+
+mod dirs;
+mod inodes;
+mod meta;
+mod walk;
+mod worker;
+
+use std::collections::HashMap;
+use std::fs;
+use std::io;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::Instant;
+
+use crate::error::{Error, Op, Refusal};
+use crate::plan::{Failure, Plan, Report};
+use crate::stats::{Notice, NoticeKind, Stats, WorkerStats};
+use crate::sys;
+use crate::trace::{Clock, Recording, ThreadTrace};
+
+pub(crate) use dirs::DirNode;
+
+/// One unit of work for a worker.
+pub(crate) struct Job {
+    pub(crate) kind: JobKind,
+    pub(crate) src: PathBuf,
+    pub(crate) dst: PathBuf,
+    /// The directory this entry lives in; released when the job is done.
+    pub(crate) parent: Option<Arc<DirNode>>,
+}
+
+pub(crate) enum JobKind {
+    /// A regular file: copy data and metadata.
+    File,
+    /// Recreate a symlink with the same target.
+    Symlink,
+    /// Recreate a FIFO, socket or device node.
+    Special,
+    /// Replace a file by a symlink to this target (a link rule).
+    Redirect(PathBuf),
+}
+
+/// State shared by the walker and the workers of one run.
+pub(crate) struct Shared<'p> {
+    pub(crate) plan: &'p Plan,
+    pub(crate) quit: AtomicBool,
+    errors: Mutex<(Vec<Error>, u64)>,
+    notices: Mutex<HashMap<NoticeKind, Notice>>,
+    pub(crate) inodes: inodes::InodeMap,
+    /// Set once FICLONE proved impossible for this destination.
+    pub(crate) no_clone: AtomicBool,
+    /// Set once copy_file_range proved impossible.
+    pub(crate) no_copy_range: AtomicBool,
+    pub(crate) preserve_owner: bool,
+    pub(crate) is_root: bool,
+    pub(crate) clock: Clock,
+    temp_seq: AtomicU64,
+}
+
+impl<'p> Shared<'p> {
+    fn new(plan: &'p Plan) -> Self {
+        let is_root = sys::posix::euid() == 0;
+        Shared {
+            plan,
+            quit: AtomicBool::new(false),
+            errors: Mutex::new((Vec::new(), 0)),
+            notices: Mutex::new(HashMap::new()),
+            inodes: inodes::InodeMap::default(),
+            no_clone: AtomicBool::new(false),
+            no_copy_range: AtomicBool::new(false),
+            preserve_owner: plan.preserve_owner.unwrap_or(is_root),
+            is_root,
+            clock: Clock::new(),
+            temp_seq: AtomicU64::new(0),
+        }
+    }
+
+    /// Records an error and stops the run.
+    pub(crate) fn fail(&self, e: Error) {
+        self.quit.store(true, Ordering::Relaxed);
+        let mut g = self.errors.lock().unwrap_or_else(|p| p.into_inner());
+        if g.0.len() < Failure::MAX_ERRORS {
+            g.0.push(e);
+        } else {
+            g.1 += 1;
+        }
+    }
+
+    pub(crate) fn stopped(&self) -> bool {
+        self.quit.load(Ordering::Relaxed)
+    }
+
+    /// Records something not kept; said once per kind in the report.
+    pub(crate) fn notice(&self, kind: NoticeKind, path: &Path) {
+        let mut g = self.notices.lock().unwrap_or_else(|p| p.into_inner());
+        g.entry(kind.clone())
+            .or_insert_with(|| Notice {
+                kind,
+                count: 0,
+                example: path.to_path_buf(),
+            })
+            .count += 1;
+    }
+
+    /// A name beside `dst` for writing a replacement that is then renamed
+    /// over it. Short, so that it fits wherever `dst`'s name fits.
+    pub(crate) fn temp_beside(&self, dst: &Path) -> PathBuf {
+        let n = self.temp_seq.fetch_add(1, Ordering::Relaxed);
+        dst.with_file_name(format!(".zi{:x}.{n:x}", std::process::id()))
+    }
+}
+
+/// Runs `plan`; see [`Plan::run`].
+pub(crate) fn run(plan: &Plan) -> Result<Report, Failure> {
+    let started = Instant::now();
+    let shared = Shared::new(plan);
+    let mut stats = Stats::default();
+    let mut entities = Vec::new();
+    if let Err(e) = plan.tunables.validate() {
+        shared.fail(e);
+    } else {
+        match fs::symlink_metadata(&plan.src) {
+            Err(e) => shared.fail(Error::io(Op::Stat, &plan.src, e)),
+            Ok(md) if md.is_dir() => {
+                run_tree(&shared, &mut stats, &mut entities);
+            }
+            Ok(md) => run_single(&shared, &md, &mut stats, &mut entities),
+        }
+    }
+    if plan.sync && !shared.stopped() {
+        if let Err(e) = sync_destination(&plan.dst) {
+            shared.fail(e);
+        }
+    }
+    stats.elapsed = started.elapsed();
+    let recording = plan.record.then(|| Recording {
+        start: shared.clock.wall,
+        end_ns: shared.clock.now_ns(),
+        states: Recording::engine_states(),
+        entities,
+    });
+    let mut notices: Vec<Notice> = shared
+        .notices
+        .into_inner()
+        .unwrap_or_else(|p| p.into_inner())
+        .into_values()
+        .collect();
+    notices.sort_by(|a, b| a.example.cmp(&b.example));
+    let report = Report {
+        stats,
+        notices,
+        recording,
+    };
+    let (errors, more_errors) = shared
+        .errors
+        .into_inner()
+        .unwrap_or_else(|p| p.into_inner());
+    if errors.is_empty() {
+        Ok(report)
+    } else {
+        Err(Failure {
+            errors,
+            more_errors,
+            report: Box::new(report),
+        })
+    }
+}
+
+/// Copies a directory tree: the walker here, the workers in a scope.
+fn run_tree(
+    shared: &Shared<'_>,
+    stats: &mut Stats,
+    entities: &mut Vec<crate::trace::EntityTrace>,
+) {
+    let plan = shared.plan;
+    if let Err(e) = walk::check_destination(plan) {
+        shared.fail(e);
+        return;
+    }
+    let threads = plan.tunables.copy_threads;
+    let (tx, rx) = crossbeam_channel::bounded::<Vec<Job>>(2 * threads);
+    let results = thread::scope(|s| {
+        let mut handles = Vec::with_capacity(threads);
+        for i in 0..threads {
+            let rx = rx.clone();
+            let h = thread::Builder::new()
+                .name(format!("copy-{i}"))
+                .spawn_scoped(s, move || {
+                    let mut w = worker::Worker::new(shared, i);
+                    w.run(rx);
+                    w.finish()
+                });
+            match h {
+                Ok(h) => handles.push(h),
+                Err(e) => {
+                    shared.fail(Error::io(Op::Open, "thread", e));
+                    break;
+                }
+            }
+        }
+        drop(rx);
+        let mut walker = walk::Walker::new(shared, tx);
+        if !shared.stopped() {
+            walker.walk();
+        }
+        let walked = walker.finish();
+        let done: Vec<_> = handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect();
+        (walked, done)
+    });
+    let ((walk_stats, walk_trace), done) = results;
+    stats.merge(&walk_stats);
+    stats.walker_blocked = walk_stats.walker_blocked;
+    entities.extend(walk_trace);
+    for (s, ws, t) in done {
+        stats.merge(&s);
+        stats.workers.push(ws);
+        entities.extend(t);
+    }
+}
+
+/// Copies one non-directory source with a single worker, in this thread.
+fn run_single(
+    shared: &Shared<'_>,
+    md: &fs::Metadata,
+    stats: &mut Stats,
+    entities: &mut Vec<crate::trace::EntityTrace>,
+) {
+    let plan = shared.plan;
+    let dst = match fs::metadata(&plan.dst) {
+        Ok(d) if d.is_dir() => match plan.src.file_name() {
+            Some(name) => plan.dst.join(name),
+            None => {
+                shared.fail(Error::refused(&plan.src, Refusal::BadSource));
+                return;
+            }
+        },
+        _ => plan.dst.clone(),
+    };
+    if !plan.merge && fs::symlink_metadata(&dst).is_ok() {
+        shared.fail(Error::refused(&dst, Refusal::Exists));
+        return;
+    }
+    let ft = md.file_type();
+    let kind = if ft.is_file() {
+        JobKind::File
+    } else if ft.is_symlink() {
+        JobKind::Symlink
+    } else {
+        JobKind::Special
+    };
+    let job = Job {
+        kind,
+        src: plan.src.clone(),
+        dst,
+        parent: None,
+    };
+    let mut w = worker::Worker::new(shared, 0);
+    w.do_job(job);
+    let (s, ws, t) = w.finish();
+    stats.merge(&s);
+    stats.workers.push(ws);
+    entities.extend(t);
+}
+
+fn sync_destination(dst: &Path) -> Result<(), Error> {
+    let f = fs::File::open(dst).map_err(|e| Error::io(Op::Sync, dst, e))?;
+    sys::sync_fs(&f).map_err(|e| Error::io(Op::Sync, dst, e))
+}
+
+/// A worker's or the walker's results: counters, load, trace.
+pub(crate) type ThreadResult =
+    (Stats, WorkerStats, Option<crate::trace::EntityTrace>);
+
+/// Opening a source failed: a vanished file is an I/O error with its
+/// path; a file that became a symlink (ELOOP under O_NOFOLLOW) changed
+/// type.
+pub(crate) fn open_error(path: &Path, e: io::Error) -> Error {
+    if e.raw_os_error() == Some(libc::ELOOP) {
+        Error::refused(path, Refusal::ChangedType)
+    } else {
+        Error::io(Op::Open, path, e)
+    }
+}
+
+/// `(dev, ino)`: the identity of a file.
+pub(crate) fn identity(md: &fs::Metadata) -> (u64, u64) {
+    (md.dev(), md.ino())
+}
+
+pub(crate) fn new_trace(shared: &Shared<'_>, name: String) -> ThreadTrace {
+    ThreadTrace::new(shared.clock, name, shared.plan.record)
+}

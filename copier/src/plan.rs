@@ -1,0 +1,227 @@
+//! A run's description ([`Plan`]) and its outcome ([`Report`] or
+//! [`Failure`]).
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::error::Error;
+use crate::rules::RuleSet;
+use crate::stats::{Notice, Stats};
+use crate::trace::Recording;
+use crate::tunables::Tunables;
+
+/// Receives progress as the workers finish batches. Calls come from many
+/// threads; implementations should be cheap (an atomic add, a rate-limited
+/// redraw).
+pub trait Progress: Send + Sync {
+    /// `entries` more entries and `bytes` more bytes of data are done.
+    fn advance(&self, entries: u64, bytes: u64);
+}
+
+/// Everything one copier run needs: source, destination, knobs, rules.
+///
+/// ```no_run
+/// use copier::{Plan, Tunables};
+///
+/// let report = Plan::new("/usr/share", "/tmp/share")
+///     .tunables(Tunables { copy_threads: 4, ..Tunables::default() })
+///     .run()
+///     .map_err(|failure| failure.to_string())?;
+/// println!("{}", report.stats);
+/// # Ok::<(), String>(())
+/// ```
+#[derive(Clone)]
+pub struct Plan {
+    pub(crate) src: PathBuf,
+    pub(crate) dst: PathBuf,
+    pub(crate) tunables: Tunables,
+    pub(crate) cross_fs: bool,
+    pub(crate) skip_special: bool,
+    pub(crate) merge: bool,
+    pub(crate) sync: bool,
+    pub(crate) preserve_owner: Option<bool>,
+    pub(crate) rules: Option<Arc<RuleSet>>,
+    pub(crate) rule_base: PathBuf,
+    pub(crate) progress: Option<Arc<dyn Progress>>,
+    pub(crate) record: bool,
+}
+
+impl Plan {
+    /// Copy `src` (a directory, file, symlink or special file) to `dst`.
+    ///
+    /// A directory source makes `dst` a copy of it: `dst` is created if
+    /// missing and must otherwise be an empty directory (or see
+    /// [`merge`](Plan::merge)). A non-directory source is copied to
+    /// `dst`, or into it when `dst` is an existing directory.
+    pub fn new(src: impl Into<PathBuf>, dst: impl Into<PathBuf>) -> Self {
+        Plan {
+            src: src.into(),
+            dst: dst.into(),
+            tunables: Tunables::default(),
+            cross_fs: false,
+            skip_special: false,
+            merge: false,
+            sync: false,
+            preserve_owner: None,
+            rules: None,
+            rule_base: PathBuf::new(),
+            progress: None,
+            record: false,
+        }
+    }
+
+    /// Worker count, batch size and buffer size.
+    pub fn tunables(mut self, t: Tunables) -> Self {
+        self.tunables = t;
+        self
+    }
+
+    /// Descend into directories on other filesystems (default: no; a
+    /// mount point is copied as an empty directory, like `cp -x`).
+    pub fn cross_fs(mut self, yes: bool) -> Self {
+        self.cross_fs = yes;
+        self
+    }
+
+    /// Skip special files that cannot be recreated for lack of privilege,
+    /// with a notice, instead of failing (default: fail).
+    pub fn skip_special(mut self, yes: bool) -> Self {
+        self.skip_special = yes;
+        self
+    }
+
+    /// Copy into a non-empty destination: entries that differ (type, size
+    /// or modification time) are replaced atomically (written beside and
+    /// renamed over); entries that match are left alone. A directory never
+    /// replaces a non-directory or the reverse; that is an error.
+    pub fn merge(mut self, yes: bool) -> Self {
+        self.merge = yes;
+        self
+    }
+
+    /// Flush the destination filesystem once at the end (`syncfs(2)`),
+    /// instead of syncing file by file.
+    pub fn sync(mut self, yes: bool) -> Self {
+        self.sync = yes;
+        self
+    }
+
+    /// Whether to set owners and groups. Default: when running as root.
+    /// Not running as root, owners that cannot be set are reported once
+    /// as a notice rather than as errors.
+    pub fn preserve_owner(mut self, yes: bool) -> Self {
+        self.preserve_owner = Some(yes);
+        self
+    }
+
+    /// Link and skip rules, matched against `rule_base` joined with each
+    /// path relative to the source (see [`crate::rules`]).
+    pub fn rules(mut self, rules: Arc<RuleSet>, rule_base: &Path) -> Self {
+        self.rules = Some(rules);
+        self.rule_base = rule_base.to_path_buf();
+        self
+    }
+
+    /// Where to report progress.
+    pub fn progress(mut self, p: Arc<dyn Progress>) -> Self {
+        self.progress = Some(p);
+        self
+    }
+
+    /// Record each thread's states for a statemap
+    /// ([`Report::recording`]).
+    pub fn record_states(mut self, yes: bool) -> Self {
+        self.record = yes;
+        self
+    }
+
+    /// The source.
+    pub fn source(&self) -> &Path {
+        &self.src
+    }
+
+    /// The destination.
+    pub fn destination(&self) -> &Path {
+        &self.dst
+    }
+
+    /// Runs the plan: walks the source, copies everything, and returns
+    /// what was done, or every error met (up to a cap) with what was done
+    /// before the run stopped.
+    pub fn run(&self) -> Result<Report, Failure> {
+        crate::engine::run(self)
+    }
+}
+
+impl fmt::Debug for Plan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Plan")
+            .field("src", &self.src)
+            .field("dst", &self.dst)
+            .field("tunables", &self.tunables)
+            .field("cross_fs", &self.cross_fs)
+            .field("skip_special", &self.skip_special)
+            .field("merge", &self.merge)
+            .field("sync", &self.sync)
+            .field("rules", &self.rules.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A finished run.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// What was done.
+    pub stats: Stats,
+    /// What could not be kept (each said once).
+    pub notices: Vec<Notice>,
+    /// Thread states, when recording was asked for.
+    pub recording: Option<Recording>,
+}
+
+/// A run that stopped on errors.
+///
+/// The first error stops the walk from dispatching more work; workers
+/// stop at the next job. The errors are kept in the order they happened,
+/// up to [`Failure::MAX_ERRORS`].
+#[derive(Debug)]
+pub struct Failure {
+    /// The errors met, first first.
+    pub errors: Vec<Error>,
+    /// Errors beyond the cap, counted only.
+    pub more_errors: u64,
+    /// What was done before the run stopped.
+    pub report: Box<Report>,
+}
+
+impl Failure {
+    /// How many errors are kept.
+    pub const MAX_ERRORS: usize = 100;
+
+    /// The first error.
+    pub fn first(&self) -> Option<&Error> {
+        self.errors.first()
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, e) in self.errors.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "{e}")?;
+        }
+        if self.more_errors > 0 {
+            write!(f, "\n... and {} more errors", self.more_errors)?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Failure {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.errors.first().map(|e| e as _)
+    }
+}

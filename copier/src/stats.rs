@@ -1,0 +1,161 @@
+//! What a run did: counts, bytes, time, per-worker load, and notices about
+//! what could not be kept.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Counters of one run.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Regular files whose data was copied (or cloned).
+    pub files: u64,
+    /// Directories created (the top one included).
+    pub dirs: u64,
+    /// Symlinks recreated.
+    pub symlinks: u64,
+    /// Later names of an inode, made as hard links to its first copy.
+    pub hardlinks: u64,
+    /// Files replaced by a symlink by a link rule.
+    pub redirects: u64,
+    /// FIFOs, sockets and device nodes recreated.
+    pub specials: u64,
+    /// Entries skipped by a rule or by `skip_special`.
+    pub skipped: u64,
+    /// Entries left as they were because the destination already matched
+    /// (merging only).
+    pub unchanged: u64,
+    /// Bytes of file data copied (apparent size: holes count).
+    pub bytes: u64,
+    /// Files cloned by reflink.
+    pub reflinked: u64,
+    /// Files copied in the kernel (`copy_file_range`).
+    pub kernel_copied: u64,
+    /// Files copied through the worker's buffer.
+    pub buffered: u64,
+    /// Wall time of the run.
+    pub elapsed: Duration,
+    /// Time the walker spent blocked on a full queue.
+    pub walker_blocked: Duration,
+    /// One entry per worker.
+    pub workers: Vec<WorkerStats>,
+}
+
+/// The load of one worker.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WorkerStats {
+    /// Jobs done.
+    pub jobs: u64,
+    /// Batches taken.
+    pub batches: u64,
+    /// Bytes of file data copied.
+    pub bytes: u64,
+    /// Time spent on jobs (not waiting for batches).
+    pub busy: Duration,
+}
+
+impl Stats {
+    /// Entries of every kind written or kept.
+    pub fn entries(&self) -> u64 {
+        self.files
+            + self.dirs
+            + self.symlinks
+            + self.hardlinks
+            + self.redirects
+            + self.specials
+            + self.unchanged
+    }
+
+    pub(crate) fn merge(&mut self, o: &Stats) {
+        self.files += o.files;
+        self.dirs += o.dirs;
+        self.symlinks += o.symlinks;
+        self.hardlinks += o.hardlinks;
+        self.redirects += o.redirects;
+        self.specials += o.specials;
+        self.skipped += o.skipped;
+        self.unchanged += o.unchanged;
+        self.bytes += o.bytes;
+        self.reflinked += o.reflinked;
+        self.kernel_copied += o.kernel_copied;
+        self.buffered += o.buffered;
+    }
+
+    /// Share of the run's wall time the workers were busy, 0.0 to 1.0.
+    pub fn utilization(&self) -> f64 {
+        let wall = self.elapsed.as_secs_f64() * self.workers.len() as f64;
+        if wall <= 0.0 {
+            return 0.0;
+        }
+        let busy: f64 = self.workers.iter().map(|w| w.busy.as_secs_f64()).sum();
+        (busy / wall).min(1.0)
+    }
+}
+
+impl fmt::Display for Stats {
+    /// One line: `12 files, 3 dirs, ... 1048576 bytes, 25 ms`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} files, {} dirs, {} symlinks, {} hard links",
+            self.files, self.dirs, self.symlinks, self.hardlinks
+        )?;
+        for (n, what) in [
+            (self.redirects, "redirects"),
+            (self.specials, "special files"),
+            (self.skipped, "skipped"),
+            (self.unchanged, "unchanged"),
+        ] {
+            if n > 0 {
+                write!(f, ", {n} {what}")?;
+            }
+        }
+        write!(f, ", {} bytes, {} ms", self.bytes, self.elapsed.as_millis())
+    }
+}
+
+/// Something that was not kept, said once for the whole run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Notice {
+    /// What was not kept.
+    pub kind: NoticeKind,
+    /// How many entries it concerned.
+    pub count: u64,
+    /// The first one.
+    pub example: PathBuf,
+}
+
+/// The kinds of [`Notice`].
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum NoticeKind {
+    /// Owners and groups could not be set (not running as root).
+    Ownership,
+    /// An extended attribute could not be set without privilege; the
+    /// namespace or name is given (e.g. `trusted.*`, `security.capability`).
+    Xattr(String),
+    /// A special file could not be made and was skipped.
+    SpecialSkipped,
+}
+
+impl fmt::Display for Notice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.kind {
+            NoticeKind::Ownership => {
+                write!(f, "ownership not kept (not running as root)")?
+            }
+            NoticeKind::Xattr(name) => {
+                write!(f, "extended attribute {name} not kept (no privilege)")?
+            }
+            NoticeKind::SpecialSkipped => {
+                write!(f, "special files skipped (no privilege)")?
+            }
+        }
+        write!(
+            f,
+            ": {} entries, first {}",
+            self.count,
+            self.example.display()
+        )
+    }
+}

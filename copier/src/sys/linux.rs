@@ -1,0 +1,221 @@
+//! Linux: reflinks, in-kernel copies, `syncfs`, extended attributes.
+
+use std::ffi::CStr;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::io::AsRawFd;
+use std::path::Path;
+
+/// `_IOW(0x94, 9, int)`: clone a whole file (btrfs, XFS, bcachefs...).
+const FICLONE: libc::c_ulong = 0x4004_9409;
+
+/// Opens a source file for reading without touching its access time when
+/// the kernel lets us (`O_NOATIME` needs ownership or CAP_FOWNER), so that
+/// copying a tree does not change the tree. `O_NONBLOCK` keeps a file that
+/// turned into a FIFO behind our back from blocking the worker.
+pub(crate) fn open_source(path: &Path) -> io::Result<File> {
+    let base = libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY;
+    match OpenOptions::new()
+        .read(true)
+        .custom_flags(base | libc::O_NOATIME)
+        .open(path)
+    {
+        Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
+            OpenOptions::new().read(true).custom_flags(base).open(path)
+        }
+        r => r,
+    }
+}
+
+/// Clones `src` into `dst` sharing extents. `Ok(false)`: this filesystem
+/// pair cannot (different filesystems, no reflink support); the caller
+/// copies instead. Other errors (ENOSPC, EIO) are returned.
+pub(crate) fn clone_file(src: &File, dst: &File) -> io::Result<bool> {
+    // SAFETY: both fds are open; FICLONE takes the source fd as argument.
+    let rc =
+        unsafe { libc::ioctl(dst.as_raw_fd(), FICLONE as _, src.as_raw_fd()) };
+    if rc == 0 {
+        return Ok(true);
+    }
+    let e = io::Error::last_os_error();
+    match e.raw_os_error() {
+        // Not supported by the filesystem, or not across these two, or
+        // not for this kind of file.
+        Some(
+            libc::EOPNOTSUPP
+            | libc::ENOTTY
+            | libc::EINVAL
+            | libc::EXDEV
+            | libc::ETXTBSY
+            | libc::EPERM
+            | libc::ENOSYS,
+        ) => Ok(false),
+        _ => Err(e),
+    }
+}
+
+/// Copies up to `len` bytes from `src` at `off_in` to `dst` at `off_out`
+/// in the kernel. Returns the bytes copied (0 at end of file), or
+/// `Ok(None)` when the kernel cannot do it for these files, so the caller
+/// falls back to read/write.
+pub(crate) fn copy_range(
+    src: &File,
+    dst: &File,
+    off_in: u64,
+    off_out: u64,
+    len: u64,
+) -> io::Result<Option<u64>> {
+    let mut oi = off_in as libc::loff_t;
+    let mut oo = off_out as libc::loff_t;
+    // The kernel caps one call near 2 GiB; ask for at most 1 GiB so a
+    // progress update comes back now and then.
+    let len = len.min(1 << 30) as usize;
+    loop {
+        // SAFETY: fds are open; offsets point at valid loff_t.
+        let r = unsafe {
+            libc::copy_file_range(
+                src.as_raw_fd(),
+                &mut oi,
+                dst.as_raw_fd(),
+                &mut oo,
+                len,
+                0,
+            )
+        };
+        if r >= 0 {
+            return Ok(Some(r as u64));
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EINTR) => continue,
+            // Not implemented, not across these filesystems, not for this
+            // file type, or forbidden by a seccomp filter.
+            Some(
+                libc::ENOSYS
+                | libc::EXDEV
+                | libc::EINVAL
+                | libc::EOPNOTSUPP
+                | libc::EPERM,
+            ) => return Ok(None),
+            _ => return Err(e),
+        }
+    }
+}
+
+/// `syncfs(2)`: one flush of the destination filesystem.
+pub(crate) fn sync_fs(f: &File) -> io::Result<()> {
+    // SAFETY: plain syscall on an open fd.
+    if unsafe { libc::syncfs(f.as_raw_fd()) } == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// What an xattr call applies to: an open file, or a path whose final
+/// symlink is not followed.
+pub(crate) enum XattrTarget<'a> {
+    Fd(&'a File),
+    Path(&'a CStr),
+}
+
+/// Names of the extended attributes, NUL-separated as the kernel gives
+/// them. A filesystem without xattrs has none.
+pub(crate) fn list_xattrs(t: &XattrTarget<'_>) -> io::Result<Vec<u8>> {
+    let mut buf = Vec::new();
+    loop {
+        // SAFETY: buf has `capacity` writable bytes (0 asks for the size).
+        let r = unsafe {
+            let (p, n) =
+                (buf.as_mut_ptr() as *mut libc::c_char, buf.capacity());
+            match t {
+                XattrTarget::Fd(f) => libc::flistxattr(f.as_raw_fd(), p, n),
+                XattrTarget::Path(c) => libc::llistxattr(c.as_ptr(), p, n),
+            }
+        };
+        if r >= 0 {
+            let r = r as usize;
+            if buf.capacity() == 0 && r > 0 {
+                buf.reserve_exact(r);
+                continue;
+            }
+            // SAFETY: the kernel wrote `r` bytes.
+            unsafe { buf.set_len(r) };
+            return Ok(buf);
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::ENOTSUP) => return Ok(Vec::new()),
+            // The list grew between the two calls: ask again.
+            Some(libc::ERANGE) => {
+                buf = Vec::new();
+                continue;
+            }
+            _ => return Err(e),
+        }
+    }
+}
+
+/// The value of one attribute; `None` if it is gone (removed since it was
+/// listed).
+pub(crate) fn get_xattr(
+    t: &XattrTarget<'_>,
+    name: &CStr,
+) -> io::Result<Option<Vec<u8>>> {
+    let mut buf: Vec<u8> = Vec::new();
+    loop {
+        // SAFETY: buf has `capacity` writable bytes.
+        let r = unsafe {
+            let (p, n) =
+                (buf.as_mut_ptr() as *mut libc::c_void, buf.capacity());
+            match t {
+                XattrTarget::Fd(f) => {
+                    libc::fgetxattr(f.as_raw_fd(), name.as_ptr(), p, n)
+                }
+                XattrTarget::Path(c) => {
+                    libc::lgetxattr(c.as_ptr(), name.as_ptr(), p, n)
+                }
+            }
+        };
+        if r >= 0 {
+            let r = r as usize;
+            if buf.capacity() == 0 && r > 0 {
+                buf.reserve_exact(r);
+                continue;
+            }
+            // SAFETY: the kernel wrote `r` bytes.
+            unsafe { buf.set_len(r) };
+            return Ok(Some(buf));
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::ERANGE) => buf = Vec::new(),
+            Some(libc::ENODATA) => return Ok(None),
+            _ => return Err(e),
+        }
+    }
+}
+
+/// Sets one attribute.
+pub(crate) fn set_xattr(
+    t: &XattrTarget<'_>,
+    name: &CStr,
+    value: &[u8],
+) -> io::Result<()> {
+    let (v, n) = (value.as_ptr() as *const libc::c_void, value.len());
+    // SAFETY: name is NUL-terminated, value is `n` readable bytes.
+    let r = unsafe {
+        match t {
+            XattrTarget::Fd(f) => {
+                libc::fsetxattr(f.as_raw_fd(), name.as_ptr(), v, n, 0)
+            }
+            XattrTarget::Path(c) => {
+                libc::lsetxattr(c.as_ptr(), name.as_ptr(), v, n, 0)
+            }
+        }
+    };
+    if r == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}

@@ -1,0 +1,35 @@
+//! The platform seam.
+//!
+//! Everything that differs between platforms sits behind one set of
+//! functions with identical signatures, chosen once here:
+//!
+//! | function | Linux (`linux.rs`) | illumos and others (`portable.rs`) |
+//! |---|---|---|
+//! | `open_source` | `O_NOATIME` when allowed | plain `open` |
+//! | `clone_file` | `ioctl(FICLONE)` | unsupported |
+//! | `copy_range` | `copy_file_range(2)` | unsupported |
+//! | `sync_fs` | `syncfs(2)` | `sync(2)` |
+//! | xattrs | `*xattr(2)` | none listed (see `portable.rs`) |
+//!
+//! "Unsupported" is reported as `Ok(false)` / `Ok(None)` so the caller
+//! takes its portable path; no error is ever swallowed. POSIX calls that
+//! are the same everywhere live in [`posix`]. This is the only place in
+//! the crate with `unsafe`.
+
+pub(crate) mod posix;
+
+#[cfg(target_os = "linux")]
+mod linux;
+#[cfg(target_os = "linux")]
+use linux as platform;
+
+// illumos and every other Unix: read/write copies, no reflink.
+#[cfg(not(target_os = "linux"))]
+mod portable;
+#[cfg(not(target_os = "linux"))]
+use portable as platform;
+
+pub(crate) use platform::{
+    XattrTarget, clone_file, copy_range, get_xattr, list_xattrs, open_source,
+    set_xattr, sync_fs,
+};
