@@ -324,3 +324,65 @@ pub(crate) fn identity(md: &fs::Metadata) -> (u64, u64) {
 pub(crate) fn new_trace(shared: &Shared<'_>, name: String) -> ThreadTrace {
     ThreadTrace::new(shared.clock, name, shared.plan.record)
 }
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    /// Runs one job the walk queued, against what is there now.
+    fn run_job(kind: JobKind, src: &Path, dst: &Path) -> Vec<Error> {
+        let plan = Plan::new(src, dst);
+        let shared = Shared::new(&plan);
+        let mut w = worker::Worker::new(&shared, 0);
+        w.do_job(Job {
+            kind,
+            src: src.to_path_buf(),
+            dst: dst.to_path_buf(),
+            parent: None,
+        });
+        drop(w);
+        shared.errors.into_inner().unwrap().0
+    }
+
+    #[test]
+    fn a_file_that_vanished_after_the_walk_is_an_open_error() {
+        let d = tempfile::tempdir().unwrap();
+        let gone = d.path().join("gone");
+        let errs = run_job(JobKind::File, &gone, &d.path().join("out"));
+        assert_eq!(errs.len(), 1);
+        assert_eq!(errs[0].op(), Some(Op::Open));
+        assert_eq!(errs[0].path(), gone);
+        assert_eq!(errs[0].io_error().unwrap().kind(), io::ErrorKind::NotFound);
+        assert!(!d.path().join("out").exists());
+    }
+
+    #[test]
+    fn entries_that_changed_type_are_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let link = d.path().join("link");
+        std::os::unix::fs::symlink("target", &link).unwrap();
+        let dir = d.path().join("dir");
+        fs::create_dir(&dir).unwrap();
+        let file = d.path().join("file");
+        fs::write(&file, b"x").unwrap();
+        for (kind, src) in [
+            (JobKind::File, &link),
+            (JobKind::File, &dir),
+            (JobKind::Symlink, &file),
+            (JobKind::Special, &file),
+        ] {
+            let out = d.path().join("out");
+            let errs = run_job(kind, src, &out);
+            assert!(
+                matches!(
+                    errs.as_slice(),
+                    [Error::Refused { reason: Refusal::ChangedType, path }]
+                        if path == src
+                ),
+                "{}: {errs:?}",
+                src.display()
+            );
+            assert!(fs::symlink_metadata(&out).is_err());
+        }
+    }
+}

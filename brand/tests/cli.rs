@@ -1,0 +1,161 @@
+//! `zinstall` as a user runs it: exit codes, messages, summaries.
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn zinstall() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_zinstall"));
+    // A defaults file on the test machine must not change the results.
+    c.env("ZINSTALL_DEFAULTS", "/nonexistent/zinstall-defaults");
+    c.env_remove("ZINSTALL_COPY_THREADS")
+        .env_remove("ZINSTALL_COPY_BATCH")
+        .env_remove("ZINSTALL_COPY_BUFSIZE");
+    c
+}
+
+fn text(o: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+fn tree(root: &Path) {
+    fs::create_dir_all(root.join("a/b")).unwrap();
+    fs::write(root.join("a/b/f"), b"hello").unwrap();
+    fs::write(root.join("g"), vec![1u8; 100_000]).unwrap();
+}
+
+#[test]
+fn copy_prints_one_summary_line_and_stats_on_request() {
+    let d = tempfile::tempdir().unwrap();
+    tree(&d.path().join("src"));
+    let o = zinstall()
+        .arg("copy")
+        .arg(d.path().join("src"))
+        .arg(d.path().join("dst"))
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(out.lines().count(), 1, "{out}");
+    assert!(out.contains("2 files, 3 dirs"), "{out}");
+    assert!(out.contains("100005 bytes"), "{out}");
+
+    let o = zinstall()
+        .args(["copy", "--stats", "--threads", "3"])
+        .arg(d.path().join("src"))
+        .arg(d.path().join("dst2"))
+        .output()
+        .unwrap();
+    let (out, _) = text(&o);
+    assert!(out.contains("worker-2:"), "{out}");
+    assert!(!out.contains("worker-3:"), "{out}");
+
+    let o = zinstall()
+        .args(["copy", "-q"])
+        .arg(d.path().join("src"))
+        .arg(d.path().join("dst3"))
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    assert!(o.stdout.is_empty());
+}
+
+#[test]
+fn malformed_defaults_file_names_file_and_line() {
+    let d = tempfile::tempdir().unwrap();
+    tree(&d.path().join("src"));
+    let defaults = d.path().join("zinstall");
+    fs::write(&defaults, "# ok\nCOPY_THREADS=4\nCOPY BATCH = 3\n").unwrap();
+    let o = zinstall()
+        .arg("copy")
+        .arg("--defaults")
+        .arg(&defaults)
+        .arg(d.path().join("src"))
+        .arg(d.path().join("dst"))
+        .output()
+        .unwrap();
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!("{}:3: malformed", defaults.display())),
+        "{err}"
+    );
+    assert!(err.contains("COPY BATCH = 3"), "{err}");
+    assert!(!d.path().join("dst").exists());
+
+    fs::write(&defaults, "COPY_BUFSIZE=100\n").unwrap();
+    let o = zinstall()
+        .env("ZINSTALL_DEFAULTS", &defaults)
+        .arg("copy")
+        .arg(d.path().join("src"))
+        .arg(d.path().join("dst"))
+        .output()
+        .unwrap();
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains(":1: COPY_BUFSIZE=100: out of range"), "{err}");
+}
+
+#[test]
+fn failed_copy_exits_1_naming_the_path() {
+    let d = tempfile::tempdir().unwrap();
+    tree(&d.path().join("src"));
+    fs::create_dir(d.path().join("dst")).unwrap();
+    fs::write(d.path().join("dst/x"), b"x").unwrap();
+    let o = zinstall()
+        .arg("copy")
+        .arg(d.path().join("src"))
+        .arg(d.path().join("dst"))
+        .output()
+        .unwrap();
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("destination is not empty"), "{err}");
+    assert!(err.contains(&d.path().join("dst").display().to_string()));
+}
+
+/// An unreadable file is an error naming it. Root reads anything, so as
+/// root the copy runs as `nobody` through setpriv(1).
+#[test]
+fn unreadable_source_file_is_named() {
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    tree(&src);
+    let secret = src.join("a/secret");
+    fs::write(&secret, b"s").unwrap();
+    fs::set_permissions(&secret, fs::Permissions::from_mode(0o000)).unwrap();
+    let dst = d.path().join("dst");
+    let mut cmd = if is_root() {
+        if Command::new("setpriv").arg("--help").output().is_err() {
+            eprintln!("skipped: unreadable_source_file_is_named: no setpriv");
+            return;
+        }
+        // Let nobody reach the tree and write the destination.
+        for p in [d.path(), src.as_path(), &src.join("a"), &src.join("a/b")] {
+            fs::set_permissions(p, fs::Permissions::from_mode(0o777)).unwrap();
+        }
+        let mut c = Command::new("setpriv");
+        c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .arg(env!("CARGO_BIN_EXE_zinstall"))
+            .env("ZINSTALL_DEFAULTS", "/nonexistent/zinstall-defaults");
+        c
+    } else {
+        zinstall()
+    };
+    let o = cmd.arg("copy").arg(&src).arg(&dst).output().unwrap();
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!("open {}: Permission denied", secret.display())),
+        "{err}"
+    );
+}
