@@ -73,6 +73,10 @@ pub enum Op {
     ReadDefaults,
     /// Checking that a source entry still is what the walk saw.
     Check,
+    /// Taking or releasing a `flock(2)` lock.
+    Lock,
+    /// Writing a cache entry's bookkeeping (metadata, index, users).
+    Record,
 }
 
 impl Op {
@@ -105,6 +109,8 @@ impl Op {
             Op::Sync => "syncfs",
             Op::ReadDefaults => "read defaults",
             Op::Check => "check",
+            Op::Lock => "flock",
+            Op::Record => "record",
         }
     }
 }
@@ -181,6 +187,41 @@ pub enum DefaultsProblem {
     },
 }
 
+/// Why an image was rejected.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ImageProblem {
+    /// Its SHA-256 is not the one the caller expected.
+    ChecksumMismatch {
+        /// Expected digest, hex.
+        expected: String,
+        /// Digest of the bytes read, hex.
+        found: String,
+    },
+    /// The image ended before its format said it would.
+    Truncated,
+    /// A compressed stream is corrupt.
+    Corrupt(String),
+    /// The image is of a kind this operation does not take.
+    Unsupported(String),
+}
+
+impl fmt::Display for ImageProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ImageProblem::ChecksumMismatch { expected, found } => write!(
+                f,
+                "checksum mismatch: expected sha256 {expected}, read {found}"
+            ),
+            ImageProblem::Truncated => f.write_str("truncated image"),
+            ImageProblem::Corrupt(why) => write!(f, "corrupt image: {why}"),
+            ImageProblem::Unsupported(why) => {
+                write!(f, "unsupported image: {why}")
+            }
+        }
+    }
+}
+
 /// An error of the engine.
 ///
 /// The variants are public so callers can match on them; use
@@ -233,6 +274,14 @@ pub enum Error {
         value: String,
         /// What is wrong with it.
         problem: DefaultsProblem,
+    },
+    /// An image's content is not what it must be.
+    #[error("{}: {problem}", path.display())]
+    Image {
+        /// The image file.
+        path: PathBuf,
+        /// What is wrong.
+        problem: ImageProblem,
     },
     /// A rule pattern does not compile.
     #[error("bad rule pattern {pattern:?}: {message}")]
@@ -333,6 +382,7 @@ impl Error {
             | Error::Attr { path, .. }
             | Error::Refused { path, .. } => path,
             Error::Defaults { file, .. } => file,
+            Error::Image { path, .. } => path,
             Error::Rule { .. } => Path::new(""),
         }
     }
@@ -369,9 +419,9 @@ impl From<Error> for io::Error {
                 source.kind()
             }
             Error::Refused { .. } => io::ErrorKind::InvalidInput,
-            Error::Defaults { .. } | Error::Rule { .. } => {
-                io::ErrorKind::InvalidData
-            }
+            Error::Defaults { .. }
+            | Error::Rule { .. }
+            | Error::Image { .. } => io::ErrorKind::InvalidData,
         };
         io::Error::new(kind, e)
     }

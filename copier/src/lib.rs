@@ -21,6 +21,7 @@
 
 #![deny(missing_docs)]
 
+pub mod cache;
 pub mod defaults;
 mod engine;
 pub mod error;
@@ -32,7 +33,7 @@ pub mod trace;
 pub mod tunables;
 
 pub use defaults::DefaultsFile;
-pub use error::{Error, Op, Refusal, Result};
+pub use error::{Error, ImageProblem, Op, Refusal, Result};
 pub use plan::{Failure, Plan, Progress, Report};
 pub use rules::{Action, Rule, RuleSet};
 pub use stats::{Notice, NoticeKind, Stats, WorkerStats};
