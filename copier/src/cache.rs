@@ -258,16 +258,16 @@ impl Cache {
         build: impl FnOnce(&mut HashingReader, &Path) -> Result<(), E>,
     ) -> Result<(Lease, Obtained), E> {
         let index = self.root.join("index").join(identity);
-        if let Ok(name) = fs::read_to_string(&index) {
-            if let Some(entry) = self.entry_named(name.trim()) {
-                check_expected(image, expected, &entry.sha256)?;
-                let lease = self.lease(&entry)?;
-                // gc may have removed it between the lookup and the lease.
-                if entry.dir.is_dir() {
-                    return Ok((lease, Obtained::Reused));
-                }
-                lease.release();
+        if let Ok(name) = fs::read_to_string(&index)
+            && let Some(entry) = self.entry_named(name.trim())
+        {
+            check_expected(image, expected, &entry.sha256)?;
+            let lease = self.lease(&entry)?;
+            // gc may have removed it between the lookup and the lease.
+            if entry.dir.is_dir() {
+                return Ok((lease, Obtained::Reused));
             }
+            lease.release();
         }
         // We hold the identity lock: any scratch of this identity belongs
         // to a builder that died.
@@ -494,8 +494,10 @@ impl Cache {
     /// first: all of them, or only until the cache fits in `max_size`
     /// bytes. Stale scratch is removed too.
     pub fn gc(&self, max_size: Option<u64>) -> Result<GcReport> {
-        let mut report = GcReport::default();
-        report.scratch_removed = self.remove_stale_scratch()?;
+        let mut report = GcReport {
+            scratch_removed: self.remove_stale_scratch()?,
+            ..GcReport::default()
+        };
         let entries = self.list()?;
         let mut total: u64 = entries.iter().map(|e| e.size).sum();
         for info in entries {

@@ -79,16 +79,16 @@ impl RuleSet {
                     pattern: r.pattern.clone(),
                     message: e.kind().to_string(),
                 })?;
-            if let Action::Link(p) | Action::RelativeLink(p) = &r.action {
-                if !p.is_absolute() {
-                    return Err(Error::Rule {
-                        pattern: r.pattern.clone(),
-                        message: format!(
-                            "link prefix {} is not absolute",
-                            p.display()
-                        ),
-                    });
-                }
+            if let Action::Link(p) | Action::RelativeLink(p) = &r.action
+                && !p.is_absolute()
+            {
+                return Err(Error::Rule {
+                    pattern: r.pattern.clone(),
+                    message: format!(
+                        "link prefix {} is not absolute",
+                        p.display()
+                    ),
+                });
             }
             b.add(glob);
             actions.push(r.action);

@@ -171,14 +171,14 @@ impl ThreadTrace {
     /// Records entry into `state` (no-op if already there or disabled).
     #[inline]
     pub(crate) fn enter(&mut self, state: ThreadState) {
-        if let Some(buf) = &mut self.buf {
-            if self.current != Some(state) {
-                self.current = Some(state);
-                buf.push(Transition {
-                    time_ns: self.clock.now_ns(),
-                    state: state as u32,
-                });
-            }
+        if let Some(buf) = &mut self.buf
+            && self.current != Some(state)
+        {
+            self.current = Some(state);
+            buf.push(Transition {
+                time_ns: self.clock.now_ns(),
+                state: state as u32,
+            });
         }
     }
 

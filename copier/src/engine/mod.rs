@@ -158,10 +158,11 @@ pub(crate) fn run(plan: &Plan) -> Result<Report, Failure> {
             Ok(md) => run_single(&shared, &md, &mut stats, &mut entities),
         }
     }
-    if plan.sync && !shared.stopped() {
-        if let Err(e) = sync_destination(&plan.dst) {
-            shared.fail(e);
-        }
+    if plan.sync
+        && !shared.stopped()
+        && let Err(e) = sync_destination(&plan.dst)
+    {
+        shared.fail(e);
     }
     stats.elapsed = started.elapsed();
     let recording = plan.record.then(|| Recording {

@@ -268,11 +268,11 @@ fn make_root(dst: &Path) -> Result<()> {
     if fs::metadata(dst).is_ok() {
         return Ok(());
     }
-    if let Some(parent) = dst.parent() {
-        if !parent.as_os_str().is_empty() {
-            fs::create_dir_all(parent)
-                .map_err(|e| Error::io(Op::Mkdir, parent, e))?;
-        }
+    if let Some(parent) = dst.parent()
+        && !parent.as_os_str().is_empty()
+    {
+        fs::create_dir_all(parent)
+            .map_err(|e| Error::io(Op::Mkdir, parent, e))?;
     }
     posix::mkdir(dst, 0o700).map_err(|e| Error::io(Op::Mkdir, dst, e))
 }

@@ -88,10 +88,10 @@ impl<'s, 'p> Worker<'s, 'p> {
 
     fn report_progress(&mut self) {
         let (n, b) = std::mem::take(&mut self.unreported);
-        if n > 0 {
-            if let Some(p) = &self.shared.plan.progress {
-                p.advance(n, b);
-            }
+        if n > 0
+            && let Some(p) = &self.shared.plan.progress
+        {
+            p.advance(n, b);
         }
     }
 
@@ -484,11 +484,11 @@ impl<'s, 'p> Worker<'s, 'p> {
 
 /// Renames a replacement over its destination.
 fn finish_placement(place: &Placement, dst: &Path) -> Result<()> {
-    if let Placement::Replace(tmp) = place {
-        if let Err(e) = fs::rename(tmp, dst) {
-            let _already_failing = fs::remove_file(tmp);
-            return Err(Error::io2(Op::Rename, tmp, dst, e));
-        }
+    if let Placement::Replace(tmp) = place
+        && let Err(e) = fs::rename(tmp, dst)
+    {
+        let _already_failing = fs::remove_file(tmp);
+        return Err(Error::io2(Op::Rename, tmp, dst, e));
     }
     Ok(())
 }
