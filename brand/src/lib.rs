@@ -6,3 +6,4 @@
 pub mod cmd;
 pub mod output;
 pub mod settings;
+pub mod statemap;

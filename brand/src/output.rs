@@ -105,10 +105,14 @@ pub fn note(msg: impl std::fmt::Display) {
     let _ = writeln!(std::io::stderr(), "{PROG}: note: {line}");
 }
 
-/// Prints a line on stdout, ignoring a closed pipe (`| head` is fine).
+/// Prints lines on stdout, ignoring a closed pipe (`| head` is fine).
+/// Each line is escaped on its own, so multi-line text keeps its lines.
 pub fn out(msg: impl std::fmt::Display) {
-    let line = escape(&msg.to_string());
-    let _ = writeln!(std::io::stdout(), "{line}");
+    let text = msg.to_string();
+    let mut stdout = std::io::stdout().lock();
+    for line in text.split('\n') {
+        let _ = writeln!(stdout, "{}", escape(line));
+    }
 }
 
 /// Prints the engine's failure: every error kept, then the count of the

@@ -17,11 +17,19 @@ struct Cli {
 enum Command {
     /// Copy a tree faithfully and in parallel (like cp -a, faster).
     Copy(cmd::copy::CopyArgs),
+    /// Draw a statemap as SVG and print each thread's time per state.
+    Statemap(cmd::statemap::StatemapArgs),
 }
 
 fn main() -> ExitCode {
+    // Probes only matter to a tracer; failing to register them is said,
+    // not fatal.
+    if let Err(e) = copier::probes::register() {
+        brand::output::note(format_args!("USDT probes not registered: {e}"));
+    }
     let cli = Cli::parse();
     match &cli.command {
         Command::Copy(a) => cmd::copy::run(a),
+        Command::Statemap(a) => cmd::statemap::run(a),
     }
 }

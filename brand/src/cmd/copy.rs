@@ -37,6 +37,9 @@ pub struct CopyArgs {
     /// Descend into directories on other filesystems.
     #[arg(long)]
     pub cross_fs: bool,
+    /// Record each thread's states and write them to FILE as a statemap.
+    #[arg(long, value_name = "FILE")]
+    pub statemap: Option<PathBuf>,
 }
 
 /// Runs the copy; exit 0 on success, 1 on any error.
@@ -54,7 +57,8 @@ pub fn run(args: &CopyArgs) -> ExitCode {
         .merge(args.merge)
         .sync(args.sync)
         .skip_special(args.skip_special)
-        .cross_fs(args.cross_fs);
+        .cross_fs(args.cross_fs)
+        .record_states(args.statemap.is_some());
     if let Some(b) = &bar {
         plan = plan.progress(Arc::clone(b) as Arc<dyn copier::Progress>);
     }
@@ -68,6 +72,17 @@ pub fn run(args: &CopyArgs) -> ExitCode {
     };
     for n in &report.notices {
         output::note(n);
+    }
+    if let (Some(path), Some(rec)) = (&args.statemap, &report.recording) {
+        let title = format!(
+            "zinstall copy {} {}",
+            args.src.display(),
+            args.dst.display()
+        );
+        if let Err(e) = crate::statemap::save(rec, &title, path) {
+            output::error(e);
+            return ExitCode::from(1);
+        }
     }
     if let Some(f) = failed {
         output::failure(f);

@@ -1,3 +1,4 @@
 //! One module per `zinstall` subcommand.
 
 pub mod copy;
+pub mod statemap;

@@ -71,6 +71,18 @@ pub(crate) enum JobKind {
     Redirect(PathBuf),
 }
 
+impl JobKind {
+    /// The kind's name in probes.
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            JobKind::File => "file",
+            JobKind::Symlink => "symlink",
+            JobKind::Special => "special",
+            JobKind::Redirect(_) => "redirect",
+        }
+    }
+}
+
 /// State shared by the walker and the workers of one run.
 pub(crate) struct Shared<'p> {
     pub(crate) plan: &'p Plan,
@@ -117,6 +129,11 @@ impl<'p> Shared<'p> {
         }
     }
 
+    fn error_count(&self) -> u64 {
+        let g = self.errors.lock().unwrap_or_else(|p| p.into_inner());
+        g.0.len() as u64 + g.1
+    }
+
     pub(crate) fn stopped(&self) -> bool {
         self.quit.load(Ordering::Relaxed)
     }
@@ -147,6 +164,10 @@ pub(crate) fn run(plan: &Plan) -> Result<Report, Failure> {
     let shared = Shared::new(plan);
     let mut stats = Stats::default();
     let mut entities = Vec::new();
+    crate::probes::zinstall::walk__start!(|| (
+        plan.src.to_string_lossy(),
+        plan.dst.to_string_lossy()
+    ));
     if let Err(e) = plan.tunables.validate() {
         shared.fail(e);
     } else {
@@ -165,6 +186,11 @@ pub(crate) fn run(plan: &Plan) -> Result<Report, Failure> {
         shared.fail(e);
     }
     stats.elapsed = started.elapsed();
+    crate::probes::zinstall::walk__done!(|| (
+        stats.entries(),
+        shared.error_count(),
+        stats.elapsed.as_nanos() as u64
+    ));
     let recording = plan.record.then(|| Recording {
         start: shared.clock.wall,
         end_ns: shared.clock.now_ns(),

@@ -225,6 +225,10 @@ impl<'s, 'p> Walker<'s, 'p> {
         let cap = batch_capacity(self.shared);
         let batch = mem::replace(&mut self.batch, Vec::with_capacity(cap));
         let Some(tx) = &self.tx else { return };
+        crate::probes::zinstall::batch__dispatch!(|| (
+            batch.len() as u64,
+            tx.len() as u64
+        ));
         match tx.try_send(batch) {
             Ok(()) => {}
             Err(TrySendError::Full(batch)) => {

@@ -17,6 +17,7 @@ use super::{
     open_error,
 };
 use crate::error::{Error, Op, Refusal, Result};
+use crate::probes;
 use crate::stats::{NoticeKind, Stats, WorkerStats};
 use crate::sys::{self, posix};
 use crate::trace::{ThreadState, ThreadTrace};
@@ -45,6 +46,8 @@ pub(crate) struct Worker<'s, 'p> {
     trace: ThreadTrace,
     stats: Stats,
     load: WorkerStats,
+    /// The worker's number, for probes.
+    index: u32,
     /// Progress not yet reported.
     unreported: (u64, u64),
 }
@@ -57,6 +60,7 @@ impl<'s, 'p> Worker<'s, 'p> {
             trace: new_trace(shared, format!("worker-{index}")),
             stats: Stats::default(),
             load: WorkerStats::default(),
+            index: index as u32,
             unreported: (0, 0),
         }
     }
@@ -66,8 +70,16 @@ impl<'s, 'p> Worker<'s, 'p> {
     pub(crate) fn run(&mut self, rx: Receiver<Vec<Job>>) {
         loop {
             self.trace.enter(ThreadState::Waiting);
+            let idx = self.index;
+            probes::zinstall::worker__idle!(|| idx);
+            let waited = Instant::now();
             let Ok(batch) = rx.recv() else { break };
             let t0 = Instant::now();
+            probes::zinstall::worker__busy!(|| (
+                idx,
+                batch.len() as u64,
+                waited.elapsed().as_nanos() as u64
+            ));
             self.load.batches += 1;
             for job in batch {
                 if self.shared.stopped() {
@@ -98,16 +110,29 @@ impl<'s, 'p> Worker<'s, 'p> {
     /// Does one job, records its error if any, and releases its directory.
     pub(crate) fn do_job(&mut self, job: Job) {
         let before = self.stats.bytes;
+        let idx = self.index;
+        probes::zinstall::job__start!(|| (
+            idx,
+            job.kind.name(),
+            job.src.to_string_lossy()
+        ));
         let r = match &job.kind {
             JobKind::File => self.copy_file(&job),
             JobKind::Symlink => self.copy_symlink(&job),
             JobKind::Special => self.copy_special(&job),
             JobKind::Redirect(target) => self.redirect(&job, target),
         };
+        let bytes = self.stats.bytes - before;
+        probes::zinstall::job__done!(|| (
+            idx,
+            job.kind.name(),
+            job.src.to_string_lossy(),
+            bytes,
+            probes::errno(&r)
+        ));
         if let Err(e) = r {
             self.shared.fail(e);
         }
-        let bytes = self.stats.bytes - before;
         self.load.jobs += 1;
         self.load.bytes += bytes;
         self.unreported.0 += 1;

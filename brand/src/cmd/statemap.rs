@@ -1,0 +1,59 @@
+//! `zinstall statemap FILE`: draw a statemap and summarize it.
+
+use std::fs::File;
+use std::io::{BufReader, BufWriter};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+use copier::statemap::{self, RenderOptions, Summary};
+
+use crate::output;
+
+/// Arguments of `zinstall statemap`.
+#[derive(Args, Debug)]
+pub struct StatemapArgs {
+    /// A statemap file: from --statemap, the DTrace or bpftrace scripts,
+    /// or any program writing the statemap format.
+    pub file: PathBuf,
+    /// Where to write the SVG (default: FILE with the extension .svg).
+    #[arg(short, long, value_name = "OUT.svg")]
+    pub output: Option<PathBuf>,
+    /// Width of the drawing in pixels.
+    #[arg(long, default_value_t = 1200.0)]
+    pub width: f64,
+}
+
+/// Renders and summarizes; exit 1 if the file cannot be read.
+pub fn run(args: &StatemapArgs) -> ExitCode {
+    let map = match File::open(&args.file) {
+        Ok(f) => match statemap::parse(BufReader::new(f)) {
+            Ok(m) => m,
+            Err(e) => {
+                output::error(format_args!("{}: {e}", args.file.display()));
+                return ExitCode::from(1);
+            }
+        },
+        Err(e) => {
+            output::error(format_args!("open {}: {e}", args.file.display()));
+            return ExitCode::from(1);
+        }
+    };
+    let out = args
+        .output
+        .clone()
+        .unwrap_or_else(|| args.file.with_extension("svg"));
+    let opts = RenderOptions {
+        width: args.width,
+        ..RenderOptions::default()
+    };
+    let written = File::create(&out)
+        .and_then(|f| statemap::render_svg(&map, &opts, BufWriter::new(f)));
+    if let Err(e) = written {
+        output::error(format_args!("write {}: {e}", out.display()));
+        return ExitCode::from(1);
+    }
+    output::out(Summary::of(&map));
+    output::out(format_args!("wrote {}", out.display()));
+    ExitCode::SUCCESS
+}

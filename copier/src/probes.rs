@@ -1,0 +1,38 @@
+//! USDT probes: the `zinstall` provider, defined in `dtrace/zinstall.d`.
+//!
+//! The build script compiles the provider into one macro per probe. A
+//! probe's arguments are computed in a closure that runs only while a
+//! tracer has the probe enabled, so a disabled probe costs a load and a
+//! branch. On illumos the probes must be registered with the kernel
+//! before DTrace can see them: binaries call [`register`] first. On Linux
+//! they are SystemTap notes in the binary (`readelf -n`), which bpftrace
+//! attaches to without registration.
+
+#![allow(missing_docs)]
+
+include!(concat!(env!("OUT_DIR"), "/zinstall.rs"));
+
+/// Registers the probes with DTrace (illumos); a no-op elsewhere. A
+/// failure only means the probes are not visible, so callers should log
+/// it and go on.
+pub fn register() -> Result<(), String> {
+    usdt::register_probes().map_err(|e| e.to_string())
+}
+
+/// `step-start`: an install step begins.
+pub fn step_start(zone: &str, step: &str) {
+    zinstall::step__start!(|| (zone, step));
+}
+
+/// `step-done`: an install step ended after `ns` nanoseconds.
+pub fn step_done(zone: &str, step: &str, ns: u64, failed: bool) {
+    zinstall::step__done!(|| (zone, step, ns, i32::from(failed)));
+}
+
+/// The errno a probe reports for a result: 0, the system call's, or -1.
+pub(crate) fn errno<T>(r: &crate::Result<T>) -> i32 {
+    match r {
+        Ok(_) => 0,
+        Err(e) => e.raw_os_error().unwrap_or(-1),
+    }
+}

@@ -1,0 +1,226 @@
+//! Drawing a statemap as SVG.
+//!
+//! Time runs left to right; each entity is a row; each interval is a
+//! rectangle coloured by its state. Intervals narrower than a pixel are
+//! gathered into one rectangle coloured by the state that dominates it,
+//! so a long recording stays a small file. Every rectangle's width is the
+//! exact sum of the intervals it stands for, so the widths of an entity's
+//! rectangles always add up to its span times the scale.
+
+use std::fmt::Write as _;
+use std::io::{self, Write};
+
+use super::Statemap;
+use super::summary::intervals;
+
+/// Layout of the drawing.
+#[derive(Clone, Debug)]
+pub struct RenderOptions {
+    /// Total width in pixels.
+    pub width: f64,
+    /// Width of the entity label column.
+    pub label_width: f64,
+    /// Rectangles narrower than this are gathered (pixels).
+    pub min_rect: f64,
+}
+
+impl Default for RenderOptions {
+    fn default() -> Self {
+        RenderOptions {
+            width: 1200.0,
+            label_width: 110.0,
+            min_rect: 1.0,
+        }
+    }
+}
+
+/// Renders `map` as an SVG document.
+pub fn render_svg(
+    map: &Statemap,
+    opts: &RenderOptions,
+    mut out: impl Write,
+) -> io::Result<()> {
+    let rows = intervals(map);
+    let t_min = rows
+        .iter()
+        .filter_map(|(_, s)| s.first().map(|i| i.0))
+        .min()
+        .unwrap_or(0);
+    let t_max = map.end().max(t_min + 1);
+    let n = rows.len().max(1);
+    // Rows shrink as entities grow: 28 px for a few, 10 px for 64.
+    let row_h = (640.0 / n as f64).clamp(8.0, 28.0);
+    let (top, plot_w) = (56.0, opts.width - opts.label_width - 20.0);
+    let plot_h = row_h * n as f64;
+    let legend_rows = map.meta.states.len().div_ceil(4);
+    let height = top + plot_h + 40.0 + 22.0 * legend_rows as f64 + 10.0;
+    let scale = plot_w / (t_max - t_min) as f64;
+    let x0 = opts.label_width;
+
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" \
+         height=\"{height:.0}\" viewBox=\"0 0 {w} {height:.0}\" \
+         font-family=\"sans-serif\" font-size=\"12\">",
+        w = opts.width
+    );
+    let _ =
+        writeln!(s, "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>");
+    let mut title = map.meta.title.clone();
+    if let Some(h) = &map.meta.host {
+        title.push_str(" on ");
+        title.push_str(h);
+    }
+    let _ = writeln!(
+        s,
+        "<text x=\"{}\" y=\"22\" font-size=\"16\" font-weight=\"bold\">{}</text>",
+        x0,
+        esc(&title)
+    );
+    let _ = writeln!(
+        s,
+        "<text x=\"{}\" y=\"40\" fill=\"#555\">{} {}s, {}</text>",
+        x0,
+        rows.len(),
+        esc(&map.meta.entity_kind.to_lowercase()),
+        fmt_ns(t_max - t_min)
+    );
+    for (r, (name, spans)) in rows.iter().enumerate() {
+        let y = top + r as f64 * row_h;
+        let _ = writeln!(
+            s,
+            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\" \
+             font-size=\"{:.0}\">{}</text>",
+            x0 - 6.0,
+            y + row_h * 0.75,
+            (row_h * 0.8).min(12.0),
+            esc(name)
+        );
+        let _ =
+            writeln!(s, "<g class=\"entity\" data-entity=\"{}\">", esc(name));
+        let mut pending: Option<(f64, f64, Vec<u64>)> = None;
+        let emit = |s: &mut String, x: f64, w: f64, time_in: &[u64]| {
+            let state = time_in
+                .iter()
+                .enumerate()
+                .max_by_key(|(_, t)| **t)
+                .map_or(0, |(i, _)| i);
+            let color = map
+                .meta
+                .states
+                .get(state)
+                .map_or("#000000", |d| d.color.as_str());
+            let _ = writeln!(
+                s,
+                "<rect x=\"{x:.4}\" y=\"{y:.2}\" width=\"{w:.6}\" \
+                 height=\"{:.2}\" fill=\"{}\"/>",
+                row_h - 1.0,
+                esc(color)
+            );
+        };
+        for &(t0, t1, st) in spans {
+            let x = x0 + (t0 - t_min) as f64 * scale;
+            let w = (t1 - t0) as f64 * scale;
+            let p = pending.get_or_insert_with(|| {
+                (x, 0.0, vec![0; map.meta.states.len().max(1)])
+            });
+            p.1 += w;
+            if let Some(slot) = p.2.get_mut(st as usize) {
+                *slot += t1 - t0;
+            }
+            if p.1 >= opts.min_rect
+                && let Some((px, pw, time_in)) = pending.take()
+            {
+                emit(&mut s, px, pw, &time_in);
+            }
+        }
+        if let Some((px, pw, time_in)) = pending.take()
+            && pw > 0.0
+        {
+            emit(&mut s, px, pw, &time_in);
+        }
+        let _ = writeln!(s, "</g>");
+    }
+    // Time axis with round ticks.
+    let axis_y = top + plot_h + 4.0;
+    let _ = writeln!(
+        s,
+        "<line x1=\"{x0}\" y1=\"{axis_y}\" x2=\"{:.1}\" y2=\"{axis_y}\" \
+         stroke=\"#333\"/>",
+        x0 + plot_w
+    );
+    let span = t_max - t_min;
+    let step = nice_step(span / 8);
+    let mut t = 0;
+    while t <= span {
+        let x = x0 + t as f64 * scale;
+        let _ = writeln!(
+            s,
+            "<line x1=\"{x:.1}\" y1=\"{axis_y}\" x2=\"{x:.1}\" y2=\"{:.1}\" \
+             stroke=\"#333\"/><text x=\"{x:.1}\" y=\"{:.1}\" \
+             text-anchor=\"middle\" font-size=\"11\">{}</text>",
+            axis_y + 5.0,
+            axis_y + 18.0,
+            fmt_ns(t)
+        );
+        t += step;
+    }
+    // Legend, four states to a row.
+    let legend_y = axis_y + 36.0;
+    for (i, st) in map.meta.states.iter().enumerate() {
+        let lx = x0 + (i % 4) as f64 * (plot_w / 4.0);
+        let ly = legend_y + (i / 4) as f64 * 22.0;
+        let _ = writeln!(
+            s,
+            "<rect x=\"{lx:.1}\" y=\"{:.1}\" width=\"14\" height=\"14\" \
+             fill=\"{}\" stroke=\"#333\"/><text x=\"{:.1}\" y=\"{ly:.1}\">{}</text>",
+            ly - 11.0,
+            esc(&st.color),
+            lx + 20.0,
+            esc(&st.name)
+        );
+    }
+    s.push_str("</svg>\n");
+    out.write_all(s.as_bytes())
+}
+
+/// A tick step of 1, 2 or 5 times a power of ten, at least `raw`.
+fn nice_step(raw: u64) -> u64 {
+    let mut p = 1u64;
+    loop {
+        for m in [1, 2, 5] {
+            if p.saturating_mul(m) >= raw.max(1) {
+                return p.saturating_mul(m);
+            }
+        }
+        p = p.saturating_mul(10);
+    }
+}
+
+fn fmt_ns(ns: u64) -> String {
+    if ns >= 1_000_000_000 {
+        format!("{:.2} s", ns as f64 / 1e9)
+    } else if ns >= 1_000_000 {
+        format!("{:.1} ms", ns as f64 / 1e6)
+    } else if ns >= 1_000 {
+        format!("{:.1} µs", ns as f64 / 1e3)
+    } else {
+        format!("{ns} ns")
+    }
+}
+
+fn esc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            c if (c as u32) < 0x20 => out.push(' '),
+            c => out.push(c),
+        }
+    }
+    out
+}

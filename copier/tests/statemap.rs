@@ -1,0 +1,183 @@
+//! Statemaps from a real copy: the recorder's JSON, the parser, the
+//! summary and the SVG.
+
+use std::collections::HashMap;
+use std::fs;
+
+use copier::statemap::{self, ParseProblem, RenderOptions, Summary};
+use copier::{Plan, Tunables};
+
+fn record_copy(threads: usize) -> (Vec<u8>, copier::Report) {
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    for i in 0..400 {
+        let p = src.join(format!("d{}/f{i}", i % 9));
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        fs::write(&p, vec![i as u8; 1000 + i * 37]).unwrap();
+    }
+    let report = Plan::new(&src, d.path().join("dst"))
+        .tunables(Tunables {
+            copy_threads: threads,
+            copy_batch: 16,
+            ..Tunables::default()
+        })
+        .record_states(true)
+        .run()
+        .unwrap();
+    let rec = report.recording.as_ref().unwrap();
+    let mut json = Vec::new();
+    statemap::write_json(rec, "test copy", Some("host1"), "Thread", &mut json)
+        .unwrap();
+    (json, report)
+}
+
+#[test]
+fn recorder_json_is_a_valid_statemap_of_every_thread() {
+    let (json, report) = record_copy(3);
+    let text = String::from_utf8(json.clone()).unwrap();
+    let first: serde_json::Value =
+        serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    assert_eq!(first["title"], "test copy");
+    assert_eq!(first["host"], "host1");
+    assert!(first["start"].as_array().unwrap().len() == 2);
+    let map = statemap::parse(&json[..]).unwrap();
+    let names: Vec<&str> =
+        map.meta.states.iter().map(|s| s.name.as_str()).collect();
+    let engine: Vec<&str> =
+        copier::ThreadState::ALL.iter().map(|s| s.name()).collect();
+    assert_eq!(names, engine, "states as declared, in value order");
+    assert_eq!(
+        map.entities(),
+        ["walker", "worker-0", "worker-1", "worker-2"],
+        "every thread present, walker first"
+    );
+    // Times are monotonic per entity (the parser also refuses otherwise).
+    let mut last: HashMap<&str, u64> = HashMap::new();
+    for d in &map.data {
+        let prev = last.insert(&d.entity, d.time).unwrap_or(0);
+        assert!(d.time >= prev);
+        // Every datum is a string time on its own line.
+    }
+    for line in text.lines().skip(1) {
+        assert!(line.starts_with("{\"time\":\""), "{line}");
+    }
+    // Workers spent time writing; the walker walked.
+    let s = Summary::of(&map);
+    let idx = |n: &str| names.iter().position(|x| *x == n).unwrap();
+    let walker = &s.entities[0];
+    assert!(walker.time_in[idx("walking")] > 0);
+    let written: u64 = s.entities[1..]
+        .iter()
+        .map(|e| e.time_in[idx("writing")])
+        .sum();
+    assert!(written > 0);
+    for e in s.entities.iter().chain([&s.all]) {
+        let total: f64 = (0..names.len()).map(|i| e.share(i)).sum();
+        assert!((total - 1.0).abs() < 1e-9, "{}: {total}", e.name);
+    }
+    assert!(s.utilization > 0.0 && s.utilization <= 1.0);
+    assert_eq!(report.stats.workers.len(), 3);
+}
+
+#[test]
+fn summary_matches_hand_computed_shares() {
+    let text = r##"{"start":[1,0],"title":"t","states":{"idle":{"value":0},"busy":{"value":1,"color":"#ff0000"}}}
+{"time":"0","entity":"worker-1","state":1}
+{"time":"0","entity":"worker-0","state":0}
+{"time":"250","entity":"worker-0","state":1}
+{"time":"750","entity":"worker-1","state":0}
+{"time":"1000","entity":"worker-0","state":0}
+"##;
+    let map = statemap::parse(text.as_bytes()).unwrap();
+    let s = Summary::of(&map);
+    assert_eq!(s.entities[0].name, "worker-0");
+    assert_eq!(s.entities[0].time_in, vec![250, 750]);
+    assert_eq!(s.entities[1].time_in, vec![250, 750]);
+    assert_eq!(s.all.time_in, vec![500, 1500]);
+    assert!((s.utilization - 0.75).abs() < 1e-12);
+    let table = s.to_string();
+    assert!(table.contains("75.0%"), "{table}");
+    assert!(table.contains("pool utilization: 75.0%"), "{table}");
+}
+
+#[test]
+fn parser_errors_name_the_line() {
+    let meta = r#"{"start":[1,0],"title":"t","states":{"a":{"value":0},"b":{"value":1}}}"#;
+    let cases = [
+        (
+            format!(
+                "{meta}\n{{\"time\":\"1\",\"entity\":\"x\",\"state\":0}}\n\n\nnot json\n"
+            ),
+            5,
+        ),
+        (
+            format!(
+                "{meta}\n{{\"time\":\"5\",\"entity\":\"x\",\"state\":0}}\n{{\"time\":\"4\",\"entity\":\"x\",\"state\":1}}\n"
+            ),
+            3,
+        ),
+        (
+            format!(
+                "{meta}\n\n{{\"time\":\"5\",\"entity\":\"x\",\"state\":7}}\n"
+            ),
+            3,
+        ),
+        (format!("{meta}\n{{\"what\":1}}\n"), 2),
+        ("{\"title\":\"no start\",\"states\":{}}\n".to_string(), 1),
+    ];
+    for (text, line) in cases {
+        let e = statemap::parse(text.as_bytes()).unwrap_err();
+        assert_eq!(e.line, line, "{e} in:\n{text}");
+        assert!(e.to_string().starts_with(&format!("line {line}: ")));
+    }
+    let e = statemap::parse(
+        format!("{meta}\n{{\"time\":\"5\",\"entity\":\"x\",\"state\":7}}\n")
+            .as_bytes(),
+    )
+    .unwrap_err();
+    assert_eq!(e.problem, ParseProblem::UnknownState(7));
+    assert_eq!(
+        statemap::parse(&b"  \n"[..]).unwrap_err().problem,
+        ParseProblem::Empty
+    );
+}
+
+/// Each entity's rectangles add up to its span times the scale.
+#[test]
+fn svg_rectangles_add_up_to_each_entity_time() {
+    let (json, _) = record_copy(8);
+    let map = statemap::parse(&json[..]).unwrap();
+    let opts = RenderOptions::default();
+    let mut svg = Vec::new();
+    statemap::render_svg(&map, &opts, &mut svg).unwrap();
+    let svg = String::from_utf8(svg).unwrap();
+    let doc = roxmltree::Document::parse(&svg).unwrap();
+    let summary = Summary::of(&map);
+    let t_min = map.data.iter().map(|d| d.time).min().unwrap();
+    let scale =
+        (opts.width - opts.label_width - 20.0) / (map.end() - t_min) as f64;
+    let groups: Vec<_> = doc
+        .descendants()
+        .filter(|n| n.attribute("class") == Some("entity"))
+        .collect();
+    assert_eq!(groups.len(), 9, "walker and 8 workers");
+    for g in groups {
+        let name = g.attribute("data-entity").unwrap();
+        let width: f64 = g
+            .children()
+            .filter(|n| n.has_tag_name("rect"))
+            .map(|r| r.attribute("width").unwrap().parse::<f64>().unwrap())
+            .sum();
+        let e = summary.entities.iter().find(|e| e.name == name).unwrap();
+        let want = e.span as f64 * scale;
+        assert!(
+            (width - want).abs() <= want * 0.001 + 0.01,
+            "{name}: rects {width} px, span {want} px"
+        );
+    }
+    let text: String = doc.descendants().filter_map(|n| n.text()).collect();
+    assert!(text.contains("test copy on host1"));
+    for st in copier::ThreadState::ALL {
+        assert!(text.contains(st.name()), "legend lacks {}", st.name());
+    }
+}
