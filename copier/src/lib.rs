@@ -27,6 +27,7 @@ mod engine;
 pub mod error;
 pub mod plan;
 pub mod probes;
+pub mod provision;
 pub mod rules;
 pub mod statemap;
 pub mod stats;

@@ -1,0 +1,126 @@
+//! What an image is, told by its content, never by its name.
+
+use std::fs::File;
+use std::io::{self, Read};
+use std::path::Path;
+
+use crate::error::{Error, Op, Result};
+
+/// How an image's bytes are compressed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Compression {
+    /// Not compressed.
+    None,
+    /// gzip (`1f 8b`).
+    Gzip,
+    /// zstd (`28 b5 2f fd`).
+    Zstd,
+}
+
+/// The kinds of image a guest can be made from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ImageKind {
+    /// A rootfs tar archive: each guest gets a directory tree.
+    Tree(Compression),
+    /// A raw disk image: each guest gets a qcow2 overlay.
+    Raw(Compression),
+    /// A qcow2 disk image: converted to raw once, then overlays.
+    Qcow2,
+}
+
+impl ImageKind {
+    /// A short name for messages: `tar.zst`, `raw.gz`, `qcow2`.
+    pub fn describe(self) -> &'static str {
+        match self {
+            ImageKind::Tree(Compression::None) => "tar",
+            ImageKind::Tree(Compression::Gzip) => "tar.gz",
+            ImageKind::Tree(Compression::Zstd) => "tar.zst",
+            ImageKind::Raw(Compression::None) => "raw",
+            ImageKind::Raw(Compression::Gzip) => "raw.gz",
+            ImageKind::Raw(Compression::Zstd) => "raw.zst",
+            ImageKind::Qcow2 => "qcow2",
+        }
+    }
+}
+
+const GZIP: &[u8] = &[0x1f, 0x8b];
+const ZSTD: &[u8] = &[0x28, 0xb5, 0x2f, 0xfd];
+const QCOW2: &[u8] = b"QFI\xfb";
+
+/// The compression of a stream that starts with `head`.
+pub fn compression_of(head: &[u8]) -> Compression {
+    if head.starts_with(GZIP) {
+        Compression::Gzip
+    } else if head.starts_with(ZSTD) {
+        Compression::Zstd
+    } else {
+        Compression::None
+    }
+}
+
+/// A decompressing reader over `r`.
+pub fn decompress<'a>(
+    r: impl Read + 'a,
+    c: Compression,
+) -> io::Result<Box<dyn Read + 'a>> {
+    Ok(match c {
+        Compression::None => Box::new(r),
+        Compression::Gzip => Box::new(flate2::read::MultiGzDecoder::new(r)),
+        Compression::Zstd => Box::new(zstd::stream::read::Decoder::new(r)?),
+    })
+}
+
+/// True if a 512-byte tar header block says `ustar` (POSIX and GNU).
+fn is_tar(block: &[u8]) -> bool {
+    block.len() >= 262 && &block[257..262] == b"ustar"
+}
+
+/// Reads what `path` is: the first bytes for compression and qcow2, and
+/// for tar the first header after decompression. A truncated or corrupt
+/// compressed head is an error naming the image.
+pub fn detect(path: &Path) -> Result<ImageKind> {
+    let mut f = File::open(path).map_err(|e| Error::io(Op::Open, path, e))?;
+    let mut head = [0u8; 512];
+    let n = read_up_to(&mut f, &mut head)
+        .map_err(|e| Error::io(Op::Read, path, e))?;
+    let head = &head[..n];
+    if head.starts_with(QCOW2) {
+        return Ok(ImageKind::Qcow2);
+    }
+    let c = compression_of(head);
+    if c == Compression::None {
+        return Ok(if is_tar(head) {
+            ImageKind::Tree(c)
+        } else {
+            ImageKind::Raw(c)
+        });
+    }
+    let f = File::open(path).map_err(|e| Error::io(Op::Open, path, e))?;
+    let mut inner =
+        decompress(f, c).map_err(|e| Error::io(Op::Read, path, e))?;
+    let mut block = [0u8; 512];
+    let n = read_up_to(&mut inner, &mut block)
+        .map_err(|e| Error::io(Op::Read, path, e))?;
+    Ok(if is_tar(&block[..n]) {
+        ImageKind::Tree(c)
+    } else {
+        ImageKind::Raw(c)
+    })
+}
+
+/// Reads until `buf` is full or the stream ends.
+pub(crate) fn read_up_to(
+    r: &mut impl Read,
+    buf: &mut [u8],
+) -> io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
