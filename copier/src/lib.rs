@@ -34,6 +34,7 @@ pub mod stats;
 mod sys;
 pub mod trace;
 pub mod tunables;
+pub mod verify;
 
 pub use defaults::DefaultsFile;
 pub use error::{Error, ImageProblem, Op, Refusal, Result};

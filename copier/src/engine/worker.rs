@@ -333,6 +333,13 @@ impl<'s, 'p> Worker<'s, 'p> {
 
     fn copy_symlink(&mut self, job: &Job) -> Result<()> {
         self.trace.enter(ThreadState::Linking);
+        // lstat before readlink: reading a symlink updates its access
+        // time, and the copy must get the time from before.
+        let md = fs::symlink_metadata(&job.src)
+            .map_err(|e| Error::io(Op::Stat, &job.src, e))?;
+        if !md.file_type().is_symlink() {
+            return Err(Error::refused(&job.src, Refusal::ChangedType));
+        }
         let target = fs::read_link(&job.src).map_err(|e| {
             if e.raw_os_error() == Some(libc::EINVAL) {
                 Error::refused(&job.src, Refusal::ChangedType)
@@ -340,11 +347,6 @@ impl<'s, 'p> Worker<'s, 'p> {
                 Error::io(Op::Readlink, &job.src, e)
             }
         })?;
-        let md = fs::symlink_metadata(&job.src)
-            .map_err(|e| Error::io(Op::Stat, &job.src, e))?;
-        if !md.file_type().is_symlink() {
-            return Err(Error::refused(&job.src, Refusal::ChangedType));
-        }
         let first = if md.nlink() > 1 {
             match self.claim(&md, &job.dst) {
                 Claim::First(f) => Some(f),

@@ -9,5 +9,6 @@
 mod detect;
 mod sparse;
 
+pub(crate) use detect::read_up_to;
 pub use detect::{Compression, ImageKind, compression_of, decompress, detect};
 pub use sparse::write_sparse;

@@ -1,0 +1,513 @@
+//! Comparing two trees on every attribute a faithful copy keeps.
+//!
+//! Both trees are walked side by side, each in sorted order, so memory
+//! stays flat however large they are: an entry of one tree is matched with
+//! the entry of the same relative path in the other, or reported as
+//! missing there. Only inodes with more than one name are remembered, to
+//! check that both trees group names into hard links the same way.
+//!
+//! Access times of directories and symlinks are not compared: reading a
+//! directory or a symlink (to compare it, or to copy it) changes its
+//! access time, and no call reads either without doing so. Files are read
+//! with `O_NOATIME` where the kernel allows it, so comparing does not
+//! change what it compares.
+
+use std::collections::HashMap;
+use std::ffi::CString;
+use std::fmt;
+use std::fs::{self, Metadata};
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+
+use walkdir::WalkDir;
+
+use crate::error::{Error, Op, Result};
+use crate::sys::{self, XattrTarget, posix};
+
+/// What to compare besides types, modes, sizes and symlink targets.
+#[derive(Clone, Debug)]
+pub struct CompareOptions {
+    /// Owners and groups (default: when running as root).
+    pub owner: bool,
+    /// File contents (default: yes).
+    pub content: bool,
+    /// Modification times to the nanosecond (default: yes).
+    pub mtime: bool,
+    /// Access times of files and special files (default: yes).
+    pub atime: bool,
+    /// Extended attributes (default: yes).
+    pub xattrs: bool,
+    /// That files with holes in A have no more allocated in B (default:
+    /// no).
+    pub sparse: bool,
+}
+
+impl Default for CompareOptions {
+    fn default() -> Self {
+        CompareOptions {
+            owner: posix::euid() == 0,
+            content: true,
+            mtime: true,
+            atime: true,
+            xattrs: true,
+            sparse: false,
+        }
+    }
+}
+
+/// How an entry differs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DiffKind {
+    /// Only in the first tree.
+    OnlyInA,
+    /// Only in the second tree.
+    OnlyInB,
+    /// Different types (`file`, `dir`, `symlink`, `fifo`, ...).
+    Type {
+        /// Type in A.
+        a: &'static str,
+        /// Type in B.
+        b: &'static str,
+    },
+    /// Different permission bits, special bits included.
+    Mode {
+        /// Mode in A.
+        a: u32,
+        /// Mode in B.
+        b: u32,
+    },
+    /// Different owner or group.
+    Owner {
+        /// (uid, gid) in A.
+        a: (u32, u32),
+        /// (uid, gid) in B.
+        b: (u32, u32),
+    },
+    /// Different sizes.
+    Size {
+        /// Size in A.
+        a: u64,
+        /// Size in B.
+        b: u64,
+    },
+    /// Same size, different bytes from this offset.
+    Content {
+        /// First differing byte.
+        offset: u64,
+    },
+    /// Symlinks pointing at different targets.
+    SymlinkTarget,
+    /// Different modification times, `(seconds, nanoseconds)`.
+    Mtime {
+        /// In A.
+        a: (i64, i64),
+        /// In B.
+        b: (i64, i64),
+    },
+    /// Different access times.
+    Atime {
+        /// In A.
+        a: (i64, i64),
+        /// In B.
+        b: (i64, i64),
+    },
+    /// An extended attribute missing on one side or with another value.
+    Xattr {
+        /// Its name.
+        name: String,
+    },
+    /// The name is hard-linked to a different set of names.
+    HardLinks,
+    /// Different device numbers.
+    Rdev,
+    /// B allocates more than A where A has holes.
+    Sparse {
+        /// Bytes allocated in A.
+        a: u64,
+        /// Bytes allocated in B.
+        b: u64,
+    },
+}
+
+/// One difference.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Difference {
+    /// Relative to both roots.
+    pub path: PathBuf,
+    /// How it differs.
+    pub kind: DiffKind,
+}
+
+/// The outcome of [`compare`].
+#[derive(Clone, Debug, Default)]
+pub struct Comparison {
+    /// Every difference found, in path order.
+    pub differences: Vec<Difference>,
+    /// Entries present in both trees and compared.
+    pub entries_compared: u64,
+}
+
+impl Comparison {
+    /// True if no difference was found.
+    pub fn is_identical(&self) -> bool {
+        self.differences.is_empty()
+    }
+}
+
+impl fmt::Display for Comparison {
+    /// One line per difference: the path (escaped) and what differs.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for d in &self.differences {
+            writeln!(f, "{}: {}", escape(&d.path), d.kind)?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for DiffKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DiffKind::OnlyInA => write!(f, "only in the first tree"),
+            DiffKind::OnlyInB => write!(f, "only in the second tree"),
+            DiffKind::Type { a, b } => write!(f, "type {a} vs {b}"),
+            DiffKind::Mode { a, b } => write!(f, "mode {a:04o} vs {b:04o}"),
+            DiffKind::Owner { a, b } => {
+                write!(f, "owner {}:{} vs {}:{}", a.0, a.1, b.0, b.1)
+            }
+            DiffKind::Size { a, b } => write!(f, "size {a} vs {b}"),
+            DiffKind::Content { offset } => {
+                write!(f, "content differs at byte {offset}")
+            }
+            DiffKind::SymlinkTarget => write!(f, "symlink target differs"),
+            DiffKind::Mtime { a, b } => {
+                write!(f, "mtime {}.{:09} vs {}.{:09}", a.0, a.1, b.0, b.1)
+            }
+            DiffKind::Atime { a, b } => {
+                write!(f, "atime {}.{:09} vs {}.{:09}", a.0, a.1, b.0, b.1)
+            }
+            DiffKind::Xattr { name } => write!(f, "xattr {name} differs"),
+            DiffKind::HardLinks => write!(f, "hard links differ"),
+            DiffKind::Rdev => write!(f, "device numbers differ"),
+            DiffKind::Sparse { a, b } => {
+                write!(f, "allocates {b} bytes where the original has {a}")
+            }
+        }
+    }
+}
+
+/// Escapes a path for one line of text: control characters and bytes
+/// that are not UTF-8 as `\xNN`.
+fn escape(p: &Path) -> String {
+    let mut out = String::new();
+    for chunk in p.as_os_str().as_bytes().utf8_chunks() {
+        for c in chunk.valid().chars() {
+            if c.is_control() {
+                out.push_str(&format!("\\x{:02x}", c as u32));
+            } else {
+                out.push(c);
+            }
+        }
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    out
+}
+
+/// Compares tree `a` with tree `b`.
+pub fn compare(
+    a: &Path,
+    b: &Path,
+    opts: &CompareOptions,
+) -> Result<Comparison> {
+    let mut wa = sorted_walk(a);
+    let mut wb = sorted_walk(b);
+    let mut cmp = Comparer {
+        opts,
+        out: Comparison::default(),
+        links_a: HashMap::new(),
+        links_b: HashMap::new(),
+    };
+    let mut ea = next(&mut wa, a)?;
+    let mut eb = next(&mut wb, b)?;
+    loop {
+        let order = match (&ea, &eb) {
+            (None, None) => break,
+            (Some(_), None) => std::cmp::Ordering::Less,
+            (None, Some(_)) => std::cmp::Ordering::Greater,
+            (Some(x), Some(y)) => x.0.cmp(&y.0),
+        };
+        match order {
+            std::cmp::Ordering::Less => {
+                if let Some((rel, ent)) = ea.take() {
+                    if ent.file_type().is_dir() {
+                        wa.skip_current_dir();
+                    }
+                    cmp.push(rel, DiffKind::OnlyInA);
+                }
+                ea = next(&mut wa, a)?;
+            }
+            std::cmp::Ordering::Greater => {
+                if let Some((rel, ent)) = eb.take() {
+                    if ent.file_type().is_dir() {
+                        wb.skip_current_dir();
+                    }
+                    cmp.push(rel, DiffKind::OnlyInB);
+                }
+                eb = next(&mut wb, b)?;
+            }
+            std::cmp::Ordering::Equal => {
+                if let (Some((rel, x)), Some((_, y))) = (ea.take(), eb.take()) {
+                    let both_dirs =
+                        x.file_type().is_dir() && y.file_type().is_dir();
+                    if !both_dirs {
+                        // Do not descend where the other side cannot.
+                        if x.file_type().is_dir() {
+                            wa.skip_current_dir();
+                        }
+                        if y.file_type().is_dir() {
+                            wb.skip_current_dir();
+                        }
+                    }
+                    cmp.entry(&rel, x.path(), y.path())?;
+                }
+                ea = next(&mut wa, a)?;
+                eb = next(&mut wb, b)?;
+            }
+        }
+    }
+    Ok(cmp.out)
+}
+
+type Walk = walkdir::IntoIter;
+
+fn sorted_walk(root: &Path) -> Walk {
+    WalkDir::new(root)
+        .follow_links(false)
+        .sort_by_file_name()
+        .into_iter()
+}
+
+fn next(
+    w: &mut Walk,
+    root: &Path,
+) -> Result<Option<(PathBuf, walkdir::DirEntry)>> {
+    match w.next() {
+        None => Ok(None),
+        Some(Err(e)) => {
+            let p = e.path().unwrap_or(root).to_path_buf();
+            Err(Error::io(Op::ReadDir, p, io::Error::from(e)))
+        }
+        Some(Ok(e)) => {
+            let rel = e
+                .path()
+                .strip_prefix(root)
+                .unwrap_or(Path::new(""))
+                .to_path_buf();
+            Ok(Some((rel, e)))
+        }
+    }
+}
+
+struct Comparer<'o> {
+    opts: &'o CompareOptions,
+    out: Comparison,
+    /// (dev, ino) → first name seen, for inodes with several names.
+    links_a: HashMap<(u64, u64), PathBuf>,
+    links_b: HashMap<(u64, u64), PathBuf>,
+}
+
+fn type_name(md: &Metadata) -> &'static str {
+    let t = md.file_type();
+    if t.is_dir() {
+        "dir"
+    } else if t.is_file() {
+        "file"
+    } else if t.is_symlink() {
+        "symlink"
+    } else if t.is_fifo() {
+        "fifo"
+    } else if t.is_socket() {
+        "socket"
+    } else if t.is_char_device() {
+        "char device"
+    } else if t.is_block_device() {
+        "block device"
+    } else {
+        "unknown"
+    }
+}
+
+impl Comparer<'_> {
+    fn push(&mut self, path: PathBuf, kind: DiffKind) {
+        self.out.differences.push(Difference { path, kind });
+    }
+
+    fn entry(&mut self, rel: &Path, a: &Path, b: &Path) -> Result<()> {
+        self.out.entries_compared += 1;
+        let ma =
+            fs::symlink_metadata(a).map_err(|e| Error::io(Op::Stat, a, e))?;
+        let mb =
+            fs::symlink_metadata(b).map_err(|e| Error::io(Op::Stat, b, e))?;
+        let rel = rel.to_path_buf();
+        let (ta, tb) = (type_name(&ma), type_name(&mb));
+        if ta != tb {
+            self.push(rel, DiffKind::Type { a: ta, b: tb });
+            return Ok(());
+        }
+        let is_link = ma.file_type().is_symlink();
+        if !is_link && ma.mode() & 0o7777 != mb.mode() & 0o7777 {
+            self.push(
+                rel.clone(),
+                DiffKind::Mode {
+                    a: ma.mode() & 0o7777,
+                    b: mb.mode() & 0o7777,
+                },
+            );
+        }
+        if self.opts.owner && (ma.uid(), ma.gid()) != (mb.uid(), mb.gid()) {
+            self.push(
+                rel.clone(),
+                DiffKind::Owner {
+                    a: (ma.uid(), ma.gid()),
+                    b: (mb.uid(), mb.gid()),
+                },
+            );
+        }
+        if ma.file_type().is_file() {
+            if ma.len() != mb.len() {
+                self.push(
+                    rel.clone(),
+                    DiffKind::Size {
+                        a: ma.len(),
+                        b: mb.len(),
+                    },
+                );
+            } else if self.opts.content
+                && let Some(offset) = first_difference(a, b)?
+            {
+                self.push(rel.clone(), DiffKind::Content { offset });
+            }
+            let (alloc_a, alloc_b) = (ma.blocks() * 512, mb.blocks() * 512);
+            if self.opts.sparse
+                && alloc_a < ma.len()
+                && alloc_b > alloc_a + (64 << 10)
+            {
+                self.push(
+                    rel.clone(),
+                    DiffKind::Sparse {
+                        a: alloc_a,
+                        b: alloc_b,
+                    },
+                );
+            }
+        }
+        if is_link {
+            let la =
+                fs::read_link(a).map_err(|e| Error::io(Op::Readlink, a, e))?;
+            let lb =
+                fs::read_link(b).map_err(|e| Error::io(Op::Readlink, b, e))?;
+            if la != lb {
+                self.push(rel.clone(), DiffKind::SymlinkTarget);
+            }
+        }
+        let ft = ma.file_type();
+        if (ft.is_char_device() || ft.is_block_device())
+            && ma.rdev() != mb.rdev()
+        {
+            self.push(rel.clone(), DiffKind::Rdev);
+        }
+        let times = |m: &Metadata| {
+            ((m.mtime(), m.mtime_nsec()), (m.atime(), m.atime_nsec()))
+        };
+        let ((mta, ata), (mtb, atb)) = (times(&ma), times(&mb));
+        if self.opts.mtime && mta != mtb {
+            self.push(rel.clone(), DiffKind::Mtime { a: mta, b: mtb });
+        }
+        if self.opts.atime && !ft.is_dir() && !ft.is_symlink() && ata != atb {
+            self.push(rel.clone(), DiffKind::Atime { a: ata, b: atb });
+        }
+        if self.opts.xattrs {
+            for name in differing_xattrs(a, b)? {
+                self.push(rel.clone(), DiffKind::Xattr { name });
+            }
+        }
+        if !ft.is_dir() && (ma.nlink() > 1 || mb.nlink() > 1) {
+            let leader_a = self
+                .links_a
+                .entry((ma.dev(), ma.ino()))
+                .or_insert_with(|| rel.clone())
+                .clone();
+            let leader_b = self
+                .links_b
+                .entry((mb.dev(), mb.ino()))
+                .or_insert_with(|| rel.clone())
+                .clone();
+            if leader_a != leader_b {
+                self.push(rel, DiffKind::HardLinks);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The first offset where two files of equal length differ.
+fn first_difference(a: &Path, b: &Path) -> Result<Option<u64>> {
+    let mut fa = sys::open_source(a).map_err(|e| Error::io(Op::Open, a, e))?;
+    let mut fb = sys::open_source(b).map_err(|e| Error::io(Op::Open, b, e))?;
+    let (mut ba, mut bb) = (vec![0u8; 256 << 10], vec![0u8; 256 << 10]);
+    let mut off = 0u64;
+    loop {
+        let na = crate::provision::read_up_to(&mut fa, &mut ba)
+            .map_err(|e| Error::io(Op::Read, a, e))?;
+        let nb = crate::provision::read_up_to(&mut fb, &mut bb)
+            .map_err(|e| Error::io(Op::Read, b, e))?;
+        let n = na.min(nb);
+        if let Some(i) = ba[..n].iter().zip(&bb[..n]).position(|(x, y)| x != y)
+        {
+            return Ok(Some(off + i as u64));
+        }
+        if na != nb {
+            return Ok(Some(off + n as u64));
+        }
+        if na == 0 {
+            return Ok(None);
+        }
+        off += na as u64;
+    }
+}
+
+/// Names of the attributes missing on one side or differing in value.
+fn differing_xattrs(a: &Path, b: &Path) -> Result<Vec<String>> {
+    let read = |p: &Path| -> Result<HashMap<Vec<u8>, Vec<u8>>> {
+        let c = posix::cstr(p).map_err(|e| Error::io(Op::ListXattr, p, e))?;
+        let t = XattrTarget::Path(&c);
+        let names =
+            sys::list_xattrs(&t).map_err(|e| Error::io(Op::ListXattr, p, e))?;
+        let mut map = HashMap::new();
+        for name in names.split(|&b| b == 0).filter(|n| !n.is_empty()) {
+            let cname = CString::new(name).map_err(|_| {
+                Error::io(Op::GetXattr, p, io::ErrorKind::InvalidData.into())
+            })?;
+            if let Some(v) = sys::get_xattr(&t, &cname)
+                .map_err(|e| Error::io(Op::GetXattr, p, e))?
+            {
+                map.insert(name.to_vec(), v);
+            }
+        }
+        Ok(map)
+    };
+    let (xa, xb) = (read(a)?, read(b)?);
+    let mut names: Vec<String> = xa
+        .iter()
+        .filter(|(k, v)| xb.get(*k) != Some(v))
+        .map(|(k, _)| k)
+        .chain(xb.keys().filter(|k| !xa.contains_key(*k)))
+        .map(|k| String::from_utf8_lossy(k).into_owned())
+        .collect();
+    names.sort();
+    Ok(names)
+}
