@@ -159,3 +159,49 @@ fn unreadable_source_file_is_named() {
         "{err}"
     );
 }
+
+#[test]
+fn verify_says_identical_or_lists_differences() {
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    tree(&src);
+    let dst = d.path().join("dst");
+    assert!(
+        zinstall()
+            .args(["copy", "-q"])
+            .arg(&src)
+            .arg(&dst)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let o = zinstall()
+        .arg("verify")
+        .arg(&src)
+        .arg(&dst)
+        .output()
+        .unwrap();
+    let (out, _) = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(out.starts_with("identical: 5 entries compared"), "{out}");
+    fs::set_permissions(dst.join("g"), fs::Permissions::from_mode(0o600))
+        .unwrap();
+    fs::write(dst.join("a/b/f"), b"HELLO").unwrap();
+    let o = zinstall()
+        .args(["verify", "--no-atime"])
+        .arg(&src)
+        .arg(&dst)
+        .output()
+        .unwrap();
+    let (out, _) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(out.contains("a/b/f: content differs at byte 0"), "{out}");
+    assert!(out.contains("g: mode 0644 vs 0600"), "{out}");
+    let o = zinstall()
+        .arg("verify")
+        .arg(&src)
+        .arg(d.path().join("none"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+}

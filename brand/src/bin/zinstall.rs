@@ -19,6 +19,8 @@ enum Command {
     Copy(cmd::copy::CopyArgs),
     /// Draw a statemap as SVG and print each thread's time per state.
     Statemap(cmd::statemap::StatemapArgs),
+    /// Compare two trees on every attribute a faithful copy keeps.
+    Verify(cmd::verify::VerifyArgs),
 }
 
 fn main() -> ExitCode {
@@ -31,5 +33,6 @@ fn main() -> ExitCode {
     match &cli.command {
         Command::Copy(a) => cmd::copy::run(a),
         Command::Statemap(a) => cmd::statemap::run(a),
+        Command::Verify(a) => cmd::verify::run(a),
     }
 }

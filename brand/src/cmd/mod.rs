@@ -2,3 +2,4 @@
 
 pub mod copy;
 pub mod statemap;
+pub mod verify;
