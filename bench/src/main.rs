@@ -1,1 +1,286 @@
-fn main() {}
+//! `cargo run --release -p bench -- ...`: see bench/README.md.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use bench::peers::{self, Tool};
+use bench::report::{self, Samples};
+use bench::trees::{self, Shape};
+use clap::{Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(name = "bench", about = "zinstall benchmarks")]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Time zinstall copy against cp -a, tar | tar, rsync -aH, xcp and a
+    /// serial 8 KiB copy, interleaved, on one tree.
+    Copy {
+        /// A generated tree (usr, store, sparse) or a directory.
+        #[arg(long, default_value = "usr")]
+        tree: String,
+        /// Scale of a generated tree.
+        #[arg(long, default_value_t = 1.0)]
+        scale: f64,
+        /// Timed runs per tool.
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+        /// Tools, comma-separated: zinstall, zinstall1x1, cp, tar, rsync,
+        /// xcp, serial8k (default: all that are present).
+        #[arg(long)]
+        tools: Option<String>,
+        /// Also time the tree with every file empty (the metadata floor).
+        #[arg(long)]
+        floor: bool,
+        /// Where sources, copies and results go (same filesystem as the
+        /// source for a fair comparison).
+        #[arg(long, default_value = "/var/tmp/zinstall-bench")]
+        scratch: PathBuf,
+        /// The zinstall binary.
+        #[arg(long)]
+        zinstall: Option<PathBuf>,
+    },
+    /// Generate a tree.
+    Gen {
+        /// usr, store or sparse.
+        #[arg(long)]
+        tree: Shape,
+        /// Where (must not exist).
+        #[arg(long)]
+        out: PathBuf,
+        /// Size factor.
+        #[arg(long, default_value_t = 1.0)]
+        scale: f64,
+        /// Every file empty.
+        #[arg(long)]
+        empty: bool,
+    },
+    /// The serial 8 KiB baseline copy (used by `copy`).
+    SerialCopy { src: PathBuf, dst: PathBuf },
+}
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let r = match cli.command {
+        Cmd::Gen {
+            tree,
+            out,
+            scale,
+            empty,
+        } => trees::generate(tree, &out, scale, empty)
+            .map(|s| println!("{}: {s:?}", out.display()))
+            .map_err(|e| format!("{}: {e}", out.display())),
+        Cmd::SerialCopy { src, dst } => {
+            peers::serial_copy(&src, &dst).map_err(|e| {
+                format!("{} -> {}: {e}", src.display(), dst.display())
+            })
+        }
+        Cmd::Copy {
+            tree,
+            scale,
+            runs,
+            tools,
+            floor,
+            scratch,
+            zinstall,
+        } => copy_bench(
+            &tree,
+            scale,
+            runs,
+            tools.as_deref(),
+            floor,
+            &scratch,
+            zinstall,
+        ),
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// A generated tree under `scratch`, made once and reused.
+fn source(
+    tree: &str,
+    scale: f64,
+    empty: bool,
+    scratch: &Path,
+) -> Result<PathBuf, String> {
+    let Ok(shape) = tree.parse::<Shape>() else {
+        let p = PathBuf::from(tree);
+        return if p.is_dir() {
+            Ok(p)
+        } else {
+            Err(format!("{tree}: not a directory or a tree name"))
+        };
+    };
+    let name =
+        format!("src-{tree}-{scale}{}", if empty { "-empty" } else { "" });
+    let dir = scratch.join(name);
+    let done = scratch.join(format!(
+        "{}.done",
+        dir.file_name().unwrap_or_default().to_string_lossy()
+    ));
+    if !done.exists() {
+        let _ = fs::remove_dir_all(&dir);
+        let s = trees::generate(shape, &dir, scale, empty)
+            .map_err(|e| format!("{}: {e}", dir.display()))?;
+        eprintln!("generated {}: {s:?}", dir.display());
+        fs::write(&done, b"").map_err(|e| e.to_string())?;
+    }
+    Ok(dir)
+}
+
+fn copy_bench(
+    tree: &str,
+    scale: f64,
+    runs: usize,
+    tools: Option<&str>,
+    floor: bool,
+    scratch: &Path,
+    zinstall: Option<PathBuf>,
+) -> Result<(), String> {
+    fs::create_dir_all(scratch)
+        .map_err(|e| format!("{}: {e}", scratch.display()))?;
+    let zinstall =
+        zinstall.unwrap_or_else(|| workspace().join("target/release/zinstall"));
+    if !zinstall.is_file() {
+        return Err(format!(
+            "{}: build it first: cargo build --release -p brand",
+            zinstall.display()
+        ));
+    }
+    let bench_bin = std::env::current_exe().map_err(|e| e.to_string())?;
+    let xcp = peers::find_xcp(&workspace());
+    let wanted: Vec<String> = tools
+        .unwrap_or("zinstall,zinstall1x1,cp,tar,rsync,xcp,serial8k")
+        .split(',')
+        .map(str::to_string)
+        .collect();
+    let mut list = Vec::new();
+    for t in &wanted {
+        match t.as_str() {
+            "zinstall" => list.push(Tool::Zinstall {
+                threads: 8,
+                batch: 128,
+            }),
+            "zinstall1x1" => list.push(Tool::Zinstall {
+                threads: 1,
+                batch: 1,
+            }),
+            "cp" => list.push(Tool::Cp),
+            "tar" => list.push(Tool::Tar),
+            "rsync" => list.push(Tool::Rsync),
+            "serial8k" => list.push(Tool::Serial8k),
+            "xcp" => match &xcp {
+                Some(p) => list.push(Tool::Xcp(p.clone())),
+                None => {
+                    eprintln!("skipping xcp: not found (see bench/README.md)")
+                }
+            },
+            other => return Err(format!("unknown tool {other}")),
+        }
+    }
+    let mut trees =
+        vec![(tree.to_string(), source(tree, scale, false, scratch)?)];
+    if floor {
+        trees.push((
+            format!("{tree} (empty files)"),
+            source(tree, scale, true, scratch)?,
+        ));
+    }
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let out = scratch.join(format!("results-{stamp}"));
+    fs::create_dir_all(&out).map_err(|e| e.to_string())?;
+    for (label, src) in trees {
+        let bytes =
+            peers::warm(&src).map_err(|e| format!("{}: {e}", src.display()))?;
+        eprintln!(
+            "{label}: {} ({bytes} bytes), {runs} runs of {} tools",
+            src.display(),
+            list.len()
+        );
+        let mut samples: Vec<Samples> = list
+            .iter()
+            .map(|t| Samples {
+                tool: t.name(),
+                times: Vec::new(),
+            })
+            .collect();
+        let dst = scratch.join("dst");
+        let mut wrong: Vec<String> = Vec::new();
+        for run in 0..runs {
+            // Rotate the order each run so no tool always goes first.
+            for k in 0..list.len() {
+                let i = (k + run) % list.len();
+                if wrong.iter().any(|w| w.starts_with(&list[i].name())) {
+                    continue;
+                }
+                let _ = fs::remove_dir_all(&dst);
+                peers::sync();
+                // Keep the source hot: this machine pages out what has
+                // not been touched for half a minute.
+                peers::warm(&src)
+                    .map_err(|e| format!("{}: {e}", src.display()))?;
+                let t = peers::time(
+                    list[i].command(&src, &dst, &zinstall, &bench_bin),
+                )?;
+                if let Err(e) = peers::verify_copy(&src, &dst) {
+                    eprintln!(
+                        "  {} made a wrong copy, its times are dropped: {e}",
+                        list[i].name()
+                    );
+                    wrong.push(format!(
+                        "{}: {}",
+                        list[i].name(),
+                        e.lines().take(2).collect::<Vec<_>>().join("; ")
+                    ));
+                    continue;
+                }
+                eprintln!(
+                    "  run {run} {:<14} {:>8.3} s",
+                    list[i].name(),
+                    t.as_secs_f64()
+                );
+                samples[i].times.push(t);
+            }
+        }
+        let _ = fs::remove_dir_all(&dst);
+        samples.retain(|s| !s.times.is_empty());
+        let mut table = report::markdown(&samples, "cp -a");
+        for w in &wrong {
+            table.push_str(&format!("\nNot counted, wrong copy: {w}\n"));
+        }
+        println!("\n{label} ({})\n\n{table}", src.display());
+        let slug: String = label
+            .chars()
+            .map(|c| if c.is_alphanumeric() { c } else { '-' })
+            .collect::<String>()
+            .trim_matches('-')
+            .to_string();
+        fs::write(
+            out.join(format!("{slug}.csv")),
+            report::csv(&label, &samples),
+        )
+        .map_err(|e| e.to_string())?;
+        fs::write(out.join(format!("{slug}.md")), &table)
+            .map_err(|e| e.to_string())?;
+    }
+    eprintln!("results in {}", out.display());
+    Ok(())
+}

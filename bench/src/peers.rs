@@ -1,0 +1,279 @@
+//! The tools zinstall is measured against, and how one timed run goes.
+
+use std::collections::HashMap;
+use std::fs::{self, File};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::{MetadataExt, PermissionsExt, symlink};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use copier::verify::{self, CompareOptions};
+
+/// One contender.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Tool {
+    /// `zinstall copy` with these tunables.
+    Zinstall {
+        /// COPY_THREADS.
+        threads: usize,
+        /// COPY_BATCH.
+        batch: usize,
+    },
+    /// `cp -a`.
+    Cp,
+    /// `tar -cf - . | tar -xf -`.
+    Tar,
+    /// `rsync -aH`.
+    Rsync,
+    /// xcp, at this path.
+    Xcp(PathBuf),
+    /// A serial copy through an 8 KiB buffer: what a naive installer does
+    /// (`std::fs::copy`-sized buffers, one file at a time).
+    Serial8k,
+}
+
+impl Tool {
+    /// The name in tables.
+    pub fn name(&self) -> String {
+        match self {
+            Tool::Zinstall { threads, batch } => {
+                format!("zinstall {threads}x{batch}")
+            }
+            Tool::Cp => "cp -a".into(),
+            Tool::Tar => "tar | tar".into(),
+            Tool::Rsync => "rsync -aH".into(),
+            Tool::Xcp(_) => "xcp".into(),
+            Tool::Serial8k => "serial 8 KiB".into(),
+        }
+    }
+
+    /// The command copying `src` to the new directory `dst`.
+    pub fn command(
+        &self,
+        src: &Path,
+        dst: &Path,
+        zinstall: &Path,
+        bench: &Path,
+    ) -> Command {
+        match self {
+            Tool::Zinstall { threads, batch } => {
+                let mut c = Command::new(zinstall);
+                c.env("ZINSTALL_DEFAULTS", "/nonexistent/zinstall")
+                    .args(["copy", "-q", "--threads"])
+                    .arg(threads.to_string())
+                    .arg("--batch")
+                    .arg(batch.to_string())
+                    .arg(src)
+                    .arg(dst);
+                c
+            }
+            Tool::Cp => {
+                let mut c = Command::new("cp");
+                c.arg("-a").arg(src).arg(dst);
+                c
+            }
+            Tool::Tar => {
+                let mut c = Command::new("sh");
+                c.arg("-c")
+                    .arg(r#"mkdir "$2" && tar -C "$1" -cf - . | tar -C "$2" -xf -"#)
+                    .arg("sh")
+                    .arg(src)
+                    .arg(dst);
+                c
+            }
+            Tool::Rsync => {
+                let mut c = Command::new("rsync");
+                let mut s = src.as_os_str().to_owned();
+                s.push("/");
+                c.arg("-aH").arg(s).arg(dst);
+                c
+            }
+            Tool::Xcp(bin) => {
+                let mut c = Command::new(bin);
+                // Owners are kept when root, as the other tools do.
+                c.args(["-r", "-o"]).arg(src).arg(dst);
+                c
+            }
+            Tool::Serial8k => {
+                let mut c = Command::new(bench);
+                c.arg("serial-copy").arg(src).arg(dst);
+                c
+            }
+        }
+    }
+}
+
+/// xcp on PATH, or installed under `target/peers/bin` (see bench/README.md).
+pub fn find_xcp(workspace: &Path) -> Option<PathBuf> {
+    let local = workspace.join("target/peers/bin/xcp");
+    if local.is_file() {
+        return Some(local);
+    }
+    let out = Command::new("sh")
+        .args(["-c", "command -v xcp"])
+        .output()
+        .ok()?;
+    let p = String::from_utf8(out.stdout).ok()?.trim().to_string();
+    (!p.is_empty()).then(|| PathBuf::from(p))
+}
+
+/// Runs `cmd` and returns its wall time; a failure is an error with its
+/// stderr.
+pub fn time(mut cmd: Command) -> Result<Duration, String> {
+    let t0 = Instant::now();
+    let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
+    let took = t0.elapsed();
+    if !out.status.success() {
+        return Err(format!(
+            "{cmd:?}: {}: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(took)
+}
+
+/// Checks that `dst` is a copy of `src` on what every contender keeps:
+/// types, modes, contents, symlink targets, hard links, and owners when
+/// root. (Peers differ on times and xattrs: tar keeps whole seconds,
+/// rsync -aH no xattrs; those are checked by zinstall's own tests.)
+pub fn verify_copy(src: &Path, dst: &Path) -> Result<(), String> {
+    let opts = CompareOptions {
+        mtime: false,
+        atime: false,
+        xattrs: false,
+        ..CompareOptions::default()
+    };
+    let c = verify::compare(src, dst, &opts).map_err(|e| e.to_string())?;
+    if c.is_identical() {
+        Ok(())
+    } else {
+        let first: String =
+            c.to_string().lines().take(5).collect::<Vec<_>>().join("\n");
+        Err(format!(
+            "{} differences, first:\n{first}",
+            c.differences.len()
+        ))
+    }
+}
+
+/// Reads every file once so that the first timed run does not pay for
+/// the cold cache.
+pub fn warm(src: &Path) -> io::Result<u64> {
+    let mut buf = vec![0u8; 1 << 20];
+    let mut total = 0;
+    for p in walk(src)? {
+        if fs::symlink_metadata(&p)?.is_file() {
+            let mut f = File::open(&p)?;
+            loop {
+                let n = f.read(&mut buf)?;
+                if n == 0 {
+                    break;
+                }
+                total += n as u64;
+            }
+        }
+    }
+    Ok(total)
+}
+
+/// `sync(2)`: flushes what a previous run left dirty, so it is not
+/// written back during the next timed run.
+pub fn sync() {
+    // SAFETY: sync takes no arguments.
+    unsafe { libc::sync() };
+}
+
+/// Every path under `root`, parents first.
+fn walk(root: &Path) -> io::Result<Vec<PathBuf>> {
+    let mut out = vec![root.to_path_buf()];
+    let mut i = 0;
+    while i < out.len() {
+        let p = out[i].clone();
+        if fs::symlink_metadata(&p)?.is_dir() {
+            let mut children: Vec<PathBuf> = fs::read_dir(&p)?
+                .map(|e| e.map(|e| e.path()))
+                .collect::<io::Result<_>>()?;
+            children.sort();
+            out.extend(children);
+        }
+        i += 1;
+    }
+    Ok(out)
+}
+
+/// The "before" baseline: one thread, one file at a time, data through an
+/// 8 KiB buffer; modes, owners (as root), mtimes and hard links kept.
+pub fn serial_copy(src: &Path, dst: &Path) -> io::Result<()> {
+    let mut buf = vec![0u8; 8192];
+    let mut links: HashMap<(u64, u64), PathBuf> = HashMap::new();
+    let mut dirs = Vec::new();
+    for p in walk(src)? {
+        let rel = p.strip_prefix(src).unwrap_or(Path::new(""));
+        let to = dst.join(rel);
+        let md = fs::symlink_metadata(&p)?;
+        let ft = md.file_type();
+        if ft.is_dir() {
+            fs::create_dir(&to)?;
+            dirs.push((to, md));
+            continue;
+        }
+        if md.nlink() > 1 {
+            if let Some(first) = links.get(&(md.dev(), md.ino())) {
+                fs::hard_link(first, &to)?;
+                continue;
+            }
+            links.insert((md.dev(), md.ino()), to.clone());
+        }
+        if ft.is_symlink() {
+            symlink(fs::read_link(&p)?, &to)?;
+        } else if ft.is_file() {
+            let mut r = File::open(&p)?;
+            let mut w = File::create(&to)?;
+            loop {
+                let n = r.read(&mut buf)?;
+                if n == 0 {
+                    break;
+                }
+                w.write_all(&buf[..n])?;
+            }
+            fs::set_permissions(
+                &to,
+                fs::Permissions::from_mode(md.mode() & 0o7777),
+            )?;
+        }
+        finish(&to, &md)?;
+    }
+    for (to, md) in dirs.iter().rev() {
+        fs::set_permissions(
+            to,
+            fs::Permissions::from_mode(md.mode() & 0o7777),
+        )?;
+        finish(to, md)?;
+    }
+    Ok(())
+}
+
+/// Owner (as root) and mtime, without following symlinks.
+fn finish(to: &Path, md: &fs::Metadata) -> io::Result<()> {
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } == 0 {
+        std::os::unix::fs::lchown(to, Some(md.uid()), Some(md.gid()))?;
+        if !md.file_type().is_symlink() {
+            fs::set_permissions(
+                to,
+                fs::Permissions::from_mode(md.mode() & 0o7777),
+            )?;
+        }
+    }
+    let t = std::time::UNIX_EPOCH
+        + Duration::new(md.mtime().max(0) as u64, md.mtime_nsec() as u32);
+    if !md.file_type().is_symlink() {
+        let f = File::options().write(false).read(true).open(to);
+        if let Ok(f) = f {
+            f.set_modified(t)?;
+        }
+    }
+    Ok(())
+}

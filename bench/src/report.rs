@@ -1,0 +1,105 @@
+//! Samples, medians, ratios; CSV and Markdown.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+/// Every timed run of one tool.
+#[derive(Clone, Debug, Default)]
+pub struct Samples {
+    /// The tool's name.
+    pub tool: String,
+    /// Wall times, in run order.
+    pub times: Vec<Duration>,
+}
+
+impl Samples {
+    /// The median (the mean of the middle two for an even count).
+    pub fn median(&self) -> Duration {
+        let mut t = self.times.clone();
+        t.sort();
+        match t.len() {
+            0 => Duration::ZERO,
+            n if n % 2 == 1 => t[n / 2],
+            n => (t[n / 2 - 1] + t[n / 2]) / 2,
+        }
+    }
+
+    /// The fastest run.
+    pub fn min(&self) -> Duration {
+        self.times.iter().min().copied().unwrap_or_default()
+    }
+
+    /// The slowest run.
+    pub fn max(&self) -> Duration {
+        self.times.iter().max().copied().unwrap_or_default()
+    }
+}
+
+/// One row per run: `tree,tool,run,seconds`.
+pub fn csv(tree: &str, all: &[Samples]) -> String {
+    let mut s = String::from("tree,tool,run,seconds\n");
+    for sm in all {
+        for (i, t) in sm.times.iter().enumerate() {
+            let _ =
+                writeln!(s, "{tree},{},{i},{:.6}", sm.tool, t.as_secs_f64());
+        }
+    }
+    s
+}
+
+/// A Markdown table: median, min, max, and each median divided by the
+/// reference tool's (so below 1.0 is faster than the reference).
+pub fn markdown(all: &[Samples], reference: &str) -> String {
+    let base = all
+        .iter()
+        .find(|s| s.tool == reference)
+        .map(|s| s.median().as_secs_f64())
+        .unwrap_or(0.0);
+    let mut s = format!(
+        "| tool | median s | min s | max s | runs | × {reference} |\n|---|---:|---:|---:|---:|---:|\n"
+    );
+    for sm in all {
+        let m = sm.median().as_secs_f64();
+        let ratio = if base > 0.0 {
+            format!("{:.2}", m / base)
+        } else {
+            "-".into()
+        };
+        let _ = writeln!(
+            s,
+            "| {} | {:.3} | {:.3} | {:.3} | {} | {} |",
+            sm.tool,
+            m,
+            sm.min().as_secs_f64(),
+            sm.max().as_secs_f64(),
+            sm.times.len(),
+            ratio
+        );
+    }
+    s
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    #[test]
+    fn medians_and_ratios() {
+        let a = Samples {
+            tool: "a".into(),
+            times: [3, 1, 2].map(Duration::from_secs).to_vec(),
+        };
+        let b = Samples {
+            tool: "b".into(),
+            times: [4, 1, 2, 3].map(Duration::from_secs).to_vec(),
+        };
+        assert_eq!(a.median(), Duration::from_secs(2));
+        assert_eq!(b.median(), Duration::from_millis(2500));
+        let md = markdown(&[a, b.clone()], "a");
+        assert!(
+            md.contains("| b | 2.500 | 1.000 | 4.000 | 4 | 1.25 |"),
+            "{md}"
+        );
+        assert_eq!(csv("t", &[b]).lines().count(), 5);
+    }
+}
