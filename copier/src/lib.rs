@@ -28,6 +28,7 @@ pub mod error;
 pub mod plan;
 pub mod probes;
 pub mod provision;
+pub mod qcow2;
 pub mod rules;
 pub mod statemap;
 pub mod stats;

@@ -1,0 +1,184 @@
+//! qcow2 → sparse raw, in parallel.
+//!
+//! The guest's clusters are split into equal ranges, one per thread. Each
+//! thread walks its range, gathers runs of clusters whose host data is
+//! contiguous (read with one `pread` of up to 4 MiB), inflates compressed
+//! clusters, and writes only the 4 KiB blocks that are not all zeros.
+//! Unallocated and zero clusters are never touched: they stay holes in the
+//! output, whose length is set to the virtual size first.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::reader::{Image, Mapping};
+use super::{Error, Result};
+
+/// How to convert.
+#[derive(Clone, Debug)]
+pub struct ConvertOptions {
+    /// Threads reading and writing (at least 1).
+    pub threads: usize,
+}
+
+impl Default for ConvertOptions {
+    fn default() -> Self {
+        ConvertOptions { threads: 4 }
+    }
+}
+
+/// What a conversion did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ConvertStats {
+    /// The virtual size (the output's length).
+    pub virtual_size: u64,
+    /// Bytes written to the output.
+    pub written: u64,
+    /// Clusters stored plainly.
+    pub data_clusters: u64,
+    /// Clusters stored compressed.
+    pub compressed_clusters: u64,
+    /// Clusters unallocated or marked zero (left as holes).
+    pub hole_clusters: u64,
+}
+
+/// One run of guest clusters read in one go.
+const RUN_BYTES: u64 = 4 << 20;
+/// Blocks of zeros shorter than this are written, longer ones skipped.
+const BLOCK: usize = 4096;
+
+/// Converts `img` into `dst` (an empty file, opened for writing).
+/// `progress` gets the guest bytes done so far, from any thread.
+pub fn convert_to_raw(
+    img: &Image,
+    dst: &File,
+    opts: &ConvertOptions,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<ConvertStats> {
+    let size = img.virtual_size();
+    dst.set_len(size)
+        .map_err(|e| Error::io(img.path(), "truncate output", e))?;
+    let cs = img.cluster_size();
+    let clusters = size.div_ceil(cs);
+    let threads = opts.threads.max(1) as u64;
+    let per = clusters.div_ceil(threads).max(1);
+    let done = AtomicU64::new(0);
+    let results: Vec<Result<ConvertStats>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let (start, end) = (t * per, ((t + 1) * per).min(clusters));
+                let done = &done;
+                s.spawn(move || {
+                    convert_range(img, dst, start, end, done, progress)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
+    });
+    let mut total = ConvertStats {
+        virtual_size: size,
+        ..ConvertStats::default()
+    };
+    for r in results {
+        let r = r?;
+        total.written += r.written;
+        total.data_clusters += r.data_clusters;
+        total.compressed_clusters += r.compressed_clusters;
+        total.hole_clusters += r.hole_clusters;
+    }
+    Ok(total)
+}
+
+fn convert_range(
+    img: &Image,
+    dst: &File,
+    start: u64,
+    end: u64,
+    done: &AtomicU64,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<ConvertStats> {
+    let cs = img.cluster_size();
+    let size = img.virtual_size();
+    let mut st = ConvertStats::default();
+    let mut buf = vec![0u8; RUN_BYTES.max(cs) as usize];
+    // The current run: first guest cluster, first host offset, clusters.
+    let mut run: Option<(u64, u64, u64)> = None;
+    let mut n = start;
+    while n < end {
+        let m = img.map(n)?;
+        let extends = matches!((run, m), (Some((_, h, k)), Mapping::Data(host))
+            if host == h + k * cs && (k + 1) * cs <= RUN_BYTES);
+        if !extends && let Some(r) = run.take() {
+            st.written += flush_run(img, dst, r, &mut buf)?;
+        }
+        match m {
+            Mapping::Data(host) => {
+                st.data_clusters += 1;
+                match &mut run {
+                    Some((_, _, k)) if extends => *k += 1,
+                    _ => run = Some((n, host, 1)),
+                }
+            }
+            Mapping::Compressed(off, len) => {
+                st.compressed_clusters += 1;
+                let c = img.inflate(n, off, len)?;
+                let take = cs.min(size - n * cs) as usize;
+                st.written += write_nonzero(img, dst, &c[..take], n * cs)?;
+            }
+            Mapping::Unallocated | Mapping::Zero => st.hole_clusters += 1,
+        }
+        n += 1;
+        if n.is_multiple_of(64) {
+            progress(done.fetch_add(64 * cs, Ordering::Relaxed) + 64 * cs);
+        }
+    }
+    if let Some(r) = run.take() {
+        st.written += flush_run(img, dst, r, &mut buf)?;
+    }
+    progress(done.fetch_add((end - start) % 64 * cs, Ordering::Relaxed));
+    Ok(st)
+}
+
+/// Reads a run of contiguous data clusters and writes its non-zero blocks.
+fn flush_run(
+    img: &Image,
+    dst: &File,
+    (guest, host, k): (u64, u64, u64),
+    buf: &mut [u8],
+) -> Result<u64> {
+    let cs = img.cluster_size();
+    let len = (k * cs).min(img.virtual_size() - guest * cs) as usize;
+    let data = &mut buf[..len];
+    img.read_host(data, host)?;
+    write_nonzero(img, dst, data, guest * cs)
+}
+
+/// Writes `data` at `at`, skipping 4 KiB blocks of zeros; adjacent
+/// non-zero blocks go out in one write.
+fn write_nonzero(img: &Image, dst: &File, data: &[u8], at: u64) -> Result<u64> {
+    let mut written = 0;
+    let mut start: Option<usize> = None;
+    for (i, b) in data.chunks(BLOCK).enumerate() {
+        let zero = b.iter().fold(0u8, |a, &x| a | x) == 0;
+        match (zero, start) {
+            (true, Some(s)) => {
+                let e = i * BLOCK;
+                dst.write_all_at(&data[s..e], at + s as u64)
+                    .map_err(|e| Error::io(img.path(), "write output", e))?;
+                written += (e - s) as u64;
+                start = None;
+            }
+            (false, None) => start = Some(i * BLOCK),
+            _ => {}
+        }
+    }
+    if let Some(s) = start {
+        dst.write_all_at(&data[s..], at + s as u64)
+            .map_err(|e| Error::io(img.path(), "write output", e))?;
+        written += (data.len() - s) as u64;
+    }
+    Ok(written)
+}

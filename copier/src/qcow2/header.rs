@@ -1,0 +1,178 @@
+//! The qcow2 header and its extensions.
+
+use std::path::Path;
+
+use super::{Error, Problem, Result, be32, be64};
+
+/// Incompatible feature bits.
+pub(crate) const INCOMPAT_DIRTY: u64 = 1 << 0;
+pub(crate) const INCOMPAT_CORRUPT: u64 = 1 << 1;
+pub(crate) const INCOMPAT_EXTERNAL_DATA: u64 = 1 << 2;
+pub(crate) const INCOMPAT_COMPRESSION: u64 = 1 << 3;
+pub(crate) const INCOMPAT_EXTENDED_L2: u64 = 1 << 4;
+const INCOMPAT_KNOWN: u64 = 0x1f;
+
+const EXT_END: u32 = 0;
+const EXT_BACKING_FORMAT: u32 = 0xe279_2aca;
+
+/// The fields of a qcow2 header this crate uses.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Header {
+    /// 2 or 3.
+    pub version: u32,
+    /// log2 of the cluster size.
+    pub cluster_bits: u32,
+    /// Virtual disk size in bytes.
+    pub size: u64,
+    /// 0 for none.
+    pub crypt_method: u32,
+    /// Entries in the L1 table.
+    pub l1_size: u32,
+    /// Where the L1 table is.
+    pub l1_table_offset: u64,
+    /// Where the refcount table is.
+    pub refcount_table_offset: u64,
+    /// Clusters of refcount table.
+    pub refcount_table_clusters: u32,
+    /// Internal snapshots.
+    pub nb_snapshots: u32,
+    /// Incompatible feature bits.
+    pub incompatible: u64,
+    /// log2 of refcount bits.
+    pub refcount_order: u32,
+    /// 0 deflate, 1 zstd.
+    pub compression_type: u8,
+    /// The backing file's name, if any.
+    pub backing_file: Option<String>,
+    /// The backing file's format, if recorded.
+    pub backing_format: Option<String>,
+}
+
+impl Header {
+    /// Cluster size in bytes.
+    pub fn cluster_size(&self) -> u64 {
+        1 << self.cluster_bits
+    }
+
+    /// Parses the start of an image (`head` holds cluster 0, or the whole
+    /// file if shorter).
+    pub fn parse(path: &Path, head: &[u8]) -> Result<Header> {
+        let bad = |p| Err(Error::problem(path, p));
+        if head.len() < 72 || &head[..4] != b"QFI\xfb" {
+            return bad(Problem::BadMagic);
+        }
+        let version = be32(head, 4);
+        if version != 2 && version != 3 {
+            return bad(Problem::Version(version));
+        }
+        let cluster_bits = be32(head, 20);
+        if !(9..=21).contains(&cluster_bits) {
+            return bad(Problem::ClusterBits(cluster_bits));
+        }
+        let (mut incompatible, mut refcount_order, mut header_length) =
+            (0, 4, 72);
+        let mut compression_type = 0;
+        if version == 3 {
+            if head.len() < 104 {
+                return bad(Problem::Corrupt("v3 header truncated".into()));
+            }
+            incompatible = be64(head, 72);
+            refcount_order = be32(head, 96);
+            header_length = be32(head, 100) as usize;
+            if header_length > 104 && head.len() > 104 {
+                compression_type = head[104];
+            }
+        }
+        let backing_file_offset = be64(head, 8) as usize;
+        let backing_file_size = be32(head, 16) as usize;
+        let backing_file = if backing_file_offset != 0 {
+            let name = head
+                .get(
+                    backing_file_offset
+                        ..backing_file_offset + backing_file_size,
+                )
+                .ok_or_else(|| {
+                    Error::problem(
+                        path,
+                        Problem::Corrupt(
+                            "backing file name outside cluster 0".into(),
+                        ),
+                    )
+                })?;
+            Some(String::from_utf8_lossy(name).into_owned())
+        } else {
+            None
+        };
+        // Header extensions: type, length, data padded to 8 bytes.
+        let mut backing_format = None;
+        let mut at = header_length.max(72);
+        while version == 3 && at + 8 <= head.len() {
+            let (kind, len) = (be32(head, at), be32(head, at + 4) as usize);
+            if kind == EXT_END {
+                break;
+            }
+            let data = head.get(at + 8..at + 8 + len).ok_or_else(|| {
+                Error::problem(
+                    path,
+                    Problem::Corrupt(
+                        "header extension runs past cluster 0".into(),
+                    ),
+                )
+            })?;
+            if kind == EXT_BACKING_FORMAT {
+                backing_format =
+                    Some(String::from_utf8_lossy(data).into_owned());
+            }
+            at += 8 + len.div_ceil(8) * 8;
+        }
+        Ok(Header {
+            version,
+            cluster_bits,
+            size: be64(head, 24),
+            crypt_method: be32(head, 32),
+            l1_size: be32(head, 36),
+            l1_table_offset: be64(head, 40),
+            refcount_table_offset: be64(head, 48),
+            refcount_table_clusters: be32(head, 56),
+            nb_snapshots: be32(head, 60),
+            incompatible,
+            refcount_order,
+            compression_type,
+            backing_file,
+            backing_format,
+        })
+    }
+
+    /// Refuses what this reader must not read: unknown incompatible
+    /// features, encryption, external data, unclean images, subclusters,
+    /// unknown compression.
+    pub fn check_readable(&self, path: &Path) -> Result<()> {
+        let refuse = |p| Err(Error::problem(path, p));
+        let unknown = self.incompatible & !INCOMPAT_KNOWN;
+        if unknown != 0 {
+            return refuse(Problem::UnknownFeatures(unknown));
+        }
+        if self.crypt_method != 0 {
+            return refuse(Problem::Encrypted);
+        }
+        if self.incompatible & INCOMPAT_EXTERNAL_DATA != 0 {
+            return refuse(Problem::ExternalData);
+        }
+        if self.incompatible & (INCOMPAT_DIRTY | INCOMPAT_CORRUPT) != 0 {
+            return refuse(Problem::Dirty);
+        }
+        if self.incompatible & INCOMPAT_EXTENDED_L2 != 0 {
+            return refuse(Problem::ExtendedL2);
+        }
+        let zstd = self.incompatible & INCOMPAT_COMPRESSION != 0;
+        if (zstd && self.compression_type != 1)
+            || (!zstd && self.compression_type != 0)
+        {
+            return refuse(Problem::Corrupt(format!(
+                "compression type {} with feature bit {}",
+                self.compression_type, zstd
+            )));
+        }
+        Ok(())
+    }
+}
