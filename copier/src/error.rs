@@ -222,6 +222,90 @@ impl fmt::Display for ImageProblem {
     }
 }
 
+/// Why an archive entry was refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ArchiveRefusal {
+    /// The name is absolute.
+    AbsolutePath,
+    /// The name has a `..` component.
+    DotDot,
+    /// Resolving it would leave the root.
+    EscapesRoot,
+    /// A directory on its path is a symlink, which is never followed.
+    ThroughSymlink,
+    /// A hard link to something outside the root or through a symlink.
+    HardLinkOutside,
+    /// A device node, and the profile does not allow them.
+    DeviceNotAllowed,
+    /// A non-directory where a directory is.
+    FileOverDirectory,
+    /// A directory where a symlink is.
+    DirectoryOverSymlink,
+    /// The archive is corrupt or truncated.
+    Corrupt(String),
+    /// More data than the limit allows (a decompression bomb).
+    TooLarge {
+        /// The limit in bytes.
+        limit: u64,
+    },
+    /// The first member is not `zinstall.json`.
+    MissingMetadata,
+    /// `zinstall.json` is not valid.
+    BadMetadata(String),
+    /// A baseline where a layer was expected, or the reverse.
+    WrongArchiveType {
+        /// What was expected.
+        expected: String,
+        /// What the archive says it is.
+        found: String,
+    },
+    /// An entry type that cannot be unpacked.
+    UnsupportedEntryType(String),
+}
+
+impl fmt::Display for ArchiveRefusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ArchiveRefusal::AbsolutePath => f.write_str("absolute path"),
+            ArchiveRefusal::DotDot => f.write_str("path has a .. component"),
+            ArchiveRefusal::EscapesRoot => f.write_str("path escapes the root"),
+            ArchiveRefusal::ThroughSymlink => {
+                f.write_str("path goes through a symlink")
+            }
+            ArchiveRefusal::HardLinkOutside => f.write_str(
+                "hard link to a target outside the root or through a symlink",
+            ),
+            ArchiveRefusal::DeviceNotAllowed => {
+                f.write_str("device node not allowed by the profile")
+            }
+            ArchiveRefusal::FileOverDirectory => {
+                f.write_str("would replace a directory with a non-directory")
+            }
+            ArchiveRefusal::DirectoryOverSymlink => {
+                f.write_str("would replace a symlink with a directory")
+            }
+            ArchiveRefusal::Corrupt(why) => write!(f, "corrupt archive: {why}"),
+            ArchiveRefusal::TooLarge { limit } => write!(
+                f,
+                "archive unpacks to more than the limit of {limit} bytes"
+            ),
+            ArchiveRefusal::MissingMetadata => {
+                f.write_str("first member is not zinstall.json")
+            }
+            ArchiveRefusal::BadMetadata(why) => {
+                write!(f, "bad zinstall.json: {why}")
+            }
+            ArchiveRefusal::WrongArchiveType { expected, found } => {
+                write!(f, "archive is a {found}, not a {expected}")
+            }
+            ArchiveRefusal::UnsupportedEntryType(t) => {
+                write!(f, "unsupported entry type {t}")
+            }
+        }
+    }
+}
+
 /// An error of the engine.
 ///
 /// The variants are public so callers can match on them; use
@@ -252,6 +336,16 @@ pub enum Error {
         name: String,
         /// The underlying error.
         source: io::Error,
+    },
+    /// An archive entry was refused, or the archive itself.
+    #[error("{}: {}{reason}", archive.display(), EntryName(entry))]
+    Archive {
+        /// The archive file.
+        archive: PathBuf,
+        /// The entry's name as the archive gives it (lossy), or empty.
+        entry: String,
+        /// Why.
+        reason: ArchiveRefusal,
     },
     /// An entry was refused.
     #[error("{}: {reason}", path.display())]
@@ -300,6 +394,18 @@ impl fmt::Display for Arrow<'_> {
         match self.0 {
             Some(p) => write!(f, " -> {}", p.display()),
             None => Ok(()),
+        }
+    }
+}
+
+struct EntryName<'a>(&'a str);
+
+impl fmt::Display for EntryName<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_empty() {
+            Ok(())
+        } else {
+            write!(f, "entry {:?}: ", self.0)
         }
     }
 }
@@ -383,6 +489,7 @@ impl Error {
             | Error::Refused { path, .. } => path,
             Error::Defaults { file, .. } => file,
             Error::Image { path, .. } => path,
+            Error::Archive { archive, .. } => archive,
             Error::Rule { .. } => Path::new(""),
         }
     }
@@ -421,7 +528,8 @@ impl From<Error> for io::Error {
             Error::Refused { .. } => io::ErrorKind::InvalidInput,
             Error::Defaults { .. }
             | Error::Rule { .. }
-            | Error::Image { .. } => io::ErrorKind::InvalidData,
+            | Error::Image { .. }
+            | Error::Archive { .. } => io::ErrorKind::InvalidData,
         };
         io::Error::new(kind, e)
     }

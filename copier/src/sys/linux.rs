@@ -219,3 +219,47 @@ pub(crate) fn set_xattr(
     }
     Ok(())
 }
+
+/// Opens the directory `rel` (a relative path of checked components)
+/// beneath `root` with `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
+/// RESOLVE_NO_MAGICLINKS)`: no symlink is followed and nothing outside
+/// `root` is reached, whatever is on disk. `Ok(None)` when the kernel has
+/// no openat2 (before 5.6, or filtered); the caller then walks the
+/// components itself.
+pub(crate) fn open_dir_beneath(
+    root: std::os::fd::RawFd,
+    rel: &CStr,
+) -> io::Result<Option<std::os::fd::OwnedFd>> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: open_how is plain data; zeroed is valid.
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC) as u64;
+    how.resolve = libc::RESOLVE_BENEATH
+        | libc::RESOLVE_NO_SYMLINKS
+        | libc::RESOLVE_NO_MAGICLINKS;
+    loop {
+        // SAFETY: valid descriptor, C string and open_how of the right size.
+        let fd = unsafe {
+            libc::syscall(
+                libc::SYS_openat2,
+                root,
+                rel.as_ptr(),
+                &how as *const libc::open_how,
+                std::mem::size_of::<libc::open_how>(),
+            )
+        };
+        if fd >= 0 {
+            // SAFETY: the kernel returned this descriptor.
+            return Ok(Some(unsafe {
+                std::os::fd::OwnedFd::from_raw_fd(fd as i32)
+            }));
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            // A rename elsewhere raced the lookup; the kernel asks to retry.
+            Some(libc::EAGAIN) => continue,
+            Some(libc::ENOSYS) | Some(libc::EPERM) => return Ok(None),
+            _ => return Err(e),
+        }
+    }
+}

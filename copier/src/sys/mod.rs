@@ -10,6 +10,7 @@
 //! | `copy_range` | `copy_file_range(2)` | unsupported |
 //! | `sync_fs` | `syncfs(2)` | `sync(2)` |
 //! | xattrs | `*xattr(2)` | none listed (see `portable.rs`) |
+//! | `open_dir_beneath` | `openat2(RESOLVE_BENEATH)` | caller walks components |
 //!
 //! "Unsupported" is reported as `Ok(false)` / `Ok(None)` so the caller
 //! takes its portable path; no error is ever swallowed. POSIX calls that
@@ -30,6 +31,6 @@ mod portable;
 use portable as platform;
 
 pub(crate) use platform::{
-    XattrTarget, clone_file, copy_range, get_xattr, list_xattrs, open_source,
-    set_xattr, sync_fs,
+    XattrTarget, clone_file, copy_range, get_xattr, list_xattrs,
+    open_dir_beneath, open_source, set_xattr, sync_fs,
 };

@@ -75,3 +75,11 @@ pub(crate) fn set_xattr(
 ) -> io::Result<()> {
     Err(io::Error::from(io::ErrorKind::Unsupported))
 }
+
+/// No openat2 here: the caller walks the components with `O_NOFOLLOW`.
+pub(crate) fn open_dir_beneath(
+    _root: std::os::fd::RawFd,
+    _rel: &CStr,
+) -> io::Result<Option<std::os::fd::OwnedFd>> {
+    Ok(None)
+}

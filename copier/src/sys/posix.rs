@@ -18,7 +18,7 @@ pub(crate) fn cstr(path: &Path) -> io::Result<CString> {
     })
 }
 
-fn check(rc: libc::c_int) -> io::Result<()> {
+pub(crate) fn check(rc: libc::c_int) -> io::Result<()> {
     if rc == -1 {
         Err(io::Error::last_os_error())
     } else {
@@ -41,7 +41,7 @@ impl Times {
         }
     }
 
-    fn timespecs(&self) -> [libc::timespec; 2] {
+    pub(crate) fn timespecs(&self) -> [libc::timespec; 2] {
         let ts = |(s, ns): (i64, i64)| libc::timespec {
             tv_sec: s as libc::time_t,
             tv_nsec: ns as _,
@@ -157,4 +157,191 @@ pub(crate) fn euid() -> u32 {
 pub(crate) fn egid() -> u32 {
     // SAFETY: getegid cannot fail.
     unsafe { libc::getegid() }
+}
+
+/// A directory file descriptor with the `*at` calls the unpacker uses.
+/// Names passed in are single path components: the caller has checked
+/// them, and the kernel never sees a `/` from an archive here.
+pub(crate) mod at {
+    use std::ffi::CStr;
+    use std::fs::File;
+    use std::io;
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+    use super::{Times, check};
+
+    fn fd_result(fd: libc::c_int) -> io::Result<OwnedFd> {
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: the kernel just returned this descriptor to us.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    }
+
+    /// Opens the directory `n` in `dir` without following a symlink.
+    pub(crate) fn open_dir(dir: RawFd, n: &CStr) -> io::Result<OwnedFd> {
+        // SAFETY: valid descriptor and C string.
+        fd_result(unsafe {
+            libc::openat(
+                dir,
+                n.as_ptr(),
+                libc::O_RDONLY
+                    | libc::O_DIRECTORY
+                    | libc::O_NOFOLLOW
+                    | libc::O_CLOEXEC,
+            )
+        })
+    }
+
+    /// Creates a regular file `n` in `dir`; fails if anything is there.
+    pub(crate) fn create_file(dir: RawFd, n: &CStr) -> io::Result<File> {
+        // SAFETY: valid descriptor and C string.
+        let fd = fd_result(unsafe {
+            libc::openat(
+                dir,
+                n.as_ptr(),
+                libc::O_WRONLY
+                    | libc::O_CREAT
+                    | libc::O_EXCL
+                    | libc::O_NOFOLLOW
+                    | libc::O_CLOEXEC,
+                0o600 as libc::c_uint,
+            )
+        })?;
+        Ok(File::from(fd))
+    }
+
+    pub(crate) fn mkdir(dir: RawFd, n: &CStr, mode: u32) -> io::Result<()> {
+        // SAFETY: valid descriptor and C string.
+        check(unsafe { libc::mkdirat(dir, n.as_ptr(), mode as libc::mode_t) })
+    }
+
+    pub(crate) fn symlink(
+        target: &CStr,
+        dir: RawFd,
+        n: &CStr,
+    ) -> io::Result<()> {
+        // SAFETY: valid descriptor and C strings.
+        check(unsafe { libc::symlinkat(target.as_ptr(), dir, n.as_ptr()) })
+    }
+
+    /// A hard link at `dir/n` to `from_dir/from` (a symlink is linked
+    /// itself, never followed).
+    pub(crate) fn link(
+        from_dir: RawFd,
+        from: &CStr,
+        dir: RawFd,
+        n: &CStr,
+    ) -> io::Result<()> {
+        // SAFETY: valid descriptors and C strings.
+        check(unsafe {
+            libc::linkat(from_dir, from.as_ptr(), dir, n.as_ptr(), 0)
+        })
+    }
+
+    pub(crate) fn mknod(
+        dir: RawFd,
+        n: &CStr,
+        mode: u32,
+        rdev: u64,
+    ) -> io::Result<()> {
+        // SAFETY: valid descriptor and C string.
+        check(unsafe {
+            libc::mknodat(
+                dir,
+                n.as_ptr(),
+                mode as libc::mode_t,
+                rdev as libc::dev_t,
+            )
+        })
+    }
+
+    /// `fchmodat` on a name that is not a symlink.
+    pub(crate) fn chmod(dir: RawFd, n: &CStr, mode: u32) -> io::Result<()> {
+        // SAFETY: valid descriptor and C string.
+        check(unsafe {
+            libc::fchmodat(dir, n.as_ptr(), mode as libc::mode_t, 0)
+        })
+    }
+
+    pub(crate) fn unlink(dir: RawFd, n: &CStr, is_dir: bool) -> io::Result<()> {
+        let flags = if is_dir { libc::AT_REMOVEDIR } else { 0 };
+        // SAFETY: valid descriptor and C string.
+        check(unsafe { libc::unlinkat(dir, n.as_ptr(), flags) })
+    }
+
+    pub(crate) fn rename(dir: RawFd, from: &CStr, to: &CStr) -> io::Result<()> {
+        // SAFETY: valid descriptor and C strings.
+        check(unsafe { libc::renameat(dir, from.as_ptr(), dir, to.as_ptr()) })
+    }
+
+    /// `fstatat(AT_SYMLINK_NOFOLLOW)`; `None` if nothing is there.
+    pub(crate) fn lstat(
+        dir: RawFd,
+        n: &CStr,
+    ) -> io::Result<Option<libc::stat>> {
+        // SAFETY: stat is plain data; zeroed is a valid value.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: valid descriptor, C string and out pointer.
+        let rc = unsafe {
+            libc::fstatat(dir, n.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW)
+        };
+        if rc == 0 {
+            return Ok(Some(st));
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::ENOENT) {
+            Ok(None)
+        } else {
+            Err(e)
+        }
+    }
+
+    pub(crate) fn lchown(
+        dir: RawFd,
+        n: &CStr,
+        uid: u32,
+        gid: u32,
+    ) -> io::Result<()> {
+        // SAFETY: valid descriptor and C string.
+        check(unsafe {
+            libc::fchownat(dir, n.as_ptr(), uid, gid, libc::AT_SYMLINK_NOFOLLOW)
+        })
+    }
+
+    pub(crate) fn set_times(dir: RawFd, n: &CStr, t: &Times) -> io::Result<()> {
+        let ts = t.timespecs();
+        // SAFETY: valid descriptor, C string, two timespecs.
+        check(unsafe {
+            libc::utimensat(
+                dir,
+                n.as_ptr(),
+                ts.as_ptr(),
+                libc::AT_SYMLINK_NOFOLLOW,
+            )
+        })
+    }
+
+    /// `fchown` on an open descriptor.
+    pub(crate) fn fchown(
+        f: &impl AsRawFd,
+        uid: u32,
+        gid: u32,
+    ) -> io::Result<()> {
+        // SAFETY: valid descriptor.
+        check(unsafe { libc::fchown(f.as_raw_fd(), uid, gid) })
+    }
+
+    /// `fchmod` on an open descriptor.
+    pub(crate) fn fchmod(f: &impl AsRawFd, mode: u32) -> io::Result<()> {
+        // SAFETY: valid descriptor.
+        check(unsafe { libc::fchmod(f.as_raw_fd(), mode as libc::mode_t) })
+    }
+
+    /// `futimens` on an open descriptor.
+    pub(crate) fn futimens(f: &impl AsRawFd, t: &Times) -> io::Result<()> {
+        let ts = t.timespecs();
+        // SAFETY: valid descriptor, two timespecs.
+        check(unsafe { libc::futimens(f.as_raw_fd(), ts.as_ptr()) })
+    }
 }

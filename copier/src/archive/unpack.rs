@@ -1,0 +1,940 @@
+//! The unpacker: one reader, a pool of file writers.
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::{CStr, CString};
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Instant;
+
+use crossbeam_channel::{Receiver, Sender};
+use tar::EntryType;
+
+use super::meta::{self, ArchiveKind, ArchiveMeta};
+use super::names::{self, Name};
+use crate::error::{ArchiveRefusal, Error, Op, Result};
+use crate::probes;
+use crate::provision::{compression_of, decompress, read_up_to};
+use crate::stats::{Notice, NoticeKind, Stats};
+use crate::sys::posix::{Times, at, egid, euid};
+use crate::sys::{self, XattrTarget};
+use crate::tunables::Tunables;
+
+/// Bodies up to this size go to the pool in memory; larger ones are
+/// streamed by the reader.
+const SMALL: u64 = 1 << 20;
+/// Bytes of bodies in flight at most (a few per worker).
+const BUDGET: u64 = 64 << 20;
+/// Paths remembered between two barriers, to keep a later entry for the
+/// same path from overtaking an earlier one still queued.
+const MAX_TRACKED: usize = 65_536;
+
+/// How to unpack.
+#[derive(Clone, Debug)]
+pub struct UnpackOptions {
+    /// Workers (`copy_threads`; 1 unpacks serially in the reader) and
+    /// batch size.
+    pub tunables: Tunables,
+    /// `Some(kind)`: the first member must be `zinstall.json` saying so.
+    /// `None`: metadata is optional. With metadata, only members under
+    /// `root/` are unpacked; without, everything.
+    pub expect: Option<ArchiveKind>,
+    /// Make device nodes (refused otherwise).
+    pub allow_devices: bool,
+    /// Refuse an archive whose entries add up to more bytes than this.
+    pub max_bytes: u64,
+    /// Set owners from the archive (default: when running as root).
+    pub preserve_owner: Option<bool>,
+}
+
+impl Default for UnpackOptions {
+    fn default() -> Self {
+        UnpackOptions {
+            tunables: Tunables::default(),
+            expect: None,
+            allow_devices: false,
+            max_bytes: 64 << 30,
+            preserve_owner: None,
+        }
+    }
+}
+
+/// What an unpack did.
+#[derive(Clone, Debug, Default)]
+pub struct UnpackReport {
+    /// Entries made and bytes written; `skipped` counts members outside
+    /// `root/`.
+    pub stats: Stats,
+    /// The archive's metadata, if it had any.
+    pub meta: Option<ArchiveMeta>,
+    /// What could not be kept (owners when not root).
+    pub notices: Vec<Notice>,
+}
+
+/// Unpacks the archive file `archive` (tar, tar.gz or tar.zst, told by
+/// content) into the existing directory `root`.
+pub fn unpack(
+    archive: &Path,
+    root: &Path,
+    opts: &UnpackOptions,
+) -> Result<UnpackReport> {
+    let mut f =
+        File::open(archive).map_err(|e| Error::io(Op::Open, archive, e))?;
+    let mut head = [0u8; 4];
+    let n = read_up_to(&mut f, &mut head)
+        .map_err(|e| Error::io(Op::Read, archive, e))?;
+    let f = File::open(archive).map_err(|e| Error::io(Op::Open, archive, e))?;
+    let reader = decompress(
+        io::BufReader::with_capacity(1 << 20, f),
+        compression_of(&head[..n]),
+    )
+    .map_err(|e| Error::io(Op::Read, archive, e))?;
+    unpack_from(reader, archive, root, opts)
+}
+
+/// Unpacks a decompressed tar stream; `archive` names it in errors.
+pub fn unpack_from(
+    reader: impl Read,
+    archive: &Path,
+    root: &Path,
+    opts: &UnpackOptions,
+) -> Result<UnpackReport> {
+    opts.tunables.validate()?;
+    let root_fd: OwnedFd = File::open(root)
+        .map_err(|e| Error::io(Op::Open, root, e))?
+        .into();
+    let is_root = euid() == 0;
+    let ctx = Ctx {
+        archive,
+        root,
+        root_fd: Arc::new(root_fd),
+        opts,
+        is_root,
+        preserve_owner: opts.preserve_owner.unwrap_or(is_root),
+        quit: AtomicBool::new(false),
+        error: Mutex::new(None),
+        notices: Mutex::new(HashMap::new()),
+        budget: Gate::default(),
+        pending: Gate::default(),
+        temp: AtomicU64::new(0),
+        bytes_written: AtomicU64::new(0),
+        files: AtomicU64::new(0),
+    };
+    let workers = if opts.tunables.copy_threads > 1 {
+        opts.tunables.copy_threads
+    } else {
+        0
+    };
+    let (tx, rx) = crossbeam_channel::bounded::<FileJob>(
+        opts.tunables.copy_batch.max(1) * 2,
+    );
+    let mut reader_result = Ok(ReadOutcome::default());
+    std::thread::scope(|s| {
+        for i in 0..workers {
+            let rx: Receiver<FileJob> = rx.clone();
+            let ctx = &ctx;
+            let spawned = std::thread::Builder::new()
+                .name(format!("unpack-{i}"))
+                .spawn_scoped(s, move || {
+                    for job in rx {
+                        ctx.write_job(job);
+                    }
+                });
+            if let Err(e) = spawned {
+                ctx.fail(Error::io(Op::Open, "thread", e));
+            }
+        }
+        drop(rx);
+        let tx = (workers > 0).then_some(tx);
+        reader_result = read_all(&ctx, reader, tx);
+    });
+    let outcome = match reader_result {
+        Ok(o) => o,
+        Err(e) => {
+            ctx.fail(e);
+            ReadOutcome::default()
+        }
+    };
+    if let Some(e) = ctx.error.lock().unwrap_or_else(|p| p.into_inner()).take()
+    {
+        return Err(e);
+    }
+    // Directory metadata last, deepest first.
+    let mut dirs = outcome.dirs;
+    dirs.sort_by_key(|(n, _)| std::cmp::Reverse(n.parts.len()));
+    for (name, m) in &dirs {
+        ctx.finish_dir(name, m)?;
+    }
+    let mut stats = outcome.stats;
+    stats.files += ctx.files.load(Ordering::Relaxed);
+    stats.bytes += ctx.bytes_written.load(Ordering::Relaxed);
+    let notices = ctx
+        .notices
+        .into_inner()
+        .unwrap_or_else(|p| p.into_inner())
+        .into_values()
+        .collect();
+    Ok(UnpackReport {
+        stats,
+        meta: outcome.meta,
+        notices,
+    })
+}
+
+/// Owner, mode, times and xattrs of an entry.
+#[derive(Clone, Debug)]
+struct Meta {
+    mode: u32,
+    uid: u32,
+    gid: u32,
+    times: Times,
+    xattrs: Vec<(CString, Vec<u8>)>,
+}
+
+/// A file for the pool.
+struct FileJob {
+    dir: Arc<OwnedFd>,
+    leaf: CString,
+    replace: bool,
+    data: Vec<u8>,
+    meta: Meta,
+    shown: PathBuf,
+    entry: String,
+}
+
+/// A counter others can wait on: the byte budget, and jobs in flight.
+#[derive(Default)]
+struct Gate {
+    used: Mutex<u64>,
+    cv: Condvar,
+}
+
+impl Gate {
+    /// Adds `n`, first waiting until `used + n <= cap` (or nothing is
+    /// used, so one oversized item still goes).
+    fn acquire(&self, n: u64, cap: u64) {
+        let mut g = self.used.lock().unwrap_or_else(|p| p.into_inner());
+        while *g > 0 && *g + n > cap {
+            g = self.cv.wait(g).unwrap_or_else(|p| p.into_inner());
+        }
+        *g += n;
+    }
+
+    fn release(&self, n: u64) {
+        let mut g = self.used.lock().unwrap_or_else(|p| p.into_inner());
+        *g = g.saturating_sub(n);
+        self.cv.notify_all();
+    }
+
+    /// Waits until nothing is used.
+    fn wait_empty(&self) {
+        let mut g = self.used.lock().unwrap_or_else(|p| p.into_inner());
+        while *g > 0 {
+            g = self.cv.wait(g).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+}
+
+struct Ctx<'a> {
+    archive: &'a Path,
+    root: &'a Path,
+    root_fd: Arc<OwnedFd>,
+    opts: &'a UnpackOptions,
+    is_root: bool,
+    preserve_owner: bool,
+    quit: AtomicBool,
+    error: Mutex<Option<Error>>,
+    notices: Mutex<HashMap<NoticeKind, Notice>>,
+    budget: Gate,
+    pending: Gate,
+    temp: AtomicU64,
+    bytes_written: AtomicU64,
+    files: AtomicU64,
+}
+
+#[derive(Default)]
+struct ReadOutcome {
+    stats: Stats,
+    meta: Option<ArchiveMeta>,
+    dirs: Vec<(Name, Meta)>,
+}
+
+impl Ctx<'_> {
+    fn fail(&self, e: Error) {
+        self.quit.store(true, Ordering::Relaxed);
+        let mut g = self.error.lock().unwrap_or_else(|p| p.into_inner());
+        if g.is_none() {
+            *g = Some(e);
+        }
+    }
+
+    fn stopped(&self) -> bool {
+        self.quit.load(Ordering::Relaxed)
+    }
+
+    fn refuse(&self, entry: &str, reason: ArchiveRefusal) -> Error {
+        Error::Archive {
+            archive: self.archive.to_path_buf(),
+            entry: entry.to_string(),
+            reason,
+        }
+    }
+
+    fn shown(&self, parts: &[CString]) -> PathBuf {
+        let mut p = self.root.to_path_buf();
+        for c in parts {
+            p.push(std::ffi::OsStr::from_bytes_compat(c.as_bytes()));
+        }
+        p
+    }
+
+    fn notice(&self, kind: NoticeKind, path: &Path) {
+        let mut g = self.notices.lock().unwrap_or_else(|p| p.into_inner());
+        g.entry(kind.clone())
+            .or_insert_with(|| Notice {
+                kind,
+                count: 0,
+                example: path.to_path_buf(),
+            })
+            .count += 1;
+    }
+
+    fn temp_name(&self) -> CString {
+        let n = self.temp.fetch_add(1, Ordering::Relaxed);
+        CString::new(format!(".zi{:x}.{n:x}", std::process::id()))
+            .unwrap_or_default()
+    }
+
+    /// Opens the directory `parts` beneath the root, never through a
+    /// symlink; missing directories are made (0755) when `create`.
+    fn open_dir(
+        &self,
+        parts: &[CString],
+        entry: &str,
+        create: bool,
+    ) -> Result<Arc<OwnedFd>> {
+        if parts.is_empty() {
+            return Ok(Arc::clone(&self.root_fd));
+        }
+        let root = self.root_fd.as_raw_fd();
+        let joined = Name::joined(parts);
+        let map = |e: io::Error| match e.raw_os_error() {
+            Some(libc::ELOOP) => {
+                self.refuse(entry, ArchiveRefusal::ThroughSymlink)
+            }
+            Some(libc::EXDEV) => {
+                self.refuse(entry, ArchiveRefusal::EscapesRoot)
+            }
+            _ => Error::io(Op::Open, self.shown(parts), e),
+        };
+        match sys::open_dir_beneath(root, &joined) {
+            Ok(Some(fd)) => return Ok(Arc::new(fd)),
+            Ok(None) => {}
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) && create => {}
+            Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => {
+                return Err(self.refuse(entry, ArchiveRefusal::ThroughSymlink));
+            }
+            Err(e) => return Err(map(e)),
+        }
+        // One component at a time, O_NOFOLLOW, making what is missing.
+        let mut cur: Arc<OwnedFd> = Arc::clone(&self.root_fd);
+        for (i, c) in parts.iter().enumerate() {
+            let fd = cur.as_raw_fd();
+            match at::open_dir(fd, c) {
+                Ok(next) => cur = Arc::new(next),
+                Err(e) if e.raw_os_error() == Some(libc::ENOENT) && create => {
+                    at::mkdir(fd, c, 0o755)
+                        .or_else(|e| {
+                            if e.kind() == io::ErrorKind::AlreadyExists {
+                                Ok(())
+                            } else {
+                                Err(e)
+                            }
+                        })
+                        .map_err(|e| {
+                            Error::io(Op::Mkdir, self.shown(&parts[..=i]), e)
+                        })?;
+                    cur = Arc::new(at::open_dir(fd, c).map_err(map)?);
+                }
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::ELOOP | libc::ENOTDIR)
+                    ) =>
+                {
+                    let st = at::lstat(fd, c).ok().flatten();
+                    let is_link = st.is_some_and(|s| {
+                        s.st_mode & libc::S_IFMT == libc::S_IFLNK
+                    });
+                    return Err(if is_link {
+                        self.refuse(entry, ArchiveRefusal::ThroughSymlink)
+                    } else {
+                        self.refuse(entry, ArchiveRefusal::FileOverDirectory)
+                    });
+                }
+                Err(e) => return Err(map(e)),
+            }
+        }
+        Ok(cur)
+    }
+
+    /// Owner (or a notice), xattrs, mode and times through a descriptor.
+    fn finish_fd(&self, f: &File, m: &Meta, shown: &Path) -> Result<()> {
+        self.owner(m, shown, || at::fchown(f, m.uid, m.gid))?;
+        for (name, value) in &m.xattrs {
+            if let Err(e) = sys::set_xattr(&XattrTarget::Fd(f), name, value) {
+                let denied = matches!(
+                    e.raw_os_error(),
+                    Some(libc::EPERM | libc::EACCES)
+                );
+                if denied && !self.is_root {
+                    self.notice(
+                        NoticeKind::Xattr(name.to_string_lossy().into_owned()),
+                        shown,
+                    );
+                } else {
+                    return Err(Error::Attr {
+                        op: Op::SetXattr,
+                        path: shown.to_path_buf(),
+                        name: name.to_string_lossy().into_owned(),
+                        source: e,
+                    });
+                }
+            }
+        }
+        at::fchmod(f, m.mode & 0o7777)
+            .map_err(|e| Error::io(Op::Chmod, shown, e))?;
+        at::futimens(f, &m.times).map_err(|e| Error::io(Op::SetTimes, shown, e))
+    }
+
+    fn owner(
+        &self,
+        m: &Meta,
+        shown: &Path,
+        chown: impl FnOnce() -> io::Result<()>,
+    ) -> Result<()> {
+        if !self.preserve_owner {
+            if !self.is_root && (m.uid != euid() || m.gid != egid()) {
+                self.notice(NoticeKind::Ownership, shown);
+            }
+            return Ok(());
+        }
+        match chown() {
+            Err(e)
+                if !self.is_root && e.raw_os_error() == Some(libc::EPERM) =>
+            {
+                self.notice(NoticeKind::Ownership, shown);
+                Ok(())
+            }
+            r => r.map_err(|e| Error::io(Op::Chown, shown, e)),
+        }
+    }
+
+    /// Writes one file (in a worker, or in the reader when serial).
+    fn write_job(&self, job: FileJob) {
+        let n = job.data.len() as u64;
+        if !self.stopped() {
+            probes::zinstall::archive__entry__start!(|| (
+                self.archive.to_string_lossy(),
+                job.entry.as_str()
+            ));
+            let r = self.write_file(&job);
+            probes::zinstall::archive__entry__done!(|| (
+                self.archive.to_string_lossy(),
+                job.entry.as_str(),
+                n,
+                probes::errno(&r)
+            ));
+            match r {
+                Ok(()) => {
+                    self.files.fetch_add(1, Ordering::Relaxed);
+                    self.bytes_written.fetch_add(n, Ordering::Relaxed);
+                }
+                Err(e) => self.fail(e),
+            }
+        }
+        self.budget.release(n);
+        self.pending.release(1);
+    }
+
+    fn write_file(&self, job: &FileJob) -> Result<()> {
+        let dir = job.dir.as_raw_fd();
+        let (name, temp) = if job.replace {
+            (self.temp_name(), true)
+        } else {
+            (job.leaf.clone(), false)
+        };
+        let mut f = at::create_file(dir, &name)
+            .map_err(|e| Error::io(Op::Create, &job.shown, e))?;
+        let r = f
+            .write_all(&job.data)
+            .map_err(|e| Error::io(Op::Write, &job.shown, e))
+            .and_then(|()| self.finish_fd(&f, &job.meta, &job.shown));
+        drop(f);
+        if let Err(e) = r {
+            let _already_failing = at::unlink(dir, &name, false);
+            return Err(e);
+        }
+        if temp {
+            at::rename(dir, &name, &job.leaf).map_err(|e| {
+                let _already_failing = at::unlink(dir, &name, false);
+                Error::io(Op::Rename, &job.shown, e)
+            })?;
+        }
+        Ok(())
+    }
+
+    fn finish_dir(&self, name: &Name, m: &Meta) -> Result<()> {
+        let entry = Name::joined(&name.parts).to_string_lossy().into_owned();
+        let Some(leaf) = name.leaf() else {
+            return Ok(());
+        };
+        let parent = self.open_dir(name.parent(), &entry, false)?;
+        let shown = self.shown(&name.parts);
+        let fd = at::open_dir(parent.as_raw_fd(), leaf)
+            .map_err(|e| Error::io(Op::Open, &shown, e))?;
+        self.finish_fd(&File::from(fd), m, &shown)
+    }
+}
+
+/// `OsStr` from bytes without the unix-only import at each call site.
+trait FromBytesCompat {
+    fn from_bytes_compat(b: &[u8]) -> &Self;
+}
+
+impl FromBytesCompat for std::ffi::OsStr {
+    fn from_bytes_compat(b: &[u8]) -> &Self {
+        use std::os::unix::ffi::OsStrExt;
+        std::ffi::OsStr::from_bytes(b)
+    }
+}
+
+/// What is at `dir/leaf` now.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Existing {
+    Nothing,
+    Dir,
+    Symlink,
+    Other,
+}
+
+fn existing(dir: RawFd, leaf: &CStr, shown: &Path) -> Result<Existing> {
+    Ok(
+        match at::lstat(dir, leaf).map_err(|e| Error::io(Op::Stat, shown, e))? {
+            None => Existing::Nothing,
+            Some(st) => match st.st_mode & libc::S_IFMT {
+                libc::S_IFDIR => Existing::Dir,
+                libc::S_IFLNK => Existing::Symlink,
+                _ => Existing::Other,
+            },
+        },
+    )
+}
+
+fn entry_meta<R: Read>(e: &mut tar::Entry<'_, R>) -> Result<Meta, String> {
+    let h = e.header();
+    let mode = h.mode().map_err(|e| e.to_string())?;
+    let uid = h.uid().map_err(|e| e.to_string())? as u32;
+    let gid = h.gid().map_err(|e| e.to_string())? as u32;
+    let mut mtime = (h.mtime().map_err(|e| e.to_string())? as i64, 0i64);
+    let mut atime = None;
+    let mut xattrs = Vec::new();
+    if let Ok(Some(exts)) = e.pax_extensions() {
+        for ext in exts.flatten() {
+            let Ok(key) = ext.key() else { continue };
+            let time = |v: &[u8]| -> Option<(i64, i64)> {
+                let s = std::str::from_utf8(v).ok()?;
+                let (sec, frac) = s.split_once('.').unwrap_or((s, ""));
+                let mut ns: String = frac.chars().take(9).collect();
+                while ns.len() < 9 {
+                    ns.push('0');
+                }
+                Some((sec.parse().ok()?, ns.parse().ok()?))
+            };
+            if key == "mtime" {
+                mtime = time(ext.value_bytes()).unwrap_or(mtime);
+            } else if key == "atime" {
+                atime = time(ext.value_bytes());
+            } else if let Some(name) = key.strip_prefix("SCHILY.xattr.")
+                && let Ok(c) = CString::new(name)
+            {
+                xattrs.push((c, ext.value_bytes().to_vec()));
+            }
+        }
+    }
+    Ok(Meta {
+        mode,
+        uid,
+        gid,
+        times: Times {
+            atime: atime.unwrap_or(mtime),
+            mtime,
+        },
+        xattrs,
+    })
+}
+
+/// The reader: decodes entries in order and does everything but pooled
+/// file bodies.
+fn read_all(
+    ctx: &Ctx<'_>,
+    reader: impl Read,
+    tx: Option<Sender<FileJob>>,
+) -> Result<ReadOutcome> {
+    let started = Instant::now();
+    let mut out = ReadOutcome::default();
+    let mut ar = tar::Archive::new(reader);
+    let corrupt =
+        |e: io::Error| ctx.refuse("", ArchiveRefusal::Corrupt(e.to_string()));
+    let entries = ar.entries().map_err(corrupt)?;
+    let mut first = true;
+    let mut subtree = false;
+    let mut total: u64 = 0;
+    let mut queued: HashSet<Vec<u8>> = HashSet::new();
+    let mut cache: Option<(Vec<CString>, Arc<OwnedFd>)> = None;
+    let barrier = |queued: &mut HashSet<Vec<u8>>| {
+        ctx.pending.wait_empty();
+        queued.clear();
+    };
+    for entry in entries {
+        if ctx.stopped() {
+            break;
+        }
+        let mut e = entry.map_err(corrupt)?;
+        let raw = e.path_bytes().into_owned();
+        let shown_entry = names::show(&raw);
+        let mut name =
+            names::check(&raw).map_err(|r| ctx.refuse(&shown_entry, r))?;
+        if first {
+            first = false;
+            if name.parts.len() == 1
+                && name.parts[0].as_bytes() == meta::NAME.as_bytes()
+            {
+                let mut body = Vec::new();
+                (&mut e)
+                    .take(64 << 10)
+                    .read_to_end(&mut body)
+                    .map_err(corrupt)?;
+                let m = meta::parse(&body).map_err(|why| {
+                    ctx.refuse(&shown_entry, ArchiveRefusal::BadMetadata(why))
+                })?;
+                if let Some(want) = ctx.opts.expect
+                    && want != m.kind
+                {
+                    return Err(ctx.refuse(
+                        "",
+                        ArchiveRefusal::WrongArchiveType {
+                            expected: want.as_str().into(),
+                            found: m.kind.as_str().into(),
+                        },
+                    ));
+                }
+                out.meta = Some(m);
+                subtree = true;
+                continue;
+            } else if ctx.opts.expect.is_some() {
+                return Err(ctx.refuse("", ArchiveRefusal::MissingMetadata));
+            }
+        }
+        if subtree {
+            if name.parts.first().map(|p| p.as_bytes()) != Some(b"root") {
+                out.stats.skipped += 1;
+                continue;
+            }
+            name.parts.remove(0);
+        }
+        let Some(leaf) = name.leaf().cloned() else {
+            continue;
+        };
+        let size = e.header().entry_size().map_err(corrupt)?;
+        total = total.saturating_add(size);
+        if total > ctx.opts.max_bytes {
+            return Err(ctx.refuse(
+                &shown_entry,
+                ArchiveRefusal::TooLarge {
+                    limit: ctx.opts.max_bytes,
+                },
+            ));
+        }
+        let kind = e.header().entry_type();
+        let m = entry_meta(&mut e).map_err(|why| {
+            ctx.refuse(&shown_entry, ArchiveRefusal::Corrupt(why))
+        })?;
+        let rel = Name::joined(&name.parts).into_bytes();
+        // A second entry for a path still queued waits for the first.
+        if queued.contains(&rel) || queued.len() >= MAX_TRACKED {
+            barrier(&mut queued);
+        }
+        let parent_parts = name.parent().to_vec();
+        let dir = match &cache {
+            Some((p, fd)) if *p == parent_parts => Arc::clone(fd),
+            _ => {
+                let fd = ctx.open_dir(&parent_parts, &shown_entry, true)?;
+                cache = Some((parent_parts, Arc::clone(&fd)));
+                fd
+            }
+        };
+        let dfd = dir.as_raw_fd();
+        let shown = ctx.shown(&name.parts);
+        let now = existing(dfd, &leaf, &shown)?;
+        match kind {
+            EntryType::Directory => {
+                match now {
+                    Existing::Dir => {}
+                    Existing::Symlink => {
+                        return Err(ctx.refuse(
+                            &shown_entry,
+                            ArchiveRefusal::DirectoryOverSymlink,
+                        ));
+                    }
+                    Existing::Other | Existing::Nothing => {
+                        if now == Existing::Other {
+                            at::unlink(dfd, &leaf, false).map_err(|e| {
+                                Error::io(Op::Remove, &shown, e)
+                            })?;
+                        }
+                        // Owner-writable until its metadata is applied last.
+                        at::mkdir(dfd, &leaf, 0o700)
+                            .map_err(|e| Error::io(Op::Mkdir, &shown, e))?;
+                        out.stats.dirs += 1;
+                    }
+                }
+                out.dirs.push((name, m));
+            }
+            EntryType::Regular
+            | EntryType::Continuous
+            | EntryType::GNUSparse => {
+                if now == Existing::Dir {
+                    return Err(ctx.refuse(
+                        &shown_entry,
+                        ArchiveRefusal::FileOverDirectory,
+                    ));
+                }
+                let replace = now != Existing::Nothing;
+                match &tx {
+                    Some(tx) if size <= SMALL => {
+                        // Held until the worker has written it.
+                        ctx.budget.acquire(size, BUDGET);
+                        let mut data = Vec::with_capacity(size as usize);
+                        let read = e.read_to_end(&mut data);
+                        if read.is_err() || data.len() as u64 != size {
+                            ctx.budget.release(size);
+                            let why = read
+                                .err()
+                                .map_or("truncated".into(), |e| e.to_string());
+                            return Err(ctx.refuse(
+                                &shown_entry,
+                                ArchiveRefusal::Corrupt(why),
+                            ));
+                        }
+                        ctx.pending.acquire(1, u64::MAX);
+                        queued.insert(rel);
+                        let job = FileJob {
+                            dir,
+                            leaf,
+                            replace,
+                            data,
+                            meta: m,
+                            shown,
+                            entry: shown_entry,
+                        };
+                        if tx.send(job).is_err() {
+                            break;
+                        }
+                    }
+                    _ => {
+                        // Streamed by the reader: one body at a time.
+                        barrier(&mut queued);
+                        stream_file(
+                            ctx, &mut e, dfd, &leaf, replace, &m, &shown, size,
+                        )?;
+                    }
+                }
+            }
+            EntryType::Symlink => {
+                if now == Existing::Dir {
+                    return Err(ctx.refuse(
+                        &shown_entry,
+                        ArchiveRefusal::FileOverDirectory,
+                    ));
+                }
+                let target = e.link_name_bytes().ok_or_else(|| {
+                    ctx.refuse(
+                        &shown_entry,
+                        ArchiveRefusal::Corrupt(
+                            "symlink without target".into(),
+                        ),
+                    )
+                })?;
+                let target =
+                    CString::new(target.into_owned()).map_err(|_| {
+                        ctx.refuse(
+                            &shown_entry,
+                            ArchiveRefusal::Corrupt(
+                                "NUL in symlink target".into(),
+                            ),
+                        )
+                    })?;
+                let tmp = if now == Existing::Nothing {
+                    leaf.clone()
+                } else {
+                    ctx.temp_name()
+                };
+                at::symlink(&target, dfd, &tmp)
+                    .map_err(|e| Error::io(Op::Symlink, &shown, e))?;
+                ctx.owner(&m, &shown, || at::lchown(dfd, &tmp, m.uid, m.gid))?;
+                at::set_times(dfd, &tmp, &m.times)
+                    .map_err(|e| Error::io(Op::SetTimes, &shown, e))?;
+                if tmp != leaf {
+                    at::rename(dfd, &tmp, &leaf)
+                        .map_err(|e| Error::io(Op::Rename, &shown, e))?;
+                }
+                out.stats.symlinks += 1;
+                queued.insert(rel);
+            }
+            EntryType::Link => {
+                if now == Existing::Dir {
+                    return Err(ctx.refuse(
+                        &shown_entry,
+                        ArchiveRefusal::FileOverDirectory,
+                    ));
+                }
+                let outside = || {
+                    ctx.refuse(&shown_entry, ArchiveRefusal::HardLinkOutside)
+                };
+                let target_raw =
+                    e.link_name_bytes().ok_or_else(outside)?.into_owned();
+                let mut target =
+                    names::check(&target_raw).map_err(|_| outside())?;
+                if subtree {
+                    if target.parts.first().map(|p| p.as_bytes())
+                        != Some(b"root")
+                    {
+                        return Err(outside());
+                    }
+                    target.parts.remove(0);
+                }
+                let Some(tleaf) = target.leaf().cloned() else {
+                    return Err(outside());
+                };
+                // Its target may still be in a worker's hands.
+                barrier(&mut queued);
+                let tdir = ctx
+                    .open_dir(target.parent(), &shown_entry, false)
+                    .map_err(|_| outside())?;
+                match existing(tdir.as_raw_fd(), &tleaf, &shown)? {
+                    Existing::Other | Existing::Symlink => {}
+                    _ => return Err(outside()),
+                }
+                if now != Existing::Nothing {
+                    at::unlink(dfd, &leaf, false)
+                        .map_err(|e| Error::io(Op::Remove, &shown, e))?;
+                }
+                at::link(tdir.as_raw_fd(), &tleaf, dfd, &leaf)
+                    .map_err(|e| Error::io(Op::Link, &shown, e))?;
+                out.stats.hardlinks += 1;
+            }
+            EntryType::Char | EntryType::Block | EntryType::Fifo => {
+                let (typ, dev) = match kind {
+                    EntryType::Char => (libc::S_IFCHR, true),
+                    EntryType::Block => (libc::S_IFBLK, true),
+                    _ => (libc::S_IFIFO, false),
+                };
+                if dev && !ctx.opts.allow_devices {
+                    return Err(ctx.refuse(
+                        &shown_entry,
+                        ArchiveRefusal::DeviceNotAllowed,
+                    ));
+                }
+                if now == Existing::Dir {
+                    return Err(ctx.refuse(
+                        &shown_entry,
+                        ArchiveRefusal::FileOverDirectory,
+                    ));
+                }
+                if now != Existing::Nothing {
+                    at::unlink(dfd, &leaf, false)
+                        .map_err(|e| Error::io(Op::Remove, &shown, e))?;
+                }
+                let major =
+                    e.header().device_major().ok().flatten().unwrap_or(0);
+                let minor =
+                    e.header().device_minor().ok().flatten().unwrap_or(0);
+                at::mknod(dfd, &leaf, typ | 0o600, libc::makedev(major, minor))
+                    .map_err(|e| Error::io(Op::Mknod, &shown, e))?;
+                // Owner, mode and times by name: a FIFO cannot be opened
+                // without blocking, a device should not be opened at all.
+                ctx.owner(&m, &shown, || at::lchown(dfd, &leaf, m.uid, m.gid))?;
+                at::chmod(dfd, &leaf, m.mode & 0o7777)
+                    .map_err(|e| Error::io(Op::Chmod, &shown, e))?;
+                at::set_times(dfd, &leaf, &m.times)
+                    .map_err(|e| Error::io(Op::SetTimes, &shown, e))?;
+                out.stats.specials += 1;
+            }
+            other => {
+                return Err(ctx.refuse(
+                    &shown_entry,
+                    ArchiveRefusal::UnsupportedEntryType(format!("{other:?}")),
+                ));
+            }
+        }
+    }
+    drop(tx);
+    ctx.pending.wait_empty();
+    out.stats.elapsed = started.elapsed();
+    Ok(out)
+}
+
+/// Writes a large body straight from the stream.
+#[allow(clippy::too_many_arguments)]
+fn stream_file<R: Read>(
+    ctx: &Ctx<'_>,
+    e: &mut tar::Entry<'_, R>,
+    dir: RawFd,
+    leaf: &CString,
+    replace: bool,
+    m: &Meta,
+    shown: &Path,
+    size: u64,
+) -> Result<()> {
+    let name = if replace {
+        ctx.temp_name()
+    } else {
+        leaf.clone()
+    };
+    let mut f = at::create_file(dir, &name)
+        .map_err(|e| Error::io(Op::Create, shown, e))?;
+    let r = io::copy(e, &mut f)
+        .map_err(|err| {
+            ctx.refuse(
+                &shown.to_string_lossy(),
+                ArchiveRefusal::Corrupt(err.to_string()),
+            )
+        })
+        .and_then(|n| {
+            if n != size {
+                Err(ctx.refuse(
+                    &shown.to_string_lossy(),
+                    ArchiveRefusal::Corrupt("truncated".into()),
+                ))
+            } else {
+                Ok(())
+            }
+        })
+        .and_then(|()| ctx.finish_fd(&f, m, shown));
+    drop(f);
+    if let Err(err) = r {
+        let _already_failing = at::unlink(dir, &name, false);
+        return Err(err);
+    }
+    if replace {
+        at::rename(dir, &name, leaf)
+            .map_err(|e| Error::io(Op::Rename, shown, e))?;
+    }
+    ctx.files.fetch_add(1, Ordering::Relaxed);
+    ctx.bytes_written.fetch_add(size, Ordering::Relaxed);
+    Ok(())
+}

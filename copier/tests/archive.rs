@@ -1,0 +1,575 @@
+//! Unpacking real archives, well-made and hostile. Every hostile case
+//! keeps a sentinel outside the root and checks it is untouched.
+
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::{MetadataExt, PermissionsExt, symlink};
+use std::path::{Path, PathBuf};
+
+use copier::archive::{self, ArchiveKind, UnpackOptions};
+use copier::{ArchiveRefusal, Error, Tunables};
+
+/// Builds archives entry by entry, including entries tar-rs's builder
+/// would refuse to write (absolute names, `..`).
+struct Tar {
+    b: tar::Builder<Vec<u8>>,
+}
+
+impl Tar {
+    fn new() -> Self {
+        Tar {
+            b: tar::Builder::new(Vec::new()),
+        }
+    }
+
+    fn meta(kind: &str) -> Self {
+        let mut t = Tar::new();
+        t.file(
+            "zinstall.json",
+            format!("{{\"v\":\"1\",\"t\":\"{kind}\"}}\n").as_bytes(),
+            0o444,
+        );
+        t
+    }
+
+    fn header(
+        name: &[u8],
+        kind: tar::EntryType,
+        size: u64,
+        mode: u32,
+    ) -> tar::Header {
+        let mut h = tar::Header::new_gnu();
+        assert!(name.len() <= 100, "use long() for long names");
+        h.as_old_mut().name[..name.len()].copy_from_slice(name);
+        h.set_entry_type(kind);
+        h.set_size(size);
+        h.set_mode(mode);
+        h.set_mtime(1_600_000_000);
+        h.set_uid(0);
+        h.set_gid(0);
+        h
+    }
+
+    fn raw(&mut self, mut h: tar::Header, data: &[u8]) -> &mut Self {
+        h.set_cksum();
+        self.b.append(&h, data).unwrap();
+        self
+    }
+
+    fn file(&mut self, name: &str, data: &[u8], mode: u32) -> &mut Self {
+        let h = Self::header(
+            name.as_bytes(),
+            tar::EntryType::Regular,
+            data.len() as u64,
+            mode,
+        );
+        self.raw(h, data)
+    }
+
+    fn dir(&mut self, name: &str, mode: u32) -> &mut Self {
+        let h =
+            Self::header(name.as_bytes(), tar::EntryType::Directory, 0, mode);
+        self.raw(h, &[])
+    }
+
+    fn link(
+        &mut self,
+        kind: tar::EntryType,
+        name: &str,
+        target: &str,
+    ) -> &mut Self {
+        let mut h = Self::header(name.as_bytes(), kind, 0, 0o777);
+        h.as_old_mut().linkname[..target.len()]
+            .copy_from_slice(target.as_bytes());
+        self.raw(h, &[])
+    }
+
+    /// A GNU long-name entry followed by a file.
+    fn long(&mut self, name: &str, data: &[u8]) -> &mut Self {
+        let mut body = name.as_bytes().to_vec();
+        body.push(0);
+        let h = Self::header(
+            b"././@LongLink",
+            tar::EntryType::GNULongName,
+            body.len() as u64,
+            0,
+        );
+        self.raw(h, &body);
+        self.file("placeholder", data, 0o644)
+    }
+
+    /// A PAX header naming the next entry.
+    fn pax(&mut self, records: &[(&str, &[u8])]) -> &mut Self {
+        let mut body = Vec::new();
+        for (k, v) in records {
+            let rest = format!(" {k}=").len() + v.len() + 1;
+            let mut len = rest + 1;
+            while len.to_string().len() + rest != len {
+                len += 1;
+            }
+            body.extend_from_slice(format!("{len} {k}=").as_bytes());
+            body.extend_from_slice(v);
+            body.push(b'\n');
+        }
+        let h = Self::header(
+            b"PaxHeader",
+            tar::EntryType::XHeader,
+            body.len() as u64,
+            0,
+        );
+        self.raw(h, &body)
+    }
+
+    fn bytes(self) -> Vec<u8> {
+        self.b.into_inner().unwrap()
+    }
+}
+
+struct Scene {
+    _d: tempfile::TempDir,
+    root: PathBuf,
+    sentinel: PathBuf,
+    outside: PathBuf,
+    archive: PathBuf,
+}
+
+/// A root to unpack into, and beside it a directory with a sentinel file
+/// that nothing may touch.
+fn scene() -> Scene {
+    let d = tempfile::tempdir().unwrap();
+    let root = d.path().join("zone/root");
+    fs::create_dir_all(&root).unwrap();
+    let outside = d.path().join("outside");
+    fs::create_dir(&outside).unwrap();
+    let sentinel = outside.join("sentinel");
+    fs::write(&sentinel, b"untouched").unwrap();
+    let archive = d.path().join("image.tar");
+    Scene {
+        root,
+        sentinel,
+        outside,
+        archive,
+        _d: d,
+    }
+}
+
+impl Scene {
+    fn unpack(
+        &self,
+        data: &[u8],
+        opts: &UnpackOptions,
+    ) -> Result<archive::UnpackReport, Error> {
+        fs::write(&self.archive, data).unwrap();
+        archive::unpack(&self.archive, &self.root, opts)
+    }
+
+    fn assert_outside_untouched(&self) {
+        assert_eq!(fs::read(&self.sentinel).unwrap(), b"untouched");
+        let names: Vec<_> = fs::read_dir(&self.outside)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names.len(), 1, "something was created outside: {names:?}");
+        let parent = self.root.parent().unwrap().parent().unwrap();
+        let top: Vec<_> = fs::read_dir(parent)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(top.len(), 3, "{top:?}");
+    }
+}
+
+fn layer_opts(threads: usize) -> UnpackOptions {
+    UnpackOptions {
+        tunables: Tunables {
+            copy_threads: threads,
+            ..Tunables::default()
+        },
+        expect: Some(ArchiveKind::Layer),
+        ..UnpackOptions::default()
+    }
+}
+
+fn refused(
+    r: Result<archive::UnpackReport, Error>,
+) -> (String, ArchiveRefusal) {
+    match r {
+        Err(Error::Archive { entry, reason, .. }) => (entry, reason),
+        Err(other) => panic!("not a refusal: {other}"),
+        Ok(r) => panic!("unpacked: {:?}", r.stats),
+    }
+}
+
+fn good_layer() -> Vec<u8> {
+    let mut t = Tar::meta("layer");
+    t.dir("root/", 0o755)
+        .dir("root/etc/", 0o755)
+        .file("root/etc/hostname", b"guest\n", 0o644)
+        .dir("root/ro/", 0o555)
+        .file("root/ro/inside", b"x", 0o444)
+        .file("root/usr/bin/tool", &vec![7u8; 3 << 20], 0o4755)
+        .link(tar::EntryType::Symlink, "root/usr/bin/alias", "tool")
+        .link(
+            tar::EntryType::Link,
+            "root/etc/hostname.2",
+            "root/etc/hostname",
+        )
+        .file("outside-root.txt", b"not unpacked", 0o644);
+    t.pax(&[
+        ("SCHILY.xattr.user.note", b"v\x00w"),
+        ("mtime", b"1600000000.123456789"),
+    ]);
+    t.file("root/etc/noted", b"n", 0o600);
+    for i in 0..300 {
+        t.file(
+            &format!("root/data/f{i}"),
+            format!("file {i}").as_bytes(),
+            0o644,
+        );
+    }
+    t.bytes()
+}
+
+#[test]
+fn a_layer_unpacks_in_parallel_and_serially_alike() {
+    let (a, b) = (scene(), scene());
+    let ra = a.unpack(&good_layer(), &layer_opts(4)).unwrap();
+    let rb = b.unpack(&good_layer(), &layer_opts(1)).unwrap();
+    for (s, r) in [(&a, &ra), (&b, &rb)] {
+        let root = &s.root;
+        assert_eq!(fs::read(root.join("etc/hostname")).unwrap(), b"guest\n");
+        assert_eq!(fs::read(root.join("usr/bin/tool")).unwrap().len(), 3 << 20);
+        assert_eq!(
+            fs::metadata(root.join("usr/bin/tool")).unwrap().mode() & 0o7777,
+            0o4755
+        );
+        assert_eq!(
+            fs::read_link(root.join("usr/bin/alias")).unwrap(),
+            Path::new("tool")
+        );
+        let h = fs::metadata(root.join("etc/hostname.2")).unwrap();
+        assert_eq!(
+            h.ino(),
+            fs::metadata(root.join("etc/hostname")).unwrap().ino()
+        );
+        assert_eq!(
+            fs::metadata(root.join("ro")).unwrap().mode() & 0o777,
+            0o555
+        );
+        let noted = fs::metadata(root.join("etc/noted")).unwrap();
+        assert_eq!(
+            (noted.mtime(), noted.mtime_nsec()),
+            (1_600_000_000, 123_456_789)
+        );
+        assert!(!root.join("outside-root.txt").exists());
+        assert_eq!(r.stats.skipped, 1);
+        assert_eq!(r.stats.files, 304, "{:?}", r.stats);
+        assert_eq!(r.stats.hardlinks, 1);
+        assert_eq!(r.meta.as_ref().unwrap().kind, ArchiveKind::Layer);
+        s.assert_outside_untouched();
+    }
+    // Directories the archive does not list get the time they were made.
+    let opts = copier::verify::CompareOptions {
+        atime: false,
+        mtime: false,
+        ..Default::default()
+    };
+    let c = copier::verify::compare(&a.root, &b.root, &opts).unwrap();
+    assert!(c.is_identical(), "{c}");
+}
+
+#[test]
+fn compressed_archives_are_told_by_content() {
+    let data = good_layer();
+    let mut gz =
+        flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    gz.write_all(&data).unwrap();
+    let zst = zstd::encode_all(&data[..], 3).unwrap();
+    for bytes in [gz.finish().unwrap(), zst] {
+        let s = scene();
+        s.unpack(&bytes, &layer_opts(2)).unwrap();
+        assert_eq!(fs::read(s.root.join("etc/hostname")).unwrap(), b"guest\n");
+    }
+}
+
+#[test]
+fn later_layers_replace_earlier_files() {
+    let s = scene();
+    s.unpack(&good_layer(), &layer_opts(3)).unwrap();
+    let mut t = Tar::meta("layer");
+    t.file("root/etc/hostname", b"second\n", 0o600);
+    t.link(tar::EntryType::Symlink, "root/data/f1", "f2");
+    s.unpack(&t.bytes(), &layer_opts(3)).unwrap();
+    assert_eq!(fs::read(s.root.join("etc/hostname")).unwrap(), b"second\n");
+    assert_eq!(
+        fs::read_link(s.root.join("data/f1")).unwrap(),
+        Path::new("f2")
+    );
+    // The hard link made by the first layer still holds the old content.
+    assert_eq!(fs::read(s.root.join("etc/hostname.2")).unwrap(), b"guest\n");
+}
+
+#[test]
+fn metadata_is_required_and_checked() {
+    let s = scene();
+    let mut t = Tar::new();
+    t.file("root/x", b"x", 0o644);
+    assert_eq!(
+        refused(s.unpack(&t.bytes(), &layer_opts(2))).1,
+        ArchiveRefusal::MissingMetadata
+    );
+    let mut t = Tar::meta("baseline");
+    t.file("root/x", b"x", 0o644);
+    assert!(matches!(
+        refused(s.unpack(&t.bytes(), &layer_opts(2))).1,
+        ArchiveRefusal::WrongArchiveType { .. }
+    ));
+    assert!(!s.root.join("x").exists());
+    // Without an expectation a plain rootfs tar unpacks whole.
+    let mut t = Tar::new();
+    t.dir("etc/", 0o755)
+        .file("etc/os-release", b"ID=test\n", 0o644);
+    s.unpack(&t.bytes(), &UnpackOptions::default()).unwrap();
+    assert!(s.root.join("etc/os-release").exists());
+}
+
+/// Each hostile archive is refused with its reason, naming the entry,
+/// and nothing outside the root changes.
+#[test]
+fn hostile_archives_stay_inside_the_root() {
+    type Case = (
+        &'static str,
+        Box<dyn Fn(&Scene) -> Vec<u8>>,
+        Box<dyn Fn(&ArchiveRefusal) -> bool>,
+    );
+    let cases: Vec<Case> = vec![
+        (
+            "absolute path",
+            Box::new(|_| {
+                let mut t = Tar::new();
+                t.file("/tmp/zinstall-abs-evil", b"x", 0o644);
+                t.bytes()
+            }),
+            Box::new(|r| *r == ArchiveRefusal::AbsolutePath),
+        ),
+        (
+            "dot-dot",
+            Box::new(|s| {
+                let mut t = Tar::meta("layer");
+                let name = format!(
+                    "root/../../outside/{}",
+                    s.sentinel.file_name().unwrap().to_str().unwrap()
+                );
+                t.file(&name, b"overwritten", 0o644);
+                t.bytes()
+            }),
+            Box::new(|r| *r == ArchiveRefusal::DotDot),
+        ),
+        (
+            "PAX path with dot-dot",
+            Box::new(|_| {
+                let mut t = Tar::meta("layer");
+                t.pax(&[("path", b"root/../../outside/sentinel")]);
+                t.file("root/innocent", b"overwritten", 0o644);
+                t.bytes()
+            }),
+            Box::new(|r| *r == ArchiveRefusal::DotDot),
+        ),
+        (
+            "GNU long name escaping",
+            Box::new(|_| {
+                let mut t = Tar::meta("layer");
+                let long = format!(
+                    "root/{}/../../../../outside/sentinel",
+                    "a".repeat(120)
+                );
+                t.long(&long, b"overwritten");
+                t.bytes()
+            }),
+            Box::new(|r| *r == ArchiveRefusal::DotDot),
+        ),
+        (
+            "file through an archive symlink",
+            Box::new(|s| {
+                let mut t = Tar::meta("layer");
+                t.link(
+                    tar::EntryType::Symlink,
+                    "root/escape",
+                    s.outside.to_str().unwrap(),
+                );
+                t.file("root/escape/sentinel", b"overwritten", 0o644);
+                t.bytes()
+            }),
+            Box::new(|r| *r == ArchiveRefusal::ThroughSymlink),
+        ),
+        (
+            "file through a relative symlink",
+            Box::new(|_| {
+                let mut t = Tar::meta("layer");
+                t.link(tar::EntryType::Symlink, "root/up", "../../outside");
+                t.file("root/up/new", b"planted", 0o644);
+                t.bytes()
+            }),
+            Box::new(|r| *r == ArchiveRefusal::ThroughSymlink),
+        ),
+        (
+            "directory through a symlink",
+            Box::new(|_| {
+                let mut t = Tar::meta("layer");
+                t.link(tar::EntryType::Symlink, "root/up", "../../outside");
+                t.dir("root/up/sub/", 0o755);
+                t.bytes()
+            }),
+            Box::new(|r| *r == ArchiveRefusal::ThroughSymlink),
+        ),
+        (
+            "hard link to outside",
+            Box::new(|_| {
+                let mut t = Tar::meta("layer");
+                t.link(
+                    tar::EntryType::Link,
+                    "root/passwd",
+                    "root/../../outside/sentinel",
+                );
+                t.bytes()
+            }),
+            Box::new(|r| *r == ArchiveRefusal::HardLinkOutside),
+        ),
+        (
+            "hard link outside the root member",
+            Box::new(|_| {
+                let mut t = Tar::meta("layer");
+                t.link(tar::EntryType::Link, "root/passwd", "etc/passwd");
+                t.bytes()
+            }),
+            Box::new(|r| *r == ArchiveRefusal::HardLinkOutside),
+        ),
+        (
+            "hard link through a symlink",
+            Box::new(|_| {
+                let mut t = Tar::meta("layer");
+                t.link(tar::EntryType::Symlink, "root/up", "../../outside");
+                t.link(tar::EntryType::Link, "root/grab", "root/up/sentinel");
+                t.bytes()
+            }),
+            Box::new(|r| *r == ArchiveRefusal::HardLinkOutside),
+        ),
+        (
+            "device node",
+            Box::new(|_| {
+                let mut t = Tar::meta("layer");
+                let mut h =
+                    Tar::header(b"root/mem", tar::EntryType::Char, 0, 0o666);
+                h.set_device_major(1).unwrap();
+                h.set_device_minor(1).unwrap();
+                t.raw(h, &[]);
+                t.bytes()
+            }),
+            Box::new(|r| *r == ArchiveRefusal::DeviceNotAllowed),
+        ),
+        (
+            "file over a directory",
+            Box::new(|_| {
+                let mut t = Tar::meta("layer");
+                t.dir("root/d/", 0o755)
+                    .file("root/d/keep", b"k", 0o644)
+                    .file("root/d", b"x", 0o644);
+                t.bytes()
+            }),
+            Box::new(|r| *r == ArchiveRefusal::FileOverDirectory),
+        ),
+        (
+            "directory over a symlink",
+            Box::new(|_| {
+                let mut t = Tar::meta("layer");
+                t.link(tar::EntryType::Symlink, "root/s", "elsewhere");
+                t.dir("root/s/", 0o755);
+                t.bytes()
+            }),
+            Box::new(|r| *r == ArchiveRefusal::DirectoryOverSymlink),
+        ),
+        (
+            "truncated",
+            Box::new(|_| {
+                let mut t = Tar::meta("layer");
+                t.file("root/big", &vec![1u8; 100_000], 0o644);
+                let mut b = t.bytes();
+                b.truncate(60_000);
+                b
+            }),
+            Box::new(|r| matches!(r, ArchiveRefusal::Corrupt(_))),
+        ),
+        (
+            "corrupt gzip",
+            Box::new(|_| {
+                let mut gz = flate2::write::GzEncoder::new(
+                    Vec::new(),
+                    flate2::Compression::fast(),
+                );
+                gz.write_all(&good_layer()).unwrap();
+                let mut b = gz.finish().unwrap();
+                let n = b.len();
+                for x in &mut b[n / 2..n / 2 + 64] {
+                    *x ^= 0x5a;
+                }
+                b
+            }),
+            Box::new(|r| matches!(r, ArchiveRefusal::Corrupt(_))),
+        ),
+    ];
+    for (what, make, want) in &cases {
+        for threads in [1, 4] {
+            let s = scene();
+            let data = make(&s);
+            let (entry, reason) =
+                refused(s.unpack(&data, &layer_opts(threads)));
+            assert!(want(&reason), "{what}: {reason} (entry {entry:?})");
+            s.assert_outside_untouched();
+            assert!(!Path::new("/tmp/zinstall-abs-evil").exists(), "{what}");
+        }
+    }
+}
+
+#[test]
+fn decompression_bomb_is_refused() {
+    let s = scene();
+    let mut t = Tar::meta("layer");
+    for i in 0..20 {
+        t.file(&format!("root/zeros{i}"), &vec![0u8; 1 << 20], 0o644);
+    }
+    let zst = zstd::encode_all(&t.bytes()[..], 19).unwrap();
+    assert!(zst.len() < 100_000, "a real bomb: {} bytes", zst.len());
+    let opts = UnpackOptions {
+        max_bytes: 8 << 20,
+        ..layer_opts(2)
+    };
+    let (_, reason) = refused(s.unpack(&zst, &opts));
+    assert_eq!(reason, ArchiveRefusal::TooLarge { limit: 8 << 20 });
+    s.assert_outside_untouched();
+}
+
+#[test]
+fn errors_name_archive_entry_and_reason() {
+    let s = scene();
+    let mut t = Tar::meta("layer");
+    t.link(tar::EntryType::Symlink, "root/up", "../..");
+    t.file("root/up/x", b"x", 0o644);
+    let e = s
+        .unpack(&t.bytes(), &layer_opts(2))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains(s.archive.to_str().unwrap()), "{e}");
+    assert!(e.contains("root/up/x"), "{e}");
+    assert!(e.contains("symlink"), "{e}");
+    // Symlinks already in the root are not followed either.
+    fs::create_dir_all(s.root.join("etc")).unwrap();
+    symlink(&s.outside, s.root.join("etc/trap")).unwrap();
+    let mut t = Tar::meta("layer");
+    t.file("root/etc/trap/sentinel", b"overwritten", 0o644);
+    assert_eq!(
+        refused(s.unpack(&t.bytes(), &layer_opts(2))).1,
+        ArchiveRefusal::ThroughSymlink
+    );
+    s.assert_outside_untouched();
+    let _ = fs::Permissions::from_mode(0o755);
+}
