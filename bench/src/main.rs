@@ -60,6 +60,25 @@ enum Cmd {
         #[arg(long)]
         empty: bool,
     },
+    /// Time unpacking a layer of FILES × SIZE bytes: zinstall with its
+    /// workers, zinstall with one, and GNU tar -xf.
+    Unpack {
+        /// Files in the layer.
+        #[arg(long, default_value_t = 10_000)]
+        files: usize,
+        /// Bytes per file.
+        #[arg(long, default_value_t = 200_000)]
+        size: usize,
+        /// Timed runs per contender.
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+        /// Workers for the parallel runs.
+        #[arg(long, default_value_t = 8)]
+        threads: usize,
+        /// Where the layer and the roots go.
+        #[arg(long, default_value = "/var/tmp/zinstall-bench")]
+        scratch: PathBuf,
+    },
     /// The serial 8 KiB baseline copy (used by `copy`).
     SerialCopy { src: PathBuf, dst: PathBuf },
 }
@@ -79,6 +98,13 @@ fn main() -> ExitCode {
         } => trees::generate(tree, &out, scale, empty)
             .map(|s| println!("{}: {s:?}", out.display()))
             .map_err(|e| format!("{}: {e}", out.display())),
+        Cmd::Unpack {
+            files,
+            size,
+            runs,
+            threads,
+            scratch,
+        } => unpack_bench(files, size, runs, threads, &scratch),
         Cmd::SerialCopy { src, dst } => {
             peers::serial_copy(&src, &dst).map_err(|e| {
                 format!("{} -> {}: {e}", src.display(), dst.display())
@@ -282,5 +308,80 @@ fn copy_bench(
             .map_err(|e| e.to_string())?;
     }
     eprintln!("results in {}", out.display());
+    Ok(())
+}
+
+fn unpack_bench(
+    files: usize,
+    size: usize,
+    runs: usize,
+    threads: usize,
+    scratch: &Path,
+) -> Result<(), String> {
+    use copier::archive::{self, ArchiveKind, UnpackOptions};
+    use std::time::Instant;
+    fs::create_dir_all(scratch).map_err(|e| e.to_string())?;
+    let layer = scratch.join(format!("layer-{files}x{size}.tar"));
+    if !layer.exists() {
+        let tmp = layer.with_extension("partial");
+        trees::layer_tar(&tmp, files, size)
+            .map_err(|e| format!("{}: {e}", tmp.display()))?;
+        fs::rename(&tmp, &layer).map_err(|e| e.to_string())?;
+    }
+    let names = [
+        format!("zinstall {threads} workers"),
+        "zinstall 1 worker".to_string(),
+        "tar -xf".to_string(),
+    ];
+    let mut samples: Vec<Samples> = names
+        .iter()
+        .map(|n| Samples {
+            tool: n.clone(),
+            times: Vec::new(),
+        })
+        .collect();
+    let dst = scratch.join("unpack-dst");
+    for run in 0..runs {
+        for k in 0..3 {
+            let i = (k + run) % 3;
+            let _ = fs::remove_dir_all(&dst);
+            fs::create_dir_all(&dst).map_err(|e| e.to_string())?;
+            peers::sync();
+            peers::warm(&layer).map_err(|e| e.to_string())?;
+            let t0 = Instant::now();
+            if i == 2 {
+                let mut c = std::process::Command::new("tar");
+                c.arg("-xf").arg(&layer).arg("-C").arg(&dst);
+                peers::time(c)?;
+            } else {
+                let t = if i == 0 { threads } else { 1 };
+                let opts = UnpackOptions {
+                    tunables: copier::Tunables {
+                        copy_threads: t,
+                        ..copier::Tunables::default()
+                    },
+                    expect: Some(ArchiveKind::Layer),
+                    ..UnpackOptions::default()
+                };
+                let root = dst.join("root");
+                fs::create_dir(&root).map_err(|e| e.to_string())?;
+                archive::unpack(&layer, &root, &opts)
+                    .map_err(|e| e.to_string())?;
+            }
+            let took = t0.elapsed();
+            eprintln!(
+                "  run {run} {:<20} {:>8.3} s",
+                names[i],
+                took.as_secs_f64()
+            );
+            samples[i].times.push(took);
+        }
+    }
+    let _ = fs::remove_dir_all(&dst);
+    println!(
+        "\nunpack {} ({files} x {size} bytes)\n\n{}",
+        layer.display(),
+        report::markdown(&samples, "tar -xf")
+    );
     Ok(())
 }
