@@ -253,6 +253,40 @@ fn relative(from: &Path, target: &Path, root: &Path) -> PathBuf {
     out
 }
 
+/// A layer archive of `files` × `size`-byte files of random data under
+/// `root/`, with its `zinstall.json`, written as an uncompressed tar.
+/// Returns the bytes of file data.
+pub fn layer_tar(out: &Path, files: usize, size: usize) -> io::Result<u64> {
+    let f = File::create(out)?;
+    let mut b = tar::Builder::new(io::BufWriter::with_capacity(1 << 20, f));
+    let meta = b"{\"v\":\"1\",\"t\":\"layer\"}\n";
+    let header = |size: u64, mode: u32| {
+        let mut h = tar::Header::new_gnu();
+        h.set_size(size);
+        h.set_mode(mode);
+        h.set_uid(0);
+        h.set_gid(0);
+        h.set_mtime(1_600_000_000);
+        h
+    };
+    let mut h = header(meta.len() as u64, 0o444);
+    b.append_data(&mut h, "zinstall.json", &meta[..])?;
+    let mut rng = Rng::new(42);
+    let mut data = vec![0u8; size];
+    for i in 0..files {
+        if i % 100 == 0 {
+            let mut h = header(0, 0o755);
+            h.set_entry_type(tar::EntryType::Directory);
+            b.append_data(&mut h, format!("root/d{}/", i / 100), io::empty())?;
+        }
+        rng.fill(&mut data);
+        let mut h = header(size as u64, 0o644);
+        b.append_data(&mut h, format!("root/d{}/f{i}", i / 100), &data[..])?;
+    }
+    b.into_inner()?.flush()?;
+    Ok((files * size) as u64)
+}
+
 #[cfg(test)]
 mod test {
     use super::*;
@@ -350,38 +384,4 @@ mod test {
         assert!(md.blocks() * 512 <= s.bytes + (1 << 20));
         assert!(s.bytes > 0 && s.bytes < md.len() / 2);
     }
-}
-
-/// A layer archive of `files` × `size`-byte files of random data under
-/// `root/`, with its `zinstall.json`, written as an uncompressed tar.
-/// Returns the bytes of file data.
-pub fn layer_tar(out: &Path, files: usize, size: usize) -> io::Result<u64> {
-    let f = File::create(out)?;
-    let mut b = tar::Builder::new(io::BufWriter::with_capacity(1 << 20, f));
-    let meta = b"{\"v\":\"1\",\"t\":\"layer\"}\n";
-    let header = |size: u64, mode: u32| {
-        let mut h = tar::Header::new_gnu();
-        h.set_size(size);
-        h.set_mode(mode);
-        h.set_uid(0);
-        h.set_gid(0);
-        h.set_mtime(1_600_000_000);
-        h
-    };
-    let mut h = header(meta.len() as u64, 0o444);
-    b.append_data(&mut h, "zinstall.json", &meta[..])?;
-    let mut rng = Rng::new(42);
-    let mut data = vec![0u8; size];
-    for i in 0..files {
-        if i % 100 == 0 {
-            let mut h = header(0, 0o755);
-            h.set_entry_type(tar::EntryType::Directory);
-            b.append_data(&mut h, format!("root/d{}/", i / 100), io::empty())?;
-        }
-        rng.fill(&mut data);
-        let mut h = header(size as u64, 0o644);
-        b.append_data(&mut h, format!("root/d{}/f{i}", i / 100), &data[..])?;
-    }
-    b.into_inner()?.flush()?;
-    Ok((files * size) as u64)
 }
