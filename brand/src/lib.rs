@@ -4,6 +4,8 @@
 //! crate.
 
 pub mod cmd;
+pub mod hook;
+pub mod install;
 pub mod output;
 pub mod settings;
 pub mod statemap;

@@ -48,7 +48,7 @@
 
 use std::fs::{self, File, OpenOptions, TryLockError};
 use std::io::{self, Read, Write};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -284,12 +284,12 @@ impl Cache {
         let (sha, bytes) = match result {
             Ok(v) => v,
             Err(e) => {
-                let _already_failing = remove_tree(&scratch);
+                let _already_failing = crate::fsutil::remove_tree(&scratch);
                 return Err(e);
             }
         };
         if let Err(e) = check_expected(image, expected, &sha) {
-            let _already_failing = remove_tree(&scratch);
+            let _already_failing = crate::fsutil::remove_tree(&scratch);
             return Err(e.into());
         }
         let entry = Entry {
@@ -303,7 +303,7 @@ impl Cache {
         let took = started.elapsed();
         let published = self.publish(&entry, &scratch, image, bytes, took);
         if published.is_err() {
-            let _already_failing = remove_tree(&scratch);
+            let _already_failing = crate::fsutil::remove_tree(&scratch);
         }
         let built = published?;
         write_atomic(&index, entry.name().as_bytes())?;
@@ -358,7 +358,7 @@ impl Cache {
         )?;
         let r = (|| {
             if entry.dir.exists() {
-                remove_tree(scratch)?;
+                crate::fsutil::remove_tree(scratch)?;
                 return Ok(false);
             }
             let created = now_secs();
@@ -535,7 +535,7 @@ impl Cache {
                 .map_err(|e| {
                     Error::io2(Op::Rename, &info.entry.dir, &doomed, e)
                 })
-                .and_then(|()| remove_tree(&doomed));
+                .and_then(|()| crate::fsutil::remove_tree(&doomed));
             let users = self
                 .root
                 .join("entries")
@@ -571,7 +571,7 @@ impl Cache {
                 let lock = open_lock(&path)?;
                 match lock.try_lock() {
                     Ok(()) => {
-                        let r = remove_tree(&e.path());
+                        let r = crate::fsutil::remove_tree(&e.path());
                         let _unlocked = lock.unlock();
                         r?;
                         removed += 1;
@@ -581,7 +581,7 @@ impl Cache {
                 }
             };
             if stale {
-                remove_tree(&e.path())?;
+                crate::fsutil::remove_tree(&e.path())?;
                 removed += 1;
             }
         }
@@ -595,7 +595,7 @@ impl Cache {
         {
             let e = e.map_err(|e| Error::io(Op::ReadDir, &dir, e))?;
             if matches(&e.file_name().to_string_lossy()) {
-                remove_tree(&e.path())?;
+                crate::fsutil::remove_tree(&e.path())?;
             }
         }
         Ok(())
@@ -744,30 +744,4 @@ fn disk_usage(path: &Path) -> Result<u64> {
         total += md.blocks() * 512;
     }
     Ok(total)
-}
-
-/// Removes a tree without following symlinks, making directories
-/// writable first so read-only ones (0555 in an extracted root) do not
-/// stop the removal.
-pub(crate) fn remove_tree(path: &Path) -> Result<()> {
-    let md = match fs::symlink_metadata(path) {
-        Ok(m) => m,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(Error::io(Op::Stat, path, e)),
-    };
-    if !md.is_dir() {
-        return fs::remove_file(path)
-            .map_err(|e| Error::io(Op::Remove, path, e));
-    }
-    for e in walkdir::WalkDir::new(path).follow_links(false) {
-        let e = e.map_err(|e| {
-            let p = e.path().unwrap_or(path).to_path_buf();
-            Error::io(Op::ReadDir, p, io::Error::from(e))
-        })?;
-        if e.file_type().is_dir() {
-            fs::set_permissions(e.path(), fs::Permissions::from_mode(0o700))
-                .map_err(|err| Error::io(Op::Chmod, e.path(), err))?;
-        }
-    }
-    fs::remove_dir_all(path).map_err(|e| Error::io(Op::Remove, path, e))
 }

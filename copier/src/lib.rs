@@ -26,6 +26,7 @@ pub mod cache;
 pub mod defaults;
 mod engine;
 pub mod error;
+pub mod fsutil;
 pub mod plan;
 pub mod probes;
 pub mod provision;

@@ -17,6 +17,10 @@ struct Cli {
 enum Command {
     /// Copy a tree faithfully and in parallel (like cp -a, faster).
     Copy(cmd::copy::CopyArgs),
+    /// Install a zone root or rootfs from a profile, a baseline and images.
+    Install(cmd::install::InstallArgs),
+    /// Remove an installed root.
+    Uninstall(cmd::install::UninstallArgs),
     /// Draw a statemap as SVG and print each thread's time per state.
     Statemap(cmd::statemap::StatemapArgs),
     /// Compare two trees on every attribute a faithful copy keeps.
@@ -32,6 +36,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match &cli.command {
         Command::Copy(a) => cmd::copy::run(a),
+        Command::Install(a) => cmd::install::install(a),
+        Command::Uninstall(a) => cmd::install::uninstall(a),
         Command::Statemap(a) => cmd::statemap::run(a),
         Command::Verify(a) => cmd::verify::run(a),
     }

@@ -1,5 +1,6 @@
 //! One module per `zinstall` subcommand.
 
 pub mod copy;
+pub mod install;
 pub mod statemap;
 pub mod verify;

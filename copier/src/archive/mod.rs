@@ -43,4 +43,4 @@ mod names;
 mod unpack;
 
 pub use meta::{ArchiveKind, ArchiveMeta};
-pub use unpack::{UnpackOptions, UnpackReport, unpack, unpack_from};
+pub use unpack::{UnpackOptions, UnpackReport, peek_kind, unpack, unpack_from};

@@ -95,6 +95,49 @@ pub fn unpack(
     unpack_from(reader, archive, root, opts)
 }
 
+/// What a zinstall archive says it is, from its first member, reading
+/// nothing more; `None` if the first member is not `zinstall.json`.
+pub fn peek_kind(archive: &Path) -> Result<Option<ArchiveKind>> {
+    let mut f =
+        File::open(archive).map_err(|e| Error::io(Op::Open, archive, e))?;
+    let mut head = [0u8; 4];
+    let n = read_up_to(&mut f, &mut head)
+        .map_err(|e| Error::io(Op::Read, archive, e))?;
+    let f = File::open(archive).map_err(|e| Error::io(Op::Open, archive, e))?;
+    let reader = decompress(f, compression_of(&head[..n]))
+        .map_err(|e| Error::io(Op::Read, archive, e))?;
+    let refuse = |entry: &str, reason| Error::Archive {
+        archive: archive.to_path_buf(),
+        entry: entry.to_string(),
+        reason,
+    };
+    let corrupt =
+        |e: io::Error| refuse("", ArchiveRefusal::Corrupt(e.to_string()));
+    let mut ar = tar::Archive::new(reader);
+    let Some(first) = ar.entries().map_err(corrupt)?.next() else {
+        return Err(refuse(
+            "",
+            ArchiveRefusal::Corrupt("empty archive".into()),
+        ));
+    };
+    let mut e = first.map_err(corrupt)?;
+    let raw = e.path_bytes().into_owned();
+    let name = names::check(&raw).map_err(|r| refuse(&names::show(&raw), r))?;
+    if name.parts.len() != 1
+        || name.parts[0].as_bytes() != meta::NAME.as_bytes()
+    {
+        return Ok(None);
+    }
+    let mut body = Vec::new();
+    (&mut e)
+        .take(64 << 10)
+        .read_to_end(&mut body)
+        .map_err(corrupt)?;
+    let m = meta::parse(&body)
+        .map_err(|why| refuse(meta::NAME, ArchiveRefusal::BadMetadata(why)))?;
+    Ok(Some(m.kind))
+}
+
 /// Unpacks a decompressed tar stream; `archive` names it in errors.
 pub fn unpack_from(
     reader: impl Read,

@@ -1,0 +1,135 @@
+//! `zinstall install` and `zinstall uninstall`: the brand's install on
+//! Linux (or anywhere), by the same code the zoneadm hook runs.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+
+use crate::install::{self, Install, Profile, profile};
+use crate::output;
+use crate::settings::TunableArgs;
+
+/// Arguments of `zinstall install`.
+#[derive(Args, Debug)]
+pub struct InstallArgs {
+    /// The zonepath: created (0700) if missing; the root is ZONEPATH/root.
+    #[arg(long, value_name = "DIR")]
+    pub zonepath: PathBuf,
+    /// The install profile (default /etc/zinstall/profile.toml, or the
+    /// built-in default when that does not exist).
+    #[arg(long, value_name = "FILE")]
+    pub profile: Option<PathBuf>,
+    /// Copy the trees from this root instead of the profile's.
+    #[arg(long, value_name = "DIR")]
+    pub source_root: Option<PathBuf>,
+    /// Write the structured log here instead of the profile's path.
+    #[arg(long, value_name = "FILE")]
+    pub log: Option<PathBuf>,
+    /// Image layers, applied in order after the baseline.
+    pub images: Vec<PathBuf>,
+    #[command(flatten)]
+    pub tunables: TunableArgs,
+}
+
+/// Arguments of `zinstall uninstall`.
+#[derive(Args, Debug)]
+pub struct UninstallArgs {
+    /// The zonepath whose root to remove.
+    #[arg(long, value_name = "DIR")]
+    pub zonepath: PathBuf,
+    /// Remove the root even if zinstall did not make it.
+    #[arg(short = 'F', long)]
+    pub force: bool,
+    /// Write the structured log here.
+    #[arg(long, value_name = "FILE")]
+    pub log: Option<PathBuf>,
+}
+
+/// Installs; exit 0, or 1 with the error (and 2 for bad settings).
+pub fn install(args: &InstallArgs) -> ExitCode {
+    let path = args
+        .profile
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(profile::DEFAULT_PATH));
+    let mut profile = match Profile::load(&path) {
+        Ok(p) => p,
+        Err(e) => {
+            output::error(e);
+            return ExitCode::from(2);
+        }
+    };
+    if let Some(s) = &args.source_root {
+        profile.source_root = s.clone();
+    }
+    if let Some(l) = &args.log {
+        profile.log = l.clone();
+    }
+    let tunables = match args.tunables.resolve() {
+        Ok(t) => t,
+        Err(e) => {
+            output::error(e);
+            return ExitCode::from(2);
+        }
+    };
+    if let Err(e) = std::fs::create_dir_all(&args.zonepath).and_then(|()| {
+        std::fs::set_permissions(
+            &args.zonepath,
+            std::os::unix::fs::PermissionsExt::from_mode(0o700),
+        )
+    }) {
+        output::error(format_args!(
+            "zonepath {}: {e}",
+            args.zonepath.display()
+        ));
+        return ExitCode::from(1);
+    }
+    let argv: Vec<String> = std::env::args().collect();
+    let (log, warning) = install::log::open(&profile.log, &argv);
+    if let Some(w) = warning {
+        output::note(w);
+    }
+    let zone = args.zonepath.file_name().map_or_else(
+        || "zone".to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    );
+    let mut say = |line: &str| output::out(line);
+    let mut job = Install {
+        zone,
+        zonepath: args.zonepath.clone(),
+        profile,
+        images: args.images.clone(),
+        tunables,
+        log,
+        say: &mut say,
+    };
+    match job.run() {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(e) => {
+            output::error(e);
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Uninstalls; exit 0 or 1.
+pub fn uninstall(args: &UninstallArgs) -> ExitCode {
+    let log_path = args.log.clone().unwrap_or_else(|| {
+        Profile::load(std::path::Path::new(profile::DEFAULT_PATH))
+            .map(|p| p.log)
+            .unwrap_or_else(|_| "/var/log/zinstall.log".into())
+    });
+    let argv: Vec<String> = std::env::args().collect();
+    let (log, warning) = install::log::open(&log_path, &argv);
+    if let Some(w) = warning {
+        output::note(w);
+    }
+    let mut say = |line: &str| output::out(line);
+    match install::uninstall(&args.zonepath, args.force, &log, &mut say) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            output::error(e);
+            ExitCode::from(1)
+        }
+    }
+}

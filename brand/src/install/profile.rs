@@ -1,0 +1,339 @@
+//! The install profile (TOML): what a root is made of.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use copier::{Action, Rule, RuleSet};
+use serde::Deserialize;
+
+/// The profile shipped as `/etc/zinstall/profile.toml`, used when that
+/// file does not exist.
+pub const DEFAULT: &str = include_str!("../../../etc/zinstall/profile.toml");
+
+/// The system's profile.
+pub const DEFAULT_PATH: &str = "/etc/zinstall/profile.toml";
+
+/// A parsed, checked profile.
+#[derive(Clone, Debug)]
+pub struct Profile {
+    /// Where it was read from (for messages).
+    pub path: PathBuf,
+    /// The root the trees are copied from.
+    pub source_root: PathBuf,
+    /// Trees to replicate, relative to `source_root`.
+    pub trees: Vec<PathBuf>,
+    /// The structured log.
+    pub log: PathBuf,
+    /// Link and prune rules, compiled.
+    pub rules: Arc<RuleSet>,
+    /// The rules as written (for the log).
+    pub rule_count: usize,
+    /// Baseline archive name and where to look for it.
+    pub baseline: Option<Baseline>,
+    /// Host files copied in at the end.
+    pub host_files: Vec<PathBuf>,
+    /// Bound on what an archive may unpack to.
+    pub max_archive_bytes: u64,
+    /// Whether archives may make device nodes.
+    pub allow_devices: bool,
+}
+
+/// Where the baseline comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Baseline {
+    /// The archive's file name.
+    pub file: String,
+    /// Directories searched in order.
+    pub search: Vec<PathBuf>,
+    /// Whether a missing baseline is an error.
+    pub required: bool,
+}
+
+impl Baseline {
+    /// The first `search/file` that exists.
+    pub fn find(&self) -> Option<PathBuf> {
+        self.search
+            .iter()
+            .map(|d| d.join(&self.file))
+            .find(|p| p.is_file())
+    }
+}
+
+/// A profile that cannot be used: the file, and what is wrong.
+#[derive(Debug)]
+pub struct ProfileError {
+    /// The profile file.
+    pub path: PathBuf,
+    /// The key or line at fault, and why.
+    pub message: String,
+}
+
+impl fmt::Display for ProfileError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "profile {}: {}", self.path.display(), self.message)
+    }
+}
+
+impl std::error::Error for ProfileError {}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Raw {
+    #[serde(default = "default_source_root")]
+    source_root: PathBuf,
+    #[serde(default = "default_trees")]
+    trees: Vec<PathBuf>,
+    #[serde(default = "default_log")]
+    log: PathBuf,
+    #[serde(default = "default_max")]
+    max_archive_bytes: u64,
+    #[serde(default)]
+    allow_devices: bool,
+    #[serde(default, rename = "rule")]
+    rules: Vec<RawRule>,
+    #[serde(default)]
+    prune: RawPrune,
+    baseline: Option<RawBaseline>,
+    #[serde(default)]
+    host_files: RawHostFiles,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRule {
+    pattern: String,
+    action: String,
+    prefix: Option<PathBuf>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawPrune {
+    #[serde(default)]
+    paths: Vec<String>,
+    list_file: Option<PathBuf>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawBaseline {
+    file: String,
+    #[serde(default)]
+    search: Vec<PathBuf>,
+    #[serde(default)]
+    required: bool,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct RawHostFiles {
+    #[serde(default)]
+    paths: Vec<PathBuf>,
+}
+
+fn default_source_root() -> PathBuf {
+    PathBuf::from("/")
+}
+
+fn default_trees() -> Vec<PathBuf> {
+    ["usr", "lib", "sbin"].iter().map(PathBuf::from).collect()
+}
+
+fn default_log() -> PathBuf {
+    PathBuf::from("/var/log/zinstall.log")
+}
+
+fn default_max() -> u64 {
+    64 << 30
+}
+
+impl Profile {
+    /// Reads `path`; the built-in default if it is the system profile
+    /// and does not exist.
+    pub fn load(path: &Path) -> Result<Profile, ProfileError> {
+        let err = |message: String| ProfileError {
+            path: path.to_path_buf(),
+            message,
+        };
+        match std::fs::read_to_string(path) {
+            Ok(text) => Self::parse(path, &text),
+            Err(e)
+                if e.kind() == std::io::ErrorKind::NotFound
+                    && path == Path::new(DEFAULT_PATH) =>
+            {
+                Self::parse(Path::new("(built-in default profile)"), DEFAULT)
+            }
+            Err(e) => Err(err(format!("read: {e}"))),
+        }
+    }
+
+    /// Parses and checks a profile's text.
+    pub fn parse(path: &Path, text: &str) -> Result<Profile, ProfileError> {
+        let err = |message: String| ProfileError {
+            path: path.to_path_buf(),
+            message,
+        };
+        let raw: Raw = toml::from_str(text)
+            .map_err(|e| err(e.to_string().trim_end().to_string()))?;
+        for (i, t) in raw.trees.iter().enumerate() {
+            let bad = t.is_absolute()
+                || t.components()
+                    .any(|c| !matches!(c, std::path::Component::Normal(_)));
+            if bad || t.as_os_str().is_empty() {
+                return Err(err(format!(
+                    "trees[{i}] = {:?}: must be a relative path without ..",
+                    t
+                )));
+            }
+        }
+        // Prune rules first: a pruned path is skipped whatever else matches.
+        let mut rules = Vec::new();
+        let mut prune = raw.prune.paths.clone();
+        if let Some(list) = &raw.prune.list_file {
+            match std::fs::read_to_string(list) {
+                Ok(text) => {
+                    for (n, line) in text.lines().enumerate() {
+                        let line = line.trim();
+                        if line.is_empty() || line.starts_with('#') {
+                            continue;
+                        }
+                        if line.starts_with('/')
+                            || line.split('/').any(|c| c == "..")
+                        {
+                            return Err(err(format!(
+                                "prune.list_file {}:{}: {line:?} must be relative, without ..",
+                                list.display(),
+                                n + 1
+                            )));
+                        }
+                        prune.push(line.to_string());
+                    }
+                }
+                // The list is optional: a system may have none.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    return Err(err(format!(
+                        "prune.list_file {}: {e}",
+                        list.display()
+                    )));
+                }
+            }
+        }
+        for p in &prune {
+            let p = p.trim_matches('/');
+            rules.push(Rule::new(globset::escape(p), Action::Skip));
+        }
+        for (i, r) in raw.rules.iter().enumerate() {
+            let need_prefix = |a: fn(PathBuf) -> Action| match &r.prefix {
+                Some(p) => Ok(a(p.clone())),
+                None => Err(err(format!(
+                    "rule[{i}]: action {:?} needs a prefix",
+                    r.action
+                ))),
+            };
+            let action = match r.action.as_str() {
+                "copy" => Action::Copy,
+                "skip" => Action::Skip,
+                "link" => need_prefix(Action::Link)?,
+                "relative-link" => need_prefix(Action::RelativeLink)?,
+                other => {
+                    return Err(err(format!(
+                        "rule[{i}].action = {other:?}: must be copy, link, relative-link or skip"
+                    )));
+                }
+            };
+            rules.push(Rule::new(r.pattern.clone(), action));
+        }
+        let rule_count = rules.len();
+        let rules =
+            RuleSet::new(rules).map_err(|e| err(format!("rule: {e}")))?;
+        Ok(Profile {
+            path: path.to_path_buf(),
+            source_root: raw.source_root,
+            trees: raw.trees,
+            log: raw.log,
+            rules: Arc::new(rules),
+            rule_count,
+            baseline: raw.baseline.map(|b| Baseline {
+                file: b.file,
+                search: b.search,
+                required: b.required,
+            }),
+            host_files: raw.host_files.paths,
+            max_archive_bytes: raw.max_archive_bytes,
+            allow_devices: raw.allow_devices,
+        })
+    }
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    #[test]
+    fn the_shipped_profiles_parse() {
+        let p = Profile::parse(Path::new("default"), DEFAULT).unwrap();
+        assert_eq!(
+            p.trees,
+            [PathBuf::from("usr"), "lib".into(), "sbin".into()]
+        );
+        let mut s = Vec::new();
+        assert_eq!(
+            p.rules.action(Path::new("usr/bin/ls"), &mut s),
+            &Action::Link("/system".into())
+        );
+        assert_eq!(
+            p.rules.action(Path::new("lib/svc/manifest"), &mut s),
+            &Action::Skip
+        );
+        assert_eq!(
+            p.rules.action(Path::new("usr/lib/libc.so.1"), &mut s),
+            &Action::Link("/system".into())
+        );
+        assert_eq!(
+            p.rules.action(Path::new("lib/svc/method/x"), &mut s),
+            &Action::Copy
+        );
+        let linux = include_str!("../../../etc/zinstall/profile-linux.toml");
+        Profile::parse(Path::new("linux"), linux).unwrap();
+    }
+
+    #[test]
+    fn unknown_keys_bad_globs_and_actions_name_the_file_and_key() {
+        let e = Profile::parse(Path::new("/p.toml"), "sourceroot = \"/\"\n")
+            .unwrap_err();
+        let s = e.to_string();
+        assert!(
+            s.starts_with("profile /p.toml: ") && s.contains("sourceroot"),
+            "{s}"
+        );
+        let e = Profile::parse(
+            Path::new("/p.toml"),
+            "[[rule]]\npattern = \"usr/[bin\"\naction = \"copy\"\n",
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("usr/[bin"), "{e}");
+        let e = Profile::parse(
+            Path::new("/p.toml"),
+            "[[rule]]\npattern = \"x\"\naction = \"move\"\n",
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("rule[0].action"), "{e}");
+        let e = Profile::parse(
+            Path::new("/p.toml"),
+            "[[rule]]\npattern = \"x\"\naction = \"link\"\n",
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("needs a prefix"), "{e}");
+        let e = Profile::parse(Path::new("/p.toml"), "trees = [\"../etc\"]\n")
+            .unwrap_err();
+        assert!(e.to_string().contains("trees[0]"), "{e}");
+        let e = Profile::parse(
+            Path::new("/p.toml"),
+            "[baseline]\nfile = \"b\"\nwhere = []\n",
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("where"), "{e}");
+    }
+}
