@@ -217,3 +217,45 @@ fn dtrace_and_bpftrace_scripts_declare_the_same_states() {
         .collect();
     assert_eq!(enum_names, from_d);
 }
+
+/// Every probe the provider defines is compiled into both binaries (a
+/// probe is in the ELF notes only where the code fires it), and nothing
+/// else of ours is. Probes the code fires but the provider lacks cannot
+/// exist: their macros are generated from the provider.
+#[test]
+fn every_defined_probe_is_fired_by_both_binaries() {
+    let file =
+        dtrace_parser::File::from_file(&repo().join("dtrace/zinstall.d"))
+            .unwrap();
+    let provider = &file.providers()[0];
+    assert_eq!(provider.name, "zinstall");
+    let mut defined: Vec<String> = provider
+        .probes
+        .iter()
+        .map(|p| p.name.replace("__", "-"))
+        .collect();
+    defined.sort();
+    assert_eq!(defined.len(), 11);
+    if Command::new("readelf").arg("--version").output().is_err() {
+        eprintln!("skipped: every_defined_probe_is_fired: no readelf");
+        return;
+    }
+    for bin in [env!("CARGO_BIN_EXE_zinstall"), env!("CARGO_BIN_EXE_brand")] {
+        let out = Command::new("readelf").args(["-n", bin]).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        let mut fired: Vec<String> = Vec::new();
+        let mut lines = text.lines();
+        while let Some(l) = lines.next() {
+            if l.trim_start().starts_with("Provider: zinstall") {
+                if let Some(name) =
+                    lines.next().and_then(|n| n.trim().strip_prefix("Name: "))
+                {
+                    fired.push(name.to_string());
+                }
+            }
+        }
+        fired.sort();
+        fired.dedup();
+        assert_eq!(fired, defined, "{bin}");
+    }
+}
