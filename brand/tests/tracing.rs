@@ -246,12 +246,11 @@ fn every_defined_probe_is_fired_by_both_binaries() {
         let mut fired: Vec<String> = Vec::new();
         let mut lines = text.lines();
         while let Some(l) = lines.next() {
-            if l.trim_start().starts_with("Provider: zinstall") {
-                if let Some(name) =
+            if l.trim_start().starts_with("Provider: zinstall")
+                && let Some(name) =
                     lines.next().and_then(|n| n.trim().strip_prefix("Name: "))
-                {
-                    fired.push(name.to_string());
-                }
+            {
+                fired.push(name.to_string());
             }
         }
         fired.sort();
