@@ -21,6 +21,10 @@ enum Command {
     Install(cmd::install::InstallArgs),
     /// Remove an installed root.
     Uninstall(cmd::install::UninstallArgs),
+    /// Make guests (directory roots or qcow2 disks) from one cached image.
+    Provision(cmd::provision::ProvisionArgs),
+    /// List or collect the image cache.
+    Cache(cmd::provision::CacheArgs),
     /// Draw a statemap as SVG and print each thread's time per state.
     Statemap(cmd::statemap::StatemapArgs),
     /// Compare two trees on every attribute a faithful copy keeps.
@@ -38,6 +42,8 @@ fn main() -> ExitCode {
         Command::Copy(a) => cmd::copy::run(a),
         Command::Install(a) => cmd::install::install(a),
         Command::Uninstall(a) => cmd::install::uninstall(a),
+        Command::Provision(a) => cmd::provision::provision(a),
+        Command::Cache(a) => cmd::provision::cache(a),
         Command::Statemap(a) => cmd::statemap::run(a),
         Command::Verify(a) => cmd::verify::run(a),
     }

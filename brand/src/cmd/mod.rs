@@ -2,5 +2,6 @@
 
 pub mod copy;
 pub mod install;
+pub mod provision;
 pub mod statemap;
 pub mod verify;

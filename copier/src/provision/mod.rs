@@ -7,8 +7,13 @@
 //! ([`write_sparse`]).
 
 mod detect;
+mod guests;
 mod sparse;
 
 pub(crate) use detect::read_up_to;
 pub use detect::{Compression, ImageKind, compression_of, decompress, detect};
+pub use guests::{
+    Guest, GuestKind, ProvisionError, ProvisionOptions, ProvisionReport,
+    provision,
+};
 pub use sparse::write_sparse;

@@ -1,0 +1,237 @@
+//! `zinstall provision` and `zinstall cache`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use clap::{Args, Subcommand};
+use copier::cache::{Cache, Obtained};
+use copier::provision::{self, ProvisionOptions};
+
+use crate::output;
+use crate::settings::TunableArgs;
+
+/// The cache's default place.
+pub const DEFAULT_CACHE: &str = "/var/cache/zinstall";
+
+/// Arguments of `zinstall provision`.
+#[derive(Args, Debug)]
+pub struct ProvisionArgs {
+    /// A rootfs archive (tar, tar.gz, tar.zst) or a disk image (raw,
+    /// raw.gz, raw.zst, qcow2), told by content.
+    pub image: PathBuf,
+    /// Guests to make.
+    #[arg(long, default_value_t = 1)]
+    pub count: usize,
+    /// Where the guests go.
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+    /// Guests are named NAME-0 ... NAME-(N-1).
+    #[arg(long, default_value = "guest")]
+    pub name: String,
+    /// Virtual size of disk guests (bytes, or with K, M, G, T); never
+    /// below the image's.
+    #[arg(long, value_parser = parse_size)]
+    pub size: Option<u64>,
+    /// The image cache.
+    #[arg(long, value_name = "DIR", default_value = DEFAULT_CACHE)]
+    pub cache: PathBuf,
+    /// Refuse the image unless its SHA-256 is this (hex).
+    #[arg(long, value_name = "HEX")]
+    pub sha256: Option<String>,
+    /// Make overlays with qemu-img (at this path) instead of natively.
+    #[arg(long, value_name = "PATH", num_args = 0..=1, default_missing_value = "/usr/bin/qemu-img")]
+    pub qemu_img: Option<PathBuf>,
+    /// Refuse archives unpacking to more than this.
+    #[arg(long, value_parser = parse_size, default_value = "64G")]
+    pub max_archive_size: u64,
+    #[command(flatten)]
+    pub tunables: TunableArgs,
+}
+
+/// `zinstall cache ...`.
+#[derive(Args, Debug)]
+pub struct CacheArgs {
+    #[command(subcommand)]
+    pub command: CacheCommand,
+    /// The image cache.
+    #[arg(long, value_name = "DIR", default_value = DEFAULT_CACHE, global = true)]
+    pub cache: PathBuf,
+}
+
+/// What to do with the cache.
+#[derive(Subcommand, Debug)]
+pub enum CacheCommand {
+    /// List entries: kind, digest, size, age, source, guests using them.
+    List,
+    /// Remove entries no guest uses, oldest first.
+    Gc {
+        /// Stop once the cache is at most this big.
+        #[arg(long, value_parser = parse_size)]
+        max_size: Option<u64>,
+    },
+}
+
+/// `10G`, `512M`, `4096`: binary suffixes, as qemu-img reads them.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let (num, mult) = match s.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let m: u64 = match c.to_ascii_uppercase() {
+                'K' => 1 << 10,
+                'M' => 1 << 20,
+                'G' => 1 << 30,
+                'T' => 1 << 40,
+                _ => {
+                    return Err(format!(
+                        "{s:?}: unknown size suffix {c:?} (use K, M, G or T)"
+                    ));
+                }
+            };
+            (&s[..i], m)
+        }
+        _ => (s, 1),
+    };
+    let n: u64 = num.parse().map_err(|_| format!("{s:?} is not a size"))?;
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("{s:?} is too large"))
+}
+
+/// Provisions; exit 0, 1 on failure, 2 on bad settings.
+pub fn provision(args: &ProvisionArgs) -> ExitCode {
+    let tunables = match args.tunables.resolve() {
+        Ok(t) => t,
+        Err(e) => {
+            output::error(e);
+            return ExitCode::from(2);
+        }
+    };
+    let opts = ProvisionOptions {
+        count: args.count,
+        out: args.out.clone(),
+        name: args.name.clone(),
+        size: args.size,
+        cache: args.cache.clone(),
+        sha256: args.sha256.clone(),
+        qemu_img: args.qemu_img.clone(),
+        tunables,
+        max_archive_bytes: args.max_archive_size,
+    };
+    let mut on_guest =
+        |g: &provision::Guest| output::out(format_args!("made {g}"));
+    match provision::provision(&args.image, &opts, &mut on_guest) {
+        Ok(r) => {
+            let how = match r.obtained {
+                Obtained::Built(d) => {
+                    format!("extracted once in {} ms", d.as_millis())
+                }
+                Obtained::Reused => "cached".to_string(),
+            };
+            output::out(format_args!(
+                "provisioned {} guests from {} ({}, {how}): {}",
+                r.guests.len(),
+                output::show(&args.image),
+                r.image.describe(),
+                output::show(&r.entry.payload())
+            ));
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            output::error(e);
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Lists or collects the cache.
+pub fn cache(args: &CacheArgs) -> ExitCode {
+    let cache = match Cache::new(&args.cache) {
+        Ok(c) => c,
+        Err(e) => {
+            output::error(e);
+            return ExitCode::from(1);
+        }
+    };
+    match &args.command {
+        CacheCommand::List => match cache.list() {
+            Ok(entries) => {
+                let now = SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map(|d| d.as_secs())
+                    .unwrap_or(0);
+                output::out(
+                    "kind  sha256        size        age  guests  source",
+                );
+                for e in entries {
+                    output::out(format_args!(
+                        "{:<5} {:<12}  {:>9}  {:>5}  {:>6}  {}",
+                        e.entry.kind.as_str(),
+                        &e.entry.sha256[..12],
+                        human(e.size),
+                        age(now.saturating_sub(e.created)),
+                        e.users.len(),
+                        e.source
+                    ));
+                    for u in &e.users {
+                        output::out(format_args!(
+                            "      used by {}",
+                            output::show(u)
+                        ));
+                    }
+                }
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                output::error(e);
+                ExitCode::from(1)
+            }
+        },
+        CacheCommand::Gc { max_size } => match cache.gc(*max_size) {
+            Ok(r) => {
+                for e in &r.removed {
+                    output::out(format_args!("removed {}", e.name()));
+                }
+                output::out(format_args!(
+                    "removed {} entries ({} bytes) and {} stale builds; kept {} in use",
+                    r.removed.len(),
+                    r.freed,
+                    r.scratch_removed,
+                    r.kept_in_use
+                ));
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                output::error(e);
+                ExitCode::from(1)
+            }
+        },
+    }
+}
+
+fn human(b: u64) -> String {
+    indicatif::HumanBytes(b).to_string()
+}
+
+fn age(s: u64) -> String {
+    match s {
+        0..=119 => format!("{s}s"),
+        120..=7199 => format!("{}m", s / 60),
+        7200..=172_799 => format!("{}h", s / 3600),
+        _ => format!("{}d", s / 86_400),
+    }
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert_eq!(parse_size("10G"), Ok(10 << 30));
+        assert_eq!(parse_size("512m"), Ok(512 << 20));
+        assert!(parse_size("1Q").unwrap_err().contains("suffix"));
+        assert!(parse_size("x").is_err());
+        assert!(parse_size("99999999999T").is_err());
+    }
+}

@@ -1,0 +1,558 @@
+//! `zinstall provision` and `zinstall cache` end to end, with real
+//! qemu-img, real archives, and several processes at once.
+
+use std::fs;
+use std::io::{Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn is_root() -> bool {
+    // SAFETY: geteuid cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+fn zinstall(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_zinstall"))
+        .env("ZINSTALL_DEFAULTS", "/nonexistent")
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn run(cmd: &mut Command) {
+    let o = cmd.output().unwrap();
+    assert!(
+        o.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// 64 MiB raw disk with a few MiB of data in places.
+fn disk(dir: &Path) -> PathBuf {
+    let p = dir.join("disk.raw");
+    let mut f = fs::File::create(&p).unwrap();
+    for (i, off) in [0u64, 9 << 20, 40 << 20].iter().enumerate() {
+        f.seek(SeekFrom::Start(*off)).unwrap();
+        let data: Vec<u8> = (0..(1 << 20))
+            .map(|j: u32| (j % 251) as u8 ^ (i as u8 * 77))
+            .collect();
+        f.write_all(&data).unwrap();
+    }
+    f.set_len(64 << 20).unwrap();
+    p
+}
+
+/// A small rootfs directory.
+fn rootfs(dir: &Path) -> PathBuf {
+    let r = dir.join("rootfs");
+    for i in 0..50 {
+        let p = r.join(format!("usr/lib/m{}/f{i}", i % 5));
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        fs::write(&p, vec![i as u8; 10_000 + i * 100]).unwrap();
+    }
+    fs::create_dir_all(r.join("etc")).unwrap();
+    fs::write(r.join("etc/hostname"), b"guest\n").unwrap();
+    std::os::unix::fs::symlink("usr/lib", r.join("lib")).unwrap();
+    r
+}
+
+fn raw_of(img: &Path, out: &Path) -> Vec<u8> {
+    run(Command::new("qemu-img").args([
+        "convert",
+        "-q",
+        "-O",
+        "raw",
+        s(img),
+        s(out),
+    ]));
+    fs::read(out).unwrap()
+}
+
+#[test]
+fn every_kind_of_image_gives_correct_guests() {
+    let d = tempfile::tempdir().unwrap();
+    let raw = disk(d.path());
+    let want = fs::read(&raw).unwrap();
+    let gz = d.path().join("disk.img.gz");
+    run(Command::new("sh").arg("-c").arg(format!(
+        "gzip -c {} > {}",
+        s(&raw),
+        s(&gz)
+    )));
+    let zst = d.path().join("disk.img.zst");
+    run(Command::new("zstd").args(["-q", "-f", "-o", s(&zst), s(&raw)]));
+    let qcow = d.path().join("disk.qcow2");
+    run(Command::new("qemu-img").args([
+        "convert",
+        "-q",
+        "-c",
+        "-O",
+        "qcow2",
+        s(&raw),
+        s(&qcow),
+    ]));
+    let cache = d.path().join("cache");
+    for (i, img) in [&raw, &gz, &zst, &qcow].iter().enumerate() {
+        let out = d.path().join(format!("out{i}"));
+        let o = zinstall(&[
+            "provision",
+            s(img),
+            "--count",
+            "2",
+            "--out",
+            s(&out),
+            "--cache",
+            s(&cache),
+            "--size",
+            "1G",
+        ]);
+        assert!(o.status.success(), "{}", text(&o));
+        for g in 0..2 {
+            let ov = out.join(format!("guest-{g}.qcow2"));
+            let check = Command::new("qemu-img")
+                .args(["check", s(&ov)])
+                .output()
+                .unwrap();
+            assert!(
+                check.status.success(),
+                "{}",
+                String::from_utf8_lossy(&check.stdout)
+            );
+            let info = Command::new("qemu-img")
+                .args(["info", "--output=json", "--backing-chain", s(&ov)])
+                .output()
+                .unwrap();
+            let chain: serde_json::Value =
+                serde_json::from_slice(&info.stdout).unwrap();
+            assert_eq!(chain[0]["virtual-size"], 1u64 << 30);
+            assert_eq!(chain[0]["backing-filename-format"], "raw");
+            let base = chain[0]["backing-filename"].as_str().unwrap();
+            assert!(
+                base.starts_with(s(&fs::canonicalize(&cache).unwrap())),
+                "{base}"
+            );
+            let got = raw_of(&ov, &d.path().join(format!("read{i}{g}.raw")));
+            assert!(
+                got[..want.len()] == want[..],
+                "guest {g} of image {i} differs"
+            );
+            assert!(got[want.len()..].iter().all(|&b| b == 0));
+        }
+    }
+    // raw, raw.gz and raw.zst hold the same bytes: one entry; the qcow2
+    // file's bytes differ: a second.
+    let log = fs::read_to_string(cache.join("builds.log")).unwrap();
+    assert_eq!(
+        log.lines().count(),
+        4,
+        "one build per distinct image file:\n{log}"
+    );
+    let entries: Vec<_> = fs::read_dir(cache.join("entries"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir())
+        .collect();
+    assert_eq!(
+        entries.len(),
+        4,
+        "keyed by each image's own bytes: {entries:?}"
+    );
+    let base = entries[0].join("base.raw");
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    assert_eq!(
+        fs::metadata(&base).unwrap().permissions().mode() & 0o777,
+        0o444
+    );
+    assert!(
+        fs::metadata(&base).unwrap().blocks() * 512 < 8 << 20,
+        "base kept sparse"
+    );
+}
+
+#[test]
+fn a_guest_write_stays_in_its_overlay() {
+    let d = tempfile::tempdir().unwrap();
+    let raw = disk(d.path());
+    let want = fs::read(&raw).unwrap();
+    let out = d.path().join("out");
+    for extra in [&[][..], &["--qemu-img"][..]] {
+        let mut args = vec![
+            "provision",
+            s(&raw),
+            "--count",
+            "2",
+            "--out",
+            s(&out),
+            "--cache",
+        ];
+        let cache = d.path().join(format!("cache{}", extra.len()));
+        args.push(s(&cache));
+        args.extend_from_slice(extra);
+        args.extend([
+            "--name",
+            if extra.is_empty() { "native" } else { "qemu" },
+        ]);
+        let o = zinstall(&args);
+        assert!(o.status.success(), "{}", text(&o));
+    }
+    for name in ["native", "qemu"] {
+        let g0 = out.join(format!("{name}-0.qcow2"));
+        let g1 = out.join(format!("{name}-1.qcow2"));
+        run(Command::new("qemu-io").args([
+            "-f",
+            "qcow2",
+            "-c",
+            "write -P 0x5a 1M 128k",
+            s(&g0),
+        ]));
+        let a = raw_of(&g0, &d.path().join(format!("{name}a.raw")));
+        let b = raw_of(&g1, &d.path().join(format!("{name}b.raw")));
+        assert!(
+            a[1 << 20..(1 << 20) + (128 << 10)]
+                .iter()
+                .all(|&x| x == 0x5a)
+        );
+        assert!(b == want, "{name}: the write shows in the other guest");
+    }
+    let entries: Vec<_> = fs::read_dir(d.path().join("cache0/entries"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir())
+        .collect();
+    assert!(
+        fs::read(entries[0].join("base.raw")).unwrap() == want,
+        "the base changed"
+    );
+}
+
+#[test]
+fn rootfs_archives_give_directory_guests() {
+    let d = tempfile::tempdir().unwrap();
+    let root = rootfs(d.path());
+    let tzst = d.path().join("rootfs.tar.zst");
+    // PAX keeps nanosecond times, so the guests compare exactly.
+    run(Command::new("tar").args([
+        "--zstd",
+        "--format=posix",
+        "-cf",
+        s(&tzst),
+        "-C",
+        s(&root),
+        ".",
+    ]));
+    let out = d.path().join("out");
+    let o = zinstall(&[
+        "provision",
+        s(&tzst),
+        "--count",
+        "3",
+        "--out",
+        s(&out),
+        "--cache",
+        s(&d.path().join("cache")),
+    ]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(
+        t.contains("tree, parallel copy") || t.contains("tree, reflink clone"),
+        "{t}"
+    );
+    for g in 0..3 {
+        let guest = out.join(format!("guest-{g}"));
+        let c = copier::verify::compare(
+            &root,
+            &guest,
+            &copier::verify::CompareOptions {
+                atime: false,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        // The top directory is the cache's, made when extracted.
+        assert!(
+            c.differences.iter().all(|x| x.path.as_os_str().is_empty()),
+            "{c}"
+        );
+    }
+    let list =
+        zinstall(&["cache", "list", "--cache", s(&d.path().join("cache"))]);
+    let lt = text(&list);
+    assert!(lt.contains("tree") && lt.contains("guest-2"), "{lt}");
+    // Guests gone: gc removes the entry.
+    fs::remove_dir_all(&out).unwrap();
+    let gc = zinstall(&["cache", "gc", "--cache", s(&d.path().join("cache"))]);
+    assert!(text(&gc).contains("removed 1 entries"), "{}", text(&gc));
+}
+
+#[test]
+fn tree_guests_are_reflinked_on_xfs() {
+    if !is_root() {
+        eprintln!(
+            "skipped: tree_guests_are_reflinked_on_xfs: needs root to mount"
+        );
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let img = d.path().join("fs.img");
+    fs::File::create(&img).unwrap().set_len(512 << 20).unwrap();
+    if Command::new("mkfs.xfs")
+        .args(["-q", "-m", "reflink=1", s(&img)])
+        .status()
+        .map(|s| !s.success())
+        .unwrap_or(true)
+    {
+        eprintln!("skipped: tree_guests_are_reflinked_on_xfs: no mkfs.xfs");
+        return;
+    }
+    let mnt = d.path().join("mnt");
+    fs::create_dir(&mnt).unwrap();
+    run(Command::new("mount").args(["-o", "loop", s(&img), s(&mnt)]));
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _u = Unmount(mnt.clone());
+    let root = rootfs(d.path());
+    let tar = d.path().join("rootfs.tar");
+    run(Command::new("tar").args(["-cf", s(&tar), "-C", s(&root), "."]));
+    let o = zinstall(&[
+        "provision",
+        s(&tar),
+        "--count",
+        "2",
+        "--out",
+        s(&mnt.join("guests")),
+        "--cache",
+        s(&mnt.join("cache")),
+    ]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert_eq!(t.matches("tree, reflink clone").count(), 2, "{t}");
+}
+
+#[test]
+fn concurrent_provisioning_extracts_once() {
+    let d = tempfile::tempdir().unwrap();
+    let raw = disk(d.path());
+    let zst = d.path().join("disk.zst");
+    run(Command::new("zstd").args(["-q", "-f", "-o", s(&zst), s(&raw)]));
+    let cache = d.path().join("cache");
+    let children: Vec<_> = (0..4)
+        .map(|i| {
+            Command::new(env!("CARGO_BIN_EXE_zinstall"))
+                .env("ZINSTALL_DEFAULTS", "/nonexistent")
+                .args([
+                    "provision",
+                    s(&zst),
+                    "--count",
+                    "2",
+                    "--name",
+                    &format!("p{i}"),
+                ])
+                .args(["--out", s(&d.path().join("out")), "--cache", s(&cache)])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for c in children {
+        let o = c.wait_with_output().unwrap();
+        assert!(o.status.success(), "{}", text(&o));
+    }
+    let log = fs::read_to_string(cache.join("builds.log")).unwrap();
+    assert_eq!(log.lines().count(), 1, "exactly one extraction:\n{log}");
+    let want = fs::read(&raw).unwrap();
+    for i in 0..4 {
+        for g in 0..2 {
+            let ov = d.path().join(format!("out/p{i}-{g}.qcow2"));
+            assert!(raw_of(&ov, &d.path().join("check.raw")) == want);
+        }
+    }
+}
+
+#[test]
+fn a_killed_extraction_leaves_no_entry() {
+    let d = tempfile::tempdir().unwrap();
+    // A slow-to-inflate image: 200 MB of random data, gzip.
+    let raw = d.path().join("big.raw");
+    run(Command::new("sh").arg("-c").arg(format!(
+        "head -c 200000000 /dev/urandom > {0} && gzip -1 -c {0} > {0}.gz",
+        s(&raw)
+    )));
+    let gz = d.path().join("big.raw.gz");
+    let cache = d.path().join("cache");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_zinstall"))
+        .env("ZINSTALL_DEFAULTS", "/nonexistent")
+        .args([
+            "provision",
+            s(&gz),
+            "--out",
+            s(&d.path().join("out")),
+            "--cache",
+            s(&cache),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while fs::read_dir(cache.join("scratch"))
+        .map(|mut r| r.next().is_none())
+        .unwrap_or(true)
+    {
+        assert!(t0.elapsed() < Duration::from_secs(60), "no build started");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(20));
+    child.kill().unwrap();
+    let status = child.wait().unwrap();
+    let entries = fs::read_dir(cache.join("entries"))
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().path().is_dir())
+        .count();
+    if status.success() {
+        eprintln!(
+            "skipped: a_killed_extraction: the build finished before the kill"
+        );
+        return;
+    }
+    assert_eq!(entries, 0, "a killed build published an entry");
+    let gc = zinstall(&["cache", "gc", "--cache", s(&cache)]);
+    assert!(text(&gc).contains("and 1 stale builds"), "{}", text(&gc));
+    assert_eq!(fs::read_dir(cache.join("scratch")).unwrap().count(), 0);
+}
+
+#[test]
+fn bad_images_leave_nothing_behind() {
+    let d = tempfile::tempdir().unwrap();
+    let raw = disk(d.path());
+    let cache = d.path().join("cache");
+    let out = d.path().join("out");
+    let zst = d.path().join("disk.zst");
+    run(Command::new("zstd").args(["-q", "-f", "-o", s(&zst), s(&raw)]));
+    let cut = d.path().join("cut.zst");
+    let bytes = fs::read(&zst).unwrap();
+    fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
+    let tgz = d.path().join("root.tar.gz");
+    run(Command::new("tar").args([
+        "-czf",
+        s(&tgz),
+        "-C",
+        s(&rootfs(d.path())),
+        ".",
+    ]));
+    let bad_gz = d.path().join("bad.tar.gz");
+    let mut b = fs::read(&tgz).unwrap();
+    let n = b.len();
+    for x in &mut b[n / 3..n / 3 + 200] {
+        *x ^= 0xa5;
+    }
+    fs::write(&bad_gz, b).unwrap();
+    let backed = d.path().join("backed.qcow2");
+    run(Command::new("qemu-img").args([
+        "create",
+        "-q",
+        "-f",
+        "qcow2",
+        "-F",
+        "raw",
+        "-b",
+        s(&raw),
+        s(&backed),
+    ]));
+    let wrong = "ab".repeat(32);
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (vec![s(&cut)], "corrupt image"),
+        (vec![s(&bad_gz)], "corrupt"),
+        (vec![s(&zst), "--sha256", &wrong], "checksum mismatch"),
+        (vec![s(&backed)], "backing file of its own"),
+    ];
+    for (args, want) in cases {
+        let mut a = vec!["provision", "--out", s(&out), "--cache", s(&cache)];
+        a.extend(args.iter());
+        let o = zinstall(&a);
+        let t = text(&o);
+        assert_eq!(o.status.code(), Some(1), "{t}");
+        assert!(t.contains(want), "{want}: {t}");
+        assert!(t.contains(args[0]), "names the image: {t}");
+        let entries = fs::read_dir(cache.join("entries"))
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().path().is_dir())
+            .count();
+        assert_eq!(entries, 0, "{want}: an entry was left");
+        assert_eq!(
+            fs::read_dir(cache.join("scratch")).unwrap().count(),
+            0,
+            "{want}: scratch left"
+        );
+    }
+}
+
+#[test]
+fn a_full_cache_disk_is_a_clean_error() {
+    if !is_root() {
+        eprintln!(
+            "skipped: a_full_cache_disk_is_a_clean_error: needs root to mount"
+        );
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let raw = disk(d.path());
+    let zst = d.path().join("disk.zst");
+    run(Command::new("zstd").args(["-q", "-f", "-o", s(&zst), s(&raw)]));
+    let mnt = d.path().join("small");
+    fs::create_dir(&mnt).unwrap();
+    run(Command::new("mount").args([
+        "-t",
+        "tmpfs",
+        "-o",
+        "size=2m",
+        "tmpfs",
+        s(&mnt),
+    ]));
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _u = Unmount(mnt.clone());
+    let o = zinstall(&[
+        "provision",
+        s(&zst),
+        "--out",
+        s(&d.path().join("out")),
+        "--cache",
+        s(&mnt),
+    ]);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{t}");
+    assert!(t.contains("No space left on device"), "{t}");
+    assert_eq!(
+        fs::read_dir(mnt.join("scratch")).unwrap().count(),
+        0,
+        "scratch removed"
+    );
+    let entries = fs::read_dir(mnt.join("entries"))
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().path().is_dir())
+        .count();
+    assert_eq!(entries, 0);
+}

@@ -1,0 +1,318 @@
+//! Many guests from one image: extract once into the cache, then give
+//! every guest a thin copy.
+
+use std::fmt;
+use std::fs::{self, File};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use super::detect::{ImageKind, decompress, detect};
+use super::sparse::write_sparse;
+use crate::archive::{self, UnpackOptions};
+use crate::cache::{Cache, Entry, EntryKind, Obtained};
+use crate::error::{Error, Op};
+use crate::plan::Plan;
+use crate::qcow2;
+use crate::tunables::Tunables;
+
+/// How to provision.
+#[derive(Clone, Debug)]
+pub struct ProvisionOptions {
+    /// Guests to make.
+    pub count: usize,
+    /// Where the guests go.
+    pub out: PathBuf,
+    /// Guests are named `NAME-0` ... `NAME-(count-1)`.
+    pub name: String,
+    /// Virtual size of disk guests; never below the base's.
+    pub size: Option<u64>,
+    /// The cache's root directory.
+    pub cache: PathBuf,
+    /// The image's expected SHA-256 (hex), if known.
+    pub sha256: Option<String>,
+    /// Make overlays with this `qemu-img` instead of natively.
+    pub qemu_img: Option<PathBuf>,
+    /// Workers for extraction, conversion and copies.
+    pub tunables: Tunables,
+    /// Bound on what an archive may unpack to.
+    pub max_archive_bytes: u64,
+}
+
+/// What one guest is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum GuestKind {
+    /// A directory tree, cloned by reflink or copied.
+    Tree {
+        /// True if every file was cloned (shares extents with the cache).
+        reflinked: bool,
+    },
+    /// A qcow2 overlay over the cached raw base.
+    Disk {
+        /// Its virtual size.
+        virtual_size: u64,
+    },
+}
+
+/// One guest made.
+#[derive(Clone, Debug)]
+pub struct Guest {
+    /// Its directory or overlay file.
+    pub path: PathBuf,
+    /// What it is.
+    pub kind: GuestKind,
+    /// How long it took.
+    pub took: Duration,
+}
+
+impl fmt::Display for Guest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.kind {
+            GuestKind::Tree { reflinked: true } => {
+                write!(f, "{}: tree, reflink clone", self.path.display())?
+            }
+            GuestKind::Tree { reflinked: false } => {
+                write!(f, "{}: tree, parallel copy", self.path.display())?
+            }
+            GuestKind::Disk { virtual_size } => write!(
+                f,
+                "{}: qcow2 overlay, {virtual_size} bytes",
+                self.path.display()
+            )?,
+        }
+        write!(f, ", {} ms", self.took.as_millis())
+    }
+}
+
+/// What a provisioning did.
+#[derive(Clone, Debug)]
+pub struct ProvisionReport {
+    /// The image's kind.
+    pub image: ImageKind,
+    /// The cache entry the guests come from.
+    pub entry: Entry,
+    /// Whether the entry was built now or found.
+    pub obtained: Obtained,
+    /// The guests, in order.
+    pub guests: Vec<Guest>,
+}
+
+/// A provisioning failure.
+#[derive(Debug)]
+pub enum ProvisionError {
+    /// From the engine, the cache or the archive reader.
+    Engine(Error),
+    /// From the qcow2 layer.
+    Qcow2(qcow2::Error),
+    /// A guest that already exists.
+    GuestExists(PathBuf),
+}
+
+impl fmt::Display for ProvisionError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ProvisionError::Engine(e) => write!(f, "{e}"),
+            ProvisionError::Qcow2(e) => write!(f, "{e}"),
+            ProvisionError::GuestExists(p) => {
+                write!(f, "{}: guest exists already", p.display())
+            }
+        }
+    }
+}
+
+impl std::error::Error for ProvisionError {}
+
+impl From<Error> for ProvisionError {
+    fn from(e: Error) -> Self {
+        ProvisionError::Engine(e)
+    }
+}
+
+impl From<qcow2::Error> for ProvisionError {
+    fn from(e: qcow2::Error) -> Self {
+        ProvisionError::Qcow2(e)
+    }
+}
+
+impl From<crate::plan::Failure> for ProvisionError {
+    fn from(f: crate::plan::Failure) -> Self {
+        match f.errors.into_iter().next() {
+            Some(e) => ProvisionError::Engine(e),
+            None => ProvisionError::Engine(Error::io(
+                Op::Check,
+                "",
+                std::io::Error::other("copy failed"),
+            )),
+        }
+    }
+}
+
+/// Provisions `opts.count` guests from `image`; `on_guest` hears of each
+/// as it is made.
+pub fn provision(
+    image: &Path,
+    opts: &ProvisionOptions,
+    on_guest: &mut dyn FnMut(&Guest),
+) -> Result<ProvisionReport, ProvisionError> {
+    let kind = detect(image)?;
+    fs::create_dir_all(&opts.cache)
+        .map_err(|e| Error::io(Op::Mkdir, &opts.cache, e))?;
+    // Overlays name their base by absolute path.
+    let root = fs::canonicalize(&opts.cache)
+        .map_err(|e| Error::io(Op::Stat, &opts.cache, e))?;
+    let cache = Cache::new(root)?;
+    let entry_kind = match kind {
+        ImageKind::Tree(_) => EntryKind::Tree,
+        ImageKind::Raw(_) | ImageKind::Qcow2 => EntryKind::Raw,
+    };
+    let (lease, obtained) = cache.obtain(
+        image,
+        entry_kind,
+        opts.sha256.as_deref(),
+        |reader, payload| build(image, kind, reader, payload, opts),
+    )?;
+    fs::create_dir_all(&opts.out)
+        .map_err(|e| Error::io(Op::Mkdir, &opts.out, e))?;
+    let mut guests = Vec::with_capacity(opts.count);
+    let result = (|| -> Result<(), ProvisionError> {
+        for i in 0..opts.count {
+            let t0 = Instant::now();
+            let g = match entry_kind {
+                EntryKind::Tree => {
+                    let path = opts.out.join(format!("{}-{i}", opts.name));
+                    if fs::symlink_metadata(&path).is_ok() {
+                        return Err(ProvisionError::GuestExists(path));
+                    }
+                    let r = Plan::new(lease.entry.payload(), &path)
+                        .tunables(opts.tunables)
+                        .run()?;
+                    let s = &r.stats;
+                    let reflinked = s.files > 0 && s.reflinked == s.files;
+                    Guest {
+                        path,
+                        kind: GuestKind::Tree { reflinked },
+                        took: t0.elapsed(),
+                    }
+                }
+                EntryKind::Raw => {
+                    let path =
+                        opts.out.join(format!("{}-{i}.qcow2", opts.name));
+                    if fs::symlink_metadata(&path).is_ok() {
+                        return Err(ProvisionError::GuestExists(path));
+                    }
+                    let base = lease.entry.payload();
+                    let base_size = fs::metadata(&base)
+                        .map_err(|e| Error::io(Op::Stat, &base, e))?
+                        .len();
+                    // Grow only: a guest disk is never smaller than its base.
+                    let size = opts.size.unwrap_or(0).max(base_size);
+                    let virtual_size = match &opts.qemu_img {
+                        Some(q) => {
+                            qcow2::qemu_img::create_overlay(
+                                q,
+                                &path,
+                                &base,
+                                Some(size),
+                            )?;
+                            size.div_ceil(512) * 512
+                        }
+                        None => {
+                            qcow2::create_overlay(&path, &base, "raw", size)?
+                        }
+                    };
+                    Guest {
+                        path,
+                        kind: GuestKind::Disk { virtual_size },
+                        took: t0.elapsed(),
+                    }
+                }
+            };
+            let abs =
+                fs::canonicalize(&g.path).unwrap_or_else(|_| g.path.clone());
+            cache.add_user(&lease.entry, &abs)?;
+            on_guest(&g);
+            guests.push(g);
+        }
+        Ok(())
+    })();
+    let entry = lease.entry.clone();
+    lease.release();
+    result?;
+    Ok(ProvisionReport {
+        image: kind,
+        entry,
+        obtained,
+        guests,
+    })
+}
+
+/// Builds a cache entry's payload from the image (read once, through the
+/// hashing reader, except qcow2 which is read by cluster).
+fn build(
+    image: &Path,
+    kind: ImageKind,
+    reader: &mut crate::cache::HashingReader,
+    payload: &Path,
+    opts: &ProvisionOptions,
+) -> Result<(), ProvisionError> {
+    match kind {
+        ImageKind::Tree(c) => {
+            fs::create_dir(payload)
+                .map_err(|e| Error::io(Op::Mkdir, payload, e))?;
+            let stream = decompress(
+                std::io::BufReader::with_capacity(1 << 20, reader),
+                c,
+            )
+            .map_err(|e| Error::io(Op::Read, image, e))?;
+            let uo = UnpackOptions {
+                tunables: opts.tunables,
+                expect: None,
+                allow_devices: false,
+                max_bytes: opts.max_archive_bytes,
+                preserve_owner: None,
+            };
+            archive::unpack_from(stream, image, payload, &uo)?;
+        }
+        ImageKind::Raw(c) => {
+            let out = File::create_new(payload)
+                .map_err(|e| Error::io(Op::Create, payload, e))?;
+            let mut stream = decompress(reader, c)
+                .map_err(|e| Error::io(Op::Read, image, e))?;
+            let mut buf = vec![0u8; opts.tunables.copy_bufsize.max(1 << 20)];
+            write_sparse(&mut stream, &out, &mut buf, |_| {}).map_err(|e| {
+                // A system call's error is the destination's (a full
+                // disk); anything else is the decoder finding the image
+                // corrupt or cut short.
+                if e.raw_os_error().is_some() {
+                    Error::io(Op::Write, payload, e)
+                } else {
+                    Error::Image {
+                        path: image.to_path_buf(),
+                        problem: crate::error::ImageProblem::Corrupt(
+                            e.to_string(),
+                        ),
+                    }
+                }
+            })?;
+            finish_base(payload)?;
+        }
+        ImageKind::Qcow2 => {
+            let img = qcow2::Image::open(image)?;
+            img.require_standalone()?;
+            let out = File::create_new(payload)
+                .map_err(|e| Error::io(Op::Create, payload, e))?;
+            let co = qcow2::ConvertOptions {
+                threads: opts.tunables.copy_threads.clamp(1, 8),
+            };
+            qcow2::convert_to_raw(&img, &out, &co, &|_| {})?;
+            finish_base(payload)?;
+        }
+    }
+    Ok(())
+}
+
+/// A base is read-only for everyone: guests write to their overlays.
+fn finish_base(payload: &Path) -> Result<(), Error> {
+    fs::set_permissions(payload, fs::Permissions::from_mode(0o444))
+        .map_err(|e| Error::io(Op::Chmod, payload, e))
+}
