@@ -30,8 +30,9 @@ enum Cmd {
         /// Timed runs per tool.
         #[arg(long, default_value_t = 5)]
         runs: usize,
-        /// Tools, comma-separated: zinstall, zinstall1x1, cp, tar, rsync,
-        /// xcp, serial8k (default: all that are present).
+        /// Tools, comma-separated: zinstall, zinstall1x1, recorded (with
+        /// --statemap), noprobes (built without USDT probes), cp, tar,
+        /// rsync, xcp, serial8k (default: all but recorded and noprobes).
         #[arg(long)]
         tools: Option<String>,
         /// Also time the tree with every file empty (the metadata floor).
@@ -79,6 +80,29 @@ enum Cmd {
         #[arg(long, default_value = "/var/tmp/zinstall-bench")]
         scratch: PathBuf,
     },
+    /// Time provisioning 8 guests: disks from a zstd sparse image (first
+    /// time, cached, and the naive way), trees from a rootfs tar.zst, and
+    /// native qcow2 reading against qemu-img convert.
+    Provision {
+        /// Guests per provisioning.
+        #[arg(long, default_value_t = 8)]
+        guests: usize,
+        /// Timed runs of each.
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+        /// Scale of the sparse disk (1.0 = 1.6 GiB apparent).
+        #[arg(long, default_value_t = 1.0)]
+        scale: f64,
+        /// Also on an XFS loop filesystem mounted here (reflink).
+        #[arg(long)]
+        xfs: Option<PathBuf>,
+        /// Where images, caches and guests go.
+        #[arg(long, default_value = "/var/tmp/zinstall-bench")]
+        scratch: PathBuf,
+        /// The zinstall binary.
+        #[arg(long)]
+        zinstall: Option<PathBuf>,
+    },
     /// The serial 8 KiB baseline copy (used by `copy`).
     SerialCopy { src: PathBuf, dst: PathBuf },
 }
@@ -105,6 +129,21 @@ fn main() -> ExitCode {
             threads,
             scratch,
         } => unpack_bench(files, size, runs, threads, &scratch),
+        Cmd::Provision {
+            guests,
+            runs,
+            scale,
+            xfs,
+            scratch,
+            zinstall,
+        } => provision_bench(
+            guests,
+            runs,
+            scale,
+            xfs.as_deref(),
+            &scratch,
+            zinstall,
+        ),
         Cmd::SerialCopy { src, dst } => {
             peers::serial_copy(&src, &dst).map_err(|e| {
                 format!("{} -> {}: {e}", src.display(), dst.display())
@@ -206,6 +245,18 @@ fn copy_bench(
                 threads: 1,
                 batch: 1,
             }),
+            "recorded" => list.push(Tool::ZinstallRecorded),
+            "noprobes" => {
+                let bin = workspace().join("target/noprobes/release/zinstall");
+                if !bin.is_file() {
+                    return Err(format!(
+                        "{}: build it first: cargo build --release -p brand \
+                         --no-default-features --target-dir target/noprobes",
+                        bin.display()
+                    ));
+                }
+                list.push(Tool::ZinstallNoProbes(bin));
+            }
             "cp" => list.push(Tool::Cp),
             "tar" => list.push(Tool::Tar),
             "rsync" => list.push(Tool::Rsync),
@@ -258,6 +309,7 @@ fn copy_bench(
                     continue;
                 }
                 let _ = fs::remove_dir_all(&dst);
+                let _ = fs::remove_file(dst.with_extension("statemap.json"));
                 peers::sync();
                 // Keep the source hot: this machine pages out what has
                 // not been touched for half a minute.
@@ -288,7 +340,12 @@ fn copy_bench(
         }
         let _ = fs::remove_dir_all(&dst);
         samples.retain(|s| !s.times.is_empty());
-        let mut table = report::markdown(&samples, "cp -a");
+        let reference = if samples.iter().any(|s| s.tool == "cp -a") {
+            "cp -a"
+        } else {
+            "zinstall 8x128"
+        };
+        let mut table = report::markdown(&samples, reference);
         for w in &wrong {
             table.push_str(&format!("\nNot counted, wrong copy: {w}\n"));
         }
@@ -383,5 +440,181 @@ fn unpack_bench(
         layer.display(),
         report::markdown(&samples, "tar -xf")
     );
+    Ok(())
+}
+
+fn sh(cmd: &str) -> Result<std::time::Duration, String> {
+    let mut c = std::process::Command::new("sh");
+    c.arg("-c").arg(cmd);
+    peers::time(c)
+}
+
+fn provision_bench(
+    guests: usize,
+    runs: usize,
+    scale: f64,
+    xfs: Option<&Path>,
+    scratch: &Path,
+    zinstall: Option<PathBuf>,
+) -> Result<(), String> {
+    let z =
+        zinstall.unwrap_or_else(|| workspace().join("target/release/zinstall"));
+    if !z.is_file() {
+        return Err(format!(
+            "{}: build it first: cargo build --release -p brand",
+            z.display()
+        ));
+    }
+    let z = z.display().to_string();
+    fs::create_dir_all(scratch).map_err(|e| e.to_string())?;
+    let disk_dir = source("sparse", scale, false, scratch)?;
+    let raw = disk_dir.join("disk.img");
+    let zst = scratch.join(format!("disk-{scale}.raw.zst"));
+    if !zst.exists() {
+        sh(&format!(
+            "zstd -q -T0 -3 -f -o {} {}",
+            zst.display(),
+            raw.display()
+        ))?;
+    }
+    let usr = source("usr", 1.0, false, scratch)?;
+    let tzst = scratch.join("usr-1.tar.zst");
+    if !tzst.exists() {
+        sh(&format!(
+            "tar --zstd --format=posix -cf {} -C {} .",
+            tzst.display(),
+            usr.display()
+        ))?;
+    }
+    let n = guests;
+    let mut samples: Vec<Samples> = Vec::new();
+    let mut record = |name: &str, t: std::time::Duration| {
+        eprintln!("  {name:<40} {:>8.3} s", t.as_secs_f64());
+        match samples.iter_mut().find(|s| s.tool == name) {
+            Some(s) => s.times.push(t),
+            None => samples.push(Samples {
+                tool: name.to_string(),
+                times: vec![t],
+            }),
+        }
+    };
+    let work = scratch.join("prov");
+    let mut places = vec![("ext4", work.clone())];
+    if let Some(x) = xfs {
+        places.push(("xfs", x.join("prov")));
+    }
+    for run in 0..runs {
+        for (fsname, base) in &places {
+            let _ = fs::remove_dir_all(base);
+            fs::create_dir_all(base).map_err(|e| e.to_string())?;
+            peers::sync();
+            let cache = base.join("cache");
+            let p = |image: &Path, out: &str| {
+                format!(
+                    "{z} provision {} --count {n} --out {} --cache {} > /dev/null",
+                    image.display(),
+                    base.join(out).display(),
+                    cache.display()
+                )
+            };
+            if *fsname == "ext4" {
+                record(
+                    &format!("disk: first provision ({n} guests)"),
+                    sh(&p(&zst, "d1"))?,
+                );
+                record(
+                    &format!("disk: cached provision ({n} guests)"),
+                    sh(&p(&zst, "d2"))?,
+                );
+                let naive = format!(
+                    "for i in $(seq 1 {n}); do zstd -q -d -f -o {}/naive-$i.raw {}; done",
+                    base.display(),
+                    zst.display()
+                );
+                peers::sync();
+                record(
+                    &format!("disk: naive, decompress per guest ({n})"),
+                    sh(&naive)?,
+                );
+            }
+            peers::sync();
+            record(
+                &format!("tree on {fsname}: first provision ({n} guests)"),
+                sh(&p(&tzst, "t1"))?,
+            );
+            record(
+                &format!("tree on {fsname}: cached provision ({n} guests)"),
+                sh(&p(&tzst, "t2"))?,
+            );
+            let _ = run;
+        }
+    }
+    let _ = fs::remove_dir_all(&work);
+    if let Some(x) = xfs {
+        let _ = fs::remove_dir_all(x.join("prov"));
+    }
+    println!(
+        "\nprovision: {} ({}), {}\n\n{}",
+        zst.display(),
+        raw.display(),
+        tzst.display(),
+        report::markdown(&samples, "")
+    );
+    // Native qcow2 reading against qemu-img, on qcow2 copies of the disk.
+    let mut q: Vec<Samples> = Vec::new();
+    for (label, opts) in [
+        ("qcow2", ""),
+        ("qcow2 zstd-compressed", "-c -o compression_type=zstd"),
+    ] {
+        let img = scratch.join(format!("disk-{scale}-{}.qcow2", opts.len()));
+        if !img.exists() {
+            sh(&format!(
+                "qemu-img convert -q -O qcow2 {opts} {} {}",
+                raw.display(),
+                img.display()
+            ))?;
+        }
+        let out = scratch.join("qcow2-out.raw");
+        for _ in 0..runs.max(3) {
+            let _ = fs::remove_file(&out);
+            peers::sync();
+            peers::warm(&img).map_err(|e| e.to_string())?;
+            let t0 = std::time::Instant::now();
+            let image =
+                copier::qcow2::Image::open(&img).map_err(|e| e.to_string())?;
+            let f = fs::File::create_new(&out).map_err(|e| e.to_string())?;
+            copier::qcow2::convert_to_raw(
+                &image,
+                &f,
+                &copier::qcow2::ConvertOptions { threads: 2 },
+                &|_| {},
+            )
+            .map_err(|e| e.to_string())?;
+            let native = t0.elapsed();
+            let _ = fs::remove_file(&out);
+            peers::sync();
+            peers::warm(&img).map_err(|e| e.to_string())?;
+            let qemu = sh(&format!(
+                "qemu-img convert -O raw {} {}",
+                img.display(),
+                out.display()
+            ))?;
+            for (name, t) in [
+                (format!("{label}: zinstall native"), native),
+                (format!("{label}: qemu-img convert"), qemu),
+            ] {
+                eprintln!("  {name:<40} {:>8.3} s", t.as_secs_f64());
+                match q.iter_mut().find(|s| s.tool == name) {
+                    Some(s) => s.times.push(t),
+                    None => q.push(Samples {
+                        tool: name,
+                        times: vec![t],
+                    }),
+                }
+            }
+        }
+        let _ = fs::remove_file(&out);
+    }
+    println!("\nqcow2 to raw\n\n{}", report::markdown(&q, ""));
     Ok(())
 }

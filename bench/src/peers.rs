@@ -20,6 +20,10 @@ pub enum Tool {
         /// COPY_BATCH.
         batch: usize,
     },
+    /// `zinstall copy` at the default tunables recording a statemap.
+    ZinstallRecorded,
+    /// `zinstall copy` built without USDT probes, at this path.
+    ZinstallNoProbes(PathBuf),
     /// `cp -a`.
     Cp,
     /// `tar -cf - . | tar -xf -`.
@@ -40,6 +44,8 @@ impl Tool {
             Tool::Zinstall { threads, batch } => {
                 format!("zinstall {threads}x{batch}")
             }
+            Tool::ZinstallRecorded => "zinstall 8x128 --statemap".into(),
+            Tool::ZinstallNoProbes(_) => "zinstall 8x128 without probes".into(),
             Tool::Cp => "cp -a".into(),
             Tool::Tar => "tar | tar".into(),
             Tool::Rsync => "rsync -aH".into(),
@@ -64,6 +70,25 @@ impl Tool {
                     .arg(threads.to_string())
                     .arg("--batch")
                     .arg(batch.to_string())
+                    .arg(src)
+                    .arg(dst);
+                c
+            }
+            Tool::ZinstallNoProbes(bin) => {
+                let mut c = Command::new(bin);
+                c.env("ZINSTALL_DEFAULTS", "/nonexistent")
+                    .args(["copy", "-q"])
+                    .arg(src)
+                    .arg(dst);
+                c
+            }
+            Tool::ZinstallRecorded => {
+                let mut c = Command::new(zinstall);
+                let mut json = dst.as_os_str().to_owned();
+                json.push(".statemap.json");
+                c.env("ZINSTALL_DEFAULTS", "/nonexistent")
+                    .args(["copy", "-q", "--statemap"])
+                    .arg(json)
                     .arg(src)
                     .arg(dst);
                 c

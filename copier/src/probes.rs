@@ -10,13 +10,90 @@
 
 #![allow(missing_docs)]
 
+#[cfg(feature = "usdt-probes")]
 include!(concat!(env!("OUT_DIR"), "/zinstall.rs"));
+
+/// Built without the `usdt-probes` feature: every probe is nothing at
+/// all (the argument closures are never called). Used to measure what
+/// the probes cost when no tracer is attached.
+#[cfg(not(feature = "usdt-probes"))]
+pub(crate) mod zinstall {
+    macro_rules! walk__start {
+        ($args:expr) => {{
+            let _ = || $args;
+        }};
+    }
+    pub(crate) use walk__start;
+    macro_rules! walk__done {
+        ($args:expr) => {{
+            let _ = || $args;
+        }};
+    }
+    pub(crate) use walk__done;
+    macro_rules! batch__dispatch {
+        ($args:expr) => {{
+            let _ = || $args;
+        }};
+    }
+    pub(crate) use batch__dispatch;
+    macro_rules! job__start {
+        ($args:expr) => {{
+            let _ = || $args;
+        }};
+    }
+    pub(crate) use job__start;
+    macro_rules! job__done {
+        ($args:expr) => {{
+            let _ = || $args;
+        }};
+    }
+    pub(crate) use job__done;
+    macro_rules! worker__idle {
+        ($args:expr) => {{
+            let _ = || $args;
+        }};
+    }
+    pub(crate) use worker__idle;
+    macro_rules! worker__busy {
+        ($args:expr) => {{
+            let _ = || $args;
+        }};
+    }
+    pub(crate) use worker__busy;
+    macro_rules! archive__entry__start {
+        ($args:expr) => {{
+            let _ = || $args;
+        }};
+    }
+    pub(crate) use archive__entry__start;
+    macro_rules! archive__entry__done {
+        ($args:expr) => {{
+            let _ = || $args;
+        }};
+    }
+    pub(crate) use archive__entry__done;
+    macro_rules! step__start {
+        ($args:expr) => {{
+            let _ = || $args;
+        }};
+    }
+    pub(crate) use step__start;
+    macro_rules! step__done {
+        ($args:expr) => {{
+            let _ = || $args;
+        }};
+    }
+    pub(crate) use step__done;
+}
 
 /// Registers the probes with DTrace (illumos); a no-op elsewhere. A
 /// failure only means the probes are not visible, so callers should log
 /// it and go on.
 pub fn register() -> Result<(), String> {
-    usdt::register_probes().map_err(|e| e.to_string())
+    #[cfg(feature = "usdt-probes")]
+    return usdt::register_probes().map_err(|e| e.to_string());
+    #[cfg(not(feature = "usdt-probes"))]
+    Ok(())
 }
 
 /// `step-start`: an install step begins.
