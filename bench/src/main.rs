@@ -103,6 +103,20 @@ enum Cmd {
         #[arg(long)]
         zinstall: Option<PathBuf>,
     },
+    /// Time a seed-sized zone install (a /usr-like tree with the default
+    /// link rules, plus a baseline) at the default tunables against one
+    /// worker taking batches of one.
+    Install {
+        /// Timed runs of each.
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+        /// Where trees, archives and zonepaths go.
+        #[arg(long, default_value = "/var/tmp/zinstall-bench")]
+        scratch: PathBuf,
+        /// The zinstall binary.
+        #[arg(long)]
+        zinstall: Option<PathBuf>,
+    },
     /// The serial 8 KiB baseline copy (used by `copy`).
     SerialCopy { src: PathBuf, dst: PathBuf },
 }
@@ -144,6 +158,11 @@ fn main() -> ExitCode {
             &scratch,
             zinstall,
         ),
+        Cmd::Install {
+            runs,
+            scratch,
+            zinstall,
+        } => install_bench(runs, &scratch, zinstall),
         Cmd::SerialCopy { src, dst } => {
             peers::serial_copy(&src, &dst).map_err(|e| {
                 format!("{} -> {}: {e}", src.display(), dst.display())
@@ -616,5 +635,92 @@ fn provision_bench(
         let _ = fs::remove_file(&out);
     }
     println!("\nqcow2 to raw\n\n{}", report::markdown(&q, ""));
+    Ok(())
+}
+
+fn install_bench(
+    runs: usize,
+    scratch: &Path,
+    zinstall: Option<PathBuf>,
+) -> Result<(), String> {
+    let z =
+        zinstall.unwrap_or_else(|| workspace().join("target/release/zinstall"));
+    if !z.is_file() {
+        return Err(format!(
+            "{}: build it first: cargo build --release -p brand",
+            z.display()
+        ));
+    }
+    let seed = scratch.join("seedroot");
+    let done = scratch.join("seedroot.done");
+    if !done.exists() {
+        let _ = fs::remove_dir_all(&seed);
+        fs::create_dir_all(&seed).map_err(|e| e.to_string())?;
+        let s = trees::generate(Shape::Usr, &seed.join("usr"), 1.0, false)
+            .map_err(|e| e.to_string())?;
+        eprintln!("seed /usr: {s:?}");
+        fs::create_dir_all(seed.join("baseline")).map_err(|e| e.to_string())?;
+        trees::archive_tar(
+            &seed.join("baseline/files.tar"),
+            "baseline",
+            2000,
+            10_000,
+        )
+        .map_err(|e| e.to_string())?;
+        fs::write(&done, b"").map_err(|e| e.to_string())?;
+    }
+    // The shipped profile's link rules, on the seed tree.
+    let shipped = include_str!("../../etc/zinstall/profile.toml");
+    let rules: String = shipped
+        .split("[[rule]]")
+        .skip(1)
+        .map(|r| {
+            let r = r.split("\n[").next().unwrap_or("");
+            format!("[[rule]]{r}\n")
+        })
+        .collect();
+    let profile = scratch.join("seed-profile.toml");
+    fs::write(&profile, format!(
+        "source_root = \"{}\"\ntrees = [\"usr\"]\nlog = \"{}\"\n\n{rules}\n[baseline]\nfile = \"files.tar\"\nsearch = [\"{}\"]\nrequired = true\n",
+        seed.display(),
+        scratch.join("seed-install.log").display(),
+        seed.join("baseline").display()
+    )).map_err(|e| e.to_string())?;
+    let names = ["install 8x128", "install 1x1"];
+    let mut samples: Vec<Samples> = names
+        .iter()
+        .map(|n| Samples {
+            tool: n.to_string(),
+            times: Vec::new(),
+        })
+        .collect();
+    let zp = scratch.join("zonepath");
+    for run in 0..runs {
+        for k in 0..2 {
+            let i = (k + run) % 2;
+            let _ = fs::remove_dir_all(&zp);
+            peers::sync();
+            peers::warm(&seed).map_err(|e| e.to_string())?;
+            let mut c = std::process::Command::new(&z);
+            c.env("ZINSTALL_DEFAULTS", "/nonexistent").arg("install");
+            if i == 1 {
+                c.args(["--threads", "1", "--batch", "1"]);
+            }
+            c.arg("--profile").arg(&profile).arg("--zonepath").arg(&zp);
+            let t = peers::time(c)?;
+            eprintln!(
+                "  run {run} {:<16} {:>8.3} s",
+                names[i],
+                t.as_secs_f64()
+            );
+            samples[i].times.push(t);
+        }
+    }
+    let _ = fs::remove_dir_all(&zp);
+    println!(
+        "\nseed install ({})\n\n{}",
+        seed.display(),
+        report::markdown(&samples, "install 1x1")
+    );
     Ok(())
 }

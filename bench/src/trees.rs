@@ -257,9 +257,19 @@ fn relative(from: &Path, target: &Path, root: &Path) -> PathBuf {
 /// `root/`, with its `zinstall.json`, written as an uncompressed tar.
 /// Returns the bytes of file data.
 pub fn layer_tar(out: &Path, files: usize, size: usize) -> io::Result<u64> {
+    archive_tar(out, "layer", files, size)
+}
+
+/// As [`layer_tar`], of either kind (`layer` or `baseline`).
+pub fn archive_tar(
+    out: &Path,
+    kind: &str,
+    files: usize,
+    size: usize,
+) -> io::Result<u64> {
     let f = File::create(out)?;
     let mut b = tar::Builder::new(io::BufWriter::with_capacity(1 << 20, f));
-    let meta = b"{\"v\":\"1\",\"t\":\"layer\"}\n";
+    let meta = format!("{{\"v\":\"1\",\"t\":\"{kind}\"}}\n").into_bytes();
     let header = |size: u64, mode: u32| {
         let mut h = tar::Header::new_gnu();
         h.set_size(size);
