@@ -11,4 +11,6 @@
 pub mod peers;
 pub mod report;
 pub mod rng;
+pub mod sweep;
 pub mod trees;
+pub mod tune;

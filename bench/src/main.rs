@@ -9,6 +9,8 @@ use bench::report::{self, Samples};
 use bench::trees::{self, Shape};
 use clap::{Parser, Subcommand};
 
+mod plot;
+
 #[derive(Parser, Debug)]
 #[command(name = "bench", about = "zinstall benchmarks")]
 struct Cli {
@@ -103,6 +105,41 @@ enum Cmd {
         #[arg(long)]
         zinstall: Option<PathBuf>,
     },
+    /// Sweep COPY_THREADS x COPY_BATCH on a tree, with the peers in the
+    /// same run; CSV, Markdown and charts (SVG, PNG).
+    Sweep {
+        /// A generated tree (usr, store, sparse) or a directory.
+        #[arg(long, default_value = "usr")]
+        tree: String,
+        /// Scale of a generated tree.
+        #[arg(long, default_value_t = 1.0)]
+        scale: f64,
+        /// COPY_THREADS values.
+        #[arg(long, default_value = "1,2,4,8,16,32")]
+        threads: String,
+        /// COPY_BATCH values.
+        #[arg(long, default_value = "1,8,32,128,512")]
+        batch: String,
+        /// Timed runs per point.
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+        /// Peers in the same run: cp, tar, rsync, xcp, serial8k.
+        #[arg(long, default_value = "cp,tar,rsync,xcp,serial8k")]
+        peers: String,
+        /// Also time the default point and cp -a on the tree with every
+        /// file empty: the metadata floor.
+        #[arg(long)]
+        floor: bool,
+        /// Where sources, copies and results go.
+        #[arg(long, default_value = "/var/tmp/zinstall-bench")]
+        scratch: PathBuf,
+        /// Copy the results (CSV, Markdown, charts) here too.
+        #[arg(long)]
+        keep: Option<PathBuf>,
+        /// The zinstall binary.
+        #[arg(long)]
+        zinstall: Option<PathBuf>,
+    },
     /// Time a seed-sized zone install (a /usr-like tree with the default
     /// link rules, plus a baseline) at the default tunables against one
     /// worker taking batches of one.
@@ -163,6 +200,29 @@ fn main() -> ExitCode {
             scratch,
             zinstall,
         } => install_bench(runs, &scratch, zinstall),
+        Cmd::Sweep {
+            tree,
+            scale,
+            threads,
+            batch,
+            runs,
+            peers,
+            floor,
+            scratch,
+            keep,
+            zinstall,
+        } => sweep_bench(
+            &tree,
+            scale,
+            &threads,
+            &batch,
+            runs,
+            &peers,
+            floor,
+            &scratch,
+            keep.as_deref(),
+            zinstall,
+        ),
         Cmd::SerialCopy { src, dst } => {
             peers::serial_copy(&src, &dst).map_err(|e| {
                 format!("{} -> {}: {e}", src.display(), dst.display())
@@ -722,5 +782,143 @@ fn install_bench(
         seed.display(),
         report::markdown(&samples, "install 1x1")
     );
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn sweep_bench(
+    tree: &str,
+    scale: f64,
+    threads: &str,
+    batch: &str,
+    runs: usize,
+    peer_list: &str,
+    floor: bool,
+    scratch: &Path,
+    keep: Option<&Path>,
+    zinstall: Option<PathBuf>,
+) -> Result<(), String> {
+    use bench::sweep::{self, Bench, Grid};
+    fs::create_dir_all(scratch).map_err(|e| e.to_string())?;
+    let z =
+        zinstall.unwrap_or_else(|| workspace().join("target/release/zinstall"));
+    if !z.is_file() {
+        return Err(format!(
+            "{}: build it first: cargo build --release -p brand",
+            z.display()
+        ));
+    }
+    let me = std::env::current_exe().map_err(|e| e.to_string())?;
+    let grid = Grid {
+        threads: sweep::list(threads)?,
+        batches: sweep::list(batch)?,
+    };
+    let mut tools = grid.tools();
+    for p in peer_list.split(',').filter(|p| !p.is_empty()) {
+        match p {
+            "cp" => tools.push(Tool::Cp),
+            "tar" => tools.push(Tool::Tar),
+            "rsync" => tools.push(Tool::Rsync),
+            "serial8k" => tools.push(Tool::Serial8k),
+            "xcp" => match peers::find_xcp(&workspace()) {
+                Some(x) => tools.push(Tool::Xcp(x)),
+                None => eprintln!("skipping xcp: not found"),
+            },
+            other => return Err(format!("unknown peer {other}")),
+        }
+    }
+    if !tools.contains(
+        &(Tool::Zinstall {
+            threads: 1,
+            batch: 1,
+        }),
+    ) {
+        tools.push(Tool::Zinstall {
+            threads: 1,
+            batch: 1,
+        });
+    }
+    let src = source(tree, scale, false, scratch)?;
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let out = scratch.join(format!("sweep-{stamp}"));
+    fs::create_dir_all(&out).map_err(|e| e.to_string())?;
+    let mut log = |l: &str| eprintln!("{l}");
+    eprintln!(
+        "sweep of {} over {} points and {} peers, {runs} runs each",
+        src.display(),
+        grid.threads.len() * grid.batches.len(),
+        tools.len() - grid.threads.len() * grid.batches.len()
+    );
+    let mut b = Bench {
+        src: &src,
+        dst: scratch.join("dst"),
+        zinstall: &z,
+        bench: &me,
+        runs,
+        log: &mut log,
+    };
+    let m = b.measure(&tools)?;
+    let label = if tree.contains('/') {
+        tree.to_string()
+    } else {
+        format!("{tree} (scale {scale})")
+    };
+    let mut md =
+        format!("### {label}\n\n{}", report::markdown(&m.samples, "cp -a"));
+    for w in &m.wrong {
+        md.push_str(&format!("\nNot counted, wrong copy: {w}\n"));
+    }
+    if let Some((t, bb, s)) = sweep::best(&m.samples, &grid) {
+        md.push_str(&format!(
+            "\nBest point: COPY_THREADS={t} COPY_BATCH={bb}, median {:.3} s.\n",
+            s.median().as_secs_f64()
+        ));
+    }
+    if floor {
+        let empty = source(tree, scale, true, scratch)?;
+        let floor_tools = [
+            Tool::Zinstall {
+                threads: 8,
+                batch: 128,
+            },
+            Tool::Cp,
+        ];
+        let mut b = Bench {
+            src: &empty,
+            dst: scratch.join("dst"),
+            zinstall: &z,
+            bench: &me,
+            runs,
+            log: &mut log,
+        };
+        let f = b.measure(&floor_tools)?;
+        md.push_str(&format!(
+            "\n#### metadata floor: {label} with every file empty\n\n{}",
+            report::markdown(&f.samples, "cp -a")
+        ));
+        fs::write(
+            out.join("floor.csv"),
+            report::csv(&format!("{label} empty"), &f.samples),
+        )
+        .map_err(|e| e.to_string())?;
+    }
+    fs::write(out.join("sweep.csv"), report::csv(&label, &m.samples))
+        .map_err(|e| e.to_string())?;
+    fs::write(out.join("sweep.md"), &md).map_err(|e| e.to_string())?;
+    plot::sweep_charts(&out, &label, &grid, &m.samples)?;
+    println!("{md}");
+    if let Some(k) = keep {
+        fs::create_dir_all(k).map_err(|e| e.to_string())?;
+        for e in fs::read_dir(&out).map_err(|e| e.to_string())? {
+            let e = e.map_err(|e| e.to_string())?;
+            fs::copy(e.path(), k.join(e.file_name()))
+                .map_err(|e| e.to_string())?;
+        }
+        eprintln!("results copied to {}", k.display());
+    }
+    eprintln!("results in {}", out.display());
     Ok(())
 }

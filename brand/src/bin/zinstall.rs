@@ -27,6 +27,8 @@ enum Command {
     Cache(cmd::provision::CacheArgs),
     /// Draw a statemap as SVG and print each thread's time per state.
     Statemap(cmd::statemap::StatemapArgs),
+    /// Find the best COPY_THREADS and COPY_BATCH for a tree and filesystem.
+    Tune(cmd::tune::TuneArgs),
     /// Compare two trees on every attribute a faithful copy keeps.
     Verify(cmd::verify::VerifyArgs),
 }
@@ -46,5 +48,6 @@ fn main() -> ExitCode {
         Command::Cache(a) => cmd::provision::cache(a),
         Command::Statemap(a) => cmd::statemap::run(a),
         Command::Verify(a) => cmd::verify::run(a),
+        Command::Tune(a) => cmd::tune::run(a),
     }
 }

@@ -4,4 +4,5 @@ pub mod copy;
 pub mod install;
 pub mod provision;
 pub mod statemap;
+pub mod tune;
 pub mod verify;

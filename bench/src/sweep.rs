@@ -1,0 +1,149 @@
+//! Timing contenders side by side, and sweeping the tunables' grid.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use crate::peers::{self, Tool};
+use crate::report::Samples;
+
+/// Where and how to measure.
+pub struct Bench<'a> {
+    /// The tree copied.
+    pub src: &'a Path,
+    /// The copy's path (removed between runs), beside the source.
+    pub dst: PathBuf,
+    /// The zinstall binary.
+    pub zinstall: &'a Path,
+    /// The bench binary (for the serial baseline).
+    pub bench: &'a Path,
+    /// Timed runs per contender.
+    pub runs: usize,
+    /// Progress lines.
+    pub log: &'a mut dyn FnMut(&str),
+}
+
+/// The outcome: samples per tool (in `tools` order, empty for tools that
+/// made a wrong copy) and what went wrong with those.
+pub struct Measured {
+    /// One entry per tool.
+    pub samples: Vec<Samples>,
+    /// `tool: difference` for each tool whose copy was wrong.
+    pub wrong: Vec<String>,
+}
+
+impl Bench<'_> {
+    /// Runs every tool `runs` times, interleaved (the order rotates each
+    /// run), each after `sync` and a warm read of the source, each copy
+    /// verified before its time counts.
+    pub fn measure(&mut self, tools: &[Tool]) -> Result<Measured, String> {
+        let mut samples: Vec<Samples> = tools
+            .iter()
+            .map(|t| Samples {
+                tool: t.name(),
+                times: Vec::new(),
+            })
+            .collect();
+        let mut wrong: Vec<String> = Vec::new();
+        let mut bad = vec![false; tools.len()];
+        for run in 0..self.runs {
+            for k in 0..tools.len() {
+                let i = (k + run) % tools.len();
+                if bad[i] {
+                    continue;
+                }
+                let _ = fs::remove_dir_all(&self.dst);
+                let _ =
+                    fs::remove_file(self.dst.with_extension("statemap.json"));
+                peers::sync();
+                peers::warm(self.src)
+                    .map_err(|e| format!("{}: {e}", self.src.display()))?;
+                let t = peers::time(tools[i].command(
+                    self.src,
+                    &self.dst,
+                    self.zinstall,
+                    self.bench,
+                ))?;
+                if let Err(e) = peers::verify_copy(self.src, &self.dst) {
+                    (self.log)(&format!(
+                        "  {} made a wrong copy, its times are dropped: {e}",
+                        tools[i].name()
+                    ));
+                    wrong.push(format!(
+                        "{}: {}",
+                        tools[i].name(),
+                        e.lines().take(2).collect::<Vec<_>>().join("; ")
+                    ));
+                    bad[i] = true;
+                    continue;
+                }
+                (self.log)(&format!(
+                    "  run {run} {:<24} {:>8.3} s",
+                    tools[i].name(),
+                    t.as_secs_f64()
+                ));
+                samples[i].times.push(t);
+            }
+        }
+        let _ = fs::remove_dir_all(&self.dst);
+        Ok(Measured { samples, wrong })
+    }
+}
+
+/// A grid of tunables.
+#[derive(Clone, Debug)]
+pub struct Grid {
+    /// COPY_THREADS values.
+    pub threads: Vec<usize>,
+    /// COPY_BATCH values.
+    pub batches: Vec<usize>,
+}
+
+impl Grid {
+    /// Every point, threads-major.
+    pub fn tools(&self) -> Vec<Tool> {
+        let mut v = Vec::new();
+        for &threads in &self.threads {
+            for &batch in &self.batches {
+                v.push(Tool::Zinstall { threads, batch });
+            }
+        }
+        v
+    }
+}
+
+/// The fastest grid point by median, with its samples.
+pub fn best<'a>(
+    samples: &'a [Samples],
+    grid: &Grid,
+) -> Option<(usize, usize, &'a Samples)> {
+    let mut out: Option<(usize, usize, &Samples)> = None;
+    for &t in &grid.threads {
+        for &b in &grid.batches {
+            let name = Tool::Zinstall {
+                threads: t,
+                batch: b,
+            }
+            .name();
+            if let Some(s) = samples
+                .iter()
+                .find(|s| s.tool == name && !s.times.is_empty())
+                && out.is_none_or(|(_, _, o)| s.median() < o.median())
+            {
+                out = Some((t, b, s));
+            }
+        }
+    }
+    out
+}
+
+/// Parses `1,2,4` into numbers.
+pub fn list(s: &str) -> Result<Vec<usize>, String> {
+    s.split(',')
+        .map(|x| {
+            x.trim()
+                .parse::<usize>()
+                .map_err(|_| format!("{x:?} is not a number"))
+        })
+        .filter(|r| !matches!(r, Ok(0)))
+        .collect()
+}

@@ -1,0 +1,115 @@
+//! `zinstall tune`: find this machine's best COPY_THREADS and COPY_BATCH.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use bench::sweep::{self, Grid};
+use bench::tune::{self, TuneOptions};
+use clap::Args;
+
+use crate::output;
+use crate::settings::DEFAULTS_FILE;
+
+/// Arguments of `zinstall tune`.
+#[derive(Args, Debug)]
+pub struct TuneArgs {
+    /// The tree to copy (default: a generated /usr-like tree).
+    pub tree: Option<PathBuf>,
+    /// A directory on the filesystem to tune for; copies are made (and
+    /// removed) under it.
+    #[arg(long, value_name = "DIR", default_value = "/var/tmp")]
+    pub dest: PathBuf,
+    /// COPY_THREADS values to try.
+    #[arg(long, default_value = "1,2,4,8,16")]
+    pub threads: String,
+    /// COPY_BATCH values to try.
+    #[arg(long, default_value = "8,32,128,512")]
+    pub batch: String,
+    /// Timed runs per point.
+    #[arg(long, default_value_t = 2)]
+    pub runs: usize,
+    /// Write the best point into the defaults file, keeping its comments.
+    #[arg(long)]
+    pub write: bool,
+    /// The defaults file to write (default /etc/default/zinstall).
+    #[arg(long, value_name = "FILE")]
+    pub defaults: Option<PathBuf>,
+}
+
+/// Sweeps, reports, and writes with --write.
+pub fn run(args: &TuneArgs) -> ExitCode {
+    let grid = match (sweep::list(&args.threads), sweep::list(&args.batch)) {
+        (Ok(threads), Ok(batches))
+            if !threads.is_empty() && !batches.is_empty() =>
+        {
+            Grid { threads, batches }
+        }
+        (Err(e), _) | (_, Err(e)) => {
+            output::error(e);
+            return ExitCode::from(2);
+        }
+        _ => {
+            output::error("empty grid");
+            return ExitCode::from(2);
+        }
+    };
+    let zinstall = match std::env::current_exe() {
+        Ok(p) => p,
+        Err(e) => {
+            output::error(format_args!("finding this program: {e}"));
+            return ExitCode::from(1);
+        }
+    };
+    let opts = TuneOptions {
+        tree: args.tree.clone(),
+        dest: args.dest.clone(),
+        grid,
+        runs: args.runs.max(1),
+        zinstall,
+    };
+    let mut log = |l: &str| output::note(l);
+    let r = match tune::tune(&opts, &mut log) {
+        Ok(r) => r,
+        Err(e) => {
+            output::error(e);
+            return ExitCode::from(1);
+        }
+    };
+    output::out(&r.table);
+    let (t, b, best) = r.best;
+    output::out(format_args!(
+        "best: COPY_THREADS={t} COPY_BATCH={b}, median {best:.3} s; {:.2}x the default (8 x 128, {:.3} s){}",
+        best / r.default,
+        r.default,
+        r.cp.map(|c| format!(", {:.2}x cp -a ({c:.3} s)", best / c))
+            .unwrap_or_default()
+    ));
+    if args.write {
+        let path = args
+            .defaults
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(DEFAULTS_FILE));
+        let old = match std::fs::read_to_string(&path) {
+            Ok(s) => s,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(e) => {
+                output::error(format_args!("read {}: {e}", path.display()));
+                return ExitCode::from(1);
+            }
+        };
+        let new = tune::rewrite_defaults(&old, t, b);
+        let tmp = path.with_extension(format!("tune.{}", std::process::id()));
+        let written = std::fs::write(&tmp, new)
+            .and_then(|()| std::fs::rename(&tmp, &path));
+        if let Err(e) = written {
+            let _ = std::fs::remove_file(&tmp);
+            output::error(format_args!("write {}: {e}", path.display()));
+            return ExitCode::from(1);
+        }
+        output::out(format_args!(
+            "wrote COPY_THREADS={t} COPY_BATCH={b} to {}",
+            path.display()
+        ));
+    }
+    ExitCode::SUCCESS
+}

@@ -1,0 +1,100 @@
+//! The sweep, end to end on a tiny tree with the real binary: `zinstall
+//! tune` and the benchmark's measuring and CSV. No timings are asserted.
+
+use std::fs;
+use std::process::Command;
+
+use bench::peers::Tool;
+use bench::report;
+use bench::sweep::{self, Bench, Grid};
+use bench::trees::{self, Shape};
+
+#[test]
+fn a_tiny_sweep_runs_and_writes_every_row() {
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("usr");
+    trees::generate(Shape::Usr, &src, 0.02, false).unwrap();
+    let grid = Grid {
+        threads: vec![1, 2],
+        batches: vec![1, 8],
+    };
+    let mut tools = grid.tools();
+    tools.push(Tool::Cp);
+    let zinstall = std::path::PathBuf::from(env!("CARGO_BIN_EXE_zinstall"));
+    let mut lines = Vec::new();
+    let mut log = |l: &str| lines.push(l.to_string());
+    let mut b = Bench {
+        src: &src,
+        dst: d.path().join("dst"),
+        zinstall: &zinstall,
+        bench: &zinstall,
+        runs: 2,
+        log: &mut log,
+    };
+    let m = b.measure(&tools).unwrap();
+    assert!(m.wrong.is_empty(), "{:?}", m.wrong);
+    assert_eq!(m.samples.len(), 5);
+    assert!(m.samples.iter().all(|s| s.times.len() == 2));
+    let csv = report::csv("usr", &m.samples);
+    assert_eq!(csv.lines().count(), 1 + 5 * 2);
+    assert!(
+        csv.lines().any(|l| l.starts_with("usr,zinstall 2x8,1,")),
+        "{csv}"
+    );
+    assert!(csv.lines().any(|l| l.starts_with("usr,cp -a,0,")), "{csv}");
+    let (t, b, _) = sweep::best(&m.samples, &grid).unwrap();
+    assert!(grid.threads.contains(&t) && grid.batches.contains(&b));
+    assert_eq!(lines.len(), 10, "one line per timed run");
+    assert!(!d.path().join("dst").exists(), "copies are removed");
+}
+
+#[test]
+fn tune_reports_and_writes_the_defaults_file_keeping_comments() {
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("tree");
+    trees::generate(Shape::Usr, &src, 0.02, false).unwrap();
+    let defaults = d.path().join("zinstall");
+    let shipped = include_str!("../../etc/default/zinstall");
+    fs::write(&defaults, shipped).unwrap();
+    let dest = d.path().join("dest");
+    fs::create_dir(&dest).unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_zinstall"))
+        .args([
+            "tune",
+            "--threads",
+            "1,2",
+            "--batch",
+            "4,16",
+            "--runs",
+            "1",
+            "--write",
+            "--dest",
+        ])
+        .arg(&dest)
+        .arg("--defaults")
+        .arg(&defaults)
+        .arg(&src)
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(out.contains("best: COPY_THREADS="), "{out}");
+    assert!(out.contains("x cp -a"), "{out}");
+    let text = fs::read_to_string(&defaults).unwrap();
+    let f = copier::DefaultsFile::parse(&defaults, text.as_bytes()).unwrap();
+    let t = copier::Tunables::from_defaults(&f).unwrap();
+    assert!(
+        [1, 2].contains(&t.copy_threads) && [4, 16].contains(&t.copy_batch)
+    );
+    let comments = |s: &str| s.lines().filter(|l| l.starts_with('#')).count();
+    assert_eq!(comments(&text), comments(shipped));
+    assert_eq!(
+        fs::read_dir(&dest).unwrap().count(),
+        0,
+        "nothing left under --dest"
+    );
+}
