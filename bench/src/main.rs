@@ -78,6 +78,9 @@ enum Cmd {
         /// Workers for the parallel runs.
         #[arg(long, default_value_t = 8)]
         threads: usize,
+        /// Compress the layer: none, gz or zst.
+        #[arg(long, default_value = "none")]
+        compress: String,
         /// Where the layer and the roots go.
         #[arg(long, default_value = "/var/tmp/zinstall-bench")]
         scratch: PathBuf,
@@ -130,6 +133,10 @@ enum Cmd {
         /// file empty: the metadata floor.
         #[arg(long)]
         floor: bool,
+        /// Drop the page cache before each run (root only) instead of
+        /// warming the source.
+        #[arg(long)]
+        cold: bool,
         /// Where sources, copies and results go.
         #[arg(long, default_value = "/var/tmp/zinstall-bench")]
         scratch: PathBuf,
@@ -178,8 +185,9 @@ fn main() -> ExitCode {
             size,
             runs,
             threads,
+            compress,
             scratch,
-        } => unpack_bench(files, size, runs, threads, &scratch),
+        } => unpack_bench(files, size, runs, threads, &compress, &scratch),
         Cmd::Provision {
             guests,
             runs,
@@ -208,6 +216,7 @@ fn main() -> ExitCode {
             runs,
             peers,
             floor,
+            cold,
             scratch,
             keep,
             zinstall,
@@ -219,6 +228,7 @@ fn main() -> ExitCode {
             runs,
             &peers,
             floor,
+            cold,
             &scratch,
             keep.as_deref(),
             zinstall,
@@ -371,53 +381,17 @@ fn copy_bench(
             src.display(),
             list.len()
         );
-        let mut samples: Vec<Samples> = list
-            .iter()
-            .map(|t| Samples {
-                tool: t.name(),
-                times: Vec::new(),
-            })
-            .collect();
-        let dst = scratch.join("dst");
-        let mut wrong: Vec<String> = Vec::new();
-        for run in 0..runs {
-            // Rotate the order each run so no tool always goes first.
-            for k in 0..list.len() {
-                let i = (k + run) % list.len();
-                if wrong.iter().any(|w| w.starts_with(&list[i].name())) {
-                    continue;
-                }
-                let _ = fs::remove_dir_all(&dst);
-                let _ = fs::remove_file(dst.with_extension("statemap.json"));
-                peers::sync();
-                // Keep the source hot: this machine pages out what has
-                // not been touched for half a minute.
-                peers::warm(&src)
-                    .map_err(|e| format!("{}: {e}", src.display()))?;
-                let t = peers::time(
-                    list[i].command(&src, &dst, &zinstall, &bench_bin),
-                )?;
-                if let Err(e) = peers::verify_copy(&src, &dst) {
-                    eprintln!(
-                        "  {} made a wrong copy, its times are dropped: {e}",
-                        list[i].name()
-                    );
-                    wrong.push(format!(
-                        "{}: {}",
-                        list[i].name(),
-                        e.lines().take(2).collect::<Vec<_>>().join("; ")
-                    ));
-                    continue;
-                }
-                eprintln!(
-                    "  run {run} {:<14} {:>8.3} s",
-                    list[i].name(),
-                    t.as_secs_f64()
-                );
-                samples[i].times.push(t);
-            }
-        }
-        let _ = fs::remove_dir_all(&dst);
+        let mut log = |l: &str| eprintln!("{l}");
+        let mut b = bench::sweep::Bench {
+            src: &src,
+            dst: scratch.join("dst"),
+            zinstall: &zinstall,
+            bench: &bench_bin,
+            runs,
+            cold: false,
+            log: &mut log,
+        };
+        let bench::sweep::Measured { mut samples, wrong } = b.measure(&list)?;
         samples.retain(|s| !s.times.is_empty());
         let reference = if samples.iter().any(|s| s.tool == "cp -a") {
             "cp -a"
@@ -452,6 +426,7 @@ fn unpack_bench(
     size: usize,
     runs: usize,
     threads: usize,
+    compress: &str,
     scratch: &Path,
 ) -> Result<(), String> {
     use copier::archive::{self, ArchiveKind, UnpackOptions};
@@ -464,6 +439,26 @@ fn unpack_bench(
             .map_err(|e| format!("{}: {e}", tmp.display()))?;
         fs::rename(&tmp, &layer).map_err(|e| e.to_string())?;
     }
+    let layer = match compress {
+        "none" => layer,
+        "gz" | "zst" => {
+            let c = layer.with_extension(format!("tar.{compress}"));
+            if !c.exists() {
+                let cmd = if compress == "gz" {
+                    "gzip -1 -c"
+                } else {
+                    "zstd -q -T0 -3 -c"
+                };
+                sh(&format!(
+                    "{cmd} {} > {}.partial && mv {1}.partial {1}",
+                    layer.display(),
+                    c.display()
+                ))?;
+            }
+            c
+        }
+        other => return Err(format!("--compress {other}: none, gz or zst")),
+    };
     let names = [
         format!("zinstall {threads} workers"),
         "zinstall 1 worker".to_string(),
@@ -794,6 +789,7 @@ fn sweep_bench(
     runs: usize,
     peer_list: &str,
     floor: bool,
+    cold: bool,
     scratch: &Path,
     keep: Option<&Path>,
     zinstall: Option<PathBuf>,
@@ -858,6 +854,7 @@ fn sweep_bench(
         zinstall: &z,
         bench: &me,
         runs,
+        cold,
         log: &mut log,
     };
     let m = b.measure(&tools)?;
@@ -892,6 +889,7 @@ fn sweep_bench(
             zinstall: &z,
             bench: &me,
             runs,
+            cold,
             log: &mut log,
         };
         let f = b.measure(&floor_tools)?;

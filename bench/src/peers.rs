@@ -203,6 +203,15 @@ pub fn warm(src: &Path) -> io::Result<u64> {
     Ok(total)
 }
 
+/// Empties the page cache (after a sync), so the next run reads from the
+/// disk: `echo 3 > /proc/sys/vm/drop_caches`, which needs root.
+pub fn drop_caches() -> Result<(), String> {
+    sync();
+    fs::write("/proc/sys/vm/drop_caches", b"3\n").map_err(|e| {
+        format!("dropping caches needs root: /proc/sys/vm/drop_caches: {e}")
+    })
+}
+
 /// `sync(2)`: flushes what a previous run left dirty, so it is not
 /// written back during the next timed run.
 pub fn sync() {

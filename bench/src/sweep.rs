@@ -18,6 +18,9 @@ pub struct Bench<'a> {
     pub bench: &'a Path,
     /// Timed runs per contender.
     pub runs: usize,
+    /// Drop the page cache before each run instead of warming the source
+    /// (root only).
+    pub cold: bool,
     /// Progress lines.
     pub log: &'a mut dyn FnMut(&str),
 }

@@ -80,6 +80,7 @@ fn run(
         zinstall: &opts.zinstall,
         bench: &opts.zinstall,
         runs: opts.runs,
+        cold: false,
         log,
     };
     let m = bench.measure(&tools)?;

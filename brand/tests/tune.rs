@@ -29,6 +29,7 @@ fn a_tiny_sweep_runs_and_writes_every_row() {
         zinstall: &zinstall,
         bench: &zinstall,
         runs: 2,
+        cold: false,
         log: &mut log,
     };
     let m = b.measure(&tools).unwrap();

@@ -1,8 +1,10 @@
 //! What a run did: counts, bytes, time, per-worker load, and notices about
 //! what could not be kept.
 
+use std::collections::HashMap;
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::time::Duration;
 
 /// Counters of one run.
@@ -157,5 +159,35 @@ impl fmt::Display for Notice {
             self.count,
             self.example.display()
         )
+    }
+}
+
+/// Notices gathered from many threads: one per kind, counted.
+#[derive(Default)]
+pub(crate) struct NoticeBoard(Mutex<HashMap<NoticeKind, Notice>>);
+
+impl NoticeBoard {
+    /// Notes one more entry of `kind`; the first one's path is kept.
+    pub(crate) fn add(&self, kind: NoticeKind, path: &Path) {
+        let mut g = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        g.entry(kind.clone())
+            .or_insert_with(|| Notice {
+                kind,
+                count: 0,
+                example: path.to_path_buf(),
+            })
+            .count += 1;
+    }
+
+    /// Every notice, in the order of their examples.
+    pub(crate) fn into_vec(self) -> Vec<Notice> {
+        let mut v: Vec<Notice> = self
+            .0
+            .into_inner()
+            .unwrap_or_else(|p| p.into_inner())
+            .into_values()
+            .collect();
+        v.sort_by(|a, b| a.example.cmp(&b.example));
+        v
     }
 }

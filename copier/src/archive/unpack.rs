@@ -1,6 +1,6 @@
 //! The unpacker: one reader, a pool of file writers.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::ffi::{CStr, CString};
 use std::fs::File;
 use std::io::{self, Read, Write};
@@ -18,7 +18,7 @@ use super::names::{self, Name};
 use crate::error::{ArchiveRefusal, Error, Op, Result};
 use crate::probes;
 use crate::provision::{compression_of, decompress, read_up_to};
-use crate::stats::{Notice, NoticeKind, Stats};
+use crate::stats::{Notice, NoticeBoard, NoticeKind, Stats};
 use crate::sys::posix::{Times, at, egid, euid};
 use crate::sys::{self, XattrTarget};
 use crate::tunables::Tunables;
@@ -159,7 +159,7 @@ pub fn unpack_from(
         preserve_owner: opts.preserve_owner.unwrap_or(is_root),
         quit: AtomicBool::new(false),
         error: Mutex::new(None),
-        notices: Mutex::new(HashMap::new()),
+        notices: NoticeBoard::default(),
         budget: Gate::default(),
         pending: Gate::default(),
         temp: AtomicU64::new(0),
@@ -214,12 +214,7 @@ pub fn unpack_from(
     let mut stats = outcome.stats;
     stats.files += ctx.files.load(Ordering::Relaxed);
     stats.bytes += ctx.bytes_written.load(Ordering::Relaxed);
-    let notices = ctx
-        .notices
-        .into_inner()
-        .unwrap_or_else(|p| p.into_inner())
-        .into_values()
-        .collect();
+    let notices = ctx.notices.into_vec();
     Ok(UnpackReport {
         stats,
         meta: outcome.meta,
@@ -290,7 +285,7 @@ struct Ctx<'a> {
     preserve_owner: bool,
     quit: AtomicBool,
     error: Mutex<Option<Error>>,
-    notices: Mutex<HashMap<NoticeKind, Notice>>,
+    notices: NoticeBoard,
     budget: Gate,
     pending: Gate,
     temp: AtomicU64,
@@ -335,14 +330,7 @@ impl Ctx<'_> {
     }
 
     fn notice(&self, kind: NoticeKind, path: &Path) {
-        let mut g = self.notices.lock().unwrap_or_else(|p| p.into_inner());
-        g.entry(kind.clone())
-            .or_insert_with(|| Notice {
-                kind,
-                count: 0,
-                example: path.to_path_buf(),
-            })
-            .count += 1;
+        self.notices.add(kind, path);
     }
 
     fn temp_name(&self) -> CString {

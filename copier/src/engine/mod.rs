@@ -33,7 +33,6 @@ mod meta;
 mod walk;
 mod worker;
 
-use std::collections::HashMap;
 use std::fs;
 use std::io;
 use std::os::unix::fs::MetadataExt;
@@ -45,7 +44,7 @@ use std::time::Instant;
 
 use crate::error::{Error, Op, Refusal};
 use crate::plan::{Failure, Plan, Report};
-use crate::stats::{Notice, NoticeKind, Stats, WorkerStats};
+use crate::stats::{NoticeBoard, NoticeKind, Stats, WorkerStats};
 use crate::sys;
 use crate::trace::{Clock, Recording, ThreadTrace};
 
@@ -88,7 +87,7 @@ pub(crate) struct Shared<'p> {
     pub(crate) plan: &'p Plan,
     pub(crate) quit: AtomicBool,
     errors: Mutex<(Vec<Error>, u64)>,
-    notices: Mutex<HashMap<NoticeKind, Notice>>,
+    notices: NoticeBoard,
     pub(crate) inodes: inodes::InodeMap,
     /// Set once FICLONE proved impossible for this destination.
     pub(crate) no_clone: AtomicBool,
@@ -107,7 +106,7 @@ impl<'p> Shared<'p> {
             plan,
             quit: AtomicBool::new(false),
             errors: Mutex::new((Vec::new(), 0)),
-            notices: Mutex::new(HashMap::new()),
+            notices: NoticeBoard::default(),
             inodes: inodes::InodeMap::default(),
             no_clone: AtomicBool::new(false),
             no_copy_range: AtomicBool::new(false),
@@ -140,14 +139,7 @@ impl<'p> Shared<'p> {
 
     /// Records something not kept; said once per kind in the report.
     pub(crate) fn notice(&self, kind: NoticeKind, path: &Path) {
-        let mut g = self.notices.lock().unwrap_or_else(|p| p.into_inner());
-        g.entry(kind.clone())
-            .or_insert_with(|| Notice {
-                kind,
-                count: 0,
-                example: path.to_path_buf(),
-            })
-            .count += 1;
+        self.notices.add(kind, path);
     }
 
     /// A name beside `dst` for writing a replacement that is then renamed
@@ -197,13 +189,7 @@ pub(crate) fn run(plan: &Plan) -> Result<Report, Failure> {
         states: Recording::engine_states(),
         entities,
     });
-    let mut notices: Vec<Notice> = shared
-        .notices
-        .into_inner()
-        .unwrap_or_else(|p| p.into_inner())
-        .into_values()
-        .collect();
-    notices.sort_by(|a, b| a.example.cmp(&b.example));
+    let notices = shared.notices.into_vec();
     let report = Report {
         stats,
         notices,
