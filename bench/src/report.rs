@@ -58,7 +58,8 @@ pub fn markdown(all: &[Samples], reference: &str) -> String {
     let mut s = format!(
         "| tool | median s | min s | max s | runs | × {reference} |\n|---|---:|---:|---:|---:|---:|\n"
     );
-    for sm in all {
+    // A tool whose every copy was wrong has no time to show.
+    for sm in all.iter().filter(|sm| !sm.times.is_empty()) {
         let m = sm.median().as_secs_f64();
         let ratio = if base > 0.0 {
             format!("{:.2}", m / base)
@@ -68,7 +69,7 @@ pub fn markdown(all: &[Samples], reference: &str) -> String {
         let _ = writeln!(
             s,
             "| {} | {:.3} | {:.3} | {:.3} | {} | {} |",
-            sm.tool,
+            sm.tool.replace('|', "\\|"),
             m,
             sm.min().as_secs_f64(),
             sm.max().as_secs_f64(),
@@ -101,5 +102,20 @@ mod test {
             "{md}"
         );
         assert_eq!(csv("t", &[b]).lines().count(), 5);
+    }
+
+    #[test]
+    fn pipes_escaped_and_timeless_tools_left_out() {
+        let t = Samples {
+            tool: "tar | tar".into(),
+            times: vec![Duration::from_secs(1)],
+        };
+        let wrong = Samples {
+            tool: "xcp".into(),
+            times: Vec::new(),
+        };
+        let md = markdown(&[t, wrong], "tar | tar");
+        assert!(md.contains("| tar \\| tar | 1.000 |"), "{md}");
+        assert!(!md.contains("xcp"), "{md}");
     }
 }

@@ -278,6 +278,54 @@ fn a_layer_unpacks_in_parallel_and_serially_alike() {
     assert!(c.is_identical(), "{c}");
 }
 
+/// A plain tar file has its bodies copied from their ranges of the file;
+/// a stream has them read by the reader. Both must give the same tree,
+/// also when the archive is on another filesystem than the root (where
+/// copy_file_range gives way to reads and writes).
+#[test]
+fn plain_files_and_streams_unpack_alike() {
+    let data = good_layer();
+    let by_range = scene();
+    by_range.unpack(&data, &layer_opts(4)).unwrap();
+    let streamed = scene();
+    archive::unpack_from(
+        &data[..],
+        &streamed.archive,
+        &streamed.root,
+        &layer_opts(4),
+    )
+    .unwrap();
+    let opts = copier::verify::CompareOptions {
+        atime: false,
+        mtime: false,
+        ..Default::default()
+    };
+    let c =
+        copier::verify::compare(&by_range.root, &streamed.root, &opts).unwrap();
+    assert!(c.is_identical(), "{c}");
+    let shm = Path::new("/dev/shm");
+    let root_dev = fs::metadata(&by_range.root).unwrap().dev();
+    match fs::metadata(shm) {
+        Ok(m) if m.is_dir() && m.dev() != root_dev => {
+            let other_fs = tempfile::tempdir_in(shm).unwrap();
+            let far = other_fs.path().join("image.tar");
+            fs::write(&far, &data).unwrap();
+            let s = scene();
+            for threads in [1, 4] {
+                fs::remove_dir_all(&s.root).unwrap();
+                fs::create_dir(&s.root).unwrap();
+                archive::unpack(&far, &s.root, &layer_opts(threads)).unwrap();
+                let c = copier::verify::compare(&by_range.root, &s.root, &opts)
+                    .unwrap();
+                assert!(c.is_identical(), "{threads} workers: {c}");
+            }
+        }
+        _ => eprintln!(
+            "skipped: no /dev/shm on another filesystem for the cross-fs case"
+        ),
+    }
+}
+
 #[test]
 fn compressed_archives_are_told_by_content() {
     let data = good_layer();

@@ -3,8 +3,9 @@
 use std::collections::HashSet;
 use std::ffi::{CStr, CString};
 use std::fs::File;
-use std::io::{self, Read, Write};
+use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -17,14 +18,15 @@ use super::meta::{self, ArchiveKind, ArchiveMeta};
 use super::names::{self, Name};
 use crate::error::{ArchiveRefusal, Error, Op, Result};
 use crate::probes;
-use crate::provision::{compression_of, decompress, read_up_to};
+use crate::provision::{Compression, compression_of, decompress, read_up_to};
 use crate::stats::{Notice, NoticeBoard, NoticeKind, Stats};
 use crate::sys::posix::{Times, at, egid, euid};
 use crate::sys::{self, XattrTarget};
 use crate::tunables::Tunables;
 
-/// Bodies up to this size go to the pool in memory; larger ones are
-/// streamed by the reader.
+/// From a stream, bodies up to this size go to the pool in memory; larger
+/// ones are streamed by the reader. From a plain tar file every body goes
+/// to the pool as a range of the file.
 const SMALL: u64 = 1 << 20;
 /// Bytes of bodies in flight at most (a few per worker).
 const BUDGET: u64 = 64 << 20;
@@ -86,12 +88,21 @@ pub fn unpack(
     let mut head = [0u8; 4];
     let n = read_up_to(&mut f, &mut head)
         .map_err(|e| Error::io(Op::Read, archive, e))?;
+    let compression = compression_of(&head[..n]);
+    if compression == Compression::None {
+        // A plain tar file: the reader only parses headers and seeks over
+        // bodies; workers copy each body from its range of the file in the
+        // kernel, so the reader never becomes the bottleneck.
+        f.seek(SeekFrom::Start(0))
+            .map_err(|e| Error::io(Op::Read, archive, e))?;
+        let body_source =
+            f.try_clone().map_err(|e| Error::io(Op::Open, archive, e))?;
+        return run(Input::File(f), Some(body_source), archive, root, opts);
+    }
     let f = File::open(archive).map_err(|e| Error::io(Op::Open, archive, e))?;
-    let reader = decompress(
-        io::BufReader::with_capacity(1 << 20, f),
-        compression_of(&head[..n]),
-    )
-    .map_err(|e| Error::io(Op::Read, archive, e))?;
+    let reader =
+        decompress(io::BufReader::with_capacity(1 << 20, f), compression)
+            .map_err(|e| Error::io(Op::Read, archive, e))?;
     unpack_from(reader, archive, root, opts)
 }
 
@@ -145,6 +156,46 @@ pub fn unpack_from(
     root: &Path,
     opts: &UnpackOptions,
 ) -> Result<UnpackReport> {
+    run(Input::Stream(Box::new(reader)), None, archive, root, opts)
+}
+
+/// What the reader decodes: a plain tar file it may seek in, or a stream.
+enum Input<'a> {
+    File(File),
+    Stream(Box<dyn Read + 'a>),
+}
+
+impl Read for Input<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Input::File(f) => f.read(buf),
+            Input::Stream(r) => r.read(buf),
+        }
+    }
+}
+
+impl Seek for Input<'_> {
+    fn seek(&mut self, pos: SeekFrom) -> io::Result<u64> {
+        match self {
+            Input::File(f) => f.seek(pos),
+            Input::Stream(_) => Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "a stream cannot seek",
+            )),
+        }
+    }
+}
+
+/// Unpacks `input`; with `body_source` (the same plain tar file), file
+/// bodies are copied from their ranges of it instead of being read by the
+/// reader.
+fn run(
+    input: Input<'_>,
+    body_source: Option<File>,
+    archive: &Path,
+    root: &Path,
+    opts: &UnpackOptions,
+) -> Result<UnpackReport> {
     opts.tunables.validate()?;
     let root_fd: OwnedFd = File::open(root)
         .map_err(|e| Error::io(Op::Open, root, e))?
@@ -165,6 +216,7 @@ pub fn unpack_from(
         temp: AtomicU64::new(0),
         bytes_written: AtomicU64::new(0),
         files: AtomicU64::new(0),
+        body_source,
     };
     let workers = if opts.tunables.copy_threads > 1 {
         opts.tunables.copy_threads
@@ -192,7 +244,7 @@ pub fn unpack_from(
         }
         drop(rx);
         let tx = (workers > 0).then_some(tx);
-        reader_result = read_all(&ctx, reader, tx);
+        reader_result = read_all(&ctx, input, tx);
     });
     let outcome = match reader_result {
         Ok(o) => o,
@@ -237,10 +289,35 @@ struct FileJob {
     dir: Arc<OwnedFd>,
     leaf: CString,
     replace: bool,
-    data: Vec<u8>,
+    body: Body,
     meta: Meta,
     shown: PathBuf,
     entry: String,
+}
+
+/// Where a file's bytes are.
+enum Body {
+    /// Read by the reader from a stream.
+    Bytes(Vec<u8>),
+    /// `len` bytes at `offset` of the plain tar file.
+    At { offset: u64, len: u64 },
+}
+
+impl Body {
+    fn len(&self) -> u64 {
+        match self {
+            Body::Bytes(b) => b.len() as u64,
+            Body::At { len, .. } => *len,
+        }
+    }
+
+    /// Bytes of the in-memory budget this body holds.
+    fn held(&self) -> u64 {
+        match self {
+            Body::Bytes(b) => b.len() as u64,
+            Body::At { .. } => 0,
+        }
+    }
 }
 
 /// A counter others can wait on: the byte budget, and jobs in flight.
@@ -291,6 +368,8 @@ struct Ctx<'a> {
     temp: AtomicU64,
     bytes_written: AtomicU64,
     files: AtomicU64,
+    /// The plain tar file bodies are copied from, when seekable.
+    body_source: Option<File>,
 }
 
 #[derive(Default)]
@@ -466,7 +545,7 @@ impl Ctx<'_> {
 
     /// Writes one file (in a worker, or in the reader when serial).
     fn write_job(&self, job: FileJob) {
-        let n = job.data.len() as u64;
+        let n = job.body.len();
         if !self.stopped() {
             probes::zinstall::archive__entry__start!(|| (
                 self.archive.to_string_lossy(),
@@ -487,7 +566,7 @@ impl Ctx<'_> {
                 Err(e) => self.fail(e),
             }
         }
-        self.budget.release(n);
+        self.budget.release(job.body.held());
         self.pending.release(1);
     }
 
@@ -500,10 +579,15 @@ impl Ctx<'_> {
         };
         let mut f = at::create_file(dir, &name)
             .map_err(|e| Error::io(Op::Create, &job.shown, e))?;
-        let r = f
-            .write_all(&job.data)
-            .map_err(|e| Error::io(Op::Write, &job.shown, e))
-            .and_then(|()| self.finish_fd(&f, &job.meta, &job.shown));
+        let r = match &job.body {
+            Body::Bytes(data) => f
+                .write_all(data)
+                .map_err(|e| Error::io(Op::Write, &job.shown, e)),
+            Body::At { offset, len } => {
+                self.copy_body(&f, *offset, *len, &job.shown)
+            }
+        }
+        .and_then(|()| self.finish_fd(&f, &job.meta, &job.shown));
         drop(f);
         if let Err(e) = r {
             let _already_failing = at::unlink(dir, &name, false);
@@ -514,6 +598,58 @@ impl Ctx<'_> {
                 let _already_failing = at::unlink(dir, &name, false);
                 Error::io(Op::Rename, &job.shown, e)
             })?;
+        }
+        Ok(())
+    }
+
+    /// Copies `len` bytes at `offset` of the tar file into `f`: in the
+    /// kernel where it can, else through a buffer. A short archive is
+    /// refused as truncated.
+    fn copy_body(
+        &self,
+        f: &File,
+        offset: u64,
+        len: u64,
+        shown: &Path,
+    ) -> Result<()> {
+        let Some(src) = &self.body_source else {
+            return Err(Error::io(
+                Op::Read,
+                self.archive,
+                io::Error::other("no archive file to copy bodies from"),
+            ));
+        };
+        let truncated = || {
+            self.refuse(
+                &shown.to_string_lossy(),
+                ArchiveRefusal::Corrupt("truncated".into()),
+            )
+        };
+        let mut done = 0;
+        while done < len {
+            match sys::copy_range(src, f, offset + done, done, len - done)
+                .map_err(|e| Error::io(Op::CopyFileRange, shown, e))?
+            {
+                Some(0) => return Err(truncated()),
+                Some(n) => done += n,
+                None => break,
+            }
+        }
+        if done == len {
+            return Ok(());
+        }
+        let mut buf = vec![0u8; (len - done).min(1 << 20) as usize];
+        while done < len {
+            let want = (len - done).min(buf.len() as u64) as usize;
+            let n = src
+                .read_at(&mut buf[..want], offset + done)
+                .map_err(|e| Error::io(Op::Read, self.archive, e))?;
+            if n == 0 {
+                return Err(truncated());
+            }
+            f.write_all_at(&buf[..n], done)
+                .map_err(|e| Error::io(Op::Write, shown, e))?;
+            done += n as u64;
         }
         Ok(())
     }
@@ -612,15 +748,21 @@ fn entry_meta<R: Read>(e: &mut tar::Entry<'_, R>) -> Result<Meta, String> {
 /// file bodies.
 fn read_all(
     ctx: &Ctx<'_>,
-    reader: impl Read,
+    input: Input<'_>,
     tx: Option<Sender<FileJob>>,
 ) -> Result<ReadOutcome> {
     let started = Instant::now();
     let mut out = ReadOutcome::default();
-    let mut ar = tar::Archive::new(reader);
+    let seekable = ctx.body_source.is_some();
+    let mut ar = tar::Archive::new(input);
     let corrupt =
         |e: io::Error| ctx.refuse("", ArchiveRefusal::Corrupt(e.to_string()));
-    let entries = ar.entries().map_err(corrupt)?;
+    let entries = if seekable {
+        ar.entries_with_seek()
+    } else {
+        ar.entries()
+    }
+    .map_err(corrupt)?;
     let mut first = true;
     let mut subtree = false;
     let mut total: u64 = 0;
@@ -745,7 +887,32 @@ fn read_all(
                     ));
                 }
                 let replace = now != Existing::Nothing;
+                let contiguous = kind != EntryType::GNUSparse;
                 match &tx {
+                    _ if seekable && contiguous => {
+                        let job = FileJob {
+                            dir,
+                            leaf,
+                            replace,
+                            body: Body::At {
+                                offset: e.raw_file_position(),
+                                len: size,
+                            },
+                            meta: m,
+                            shown,
+                            entry: shown_entry,
+                        };
+                        ctx.pending.acquire(1, u64::MAX);
+                        match &tx {
+                            Some(tx) => {
+                                queued.insert(rel);
+                                if tx.send(job).is_err() {
+                                    break;
+                                }
+                            }
+                            None => ctx.write_job(job),
+                        }
+                    }
                     Some(tx) if size <= SMALL => {
                         // Held until the worker has written it.
                         ctx.budget.acquire(size, BUDGET);
@@ -767,7 +934,7 @@ fn read_all(
                             dir,
                             leaf,
                             replace,
-                            data,
+                            body: Body::Bytes(data),
                             meta: m,
                             shown,
                             entry: shown_entry,
