@@ -175,9 +175,9 @@ pub fn verify_copy(src: &Path, dst: &Path) -> Result<(), String> {
         Ok(())
     } else {
         let first: String =
-            c.to_string().lines().take(5).collect::<Vec<_>>().join("\n");
+            c.to_string().lines().take(5).collect::<Vec<_>>().join("; ");
         Err(format!(
-            "{} differences, first:\n{first}",
+            "{} differences, first: {first}",
             c.differences.len()
         ))
     }

@@ -71,11 +71,7 @@ impl Bench<'_> {
                         "  {} made a wrong copy, its times are dropped: {e}",
                         tools[i].name()
                     ));
-                    wrong.push(format!(
-                        "{}: {}",
-                        tools[i].name(),
-                        e.lines().take(2).collect::<Vec<_>>().join("; ")
-                    ));
+                    wrong.push(format!("{}: {e}", tools[i].name()));
                     bad[i] = true;
                     continue;
                 }
