@@ -20,7 +20,7 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Cmd {
-    /// Time zinstall copy against cp -a, tar | tar, rsync -aH, xcp and a
+    /// Time zinstall copy against cp -a, tar | tar, rsync -aH, xcp, fcp and a
     /// serial 8 KiB copy, interleaved, on one tree.
     Copy {
         /// A generated tree (usr, store, sparse) or a directory.
@@ -34,7 +34,7 @@ enum Cmd {
         runs: usize,
         /// Tools, comma-separated: zinstall, zinstall1x1, recorded (with
         /// --statemap), noprobes (built without USDT probes), cp, tar,
-        /// rsync, xcp, serial8k (default: all but recorded and noprobes).
+        /// rsync, xcp, fcp, serial8k (default: all but recorded and noprobes).
         #[arg(long)]
         tools: Option<String>,
         /// Also time the tree with every file empty (the metadata floor).
@@ -126,8 +126,8 @@ enum Cmd {
         /// Timed runs per point.
         #[arg(long, default_value_t = 3)]
         runs: usize,
-        /// Peers in the same run: cp, tar, rsync, xcp, serial8k.
-        #[arg(long, default_value = "cp,tar,rsync,xcp,serial8k")]
+        /// Peers in the same run: cp, tar, rsync, xcp, fcp, serial8k.
+        #[arg(long, default_value = "cp,tar,rsync,xcp,fcp,serial8k")]
         peers: String,
         /// Also time the default point and cp -a on the tree with every
         /// file empty: the metadata floor.
@@ -317,9 +317,8 @@ fn copy_bench(
         ));
     }
     let bench_bin = std::env::current_exe().map_err(|e| e.to_string())?;
-    let xcp = peers::find_xcp(&workspace());
     let wanted: Vec<String> = tools
-        .unwrap_or("zinstall,zinstall1x1,cp,tar,rsync,xcp,serial8k")
+        .unwrap_or("zinstall,zinstall1x1,cp,tar,rsync,xcp,fcp,serial8k")
         .split(',')
         .map(str::to_string)
         .collect();
@@ -350,12 +349,7 @@ fn copy_bench(
             "tar" => list.push(Tool::Tar),
             "rsync" => list.push(Tool::Rsync),
             "serial8k" => list.push(Tool::Serial8k),
-            "xcp" => match &xcp {
-                Some(p) => list.push(Tool::Xcp(p.clone())),
-                None => {
-                    eprintln!("skipping xcp: not found (see bench/README.md)")
-                }
-            },
+            "xcp" | "fcp" => list.extend(peers::optional_peer(&workspace(), t)),
             other => return Err(format!("unknown tool {other}")),
         }
     }
@@ -816,10 +810,9 @@ fn sweep_bench(
             "tar" => tools.push(Tool::Tar),
             "rsync" => tools.push(Tool::Rsync),
             "serial8k" => tools.push(Tool::Serial8k),
-            "xcp" => match peers::find_xcp(&workspace()) {
-                Some(x) => tools.push(Tool::Xcp(x)),
-                None => eprintln!("skipping xcp: not found"),
-            },
+            "xcp" | "fcp" => {
+                tools.extend(peers::optional_peer(&workspace(), p))
+            }
             other => return Err(format!("unknown peer {other}")),
         }
     }

@@ -32,6 +32,8 @@ pub enum Tool {
     Rsync,
     /// xcp, at this path.
     Xcp(PathBuf),
+    /// fcp, at this path.
+    Fcp(PathBuf),
     /// A serial copy through an 8 KiB buffer: what a naive installer does
     /// (`std::fs::copy`-sized buffers, one file at a time).
     Serial8k,
@@ -50,6 +52,7 @@ impl Tool {
             Tool::Tar => "tar | tar".into(),
             Tool::Rsync => "rsync -aH".into(),
             Tool::Xcp(_) => "xcp".into(),
+            Tool::Fcp(_) => "fcp".into(),
             Tool::Serial8k => "serial 8 KiB".into(),
         }
     }
@@ -120,6 +123,12 @@ impl Tool {
                 c.args(["-r", "-o"]).arg(src).arg(dst);
                 c
             }
+            Tool::Fcp(bin) => {
+                // `fcp SRC DST` with DST absent copies SRC as DST.
+                let mut c = Command::new(bin);
+                c.arg(src).arg(dst);
+                c
+            }
             Tool::Serial8k => {
                 let mut c = Command::new(bench);
                 c.arg("serial-copy").arg(src).arg(dst);
@@ -129,18 +138,33 @@ impl Tool {
     }
 }
 
-/// xcp on PATH, or installed under `target/peers/bin` (see bench/README.md).
-pub fn find_xcp(workspace: &Path) -> Option<PathBuf> {
-    let local = workspace.join("target/peers/bin/xcp");
+/// A peer copier (`xcp`, `fcp`) installed under `target/peers/bin` (see
+/// bench/README.md), or else on PATH.
+pub fn find_peer(workspace: &Path, name: &str) -> Option<PathBuf> {
+    let local = workspace.join("target/peers/bin").join(name);
     if local.is_file() {
         return Some(local);
     }
     let out = Command::new("sh")
-        .args(["-c", "command -v xcp"])
+        .args(["-c", "command -v \"$1\"", "sh", name])
         .output()
         .ok()?;
     let p = String::from_utf8(out.stdout).ok()?.trim().to_string();
     (!p.is_empty()).then(|| PathBuf::from(p))
+}
+
+/// The tool a peer name stands for, if the peer is installed.
+pub fn optional_peer(workspace: &Path, name: &str) -> Option<Tool> {
+    let bin = find_peer(workspace, name);
+    match name {
+        "xcp" => bin.map(Tool::Xcp),
+        "fcp" => bin.map(Tool::Fcp),
+        _ => None,
+    }
+    .or_else(|| {
+        eprintln!("skipping {name}: not found (see bench/README.md)");
+        None
+    })
 }
 
 /// Runs `cmd` and returns its wall time; a failure is an error with its
