@@ -71,7 +71,11 @@ impl Bench<'_> {
                         "  {} made a wrong copy, its times are dropped: {e}",
                         tools[i].name()
                     ));
-                    wrong.push(format!("{}: {e}", tools[i].name()));
+                    wrong.push(format!(
+                        "{} (its one run took {:.3} s): {e}",
+                        tools[i].name(),
+                        t.as_secs_f64()
+                    ));
                     bad[i] = true;
                     continue;
                 }
