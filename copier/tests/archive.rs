@@ -278,6 +278,39 @@ fn a_layer_unpacks_in_parallel_and_serially_alike() {
     assert!(c.is_identical(), "{c}");
 }
 
+/// Any batch size gives the same tree, from a file and from a stream.
+#[test]
+fn batch_sizes_do_not_change_the_tree() {
+    let data = good_layer();
+    let serial = scene();
+    serial.unpack(&data, &layer_opts(1)).unwrap();
+    let opts = copier::verify::CompareOptions {
+        atime: false,
+        mtime: false,
+        ..Default::default()
+    };
+    for batch in [1, 7, 1000] {
+        let o = UnpackOptions {
+            tunables: Tunables {
+                copy_threads: 3,
+                copy_batch: batch,
+                ..Tunables::default()
+            },
+            ..layer_opts(3)
+        };
+        let from_file = scene();
+        from_file.unpack(&data, &o).unwrap();
+        let streamed = scene();
+        archive::unpack_from(&data[..], &streamed.archive, &streamed.root, &o)
+            .unwrap();
+        for s in [&from_file, &streamed] {
+            let c =
+                copier::verify::compare(&serial.root, &s.root, &opts).unwrap();
+            assert!(c.is_identical(), "batch {batch}: {c}");
+        }
+    }
+}
+
 /// A plain tar file has its bodies copied from their ranges of the file;
 /// a stream has them read by the reader. Both must give the same tree,
 /// also when the archive is on another filesystem than the root (where

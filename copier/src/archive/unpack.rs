@@ -223,19 +223,20 @@ fn run(
     } else {
         0
     };
-    let (tx, rx) = crossbeam_channel::bounded::<FileJob>(
-        opts.tunables.copy_batch.max(1) * 2,
-    );
+    // A few batches per worker, as in the copy engine.
+    let (tx, rx) = crossbeam_channel::bounded::<Vec<FileJob>>(workers * 2);
     let mut reader_result = Ok(ReadOutcome::default());
     std::thread::scope(|s| {
         for i in 0..workers {
-            let rx: Receiver<FileJob> = rx.clone();
+            let rx: Receiver<Vec<FileJob>> = rx.clone();
             let ctx = &ctx;
             let spawned = std::thread::Builder::new()
                 .name(format!("unpack-{i}"))
                 .spawn_scoped(s, move || {
-                    for job in rx {
-                        ctx.write_job(job);
+                    for batch in rx {
+                        for job in batch {
+                            ctx.write_job(job);
+                        }
                     }
                 });
             if let Err(e) = spawned {
@@ -243,8 +244,13 @@ fn run(
             }
         }
         drop(rx);
-        let tx = (workers > 0).then_some(tx);
-        reader_result = read_all(&ctx, input, tx);
+        let pool = (workers > 0).then(|| Batcher {
+            tx,
+            batch: Vec::new(),
+            held: 0,
+            size: opts.tunables.copy_batch.max(1),
+        });
+        reader_result = read_all(&ctx, input, pool);
     });
     let outcome = match reader_result {
         Ok(o) => o,
@@ -293,6 +299,41 @@ struct FileJob {
     meta: Meta,
     shown: PathBuf,
     entry: String,
+}
+
+/// The reader's side of the pool: files go to the workers in batches of
+/// `COPY_BATCH`, so that each worker tends to fill one directory while the
+/// others fill others, instead of all of them creating files in the same
+/// directory at once.
+struct Batcher {
+    tx: Sender<Vec<FileJob>>,
+    batch: Vec<FileJob>,
+    /// In-memory body bytes in `batch`.
+    held: u64,
+    size: usize,
+}
+
+impl Batcher {
+    /// Queues `job`; false when the workers are gone.
+    fn push(&mut self, job: FileJob) -> bool {
+        self.held += job.body.held();
+        self.batch.push(job);
+        // Bodies waiting here count against the byte budget; sending at a
+        // quarter of it keeps the reader from waiting on bytes it holds.
+        if self.batch.len() >= self.size || self.held >= BUDGET / 4 {
+            return self.flush();
+        }
+        true
+    }
+
+    /// Sends what is queued; false when the workers are gone.
+    fn flush(&mut self) -> bool {
+        if self.batch.is_empty() {
+            return true;
+        }
+        self.held = 0;
+        self.tx.send(std::mem::take(&mut self.batch)).is_ok()
+    }
 }
 
 /// Where a file's bytes are.
@@ -749,7 +790,7 @@ fn entry_meta<R: Read>(e: &mut tar::Entry<'_, R>) -> Result<Meta, String> {
 fn read_all(
     ctx: &Ctx<'_>,
     input: Input<'_>,
-    tx: Option<Sender<FileJob>>,
+    mut pool: Option<Batcher>,
 ) -> Result<ReadOutcome> {
     let started = Instant::now();
     let mut out = ReadOutcome::default();
@@ -768,10 +809,16 @@ fn read_all(
     let mut total: u64 = 0;
     let mut queued: HashSet<Vec<u8>> = HashSet::new();
     let mut cache: Option<(Vec<CString>, Arc<OwnedFd>)> = None;
-    let barrier = |queued: &mut HashSet<Vec<u8>>| {
-        ctx.pending.wait_empty();
-        queued.clear();
-    };
+    // Waits until every queued file is written. False: the pool is gone.
+    let barrier =
+        |pool: &mut Option<Batcher>, queued: &mut HashSet<Vec<u8>>| -> bool {
+            let sent = pool.as_mut().is_none_or(Batcher::flush);
+            if sent {
+                ctx.pending.wait_empty();
+                queued.clear();
+            }
+            sent
+        };
     for entry in entries {
         if ctx.stopped() {
             break;
@@ -838,8 +885,10 @@ fn read_all(
         })?;
         let rel = Name::joined(&name.parts).into_bytes();
         // A second entry for a path still queued waits for the first.
-        if queued.contains(&rel) || queued.len() >= MAX_TRACKED {
-            barrier(&mut queued);
+        if (queued.contains(&rel) || queued.len() >= MAX_TRACKED)
+            && !barrier(&mut pool, &mut queued)
+        {
+            break;
         }
         let parent_parts = name.parent().to_vec();
         let dir = match &cache {
@@ -888,7 +937,7 @@ fn read_all(
                 }
                 let replace = now != Existing::Nothing;
                 let contiguous = kind != EntryType::GNUSparse;
-                match &tx {
+                match &mut pool {
                     _ if seekable && contiguous => {
                         let job = FileJob {
                             dir,
@@ -903,17 +952,17 @@ fn read_all(
                             entry: shown_entry,
                         };
                         ctx.pending.acquire(1, u64::MAX);
-                        match &tx {
-                            Some(tx) => {
+                        match &mut pool {
+                            Some(pool) => {
                                 queued.insert(rel);
-                                if tx.send(job).is_err() {
+                                if !pool.push(job) {
                                     break;
                                 }
                             }
                             None => ctx.write_job(job),
                         }
                     }
-                    Some(tx) if size <= SMALL => {
+                    Some(pool) if size <= SMALL => {
                         // Held until the worker has written it.
                         ctx.budget.acquire(size, BUDGET);
                         let mut data = Vec::with_capacity(size as usize);
@@ -939,13 +988,15 @@ fn read_all(
                             shown,
                             entry: shown_entry,
                         };
-                        if tx.send(job).is_err() {
+                        if !pool.push(job) {
                             break;
                         }
                     }
                     _ => {
                         // Streamed by the reader: one body at a time.
-                        barrier(&mut queued);
+                        if !barrier(&mut pool, &mut queued) {
+                            break;
+                        }
                         stream_file(
                             ctx, &mut e, dfd, &leaf, replace, &m, &shown, size,
                         )?;
@@ -1019,7 +1070,9 @@ fn read_all(
                     return Err(outside());
                 };
                 // Its target may still be in a worker's hands.
-                barrier(&mut queued);
+                if !barrier(&mut pool, &mut queued) {
+                    break;
+                }
                 let tdir = ctx
                     .open_dir(target.parent(), &shown_entry, false)
                     .map_err(|_| outside())?;
@@ -1080,7 +1133,9 @@ fn read_all(
             }
         }
     }
-    drop(tx);
+    if let Some(mut pool) = pool {
+        pool.flush();
+    }
     ctx.pending.wait_empty();
     out.stats.elapsed = started.elapsed();
     Ok(out)
