@@ -590,6 +590,8 @@ fn provision_bench(
                     &format!("disk: first provision ({n} guests)"),
                     sh(&p(&zst, "d1"))?,
                 );
+                // The first provision's writeback must not land in this one.
+                peers::sync();
                 record(
                     &format!("disk: cached provision ({n} guests)"),
                     sh(&p(&zst, "d2"))?,
@@ -610,6 +612,7 @@ fn provision_bench(
                 &format!("tree on {fsname}: first provision ({n} guests)"),
                 sh(&p(&tzst, "t1"))?,
             );
+            peers::sync();
             record(
                 &format!("tree on {fsname}: cached provision ({n} guests)"),
                 sh(&p(&tzst, "t2"))?,

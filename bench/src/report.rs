@@ -50,32 +50,38 @@ pub fn csv(tree: &str, all: &[Samples]) -> String {
 /// A Markdown table: median, min, max, and each median divided by the
 /// reference tool's (so below 1.0 is faster than the reference).
 pub fn markdown(all: &[Samples], reference: &str) -> String {
+    // No ratio column without a reference among the tools.
     let base = all
         .iter()
-        .find(|s| s.tool == reference)
+        .find(|s| s.tool == reference && !s.times.is_empty())
         .map(|s| s.median().as_secs_f64())
-        .unwrap_or(0.0);
-    let mut s = format!(
-        "| tool | median s | min s | max s | runs | × {reference} |\n|---|---:|---:|---:|---:|---:|\n"
-    );
+        .filter(|&b| b > 0.0);
+    let mut s = String::from("| tool | median s | min s | max s | runs |");
+    match base {
+        Some(_) => {
+            let _ = writeln!(s, " × {} |", reference.replace('|', "\\|"));
+            s.push_str("|---|---:|---:|---:|---:|---:|\n");
+        }
+        None => s.push_str("\n|---|---:|---:|---:|---:|\n"),
+    }
     // A tool whose every copy was wrong has no time to show.
     for sm in all.iter().filter(|sm| !sm.times.is_empty()) {
         let m = sm.median().as_secs_f64();
-        let ratio = if base > 0.0 {
-            format!("{:.2}", m / base)
-        } else {
-            "-".into()
-        };
-        let _ = writeln!(
+        let _ = write!(
             s,
-            "| {} | {:.3} | {:.3} | {:.3} | {} | {} |",
+            "| {} | {:.3} | {:.3} | {:.3} | {} |",
             sm.tool.replace('|', "\\|"),
             m,
             sm.min().as_secs_f64(),
             sm.max().as_secs_f64(),
             sm.times.len(),
-            ratio
         );
+        match base {
+            Some(b) => {
+                let _ = writeln!(s, " {:.2} |", m / b);
+            }
+            None => s.push('\n'),
+        }
     }
     s
 }
@@ -117,5 +123,16 @@ mod test {
         let md = markdown(&[t, wrong], "tar | tar");
         assert!(md.contains("| tar \\| tar | 1.000 |"), "{md}");
         assert!(!md.contains("xcp"), "{md}");
+    }
+
+    #[test]
+    fn no_ratio_column_without_the_reference() {
+        let b = Samples {
+            tool: "b".into(),
+            times: [4, 1, 2, 3].map(Duration::from_secs).to_vec(),
+        };
+        let md = markdown(&[b], "absent");
+        assert!(md.starts_with("| tool | median s | min s | max s | runs |\n"));
+        assert!(md.contains("| b | 2.500 | 1.000 | 4.000 | 4 |\n"), "{md}");
     }
 }
