@@ -606,6 +606,9 @@ fn provision_bench(
                     &format!("disk: naive, decompress per guest ({n})"),
                     sh(&naive)?,
                 );
+                // Eight full images would leave a small filesystem nearly
+                // full, and slow every allocation in the rounds after.
+                sh(&format!("rm -f {}/naive-*.raw", base.display()))?;
             }
             peers::sync();
             record(
