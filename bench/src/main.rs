@@ -453,55 +453,35 @@ fn unpack_bench(
         }
         other => return Err(format!("--compress {other}: none, gz or zst")),
     };
-    let names = [
-        format!("zinstall {threads} workers"),
-        "zinstall 1 worker".to_string(),
-        "tar -xf".to_string(),
-    ];
-    let mut samples: Vec<Samples> = names
-        .iter()
-        .map(|n| Samples {
-            tool: n.clone(),
-            times: Vec::new(),
-        })
-        .collect();
+    let parallel = format!("zinstall {threads} workers");
+    let names = [parallel.as_str(), "zinstall 1 worker", "tar -xf"];
     let dst = scratch.join("unpack-dst");
-    for run in 0..runs {
-        for k in 0..3 {
-            let i = (k + run) % 3;
-            let _ = fs::remove_dir_all(&dst);
-            fs::create_dir_all(&dst).map_err(|e| e.to_string())?;
-            peers::sync();
-            peers::warm(&layer).map_err(|e| e.to_string())?;
-            let t0 = Instant::now();
-            if i == 2 {
-                let mut c = std::process::Command::new("tar");
-                c.arg("-xf").arg(&layer).arg("-C").arg(&dst);
-                peers::time(c)?;
-            } else {
-                let t = if i == 0 { threads } else { 1 };
-                let opts = UnpackOptions {
-                    tunables: copier::Tunables {
-                        copy_threads: t,
-                        ..copier::Tunables::default()
-                    },
-                    expect: Some(ArchiveKind::Layer),
-                    ..UnpackOptions::default()
-                };
-                let root = dst.join("root");
-                fs::create_dir(&root).map_err(|e| e.to_string())?;
-                archive::unpack(&layer, &root, &opts)
-                    .map_err(|e| e.to_string())?;
-            }
-            let took = t0.elapsed();
-            eprintln!(
-                "  run {run} {:<20} {:>8.3} s",
-                names[i],
-                took.as_secs_f64()
-            );
-            samples[i].times.push(took);
+    let samples = report::interleaved(&names, runs, |i| {
+        let _ = fs::remove_dir_all(&dst);
+        fs::create_dir_all(&dst).map_err(|e| e.to_string())?;
+        peers::sync();
+        peers::warm(&layer).map_err(|e| e.to_string())?;
+        let t0 = Instant::now();
+        if i == 2 {
+            let mut c = std::process::Command::new("tar");
+            c.arg("-xf").arg(&layer).arg("-C").arg(&dst);
+            peers::time(c)?;
+        } else {
+            let t = if i == 0 { threads } else { 1 };
+            let opts = UnpackOptions {
+                tunables: copier::Tunables {
+                    copy_threads: t,
+                    ..copier::Tunables::default()
+                },
+                expect: Some(ArchiveKind::Layer),
+                ..UnpackOptions::default()
+            };
+            let root = dst.join("root");
+            fs::create_dir(&root).map_err(|e| e.to_string())?;
+            archive::unpack(&layer, &root, &opts).map_err(|e| e.to_string())?;
         }
-    }
+        Ok(t0.elapsed())
+    })?;
     let _ = fs::remove_dir_all(&dst);
     println!(
         "\nunpack {} ({files} x {size} bytes)\n\n{}",
@@ -742,35 +722,19 @@ fn install_bench(
         seed.join("baseline").display()
     )).map_err(|e| e.to_string())?;
     let names = ["install 8x128", "install 1x1"];
-    let mut samples: Vec<Samples> = names
-        .iter()
-        .map(|n| Samples {
-            tool: n.to_string(),
-            times: Vec::new(),
-        })
-        .collect();
     let zp = scratch.join("zonepath");
-    for run in 0..runs {
-        for k in 0..2 {
-            let i = (k + run) % 2;
-            let _ = fs::remove_dir_all(&zp);
-            peers::sync();
-            peers::warm(&seed).map_err(|e| e.to_string())?;
-            let mut c = std::process::Command::new(&z);
-            c.env("ZINSTALL_DEFAULTS", "/nonexistent").arg("install");
-            if i == 1 {
-                c.args(["--threads", "1", "--batch", "1"]);
-            }
-            c.arg("--profile").arg(&profile).arg("--zonepath").arg(&zp);
-            let t = peers::time(c)?;
-            eprintln!(
-                "  run {run} {:<16} {:>8.3} s",
-                names[i],
-                t.as_secs_f64()
-            );
-            samples[i].times.push(t);
+    let samples = report::interleaved(&names, runs, |i| {
+        let _ = fs::remove_dir_all(&zp);
+        peers::sync();
+        peers::warm(&seed).map_err(|e| e.to_string())?;
+        let mut c = std::process::Command::new(&z);
+        c.env("ZINSTALL_DEFAULTS", "/nonexistent").arg("install");
+        if i == 1 {
+            c.args(["--threads", "1", "--batch", "1"]);
         }
-    }
+        c.arg("--profile").arg(&profile).arg("--zonepath").arg(&zp);
+        peers::time(c)
+    })?;
     let _ = fs::remove_dir_all(&zp);
     println!(
         "\nseed install ({})\n\n{}",

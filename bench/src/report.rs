@@ -86,6 +86,37 @@ pub fn markdown(all: &[Samples], reference: &str) -> String {
     s
 }
 
+/// Times `names.len()` contenders `runs` times each, interleaved (the
+/// order rotates every run): `one(i)` prepares and runs contender `i` and
+/// returns its wall time. Each time is logged as it comes.
+pub fn interleaved(
+    names: &[&str],
+    runs: usize,
+    mut one: impl FnMut(usize) -> Result<Duration, String>,
+) -> Result<Vec<Samples>, String> {
+    let mut samples: Vec<Samples> = names
+        .iter()
+        .map(|n| Samples {
+            tool: n.to_string(),
+            times: Vec::new(),
+        })
+        .collect();
+    let width = names.iter().map(|n| n.len()).max().unwrap_or(0);
+    for run in 0..runs {
+        for k in 0..names.len() {
+            let i = (k + run) % names.len();
+            let t = one(i)?;
+            eprintln!(
+                "  run {run} {:<width$} {:>8.3} s",
+                names[i],
+                t.as_secs_f64()
+            );
+            samples[i].times.push(t);
+        }
+    }
+    Ok(samples)
+}
+
 #[cfg(test)]
 mod test {
     use super::*;
@@ -123,6 +154,19 @@ mod test {
         let md = markdown(&[t, wrong], "tar | tar");
         assert!(md.contains("| tar \\| tar | 1.000 |"), "{md}");
         assert!(!md.contains("xcp"), "{md}");
+    }
+
+    #[test]
+    fn interleaving_rotates_and_keeps_each_contenders_times() {
+        let mut order = Vec::new();
+        let s = interleaved(&["a", "b", "c"], 2, |i| {
+            order.push(i);
+            Ok(Duration::from_secs(i as u64 + 1))
+        })
+        .unwrap();
+        assert_eq!(order, [0, 1, 2, 1, 2, 0]);
+        assert_eq!(s[2].times, [Duration::from_secs(3); 2]);
+        assert!(interleaved(&["a"], 3, |_| Err("no".into())).is_err());
     }
 
     #[test]

@@ -89,17 +89,16 @@ pub fn unpack(
     let n = read_up_to(&mut f, &mut head)
         .map_err(|e| Error::io(Op::Read, archive, e))?;
     let compression = compression_of(&head[..n]);
+    f.seek(SeekFrom::Start(0))
+        .map_err(|e| Error::io(Op::Read, archive, e))?;
     if compression == Compression::None {
         // A plain tar file: the reader only parses headers and seeks over
         // bodies; workers copy each body from its range of the file in the
         // kernel, so the reader never becomes the bottleneck.
-        f.seek(SeekFrom::Start(0))
-            .map_err(|e| Error::io(Op::Read, archive, e))?;
         let body_source =
             f.try_clone().map_err(|e| Error::io(Op::Open, archive, e))?;
         return run(Input::File(f), Some(body_source), archive, root, opts);
     }
-    let f = File::open(archive).map_err(|e| Error::io(Op::Open, archive, e))?;
     let reader =
         decompress(io::BufReader::with_capacity(1 << 20, f), compression)
             .map_err(|e| Error::io(Op::Read, archive, e))?;
@@ -937,16 +936,37 @@ fn read_all(
                 }
                 let replace = now != Existing::Nothing;
                 let contiguous = kind != EntryType::GNUSparse;
-                match &mut pool {
-                    _ if seekable && contiguous => {
+                let body = if seekable && contiguous {
+                    Some(Body::At {
+                        offset: e.raw_file_position(),
+                        len: size,
+                    })
+                } else if pool.is_some() && size <= SMALL {
+                    // Held until the worker has written it.
+                    ctx.budget.acquire(size, BUDGET);
+                    let mut data = Vec::with_capacity(size as usize);
+                    let read = e.read_to_end(&mut data);
+                    if read.is_err() || data.len() as u64 != size {
+                        ctx.budget.release(size);
+                        let why = read
+                            .err()
+                            .map_or("truncated".into(), |e| e.to_string());
+                        return Err(ctx.refuse(
+                            &shown_entry,
+                            ArchiveRefusal::Corrupt(why),
+                        ));
+                    }
+                    Some(Body::Bytes(data))
+                } else {
+                    None
+                };
+                match body {
+                    Some(body) => {
                         let job = FileJob {
                             dir,
                             leaf,
                             replace,
-                            body: Body::At {
-                                offset: e.raw_file_position(),
-                                len: size,
-                            },
+                            body,
                             meta: m,
                             shown,
                             entry: shown_entry,
@@ -962,37 +982,7 @@ fn read_all(
                             None => ctx.write_job(job),
                         }
                     }
-                    Some(pool) if size <= SMALL => {
-                        // Held until the worker has written it.
-                        ctx.budget.acquire(size, BUDGET);
-                        let mut data = Vec::with_capacity(size as usize);
-                        let read = e.read_to_end(&mut data);
-                        if read.is_err() || data.len() as u64 != size {
-                            ctx.budget.release(size);
-                            let why = read
-                                .err()
-                                .map_or("truncated".into(), |e| e.to_string());
-                            return Err(ctx.refuse(
-                                &shown_entry,
-                                ArchiveRefusal::Corrupt(why),
-                            ));
-                        }
-                        ctx.pending.acquire(1, u64::MAX);
-                        queued.insert(rel);
-                        let job = FileJob {
-                            dir,
-                            leaf,
-                            replace,
-                            body: Body::Bytes(data),
-                            meta: m,
-                            shown,
-                            entry: shown_entry,
-                        };
-                        if !pool.push(job) {
-                            break;
-                        }
-                    }
-                    _ => {
+                    None => {
                         // Streamed by the reader: one body at a time.
                         if !barrier(&mut pool, &mut queued) {
                             break;
