@@ -140,6 +140,14 @@ pub enum Refusal {
     BadSource,
     /// The destination lies inside the source.
     DestinationInsideSource,
+    /// A path meant to lie beneath a root is absolute or has `..`.
+    NotBeneath,
+    /// Another filesystem is mounted here; removal stops at it and
+    /// leaves it (as `rm --one-file-system` does).
+    OtherFilesystem,
+    /// The source file changed (size or times) while it was copied, so
+    /// the copy would match neither version.
+    ChangedDuringCopy,
 }
 
 impl fmt::Display for Refusal {
@@ -161,6 +169,34 @@ impl fmt::Display for Refusal {
             Refusal::DestinationInsideSource => {
                 "destination is inside the source"
             }
+            Refusal::NotBeneath => "not a relative path of plain names",
+            Refusal::OtherFilesystem => {
+                "another filesystem is mounted here; it was left in place \
+                 with everything in it"
+            }
+            Refusal::ChangedDuringCopy => {
+                "changed while it was copied (size or times differ); \
+                 copy it again when it is not being written"
+            }
+        })
+    }
+}
+
+/// What a write beneath a root met where it needed a directory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Met {
+    /// A symlink, which is never followed inside a root.
+    Symlink,
+    /// Something that is not a directory.
+    NotADirectory,
+}
+
+impl fmt::Display for Met {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Met::Symlink => "a symlink",
+            Met::NotADirectory => "not a directory",
         })
     }
 }
@@ -355,6 +391,21 @@ pub enum Error {
         /// Why.
         reason: Refusal,
     },
+    /// A write beneath a root met a symlink or a non-directory where it
+    /// needed a directory; nothing was written through it.
+    #[error(
+        "{}: {} is {met} inside the root; nothing is written through it",
+        path.display(),
+        at.display()
+    )]
+    Beneath {
+        /// What was to be written (or the directory to open).
+        path: PathBuf,
+        /// The component that is in the way.
+        at: PathBuf,
+        /// What it is.
+        met: Met,
+    },
     /// A defaults file (or environment setting) is malformed.
     #[error("{}{}: {}", file.display(), LineNo(*line), DefaultsMsg(problem, key, value))]
     Defaults {
@@ -486,7 +537,8 @@ impl Error {
         match self {
             Error::Io { path, .. }
             | Error::Attr { path, .. }
-            | Error::Refused { path, .. } => path,
+            | Error::Refused { path, .. }
+            | Error::Beneath { path, .. } => path,
             Error::Defaults { file, .. } => file,
             Error::Image { path, .. } => path,
             Error::Archive { archive, .. } => archive,
@@ -525,7 +577,9 @@ impl From<Error> for io::Error {
             Error::Io { source, .. } | Error::Attr { source, .. } => {
                 source.kind()
             }
-            Error::Refused { .. } => io::ErrorKind::InvalidInput,
+            Error::Refused { .. } | Error::Beneath { .. } => {
+                io::ErrorKind::InvalidInput
+            }
             Error::Defaults { .. }
             | Error::Rule { .. }
             | Error::Image { .. }

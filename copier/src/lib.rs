@@ -22,6 +22,7 @@
 #![deny(missing_docs)]
 
 pub mod archive;
+pub mod beneath;
 pub mod cache;
 pub mod defaults;
 mod engine;
@@ -40,7 +41,9 @@ pub mod tunables;
 pub mod verify;
 
 pub use defaults::DefaultsFile;
-pub use error::{ArchiveRefusal, Error, ImageProblem, Op, Refusal, Result};
+pub use error::{
+    ArchiveRefusal, Error, ImageProblem, Met, Op, Refusal, Result,
+};
 pub use plan::{Failure, Plan, Progress, Report};
 pub use rules::{Action, Rule, RuleSet};
 pub use stats::{Notice, NoticeKind, Stats, WorkerStats};

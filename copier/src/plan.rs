@@ -35,6 +35,7 @@ pub trait Progress: Send + Sync {
 pub struct Plan {
     pub(crate) src: PathBuf,
     pub(crate) dst: PathBuf,
+    pub(crate) within: Option<PathBuf>,
     pub(crate) tunables: Tunables,
     pub(crate) cross_fs: bool,
     pub(crate) skip_special: bool,
@@ -58,6 +59,7 @@ impl Plan {
         Plan {
             src: src.into(),
             dst: dst.into(),
+            within: None,
             tunables: Tunables::default(),
             cross_fs: false,
             skip_special: false,
@@ -69,6 +71,19 @@ impl Plan {
             progress: None,
             record: false,
         }
+    }
+
+    /// Write only beneath the directory `root`, of which the destination
+    /// is a path: every directory from `root` down is opened from its
+    /// parent's descriptor without following a symlink, and made (0755)
+    /// when missing, so nothing inside `root` (a symlink an image planted,
+    /// a directory swapped meanwhile) can take the copy elsewhere. A
+    /// symlink met on the way is an [`Error::Beneath`] naming it; a
+    /// symlink at the destination itself is replaced (merging), never
+    /// written through. `root` itself must not be a symlink.
+    pub fn within(mut self, root: impl Into<PathBuf>) -> Self {
+        self.within = Some(root.into());
+        self
     }
 
     /// Worker count, batch size and buffer size.

@@ -11,6 +11,7 @@
 //! Nothing is finalized once the run has stopped on an error.
 
 use std::fs::Metadata;
+use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -25,6 +26,9 @@ pub(crate) struct DirNode {
     /// `lstat` of the source taken before the walk read it, so the
     /// access time is the one before our own readdir.
     pub(crate) md: Metadata,
+    /// The destination directory, held from its creation: everything in
+    /// it is made through this descriptor, and its metadata applied.
+    pub(crate) fd: Arc<OwnedFd>,
     pending: AtomicUsize,
     parent: Option<Arc<DirNode>>,
 }
@@ -36,6 +40,7 @@ impl DirNode {
         src: PathBuf,
         dst: PathBuf,
         md: Metadata,
+        fd: Arc<OwnedFd>,
         parent: Option<Arc<DirNode>>,
     ) -> Arc<Self> {
         if let Some(p) = &parent {
@@ -45,6 +50,7 @@ impl DirNode {
             src,
             dst,
             md,
+            fd,
             pending: AtomicUsize::new(1),
             parent,
         })

@@ -12,7 +12,9 @@
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
-use std::path::{Path, PathBuf};
+use std::ffi::CString;
+use std::os::fd::OwnedFd;
+use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
@@ -21,8 +23,17 @@ pub(crate) struct InodeMap {
     map: Mutex<HashMap<(u64, u64), Group>>,
 }
 
+/// Where an entry was written: its directory, held open, and its name
+/// there; the path only names it in messages.
+#[derive(Clone)]
+pub(crate) struct Placed {
+    pub(crate) dir: Arc<OwnedFd>,
+    pub(crate) leaf: CString,
+    pub(crate) shown: PathBuf,
+}
+
 pub(crate) struct Slot {
-    dst: PathBuf,
+    dst: Placed,
     state: Mutex<State>,
     cv: Condvar,
 }
@@ -44,8 +55,8 @@ struct Group {
 pub(crate) enum Claim {
     /// Copy it; then call [`First::done`].
     First(First),
-    /// Link to this path, the copy of the first name.
-    Later(PathBuf),
+    /// Link to this entry, the copy of the first name.
+    Later(Placed),
     /// The first copy failed (its error is already recorded) or the run
     /// stopped: nothing to do.
     Abandoned,
@@ -77,13 +88,13 @@ impl Slot {
 }
 
 impl InodeMap {
-    /// Claims inode `id` (with `nlink` names) for the name `dst`.
+    /// Claims inode `id` (with `nlink` names) for the entry `dst`.
     /// `stopped` is polled while waiting so a failed run never hangs.
     pub(crate) fn claim(
         &self,
         id: (u64, u64),
         nlink: u64,
-        dst: &Path,
+        dst: &Placed,
         stopped: impl Fn() -> bool,
     ) -> Claim {
         let slot = {
@@ -91,7 +102,7 @@ impl InodeMap {
             match map.entry(id) {
                 Entry::Vacant(v) => {
                     let slot = Arc::new(Slot {
-                        dst: dst.to_path_buf(),
+                        dst: dst.clone(),
                         state: Mutex::new(State::Pending),
                         cv: Condvar::new(),
                     });

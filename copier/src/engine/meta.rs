@@ -9,16 +9,17 @@
 //!    set in step 2 is consistent with it: its mask is the group bits);
 //! 4. times, last, since every step before may change ctime/mtime.
 
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::fs::{File, Metadata, Permissions};
 use std::io;
+use std::os::fd::RawFd;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 
 use super::{DirNode, Shared};
 use crate::error::{Error, Op, Result};
 use crate::stats::NoticeKind;
-use crate::sys::posix::{self, Times};
+use crate::sys::posix::{self, Times, at};
 use crate::sys::{self, XattrTarget};
 
 /// Owner, xattrs, mode, times of a regular file, through its descriptor.
@@ -46,39 +47,61 @@ pub(crate) fn apply_file(
         .map_err(|e| Error::io(Op::SetTimes, dst_path, e))
 }
 
-/// The same for an entry reached by path: symlinks (no mode), special
-/// files and directories. Final symlinks are never followed.
-pub(crate) fn apply_path(
+/// The same for an entry named in a directory we hold: symlinks (no
+/// mode), special files. Nothing is followed: not the directory's path
+/// (we hold it), not the entry (`AT_SYMLINK_NOFOLLOW`, `O_PATH`).
+pub(crate) fn apply_at(
     shared: &Shared<'_>,
     md: &Metadata,
     src_path: &Path,
+    dir: RawFd,
+    leaf: &CStr,
     dst_path: &Path,
 ) -> Result<()> {
     owner(shared, md, dst_path, || {
-        posix::lchown(dst_path, md.uid(), md.gid())
+        at::lchown(dir, leaf, md.uid(), md.gid())
     })?;
     let src_c = posix::cstr(src_path)
         .map_err(|e| Error::io(Op::ListXattr, src_path, e))?;
-    let dst_c = posix::cstr(dst_path)
-        .map_err(|e| Error::io(Op::SetXattr, dst_path, e))?;
     copy_xattrs(
         shared,
         &XattrTarget::Path(&src_c),
-        &XattrTarget::Path(&dst_c),
+        &XattrTarget::At(dir, leaf),
         src_path,
         dst_path,
     )?;
     if !md.file_type().is_symlink() {
-        posix::chmod(dst_path, md.mode() & 0o7777)
+        sys::chmod_at(dir, leaf, md.mode() & 0o7777)
             .map_err(|e| Error::io(Op::Chmod, dst_path, e))?;
     }
-    posix::set_times_nofollow(dst_path, &Times::of(md))
+    at::set_times(dir, leaf, &Times::of(md))
         .map_err(|e| Error::io(Op::SetTimes, dst_path, e))
 }
 
-/// A finished directory.
+/// A finished directory, through the descriptor it was made and filled
+/// through.
 pub(crate) fn apply_dir(shared: &Shared<'_>, d: &DirNode) -> Result<()> {
-    apply_path(shared, &d.md, &d.src, &d.dst)
+    let md = &d.md;
+    let dst = File::from(
+        d.fd.try_clone()
+            .map_err(|e| Error::io(Op::Open, &d.dst, e))?,
+    );
+    owner(shared, md, &d.dst, || {
+        std::os::unix::fs::fchown(&dst, Some(md.uid()), Some(md.gid()))
+    })?;
+    let src_c =
+        posix::cstr(&d.src).map_err(|e| Error::io(Op::ListXattr, &d.src, e))?;
+    copy_xattrs(
+        shared,
+        &XattrTarget::Path(&src_c),
+        &XattrTarget::Fd(&dst),
+        &d.src,
+        &d.dst,
+    )?;
+    dst.set_permissions(Permissions::from_mode(md.mode() & 0o7777))
+        .map_err(|e| Error::io(Op::Chmod, &d.dst, e))?;
+    posix::set_times_fd(&dst, &Times::of(md))
+        .map_err(|e| Error::io(Op::SetTimes, &d.dst, e))
 }
 
 /// Sets the owner when we keep owners; otherwise, or when not permitted

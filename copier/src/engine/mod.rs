@@ -33,8 +33,10 @@ mod meta;
 mod walk;
 mod worker;
 
+use std::ffi::CString;
 use std::fs;
 use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -42,10 +44,12 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Instant;
 
+use crate::beneath::Root;
 use crate::error::{Error, Op, Refusal};
 use crate::plan::{Failure, Plan, Report};
 use crate::stats::{NoticeBoard, NoticeKind, Stats, WorkerStats};
 use crate::sys;
+use crate::sys::posix::at;
 use crate::trace::{Clock, Recording, ThreadTrace};
 
 pub(crate) use dirs::DirNode;
@@ -54,7 +58,13 @@ pub(crate) use dirs::DirNode;
 pub(crate) struct Job {
     pub(crate) kind: JobKind,
     pub(crate) src: PathBuf,
+    /// The destination path, for messages only: the entry is made as
+    /// `leaf` in `dir`, never by this path.
     pub(crate) dst: PathBuf,
+    /// The destination directory, opened beneath the destination root.
+    pub(crate) dir: Arc<OwnedFd>,
+    /// The entry's name in `dir`.
+    pub(crate) leaf: CString,
     /// The directory this entry lives in; released when the job is done.
     pub(crate) parent: Option<Arc<DirNode>>,
 }
@@ -142,11 +152,12 @@ impl<'p> Shared<'p> {
         self.notices.add(kind, path);
     }
 
-    /// A name beside `dst` for writing a replacement that is then renamed
-    /// over it. Short, so that it fits wherever `dst`'s name fits.
-    pub(crate) fn temp_beside(&self, dst: &Path) -> PathBuf {
+    /// A name for writing a replacement beside an entry, then renaming
+    /// it over. Short, so that it fits wherever the entry's name fits.
+    pub(crate) fn temp_name(&self) -> CString {
         let n = self.temp_seq.fetch_add(1, Ordering::Relaxed);
-        dst.with_file_name(format!(".zi{:x}.{n:x}", std::process::id()))
+        CString::new(format!(".zi{:x}.{n:x}", std::process::id()))
+            .unwrap_or_default()
     }
 }
 
@@ -217,10 +228,15 @@ fn run_tree(
     entities: &mut Vec<crate::trace::EntityTrace>,
 ) {
     let plan = shared.plan;
-    if let Err(e) = walk::check_destination(plan) {
-        shared.fail(e);
-        return;
-    }
+    let top = match walk::check_destination(plan)
+        .and_then(|()| walk::open_top(plan))
+    {
+        Ok(fd) => fd,
+        Err(e) => {
+            shared.fail(e);
+            return;
+        }
+    };
     let threads = plan.tunables.copy_threads;
     let (tx, rx) = crossbeam_channel::bounded::<Vec<Job>>(2 * threads);
     let results = thread::scope(|s| {
@@ -243,7 +259,7 @@ fn run_tree(
             }
         }
         drop(rx);
-        let mut walker = walk::Walker::new(shared, tx);
+        let mut walker = walk::Walker::new(shared, tx, top);
         if !shared.stopped() {
             walker.walk();
         }
@@ -266,6 +282,9 @@ fn run_tree(
 }
 
 /// Copies one non-directory source with a single worker, in this thread.
+/// Its directory is opened beneath [`Plan::within`]'s root when there is
+/// one (made if missing, no symlink followed); a directory already at the
+/// destination receives the source under its own name.
 fn run_single(
     shared: &Shared<'_>,
     md: &fs::Metadata,
@@ -273,19 +292,25 @@ fn run_single(
     entities: &mut Vec<crate::trace::EntityTrace>,
 ) {
     let plan = shared.plan;
-    let dst = match fs::metadata(&plan.dst) {
-        Ok(d) if d.is_dir() => match plan.src.file_name() {
-            Some(name) => plan.dst.join(name),
-            None => {
-                shared.fail(Error::refused(&plan.src, Refusal::BadSource));
+    let (dir, leaf, dst) = match single_destination(plan) {
+        Ok(d) => d,
+        Err(e) => {
+            shared.fail(e);
+            return;
+        }
+    };
+    if !plan.merge {
+        match at::lstat(dir.as_raw_fd(), &leaf) {
+            Ok(None) => {}
+            Ok(Some(_)) => {
+                shared.fail(Error::refused(&dst, Refusal::Exists));
                 return;
             }
-        },
-        _ => plan.dst.clone(),
-    };
-    if !plan.merge && fs::symlink_metadata(&dst).is_ok() {
-        shared.fail(Error::refused(&dst, Refusal::Exists));
-        return;
+            Err(e) => {
+                shared.fail(Error::io(Op::Stat, &dst, e));
+                return;
+            }
+        }
     }
     let ft = md.file_type();
     let kind = if ft.is_file() {
@@ -299,6 +324,8 @@ fn run_single(
         kind,
         src: plan.src.clone(),
         dst,
+        dir,
+        leaf,
         parent: None,
     };
     let mut w = worker::Worker::new(shared, 0);
@@ -307,6 +334,76 @@ fn run_single(
     stats.merge(&s);
     stats.workers.push(ws);
     entities.extend(t);
+}
+
+/// The directory, name and shown path a single source is copied to.
+fn single_destination(
+    plan: &Plan,
+) -> Result<(Arc<OwnedFd>, CString, PathBuf), Error> {
+    let src_name = || {
+        plan.src
+            .file_name()
+            .ok_or_else(|| Error::refused(&plan.src, Refusal::BadSource))
+    };
+    match &plan.within {
+        Some(root) => {
+            let rel = plan
+                .dst
+                .strip_prefix(root)
+                .map_err(|_| Error::refused(&plan.dst, Refusal::NotBeneath))?;
+            let r = Root::open(root)?;
+            // Into the root itself, or into a directory that is there.
+            let into_dir = match rel.file_name() {
+                None => Some(r.top()),
+                Some(_) => r.dir(rel, None).ok(),
+            };
+            if let Some(d) = into_dir {
+                let name = src_name()?;
+                return Ok((
+                    d.fd,
+                    worker::leaf_name(name)?,
+                    plan.dst.join(name),
+                ));
+            }
+            let parent =
+                r.dir(rel.parent().unwrap_or(Path::new("")), Some(0o755))?;
+            let leaf = rel.file_name().unwrap_or_default();
+            Ok((parent.fd, worker::leaf_name(leaf)?, plan.dst.clone()))
+        }
+        None => {
+            if fs::metadata(&plan.dst).is_ok_and(|m| m.is_dir()) {
+                let name = src_name()?;
+                let r = Root::open(&plan.dst)
+                    .or_else(|_| open_followed(&plan.dst))?;
+                return Ok((
+                    r.fd().clone(),
+                    worker::leaf_name(name)?,
+                    plan.dst.join(name),
+                ));
+            }
+            let parent = match plan.dst.parent() {
+                Some(p) if !p.as_os_str().is_empty() => p,
+                _ => Path::new("."),
+            };
+            let leaf = plan
+                .dst
+                .file_name()
+                .ok_or_else(|| Error::refused(&plan.dst, Refusal::Conflict))?;
+            let r = open_followed(parent)?;
+            Ok((r.fd().clone(), worker::leaf_name(leaf)?, plan.dst.clone()))
+        }
+    }
+}
+
+/// A caller's directory path, resolved as given (it is theirs).
+fn open_followed(path: &Path) -> Result<Root, Error> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| Error::io(Op::Open, path, e))?;
+    Ok(Root::from_fd(f.into(), path))
 }
 
 fn sync_destination(dst: &Path) -> Result<(), Error> {
@@ -347,10 +444,13 @@ mod test {
         let plan = Plan::new(src, dst);
         let shared = Shared::new(&plan);
         let mut w = worker::Worker::new(&shared, 0);
+        let dir = fs::File::open(dst.parent().unwrap()).unwrap();
         w.do_job(Job {
             kind,
             src: src.to_path_buf(),
             dst: dst.to_path_buf(),
+            dir: Arc::new(dir.into()),
+            leaf: worker::leaf_name(dst.file_name().unwrap()).unwrap(),
             parent: None,
         });
         drop(w);

@@ -4,6 +4,8 @@
 use std::fs;
 use std::io;
 use std::mem;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
@@ -13,10 +15,11 @@ use walkdir::WalkDir;
 
 use super::dirs::{self, DirNode};
 use super::{Job, JobKind, Shared, identity, new_trace};
+use crate::beneath::{self, Root};
 use crate::error::{Error, Op, Refusal, Result};
 use crate::rules::{self, Action};
 use crate::stats::Stats;
-use crate::sys::posix;
+use crate::sys::posix::{self, at};
 use crate::trace::{ThreadState, ThreadTrace};
 
 /// Refuses a destination the copy must not go to: inside the source (the
@@ -46,25 +49,86 @@ pub(crate) fn check_destination(plan: &crate::Plan) -> Result<()> {
             }
         }
     }
-    match fs::metadata(&plan.dst) {
-        Ok(md) if !md.is_dir() => {
-            Err(Error::refused(&plan.dst, Refusal::Conflict))
-        }
-        Ok(_) if !plan.merge => {
-            let mut entries = fs::read_dir(&plan.dst)
-                .map_err(|e| Error::io(Op::ReadDir, &plan.dst, e))?;
-            if entries.next().is_some() {
-                Err(Error::refused(&plan.dst, Refusal::NotEmpty))
-            } else {
-                Ok(())
+    Ok(())
+}
+
+/// Makes (if missing) and opens the top destination directory. Inside a
+/// root ([`crate::Plan::within`]) every directory down to it is opened
+/// beneath the root, none followed; otherwise its path is the caller's
+/// and resolved as given. Without merging it must be empty.
+pub(crate) fn open_top(plan: &crate::Plan) -> Result<OwnedFd> {
+    let fd: OwnedFd = match &plan.within {
+        Some(root) => {
+            let rel = plan
+                .dst
+                .strip_prefix(root)
+                .map_err(|_| Error::refused(&plan.dst, Refusal::NotBeneath))?;
+            let r = Root::open(root)?;
+            match rel.file_name() {
+                None => r
+                    .fd()
+                    .try_clone()
+                    .map_err(|e| Error::io(Op::Open, root, e))?,
+                Some(leaf) => {
+                    let parent = r.dir(
+                        rel.parent().unwrap_or(Path::new("")),
+                        Some(0o755),
+                    )?;
+                    let leaf = super::worker::leaf_name(leaf)?;
+                    match at::mkdir(parent.fd.as_raw_fd(), &leaf, 0o700) {
+                        Ok(()) => {}
+                        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                        Err(e) => {
+                            return Err(Error::io(Op::Mkdir, &plan.dst, e));
+                        }
+                    }
+                    beneath::step(parent.fd.as_raw_fd(), &leaf, None)
+                        .map_err(|f| step_error(f, &plan.dst))?
+                }
             }
         }
-        _ => Ok(()),
+        None => {
+            make_root(&plan.dst)?;
+            fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
+                .open(&plan.dst)
+                .map_err(|e| {
+                    if e.raw_os_error() == Some(libc::ENOTDIR) {
+                        Error::refused(&plan.dst, Refusal::Conflict)
+                    } else {
+                        Error::io(Op::Open, &plan.dst, e)
+                    }
+                })?
+                .into()
+        }
+    };
+    if !plan.merge {
+        let names = at::read_names(&fd)
+            .map_err(|e| Error::io(Op::ReadDir, &plan.dst, e))?;
+        if !names.is_empty() {
+            return Err(Error::refused(&plan.dst, Refusal::NotEmpty));
+        }
+    }
+    Ok(fd)
+}
+
+/// The error for a directory that could not be opened beneath its parent.
+pub(crate) fn step_error(f: beneath::StepFail, path: &Path) -> Error {
+    match f {
+        beneath::StepFail::Met(met) => Error::Beneath {
+            path: path.to_path_buf(),
+            at: path.to_path_buf(),
+            met,
+        },
+        beneath::StepFail::Io(op, e) => Error::io(op, path, e),
     }
 }
 
 pub(crate) struct Walker<'s, 'p> {
     shared: &'s Shared<'p>,
+    /// The top destination directory, until the walk enters it.
+    top: Option<OwnedFd>,
     tx: Option<Sender<Vec<Job>>>,
     batch: Vec<Job>,
     /// Directories on the current path, with their walk depth.
@@ -75,9 +139,14 @@ pub(crate) struct Walker<'s, 'p> {
 }
 
 impl<'s, 'p> Walker<'s, 'p> {
-    pub(crate) fn new(shared: &'s Shared<'p>, tx: Sender<Vec<Job>>) -> Self {
+    pub(crate) fn new(
+        shared: &'s Shared<'p>,
+        tx: Sender<Vec<Job>>,
+        top: OwnedFd,
+    ) -> Self {
         Walker {
             shared,
+            top: Some(top),
             tx: Some(tx),
             batch: Vec::with_capacity(batch_capacity(shared)),
             stack: Vec::new(),
@@ -145,15 +214,25 @@ impl<'s, 'p> Walker<'s, 'p> {
             } else {
                 JobKind::Special
             };
-            let parent = self.stack.last().map(|(_, d)| Arc::clone(d));
-            if let Some(p) = &parent {
-                p.hold();
-            }
+            let Some((_, parent)) = self.stack.last() else {
+                break;
+            };
+            let parent = Arc::clone(parent);
+            let leaf = match super::worker::leaf_name(entry.file_name()) {
+                Ok(l) => l,
+                Err(e) => {
+                    self.shared.fail(e);
+                    break;
+                }
+            };
+            parent.hold();
             self.queue(Job {
                 kind,
                 src: entry.into_path(),
                 dst,
-                parent,
+                dir: Arc::clone(&parent.fd),
+                leaf,
+                parent: Some(parent),
             });
         }
     }
@@ -186,15 +265,31 @@ impl<'s, 'p> Walker<'s, 'p> {
         if !md.is_dir() {
             return Err(Error::refused(entry.path(), Refusal::ChangedType));
         }
-        if depth == 0 {
-            make_root(&dst)?;
-        } else {
-            make_dir(&dst, self.shared.plan.merge)?;
-        }
+        let fd = match (depth, self.top.take()) {
+            (0, Some(top)) => top,
+            _ => {
+                let Some((_, parent)) = self.stack.last() else {
+                    return Err(Error::refused(&dst, Refusal::ChangedType));
+                };
+                let leaf = super::worker::leaf_name(entry.file_name())?;
+                make_dir(
+                    parent.fd.as_raw_fd(),
+                    &leaf,
+                    &dst,
+                    self.shared.plan.merge,
+                )?
+            }
+        };
         self.trace.enter(ThreadState::Walking);
         self.stats.dirs += 1;
         let parent = self.stack.last().map(|(_, d)| Arc::clone(d));
-        let node = DirNode::new(entry.path().to_path_buf(), dst, md, parent);
+        let node = DirNode::new(
+            entry.path().to_path_buf(),
+            dst,
+            md,
+            Arc::new(fd),
+            parent,
+        );
         self.stack.push((depth, node));
         Ok(())
     }
@@ -281,18 +376,25 @@ fn make_root(dst: &Path) -> Result<()> {
     posix::mkdir(dst, 0o700).map_err(|e| Error::io(Op::Mkdir, dst, e))
 }
 
-/// A directory inside the copy. 0700 until its contents are done, so its
-/// owner can fill it whatever its final mode.
-fn make_dir(dst: &Path, merge: bool) -> Result<()> {
-    match posix::mkdir(dst, 0o700) {
-        Ok(()) => Ok(()),
-        Err(e) if merge && e.kind() == io::ErrorKind::AlreadyExists => {
-            match fs::symlink_metadata(dst) {
-                Ok(m) if m.is_dir() => Ok(()),
-                Ok(_) => Err(Error::refused(dst, Refusal::Conflict)),
-                Err(e) => Err(Error::io(Op::Stat, dst, e)),
-            }
-        }
-        Err(e) => Err(Error::io(Op::Mkdir, dst, e)),
+/// A directory inside the copy, made in its parent's descriptor and
+/// opened without following a symlink. 0700 until its contents are done,
+/// so its owner can fill it whatever its final mode. Merging, a directory
+/// already there is used; a symlink there is never followed.
+fn make_dir(
+    parent: std::os::fd::RawFd,
+    leaf: &std::ffi::CStr,
+    dst: &Path,
+    merge: bool,
+) -> Result<OwnedFd> {
+    match at::mkdir(parent, leaf, 0o700) {
+        Ok(()) => {}
+        Err(e) if merge && e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(Error::io(Op::Mkdir, dst, e)),
     }
+    beneath::step(parent, leaf, None).map_err(|f| match f {
+        beneath::StepFail::Met(crate::error::Met::NotADirectory) => {
+            Error::refused(dst, Refusal::Conflict)
+        }
+        f => step_error(f, dst),
+    })
 }

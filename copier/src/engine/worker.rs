@@ -1,17 +1,18 @@
 //! A worker: takes batches off the queue and does each job's system calls.
 
-use std::fs::{self, File, Metadata, OpenOptions};
+use std::ffi::CString;
+use std::fs::{self, File, Metadata};
 use std::io;
-use std::os::unix::fs::{
-    FileExt, FileTypeExt, MetadataExt, OpenOptionsExt, symlink,
-};
-use std::path::{Path, PathBuf};
+use std::os::fd::AsRawFd;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt};
+use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use crossbeam_channel::Receiver;
 
-use super::inodes::Claim;
+use super::inodes::{Claim, Placed};
 use super::{
     Job, JobKind, Shared, ThreadResult, dirs, identity, meta, new_trace,
     open_error,
@@ -19,15 +20,16 @@ use super::{
 use crate::error::{Error, Op, Refusal, Result};
 use crate::probes;
 use crate::stats::{NoticeKind, Stats, WorkerStats};
-use crate::sys::{self, posix};
+use crate::sys::{self, posix, posix::at};
 use crate::trace::{ThreadState, ThreadTrace};
 
-/// Where a new entry is written.
+/// Where a new entry is written, in its directory.
 enum Placement {
-    /// At its destination path (nothing is there).
+    /// Under its own name (nothing is there).
     Direct,
-    /// Beside it, then renamed over what is there (merging).
-    Replace(PathBuf),
+    /// Under this name beside it, then renamed over what is there
+    /// (merging).
+    Replace(CString),
     /// What is there already matches (merging): leave it.
     Unchanged,
 }
@@ -153,7 +155,7 @@ impl<'s, 'p> Worker<'s, 'p> {
             return Err(Error::refused(&job.src, Refusal::ChangedType));
         }
         if md.nlink() > 1 {
-            match self.claim(&md, &job.dst) {
+            match self.claim(&md, job) {
                 Claim::First(first) => {
                     let r = self.copy_file_body(job, &src, &md);
                     first.done(r.is_ok());
@@ -172,44 +174,52 @@ impl<'s, 'p> Worker<'s, 'p> {
         src: &File,
         md: &Metadata,
     ) -> Result<()> {
-        let place = self.place(&job.dst, |m| {
-            m.is_file()
-                && m.len() == md.len()
-                && (m.mtime(), m.mtime_nsec()) == (md.mtime(), md.mtime_nsec())
+        let place = self.place(job, |st| {
+            st.st_mode & libc::S_IFMT == libc::S_IFREG
+                && st.st_size as u64 == md.len()
+                && (st.st_mtime as i64, st.st_mtime_nsec as i64)
+                    == (md.mtime(), md.mtime_nsec())
         })?;
-        let path = match &place {
+        let name = match &place {
             Placement::Unchanged => {
                 self.stats.unchanged += 1;
                 return Ok(());
             }
-            Placement::Direct => &job.dst,
+            Placement::Direct => &job.leaf,
             Placement::Replace(tmp) => tmp,
         };
         self.trace.enter(ThreadState::Writing);
-        let dst = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(path)
-            .map_err(|e| Error::io(Op::Create, path, e))?;
-        let r = self.copy_data(src, &dst, md, &job.src, path).and_then(|m| {
-            self.trace.enter(ThreadState::Metadata);
-            meta::apply_file(self.shared, src, &dst, md, &job.src, path)?;
-            Ok(m)
-        });
-        let method = match r {
+        let dir = job.dir.as_raw_fd();
+        let dst = at::create_file(dir, name)
+            .map_err(|e| Error::io(Op::Create, &job.dst, e))?;
+        let r = self.copy_data(src, &dst, md, &job.src, &job.dst).and_then(
+            |(m, n)| {
+                check_unchanged(src, md, &job.src)?;
+                self.trace.enter(ThreadState::Metadata);
+                meta::apply_file(
+                    self.shared,
+                    src,
+                    &dst,
+                    md,
+                    &job.src,
+                    &job.dst,
+                )?;
+                Ok((m, n))
+            },
+        );
+        let (method, copied) = match r {
             Ok(m) => m,
             Err(e) => {
                 // A partial file must not look like a copy.
                 drop(dst);
-                let _already_failing = fs::remove_file(path);
+                let _already_failing = at::unlink(dir, name, false);
                 return Err(e);
             }
         };
         drop(dst);
-        finish_placement(&place, &job.dst)?;
+        finish_placement(job, &place)?;
         self.stats.files += 1;
-        self.stats.bytes += md.len();
+        self.stats.bytes += copied;
         match method {
             Method::Clone => self.stats.reflinked += 1,
             Method::Kernel => self.stats.kernel_copied += 1,
@@ -220,7 +230,12 @@ impl<'s, 'p> Worker<'s, 'p> {
 
     /// Moves the data: a reflink if the filesystem can, else the data
     /// ranges (all of it, or only the non-hole parts of a sparse file) in
-    /// the kernel or through the buffer.
+    /// the kernel or through the buffer. Returns how, and the bytes the
+    /// copy holds.
+    ///
+    /// A file with no blocks is either empty, all hole, or a procfs/sysfs
+    /// file whose `st_size` (0 or 4096) says nothing of its content: the
+    /// first two are known by `SEEK_DATA`, the last is read to its end.
     fn copy_data(
         &mut self,
         src: &File,
@@ -228,15 +243,23 @@ impl<'s, 'p> Worker<'s, 'p> {
         md: &Metadata,
         src_path: &Path,
         dst_path: &Path,
-    ) -> Result<Method> {
+    ) -> Result<(Method, u64)> {
         let len = md.len();
-        if len == 0 {
-            return Ok(Method::Buffered);
+        if md.blocks() == 0 {
+            let all_hole =
+                len > 0 && matches!(posix::seek(src, 0, true), Ok(None));
+            if all_hole {
+                dst.set_len(len)
+                    .map_err(|e| Error::io(Op::Truncate, dst_path, e))?;
+                return Ok((Method::Buffered, len));
+            }
+            let n = self.copy_to_end(src, dst, src_path, dst_path)?;
+            return Ok((Method::Buffered, n));
         }
         let sh = self.shared;
         if !sh.no_clone.load(Ordering::Relaxed) {
             match sys::clone_file(src, dst) {
-                Ok(true) => return Ok(Method::Clone),
+                Ok(true) => return Ok((Method::Clone, len)),
                 Ok(false) => sh.no_clone.store(true, Ordering::Relaxed),
                 Err(e) => {
                     return Err(Error::io2(Op::Clone, src_path, dst_path, e));
@@ -258,25 +281,72 @@ impl<'s, 'p> Worker<'s, 'p> {
                     .map_err(|e| Error::io(Op::Seek, src_path, e))?
                     .unwrap_or(len)
                     .min(len);
-                kernel |=
+                let (k, reached) =
                     self.copy_range(src, dst, start, end, src_path, dst_path)?;
+                kernel |= k;
+                if reached < end {
+                    return Err(Error::refused(
+                        src_path,
+                        Refusal::ChangedDuringCopy,
+                    ));
+                }
                 off = end;
             }
             // Trailing hole: give the copy its full length.
             dst.set_len(len)
                 .map_err(|e| Error::io(Op::Truncate, dst_path, e))?;
         } else {
-            kernel = self.copy_range(src, dst, 0, len, src_path, dst_path)?;
+            let (k, reached) =
+                self.copy_range(src, dst, 0, len, src_path, dst_path)?;
+            if reached < len {
+                // Shorter than its size said: it shrank under us.
+                return Err(Error::refused(
+                    src_path,
+                    Refusal::ChangedDuringCopy,
+                ));
+            }
+            kernel = k;
         }
-        Ok(if kernel {
-            Method::Kernel
-        } else {
-            Method::Buffered
-        })
+        Ok((
+            if kernel {
+                Method::Kernel
+            } else {
+                Method::Buffered
+            },
+            len,
+        ))
     }
 
-    /// Copies `[start, end)` to the same offsets; true if the kernel did
-    /// it. Stops early if the source shrank under us.
+    /// Reads `src` to its end through the buffer, whatever its size says.
+    fn copy_to_end(
+        &mut self,
+        src: &File,
+        dst: &File,
+        src_path: &Path,
+        dst_path: &Path,
+    ) -> Result<u64> {
+        if self.buf.is_empty() {
+            self.buf = vec![0; self.shared.plan.tunables.copy_bufsize];
+        }
+        let mut off = 0u64;
+        loop {
+            self.trace.enter(ThreadState::Reading);
+            let n = match src.read_at(&mut self.buf, off) {
+                Ok(0) => return Ok(off),
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(Error::io(Op::Read, src_path, e)),
+            };
+            self.trace.enter(ThreadState::Writing);
+            dst.write_all_at(&self.buf[..n], off)
+                .map_err(|e| Error::io(Op::Write, dst_path, e))?;
+            off += n as u64;
+        }
+    }
+
+    /// Copies `[start, end)` to the same offsets. Returns whether the
+    /// kernel did it, and where the copy stopped: before `end` if the
+    /// source shrank under us.
     fn copy_range(
         &mut self,
         src: &File,
@@ -285,13 +355,13 @@ impl<'s, 'p> Worker<'s, 'p> {
         end: u64,
         src_path: &Path,
         dst_path: &Path,
-    ) -> Result<bool> {
+    ) -> Result<(bool, u64)> {
         let sh = self.shared;
         let mut off = start;
         if !sh.no_copy_range.load(Ordering::Relaxed) {
             while off < end {
                 match sys::copy_range(src, dst, off, off, end - off) {
-                    Ok(Some(0)) => return Ok(true),
+                    Ok(Some(0)) => return Ok((true, off)),
                     Ok(Some(n)) => off += n,
                     Ok(None) => {
                         sh.no_copy_range.store(true, Ordering::Relaxed);
@@ -308,7 +378,7 @@ impl<'s, 'p> Worker<'s, 'p> {
                 }
             }
             if off >= end {
-                return Ok(true);
+                return Ok((true, off));
             }
         }
         if self.buf.is_empty() {
@@ -328,7 +398,7 @@ impl<'s, 'p> Worker<'s, 'p> {
                 .map_err(|e| Error::io(Op::Write, dst_path, e))?;
             off += n as u64;
         }
-        Ok(false)
+        Ok((false, off))
     }
 
     fn copy_symlink(&mut self, job: &Job) -> Result<()> {
@@ -348,7 +418,7 @@ impl<'s, 'p> Worker<'s, 'p> {
             }
         })?;
         let first = if md.nlink() > 1 {
-            match self.claim(&md, &job.dst) {
+            match self.claim(&md, job) {
                 Claim::First(f) => Some(f),
                 Claim::Later(first) => return self.hard_link(&first, job),
                 Claim::Abandoned => return Ok(()),
@@ -366,30 +436,34 @@ impl<'s, 'p> Worker<'s, 'p> {
         r
     }
 
-    /// A symlink at `job.dst` pointing at `target`; with `md`, the source
-    /// symlink's owner, xattrs and times are applied.
+    /// A symlink named `job.leaf` pointing at `target`; with `md`, the
+    /// source symlink's owner, xattrs and times are applied.
     fn make_symlink(
         &mut self,
         job: &Job,
         target: &Path,
         md: Option<&Metadata>,
     ) -> Result<()> {
-        let place = self.place(&job.dst, |m| {
-            m.file_type().is_symlink()
-                && fs::read_link(&job.dst).is_ok_and(|t| t == target)
+        let ctarget = posix::cstr(target)
+            .map_err(|e| Error::io2(Op::Symlink, &job.dst, target, e))?;
+        let dir = job.dir.as_raw_fd();
+        let place = self.place(job, |st| {
+            st.st_mode & libc::S_IFMT == libc::S_IFLNK
+                && at::readlink(dir, &job.leaf)
+                    .is_ok_and(|t| t == ctarget.as_bytes())
         })?;
-        let path = match &place {
+        let name = match &place {
             Placement::Unchanged => return Ok(()),
-            Placement::Direct => &job.dst,
+            Placement::Direct => &job.leaf,
             Placement::Replace(tmp) => tmp,
         };
-        symlink(target, path)
-            .map_err(|e| Error::io2(Op::Symlink, path, target, e))?;
+        at::symlink(&ctarget, dir, name)
+            .map_err(|e| Error::io2(Op::Symlink, &job.dst, target, e))?;
         if let Some(md) = md {
             self.trace.enter(ThreadState::Metadata);
-            meta::apply_path(self.shared, md, &job.src, path)?;
+            meta::apply_at(self.shared, md, &job.src, dir, name, &job.dst)?;
         }
-        finish_placement(&place, &job.dst)
+        finish_placement(job, &place)
     }
 
     fn redirect(&mut self, job: &Job, target: &Path) -> Result<()> {
@@ -412,7 +486,7 @@ impl<'s, 'p> Worker<'s, 'p> {
             return Err(Error::refused(&job.src, Refusal::ChangedType));
         }
         let first = if md.nlink() > 1 {
-            match self.claim(&md, &job.dst) {
+            match self.claim(&md, job) {
                 Claim::First(f) => Some(f),
                 Claim::Later(first) => return self.hard_link(&first, job),
                 Claim::Abandoned => return Ok(()),
@@ -428,20 +502,22 @@ impl<'s, 'p> Worker<'s, 'p> {
     }
 
     fn make_special(&mut self, job: &Job, md: &Metadata) -> Result<()> {
-        let place = self.place(&job.dst, |m| {
-            m.file_type() == md.file_type() && m.rdev() == md.rdev()
+        // Everything above the permission bits is the file type.
+        let type_bits = md.mode() & !0o7777;
+        let place = self.place(job, |st| {
+            st.st_mode & libc::S_IFMT == type_bits
+                && st.st_rdev as u64 == md.rdev()
         })?;
-        let path = match &place {
+        let name = match &place {
             Placement::Unchanged => {
                 self.stats.unchanged += 1;
                 return Ok(());
             }
-            Placement::Direct => &job.dst,
+            Placement::Direct => &job.leaf,
             Placement::Replace(tmp) => tmp,
         };
-        // Everything above the permission bits is the file type.
-        let type_bits = md.mode() & !0o7777;
-        if let Err(e) = posix::mknod(path, type_bits | 0o600, md.rdev()) {
+        let dir = job.dir.as_raw_fd();
+        if let Err(e) = at::mknod(dir, name, type_bits | 0o600, md.rdev()) {
             if e.raw_os_error() == Some(libc::EPERM) {
                 if self.shared.plan.skip_special {
                     self.shared.notice(NoticeKind::SpecialSkipped, &job.src);
@@ -450,72 +526,119 @@ impl<'s, 'p> Worker<'s, 'p> {
                 }
                 return Err(Error::refused(&job.src, Refusal::Special));
             }
-            return Err(Error::io(Op::Mknod, path, e));
+            return Err(Error::io(Op::Mknod, &job.dst, e));
         }
         self.trace.enter(ThreadState::Metadata);
-        meta::apply_path(self.shared, md, &job.src, path)?;
-        finish_placement(&place, &job.dst)?;
+        meta::apply_at(self.shared, md, &job.src, dir, name, &job.dst)?;
+        finish_placement(job, &place)?;
         self.stats.specials += 1;
         Ok(())
     }
 
     /// A later name of an inode already copied to `first`.
-    fn hard_link(&mut self, first: &Path, job: &Job) -> Result<()> {
+    fn hard_link(&mut self, first: &Placed, job: &Job) -> Result<()> {
         self.trace.enter(ThreadState::Linking);
-        let first_id = fs::symlink_metadata(first).map(|m| identity(&m)).ok();
-        let place = self.place(&job.dst, |m| Some(identity(m)) == first_id)?;
-        let path = match &place {
+        let first_id = at::lstat(first.dir.as_raw_fd(), &first.leaf)
+            .ok()
+            .flatten()
+            .map(|st| (st.st_dev as u64, st.st_ino as u64));
+        let place = self.place(job, |st| {
+            Some((st.st_dev as u64, st.st_ino as u64)) == first_id
+        })?;
+        let name = match &place {
             Placement::Unchanged => {
                 self.stats.unchanged += 1;
                 return Ok(());
             }
-            Placement::Direct => &job.dst,
+            Placement::Direct => &job.leaf,
             Placement::Replace(tmp) => tmp,
         };
-        posix::link_nofollow(first, path)
-            .map_err(|e| Error::io2(Op::Link, first, path, e))?;
-        finish_placement(&place, &job.dst)?;
+        at::link(
+            first.dir.as_raw_fd(),
+            &first.leaf,
+            job.dir.as_raw_fd(),
+            name,
+        )
+        .map_err(|e| Error::io2(Op::Link, &first.shown, &job.dst, e))?;
+        finish_placement(job, &place)?;
         self.stats.hardlinks += 1;
         Ok(())
     }
 
-    fn claim(&self, md: &Metadata, dst: &Path) -> Claim {
+    fn claim(&self, md: &Metadata, job: &Job) -> Claim {
         let sh = self.shared;
+        let placed = Placed {
+            dir: std::sync::Arc::clone(&job.dir),
+            leaf: job.leaf.clone(),
+            shown: job.dst.clone(),
+        };
         sh.inodes
-            .claim(identity(md), md.nlink(), dst, || sh.stopped())
+            .claim(identity(md), md.nlink(), &placed, || sh.stopped())
     }
 
     /// Decides where a new entry goes. Without merging, nothing is there
     /// (the destination was empty). Merging, an entry that `same` accepts
     /// is left alone, a directory in the way is a conflict, and anything
-    /// else is replaced atomically.
+    /// else is replaced atomically. Whatever is there is looked at, never
+    /// followed.
     fn place(
         &self,
-        dst: &Path,
-        same: impl FnOnce(&Metadata) -> bool,
+        job: &Job,
+        same: impl FnOnce(&libc::stat) -> bool,
     ) -> Result<Placement> {
         if !self.shared.plan.merge {
             return Ok(Placement::Direct);
         }
-        match fs::symlink_metadata(dst) {
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                Ok(Placement::Direct)
+        match at::lstat(job.dir.as_raw_fd(), &job.leaf) {
+            Err(e) => Err(Error::io(Op::Stat, &job.dst, e)),
+            Ok(None) => Ok(Placement::Direct),
+            Ok(Some(st)) if st.st_mode & libc::S_IFMT == libc::S_IFDIR => {
+                Err(Error::refused(&job.dst, Refusal::Conflict))
             }
-            Err(e) => Err(Error::io(Op::Stat, dst, e)),
-            Ok(m) if m.is_dir() => Err(Error::refused(dst, Refusal::Conflict)),
-            Ok(m) if same(&m) => Ok(Placement::Unchanged),
-            Ok(_) => Ok(Placement::Replace(self.shared.temp_beside(dst))),
+            Ok(Some(st)) if same(&st) => Ok(Placement::Unchanged),
+            Ok(Some(_)) => Ok(Placement::Replace(self.shared.temp_name())),
         }
     }
 }
 
-/// Renames a replacement over its destination.
-fn finish_placement(place: &Placement, dst: &Path) -> Result<()> {
-    if let Placement::Replace(tmp) = place
-        && let Err(e) = fs::rename(tmp, dst)
-    {
-        let _already_failing = fs::remove_file(tmp);
-        return Err(Error::io2(Op::Rename, tmp, dst, e));
+/// Renames a replacement over its destination, within its directory.
+fn finish_placement(job: &Job, place: &Placement) -> Result<()> {
+    if let Placement::Replace(tmp) = place {
+        let dir = job.dir.as_raw_fd();
+        if let Err(e) = at::rename(dir, tmp, &job.leaf) {
+            let _already_failing = at::unlink(dir, tmp, false);
+            return Err(Error::io(Op::Rename, &job.dst, e));
+        }
     }
     Ok(())
+}
+
+/// Refuses a copy whose source changed while it was read: its size or
+/// modification/change time now differ from what was copied.
+fn check_unchanged(src: &File, before: &Metadata, path: &Path) -> Result<()> {
+    let now = src.metadata().map_err(|e| Error::io(Op::Stat, path, e))?;
+    let key = |m: &Metadata| {
+        (
+            m.len(),
+            m.mtime(),
+            m.mtime_nsec(),
+            m.ctime(),
+            m.ctime_nsec(),
+        )
+    };
+    if key(&now) != key(before) {
+        return Err(Error::refused(path, Refusal::ChangedDuringCopy));
+    }
+    Ok(())
+}
+
+/// A name as a C string, for `*at` calls.
+pub(crate) fn leaf_name(name: &std::ffi::OsStr) -> Result<CString> {
+    CString::new(name.as_bytes()).map_err(|_| {
+        Error::io(
+            Op::Create,
+            Path::new(name),
+            io::Error::from(io::ErrorKind::InvalidInput),
+        )
+    })
 }

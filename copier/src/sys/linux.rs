@@ -1,8 +1,9 @@
 //! Linux: reflinks, in-kernel copies, `syncfs`, extended attributes.
 
-use std::ffi::CStr;
+use std::ffi::{CStr, CString};
 use std::fs::{File, OpenOptions};
 use std::io;
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::io::AsRawFd;
 use std::path::Path;
@@ -117,11 +118,27 @@ pub(crate) fn sync_fs(f: &File) -> io::Result<()> {
 pub(crate) enum XattrTarget<'a> {
     Fd(&'a File),
     Path(&'a CStr),
+    /// The entry named in an open directory, its final symlink not
+    /// followed: for symlinks and special files, which cannot be opened
+    /// for xattr calls. Reached as `/proc/self/fd/DIR/NAME`, so the
+    /// directory is the one we hold, whatever its path now leads to.
+    At(RawFd, &'a CStr),
+}
+
+/// `/proc/self/fd/DIR/NAME`: the `l*xattr` path of an entry in a held
+/// directory. Linux has no `*xattrat` calls before 6.13.
+fn proc_path(dir: RawFd, name: &CStr) -> io::Result<CString> {
+    let mut v = format!("/proc/self/fd/{dir}/").into_bytes();
+    v.extend_from_slice(name.to_bytes());
+    CString::new(v).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
 }
 
 /// Names of the extended attributes, NUL-separated as the kernel gives
 /// them. A filesystem without xattrs has none.
 pub(crate) fn list_xattrs(t: &XattrTarget<'_>) -> io::Result<Vec<u8>> {
+    if let XattrTarget::At(dir, name) = t {
+        return list_xattrs(&XattrTarget::Path(&proc_path(*dir, name)?));
+    }
     let mut buf = Vec::new();
     loop {
         // SAFETY: buf has `capacity` writable bytes (0 asks for the size).
@@ -131,6 +148,7 @@ pub(crate) fn list_xattrs(t: &XattrTarget<'_>) -> io::Result<Vec<u8>> {
             match t {
                 XattrTarget::Fd(f) => libc::flistxattr(f.as_raw_fd(), p, n),
                 XattrTarget::Path(c) => libc::llistxattr(c.as_ptr(), p, n),
+                XattrTarget::At(..) => unreachable!("resolved above"),
             }
         };
         if r >= 0 {
@@ -162,6 +180,10 @@ pub(crate) fn get_xattr(
     t: &XattrTarget<'_>,
     name: &CStr,
 ) -> io::Result<Option<Vec<u8>>> {
+    if let XattrTarget::At(dir, leaf) = t {
+        let p = proc_path(*dir, leaf)?;
+        return get_xattr(&XattrTarget::Path(&p), name);
+    }
     let mut buf: Vec<u8> = Vec::new();
     loop {
         // SAFETY: buf has `capacity` writable bytes.
@@ -175,6 +197,7 @@ pub(crate) fn get_xattr(
                 XattrTarget::Path(c) => {
                     libc::lgetxattr(c.as_ptr(), name.as_ptr(), p, n)
                 }
+                XattrTarget::At(..) => unreachable!("resolved above"),
             }
         };
         if r >= 0 {
@@ -202,6 +225,10 @@ pub(crate) fn set_xattr(
     name: &CStr,
     value: &[u8],
 ) -> io::Result<()> {
+    if let XattrTarget::At(dir, leaf) = t {
+        let p = proc_path(*dir, leaf)?;
+        return set_xattr(&XattrTarget::Path(&p), name, value);
+    }
     let (v, n) = (value.as_ptr() as *const libc::c_void, value.len());
     // SAFETY: name is NUL-terminated, value is `n` readable bytes.
     let r = unsafe {
@@ -212,6 +239,7 @@ pub(crate) fn set_xattr(
             XattrTarget::Path(c) => {
                 libc::lsetxattr(c.as_ptr(), name.as_ptr(), v, n, 0)
             }
+            XattrTarget::At(..) => unreachable!("resolved above"),
         }
     };
     if r == -1 {
@@ -257,6 +285,77 @@ pub(crate) fn open_dir_beneath(
         let e = io::Error::last_os_error();
         match e.raw_os_error() {
             // A rename elsewhere raced the lookup; the kernel asks to retry.
+            Some(libc::EAGAIN) => continue,
+            Some(libc::ENOSYS) | Some(libc::EPERM) => return Ok(None),
+            _ => return Err(e),
+        }
+    }
+}
+
+/// Sets the mode of the entry `name` in `dir` without following it if it
+/// is (or became) a symlink: opened `O_PATH | O_NOFOLLOW`, checked, then
+/// changed through `/proc/self/fd`, which reaches that very inode.
+pub(crate) fn chmod_at(dir: RawFd, name: &CStr, mode: u32) -> io::Result<()> {
+    // SAFETY: valid descriptor and C string.
+    let fd = unsafe {
+        libc::openat(
+            dir,
+            name.as_ptr(),
+            libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just returned this descriptor.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let st = super::posix::at::fstat(&fd)?;
+    if st.st_mode & libc::S_IFMT == libc::S_IFLNK {
+        return Err(io::Error::from_raw_os_error(libc::ELOOP));
+    }
+    let p = CString::new(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: NUL-terminated path.
+    super::posix::check(unsafe {
+        libc::chmod(p.as_ptr(), mode as libc::mode_t)
+    })
+}
+
+/// Opens the directory `name` in `dir` only if it is on the same mount
+/// (`RESOLVE_NO_XDEV`: a bind mount of the same filesystem counts as
+/// another mount) and not a symlink. `Ok(None)`: no openat2 here, the
+/// caller compares device numbers instead.
+pub(crate) fn open_dir_same_mount(
+    dir: RawFd,
+    name: &CStr,
+) -> io::Result<Option<OwnedFd>> {
+    // SAFETY: open_how is plain data; zeroed is valid.
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (libc::O_RDONLY
+        | libc::O_DIRECTORY
+        | libc::O_CLOEXEC
+        | libc::O_NOFOLLOW) as u64;
+    how.resolve = libc::RESOLVE_BENEATH
+        | libc::RESOLVE_NO_SYMLINKS
+        | libc::RESOLVE_NO_MAGICLINKS
+        | libc::RESOLVE_NO_XDEV;
+    loop {
+        // SAFETY: valid descriptor, C string and open_how of the right size.
+        let fd = unsafe {
+            libc::syscall(
+                libc::SYS_openat2,
+                dir,
+                name.as_ptr(),
+                &how as *const libc::open_how,
+                std::mem::size_of::<libc::open_how>(),
+            )
+        };
+        if fd >= 0 {
+            // SAFETY: the kernel returned this descriptor.
+            return Ok(Some(unsafe { OwnedFd::from_raw_fd(fd as i32) }));
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
             Some(libc::EAGAIN) => continue,
             Some(libc::ENOSYS) | Some(libc::EPERM) => return Ok(None),
             _ => return Err(e),

@@ -11,6 +11,9 @@
 //! | `sync_fs` | `syncfs(2)` | `sync(2)` |
 //! | xattrs | `*xattr(2)` | none listed (see `portable.rs`) |
 //! | `open_dir_beneath` | `openat2(RESOLVE_BENEATH)` | caller walks components |
+//! | `open_dir_same_mount` | `openat2(RESOLVE_NO_XDEV)` | caller compares `st_dev` |
+//! | `chmod_at` | `O_PATH` + `/proc/self/fd` | `fchmodat` after `lstat` |
+//! | `XattrTarget::At` | `/proc/self/fd/DIR/NAME` | none listed |
 //!
 //! "Unsupported" is reported as `Ok(false)` / `Ok(None)` so the caller
 //! takes its portable path; no error is ever swallowed. POSIX calls that
@@ -31,6 +34,6 @@ mod portable;
 use portable as platform;
 
 pub(crate) use platform::{
-    XattrTarget, clone_file, copy_range, get_xattr, list_xattrs,
-    open_dir_beneath, open_source, set_xattr, sync_fs,
+    XattrTarget, chmod_at, clone_file, copy_range, get_xattr, list_xattrs,
+    open_dir_beneath, open_dir_same_mount, open_source, set_xattr, sync_fs,
 };

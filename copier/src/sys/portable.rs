@@ -52,6 +52,8 @@ pub(crate) enum XattrTarget<'a> {
     Fd(&'a File),
     #[allow(dead_code)]
     Path(&'a CStr),
+    #[allow(dead_code)]
+    At(std::os::fd::RawFd, &'a CStr),
 }
 
 /// See the module docs: no name/value attributes on this platform.
@@ -80,6 +82,31 @@ pub(crate) fn set_xattr(
 pub(crate) fn open_dir_beneath(
     _root: std::os::fd::RawFd,
     _rel: &CStr,
+) -> io::Result<Option<std::os::fd::OwnedFd>> {
+    Ok(None)
+}
+
+/// `fchmodat` after checking the entry is not a symlink: without
+/// `O_PATH`, a symlink swapped in between the two calls would be followed;
+/// only a writer inside the same directory could do that.
+pub(crate) fn chmod_at(
+    dir: std::os::fd::RawFd,
+    name: &CStr,
+    mode: u32,
+) -> io::Result<()> {
+    match super::posix::at::lstat(dir, name)? {
+        Some(st) if st.st_mode & libc::S_IFMT != libc::S_IFLNK => {
+            super::posix::at::chmod(dir, name, mode)
+        }
+        Some(_) => Err(io::Error::from_raw_os_error(libc::ELOOP)),
+        None => Err(io::Error::from_raw_os_error(libc::ENOENT)),
+    }
+}
+
+/// No openat2: the caller compares device numbers.
+pub(crate) fn open_dir_same_mount(
+    _dir: std::os::fd::RawFd,
+    _name: &CStr,
 ) -> io::Result<Option<std::os::fd::OwnedFd>> {
     Ok(None)
 }

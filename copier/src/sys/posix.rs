@@ -57,69 +57,11 @@ pub(crate) fn set_times_fd(f: &File, t: &Times) -> io::Result<()> {
     check(unsafe { libc::futimens(f.as_raw_fd(), ts.as_ptr()) })
 }
 
-/// `utimensat(2)` with `AT_SYMLINK_NOFOLLOW`, so symlinks get their own
-/// times.
-pub(crate) fn set_times_nofollow(path: &Path, t: &Times) -> io::Result<()> {
-    let p = cstr(path)?;
-    let ts = t.timespecs();
-    // SAFETY: `p` is NUL-terminated; `ts` has two entries.
-    check(unsafe {
-        libc::utimensat(
-            libc::AT_FDCWD,
-            p.as_ptr(),
-            ts.as_ptr(),
-            libc::AT_SYMLINK_NOFOLLOW,
-        )
-    })
-}
-
-/// `fchownat(2)` with `AT_SYMLINK_NOFOLLOW`.
-pub(crate) fn lchown(path: &Path, uid: u32, gid: u32) -> io::Result<()> {
-    let p = cstr(path)?;
-    // SAFETY: `p` is NUL-terminated.
-    check(unsafe {
-        libc::fchownat(
-            libc::AT_FDCWD,
-            p.as_ptr(),
-            uid,
-            gid,
-            libc::AT_SYMLINK_NOFOLLOW,
-        )
-    })
-}
-
-/// `chmod(2)`; never applied to symlinks.
-pub(crate) fn chmod(path: &Path, mode: u32) -> io::Result<()> {
-    let p = cstr(path)?;
-    // SAFETY: `p` is NUL-terminated.
-    check(unsafe { libc::chmod(p.as_ptr(), mode as libc::mode_t) })
-}
-
 /// `mkdir(2)`.
 pub(crate) fn mkdir(path: &Path, mode: u32) -> io::Result<()> {
     let p = cstr(path)?;
     // SAFETY: `p` is NUL-terminated.
     check(unsafe { libc::mkdir(p.as_ptr(), mode as libc::mode_t) })
-}
-
-/// `mknod(2)` for FIFOs, sockets and devices; `mode` includes the type.
-pub(crate) fn mknod(path: &Path, mode: u32, rdev: u64) -> io::Result<()> {
-    let p = cstr(path)?;
-    // SAFETY: `p` is NUL-terminated.
-    check(unsafe {
-        libc::mknod(p.as_ptr(), mode as libc::mode_t, rdev as libc::dev_t)
-    })
-}
-
-/// `linkat(2)` without `AT_SYMLINK_FOLLOW`: a symlink is linked itself,
-/// never the file it points at.
-pub(crate) fn link_nofollow(existing: &Path, new: &Path) -> io::Result<()> {
-    let a = cstr(existing)?;
-    let b = cstr(new)?;
-    // SAFETY: both are NUL-terminated.
-    check(unsafe {
-        libc::linkat(libc::AT_FDCWD, a.as_ptr(), libc::AT_FDCWD, b.as_ptr(), 0)
-    })
 }
 
 /// Where the next data or hole starts at or after `offset`
@@ -163,7 +105,7 @@ pub(crate) fn egid() -> u32 {
 /// Names passed in are single path components: the caller has checked
 /// them, and the kernel never sees a `/` from an archive here.
 pub(crate) mod at {
-    use std::ffi::CStr;
+    use std::ffi::{CStr, CString};
     use std::fs::File;
     use std::io;
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -336,6 +278,116 @@ pub(crate) mod at {
     pub(crate) fn fchmod(f: &impl AsRawFd, mode: u32) -> io::Result<()> {
         // SAFETY: valid descriptor.
         check(unsafe { libc::fchmod(f.as_raw_fd(), mode as libc::mode_t) })
+    }
+
+    /// `fstat` on an open descriptor.
+    pub(crate) fn fstat(f: &impl AsRawFd) -> io::Result<libc::stat> {
+        // SAFETY: stat is plain data; zeroed is a valid value.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: valid descriptor and out pointer.
+        check(unsafe { libc::fstat(f.as_raw_fd(), &mut st) })?;
+        Ok(st)
+    }
+
+    /// `readlinkat`: the target of the symlink `n` in `dir`, byte-exact.
+    pub(crate) fn readlink(dir: RawFd, n: &CStr) -> io::Result<Vec<u8>> {
+        let mut buf = vec![0u8; 256];
+        loop {
+            // SAFETY: valid descriptor, C string and buffer of buf.len().
+            let r = unsafe {
+                libc::readlinkat(
+                    dir,
+                    n.as_ptr(),
+                    buf.as_mut_ptr() as *mut libc::c_char,
+                    buf.len(),
+                )
+            };
+            if r < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            let r = r as usize;
+            if r < buf.len() {
+                buf.truncate(r);
+                return Ok(buf);
+            }
+            // Possibly cut: ask again with room to spare (targets are
+            // bounded by PATH_MAX on every filesystem we write to).
+            if buf.len() >= 1 << 16 {
+                return Err(io::Error::from_raw_os_error(libc::ENAMETOOLONG));
+            }
+            buf.resize(buf.len() * 4, 0);
+        }
+    }
+
+    /// The names in the directory open as `dir` (without `.` and `..`),
+    /// read through a duplicate of the descriptor so `dir` stays usable.
+    pub(crate) fn read_names(dir: &impl AsRawFd) -> io::Result<Vec<CString>> {
+        // SAFETY: plain dup of an open descriptor.
+        let dup =
+            unsafe { libc::fcntl(dir.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) };
+        if dup < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `dup` is ours; on success the DIR owns it.
+        let d = unsafe { libc::fdopendir(dup) };
+        if d.is_null() {
+            let e = io::Error::last_os_error();
+            // SAFETY: fdopendir failed, so `dup` is still ours to close.
+            unsafe { libc::close(dup) };
+            return Err(e);
+        }
+        // The duplicate shares the offset: start from the beginning.
+        // SAFETY: `d` is a valid DIR.
+        unsafe { libc::rewinddir(d) };
+        let mut names = Vec::new();
+        let result = loop {
+            // errno tells end of directory from failure.
+            // SAFETY: resetting errno is always allowed.
+            unsafe { *errno_location() = 0 };
+            // SAFETY: `d` is a valid DIR.
+            let ent = unsafe { libc::readdir(d) };
+            if ent.is_null() {
+                // SAFETY: reading errno.
+                let err = unsafe { *errno_location() };
+                break if err == 0 {
+                    Ok(())
+                } else {
+                    Err(io::Error::from_raw_os_error(err))
+                };
+            }
+            // SAFETY: d_name is NUL-terminated within the entry.
+            let name = unsafe { CStr::from_ptr((*ent).d_name.as_ptr()) };
+            let b = name.to_bytes();
+            if b != b"." && b != b".." {
+                names.push(name.to_owned());
+            }
+        };
+        // SAFETY: `d` is valid and closed once.
+        unsafe { libc::closedir(d) };
+        result.map(|()| names)
+    }
+
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    fn errno_location() -> *mut libc::c_int {
+        // SAFETY: always valid for the calling thread.
+        unsafe { libc::__errno_location() }
+    }
+
+    #[cfg(any(target_os = "illumos", target_os = "solaris"))]
+    fn errno_location() -> *mut libc::c_int {
+        // SAFETY: always valid for the calling thread.
+        unsafe { libc::___errno() }
+    }
+
+    #[cfg(not(any(
+        target_os = "linux",
+        target_os = "android",
+        target_os = "illumos",
+        target_os = "solaris"
+    )))]
+    fn errno_location() -> *mut libc::c_int {
+        // SAFETY: always valid for the calling thread.
+        unsafe { libc::__error() }
     }
 
     /// `futimens` on an open descriptor.

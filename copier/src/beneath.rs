@@ -1,0 +1,583 @@
+//! The one way into a root: directories opened beneath it, one component
+//! at a time, never through a symlink.
+//!
+//! Everything zinstall writes into a root — tree copies, archive members,
+//! host files, merges, link rules — and everything it removes from one
+//! goes through a directory descriptor that was reached from the root's
+//! own descriptor without following a symlink (on Linux `openat2` with
+//! `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS` where
+//! it can, else `openat(O_NOFOLLOW | O_DIRECTORY)` per component). Entries
+//! are then made with `*at` calls on that descriptor and a single name.
+//! So nothing inside the root — a symlink an image planted, or a directory
+//! swapped for one while we write — decides where a write lands: a
+//! symlink met on the way is an error naming it, never a path to follow.
+//!
+//! ```no_run
+//! use std::path::Path;
+//! use copier::beneath::Root;
+//!
+//! let root = Root::create(Path::new("/zones/z1/root"), 0o755)?;
+//! // `etc` and `etc/default` are made if missing; a symlink at either
+//! // is refused with an error naming it.
+//! let dir = root.dir(Path::new("etc/default"), Some(0o755))?;
+//! println!("{}", dir.path().display());
+//! # Ok::<(), copier::Error>(())
+//! ```
+
+use std::ffi::{CStr, CString};
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+
+use crate::error::{Error, Met, Op, Refusal, Result};
+use crate::sys::{self, posix::at};
+
+/// A directory that writes go beneath.
+#[derive(Debug, Clone)]
+pub struct Root {
+    fd: Arc<OwnedFd>,
+    path: PathBuf,
+}
+
+/// A directory opened beneath a [`Root`].
+#[derive(Debug, Clone)]
+pub struct Dir {
+    pub(crate) fd: Arc<OwnedFd>,
+    path: PathBuf,
+}
+
+impl Dir {
+    /// Where it was when it was opened (for messages).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Root {
+    /// Opens the existing directory `path`. Its last component must not
+    /// be a symlink (the path above it is the caller's, and trusted).
+    pub fn open(path: &Path) -> Result<Root> {
+        let fd = open_dir_nofollow(path)?;
+        Ok(Root {
+            fd: Arc::new(fd),
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// Makes `path` with `mode` unless a directory is there, and opens
+    /// it. Its parent must exist; a symlink at `path` is refused, never
+    /// followed.
+    pub fn create(path: &Path, mode: u32) -> Result<Root> {
+        match sys::posix::mkdir(path, mode) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(Error::io(Op::Mkdir, path, e)),
+        }
+        Root::open(path)
+    }
+
+    /// A root over a directory already open (the top of a copy).
+    pub(crate) fn from_fd(fd: OwnedFd, path: &Path) -> Root {
+        Root {
+            fd: Arc::new(fd),
+            path: path.to_path_buf(),
+        }
+    }
+
+    /// The root's path, as given.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub(crate) fn fd(&self) -> &Arc<OwnedFd> {
+        &self.fd
+    }
+
+    /// Sets the root directory's own mode, through its descriptor.
+    pub fn set_mode(&self, mode: u32) -> Result<()> {
+        at::fchmod(&*self.fd, mode)
+            .map_err(|e| Error::io(Op::Chmod, &self.path, e))
+    }
+
+    /// The root itself as a [`Dir`].
+    pub fn top(&self) -> Dir {
+        Dir {
+            fd: Arc::clone(&self.fd),
+            path: self.path.clone(),
+        }
+    }
+
+    /// Opens the directory `rel` (relative, plain components only)
+    /// beneath the root. With `create`, missing directories are made
+    /// with that mode. A symlink or a non-directory on the way is an
+    /// [`Error::Beneath`] naming it.
+    pub fn dir(&self, rel: &Path, create: Option<u32>) -> Result<Dir> {
+        let parts = components(rel).ok_or_else(|| {
+            Error::refused(self.path.join(rel), Refusal::NotBeneath)
+        })?;
+        let shown = self.path.join(rel);
+        let fd = open_parts(&self.fd, &parts, create)
+            .map_err(|f| f.into_error(&self.path, &parts, &shown))?;
+        Ok(Dir { fd, path: shown })
+    }
+}
+
+/// Why a walk beneath a root stopped.
+#[derive(Debug)]
+pub(crate) enum WalkFail {
+    /// Component `index` is a symlink or not a directory.
+    Met(usize, Met),
+    /// A system call on component `index` failed.
+    Io(usize, Op, io::Error),
+}
+
+impl WalkFail {
+    /// The public error: the path wanted, and what was met where.
+    pub(crate) fn into_error(
+        self,
+        root: &Path,
+        parts: &[CString],
+        wanted: &Path,
+    ) -> Error {
+        let upto = |i: usize| {
+            let mut p = root.to_path_buf();
+            for c in &parts[..=i.min(parts.len().saturating_sub(1))] {
+                p.push(std::ffi::OsStr::from_bytes(c.as_bytes()));
+            }
+            p
+        };
+        match self {
+            WalkFail::Met(i, met) => Error::Beneath {
+                path: wanted.to_path_buf(),
+                at: upto(i),
+                met,
+            },
+            WalkFail::Io(i, op, e) => Error::io(op, upto(i), e),
+        }
+    }
+}
+
+/// Splits a relative path into checked components; `None` if it is
+/// absolute or has `..` (nothing the caller builds needs either).
+pub(crate) fn components(rel: &Path) -> Option<Vec<CString>> {
+    let mut v = Vec::new();
+    for c in rel.components() {
+        match c {
+            Component::Normal(n) => v.push(CString::new(n.as_bytes()).ok()?),
+            Component::CurDir => {}
+            _ => return None,
+        }
+    }
+    Some(v)
+}
+
+/// The directory `parts` beneath `top`: `openat2` for the whole path when
+/// nothing needs making, else (or when the kernel has none) one component
+/// at a time.
+pub(crate) fn open_parts(
+    top: &Arc<OwnedFd>,
+    parts: &[CString],
+    create: Option<u32>,
+) -> std::result::Result<Arc<OwnedFd>, WalkFail> {
+    if parts.is_empty() {
+        return Ok(Arc::clone(top));
+    }
+    let joined = join(parts);
+    // Beyond PATH_MAX the kernel refuses the whole path; components
+    // have no such limit.
+    if joined.as_bytes().len() < 4000 {
+        match sys::open_dir_beneath(top.as_raw_fd(), &joined) {
+            Ok(Some(fd)) => return Ok(Arc::new(fd)),
+            // Missing, a symlink, a file: the walk below makes what is
+            // missing or says exactly which component is in the way.
+            Ok(None) | Err(_) => {}
+        }
+    }
+    let mut cur = Arc::clone(top);
+    for (i, c) in parts.iter().enumerate() {
+        cur = Arc::new(step(cur.as_raw_fd(), c, create).map_err(
+            |f| match f {
+                StepFail::Met(m) => WalkFail::Met(i, m),
+                StepFail::Io(op, e) => WalkFail::Io(i, op, e),
+            },
+        )?);
+    }
+    Ok(cur)
+}
+
+/// Why one step failed.
+#[derive(Debug)]
+pub(crate) enum StepFail {
+    Met(Met),
+    Io(Op, io::Error),
+}
+
+/// Opens the directory `name` in `dir` without following a symlink; with
+/// `create`, makes it first if it is missing.
+pub(crate) fn step(
+    dir: RawFd,
+    name: &CStr,
+    create: Option<u32>,
+) -> std::result::Result<OwnedFd, StepFail> {
+    match at::open_dir(dir, name) {
+        Ok(fd) => Ok(fd),
+        Err(e)
+            if e.raw_os_error() == Some(libc::ENOENT) && create.is_some() =>
+        {
+            let mode = create.unwrap_or(0o755);
+            match at::mkdir(dir, name, mode) {
+                Ok(()) => {}
+                // Made by someone else meanwhile: open what is there.
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(StepFail::Io(Op::Mkdir, e)),
+            }
+            at::open_dir(dir, name).map_err(|e| classify(dir, name, e))
+        }
+        Err(e) => Err(classify(dir, name, e)),
+    }
+}
+
+/// Tells a symlink or a non-directory in the way from other failures.
+fn classify(dir: RawFd, name: &CStr, e: io::Error) -> StepFail {
+    if matches!(e.raw_os_error(), Some(libc::ELOOP | libc::ENOTDIR)) {
+        match at::lstat(dir, name) {
+            Ok(Some(st)) if st.st_mode & libc::S_IFMT == libc::S_IFLNK => {
+                return StepFail::Met(Met::Symlink);
+            }
+            Ok(Some(st)) if st.st_mode & libc::S_IFMT != libc::S_IFDIR => {
+                return StepFail::Met(Met::NotADirectory);
+            }
+            _ => {}
+        }
+    }
+    StepFail::Io(Op::Open, e)
+}
+
+/// `a/b/c` as one C string.
+pub(crate) fn join(parts: &[CString]) -> CString {
+    let mut v = Vec::new();
+    for (i, p) in parts.iter().enumerate() {
+        if i > 0 {
+            v.push(b'/');
+        }
+        v.extend_from_slice(p.as_bytes());
+    }
+    // Components hold no NUL, so neither does their join.
+    CString::new(v).unwrap_or_default()
+}
+
+/// Opens a directory by path, its last component not followed.
+fn open_dir_nofollow(path: &Path) -> Result<OwnedFd> {
+    match OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+    {
+        Ok(f) => Ok(f.into()),
+        Err(e)
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::ELOOP | libc::ENOTDIR)
+            ) =>
+        {
+            let met = match std::fs::symlink_metadata(path) {
+                Ok(m) if m.file_type().is_symlink() => Met::Symlink,
+                Ok(m) if !m.is_dir() => Met::NotADirectory,
+                _ => return Err(Error::io(Op::Open, path, e)),
+            };
+            Err(Error::Beneath {
+                path: path.to_path_buf(),
+                at: path.to_path_buf(),
+                met,
+            })
+        }
+        Err(e) => Err(Error::io(Op::Open, path, e)),
+    }
+}
+
+/// Opens a regular file beneath nothing but its own last component: the
+/// lock and state files of a zonepath, which must never be symlinks.
+pub fn open_file_nofollow(path: &Path, opts: &mut OpenOptions) -> Result<File> {
+    opts.custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| {
+            if e.raw_os_error() == Some(libc::ELOOP) {
+                Error::Beneath {
+                    path: path.to_path_buf(),
+                    at: path.to_path_buf(),
+                    met: Met::Symlink,
+                }
+            } else {
+                Error::io(Op::Open, path, e)
+            }
+        })
+}
+
+/// Removes the tree at `path` without following symlinks, without
+/// leaving its filesystem, at any depth.
+///
+/// Each directory is opened from its parent's descriptor (`O_NOFOLLOW`,
+/// and on Linux `RESOLVE_NO_XDEV`, so a bind mount of the same filesystem
+/// is seen too), made writable through that descriptor, emptied with
+/// `unlinkat`, then removed. Only one directory is held open at a time:
+/// going back up opens `..` and checks it is the directory we came from
+/// (device and inode), so depth is bounded by nothing but memory for the
+/// names. A mount point inside is left in place with what it holds, like
+/// `rm --one-file-system`; the rest is removed and the first such mount
+/// point is returned as an error, so a caller never mistakes the tree for
+/// gone.
+pub fn remove_tree(path: &Path) -> Result<()> {
+    let md = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(Error::io(Op::Stat, path, e)),
+    };
+    if !md.is_dir() {
+        return std::fs::remove_file(path)
+            .map_err(|e| Error::io(Op::Remove, path, e));
+    }
+    let top = open_dir_nofollow(path)?;
+    let left = empty_dir(top, path)?;
+    if let Some(mount) = left {
+        return Err(Error::refused(mount, Refusal::OtherFilesystem));
+    }
+    std::fs::remove_dir(path).map_err(|e| Error::io(Op::Remove, path, e))
+}
+
+/// One directory on the way down: who it is and what is left to visit.
+struct Level {
+    /// Its `(dev, ino)`, to recognise it when coming back up.
+    id: (u64, u64),
+    /// Subdirectories still to remove.
+    subdirs: Vec<CString>,
+    /// Its name in its parent.
+    name: CString,
+}
+
+/// Empties the directory open as `top` (at `shown`). Returns the first
+/// mount point found inside and left, if any.
+fn empty_dir(top: OwnedFd, shown: &Path) -> Result<Option<PathBuf>> {
+    let top_st = at::fstat(&top).map_err(|e| Error::io(Op::Stat, shown, e))?;
+    let dev = top_st.st_dev as u64;
+    let mut left: Option<PathBuf> = None;
+    let mut cur = top;
+    let mut path = shown.to_path_buf();
+    let mut stack: Vec<Level> = Vec::new();
+    let first = scan(&cur, &path, dev, &mut left)?;
+    stack.push(Level {
+        id: (dev, top_st.st_ino as u64),
+        subdirs: first,
+        name: CString::default(),
+    });
+    loop {
+        let Some(level) = stack.last_mut() else {
+            return Ok(left);
+        };
+        if let Some(name) = level.subdirs.pop() {
+            path.push(std::ffi::OsStr::from_bytes(name.as_bytes()));
+            match open_same_mount(cur.as_fd(), &name, dev) {
+                Ok(Some(child)) => {
+                    let st = at::fstat(&child)
+                        .map_err(|e| Error::io(Op::Stat, &path, e))?;
+                    let subdirs = scan(&child, &path, dev, &mut left)?;
+                    stack.push(Level {
+                        id: (st.st_dev as u64, st.st_ino as u64),
+                        subdirs,
+                        name,
+                    });
+                    cur = child;
+                }
+                Ok(None) => {
+                    // Another filesystem: leave it, say so at the end.
+                    left.get_or_insert_with(|| path.clone());
+                    path.pop();
+                }
+                Err(e) => return Err(Error::io(Op::Open, &path, e)),
+            }
+            continue;
+        }
+        // This level is empty (or holds only mount points): go up.
+        let done = stack.pop().unwrap_or_else(|| unreachable!());
+        let Some(parent) = stack.last() else {
+            return Ok(left);
+        };
+        let up = at::open_dir(cur.as_raw_fd(), c"..")
+            .map_err(|e| Error::io(Op::Open, &path, e))?;
+        let st = at::fstat(&up).map_err(|e| Error::io(Op::Stat, &path, e))?;
+        if (st.st_dev as u64, st.st_ino as u64) != parent.id {
+            // Moved while we were inside: its parent is not ours now.
+            return Err(Error::refused(&path, Refusal::ChangedType));
+        }
+        cur = up;
+        match at::unlink(cur.as_raw_fd(), &done.name, true) {
+            Ok(()) => {}
+            // Holds a mount point we left: not empty, already said.
+            Err(e)
+                if left.is_some()
+                    && e.raw_os_error() == Some(libc::ENOTEMPTY) => {}
+            Err(e) => return Err(Error::io(Op::Remove, &path, e)),
+        }
+        path.pop();
+    }
+}
+
+/// Makes `dir` writable, removes every non-directory in it and returns
+/// the names of its subdirectories.
+fn scan(
+    dir: &OwnedFd,
+    shown: &Path,
+    dev: u64,
+    left: &mut Option<PathBuf>,
+) -> Result<Vec<CString>> {
+    // Through the descriptor: a read-only directory (0555 in an extracted
+    // root) must not stop the removal.
+    at::fchmod(dir, 0o700).map_err(|e| Error::io(Op::Chmod, shown, e))?;
+    let names =
+        at::read_names(dir).map_err(|e| Error::io(Op::ReadDir, shown, e))?;
+    let mut subdirs = Vec::new();
+    for n in names {
+        let st = match at::lstat(dir.as_raw_fd(), &n) {
+            Ok(Some(st)) => st,
+            Ok(None) => continue,
+            Err(e) => {
+                return Err(Error::io(
+                    Op::Stat,
+                    shown.join(std::ffi::OsStr::from_bytes(n.as_bytes())),
+                    e,
+                ));
+            }
+        };
+        if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
+            if st.st_dev as u64 != dev {
+                left.get_or_insert_with(|| {
+                    shown.join(std::ffi::OsStr::from_bytes(n.as_bytes()))
+                });
+                continue;
+            }
+            subdirs.push(n);
+        } else if let Err(e) = at::unlink(dir.as_raw_fd(), &n, false) {
+            // A file bind-mounted over: leave it like a directory mount.
+            let p = shown.join(std::ffi::OsStr::from_bytes(n.as_bytes()));
+            if e.raw_os_error() == Some(libc::EBUSY) {
+                left.get_or_insert(p);
+            } else {
+                return Err(Error::io(Op::Remove, p, e));
+            }
+        }
+    }
+    Ok(subdirs)
+}
+
+/// Opens the subdirectory `name` if it is on the same mount; `Ok(None)`
+/// if it is a mount point.
+fn open_same_mount(
+    dir: BorrowedFd<'_>,
+    name: &CStr,
+    dev: u64,
+) -> io::Result<Option<OwnedFd>> {
+    match sys::open_dir_same_mount(dir.as_raw_fd(), name) {
+        Ok(Some(fd)) => return Ok(Some(fd)),
+        Ok(None) => {}
+        Err(e) if e.raw_os_error() == Some(libc::EXDEV) => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    let fd = at::open_dir(dir.as_raw_fd(), name)?;
+    let st = at::fstat(&fd)?;
+    Ok((st.st_dev as u64 == dev).then_some(fd))
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+    use std::fs;
+    use std::os::unix::fs::{PermissionsExt, symlink};
+
+    #[test]
+    fn symlinks_on_the_way_are_refused_and_named() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().join("root");
+        let outside = d.path().join("outside");
+        fs::create_dir_all(root.join("real/deeper")).unwrap();
+        fs::create_dir(&outside).unwrap();
+        symlink(&outside, root.join("link")).unwrap();
+        symlink("../..", root.join("real/up")).unwrap();
+        fs::write(root.join("file"), b"x").unwrap();
+        let r = Root::open(&root).unwrap();
+        assert!(r.dir(Path::new("real/deeper"), None).is_ok());
+        for (rel, at, met) in [
+            ("link/x", "link", Met::Symlink),
+            ("real/up/outside", "real/up", Met::Symlink),
+            ("file/x", "file", Met::NotADirectory),
+        ] {
+            let e = r.dir(Path::new(rel), Some(0o755)).unwrap_err();
+            match e {
+                Error::Beneath { at: a, met: m, .. } => {
+                    assert_eq!(a, root.join(at), "{rel}");
+                    assert_eq!(m, met, "{rel}");
+                }
+                e => panic!("{rel}: {e}"),
+            }
+        }
+        assert_eq!(fs::read_dir(&outside).unwrap().count(), 0);
+        let made = r.dir(Path::new("new/a/b"), Some(0o750)).unwrap();
+        assert_eq!(made.path(), root.join("new/a/b"));
+        let m = fs::metadata(root.join("new/a")).unwrap();
+        assert!(m.is_dir());
+        assert!(r.dir(Path::new("../x"), None).is_err());
+        assert!(r.dir(Path::new("/etc"), None).is_err());
+        // The root itself a symlink: refused.
+        symlink(&outside, d.path().join("rootlink")).unwrap();
+        assert!(matches!(
+            Root::open(&d.path().join("rootlink")),
+            Err(Error::Beneath {
+                met: Met::Symlink,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn read_only_deep_trees_are_removed_and_links_out_are_not_followed() {
+        let d = tempfile::tempdir().unwrap();
+        let tree = d.path().join("tree");
+        let outside = d.path().join("outside");
+        fs::create_dir_all(tree.join("ro/inner")).unwrap();
+        fs::write(tree.join("ro/inner/f"), b"x").unwrap();
+        fs::create_dir(&outside).unwrap();
+        fs::write(outside.join("keep"), b"host").unwrap();
+        fs::set_permissions(&outside, fs::Permissions::from_mode(0o751))
+            .unwrap();
+        symlink(&outside, tree.join("ro/trap")).unwrap();
+        // Deeper than PATH_MAX allows by path.
+        let mut fd: OwnedFd = File::open(&tree).unwrap().into();
+        for _ in 0..1500 {
+            let n = c"dd";
+            at::mkdir(fd.as_raw_fd(), n, 0o755).unwrap();
+            fd = at::open_dir(fd.as_raw_fd(), n).unwrap();
+        }
+        let f = at::create_file(fd.as_raw_fd(), c"leaf").unwrap();
+        drop(f);
+        at::fchmod(&fd, 0o555).unwrap();
+        for p in ["ro/inner", "ro"] {
+            fs::set_permissions(
+                tree.join(p),
+                fs::Permissions::from_mode(0o555),
+            )
+            .unwrap();
+        }
+        remove_tree(&tree).unwrap();
+        assert!(!tree.exists());
+        assert_eq!(fs::read(outside.join("keep")).unwrap(), b"host");
+        let mode = fs::metadata(&outside).unwrap().permissions().mode();
+        assert_eq!(mode & 0o7777, 0o751);
+        // Gone already is fine; a file is removed as a file.
+        remove_tree(&tree).unwrap();
+        fs::write(&tree, b"f").unwrap();
+        remove_tree(&tree).unwrap();
+        assert!(!tree.exists());
+    }
+}
