@@ -209,6 +209,51 @@ pub(crate) fn open_parts(
     Ok(cur)
 }
 
+/// The directories on the path last opened beneath a top directory,
+/// each held open, so the next entry in the same or a nearby directory
+/// (archives come in tree order) costs one `openat` or none, at any
+/// depth. Holds one descriptor per level of the current path.
+pub(crate) struct Chain {
+    top: Arc<OwnedFd>,
+    open: Vec<(CString, Arc<OwnedFd>)>,
+}
+
+impl Chain {
+    pub(crate) fn new(top: Arc<OwnedFd>) -> Self {
+        Chain {
+            top,
+            open: Vec::new(),
+        }
+    }
+
+    /// The directory `parts` beneath the top: the longest prefix already
+    /// open is reused, the rest opened (or made, with `create`) one
+    /// component at a time, none followed.
+    pub(crate) fn open(
+        &mut self,
+        parts: &[CString],
+        create: Option<u32>,
+    ) -> std::result::Result<Arc<OwnedFd>, WalkFail> {
+        let keep = self
+            .open
+            .iter()
+            .zip(parts)
+            .take_while(|((have, _), want)| have == *want)
+            .count();
+        self.open.truncate(keep);
+        for (i, c) in parts.iter().enumerate().skip(keep) {
+            let parent = self.open.last().map_or(&self.top, |(_, fd)| fd);
+            let fd =
+                step(parent.as_raw_fd(), c, create).map_err(|f| match f {
+                    StepFail::Met(m) => WalkFail::Met(i, m),
+                    StepFail::Io(op, e) => WalkFail::Io(i, op, e),
+                })?;
+            self.open.push((c.clone(), Arc::new(fd)));
+        }
+        Ok(Arc::clone(self.open.last().map_or(&self.top, |(_, fd)| fd)))
+    }
+}
+
 /// Why one step failed.
 #[derive(Debug)]
 pub(crate) enum StepFail {

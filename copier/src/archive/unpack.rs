@@ -16,7 +16,8 @@ use tar::EntryType;
 
 use super::meta::{self, ArchiveKind, ArchiveMeta};
 use super::names::{self, Name};
-use crate::error::{ArchiveRefusal, Error, Op, Result};
+use crate::beneath::{Chain, Root, WalkFail};
+use crate::error::{ArchiveRefusal, Error, Met, Op, Result};
 use crate::probes;
 use crate::provision::{Compression, compression_of, decompress, read_up_to};
 use crate::stats::{Notice, NoticeBoard, NoticeKind, Stats};
@@ -196,14 +197,13 @@ fn run(
     opts: &UnpackOptions,
 ) -> Result<UnpackReport> {
     opts.tunables.validate()?;
-    let root_fd: OwnedFd = File::open(root)
-        .map_err(|e| Error::io(Op::Open, root, e))?
-        .into();
+    // The root's own last component is not followed either.
+    let root_dir = Root::open(root)?;
     let is_root = euid() == 0;
     let ctx = Ctx {
         archive,
         root,
-        root_fd: Arc::new(root_fd),
+        root_fd: Arc::clone(root_dir.fd()),
         opts,
         is_root,
         preserve_owner: opts.preserve_owner.unwrap_or(is_root),
@@ -262,11 +262,14 @@ fn run(
     {
         return Err(e);
     }
-    // Directory metadata last, deepest first.
+    // Directory metadata last, children before their parents: in
+    // descending name order a directory follows everything beneath it,
+    // and neighbours share their parents' open descriptors.
     let mut dirs = outcome.dirs;
-    dirs.sort_by_key(|(n, _)| std::cmp::Reverse(n.parts.len()));
+    dirs.sort_by(|a, b| b.0.parts.cmp(&a.0.parts));
+    let mut chain = Chain::new(Arc::clone(&ctx.root_fd));
     for (name, m) in &dirs {
-        ctx.finish_dir(name, m)?;
+        ctx.finish_dir(&mut chain, name, m)?;
     }
     let mut stats = outcome.stats;
     stats.files += ctx.files.load(Ordering::Relaxed);
@@ -458,77 +461,27 @@ impl Ctx<'_> {
             .unwrap_or_default()
     }
 
-    /// Opens the directory `parts` beneath the root, never through a
-    /// symlink; missing directories are made (0755) when `create`.
+    /// Opens the directory `parts` beneath the root through `chain`,
+    /// never through a symlink; missing directories are made (0755) when
+    /// `create`.
     fn open_dir(
         &self,
+        chain: &mut Chain,
         parts: &[CString],
         entry: &str,
         create: bool,
     ) -> Result<Arc<OwnedFd>> {
-        if parts.is_empty() {
-            return Ok(Arc::clone(&self.root_fd));
-        }
-        let root = self.root_fd.as_raw_fd();
-        let joined = Name::joined(parts);
-        let map = |e: io::Error| match e.raw_os_error() {
-            Some(libc::ELOOP) => {
-                self.refuse(entry, ArchiveRefusal::ThroughSymlink)
-            }
-            Some(libc::EXDEV) => {
-                self.refuse(entry, ArchiveRefusal::EscapesRoot)
-            }
-            _ => Error::io(Op::Open, self.shown(parts), e),
-        };
-        match sys::open_dir_beneath(root, &joined) {
-            Ok(Some(fd)) => return Ok(Arc::new(fd)),
-            Ok(None) => {}
-            Err(e) if e.raw_os_error() == Some(libc::ENOENT) && create => {}
-            Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => {
-                return Err(self.refuse(entry, ArchiveRefusal::ThroughSymlink));
-            }
-            Err(e) => return Err(map(e)),
-        }
-        // One component at a time, O_NOFOLLOW, making what is missing.
-        let mut cur: Arc<OwnedFd> = Arc::clone(&self.root_fd);
-        for (i, c) in parts.iter().enumerate() {
-            let fd = cur.as_raw_fd();
-            match at::open_dir(fd, c) {
-                Ok(next) => cur = Arc::new(next),
-                Err(e) if e.raw_os_error() == Some(libc::ENOENT) && create => {
-                    at::mkdir(fd, c, 0o755)
-                        .or_else(|e| {
-                            if e.kind() == io::ErrorKind::AlreadyExists {
-                                Ok(())
-                            } else {
-                                Err(e)
-                            }
-                        })
-                        .map_err(|e| {
-                            Error::io(Op::Mkdir, self.shown(&parts[..=i]), e)
-                        })?;
-                    cur = Arc::new(at::open_dir(fd, c).map_err(map)?);
+        chain
+            .open(parts, create.then_some(0o755))
+            .map_err(|f| match f {
+                WalkFail::Met(_, Met::Symlink) => {
+                    self.refuse(entry, ArchiveRefusal::ThroughSymlink)
                 }
-                Err(e)
-                    if matches!(
-                        e.raw_os_error(),
-                        Some(libc::ELOOP | libc::ENOTDIR)
-                    ) =>
-                {
-                    let st = at::lstat(fd, c).ok().flatten();
-                    let is_link = st.is_some_and(|s| {
-                        s.st_mode & libc::S_IFMT == libc::S_IFLNK
-                    });
-                    return Err(if is_link {
-                        self.refuse(entry, ArchiveRefusal::ThroughSymlink)
-                    } else {
-                        self.refuse(entry, ArchiveRefusal::FileOverDirectory)
-                    });
+                WalkFail::Met(_, Met::NotADirectory) => {
+                    self.refuse(entry, ArchiveRefusal::FileOverDirectory)
                 }
-                Err(e) => return Err(map(e)),
-            }
-        }
-        Ok(cur)
+                f => f.into_error(self.root, parts, &self.shown(parts)),
+            })
     }
 
     /// Owner (or a notice), xattrs, mode and times through a descriptor.
@@ -694,12 +647,17 @@ impl Ctx<'_> {
         Ok(())
     }
 
-    fn finish_dir(&self, name: &Name, m: &Meta) -> Result<()> {
+    fn finish_dir(
+        &self,
+        chain: &mut Chain,
+        name: &Name,
+        m: &Meta,
+    ) -> Result<()> {
         let entry = Name::joined(&name.parts).to_string_lossy().into_owned();
         let Some(leaf) = name.leaf() else {
             return Ok(());
         };
-        let parent = self.open_dir(name.parent(), &entry, false)?;
+        let parent = self.open_dir(chain, name.parent(), &entry, false)?;
         let shown = self.shown(&name.parts);
         let fd = at::open_dir(parent.as_raw_fd(), leaf)
             .map_err(|e| Error::io(Op::Open, &shown, e))?;
@@ -807,7 +765,7 @@ fn read_all(
     let mut subtree = false;
     let mut total: u64 = 0;
     let mut queued: HashSet<Vec<u8>> = HashSet::new();
-    let mut cache: Option<(Vec<CString>, Arc<OwnedFd>)> = None;
+    let mut chain = Chain::new(Arc::clone(&ctx.root_fd));
     // Waits until every queued file is written. False: the pool is gone.
     let barrier =
         |pool: &mut Option<Batcher>, queued: &mut HashSet<Vec<u8>>| -> bool {
@@ -890,14 +848,8 @@ fn read_all(
             break;
         }
         let parent_parts = name.parent().to_vec();
-        let dir = match &cache {
-            Some((p, fd)) if *p == parent_parts => Arc::clone(fd),
-            _ => {
-                let fd = ctx.open_dir(&parent_parts, &shown_entry, true)?;
-                cache = Some((parent_parts, Arc::clone(&fd)));
-                fd
-            }
-        };
+        let dir =
+            ctx.open_dir(&mut chain, &parent_parts, &shown_entry, true)?;
         let dfd = dir.as_raw_fd();
         let shown = ctx.shown(&name.parts);
         let now = existing(dfd, &leaf, &shown)?;
@@ -1064,7 +1016,7 @@ fn read_all(
                     break;
                 }
                 let tdir = ctx
-                    .open_dir(target.parent(), &shown_entry, false)
+                    .open_dir(&mut chain, target.parent(), &shown_entry, false)
                     .map_err(|_| outside())?;
                 match existing(tdir.as_raw_fd(), &tleaf, &shown)? {
                     Existing::Other | Existing::Symlink => {}
@@ -1104,12 +1056,17 @@ fn read_all(
                     e.header().device_major().ok().flatten().unwrap_or(0);
                 let minor =
                     e.header().device_minor().ok().flatten().unwrap_or(0);
-                at::mknod(dfd, &leaf, typ | 0o600, libc::makedev(major, minor))
-                    .map_err(|e| Error::io(Op::Mknod, &shown, e))?;
+                at::mknod(
+                    dfd,
+                    &leaf,
+                    typ | 0o600,
+                    crate::sys::posix::makedev(major, minor),
+                )
+                .map_err(|e| Error::io(Op::Mknod, &shown, e))?;
                 // Owner, mode and times by name: a FIFO cannot be opened
                 // without blocking, a device should not be opened at all.
                 ctx.owner(&m, &shown, || at::lchown(dfd, &leaf, m.uid, m.gid))?;
-                at::chmod(dfd, &leaf, m.mode & 0o7777)
+                sys::chmod_at(dfd, &leaf, m.mode & 0o7777)
                     .map_err(|e| Error::io(Op::Chmod, &shown, e))?;
                 at::set_times(dfd, &leaf, &m.times)
                     .map_err(|e| Error::io(Op::SetTimes, &shown, e))?;

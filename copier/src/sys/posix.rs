@@ -199,6 +199,7 @@ pub(crate) mod at {
     }
 
     /// `fchmodat` on a name that is not a symlink.
+    #[cfg_attr(target_os = "linux", allow(dead_code))]
     pub(crate) fn chmod(dir: RawFd, n: &CStr, mode: u32) -> io::Result<()> {
         // SAFETY: valid descriptor and C string.
         check(unsafe {
@@ -396,4 +397,15 @@ pub(crate) mod at {
         // SAFETY: valid descriptor, two timespecs.
         check(unsafe { libc::futimens(f.as_raw_fd(), ts.as_ptr()) })
     }
+}
+
+/// A device number from its parts. libc's `makedev` is a safe function
+/// on Linux and an `unsafe` one on illumos.
+pub(crate) fn makedev(major: u32, minor: u32) -> u64 {
+    #[cfg(target_os = "linux")]
+    let d = libc::makedev(major, minor);
+    #[cfg(not(target_os = "linux"))]
+    // SAFETY: pure arithmetic on two integers.
+    let d = unsafe { libc::makedev(major, minor) };
+    d as u64
 }
