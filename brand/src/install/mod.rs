@@ -39,6 +39,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use copier::archive::{self, ArchiveKind, UnpackOptions};
+use copier::beneath::Root;
 use copier::{Plan, Stats, Tunables};
 use slog::{Logger, error, info, o};
 
@@ -183,6 +184,13 @@ impl Install<'_> {
                 )));
             }
             None => {
+                if fs::symlink_metadata(&root).is_ok_and(|m| !m.is_dir()) {
+                    return Err(InstallError::before(format!(
+                        "{} is not a directory (a symlink is never followed); \
+                         remove it first",
+                        root.display()
+                    )));
+                }
                 if fs::read_dir(&root).is_ok_and(|mut d| d.next().is_some()) {
                     return Err(InstallError::before(format!(
                         "{} is not empty and was not made by zinstall",
@@ -284,15 +292,11 @@ impl Install<'_> {
         images: &[PathBuf],
     ) -> Result<Summary, String> {
         let mut sum = Summary::default();
-        if !root.exists() {
-            fs::create_dir(root)
-                .map_err(|e| format!("mkdir {}: {e}", root.display()))?;
-        }
-        fs::set_permissions(
-            root,
-            std::os::unix::fs::PermissionsExt::from_mode(0o755),
-        )
-        .map_err(|e| format!("chmod {}: {e}", root.display()))?;
+        // Made or opened without following a symlink at ZONEPATH/root;
+        // everything below goes through Plan::within / unpack, which open
+        // every directory beneath it the same way.
+        let top = Root::create(root, 0o755).map_err(|e| e.to_string())?;
+        top.set_mode(0o755).map_err(|e| e.to_string())?;
         let trees = self.profile.trees.clone();
         for t in &trees {
             let name = format!("/{}", t.display());
@@ -302,6 +306,7 @@ impl Install<'_> {
             let step = format!("replicate {name}");
             let t0 = self.step_start(&step);
             let r = Plan::new(&src, &dst)
+                .within(root)
                 .tunables(self.tunables)
                 .rules(std::sync::Arc::clone(&self.profile.rules), t)
                 .skip_special(true)
@@ -371,15 +376,14 @@ impl Install<'_> {
             info_line(self.say, &format!("copying {}...", f.display()));
             let rel = f.strip_prefix("/").unwrap_or(f);
             let dst = root.join(rel);
-            if let Some(parent) = dst.parent() {
-                fs::create_dir_all(parent)
-                    .map_err(|e| format!("mkdir {}: {e}", parent.display()))?;
-            }
             let step = format!("host file {}", f.display());
             let t0 = self.step_start(&step);
-            let r = Plan::new(f, &dst).merge(true).run();
+            // Beneath the root: a symlink an image planted on the way
+            // (etc -> /host/dir) is refused and named; one at the file's
+            // own name is replaced, never written through.
+            let r = Plan::new(f, &dst).within(root).merge(true).run();
             self.step_done(&step, t0, r.is_err());
-            let r = r.map_err(|e| e.to_string())?;
+            let r = r.map_err(|e| format!("host file {}: {e}", f.display()))?;
             merge_notices(&mut sum.notices, &r.notices);
             add(&mut sum.stats, &r.stats);
         }

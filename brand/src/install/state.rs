@@ -87,8 +87,11 @@ impl ZoneLock {
             .create(true)
             .truncate(false)
             .mode(0o600)
+            // The zonepath is not trusted to hold what it should: a
+            // symlink here must not have its target truncated.
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
             .open(&path)
-            .map_err(|e| LockError::Io(path.clone(), e))?;
+            .map_err(|e| LockError::Io(path.clone(), nofollow_error(e)))?;
         match file.try_lock() {
             Ok(()) => {}
             Err(TryLockError::WouldBlock) => {
@@ -124,9 +127,30 @@ impl ZoneLock {
     }
 }
 
+/// Says what ELOOP from an `O_NOFOLLOW` open means here.
+fn nofollow_error(e: io::Error) -> io::Error {
+    if e.raw_os_error() == Some(libc::ELOOP) {
+        io::Error::new(
+            e.kind(),
+            "is a symlink; zinstall never follows one in a zonepath",
+        )
+    } else {
+        e
+    }
+}
+
 /// Reads the marker: `None` if there is none.
 pub fn read(zonepath: &Path) -> io::Result<Option<State>> {
-    match fs::read_to_string(zonepath.join(STATE)) {
+    let text = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(zonepath.join(STATE))
+        .map_err(nofollow_error)
+        .and_then(|mut f| {
+            let mut s = String::new();
+            f.read_to_string(&mut s).map(|_| s)
+        });
+    match text {
         Ok(s) => match s.trim() {
             "installing" => Ok(Some(State::Installing)),
             "installed" => Ok(Some(State::Installed)),
@@ -150,7 +174,17 @@ pub fn write(zonepath: &Path, state: State) -> io::Result<()> {
         State::Installed => "installed\n",
     };
     let tmp = zonepath.join(format!("{STATE}.{}", std::process::id()));
-    let mut f = File::create(&tmp)?;
+    // A leftover of a killed writer with our pid, or a planted symlink:
+    // gone first, then made anew (O_EXCL never follows a symlink).
+    match fs::remove_file(&tmp) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .open(&tmp)?;
     f.write_all(text.as_bytes())?;
     f.sync_all()?;
     fs::rename(&tmp, zonepath.join(STATE))?;
