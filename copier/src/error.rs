@@ -394,8 +394,8 @@ pub enum Error {
     /// A write beneath a root met a symlink or a non-directory where it
     /// needed a directory; nothing was written through it.
     #[error(
-        "{}: {} is {met} inside the root; nothing is written through it",
-        path.display(),
+        "{}{} is {met} inside the root; nothing is written through it",
+        Wanted(path, at),
         at.display()
     )]
     Beneath {
@@ -445,6 +445,19 @@ impl fmt::Display for Arrow<'_> {
         match self.0 {
             Some(p) => write!(f, " -> {}", p.display()),
             None => Ok(()),
+        }
+    }
+}
+
+/// `PATH: ` before what is in its way, unless that is the path itself.
+struct Wanted<'a>(&'a Path, &'a Path);
+
+impl fmt::Display for Wanted<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0 == self.1 {
+            Ok(())
+        } else {
+            write!(f, "{}: ", self.0.display())
         }
     }
 }

@@ -365,8 +365,17 @@ fn single_destination(
                     plan.dst.join(name),
                 ));
             }
-            let parent =
-                r.dir(rel.parent().unwrap_or(Path::new("")), Some(0o755))?;
+            let parent = r
+                .dir(rel.parent().unwrap_or(Path::new("")), Some(0o755))
+                .map_err(|e| match e {
+                    // Name the file that was to be written.
+                    Error::Beneath { at, met, .. } => Error::Beneath {
+                        path: plan.dst.clone(),
+                        at,
+                        met,
+                    },
+                    e => e,
+                })?;
             let leaf = rel.file_name().unwrap_or_default();
             Ok((parent.fd, worker::leaf_name(leaf)?, plan.dst.clone()))
         }
