@@ -1,5 +1,8 @@
 //! `zinstall` as a user runs it: exit codes, messages, summaries.
 
+#[path = "../../copier/tests/common/tools.rs"]
+mod tools;
+
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -135,7 +138,7 @@ fn unreadable_source_file_is_named() {
     fs::set_permissions(&secret, fs::Permissions::from_mode(0o000)).unwrap();
     let dst = d.path().join("dst");
     let mut cmd = if is_root() {
-        if Command::new("setpriv").arg("--help").output().is_err() {
+        if tools::tool("setpriv").arg("--help").output().is_err() {
             eprintln!("skipped: unreadable_source_file_is_named: no setpriv");
             return;
         }
@@ -143,7 +146,7 @@ fn unreadable_source_file_is_named() {
         for p in [d.path(), src.as_path(), &src.join("a"), &src.join("a/b")] {
             fs::set_permissions(p, fs::Permissions::from_mode(0o777)).unwrap();
         }
-        let mut c = Command::new("setpriv");
+        let mut c = tools::tool("setpriv");
         c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
             .arg(env!("CARGO_BIN_EXE_zinstall"))
             .env("ZINSTALL_DEFAULTS", "/nonexistent/zinstall-defaults");

@@ -1,6 +1,9 @@
 //! Installs as users run them: the Linux command and the zoneadm hook,
 //! on generated source roots, baselines and layers.
 
+#[path = "../../copier/tests/common/tools.rs"]
+mod tools;
+
 use std::fs;
 use std::io::Write;
 use std::os::unix::fs::{MetadataExt, PermissionsExt, symlink};
@@ -523,7 +526,7 @@ fn install_works_without_root() {
         assert!(o.status.success(), "{}", text(&o));
         return;
     }
-    if Command::new("setpriv").arg("--help").output().is_err() {
+    if tools::tool("setpriv").arg("--help").output().is_err() {
         eprintln!("skipped: install_works_without_root: no setpriv");
         return;
     }
@@ -541,7 +544,7 @@ fn install_works_without_root() {
     fs::create_dir_all(zones).unwrap();
     fs::set_permissions(zones, fs::Permissions::from_mode(0o777)).unwrap();
     fs::set_permissions(w.d.path(), fs::Permissions::from_mode(0o777)).unwrap();
-    let o = Command::new("setpriv")
+    let o = tools::tool("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
         .arg(env!("CARGO_BIN_EXE_zinstall"))
         .env("ZINSTALL_DEFAULTS", "/nonexistent")

@@ -1,6 +1,9 @@
 //! `zinstall provision` and `zinstall cache` end to end, with real
 //! qemu-img, real archives, and several processes at once.
 
+#[path = "../../copier/tests/common/tools.rs"]
+mod tools;
+
 use std::fs;
 use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -71,7 +74,7 @@ fn rootfs(dir: &Path) -> PathBuf {
 }
 
 fn raw_of(img: &Path, out: &Path) -> Vec<u8> {
-    run(Command::new("qemu-img").args([
+    run(tools::tool("qemu-img").args([
         "convert",
         "-q",
         "-O",
@@ -94,9 +97,9 @@ fn every_kind_of_image_gives_correct_guests() {
         s(&gz)
     )));
     let zst = d.path().join("disk.img.zst");
-    run(Command::new("zstd").args(["-q", "-f", "-o", s(&zst), s(&raw)]));
+    run(tools::tool("zstd").args(["-q", "-f", "-o", s(&zst), s(&raw)]));
     let qcow = d.path().join("disk.qcow2");
-    run(Command::new("qemu-img").args([
+    run(tools::tool("qemu-img").args([
         "convert",
         "-q",
         "-c",
@@ -123,7 +126,7 @@ fn every_kind_of_image_gives_correct_guests() {
         assert!(o.status.success(), "{}", text(&o));
         for g in 0..2 {
             let ov = out.join(format!("guest-{g}.qcow2"));
-            let check = Command::new("qemu-img")
+            let check = tools::tool("qemu-img")
                 .args(["check", s(&ov)])
                 .output()
                 .unwrap();
@@ -132,7 +135,7 @@ fn every_kind_of_image_gives_correct_guests() {
                 "{}",
                 String::from_utf8_lossy(&check.stdout)
             );
-            let info = Command::new("qemu-img")
+            let info = tools::tool("qemu-img")
                 .args(["info", "--output=json", "--backing-chain", s(&ov)])
                 .output()
                 .unwrap();
@@ -212,7 +215,7 @@ fn a_guest_write_stays_in_its_overlay() {
     for name in ["native", "qemu"] {
         let g0 = out.join(format!("{name}-0.qcow2"));
         let g1 = out.join(format!("{name}-1.qcow2"));
-        run(Command::new("qemu-io").args([
+        run(tools::tool("qemu-io").args([
             "-f",
             "qcow2",
             "-c",
@@ -245,7 +248,7 @@ fn rootfs_archives_give_directory_guests() {
     let root = rootfs(d.path());
     let tzst = d.path().join("rootfs.tar.zst");
     // PAX keeps nanosecond times, so the guests compare exactly.
-    run(Command::new("tar").args([
+    run(tools::tool("tar").args([
         "--zstd",
         "--format=posix",
         "-cf",
@@ -309,7 +312,7 @@ fn tree_guests_are_reflinked_on_xfs() {
     let d = tempfile::tempdir().unwrap();
     let img = d.path().join("fs.img");
     fs::File::create(&img).unwrap().set_len(512 << 20).unwrap();
-    if Command::new("mkfs.xfs")
+    if tools::tool("mkfs.xfs")
         .args(["-q", "-m", "reflink=1", s(&img)])
         .status()
         .map(|s| !s.success())
@@ -330,7 +333,7 @@ fn tree_guests_are_reflinked_on_xfs() {
     let _u = Unmount(mnt.clone());
     let root = rootfs(d.path());
     let tar = d.path().join("rootfs.tar");
-    run(Command::new("tar").args(["-cf", s(&tar), "-C", s(&root), "."]));
+    run(tools::tool("tar").args(["-cf", s(&tar), "-C", s(&root), "."]));
     let o = zinstall(&[
         "provision",
         s(&tar),
@@ -351,7 +354,7 @@ fn concurrent_provisioning_extracts_once() {
     let d = tempfile::tempdir().unwrap();
     let raw = disk(d.path());
     let zst = d.path().join("disk.zst");
-    run(Command::new("zstd").args(["-q", "-f", "-o", s(&zst), s(&raw)]));
+    run(tools::tool("zstd").args(["-q", "-f", "-o", s(&zst), s(&raw)]));
     let cache = d.path().join("cache");
     let children: Vec<_> = (0..4)
         .map(|i| {
@@ -446,12 +449,12 @@ fn bad_images_leave_nothing_behind() {
     let cache = d.path().join("cache");
     let out = d.path().join("out");
     let zst = d.path().join("disk.zst");
-    run(Command::new("zstd").args(["-q", "-f", "-o", s(&zst), s(&raw)]));
+    run(tools::tool("zstd").args(["-q", "-f", "-o", s(&zst), s(&raw)]));
     let cut = d.path().join("cut.zst");
     let bytes = fs::read(&zst).unwrap();
     fs::write(&cut, &bytes[..bytes.len() / 2]).unwrap();
     let tgz = d.path().join("root.tar.gz");
-    run(Command::new("tar").args([
+    run(tools::tool("tar").args([
         "-czf",
         s(&tgz),
         "-C",
@@ -466,7 +469,7 @@ fn bad_images_leave_nothing_behind() {
     }
     fs::write(&bad_gz, b).unwrap();
     let backed = d.path().join("backed.qcow2");
-    run(Command::new("qemu-img").args([
+    run(tools::tool("qemu-img").args([
         "create",
         "-q",
         "-f",
@@ -516,7 +519,7 @@ fn a_full_cache_disk_is_a_clean_error() {
     let d = tempfile::tempdir().unwrap();
     let raw = disk(d.path());
     let zst = d.path().join("disk.zst");
-    run(Command::new("zstd").args(["-q", "-f", "-o", s(&zst), s(&raw)]));
+    run(tools::tool("zstd").args(["-q", "-f", "-o", s(&zst), s(&raw)]));
     let mnt = d.path().join("small");
     fs::create_dir(&mnt).unwrap();
     run(Command::new("mount").args([

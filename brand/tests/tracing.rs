@@ -1,6 +1,9 @@
 //! Observability as a performance engineer uses it: the bpftrace statemap
 //! script against a real copy, and the recorder through the CLI.
 
+#[path = "../../copier/tests/common/tools.rs"]
+mod tools;
+
 use std::fs;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -44,7 +47,7 @@ fn bpftrace_statemap_of_a_real_copy() {
         eprintln!("skipped: {name}: needs root");
         return;
     }
-    if Command::new("bpftrace").arg("--version").output().is_err() {
+    if tools::tool("bpftrace").arg("--version").output().is_err() {
         eprintln!("skipped: {name}: bpftrace not installed");
         return;
     }
@@ -236,12 +239,12 @@ fn every_defined_probe_is_fired_by_both_binaries() {
         .collect();
     defined.sort();
     assert_eq!(defined.len(), 11);
-    if Command::new("readelf").arg("--version").output().is_err() {
+    if tools::tool("readelf").arg("--version").output().is_err() {
         eprintln!("skipped: every_defined_probe_is_fired: no readelf");
         return;
     }
     for bin in [env!("CARGO_BIN_EXE_zinstall"), env!("CARGO_BIN_EXE_brand")] {
-        let out = Command::new("readelf").args(["-n", bin]).output().unwrap();
+        let out = tools::tool("readelf").args(["-n", bin]).output().unwrap();
         let text = String::from_utf8_lossy(&out.stdout);
         let mut fired: Vec<String> = Vec::new();
         let mut lines = text.lines();

@@ -24,6 +24,10 @@
 //! # Ok::<(), copier::Error>(())
 //! ```
 
+// libc's `stat` field types differ between platforms: casts that are
+// no-ops here are not everywhere.
+#![allow(clippy::unnecessary_cast)]
+
 use std::ffi::{CStr, CString};
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -190,11 +194,10 @@ pub(crate) fn open_parts(
     // Beyond PATH_MAX the kernel refuses the whole path; components
     // have no such limit.
     if joined.as_bytes().len() < 4000 {
-        match sys::open_dir_beneath(top.as_raw_fd(), &joined) {
-            Ok(Some(fd)) => return Ok(Arc::new(fd)),
-            // Missing, a symlink, a file: the walk below makes what is
-            // missing or says exactly which component is in the way.
-            Ok(None) | Err(_) => {}
+        // Missing, a symlink, a file: the walk below makes what is
+        // missing or says exactly which component is in the way.
+        if let Ok(Some(fd)) = sys::open_dir_beneath(top.as_raw_fd(), &joined) {
+            return Ok(Arc::new(fd));
         }
     }
     let mut cur = Arc::clone(top);

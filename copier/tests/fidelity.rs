@@ -7,7 +7,6 @@ mod common;
 use std::fs;
 use std::os::unix::fs::{PermissionsExt, symlink};
 use std::path::Path;
-use std::process::Command;
 
 use common::loopfs::{self, Kind, LoopFs};
 use common::{assert_same_tree, build_fidelity_tree, copy_tree, is_root, skip};
@@ -54,13 +53,13 @@ fn capability_acl_owner_and_devices_survive() {
     copy_tree(&src, &dst, 4, 16);
     let rel = |p: &Path| dst.join(p.strip_prefix(&src).unwrap());
     let cap = rel(info.cap_file.as_ref().unwrap());
-    let out = Command::new("getcap").arg(&cap).output().unwrap();
+    let out = common::tools::tool("getcap").arg(&cap).output().unwrap();
     assert!(
         String::from_utf8_lossy(&out.stdout).contains("cap_net_raw=ep"),
         "{}",
         String::from_utf8_lossy(&out.stdout)
     );
-    let out = Command::new("getfacl")
+    let out = common::tools::tool("getfacl")
         .args(["-c", "-d"])
         .arg(dst.join("a/b"))
         .output()
@@ -147,7 +146,7 @@ fn comparison_notices_each_difference() {
         &|dst| {
             let p = dst.join(&one);
             let t = fs::metadata(&p).unwrap();
-            let st = Command::new("setfattr")
+            let st = common::tools::tool("setfattr")
                 .args(["-x", "user.binary"])
                 .arg(&p)
                 .status()
@@ -228,8 +227,11 @@ fn comparison_notices_each_difference() {
             &|dst| {
                 let p = dst.join(&cap);
                 let t = fs::metadata(&p).unwrap();
-                let st =
-                    Command::new("setcap").arg("-r").arg(&p).status().unwrap();
+                let st = common::tools::tool("setcap")
+                    .arg("-r")
+                    .arg(&p)
+                    .status()
+                    .unwrap();
                 assert!(st.success());
                 keep_times(&p, &t);
             },

@@ -1,6 +1,9 @@
 //! Images as provisioning meets them: kinds told by content, and raw
 //! bases written sparsely.
 
+#[path = "common/tools.rs"]
+mod tools;
+
 use std::fs::{self, File};
 use std::io::{Seek, SeekFrom, Write};
 use std::os::unix::fs::MetadataExt;
@@ -45,7 +48,7 @@ fn kinds_are_told_by_content_not_name() {
         gz.display()
     )));
     let zst = d.path().join("image.qcow2");
-    run(Command::new("zstd")
+    run(tools::tool("zstd")
         .args(["-q", "-f", "-o"])
         .arg(&zst)
         .arg(&raw));
@@ -53,21 +56,21 @@ fn kinds_are_told_by_content_not_name() {
     fs::create_dir_all(root.join("etc")).unwrap();
     fs::write(root.join("etc/hostname"), b"guest\n").unwrap();
     let tar = d.path().join("rootfs.img");
-    run(Command::new("tar")
+    run(tools::tool("tar")
         .arg("-cf")
         .arg(&tar)
         .arg("-C")
         .arg(&root)
         .arg("."));
     let tgz = d.path().join("rootfs.raw");
-    run(Command::new("tar")
+    run(tools::tool("tar")
         .arg("-czf")
         .arg(&tgz)
         .arg("-C")
         .arg(&root)
         .arg("."));
     let tzst = d.path().join("rootfs");
-    run(Command::new("tar")
+    run(tools::tool("tar")
         .arg("--zstd")
         .arg("-cf")
         .arg(&tzst)
@@ -75,7 +78,7 @@ fn kinds_are_told_by_content_not_name() {
         .arg(&root)
         .arg("."));
     let qcow = d.path().join("disk.raw");
-    run(Command::new("qemu-img")
+    run(tools::tool("qemu-img")
         .args(["convert", "-q", "-O", "qcow2"])
         .arg(&raw)
         .arg(&qcow));
@@ -104,7 +107,7 @@ fn raw_base_is_written_sparsely_and_identically() {
     let d = tempfile::tempdir().unwrap();
     let raw = raw_disk(d.path());
     let zst = d.path().join("disk.zst");
-    run(Command::new("zstd")
+    run(tools::tool("zstd")
         .args(["-q", "-f", "-o"])
         .arg(&zst)
         .arg(&raw));

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod loopfs;
+pub mod tools;
 
 use std::ffi::{CString, OsStr};
 use std::fs::{self, File};
@@ -247,12 +248,12 @@ pub fn build_fidelity_tree(root: &Path) -> FixtureInfo {
         let ping = root.join("a/ping");
         write(&ping, b"\x7fELF not really");
         mode(&ping, 0o755);
-        run(Command::new("setcap").arg("cap_net_raw+ep").arg(&ping));
+        run(tools::tool("setcap").arg("cap_net_raw+ep").arg(&ping));
         info.cap_file = Some(ping);
-        run(Command::new("setfacl")
+        run(tools::tool("setfacl")
             .args(["-m", "u:1234:r--"])
             .arg(root.join("a/big")));
-        run(Command::new("setfacl")
+        run(tools::tool("setfacl")
             .args(["-d", "-m", "g:5678:rwx"])
             .arg(root.join("a/b")));
         set_xattr(&root.join("empty"), "trusted.zinstall", b"t");
