@@ -38,6 +38,9 @@
 //! With one thread (`copy_threads = 1`) the reader does everything itself:
 //! the serial unpack.
 
+/// Telling and decoding compressed archives and images (gzip, zstd, xz),
+/// read to their end so that trailers are checked.
+pub mod compress;
 mod meta;
 mod names;
 mod unpack;
