@@ -43,6 +43,9 @@
 pub mod compress;
 mod meta;
 mod names;
+/// Reading tar members exactly (PAX, GNU long names, every GNU sparse
+/// form, xattrs and ACLs), bounded against bombs.
+pub mod tar;
 mod unpack;
 
 pub use meta::{ArchiveKind, ArchiveMeta};
