@@ -164,6 +164,30 @@ pub fn acl_from_text(
     Ok(Some(out))
 }
 
+/// The permission bits (`0o777`) an access ACL in the kernel's xattr form
+/// gives a file: `user::`, then `mask::` (or `group::` without a mask),
+/// then `other::`, as the kernel sets the mode when the ACL is applied.
+/// `None` if the value is not a well-formed ACL.
+pub fn acl_mode_bits(value: &[u8]) -> Option<u32> {
+    let (version, entries) = value.split_first_chunk::<4>()?;
+    if u32::from_le_bytes(*version) != VERSION || entries.len() % 8 != 0 {
+        return None;
+    }
+    let (mut user, mut group, mut mask, mut other) = (None, None, None, None);
+    for e in entries.chunks_exact(8) {
+        let tag = u16::from_le_bytes([e[0], e[1]]);
+        let perm = u32::from(u16::from_le_bytes([e[2], e[3]]) & 7);
+        match tag {
+            USER_OBJ => user = Some(perm),
+            GROUP_OBJ => group = Some(perm),
+            MASK => mask = Some(perm),
+            OTHER => other = Some(perm),
+            _ => {}
+        }
+    }
+    Some(user? << 6 | mask.or(group)? << 3 | other?)
+}
+
 fn parse_entry(
     entry: &[u8],
     names: &NameTable,
@@ -302,6 +326,19 @@ mod test {
             hex(&acl_from_text(text, &NameTable::empty()).unwrap().unwrap()),
             KERNEL
         );
+    }
+
+    #[test]
+    fn mode_bits_from_the_mask() {
+        let v: Vec<u8> = (0..KERNEL.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&KERNEL[i..i + 2], 16).unwrap())
+            .collect();
+        assert_eq!(acl_mode_bits(&v), Some(0o674));
+        assert_eq!(acl_mode_bits(&v[..10]), None);
+        let minimal =
+            acl_from_text(b"u::rw,g::r,o::-", &NameTable::empty()).unwrap();
+        assert_eq!(acl_mode_bits(&minimal.unwrap()), Some(0o640));
     }
 
     #[test]

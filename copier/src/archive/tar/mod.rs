@@ -62,7 +62,7 @@ use std::fmt;
 use std::io::{self, Read, Seek, SeekFrom};
 use std::path::Path;
 
-pub use acl::{NameTable, acl_from_text};
+pub use acl::{NameTable, acl_from_text, acl_mode_bits};
 pub use header::BLOCK;
 pub use pax::{Record, parse_pax, parse_time};
 pub use sparse::check_map;
@@ -133,6 +133,12 @@ pub struct Member {
     /// What it is.
     pub kind: Kind,
     /// Permission and special bits (`& 0o7777`; the type is in `kind`).
+    /// With an access ACL, the permission bits are those the ACL gives
+    /// (`user::`, `mask::` or else `group::`, `other::`), which is what
+    /// the kernel makes of the mode when the ACL is set: bsdtar stores
+    /// the `group::` bits in the mode field where the file had the
+    /// mask's. Set the mode before the ACL xattr: a later chmod would
+    /// narrow the ACL's mask to the mode's group bits.
     pub mode: u32,
     /// Owner.
     pub uid: u32,
@@ -909,6 +915,14 @@ impl<R: Read> Reader<R> {
         }
 
         let xattrs = self.xattrs(&mut o)?;
+        let mode = match xattrs
+            .iter()
+            .find(|(n, _)| n == b"system.posix_acl_access")
+            .and_then(|(_, v)| acl::acl_mode_bits(v))
+        {
+            Some(bits) => mode & 0o7000 | bits,
+            None => mode,
+        };
 
         // Sparse: the real size and the map's encoding.
         let sp = &o.sparse;
@@ -1087,10 +1101,7 @@ impl<R: Read> Reader<R> {
     /// The member's xattrs, with text ACLs turned into xattrs unless the
     /// raw `system.posix_acl_*` xattr is there too (it is exact; GNU tar
     /// with `--xattrs-include='*'` stores both).
-    fn xattrs(
-        &mut self,
-        o: &mut Overrides,
-    ) -> Result<Xattrs, TarError> {
+    fn xattrs(&mut self, o: &mut Overrides) -> Result<Xattrs, TarError> {
         let mut xattrs = std::mem::take(&mut o.xattrs);
         for (text, name) in [
             (o.acl_access.take(), &b"system.posix_acl_access"[..]),

@@ -27,7 +27,7 @@ pub struct Record<'a> {
 ///
 /// ```
 /// use copier::archive::tar::parse_pax;
-/// let data = b"30 SCHILY.xattr.user.a=x\ny\0z\n";
+/// let data = b"29 SCHILY.xattr.user.a=x\ny\0z\n";
 /// let recs = parse_pax(data).unwrap();
 /// assert_eq!(recs[0].key, b"SCHILY.xattr.user.a");
 /// assert_eq!(recs[0].value, b"x\ny\0z");
