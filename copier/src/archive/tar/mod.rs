@@ -46,6 +46,15 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
+//! # Why not the `tar` crate's reader
+//!
+//! It splits PAX records at newlines, so a value holding 0x0a (binary
+//! capabilities do) loses its record and the ones after it; its header
+//! size accessors ignore the PAX `size` (a member with ustar size 0 and
+//! PAX size 2048 was extracted empty); its base-256 decoder drops all but
+//! the last 8 bytes and the sign; it knows no PAX sparse form. Nothing of
+//! it is used here.
+//!
 //! For a plain tar file, [`Reader::seekable`] skips bodies by seeking and
 //! [`Member::data_offset`] (with [`Member::segments`] for sparse members)
 //! tells where each body lies, so a caller can copy ranges of the file.
