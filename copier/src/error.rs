@@ -298,6 +298,20 @@ pub enum ArchiveRefusal {
     },
     /// An entry type that cannot be unpacked.
     UnsupportedEntryType(String),
+    /// The archive (or its compressed stream) ends inside a member: `what`
+    /// says where, e.g. `body`, `header`, `padding`.
+    Truncated {
+        /// The part being read when the data ran out.
+        what: String,
+    },
+    /// A bound on declared sizes or counts was hit, checked before
+    /// anything was allocated or written.
+    LimitExceeded {
+        /// What was counted, e.g. `total declared bytes`.
+        what: String,
+        /// The limit.
+        limit: u64,
+    },
 }
 
 impl fmt::Display for ArchiveRefusal {
@@ -337,6 +351,12 @@ impl fmt::Display for ArchiveRefusal {
             }
             ArchiveRefusal::UnsupportedEntryType(t) => {
                 write!(f, "unsupported entry type {t}")
+            }
+            ArchiveRefusal::Truncated { what } => {
+                write!(f, "archive truncated in the {what}")
+            }
+            ArchiveRefusal::LimitExceeded { what, limit } => {
+                write!(f, "{what} exceed the limit of {limit}")
             }
         }
     }

@@ -38,8 +38,14 @@
 //! With one thread (`copy_threads = 1`) the reader does everything itself:
 //! the serial unpack.
 
+/// Telling and decoding compressed archives and images (gzip, zstd, xz),
+/// read to their end so that trailers are checked.
+pub mod compress;
 mod meta;
 mod names;
+/// Reading tar members exactly (PAX, GNU long names, every GNU sparse
+/// form, xattrs and ACLs), bounded against bombs.
+pub mod tar;
 mod unpack;
 
 pub use meta::{ArchiveKind, ArchiveMeta};

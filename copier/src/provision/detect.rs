@@ -6,16 +6,7 @@ use std::path::Path;
 
 use crate::error::{Error, Op, Result};
 
-/// How an image's bytes are compressed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Compression {
-    /// Not compressed.
-    None,
-    /// gzip (`1f 8b`).
-    Gzip,
-    /// zstd (`28 b5 2f fd`).
-    Zstd,
-}
+pub use crate::archive::compress::{Compression, compression_of};
 
 /// The kinds of image a guest can be made from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -35,39 +26,24 @@ impl ImageKind {
             ImageKind::Tree(Compression::None) => "tar",
             ImageKind::Tree(Compression::Gzip) => "tar.gz",
             ImageKind::Tree(Compression::Zstd) => "tar.zst",
+            ImageKind::Tree(Compression::Xz) => "tar.xz",
             ImageKind::Raw(Compression::None) => "raw",
             ImageKind::Raw(Compression::Gzip) => "raw.gz",
             ImageKind::Raw(Compression::Zstd) => "raw.zst",
+            ImageKind::Raw(Compression::Xz) => "raw.xz",
             ImageKind::Qcow2 => "qcow2",
         }
     }
 }
 
-const GZIP: &[u8] = &[0x1f, 0x8b];
-const ZSTD: &[u8] = &[0x28, 0xb5, 0x2f, 0xfd];
 const QCOW2: &[u8] = b"QFI\xfb";
 
-/// The compression of a stream that starts with `head`.
-pub fn compression_of(head: &[u8]) -> Compression {
-    if head.starts_with(GZIP) {
-        Compression::Gzip
-    } else if head.starts_with(ZSTD) {
-        Compression::Zstd
-    } else {
-        Compression::None
-    }
-}
-
-/// A decompressing reader over `r`.
+/// A decompressing reader over `r` (see [`crate::archive::compress`]).
 pub fn decompress<'a>(
     r: impl Read + 'a,
     c: Compression,
 ) -> io::Result<Box<dyn Read + 'a>> {
-    Ok(match c {
-        Compression::None => Box::new(r),
-        Compression::Gzip => Box::new(flate2::read::MultiGzDecoder::new(r)),
-        Compression::Zstd => Box::new(zstd::stream::read::Decoder::new(r)?),
-    })
+    Ok(Box::new(crate::archive::compress::decompress(r, c)?))
 }
 
 /// True if a 512-byte tar header block says `ustar` (POSIX and GNU).

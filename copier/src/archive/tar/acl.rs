@@ -1,0 +1,366 @@
+//! POSIX ACLs from their text form in PAX records to the kernel's xattr
+//! form.
+//!
+//! Two writers, two dialects of the same text (`tag:qualifier:perms`):
+//!
+//! - GNU tar (`--acls`) stores `acl_to_text(3)` output in
+//!   `SCHILY.acl.access` / `SCHILY.acl.default`: one entry a line, named
+//!   entries by name (`user:uucp:rwx`), or by number when the id has no
+//!   name on the writing host. With `--xattrs-include='*'` it also stores
+//!   the raw `system.posix_acl_*` xattrs.
+//! - star and bsdtar store the same keys comma-separated, in no set order,
+//!   with the numeric id as a fourth field on named entries
+//!   (`user:uucp:rwx:10`).
+//!
+//! Ids: a fourth field wins, always (the id is what the writer saw; the
+//! name on this host may be someone else). Without one, a numeric
+//! qualifier is the id. Only a bare name is looked up, in a [`NameTable`]
+//! (the host's `/etc/passwd` and `/etc/group` by default, as GNU tar and
+//! bsdtar do when they extract); a name it does not know is an error, not
+//! a dropped entry.
+//!
+//! The result is the kernel's `posix_acl_xattr` layout: a little-endian
+//! `u32` version 2, then `u16 tag, u16 perm, u32 id` entries sorted by tag
+//! then id, `u32::MAX` as the id of the unnamed entries.
+
+use std::collections::HashMap;
+
+const USER_OBJ: u16 = 0x01;
+const USER: u16 = 0x02;
+const GROUP_OBJ: u16 = 0x04;
+const GROUP: u16 = 0x08;
+const MASK: u16 = 0x10;
+const OTHER: u16 = 0x20;
+const UNDEFINED_ID: u32 = u32::MAX;
+const VERSION: u32 = 2;
+
+/// User and group names to ids, for ACL entries that give only a name.
+#[derive(Clone, Debug, Default)]
+pub struct NameTable {
+    users: HashMap<Vec<u8>, u32>,
+    groups: HashMap<Vec<u8>, u32>,
+}
+
+impl NameTable {
+    /// A table that knows no names: ACL entries naming a user or group
+    /// without an id are refused.
+    pub fn empty() -> Self {
+        NameTable::default()
+    }
+
+    /// Parses `passwd(5)` and `group(5)` contents (the first and third
+    /// fields of each line). Malformed lines are skipped; the first line
+    /// for a name wins, as with `getpwnam(3)` on files.
+    pub fn parse(passwd: &[u8], group: &[u8]) -> Self {
+        fn table(text: &[u8]) -> HashMap<Vec<u8>, u32> {
+            let mut m = HashMap::new();
+            for line in text.split(|&b| b == b'\n') {
+                let mut f = line.split(|&b| b == b':');
+                let (Some(name), Some(_), Some(id)) =
+                    (f.next(), f.next(), f.next())
+                else {
+                    continue;
+                };
+                let id = std::str::from_utf8(id)
+                    .ok()
+                    .and_then(|s| s.parse::<u32>().ok());
+                if let Some(id) = id
+                    && !name.is_empty()
+                {
+                    m.entry(name.to_vec()).or_insert(id);
+                }
+            }
+            m
+        }
+        NameTable {
+            users: table(passwd),
+            groups: table(group),
+        }
+    }
+
+    /// The host's `/etc/passwd` and `/etc/group`; a file that cannot be
+    /// read contributes no names.
+    pub fn host() -> Self {
+        let passwd = std::fs::read("/etc/passwd").unwrap_or_default();
+        let group = std::fs::read("/etc/group").unwrap_or_default();
+        NameTable::parse(&passwd, &group)
+    }
+
+    /// The uid of a user name.
+    pub fn uid(&self, name: &[u8]) -> Option<u32> {
+        self.users.get(name).copied()
+    }
+
+    /// The gid of a group name.
+    pub fn gid(&self, name: &[u8]) -> Option<u32> {
+        self.groups.get(name).copied()
+    }
+}
+
+/// Turns a text ACL (GNU tar's or star/bsdtar's) into the value of a
+/// `system.posix_acl_access` or `system.posix_acl_default` xattr. Bare
+/// names are resolved through `names`. An empty text gives `None`.
+///
+/// ```
+/// use copier::archive::tar::{NameTable, acl_from_text};
+/// let x = acl_from_text(
+///     b"user::rw-,group::r--,other::r--,user:uucp:rwx:10,mask::rwx",
+///     &NameTable::empty(),
+/// )
+/// .unwrap()
+/// .unwrap();
+/// assert_eq!(&x[..4], &2u32.to_le_bytes());
+/// assert_eq!(x.len(), 4 + 5 * 8);
+/// ```
+pub fn acl_from_text(
+    text: &[u8],
+    names: &NameTable,
+) -> Result<Option<Vec<u8>>, String> {
+    let mut entries: Vec<(u16, u16, u32)> = Vec::new();
+    for raw in text.split(|&b| b == b',' || b == b'\n') {
+        let raw = match raw.iter().position(|&b| b == b'#') {
+            Some(c) => &raw[..c],
+            None => raw,
+        };
+        let entry = raw.trim_ascii();
+        if entry.is_empty() {
+            continue;
+        }
+        entries.push(parse_entry(entry, names)?);
+    }
+    if entries.is_empty() {
+        return Ok(None);
+    }
+    entries.sort_by_key(|&(tag, _, id)| (tag, id));
+    let count = |t: u16| entries.iter().filter(|e| e.0 == t).count();
+    for (tag, what) in [
+        (USER_OBJ, "user::"),
+        (GROUP_OBJ, "group::"),
+        (OTHER, "other::"),
+    ] {
+        if count(tag) != 1 {
+            return Err(format!("ACL needs exactly one {what} entry"));
+        }
+    }
+    if count(MASK) > 1 {
+        return Err("ACL has more than one mask entry".into());
+    }
+    if (count(USER) > 0 || count(GROUP) > 0) && count(MASK) == 0 {
+        return Err("ACL with named entries has no mask entry".into());
+    }
+    if entries.windows(2).any(|w| {
+        (w[0].0, w[0].2) == (w[1].0, w[1].2)
+            && (w[0].0 == USER || w[0].0 == GROUP)
+    }) {
+        return Err("ACL names the same user or group twice".into());
+    }
+    let mut out = Vec::with_capacity(4 + 8 * entries.len());
+    out.extend_from_slice(&VERSION.to_le_bytes());
+    for (tag, perm, id) in entries {
+        out.extend_from_slice(&tag.to_le_bytes());
+        out.extend_from_slice(&perm.to_le_bytes());
+        out.extend_from_slice(&id.to_le_bytes());
+    }
+    Ok(Some(out))
+}
+
+/// The permission bits (`0o777`) an access ACL in the kernel's xattr form
+/// gives a file: `user::`, then `mask::` (or `group::` without a mask),
+/// then `other::`, as the kernel sets the mode when the ACL is applied.
+/// `None` if the value is not a well-formed ACL.
+pub fn acl_mode_bits(value: &[u8]) -> Option<u32> {
+    let (version, entries) = value.split_first_chunk::<4>()?;
+    if u32::from_le_bytes(*version) != VERSION || entries.len() % 8 != 0 {
+        return None;
+    }
+    let (mut user, mut group, mut mask, mut other) = (None, None, None, None);
+    for e in entries.chunks_exact(8) {
+        let tag = u16::from_le_bytes([e[0], e[1]]);
+        let perm = u32::from(u16::from_le_bytes([e[2], e[3]]) & 7);
+        match tag {
+            USER_OBJ => user = Some(perm),
+            GROUP_OBJ => group = Some(perm),
+            MASK => mask = Some(perm),
+            OTHER => other = Some(perm),
+            _ => {}
+        }
+    }
+    Some(user? << 6 | mask.or(group)? << 3 | other?)
+}
+
+fn parse_entry(
+    entry: &[u8],
+    names: &NameTable,
+) -> Result<(u16, u16, u32), String> {
+    let show = || String::from_utf8_lossy(entry).into_owned();
+    let fields: Vec<&[u8]> = entry.split(|&b| b == b':').collect();
+    let tag_word = fields[0];
+    let named_kind = match tag_word {
+        b"user" | b"u" => Some(true),
+        b"group" | b"g" => Some(false),
+        b"mask" | b"m" | b"other" | b"o" => None,
+        _ => return Err(format!("ACL entry {:?}: unknown tag", show())),
+    };
+    let Some(is_user) = named_kind else {
+        // mask::perms or mask:perms
+        let perms = match fields.as_slice() {
+            [_, p] | [_, b"", p] => p,
+            _ => return Err(format!("ACL entry {:?}: malformed", show())),
+        };
+        let tag = if matches!(tag_word, b"mask" | b"m") {
+            MASK
+        } else {
+            OTHER
+        };
+        return Ok((
+            tag,
+            parse_perms(perms).ok_or_else(|| bad_perms(&show()))?,
+            UNDEFINED_ID,
+        ));
+    };
+    let (qualifier, perms, id_field) = match fields.as_slice() {
+        [_, q, p] => (*q, *p, None),
+        [_, q, p, id] => (*q, *p, Some(*id)),
+        _ => return Err(format!("ACL entry {:?}: malformed", show())),
+    };
+    let perm = parse_perms(perms).ok_or_else(|| bad_perms(&show()))?;
+    if qualifier.is_empty() {
+        return Ok((
+            if is_user { USER_OBJ } else { GROUP_OBJ },
+            perm,
+            UNDEFINED_ID,
+        ));
+    }
+    let numeric = |v: &[u8]| {
+        std::str::from_utf8(v)
+            .ok()
+            .filter(|s| s.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|s| s.parse::<u32>().ok())
+            .filter(|&id| id != UNDEFINED_ID)
+    };
+    let id = match id_field {
+        Some(f) => numeric(f)
+            .ok_or_else(|| format!("ACL entry {:?}: bad id", show()))?,
+        None => match numeric(qualifier) {
+            Some(id) => id,
+            None => {
+                let found = if is_user {
+                    names.uid(qualifier)
+                } else {
+                    names.gid(qualifier)
+                };
+                found.ok_or_else(|| {
+                    format!(
+                        "ACL entry {:?}: no id given and {} {:?} is unknown here",
+                        show(),
+                        if is_user { "user" } else { "group" },
+                        String::from_utf8_lossy(qualifier)
+                    )
+                })?
+            }
+        },
+    };
+    Ok((if is_user { USER } else { GROUP }, perm, id))
+}
+
+fn bad_perms(entry: &str) -> String {
+    format!("ACL entry {entry:?}: bad permissions")
+}
+
+/// `rwx`, with `-` for absent bits, in any order, each letter once.
+fn parse_perms(p: &[u8]) -> Option<u16> {
+    if p.is_empty() || p.len() > 3 {
+        return None;
+    }
+    let mut perm = 0u16;
+    for &b in p {
+        let bit = match b {
+            b'r' => 4,
+            b'w' => 2,
+            b'x' => 1,
+            b'-' => continue,
+            _ => return None,
+        };
+        if perm & bit != 0 {
+            return None;
+        }
+        perm |= bit;
+    }
+    Some(perm)
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    fn hex(v: &[u8]) -> String {
+        v.iter().map(|b| format!("{b:02x}")).collect()
+    }
+
+    // What the kernel returns for `setfacl -m u:10:rwx,g:20:r-x` on a
+    // 0644 file (read with `getfattr -e hex`).
+    const KERNEL: &str = "0200000001000600ffffffff020007000a00000004000400\
+                          ffffffff080005001400000010000700ffffffff20000400ffffffff";
+
+    #[test]
+    fn gnu_tar_text_with_names() {
+        let names =
+            NameTable::parse(b"uucp:x:10:10::/:/bin/sh\n", b"dialout:x:20:\n");
+        let text = b"user::rw-\nuser:uucp:rwx\ngroup::r--\ngroup:dialout:r-x\nmask::rwx\nother::r--\n";
+        assert_eq!(hex(&acl_from_text(text, &names).unwrap().unwrap()), KERNEL);
+        // Unknown name, no id: refused.
+        assert!(acl_from_text(text, &NameTable::empty()).is_err());
+    }
+
+    #[test]
+    fn star_text_with_ids_ignores_names() {
+        let names = NameTable::parse(b"uucp:x:99:99::/:/bin/sh\n", b"");
+        let text = b"user::rw-,group::r--,other::r--,user:uucp:rwx:10,group:dialout:r-x:20,mask::rwx";
+        assert_eq!(hex(&acl_from_text(text, &names).unwrap().unwrap()), KERNEL);
+    }
+
+    #[test]
+    fn numeric_qualifiers_and_comments() {
+        let text = b"user::rw-\nuser:10:rwx\t#effective:rwx\ngroup::r--\ngroup:20:r-x\nmask:rwx\no::r";
+        assert_eq!(
+            hex(&acl_from_text(text, &NameTable::empty()).unwrap().unwrap()),
+            KERNEL
+        );
+    }
+
+    #[test]
+    fn mode_bits_from_the_mask() {
+        let v: Vec<u8> = (0..KERNEL.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&KERNEL[i..i + 2], 16).unwrap())
+            .collect();
+        assert_eq!(acl_mode_bits(&v), Some(0o674));
+        assert_eq!(acl_mode_bits(&v[..10]), None);
+        let minimal =
+            acl_from_text(b"u::rw,g::r,o::-", &NameTable::empty()).unwrap();
+        assert_eq!(acl_mode_bits(&minimal.unwrap()), Some(0o640));
+    }
+
+    #[test]
+    fn invalid_acls() {
+        let e = NameTable::empty();
+        for bad in [
+            &b"user::rw-,group::r--"[..],
+            b"user::rw-,group::r--,other::r--,user:10:rwx",
+            b"user::rw-,group::r--,other::r--,user:10:rwx,user:10:r,mask::rwx",
+            b"user::rw-,group::r--,other::r--,other::r--",
+            b"user::rwq,group::r--,other::r--",
+            b"user::rww,group::r--,other::r--",
+            b"bogus::rw-",
+            b"user:a:b:c:d",
+            b"user::rw-,group::r--,other::r--,user:x:r:4294967295,mask::r",
+        ] {
+            assert!(
+                acl_from_text(bad, &e).is_err(),
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+        assert_eq!(acl_from_text(b"", &e), Ok(None));
+    }
+}
