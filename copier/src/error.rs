@@ -280,11 +280,6 @@ pub enum ArchiveRefusal {
     DirectoryOverSymlink,
     /// The archive is corrupt or truncated.
     Corrupt(String),
-    /// More data than the limit allows (a decompression bomb).
-    TooLarge {
-        /// The limit in bytes.
-        limit: u64,
-    },
     /// The first member is not `zinstall.json`.
     MissingMetadata,
     /// `zinstall.json` is not valid.
@@ -336,10 +331,6 @@ impl fmt::Display for ArchiveRefusal {
                 f.write_str("would replace a symlink with a directory")
             }
             ArchiveRefusal::Corrupt(why) => write!(f, "corrupt archive: {why}"),
-            ArchiveRefusal::TooLarge { limit } => write!(
-                f,
-                "archive unpacks to more than the limit of {limit} bytes"
-            ),
             ArchiveRefusal::MissingMetadata => {
                 f.write_str("first member is not zinstall.json")
             }

@@ -12,14 +12,15 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
 use crossbeam_channel::{Receiver, Sender};
-use tar::EntryType;
 
+use super::compress::{self, Compression, compression_of, decompress};
 use super::meta::{self, ArchiveKind, ArchiveMeta};
 use super::names::{self, Name};
+use super::tar::{self, TarError};
 use crate::beneath::{Chain, Root, WalkFail};
 use crate::error::{ArchiveRefusal, Error, Met, Op, Result};
 use crate::probes;
-use crate::provision::{Compression, compression_of, decompress, read_up_to};
+use crate::provision::read_up_to;
 use crate::stats::{Notice, NoticeBoard, NoticeKind, Stats};
 use crate::sys::posix::{Times, at, egid, euid};
 use crate::sys::{self, XattrTarget};
@@ -77,8 +78,8 @@ pub struct UnpackReport {
     pub notices: Vec<Notice>,
 }
 
-/// Unpacks the archive file `archive` (tar, tar.gz or tar.zst, told by
-/// content) into the existing directory `root`.
+/// Unpacks the archive file `archive` (tar, tar.gz, tar.zst or tar.xz,
+/// told by content) into the existing directory `root`.
 pub fn unpack(
     archive: &Path,
     root: &Path,
@@ -86,7 +87,7 @@ pub fn unpack(
 ) -> Result<UnpackReport> {
     let mut f =
         File::open(archive).map_err(|e| Error::io(Op::Open, archive, e))?;
-    let mut head = [0u8; 4];
+    let mut head = [0u8; compress::MAGIC_LEN];
     let n = read_up_to(&mut f, &mut head)
         .map_err(|e| Error::io(Op::Read, archive, e))?;
     let compression = compression_of(&head[..n]);
@@ -98,23 +99,44 @@ pub fn unpack(
         // kernel, so the reader never becomes the bottleneck.
         let body_source =
             f.try_clone().map_err(|e| Error::io(Op::Open, archive, e))?;
-        return run(Input::File(f), Some(body_source), archive, root, opts);
+        let reader = tar::Reader::seekable(f, limits(opts))
+            .map_err(|e| Error::io(Op::Read, archive, e))?;
+        return run(reader, Some(body_source), archive, root, opts);
     }
     let reader =
         decompress(io::BufReader::with_capacity(1 << 20, f), compression)
             .map_err(|e| Error::io(Op::Read, archive, e))?;
-    unpack_from(reader, archive, root, opts)
+    run(
+        tar::Reader::new(reader, limits(opts)),
+        None,
+        archive,
+        root,
+        opts,
+    )
 }
+
+/// The reader's bounds for `opts`: declared sizes count against
+/// `max_bytes` before anything is written.
+fn limits(opts: &UnpackOptions) -> tar::Limits {
+    tar::Limits {
+        max_total_bytes: opts.max_bytes,
+        ..tar::Limits::default()
+    }
+}
+
+/// The most `zinstall.json` may hold.
+const MAX_META: u64 = 64 << 10;
 
 /// What a zinstall archive says it is, from its first member, reading
 /// nothing more; `None` if the first member is not `zinstall.json`.
 pub fn peek_kind(archive: &Path) -> Result<Option<ArchiveKind>> {
     let mut f =
         File::open(archive).map_err(|e| Error::io(Op::Open, archive, e))?;
-    let mut head = [0u8; 4];
+    let mut head = [0u8; compress::MAGIC_LEN];
     let n = read_up_to(&mut f, &mut head)
         .map_err(|e| Error::io(Op::Read, archive, e))?;
-    let f = File::open(archive).map_err(|e| Error::io(Op::Open, archive, e))?;
+    f.seek(SeekFrom::Start(0))
+        .map_err(|e| Error::io(Op::Read, archive, e))?;
     let reader = decompress(f, compression_of(&head[..n]))
         .map_err(|e| Error::io(Op::Read, archive, e))?;
     let refuse = |entry: &str, reason| Error::Archive {
@@ -122,31 +144,48 @@ pub fn peek_kind(archive: &Path) -> Result<Option<ArchiveKind>> {
         entry: entry.to_string(),
         reason,
     };
-    let corrupt =
-        |e: io::Error| refuse("", ArchiveRefusal::Corrupt(e.to_string()));
-    let mut ar = tar::Archive::new(reader);
-    let Some(first) = ar.entries().map_err(corrupt)?.next() else {
+    let mut rd = tar::Reader::new(reader, tar::Limits::default());
+    let Some(m) = rd.next().map_err(|e| e.into_error(archive))? else {
         return Err(refuse(
             "",
             ArchiveRefusal::Corrupt("empty archive".into()),
         ));
     };
-    let mut e = first.map_err(corrupt)?;
-    let raw = e.path_bytes().into_owned();
-    let name = names::check(&raw).map_err(|r| refuse(&names::show(&raw), r))?;
+    let name =
+        names::check(&m.name).map_err(|r| refuse(&names::show(&m.name), r))?;
     if name.parts.len() != 1
         || name.parts[0].as_bytes() != meta::NAME.as_bytes()
     {
         return Ok(None);
     }
-    let mut body = Vec::new();
-    (&mut e)
-        .take(64 << 10)
-        .read_to_end(&mut body)
-        .map_err(corrupt)?;
+    let body = read_meta(&mut rd, &m)
+        .map_err(|e| e.into_error(archive))?
+        .map_err(|why| refuse(meta::NAME, ArchiveRefusal::BadMetadata(why)))?;
     let m = meta::parse(&body)
         .map_err(|why| refuse(meta::NAME, ArchiveRefusal::BadMetadata(why)))?;
     Ok(Some(m.kind))
+}
+
+/// The body of `zinstall.json`, bounded; the inner error says why it is
+/// not metadata.
+fn read_meta<R: Read>(
+    rd: &mut tar::Reader<R>,
+    m: &tar::Member,
+) -> std::result::Result<std::result::Result<Vec<u8>, String>, TarError> {
+    if m.kind != tar::Kind::File || m.sparse.is_some() {
+        return Ok(Err("not a regular file".into()));
+    }
+    if m.size > MAX_META {
+        return Ok(Err(format!(
+            "{} bytes, more than the {MAX_META} it may hold",
+            m.size
+        )));
+    }
+    let mut body = Vec::with_capacity(m.size as usize);
+    rd.body()
+        .read_to_end(&mut body)
+        .map_err(TarError::from_io)?;
+    Ok(Ok(body))
 }
 
 /// Unpacks a decompressed tar stream; `archive` names it in errors.
@@ -156,41 +195,20 @@ pub fn unpack_from(
     root: &Path,
     opts: &UnpackOptions,
 ) -> Result<UnpackReport> {
-    run(Input::Stream(Box::new(reader)), None, archive, root, opts)
+    run(
+        tar::Reader::new(reader, limits(opts)),
+        None,
+        archive,
+        root,
+        opts,
+    )
 }
 
-/// What the reader decodes: a plain tar file it may seek in, or a stream.
-enum Input<'a> {
-    File(File),
-    Stream(Box<dyn Read + 'a>),
-}
-
-impl Read for Input<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match self {
-            Input::File(f) => f.read(buf),
-            Input::Stream(r) => r.read(buf),
-        }
-    }
-}
-
-impl Seek for Input<'_> {
-    fn seek(&mut self, pos: SeekFrom) -> io::Result<u64> {
-        match self {
-            Input::File(f) => f.seek(pos),
-            Input::Stream(_) => Err(io::Error::new(
-                io::ErrorKind::Unsupported,
-                "a stream cannot seek",
-            )),
-        }
-    }
-}
-
-/// Unpacks `input`; with `body_source` (the same plain tar file), file
-/// bodies are copied from their ranges of it instead of being read by the
-/// reader.
-fn run(
-    input: Input<'_>,
+/// Unpacks what `input` reads; with `body_source` (the same plain tar
+/// file), file bodies are copied from their ranges of it instead of being
+/// read by the reader.
+fn run<R: Read>(
+    input: tar::Reader<R>,
     body_source: Option<File>,
     archive: &Path,
     root: &Path,
@@ -342,15 +360,20 @@ impl Batcher {
 enum Body {
     /// Read by the reader from a stream.
     Bytes(Vec<u8>),
-    /// `len` bytes at `offset` of the plain tar file.
-    At { offset: u64, len: u64 },
+    /// Ranges of the plain tar file: `(offset in the file being written,
+    /// length, offset in the archive)`, and the file's real size (larger
+    /// than the ranges when it ends in a hole).
+    At {
+        segments: Vec<(u64, u64, u64)>,
+        size: u64,
+    },
 }
 
 impl Body {
     fn len(&self) -> u64 {
         match self {
             Body::Bytes(b) => b.len() as u64,
-            Body::At { len, .. } => *len,
+            Body::At { size, .. } => *size,
         }
     }
 
@@ -487,8 +510,42 @@ impl Ctx<'_> {
     /// Owner (or a notice), xattrs, mode and times through a descriptor.
     fn finish_fd(&self, f: &File, m: &Meta, shown: &Path) -> Result<()> {
         self.owner(m, shown, || at::fchown(f, m.uid, m.gid))?;
+        self.set_xattrs(&XattrTarget::Fd(f), m, shown)?;
+        at::fchmod(f, m.mode & 0o7777)
+            .map_err(|e| Error::io(Op::Chmod, shown, e))?;
+        at::futimens(f, &m.times).map_err(|e| Error::io(Op::SetTimes, shown, e))
+    }
+
+    /// The same for an entry named in a directory we hold (a symlink, a
+    /// FIFO, a device), never following it.
+    fn finish_at(
+        &self,
+        dir: RawFd,
+        leaf: &CStr,
+        m: &Meta,
+        shown: &Path,
+        symlink: bool,
+    ) -> Result<()> {
+        self.owner(m, shown, || at::lchown(dir, leaf, m.uid, m.gid))?;
+        self.set_xattrs(&XattrTarget::At(dir, leaf), m, shown)?;
+        if !symlink {
+            sys::chmod_at(dir, leaf, m.mode & 0o7777)
+                .map_err(|e| Error::io(Op::Chmod, shown, e))?;
+        }
+        at::set_times(dir, leaf, &m.times)
+            .map_err(|e| Error::io(Op::SetTimes, shown, e))
+    }
+
+    /// The member's xattrs; those needing privilege we lack are noticed
+    /// (not root) rather than failed.
+    fn set_xattrs(
+        &self,
+        target: &XattrTarget<'_>,
+        m: &Meta,
+        shown: &Path,
+    ) -> Result<()> {
         for (name, value) in &m.xattrs {
-            if let Err(e) = sys::set_xattr(&XattrTarget::Fd(f), name, value) {
+            if let Err(e) = sys::set_xattr(target, name, value) {
                 let denied = matches!(
                     e.raw_os_error(),
                     Some(libc::EPERM | libc::EACCES)
@@ -508,9 +565,7 @@ impl Ctx<'_> {
                 }
             }
         }
-        at::fchmod(f, m.mode & 0o7777)
-            .map_err(|e| Error::io(Op::Chmod, shown, e))?;
-        at::futimens(f, &m.times).map_err(|e| Error::io(Op::SetTimes, shown, e))
+        Ok(())
     }
 
     fn owner(
@@ -576,9 +631,22 @@ impl Ctx<'_> {
             Body::Bytes(data) => f
                 .write_all(data)
                 .map_err(|e| Error::io(Op::Write, &job.shown, e)),
-            Body::At { offset, len } => {
-                self.copy_body(&f, *offset, *len, &job.shown)
-            }
+            Body::At { segments, size } => segments
+                .iter()
+                .try_for_each(|&(at, len, from)| {
+                    self.copy_body(&f, from, len, at, &job.shown)
+                })
+                .and_then(|()| {
+                    let end =
+                        segments.last().map_or(0, |&(at, len, _)| at + len);
+                    if *size > end {
+                        // Ends in a hole.
+                        f.set_len(*size)
+                            .map_err(|e| Error::io(Op::Truncate, &job.shown, e))
+                    } else {
+                        Ok(())
+                    }
+                }),
         }
         .and_then(|()| self.finish_fd(&f, &job.meta, &job.shown));
         drop(f);
@@ -595,14 +663,15 @@ impl Ctx<'_> {
         Ok(())
     }
 
-    /// Copies `len` bytes at `offset` of the tar file into `f`: in the
-    /// kernel where it can, else through a buffer. A short archive is
-    /// refused as truncated.
+    /// Copies `len` bytes at `offset` of the tar file into `f` at `at`:
+    /// in the kernel where it can, else through a buffer. A short archive
+    /// is refused as truncated.
     fn copy_body(
         &self,
         f: &File,
         offset: u64,
         len: u64,
+        at: u64,
         shown: &Path,
     ) -> Result<()> {
         let Some(src) = &self.body_source else {
@@ -615,12 +684,14 @@ impl Ctx<'_> {
         let truncated = || {
             self.refuse(
                 &shown.to_string_lossy(),
-                ArchiveRefusal::Corrupt("truncated".into()),
+                ArchiveRefusal::Truncated {
+                    what: "body".into(),
+                },
             )
         };
         let mut done = 0;
         while done < len {
-            match sys::copy_range(src, f, offset + done, done, len - done)
+            match sys::copy_range(src, f, offset + done, at + done, len - done)
                 .map_err(|e| Error::io(Op::CopyFileRange, shown, e))?
             {
                 Some(0) => return Err(truncated()),
@@ -640,7 +711,7 @@ impl Ctx<'_> {
             if n == 0 {
                 return Err(truncated());
             }
-            f.write_all_at(&buf[..n], done)
+            f.write_all_at(&buf[..n], at + done)
                 .map_err(|e| Error::io(Op::Write, shown, e))?;
             done += n as u64;
         }
@@ -699,71 +770,45 @@ fn existing(dir: RawFd, leaf: &CStr, shown: &Path) -> Result<Existing> {
     )
 }
 
-fn entry_meta<R: Read>(e: &mut tar::Entry<'_, R>) -> Result<Meta, String> {
-    let h = e.header();
-    let mode = h.mode().map_err(|e| e.to_string())?;
-    let uid = h.uid().map_err(|e| e.to_string())? as u32;
-    let gid = h.gid().map_err(|e| e.to_string())? as u32;
-    let mut mtime = (h.mtime().map_err(|e| e.to_string())? as i64, 0i64);
-    let mut atime = None;
-    let mut xattrs = Vec::new();
-    if let Ok(Some(exts)) = e.pax_extensions() {
-        for ext in exts.flatten() {
-            let Ok(key) = ext.key() else { continue };
-            let time = |v: &[u8]| -> Option<(i64, i64)> {
-                let s = std::str::from_utf8(v).ok()?;
-                let (sec, frac) = s.split_once('.').unwrap_or((s, ""));
-                let mut ns: String = frac.chars().take(9).collect();
-                while ns.len() < 9 {
-                    ns.push('0');
-                }
-                Some((sec.parse().ok()?, ns.parse().ok()?))
-            };
-            if key == "mtime" {
-                mtime = time(ext.value_bytes()).unwrap_or(mtime);
-            } else if key == "atime" {
-                atime = time(ext.value_bytes());
-            } else if let Some(name) = key.strip_prefix("SCHILY.xattr.")
-                && let Ok(c) = CString::new(name)
-            {
-                xattrs.push((c, ext.value_bytes().to_vec()));
-            }
+impl Meta {
+    /// Owner, mode, times and xattrs of a member. Owners are numeric, as
+    /// `tar --numeric-owner` keeps them: an image's names belong to the
+    /// image's own passwd, not the host's.
+    fn of(m: &tar::Member) -> std::result::Result<Meta, String> {
+        let t = |(s, ns): (i64, u32)| (s, i64::from(ns));
+        let mtime = t(m.mtime);
+        let mut xattrs = Vec::with_capacity(m.xattrs.len());
+        for (name, value) in &m.xattrs {
+            let c = CString::new(name.clone())
+                .map_err(|_| "NUL in an xattr name".to_string())?;
+            xattrs.push((c, value.clone()));
         }
+        Ok(Meta {
+            mode: m.mode & 0o7777,
+            uid: m.uid,
+            gid: m.gid,
+            times: Times {
+                atime: m.atime.map_or(mtime, t),
+                mtime,
+            },
+            xattrs,
+        })
     }
-    Ok(Meta {
-        mode,
-        uid,
-        gid,
-        times: Times {
-            atime: atime.unwrap_or(mtime),
-            mtime,
-        },
-        xattrs,
-    })
 }
 
-/// The reader: decodes entries in order and does everything but pooled
+/// The reader: decodes members in order and does everything but pooled
 /// file bodies.
-fn read_all(
+fn read_all<R: Read>(
     ctx: &Ctx<'_>,
-    input: Input<'_>,
+    mut rd: tar::Reader<R>,
     mut pool: Option<Batcher>,
 ) -> Result<ReadOutcome> {
     let started = Instant::now();
     let mut out = ReadOutcome::default();
     let seekable = ctx.body_source.is_some();
-    let mut ar = tar::Archive::new(input);
-    let corrupt =
-        |e: io::Error| ctx.refuse("", ArchiveRefusal::Corrupt(e.to_string()));
-    let entries = if seekable {
-        ar.entries_with_seek()
-    } else {
-        ar.entries()
-    }
-    .map_err(corrupt)?;
+    let tar_err = |e: TarError| e.into_error(ctx.archive);
     let mut first = true;
     let mut subtree = false;
-    let mut total: u64 = 0;
     let mut queued: HashSet<Vec<u8>> = HashSet::new();
     let mut chain = Chain::new(Arc::clone(&ctx.root_fd));
     // Waits until every queued file is written. False: the pool is gone.
@@ -776,40 +821,43 @@ fn read_all(
             }
             sent
         };
-    for entry in entries {
-        if ctx.stopped() {
+    let mut ended = false;
+    while !ctx.stopped() {
+        let Some(m) = rd.next().map_err(tar_err)? else {
+            ended = true;
             break;
-        }
-        let mut e = entry.map_err(corrupt)?;
-        let raw = e.path_bytes().into_owned();
-        let shown_entry = names::show(&raw);
+        };
+        let shown_entry = m.name_lossy();
         let mut name =
-            names::check(&raw).map_err(|r| ctx.refuse(&shown_entry, r))?;
+            names::check(&m.name).map_err(|r| ctx.refuse(&shown_entry, r))?;
         if first {
             first = false;
             if name.parts.len() == 1
                 && name.parts[0].as_bytes() == meta::NAME.as_bytes()
             {
-                let mut body = Vec::new();
-                (&mut e)
-                    .take(64 << 10)
-                    .read_to_end(&mut body)
-                    .map_err(corrupt)?;
-                let m = meta::parse(&body).map_err(|why| {
+                let body = read_meta(&mut rd, &m).map_err(tar_err)?.map_err(
+                    |why| {
+                        ctx.refuse(
+                            &shown_entry,
+                            ArchiveRefusal::BadMetadata(why),
+                        )
+                    },
+                )?;
+                let meta = meta::parse(&body).map_err(|why| {
                     ctx.refuse(&shown_entry, ArchiveRefusal::BadMetadata(why))
                 })?;
                 if let Some(want) = ctx.opts.expect
-                    && want != m.kind
+                    && want != meta.kind
                 {
                     return Err(ctx.refuse(
                         "",
                         ArchiveRefusal::WrongArchiveType {
                             expected: want.as_str().into(),
-                            found: m.kind.as_str().into(),
+                            found: meta.kind.as_str().into(),
                         },
                     ));
                 }
-                out.meta = Some(m);
+                out.meta = Some(meta);
                 subtree = true;
                 continue;
             } else if ctx.opts.expect.is_some() {
@@ -823,23 +871,16 @@ fn read_all(
             }
             name.parts.remove(0);
         }
-        let Some(leaf) = name.leaf().cloned() else {
-            continue;
-        };
-        let size = e.header().entry_size().map_err(corrupt)?;
-        total = total.saturating_add(size);
-        if total > ctx.opts.max_bytes {
-            return Err(ctx.refuse(
-                &shown_entry,
-                ArchiveRefusal::TooLarge {
-                    limit: ctx.opts.max_bytes,
-                },
-            ));
-        }
-        let kind = e.header().entry_type();
-        let m = entry_meta(&mut e).map_err(|why| {
+        let meta = Meta::of(&m).map_err(|why| {
             ctx.refuse(&shown_entry, ArchiveRefusal::Corrupt(why))
         })?;
+        let Some(leaf) = name.leaf().cloned() else {
+            // The layer's own `root/` (or `./`): the root directory itself.
+            if m.kind == tar::Kind::Directory {
+                out.dirs.push((name, meta));
+            }
+            continue;
+        };
         let rel = Name::joined(&name.parts).into_bytes();
         // A second entry for a path still queued waits for the first.
         if (queued.contains(&rel) || queued.len() >= MAX_TRACKED)
@@ -853,8 +894,15 @@ fn read_all(
         let dfd = dir.as_raw_fd();
         let shown = ctx.shown(&name.parts);
         let now = existing(dfd, &leaf, &shown)?;
-        match kind {
-            EntryType::Directory => {
+        let not_over_dir = || {
+            if now == Existing::Dir {
+                Err(ctx.refuse(&shown_entry, ArchiveRefusal::FileOverDirectory))
+            } else {
+                Ok(())
+            }
+        };
+        match m.kind {
+            tar::Kind::Directory => {
                 match now {
                     Existing::Dir => {}
                     Existing::Symlink => {
@@ -875,38 +923,27 @@ fn read_all(
                         out.stats.dirs += 1;
                     }
                 }
-                out.dirs.push((name, m));
+                out.dirs.push((name, meta));
             }
-            EntryType::Regular
-            | EntryType::Continuous
-            | EntryType::GNUSparse => {
-                if now == Existing::Dir {
-                    return Err(ctx.refuse(
-                        &shown_entry,
-                        ArchiveRefusal::FileOverDirectory,
-                    ));
-                }
+            tar::Kind::File => {
+                not_over_dir()?;
                 let replace = now != Existing::Nothing;
-                let contiguous = kind != EntryType::GNUSparse;
-                let body = if seekable && contiguous {
+                let body = if seekable {
                     Some(Body::At {
-                        offset: e.raw_file_position(),
-                        len: size,
+                        segments: m.segments(),
+                        size: m.size,
                     })
-                } else if pool.is_some() && size <= SMALL {
-                    // Held until the worker has written it.
-                    ctx.budget.acquire(size, BUDGET);
-                    let mut data = Vec::with_capacity(size as usize);
-                    let read = e.read_to_end(&mut data);
-                    if read.is_err() || data.len() as u64 != size {
-                        ctx.budget.release(size);
-                        let why = read
-                            .err()
-                            .map_or("truncated".into(), |e| e.to_string());
-                        return Err(ctx.refuse(
-                            &shown_entry,
-                            ArchiveRefusal::Corrupt(why),
-                        ));
+                } else if pool.is_some()
+                    && m.sparse.is_none()
+                    && m.size <= SMALL
+                {
+                    // Held until the worker has written it; the size is
+                    // at most SMALL, whatever the archive says.
+                    ctx.budget.acquire(m.size, BUDGET);
+                    let mut data = Vec::with_capacity(m.size as usize);
+                    if let Err(e) = rd.body().read_to_end(&mut data) {
+                        ctx.budget.release(m.size);
+                        return Err(tar_err(TarError::from_io(e)));
                     }
                     Some(Body::Bytes(data))
                 } else {
@@ -919,7 +956,7 @@ fn read_all(
                             leaf,
                             replace,
                             body,
-                            meta: m,
+                            meta,
                             shown,
                             entry: shown_entry,
                         };
@@ -939,36 +976,33 @@ fn read_all(
                         if !barrier(&mut pool, &mut queued) {
                             break;
                         }
-                        stream_file(
-                            ctx, &mut e, dfd, &leaf, replace, &m, &shown, size,
-                        )?;
+                        let target = Target {
+                            dir: dfd,
+                            leaf: &leaf,
+                            replace,
+                            shown: &shown,
+                        };
+                        stream_file(ctx, &mut rd, &m, &target, &meta)?;
                     }
                 }
             }
-            EntryType::Symlink => {
-                if now == Existing::Dir {
-                    return Err(ctx.refuse(
-                        &shown_entry,
-                        ArchiveRefusal::FileOverDirectory,
-                    ));
-                }
-                let target = e.link_name_bytes().ok_or_else(|| {
+            tar::Kind::Symlink => {
+                not_over_dir()?;
+                let target = m.link.clone().unwrap_or_default();
+                let target = CString::new(target).map_err(|_| {
                     ctx.refuse(
+                        &shown_entry,
+                        ArchiveRefusal::Corrupt("NUL in symlink target".into()),
+                    )
+                })?;
+                if target.as_bytes().is_empty() {
+                    return Err(ctx.refuse(
                         &shown_entry,
                         ArchiveRefusal::Corrupt(
                             "symlink without target".into(),
                         ),
-                    )
-                })?;
-                let target =
-                    CString::new(target.into_owned()).map_err(|_| {
-                        ctx.refuse(
-                            &shown_entry,
-                            ArchiveRefusal::Corrupt(
-                                "NUL in symlink target".into(),
-                            ),
-                        )
-                    })?;
+                    ));
+                }
                 let tmp = if now == Existing::Nothing {
                     leaf.clone()
                 } else {
@@ -976,9 +1010,7 @@ fn read_all(
                 };
                 at::symlink(&target, dfd, &tmp)
                     .map_err(|e| Error::io(Op::Symlink, &shown, e))?;
-                ctx.owner(&m, &shown, || at::lchown(dfd, &tmp, m.uid, m.gid))?;
-                at::set_times(dfd, &tmp, &m.times)
-                    .map_err(|e| Error::io(Op::SetTimes, &shown, e))?;
+                ctx.finish_at(dfd, &tmp, &meta, &shown, true)?;
                 if tmp != leaf {
                     at::rename(dfd, &tmp, &leaf)
                         .map_err(|e| Error::io(Op::Rename, &shown, e))?;
@@ -986,18 +1018,12 @@ fn read_all(
                 out.stats.symlinks += 1;
                 queued.insert(rel);
             }
-            EntryType::Link => {
-                if now == Existing::Dir {
-                    return Err(ctx.refuse(
-                        &shown_entry,
-                        ArchiveRefusal::FileOverDirectory,
-                    ));
-                }
+            tar::Kind::HardLink => {
+                not_over_dir()?;
                 let outside = || {
                     ctx.refuse(&shown_entry, ArchiveRefusal::HardLinkOutside)
                 };
-                let target_raw =
-                    e.link_name_bytes().ok_or_else(outside)?.into_owned();
+                let target_raw = m.link.clone().ok_or_else(outside)?;
                 let mut target =
                     names::check(&target_raw).map_err(|_| outside())?;
                 if subtree {
@@ -1022,6 +1048,14 @@ fn read_all(
                     Existing::Other | Existing::Symlink => {}
                     _ => return Err(outside()),
                 }
+                // The chain may have moved to the target's directory.
+                let dir = ctx.open_dir(
+                    &mut chain,
+                    &parent_parts,
+                    &shown_entry,
+                    true,
+                )?;
+                let dfd = dir.as_raw_fd();
                 if now != Existing::Nothing {
                     at::unlink(dfd, &leaf, false)
                         .map_err(|e| Error::io(Op::Remove, &shown, e))?;
@@ -1030,10 +1064,12 @@ fn read_all(
                     .map_err(|e| Error::io(Op::Link, &shown, e))?;
                 out.stats.hardlinks += 1;
             }
-            EntryType::Char | EntryType::Block | EntryType::Fifo => {
-                let (typ, dev) = match kind {
-                    EntryType::Char => (libc::S_IFCHR, true),
-                    EntryType::Block => (libc::S_IFBLK, true),
+            tar::Kind::CharDevice
+            | tar::Kind::BlockDevice
+            | tar::Kind::Fifo => {
+                let (typ, dev) = match m.kind {
+                    tar::Kind::CharDevice => (libc::S_IFCHR, true),
+                    tar::Kind::BlockDevice => (libc::S_IFBLK, true),
                     _ => (libc::S_IFIFO, false),
                 };
                 if dev && !ctx.opts.allow_devices {
@@ -1042,40 +1078,26 @@ fn read_all(
                         ArchiveRefusal::DeviceNotAllowed,
                     ));
                 }
-                if now == Existing::Dir {
-                    return Err(ctx.refuse(
-                        &shown_entry,
-                        ArchiveRefusal::FileOverDirectory,
-                    ));
-                }
+                not_over_dir()?;
                 if now != Existing::Nothing {
                     at::unlink(dfd, &leaf, false)
                         .map_err(|e| Error::io(Op::Remove, &shown, e))?;
                 }
-                let major =
-                    e.header().device_major().ok().flatten().unwrap_or(0);
-                let minor =
-                    e.header().device_minor().ok().flatten().unwrap_or(0);
-                at::mknod(
-                    dfd,
-                    &leaf,
-                    typ | 0o600,
-                    crate::sys::posix::makedev(major, minor),
-                )
-                .map_err(|e| Error::io(Op::Mknod, &shown, e))?;
-                // Owner, mode and times by name: a FIFO cannot be opened
-                // without blocking, a device should not be opened at all.
-                ctx.owner(&m, &shown, || at::lchown(dfd, &leaf, m.uid, m.gid))?;
-                sys::chmod_at(dfd, &leaf, m.mode & 0o7777)
-                    .map_err(|e| Error::io(Op::Chmod, &shown, e))?;
-                at::set_times(dfd, &leaf, &m.times)
-                    .map_err(|e| Error::io(Op::SetTimes, &shown, e))?;
+                let rdev = crate::sys::posix::makedev(m.dev.0, m.dev.1);
+                at::mknod(dfd, &leaf, typ | 0o600, rdev)
+                    .map_err(|e| Error::io(Op::Mknod, &shown, e))?;
+                // By name: a FIFO cannot be opened without blocking, a
+                // device should not be opened at all.
+                ctx.finish_at(dfd, &leaf, &meta, &shown, false)?;
                 out.stats.specials += 1;
             }
-            other => {
+            tar::Kind::Other(t) => {
                 return Err(ctx.refuse(
                     &shown_entry,
-                    ArchiveRefusal::UnsupportedEntryType(format!("{other:?}")),
+                    ArchiveRefusal::UnsupportedEntryType(format!(
+                        "typeflag {:?}",
+                        t as char
+                    )),
                 ));
             }
         }
@@ -1084,57 +1106,94 @@ fn read_all(
         pool.flush();
     }
     ctx.pending.wait_empty();
+    if ended {
+        // The rest must be zeros, and a compressed stream is read to its
+        // end so its checksums and trailer are verified.
+        rd.finish().map_err(tar_err)?;
+    }
     out.stats.elapsed = started.elapsed();
     Ok(out)
 }
 
-/// Writes a large body straight from the stream.
-#[allow(clippy::too_many_arguments)]
+/// Where the reader writes a streamed file.
+struct Target<'a> {
+    dir: RawFd,
+    leaf: &'a CString,
+    replace: bool,
+    shown: &'a Path,
+}
+
+/// Writes a large or sparse body straight from the stream: each data
+/// segment at its offset, then the real size, so holes stay holes.
 fn stream_file<R: Read>(
     ctx: &Ctx<'_>,
-    e: &mut tar::Entry<'_, R>,
-    dir: RawFd,
-    leaf: &CString,
-    replace: bool,
-    m: &Meta,
-    shown: &Path,
-    size: u64,
+    rd: &mut tar::Reader<R>,
+    m: &tar::Member,
+    t: &Target<'_>,
+    meta: &Meta,
 ) -> Result<()> {
-    let name = if replace {
+    let name = if t.replace {
         ctx.temp_name()
     } else {
-        leaf.clone()
+        t.leaf.clone()
     };
-    let mut f = at::create_file(dir, &name)
-        .map_err(|e| Error::io(Op::Create, shown, e))?;
-    let r = io::copy(e, &mut f)
-        .map_err(|err| {
-            ctx.refuse(
-                &shown.to_string_lossy(),
-                ArchiveRefusal::Corrupt(err.to_string()),
-            )
-        })
-        .and_then(|n| {
-            if n != size {
-                Err(ctx.refuse(
-                    &shown.to_string_lossy(),
-                    ArchiveRefusal::Corrupt("truncated".into()),
-                ))
-            } else {
-                Ok(())
-            }
-        })
-        .and_then(|()| ctx.finish_fd(&f, m, shown));
+    let f = at::create_file(t.dir, &name)
+        .map_err(|e| Error::io(Op::Create, t.shown, e))?;
+    let r = write_segments(ctx, rd, m, &f, t.shown)
+        .and_then(|()| ctx.finish_fd(&f, meta, t.shown));
     drop(f);
     if let Err(err) = r {
-        let _already_failing = at::unlink(dir, &name, false);
+        let _already_failing = at::unlink(t.dir, &name, false);
         return Err(err);
     }
-    if replace {
-        at::rename(dir, &name, leaf)
-            .map_err(|e| Error::io(Op::Rename, shown, e))?;
+    if t.replace {
+        at::rename(t.dir, &name, t.leaf)
+            .map_err(|e| Error::io(Op::Rename, t.shown, e))?;
     }
     ctx.files.fetch_add(1, Ordering::Relaxed);
-    ctx.bytes_written.fetch_add(size, Ordering::Relaxed);
+    ctx.bytes_written.fetch_add(m.size, Ordering::Relaxed);
+    Ok(())
+}
+
+fn write_segments<R: Read>(
+    ctx: &Ctx<'_>,
+    rd: &mut tar::Reader<R>,
+    m: &tar::Member,
+    f: &File,
+    shown: &Path,
+) -> Result<()> {
+    let whole = [(0, m.stored_size)];
+    let map: &[(u64, u64)] = m.sparse.as_deref().unwrap_or(&whole);
+    let mut buf = vec![0u8; m.stored_size.clamp(1, 1 << 20) as usize];
+    let mut body = rd.body();
+    for &(off, len) in map {
+        let mut done = 0;
+        while done < len {
+            let want = (len - done).min(buf.len() as u64) as usize;
+            let n = match body.read(&mut buf[..want]) {
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    return Err(TarError::from_io(e).into_error(ctx.archive));
+                }
+            };
+            if n == 0 {
+                return Err(ctx.refuse(
+                    &shown.to_string_lossy(),
+                    ArchiveRefusal::Truncated {
+                        what: "body".into(),
+                    },
+                ));
+            }
+            f.write_all_at(&buf[..n], off + done)
+                .map_err(|e| Error::io(Op::Write, shown, e))?;
+            done += n as u64;
+        }
+    }
+    let end = map.last().map_or(0, |&(o, l)| o + l);
+    if m.size > end {
+        f.set_len(m.size)
+            .map_err(|e| Error::io(Op::Truncate, shown, e))?;
+    }
     Ok(())
 }
