@@ -456,28 +456,63 @@ impl Comparer<'_> {
 
 /// The first offset where two files of equal length differ.
 fn first_difference(a: &Path, b: &Path) -> Result<Option<u64>> {
-    let mut fa = sys::open_source(a).map_err(|e| Error::io(Op::Open, a, e))?;
-    let mut fb = sys::open_source(b).map_err(|e| Error::io(Op::Open, b, e))?;
+    let fa = sys::open_source(a).map_err(|e| Error::io(Op::Open, a, e))?;
+    let fb = sys::open_source(b).map_err(|e| Error::io(Op::Open, b, e))?;
+    let len = fa.metadata().map_err(|e| Error::io(Op::Stat, a, e))?.len();
     let (mut ba, mut bb) = (vec![0u8; 256 << 10], vec![0u8; 256 << 10]);
+    let seek = |f: &std::fs::File, p: &Path, off: u64, data: bool| {
+        posix::seek(f, off, data)
+            .map(|o| o.unwrap_or(len).min(len))
+            .map_err(|e| Error::io(Op::Seek, p, e))
+    };
     let mut off = 0u64;
-    loop {
-        let na = crate::provision::read_up_to(&mut fa, &mut ba)
-            .map_err(|e| Error::io(Op::Read, a, e))?;
-        let nb = crate::provision::read_up_to(&mut fb, &mut bb)
-            .map_err(|e| Error::io(Op::Read, b, e))?;
-        let n = na.min(nb);
-        if let Some(i) = ba[..n].iter().zip(&bb[..n]).position(|(x, y)| x != y)
-        {
-            return Ok(Some(off + i as u64));
+    // Where both files have holes both read as zeros: only ranges where
+    // either has data are read, so a 9 GiB sparse file costs its data.
+    while off < len {
+        let start = seek(&fa, a, off, true)?.min(seek(&fb, b, off, true)?);
+        if start >= len {
+            break;
         }
-        if na != nb {
-            return Ok(Some(off + n as u64));
+        let end = seek(&fa, a, start, false)?.max(seek(&fb, b, start, false)?);
+        let mut at = start;
+        while at < end {
+            let want = (end - at).min(ba.len() as u64) as usize;
+            let na = read_full_at(&fa, &mut ba[..want], at)
+                .map_err(|e| Error::io(Op::Read, a, e))?;
+            let nb = read_full_at(&fb, &mut bb[..want], at)
+                .map_err(|e| Error::io(Op::Read, b, e))?;
+            let n = na.min(nb);
+            if ba[..n] != bb[..n] {
+                let i = ba[..n].iter().zip(&bb[..n]).position(|(x, y)| x != y);
+                return Ok(Some(at + i.unwrap_or(0) as u64));
+            }
+            if na != nb || n == 0 {
+                return Ok(Some(at + n as u64));
+            }
+            at += n as u64;
         }
-        if na == 0 {
-            return Ok(None);
-        }
-        off += na as u64;
+        off = end.max(start + 1);
     }
+    Ok(None)
+}
+
+/// Reads until `buf` is full or the file ends.
+fn read_full_at(
+    f: &std::fs::File,
+    buf: &mut [u8],
+    off: u64,
+) -> io::Result<usize> {
+    use std::os::unix::fs::FileExt;
+    let mut n = 0;
+    while n < buf.len() {
+        match f.read_at(&mut buf[n..], off + n as u64) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
 }
 
 /// Names of the attributes missing on one side or differing in value.
