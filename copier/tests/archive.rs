@@ -661,3 +661,16 @@ fn errors_name_archive_entry_and_reason() {
     s.assert_outside_untouched();
     let _ = fs::Permissions::from_mode(0o755);
 }
+
+#[test]
+fn the_layers_own_root_entry_sets_the_roots_metadata() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let s = scene();
+    let mut t = Tar::meta("layer");
+    t.dir("root/", 0o750);
+    t.file("root/f", b"x", 0o644);
+    s.unpack(&t.bytes(), &layer_opts(2)).unwrap();
+    let md = fs::metadata(&s.root).unwrap();
+    assert_eq!(md.permissions().mode() & 0o7777, 0o750);
+    assert_eq!(md.mtime(), 1_600_000_000);
+}

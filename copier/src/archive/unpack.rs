@@ -726,7 +726,12 @@ impl Ctx<'_> {
     ) -> Result<()> {
         let entry = Name::joined(&name.parts).to_string_lossy().into_owned();
         let Some(leaf) = name.leaf() else {
-            return Ok(());
+            // The archive's entry for the root itself.
+            let top = self
+                .root_fd
+                .try_clone()
+                .map_err(|e| Error::io(Op::Open, self.root, e))?;
+            return self.finish_fd(&File::from(top), m, self.root);
         };
         let parent = self.open_dir(chain, name.parent(), &entry, false)?;
         let shown = self.shown(&name.parts);
