@@ -20,10 +20,14 @@
 //! [`Tunables`](crate::Tunables).
 
 use std::collections::HashMap;
-use std::io;
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
 use crate::error::{DefaultsProblem, Error, Op, Result};
+
+/// The longest defaults file read. `/etc/default/zinstall` with every
+/// comment is a few KiB.
+pub const MAX_BYTES: u64 = 1 << 20;
 
 /// One `KEY=value` setting and where it came from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -45,7 +49,23 @@ impl DefaultsFile {
     /// Reads and parses `path`. A file that does not exist is an empty set
     /// of settings: every key then takes its built-in default.
     pub fn load(path: &Path) -> Result<Self> {
-        match std::fs::read(path) {
+        // The path may come from the environment: a device or a huge file
+        // must not be read whole.
+        let read = std::fs::File::open(path).and_then(|f| {
+            let mut bytes = Vec::new();
+            f.take(MAX_BYTES + 1).read_to_end(&mut bytes)?;
+            Ok(bytes)
+        });
+        match read {
+            Ok(bytes) if bytes.len() as u64 > MAX_BYTES => {
+                Err(Error::Defaults {
+                    file: path.to_path_buf(),
+                    line: 0,
+                    key: String::new(),
+                    value: String::new(),
+                    problem: DefaultsProblem::TooLong { max: MAX_BYTES },
+                })
+            }
             Ok(bytes) => Self::parse(path, &bytes),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(DefaultsFile {
                 path: path.to_path_buf(),
@@ -173,6 +193,23 @@ mod test {
     fn duplicate_key_is_an_error() {
         let e = parse("COPY_BATCH=1\nCOPY_BATCH=2\n").unwrap_err();
         assert!(e.to_string().contains("first set on line 1"), "{e}");
+    }
+
+    #[test]
+    fn a_file_too_long_or_a_device_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let long = d.path().join("long");
+        let line = "# padding padding padding padding padding padding\n";
+        std::fs::write(
+            &long,
+            line.repeat((MAX_BYTES as usize) / line.len() + 1),
+        )
+        .unwrap();
+        for p in [long.as_path(), Path::new("/dev/zero")] {
+            let e = DefaultsFile::load(p).unwrap_err();
+            assert!(e.to_string().contains("longer than 1048576"), "{e}");
+            assert!(e.to_string().starts_with(&*p.to_string_lossy()), "{e}");
+        }
     }
 
     #[test]

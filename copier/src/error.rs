@@ -221,6 +221,11 @@ pub enum DefaultsProblem {
         /// Largest accepted value.
         max: u64,
     },
+    /// The file is longer than any defaults file needs to be.
+    TooLong {
+        /// The most bytes read.
+        max: u64,
+    },
 }
 
 /// Why an image was rejected.
@@ -518,6 +523,9 @@ impl fmt::Display for DefaultsMsg<'_> {
                 f,
                 "{key}={value}: out of range (must be {min} to {max})"
             ),
+            DefaultsProblem::TooLong { max } => {
+                write!(f, "longer than {max} bytes; not a defaults file")
+            }
         }
     }
 }

@@ -7,6 +7,7 @@
 //! default.
 
 use std::ffi::OsString;
+use std::num::{IntErrorKind, ParseIntError};
 use std::path::Path;
 
 use crate::defaults::DefaultsFile;
@@ -27,10 +28,14 @@ pub const DEFAULT_COPY_BUFSIZE: usize = 1 << 20;
 /// The accepted range of each knob: (key, min, max).
 const LIMITS: [(&str, u64, u64); 3] = [
     ("COPY_THREADS", 1, 1024),
-    ("COPY_BATCH", 1, 1 << 20),
+    // 128 was best; past 65536 a batch amortises nothing more and only
+    // holds work back from idle workers.
+    ("COPY_BATCH", 1, 1 << 16),
     // Under 4 KiB a buffer costs more in system calls than it saves in
-    // memory; over 1 GiB per worker is a typo.
-    ("COPY_BUFSIZE", 4096, 1 << 30),
+    // memory. Every worker holds one: at 64 MiB the system calls saved
+    // are long negligible (1 MiB was the measured knee), and more would
+    // be gigabytes per worker.
+    ("COPY_BUFSIZE", 4096, 64 << 20),
 ];
 
 /// Tunables of one copier run.
@@ -113,10 +118,15 @@ impl Tunables {
             value: text.to_string(),
             problem,
         };
-        let n: u64 = text
-            .trim()
-            .parse()
-            .map_err(|_| err(DefaultsProblem::NotANumber))?;
+        let n: u64 = text.trim().parse().map_err(|e: ParseIntError| {
+            // Digits past u64 are a number, just far out of range.
+            err(match e.kind() {
+                IntErrorKind::PosOverflow => {
+                    DefaultsProblem::OutOfRange { min, max }
+                }
+                _ => DefaultsProblem::NotANumber,
+            })
+        })?;
         if n < min || n > max {
             return Err(err(DefaultsProblem::OutOfRange { min, max }));
         }
@@ -171,6 +181,14 @@ mod test {
             "COPY_BUFSIZE=4095\n",
             "COPY_THREADS=eight\n",
             "COPY_THREADS=-1\n",
+            "COPY_THREADS=1025\n",
+            "COPY_BATCH=65537\n",
+            "COPY_BUFSIZE=67108865\n",
+            "COPY_BUFSIZE=1073741824\n",
+            "COPY_BUFSIZE=18446744073709551615\n",
+            "COPY_BUFSIZE=99999999999999999999999999\n",
+            "COPY_THREADS=\n",
+            "COPY_THREADS=1e3\n",
         ] {
             let e = file(bad).unwrap_err();
             let s = e.to_string();
@@ -181,6 +199,26 @@ mod test {
             .apply_env(|k| (k == "ZINSTALL_COPY_THREADS").then(|| "x".into()))
             .unwrap_err();
         assert!(e.to_string().contains("ZINSTALL_COPY_THREADS"), "{e}");
+    }
+
+    #[test]
+    fn errors_name_file_line_key_and_value() {
+        let e = file("# c\nCOPY_BATCH=2\nCOPY_BUFSIZE=99999999999999999999\n")
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "/d:3: COPY_BUFSIZE=99999999999999999999: out of range (must be \
+             4096 to 67108864)"
+        );
+        let t = file(
+            "COPY_THREADS=1024\nCOPY_BATCH=65536\nCOPY_BUFSIZE=67108864\n",
+        )
+        .unwrap();
+        assert_eq!(
+            (t.copy_threads, t.copy_batch, t.copy_bufsize),
+            (1024, 65536, 64 << 20)
+        );
+        t.validate().unwrap();
     }
 
     #[test]

@@ -264,7 +264,10 @@ fn bad_images_are_refused_with_the_reason() {
         .unwrap();
     assert!(matches!(
         refusal(&p("short.qcow2")).problem,
-        Some(Problem::Corrupt(_))
+        Some(Problem::OutsideFile {
+            what: "L1 table",
+            ..
+        })
     ));
     // External data file.
     let ext = p("ext.qcow2");
@@ -318,4 +321,347 @@ fn bad_images_are_refused_with_the_reason() {
     let e = refusal(&c);
     assert!(matches!(e.problem, Some(Problem::Decompress { .. })), "{e}");
     assert!(e.to_string().contains("guest offset 0x"), "{e}");
+}
+
+/// `len` bytes of raw disk: data in most 64 KiB clusters, a hole in some.
+fn small_pattern(dir: &Path, name: &str, len: u64) -> PathBuf {
+    let p = dir.join(name);
+    let f = File::create(&p).unwrap();
+    f.set_len(len).unwrap();
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut at = 0;
+    while at < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        if !x.is_multiple_of(5) {
+            let n = (len - at).min(65536 - (x >> 50)) as usize;
+            let data: Vec<u8> = (0..n).map(|j| (j as u64 ^ x) as u8).collect();
+            f.write_all_at(&data, at).unwrap();
+        }
+        at += 65536;
+    }
+    p
+}
+
+/// Reads one image in this process, when a parent test asks for it
+/// through `ZINSTALL_QCOW2_CHILD`; otherwise does nothing. It prints the
+/// outcome and the process's peak resident memory for the parent.
+#[test]
+fn child_reads_one_image() {
+    let Some(path) = std::env::var_os("ZINSTALL_QCOW2_CHILD") else {
+        return;
+    };
+    let path = PathBuf::from(path);
+    let out = path.with_extension("child-out");
+    let r = Image::open(&path).and_then(|img| {
+        img.require_standalone()?;
+        let mut buf = vec![0u8; 200_000];
+        for off in [0, 65_000, img.virtual_size().saturating_sub(100)] {
+            img.read_at(&mut buf, off)?;
+        }
+        let f = File::create(&out).unwrap();
+        let opts = ConvertOptions { threads: 4 };
+        qcow2::convert_to_raw(&img, &f, &opts, &|_| {})
+    });
+    let _ = fs::remove_file(&out);
+    // libtest's "test ... " has no newline yet: start a line.
+    match r {
+        Ok(st) => println!("\nCHILD-RESULT ok {}", st.virtual_size),
+        Err(e) => println!("\nCHILD-RESULT err {e}"),
+    }
+    let status = fs::read_to_string("/proc/self/status").unwrap();
+    let hwm = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .unwrap()
+        .trim()
+        .trim_end_matches(" kB")
+        .parse::<u64>()
+        .unwrap();
+    println!("CHILD-HWM-KB {hwm}");
+}
+
+/// What reading `path` in a child process gave: `Ok(())` or the error's
+/// text. Fails the test if the child died (a panic, an abort) or its
+/// peak memory passed 128 MiB.
+fn read_in_child(path: &Path) -> Result<(), String> {
+    let o = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child_reads_one_image", "--nocapture"])
+        .args(["--test-threads", "1"])
+        .env("ZINSTALL_QCOW2_CHILD", path)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{}: child died ({}): {stdout}{}",
+        path.display(),
+        o.status,
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let hwm: u64 = stdout
+        .lines()
+        .find_map(|l| Some(&l[l.find("CHILD-HWM-KB ")? + 13..]))
+        .unwrap_or_else(|| {
+            panic!("{}: no memory figure: {stdout}", path.display())
+        })
+        .parse()
+        .unwrap();
+    assert!(hwm < 128 << 10, "{}: peak RSS {hwm} kB", path.display());
+    let result = stdout
+        .lines()
+        .find_map(|l| Some(&l[l.find("CHILD-RESULT ")? + 13..]))
+        .unwrap_or_else(|| panic!("{}: no result: {stdout}", path.display()));
+    match result.strip_prefix("err ") {
+        Some(e) => Err(e.to_string()),
+        None => Ok(()),
+    }
+}
+
+/// Bytes to write at an offset.
+type Patch = (u64, Vec<u8>);
+
+/// What a patched header must give.
+#[derive(Debug)]
+enum Want {
+    /// Read, and converted.
+    Read,
+    /// Refused with a message containing this.
+    Refused(&'static str),
+    /// Either, but never a crash or a huge allocation.
+    Either,
+}
+
+/// Every header field, and the first L1 and L2 entries, at its extremes
+/// (0, 1, the maximum, just past the end of the file, unaligned): each
+/// image is read or refused with a clear error, in a child process whose
+/// peak memory stays small.
+#[test]
+fn header_fields_at_their_extremes_are_read_or_refused() {
+    if !have_qemu() {
+        eprintln!("skipped: header_fields_at_their_extremes: no qemu-img");
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let src = small_pattern(d.path(), "src.raw", 4 << 20);
+    let img = d.path().join("good.qcow2");
+    ok(&["convert", "-q", "-O", "qcow2", s(&src), s(&img)]);
+    let empty = d.path().join("empty.qcow2");
+    ok(&["create", "-q", "-f", "qcow2", s(&empty), "1G"]);
+    let len = fs::metadata(&img).unwrap().len();
+    let be = |at: u64| {
+        let mut b = [0u8; 8];
+        File::open(&img).unwrap().read_exact_at(&mut b, at).unwrap();
+        u64::from_be_bytes(b)
+    };
+    let l1_off = be(40);
+    let l2_off = be(l1_off) & 0x00ff_ffff_ffff_fe00;
+    let l2e_at = (0..8192)
+        .map(|i| l2_off + i * 8)
+        .find(|&a| be(a) != 0)
+        .unwrap();
+    let past = len + 1;
+    let past_aligned = len.next_multiple_of(65536) + 65536;
+    use Want::*;
+    let u32s = |at: u64, v: u32| (at, v.to_be_bytes().to_vec());
+    let u64s = |at: u64, v: u64| (at, v.to_be_bytes().to_vec());
+    #[rustfmt::skip]
+    let cases: Vec<(&str, Patch, Want)> = vec![
+        ("version 0", u32s(4, 0), Refused("version 0")),
+        ("version 1", u32s(4, 1), Refused("version 1")),
+        ("version 2", u32s(4, 2), Read),
+        ("version max", u32s(4, u32::MAX), Refused("version")),
+        ("backing offset 1", u64s(8, 1), Refused("backing file")),
+        ("backing offset max", u64s(8, u64::MAX), Refused("backing file")),
+        ("backing offset past", u64s(8, past), Refused("backing file")),
+        ("cluster_bits 0", u32s(20, 0), Refused("cluster_bits 0")),
+        ("cluster_bits 1", u32s(20, 1), Refused("cluster_bits 1")),
+        ("cluster_bits 9", u32s(20, 9), Either),
+        ("cluster_bits 21", u32s(20, 21), Either),
+        ("cluster_bits 22", u32s(20, 22), Refused("cluster_bits 22")),
+        ("cluster_bits max", u32s(20, u32::MAX), Refused("cluster_bits")),
+        ("size 0", u64s(24, 0), Read),
+        ("size 1", u64s(24, 1), Read),
+        ("size 511", u64s(24, 511), Read),
+        ("size past", u64s(24, past), Read),
+        ("size 1 TiB", u64s(24, 1 << 40), Refused("L1 has 1 entries")),
+        ("size max", u64s(24, u64::MAX), Refused("too large")),
+        ("crypt 1", u32s(32, 1), Refused("encrypted")),
+        ("crypt max", u32s(32, u32::MAX), Refused("encrypted")),
+        ("l1_size 0", u32s(36, 0), Refused("L1 has 0 entries")),
+        ("l1_size 1", u32s(36, 1), Read),
+        ("l1_size max", u32s(36, u32::MAX), Read),
+        ("l1 offset 0", u64s(40, 0), Refused("offset 0")),
+        ("l1 offset 1", u64s(40, 1), Refused("unaligned")),
+        ("l1 offset max", u64s(40, u64::MAX), Refused("unaligned")),
+        ("l1 offset wraps", u64s(40, u64::MAX - 65535), Refused("outside the file")),
+        ("l1 offset past", u64s(40, past_aligned), Refused("outside the file")),
+        ("l1 offset unaligned", u64s(40, l1_off + 8), Refused("unaligned")),
+        ("refcount table max", u64s(48, u64::MAX), Read),
+        ("refcount clusters max", u32s(56, u32::MAX), Read),
+        ("snapshots max", u32s(60, u32::MAX), Read),
+        ("snapshots offset max", u64s(64, u64::MAX), Read),
+        ("incompatible dirty", u64s(72, 1), Refused("dirty")),
+        ("incompatible max", u64s(72, u64::MAX), Refused("unknown incompatible")),
+        ("incompatible zstd bit", u64s(72, 1 << 3), Refused("compression type")),
+        ("compatible max", u64s(80, u64::MAX), Read),
+        ("autoclear max", u64s(88, u64::MAX), Read),
+        ("refcount order max", u32s(96, u32::MAX), Read),
+        ("header_length 0", u32s(100, 0), Refused("header_length")),
+        ("header_length 103", u32s(100, 103), Refused("header_length")),
+        ("header_length 104", u32s(100, 104), Read),
+        ("header_length max", u32s(100, u32::MAX), Refused("header_length")),
+        ("compression type 1", (104, vec![1]), Refused("compression type")),
+        ("compression type max", (104, vec![255]), Refused("compression type")),
+        ("L1[0] 0", u64s(l1_off, 0), Read),
+        ("L1[0] 1", u64s(l1_off, 1), Read),
+        ("L1[0] max", u64s(l1_off, u64::MAX), Refused("unaligned")),
+        ("L1[0] unaligned", u64s(l1_off, l2_off + 512), Refused("L2 table at")),
+        ("L1[0] past", u64s(l1_off, past_aligned), Refused("outside the file")),
+        ("L2 entry max", u64s(l2e_at, u64::MAX), Refused("outside the file")),
+        ("L2 entry unaligned", u64s(l2e_at, (1 << 63) | 0x10200), Refused("data cluster at 0x10200 is unaligned")),
+        ("L2 entry past", u64s(l2e_at, (1 << 63) | past_aligned), Refused("outside the file")),
+        ("L2 compressed past", u64s(l2e_at, (1 << 62) | past), Refused("outside the file")),
+        ("L2 zero flag", u64s(l2e_at, 1), Read),
+    ];
+    for (name, (at, bytes), want) in cases {
+        let p = d.path().join(format!("{}.qcow2", name.replace(' ', "_")));
+        patch(&img, &p, at, &bytes);
+        let got = read_in_child(&p);
+        match (&want, &got) {
+            (Read, Ok(())) | (Either, _) => {}
+            (Refused(what), Err(e)) if e.contains(what) => {
+                assert!(e.contains(s(&p)), "{name}: {e}");
+            }
+            _ => panic!("{name}: wanted {want:?}, got {got:?}"),
+        }
+    }
+    // The empty image: its L1 at the end of the file, unpadded.
+    for (name, at, v) in [
+        ("empty as made", 0, None),
+        ("empty l1_size max", 36, Some(u32::MAX)),
+        ("empty l1_size 1", 36, Some(1)),
+    ] {
+        let p = d.path().join(format!("{}.qcow2", name.replace(' ', "_")));
+        match v {
+            Some(v) => patch(&empty, &p, at, &v.to_be_bytes()),
+            None => {
+                fs::copy(&empty, &p).unwrap();
+            }
+        }
+        let got = read_in_child(&p);
+        if name.ends_with("1") {
+            assert!(got.unwrap_err().contains("L1 has 1 entries"), "{name}");
+        } else {
+            got.unwrap();
+        }
+    }
+}
+
+/// An image declaring four billion L1 entries (32 GiB) over a sparse file
+/// long enough to hold them: only what the virtual size maps is read.
+#[test]
+fn a_huge_sparse_l1_table_is_not_read_whole() {
+    if !have_qemu() {
+        eprintln!("skipped: a_huge_sparse_l1_table: no qemu-img");
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let src = small_pattern(d.path(), "src.raw", 1 << 20);
+    let img = d.path().join("good.qcow2");
+    ok(&["convert", "-q", "-O", "qcow2", s(&src), s(&img)]);
+    let huge = d.path().join("huge.qcow2");
+    patch(&img, &huge, 36, &u32::MAX.to_be_bytes());
+    let l1_off = {
+        let mut b = [0u8; 8];
+        File::open(&huge)
+            .unwrap()
+            .read_exact_at(&mut b, 40)
+            .unwrap();
+        u64::from_be_bytes(b)
+    };
+    let f = fs::OpenOptions::new().write(true).open(&huge).unwrap();
+    f.set_len(l1_off + u64::from(u32::MAX) * 8).unwrap();
+    drop(f);
+    assert!(fs::metadata(&huge).unwrap().blocks() * 512 < 4 << 20);
+    read_in_child(&huge).unwrap();
+    let out = d.path().join("huge.raw");
+    convert_native(&huge, &out);
+    assert!(fs::read(&out).unwrap() == fs::read(&src).unwrap());
+    // The same declared table past the end of u64: refused.
+    let wraps = d.path().join("wraps.qcow2");
+    patch(&img, &wraps, 36, &u32::MAX.to_be_bytes());
+    let f = fs::OpenOptions::new().write(true).open(&wraps).unwrap();
+    f.write_all_at(&(u64::MAX - 65535).to_be_bytes(), 40)
+        .unwrap();
+    let e = read_in_child(&wraps).unwrap_err();
+    assert!(
+        e.contains("L1 table") && e.contains("outside the file"),
+        "{e}"
+    );
+}
+
+/// Conversion with more threads than clusters, and cluster counts that
+/// do not divide among the threads: every split gives the image back.
+#[test]
+fn conversion_splits_any_cluster_count_among_any_threads() {
+    if !have_qemu() {
+        eprintln!("skipped: conversion_splits: no qemu-img");
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    for clusters in [1u64, 2, 3, 7, 10, 17] {
+        // A partial last cluster too.
+        let len = clusters * 65536 - if clusters > 2 { 4096 } else { 0 };
+        let src = small_pattern(d.path(), &format!("c{clusters}.raw"), len);
+        let img = d.path().join(format!("c{clusters}.qcow2"));
+        ok(&["convert", "-q", "-O", "qcow2", s(&src), s(&img)]);
+        let reference = fs::read(&src).unwrap();
+        let image = Image::open(&img).unwrap();
+        for threads in 1..=9 {
+            let out = d.path().join(format!("c{clusters}-t{threads}.raw"));
+            let f = File::create_new(&out).unwrap();
+            let opts = ConvertOptions { threads };
+            let st = qcow2::convert_to_raw(&image, &f, &opts, &|_| {})
+                .unwrap_or_else(|e| panic!("{clusters}×{threads}: {e}"));
+            assert_eq!(
+                st.data_clusters + st.hole_clusters + st.compressed_clusters,
+                clusters,
+                "{clusters}×{threads}: {st:?}"
+            );
+            assert!(
+                fs::read(&out).unwrap() == reference,
+                "{clusters}×{threads}"
+            );
+            let cmp =
+                ok(&["compare", "-f", "raw", "-F", "qcow2", s(&out), s(&img)]);
+            assert!(cmp.contains("identical"), "{clusters}×{threads}: {cmp}");
+            fs::remove_file(&out).unwrap();
+        }
+    }
+}
+
+/// Overlay sizes: the largest qcow2 allows is made, one more is refused
+/// with the reason, and nothing wraps to a 0-byte disk.
+#[test]
+fn overlay_sizes_are_bounded() {
+    let d = tempfile::tempdir().unwrap();
+    let base = d.path().join("base.raw");
+    File::create(&base).unwrap().set_len(1 << 20).unwrap();
+    let max = qcow2::MAX_OVERLAY_SIZE;
+    assert_eq!(max, 2 << 50);
+    assert_eq!(max, qcow2::max_virtual_size(16));
+    let ov = d.path().join("max.qcow2");
+    assert_eq!(qcow2::create_overlay(&ov, &base, "raw", max).unwrap(), max);
+    if have_qemu() {
+        assert!(ok(&["check", s(&ov)]).contains("No errors were found"));
+    }
+    for size in [max + 1, u64::MAX - 510, u64::MAX] {
+        let p = d.path().join(format!("{size}.qcow2"));
+        let e = qcow2::create_overlay(&p, &base, "raw", size).unwrap_err();
+        assert!(matches!(e.problem, Some(Problem::TooLarge { .. })), "{e}");
+        assert!(e.to_string().contains("too large"), "{e}");
+        assert!(!p.exists());
+    }
 }

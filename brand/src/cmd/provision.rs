@@ -20,8 +20,8 @@ pub struct ProvisionArgs {
     /// A rootfs archive (tar, tar.gz, tar.zst) or a disk image (raw,
     /// raw.gz, raw.zst, qcow2), told by content.
     pub image: PathBuf,
-    /// Guests to make.
-    #[arg(long, default_value_t = 1)]
+    /// Guests to make (1 to 65536).
+    #[arg(long, default_value_t = 1, value_parser = parse_count)]
     pub count: usize,
     /// Where the guests go.
     #[arg(long, value_name = "DIR")]
@@ -30,8 +30,8 @@ pub struct ProvisionArgs {
     #[arg(long, default_value = "guest")]
     pub name: String,
     /// Virtual size of disk guests (bytes, or with K, M, G, T); never
-    /// below the image's.
-    #[arg(long, value_parser = parse_size)]
+    /// below the image's, at most 2P (qcow2's limit).
+    #[arg(long, value_parser = parse_virtual_size)]
     pub size: Option<u64>,
     /// The image cache.
     #[arg(long, value_name = "DIR", default_value = DEFAULT_CACHE)]
@@ -95,6 +95,32 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     let n: u64 = num.parse().map_err(|_| format!("{s:?} is not a size"))?;
     n.checked_mul(mult)
         .ok_or_else(|| format!("{s:?} is too large"))
+}
+
+/// A guest count: at least one, at most
+/// [`ProvisionOptions::MAX_GUESTS`].
+pub fn parse_count(s: &str) -> Result<usize, String> {
+    let max = ProvisionOptions::MAX_GUESTS;
+    let n: usize = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a count"))?;
+    if !(1..=max).contains(&n) {
+        return Err(format!("{n} guests: must be 1 to {max}"));
+    }
+    Ok(n)
+}
+
+/// A disk guest's virtual size: a size qcow2 overlays can have.
+pub fn parse_virtual_size(s: &str) -> Result<u64, String> {
+    let n = parse_size(s)?;
+    let max = copier::qcow2::MAX_OVERLAY_SIZE;
+    if n > max {
+        return Err(format!(
+            "{s:?} is larger than a qcow2 overlay can be ({max} bytes, 2P)"
+        ));
+    }
+    Ok(n)
 }
 
 /// Provisions; exit 0, 1 on failure, 2 on bad settings.
@@ -233,5 +259,19 @@ mod test {
         assert!(parse_size("1Q").unwrap_err().contains("suffix"));
         assert!(parse_size("x").is_err());
         assert!(parse_size("99999999999T").is_err());
+    }
+
+    #[test]
+    fn counts_and_virtual_sizes_are_bounded() {
+        assert_eq!(parse_count("10"), Ok(10));
+        assert_eq!(parse_count("65536"), Ok(65536));
+        for bad in ["0", "65537", "99999999999", "-1", "x", ""] {
+            assert!(parse_count(bad).is_err(), "{bad}");
+        }
+        assert_eq!(parse_virtual_size("2048T"), Ok(2 << 50));
+        for bad in ["2049T", "18446744073709551615", "99999999999T"] {
+            let e = parse_virtual_size(bad).unwrap_err();
+            assert!(e.contains("larger") || e.contains("too large"), "{e}");
+        }
     }
 }

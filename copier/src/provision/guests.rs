@@ -97,6 +97,13 @@ pub struct ProvisionReport {
     pub guests: Vec<Guest>,
 }
 
+impl ProvisionOptions {
+    /// The most guests one provisioning makes. Each is a file or a tree
+    /// and a cache user record; far more than any host runs, and small
+    /// enough that bookkeeping per guest stays small.
+    pub const MAX_GUESTS: usize = 65536;
+}
+
 /// A provisioning failure.
 #[derive(Debug)]
 pub enum ProvisionError {
@@ -106,6 +113,11 @@ pub enum ProvisionError {
     Qcow2(qcow2::Error),
     /// A guest that already exists.
     GuestExists(PathBuf),
+    /// More guests than [`ProvisionOptions::MAX_GUESTS`].
+    TooManyGuests(usize),
+    /// A virtual size larger than a qcow2 overlay can have
+    /// ([`qcow2::MAX_OVERLAY_SIZE`]).
+    SizeTooLarge(u64),
 }
 
 impl fmt::Display for ProvisionError {
@@ -116,6 +128,19 @@ impl fmt::Display for ProvisionError {
             ProvisionError::GuestExists(p) => {
                 write!(f, "{}: guest exists already", p.display())
             }
+            ProvisionError::TooManyGuests(n) => {
+                write!(
+                    f,
+                    "{n} guests asked for; at most {}",
+                    ProvisionOptions::MAX_GUESTS
+                )
+            }
+            ProvisionError::SizeTooLarge(s) => write!(
+                f,
+                "virtual size {s} is larger than a qcow2 overlay can be \
+                 ({} bytes, 2 PiB)",
+                qcow2::MAX_OVERLAY_SIZE
+            ),
         }
     }
 }
@@ -154,6 +179,16 @@ pub fn provision(
     opts: &ProvisionOptions,
     on_guest: &mut dyn FnMut(&Guest),
 ) -> Result<ProvisionReport, ProvisionError> {
+    // Before anything is extracted: the count sizes the guest list, the
+    // size every overlay.
+    if opts.count > ProvisionOptions::MAX_GUESTS {
+        return Err(ProvisionError::TooManyGuests(opts.count));
+    }
+    if let Some(s) = opts.size
+        && s > qcow2::MAX_OVERLAY_SIZE
+    {
+        return Err(ProvisionError::SizeTooLarge(s));
+    }
     let kind = detect(image)?;
     fs::create_dir_all(&opts.cache)
         .map_err(|e| Error::io(Op::Mkdir, &opts.cache, e))?;
@@ -206,6 +241,9 @@ pub fn provision(
                         .len();
                     // Grow only: a guest disk is never smaller than its base.
                     let size = opts.size.unwrap_or(0).max(base_size);
+                    if size > qcow2::MAX_OVERLAY_SIZE {
+                        return Err(ProvisionError::SizeTooLarge(size));
+                    }
                     let virtual_size = match &opts.qemu_img {
                         Some(q) => {
                             qcow2::qemu_img::create_overlay(
@@ -214,7 +252,8 @@ pub fn provision(
                                 &base,
                                 Some(size),
                             )?;
-                            size.div_ceil(512) * 512
+                            // Bounded above: cannot wrap.
+                            size.next_multiple_of(512)
                         }
                         None => {
                             qcow2::create_overlay(&path, &base, "raw", size)?
@@ -315,4 +354,63 @@ fn build(
 fn finish_base(payload: &Path) -> Result<(), Error> {
     fs::set_permissions(payload, fs::Permissions::from_mode(0o444))
         .map_err(|e| Error::io(Op::Chmod, payload, e))
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    fn opts(dir: &Path) -> ProvisionOptions {
+        ProvisionOptions {
+            count: 1,
+            out: dir.join("out"),
+            name: "g".into(),
+            size: None,
+            cache: dir.join("cache"),
+            sha256: None,
+            qemu_img: None,
+            tunables: Tunables::default(),
+            max_archive_bytes: 1 << 30,
+        }
+    }
+
+    /// Absurd counts and sizes are refused before anything is read,
+    /// extracted or allocated.
+    #[test]
+    fn counts_and_sizes_are_bounded_before_any_work() {
+        let d = tempfile::tempdir().unwrap();
+        let image = d.path().join("absent.raw");
+        let mut o = opts(d.path());
+        o.count = 99_999_999_999;
+        let e = provision(&image, &o, &mut |_| {}).unwrap_err();
+        assert!(matches!(e, ProvisionError::TooManyGuests(99_999_999_999)));
+        assert!(e.to_string().contains("at most 65536"), "{e}");
+        let mut o = opts(d.path());
+        o.size = Some(u64::MAX);
+        let e = provision(&image, &o, &mut |_| {}).unwrap_err();
+        assert!(matches!(e, ProvisionError::SizeTooLarge(u64::MAX)), "{e}");
+        assert!(e.to_string().contains("2 PiB"), "{e}");
+        assert!(!d.path().join("cache").exists());
+    }
+
+    /// The largest size is made, as a qcow2 overlay of exactly that size.
+    #[test]
+    fn the_largest_size_is_made() {
+        let d = tempfile::tempdir().unwrap();
+        let image = d.path().join("disk.raw");
+        fs::write(&image, vec![7u8; 1 << 20]).unwrap();
+        let mut o = opts(d.path());
+        o.count = 2;
+        o.size = Some(qcow2::MAX_OVERLAY_SIZE);
+        let r = provision(&image, &o, &mut |_| {}).unwrap();
+        assert_eq!(r.guests.len(), 2);
+        for g in &r.guests {
+            assert_eq!(
+                g.kind,
+                GuestKind::Disk {
+                    virtual_size: qcow2::MAX_OVERLAY_SIZE
+                }
+            );
+        }
+    }
 }

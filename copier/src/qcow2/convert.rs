@@ -1,7 +1,8 @@
 //! qcow2 → sparse raw, in parallel.
 //!
-//! The guest's clusters are split into equal ranges, one per thread. Each
-//! thread walks its range, gathers runs of clusters whose host data is
+//! The guest's clusters are split into ranges as equal as can be, one per
+//! thread (no more threads than clusters). Each thread walks its range,
+//! skips the span of every unallocated L2 table in one step, gathers runs of clusters whose host data is
 //! contiguous (read with one `pread` of up to 4 MiB), inflates compressed
 //! clusters, and writes only the 4 KiB blocks that are not all zeros.
 //! Unallocated and zero clusters are never touched: they stay holes in the
@@ -60,13 +61,12 @@ pub fn convert_to_raw(
         .map_err(|e| Error::io(img.path(), "truncate output", e))?;
     let cs = img.cluster_size();
     let clusters = size.div_ceil(cs);
-    let threads = opts.threads.max(1) as u64;
-    let per = clusters.div_ceil(threads).max(1);
+    let threads = (opts.threads.max(1) as u64).min(clusters.max(1));
     let done = AtomicU64::new(0);
     let results: Vec<Result<ConvertStats>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
-                let (start, end) = (t * per, ((t + 1) * per).min(clusters));
+                let (start, end) = partition(clusters, threads, t);
                 let done = &done;
                 s.spawn(move || {
                     convert_range(img, dst, start, end, done, progress)
@@ -92,6 +92,18 @@ pub fn convert_to_raw(
     Ok(total)
 }
 
+/// Thread `t` of `threads` gets clusters `start..end`: the first
+/// `clusters % threads` ranges one longer than the rest, so that the
+/// ranges cover `0..clusters` exactly, in order, none empty unless
+/// `clusters` is 0.
+pub(crate) fn partition(clusters: u64, threads: u64, t: u64) -> (u64, u64) {
+    let threads = threads.max(1);
+    let (per, extra) = (clusters / threads, clusters % threads);
+    let start = t * per + t.min(extra);
+    let end = start + per + u64::from(t < extra);
+    (start.min(clusters), end.min(clusters))
+}
+
 fn convert_range(
     img: &Image,
     dst: &File,
@@ -107,38 +119,50 @@ fn convert_range(
     // The current run: first guest cluster, first host offset, clusters.
     let mut run: Option<(u64, u64, u64)> = None;
     let mut n = start;
+    let mut reported = start;
     while n < end {
-        let m = img.map(n)?;
-        let extends = matches!((run, m), (Some((_, h, k)), Mapping::Data(host))
-            if host == h + k * cs && (k + 1) * cs <= RUN_BYTES);
-        if !extends && let Some(r) = run.take() {
-            st.written += flush_run(img, dst, r, &mut buf)?;
-        }
-        match m {
-            Mapping::Data(host) => {
-                st.data_clusters += 1;
-                match &mut run {
-                    Some((_, _, k)) if extends => *k += 1,
-                    _ => run = Some((n, host, 1)),
+        if let Some(next) = img.unmapped_until(n) {
+            // No L2 table: the whole span reads as zeros.
+            if let Some(r) = run.take() {
+                st.written += flush_run(img, dst, r, &mut buf)?;
+            }
+            let next = next.min(end);
+            st.hole_clusters += next - n;
+            n = next;
+        } else {
+            let m = img.map(n)?;
+            let extends = matches!((run, m), (Some((_, h, k)), Mapping::Data(host))
+                if host == h + k * cs && (k + 1) * cs <= RUN_BYTES);
+            if !extends && let Some(r) = run.take() {
+                st.written += flush_run(img, dst, r, &mut buf)?;
+            }
+            match m {
+                Mapping::Data(host) => {
+                    st.data_clusters += 1;
+                    match &mut run {
+                        Some((_, _, k)) if extends => *k += 1,
+                        _ => run = Some((n, host, 1)),
+                    }
                 }
+                Mapping::Compressed(off, len) => {
+                    st.compressed_clusters += 1;
+                    let c = img.inflate(n, off, len)?;
+                    let take = cs.min(size - n * cs) as usize;
+                    st.written += write_nonzero(img, dst, &c[..take], n * cs)?;
+                }
+                Mapping::Unallocated | Mapping::Zero => st.hole_clusters += 1,
             }
-            Mapping::Compressed(off, len) => {
-                st.compressed_clusters += 1;
-                let c = img.inflate(n, off, len)?;
-                let take = cs.min(size - n * cs) as usize;
-                st.written += write_nonzero(img, dst, &c[..take], n * cs)?;
-            }
-            Mapping::Unallocated | Mapping::Zero => st.hole_clusters += 1,
+            n += 1;
         }
-        n += 1;
-        if n.is_multiple_of(64) {
-            progress(done.fetch_add(64 * cs, Ordering::Relaxed) + 64 * cs);
+        if n - reported >= 64 || n == end {
+            let bytes = (n - reported) * cs;
+            progress(done.fetch_add(bytes, Ordering::Relaxed) + bytes);
+            reported = n;
         }
     }
     if let Some(r) = run.take() {
         st.written += flush_run(img, dst, r, &mut buf)?;
     }
-    progress(done.fetch_add((end - start) % 64 * cs, Ordering::Relaxed));
     Ok(st)
 }
 
@@ -181,4 +205,32 @@ fn write_nonzero(img: &Image, dst: &File, data: &[u8], at: u64) -> Result<u64> {
         written += (data.len() - s) as u64;
     }
     Ok(written)
+}
+
+#[cfg(test)]
+mod test {
+    use super::partition;
+
+    #[test]
+    fn partitions_cover_every_cluster_once_in_order() {
+        for clusters in 0..200u64 {
+            for threads in 1..=33u64 {
+                let mut next = 0;
+                for t in 0..threads {
+                    let (start, end) = partition(clusters, threads, t);
+                    assert_eq!(start, next, "{clusters}/{threads} t{t}");
+                    assert!(end >= start, "{clusters}/{threads} t{t}");
+                    // Equal to within one cluster.
+                    assert!(
+                        end - start <= clusters.div_ceil(threads),
+                        "{clusters}/{threads} t{t}"
+                    );
+                    next = end;
+                }
+                assert_eq!(next, clusters, "{clusters}/{threads}");
+            }
+        }
+        // Large counts do not overflow.
+        assert_eq!(partition(u64::MAX, 8, 7).1, u64::MAX);
+    }
 }

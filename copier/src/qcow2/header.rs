@@ -69,61 +69,74 @@ impl Header {
         if !(9..=21).contains(&cluster_bits) {
             return bad(Problem::ClusterBits(cluster_bits));
         }
+        let corrupt =
+            |why: String| Err(Error::problem(path, Problem::Corrupt(why)));
+        let cluster = 1usize << cluster_bits;
         let (mut incompatible, mut refcount_order, mut header_length) =
             (0, 4, 72);
         let mut compression_type = 0;
         if version == 3 {
             if head.len() < 104 {
-                return bad(Problem::Corrupt("v3 header truncated".into()));
+                return corrupt("v3 header truncated".into());
             }
             incompatible = be64(head, 72);
             refcount_order = be32(head, 96);
             header_length = be32(head, 100) as usize;
+            // QEMU's bounds: the v3 fields, and no more than cluster 0.
+            if header_length < 104 || header_length > cluster {
+                return corrupt(format!(
+                    "header_length {header_length} outside 104..={cluster}"
+                ));
+            }
             if header_length > 104 && head.len() > 104 {
                 compression_type = head[104];
             }
         }
-        let backing_file_offset = be64(head, 8) as usize;
-        let backing_file_size = be32(head, 16) as usize;
+        let backing_file_offset = be64(head, 8);
+        let backing_file_size = be32(head, 16);
         let backing_file = if backing_file_offset != 0 {
-            let name = head
-                .get(
-                    backing_file_offset
-                        ..backing_file_offset + backing_file_size,
-                )
-                .ok_or_else(|| {
-                    Error::problem(
-                        path,
-                        Problem::Corrupt(
-                            "backing file name outside cluster 0".into(),
-                        ),
-                    )
-                })?;
+            // The spec's limit; QEMU refuses longer names too.
+            if backing_file_size > 1023 {
+                return corrupt(format!(
+                    "backing file name of {backing_file_size} bytes (at \
+                     most 1023)"
+                ));
+            }
+            let name =
+                usize::try_from(backing_file_offset).ok().and_then(|at| {
+                    head.get(at..at.checked_add(backing_file_size as usize)?)
+                });
+            let Some(name) = name else {
+                return corrupt(format!(
+                    "backing file name at {backing_file_offset:#x} \
+                     ({backing_file_size} bytes) outside cluster 0"
+                ));
+            };
             Some(String::from_utf8_lossy(name).into_owned())
         } else {
             None
         };
-        // Header extensions: type, length, data padded to 8 bytes.
+        // Header extensions: type, length, data padded to 8 bytes. Each
+        // takes at least 8 bytes of cluster 0, so the loop is bounded.
         let mut backing_format = None;
         let mut at = header_length.max(72);
-        while version == 3 && at + 8 <= head.len() {
+        while version == 3 && at.saturating_add(8) <= head.len() {
             let (kind, len) = (be32(head, at), be32(head, at + 4) as usize);
             if kind == EXT_END {
                 break;
             }
-            let data = head.get(at + 8..at + 8 + len).ok_or_else(|| {
-                Error::problem(
-                    path,
-                    Problem::Corrupt(
-                        "header extension runs past cluster 0".into(),
-                    ),
-                )
-            })?;
+            let data = head.get(at + 8..).and_then(|d| d.get(..len));
+            let Some(data) = data else {
+                return corrupt(format!(
+                    "header extension {kind:#x} at {at:#x} ({len} bytes) \
+                     runs past cluster 0"
+                ));
+            };
             if kind == EXT_BACKING_FORMAT {
                 backing_format =
                     Some(String::from_utf8_lossy(data).into_owned());
             }
-            at += 8 + len.div_ceil(8) * 8;
+            at = at + 8 + len.next_multiple_of(8);
         }
         Ok(Header {
             version,

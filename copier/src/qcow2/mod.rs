@@ -25,7 +25,7 @@ use std::path::PathBuf;
 
 pub use convert::{ConvertOptions, ConvertStats, convert_to_raw};
 pub use header::Header;
-pub use overlay::create_overlay;
+pub use overlay::{MAX_OVERLAY_SIZE, create_overlay};
 pub use reader::Image;
 
 /// Why an image was refused or could not be read.
@@ -52,6 +52,35 @@ pub enum Problem {
     HasBacking(String),
     /// A table or cluster lies outside the file, or is misaligned.
     Corrupt(String),
+    /// A table or cluster offset that is not a multiple of the cluster
+    /// size.
+    Unaligned {
+        /// What it is (`L1 table`, `L2 table`, `data cluster`).
+        what: &'static str,
+        /// Its offset in the file.
+        offset: u64,
+        /// The alignment it needs.
+        align: u64,
+    },
+    /// A table or cluster that does not lie wholly inside the file.
+    OutsideFile {
+        /// What it is.
+        what: &'static str,
+        /// Its offset in the file.
+        offset: u64,
+        /// Its length.
+        len: u64,
+        /// The file's length.
+        file_len: u64,
+    },
+    /// A virtual size whose L1 table would exceed QEMU's 32 MiB limit at
+    /// this cluster size (or that is past what any qcow2 can map).
+    TooLarge {
+        /// The virtual size asked for or declared.
+        size: u64,
+        /// The cluster size.
+        cluster_size: u64,
+    },
     /// A compressed cluster did not inflate to a cluster.
     Decompress {
         /// Guest offset of the cluster.
@@ -137,6 +166,31 @@ impl fmt::Display for Problem {
                  (qemu-img convert)"
             ),
             Problem::Corrupt(why) => write!(f, "corrupt image: {why}"),
+            Problem::Unaligned {
+                what,
+                offset,
+                align,
+            } => write!(
+                f,
+                "corrupt image: {what} at {offset:#x} is unaligned (not a \
+                 multiple of {align:#x})"
+            ),
+            Problem::OutsideFile {
+                what,
+                offset,
+                len,
+                file_len,
+            } => write!(
+                f,
+                "corrupt image: {what} at {offset:#x} ({len} bytes) lies \
+                 outside the file ({file_len} bytes)"
+            ),
+            Problem::TooLarge { size, cluster_size } => write!(
+                f,
+                "virtual size {size} is too large for {cluster_size}-byte \
+                 clusters: its L1 table would exceed {MAX_L1_ENTRIES} \
+                 entries (32 MiB, QEMU's limit)"
+            ),
             Problem::Decompress { guest_offset, why } => write!(
                 f,
                 "compressed cluster at guest offset {guest_offset:#x}: {why}"
@@ -183,6 +237,25 @@ pub(crate) fn be64(b: &[u8], at: usize) -> u64 {
         a.copy_from_slice(s);
     }
     u64::from_be_bytes(a)
+}
+
+/// QEMU's limit on an L1 table (`QCOW_MAX_L1_SIZE`, 32 MiB) in entries.
+/// It refuses images whose table is larger, so none in use needs more;
+/// it also bounds what opening an image allocates.
+pub const MAX_L1_ENTRIES: u64 = (32 << 20) / 8;
+
+/// The largest virtual size an image with `cluster_bits` can have: a full
+/// L1 table of L2 tables of `cluster_size / 8` entries each.
+pub fn max_virtual_size(cluster_bits: u32) -> u64 {
+    let cs = 1u64 << cluster_bits;
+    MAX_L1_ENTRIES.saturating_mul(cs * (cs / 8))
+}
+
+/// L1 entries a virtual size needs (`None` past [`MAX_L1_ENTRIES`]).
+pub(crate) fn l1_entries_for(size: u64, cluster_bits: u32) -> Option<u64> {
+    let cs = 1u64 << cluster_bits;
+    let n = size.div_ceil(cs * (cs / 8));
+    (n <= MAX_L1_ENTRIES).then_some(n)
 }
 
 /// Bits 9-55 of L1, L2 and refcount-table entries: a host offset.

@@ -25,6 +25,10 @@ const EXT_BACKING_FORMAT: u32 = 0xe279_2aca;
 /// QEMU refuses L1 tables above 32 MiB; so do we.
 const MAX_L1_CLUSTERS: u64 = (32 << 20) / CLUSTER;
 
+/// The largest virtual size of an overlay written here (64 KiB clusters,
+/// a 32 MiB L1 table): 2 PiB. `qemu-img` refuses larger ones too.
+pub const MAX_OVERLAY_SIZE: u64 = (32 << 20) / 8 * (CLUSTER * (CLUSTER / 8));
+
 /// Creates `overlay` (which must not exist), backed by `base` (an
 /// absolute path) of format `base_format`, with `virtual_size` bytes
 /// (rounded up to 512, as qemu-img does). Returns the virtual size
@@ -50,7 +54,18 @@ pub fn create_overlay(
             name.len()
         )));
     }
-    let size = virtual_size.div_ceil(512) * 512;
+    // Checked before rounding: near u64::MAX the rounding would wrap to a
+    // 0-byte disk.
+    if virtual_size > MAX_OVERLAY_SIZE {
+        return Err(Error::problem(
+            overlay,
+            Problem::TooLarge {
+                size: virtual_size,
+                cluster_size: CLUSTER,
+            },
+        ));
+    }
+    let size = virtual_size.next_multiple_of(512);
     let per_l2 = CLUSTER * (CLUSTER / 8);
     let l1_size = size.div_ceil(per_l2);
     let l1_clusters = (l1_size * 8).div_ceil(CLUSTER);

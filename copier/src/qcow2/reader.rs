@@ -1,7 +1,8 @@
 //! Reading a qcow2 image: cluster mapping through L1 and cached L2
 //! tables, plain, zero and compressed clusters.
 //!
-//! The L1 table is read whole at open. L2 tables (one cluster each) are
+//! The L1 table is read at open, as much of it as the virtual size
+//! maps, in bounded pieces. L2 tables (one cluster each) are
 //! read on first use and kept in a cache bounded in bytes: at the default
 //! 1 MiB, 16 tables of a 64 KiB-cluster image map 8 GiB, so a sequential
 //! read touches each table once instead of once per cluster. The last few
@@ -16,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use super::header::{Header, INCOMPAT_COMPRESSION};
-use super::{Error, OFFSET_MASK, Problem, Result, be64};
+use super::{Error, OFFSET_MASK, Problem, Result, be64, l1_entries_for};
 
 /// Where a guest cluster's bytes come from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -68,10 +69,37 @@ impl<V> Lru<V> {
     }
 }
 
+/// Where an image's bytes are: a file, or memory (images built in tests
+/// and fed by the fuzzer).
+enum Source {
+    File(File),
+    Bytes(Vec<u8>),
+}
+
+impl Source {
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        match self {
+            Source::File(f) => f.read_exact_at(buf, offset),
+            Source::Bytes(b) => {
+                let src = usize::try_from(offset)
+                    .ok()
+                    .and_then(|at| b.get(at..at.checked_add(buf.len())?))
+                    .ok_or(io::ErrorKind::UnexpectedEof)?;
+                buf.copy_from_slice(src);
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Tables are read at most this much at a time, so that what a read
+/// allocates never depends on a field alone.
+const TABLE_PIECE: usize = 64 << 10;
+
 /// An open qcow2 image, readable from several threads at once.
 pub struct Image {
     path: PathBuf,
-    file: File,
+    file: Source,
     file_len: u64,
     header: Header,
     l1: Vec<u64>,
@@ -92,7 +120,22 @@ impl Image {
             .metadata()
             .map_err(|e| Error::io(path, "stat", e))?
             .len();
-        let mut head = vec![0u8; 512.min(file_len as usize)];
+        Self::from_source(path, Source::File(file), file_len, l2_cache_bytes)
+    }
+
+    /// Opens an image held in memory; `name` stands for it in errors.
+    pub fn from_bytes(name: &Path, bytes: Vec<u8>) -> Result<Image> {
+        let len = bytes.len() as u64;
+        Self::from_source(name, Source::Bytes(bytes), len, 1 << 20)
+    }
+
+    fn from_source(
+        path: &Path,
+        file: Source,
+        file_len: u64,
+        l2_cache_bytes: u64,
+    ) -> Result<Image> {
+        let mut head = vec![0u8; 512.min(file_len) as usize];
         file.read_exact_at(&mut head, 0)
             .map_err(|e| Error::io(path, "read header", e))?;
         // The header names the cluster size; its extensions may fill the
@@ -110,31 +153,8 @@ impl Image {
             .map_err(|e| Error::io(path, "read header", e))?;
         let header = Header::parse(path, &head)?;
         header.check_readable(path)?;
+        let l1 = read_l1(path, &file, file_len, &header)?;
         let cs = header.cluster_size();
-        let l1_bytes = u64::from(header.l1_size) * 8;
-        let l2_entries = cs / 8;
-        let needed = header.size.div_ceil(cs * l2_entries);
-        if u64::from(header.l1_size) < needed {
-            return Err(Error::problem(
-                path,
-                Problem::Corrupt(format!(
-                    "L1 has {} entries, size needs {needed}",
-                    header.l1_size
-                )),
-            ));
-        }
-        if header.l1_size > 0 && header.l1_table_offset + l1_bytes > file_len {
-            return Err(Error::problem(
-                path,
-                Problem::Corrupt("L1 table past the end of the file".into()),
-            ));
-        }
-        let mut raw = vec![0u8; l1_bytes as usize];
-        file.read_exact_at(&mut raw, header.l1_table_offset)
-            .map_err(|e| Error::io(path, "read L1 table", e))?;
-        let l1 = (0..header.l1_size as usize)
-            .map(|i| be64(&raw, i * 8))
-            .collect();
         let tables = (l2_cache_bytes / cs).max(1) as usize;
         Ok(Image {
             path: path.to_path_buf(),
@@ -180,8 +200,21 @@ impl Image {
         }
     }
 
-    fn corrupt(&self, why: String) -> Error {
-        Error::problem(&self.path, Problem::Corrupt(why))
+    fn problem(&self, p: Problem) -> Error {
+        Error::problem(&self.path, p)
+    }
+
+    /// If the L2 table that would map guest cluster `n` is unallocated,
+    /// the first cluster past the range it would map: every cluster up
+    /// to there reads as zeros, and a walk can skip them in one step.
+    pub(crate) fn unmapped_until(&self, n: u64) -> Option<u64> {
+        let per_l2 = 1u64 << (self.header.cluster_bits - 3);
+        let i = n / per_l2;
+        let unmapped = self
+            .l1
+            .get(usize::try_from(i).ok()?)
+            .is_none_or(|e| e & OFFSET_MASK == 0);
+        unmapped.then(|| (i + 1).saturating_mul(per_l2))
     }
 
     fn l2_table(&self, offset: u64) -> Result<Arc<Vec<u64>>> {
@@ -194,9 +227,20 @@ impl Image {
             return Ok(t);
         }
         let cs = self.cluster_size();
-        if !offset.is_multiple_of(cs) || offset + cs > self.file_len {
-            return Err(self
-                .corrupt(format!("L2 table at {offset:#x} outside the file")));
+        if !offset.is_multiple_of(cs) {
+            return Err(self.problem(Problem::Unaligned {
+                what: "L2 table",
+                offset,
+                align: cs,
+            }));
+        }
+        if offset.checked_add(cs).is_none_or(|end| end > self.file_len) {
+            return Err(self.problem(Problem::OutsideFile {
+                what: "L2 table",
+                offset,
+                len: cs,
+                file_len: self.file_len,
+            }));
         }
         let mut raw = vec![0u8; cs as usize];
         self.file
@@ -215,7 +259,10 @@ impl Image {
     pub(crate) fn map(&self, n: u64) -> Result<Mapping> {
         let bits = self.header.cluster_bits;
         let per_l2 = 1u64 << (bits - 3);
-        let Some(&l1e) = self.l1.get((n / per_l2) as usize) else {
+        let Some(&l1e) = usize::try_from(n / per_l2)
+            .ok()
+            .and_then(|i| self.l1.get(i))
+        else {
             return Ok(Mapping::Unallocated);
         };
         let l2_off = l1e & OFFSET_MASK;
@@ -232,9 +279,12 @@ impl Image {
             let sectors = (e >> x) & ((1u64 << (bits - 8)) - 1);
             let len = (sectors + 1) * 512 - (off % 512);
             if off >= self.file_len {
-                return Err(self.corrupt(format!(
-                    "compressed cluster at {off:#x} outside the file"
-                )));
+                return Err(self.problem(Problem::OutsideFile {
+                    what: "compressed cluster",
+                    offset: off,
+                    len,
+                    file_len: self.file_len,
+                }));
             }
             return Ok(Mapping::Compressed(off, len));
         }
@@ -245,10 +295,22 @@ impl Image {
         if host == 0 {
             return Ok(Mapping::Unallocated);
         }
+        if !host.is_multiple_of(self.cluster_size()) {
+            return Err(self.problem(Problem::Unaligned {
+                what: "data cluster",
+                offset: host,
+                align: self.cluster_size(),
+            }));
+        }
+        // The last cluster may end past EOF (qemu-img does not pad the
+        // file); it must start inside it.
         if host >= self.file_len {
-            return Err(self.corrupt(format!(
-                "data cluster at {host:#x} outside the file"
-            )));
+            return Err(self.problem(Problem::OutsideFile {
+                what: "data cluster",
+                offset: host,
+                len: self.cluster_size(),
+                file_len: self.file_len,
+            }));
         }
         Ok(Mapping::Data(host))
     }
@@ -282,7 +344,7 @@ impl Image {
             return Ok(c);
         }
         let cs = self.cluster_size() as usize;
-        let len = len.min(self.file_len - off) as usize;
+        let len = len.min(self.file_len.saturating_sub(off)) as usize;
         let mut packed = vec![0u8; len];
         self.file
             .read_exact_at(&mut packed, off)
@@ -300,6 +362,11 @@ impl Image {
         if self.header.incompatible & INCOMPAT_COMPRESSION != 0 {
             // zstd: one or more frames until a whole cluster is out.
             let mut d = zstd::stream::read::Decoder::with_buffer(&packed[..])
+                .map_err(|e| fail(format!("zstd: {e}")))?;
+            // A frame may declare a window of up to 2 GiB, which the
+            // decoder would allocate; one cluster never needs more than
+            // its own size (QEMU compresses each cluster alone).
+            d.window_log_max(self.header.cluster_bits.max(10) + 2)
                 .map_err(|e| fail(format!("zstd: {e}")))?;
             d.read_exact(&mut out)
                 .map_err(|e| fail(format!("zstd: {e}")))?;
@@ -335,7 +402,8 @@ impl Image {
         let cs = self.cluster_size();
         let mut done = 0usize;
         while done < buf.len() {
-            let pos = offset + done as u64;
+            // Past u64::MAX is past any virtual size: zeros.
+            let pos = offset.saturating_add(done as u64);
             let n = pos / cs;
             let within = (pos % cs) as usize;
             let take = (cs as usize - within).min(buf.len() - done);
@@ -362,6 +430,71 @@ impl Image {
     pub(crate) fn path(&self) -> &Path {
         &self.path
     }
+}
+
+/// Reads the part of the L1 table the virtual size maps. `l1_size` may
+/// declare more entries (an image shrunk, or a hostile one declaring
+/// four billion over a small file); they could only map guest clusters
+/// past the end of the disk, so they are neither checked nor read.
+fn read_l1(
+    path: &Path,
+    file: &Source,
+    file_len: u64,
+    header: &Header,
+) -> Result<Vec<u64>> {
+    let bad = |p| Err(Error::problem(path, p));
+    let cs = header.cluster_size();
+    let Some(needed) = l1_entries_for(header.size, header.cluster_bits) else {
+        return bad(Problem::TooLarge {
+            size: header.size,
+            cluster_size: cs,
+        });
+    };
+    if u64::from(header.l1_size) < needed {
+        return bad(Problem::Corrupt(format!(
+            "L1 has {} entries, the virtual size {} needs {needed}",
+            header.l1_size, header.size
+        )));
+    }
+    if needed == 0 {
+        return Ok(Vec::new());
+    }
+    let offset = header.l1_table_offset;
+    let bytes = needed * 8;
+    if offset == 0 {
+        return bad(Problem::Corrupt(
+            "L1 table at offset 0, over the header".into(),
+        ));
+    }
+    if !offset.is_multiple_of(cs) {
+        return bad(Problem::Unaligned {
+            what: "L1 table",
+            offset,
+            align: cs,
+        });
+    }
+    if offset.checked_add(bytes).is_none_or(|end| end > file_len) {
+        return bad(Problem::OutsideFile {
+            what: "L1 table",
+            offset,
+            len: bytes,
+            file_len,
+        });
+    }
+    // Within the file and at most MAX_L1_ENTRIES: the allocation is
+    // bounded by both.
+    let mut l1 = Vec::with_capacity(needed as usize);
+    let mut piece = vec![0u8; TABLE_PIECE.min(bytes as usize)];
+    let mut at = 0u64;
+    while at < bytes {
+        let n = piece.len().min((bytes - at) as usize);
+        let buf = &mut piece[..n];
+        file.read_exact_at(buf, offset + at)
+            .map_err(|e| Error::io(path, "read L1 table", e))?;
+        l1.extend(buf.chunks_exact(8).map(|c| be64(c, 0)));
+        at += n as u64;
+    }
+    Ok(l1)
 }
 
 impl std::fmt::Debug for Image {

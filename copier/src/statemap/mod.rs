@@ -28,7 +28,7 @@ mod summary;
 mod write;
 
 pub use parse::{
-    Datum, Event, Metadata, ParseError, ParseProblem, Statemap, parse,
+    Datum, Event, MAX_TIME, Metadata, ParseError, ParseProblem, Statemap, parse,
 };
 pub use render::{RenderOptions, render_svg};
 pub use summary::{EntitySummary, Summary};

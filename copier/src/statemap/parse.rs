@@ -92,7 +92,12 @@ fn natural_key(s: &str) -> (bool, Vec<(String, u64)>) {
     let mut num: Option<u64> = None;
     for c in s.chars() {
         if let Some(d) = c.to_digit(10) {
-            num = Some(num.unwrap_or(0).saturating_mul(10) + u64::from(d));
+            // Names come from the file: a long run of digits saturates.
+            num = Some(
+                num.unwrap_or(0)
+                    .saturating_mul(10)
+                    .saturating_add(u64::from(d)),
+            );
         } else {
             if let Some(n) = num.take() {
                 parts.push((std::mem::take(&mut text), n));
@@ -103,6 +108,11 @@ fn natural_key(s: &str) -> (bool, Vec<(String, u64)>) {
     parts.push((text, num.unwrap_or(0)));
     (s != "walker", parts)
 }
+
+/// The latest time a statemap may hold, in nanoseconds after its start:
+/// DTrace's `hrtime_t` is signed 64-bit, so no tracer writes later ones,
+/// and the headroom keeps sums of spans and axis ticks from wrapping.
+pub const MAX_TIME: u64 = i64::MAX as u64;
 
 /// What is wrong with a statemap stream.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -118,6 +128,8 @@ pub enum ParseProblem {
     Unrecognized(String),
     /// A datum's state is not a declared state value.
     UnknownState(u64),
+    /// A time past [`MAX_TIME`].
+    TimeTooLarge(u64),
     /// A datum's time is earlier than the entity's previous one.
     TimeBackwards {
         /// The entity.
@@ -148,6 +160,10 @@ impl fmt::Display for ParseError {
             ParseProblem::Unrecognized(e) => {
                 write!(f, "unrecognized object: {e}")
             }
+            ParseProblem::TimeTooLarge(t) => write!(
+                f,
+                "time {t} is past {MAX_TIME} ns (292 years after the start)"
+            ),
             ParseProblem::UnknownState(s) => {
                 write!(f, "state {s} is not declared in the metadata")
             }
@@ -233,8 +249,7 @@ pub fn parse(mut input: impl Read) -> Result<Statemap, ParseError> {
         if obj.contains_key("state") && obj.contains_key("entity") {
             let entity = string(&obj, "entity")
                 .map_err(|e| err(ParseProblem::Unrecognized(e)))?;
-            let time =
-                time(&obj).map_err(|e| err(ParseProblem::Unrecognized(e)))?;
+            let time = time(&obj).map_err(err)?;
             let state =
                 obj.get("state").and_then(Value::as_u64).ok_or_else(|| {
                     err(ParseProblem::Unrecognized(
@@ -261,8 +276,7 @@ pub fn parse(mut input: impl Read) -> Result<Statemap, ParseError> {
             });
         } else if obj.contains_key("event") {
             map.events.push(Event {
-                time: time(&obj)
-                    .map_err(|e| err(ParseProblem::Unrecognized(e)))?,
+                time: time(&obj).map_err(err)?,
                 entity: string(&obj, "entity")
                     .map_err(|e| err(ParseProblem::Unrecognized(e)))?,
                 event: string(&obj, "event")
@@ -303,16 +317,23 @@ fn string(obj: &Map<String, Value>, key: &str) -> Result<String, String> {
     }
 }
 
-fn time(obj: &Map<String, Value>) -> Result<u64, String> {
-    match obj.get("time") {
-        Some(Value::String(s)) => {
-            s.parse().map_err(|_| format!("time {s:?} is not a number"))
-        }
-        Some(Value::Number(n)) => n
-            .as_u64()
-            .ok_or_else(|| format!("time {n} is not a whole number")),
-        _ => Err("time missing".into()),
+fn time(obj: &Map<String, Value>) -> Result<u64, ParseProblem> {
+    let bad = |why: String| Err(ParseProblem::Unrecognized(why));
+    let t = match obj.get("time") {
+        Some(Value::String(s)) => match s.parse() {
+            Ok(t) => t,
+            Err(_) => return bad(format!("time {s:?} is not a number")),
+        },
+        Some(Value::Number(n)) => match n.as_u64() {
+            Some(t) => t,
+            None => return bad(format!("time {n} is not a whole number")),
+        },
+        _ => return bad("time missing".into()),
+    };
+    if t > MAX_TIME {
+        return Err(ParseProblem::TimeTooLarge(t));
     }
+    Ok(t)
 }
 
 fn metadata(obj: &Map<String, Value>) -> Result<Metadata, String> {

@@ -46,7 +46,7 @@ pub fn render_svg(
         .filter_map(|(_, s)| s.first().map(|i| i.0))
         .min()
         .unwrap_or(0);
-    let t_max = map.end().max(t_min + 1);
+    let t_max = map.end().max(t_min.saturating_add(1));
     let n = rows.len().max(1);
     // Rows shrink as entities grow: 28 px for a few, 10 px for 64.
     let row_h = (640.0 / n as f64).clamp(8.0, 28.0);
@@ -54,7 +54,7 @@ pub fn render_svg(
     let plot_h = row_h * n as f64;
     let legend_rows = map.meta.states.len().div_ceil(4);
     let height = top + plot_h + 40.0 + 22.0 * legend_rows as f64 + 10.0;
-    let scale = plot_w / (t_max - t_min) as f64;
+    let scale = plot_w / (t_max - t_min).max(1) as f64;
     let x0 = opts.label_width;
 
     let mut s = String::new();
@@ -127,7 +127,7 @@ pub fn render_svg(
             });
             p.1 += w;
             if let Some(slot) = p.2.get_mut(st as usize) {
-                *slot += t1 - t0;
+                *slot = slot.saturating_add(t1 - t0);
             }
             if p.1 >= opts.min_rect
                 && let Some((px, pw, time_in)) = pending.take()
@@ -152,8 +152,8 @@ pub fn render_svg(
     );
     let span = t_max - t_min;
     let step = nice_step(span / 8);
-    let mut t = 0;
-    while t <= span {
+    let mut t = 0u64;
+    loop {
         let x = x0 + t as f64 * scale;
         let _ = writeln!(
             s,
@@ -164,7 +164,11 @@ pub fn render_svg(
             axis_y + 18.0,
             fmt_ns(t)
         );
-        t += step;
+        // The last tick may be the last one u64 can count to.
+        match t.checked_add(step) {
+            Some(next) if next <= span => t = next,
+            _ => break,
+        }
     }
     // Legend, four states to a row.
     let legend_y = axis_y + 36.0;

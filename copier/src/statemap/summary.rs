@@ -99,15 +99,18 @@ impl Summary {
                 span: 0,
                 time_in: vec![0; n],
             };
+            // Sums saturate: a map built by hand (not parsed) may hold
+            // times up to u64::MAX, and the totals over entities can pass
+            // it even for parsed ones.
             for (t0, t1, s) in spans {
                 if let Some(slot) = e.time_in.get_mut(s as usize) {
-                    *slot += t1 - t0;
+                    *slot = slot.saturating_add(t1 - t0);
                 }
-                e.span += t1 - t0;
+                e.span = e.span.saturating_add(t1 - t0);
             }
-            all.span += e.span;
+            all.span = all.span.saturating_add(e.span);
             for (a, b) in all.time_in.iter_mut().zip(&e.time_in) {
-                *a += b;
+                *a = a.saturating_add(*b);
             }
             entities.push(e);
         }
@@ -119,14 +122,13 @@ impl Summary {
             if any_worker && !e.name.starts_with("worker") {
                 continue;
             }
-            span += e.span;
-            busy += e
+            span = span.saturating_add(e.span);
+            busy = e
                 .time_in
                 .iter()
                 .zip(&idle_states)
                 .filter(|(_, idle)| !**idle)
-                .map(|(t, _)| t)
-                .sum::<u64>();
+                .fold(busy, |b, (t, _)| b.saturating_add(*t));
         }
         let utilization = if span == 0 {
             0.0
