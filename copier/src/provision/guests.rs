@@ -189,6 +189,9 @@ pub fn provision(
     {
         return Err(ProvisionError::SizeTooLarge(s));
     }
+    // Set directly by a caller rather than read from a file, the
+    // tunables may never have been checked; a buffer is sized from them.
+    opts.tunables.validate()?;
     let kind = detect(image)?;
     fs::create_dir_all(&opts.cache)
         .map_err(|e| Error::io(Op::Mkdir, &opts.cache, e))?;
@@ -390,6 +393,10 @@ mod test {
         let e = provision(&image, &o, &mut |_| {}).unwrap_err();
         assert!(matches!(e, ProvisionError::SizeTooLarge(u64::MAX)), "{e}");
         assert!(e.to_string().contains("2 PiB"), "{e}");
+        let mut o = opts(d.path());
+        o.tunables.copy_bufsize = usize::MAX;
+        let e = provision(&image, &o, &mut |_| {}).unwrap_err();
+        assert!(e.to_string().contains("COPY_BUFSIZE"), "{e}");
         assert!(!d.path().join("cache").exists());
     }
 

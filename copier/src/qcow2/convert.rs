@@ -115,7 +115,15 @@ fn convert_range(
     let cs = img.cluster_size();
     let size = img.virtual_size();
     let mut st = ConvertStats::default();
-    let mut buf = vec![0u8; RUN_BYTES.max(cs) as usize];
+    // A run never spans more than the range: small images, or many
+    // threads, need no 4 MiB buffer each.
+    let mut buf = vec![
+        0u8;
+        RUN_BYTES
+            .max(cs)
+            .min((end - start).max(1).saturating_mul(cs))
+            as usize
+    ];
     // The current run: first guest cluster, first host offset, clusters.
     let mut run: Option<(u64, u64, u64)> = None;
     let mut n = start;

@@ -50,10 +50,14 @@ impl<V> Lru<V> {
 
     fn get(&mut self, k: u64) -> Option<Arc<V>> {
         let v = self.map.get(&k).cloned()?;
-        if let Some(i) = self.order.iter().position(|&x| x == k) {
-            self.order.remove(i);
+        // Sequential reads ask for the same table cluster after cluster:
+        // the most recent needs no reordering, and no scan.
+        if self.order.back() != Some(&k) {
+            if let Some(i) = self.order.iter().position(|&x| x == k) {
+                self.order.remove(i);
+            }
+            self.order.push_back(k);
         }
-        self.order.push_back(k);
         Some(v)
     }
 

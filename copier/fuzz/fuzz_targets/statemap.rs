@@ -1,0 +1,17 @@
+//! Statemap streams: parse, then summarize and draw what parses.
+
+#![no_main]
+
+use copier::statemap::{self, RenderOptions, Summary};
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(map) = statemap::parse(data) else {
+        return;
+    };
+    let _ = map.entities();
+    let summary = Summary::of(&map);
+    let _ = summary.to_string();
+    statemap::render_svg(&map, &RenderOptions::default(), std::io::sink())
+        .expect("rendering to a sink");
+});
