@@ -270,11 +270,13 @@ fn install_applies_every_rule_baseline_layers_and_host_files() {
         let v: serde_json::Value = serde_json::from_str(l).unwrap();
         assert!(v["argv"].as_str().unwrap().contains("install"));
     }
-    // A second install of an installed zonepath is refused; uninstall
-    // removes the root; uninstalling again needs -F.
+    // A second install of an installed zonepath is refused, the root
+    // kept; uninstall removes the root and zinstall's files; uninstalling
+    // again finds nothing to lose; a root zinstall did not make needs -F.
     let o = zinstall(&w, &[]);
     assert_eq!(o.status.code(), Some(1));
     assert!(text(&o).contains("already installed"), "{}", text(&o));
+    assert!(root.join("opt/app/v2").exists());
     let un = |force: bool| {
         let mut c = Command::new(env!("CARGO_BIN_EXE_zinstall"));
         c.args(["uninstall", "--log"])
@@ -289,10 +291,15 @@ fn install_applies_every_rule_baseline_layers_and_host_files() {
     let o = un(false);
     assert!(o.status.success(), "{}", text(&o));
     assert!(!root.exists());
+    assert_eq!(fs::read_dir(&w.zonepath).unwrap().count(), 0);
+    assert!(un(false).status.success());
+    write(&root.join("data"), b"not zinstall's");
     let o = un(false);
     assert_eq!(o.status.code(), Some(1));
-    assert!(text(&o).contains("use -F"), "{}", text(&o));
+    assert!(text(&o).contains("zinstall uninstall -F"), "{}", text(&o));
+    assert!(root.join("data").exists());
     assert!(un(true).status.success());
+    assert!(!root.exists());
 }
 
 #[test]
@@ -390,14 +397,17 @@ fn hook_statuses_for_every_subcommand() {
     assert_eq!(code(&["poststatechange", "4", "4"]), Some(0));
     assert_eq!(code(&["prestatechange", "1", "1"]), Some(253));
     assert_eq!(code(&["sysboot"]), Some(0));
-    assert_eq!(code(&["attach"]), Some(254));
-    assert_eq!(code(&["detach"]), Some(254));
-    assert_eq!(code(&["clone", "z0"]), Some(254));
+    // Not hooks of this brand (zoneadm's built-ins apply).
+    assert_eq!(code(&["detach"]), Some(253));
+    assert_eq!(code(&["clone", "z0"]), Some(253));
+    // Nothing to attach.
+    assert_eq!(code(&["attach"]), Some(255));
     assert_eq!(code(&["bogus"]), Some(253));
     assert_eq!(code(&["uninstall", "-Q"]), Some(253));
-    // Uninstall of a zonepath that is not ours: refused, 254.
-    assert_eq!(code(&["uninstall"]), Some(254));
+    // Uninstall of a zonepath with nothing in it: nothing to lose.
+    assert_eq!(code(&["uninstall"]), Some(0));
     assert_eq!(code(&["install"]), Some(0));
+    assert_eq!(code(&["attach"]), Some(0));
     assert_eq!(code(&["uninstall", "-F"]), Some(0));
     // A bad profile fails before the root: 254, never 1.
     fs::write(&w.profile, "nonsense = 1\n").unwrap();
@@ -443,9 +453,15 @@ fn a_second_install_fails_at_once_naming_the_holder() {
         out.contains(&format!("held by pid {}", std::process::id())),
         "{out}"
     );
+    // Another process holds it: never 254, which would have zoneadm
+    // clean the root that process is writing.
     let o = hook(&w, &["uninstall", "-F"]);
-    assert_eq!(o.status.code(), Some(254), "{}", text(&o));
+    assert_eq!(o.status.code(), Some(255), "{}", text(&o));
+    let o = hook(&w, &["install"]);
+    assert_eq!(o.status.code(), Some(255), "{}", text(&o));
     f.unlock().unwrap();
+    drop(f);
+    fs::remove_file(&lock_path).unwrap();
     assert!(zinstall(&w, &[]).status.success());
 }
 
