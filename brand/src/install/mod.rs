@@ -759,6 +759,16 @@ pub fn uninstall(
 ) -> Result<(), InstallError> {
     let log = log.new(o!("zonepath" => zonepath.display().to_string()));
     info!(log, "uninstall"; "foreign" => foreign);
+    if !zonepath.exists() {
+        info_line(
+            say,
+            &format!(
+                "{} does not exist: nothing to remove",
+                zonepath.display()
+            ),
+        );
+        return Ok(());
+    }
     let lock = ZoneLock::take(zonepath).map_err(InstallError::refused)?;
     let root = zonepath.join("root");
     let r = (|| {
