@@ -2,23 +2,32 @@
 //!
 //! zoneadm, zoneadmd and zonecfg run it (through config.xml) for each
 //! hook. Arguments arrive re-split by `/bin/sh`, so no argument holds a
-//! space. Exit statuses follow `ZONE_SUBPROC_*`: 0 success, 253 bad usage,
-//! 254 did not complete (nothing to recover: zoneadm cleans up and the
-//! install can be retried), 255 failed (recovery needed). 1, what a Rust
-//! `main` returning an error gives, is never used: zoneadm would read it
-//! as fatal without saying so.
+//! space; they are OS strings, never assumed UTF-8. Exit statuses follow
+//! `ZONE_SUBPROC_*`, each chosen by what zoneadm then does (zinstall(7)
+//! has the table): 0 success; 253 bad usage; 254 only when zoneadm may
+//! clean the zonepath (`cleanup_zonepath()` removes `ZONEPATH/root`)
+//! because nothing in it is worth keeping; 255 for every other failure,
+//! which leaves the zone incomplete and removes nothing. 1, what a Rust
+//! `main` returning an error gives, is never used, and a panic exits 255
+//! (see `bin/brand.rs`).
 //!
 //! | verb | what it does |
 //! |---|---|
 //! | `install [-x nodataset] [IMAGE...]` | lays out `ZONEPATH/root` from the profile (see `install`) |
-//! | `uninstall [-F]` | removes the root without following symlinks |
+//! | `uninstall [-F] [-x foreign]` | removes a root zinstall made (the marker says so), or one with nothing in it; `-x foreign` also one it did not make; `-F` is zoneadm's and means nothing more |
+//! | `attach [ARG...]` | checks the root against the profile; adopts an unmarked root that matches |
 //! | `verify_cfg XMLFILE` | checks the zone's configuration: exclusive IP, our brand |
 //! | `verify_adm SUBCMD ...` | 0; zoneadm asks before nearly every subcommand |
-//! | `query QUERY` | `datasets`: none (prints nothing); unknown: nothing |
-//! | `prestatechange`/`poststatechange STATE CMD [ALTROOT]` | checks the numbers, logs |
+//! | `query ...` | prints nothing, 0, whatever the query (no implicit datasets) |
+//! | `prestatechange`/`poststatechange STATE CMD [ALTROOT]` | checks the numbers |
 //! | `sysboot` | nothing to do at system boot |
-//! | `attach`, `detach`, `clone` | not supported: 254, nothing changed |
+//!
+//! detach and clone are not hooks of this brand: zoneadm's built-in
+//! detach (a manifest, files untouched) and clone (a ZFS clone of the
+//! zonepath's dataset, or a copy of the zonepath) carry the zonepath's
+//! marker along, which is all zinstall needs.
 
+use std::ffi::{OsStr, OsString};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -34,20 +43,31 @@ pub const NOTCOMPLETE: u8 = 254;
 /// `ZONE_SUBPROC_FATAL`.
 pub const FATAL: u8 = 255;
 
+/// Deepest element nesting `verify_cfg` reads; zonecfg's documents are
+/// four deep.
+pub const MAX_XML_DEPTH: usize = 64;
+/// Largest configuration `verify_cfg` reads.
+pub const MAX_XML_BYTES: u64 = 16 << 20;
+
 const USAGE_TEXT: &str = "\
 usage: brand -z ZONE -R ZONEPATH install [-x nodataset] [IMAGE...]
-       brand -z ZONE -R ZONEPATH uninstall [-F]
+       brand -z ZONE -R ZONEPATH uninstall [-F] [-x foreign]
+       brand -z ZONE -R ZONEPATH attach [ARG...]
        brand -z ZONE -R ZONEPATH verify_adm SUBCOMMAND [ARG...]
-       brand -z ZONE -R ZONEPATH query QUERY
+       brand -z ZONE -R ZONEPATH query [ARG...]
        brand -z ZONE -R ZONEPATH prestatechange|poststatechange STATE CMD [ALTROOT]
-       brand -z ZONE -R ZONEPATH sysboot|attach|detach|clone [ARG...]
+       brand -z ZONE -R ZONEPATH sysboot
        brand verify_cfg XMLFILE
 environment: ZINSTALL_PROFILE (default /etc/zinstall/profile.toml),
              ZINSTALL_DEFAULTS (default /etc/default/zinstall)";
 
 fn usage(why: &str) -> u8 {
     let mut e = std::io::stderr();
-    let _ = writeln!(e, "zinstall brand: {why}\n{USAGE_TEXT}");
+    let _ = writeln!(
+        e,
+        "zinstall brand: {}\n{USAGE_TEXT}",
+        crate::output::escape(why)
+    );
     USAGE
 }
 
@@ -59,20 +79,25 @@ fn fail(msg: impl std::fmt::Display) {
     );
 }
 
+fn lossy(s: &OsStr) -> String {
+    s.to_string_lossy().into_owned()
+}
+
 /// Runs the hook with `args` (without the program name); returns the
 /// exit status.
-pub fn main(args: &[String]) -> u8 {
-    let mut zone: Option<String> = None;
+pub fn main(args: &[OsString]) -> u8 {
+    let mut zone: Option<OsString> = None;
     let mut zonepath: Option<PathBuf> = None;
     let mut i = 0;
     // Global options stop at the first word that is not one (the verb).
     while i < args.len() {
-        match args[i].as_str() {
-            "-z" | "-R" if i + 1 >= args.len() => {
-                return usage(&format!("{} needs a value", args[i]));
+        let opt = args[i].to_str();
+        match opt {
+            Some("-z" | "-R") if i + 1 >= args.len() => {
+                return usage(&format!("{} needs a value", lossy(&args[i])));
             }
-            "-z" => zone = Some(args[i + 1].clone()),
-            "-R" => zonepath = Some(PathBuf::from(&args[i + 1])),
+            Some("-z") => zone = Some(args[i + 1].clone()),
+            Some("-R") => zonepath = Some(PathBuf::from(&args[i + 1])),
             _ => break,
         }
         i += 2;
@@ -81,47 +106,74 @@ pub fn main(args: &[String]) -> u8 {
         return usage("no subcommand");
     };
     let rest = &args[i + 1..];
-    if verb == "verify_cfg" {
-        return match rest {
-            [xml] => verify_cfg(Path::new(xml)),
-            _ => usage("verify_cfg takes one XML file"),
-        };
+    let Some(verb) = verb.to_str() else {
+        return usage(&format!("unknown subcommand {:?}", lossy(verb)));
+    };
+    match verb {
+        "verify_cfg" => {
+            return match rest {
+                [xml] => verify_cfg(Path::new(xml)),
+                _ => usage("verify_cfg takes one XML file"),
+            };
+        }
+        // zoneadmd asks `query datasets` when it makes the zone; the DTD
+        // asks a brand to print nothing and succeed for a query it does
+        // not know, whatever its arguments. No datasets are delegated
+        // implicitly, and no zone or zonepath is needed to say so.
+        "query" => return OK,
+        _ => {}
     }
     let (Some(zone), Some(zonepath)) = (zone, zonepath) else {
         return usage(&format!("{verb} needs -z ZONE and -R ZONEPATH"));
     };
-    match verb.as_str() {
+    let zone = lossy(&zone);
+    let strs: Option<Vec<&str>> = rest.iter().map(|a| a.to_str()).collect();
+    match verb {
         "install" => cmd_install(&zone, &zonepath, rest, args),
-        "uninstall" => match rest {
-            [] => cmd_uninstall(&zonepath, false, args),
-            [f] if f == "-F" => cmd_uninstall(&zonepath, true, args),
-            _ => usage("uninstall takes only -F"),
-        },
+        "uninstall" => {
+            let mut foreign = false;
+            let mut j = 0;
+            while j < rest.len() {
+                match rest[j].to_str() {
+                    // zoneadm's own: it asked, or was told not to ask.
+                    Some("-F") => {}
+                    Some("-x")
+                        if rest.get(j + 1).is_some_and(|a| a == "foreign") =>
+                    {
+                        foreign = true;
+                        j += 1;
+                    }
+                    _ => {
+                        return usage(&format!(
+                            "uninstall takes only -F and -x foreign, not {:?}",
+                            lossy(&rest[j])
+                        ));
+                    }
+                }
+                j += 1;
+            }
+            cmd_uninstall(&zonepath, foreign, args)
+        }
+        "attach" => cmd_attach(&zonepath, rest, args),
         // zoneadm asks before nearly every subcommand; saying no to one
         // we do not know would break it.
         "verify_adm" => OK,
-        "query" => match rest {
-            // No datasets are delegated implicitly: print nothing, which
-            // zoneadmd reads as an empty list.
-            [_] => OK,
-            _ => usage("query takes one query"),
+        "prestatechange" | "poststatechange" => match strs {
+            Some(s) => statechange(&s),
+            None => usage("statechange takes STATE CMD [ALTROOT]"),
         },
-        "prestatechange" | "poststatechange" => statechange(rest),
         "sysboot" => OK,
-        "attach" | "detach" | "clone" => {
-            fail(format!(
-                "{verb} is not supported by the zinstall brand; install the \
-                 zone instead (nothing was changed)"
-            ));
-            NOTCOMPLETE
-        }
+        "detach" | "clone" => usage(&format!(
+            "{verb} is not a hook of the zinstall brand: zoneadm's built-in \
+             {verb} applies (config.xml declares none)"
+        )),
         other => usage(&format!("unknown subcommand {other:?}")),
     }
 }
 
 /// `STATE CMD [ALTROOT]`: states 2 to 7, commands ready (0), boot (1) or
 /// halt (4), the only ones zoneadmd passes.
-fn statechange(rest: &[String]) -> u8 {
+fn statechange(rest: &[&str]) -> u8 {
     let (state, cmd) = match rest {
         [s, c] | [s, c, _] => (s.parse::<u32>(), c.parse::<u32>()),
         _ => return usage("statechange takes STATE CMD [ALTROOT]"),
@@ -138,23 +190,54 @@ fn profile_path() -> PathBuf {
         .map_or_else(|| PathBuf::from(profile::DEFAULT_PATH), PathBuf::from)
 }
 
+/// The structured log, as `install::log::open` makes it, except that a
+/// record that cannot be written (a full disk, `/dev/full`) is dropped:
+/// the log never decides the hook's exit status.
+fn open_log(path: &Path, argv: &[OsString]) -> (slog::Logger, Option<String>) {
+    use slog::Drain;
+    let argv: Vec<String> = argv.iter().map(|a| lossy(a)).collect();
+    match std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+    {
+        Ok(f) => {
+            let drain = slog_json::Json::new(f)
+                .set_newlines(true)
+                .add_default_keys()
+                .build();
+            let drain = std::sync::Mutex::new(drain).ignore_res();
+            let log = slog::Logger::root(
+                drain,
+                slog::o!("pid" => std::process::id(), "argv" => argv.join(" ")),
+            );
+            (log, None)
+        }
+        Err(e) => (
+            slog::Logger::root(slog::Discard, slog::o!()),
+            Some(format!("log {} not written: {e}", path.display())),
+        ),
+    }
+}
+
 fn cmd_install(
     zone: &str,
     zonepath: &Path,
-    rest: &[String],
-    argv: &[String],
+    rest: &[OsString],
+    argv: &[OsString],
 ) -> u8 {
     let mut images = Vec::new();
     let mut j = 0;
     while j < rest.len() {
-        match rest[j].as_str() {
-            "-?" => return usage("help"),
+        let a = &rest[j];
+        match a.to_str() {
+            Some("-?") => return usage("help"),
             // zoneadm passes -x through; there is no dataset to skip here.
-            "-x" if j + 1 < rest.len() => j += 1,
-            s if s.starts_with('-') => {
-                return usage(&format!("unknown install option {s}"));
+            Some("-x") if j + 1 < rest.len() => j += 1,
+            _ if a.as_encoded_bytes().starts_with(b"-") => {
+                return usage(&format!("unknown install option {}", lossy(a)));
             }
-            s => images.push(PathBuf::from(s)),
+            _ => images.push(PathBuf::from(a)),
         }
         j += 1;
     }
@@ -163,25 +246,26 @@ fn cmd_install(
             "zonepath {} does not exist (zoneadm makes it before install)",
             zonepath.display()
         ));
+        // Nothing there to clean: zoneadm's cleanup finds no zonepath.
         return NOTCOMPLETE;
     }
     let profile = match Profile::load(&profile_path()) {
         Ok(p) => p,
         Err(e) => {
             fail(e);
-            return NOTCOMPLETE;
+            return before_root(zonepath);
         }
     };
     let tunables = match TunableArgs::default().resolve() {
         Ok(t) => t,
         Err(e) => {
             fail(e);
-            return NOTCOMPLETE;
+            return before_root(zonepath);
         }
     };
-    let (log, warning) = install::log::open(&profile.log, argv);
+    let (log, warning) = open_log(&profile.log, argv);
     if let Some(w) = warning {
-        println!("INFO: zinstall: note: {w}");
+        println!("INFO: zinstall: note: {}", crate::output::escape(&w));
     }
     let mut say = |line: &str| println!("{}", crate::output::escape(line));
     let mut job = Install {
@@ -202,13 +286,28 @@ fn cmd_install(
     }
 }
 
-fn cmd_uninstall(zonepath: &Path, force: bool, argv: &[String]) -> u8 {
+/// The status of a failure before anything was looked at: 254 if the
+/// zonepath holds nothing to keep, else 255 (with why).
+fn before_root(zonepath: &Path) -> u8 {
+    match install::disposable(zonepath) {
+        Ok(()) => NOTCOMPLETE,
+        Err(why) => {
+            fail(format!(
+                "{why}, so zoneadm is not told to clean the zonepath (nothing \
+                 was changed)"
+            ));
+            FATAL
+        }
+    }
+}
+
+fn cmd_uninstall(zonepath: &Path, foreign: bool, argv: &[OsString]) -> u8 {
     let log_path = Profile::load(&profile_path())
         .map(|p| p.log)
         .unwrap_or_else(|_| "/var/log/zinstall.log".into());
-    let (log, _) = install::log::open(&log_path, argv);
+    let (log, _) = open_log(&log_path, argv);
     let mut say = |line: &str| println!("{}", crate::output::escape(line));
-    match install::uninstall(zonepath, force, &log, &mut say) {
+    match install::uninstall(zonepath, foreign, &log, &mut say) {
         Ok(()) => OK,
         Err(e) => {
             fail(&e);
@@ -217,17 +316,51 @@ fn cmd_uninstall(zonepath: &Path, force: bool, argv: &[String]) -> u8 {
     }
 }
 
+/// `attach [-n MANIFEST] [-u] [ARG...]`. zoneadm runs it without `-F`
+/// (a forced attach skips the hook); a dry run (`-n`) passes `-` as the
+/// zonepath and has no root to check. Any failure leaves the zone
+/// configured and nothing changed.
+fn cmd_attach(zonepath: &Path, rest: &[OsString], argv: &[OsString]) -> u8 {
+    if zonepath == Path::new("-") || rest.iter().any(|a| a == "-n") {
+        return OK;
+    }
+    let profile = match Profile::load(&profile_path()) {
+        Ok(p) => p,
+        Err(e) => {
+            fail(e);
+            return FATAL;
+        }
+    };
+    let (log, _) = open_log(&profile.log, argv);
+    let mut say = |line: &str| println!("{}", crate::output::escape(line));
+    match install::attach(zonepath, &profile, &log, &mut say) {
+        Ok(()) => OK,
+        Err(e) => {
+            fail(&e);
+            FATAL
+        }
+    }
+}
+
 /// Checks the configuration zonecfg hands over: the zone must be of
 /// this brand and have an exclusive IP stack (the brand's platform gives
 /// it its own network devices only).
 fn verify_cfg(xml: &Path) -> u8 {
-    let text = match std::fs::read_to_string(xml) {
-        Ok(t) => t,
-        Err(e) => {
-            fail(format!("verify_cfg: read {}: {e}", xml.display()));
-            return FATAL;
-        }
-    };
+    use std::io::Read;
+    let mut text = String::new();
+    let read = std::fs::File::open(xml)
+        .and_then(|f| f.take(MAX_XML_BYTES + 1).read_to_string(&mut text));
+    if let Err(e) = read {
+        fail(format!("verify_cfg: read {}: {e}", xml.display()));
+        return FATAL;
+    }
+    if text.len() as u64 > MAX_XML_BYTES {
+        fail(format!(
+            "verify_cfg {}: larger than {MAX_XML_BYTES} bytes",
+            xml.display()
+        ));
+        return FATAL;
+    }
     match check_config(&text) {
         Ok(()) => OK,
         Err(why) => {
@@ -239,6 +372,14 @@ fn verify_cfg(xml: &Path) -> u8 {
 
 /// The checks of `verify_cfg` on a configuration document.
 pub fn check_config(text: &str) -> Result<(), String> {
+    // Bounded before a parser recurses over it.
+    let depth = nesting(text);
+    if depth > MAX_XML_DEPTH {
+        return Err(format!(
+            "elements nested {depth} deep; a zone configuration is at most \
+             {MAX_XML_DEPTH}"
+        ));
+    }
     let opts = roxmltree::ParsingOptions {
         allow_dtd: true,
         ..Default::default()
@@ -279,6 +420,73 @@ pub fn check_config(text: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// How deep elements nest, by a scan that never recurses: `<name`
+/// opens (unless it ends `/>`), `</` closes; declarations, comments,
+/// processing instructions and CDATA open nothing. Quoted attribute
+/// values are skipped. It may overcount on malformed text, which the
+/// parser refuses anyway.
+fn nesting(text: &str) -> usize {
+    let b = text.as_bytes();
+    let (mut depth, mut max, mut i) = (0usize, 0usize, 0usize);
+    let skip_to = |from: usize, pat: &[u8]| -> usize {
+        b[from..]
+            .windows(pat.len())
+            .position(|w| w == pat)
+            .map_or(b.len(), |p| from + p + pat.len())
+    };
+    while i < b.len() {
+        if b[i] != b'<' {
+            i += 1;
+            continue;
+        }
+        let rest = &b[i..];
+        if rest.starts_with(b"<!--") {
+            i = skip_to(i + 4, b"-->");
+        } else if rest.starts_with(b"<![CDATA[") {
+            i = skip_to(i + 9, b"]]>");
+        } else if rest.starts_with(b"<?") {
+            i = skip_to(i + 2, b"?>");
+        } else if rest.starts_with(b"<!") {
+            // A DOCTYPE's internal subset holds '>' of its own: count
+            // brackets, not nesting.
+            let mut j = i + 2;
+            let mut brackets = 0i64;
+            while j < b.len() {
+                match b[j] {
+                    b'[' => brackets += 1,
+                    b']' => brackets -= 1,
+                    b'>' if brackets <= 0 => break,
+                    _ => {}
+                }
+                j += 1;
+            }
+            i = j + 1;
+        } else if rest.starts_with(b"</") {
+            depth = depth.saturating_sub(1);
+            i = skip_to(i + 2, b">");
+        } else {
+            let mut j = i + 1;
+            let mut quote: Option<u8> = None;
+            while j < b.len() {
+                match (quote, b[j]) {
+                    (Some(q), c) if c == q => quote = None,
+                    (Some(_), _) => {}
+                    (None, b'"' | b'\'') => quote = Some(b[j]),
+                    (None, b'>') => break,
+                    _ => {}
+                }
+                j += 1;
+            }
+            if !(j > i + 1 && j < b.len() && b[j - 1] == b'/') {
+                depth += 1;
+                max = max.max(depth);
+            }
+            i = j + 1;
+        }
+    }
+    max
+}
+
 #[cfg(test)]
 mod test {
     use super::*;
@@ -299,12 +507,16 @@ mod test {
         let nolink = ok.replace(" physical=\"z1net0\"", "");
         assert!(check_config(&nolink).is_err());
         assert!(check_config("<zone").is_err());
+        let deep = format!("{}{}", "<a>".repeat(20_000), "</a>".repeat(20_000));
+        assert!(check_config(&deep).unwrap_err().contains("nested"));
+        assert_eq!(nesting(ok), 1);
+        assert_eq!(nesting("<a x='>'><b/><!-- <c> --><![CDATA[<d>]]></a>"), 1);
     }
 
     #[test]
     fn verbs_and_exit_codes() {
         let a = |v: &[&str]| {
-            main(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+            main(&v.iter().map(OsString::from).collect::<Vec<_>>())
         };
         assert_eq!(a(&["-z", "z", "-R", "/zones/z", "verify_adm", "boot"]), OK);
         assert_eq!(
@@ -338,7 +550,24 @@ mod test {
             USAGE
         );
         assert_eq!(a(&["-z", "z", "-R", "/zones/z", "sysboot"]), OK);
-        assert_eq!(a(&["-z", "z", "-R", "/zones/z", "attach"]), NOTCOMPLETE);
+        assert_eq!(a(&["-z", "z", "-R", "/zones/z", "query"]), OK);
+        assert_eq!(a(&["-z", "z", "-R", "/zones/z", "query", "a", "b"]), OK);
+        assert_eq!(a(&["query", "datasets"]), OK);
+        assert_eq!(a(&["-z", "z", "-R", "/zones/z", "detach"]), USAGE);
+        assert_eq!(a(&["-z", "-", "-R", "-", "attach", "-n", "/m"]), OK);
+        use std::os::unix::ffi::OsStringExt;
+        let odd = OsString::from_vec(b"z\xff".to_vec());
+        let v = [
+            OsString::from("-z"),
+            odd.clone(),
+            "-R".into(),
+            odd.clone(),
+            "query".into(),
+            "datasets".into(),
+        ];
+        assert_eq!(main(&v), OK);
+        let v = ["-z".into(), "z".into(), "-R".into(), "/z".into(), odd];
+        assert_eq!(main(&v), USAGE);
         assert_eq!(a(&["-z", "z", "-R", "/zones/z", "frobnicate"]), USAGE);
         assert_eq!(a(&["-z", "z", "-R", "/zones/z", "uninstall", "-x"]), USAGE);
         assert_eq!(a(&["-z", "z", "-R", "/zones/z", "install", "-?"]), USAGE);

@@ -106,6 +106,7 @@ fn config_xml_follows_the_dtd_and_points_at_the_hook() {
     );
     for hook in [
         "uninstall",
+        "attach",
         "query",
         "prestatechange",
         "poststatechange",
@@ -116,6 +117,10 @@ fn config_xml_follows_the_dtd_and_points_at_the_hook() {
             text_of(hook).starts_with("/usr/lib/brand/zinstall/brand"),
             "{hook}"
         );
+    }
+    // zoneadm falls back to its built-ins only when these are empty.
+    for builtin in ["detach", "clone"] {
+        assert_eq!(text_of(builtin), "", "<{builtin}> must be empty");
     }
     let sets: Vec<&str> = brand
         .children()

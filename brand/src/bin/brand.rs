@@ -1,10 +1,24 @@
 //! The zinstall brand hook, run by zoneadm as
 //! `/usr/lib/brand/zinstall/brand -z ZONE -R ZONEPATH VERB ...`.
 
+use std::io::Write;
+
 fn main() {
+    // zoneadm reads every status: a panic (an abort is SIGABRT, 134 from
+    // a shell) must still be one of its codes, and never 254, which
+    // would have zoneadm clean a zonepath in an unknown state.
+    std::panic::set_hook(Box::new(|info| {
+        let _ = writeln!(
+            std::io::stderr(),
+            "ERROR: zinstall: internal error: {info}"
+        );
+        // SAFETY: _exit only ends the process; no Rust state is used.
+        unsafe { libc::_exit(i32::from(brand::hook::FATAL)) }
+    }));
     if let Err(e) = copier::probes::register() {
         eprintln!("zinstall brand: USDT probes not registered: {e}");
     }
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    // Arguments are OS strings: a zone path need not be UTF-8.
+    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
     std::process::exit(i32::from(brand::hook::main(&args)));
 }

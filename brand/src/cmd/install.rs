@@ -84,7 +84,10 @@ pub fn install(args: &InstallArgs) -> ExitCode {
         ));
         return ExitCode::from(1);
     }
-    let argv: Vec<String> = std::env::args().collect();
+    // OS strings: a path given need not be UTF-8.
+    let argv: Vec<String> = std::env::args_os()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
     let (log, warning) = install::log::open(&profile.log, &argv);
     if let Some(w) = warning {
         output::note(w);
@@ -119,7 +122,10 @@ pub fn uninstall(args: &UninstallArgs) -> ExitCode {
             .map(|p| p.log)
             .unwrap_or_else(|_| "/var/log/zinstall.log".into())
     });
-    let argv: Vec<String> = std::env::args().collect();
+    // OS strings: a path given need not be UTF-8.
+    let argv: Vec<String> = std::env::args_os()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
     let (log, warning) = install::log::open(&log_path, &argv);
     if let Some(w) = warning {
         output::note(w);

@@ -17,18 +17,22 @@
 //!
 //! # Failures and zoneadm's exit codes
 //!
-//! zoneadm reads 254 (`ZONE_SUBPROC_NOTCOMPLETE`) as "did not complete,
-//! nothing to recover": it cleans the zonepath and returns the zone to
-//! *configured*, so the install can simply be retried. 255
-//! (`ZONE_SUBPROC_FATAL`) leaves the zone *incomplete* until `zoneadm
-//! uninstall`. So: a failure found before the root is touched (bad
-//! profile, missing baseline, an image of the wrong kind, the zonepath
-//! locked) is 254. A failure after (a refused archive entry, a full disk)
-//! removes the partial root itself, and is 254 if that worked; only if
-//! the root could not be removed is it 255, since then there is something
-//! to recover. A killed install leaves `installing`, which zoneadm sees
-//! as incomplete (a killed hook is fatal); the next install, or
-//! uninstall, cleans it.
+//! What zoneadm does with the hook's status decides what a failure must
+//! return (see zinstall(7) for the whole table). 254
+//! (`ZONE_SUBPROC_NOTCOMPLETE`) makes `zoneadm install` run
+//! `cleanup_zonepath()`, which removes `ZONEPATH/root` (or destroys the
+//! zonepath's dataset) and returns the zone to *configured*. Every other
+//! failure (253, 255, a signal) leaves the zone *incomplete* and removes
+//! nothing. So 254 is returned only when the zonepath holds nothing worth
+//! keeping: no root, or an empty one, and none of zinstall's own files
+//! (the marker is removed first, the lock on release). Whatever the
+//! failure, [`Install::run`] checks that before it says 254, and says 255
+//! otherwise: a root that is installed, that zinstall did not make, or
+//! that another process is installing now is never handed to
+//! `cleanup_zonepath()`. A failure after the root was started removes the
+//! partial root itself, and is 254 if that worked. A killed install
+//! leaves `installing`, which zoneadm sees as incomplete (a killed hook is
+//! fatal); the next uninstall, or install, cleans it.
 
 pub mod log;
 pub mod profile;
@@ -50,8 +54,12 @@ use state::{State, ZoneLock};
 /// is told.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Stage {
-    /// Nothing was written into the root.
+    /// Nothing was written into the root, and nothing of value is there.
     BeforeRoot,
+    /// Refused without touching anything, because the zonepath holds
+    /// what must be kept: an installed root, a root zinstall did not
+    /// make, or an install another process is running.
+    Refused,
     /// The root was written, then removed again.
     Cleaned,
     /// The root was written and could not be removed.
@@ -72,6 +80,7 @@ impl std::fmt::Display for InstallError {
         f.write_str(&self.message)?;
         match self.stage {
             Stage::BeforeRoot => Ok(()),
+            Stage::Refused => f.write_str(" (nothing was changed)"),
             Stage::Cleaned => f.write_str(" (the partial root was removed)"),
             Stage::Partial => {
                 f.write_str(" (the partial root remains; uninstall the zone)")
@@ -90,11 +99,26 @@ impl InstallError {
         }
     }
 
-    /// The exit status zoneadm understands (see the module docs).
+    fn refused(e: impl std::fmt::Display) -> Self {
+        InstallError {
+            stage: Stage::Refused,
+            message: e.to_string(),
+        }
+    }
+
+    fn partial(e: impl std::fmt::Display) -> Self {
+        InstallError {
+            stage: Stage::Partial,
+            message: e.to_string(),
+        }
+    }
+
+    /// The exit status zoneadm understands (see the module docs): 254
+    /// only when there is nothing in the zonepath to keep.
     pub fn zoneadm_status(&self) -> u8 {
         match self.stage {
             Stage::BeforeRoot | Stage::Cleaned => 254,
-            Stage::Partial => 255,
+            Stage::Refused | Stage::Partial => 255,
         }
     }
 }
@@ -141,9 +165,31 @@ impl Install<'_> {
         );
         info!(self.log, "install"; "zone" => &self.zone, "zonepath" => %zonepath.display(),
               "profile" => %self.profile.path.display(), "images" => ?self.images);
-        let lock = ZoneLock::take(&zonepath).map_err(InstallError::before)?;
-        let r = self.run_locked();
-        lock.release();
+        let r = match ZoneLock::take(&zonepath) {
+            Ok(lock) => {
+                let r = self.run_locked();
+                // Nothing of ours may stay where zoneadm will clean.
+                let r = match r {
+                    Err(e) if e.zoneadm_status() == 254 => {
+                        match state::clear(&zonepath) {
+                            Ok(()) => Err(e),
+                            Err(c) => Err(InstallError::partial(format!(
+                                "{e}; then: remove {}: {c}",
+                                zonepath.join(state::STATE).display()
+                            ))),
+                        }
+                    }
+                    other => other,
+                };
+                lock.release();
+                r
+            }
+            Err(e @ state::LockError::Held { .. }) => {
+                Err(InstallError::refused(e))
+            }
+            Err(e) => Err(InstallError::before(e)),
+        };
+        let r = r.map_err(|e| settle(&zonepath, e));
         match &r {
             Ok(s) => {
                 info_line(
@@ -163,42 +209,44 @@ impl Install<'_> {
 
     fn run_locked(&mut self) -> Result<Summary, InstallError> {
         let root = self.zonepath.join("root");
-        let (baseline, images) = self.preflight()?;
-        match state::read(&self.zonepath).map_err(InstallError::before)? {
+        // An unreadable marker is not ours to judge: keep everything.
+        let st = state::read(&self.zonepath).map_err(InstallError::refused)?;
+        match st {
+            Some(State::Installed) => {
+                return Err(InstallError::refused(format!(
+                    "{} is already installed (its marker says so and its root \
+                     is kept); to replace it, uninstall it first; to use it, \
+                     attach it",
+                    self.zonepath.display()
+                )));
+            }
             Some(State::Installing) => {
                 info_line(self.say, "cleaning up an interrupted install...");
                 info!(self.log, "cleaning interrupted install");
                 copier::fsutil::remove_tree(&root).map_err(|e| {
-                    InstallError {
-                        stage: Stage::Partial,
-                        message: format!(
-                            "cleaning up after an interrupted install: {e}"
-                        ),
-                    }
+                    InstallError::partial(format!(
+                        "cleaning up after an interrupted install: {e}"
+                    ))
                 })?;
-            }
-            Some(State::Installed) => {
-                return Err(InstallError::before(format!(
-                    "{} is already installed; uninstall it first",
-                    self.zonepath.display()
-                )));
             }
             None => {
                 if fs::symlink_metadata(&root).is_ok_and(|m| !m.is_dir()) {
-                    return Err(InstallError::before(format!(
+                    return Err(InstallError::refused(format!(
                         "{} is not a directory (a symlink is never followed); \
                          remove it first",
                         root.display()
                     )));
                 }
                 if fs::read_dir(&root).is_ok_and(|mut d| d.next().is_some()) {
-                    return Err(InstallError::before(format!(
-                        "{} is not empty and was not made by zinstall",
+                    return Err(InstallError::refused(format!(
+                        "{} is not empty and zinstall did not make it (no \
+                         marker in the zonepath); it is kept as it is",
                         root.display()
                     )));
                 }
             }
         }
+        let (baseline, images) = self.preflight()?;
         state::write(&self.zonepath, State::Installing).map_err(|e| {
             InstallError::before(format!(
                 "mark {} installing: {e}",
@@ -209,12 +257,11 @@ impl Install<'_> {
         match r {
             Ok(s) => {
                 state::write(&self.zonepath, State::Installed).map_err(
-                    |e| InstallError {
-                        stage: Stage::Partial,
-                        message: format!(
+                    |e| {
+                        InstallError::partial(format!(
                             "mark {} installed: {e}",
                             self.zonepath.display()
-                        ),
+                        ))
                     },
                 )?;
                 Ok(s)
@@ -297,6 +344,13 @@ impl Install<'_> {
         // every directory beneath it the same way.
         let top = Root::create(root, 0o755).map_err(|e| e.to_string())?;
         top.set_mode(0o755).map_err(|e| e.to_string())?;
+        if !self.profile.links.is_empty() || !self.profile.dirs.is_empty() {
+            info_line(self.say, "laying out links and mount points...");
+            let t0 = self.step_start("layout");
+            let r = layout(&self.profile, root);
+            self.step_done("layout", t0, r.is_err());
+            add(&mut sum.stats, &r?);
+        }
         let trees = self.profile.trees.clone();
         for t in &trees {
             let name = format!("/{}", t.display());
@@ -378,10 +432,25 @@ impl Install<'_> {
             let dst = root.join(rel);
             let step = format!("host file {}", f.display());
             let t0 = self.step_start(&step);
+            let src = match host_source(f, root) {
+                Some(real) => {
+                    info_line(
+                        self.say,
+                        &format!(
+                            "{} links to what the root lacks: copying {} \
+                             by content",
+                            f.display(),
+                            real.display()
+                        ),
+                    );
+                    real
+                }
+                None => f.clone(),
+            };
             // Beneath the root: a symlink an image planted on the way
             // (etc -> /host/dir) is refused and named; one at the file's
             // own name is replaced, never written through.
-            let r = Plan::new(f, &dst).within(root).merge(true).run();
+            let r = Plan::new(&src, &dst).within(root).merge(true).run();
             self.step_done(&step, t0, r.is_err());
             let r = r.map_err(|e| format!("host file {}: {e}", f.display()))?;
             merge_notices(&mut sum.notices, &r.notices);
@@ -458,46 +527,289 @@ pub fn check_kind(path: &Path, kind: ArchiveKind) -> Result<(), String> {
     }
 }
 
-/// Removes an installed (or partly installed) zone root.
-pub fn uninstall(
+/// What `cleanup_zonepath()` may destroy without loss: `ZONEPATH/root`
+/// absent or an empty directory, and none of zinstall's files there.
+pub fn disposable(zonepath: &Path) -> Result<(), String> {
+    let root = zonepath.join("root");
+    match fs::symlink_metadata(&root) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(format!("{}: {e}", root.display())),
+        Ok(m) if !m.is_dir() => {
+            return Err(format!("{} is not a directory", root.display()));
+        }
+        Ok(_) => {
+            let empty = fs::read_dir(&root)
+                .map(|mut d| d.next().is_none())
+                .unwrap_or(false);
+            if !empty {
+                return Err(format!("{} is not empty", root.display()));
+            }
+        }
+    }
+    match state::own_entries(zonepath).first() {
+        Some(p) => Err(format!("{} is there", p.display())),
+        None => Ok(()),
+    }
+}
+
+/// The last word on a failed install's status: a failure that would
+/// let zoneadm clean the zonepath (254) becomes 255 when the zonepath
+/// holds anything worth keeping.
+fn settle(zonepath: &Path, e: InstallError) -> InstallError {
+    if e.zoneadm_status() != 254 {
+        return e;
+    }
+    match disposable(zonepath) {
+        Ok(()) => e,
+        Err(why) => InstallError::refused(format!(
+            "{e}; and {why}, so zoneadm is not told to clean the zonepath"
+        )),
+    }
+}
+
+/// The profile's links and mount points: made in a private directory
+/// with their exact modes, then merged into the root by the same writer
+/// as everything else (never through a symlink in the root).
+fn layout(p: &Profile, root: &Path) -> Result<Stats, String> {
+    let staging = private_dir().map_err(|e| format!("layout: {e}"))?;
+    let made = (|| -> Result<Stats, String> {
+        use std::os::unix::fs::{PermissionsExt, symlink};
+        let top = staging.join("root");
+        fs::create_dir(&top).map_err(|e| format!("{}: {e}", top.display()))?;
+        fs::set_permissions(&top, fs::Permissions::from_mode(0o755))
+            .map_err(|e| format!("{}: {e}", top.display()))?;
+        for (path, mode) in &p.dirs {
+            let d = top.join(path);
+            fs::create_dir_all(&d)
+                .and_then(|()| {
+                    fs::set_permissions(&d, fs::Permissions::from_mode(*mode))
+                })
+                .map_err(|e| format!("dir {}: {e}", path.display()))?;
+        }
+        for (path, target) in &p.links {
+            let l = top.join(path);
+            if let Some(parent) = l.parent() {
+                fs::create_dir_all(parent)
+                    .map_err(|e| format!("link {}: {e}", path.display()))?;
+            }
+            symlink(target, &l)
+                .map_err(|e| format!("link {}: {e}", path.display()))?;
+        }
+        let r = Plan::new(&top, root)
+            .within(root)
+            .merge(true)
+            .run()
+            .map_err(|f| format!("layout: {f}"))?;
+        Ok(r.stats)
+    })();
+    let _gone = fs::remove_dir_all(&staging);
+    made
+}
+
+/// A new directory only this process uses, under the temporary
+/// directory (mode 0700, made with a name no one else has).
+fn private_dir() -> std::io::Result<PathBuf> {
+    use std::os::unix::fs::DirBuilderExt;
+    let base = std::env::temp_dir();
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    for i in 0..100u32 {
+        let d = base
+            .join(format!("zinstall-layout.{}.{t}.{i}", std::process::id()));
+        match fs::DirBuilder::new().mode(0o700).create(&d) {
+            Ok(()) => return Ok(d),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Err(std::io::Error::other(
+        "no free name for a private directory",
+    ))
+}
+
+/// A host file that is a symlink whose target the root lacks (such as
+/// `/etc/os-release` → `../usr/lib/os-release` in a root without
+/// `usr/lib`) is copied by content: the file it resolves to on the host.
+/// `None`: copy the host file as it is (a file, or a link that works in
+/// the root, or one dangling on the host too).
+fn host_source(f: &Path, root: &Path) -> Option<PathBuf> {
+    let md = fs::symlink_metadata(f).ok()?;
+    if !md.file_type().is_symlink() {
+        return None;
+    }
+    let target = fs::read_link(f).ok()?;
+    let rel = f.strip_prefix("/").unwrap_or(f);
+    let in_root = match target.strip_prefix("/") {
+        Ok(abs) => root.join(abs),
+        Err(_) => root
+            .join(rel.parent().unwrap_or(Path::new("")))
+            .join(&target),
+    };
+    // Only read: what the root holds decides between a link and a copy.
+    if in_root.exists() {
+        return None;
+    }
+    fs::canonicalize(f).ok()
+}
+
+/// Checks that an existing root is one this profile makes: the state
+/// marker says installed, or (no marker) the root has every tree, link
+/// and mount point the profile lays out, in which case it is adopted
+/// (marked installed). Used by the `attach` hook.
+pub fn attach(
     zonepath: &Path,
-    force: bool,
+    profile: &Profile,
     log: &Logger,
     say: &mut dyn FnMut(&str),
 ) -> Result<(), InstallError> {
     let log = log.new(o!("zonepath" => zonepath.display().to_string()));
-    info!(log, "uninstall"; "force" => force);
-    let lock = ZoneLock::take(zonepath).map_err(InstallError::before)?;
+    info!(log, "attach");
+    let lock = ZoneLock::take(zonepath).map_err(InstallError::refused)?;
+    let root = zonepath.join("root");
     let r = (|| {
-        let st = state::read(zonepath).map_err(InstallError::before)?;
-        if st.is_none() && !force {
-            return Err(InstallError::before(format!(
-                "{} has no zinstall state marker: not installed by zinstall \
-                 (use -F to remove its root anyway)",
+        let st = state::read(zonepath).map_err(InstallError::refused)?;
+        if st == Some(State::Installing) {
+            return Err(InstallError::refused(format!(
+                "{} holds the partial root of an interrupted install; \
+                 install the zone again, or uninstall it",
                 zonepath.display()
+            )));
+        }
+        let md = fs::symlink_metadata(&root).map_err(|e| {
+            InstallError::refused(format!(
+                "{}: {e}: nothing to attach; install the zone",
+                root.display()
+            ))
+        })?;
+        if !md.is_dir() {
+            return Err(InstallError::refused(format!(
+                "{} is not a directory (a symlink is never followed)",
+                root.display()
+            )));
+        }
+        let mut missing = Vec::new();
+        for t in &profile.trees {
+            if !fs::symlink_metadata(root.join(t)).is_ok_and(|m| m.is_dir()) {
+                missing.push(format!("tree {}", t.display()));
+            }
+        }
+        for (path, target) in &profile.links {
+            if fs::read_link(root.join(path)).ok().as_deref() != Some(target) {
+                missing.push(format!(
+                    "link {} -> {}",
+                    path.display(),
+                    target.display()
+                ));
+            }
+        }
+        for (path, _) in &profile.dirs {
+            if !fs::symlink_metadata(root.join(path)).is_ok_and(|m| m.is_dir())
+            {
+                missing.push(format!("directory {}", path.display()));
+            }
+        }
+        if !missing.is_empty() {
+            return Err(InstallError::refused(format!(
+                "{} is not a root of profile {}: no {}; attach -F takes \
+                 it as it is",
+                root.display(),
+                profile.path.display(),
+                missing.join(", no ")
+            )));
+        }
+        if st.is_none() {
+            info_line(
+                say,
+                &format!(
+                    "adopting {} (no marker; it has the profile's layout)",
+                    root.display()
+                ),
+            );
+            state::write(zonepath, State::Installed).map_err(|e| {
+                InstallError::refused(format!("mark installed: {e}"))
+            })?;
+        }
+        info_line(say, &format!("attached {}", root.display()));
+        Ok(())
+    })();
+    lock.release();
+    match &r {
+        Ok(()) => info!(log, "attach complete"),
+        Err(e) => error!(log, "attach refused"; "error" => %e),
+    }
+    r
+}
+
+/// Removes an installed (or partly installed) zone root, and zinstall's
+/// files with it, so the zonepath is left empty of them.
+///
+/// Safe without any flag: a root is removed only when the zonepath's
+/// marker says zinstall made it (installed, or installing: the partial
+/// root of an interrupted install), or when there is nothing in it to
+/// lose (no root, an empty one). A root with content and no marker is
+/// kept unless `foreign` says to remove it anyway. zoneadm's `-F` only
+/// skips its own question and never means `foreign`.
+pub fn uninstall(
+    zonepath: &Path,
+    foreign: bool,
+    log: &Logger,
+    say: &mut dyn FnMut(&str),
+) -> Result<(), InstallError> {
+    let log = log.new(o!("zonepath" => zonepath.display().to_string()));
+    info!(log, "uninstall"; "foreign" => foreign);
+    if !zonepath.exists() {
+        info_line(
+            say,
+            &format!(
+                "{} does not exist: nothing to remove",
+                zonepath.display()
+            ),
+        );
+        return Ok(());
+    }
+    let lock = ZoneLock::take(zonepath).map_err(InstallError::refused)?;
+    let root = zonepath.join("root");
+    let r = (|| {
+        let st = state::read(zonepath).map_err(InstallError::refused)?;
+        let md = match fs::symlink_metadata(&root) {
+            Ok(m) => Some(m),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => {
+                return Err(InstallError::refused(format!(
+                    "{}: {e}",
+                    root.display()
+                )));
+            }
+        };
+        let empty = md.as_ref().is_some_and(|m| m.is_dir())
+            && fs::read_dir(&root).is_ok_and(|mut d| d.next().is_none());
+        if md.is_some() && !empty && st.is_none() && !foreign {
+            return Err(InstallError::refused(format!(
+                "{} has no zinstall marker: zinstall did not make {} (or its \
+                 marker was lost), so it is kept; to remove it anyway: \
+                 zoneadm uninstall -F -x foreign (zinstall uninstall -F)",
+                zonepath.display(),
+                root.display()
             )));
         }
         info_line(say, &format!("uninstalling {}...", zonepath.display()));
         // Never follows a symlink: a hostile root cannot point the
         // removal at host files.
-        copier::fsutil::remove_tree(&zonepath.join("root")).map_err(|e| {
-            InstallError {
-                stage: Stage::Partial,
-                message: format!(
-                    "remove {}: {e}",
-                    zonepath.join("root").display()
-                ),
-            }
+        copier::fsutil::remove_tree(&root).map_err(|e| {
+            InstallError::partial(format!("remove {}: {e}", root.display()))
         })?;
-        state::clear(zonepath).map_err(|e| InstallError {
-            stage: Stage::Partial,
-            message: e.to_string(),
+        state::clear(zonepath).map_err(|e| {
+            InstallError::partial(format!(
+                "remove {}: {e}",
+                zonepath.join(state::STATE).display()
+            ))
         })?;
         info_line(say, &format!("uninstalled {}", zonepath.display()));
         Ok(())
     })();
-    // The lock file stays: removing it would let two processes lock two
-    // different files of the same name.
+    // Released: the lock file goes too.
     lock.release();
     match &r {
         Ok(()) => info!(log, "uninstall complete"),

@@ -33,6 +33,11 @@ pub struct Profile {
     pub baseline: Option<Baseline>,
     /// Host files copied in at the end.
     pub host_files: Vec<PathBuf>,
+    /// Symlinks made in the root before the trees: path, target.
+    pub links: Vec<(PathBuf, PathBuf)>,
+    /// Empty directories (mount points) made in the root before the
+    /// trees: path, mode.
+    pub dirs: Vec<(PathBuf, u32)>,
     /// Bound on what an archive may unpack to.
     pub max_archive_bytes: u64,
     /// Whether archives may make device nodes.
@@ -97,6 +102,31 @@ struct Raw {
     baseline: Option<RawBaseline>,
     #[serde(default)]
     host_files: RawHostFiles,
+    #[serde(default, rename = "link")]
+    links: Vec<RawLink>,
+    #[serde(default, rename = "dir")]
+    dirs: Vec<RawDir>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLink {
+    path: PathBuf,
+    target: PathBuf,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDir {
+    path: PathBuf,
+    mode: u32,
+}
+
+/// A relative path of plain components, not empty.
+fn plain_relative(p: &Path) -> bool {
+    !p.as_os_str().is_empty()
+        && p.components()
+            .all(|c| matches!(c, std::path::Component::Normal(_)))
 }
 
 #[derive(Deserialize)]
@@ -187,6 +217,31 @@ impl Profile {
                 )));
             }
         }
+        for (i, l) in raw.links.iter().enumerate() {
+            if !plain_relative(&l.path) {
+                return Err(err(format!(
+                    "link[{i}].path = {:?}: must be a relative path without ..",
+                    l.path
+                )));
+            }
+            if l.target.as_os_str().is_empty() {
+                return Err(err(format!("link[{i}].target is empty")));
+            }
+        }
+        for (i, d) in raw.dirs.iter().enumerate() {
+            if !plain_relative(&d.path) {
+                return Err(err(format!(
+                    "dir[{i}].path = {:?}: must be a relative path without ..",
+                    d.path
+                )));
+            }
+            if d.mode > 0o7777 {
+                return Err(err(format!(
+                    "dir[{i}].mode = {:#o}: more than 0o7777",
+                    d.mode
+                )));
+            }
+        }
         // Prune rules first: a pruned path is skipped whatever else matches.
         let mut rules = Vec::new();
         let mut prune = raw.prune.paths.clone();
@@ -261,6 +316,8 @@ impl Profile {
                 required: b.required,
             }),
             host_files: raw.host_files.paths,
+            links: raw.links.into_iter().map(|l| (l.path, l.target)).collect(),
+            dirs: raw.dirs.into_iter().map(|d| (d.path, d.mode)).collect(),
             max_archive_bytes: raw.max_archive_bytes,
             allow_devices: raw.allow_devices,
         })
@@ -296,7 +353,27 @@ mod test {
             &Action::Copy
         );
         let linux = include_str!("../../../etc/zinstall/profile-linux.toml");
-        Profile::parse(Path::new("linux"), linux).unwrap();
+        let l = Profile::parse(Path::new("linux"), linux).unwrap();
+        for (name, target) in [
+            ("bin", "usr/bin"),
+            ("sbin", "usr/sbin"),
+            ("lib", "usr/lib"),
+            ("lib64", "usr/lib64"),
+        ] {
+            assert!(
+                l.links.contains(&(name.into(), target.into())),
+                "{name} -> {target}"
+            );
+        }
+        for (d, mode) in [
+            ("dev", 0o755),
+            ("proc", 0o555),
+            ("sys", 0o555),
+            ("run", 0o755),
+            ("tmp", 0o1777),
+        ] {
+            assert!(l.dirs.contains(&(d.into(), mode)), "{d} {mode:o}");
+        }
     }
 
     #[test]
@@ -335,5 +412,17 @@ mod test {
         )
         .unwrap_err();
         assert!(e.to_string().contains("where"), "{e}");
+        let e = Profile::parse(
+            Path::new("/p.toml"),
+            "[[link]]\npath = \"../bin\"\ntarget = \"usr/bin\"\n",
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("link[0].path"), "{e}");
+        let e = Profile::parse(
+            Path::new("/p.toml"),
+            "[[dir]]\npath = \"tmp\"\nmode = 0o17777\n",
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("dir[0].mode"), "{e}");
     }
 }

@@ -9,10 +9,20 @@
 //! ```
 //!
 //! `ZONEPATH/.zinstall.lock` is held (`flock`, exclusive) for the whole of
-//! an install or uninstall, and holds the holder's pid so that a second one
-//! can say who is in the way. `ZONEPATH/.zinstall.state` says `installing`
-//! or `installed`; it is replaced atomically (written beside, synced,
-//! renamed, directory synced), so a crash leaves one or the other.
+//! an install, uninstall or attach, and holds the holder's pid so that a
+//! second one can say who is in the way. It exists only while held: the
+//! holder unlinks it before unlocking (on every exit path, [`Drop`]), and
+//! a taker checks after locking that the file it locked is still the one
+//! at the path, so two processes never hold two files of the same name.
+//! A holder killed by a signal leaves the file, unlocked; the next taker
+//! locks it and removes it in turn.
+//!
+//! `ZONEPATH/.zinstall.state` says `installing` or `installed`; it is
+//! replaced atomically (written beside, synced, renamed, directory
+//! synced), so a crash leaves one or the other. It exists exactly while
+//! zoneadm's own state is *incomplete* or *installed*: every exit that
+//! lets zoneadm clean the zonepath (254) removes it first, so zoneadm's
+//! `cleanup_zonepath()` meets only `root` and can destroy the zonepath.
 
 use std::fs::{self, File, OpenOptions, TryLockError};
 use std::io::{self, Read, Seek, Write};
@@ -33,8 +43,8 @@ pub enum State {
     Installed,
 }
 
-/// The exclusive hold on a zonepath; released on drop (the lock file is
-/// closed) or explicitly.
+/// The exclusive hold on a zonepath; released on drop or explicitly,
+/// which removes the lock file, then unlocks it.
 #[derive(Debug)]
 pub struct ZoneLock {
     file: File,
@@ -81,38 +91,54 @@ impl ZoneLock {
     /// Takes the zonepath's lock, or says at once who holds it.
     pub fn take(zonepath: &Path) -> Result<ZoneLock, LockError> {
         let path = zonepath.join(LOCK);
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o600)
-            // The zonepath is not trusted to hold what it should: a
-            // symlink here must not have its target truncated.
-            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-            .open(&path)
-            .map_err(|e| LockError::Io(path.clone(), nofollow_error(e)))?;
-        match file.try_lock() {
-            Ok(()) => {}
-            Err(TryLockError::WouldBlock) => {
-                let mut s = String::new();
-                let _unreadable = file.read_to_string(&mut s);
-                return Err(LockError::Held {
-                    path,
-                    pid: s.trim().parse().ok(),
-                });
+        // A holder that released meanwhile unlinked the file we opened:
+        // then try again on the new one. Bounded, so a path swapped
+        // without end cannot keep us here.
+        for _ in 0..100 {
+            let mut file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .mode(0o600)
+                // The zonepath is not trusted to hold what it should: a
+                // symlink here must not have its target truncated.
+                .custom_flags(
+                    libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC,
+                )
+                .open(&path)
+                .map_err(|e| LockError::Io(path.clone(), nofollow_error(e)))?;
+            match file.try_lock() {
+                Ok(()) => {}
+                Err(TryLockError::WouldBlock) => {
+                    let mut s = String::new();
+                    let _unreadable = file.read_to_string(&mut s);
+                    return Err(LockError::Held {
+                        path,
+                        pid: s.trim().parse().ok(),
+                    });
+                }
+                Err(TryLockError::Error(e)) => {
+                    return Err(LockError::Io(path, e));
+                }
             }
-            Err(TryLockError::Error(e)) => return Err(LockError::Io(path, e)),
+            if !same_file(&file, &path) {
+                continue;
+            }
+            let pid = format!("{}\n", std::process::id());
+            file.set_len(0)
+                .and_then(|()| file.rewind())
+                .and_then(|()| file.write_all(pid.as_bytes()))
+                .map_err(|e| LockError::Io(path.clone(), e))?;
+            return Ok(ZoneLock {
+                file,
+                zonepath: zonepath.to_path_buf(),
+            });
         }
-        let pid = format!("{}\n", std::process::id());
-        file.set_len(0)
-            .and_then(|()| file.rewind())
-            .and_then(|()| file.write_all(pid.as_bytes()))
-            .map_err(|e| LockError::Io(path.clone(), e))?;
-        Ok(ZoneLock {
-            file,
-            zonepath: zonepath.to_path_buf(),
-        })
+        Err(LockError::Io(
+            path,
+            io::Error::other("replaced at every attempt to lock it"),
+        ))
     }
 
     /// The zonepath held.
@@ -120,10 +146,30 @@ impl ZoneLock {
         &self.zonepath
     }
 
-    /// Releases the lock explicitly (a child forked meanwhile must not
-    /// keep it).
+    /// Releases the lock explicitly: removes the lock file, then unlocks
+    /// it (a child forked meanwhile must not keep it).
     pub fn release(self) {
+        drop(self);
+    }
+}
+
+impl Drop for ZoneLock {
+    fn drop(&mut self) {
+        let path = self.zonepath.join(LOCK);
+        // Only our own file: never one another process made meanwhile.
+        if same_file(&self.file, &path) {
+            let _gone = fs::remove_file(&path);
+        }
         let _unlocked = self.file.unlock();
+    }
+}
+
+/// Whether `path` (not followed) is the file open as `file`.
+fn same_file(file: &File, path: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (file.metadata(), fs::symlink_metadata(path)) {
+        (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+        _ => false,
     }
 }
 
@@ -191,12 +237,48 @@ pub fn write(zonepath: &Path, state: State) -> io::Result<()> {
     File::open(zonepath)?.sync_all()
 }
 
-/// Removes the marker (after an uninstall).
+/// Removes the marker, and any temporary of it a killed writer left
+/// (`.zinstall.state.PID`), so that nothing of zinstall's stays in the
+/// zonepath.
 pub fn clear(zonepath: &Path) -> io::Result<()> {
     match fs::remove_file(zonepath.join(STATE)) {
-        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
-        _ => Ok(()),
+        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+        _ => {}
     }
+    let prefix = format!("{STATE}.");
+    let entries = match fs::read_dir(zonepath) {
+        Ok(d) => d,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    for e in entries {
+        let e = e?;
+        let name = e.file_name();
+        let is_tmp = name.to_str().is_some_and(|n| {
+            n.strip_prefix(&prefix)
+                .is_some_and(|pid| pid.bytes().all(|b| b.is_ascii_digit()))
+        });
+        if is_tmp && !e.file_type()?.is_dir() {
+            fs::remove_file(e.path())?;
+        }
+    }
+    Ok(())
+}
+
+/// zinstall's own entries in `zonepath` (lock, marker, leftovers of
+/// either): what a zonepath must not hold when zoneadm cleans it.
+pub fn own_entries(zonepath: &Path) -> Vec<PathBuf> {
+    let Ok(d) = fs::read_dir(zonepath) else {
+        return Vec::new();
+    };
+    d.filter_map(Result::ok)
+        .filter(|e| {
+            e.file_name().to_str().is_some_and(|n| {
+                n == LOCK || n == STATE || n.starts_with(".zinstall.")
+            })
+        })
+        .map(|e| e.path())
+        .collect()
 }
 
 #[cfg(test)]
@@ -214,13 +296,22 @@ mod test {
             "{e}"
         );
         l.release();
-        ZoneLock::take(d.path()).unwrap();
+        assert!(!d.path().join(LOCK).exists(), "released: gone");
+        let l = ZoneLock::take(d.path()).unwrap();
+        drop(l);
+        assert!(!d.path().join(LOCK).exists(), "dropped: gone");
+        // A lock file a killed holder left is taken, then removed.
+        fs::write(d.path().join(LOCK), "99999999\n").unwrap();
+        ZoneLock::take(d.path()).unwrap().release();
+        assert!(own_entries(d.path()).is_empty());
         assert_eq!(read(d.path()).unwrap(), None);
         write(d.path(), State::Installing).unwrap();
         assert_eq!(read(d.path()).unwrap(), Some(State::Installing));
         write(d.path(), State::Installed).unwrap();
         assert_eq!(read(d.path()).unwrap(), Some(State::Installed));
+        fs::write(d.path().join(format!("{STATE}.12345")), "x").unwrap();
         clear(d.path()).unwrap();
         assert_eq!(read(d.path()).unwrap(), None);
+        assert!(own_entries(d.path()).is_empty());
     }
 }
