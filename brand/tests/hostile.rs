@@ -8,6 +8,8 @@
 //! through no symlink). These tests drive the binaries only, so that they
 //! hold whatever the engine does inside.
 
+#[path = "hostile/fsops.rs"]
+mod fsops;
 #[path = "hostile/sentinel.rs"]
 mod sentinel;
 #[path = "hostile/support.rs"]
@@ -21,11 +23,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use fsops::{
+    Cases, Mount, Racer, climbing, file_beneath, lstat_beneath, mkdir_deep,
+    needs_root, relative, swap_for_symlink,
+};
 use sentinel::Sentinel;
 use support::{
-    Cases, Layer, Mount, Out, ProfileSpec, Racer, Zone, climbing, file_beneath,
-    lstat_beneath, mkdir_deep, needs_root, refused_or_harmless, relative, run,
-    swap_for_symlink, wait_bounded, zinstall,
+    Layer, Out, ProfileSpec, Zone, refused_or_harmless, run, wait_bounded,
+    zinstall,
 };
 
 /// How a planted symlink names the sentinel.
