@@ -371,6 +371,10 @@ fn repeat_race(
         }
     }
     eprintln!("{done} runs, {swapped} directories swapped, sentinel unchanged");
+    assert!(
+        swapped > 0,
+        "the racer never swapped a directory in {done} runs: the race was not exercised"
+    );
 }
 
 const RACE_DIRS: usize = 40;
