@@ -376,8 +376,8 @@ pub fn open_file_nofollow(path: &Path, opts: &mut OpenOptions) -> Result<File> {
 /// (device and inode), so depth is bounded by nothing but memory for the
 /// names. A mount point inside is left in place with what it holds, like
 /// `rm --one-file-system`; the rest is removed and the first such mount
-/// point is returned as an error, so a caller never mistakes the tree for
-/// gone.
+/// points are returned as an error, so a caller never mistakes the tree
+/// for gone.
 pub fn remove_tree(path: &Path) -> Result<()> {
     let md = match std::fs::symlink_metadata(path) {
         Ok(m) => m,
@@ -390,8 +390,11 @@ pub fn remove_tree(path: &Path) -> Result<()> {
     }
     let top = open_dir_nofollow(path)?;
     let left = empty_dir(top, path)?;
-    if let Some(mount) = left {
-        return Err(Error::refused(mount, Refusal::OtherFilesystem));
+    if !left.is_empty() {
+        return Err(Error::MountsLeft {
+            path: path.to_path_buf(),
+            mounts: left,
+        });
     }
     std::fs::remove_dir(path).map_err(|e| Error::io(Op::Remove, path, e))
 }
@@ -406,12 +409,12 @@ struct Level {
     name: CString,
 }
 
-/// Empties the directory open as `top` (at `shown`). Returns the first
-/// mount point found inside and left, if any.
-fn empty_dir(top: OwnedFd, shown: &Path) -> Result<Option<PathBuf>> {
+/// Empties the directory open as `top` (at `shown`). Returns the mount
+/// points found inside and left.
+fn empty_dir(top: OwnedFd, shown: &Path) -> Result<Vec<PathBuf>> {
     let top_st = at::fstat(&top).map_err(|e| Error::io(Op::Stat, shown, e))?;
     let dev = top_st.st_dev as u64;
-    let mut left: Option<PathBuf> = None;
+    let mut left: Vec<PathBuf> = Vec::new();
     let mut cur = top;
     let mut path = shown.to_path_buf();
     let mut stack: Vec<Level> = Vec::new();
@@ -441,7 +444,7 @@ fn empty_dir(top: OwnedFd, shown: &Path) -> Result<Option<PathBuf>> {
                 }
                 Ok(None) => {
                     // Another filesystem: leave it, say so at the end.
-                    left.get_or_insert_with(|| path.clone());
+                    left.push(path.clone());
                     path.pop();
                 }
                 Err(e) => return Err(Error::io(Op::Open, &path, e)),
@@ -465,7 +468,7 @@ fn empty_dir(top: OwnedFd, shown: &Path) -> Result<Option<PathBuf>> {
             Ok(()) => {}
             // Holds a mount point we left: not empty, already said.
             Err(e)
-                if left.is_some()
+                if !left.is_empty()
                     && e.raw_os_error() == Some(libc::ENOTEMPTY) => {}
             Err(e) => return Err(Error::io(Op::Remove, &path, e)),
         }
@@ -479,7 +482,7 @@ fn scan(
     dir: &OwnedFd,
     shown: &Path,
     dev: u64,
-    left: &mut Option<PathBuf>,
+    left: &mut Vec<PathBuf>,
 ) -> Result<Vec<CString>> {
     // Through the descriptor: a read-only directory (0555 in an extracted
     // root) must not stop the removal.
@@ -501,9 +504,9 @@ fn scan(
         };
         if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
             if st.st_dev as u64 != dev {
-                left.get_or_insert_with(|| {
-                    shown.join(std::ffi::OsStr::from_bytes(n.as_bytes()))
-                });
+                left.push(
+                    shown.join(std::ffi::OsStr::from_bytes(n.as_bytes())),
+                );
                 continue;
             }
             subdirs.push(n);
@@ -511,7 +514,7 @@ fn scan(
             // A file bind-mounted over: leave it like a directory mount.
             let p = shown.join(std::ffi::OsStr::from_bytes(n.as_bytes()));
             if e.raw_os_error() == Some(libc::EBUSY) {
-                left.get_or_insert(p);
+                left.push(p);
             } else {
                 return Err(Error::io(Op::Remove, p, e));
             }

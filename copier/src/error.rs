@@ -142,9 +142,6 @@ pub enum Refusal {
     DestinationInsideSource,
     /// A path meant to lie beneath a root is absolute or has `..`.
     NotBeneath,
-    /// Another filesystem is mounted here; removal stops at it and
-    /// leaves it (as `rm --one-file-system` does).
-    OtherFilesystem,
     /// The source file changed (size or times) while it was copied, so
     /// the copy would match neither version.
     ChangedDuringCopy,
@@ -170,10 +167,6 @@ impl fmt::Display for Refusal {
                 "destination is inside the source"
             }
             Refusal::NotBeneath => "not a relative path of plain names",
-            Refusal::OtherFilesystem => {
-                "another filesystem is mounted here; it was left in place \
-                 with everything in it"
-            }
             Refusal::ChangedDuringCopy => {
                 "changed while it was copied (size or times differ); \
                  copy it again when it is not being written"
@@ -422,6 +415,21 @@ pub enum Error {
         /// What it is.
         met: Met,
     },
+    /// A removal stopped at mount points inside the tree and left them,
+    /// with everything in them; the rest was removed.
+    #[error(
+        "remove {}: left {} mount point(s) in place with everything in them \
+         (unmount them and remove again): {}",
+        path.display(),
+        mounts.len(),
+        Paths(mounts)
+    )]
+    MountsLeft {
+        /// The tree being removed.
+        path: PathBuf,
+        /// The mount points met, in the order found.
+        mounts: Vec<PathBuf>,
+    },
     /// A defaults file (or environment setting) is malformed.
     #[error("{}{}: {}", file.display(), LineNo(*line), DefaultsMsg(problem, key, value))]
     Defaults {
@@ -462,6 +470,21 @@ impl fmt::Display for Arrow<'_> {
             Some(p) => write!(f, " -> {}", p.display()),
             None => Ok(()),
         }
+    }
+}
+
+/// Paths separated by commas.
+struct Paths<'a>(&'a [PathBuf]);
+
+impl fmt::Display for Paths<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, p) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{}", p.display())?;
+        }
+        Ok(())
     }
 }
 
@@ -570,7 +593,8 @@ impl Error {
             Error::Io { path, .. }
             | Error::Attr { path, .. }
             | Error::Refused { path, .. }
-            | Error::Beneath { path, .. } => path,
+            | Error::Beneath { path, .. }
+            | Error::MountsLeft { path, .. } => path,
             Error::Defaults { file, .. } => file,
             Error::Image { path, .. } => path,
             Error::Archive { archive, .. } => archive,
@@ -609,6 +633,7 @@ impl From<Error> for io::Error {
             Error::Io { source, .. } | Error::Attr { source, .. } => {
                 source.kind()
             }
+            Error::MountsLeft { .. } => io::ErrorKind::ResourceBusy,
             Error::Refused { .. } | Error::Beneath { .. } => {
                 io::ErrorKind::InvalidInput
             }

@@ -192,9 +192,10 @@ pub fn read(zonepath: &Path) -> io::Result<Option<State>> {
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(zonepath.join(STATE))
         .map_err(nofollow_error)
-        .and_then(|mut f| {
+        .and_then(|f| {
+            // A marker is one word; more is not ours.
             let mut s = String::new();
-            f.read_to_string(&mut s).map(|_| s)
+            f.take(4096).read_to_string(&mut s).map(|_| s)
         });
     match text {
         Ok(s) => match s.trim() {
@@ -209,7 +210,10 @@ pub fn read(zonepath: &Path) -> io::Result<Option<State>> {
             )),
         },
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e),
+        Err(e) => Err(io::Error::new(
+            e.kind(),
+            format!("{}: {e}", zonepath.join(STATE).display()),
+        )),
     }
 }
 
