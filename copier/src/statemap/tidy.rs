@@ -38,19 +38,41 @@ pub fn tidy(raw: &[u8], mut out: impl Write) -> io::Result<TidyReport> {
     let mut untimed: Vec<Map<String, Value>> = Vec::new();
     // tid → (time, name) of its latest name event.
     let mut names: HashMap<String, (u64, String)> = HashMap::new();
+    // An object may span lines (DTrace's metadata does): a line that
+    // starts one but ends early is joined with the next ones.
+    let mut pending = String::new();
     for (n, line) in raw.split(|&b| b == b'\n').enumerate() {
-        let text = String::from_utf8_lossy(line);
-        let text = text.trim();
-        if text.is_empty() {
+        let line = String::from_utf8_lossy(line);
+        let line = line.trim();
+        if line.is_empty() && pending.is_empty() {
             continue;
         }
+        let joined;
+        let text = if pending.is_empty() {
+            line
+        } else {
+            pending.push('\n');
+            pending.push_str(line);
+            joined = std::mem::take(&mut pending);
+            joined.as_str()
+        };
         let obj = match serde_json::from_str::<Value>(text) {
             Ok(Value::Object(o)) => o,
+            Err(e)
+                if e.classify() == serde_json::error::Category::Eof
+                    && text.starts_with('{')
+                    && text.len() < 1 << 16 =>
+            {
+                pending = text.to_string();
+                continue;
+            }
             _ => {
-                if let Some(k) = lost_count(text) {
-                    report.lost = report.lost.saturating_add(k);
+                for l in text.lines() {
+                    if let Some(k) = lost_count(l.trim()) {
+                        report.lost = report.lost.saturating_add(k);
+                    }
+                    report.diagnostics.push(l.trim().to_string());
                 }
-                report.diagnostics.push(text.to_string());
                 continue;
             }
         };
@@ -77,6 +99,11 @@ pub fn tidy(raw: &[u8], mut out: impl Write) -> io::Result<TidyReport> {
             continue;
         }
         timed.push((time, n, obj));
+    }
+    if !pending.is_empty() {
+        report
+            .diagnostics
+            .extend(pending.lines().map(str::to_string));
     }
     let Some(meta) = meta else {
         return Err(io::Error::new(
@@ -191,5 +218,13 @@ Lost 3 events
         assert_eq!(map.descriptions["copy-0/12"], "thread 12");
         assert!(!text.contains("\"name\""), "{text}");
         assert!(tidy(b"Lost 1 events\n", Vec::new()).is_err());
+        // DTrace's metadata spans lines; a broken object is a message.
+        let raw = b"{\n\t\"start\": [ 1, 2 ],\n\t\"title\": \"t\",\n\t\"states\": {\n\t\t\"a\": {\"value\": 0 }\n\t}\n}\n{ \"time\": \"3\", \"entity\": \"1\", \"state\": 0 }\n{ \"time\": \"4\",\n";
+        let mut out = Vec::new();
+        let r = tidy(raw, &mut out).unwrap();
+        assert_eq!(r.data, 1);
+        assert_eq!(r.diagnostics, ["{ \"time\": \"4\","]);
+        let map = crate::statemap::parse(&out[..]).unwrap();
+        assert_eq!(map.meta.start, (1, 2));
     }
 }
