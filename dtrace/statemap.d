@@ -25,12 +25,14 @@
  * STATES (one row per thread)
  *	on-cpu			running in user mode
  *	on-cpu-syscall		running in the kernel, in a system call
+ *	off-cpu-runnable	not running but ready to: preempted (TS_RUN),
+ *				or new and not yet run
  *	off-cpu-waiting		sleeping where a signal could wake it
  *				(waiting for work, a condition variable)
  *	off-cpu-blocked		sleeping where no signal can wake it
  *				(metadata I/O, filesystem locks)
- *	off-cpu-io-read		off CPU inside read, pread, readv or getdents
- *	off-cpu-io-write	off CPU inside write, pwrite, writev, fsync or
+ *	off-cpu-io-read		sleeping inside read, pread, readv or getdents
+ *	off-cpu-io-write	sleeping inside write, pwrite, writev, fsync or
  *				fdatasync
  *	off-cpu-dead		the thread has exited
  *
@@ -49,11 +51,12 @@
  *	totals, then the off-CPU state.
  *
  * CONSIDERATIONS
- *	- T_WAKEABLE tells waiting from blocked, as the statemap contrib
- *	  scripts do; a thread preempted while runnable shows as
- *	  off-cpu-waiting or off-cpu-blocked by that flag.
+ *	- A thread leaving the CPU still runnable (t_state TS_RUN) is
+ *	  off-cpu-runnable; otherwise T_WAKEABLE tells waiting from
+ *	  blocked, as the statemap contrib scripts do.
  *	- The main thread is off-cpu-waiting from time zero until it first
- *	  runs, and a new thread from its creation until it first runs.
+ *	  runs, and a new thread off-cpu-runnable from its creation until
+ *	  it first runs.
  */
 
 #pragma D option quiet
@@ -65,6 +68,7 @@
 typedef enum {
 	STATE_ON_CPU = 0,
 	STATE_ON_CPU_SYSCALL,
+	STATE_OFF_CPU_RUNNABLE,
 	STATE_OFF_CPU_WAITING,
 	STATE_OFF_CPU_BLOCKED,
 	STATE_OFF_CPU_IO_READ,
@@ -78,6 +82,7 @@ typedef enum {
 	    _str, _state, _color, _state < STATE_MAX - 1 ? "," : "");
 
 #define T_WAKEABLE	0x0002
+#define TS_RUN		0x02
 
 BEGIN
 {
@@ -90,6 +95,7 @@ BEGIN
 	printf("\t\"states\": {\n");
 	STATE_METADATA(STATE_ON_CPU, "on-cpu", "#E69F00")
 	STATE_METADATA(STATE_ON_CPU_SYSCALL, "on-cpu-syscall", "#0072B2")
+	STATE_METADATA(STATE_OFF_CPU_RUNNABLE, "off-cpu-runnable", "#CC79A7")
 	STATE_METADATA(STATE_OFF_CPU_WAITING, "off-cpu-waiting", "#EEEEEE")
 	STATE_METADATA(STATE_OFF_CPU_BLOCKED, "off-cpu-blocked", "#D55E00")
 	STATE_METADATA(STATE_OFF_CPU_IO_READ, "off-cpu-io-read", "#56B4E9")
@@ -185,6 +191,7 @@ sched:::off-cpu
 {
 	printf("{ \"time\": \"%d\", \"entity\": \"%d\", \"state\": %d }\n",
 	    self->now - start, tid,
+	    curthread->t_state == TS_RUN ? STATE_OFF_CPU_RUNNABLE :
 	    self->io ? self->io :
 	    (curthread->t_flag & T_WAKEABLE) ? STATE_OFF_CPU_WAITING :
 	    STATE_OFF_CPU_BLOCKED);
@@ -227,13 +234,13 @@ sched:::wakeup
 proc:::lwp-create
 /pid == $target/
 {
-	/* A new thread waits to run until the scheduler first runs it. */
+	/* A new thread is runnable until the scheduler first runs it. */
 	printf("{ \"time\": \"%d\", \"entity\": \"%d\", ", timestamp - start,
 	    tid);
 	printf("\"event\": \"thread-create\", \"target\": \"%d\" }\n",
 	    args[0]->pr_lwpid);
 	printf("{ \"time\": \"%d\", \"entity\": \"%d\", \"state\": %d }\n",
-	    timestamp - start, args[0]->pr_lwpid, STATE_OFF_CPU_WAITING);
+	    timestamp - start, args[0]->pr_lwpid, STATE_OFF_CPU_RUNNABLE);
 }
 
 proc:::lwp-exit, proc:::exit

@@ -108,9 +108,10 @@ pub mod palette {
 /// The states of the scheduler statemaps written by `dtrace/statemap.bt`
 /// (bpftrace) and `dtrace/statemap.d` (DTrace), in value order, with
 /// their colours: both scripts declare exactly these.
-pub const SCHED_STATES: [(&str, &str); 7] = [
+pub const SCHED_STATES: [(&str, &str); 8] = [
     ("on-cpu", palette::ORANGE),
     ("on-cpu-syscall", palette::BLUE),
+    ("off-cpu-runnable", palette::REDDISH_PURPLE),
     ("off-cpu-waiting", palette::IDLE),
     ("off-cpu-blocked", palette::VERMILLION),
     ("off-cpu-io-read", palette::SKY_BLUE),
