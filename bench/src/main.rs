@@ -33,8 +33,10 @@ enum Cmd {
         #[arg(long, default_value_t = 5)]
         runs: usize,
         /// Tools, comma-separated: zinstall, zinstall1x1, recorded (with
-        /// --statemap), noprobes (built without USDT probes), cp, tar,
-        /// rsync, xcp, fcp, serial8k (default: all but recorded and noprobes).
+        /// --statemap), bpftraced (under zinstall trace, root only),
+        /// noprobes (built without USDT probes), cp, tar, rsync, xcp,
+        /// fcp, serial8k (default: all but recorded, bpftraced and
+        /// noprobes).
         #[arg(long)]
         tools: Option<String>,
         /// Also time the tree with every file empty (the metadata floor).
@@ -334,6 +336,7 @@ fn copy_bench(
                 batch: 1,
             }),
             "recorded" => list.push(Tool::ZinstallRecorded),
+            "bpftraced" => list.push(Tool::ZinstallBpftraced),
             "noprobes" => {
                 let bin = workspace().join("target/noprobes/release/zinstall");
                 if !bin.is_file() {

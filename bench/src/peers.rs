@@ -22,6 +22,9 @@ pub enum Tool {
     },
     /// `zinstall copy` at the default tunables recording a statemap.
     ZinstallRecorded,
+    /// `zinstall copy` at the default tunables under `zinstall trace`
+    /// (bpftrace and dtrace/statemap.bt; root only).
+    ZinstallBpftraced,
     /// `zinstall copy` built without USDT probes, at this path.
     ZinstallNoProbes(PathBuf),
     /// `cp -a`.
@@ -47,6 +50,7 @@ impl Tool {
                 format!("zinstall {threads}x{batch}")
             }
             Tool::ZinstallRecorded => "zinstall 8x128 --statemap".into(),
+            Tool::ZinstallBpftraced => "zinstall 8x128 under bpftrace".into(),
             Tool::ZinstallNoProbes(_) => "zinstall 8x128 without probes".into(),
             Tool::Cp => "cp -a".into(),
             Tool::Tar => "tar | tar".into(),
@@ -92,6 +96,21 @@ impl Tool {
                 c.env("ZINSTALL_DEFAULTS", "/nonexistent")
                     .args(["copy", "-q", "--statemap"])
                     .arg(json)
+                    .arg(src)
+                    .arg(dst);
+                c
+            }
+            Tool::ZinstallBpftraced => {
+                let mut c = Command::new(zinstall);
+                let mut json = dst.as_os_str().to_owned();
+                json.push(".statemap.json");
+                c.env("ZINSTALL_DEFAULTS", "/nonexistent")
+                    .arg("trace")
+                    .arg("-o")
+                    .arg(json)
+                    .arg("--")
+                    .arg(zinstall)
+                    .args(["copy", "-q"])
                     .arg(src)
                     .arg(dst);
                 c

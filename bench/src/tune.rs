@@ -21,6 +21,8 @@ pub struct TuneOptions {
     pub runs: usize,
     /// The zinstall binary to time.
     pub zinstall: PathBuf,
+    /// Where to write one statemap per grid point, if anywhere.
+    pub statemap: Option<PathBuf>,
 }
 
 /// What the sweep found.
@@ -33,6 +35,9 @@ pub struct TuneResult {
     pub cp: Option<f64>,
     /// Every median, as a Markdown table.
     pub table: String,
+    /// With [`TuneOptions::statemap`]: per point, where the workers'
+    /// time went, as a Markdown table.
+    pub shares: Option<String>,
 }
 
 /// Runs the sweep. Nothing is kept under `dest` afterwards.
@@ -86,6 +91,12 @@ fn run(
     let m = bench.measure(&tools)?;
     let (t, b, s) = sweep::best(&m.samples, &opts.grid)
         .ok_or("no grid point copied right")?;
+    let shares = match &opts.statemap {
+        Some(dir) => {
+            Some(statemaps(opts, &src, &work.join("copy"), dir, &m, log)?)
+        }
+        None => None,
+    };
     let med = |name: &str| {
         m.samples
             .iter()
@@ -97,7 +108,201 @@ fn run(
         default: med(&default.name()).unwrap_or(f64::NAN),
         cp: med("cp -a"),
         table: report::markdown(&m.samples, "cp -a"),
+        shares,
     })
+}
+
+/// Where one point's workers spent their time, as shares of their life
+/// (from creation to exit).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct WorkerShares {
+    /// Waiting for a batch from the walker (the recorder's `waiting`).
+    pub waiting: f64,
+    /// On CPU, in user mode or in system calls (the scheduler map's
+    /// `on-cpu` and `on-cpu-syscall`), if traced.
+    pub on_cpu: Option<f64>,
+    /// Off CPU in reads, writes or uninterruptible sleep (the scheduler
+    /// map's `off-cpu-io-read`, `off-cpu-io-write`, `off-cpu-blocked`),
+    /// if traced.
+    pub io: Option<f64>,
+    /// Ready to run but not running, waiting for a CPU (the scheduler
+    /// map's `off-cpu-runnable`), if traced.
+    pub runnable: Option<f64>,
+}
+
+/// The summed share of `states` over the entities `is_worker` picks,
+/// leaving out time after they exited (`off-cpu-dead`).
+pub fn worker_share(
+    map: &copier::statemap::Statemap,
+    is_worker: impl Fn(&str) -> bool,
+    states: &[&str],
+) -> f64 {
+    let s = copier::statemap::Summary::of(map);
+    let index = |n: &str| s.states.iter().position(|x| x == n);
+    let dead = index("off-cpu-dead");
+    let (mut part, mut life) = (0u64, 0u64);
+    for e in s.entities.iter().filter(|e| is_worker(&e.name)) {
+        let gone = dead.map_or(0, |d| e.time_in[d]);
+        life = life.saturating_add(e.span - gone);
+        for st in states.iter().filter_map(|n| index(n)) {
+            part = part.saturating_add(e.time_in[st]);
+        }
+    }
+    if life == 0 {
+        0.0
+    } else {
+        part as f64 / life as f64
+    }
+}
+
+/// True if this process may run bpftrace: root, with bpftrace on PATH.
+fn can_trace() -> bool {
+    // SAFETY: geteuid cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    root && std::env::var_os("PATH").is_some_and(|p| {
+        std::env::split_paths(&p).any(|d| d.join("bpftrace").is_file())
+    })
+}
+
+/// One more copy per grid point, untimed, recording its statemap into
+/// `dir` (`zinstall-TxB.statemap.json` and its SVG) and, as root with
+/// bpftrace, tracing it too (`zinstall-TxB.sched.json` and its SVG);
+/// returns the table of where the workers' time went.
+fn statemaps(
+    opts: &TuneOptions,
+    src: &Path,
+    dst: &Path,
+    dir: &Path,
+    m: &sweep::Measured,
+    log: &mut dyn FnMut(&str),
+) -> Result<String, String> {
+    fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let trace = can_trace();
+    if !trace {
+        log("statemaps: the recorder's only (tracing needs root and bpftrace)");
+    }
+    let mut table = String::from(
+        "| COPY_THREADS x COPY_BATCH | median s | workers waiting for the walker | on CPU | blocked in I/O | waiting for a CPU |\n\
+         |---|---:|---:|---:|---:|---:|\n",
+    );
+    for &t in &opts.grid.threads {
+        for &b in &opts.grid.batches {
+            let name = Tool::Zinstall {
+                threads: t,
+                batch: b,
+            }
+            .name();
+            let median = m
+                .samples
+                .iter()
+                .find(|s| s.tool == name && !s.times.is_empty())
+                .map(|s| format!("{:.3}", s.median().as_secs_f64()))
+                .unwrap_or_else(|| "-".into());
+            let stem = dir.join(format!("zinstall-{t}x{b}"));
+            let sh = point(opts, src, dst, &stem, t, b, trace, log)?;
+            let pct = |v: Option<f64>| {
+                v.map_or("-".to_string(), |v| format!("{:.1}%", v * 100.0))
+            };
+            table.push_str(&format!(
+                "| {t} x {b} | {median} | {} | {} | {} | {} |\n",
+                pct(Some(sh.waiting)),
+                pct(sh.on_cpu),
+                pct(sh.io),
+                pct(sh.runnable)
+            ));
+        }
+    }
+    fs::write(dir.join("shares.md"), &table)
+        .map_err(|e| format!("{}: {e}", dir.display()))?;
+    Ok(table)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn point(
+    opts: &TuneOptions,
+    src: &Path,
+    dst: &Path,
+    stem: &Path,
+    threads: usize,
+    batch: usize,
+    trace: bool,
+    log: &mut dyn FnMut(&str),
+) -> Result<WorkerShares, String> {
+    use copier::statemap;
+    use std::process::Command;
+    let json = stem.with_extension("statemap.json");
+    let sched = stem.with_extension("sched.json");
+    let _ = fs::remove_dir_all(dst);
+    let mut copy: Vec<std::ffi::OsString> = vec![
+        opts.zinstall.clone().into(),
+        "copy".into(),
+        "-q".into(),
+        "--threads".into(),
+        threads.to_string().into(),
+        "--batch".into(),
+        batch.to_string().into(),
+        "--statemap".into(),
+        json.clone().into(),
+    ];
+    copy.push(src.into());
+    copy.push(dst.into());
+    let mut cmd = if trace {
+        let mut c = Command::new(&opts.zinstall);
+        c.arg("trace").arg("-o").arg(&sched).arg("--").args(&copy);
+        c
+    } else {
+        let mut c = Command::new(&copy[0]);
+        c.args(&copy[1..]);
+        c
+    };
+    let out = cmd
+        .env("ZINSTALL_DEFAULTS", "/nonexistent/zinstall")
+        .output()
+        .map_err(|e| format!("{}: {e}", opts.zinstall.display()))?;
+    let _ = fs::remove_dir_all(dst);
+    if !out.status.success() {
+        log(&format!(
+            "  statemap of {threads}x{batch}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    let read = |p: &Path| -> Result<statemap::Statemap, String> {
+        let f =
+            fs::File::open(p).map_err(|e| format!("{}: {e}", p.display()))?;
+        statemap::parse(std::io::BufReader::new(f))
+            .map_err(|e| format!("{}: {e}", p.display()))
+    };
+    let draw = |map: &statemap::Statemap, p: &Path| -> Result<(), String> {
+        let svg = p.with_extension("svg");
+        let mut buf = Vec::new();
+        statemap::render_svg(map, &statemap::RenderOptions::default(), &mut buf)
+            .and_then(|()| fs::write(&svg, buf))
+            .map_err(|e| format!("{}: {e}", svg.display()))
+    };
+    let rec = read(&json)?;
+    draw(&rec, &stem.with_extension("statemap"))?;
+    let mut shares = WorkerShares {
+        waiting: worker_share(&rec, |n| n.starts_with("worker"), &["waiting"]),
+        ..WorkerShares::default()
+    };
+    if trace && sched.is_file() {
+        let s = read(&sched)?;
+        draw(&s, &sched)?;
+        let copy = |n: &str| n.starts_with("copy-");
+        shares.on_cpu =
+            Some(worker_share(&s, copy, &["on-cpu", "on-cpu-syscall"]));
+        shares.io = Some(worker_share(
+            &s,
+            copy,
+            &["off-cpu-io-read", "off-cpu-io-write", "off-cpu-blocked"],
+        ));
+        shares.runnable = Some(worker_share(&s, copy, &["off-cpu-runnable"]));
+    }
+    log(&format!(
+        "  statemap of {threads}x{batch}: {}",
+        json.display()
+    ));
+    Ok(shares)
 }
 
 /// Sets `COPY_THREADS` and `COPY_BATCH` in a defaults file's text,

@@ -5,7 +5,7 @@
 mod tools;
 
 use std::fs;
-use std::io::{BufRead, BufReader};
+use std::io::BufReader;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -40,6 +40,46 @@ fn tracefs_ready() -> bool {
         .is_ok_and(|s| s.success())
 }
 
+/// Runs `cmd` to completion, killing it after `limit`.
+fn run_bounded(mut cmd: Command, limit: Duration) -> std::process::Output {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (mut out, mut err) =
+        (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+    let o = std::thread::spawn(move || {
+        let mut b = Vec::new();
+        std::io::Read::read_to_end(&mut out, &mut b).map(|_| b)
+    });
+    let e = std::thread::spawn(move || {
+        let mut b = Vec::new();
+        std::io::Read::read_to_end(&mut err, &mut b).map(|_| b)
+    });
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if t0.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{cmd:?} took longer than {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    std::process::Output {
+        status,
+        stdout: o.join().unwrap().unwrap(),
+        stderr: e.join().unwrap().unwrap(),
+    }
+}
+
+/// The documented pipeline, `zinstall trace -o F -- zinstall copy ...`,
+/// on a copy of 3000 files: a valid statemap of every thread, named,
+/// each row starting when its thread does, with nothing lost at the
+/// default buffer sizes.
 #[test]
 fn bpftrace_statemap_of_a_real_copy() {
     let name = "bpftrace_statemap_of_a_real_copy";
@@ -47,95 +87,162 @@ fn bpftrace_statemap_of_a_real_copy() {
         eprintln!("skipped: {name}: needs root");
         return;
     }
-    if tools::tool("bpftrace").arg("--version").output().is_err() {
-        eprintln!("skipped: {name}: bpftrace not installed");
-        return;
-    }
-    if !tracefs_ready() {
-        eprintln!("skipped: {name}: no tracefs");
-        return;
-    }
+    let v = tools::tool("bpftrace").arg("--version").output().unwrap();
+    assert!(v.status.success(), "bpftrace --version failed");
+    assert!(tracefs_ready(), "no tracefs at /sys/kernel/tracing");
     let d = tempfile::tempdir().unwrap();
     let src = d.path().join("src");
     tree(&src, 3000);
-    let go = d.path().join("go");
-    // The copy starts only once bpftrace has printed its metadata, which
-    // it does after every probe is attached.
-    let script = format!(
-        "while [ ! -e '{}' ]; do sleep 0.05; done; exec '{}' copy -q \
-         --threads 2 '{}' '{}'",
-        go.display(),
-        env!("CARGO_BIN_EXE_zinstall"),
-        src.display(),
-        d.path().join("dst").display()
-    );
-    let mut copy = Command::new("sh").arg("-c").arg(&script).spawn().unwrap();
-    let start = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
-    // As in the script's USAGE: bpftrace's per-CPU output sorted by time,
-    // the metadata line first.
-    let pipeline = format!(
-        "bpftrace -q '{}' {} {start} | (IFS= read -r meta; \
-         printf '%s\\n' \"$meta\"; sort -t'\"' -k4,4n)",
-        repo().join("dtrace/statemap.bt").display(),
-        copy.id()
-    );
-    let mut bt = Command::new("sh")
-        .arg("-c")
-        .arg(&pipeline)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
+    let json = d.path().join("copy trace.json");
+    let zinstall = env!("CARGO_BIN_EXE_zinstall");
+    let mut cmd = Command::new(zinstall);
+    cmd.env("ZINSTALL_DEFAULTS", "/nonexistent")
+        .arg("trace")
+        .arg("-o")
+        .arg(&json)
+        .args(["--", zinstall, "copy", "-q", "--threads", "2"])
+        .arg(&src)
+        .arg(d.path().join("dst with space"));
+    let out = run_bounded(cmd, Duration::from_secs(180));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "zinstall trace failed: {err}");
+    assert!(!err.contains("Lost"), "events lost: {err}");
+    assert!(!err.contains("lost"), "events lost: {err}");
+    let c = copier::verify::compare(
+        &src,
+        &d.path().join("dst with space"),
+        &copier::verify::CompareOptions::default(),
+    )
+    .unwrap();
+    assert!(c.is_identical(), "the traced copy is not a copy: {c}");
+    // zinstall statemap reads it and draws it.
+    let svg = d.path().join("copy.svg");
+    let o = Command::new(zinstall)
+        .arg("statemap")
+        .arg(&json)
+        .arg("-o")
+        .arg(&svg)
+        .output()
         .unwrap();
-    let mut out = BufReader::new(bt.stdout.take().unwrap());
-    let mut text = String::new();
-    let t0 = Instant::now();
-    loop {
-        let mut line = String::new();
-        if out.read_line(&mut line).unwrap() == 0 {
-            break;
-        }
-        if line.contains("\"states\"") {
-            fs::write(&go, b"").unwrap();
-        }
-        text.push_str(&line);
-        assert!(t0.elapsed() < Duration::from_secs(120), "bpftrace hung");
-    }
-    let status = bt.wait().unwrap();
-    assert!(copy.wait().unwrap().success(), "the traced copy failed");
-    assert!(status.success(), "bpftrace failed: {status}");
-    let map = statemap::parse(text.as_bytes()).unwrap();
-    let names: Vec<&str> =
-        map.meta.states.iter().map(|s| s.name.as_str()).collect();
-    assert_eq!(
-        names,
-        [
-            "on-cpu",
-            "on-cpu-syscall",
-            "off-cpu-waiting",
-            "off-cpu-blocked",
-            "off-cpu-io-read",
-            "off-cpu-io-write",
-            "off-cpu-dead"
-        ]
+    let table = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{table}{}",
+        String::from_utf8_lossy(&o.stderr)
     );
-    let entities = map.entities();
-    // The main thread (walker) and two workers.
-    assert!(entities.len() >= 3, "{entities:?}");
-    assert!(entities.contains(&copy.id().to_string()), "{entities:?}");
+    for row in ["copy-0", "copy-1", "zinstall"] {
+        assert!(table.lines().any(|l| l.starts_with(row)), "{row}: {table}");
+    }
+    let map = statemap::parse(BufReader::new(fs::File::open(&json).unwrap()))
+        .unwrap();
+    let states: Vec<(&str, &str)> = map
+        .meta
+        .states
+        .iter()
+        .map(|s| (s.name.as_str(), s.color.as_str()))
+        .collect();
+    assert_eq!(states, copier::trace::SCHED_STATES);
+    // One row per worker, and the main thread (the walker), by name.
+    let mut entities = map.entities();
+    entities.sort();
+    assert_eq!(entities, ["copy-0", "copy-1", "zinstall"]);
+    // No gap at the start: the main thread's row starts at zero, each
+    // worker's where it was created.
+    let first = |e: &str| map.data.iter().find(|d| d.entity == e).unwrap();
+    assert_eq!(first("zinstall").time, 0);
+    for w in ["copy-0", "copy-1"] {
+        let created = map
+            .events
+            .iter()
+            .find(|e| {
+                e.event == "thread-create" && e.target.as_deref() == Some(w)
+            })
+            .unwrap_or_else(|| panic!("no thread-create of {w}"));
+        assert_eq!(created.entity, "zinstall");
+        assert_eq!(first(w).time, created.time, "{w}");
+        assert_eq!(first(w).state, 2, "{w} is runnable when created");
+    }
+    assert!(map.events.iter().all(|e| e.event != "name"));
     let s = Summary::of(&map);
     for e in &s.entities {
-        let total: f64 = (0..names.len()).map(|i| e.share(i)).sum();
+        let total: f64 = (0..states.len()).map(|i| e.share(i)).sum();
         assert!((total - 1.0).abs() < 1e-9, "{}: {total}", e.name);
+        // Each thread ran and made system calls; each worker ends dead.
+        assert!(e.time_in[0] > 0 && e.time_in[1] > 0, "{}: {s}", e.name);
     }
-    let syscall = s.all.time_in[1];
-    assert!(syscall > 0, "no time in system calls: {s}");
-    assert!(
-        map.events.iter().any(|e| e.event == "thread-create"),
-        "no thread-create events"
-    );
+    for w in ["copy-0", "copy-1"] {
+        let last = map.data.iter().rev().find(|d| d.entity == w).unwrap();
+        assert_eq!(last.state, 7, "{w} ends dead");
+    }
+    let doc = fs::read_to_string(&svg).unwrap();
+    assert!(doc.contains("<title>copy-0: "), "hover titles");
+}
+
+/// A saved raw trace with bpftrace's messages in it: tidied into a valid
+/// statemap, the messages on stderr, and lost events fail the command.
+#[test]
+fn trace_tidy_keeps_messages_out_of_the_data() {
+    let d = tempfile::tempdir().unwrap();
+    let raw = d.path().join("raw");
+    fs::write(
+        &raw,
+        "{\"start\":[1,0],\"title\":\"t\",\"states\":{\"on-cpu\":{\"value\":0},\"off-cpu-waiting\":{\"value\":1}}}\n\
+         {\"time\":\"20\",\"entity\":\"7\",\"state\":1}\n\
+         Lost 12 events\n\
+         {\"time\":\"10\",\"entity\":\"7\",\"state\":0}\n\
+         {\"time\":\"25\",\"entity\":\"7\",\"event\":\"name\",\"target\":\"copy-0\"}\n",
+    )
+    .unwrap();
+    let json = d.path().join("out.json");
+    let out = Command::new(env!("CARGO_BIN_EXE_zinstall"))
+        .args(["trace", "--tidy"])
+        .arg(&raw)
+        .arg("-o")
+        .arg(&json)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("bpftrace: Lost 12 events"), "{err}");
+    assert!(err.contains("lost 12 events"), "{err}");
+    let text = fs::read_to_string(&json).unwrap();
+    assert!(!text.contains("Lost"));
+    let map = statemap::parse(text.as_bytes()).unwrap();
+    assert_eq!(map.entities(), ["copy-0"]);
+    assert_eq!(map.data[0].time, 10);
+    // Nothing to trace is a usage error.
+    let out = Command::new(env!("CARGO_BIN_EXE_zinstall"))
+        .arg("trace")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+}
+
+/// Write errors fail `zinstall statemap`, the last buffered ones too.
+#[test]
+fn statemap_write_errors_fail() {
+    if !Path::new("/dev/full").exists() {
+        eprintln!("skipped: statemap_write_errors_fail: no /dev/full");
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let json = d.path().join("m.json");
+    fs::write(
+        &json,
+        "{\"start\":[1,0],\"title\":\"t\",\"states\":{\"a\":{\"value\":0}}}\n\
+         {\"time\":\"0\",\"entity\":\"x\",\"state\":0}\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_zinstall"))
+        .arg("statemap")
+        .arg(&json)
+        .args(["-o", "/dev/full"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("/dev/full"), "{err}");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("wrote"));
 }
 
 #[test]
@@ -184,24 +291,35 @@ fn recorder_through_the_cli() {
 }
 
 /// The illumos and Linux scripts declare the same states in the same
-/// order, so their maps compare row for row. (DTrace itself does not run
-/// here; this checks the script's declarations.)
+/// order with the same colours, those of `copier::trace::SCHED_STATES`,
+/// so their maps compare row for row. (DTrace itself does not run here;
+/// this checks the script's declarations.)
 #[test]
 fn dtrace_and_bpftrace_scripts_declare_the_same_states() {
     let d = fs::read_to_string(repo().join("dtrace/statemap.d")).unwrap();
     let bt = fs::read_to_string(repo().join("dtrace/statemap.bt")).unwrap();
-    let from_d: Vec<String> = d
+    let from_d: Vec<(String, String)> = d
         .lines()
         .filter_map(|l| l.trim().strip_prefix("STATE_METADATA("))
-        .map(|l| l.split('"').nth(1).unwrap().to_string())
+        .map(|l| {
+            let f: Vec<&str> = l.split('"').collect();
+            (f[1].to_string(), f[3].to_string())
+        })
         .collect();
-    let from_bt: Vec<String> = bt
+    let from_bt: Vec<(String, String)> = bt
         .lines()
         .filter(|l| l.contains("{\\\"value\\\":"))
-        .map(|l| l.split("\\\"").nth(1).unwrap().to_string())
+        .map(|l| {
+            let f: Vec<&str> = l.split("\\\"").collect();
+            (f[1].to_string(), f[7].to_string())
+        })
         .collect();
-    assert_eq!(from_d.len(), 7, "{from_d:?}");
-    assert_eq!(from_d, from_bt);
+    let want: Vec<(String, String)> = copier::trace::SCHED_STATES
+        .iter()
+        .map(|(n, c)| (n.to_string(), c.to_string()))
+        .collect();
+    assert_eq!(from_d, want);
+    assert_eq!(from_bt, want);
     // The D enum lists them in the same order as the metadata.
     let enum_names: Vec<String> = d
         .lines()
@@ -218,7 +336,10 @@ fn dtrace_and_bpftrace_scripts_declare_the_same_states() {
                 .replace('_', "-")
         })
         .collect();
-    assert_eq!(enum_names, from_d);
+    let names: Vec<String> = want.into_iter().map(|(n, _)| n).collect();
+    assert_eq!(enum_names, names);
+    // zinstall trace runs the script it was built with.
+    assert_eq!(brand::cmd::trace::SCRIPT, bt);
 }
 
 /// Every probe the provider defines is compiled into both binaries (a

@@ -99,3 +99,62 @@ fn tune_reports_and_writes_the_defaults_file_keeping_comments() {
         "nothing left under --dest"
     );
 }
+
+/// `zinstall tune --statemap DIR`: a statemap and its drawing per grid
+/// point, and a table of where the workers' time went.
+#[test]
+fn tune_records_a_statemap_per_point() {
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("tree");
+    trees::generate(Shape::Usr, &src, 0.02, false).unwrap();
+    let dest = d.path().join("dest");
+    fs::create_dir(&dest).unwrap();
+    let maps = d.path().join("maps");
+    let o = Command::new(env!("CARGO_BIN_EXE_zinstall"))
+        .args(["tune", "--threads", "1,2", "--batch", "8", "--runs", "1"])
+        .arg("--dest")
+        .arg(&dest)
+        .arg("--statemap")
+        .arg(&maps)
+        .arg(&src)
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(out.contains("workers waiting for the walker"), "{out}");
+    // As root with bpftrace, the scheduler's view too.
+    // SAFETY: geteuid cannot fail.
+    let traced = unsafe { libc::geteuid() } == 0
+        && std::env::var_os("PATH").is_some_and(|p| {
+            std::env::split_paths(&p).any(|d| d.join("bpftrace").is_file())
+        });
+    for t in [1, 2] {
+        let stem = format!("zinstall-{t}x8");
+        let row = out
+            .lines()
+            .find(|l| l.starts_with(&format!("| {t} x 8 |")))
+            .unwrap_or_else(|| panic!("no row for {t} x 8: {out}"));
+        let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+        assert!(cells[3].ends_with('%'), "{row}");
+        let json = maps.join(format!("{stem}.statemap.json"));
+        let map =
+            copier::statemap::parse(&fs::read(&json).unwrap()[..]).unwrap();
+        assert_eq!(map.entities().len(), 1 + t, "walker and {t} workers");
+        assert!(maps.join(format!("{stem}.svg")).is_file());
+        assert_eq!(
+            maps.join(format!("{stem}.sched.json")).is_file(),
+            traced,
+            "{stem}"
+        );
+        if traced {
+            assert!(cells[4].ends_with('%') && cells[5].ends_with('%'));
+            assert!(maps.join(format!("{stem}.sched.svg")).is_file());
+        }
+    }
+    assert!(maps.join("shares.md").is_file());
+    assert_eq!(fs::read_dir(&dest).unwrap().count(), 0);
+}

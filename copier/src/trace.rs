@@ -59,20 +59,79 @@ impl ThreadState {
         }
     }
 
-    /// A colour for the state, chosen so that idle states are pale and
-    /// busy states are saturated.
+    /// The state's colour. Idle is pale grey; busy states take the
+    /// Okabe-Ito palette, which readers with any colour vision tell
+    /// apart; a state meaning what a scheduler state of
+    /// [`SCHED_STATES`] means has its colour (waiting, blocked, reading,
+    /// writing, and metadata calls as time in system calls).
     pub fn color(self) -> &'static str {
         match self {
-            ThreadState::Waiting => "#e0e0e0",
-            ThreadState::Walking => "#2ca02c",
-            ThreadState::Blocked => "#d62728",
-            ThreadState::Mkdir => "#8c564b",
-            ThreadState::Reading => "#1f77b4",
-            ThreadState::Writing => "#ff7f0e",
-            ThreadState::Metadata => "#9467bd",
-            ThreadState::Linking => "#17becf",
+            ThreadState::Waiting => palette::IDLE,
+            ThreadState::Walking => palette::YELLOW,
+            ThreadState::Blocked => palette::VERMILLION,
+            ThreadState::Mkdir => palette::REDDISH_PURPLE,
+            ThreadState::Reading => palette::SKY_BLUE,
+            ThreadState::Writing => palette::BLUISH_GREEN,
+            ThreadState::Metadata => palette::BLUE,
+            ThreadState::Linking => palette::BLACK,
         }
     }
+}
+
+/// The colours of every statemap zinstall writes or draws: the
+/// Okabe-Ito palette (Okabe and Ito, "Color Universal Design", 2008),
+/// whose eight colours stay distinct under every common colour-vision
+/// deficiency, and two greys for idle and dead.
+pub mod palette {
+    /// Orange.
+    pub const ORANGE: &str = "#E69F00";
+    /// Sky blue.
+    pub const SKY_BLUE: &str = "#56B4E9";
+    /// Bluish green.
+    pub const BLUISH_GREEN: &str = "#009E73";
+    /// Yellow.
+    pub const YELLOW: &str = "#F0E442";
+    /// Blue.
+    pub const BLUE: &str = "#0072B2";
+    /// Vermillion.
+    pub const VERMILLION: &str = "#D55E00";
+    /// Reddish purple.
+    pub const REDDISH_PURPLE: &str = "#CC79A7";
+    /// Black.
+    pub const BLACK: &str = "#000000";
+    /// Idle: waiting for work.
+    pub const IDLE: &str = "#EEEEEE";
+    /// A thread that has exited.
+    pub const DEAD: &str = "#999999";
+}
+
+/// The states of the scheduler statemaps written by `dtrace/statemap.bt`
+/// (bpftrace) and `dtrace/statemap.d` (DTrace), in value order, with
+/// their colours: both scripts declare exactly these.
+pub const SCHED_STATES: [(&str, &str); 8] = [
+    ("on-cpu", palette::ORANGE),
+    ("on-cpu-syscall", palette::BLUE),
+    ("off-cpu-runnable", palette::REDDISH_PURPLE),
+    ("off-cpu-waiting", palette::IDLE),
+    ("off-cpu-blocked", palette::VERMILLION),
+    ("off-cpu-io-read", palette::SKY_BLUE),
+    ("off-cpu-io-write", palette::BLUISH_GREEN),
+    ("off-cpu-dead", palette::DEAD),
+];
+
+/// The colour zinstall gives a state of this name (of the recorder or of
+/// the scheduler scripts), if it knows the name.
+pub fn known_color(name: &str) -> Option<&'static str> {
+    ThreadState::ALL
+        .iter()
+        .find(|s| s.name() == name)
+        .map(|s| s.color())
+        .or_else(|| {
+            SCHED_STATES
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, c)| *c)
+        })
 }
 
 /// One state change: nanoseconds since the recording's start, new state.

@@ -234,3 +234,94 @@ fn extreme_times_are_refused_or_summed_without_overflow() {
     let _ = Summary::of(&map).to_string();
     statemap::render_svg(&map, &RenderOptions::default(), &mut svg).unwrap();
 }
+
+/// Every rectangle says on hover what it stands for, and the time axis
+/// counts in one unit, not in nanoseconds.
+#[test]
+fn svg_has_hover_titles_and_a_time_axis_in_one_unit() {
+    let text = r##"{"start":[1,0],"title":"t","states":{"idle":{"value":0},"busy":{"value":1}}}
+{"time":"0","entity":"worker-0","state":1}
+{"time":"1500000","entity":"worker-0","state":0}
+{"time":"2000000","entity":"worker-1","state":1}
+{"time":"45000000","entity":"worker-0","state":1}
+{"time":"60000000","entity":"worker-1","state":0}
+"##;
+    let map = statemap::parse(text.as_bytes()).unwrap();
+    let mut svg = Vec::new();
+    statemap::render_svg(&map, &RenderOptions::default(), &mut svg).unwrap();
+    let svg = String::from_utf8(svg).unwrap();
+    let doc = roxmltree::Document::parse(&svg).unwrap();
+    let rects: Vec<_> = doc
+        .descendants()
+        .filter(|n| n.attribute("class") == Some("entity"))
+        .flat_map(|g| g.children().filter(|n| n.has_tag_name("rect")))
+        .collect();
+    assert!(!rects.is_empty());
+    for r in &rects {
+        let title = r
+            .children()
+            .find(|n| n.has_tag_name("title"))
+            .and_then(|t| t.text())
+            .unwrap_or_else(|| panic!("a rect without a title"));
+        assert!(title.starts_with("worker-"), "{title}");
+    }
+    let titles: Vec<&str> = rects
+        .iter()
+        .filter_map(|r| r.children().find(|n| n.has_tag_name("title")))
+        .filter_map(|t| t.text())
+        .collect();
+    assert!(
+        titles.contains(&"worker-0: busy at 0 ms, 1.5 ms"),
+        "{titles:?}"
+    );
+    assert!(
+        titles.contains(&"worker-0: idle at 1.5 ms, 43.5 ms"),
+        "{titles:?}"
+    );
+    let axis = doc
+        .descendants()
+        .find(|n| n.attribute("id") == Some("axis"))
+        .unwrap();
+    let ticks: Vec<&str> = axis
+        .descendants()
+        .filter(|n| n.is_text())
+        .filter_map(|n| n.text())
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .collect();
+    assert!(ticks.len() >= 4, "{ticks:?}");
+    assert!(ticks.iter().all(|t| t.ends_with(" ms")), "{ticks:?}");
+    assert_eq!(ticks[0], "0 ms");
+    // Zooming is a script the drawing carries.
+    assert!(doc.descendants().any(|n| n.has_tag_name("script")));
+}
+
+/// Colours: distinct within the recorder's states and within the
+/// scheduler scripts' states; a state meaning the same in both has the
+/// same colour; a file that names no colour gets zinstall's.
+#[test]
+fn state_colours_are_distinct_and_shared() {
+    use copier::trace::{SCHED_STATES, known_color};
+    let rec: Vec<&str> =
+        copier::ThreadState::ALL.iter().map(|s| s.color()).collect();
+    let sched: Vec<&str> = SCHED_STATES.iter().map(|(_, c)| *c).collect();
+    for set in [&rec, &sched] {
+        let mut u = set.to_vec();
+        u.sort();
+        u.dedup();
+        assert_eq!(u.len(), set.len(), "{set:?}");
+    }
+    for (recorded, scheduled) in [
+        ("waiting", "off-cpu-waiting"),
+        ("queue-blocked", "off-cpu-blocked"),
+        ("reading", "off-cpu-io-read"),
+        ("writing", "off-cpu-io-write"),
+    ] {
+        assert_eq!(known_color(recorded), known_color(scheduled));
+    }
+    let map = statemap::parse(
+        &br#"{"start":[1,0],"title":"t","states":{"on-cpu":{"value":0},"x":{"value":1}}}"#[..],
+    )
+    .unwrap();
+    assert_eq!(map.meta.states[0].color, SCHED_STATES[0].1);
+}

@@ -27,6 +27,8 @@ enum Command {
     Cache(cmd::provision::CacheArgs),
     /// Draw a statemap as SVG and print each thread's time per state.
     Statemap(cmd::statemap::StatemapArgs),
+    /// Trace a command's threads with bpftrace into a statemap.
+    Trace(cmd::trace::TraceArgs),
     /// Find the best COPY_THREADS and COPY_BATCH for a tree and filesystem.
     Tune(cmd::tune::TuneArgs),
     /// Compare two trees on every attribute a faithful copy keeps.
@@ -48,6 +50,7 @@ fn main() -> ExitCode {
         Command::Cache(a) => cmd::provision::cache(a),
         Command::Statemap(a) => cmd::statemap::run(a),
         Command::Verify(a) => cmd::verify::run(a),
+        Command::Trace(a) => cmd::trace::run(a),
         Command::Tune(a) => cmd::tune::run(a),
     }
 }

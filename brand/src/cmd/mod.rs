@@ -4,5 +4,6 @@ pub mod copy;
 pub mod install;
 pub mod provision;
 pub mod statemap;
+pub mod trace;
 pub mod tune;
 pub mod verify;

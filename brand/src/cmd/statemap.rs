@@ -47,8 +47,18 @@ pub fn run(args: &StatemapArgs) -> ExitCode {
         width: args.width,
         ..RenderOptions::default()
     };
-    let written = File::create(&out)
-        .and_then(|f| statemap::render_svg(&map, &opts, BufWriter::new(f)));
+    // Every write error fails the command, the last ones too: the
+    // buffer is flushed and the file synced before success is said.
+    let written = File::create(&out).and_then(|f| {
+        let mut w = BufWriter::new(f);
+        statemap::render_svg(&map, &opts, &mut w)?;
+        let f = w.into_inner().map_err(|e| e.into_error())?;
+        match f.sync_all() {
+            // A character device such as /dev/stdout cannot be synced.
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => Ok(()),
+            r => r,
+        }
+    });
     if let Err(e) = written {
         output::error(format_args!("write {}: {e}", out.display()));
         return ExitCode::from(1);

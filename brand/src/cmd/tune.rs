@@ -34,6 +34,11 @@ pub struct TuneArgs {
     /// The defaults file to write (default /etc/default/zinstall).
     #[arg(long, value_name = "FILE")]
     pub defaults: Option<PathBuf>,
+    /// After the timed runs, copy once more at every point recording a
+    /// statemap into DIR (with bpftrace's scheduler map too, as root),
+    /// and report where the workers' time went.
+    #[arg(long, value_name = "DIR")]
+    pub statemap: Option<PathBuf>,
 }
 
 /// Sweeps, reports, and writes with --write.
@@ -66,6 +71,7 @@ pub fn run(args: &TuneArgs) -> ExitCode {
         grid,
         runs: args.runs.max(1),
         zinstall,
+        statemap: args.statemap.clone(),
     };
     let mut log = |l: &str| output::note(l);
     let r = match tune::tune(&opts, &mut log) {
@@ -76,6 +82,12 @@ pub fn run(args: &TuneArgs) -> ExitCode {
         }
     };
     output::out(&r.table);
+    if let (Some(shares), Some(dir)) = (&r.shares, &args.statemap) {
+        output::out(format_args!(
+            "Where the workers' time went (statemaps in {}):\n\n{shares}",
+            dir.display()
+        ));
+    }
     let (t, b, best) = r.best;
     output::out(format_args!(
         "best: COPY_THREADS={t} COPY_BATCH={b}, median {best:.3} s; {:.2}x the default (8 x 128, {:.3} s){}",

@@ -20,11 +20,13 @@
 //! [`write_json`] turns the engine's [`Recording`](crate::trace::Recording)
 //! into this format, [`parse`] reads any such stream (ours, the DTrace and
 //! bpftrace scripts', or another program's), [`Summary`] gives each
-//! entity's share of time per state, and [`render_svg`] draws it.
+//! entity's share of time per state, [`render_svg`] draws it, and
+//! [`tidy`] makes a statemap of a tracer's raw output.
 
 mod parse;
 mod render;
 mod summary;
+mod tidy;
 mod write;
 
 pub use parse::{
@@ -32,4 +34,5 @@ pub use parse::{
 };
 pub use render::{RenderOptions, render_svg};
 pub use summary::{EntitySummary, Summary};
+pub use tidy::{TidyReport, tidy};
 pub use write::write_json;

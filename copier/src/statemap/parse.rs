@@ -375,7 +375,7 @@ fn metadata(obj: &Map<String, Value>) -> Result<Metadata, String> {
             .get("color")
             .and_then(Value::as_str)
             .map(str::to_string)
-            .unwrap_or_else(|| default_color(value));
+            .unwrap_or_else(|| default_color(name, value));
         *slot = Some(StateDef {
             name: name.clone(),
             color,
@@ -395,13 +395,24 @@ fn metadata(obj: &Map<String, Value>) -> Result<Metadata, String> {
 }
 
 /// A colour for a state that names none (the reference renderer picks one
-/// at random; a fixed palette keeps our drawings reproducible).
-fn default_color(value: u64) -> String {
-    const PALETTE: [&str; 10] = [
-        "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
-        "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
+/// at random; a fixed palette keeps our drawings reproducible): the one
+/// zinstall gives a state of that name, or else one of the Okabe-Ito
+/// palette by value.
+fn default_color(name: &str, value: u64) -> String {
+    use crate::trace::palette::*;
+    const PALETTE: [&str; 8] = [
+        ORANGE,
+        SKY_BLUE,
+        BLUISH_GREEN,
+        YELLOW,
+        BLUE,
+        VERMILLION,
+        REDDISH_PURPLE,
+        BLACK,
     ];
-    PALETTE[value as usize % PALETTE.len()].to_string()
+    crate::trace::known_color(name)
+        .unwrap_or(PALETTE[value as usize % PALETTE.len()])
+        .to_string()
 }
 
 impl From<ParseError> for io::Error {

@@ -6,6 +6,15 @@
 //! so a long recording stays a small file. Every rectangle's width is the
 //! exact sum of the intervals it stands for, so the widths of an entity's
 //! rectangles always add up to its span times the scale.
+//!
+//! Each rectangle carries a `<title>` that a viewer shows on hover: the
+//! entity, the state (or, for a gathered one, the state that dominates
+//! it and the share of each), when it starts and how long it lasts. The
+//! time axis counts in one unit (s, ms or µs) chosen from the length of
+//! the map. Opened in a browser, the drawing zooms: the mouse wheel over
+//! the rows zooms the time axis around the pointer, dragging pans, and a
+//! double click shows the whole map again (a small script in the SVG,
+//! which renderers that run no scripts ignore).
 
 use std::fmt::Write as _;
 use std::io::{self, Write};
@@ -56,6 +65,8 @@ pub fn render_svg(
     let height = top + plot_h + 40.0 + 22.0 * legend_rows as f64 + 10.0;
     let scale = plot_w / (t_max - t_min).max(1) as f64;
     let x0 = opts.label_width;
+    let span = t_max - t_min;
+    let unit = Unit::for_span(span);
 
     let mut s = String::new();
     let _ = writeln!(
@@ -86,10 +97,19 @@ pub fn render_svg(
         esc(&map.meta.entity_kind.to_lowercase()),
         fmt_ns(t_max - t_min)
     );
+    let mut labels = String::new();
+    let _ = writeln!(
+        s,
+        "<clipPath id=\"clip\"><rect x=\"{x0}\" y=\"{top}\" \
+         width=\"{plot_w}\" height=\"{plot_h}\"/></clipPath>\n\
+         <g id=\"plot\" clip-path=\"url(#clip)\"><rect x=\"{x0}\" \
+         y=\"{top}\" width=\"{plot_w}\" height=\"{plot_h}\" \
+         fill=\"white\"/>\n<g id=\"rows\">"
+    );
     for (r, (name, spans)) in rows.iter().enumerate() {
         let y = top + r as f64 * row_h;
         let _ = writeln!(
-            s,
+            labels,
             "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\" \
              font-size=\"{:.0}\">{}</text>",
             x0 - 6.0,
@@ -99,8 +119,11 @@ pub fn render_svg(
         );
         let _ =
             writeln!(s, "<g class=\"entity\" data-entity=\"{}\">", esc(name));
-        let mut pending: Option<(f64, f64, Vec<u64>)> = None;
-        let emit = |s: &mut String, x: f64, w: f64, time_in: &[u64]| {
+        // A rectangle being gathered: x, width, time in each state, and
+        // the time it starts and ends.
+        let mut pending: Option<(f64, f64, Vec<u64>, u64, u64)> = None;
+        let emit = |s: &mut String, p: &(f64, f64, Vec<u64>, u64, u64)| {
+            let (x, w, time_in, t0, t1) = p;
             let state = time_in
                 .iter()
                 .enumerate()
@@ -111,37 +134,71 @@ pub fn render_svg(
                 .states
                 .get(state)
                 .map_or("#000000", |d| d.color.as_str());
+            let state_name =
+                |i: usize| map.meta.states.get(i).map_or("?", |d| &d.name);
+            let total = t1 - t0;
+            let mut title = format!(
+                "{name}: {} at {}, {}",
+                state_name(state),
+                fmt_time(t0 - t_min, unit),
+                fmt_ns(total)
+            );
+            let shares: Vec<(usize, u64)> = time_in
+                .iter()
+                .copied()
+                .enumerate()
+                .filter(|(_, t)| *t > 0)
+                .collect();
+            if shares.len() > 1 {
+                title.push_str(" (");
+                for (k, (i, t)) in shares.iter().enumerate() {
+                    if k > 0 {
+                        title.push_str(", ");
+                    }
+                    let _ = write!(
+                        title,
+                        "{} {:.0}%",
+                        state_name(*i),
+                        *t as f64 * 100.0 / total.max(1) as f64
+                    );
+                }
+                title.push(')');
+            }
             let _ = writeln!(
                 s,
                 "<rect x=\"{x:.4}\" y=\"{y:.2}\" width=\"{w:.6}\" \
-                 height=\"{:.2}\" fill=\"{}\"/>",
+                 height=\"{:.2}\" fill=\"{}\"><title>{}</title></rect>",
                 row_h - 1.0,
-                esc(color)
+                esc(color),
+                esc(&title)
             );
         };
         for &(t0, t1, st) in spans {
             let x = x0 + (t0 - t_min) as f64 * scale;
             let w = (t1 - t0) as f64 * scale;
             let p = pending.get_or_insert_with(|| {
-                (x, 0.0, vec![0; map.meta.states.len().max(1)])
+                (x, 0.0, vec![0; map.meta.states.len().max(1)], t0, t0)
             });
             p.1 += w;
+            p.4 = t1;
             if let Some(slot) = p.2.get_mut(st as usize) {
                 *slot = slot.saturating_add(t1 - t0);
             }
             if p.1 >= opts.min_rect
-                && let Some((px, pw, time_in)) = pending.take()
+                && let Some(p) = pending.take()
             {
-                emit(&mut s, px, pw, &time_in);
+                emit(&mut s, &p);
             }
         }
-        if let Some((px, pw, time_in)) = pending.take()
-            && pw > 0.0
+        if let Some(p) = pending.take()
+            && p.1 > 0.0
         {
-            emit(&mut s, px, pw, &time_in);
+            emit(&mut s, &p);
         }
         let _ = writeln!(s, "</g>");
     }
+    let _ = writeln!(s, "</g></g>");
+    s.push_str(&labels);
     // Time axis with round ticks.
     let axis_y = top + plot_h + 4.0;
     let _ = writeln!(
@@ -150,8 +207,8 @@ pub fn render_svg(
          stroke=\"#333\"/>",
         x0 + plot_w
     );
-    let span = t_max - t_min;
     let step = nice_step(span / 8);
+    let _ = writeln!(s, "<g id=\"axis\">");
     let mut t = 0u64;
     loop {
         let x = x0 + t as f64 * scale;
@@ -162,7 +219,7 @@ pub fn render_svg(
              text-anchor=\"middle\" font-size=\"11\">{}</text>",
             axis_y + 5.0,
             axis_y + 18.0,
-            fmt_ns(t)
+            fmt_time(t, unit)
         );
         // The last tick may be the last one u64 can count to.
         match t.checked_add(step) {
@@ -170,6 +227,7 @@ pub fn render_svg(
             _ => break,
         }
     }
+    let _ = writeln!(s, "</g>");
     // Legend, four states to a row.
     let legend_y = axis_y + 36.0;
     for (i, st) in map.meta.states.iter().enumerate() {
@@ -185,8 +243,109 @@ pub fn render_svg(
             esc(&st.name)
         );
     }
+    let _ = writeln!(
+        s,
+        "<script><![CDATA[\n{}]]></script>",
+        ZOOM_SCRIPT
+            .replace("@X0@", &format!("{x0}"))
+            .replace("@W@", &format!("{plot_w}"))
+            .replace("@SPAN@", &format!("{}", span as f64 / unit.ns))
+            .replace("@UNIT@", unit.name)
+            .replace("@AXISY@", &format!("{axis_y}"))
+    );
     s.push_str("</svg>\n");
-    out.write_all(s.as_bytes())
+    out.write_all(s.as_bytes())?;
+    out.flush()
+}
+
+/// Wheel zoom, drag pan and double-click reset of the rows, redrawing
+/// the time axis. Placeholders: @X0@ (plot left), @W@ (plot width),
+/// @SPAN@ (the map's length in @UNIT@), @AXISY@ (the axis line's y).
+const ZOOM_SCRIPT: &str = r##"(function () {
+  var svg = document.currentScript ? document.currentScript.ownerSVGElement
+    : document.querySelector("svg");
+  if (!svg || !svg.createSVGPoint) return;
+  var NS = "http://www.w3.org/2000/svg", x0 = @X0@, w = @W@, span = @SPAN@;
+  var plot = svg.getElementById("plot"), rows = svg.getElementById("rows");
+  var axis = svg.getElementById("axis");
+  var k = 1, tx = 0, drag = null;
+  function px(e) {
+    var p = svg.createSVGPoint(); p.x = e.clientX; p.y = e.clientY;
+    return p.matrixTransform(svg.getScreenCTM().inverse()).x;
+  }
+  function fmt(v, step) {
+    var d = Math.max(0, Math.min(6, -Math.floor(Math.log10(step))));
+    return v.toFixed(d) + " @UNIT@";
+  }
+  function draw() {
+    tx = Math.min(0, Math.max(w - w * k, tx));
+    rows.setAttribute("transform",
+      "translate(" + (x0 + tx) + ",0) scale(" + k + ",1) translate(" + -x0 + ",0)");
+    while (axis.firstChild) axis.removeChild(axis.firstChild);
+    var a = -tx / (w * k) * span, b = a + span / k, raw = (b - a) / 8;
+    var p = Math.pow(10, Math.floor(Math.log10(raw))), step = p;
+    [1, 2, 5, 10].some(function (m) { step = m * p; return step >= raw; });
+    var y = @AXISY@;
+    for (var t = Math.ceil(a / step) * step; t <= b + 1e-9; t += step) {
+      var x = x0 + (t - a) / (b - a) * w;
+      var l = document.createElementNS(NS, "line");
+      l.setAttribute("x1", x); l.setAttribute("x2", x);
+      l.setAttribute("y1", y); l.setAttribute("y2", y + 5);
+      l.setAttribute("stroke", "#333"); axis.appendChild(l);
+      var s = document.createElementNS(NS, "text");
+      s.setAttribute("x", x); s.setAttribute("y", y + 18);
+      s.setAttribute("text-anchor", "middle"); s.setAttribute("font-size", "11");
+      s.textContent = fmt(t, step); axis.appendChild(s);
+    }
+  }
+  plot.addEventListener("wheel", function (e) {
+    e.preventDefault();
+    var m = px(e) - x0, nk = Math.max(1, Math.min(1e6, k * Math.pow(1.0015, -e.deltaY)));
+    tx = m - (m - tx) * nk / k; k = nk; draw();
+  });
+  plot.addEventListener("mousedown", function (e) { drag = [px(e), tx]; });
+  window.addEventListener("mousemove", function (e) {
+    if (drag) { tx = drag[1] + px(e) - drag[0]; draw(); }
+  });
+  window.addEventListener("mouseup", function () { drag = null; });
+  plot.addEventListener("dblclick", function () { k = 1; tx = 0; draw(); });
+})();
+"##;
+
+/// The one unit the time axis counts in.
+#[derive(Clone, Copy, Debug)]
+struct Unit {
+    name: &'static str,
+    ns: f64,
+}
+
+impl Unit {
+    /// Seconds from 2 s up, milliseconds from 2 ms, else microseconds.
+    fn for_span(span: u64) -> Unit {
+        if span >= 2_000_000_000 {
+            Unit { name: "s", ns: 1e9 }
+        } else if span >= 2_000_000 {
+            Unit {
+                name: "ms",
+                ns: 1e6,
+            }
+        } else {
+            Unit {
+                name: "µs",
+                ns: 1e3,
+            }
+        }
+    }
+}
+
+/// A time in `unit`, with as many decimals as it needs (at most 3).
+fn fmt_time(ns: u64, unit: Unit) -> String {
+    let v = ns as f64 / unit.ns;
+    let mut t = format!("{v:.3}");
+    while t.contains('.') && (t.ends_with('0') || t.ends_with('.')) {
+        t.pop();
+    }
+    format!("{t} {}", unit.name)
 }
 
 /// A tick step of 1, 2 or 5 times a power of ten, at least `raw`.

@@ -1,0 +1,217 @@
+//! `zinstall trace -- COMMAND...`: a scheduler statemap of a command,
+//! with bpftrace and `dtrace/statemap.bt`.
+
+use std::ffi::OsString;
+use std::fs::{self, File};
+use std::io::{BufWriter, Read};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use clap::Args;
+use copier::statemap::{self, TidyReport};
+
+use crate::output;
+
+/// The script, as shipped in `dtrace/statemap.bt`.
+pub const SCRIPT: &str = include_str!("../../../dtrace/statemap.bt");
+
+/// Arguments of `zinstall trace`.
+#[derive(Args, Debug)]
+pub struct TraceArgs {
+    /// Where to write the statemap.
+    #[arg(
+        short,
+        long,
+        value_name = "FILE",
+        default_value = "trace.statemap.json"
+    )]
+    pub output: PathBuf,
+    /// The bpftrace script to run (default: the dtrace/statemap.bt this
+    /// zinstall was built with).
+    #[arg(long, value_name = "FILE")]
+    pub script: Option<PathBuf>,
+    /// The bpftrace program.
+    #[arg(long, value_name = "PATH", default_value = "bpftrace")]
+    pub bpftrace: PathBuf,
+    /// Make a statemap of RAW, output saved from
+    /// `bpftrace -c ... statemap.bt`, instead of running a command.
+    #[arg(long, value_name = "RAW", conflicts_with = "command")]
+    pub tidy: Option<PathBuf>,
+    /// The command to trace, after `--`.
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<OsString>,
+}
+
+/// Traces the command (or tidies a saved trace) into a statemap.
+pub fn run(args: &TraceArgs) -> ExitCode {
+    let raw = match (&args.tidy, args.command.is_empty()) {
+        (Some(raw), _) => match fs::read(raw) {
+            Ok(b) => b,
+            Err(e) => {
+                output::error(format_args!("read {}: {e}", raw.display()));
+                return ExitCode::from(1);
+            }
+        },
+        (None, true) => {
+            output::error("nothing to trace: zinstall trace -- COMMAND ...");
+            return ExitCode::from(2);
+        }
+        (None, false) => match trace(args) {
+            Ok(b) => b,
+            Err(e) => {
+                output::error(e);
+                return ExitCode::from(1);
+            }
+        },
+    };
+    match write(&raw, &args.output) {
+        Ok(r) => {
+            for d in &r.diagnostics {
+                output::note(format_args!("bpftrace: {d}"));
+            }
+            if r.lost > 0 {
+                output::error(format_args!(
+                    "bpftrace lost {} events: the map has gaps",
+                    r.lost
+                ));
+            }
+            output::out(format_args!(
+                "wrote {} ({} state changes, {} threads)",
+                args.output.display(),
+                r.data,
+                r.renamed.len()
+            ));
+            if r.lost > 0 {
+                ExitCode::from(1)
+            } else {
+                ExitCode::SUCCESS
+            }
+        }
+        Err(e) => {
+            output::error(format_args!("write {}: {e}", args.output.display()));
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn write(raw: &[u8], path: &Path) -> std::io::Result<TidyReport> {
+    let f = File::create(path)?;
+    let mut w = BufWriter::new(f);
+    let r = statemap::tidy(raw, &mut w)?;
+    w.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+    Ok(r)
+}
+
+/// Runs bpftrace with the script on the command; returns its output.
+fn trace(args: &TraceArgs) -> Result<Vec<u8>, String> {
+    // bpftrace -c splits its command at spaces and knows no quoting: it
+    // is given a shell script that execs the real argument vector, at a
+    // path without spaces.
+    let base = std::env::temp_dir();
+    let base = if base.as_os_str().as_bytes().contains(&b' ') {
+        PathBuf::from("/tmp")
+    } else {
+        base
+    };
+    let dir = base.join(format!("zinstall-trace.{}", std::process::id()));
+    fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&dir)
+        .map_err(|e| format!("create {}: {e}", dir.display()))?;
+    let r = trace_in(args, &dir);
+    let _ = fs::remove_dir_all(&dir);
+    r
+}
+
+fn trace_in(args: &TraceArgs, dir: &Path) -> Result<Vec<u8>, String> {
+    let script = match &args.script {
+        Some(p) => p.clone(),
+        None => {
+            let p = dir.join("statemap.bt");
+            fs::write(&p, SCRIPT)
+                .map_err(|e| format!("write {}: {e}", p.display()))?;
+            p
+        }
+    };
+    let mut sh = b"exec".to_vec();
+    for a in &args.command {
+        sh.push(b' ');
+        sh.extend_from_slice(&quote(a.as_bytes()));
+    }
+    sh.push(b'\n');
+    let run = dir.join("run");
+    fs::write(&run, &sh)
+        .map_err(|e| format!("write {}: {e}", run.display()))?;
+    let start = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs();
+    let mut child = Command::new(&args.bpftrace)
+        .arg("-q")
+        .arg("-c")
+        .arg(format!("/bin/sh {}", run.display()))
+        .arg(&script)
+        .arg(start.to_string())
+        .stdin(Stdio::inherit())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                format!(
+                    "{}: not found (apt-get install bpftrace)",
+                    args.bpftrace.display()
+                )
+            } else {
+                format!("run {}: {e}", args.bpftrace.display())
+            }
+        })?;
+    let mut raw = Vec::new();
+    let read = child.stdout.take().map(|mut o| o.read_to_end(&mut raw));
+    let status = child.wait().map_err(|e| format!("bpftrace: {e}"))?;
+    if let Some(Err(e)) = read {
+        return Err(format!("reading bpftrace's output: {e}"));
+    }
+    if !status.success() {
+        return Err(format!("bpftrace failed ({status})"));
+    }
+    Ok(raw)
+}
+
+/// `s` as one word for sh: in single quotes, each `'` as `'\''`.
+fn quote(s: &[u8]) -> Vec<u8> {
+    let mut q = vec![b'\''];
+    for &b in s {
+        if b == b'\'' {
+            q.extend_from_slice(b"'\\''");
+        } else {
+            q.push(b);
+        }
+    }
+    q.push(b'\'');
+    q
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    #[test]
+    fn quoting_survives_the_shell() {
+        let words: [&[u8]; 4] = [b"a b", b"it's", b"", b"$HOME \"x\" `y`"];
+        let mut sh = b"printf '%s|'".to_vec();
+        for w in words {
+            sh.push(b' ');
+            sh.extend_from_slice(&quote(w));
+        }
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(std::ffi::OsStr::from_bytes(&sh))
+            .output()
+            .unwrap();
+        assert_eq!(out.stdout, b"a b|it's||$HOME \"x\" `y`|");
+    }
+}
