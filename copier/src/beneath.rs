@@ -190,7 +190,7 @@ pub(crate) fn open_parts(
     if parts.is_empty() {
         return Ok(Arc::clone(top));
     }
-    let joined = join(parts);
+    let joined = crate::archive::names::Name::joined(parts);
     // Beyond PATH_MAX the kernel refuses the whole path; components
     // have no such limit.
     if joined.as_bytes().len() < 4000 {
@@ -303,19 +303,6 @@ fn classify(dir: RawFd, name: &CStr, e: io::Error) -> StepFail {
         }
     }
     StepFail::Io(Op::Open, e)
-}
-
-/// `a/b/c` as one C string.
-pub(crate) fn join(parts: &[CString]) -> CString {
-    let mut v = Vec::new();
-    for (i, p) in parts.iter().enumerate() {
-        if i > 0 {
-            v.push(b'/');
-        }
-        v.extend_from_slice(p.as_bytes());
-    }
-    // Components hold no NUL, so neither does their join.
-    CString::new(v).unwrap_or_default()
 }
 
 /// Opens a directory by path, its last component not followed.

@@ -42,7 +42,7 @@
 /// read to their end so that trailers are checked.
 pub mod compress;
 mod meta;
-mod names;
+pub(crate) mod names;
 /// Reading tar members exactly (PAX, GNU long names, every GNU sparse
 /// form, xattrs and ACLs), bounded against bombs.
 pub mod tar;

@@ -106,13 +106,7 @@ pub fn unpack(
     let reader =
         decompress(io::BufReader::with_capacity(1 << 20, f), compression)
             .map_err(|e| Error::io(Op::Read, archive, e))?;
-    run(
-        tar::Reader::new(reader, limits(opts)),
-        None,
-        archive,
-        root,
-        opts,
-    )
+    unpack_from(reader, archive, root, opts)
 }
 
 /// The reader's bounds for `opts`: declared sizes count against

@@ -404,14 +404,21 @@ fn single_destination(
     }
 }
 
-/// A caller's directory path, resolved as given (it is theirs).
-fn open_followed(path: &Path) -> Result<Root, Error> {
+/// A caller's directory path, resolved as given (it is theirs); not a
+/// directory is a conflict.
+pub(crate) fn open_followed(path: &Path) -> Result<Root, Error> {
     use std::os::unix::fs::OpenOptionsExt;
     let f = fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
         .open(path)
-        .map_err(|e| Error::io(Op::Open, path, e))?;
+        .map_err(|e| {
+            if e.raw_os_error() == Some(libc::ENOTDIR) {
+                Error::refused(path, Refusal::Conflict)
+            } else {
+                Error::io(Op::Open, path, e)
+            }
+        })?;
     Ok(Root::from_fd(f.into(), path))
 }
 

@@ -5,7 +5,6 @@ use std::fs;
 use std::io;
 use std::mem;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
@@ -89,18 +88,10 @@ pub(crate) fn open_top(plan: &crate::Plan) -> Result<OwnedFd> {
         }
         None => {
             make_root(&plan.dst)?;
-            fs::OpenOptions::new()
-                .read(true)
-                .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
-                .open(&plan.dst)
-                .map_err(|e| {
-                    if e.raw_os_error() == Some(libc::ENOTDIR) {
-                        Error::refused(&plan.dst, Refusal::Conflict)
-                    } else {
-                        Error::io(Op::Open, &plan.dst, e)
-                    }
-                })?
-                .into()
+            let top = super::open_followed(&plan.dst)?;
+            top.fd()
+                .try_clone()
+                .map_err(|e| Error::io(Op::Open, &plan.dst, e))?
         }
     };
     if !plan.merge {

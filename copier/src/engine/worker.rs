@@ -329,23 +329,7 @@ impl<'s, 'p> Worker<'s, 'p> {
         src_path: &Path,
         dst_path: &Path,
     ) -> Result<u64> {
-        if self.buf.is_empty() {
-            self.buf = vec![0; self.shared.plan.tunables.copy_bufsize];
-        }
-        let mut off = 0u64;
-        loop {
-            self.trace.enter(ThreadState::Reading);
-            let n = match src.read_at(&mut self.buf, off) {
-                Ok(0) => return Ok(off),
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(Error::io(Op::Read, src_path, e)),
-            };
-            self.trace.enter(ThreadState::Writing);
-            dst.write_all_at(&self.buf[..n], off)
-                .map_err(|e| Error::io(Op::Write, dst_path, e))?;
-            off += n as u64;
-        }
+        self.buffered(src, dst, 0, u64::MAX, src_path, dst_path)
     }
 
     /// Copies `[start, end)` to the same offsets. Returns whether the
@@ -385,8 +369,23 @@ impl<'s, 'p> Worker<'s, 'p> {
                 return Ok((true, off));
             }
         }
+        let reached = self.buffered(src, dst, off, end, src_path, dst_path)?;
+        Ok((false, reached))
+    }
+
+    /// Copies `[off, end)` through the worker's buffer, stopping early at
+    /// the end of the source; returns where it stopped.
+    fn buffered(
+        &mut self,
+        src: &File,
+        dst: &File,
+        mut off: u64,
+        end: u64,
+        src_path: &Path,
+        dst_path: &Path,
+    ) -> Result<u64> {
         if self.buf.is_empty() {
-            self.buf = vec![0; sh.plan.tunables.copy_bufsize];
+            self.buf = vec![0; self.shared.plan.tunables.copy_bufsize];
         }
         while off < end {
             self.trace.enter(ThreadState::Reading);
@@ -402,7 +401,7 @@ impl<'s, 'p> Worker<'s, 'p> {
                 .map_err(|e| Error::io(Op::Write, dst_path, e))?;
             off += n as u64;
         }
-        Ok((false, off))
+        Ok(off)
     }
 
     fn copy_symlink(&mut self, job: &Job) -> Result<()> {
