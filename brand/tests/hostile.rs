@@ -648,19 +648,7 @@ fn a_very_deep_layer_is_installed_or_refused_and_always_removable() {
     eprintln!("a {DEEP}-deep layer: {}", o.brief());
     if o.ok() {
         // Interrupted after that: the next install cleans it.
-        mark_interrupted(&z);
-        let again = z.install(&[]);
-        assert!(
-            again.ok(),
-            "reinstall over a {DEEP}-deep interrupted root\n{}",
-            again.all()
-        );
-        assert!(
-            fs::symlink_metadata(z.root.join("d")).is_err(),
-            "the reinstall's clean-up left root/d\n{}",
-            again.all()
-        );
-        uninstall_all(&z, "after the reinstall");
+        reinstall_cleans(&z, "d", &format!("a {DEEP}-deep interrupted root"));
         // Installed and uninstalled straight away.
         let o = z.install(&[&layer]);
         assert!(o.ok(), "second deep install\n{}", o.all());
@@ -693,19 +681,25 @@ fn a_tenant_built_deep_tree_is_removed() {
     z.install_ok();
     fs::create_dir(z.root.join("home")).unwrap();
     mkdir_deep(&z.root.join("home"), DEEP, "t");
-    mark_interrupted(&z);
+    reinstall_cleans(
+        &z,
+        "home",
+        &format!("an interrupted root holding a {DEEP}-deep tree"),
+    );
+}
+
+/// Marks `z` interrupted, reinstalls, checks the clean-up removed
+/// `root/leftover`, then uninstalls.
+fn reinstall_cleans(z: &Zone, leftover: &str, what: &str) {
+    mark_interrupted(z);
     let o = z.install(&[]);
+    assert!(o.ok(), "reinstall over {what}\n{}", o.all());
     assert!(
-        o.ok(),
-        "reinstall over an interrupted root holding a {DEEP}-deep tree\n{}",
+        fs::symlink_metadata(z.root.join(leftover)).is_err(),
+        "the reinstall's clean-up over {what} left root/{leftover}\n{}",
         o.all()
     );
-    assert!(
-        fs::symlink_metadata(z.root.join("home")).is_err(),
-        "the clean-up left the deep tree\n{}",
-        o.all()
-    );
-    uninstall_all(&z, "after the reinstall");
+    uninstall_all(z, "after the reinstall");
 }
 
 /// The byte count in `zinstall copy`'s summary line.

@@ -175,6 +175,12 @@ impl Zoneadm {
         if text.is_empty() {
             return None;
         }
+        Some(self.substitute(&text, args))
+    }
+
+    /// The hook text with zoneadm's `%z`/`%R` and our binary substituted,
+    /// each argument glued on after a space.
+    fn substitute(&self, text: &str, args: &[&str]) -> String {
         let mut cmd = text
             .replace(
                 "/usr/lib/brand/zinstall/brand",
@@ -186,7 +192,7 @@ impl Zoneadm {
             cmd.push(' ');
             cmd.push_str(a);
         }
-        Some(cmd)
+        cmd
     }
 
     /// `do_subproc()`: `exec` through `/bin/sh -c`; stdin is no terminal.
@@ -215,17 +221,7 @@ impl Zoneadm {
     fn verify_adm(&self, sub: &str, args: &[&str]) -> i32 {
         let text = hooks().get("verify_adm");
         assert!(text.ends_with(' '), "zoneadm glues the subcommand on");
-        let mut cmd = format!("{text}{sub}")
-            .replace(
-                "/usr/lib/brand/zinstall/brand",
-                env!("CARGO_BIN_EXE_brand"),
-            )
-            .replace("%z", &self.zone)
-            .replace("%R", &self.zonepath.display().to_string());
-        for a in args {
-            cmd.push(' ');
-            cmd.push_str(a);
-        }
+        let cmd = self.substitute(&format!("{text}{sub}"), args);
         self.run(&cmd).0
     }
 
