@@ -4,11 +4,12 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use bench::peers::{self, Tool};
-use bench::report::{self, Samples};
-use bench::trees::{self, Shape};
 use clap::{Parser, Subcommand};
+use zinstall_tune::peers::{self, Tool};
+use zinstall_tune::report::{self, Samples};
+use zinstall_tune::trees::{self, Shape};
 
+mod archives;
 mod plot;
 
 #[derive(Parser, Debug)]
@@ -379,7 +380,7 @@ fn copy_bench(
             list.len()
         );
         let mut log = |l: &str| eprintln!("{l}");
-        let mut b = bench::sweep::Bench {
+        let mut b = zinstall_tune::sweep::Bench {
             src: &src,
             dst: scratch.join("dst"),
             zinstall: &zinstall,
@@ -388,7 +389,8 @@ fn copy_bench(
             cold: false,
             log: &mut log,
         };
-        let bench::sweep::Measured { mut samples, wrong } = b.measure(&list)?;
+        let zinstall_tune::sweep::Measured { mut samples, wrong } =
+            b.measure(&list)?;
         samples.retain(|s| !s.times.is_empty());
         let reference = if samples.iter().any(|s| s.tool == "cp -a") {
             "cp -a"
@@ -426,13 +428,14 @@ fn unpack_bench(
     compress: &str,
     scratch: &Path,
 ) -> Result<(), String> {
-    use copier::archive::{self, ArchiveKind, UnpackOptions};
+    use copier::unpack::{self as archive, UnpackOptions};
     use std::time::Instant;
+    use zinstall_archive::ArchiveKind;
     fs::create_dir_all(scratch).map_err(|e| e.to_string())?;
     let layer = scratch.join(format!("layer-{files}x{size}.tar"));
     if !layer.exists() {
         let tmp = layer.with_extension("partial");
-        trees::layer_tar(&tmp, files, size)
+        archives::layer_tar(&tmp, files, size)
             .map_err(|e| format!("{}: {e}", tmp.display()))?;
         fs::rename(&tmp, &layer).map_err(|e| e.to_string())?;
     }
@@ -638,12 +641,12 @@ fn provision_bench(
             peers::warm(&img).map_err(|e| e.to_string())?;
             let t0 = std::time::Instant::now();
             let image =
-                copier::qcow2::Image::open(&img).map_err(|e| e.to_string())?;
+                zinstall_qcow2::Image::open(&img).map_err(|e| e.to_string())?;
             let f = fs::File::create_new(&out).map_err(|e| e.to_string())?;
-            copier::qcow2::convert_to_raw(
+            zinstall_qcow2::convert_to_raw(
                 &image,
                 &f,
-                &copier::qcow2::ConvertOptions { threads: 2 },
+                &zinstall_qcow2::ConvertOptions { threads: 2 },
                 &|_| {},
             )
             .map_err(|e| e.to_string())?;
@@ -698,7 +701,7 @@ fn install_bench(
             .map_err(|e| e.to_string())?;
         eprintln!("seed /usr: {s:?}");
         fs::create_dir_all(seed.join("baseline")).map_err(|e| e.to_string())?;
-        trees::archive_tar(
+        archives::archive_tar(
             &seed.join("baseline/files.tar"),
             "baseline",
             2000,
@@ -761,7 +764,7 @@ fn sweep_bench(
     keep: Option<&Path>,
     zinstall: Option<PathBuf>,
 ) -> Result<(), String> {
-    use bench::sweep::{self, Bench, Grid};
+    use zinstall_tune::sweep::{self, Bench, Grid};
     fs::create_dir_all(scratch).map_err(|e| e.to_string())?;
     let z =
         zinstall.unwrap_or_else(|| workspace().join("target/release/zinstall"));

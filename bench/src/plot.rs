@@ -4,11 +4,11 @@
 
 use std::path::Path;
 
-use bench::peers::Tool;
-use bench::report::Samples;
-use bench::sweep::Grid;
 use plotters::coord::Shift;
 use plotters::prelude::*;
+use zinstall_tune::peers::Tool;
+use zinstall_tune::report::Samples;
+use zinstall_tune::sweep::Grid;
 
 type R = Result<(), String>;
 
@@ -298,7 +298,7 @@ pub fn sweep_charts(
         })
         .map(|s| (s.tool.clone(), s.median().as_secs_f64()))
         .collect();
-    if let Some((t, b, s)) = bench::sweep::best(samples, grid) {
+    if let Some((t, b, s)) = zinstall_tune::sweep::best(samples, grid) {
         let name = format!("zinstall {t}x{b} (best)");
         rows.push((name, s.median().as_secs_f64()));
     }

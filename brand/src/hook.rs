@@ -31,8 +31,8 @@ use std::ffi::{OsStr, OsString};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use crate::install::{self, Install, Profile, profile};
 use crate::settings::TunableArgs;
+use zinstall_install::{self as install, Install, Profile, profile};
 
 /// `ZONE_SUBPROC_OK`.
 pub const OK: u8 = 0;

@@ -5,7 +5,6 @@
 
 pub mod cmd;
 pub mod hook;
-pub mod install;
 pub mod output;
 pub mod settings;
 pub mod statemap;

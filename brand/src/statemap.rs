@@ -22,7 +22,7 @@ pub fn hostname() -> Option<String> {
 pub fn save(rec: &Recording, title: &str, path: &Path) -> io::Result<()> {
     let f = File::create(path).map_err(|e| with_path(e, "create", path))?;
     let host = hostname();
-    copier::statemap::write_json(
+    zinstall_statemap::write_json(
         rec,
         title,
         host.as_deref(),

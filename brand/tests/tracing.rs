@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use copier::statemap::{self, Summary};
+use zinstall_statemap::{self as statemap, Summary};
 
 fn is_root() -> bool {
     // SAFETY: geteuid cannot fail.
@@ -141,7 +141,7 @@ fn bpftrace_statemap_of_a_real_copy() {
         .iter()
         .map(|s| (s.name.as_str(), s.color.as_str()))
         .collect();
-    assert_eq!(states, copier::trace::SCHED_STATES);
+    assert_eq!(states, zinstall_statemap::SCHED_STATES);
     // One row per worker, and the main thread (the walker), by name.
     let mut entities = map.entities();
     entities.sort();
@@ -291,7 +291,7 @@ fn recorder_through_the_cli() {
 }
 
 /// The illumos and Linux scripts declare the same states in the same
-/// order with the same colours, those of `copier::trace::SCHED_STATES`,
+/// order with the same colours, those of `zinstall_statemap::SCHED_STATES`,
 /// so their maps compare row for row. (DTrace itself does not run here;
 /// this checks the script's declarations.)
 #[test]
@@ -314,7 +314,7 @@ fn dtrace_and_bpftrace_scripts_declare_the_same_states() {
             (f[1].to_string(), f[7].to_string())
         })
         .collect();
-    let want: Vec<(String, String)> = copier::trace::SCHED_STATES
+    let want: Vec<(String, String)> = zinstall_statemap::SCHED_STATES
         .iter()
         .map(|(n, c)| (n.to_string(), c.to_string()))
         .collect();

@@ -4,10 +4,10 @@
 use std::fs;
 use std::process::Command;
 
-use bench::peers::Tool;
-use bench::report;
-use bench::sweep::{self, Bench, Grid};
-use bench::trees::{self, Shape};
+use zinstall_tune::peers::Tool;
+use zinstall_tune::report;
+use zinstall_tune::sweep::{self, Bench, Grid};
+use zinstall_tune::trees::{self, Shape};
 
 #[test]
 fn a_tiny_sweep_runs_and_writes_every_row() {
@@ -142,7 +142,7 @@ fn tune_records_a_statemap_per_point() {
         assert!(cells[3].ends_with('%'), "{row}");
         let json = maps.join(format!("{stem}.statemap.json"));
         let map =
-            copier::statemap::parse(&fs::read(&json).unwrap()[..]).unwrap();
+            zinstall_statemap::parse(&fs::read(&json).unwrap()[..]).unwrap();
         assert_eq!(map.entities().len(), 1 + t, "walker and {t} workers");
         assert!(maps.join(format!("{stem}.svg")).is_file());
         assert_eq!(

@@ -190,7 +190,7 @@ pub(crate) fn open_parts(
     if parts.is_empty() {
         return Ok(Arc::clone(top));
     }
-    let joined = crate::archive::names::Name::joined(parts);
+    let joined = zinstall_archive::names::Name::joined(parts);
     // Beyond PATH_MAX the kernel refuses the whole path; components
     // have no such limit.
     if joined.as_bytes().len() < 4000 {

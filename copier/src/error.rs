@@ -14,6 +14,8 @@ use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
 
+pub use zinstall_archive::ArchiveRefusal;
+
 /// Result type of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -221,136 +223,6 @@ pub enum DefaultsProblem {
     },
 }
 
-/// Why an image was rejected.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ImageProblem {
-    /// Its SHA-256 is not the one the caller expected.
-    ChecksumMismatch {
-        /// Expected digest, hex.
-        expected: String,
-        /// Digest of the bytes read, hex.
-        found: String,
-    },
-    /// The image ended before its format said it would.
-    Truncated,
-    /// A compressed stream is corrupt.
-    Corrupt(String),
-    /// The image is of a kind this operation does not take.
-    Unsupported(String),
-}
-
-impl fmt::Display for ImageProblem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ImageProblem::ChecksumMismatch { expected, found } => write!(
-                f,
-                "checksum mismatch: expected sha256 {expected}, read {found}"
-            ),
-            ImageProblem::Truncated => f.write_str("truncated image"),
-            ImageProblem::Corrupt(why) => write!(f, "corrupt image: {why}"),
-            ImageProblem::Unsupported(why) => {
-                write!(f, "unsupported image: {why}")
-            }
-        }
-    }
-}
-
-/// Why an archive entry was refused.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ArchiveRefusal {
-    /// The name is absolute.
-    AbsolutePath,
-    /// The name has a `..` component.
-    DotDot,
-    /// Resolving it would leave the root.
-    EscapesRoot,
-    /// A directory on its path is a symlink, which is never followed.
-    ThroughSymlink,
-    /// A hard link to something outside the root or through a symlink.
-    HardLinkOutside,
-    /// A device node, and the profile does not allow them.
-    DeviceNotAllowed,
-    /// A non-directory where a directory is.
-    FileOverDirectory,
-    /// A directory where a symlink is.
-    DirectoryOverSymlink,
-    /// The archive is corrupt or truncated.
-    Corrupt(String),
-    /// The first member is not `zinstall.json`.
-    MissingMetadata,
-    /// `zinstall.json` is not valid.
-    BadMetadata(String),
-    /// A baseline where a layer was expected, or the reverse.
-    WrongArchiveType {
-        /// What was expected.
-        expected: String,
-        /// What the archive says it is.
-        found: String,
-    },
-    /// An entry type that cannot be unpacked.
-    UnsupportedEntryType(String),
-    /// The archive (or its compressed stream) ends inside a member: `what`
-    /// says where, e.g. `body`, `header`, `padding`.
-    Truncated {
-        /// The part being read when the data ran out.
-        what: String,
-    },
-    /// A bound on declared sizes or counts was hit, checked before
-    /// anything was allocated or written.
-    LimitExceeded {
-        /// What was counted, e.g. `total declared bytes`.
-        what: String,
-        /// The limit.
-        limit: u64,
-    },
-}
-
-impl fmt::Display for ArchiveRefusal {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ArchiveRefusal::AbsolutePath => f.write_str("absolute path"),
-            ArchiveRefusal::DotDot => f.write_str("path has a .. component"),
-            ArchiveRefusal::EscapesRoot => f.write_str("path escapes the root"),
-            ArchiveRefusal::ThroughSymlink => {
-                f.write_str("path goes through a symlink")
-            }
-            ArchiveRefusal::HardLinkOutside => f.write_str(
-                "hard link to a target outside the root or through a symlink",
-            ),
-            ArchiveRefusal::DeviceNotAllowed => {
-                f.write_str("device node not allowed by the profile")
-            }
-            ArchiveRefusal::FileOverDirectory => {
-                f.write_str("would replace a directory with a non-directory")
-            }
-            ArchiveRefusal::DirectoryOverSymlink => {
-                f.write_str("would replace a symlink with a directory")
-            }
-            ArchiveRefusal::Corrupt(why) => write!(f, "corrupt archive: {why}"),
-            ArchiveRefusal::MissingMetadata => {
-                f.write_str("first member is not zinstall.json")
-            }
-            ArchiveRefusal::BadMetadata(why) => {
-                write!(f, "bad zinstall.json: {why}")
-            }
-            ArchiveRefusal::WrongArchiveType { expected, found } => {
-                write!(f, "archive is a {found}, not a {expected}")
-            }
-            ArchiveRefusal::UnsupportedEntryType(t) => {
-                write!(f, "unsupported entry type {t}")
-            }
-            ArchiveRefusal::Truncated { what } => {
-                write!(f, "archive truncated in the {what}")
-            }
-            ArchiveRefusal::LimitExceeded { what, limit } => {
-                write!(f, "{what} exceed the limit of {limit}")
-            }
-        }
-    }
-}
-
 /// An error of the engine.
 ///
 /// The variants are public so callers can match on them; use
@@ -443,14 +315,6 @@ pub enum Error {
         value: String,
         /// What is wrong with it.
         problem: DefaultsProblem,
-    },
-    /// An image's content is not what it must be.
-    #[error("{}: {problem}", path.display())]
-    Image {
-        /// The image file.
-        path: PathBuf,
-        /// What is wrong.
-        problem: ImageProblem,
     },
     /// A rule pattern does not compile.
     #[error("bad rule pattern {pattern:?}: {message}")]
@@ -579,6 +443,20 @@ impl Error {
         }
     }
 
+    /// The error for a tar archive `archive` whose reader failed: an
+    /// [`Error::Archive`] naming the member, or an [`Error::Io`] for a
+    /// failed read of the file itself.
+    pub fn tar(archive: &Path, e: zinstall_archive::tar::TarError) -> Self {
+        match e.into_refusal() {
+            (_, Err(io)) => Error::io(Op::Read, archive, io),
+            (entry, Ok(reason)) => Error::Archive {
+                archive: archive.to_path_buf(),
+                entry,
+                reason,
+            },
+        }
+    }
+
     /// A refused entry.
     pub fn refused(path: impl Into<PathBuf>, reason: Refusal) -> Self {
         Error::Refused {
@@ -596,7 +474,6 @@ impl Error {
             | Error::Beneath { path, .. }
             | Error::MountsLeft { path, .. } => path,
             Error::Defaults { file, .. } => file,
-            Error::Image { path, .. } => path,
             Error::Archive { archive, .. } => archive,
             Error::Rule { .. } => Path::new(""),
         }
@@ -639,7 +516,6 @@ impl From<Error> for io::Error {
             }
             Error::Defaults { .. }
             | Error::Rule { .. }
-            | Error::Image { .. }
             | Error::Archive { .. } => io::ErrorKind::InvalidData,
         };
         io::Error::new(kind, e)

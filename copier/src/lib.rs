@@ -21,31 +21,26 @@
 
 #![deny(missing_docs)]
 
-pub mod archive;
 pub mod beneath;
-pub mod cache;
 pub mod defaults;
 mod engine;
 pub mod error;
 pub mod fsutil;
 pub mod plan;
 pub mod probes;
-pub mod provision;
-pub mod qcow2;
 pub mod rules;
-pub mod statemap;
 pub mod stats;
 mod sys;
 pub mod trace;
 pub mod tunables;
+pub mod unpack;
 pub mod verify;
 
 pub use defaults::DefaultsFile;
-pub use error::{
-    ArchiveRefusal, Error, ImageProblem, Met, Op, Refusal, Result,
-};
+pub use error::{Error, Met, Op, Refusal, Result};
 pub use plan::{Failure, Plan, Progress, Report};
 pub use rules::{Action, Rule, RuleSet};
 pub use stats::{Notice, NoticeKind, Stats, WorkerStats};
 pub use trace::{Recording, ThreadState};
 pub use tunables::Tunables;
+pub use zinstall_archive::ArchiveRefusal;

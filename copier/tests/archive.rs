@@ -6,8 +6,9 @@ use std::io::Write;
 use std::os::unix::fs::{MetadataExt, PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
 
-use copier::archive::{self, ArchiveKind, UnpackOptions};
+use copier::unpack::{self as archive, UnpackOptions};
 use copier::{ArchiveRefusal, Error, Tunables};
+use zinstall_archive::ArchiveKind;
 
 /// Builds archives entry by entry, including entries tar-rs's builder
 /// would refuse to write (absolute names, `..`).

@@ -18,13 +18,14 @@ use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use copier::archive::{self, ArchiveKind, UnpackOptions};
+use copier::unpack::{self as archive, UnpackOptions};
 use copier::{Error, Plan, Tunables};
 use fsops::{
     Cases, Mount, Racer, climbing, file_beneath, lstat_beneath, mkdir_deep,
     needs_root, relative, swap_for_symlink,
 };
 use sentinel::Sentinel;
+use zinstall_archive::ArchiveKind;
 
 fn opts(threads: usize) -> UnpackOptions {
     UnpackOptions {

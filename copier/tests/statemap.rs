@@ -4,8 +4,10 @@
 use std::collections::HashMap;
 use std::fs;
 
-use copier::statemap::{self, ParseProblem, RenderOptions, Summary};
 use copier::{Plan, Tunables};
+use zinstall_statemap::{
+    self as statemap, ParseProblem, RenderOptions, Summary,
+};
 
 fn record_copy(threads: usize) -> (Vec<u8>, copier::Report) {
     let d = tempfile::tempdir().unwrap();

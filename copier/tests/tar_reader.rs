@@ -16,11 +16,12 @@ use std::os::unix::fs::{FileExt, MetadataExt, symlink};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use copier::archive::compress::{self, Compression};
-use copier::archive::tar::{
+use copier::Error;
+use zinstall_archive::ArchiveRefusal;
+use zinstall_archive::compress::{self, Compression};
+use zinstall_archive::tar::{
     Kind, Limits, Member, NameTable, Reader, TarError, TarErrorKind,
 };
-use copier::error::{ArchiveRefusal, Error};
 
 const GIB: u64 = 1 << 30;
 
@@ -223,7 +224,7 @@ fn read_archive(path: &Path, limits: Limits) -> Result<Vec<Got>, Error> {
     let c = compress::compression_of(&head[..n]);
     let f = File::open(path).unwrap();
     let d = compress::decompress(io::BufReader::new(f), c).unwrap();
-    read_from(Reader::new(d, limits)).map_err(|e| e.into_error(path))
+    read_from(Reader::new(d, limits)).map_err(|e| Error::tar(path, e))
 }
 
 fn read_from<R: Read>(mut r: Reader<R>) -> Result<Vec<Got>, TarError> {
@@ -1046,7 +1047,7 @@ fn refusals_convert_to_archive_errors() {
         offset: 0,
         kind: TarErrorKind::Truncated("body"),
     };
-    let s = e.into_error(Path::new("/x.tar")).to_string();
+    let s = Error::tar(Path::new("/x.tar"), e).to_string();
     assert_eq!(s, "/x.tar: entry \"m\": archive truncated in the body");
 }
 
@@ -1054,7 +1055,7 @@ fn refusals_convert_to_archive_errors() {
 /// tree on every attribute a copy keeps (access times aside: the archives
 /// here do not hold them). Returns the differences, one line each.
 fn unpack_and_verify(t: &Tree, archive: &Path, names: &[&str]) -> String {
-    use copier::archive::{UnpackOptions, unpack};
+    use copier::unpack::{UnpackOptions, unpack};
     use copier::verify::{CompareOptions, compare};
     let root = t.work.join(format!(
         "root-{}",

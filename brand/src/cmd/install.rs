@@ -6,9 +6,9 @@ use std::process::ExitCode;
 
 use clap::Args;
 
-use crate::install::{self, Install, Profile, profile};
 use crate::output;
 use crate::settings::TunableArgs;
+use zinstall_install::{self as install, Install, Profile, profile};
 
 /// Arguments of `zinstall install`.
 #[derive(Args, Debug)]
@@ -88,7 +88,8 @@ pub fn install(args: &InstallArgs) -> ExitCode {
     let argv: Vec<String> = std::env::args_os()
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
-    let (log, warning) = install::log::open(&profile.log, &argv);
+    let (log, warning) =
+        install::log::open(&profile.log, &argv, |m| output::note(m));
     if let Some(w) = warning {
         output::note(w);
     }
@@ -126,7 +127,8 @@ pub fn uninstall(args: &UninstallArgs) -> ExitCode {
     let argv: Vec<String> = std::env::args_os()
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
-    let (log, warning) = install::log::open(&log_path, &argv);
+    let (log, warning) =
+        install::log::open(&log_path, &argv, |m| output::note(m));
     if let Some(w) = warning {
         output::note(w);
     }

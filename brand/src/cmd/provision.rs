@@ -5,8 +5,8 @@ use std::process::ExitCode;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use clap::{Args, Subcommand};
-use copier::cache::{Cache, Obtained};
-use copier::provision::{self, ProvisionOptions};
+use zinstall_provision::cache::{Cache, Obtained};
+use zinstall_provision::{self as provision, ProvisionOptions};
 
 use crate::output;
 use crate::settings::TunableArgs;
@@ -114,7 +114,7 @@ pub fn parse_count(s: &str) -> Result<usize, String> {
 /// A disk guest's virtual size: a size qcow2 overlays can have.
 pub fn parse_virtual_size(s: &str) -> Result<u64, String> {
     let n = parse_size(s)?;
-    let max = copier::qcow2::MAX_OVERLAY_SIZE;
+    let max = zinstall_qcow2::MAX_OVERLAY_SIZE;
     if n > max {
         return Err(format!(
             "{s:?} is larger than a qcow2 overlay can be ({max} bytes, 2P)"

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
-use copier::statemap::{self, RenderOptions, Summary};
+use zinstall_statemap::{self as statemap, RenderOptions, Summary};
 
 use crate::output;
 

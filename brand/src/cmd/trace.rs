@@ -11,7 +11,7 @@ use std::process::{Command, ExitCode, Stdio};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use clap::Args;
-use copier::statemap::{self, TidyReport};
+use zinstall_statemap::{self as statemap, TidyReport};
 
 use crate::output;
 

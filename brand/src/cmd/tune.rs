@@ -3,9 +3,9 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use bench::sweep::{self, Grid};
-use bench::tune::{self, TuneOptions};
 use clap::Args;
+use zinstall_tune::sweep::{self, Grid};
+use zinstall_tune::tune::{self, TuneOptions};
 
 use crate::output;
 use crate::settings::DEFAULTS_FILE;

@@ -1,7 +1,5 @@
 //! Archive member names: what `check` accepts stays beneath the root.
 //!
-//! The checker is crate-private in copier, so its source is compiled
-//! here as a module of this target, with the one item it imports.
 
 #![no_main]
 
@@ -9,12 +7,7 @@ use std::ffi::CString;
 
 use libfuzzer_sys::fuzz_target;
 
-mod error {
-    pub(crate) use copier::ArchiveRefusal;
-}
-
-#[path = "../../src/archive/names.rs"]
-mod names;
+use zinstall_archive::names;
 
 fuzz_target!(|raw: &[u8]| {
     let _ = names::show(raw);

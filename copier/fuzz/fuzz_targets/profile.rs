@@ -1,10 +1,10 @@
-//! Install profiles (`brand::install::profile::Profile::parse`).
+//! Install profiles (`zinstall_install::profile::Profile::parse`).
 
 #![no_main]
 
 use std::path::Path;
 
-use brand::install::profile::Profile;
+use zinstall_install::profile::Profile;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -9,7 +9,7 @@ use std::fs::File;
 use std::path::Path;
 use std::sync::OnceLock;
 
-use copier::qcow2::{ConvertOptions, Image, convert_to_raw};
+use zinstall_qcow2::{ConvertOptions, Image, convert_to_raw};
 use libfuzzer_sys::fuzz_target;
 
 /// Guest bytes read per input, at most.

@@ -2,7 +2,7 @@
 
 #![no_main]
 
-use copier::statemap::{self, RenderOptions, Summary};
+use zinstall_statemap::{self as statemap, RenderOptions, Summary};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -7,7 +7,7 @@
 
 use std::io::Read;
 
-use copier::archive::tar::{Limits, NameTable, Reader, acl_from_text, parse_pax, parse_time};
+use zinstall_archive::tar::{Limits, NameTable, Reader, acl_from_text, parse_pax, parse_time};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -197,7 +197,7 @@ pub(crate) fn run(plan: &Plan) -> Result<Report, Failure> {
     let recording = plan.record.then(|| Recording {
         start: shared.clock.wall,
         end_ns: shared.clock.now_ns(),
-        states: Recording::engine_states(),
+        states: crate::trace::engine_states(),
         entities,
     });
     let notices = shared.notices.into_vec();

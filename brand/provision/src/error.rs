@@ -1,0 +1,184 @@
+//! What can go wrong in provisioning, each with the path (or image) and
+//! the operation.
+
+use std::fmt;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use copier::Op;
+use zinstall_qcow2 as qcow2;
+
+use crate::guests::ProvisionOptions;
+
+/// Why an image was rejected.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ImageProblem {
+    /// Its SHA-256 is not the one the caller expected.
+    ChecksumMismatch {
+        /// Expected digest, hex.
+        expected: String,
+        /// Digest of the bytes read, hex.
+        found: String,
+    },
+    /// The image ended before its format said it would.
+    Truncated,
+    /// A compressed stream is corrupt.
+    Corrupt(String),
+    /// The image is of a kind this operation does not take.
+    Unsupported(String),
+}
+
+impl fmt::Display for ImageProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ImageProblem::ChecksumMismatch { expected, found } => write!(
+                f,
+                "checksum mismatch: expected sha256 {expected}, read {found}"
+            ),
+            ImageProblem::Truncated => f.write_str("truncated image"),
+            ImageProblem::Corrupt(why) => write!(f, "corrupt image: {why}"),
+            ImageProblem::Unsupported(why) => {
+                write!(f, "unsupported image: {why}")
+            }
+        }
+    }
+}
+
+/// A provisioning or cache failure.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ProvisionError {
+    /// A filesystem operation in the cache or a guest failed or was
+    /// refused (the engine's error: operation, path, errno), or an
+    /// archive member was refused.
+    Fs(copier::Error),
+    /// Copying a cached tree into a guest failed: every error the copy
+    /// met.
+    Copy(copier::Failure),
+    /// An image's content is not what it must be.
+    Image {
+        /// The image file.
+        path: PathBuf,
+        /// What is wrong.
+        problem: ImageProblem,
+    },
+    /// From the qcow2 reader or overlay writer (image, offset, cause).
+    Qcow2(qcow2::Error),
+    /// A guest that already exists.
+    GuestExists(PathBuf),
+    /// More guests than [`ProvisionOptions::MAX_GUESTS`].
+    TooManyGuests(usize),
+    /// A virtual size larger than a qcow2 overlay can have
+    /// ([`qcow2::MAX_OVERLAY_SIZE`]).
+    SizeTooLarge(u64),
+}
+
+/// The provisioning library's result.
+pub type Result<T, E = ProvisionError> = std::result::Result<T, E>;
+
+impl ProvisionError {
+    /// A failed filesystem operation `op` on `path`.
+    pub fn io(op: Op, path: impl Into<PathBuf>, source: io::Error) -> Self {
+        ProvisionError::Fs(copier::Error::io(op, path, source))
+    }
+
+    /// A failed operation `op` on `path` involving a second path
+    /// `target` (a rename's destination).
+    pub fn io2(
+        op: Op,
+        path: impl Into<PathBuf>,
+        target: impl Into<PathBuf>,
+        source: io::Error,
+    ) -> Self {
+        ProvisionError::Fs(copier::Error::io2(op, path, target, source))
+    }
+
+    /// The path the error is about (the guest, the image, the cache
+    /// file); empty when there is none.
+    pub fn path(&self) -> &Path {
+        match self {
+            ProvisionError::Fs(e) => e.path(),
+            ProvisionError::Copy(f) => {
+                f.first().map_or(Path::new(""), |e| e.path())
+            }
+            ProvisionError::Image { path, .. } => path,
+            ProvisionError::Qcow2(e) => &e.path,
+            ProvisionError::GuestExists(p) => p,
+            ProvisionError::TooManyGuests(_)
+            | ProvisionError::SizeTooLarge(_) => Path::new(""),
+        }
+    }
+
+    /// The errno behind the error, if a system call failed.
+    pub fn raw_os_error(&self) -> Option<i32> {
+        match self {
+            ProvisionError::Fs(e) => e.raw_os_error(),
+            ProvisionError::Copy(f) => f.first().and_then(|e| e.raw_os_error()),
+            ProvisionError::Qcow2(e) => {
+                e.io.as_ref().and_then(|i| i.raw_os_error())
+            }
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for ProvisionError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ProvisionError::Fs(e) => write!(f, "{e}"),
+            ProvisionError::Copy(e) => write!(f, "{e}"),
+            ProvisionError::Image { path, problem } => {
+                write!(f, "{}: {problem}", path.display())
+            }
+            ProvisionError::Qcow2(e) => write!(f, "{e}"),
+            ProvisionError::GuestExists(p) => {
+                write!(f, "{}: guest exists already", p.display())
+            }
+            ProvisionError::TooManyGuests(n) => {
+                write!(
+                    f,
+                    "{n} guests asked for; at most {}",
+                    ProvisionOptions::MAX_GUESTS
+                )
+            }
+            ProvisionError::SizeTooLarge(s) => write!(
+                f,
+                "virtual size {s} is larger than a qcow2 overlay can be \
+                 ({} bytes, 2 PiB)",
+                qcow2::MAX_OVERLAY_SIZE
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ProvisionError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ProvisionError::Fs(e) => Some(e),
+            ProvisionError::Copy(f) => {
+                f.first().map(|e| e as &(dyn std::error::Error + 'static))
+            }
+            ProvisionError::Qcow2(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<copier::Error> for ProvisionError {
+    fn from(e: copier::Error) -> Self {
+        ProvisionError::Fs(e)
+    }
+}
+
+impl From<qcow2::Error> for ProvisionError {
+    fn from(e: qcow2::Error) -> Self {
+        ProvisionError::Qcow2(e)
+    }
+}
+
+impl From<copier::Failure> for ProvisionError {
+    fn from(f: copier::Failure) -> Self {
+        ProvisionError::Copy(f)
+    }
+}

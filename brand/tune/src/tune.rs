@@ -1,0 +1,371 @@
+//! `zinstall tune`: a short sweep on the user's own tree and filesystem,
+//! and writing the winner into the defaults file.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use crate::peers::Tool;
+use crate::report::{self, Samples};
+use crate::sweep::{self, Bench, Grid};
+use crate::trees::{self, Shape};
+
+/// What to tune on.
+pub struct TuneOptions {
+    /// The tree to copy; a generated `/usr`-like one if `None`.
+    pub tree: Option<PathBuf>,
+    /// A directory on the filesystem to tune for; copies go under it.
+    pub dest: PathBuf,
+    /// The grid.
+    pub grid: Grid,
+    /// Runs per point.
+    pub runs: usize,
+    /// The zinstall binary to time.
+    pub zinstall: PathBuf,
+    /// Where to write one statemap per grid point, if anywhere.
+    pub statemap: Option<PathBuf>,
+}
+
+/// What the sweep found.
+pub struct TuneResult {
+    /// The best point: threads, batch, median seconds.
+    pub best: (usize, usize, f64),
+    /// Median of the default point (8 × 128).
+    pub default: f64,
+    /// Median of `cp -a`, if it copied right.
+    pub cp: Option<f64>,
+    /// Every median, as a Markdown table.
+    pub table: String,
+    /// With [`TuneOptions::statemap`]: per point, where the workers'
+    /// time went, as a Markdown table.
+    pub shares: Option<String>,
+}
+
+/// Runs the sweep. Nothing is kept under `dest` afterwards.
+pub fn tune(
+    opts: &TuneOptions,
+    log: &mut dyn FnMut(&str),
+) -> Result<TuneResult, String> {
+    let work = opts
+        .dest
+        .join(format!(".zinstall-tune.{}", std::process::id()));
+    fs::create_dir_all(&work)
+        .map_err(|e| format!("{}: {e}", work.display()))?;
+    let r = run(opts, &work, log);
+    let _ = copier::fsutil::remove_tree(&work);
+    r
+}
+
+fn run(
+    opts: &TuneOptions,
+    work: &Path,
+    log: &mut dyn FnMut(&str),
+) -> Result<TuneResult, String> {
+    let src = match &opts.tree {
+        Some(t) => t.clone(),
+        None => {
+            let p = work.join("usr");
+            log("generating a /usr-like tree (scale 0.5)...");
+            trees::generate(Shape::Usr, &p, 0.5, false)
+                .map_err(|e| format!("{}: {e}", p.display()))?;
+            p
+        }
+    };
+    let mut tools = opts.grid.tools();
+    let default = Tool::Zinstall {
+        threads: 8,
+        batch: 128,
+    };
+    if !tools.contains(&default) {
+        tools.push(default.clone());
+    }
+    tools.push(Tool::Cp);
+    let mut bench = Bench {
+        src: &src,
+        dst: work.join("copy"),
+        zinstall: &opts.zinstall,
+        bench: &opts.zinstall,
+        runs: opts.runs,
+        cold: false,
+        log,
+    };
+    let m = bench.measure(&tools)?;
+    let (t, b, s) = sweep::best(&m.samples, &opts.grid)
+        .ok_or("no grid point copied right")?;
+    let shares = match &opts.statemap {
+        Some(dir) => {
+            Some(statemaps(opts, &src, &work.join("copy"), dir, &m, log)?)
+        }
+        None => None,
+    };
+    let med = |name: &str| {
+        m.samples
+            .iter()
+            .find(|x| x.tool == name && !x.times.is_empty())
+            .map(|x: &Samples| x.median().as_secs_f64())
+    };
+    Ok(TuneResult {
+        best: (t, b, s.median().as_secs_f64()),
+        default: med(&default.name()).unwrap_or(f64::NAN),
+        cp: med("cp -a"),
+        table: report::markdown(&m.samples, "cp -a"),
+        shares,
+    })
+}
+
+/// Where one point's workers spent their time, as shares of their life
+/// (from creation to exit).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct WorkerShares {
+    /// Waiting for a batch from the walker (the recorder's `waiting`).
+    pub waiting: f64,
+    /// On CPU, in user mode or in system calls (the scheduler map's
+    /// `on-cpu` and `on-cpu-syscall`), if traced.
+    pub on_cpu: Option<f64>,
+    /// Off CPU in reads, writes or uninterruptible sleep (the scheduler
+    /// map's `off-cpu-io-read`, `off-cpu-io-write`, `off-cpu-blocked`),
+    /// if traced.
+    pub io: Option<f64>,
+    /// Ready to run but not running, waiting for a CPU (the scheduler
+    /// map's `off-cpu-runnable`), if traced.
+    pub runnable: Option<f64>,
+}
+
+/// The summed share of `states` over the entities `is_worker` picks,
+/// leaving out time after they exited (`off-cpu-dead`).
+pub fn worker_share(
+    map: &zinstall_statemap::Statemap,
+    is_worker: impl Fn(&str) -> bool,
+    states: &[&str],
+) -> f64 {
+    let s = zinstall_statemap::Summary::of(map);
+    let index = |n: &str| s.states.iter().position(|x| x == n);
+    let dead = index("off-cpu-dead");
+    let (mut part, mut life) = (0u64, 0u64);
+    for e in s.entities.iter().filter(|e| is_worker(&e.name)) {
+        let gone = dead.map_or(0, |d| e.time_in[d]);
+        life = life.saturating_add(e.span - gone);
+        for st in states.iter().filter_map(|n| index(n)) {
+            part = part.saturating_add(e.time_in[st]);
+        }
+    }
+    if life == 0 {
+        0.0
+    } else {
+        part as f64 / life as f64
+    }
+}
+
+/// True if this process may run bpftrace: root, with bpftrace on PATH.
+fn can_trace() -> bool {
+    // SAFETY: geteuid cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    root && std::env::var_os("PATH").is_some_and(|p| {
+        std::env::split_paths(&p).any(|d| d.join("bpftrace").is_file())
+    })
+}
+
+/// One more copy per grid point, untimed, recording its statemap into
+/// `dir` (`zinstall-TxB.statemap.json` and its SVG) and, as root with
+/// bpftrace, tracing it too (`zinstall-TxB.sched.json` and its SVG);
+/// returns the table of where the workers' time went.
+fn statemaps(
+    opts: &TuneOptions,
+    src: &Path,
+    dst: &Path,
+    dir: &Path,
+    m: &sweep::Measured,
+    log: &mut dyn FnMut(&str),
+) -> Result<String, String> {
+    fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let trace = can_trace();
+    if !trace {
+        log("statemaps: the recorder's only (tracing needs root and bpftrace)");
+    }
+    let mut table = String::from(
+        "| COPY_THREADS x COPY_BATCH | median s | workers waiting for the walker | on CPU | blocked in I/O | waiting for a CPU |\n\
+         |---|---:|---:|---:|---:|---:|\n",
+    );
+    for &t in &opts.grid.threads {
+        for &b in &opts.grid.batches {
+            let name = Tool::Zinstall {
+                threads: t,
+                batch: b,
+            }
+            .name();
+            let median = m
+                .samples
+                .iter()
+                .find(|s| s.tool == name && !s.times.is_empty())
+                .map(|s| format!("{:.3}", s.median().as_secs_f64()))
+                .unwrap_or_else(|| "-".into());
+            let stem = dir.join(format!("zinstall-{t}x{b}"));
+            let sh = point(opts, src, dst, &stem, t, b, trace, log)?;
+            let pct = |v: Option<f64>| {
+                v.map_or("-".to_string(), |v| format!("{:.1}%", v * 100.0))
+            };
+            table.push_str(&format!(
+                "| {t} x {b} | {median} | {} | {} | {} | {} |\n",
+                pct(Some(sh.waiting)),
+                pct(sh.on_cpu),
+                pct(sh.io),
+                pct(sh.runnable)
+            ));
+        }
+    }
+    fs::write(dir.join("shares.md"), &table)
+        .map_err(|e| format!("{}: {e}", dir.display()))?;
+    Ok(table)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn point(
+    opts: &TuneOptions,
+    src: &Path,
+    dst: &Path,
+    stem: &Path,
+    threads: usize,
+    batch: usize,
+    trace: bool,
+    log: &mut dyn FnMut(&str),
+) -> Result<WorkerShares, String> {
+    use std::process::Command;
+    use zinstall_statemap as statemap;
+    let json = stem.with_extension("statemap.json");
+    let sched = stem.with_extension("sched.json");
+    let _ = fs::remove_dir_all(dst);
+    let mut copy: Vec<std::ffi::OsString> = vec![
+        opts.zinstall.clone().into(),
+        "copy".into(),
+        "-q".into(),
+        "--threads".into(),
+        threads.to_string().into(),
+        "--batch".into(),
+        batch.to_string().into(),
+        "--statemap".into(),
+        json.clone().into(),
+    ];
+    copy.push(src.into());
+    copy.push(dst.into());
+    let mut cmd = if trace {
+        let mut c = Command::new(&opts.zinstall);
+        c.arg("trace").arg("-o").arg(&sched).arg("--").args(&copy);
+        c
+    } else {
+        let mut c = Command::new(&copy[0]);
+        c.args(&copy[1..]);
+        c
+    };
+    let out = cmd
+        .env("ZINSTALL_DEFAULTS", "/nonexistent/zinstall")
+        .output()
+        .map_err(|e| format!("{}: {e}", opts.zinstall.display()))?;
+    let _ = fs::remove_dir_all(dst);
+    if !out.status.success() {
+        log(&format!(
+            "  statemap of {threads}x{batch}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    let read = |p: &Path| -> Result<statemap::Statemap, String> {
+        let f =
+            fs::File::open(p).map_err(|e| format!("{}: {e}", p.display()))?;
+        statemap::parse(std::io::BufReader::new(f))
+            .map_err(|e| format!("{}: {e}", p.display()))
+    };
+    let draw = |map: &statemap::Statemap, p: &Path| -> Result<(), String> {
+        let svg = p.with_extension("svg");
+        let mut buf = Vec::new();
+        statemap::render_svg(map, &statemap::RenderOptions::default(), &mut buf)
+            .and_then(|()| fs::write(&svg, buf))
+            .map_err(|e| format!("{}: {e}", svg.display()))
+    };
+    let rec = read(&json)?;
+    draw(&rec, &stem.with_extension("statemap"))?;
+    let mut shares = WorkerShares {
+        waiting: worker_share(&rec, |n| n.starts_with("worker"), &["waiting"]),
+        ..WorkerShares::default()
+    };
+    if trace && sched.is_file() {
+        let s = read(&sched)?;
+        draw(&s, &sched)?;
+        let copy = |n: &str| n.starts_with("copy-");
+        shares.on_cpu =
+            Some(worker_share(&s, copy, &["on-cpu", "on-cpu-syscall"]));
+        shares.io = Some(worker_share(
+            &s,
+            copy,
+            &["off-cpu-io-read", "off-cpu-io-write", "off-cpu-blocked"],
+        ));
+        shares.runnable = Some(worker_share(&s, copy, &["off-cpu-runnable"]));
+    }
+    log(&format!(
+        "  statemap of {threads}x{batch}: {}",
+        json.display()
+    ));
+    Ok(shares)
+}
+
+/// Sets `COPY_THREADS` and `COPY_BATCH` in a defaults file's text,
+/// keeping every comment and other line: a setting line is replaced; a
+/// commented-out one (`#COPY_THREADS=8`) gets the setting after it;
+/// otherwise the setting is appended.
+pub fn rewrite_defaults(text: &str, threads: usize, batch: usize) -> String {
+    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+    for (key, value) in [("COPY_THREADS", threads), ("COPY_BATCH", batch)] {
+        let setting = format!("{key}={value}");
+        let is_key = |l: &str| l.trim_start().starts_with(&format!("{key}="));
+        if let Some(i) = lines.iter().position(|l| is_key(l)) {
+            lines[i] = setting;
+            // A key set twice is an error in the file: keep the first.
+            let mut j = i + 1;
+            while j < lines.len() {
+                if is_key(&lines[j]) {
+                    lines.remove(j);
+                } else {
+                    j += 1;
+                }
+            }
+        } else if let Some(i) = lines.iter().position(|l| {
+            l.trim_start()
+                .trim_start_matches('#')
+                .trim_start()
+                .starts_with(&format!("{key}="))
+        }) {
+            lines.insert(i + 1, setting);
+        } else {
+            lines.push(setting);
+        }
+    }
+    let mut out = lines.join("\n");
+    out.push('\n');
+    out
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    #[test]
+    fn rewrite_keeps_comments() {
+        let shipped = include_str!("../../../etc/default/zinstall");
+        let out = rewrite_defaults(shipped, 4, 32);
+        assert!(out.contains("#COPY_THREADS=8\nCOPY_THREADS=4\n"), "{out}");
+        assert!(out.contains("#COPY_BATCH=128\nCOPY_BATCH=32\n"), "{out}");
+        let comments =
+            |s: &str| s.lines().filter(|l| l.starts_with('#')).count();
+        assert_eq!(comments(&out), comments(shipped));
+        // It parses, and says what was written.
+        let f = copier::DefaultsFile::parse(Path::new("x"), out.as_bytes())
+            .unwrap();
+        let t = copier::Tunables::from_defaults(&f).unwrap();
+        assert_eq!((t.copy_threads, t.copy_batch), (4, 32));
+        // Run again: replaced in place, not added.
+        let again = rewrite_defaults(&out, 2, 8);
+        assert_eq!(again.matches("COPY_THREADS=").count(), 2);
+        assert!(again.contains("\nCOPY_THREADS=2\n"));
+        assert_eq!(
+            rewrite_defaults("", 1, 1),
+            "COPY_THREADS=1\nCOPY_BATCH=1\n"
+        );
+    }
+}

@@ -1,0 +1,100 @@
+//! Why an archive member was refused.
+
+use std::fmt;
+
+/// Why an archive entry was refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ArchiveRefusal {
+    /// The name is absolute.
+    AbsolutePath,
+    /// The name has a `..` component.
+    DotDot,
+    /// Resolving it would leave the root.
+    EscapesRoot,
+    /// A directory on its path is a symlink, which is never followed.
+    ThroughSymlink,
+    /// A hard link to something outside the root or through a symlink.
+    HardLinkOutside,
+    /// A device node, and the profile does not allow them.
+    DeviceNotAllowed,
+    /// A non-directory where a directory is.
+    FileOverDirectory,
+    /// A directory where a symlink is.
+    DirectoryOverSymlink,
+    /// The archive is corrupt or truncated.
+    Corrupt(String),
+    /// The first member is not `zinstall.json`.
+    MissingMetadata,
+    /// `zinstall.json` is not valid.
+    BadMetadata(String),
+    /// A baseline where a layer was expected, or the reverse.
+    WrongArchiveType {
+        /// What was expected.
+        expected: String,
+        /// What the archive says it is.
+        found: String,
+    },
+    /// An entry type that cannot be unpacked.
+    UnsupportedEntryType(String),
+    /// The archive (or its compressed stream) ends inside a member: `what`
+    /// says where, e.g. `body`, `header`, `padding`.
+    Truncated {
+        /// The part being read when the data ran out.
+        what: String,
+    },
+    /// A bound on declared sizes or counts was hit, checked before
+    /// anything was allocated or written.
+    LimitExceeded {
+        /// What was counted, e.g. `total declared bytes`.
+        what: String,
+        /// The limit.
+        limit: u64,
+    },
+}
+
+impl fmt::Display for ArchiveRefusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ArchiveRefusal::AbsolutePath => f.write_str("absolute path"),
+            ArchiveRefusal::DotDot => f.write_str("path has a .. component"),
+            ArchiveRefusal::EscapesRoot => f.write_str("path escapes the root"),
+            ArchiveRefusal::ThroughSymlink => {
+                f.write_str("path goes through a symlink")
+            }
+            ArchiveRefusal::HardLinkOutside => f.write_str(
+                "hard link to a target outside the root or through a symlink",
+            ),
+            ArchiveRefusal::DeviceNotAllowed => {
+                f.write_str("device node not allowed by the profile")
+            }
+            ArchiveRefusal::FileOverDirectory => {
+                f.write_str("would replace a directory with a non-directory")
+            }
+            ArchiveRefusal::DirectoryOverSymlink => {
+                f.write_str("would replace a symlink with a directory")
+            }
+            ArchiveRefusal::Corrupt(why) => write!(f, "corrupt archive: {why}"),
+            ArchiveRefusal::MissingMetadata => {
+                f.write_str("first member is not zinstall.json")
+            }
+            ArchiveRefusal::BadMetadata(why) => {
+                write!(f, "bad zinstall.json: {why}")
+            }
+            ArchiveRefusal::WrongArchiveType { expected, found } => {
+                write!(f, "archive is a {found}, not a {expected}")
+            }
+            ArchiveRefusal::UnsupportedEntryType(t) => {
+                write!(f, "unsupported entry type {t}")
+            }
+            ArchiveRefusal::Truncated { what } => {
+                write!(f, "archive truncated in the {what}")
+            }
+            ArchiveRefusal::LimitExceeded { what, limit } => {
+                write!(f, "{what} exceed the limit of {limit}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ArchiveRefusal {}

@@ -1,0 +1,1486 @@
+//! A tar member reader for untrusted archives, reading the way GNU tar and
+//! libarchive read.
+//!
+//! It decodes ustar, old GNU and PAX headers (checksums verified, numeric
+//! fields octal or GNU base-256 with checked arithmetic), GNU long names
+//! and links, PAX local and global extended headers cut by their length
+//! prefix (values may hold newlines and NULs), xattrs in their SCHILY and
+//! LIBARCHIVE spellings, text POSIX ACLs (turned into the kernel's xattr
+//! form, see [`acl_from_text`]), and GNU sparse files in every encoding
+//! (old GNU `S`, PAX 0.0, 0.1 and 1.0). A member reports its real name,
+//! real size and, when sparse, a checked map.
+//!
+//! # Bounds
+//!
+//! Every size read from the archive is checked against [`Limits`] before
+//! anything is allocated for it: PAX headers, long names, sparse maps, and
+//! the total of the members' declared sizes (a sparse member counts with
+//! its real size), so a small archive declaring a huge tree is refused
+//! before anything is written. A stream that ends inside a member is an
+//! error ("truncated"), never a short file.
+//!
+//! # Use
+//!
+//! ```
+//! use std::io::Read;
+//! use copier::archive::tar::{Kind, Limits, Reader};
+//!
+//! # fn archive() -> Vec<u8> {
+//! #     let mut b = tar::Builder::new(Vec::new());
+//! #     let mut h = tar::Header::new_ustar();
+//! #     h.set_size(2); h.set_mode(0o644); h.set_cksum();
+//! #     b.append_data(&mut h, "a.txt", &b"hi"[..]).unwrap();
+//! #     b.into_inner().unwrap()
+//! # }
+//! let bytes = archive();
+//! let mut r = Reader::new(&bytes[..], Limits::default());
+//! while let Some(m) = r.next()? {
+//!     if m.kind == Kind::File && m.sparse.is_none() {
+//!         let mut body = Vec::new();
+//!         r.body().read_to_end(&mut body)?;
+//!         assert_eq!((m.name.as_slice(), body.as_slice()), (&b"a.txt"[..], &b"hi"[..]));
+//!     }
+//!     // Bodies not read are skipped by the next call.
+//! }
+//! r.finish()?; // the rest of the stream must be zeros
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # Why not the `tar` crate's reader
+//!
+//! It splits PAX records at newlines, so a value holding 0x0a (binary
+//! capabilities do) loses its record and the ones after it; its header
+//! size accessors ignore the PAX `size` (a member with ustar size 0 and
+//! PAX size 2048 was extracted empty); its base-256 decoder drops all but
+//! the last 8 bytes and the sign; it knows no PAX sparse form. Nothing of
+//! it is used here.
+//!
+//! For a plain tar file, [`Reader::seekable`] skips bodies by seeking and
+//! [`Member::data_offset`] (with [`Member::segments`] for sparse members)
+//! tells where each body lies, so a caller can copy ranges of the file.
+
+#![forbid(unsafe_code)]
+
+mod acl;
+mod header;
+mod pax;
+mod sparse;
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::io::{self, Read, Seek, SeekFrom};
+
+pub use acl::{NameTable, acl_from_text, acl_mode_bits};
+pub use header::BLOCK;
+pub use pax::{Record, parse_pax, parse_time};
+pub use sparse::check_map;
+
+use crate::ArchiveRefusal;
+use header::Format;
+use sparse::SparseError;
+
+/// Bounds on what an archive may declare, checked before allocating.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Bytes of one PAX extended header, and of all global ones together.
+    pub max_pax_bytes: u64,
+    /// Bytes of a GNU long name or long link.
+    pub max_name_bytes: u64,
+    /// Segments in one sparse map.
+    pub max_sparse_entries: u64,
+    /// Total of the members' declared sizes (real sizes for sparse
+    /// members), plus what follows the end of the archive. Set from the
+    /// profile's `max_archive_bytes`.
+    pub max_total_bytes: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_pax_bytes: 1 << 20,
+            max_name_bytes: 64 << 10,
+            max_sparse_entries: 1 << 20,
+            max_total_bytes: 64 << 30,
+        }
+    }
+}
+
+/// What a member is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// A regular file (`0`, NUL, `7` contiguous, GNU `S` sparse).
+    File,
+    /// A hard link to [`Member::link`] (`1`).
+    HardLink,
+    /// A symbolic link to [`Member::link`] (`2`).
+    Symlink,
+    /// A character device (`3`).
+    CharDevice,
+    /// A block device (`4`).
+    BlockDevice,
+    /// A directory (`5`; GNU `D` dumpdirs too, whose body lists names).
+    Directory,
+    /// A FIFO (`6`).
+    Fifo,
+    /// Any other typeflag. GNU tar and libarchive extract these as
+    /// regular files; the caller decides.
+    Other(u8),
+}
+
+/// Extended attributes: name and raw value.
+pub type Xattrs = Vec<(Vec<u8>, Vec<u8>)>;
+
+/// One member of the archive, its extended headers applied.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Member {
+    /// Its real name: PAX `GNU.sparse.name`, else `path`, else a GNU long
+    /// name, else the header's `prefix/name`. Never empty, no NUL.
+    pub name: Vec<u8>,
+    /// The link target of a hard link or symlink.
+    pub link: Option<Vec<u8>>,
+    /// What it is.
+    pub kind: Kind,
+    /// Permission and special bits (`& 0o7777`; the type is in `kind`).
+    /// With an access ACL, the permission bits are those the ACL gives
+    /// (`user::`, `mask::` or else `group::`, `other::`), which is what
+    /// the kernel makes of the mode when the ACL is set: bsdtar stores
+    /// the `group::` bits in the mode field where the file had the
+    /// mask's. Set the mode before the ACL xattr: a later chmod would
+    /// narrow the ACL's mask to the mode's group bits.
+    pub mode: u32,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+    /// Owner's name, possibly empty.
+    pub uname: Vec<u8>,
+    /// Group's name, possibly empty.
+    pub gname: Vec<u8>,
+    /// Modification time: seconds (may be negative) and nanoseconds.
+    pub mtime: (i64, u32),
+    /// Access time, when the archive has one.
+    pub atime: Option<(i64, u32)>,
+    /// The file's real size (for a sparse file, holes included).
+    pub size: u64,
+    /// Bytes of data the body yields (for a sparse file, the segments'
+    /// data only; a PAX 1.0 map before them is not counted).
+    pub stored_size: u64,
+    /// For a sparse file, its data segments as `(offset, length)` in the
+    /// real file: ascending, not overlapping, within `size`, none empty.
+    pub sparse: Option<Vec<(u64, u64)>>,
+    /// Extended attributes, name and raw value, each name once; ACLs
+    /// stored as text appear here as `system.posix_acl_access` /
+    /// `system.posix_acl_default`.
+    pub xattrs: Xattrs,
+    /// Device major and minor (devices only; 0 otherwise).
+    pub dev: (u32, u32),
+    /// Offset of the first body byte, counted from where the reader
+    /// started (for [`Reader::seekable`], an offset in the file).
+    pub data_offset: u64,
+    /// Offset of the member's first header (its first extended header).
+    pub header_offset: u64,
+}
+
+impl Member {
+    /// The name for messages.
+    pub fn name_lossy(&self) -> String {
+        String::from_utf8_lossy(&self.name).into_owned()
+    }
+
+    /// Where the body's bytes go: `(offset in the real file, length,
+    /// offset of that data in the archive)`, one item per segment; a
+    /// plain file with data is one segment at 0.
+    pub fn segments(&self) -> Vec<(u64, u64, u64)> {
+        let mut at = self.data_offset;
+        match &self.sparse {
+            Some(map) => map
+                .iter()
+                .map(|&(off, len)| {
+                    let seg = (off, len, at);
+                    at += len;
+                    seg
+                })
+                .collect(),
+            None if self.stored_size > 0 => vec![(0, self.stored_size, at)],
+            None => Vec::new(),
+        }
+    }
+}
+
+/// What is wrong with an archive.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum TarErrorKind {
+    /// Reading the underlying stream failed (a decompressor's corruption
+    /// errors arrive here too).
+    Io(io::Error),
+    /// The stream ends inside this part of a member.
+    Truncated(&'static str),
+    /// The header's checksum does not match its bytes.
+    Checksum {
+        /// The checksum field (`u64::MAX` when not a number).
+        stored: u64,
+        /// The sum of the bytes.
+        computed: u64,
+    },
+    /// A header field cannot be decoded or is out of range.
+    Field {
+        /// Its name.
+        field: &'static str,
+        /// Why.
+        why: String,
+    },
+    /// A PAX extended header is malformed or holds a bad value.
+    Pax(String),
+    /// A sparse map is malformed or inconsistent.
+    Sparse(String),
+    /// An ACL record cannot be turned into an xattr.
+    Acl(String),
+    /// Something else about the member's structure is wrong.
+    Malformed(String),
+    /// A format feature this reader does not take.
+    Unsupported(String),
+    /// A bound of [`Limits`] was hit.
+    Limit {
+        /// What was counted.
+        what: &'static str,
+        /// The limit.
+        limit: u64,
+    },
+    /// Non-zero bytes after the end of the archive.
+    TrailingData,
+}
+
+/// An error naming the member (when there is one) and its offset.
+#[derive(Debug)]
+pub struct TarError {
+    /// The member's name (lossy), empty before a name is known.
+    pub member: String,
+    /// Offset of the member's first header, or of the failing block.
+    pub offset: u64,
+    /// What is wrong.
+    pub kind: TarErrorKind,
+}
+
+impl fmt::Display for TarErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TarErrorKind::Io(e) => write!(f, "read failed: {e}"),
+            TarErrorKind::Truncated(part) => {
+                write!(f, "truncated in the {part}")
+            }
+            TarErrorKind::Checksum { stored, computed } => {
+                if *stored == u64::MAX {
+                    write!(
+                        f,
+                        "header checksum field is not a number (bytes sum to {computed})"
+                    )
+                } else {
+                    write!(
+                        f,
+                        "header checksum mismatch: field says {stored}, bytes sum to {computed}"
+                    )
+                }
+            }
+            TarErrorKind::Field { field, why } => {
+                write!(f, "bad {field} field: {why}")
+            }
+            TarErrorKind::Pax(why) => {
+                write!(f, "bad PAX extended header: {why}")
+            }
+            TarErrorKind::Sparse(why) => write!(f, "bad sparse map: {why}"),
+            TarErrorKind::Acl(why) => write!(f, "bad ACL: {why}"),
+            TarErrorKind::Malformed(why) => f.write_str(why),
+            TarErrorKind::Unsupported(why) => write!(f, "unsupported: {why}"),
+            TarErrorKind::Limit { what, limit } => {
+                write!(f, "{what} exceed the limit of {limit}")
+            }
+            TarErrorKind::TrailingData => {
+                f.write_str("non-zero data after the end of the archive")
+            }
+        }
+    }
+}
+
+impl fmt::Display for TarError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.member.is_empty() {
+            write!(f, "at offset {}: {}", self.offset, self.kind)
+        } else {
+            write!(
+                f,
+                "member {:?} (header at offset {}): {}",
+                self.member, self.offset, self.kind
+            )
+        }
+    }
+}
+
+impl std::error::Error for TarError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match &self.kind {
+            TarErrorKind::Io(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<TarError> for io::Error {
+    /// Truncation reads as `UnexpectedEof`, I/O errors keep their kind,
+    /// the rest is `InvalidData`; [`TarError::from_io`] gets it back.
+    fn from(e: TarError) -> io::Error {
+        let kind = match &e.kind {
+            TarErrorKind::Truncated(_) => io::ErrorKind::UnexpectedEof,
+            TarErrorKind::Io(io) => io.kind(),
+            _ => io::ErrorKind::InvalidData,
+        };
+        io::Error::new(kind, e)
+    }
+}
+
+impl TarError {
+    /// The `TarError` inside an `io::Error` from a [`Body`] read, or the
+    /// `io::Error` itself as [`TarErrorKind::Io`] (member unknown).
+    pub fn from_io(e: io::Error) -> TarError {
+        let e = if e.get_ref().is_some_and(|i| i.is::<TarError>()) {
+            let kind = e.kind();
+            match e.into_inner().map(|i| i.downcast::<TarError>()) {
+                Some(Ok(t)) => return *t,
+                _ => io::Error::from(kind),
+            }
+        } else {
+            e
+        };
+        TarError {
+            member: String::new(),
+            offset: 0,
+            kind: TarErrorKind::Io(e),
+        }
+    }
+
+    /// Is this the stream ending early (in the tar data or beneath it)?
+    pub fn is_truncated(&self) -> bool {
+        match &self.kind {
+            TarErrorKind::Truncated(_) => true,
+            TarErrorKind::Io(e) => e.kind() == io::ErrorKind::UnexpectedEof,
+            _ => false,
+        }
+    }
+
+    /// What this error means for the archive as a whole: the member it
+    /// met (if any) and either the reason that member is refused
+    /// (truncation, limits and corruption each with their
+    /// [`ArchiveRefusal`]) or, for a failed read of the file itself, the
+    /// I/O error.
+    pub fn into_refusal(self) -> (String, Result<ArchiveRefusal, io::Error>) {
+        let reason = match self.kind {
+            TarErrorKind::Io(e) if e.raw_os_error().is_some() => {
+                return (self.member, Err(e));
+            }
+            TarErrorKind::Io(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                ArchiveRefusal::Truncated {
+                    what: format!("compressed stream ({e})"),
+                }
+            }
+            TarErrorKind::Io(e) => ArchiveRefusal::Corrupt(e.to_string()),
+            TarErrorKind::Truncated(part) => {
+                ArchiveRefusal::Truncated { what: part.into() }
+            }
+            TarErrorKind::Limit { what, limit } => {
+                ArchiveRefusal::LimitExceeded {
+                    what: what.into(),
+                    limit,
+                }
+            }
+            TarErrorKind::Unsupported(why) => {
+                ArchiveRefusal::UnsupportedEntryType(why)
+            }
+            other => ArchiveRefusal::Corrupt(format!(
+                "{other} (at offset {})",
+                self.offset
+            )),
+        };
+        (self.member, Ok(reason))
+    }
+}
+
+/// Skips `n` bytes by seeking (only for [`Reader::seekable`]).
+type SeekFn<R> = fn(&mut R, u64) -> io::Result<u64>;
+
+/// Reads members one after another from a tar stream.
+pub struct Reader<R> {
+    inner: R,
+    limits: Limits,
+    names: Option<NameTable>,
+    /// Position of the stream when the reader was made.
+    base: u64,
+    /// Bytes consumed since.
+    pos: u64,
+    seek: Option<SeekFn<R>>,
+    /// Length of the file (seekable readers), to see truncation before
+    /// seeking past the end.
+    len: Option<u64>,
+    /// Body bytes of the current member not yet read.
+    remaining: u64,
+    /// Padding after the current member's body.
+    padding: u64,
+    member: String,
+    header_offset: u64,
+    /// Global PAX records in force, by keyword.
+    globals: BTreeMap<Vec<u8>, Vec<u8>>,
+    global_bytes: u64,
+    total: u64,
+    done: bool,
+    failed: bool,
+}
+
+impl<R: Read> Reader<R> {
+    /// A reader of the tar stream `inner`. Bodies not read are skipped by
+    /// reading them. ACL entries that name a user or group without an id
+    /// are resolved against the host's `/etc/passwd` and `/etc/group`
+    /// (read when first needed); see [`Reader::with_names`].
+    pub fn new(inner: R, limits: Limits) -> Self {
+        Reader {
+            inner,
+            limits,
+            names: None,
+            base: 0,
+            pos: 0,
+            seek: None,
+            len: None,
+            remaining: 0,
+            padding: 0,
+            member: String::new(),
+            header_offset: 0,
+            globals: BTreeMap::new(),
+            global_bytes: 0,
+            total: 0,
+            done: false,
+            failed: false,
+        }
+    }
+
+    /// Resolves ACL names with `names` instead of the host's files
+    /// ([`NameTable::empty`] refuses them).
+    pub fn with_names(mut self, names: NameTable) -> Self {
+        self.names = Some(names);
+        self
+    }
+
+    /// Offset of the next byte the reader will consume, counted like
+    /// [`Member::data_offset`].
+    pub fn position(&self) -> u64 {
+        self.base + self.pos
+    }
+
+    /// The stream underneath.
+    pub fn into_inner(self) -> R {
+        self.inner
+    }
+
+    fn err(&self, kind: TarErrorKind) -> TarError {
+        TarError {
+            member: self.member.clone(),
+            offset: self.header_offset,
+            kind,
+        }
+    }
+
+    /// Reads until `buf` is full or the stream ends; returns the count.
+    fn fill(&mut self, buf: &mut [u8]) -> Result<usize, TarError> {
+        let mut n = 0;
+        while n < buf.len() {
+            match self.inner.read(&mut buf[n..]) {
+                Ok(0) => break,
+                Ok(k) => n += k,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(self.err(TarErrorKind::Io(e))),
+            }
+        }
+        self.pos += n as u64;
+        Ok(n)
+    }
+
+    /// A whole block; `part` names it if the stream ends inside it.
+    fn block(&mut self, part: &'static str) -> Result<[u8; BLOCK], TarError> {
+        let mut b = [0u8; BLOCK];
+        if self.fill(&mut b)? != BLOCK {
+            return Err(self.err(TarErrorKind::Truncated(part)));
+        }
+        Ok(b)
+    }
+
+    /// Exactly `n` bytes (`n` already checked against a limit).
+    fn bytes(
+        &mut self,
+        n: u64,
+        part: &'static str,
+    ) -> Result<Vec<u8>, TarError> {
+        let len = usize::try_from(n)
+            .map_err(|_| self.err(TarErrorKind::Truncated(part)))?;
+        let mut v = vec![0u8; len];
+        if self.fill(&mut v)? != len {
+            return Err(self.err(TarErrorKind::Truncated(part)));
+        }
+        self.skip(pad(n), part)?;
+        Ok(v)
+    }
+
+    fn skip(&mut self, n: u64, part: &'static str) -> Result<(), TarError> {
+        if n == 0 {
+            return Ok(());
+        }
+        if let Some(seek) = self.seek {
+            let to = self
+                .position()
+                .checked_add(n)
+                .ok_or_else(|| self.err(TarErrorKind::Truncated(part)))?;
+            if self.len.is_some_and(|len| to > len) {
+                return Err(self.err(TarErrorKind::Truncated(part)));
+            }
+            seek(&mut self.inner, to)
+                .map_err(|e| self.err(TarErrorKind::Io(e)))?;
+            self.pos += n;
+            return Ok(());
+        }
+        let mut left = n;
+        let mut buf = [0u8; 8192];
+        while left > 0 {
+            let want = left.min(buf.len() as u64) as usize;
+            let got = self.fill(&mut buf[..want])?;
+            if got == 0 {
+                return Err(self.err(TarErrorKind::Truncated(part)));
+            }
+            left -= got as u64;
+        }
+        Ok(())
+    }
+
+    /// The next member, its extended headers applied; `None` at the end of
+    /// the archive. What is left of the previous member's body is skipped
+    /// first. After an error the reader stays failed.
+    #[allow(clippy::should_implement_trait)]
+    pub fn next(&mut self) -> Result<Option<Member>, TarError> {
+        if self.done {
+            return Ok(None);
+        }
+        if self.failed {
+            return Err(self.err(TarErrorKind::Malformed(
+                "the reader stopped at an earlier error".into(),
+            )));
+        }
+        let r = self.next_member();
+        if r.is_err() {
+            self.failed = true;
+        }
+        r
+    }
+
+    fn next_member(&mut self) -> Result<Option<Member>, TarError> {
+        self.skip(self.remaining, "body")?;
+        self.remaining = 0;
+        self.skip(self.padding, "padding")?;
+        self.padding = 0;
+        self.member.clear();
+        let mut ext = Extensions::default();
+        let mut first_offset = None;
+        loop {
+            let offset = self.position();
+            self.header_offset = *first_offset.get_or_insert(offset);
+            let mut block = [0u8; BLOCK];
+            let got = self.fill(&mut block)?;
+            if got == 0 || (got == BLOCK && header::is_zero(&block)) {
+                if ext.any() {
+                    return Err(self.err(TarErrorKind::Truncated(
+                        "member after its extended headers",
+                    )));
+                }
+                // GNU tar and libarchive both stop at the first zero
+                // block, and accept a stream ending on a block boundary.
+                self.done = true;
+                return Ok(None);
+            }
+            if got != BLOCK {
+                return Err(self.err(TarErrorKind::Truncated("header")));
+            }
+            if let Err((stored, computed)) = header::check_sum(&block) {
+                if self.member.is_empty() {
+                    self.member = lossy(header::cstr(&block[..100]));
+                }
+                return Err(
+                    self.err(TarErrorKind::Checksum { stored, computed })
+                );
+            }
+            let typ = block[156];
+            match typ {
+                b'x' | b'g' => {
+                    let size = self.stored_size(&block)?;
+                    let is_global = typ == b'g';
+                    let limit = self.limits.max_pax_bytes;
+                    let left = if is_global {
+                        limit.saturating_sub(self.global_bytes)
+                    } else {
+                        limit
+                    };
+                    if size > left {
+                        return Err(self.err(TarErrorKind::Limit {
+                            what: if is_global {
+                                "global PAX header bytes"
+                            } else {
+                                "PAX extended header bytes"
+                            },
+                            limit,
+                        }));
+                    }
+                    let data = self.bytes(size, "PAX extended header")?;
+                    let records = parse_pax(&data)
+                        .map_err(|why| self.err(TarErrorKind::Pax(why)))?;
+                    if is_global {
+                        self.add_globals(&records)?;
+                    } else {
+                        if ext.pax.is_some() {
+                            return Err(self.err(TarErrorKind::Malformed(
+                                "two PAX extended headers for one member"
+                                    .into(),
+                            )));
+                        }
+                        let owned: Vec<(Vec<u8>, Vec<u8>)> = records
+                            .iter()
+                            .map(|r| (r.key.to_vec(), r.value.to_vec()))
+                            .collect();
+                        if let Some((_, p)) =
+                            owned.iter().rev().find(|(k, _)| k == b"path")
+                        {
+                            self.member = lossy(p);
+                        }
+                        ext.pax = Some(owned);
+                    }
+                }
+                b'L' | b'K' => {
+                    let size = self.stored_size(&block)?;
+                    if size > self.limits.max_name_bytes {
+                        return Err(self.err(TarErrorKind::Limit {
+                            what: "long name bytes",
+                            limit: self.limits.max_name_bytes,
+                        }));
+                    }
+                    let data = self.bytes(size, "GNU long name")?;
+                    let name = header::cstr(&data).to_vec();
+                    let slot = if typ == b'L' {
+                        &mut ext.long_name
+                    } else {
+                        &mut ext.long_link
+                    };
+                    if slot.is_some() {
+                        return Err(self.err(TarErrorKind::Malformed(
+                            "two GNU long names of one kind for one member"
+                                .into(),
+                        )));
+                    }
+                    if typ == b'L' {
+                        self.member = lossy(&name);
+                    }
+                    *slot = Some(name);
+                }
+                b'V' => {
+                    // A GNU volume label names the archive, not a file.
+                    if ext.any() {
+                        return Err(self.err(TarErrorKind::Malformed(
+                            "extended headers before a volume label".into(),
+                        )));
+                    }
+                    let size = self.stored_size(&block)?;
+                    self.count(size)?;
+                    self.skip(size, "volume label")?;
+                    self.skip(pad(size), "volume label")?;
+                    first_offset = None;
+                }
+                b'M' | b'N' => {
+                    return Err(self.err(TarErrorKind::Unsupported(format!(
+                        "GNU {} member",
+                        if typ == b'M' {
+                            "multi-volume continuation"
+                        } else {
+                            "old long-name"
+                        }
+                    ))));
+                }
+                _ => return self.member(&block, ext).map(Some),
+            }
+        }
+    }
+
+    fn stored_size(&self, block: &[u8; BLOCK]) -> Result<u64, TarError> {
+        header::field::<u64>(block, 124..136, "size")
+            .map_err(|e| self.field_err(e))
+    }
+
+    fn field_err(&self, e: header::FieldError) -> TarError {
+        self.err(TarErrorKind::Field {
+            field: e.field,
+            why: e.why,
+        })
+    }
+
+    /// Counts `n` declared bytes against the total limit.
+    fn count(&mut self, n: u64) -> Result<(), TarError> {
+        let limit = self.limits.max_total_bytes;
+        match self.total.checked_add(n) {
+            Some(t) if t <= limit => {
+                self.total = t;
+                Ok(())
+            }
+            _ => Err(self.err(TarErrorKind::Limit {
+                what: "total declared bytes",
+                limit,
+            })),
+        }
+    }
+
+    fn add_globals(&mut self, records: &[Record<'_>]) -> Result<(), TarError> {
+        for r in records {
+            // These make no sense for every member and readers disagree on
+            // them (libarchive ignores global headers): refused.
+            if matches!(r.key, b"path" | b"linkpath" | b"size")
+                || r.key.starts_with(b"GNU.sparse.")
+            {
+                return Err(self.err(TarErrorKind::Pax(format!(
+                    "global header sets {:?}",
+                    lossy(r.key)
+                ))));
+            }
+            let old = if r.value.is_empty() {
+                self.globals.remove(r.key)
+            } else {
+                self.globals.insert(r.key.to_vec(), r.value.to_vec())
+            };
+            if let Some(v) = old {
+                self.global_bytes -= (r.key.len() + v.len()) as u64;
+            }
+            if !r.value.is_empty() {
+                self.global_bytes += (r.key.len() + r.value.len()) as u64;
+            }
+        }
+        if self.global_bytes > self.limits.max_pax_bytes {
+            return Err(self.err(TarErrorKind::Limit {
+                what: "global PAX header bytes",
+                limit: self.limits.max_pax_bytes,
+            }));
+        }
+        Ok(())
+    }
+
+    /// Builds the member of header `block` with its extensions, reads what
+    /// precedes its data (old GNU sparse blocks, a PAX 1.0 map), and sets
+    /// up its body.
+    fn member(
+        &mut self,
+        block: &[u8; BLOCK],
+        ext: Extensions,
+    ) -> Result<Member, TarError> {
+        let format = header::format(block);
+        let typ = block[156];
+        let mut o = Overrides::default();
+        let globals = std::mem::take(&mut self.globals);
+        let applied = globals
+            .iter()
+            .map(|(k, v)| (k.as_slice(), v.as_slice()))
+            .chain(
+                ext.pax
+                    .iter()
+                    .flatten()
+                    .map(|(k, v)| (k.as_slice(), v.as_slice())),
+            )
+            .try_for_each(|(k, v)| o.apply(k, v, &self.limits));
+        self.globals = globals;
+        applied.map_err(|e| match e {
+            ApplyError::Bad(why) => self.err(TarErrorKind::Pax(why)),
+            ApplyError::TooMany => self.err(TarErrorKind::Limit {
+                what: "sparse map entries",
+                limit: self.limits.max_sparse_entries,
+            }),
+        })?;
+        if o.sparse.offset_pending {
+            return Err(self.err(TarErrorKind::Pax(
+                "GNU.sparse.offset without GNU.sparse.numbytes".into(),
+            )));
+        }
+
+        let header_name = header::name(block, format);
+        let name = o
+            .sparse
+            .name
+            .take()
+            .or(o.path.take())
+            .or(ext.long_name)
+            .unwrap_or(header_name);
+        self.member = lossy(&name);
+        if name.is_empty() {
+            return Err(self.err(TarErrorKind::Malformed("empty name".into())));
+        }
+        if name.contains(&0) {
+            return Err(self
+                .err(TarErrorKind::Malformed("NUL byte in the name".into())));
+        }
+
+        let ends_with_slash = name.last() == Some(&b'/');
+        let kind = match typ {
+            b'0' | 0 if ends_with_slash => Kind::Directory,
+            b'0' | 0 | b'7' | b'S' => Kind::File,
+            b'1' => Kind::HardLink,
+            b'2' => Kind::Symlink,
+            b'3' => Kind::CharDevice,
+            b'4' => Kind::BlockDevice,
+            b'5' | b'D' => Kind::Directory,
+            b'6' => Kind::Fifo,
+            other => Kind::Other(other),
+        };
+        let link = match kind {
+            Kind::HardLink | Kind::Symlink => {
+                let l =
+                    o.linkpath.take().or(ext.long_link).unwrap_or_else(|| {
+                        header::cstr(&block[157..257]).to_vec()
+                    });
+                if l.contains(&0) {
+                    return Err(self.err(TarErrorKind::Malformed(
+                        "NUL byte in the link target".into(),
+                    )));
+                }
+                Some(l)
+            }
+            _ => None,
+        };
+
+        let f =
+            |r: std::ops::Range<usize>, n| header::field::<u32>(block, r, n);
+        let mode = f(100..108, "mode").map_err(|e| self.field_err(e))? & 0o7777;
+        let uid = match o.uid {
+            Some(v) => v,
+            None => f(108..116, "uid").map_err(|e| self.field_err(e))?,
+        };
+        let gid = match o.gid {
+            Some(v) => v,
+            None => f(116..124, "gid").map_err(|e| self.field_err(e))?,
+        };
+        let mtime = match o.mtime {
+            Some(t) => t,
+            None => (
+                header::field::<i64>(block, 136..148, "mtime")
+                    .map_err(|e| self.field_err(e))?,
+                0,
+            ),
+        };
+        let atime = match o.atime {
+            Some(t) => Some(t),
+            None if format == Format::Gnu && block[345] != 0 => Some((
+                header::field::<i64>(block, 345..357, "atime")
+                    .map_err(|e| self.field_err(e))?,
+                0,
+            )),
+            None => None,
+        };
+        let (uname, gname) = if format == Format::V7 {
+            (Vec::new(), Vec::new())
+        } else {
+            (
+                header::cstr(&block[265..297]).to_vec(),
+                header::cstr(&block[297..329]).to_vec(),
+            )
+        };
+        let uname = o.uname.take().unwrap_or(uname);
+        let gname = o.gname.take().unwrap_or(gname);
+        let dev = match kind {
+            Kind::CharDevice | Kind::BlockDevice if format != Format::V7 => (
+                match o.devmajor {
+                    Some(v) => v,
+                    None => f(329..337, "devmajor")
+                        .map_err(|e| self.field_err(e))?,
+                },
+                match o.devminor {
+                    Some(v) => v,
+                    None => f(337..345, "devminor")
+                        .map_err(|e| self.field_err(e))?,
+                },
+            ),
+            _ => (0, 0),
+        };
+        let stored = match o.size {
+            Some(s) => s,
+            None => self.stored_size(block)?,
+        };
+        let data_allowed =
+            matches!(kind, Kind::File | Kind::Other(_)) || typ == b'D';
+        if stored > 0 && !data_allowed {
+            // POSIX says these have no data; readers disagree on whether
+            // to skip a declared body, so an archive declaring one is
+            // refused rather than read one way or the other.
+            return Err(self.err(TarErrorKind::Malformed(format!(
+                "{kind:?} member declares a body of {stored} bytes"
+            ))));
+        }
+
+        let xattrs = self.xattrs(&mut o)?;
+        let mode = match xattrs
+            .iter()
+            .find(|(n, _)| n == b"system.posix_acl_access")
+            .and_then(|(_, v)| acl::acl_mode_bits(v))
+        {
+            Some(bits) => mode & 0o7000 | bits,
+            None => mode,
+        };
+
+        // Sparse: the real size and the map's encoding.
+        let sp = &o.sparse;
+        let pax_sparse = sp.any;
+        let version10 = match (sp.major, sp.minor) {
+            (None, None) => false,
+            (Some(1), Some(0)) => true,
+            (major, minor) => {
+                return Err(self.err(TarErrorKind::Unsupported(format!(
+                    "GNU sparse format {}.{}",
+                    major.map_or("?".into(), |v| v.to_string()),
+                    minor.map_or("?".into(), |v| v.to_string())
+                ))));
+            }
+        };
+        let old_gnu = typ == b'S';
+        if (pax_sparse || old_gnu) && kind != Kind::File {
+            return Err(self
+                .err(TarErrorKind::Sparse("sparse map on a non-file".into())));
+        }
+        if pax_sparse && old_gnu {
+            return Err(self.err(TarErrorKind::Sparse(
+                "both an old GNU and a PAX sparse map".into(),
+            )));
+        }
+        if old_gnu && format != Format::Gnu {
+            return Err(self.err(TarErrorKind::Sparse(
+                "sparse typeflag on a header without the GNU magic".into(),
+            )));
+        }
+        let real = if old_gnu {
+            header::field::<u64>(block, 483..495, "realsize")
+                .map_err(|e| self.field_err(e))?
+        } else if pax_sparse {
+            sp.realsize.or(sp.size).ok_or_else(|| {
+                self.err(TarErrorKind::Sparse(
+                    "no GNU.sparse.realsize or .size".into(),
+                ))
+            })?
+        } else {
+            stored
+        };
+        // `GNU.sparse.name` went into `name` above; without it the name
+        // would be the placeholder `GNUSparseFile.NNNN/...`.
+        if pax_sparse && (version10 || sp.map.is_some()) && !sp.had_name {
+            return Err(self.err(TarErrorKind::Sparse(
+                "no GNU.sparse.name: the real name is unknown".into(),
+            )));
+        }
+        // Before anything more is read or allocated for this member.
+        self.count(real.max(stored))?;
+
+        let max_entries = self.limits.max_sparse_entries;
+        let too_many = |s: &Self| {
+            s.err(TarErrorKind::Limit {
+                what: "sparse map entries",
+                limit: max_entries,
+            })
+        };
+        let sparse_err = |s: &Self, e: SparseError| match e {
+            SparseError::Bad(why) => s.err(TarErrorKind::Sparse(why)),
+            SparseError::TooMany => too_many(s),
+        };
+        let mut map_bytes = 0u64;
+        let map = if old_gnu {
+            let mut map = Vec::new();
+            let mut ended = false;
+            sparse::gnu_pairs(
+                &block[386..482],
+                &mut map,
+                &mut ended,
+                max_entries,
+            )
+            .map_err(|e| sparse_err(self, e))?;
+            let mut extended = block[482] != 0;
+            while extended {
+                let ext_block = self.block("sparse extension block")?;
+                let added = sparse::gnu_pairs(
+                    &ext_block[..504],
+                    &mut map,
+                    &mut ended,
+                    max_entries,
+                )
+                .map_err(|e| sparse_err(self, e))?;
+                if added == 0 {
+                    return Err(self.err(TarErrorKind::Sparse(
+                        "empty extension block".into(),
+                    )));
+                }
+                extended = ext_block[504] != 0;
+            }
+            Some(map)
+        } else if version10 {
+            let mut consumed = 0u64;
+            // The reader's own error (truncation) is kept whole.
+            let mut failure = None;
+            let map = sparse::read_map_10(
+                || {
+                    consumed += BLOCK as u64;
+                    if consumed > stored {
+                        return Err(SparseError::Bad(
+                            "map runs past the member's data".into(),
+                        ));
+                    }
+                    self.block("sparse map").map_err(|e| {
+                        failure = Some(e);
+                        SparseError::Bad(String::new())
+                    })
+                },
+                max_entries,
+            );
+            if let Some(e) = failure {
+                return Err(e);
+            }
+            map_bytes = consumed;
+            Some(map.map_err(|e| sparse_err(self, e))?)
+        } else if let Some(text) = &o.sparse.map {
+            Some(
+                sparse::parse_map_01(text, max_entries)
+                    .map_err(|e| sparse_err(self, e))?,
+            )
+        } else if pax_sparse {
+            Some(std::mem::take(&mut o.sparse.pairs))
+        } else {
+            None
+        };
+        let data = stored - map_bytes;
+        let sparse = match map {
+            Some(map) => {
+                if let Some(n) = o.sparse.numblocks
+                    && !version10
+                    && n != map.len() as u64
+                {
+                    return Err(self.err(TarErrorKind::Sparse(format!(
+                        "GNU.sparse.numblocks is {n} but the map has {} entries",
+                        map.len()
+                    ))));
+                }
+                Some(
+                    check_map(&map, real, data)
+                        .map_err(|why| self.err(TarErrorKind::Sparse(why)))?,
+                )
+            }
+            None => None,
+        };
+
+        let data_offset = self.position();
+        if let Some(len) = self.len
+            && data_offset.checked_add(data).is_none_or(|end| end > len)
+        {
+            return Err(self.err(TarErrorKind::Truncated("body")));
+        }
+        self.remaining = data;
+        self.padding = pad(stored);
+        Ok(Member {
+            name,
+            link,
+            kind,
+            mode,
+            uid,
+            gid,
+            uname,
+            gname,
+            mtime,
+            atime,
+            size: real,
+            stored_size: data,
+            sparse,
+            xattrs,
+            dev,
+            data_offset,
+            header_offset: self.header_offset,
+        })
+    }
+
+    /// The member's xattrs, with text ACLs turned into xattrs unless the
+    /// raw `system.posix_acl_*` xattr is there too (it is exact; GNU tar
+    /// with `--xattrs-include='*'` stores both).
+    fn xattrs(&mut self, o: &mut Overrides) -> Result<Xattrs, TarError> {
+        let mut xattrs = std::mem::take(&mut o.xattrs);
+        for (text, name) in [
+            (o.acl_access.take(), &b"system.posix_acl_access"[..]),
+            (o.acl_default.take(), &b"system.posix_acl_default"[..]),
+        ] {
+            let Some(text) = text else { continue };
+            if xattrs.iter().any(|(n, _)| n == name) {
+                continue;
+            }
+            let names = self.names.get_or_insert_with(NameTable::host);
+            if let Some(v) = acl_from_text(&text, names)
+                .map_err(|why| self.err(TarErrorKind::Acl(why)))?
+            {
+                xattrs.push((name.to_vec(), v));
+            }
+        }
+        Ok(xattrs)
+    }
+
+    /// A reader of the current member's body: exactly its stored bytes
+    /// (for a sparse member, its segments' data in order). Ending early
+    /// is an `UnexpectedEof` error holding a [`TarError`] naming the
+    /// member.
+    pub fn body(&mut self) -> Body<'_, R> {
+        Body { r: self }
+    }
+
+    /// Body bytes of the current member not yet read.
+    pub fn body_remaining(&self) -> u64 {
+        self.remaining
+    }
+
+    /// Skips the rest of the current member's body (the next
+    /// [`Reader::next`] would too).
+    pub fn skip_body(&mut self) -> Result<(), TarError> {
+        let n = self.remaining;
+        self.skip(n, "body")?;
+        self.remaining = 0;
+        Ok(())
+    }
+
+    /// After [`Reader::next`] returned `None`: reads the rest of the
+    /// stream, which must be zeros (tar pads to its record size), so a
+    /// decompressor beneath reaches its end and checks its trailer. The
+    /// bytes read count against the total limit.
+    pub fn finish(mut self) -> Result<R, TarError> {
+        if !self.done {
+            return Err(self.err(TarErrorKind::Malformed(
+                "finish called before the end of the archive".into(),
+            )));
+        }
+        self.member.clear();
+        let mut buf = vec![0u8; 64 << 10];
+        loop {
+            let at = self.position();
+            let n = self.fill(&mut buf)?;
+            if n == 0 {
+                return Ok(self.inner);
+            }
+            self.count(n as u64)?;
+            if buf[..n].iter().any(|&b| b != 0) {
+                self.header_offset = at;
+                return Err(self.err(TarErrorKind::TrailingData));
+            }
+        }
+    }
+}
+
+impl<R: Read + Seek> Reader<R> {
+    /// A reader of a plain tar file: bodies are skipped by seeking, and a
+    /// body reaching past the end of the file is refused when its member
+    /// is returned. Offsets are offsets in the file.
+    pub fn seekable(mut inner: R, limits: Limits) -> io::Result<Self> {
+        let base = inner.stream_position()?;
+        let len = inner.seek(SeekFrom::End(0))?;
+        inner.seek(SeekFrom::Start(base))?;
+        let mut r = Reader::new(inner, limits);
+        r.base = base;
+        r.len = Some(len);
+        r.seek = Some(|inner, to| inner.seek(SeekFrom::Start(to)));
+        Ok(r)
+    }
+}
+
+/// The body of the current member; see [`Reader::body`].
+pub struct Body<'a, R> {
+    r: &'a mut Reader<R>,
+}
+
+impl<R: Read> Read for Body<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let r = &mut *self.r;
+        if r.remaining == 0 || buf.is_empty() {
+            return Ok(0);
+        }
+        let want = buf
+            .len()
+            .min(usize::try_from(r.remaining).unwrap_or(usize::MAX));
+        let n = loop {
+            match r.inner.read(&mut buf[..want]) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    r.failed = true;
+                    return Err(r.err(TarErrorKind::Io(e)).into());
+                }
+                Ok(n) => break n,
+            }
+        };
+        if n == 0 {
+            r.failed = true;
+            return Err(r.err(TarErrorKind::Truncated("body")).into());
+        }
+        r.pos += n as u64;
+        r.remaining -= n as u64;
+        Ok(n)
+    }
+}
+
+/// Padding after `n` bytes of data, to the next block.
+fn pad(n: u64) -> u64 {
+    (BLOCK as u64 - n % BLOCK as u64) % BLOCK as u64
+}
+
+fn lossy(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Extension headers seen before a member.
+#[derive(Default)]
+struct Extensions {
+    pax: Option<Vec<(Vec<u8>, Vec<u8>)>>,
+    long_name: Option<Vec<u8>>,
+    long_link: Option<Vec<u8>>,
+}
+
+impl Extensions {
+    fn any(&self) -> bool {
+        self.pax.is_some()
+            || self.long_name.is_some()
+            || self.long_link.is_some()
+    }
+}
+
+/// What PAX records say about a member, globals first, later records
+/// overriding earlier ones.
+#[derive(Default)]
+struct Overrides {
+    path: Option<Vec<u8>>,
+    linkpath: Option<Vec<u8>>,
+    size: Option<u64>,
+    uid: Option<u32>,
+    gid: Option<u32>,
+    uname: Option<Vec<u8>>,
+    gname: Option<Vec<u8>>,
+    mtime: Option<(i64, u32)>,
+    atime: Option<(i64, u32)>,
+    devmajor: Option<u32>,
+    devminor: Option<u32>,
+    xattrs: Vec<(Vec<u8>, Vec<u8>)>,
+    xattr_index: HashMap<Vec<u8>, usize>,
+    acl_access: Option<Vec<u8>>,
+    acl_default: Option<Vec<u8>>,
+    sparse: SparseRecords,
+}
+
+#[derive(Default)]
+struct SparseRecords {
+    any: bool,
+    major: Option<u64>,
+    minor: Option<u64>,
+    name: Option<Vec<u8>>,
+    had_name: bool,
+    realsize: Option<u64>,
+    size: Option<u64>,
+    numblocks: Option<u64>,
+    pairs: Vec<(u64, u64)>,
+    offset_pending: bool,
+    map: Option<Vec<u8>>,
+}
+
+enum ApplyError {
+    Bad(String),
+    TooMany,
+}
+
+impl From<String> for ApplyError {
+    fn from(s: String) -> Self {
+        ApplyError::Bad(s)
+    }
+}
+
+impl Overrides {
+    fn apply(
+        &mut self,
+        key: &[u8],
+        v: &[u8],
+        limits: &Limits,
+    ) -> Result<(), ApplyError> {
+        let bad = |what: &str| {
+            ApplyError::Bad(format!("{}={:?}: {what}", lossy(key), lossy(v)))
+        };
+        let num =
+            |v: &[u8]| pax::decimal_u64(v).ok_or_else(|| bad("not a number"));
+        let id = |v: &[u8]| {
+            pax::decimal_u64(v)
+                .and_then(|n| u32::try_from(n).ok())
+                .ok_or_else(|| bad("not a 32-bit number"))
+        };
+        let name = |v: &[u8]| {
+            if v.contains(&0) {
+                Err(bad("NUL byte in a name"))
+            } else if v.len() as u64 > limits.max_name_bytes {
+                Err(ApplyError::Bad(format!(
+                    "{} is longer than the name limit of {}",
+                    lossy(key),
+                    limits.max_name_bytes
+                )))
+            } else {
+                Ok(v.to_vec())
+            }
+        };
+        // An empty value unsets a standard keyword (POSIX); for xattrs it
+        // is an empty value, which is valid.
+        let empty = v.is_empty();
+        match key {
+            b"path" => self.path = if empty { None } else { Some(name(v)?) },
+            b"linkpath" => {
+                self.linkpath = if empty { None } else { Some(name(v)?) }
+            }
+            b"size" => self.size = if empty { None } else { Some(num(v)?) },
+            b"uid" => self.uid = if empty { None } else { Some(id(v)?) },
+            b"gid" => self.gid = if empty { None } else { Some(id(v)?) },
+            b"uname" => self.uname = (!empty).then(|| v.to_vec()),
+            b"gname" => self.gname = (!empty).then(|| v.to_vec()),
+            b"mtime" | b"atime" => {
+                let t = if empty {
+                    None
+                } else {
+                    Some(pax::parse_time(v).ok_or_else(|| bad("not a time"))?)
+                };
+                if key == b"mtime" {
+                    self.mtime = t;
+                } else {
+                    self.atime = t;
+                }
+            }
+            b"SCHILY.devmajor" => {
+                self.devmajor = if empty { None } else { Some(id(v)?) }
+            }
+            b"SCHILY.devminor" => {
+                self.devminor = if empty { None } else { Some(id(v)?) }
+            }
+            b"SCHILY.acl.access" => {
+                self.acl_access = (!empty).then(|| v.to_vec())
+            }
+            b"SCHILY.acl.default" => {
+                self.acl_default = (!empty).then(|| v.to_vec())
+            }
+            _ if key.starts_with(b"SCHILY.xattr.") => {
+                self.set_xattr(
+                    key[b"SCHILY.xattr.".len()..].to_vec(),
+                    v.to_vec(),
+                )?;
+            }
+            _ if key.starts_with(b"LIBARCHIVE.xattr.") => {
+                let n = pax::url_decode(&key[b"LIBARCHIVE.xattr.".len()..])
+                    .ok_or_else(|| bad("bad %-escape in the name"))?;
+                let value =
+                    pax::base64_decode(v).ok_or_else(|| bad("bad base64"))?;
+                self.set_xattr(n, value)?;
+            }
+            _ if key.starts_with(b"GNU.sparse.") => {
+                self.apply_sparse(key, v, limits)?
+            }
+            // ctime, charset, comment, SCHILY.dev/ino/nlink/fflags, …:
+            // nothing to apply, as POSIX says of unknown keywords.
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn set_xattr(
+        &mut self,
+        name: Vec<u8>,
+        value: Vec<u8>,
+    ) -> Result<(), ApplyError> {
+        if name.is_empty() || name.contains(&0) {
+            return Err(ApplyError::Bad(format!(
+                "bad xattr name {:?}",
+                lossy(&name)
+            )));
+        }
+        // One value per name: bsdtar writes each xattr twice (LIBARCHIVE
+        // and SCHILY), and a later record overrides an earlier one.
+        match self.xattr_index.get(&name) {
+            Some(&i) => self.xattrs[i].1 = value,
+            None => {
+                self.xattr_index.insert(name.clone(), self.xattrs.len());
+                self.xattrs.push((name, value));
+            }
+        }
+        Ok(())
+    }
+
+    fn apply_sparse(
+        &mut self,
+        key: &[u8],
+        v: &[u8],
+        limits: &Limits,
+    ) -> Result<(), ApplyError> {
+        let s = &mut self.sparse;
+        s.any = true;
+        let num = || {
+            pax::decimal_u64(v).ok_or_else(|| {
+                ApplyError::Bad(format!(
+                    "{}={:?}: not a number",
+                    lossy(key),
+                    lossy(v)
+                ))
+            })
+        };
+        match &key[b"GNU.sparse.".len()..] {
+            b"major" => s.major = Some(num()?),
+            b"minor" => s.minor = Some(num()?),
+            b"realsize" => s.realsize = Some(num()?),
+            b"size" => s.size = Some(num()?),
+            b"numblocks" => {
+                let n = num()?;
+                if n > limits.max_sparse_entries {
+                    return Err(ApplyError::TooMany);
+                }
+                s.numblocks = Some(n);
+            }
+            b"name" => {
+                if v.is_empty() || v.contains(&0) {
+                    return Err(ApplyError::Bad("bad GNU.sparse.name".into()));
+                }
+                if v.len() as u64 > limits.max_name_bytes {
+                    return Err(ApplyError::Bad(
+                        "GNU.sparse.name longer than the name limit".into(),
+                    ));
+                }
+                s.name = Some(v.to_vec());
+                s.had_name = true;
+            }
+            b"map" => s.map = Some(v.to_vec()),
+            b"offset" => {
+                if s.offset_pending {
+                    return Err(ApplyError::Bad(
+                        "two GNU.sparse.offset records in a row".into(),
+                    ));
+                }
+                let off = num()?;
+                sparse::push(&mut s.pairs, (off, 0), limits.max_sparse_entries)
+                    .map_err(|_| ApplyError::TooMany)?;
+                s.offset_pending = true;
+            }
+            b"numbytes" => {
+                if !s.offset_pending {
+                    return Err(ApplyError::Bad(
+                        "GNU.sparse.numbytes without an offset".into(),
+                    ));
+                }
+                let len = num()?;
+                if let Some(last) = s.pairs.last_mut() {
+                    last.1 = len;
+                }
+                s.offset_pending = false;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod test;

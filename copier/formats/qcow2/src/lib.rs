@@ -1,0 +1,266 @@
+//! qcow2: reading images natively, and writing empty overlays.
+//!
+//! Guests share one raw base image; each gets a thin qcow2 *overlay* that
+//! records only what the guest writes and reads the rest from the base.
+//! An empty overlay is a few small, fully specified structures, so it is
+//! written here directly ([`create_overlay`]) rather than by running
+//! `qemu-img` once per guest (zinstall-provision does that when asked). Base
+//! images that come as qcow2 are read natively ([`Image`]) and converted
+//! once to a sparse raw file ([`convert_to_raw`]).
+//!
+//! The format (QEMU's `docs/interop/qcow2.rst`): a header in cluster 0; a
+//! two-level table (L1, then L2 tables of 8-byte entries, one cluster
+//! each) maps guest clusters to host offsets; a refcount table and blocks
+//! count the references to each host cluster. Integers are big-endian.
+
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+mod convert;
+mod header;
+mod overlay;
+mod reader;
+
+use std::fmt;
+use std::io;
+use std::path::PathBuf;
+
+pub use convert::{ConvertOptions, ConvertStats, convert_to_raw};
+pub use header::Header;
+pub use overlay::{MAX_OVERLAY_SIZE, create_overlay};
+pub use reader::Image;
+
+/// Why an image was refused or could not be read.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Problem {
+    /// Not a qcow2 image.
+    BadMagic,
+    /// A version other than 2 or 3.
+    Version(u32),
+    /// Incompatible feature bits this reader does not know (their mask).
+    UnknownFeatures(u64),
+    /// The image is encrypted.
+    Encrypted,
+    /// The data lives in an external file.
+    ExternalData,
+    /// The image was not closed cleanly (dirty bit) or is marked corrupt.
+    Dirty,
+    /// Extended L2 entries (subclusters).
+    ExtendedL2,
+    /// A cluster size outside 512 B to 2 MiB.
+    ClusterBits(u32),
+    /// The image has a backing file of its own.
+    HasBacking(String),
+    /// A table or cluster lies outside the file, or is misaligned.
+    Corrupt(String),
+    /// A table or cluster offset that is not a multiple of the cluster
+    /// size.
+    Unaligned {
+        /// What it is (`L1 table`, `L2 table`, `data cluster`).
+        what: &'static str,
+        /// Its offset in the file.
+        offset: u64,
+        /// The alignment it needs.
+        align: u64,
+    },
+    /// A table or cluster that does not lie wholly inside the file.
+    OutsideFile {
+        /// What it is.
+        what: &'static str,
+        /// Its offset in the file.
+        offset: u64,
+        /// Its length.
+        len: u64,
+        /// The file's length.
+        file_len: u64,
+    },
+    /// A virtual size whose L1 table would exceed QEMU's 32 MiB limit at
+    /// this cluster size (or that is past what any qcow2 can map).
+    TooLarge {
+        /// The virtual size asked for or declared.
+        size: u64,
+        /// The cluster size.
+        cluster_size: u64,
+    },
+    /// A compressed cluster did not inflate to a cluster.
+    Decompress {
+        /// Guest offset of the cluster.
+        guest_offset: u64,
+        /// The decoder's complaint.
+        why: String,
+    },
+    /// A request the writer cannot satisfy (relative base, size).
+    Invalid(String),
+    /// `qemu-img` failed.
+    QemuImg {
+        /// Its exit status.
+        status: String,
+        /// Its standard error, trimmed.
+        stderr: String,
+    },
+}
+
+/// An error about one image.
+#[derive(Debug)]
+pub struct Error {
+    /// The image.
+    pub path: PathBuf,
+    /// What was being done, for I/O errors (`read`, `create`, ...).
+    pub op: &'static str,
+    /// The I/O error, if that is what went wrong.
+    pub io: Option<io::Error>,
+    /// Otherwise, the problem.
+    pub problem: Option<Problem>,
+}
+
+impl Error {
+    /// A failed I/O operation `op` on `path`.
+    pub fn io(
+        path: impl Into<PathBuf>,
+        op: &'static str,
+        e: io::Error,
+    ) -> Self {
+        Error {
+            path: path.into(),
+            op,
+            io: Some(e),
+            problem: None,
+        }
+    }
+
+    /// The image at `path` refused for `p`.
+    pub fn problem(path: impl Into<PathBuf>, p: Problem) -> Self {
+        Error {
+            path: path.into(),
+            op: "",
+            io: None,
+            problem: Some(p),
+        }
+    }
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Problem::BadMagic => write!(f, "not a qcow2 image (bad magic)"),
+            Problem::Version(v) => write!(f, "unsupported qcow2 version {v}"),
+            Problem::UnknownFeatures(m) => {
+                write!(f, "unknown incompatible features {m:#x}")
+            }
+            Problem::Encrypted => {
+                write!(f, "encrypted images are not supported")
+            }
+            Problem::ExternalData => {
+                write!(f, "images with an external data file are not supported")
+            }
+            Problem::Dirty => write!(
+                f,
+                "image is marked dirty or corrupt (run qemu-img check -r all)"
+            ),
+            Problem::ExtendedL2 => {
+                write!(f, "extended L2 entries (subclusters) are not supported")
+            }
+            Problem::ClusterBits(b) => {
+                write!(f, "unsupported cluster_bits {b}")
+            }
+            Problem::HasBacking(b) => write!(
+                f,
+                "image has a backing file of its own ({b}); flatten it first \
+                 (qemu-img convert)"
+            ),
+            Problem::Corrupt(why) => write!(f, "corrupt image: {why}"),
+            Problem::Unaligned {
+                what,
+                offset,
+                align,
+            } => write!(
+                f,
+                "corrupt image: {what} at {offset:#x} is unaligned (not a \
+                 multiple of {align:#x})"
+            ),
+            Problem::OutsideFile {
+                what,
+                offset,
+                len,
+                file_len,
+            } => write!(
+                f,
+                "corrupt image: {what} at {offset:#x} ({len} bytes) lies \
+                 outside the file ({file_len} bytes)"
+            ),
+            Problem::TooLarge { size, cluster_size } => write!(
+                f,
+                "virtual size {size} is too large for {cluster_size}-byte \
+                 clusters: its L1 table would exceed {MAX_L1_ENTRIES} \
+                 entries (32 MiB, QEMU's limit)"
+            ),
+            Problem::Decompress { guest_offset, why } => write!(
+                f,
+                "compressed cluster at guest offset {guest_offset:#x}: {why}"
+            ),
+            Problem::Invalid(why) => f.write_str(why),
+            Problem::QemuImg { status, stderr } => {
+                write!(f, "qemu-img failed ({status}): {stderr}")
+            }
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "qcow2 {}: ", self.path.display())?;
+        match (&self.io, &self.problem) {
+            (Some(e), _) => write!(f, "{}: {e}", self.op),
+            (None, Some(p)) => write!(f, "{p}"),
+            (None, None) => write!(f, "{}", self.op),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.io.as_ref().map(|e| e as _)
+    }
+}
+
+/// Result of this module.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+pub(crate) fn be32(b: &[u8], at: usize) -> u32 {
+    let mut a = [0u8; 4];
+    if let Some(s) = b.get(at..at + 4) {
+        a.copy_from_slice(s);
+    }
+    u32::from_be_bytes(a)
+}
+
+pub(crate) fn be64(b: &[u8], at: usize) -> u64 {
+    let mut a = [0u8; 8];
+    if let Some(s) = b.get(at..at + 8) {
+        a.copy_from_slice(s);
+    }
+    u64::from_be_bytes(a)
+}
+
+/// QEMU's limit on an L1 table (`QCOW_MAX_L1_SIZE`, 32 MiB) in entries.
+/// It refuses images whose table is larger, so none in use needs more;
+/// it also bounds what opening an image allocates.
+pub const MAX_L1_ENTRIES: u64 = (32 << 20) / 8;
+
+/// The largest virtual size an image with `cluster_bits` can have: a full
+/// L1 table of L2 tables of `cluster_size / 8` entries each.
+pub fn max_virtual_size(cluster_bits: u32) -> u64 {
+    let cs = 1u64 << cluster_bits;
+    MAX_L1_ENTRIES.saturating_mul(cs * (cs / 8))
+}
+
+/// L1 entries a virtual size needs (`None` past [`MAX_L1_ENTRIES`]).
+pub(crate) fn l1_entries_for(size: u64, cluster_bits: u32) -> Option<u64> {
+    let cs = 1u64 << cluster_bits;
+    let n = size.div_ceil(cs * (cs / 8));
+    (n <= MAX_L1_ENTRIES).then_some(n)
+}
+
+/// Bits 9-55 of L1, L2 and refcount-table entries: a host offset.
+pub(crate) const OFFSET_MASK: u64 = 0x00ff_ffff_ffff_fe00;
