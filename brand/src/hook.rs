@@ -267,7 +267,7 @@ fn cmd_install(
     if let Some(w) = warning {
         println!("INFO: zinstall: note: {}", crate::output::escape(&w));
     }
-    let mut say = |line: &str| println!("{}", crate::output::escape(line));
+    let mut show = |e: &install::Event| crate::output::event(e);
     let mut job = Install {
         zone: zone.to_string(),
         zonepath: zonepath.to_path_buf(),
@@ -275,7 +275,7 @@ fn cmd_install(
         images,
         tunables,
         log,
-        say: &mut say,
+        events: &mut show,
     };
     match job.run() {
         Ok(_) => OK,
@@ -306,8 +306,8 @@ fn cmd_uninstall(zonepath: &Path, foreign: bool, argv: &[OsString]) -> u8 {
         .map(|p| p.log)
         .unwrap_or_else(|_| "/var/log/zinstall.log".into());
     let (log, _) = open_log(&log_path, argv);
-    let mut say = |line: &str| println!("{}", crate::output::escape(line));
-    match install::uninstall(zonepath, foreign, &log, &mut say) {
+    let mut show = |e: &install::Event| crate::output::event(e);
+    match install::uninstall(zonepath, foreign, &log, &mut show) {
         Ok(()) => OK,
         Err(e) => {
             fail(&e);
@@ -332,8 +332,8 @@ fn cmd_attach(zonepath: &Path, rest: &[OsString], argv: &[OsString]) -> u8 {
         }
     };
     let (log, _) = open_log(&profile.log, argv);
-    let mut say = |line: &str| println!("{}", crate::output::escape(line));
-    match install::attach(zonepath, &profile, &log, &mut say) {
+    let mut show = |e: &install::Event| crate::output::event(e);
+    match install::attach(zonepath, &profile, &log, &mut show) {
         Ok(()) => OK,
         Err(e) => {
             fail(&e);

@@ -105,6 +105,11 @@ pub fn note(msg: impl std::fmt::Display) {
     let _ = writeln!(std::io::stderr(), "{PROG}: note: {line}");
 }
 
+/// Prints an install's step as zoneadm shows it: `INFO: zinstall: ...`.
+pub fn event(e: &zinstall_install::Event) {
+    out(format_args!("INFO: zinstall: {e}"));
+}
+
 /// Prints lines on stdout, ignoring a closed pipe (`| head` is fine).
 /// Each line is escaped on its own, so multi-line text keeps its lines.
 pub fn out(msg: impl std::fmt::Display) {

@@ -1,10 +1,39 @@
 //! Installing and uninstalling a zone root (illumos) or rootfs (Linux).
 //!
 //! One code path for both: the zoneadm hook (`brand install`) and
-//! `zinstall install` build an [`Install`] and call [`Install::run`].
+//! `zinstall install` build an [`Install`] and call [`Install::run`]; a
+//! daemon does the same. The library prints nothing: every step is an
+//! [`Event`] handed to the caller (the hook prints it as an
+//! `INFO: zinstall:` line), recorded in the slog [`Logger`] the caller
+//! passes, and fired as a `step-start`/`step-done` probe pair. Every
+//! failure is an [`InstallError`]: its [`Cause`] with the path and
+//! operation, and the [`Stage`] that decides zoneadm's exit code.
 //!
-//! Steps, each printed as an `INFO: zinstall:` line, logged, and fired as
-//! a `step-start`/`step-done` probe pair:
+//! ```no_run
+//! use zinstall_install::{Install, Profile};
+//!
+//! let profile = Profile::load(std::path::Path::new("/etc/zinstall/profile.toml"))?;
+//! let mut show = |e: &zinstall_install::Event| println!("INFO: zinstall: {e}");
+//! let summary = Install {
+//!     zone: "web1".into(),
+//!     zonepath: "/zones/web1".into(),
+//!     profile,
+//!     images: vec!["/var/tmp/app.tar.zst".into()],
+//!     tunables: copier::Tunables::default(),
+//!     log: slog::Logger::root(slog::Discard, slog::o!()),
+//!     events: &mut show,
+//! }
+//! .run()?;
+//! println!("{} bytes", summary.stats.bytes);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! The API: [`Install`] and [`Summary`]; [`uninstall`], [`attach`],
+//! [`disposable`] and [`check_kind`]; [`profile::Profile`];
+//! [`state::ZoneLock`] and the marker in [`state`]; [`log::open`], a
+//! JSON-lines logger that never stops an install.
+//!
+//! Steps:
 //!
 //! 1. lock the zonepath; check the profile's trees, the baseline and
 //!    every image (first member and kind) before writing anything;
@@ -34,6 +63,10 @@
 //! leaves `installing`, which zoneadm sees as incomplete (a killed hook is
 //! fatal); the next uninstall, or install, cleans it.
 
+#![deny(missing_docs)]
+
+mod error;
+mod event;
 pub mod log;
 pub mod profile;
 pub mod state;
@@ -48,81 +81,10 @@ use copier::{Plan, Stats, Tunables};
 use slog::{Logger, error, info, o};
 use zinstall_archive::ArchiveKind;
 
+pub use error::{Aftermath, Cause, InstallError, Keep, Stage};
+pub use event::Event;
 pub use profile::Profile;
 use state::{State, ZoneLock};
-
-/// Where in the install a failure happened, which decides what zoneadm
-/// is told.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Stage {
-    /// Nothing was written into the root, and nothing of value is there.
-    BeforeRoot,
-    /// Refused without touching anything, because the zonepath holds
-    /// what must be kept: an installed root, a root zinstall did not
-    /// make, or an install another process is running.
-    Refused,
-    /// The root was written, then removed again.
-    Cleaned,
-    /// The root was written and could not be removed.
-    Partial,
-}
-
-/// A failed install or uninstall.
-#[derive(Debug)]
-pub struct InstallError {
-    /// How far it got.
-    pub stage: Stage,
-    /// What went wrong, with the path and operation.
-    pub message: String,
-}
-
-impl std::fmt::Display for InstallError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)?;
-        match self.stage {
-            Stage::BeforeRoot => Ok(()),
-            Stage::Refused => f.write_str(" (nothing was changed)"),
-            Stage::Cleaned => f.write_str(" (the partial root was removed)"),
-            Stage::Partial => {
-                f.write_str(" (the partial root remains; uninstall the zone)")
-            }
-        }
-    }
-}
-
-impl std::error::Error for InstallError {}
-
-impl InstallError {
-    fn before(e: impl std::fmt::Display) -> Self {
-        InstallError {
-            stage: Stage::BeforeRoot,
-            message: e.to_string(),
-        }
-    }
-
-    fn refused(e: impl std::fmt::Display) -> Self {
-        InstallError {
-            stage: Stage::Refused,
-            message: e.to_string(),
-        }
-    }
-
-    fn partial(e: impl std::fmt::Display) -> Self {
-        InstallError {
-            stage: Stage::Partial,
-            message: e.to_string(),
-        }
-    }
-
-    /// The exit status zoneadm understands (see the module docs): 254
-    /// only when there is nothing in the zonepath to keep.
-    pub fn zoneadm_status(&self) -> u8 {
-        match self.stage {
-            Stage::BeforeRoot | Stage::Cleaned => 254,
-            Stage::Refused | Stage::Partial => 255,
-        }
-    }
-}
 
 /// One install.
 pub struct Install<'a> {
@@ -138,8 +100,8 @@ pub struct Install<'a> {
     pub tunables: Tunables,
     /// The structured log.
     pub log: Logger,
-    /// Prints a line for the user (zoneadm shows stdout).
-    pub say: &'a mut dyn FnMut(&str),
+    /// Hears of each step as it happens.
+    pub events: &'a mut dyn FnMut(&Event),
 }
 
 /// What an install did.
@@ -151,34 +113,33 @@ pub struct Summary {
     pub notices: Vec<copier::Notice>,
 }
 
-fn info_line(say: &mut dyn FnMut(&str), msg: &str) {
-    say(&format!("INFO: zinstall: {msg}"));
-}
-
 impl Install<'_> {
-    /// Runs the install; see the module docs for the steps and failures.
+    /// Runs the install; see the crate docs for the steps and failures.
     pub fn run(&mut self) -> Result<Summary, InstallError> {
         let started = Instant::now();
         let zonepath = self.zonepath.clone();
-        info_line(
-            self.say,
-            &format!("installing zone {} @ {:?}...", self.zone, zonepath),
-        );
+        (self.events)(&Event::Installing {
+            zone: self.zone.clone(),
+            zonepath: zonepath.clone(),
+        });
         info!(self.log, "install"; "zone" => &self.zone, "zonepath" => %zonepath.display(),
-              "profile" => %self.profile.path.display(), "images" => ?self.images);
+              "profile" => %self.profile.path.display(),
+              "images" => %images_json(&self.images));
         let r = match ZoneLock::take(&zonepath) {
             Ok(lock) => {
                 let r = self.run_locked();
                 // Nothing of ours may stay where zoneadm will clean.
                 let r = match r {
-                    Err(e) if e.zoneadm_status() == 254 => {
-                        match state::clear(&zonepath) {
-                            Ok(()) => Err(e),
-                            Err(c) => Err(InstallError::partial(format!(
-                                "{e}; then: remove {}: {c}",
-                                zonepath.join(state::STATE).display()
-                            ))),
+                    Err(mut e) if e.zoneadm_status() == 254 => {
+                        if let Err(source) = state::clear(&zonepath) {
+                            e.stage = Stage::Partial;
+                            e.aftermath =
+                                Some(Box::new(Aftermath::MarkerKept {
+                                    path: zonepath.join(state::STATE),
+                                    source,
+                                }));
                         }
+                        Err(e)
                     }
                     other => other,
                 };
@@ -186,22 +147,23 @@ impl Install<'_> {
                 r
             }
             Err(e @ state::LockError::Held { .. }) => {
-                Err(InstallError::refused(e))
+                Err(InstallError::refused(Cause::Lock(e)))
             }
-            Err(e) => Err(InstallError::before(e)),
+            Err(e) => Err(InstallError::before(Cause::Lock(e))),
         };
         let r = r.map_err(|e| settle(&zonepath, e));
         match &r {
             Ok(s) => {
-                info_line(
-                    self.say,
-                    &format!(
-                        "install of zone {} complete: {}",
-                        self.zone,
-                        summary_line(&s.stats, started)
-                    ),
-                );
-                info!(self.log, "install complete"; "ms" => started.elapsed().as_millis() as u64);
+                let took = started.elapsed();
+                (self.events)(&Event::Complete {
+                    zone: self.zone.clone(),
+                    stats: s.stats.clone(),
+                    took,
+                });
+                let t = &s.stats;
+                info!(self.log, "install complete"; "ms" => took.as_millis() as u64,
+                      "files" => t.files + t.symlinks + t.hardlinks + t.specials,
+                      "dirs" => t.dirs, "linked" => t.redirects, "bytes" => t.bytes);
             }
             Err(e) => error!(self.log, "install failed"; "error" => %e),
         }
@@ -211,70 +173,55 @@ impl Install<'_> {
     fn run_locked(&mut self) -> Result<Summary, InstallError> {
         let root = self.zonepath.join("root");
         // An unreadable marker is not ours to judge: keep everything.
-        let st = state::read(&self.zonepath).map_err(InstallError::refused)?;
+        let st = read_marker(&self.zonepath).map_err(InstallError::refused)?;
         match st {
             Some(State::Installed) => {
-                return Err(InstallError::refused(format!(
-                    "{} is already installed (its marker says so and its root \
-                     is kept); to replace it, uninstall it first; to use it, \
-                     attach it",
-                    self.zonepath.display()
-                )));
+                return Err(InstallError::refused(Cause::AlreadyInstalled {
+                    zonepath: self.zonepath.clone(),
+                }));
             }
             Some(State::Installing) => {
-                info_line(self.say, "cleaning up an interrupted install...");
+                (self.events)(&Event::CleaningInterrupted);
                 info!(self.log, "cleaning interrupted install");
-                copier::fsutil::remove_tree(&root).map_err(|e| {
-                    InstallError::partial(format!(
-                        "cleaning up after an interrupted install: {e}"
-                    ))
+                copier::fsutil::remove_tree(&root).map_err(|source| {
+                    InstallError::partial(Cause::Step {
+                        step: "cleaning up after an interrupted install".into(),
+                        source: Box::new(source),
+                    })
                 })?;
             }
             None => {
                 if fs::symlink_metadata(&root).is_ok_and(|m| !m.is_dir()) {
-                    return Err(InstallError::refused(format!(
-                        "{} is not a directory (a symlink is never followed); \
-                         remove it first",
-                        root.display()
-                    )));
+                    return Err(InstallError::refused(
+                        Cause::RootNotDirectory { root },
+                    ));
                 }
                 if fs::read_dir(&root).is_ok_and(|mut d| d.next().is_some()) {
-                    return Err(InstallError::refused(format!(
-                        "{} is not empty and zinstall did not make it (no \
-                         marker in the zonepath); it is kept as it is",
-                        root.display()
-                    )));
+                    return Err(InstallError::refused(Cause::ForeignRoot {
+                        root,
+                        removing: false,
+                    }));
                 }
             }
         }
         let (baseline, images) = self.preflight()?;
-        state::write(&self.zonepath, State::Installing).map_err(|e| {
-            InstallError::before(format!(
-                "mark {} installing: {e}",
-                self.zonepath.display()
-            ))
-        })?;
+        write_marker(&self.zonepath, State::Installing)
+            .map_err(InstallError::before)?;
         let r = self.lay_out(&root, baseline.as_deref(), &images);
         match r {
             Ok(s) => {
-                state::write(&self.zonepath, State::Installed).map_err(
-                    |e| {
-                        InstallError::partial(format!(
-                            "mark {} installed: {e}",
-                            self.zonepath.display()
-                        ))
-                    },
-                )?;
+                write_marker(&self.zonepath, State::Installed)
+                    .map_err(InstallError::partial)?;
                 Ok(s)
             }
-            Err(message) => {
+            Err(cause) => {
                 // Leave nothing half-done behind: remove what was written.
                 let cleaned =
                     copier::fsutil::remove_tree(&root).and_then(|()| {
                         state::clear(&self.zonepath).map_err(|e| {
                             copier::Error::io(
                                 copier::Op::Remove,
-                                &self.zonepath,
+                                self.zonepath.join(state::STATE),
                                 e,
                             )
                         })
@@ -286,7 +233,7 @@ impl Install<'_> {
                         Stage::Partial
                     }
                 };
-                Err(InstallError { stage, message })
+                Err(InstallError::new(stage, cause))
             }
         }
     }
@@ -299,11 +246,10 @@ impl Install<'_> {
         for t in &p.trees {
             let src = p.source_root.join(t);
             if !src.is_dir() {
-                return Err(InstallError::before(format!(
-                    "tree {} (profile {}): not a directory",
-                    src.display(),
-                    p.path.display()
-                )));
+                return Err(InstallError::before(Cause::TreeMissing {
+                    tree: src,
+                    profile: p.path.clone(),
+                }));
             }
         }
         let baseline = match &p.baseline {
@@ -314,12 +260,11 @@ impl Install<'_> {
                     Some(path)
                 }
                 None if b.required => {
-                    return Err(InstallError::before(format!(
-                        "baseline {} not found in {:?} (profile {})",
-                        b.file,
-                        b.search,
-                        p.path.display()
-                    )));
+                    return Err(InstallError::before(Cause::BaselineMissing {
+                        file: b.file.clone(),
+                        search: b.search.clone(),
+                        profile: p.path.clone(),
+                    }));
                 }
                 None => None,
             },
@@ -332,21 +277,28 @@ impl Install<'_> {
         Ok((baseline, self.images.clone()))
     }
 
-    /// Steps 3 to 6; an error message names the path and operation.
+    /// Steps 3 to 6.
     fn lay_out(
         &mut self,
         root: &Path,
         baseline: Option<&Path>,
         images: &[PathBuf],
-    ) -> Result<Summary, String> {
+    ) -> Result<Summary, Cause> {
         let mut sum = Summary::default();
+        let step_err = |step: &str| {
+            let step = step.to_string();
+            move |source| Cause::Step {
+                step,
+                source: Box::new(source),
+            }
+        };
         // Made or opened without following a symlink at ZONEPATH/root;
         // everything below goes through Plan::within / unpack, which open
         // every directory beneath it the same way.
-        let top = Root::create(root, 0o755).map_err(|e| e.to_string())?;
-        top.set_mode(0o755).map_err(|e| e.to_string())?;
+        let top = Root::create(root, 0o755).map_err(step_err("make root"))?;
+        top.set_mode(0o755).map_err(step_err("make root"))?;
         if !self.profile.links.is_empty() || !self.profile.dirs.is_empty() {
-            info_line(self.say, "laying out links and mount points...");
+            (self.events)(&Event::LayingOut);
             let t0 = self.step_start("layout");
             let r = layout(&self.profile, root);
             self.step_done("layout", t0, r.is_err());
@@ -357,7 +309,7 @@ impl Install<'_> {
             let name = format!("/{}", t.display());
             let src = self.profile.source_root.join(t);
             let dst = root.join(t);
-            info_line(self.say, &format!("replicating {name} tree..."));
+            (self.events)(&Event::Replicating { tree: name.clone() });
             let step = format!("replicate {name}");
             let t0 = self.step_start(&step);
             let r = Plan::new(&src, &dst)
@@ -367,18 +319,15 @@ impl Install<'_> {
                 .skip_special(true)
                 .run();
             self.step_done(&step, t0, r.is_err());
-            let report = r.map_err(|f| f.to_string())?;
+            let report = r.map_err(|source| Cause::Copy {
+                step: step.clone(),
+                source,
+            })?;
             let s = &report.stats;
-            info_line(
-                self.say,
-                &format!(
-                    "replicated {name}: {} files, {} linked, {} bytes, {} ms",
-                    s.files + s.symlinks + s.hardlinks,
-                    s.redirects,
-                    s.bytes,
-                    s.elapsed.as_millis()
-                ),
-            );
+            (self.events)(&Event::Replicated {
+                tree: name.clone(),
+                stats: s.clone(),
+            });
             info!(self.log, "replicated"; "tree" => &name, "files" => s.files, "symlinks" => s.symlinks,
                   "linked" => s.redirects, "skipped" => s.skipped, "bytes" => s.bytes,
                   "ms" => s.elapsed.as_millis() as u64);
@@ -391,13 +340,10 @@ impl Install<'_> {
         }
         archives.extend(images.iter().map(|i| (i.clone(), ArchiveKind::Layer)));
         for (path, kind) in archives {
-            let what = match kind {
-                ArchiveKind::Baseline => "baseline archive".to_string(),
-                ArchiveKind::Layer => {
-                    format!("image {:?}", path.display().to_string())
-                }
-            };
-            info_line(self.say, &format!("unpacking {what}..."));
+            (self.events)(&Event::Unpacking {
+                path: path.clone(),
+                kind,
+            });
             let step = format!("unpack {}", path.display());
             let t0 = self.step_start(&step);
             let opts = UnpackOptions {
@@ -409,41 +355,36 @@ impl Install<'_> {
             };
             let r = unpack::unpack(&path, root, &opts);
             self.step_done(&step, t0, r.is_err());
-            let r = r.map_err(|e| e.to_string())?;
+            // The engine's error names the archive and the member.
+            let r = r.map_err(|source| Cause::Step {
+                step: "unpack".into(),
+                source: Box::new(source),
+            })?;
             let s = &r.stats;
-            info_line(
-                self.say,
-                &format!(
-                    "unpacked {}: {} files, {} bytes, {} ms",
-                    path.display(),
-                    s.files + s.symlinks + s.hardlinks + s.specials,
-                    s.bytes,
-                    t0.elapsed().as_millis()
-                ),
-            );
+            let took = t0.elapsed();
+            (self.events)(&Event::Unpacked {
+                path: path.clone(),
+                stats: s.clone(),
+                took,
+            });
             info!(self.log, "unpacked"; "archive" => %path.display(), "files" => s.files,
-                  "bytes" => s.bytes, "ms" => t0.elapsed().as_millis() as u64);
+                  "bytes" => s.bytes, "ms" => took.as_millis() as u64);
             merge_notices(&mut sum.notices, &r.notices);
             add(&mut sum.stats, s);
         }
         let host_files = self.profile.host_files.clone();
         for f in &host_files {
-            info_line(self.say, &format!("copying {}...", f.display()));
+            (self.events)(&Event::CopyingHostFile { path: f.clone() });
             let rel = f.strip_prefix("/").unwrap_or(f);
             let dst = root.join(rel);
             let step = format!("host file {}", f.display());
             let t0 = self.step_start(&step);
             let src = match host_source(f, root) {
                 Some(real) => {
-                    info_line(
-                        self.say,
-                        &format!(
-                            "{} links to what the root lacks: copying {} \
-                             by content",
-                            f.display(),
-                            real.display()
-                        ),
-                    );
+                    (self.events)(&Event::HostFileByContent {
+                        path: f.clone(),
+                        real: real.clone(),
+                    });
                     real
                 }
                 None => f.clone(),
@@ -453,12 +394,15 @@ impl Install<'_> {
             // own name is replaced, never written through.
             let r = Plan::new(&src, &dst).within(root).merge(true).run();
             self.step_done(&step, t0, r.is_err());
-            let r = r.map_err(|e| format!("host file {}: {e}", f.display()))?;
+            let r = r.map_err(|source| Cause::Copy {
+                step: step.clone(),
+                source,
+            })?;
             merge_notices(&mut sum.notices, &r.notices);
             add(&mut sum.stats, &r.stats);
         }
         for n in &sum.notices {
-            info_line(self.say, &format!("note: {n}"));
+            (self.events)(&Event::Notice(n.clone()));
         }
         Ok(sum)
     }
@@ -473,6 +417,40 @@ impl Install<'_> {
         copier::probes::step_done(&self.zone, step, ns, failed);
         info!(self.log, "step"; "step" => step, "ms" => ns / 1_000_000, "failed" => failed);
     }
+}
+
+/// The images as a JSON array of strings, for the log.
+fn images_json(images: &[PathBuf]) -> String {
+    let names: Vec<String> =
+        images.iter().map(|p| p.display().to_string()).collect();
+    serde_json::to_string(&names).unwrap_or_default()
+}
+
+fn read_marker(zonepath: &Path) -> Result<Option<State>, Cause> {
+    state::read(zonepath).map_err(|source| Cause::Marker {
+        op: "read",
+        path: zonepath.join(state::STATE),
+        source,
+    })
+}
+
+fn write_marker(zonepath: &Path, st: State) -> Result<(), Cause> {
+    state::write(zonepath, st).map_err(|source| Cause::Marker {
+        op: match st {
+            State::Installing => "mark installing",
+            State::Installed => "mark installed",
+        },
+        path: zonepath.join(state::STATE),
+        source,
+    })
+}
+
+fn clear_marker(zonepath: &Path) -> Result<(), Cause> {
+    state::clear(zonepath).map_err(|source| Cause::Marker {
+        op: "remove",
+        path: zonepath.join(state::STATE),
+        source,
+    })
 }
 
 /// Adds `from` to `into`, one notice per kind: counts summed, the first
@@ -497,58 +475,42 @@ fn add(total: &mut Stats, s: &Stats) {
     total.bytes += s.bytes;
 }
 
-fn summary_line(s: &Stats, started: Instant) -> String {
-    format!(
-        "{} files, {} dirs, {} linked, {} bytes, {} ms",
-        s.files + s.symlinks + s.hardlinks + s.specials,
-        s.dirs,
-        s.redirects,
-        s.bytes,
-        started.elapsed().as_millis()
-    )
-}
-
 /// Checks that `path` is a zinstall archive of `kind` by its first member,
 /// without unpacking anything.
-pub fn check_kind(path: &Path, kind: ArchiveKind) -> Result<(), String> {
-    let found = unpack::peek_kind(path).map_err(|e| e.to_string())?;
+pub fn check_kind(path: &Path, kind: ArchiveKind) -> Result<(), Cause> {
+    let found = unpack::peek_kind(path).map_err(|source| Cause::Step {
+        step: "check archive".into(),
+        source: Box::new(source),
+    })?;
     match found {
         Some(k) if k == kind => Ok(()),
-        Some(k) => Err(format!(
-            "{}: archive is a {}, not a {}",
-            path.display(),
-            k.as_str(),
-            kind.as_str()
-        )),
-        None => Err(format!(
-            "{}: first member is not zinstall.json; not a zinstall {}",
-            path.display(),
-            kind.as_str()
-        )),
+        found => Err(Cause::WrongArchive {
+            path: path.to_path_buf(),
+            found,
+            expected: kind,
+        }),
     }
 }
 
 /// What `cleanup_zonepath()` may destroy without loss: `ZONEPATH/root`
 /// absent or an empty directory, and none of zinstall's files there.
-pub fn disposable(zonepath: &Path) -> Result<(), String> {
+pub fn disposable(zonepath: &Path) -> Result<(), Keep> {
     let root = zonepath.join("root");
     match fs::symlink_metadata(&root) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(format!("{}: {e}", root.display())),
-        Ok(m) if !m.is_dir() => {
-            return Err(format!("{} is not a directory", root.display()));
-        }
+        Err(source) => return Err(Keep::Unreadable { root, source }),
+        Ok(m) if !m.is_dir() => return Err(Keep::NotDirectory { root }),
         Ok(_) => {
             let empty = fs::read_dir(&root)
                 .map(|mut d| d.next().is_none())
                 .unwrap_or(false);
             if !empty {
-                return Err(format!("{} is not empty", root.display()));
+                return Err(Keep::NotEmpty { root });
             }
         }
     }
-    match state::own_entries(zonepath).first() {
-        Some(p) => Err(format!("{} is there", p.display())),
+    match state::own_entries(zonepath).into_iter().next() {
+        Some(path) => Err(Keep::Own { path }),
         None => Ok(()),
     }
 }
@@ -556,57 +518,64 @@ pub fn disposable(zonepath: &Path) -> Result<(), String> {
 /// The last word on a failed install's status: a failure that would
 /// let zoneadm clean the zonepath (254) becomes 255 when the zonepath
 /// holds anything worth keeping.
-fn settle(zonepath: &Path, e: InstallError) -> InstallError {
+fn settle(zonepath: &Path, mut e: InstallError) -> InstallError {
     if e.zoneadm_status() != 254 {
         return e;
     }
-    match disposable(zonepath) {
-        Ok(()) => e,
-        Err(why) => InstallError::refused(format!(
-            "{e}; and {why}, so zoneadm is not told to clean the zonepath"
-        )),
+    if let Err(why) = disposable(zonepath) {
+        e.stage = Stage::Refused;
+        e.aftermath = Some(Box::new(Aftermath::Kept(why)));
     }
+    e
 }
 
 /// The profile's links and mount points: made in a private directory
 /// with their exact modes, then merged into the root by the same writer
 /// as everything else (never through a symlink in the root).
-fn layout(p: &Profile, root: &Path) -> Result<Stats, String> {
-    let staging = private_dir().map_err(|e| format!("layout: {e}"))?;
-    let made = (|| -> Result<Stats, String> {
+fn layout(p: &Profile, root: &Path) -> Result<Stats, Cause> {
+    let staging = private_dir().map_err(|source| Cause::Layout {
+        what: "staging directory".into(),
+        source,
+    })?;
+    let made = (|| -> Result<Stats, Cause> {
         use std::os::unix::fs::{PermissionsExt, symlink};
         let top = staging.join("root");
-        fs::create_dir(&top).map_err(|e| format!("{}: {e}", top.display()))?;
-        fs::set_permissions(&top, fs::Permissions::from_mode(0o755))
-            .map_err(|e| format!("{}: {e}", top.display()))?;
+        let failed =
+            |what: String| move |source| Cause::Layout { what, source };
+        fs::create_dir(&top)
+            .and_then(|()| {
+                fs::set_permissions(&top, fs::Permissions::from_mode(0o755))
+            })
+            .map_err(failed(top.display().to_string()))?;
         for (path, mode) in &p.dirs {
             let d = top.join(path);
             fs::create_dir_all(&d)
                 .and_then(|()| {
                     fs::set_permissions(&d, fs::Permissions::from_mode(*mode))
                 })
-                .map_err(|e| format!("dir {}: {e}", path.display()))?;
+                .map_err(failed(format!("dir {}", path.display())))?;
         }
         for (path, target) in &p.links {
             let l = top.join(path);
+            let what = || format!("link {}", path.display());
             if let Some(parent) = l.parent() {
-                fs::create_dir_all(parent)
-                    .map_err(|e| format!("link {}: {e}", path.display()))?;
+                fs::create_dir_all(parent).map_err(failed(what()))?;
             }
-            symlink(target, &l)
-                .map_err(|e| format!("link {}: {e}", path.display()))?;
+            symlink(target, &l).map_err(failed(what()))?;
         }
         let r = Plan::new(&top, root)
             .within(root)
             .merge(true)
             .run()
-            .map_err(|f| format!("layout: {f}"))?;
+            .map_err(|source| Cause::Copy {
+                step: "layout".into(),
+                source,
+            })?;
         Ok(r.stats)
     })();
     let _gone = fs::remove_dir_all(&staging);
     made
 }
-
 /// A new directory only this process uses, under the temporary
 /// directory (mode 0700, made with a name no one else has).
 fn private_dir() -> std::io::Result<PathBuf> {
@@ -663,32 +632,30 @@ pub fn attach(
     zonepath: &Path,
     profile: &Profile,
     log: &Logger,
-    say: &mut dyn FnMut(&str),
+    events: &mut dyn FnMut(&Event),
 ) -> Result<(), InstallError> {
     let log = log.new(o!("zonepath" => zonepath.display().to_string()));
     info!(log, "attach");
-    let lock = ZoneLock::take(zonepath).map_err(InstallError::refused)?;
+    let lock = ZoneLock::take(zonepath)
+        .map_err(|e| InstallError::refused(Cause::Lock(e)))?;
     let root = zonepath.join("root");
     let r = (|| {
-        let st = state::read(zonepath).map_err(InstallError::refused)?;
+        let st = read_marker(zonepath).map_err(InstallError::refused)?;
         if st == Some(State::Installing) {
-            return Err(InstallError::refused(format!(
-                "{} holds the partial root of an interrupted install; \
-                 install the zone again, or uninstall it",
-                zonepath.display()
-            )));
+            return Err(InstallError::refused(Cause::Interrupted {
+                zonepath: zonepath.to_path_buf(),
+            }));
         }
-        let md = fs::symlink_metadata(&root).map_err(|e| {
-            InstallError::refused(format!(
-                "{}: {e}: nothing to attach; install the zone",
-                root.display()
-            ))
+        let md = fs::symlink_metadata(&root).map_err(|source| {
+            InstallError::refused(Cause::NoRoot {
+                root: root.clone(),
+                source,
+            })
         })?;
         if !md.is_dir() {
-            return Err(InstallError::refused(format!(
-                "{} is not a directory (a symlink is never followed)",
-                root.display()
-            )));
+            return Err(InstallError::refused(Cause::RootNotDirectory {
+                root: root.clone(),
+            }));
         }
         let mut missing = Vec::new();
         for t in &profile.trees {
@@ -712,27 +679,18 @@ pub fn attach(
             }
         }
         if !missing.is_empty() {
-            return Err(InstallError::refused(format!(
-                "{} is not a root of profile {}: no {}; attach -F takes \
-                 it as it is",
-                root.display(),
-                profile.path.display(),
-                missing.join(", no ")
-            )));
+            return Err(InstallError::refused(Cause::NotProfileRoot {
+                root: root.clone(),
+                profile: profile.path.clone(),
+                missing,
+            }));
         }
         if st.is_none() {
-            info_line(
-                say,
-                &format!(
-                    "adopting {} (no marker; it has the profile's layout)",
-                    root.display()
-                ),
-            );
-            state::write(zonepath, State::Installed).map_err(|e| {
-                InstallError::refused(format!("mark installed: {e}"))
-            })?;
+            events(&Event::Adopting { root: root.clone() });
+            write_marker(zonepath, State::Installed)
+                .map_err(InstallError::refused)?;
         }
-        info_line(say, &format!("attached {}", root.display()));
+        events(&Event::Attached { root: root.clone() });
         Ok(())
     })();
     lock.release();
@@ -756,58 +714,54 @@ pub fn uninstall(
     zonepath: &Path,
     foreign: bool,
     log: &Logger,
-    say: &mut dyn FnMut(&str),
+    events: &mut dyn FnMut(&Event),
 ) -> Result<(), InstallError> {
     let log = log.new(o!("zonepath" => zonepath.display().to_string()));
     info!(log, "uninstall"; "foreign" => foreign);
     if !zonepath.exists() {
-        info_line(
-            say,
-            &format!(
-                "{} does not exist: nothing to remove",
-                zonepath.display()
-            ),
-        );
+        events(&Event::NothingToRemove {
+            zonepath: zonepath.to_path_buf(),
+        });
         return Ok(());
     }
-    let lock = ZoneLock::take(zonepath).map_err(InstallError::refused)?;
+    let lock = ZoneLock::take(zonepath)
+        .map_err(|e| InstallError::refused(Cause::Lock(e)))?;
     let root = zonepath.join("root");
     let r = (|| {
-        let st = state::read(zonepath).map_err(InstallError::refused)?;
+        let st = read_marker(zonepath).map_err(InstallError::refused)?;
         let md = match fs::symlink_metadata(&root) {
             Ok(m) => Some(m),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(e) => {
-                return Err(InstallError::refused(format!(
-                    "{}: {e}",
-                    root.display()
-                )));
+            Err(source) => {
+                return Err(InstallError::refused(Cause::RootUnreadable {
+                    root: root.clone(),
+                    source,
+                }));
             }
         };
         let empty = md.as_ref().is_some_and(|m| m.is_dir())
             && fs::read_dir(&root).is_ok_and(|mut d| d.next().is_none());
         if md.is_some() && !empty && st.is_none() && !foreign {
-            return Err(InstallError::refused(format!(
-                "{} has no zinstall marker: zinstall did not make {} (or its \
-                 marker was lost), so it is kept; to remove it anyway: \
-                 zoneadm uninstall -F -x foreign (zinstall uninstall -F)",
-                zonepath.display(),
-                root.display()
-            )));
+            return Err(InstallError::refused(Cause::ForeignRoot {
+                root: root.clone(),
+                removing: true,
+            }));
         }
-        info_line(say, &format!("uninstalling {}...", zonepath.display()));
+        events(&Event::Uninstalling {
+            zonepath: zonepath.to_path_buf(),
+        });
         // Never follows a symlink: a hostile root cannot point the
         // removal at host files.
-        copier::fsutil::remove_tree(&root).map_err(|e| {
-            InstallError::partial(format!("remove {}: {e}", root.display()))
+        copier::fsutil::remove_tree(&root).map_err(|source| {
+            InstallError::partial(Cause::Step {
+                step: format!("remove {}", root.display()),
+                source: Box::new(source),
+            })
         })?;
-        state::clear(zonepath).map_err(|e| {
-            InstallError::partial(format!(
-                "remove {}: {e}",
-                zonepath.join(state::STATE).display()
-            ))
-        })?;
-        info_line(say, &format!("uninstalled {}", zonepath.display()));
+        clear_marker(zonepath).map_err(InstallError::partial)?;
+        events(&Event::Uninstalled {
+            zonepath: zonepath.to_path_buf(),
+        });
         Ok(())
     })();
     // Released: the lock file goes too.

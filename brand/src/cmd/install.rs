@@ -97,7 +97,7 @@ pub fn install(args: &InstallArgs) -> ExitCode {
         || "zone".to_string(),
         |n| n.to_string_lossy().into_owned(),
     );
-    let mut say = |line: &str| output::out(line);
+    let mut show = |e: &install::Event| output::event(e);
     let mut job = Install {
         zone,
         zonepath: args.zonepath.clone(),
@@ -105,7 +105,7 @@ pub fn install(args: &InstallArgs) -> ExitCode {
         images: args.images.clone(),
         tunables,
         log,
-        say: &mut say,
+        events: &mut show,
     };
     match job.run() {
         Ok(_) => ExitCode::SUCCESS,
@@ -132,8 +132,8 @@ pub fn uninstall(args: &UninstallArgs) -> ExitCode {
     if let Some(w) = warning {
         output::note(w);
     }
-    let mut say = |line: &str| output::out(line);
-    match install::uninstall(&args.zonepath, args.force, &log, &mut say) {
+    let mut show = |e: &install::Event| output::event(e);
+    match install::uninstall(&args.zonepath, args.force, &log, &mut show) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             output::error(e);
