@@ -17,7 +17,29 @@
 //! The library has no CLI, no logger, no fixed paths and no process-global
 //! state: every path (the defaults file included) and every knob comes
 //! from the caller. The engine's design is described in the `engine`
-//! module's source; the platform seam is `sys`.
+//! module's source; the platform seam is `sys` (one module per platform).
+//!
+//! The API:
+//! * [`Plan`] → [`Plan::run`] → [`Report`] or [`Failure`]: one copy;
+//!   [`RuleSet`] (link, copy, skip by glob), [`Progress`] to watch it.
+//! * [`unpack`]: a tar layer (plain, gzip, zstd, xz) applied beneath a
+//!   root by the same kind of writer.
+//! * [`beneath`]: the writer's base: a [`beneath::Root`] opened without
+//!   following links, directories opened beneath it, `remove_tree`.
+//! * [`Tunables`] and [`DefaultsFile`]: the knobs and `/etc/default/zinstall`.
+//! * [`verify`]: comparing two trees on every attribute a copy keeps.
+//! * [`Stats`], [`Notice`]; [`trace`] (the recorder), [`probes`] (USDT).
+//! * [`Error`]: every error names its operation ([`Op`]) and path.
+//!
+//! ```no_run
+//! use copier::{Plan, Tunables};
+//!
+//! let report = Plan::new("/usr/share", "/var/tmp/share")
+//!     .tunables(Tunables { copy_threads: 4, ..Tunables::default() })
+//!     .run()?;
+//! println!("{} files, {} bytes", report.stats.files, report.stats.bytes);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 #![deny(missing_docs)]
 

@@ -160,13 +160,6 @@ impl Plan {
     pub fn destination(&self) -> &Path {
         &self.dst
     }
-
-    /// Runs the plan: walks the source, copies everything, and returns
-    /// what was done, or every error met (up to a cap) with what was done
-    /// before the run stopped.
-    pub fn run(&self) -> Result<Report, Failure> {
-        crate::engine::run(self)
-    }
 }
 
 impl fmt::Debug for Plan {

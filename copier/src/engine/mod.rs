@@ -161,8 +161,18 @@ impl<'p> Shared<'p> {
     }
 }
 
-/// Runs `plan`; see [`Plan::run`].
-pub(crate) fn run(plan: &Plan) -> Result<Report, Failure> {
+// The engine runs plans; a plan knows nothing of the engine, so the
+// dependency runs one way (plan describes, engine does).
+impl Plan {
+    /// Runs the plan: walks the source, copies everything, and returns
+    /// what was done, or every error met (up to a cap) with what was done
+    /// before the run stopped.
+    pub fn run(&self) -> Result<Report, Failure> {
+        run(self)
+    }
+}
+
+fn run(plan: &Plan) -> Result<Report, Failure> {
     let started = Instant::now();
     let shared = Shared::new(plan);
     let mut stats = Stats::default();

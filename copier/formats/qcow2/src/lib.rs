@@ -12,6 +12,26 @@
 //! two-level table (L1, then L2 tables of 8-byte entries, one cluster
 //! each) maps guest clusters to host offsets; a refcount table and blocks
 //! count the references to each host cluster. Integers are big-endian.
+//!
+//! The API: [`Image`] (open, validate, read guest data through an L2
+//! cache), [`convert_to_raw`], [`create_overlay`], [`Header`], and
+//! [`Error`] (the image, the offset or table, and the cause).
+//!
+//! ```no_run
+//! use std::path::Path;
+//! use zinstall_qcow2::{ConvertOptions, Image, convert_to_raw, create_overlay};
+//!
+//! let img = Image::open(Path::new("debian.qcow2"))?;
+//! let raw = std::fs::File::create("/var/cache/base.raw")?;
+//! convert_to_raw(&img, &raw, &ConvertOptions { threads: 2 }, &|_done| {})?;
+//! create_overlay(
+//!     Path::new("/var/lib/guests/g0.qcow2"),
+//!     Path::new("/var/cache/base.raw"),
+//!     "raw",
+//!     img.virtual_size(),
+//! )?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]

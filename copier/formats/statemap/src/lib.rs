@@ -22,7 +22,24 @@
 //! into this format, [`parse`] reads any such stream (ours, the DTrace and
 //! bpftrace scripts', or another program's), [`Summary`] gives each
 //! entity's share of time per state, [`render_svg`] draws it, and
-//! [`tidy`] makes a statemap of a tracer's raw output.
+//! [`tidy`] makes a statemap of a tracer's raw output. The states and
+//! colours zinstall knows are [`ENGINE_STATES`], [`SCHED_STATES`] and
+//! [`palette`].
+//!
+//! ```
+//! let text = br#"{"start":[0,0],"title":"t","states":{"idle":{"value":0},"busy":{"value":1}}}
+//! {"time":"0","entity":"worker-0","state":1}
+//! {"time":"750","entity":"worker-0","state":0}
+//! {"time":"1000","entity":"worker-0","state":1}
+//! "#;
+//! let map = zinstall_statemap::parse(&text[..])?;
+//! let summary = zinstall_statemap::Summary::of(&map);
+//! assert_eq!(summary.entities.len(), 1);
+//! let mut svg = Vec::new();
+//! zinstall_statemap::render_svg(&map, &Default::default(), &mut svg)?;
+//! assert!(svg.starts_with(b"<svg") || svg.starts_with(b"<?xml"));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]

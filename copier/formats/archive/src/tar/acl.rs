@@ -102,7 +102,7 @@ impl NameTable {
 /// names are resolved through `names`. An empty text gives `None`.
 ///
 /// ```
-/// use copier::archive::tar::{NameTable, acl_from_text};
+/// use zinstall_archive::tar::{NameTable, acl_from_text};
 /// let x = acl_from_text(
 ///     b"user::rw-,group::r--,other::r--,user:uucp:rwx:10,mask::rwx",
 ///     &NameTable::empty(),

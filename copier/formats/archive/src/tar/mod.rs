@@ -23,7 +23,7 @@
 //!
 //! ```
 //! use std::io::Read;
-//! use copier::archive::tar::{Kind, Limits, Reader};
+//! use zinstall_archive::tar::{Kind, Limits, Reader};
 //!
 //! # fn archive() -> Vec<u8> {
 //! #     let mut b = tar::Builder::new(Vec::new());

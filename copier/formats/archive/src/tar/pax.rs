@@ -26,7 +26,7 @@ pub struct Record<'a> {
 /// Pure and allocation-bounded by the input: suitable for fuzzing.
 ///
 /// ```
-/// use copier::archive::tar::parse_pax;
+/// use zinstall_archive::tar::parse_pax;
 /// let data = b"29 SCHILY.xattr.user.a=x\ny\0z\n";
 /// let recs = parse_pax(data).unwrap();
 /// assert_eq!(recs[0].key, b"SCHILY.xattr.user.a");
