@@ -276,6 +276,7 @@ fn cmd_install(
         tunables,
         log,
         events: &mut show,
+        cancel: None,
     };
     match job.run() {
         Ok(_) => OK,

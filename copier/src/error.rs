@@ -264,6 +264,12 @@ pub enum Error {
         /// Why.
         reason: ArchiveRefusal,
     },
+    /// The run was cancelled ([`crate::Cancel`]) before it finished.
+    #[error("{}: cancelled", path.display())]
+    Cancelled {
+        /// The run's destination (or the archive being unpacked).
+        path: PathBuf,
+    },
     /// An entry was refused.
     #[error("{}: {reason}", path.display())]
     Refused {
@@ -471,6 +477,7 @@ impl Error {
             Error::Io { path, .. }
             | Error::Attr { path, .. }
             | Error::Refused { path, .. }
+            | Error::Cancelled { path }
             | Error::Beneath { path, .. }
             | Error::MountsLeft { path, .. } => path,
             Error::Defaults { file, .. } => file,
@@ -511,6 +518,7 @@ impl From<Error> for io::Error {
                 source.kind()
             }
             Error::MountsLeft { .. } => io::ErrorKind::ResourceBusy,
+            Error::Cancelled { .. } => io::ErrorKind::Interrupted,
             Error::Refused { .. } | Error::Beneath { .. } => {
                 io::ErrorKind::InvalidInput
             }

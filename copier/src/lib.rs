@@ -44,6 +44,7 @@
 #![deny(missing_docs)]
 
 pub mod beneath;
+mod cancel;
 pub mod defaults;
 mod engine;
 pub mod error;
@@ -58,6 +59,7 @@ pub mod tunables;
 pub mod unpack;
 pub mod verify;
 
+pub use cancel::Cancel;
 pub use defaults::DefaultsFile;
 pub use error::{Error, Met, Op, Refusal, Result};
 pub use plan::{Failure, Plan, Progress, Report};

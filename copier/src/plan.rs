@@ -5,6 +5,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::cancel::Cancel;
 use crate::error::Error;
 use crate::rules::RuleSet;
 use crate::stats::{Notice, Stats};
@@ -46,6 +47,7 @@ pub struct Plan {
     pub(crate) rule_base: PathBuf,
     pub(crate) progress: Option<Arc<dyn Progress>>,
     pub(crate) record: bool,
+    pub(crate) cancel: Option<Cancel>,
 }
 
 impl Plan {
@@ -70,6 +72,7 @@ impl Plan {
             rule_base: PathBuf::new(),
             progress: None,
             record: false,
+            cancel: None,
         }
     }
 
@@ -148,6 +151,13 @@ impl Plan {
     /// ([`Report::recording`]).
     pub fn record_states(mut self, yes: bool) -> Self {
         self.record = yes;
+        self
+    }
+
+    /// Stop when `cancel` is raised: the run fails with
+    /// [`Error::Cancelled`](crate::Error::Cancelled) at its next entry.
+    pub fn cancel(mut self, cancel: Cancel) -> Self {
+        self.cancel = Some(cancel);
         self
     }
 

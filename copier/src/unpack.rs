@@ -60,6 +60,7 @@ use zinstall_archive::tar::{self, TarError};
 use zinstall_archive::{ArchiveKind, ArchiveMeta, ArchiveRefusal};
 
 use crate::beneath::{Chain, Root, WalkFail};
+use crate::cancel::Cancel;
 use crate::error::{Error, Met, Op, Result};
 use crate::probes;
 use crate::stats::{Notice, NoticeBoard, NoticeKind, Stats};
@@ -93,6 +94,8 @@ pub struct UnpackOptions {
     pub max_bytes: u64,
     /// Set owners from the archive (default: when running as root).
     pub preserve_owner: Option<bool>,
+    /// Stop at the next member when raised.
+    pub cancel: Option<Cancel>,
 }
 
 impl Default for UnpackOptions {
@@ -103,6 +106,7 @@ impl Default for UnpackOptions {
             allow_devices: false,
             max_bytes: 64 << 30,
             preserve_owner: None,
+            cancel: None,
         }
     }
 }
@@ -315,6 +319,11 @@ fn run<R: Read>(
     {
         return Err(e);
     }
+    if ctx.cancelled() {
+        return Err(Error::Cancelled {
+            path: archive.to_path_buf(),
+        });
+    }
     // Directory metadata last, children before their parents: in
     // descending name order a directory follows everything beneath it,
     // and neighbours share their parents' open descriptors.
@@ -490,7 +499,11 @@ impl Ctx<'_> {
     }
 
     fn stopped(&self) -> bool {
-        self.quit.load(Ordering::Relaxed)
+        self.quit.load(Ordering::Relaxed) || self.cancelled()
+    }
+
+    fn cancelled(&self) -> bool {
+        self.opts.cancel.as_ref().is_some_and(|c| c.is_cancelled())
     }
 
     fn refuse(&self, entry: &str, reason: ArchiveRefusal) -> Error {

@@ -22,6 +22,7 @@
 //!     tunables: copier::Tunables::default(),
 //!     log: slog::Logger::root(slog::Discard, slog::o!()),
 //!     events: &mut show,
+//!     cancel: None,
 //! }
 //! .run()?;
 //! println!("{} bytes", summary.stats.bytes);
@@ -102,6 +103,9 @@ pub struct Install<'a> {
     pub log: Logger,
     /// Hears of each step as it happens.
     pub events: &'a mut dyn FnMut(&Event),
+    /// Stops the install at its next entry when raised; the partial root
+    /// is removed as after any failure.
+    pub cancel: Option<copier::Cancel>,
 }
 
 /// What an install did.
@@ -312,7 +316,8 @@ impl Install<'_> {
             (self.events)(&Event::Replicating { tree: name.clone() });
             let step = format!("replicate {name}");
             let t0 = self.step_start(&step);
-            let r = Plan::new(&src, &dst)
+            let r = self
+                .plan(&src, &dst)
                 .within(root)
                 .tunables(self.tunables)
                 .rules(std::sync::Arc::clone(&self.profile.rules), t)
@@ -352,6 +357,7 @@ impl Install<'_> {
                 allow_devices: self.profile.allow_devices,
                 max_bytes: self.profile.max_archive_bytes,
                 preserve_owner: None,
+                cancel: self.cancel.clone(),
             };
             let r = unpack::unpack(&path, root, &opts);
             self.step_done(&step, t0, r.is_err());
@@ -392,7 +398,7 @@ impl Install<'_> {
             // Beneath the root: a symlink an image planted on the way
             // (etc -> /host/dir) is refused and named; one at the file's
             // own name is replaced, never written through.
-            let r = Plan::new(&src, &dst).within(root).merge(true).run();
+            let r = self.plan(&src, &dst).within(root).merge(true).run();
             self.step_done(&step, t0, r.is_err());
             let r = r.map_err(|source| Cause::Copy {
                 step: step.clone(),
@@ -405,6 +411,14 @@ impl Install<'_> {
             (self.events)(&Event::Notice(n.clone()));
         }
         Ok(sum)
+    }
+
+    fn plan(&self, src: &Path, dst: &Path) -> Plan {
+        let p = Plan::new(src, dst);
+        match &self.cancel {
+            Some(c) => p.cancel(c.clone()),
+            None => p,
+        }
     }
 
     fn step_start(&self, step: &str) -> Instant {

@@ -37,6 +37,9 @@ pub struct ProvisionOptions {
     pub tunables: Tunables,
     /// Bound on what an archive may unpack to.
     pub max_archive_bytes: u64,
+    /// Stops extraction, conversion and copies at their next entry when
+    /// raised.
+    pub cancel: Option<copier::Cancel>,
 }
 
 /// What one guest is.
@@ -153,9 +156,12 @@ pub fn provision(
                     if fs::symlink_metadata(&path).is_ok() {
                         return Err(ProvisionError::GuestExists(path));
                     }
-                    let r = Plan::new(lease.entry.payload(), &path)
-                        .tunables(opts.tunables)
-                        .run()?;
+                    let mut plan = Plan::new(lease.entry.payload(), &path)
+                        .tunables(opts.tunables);
+                    if let Some(c) = &opts.cancel {
+                        plan = plan.cancel(c.clone());
+                    }
+                    let r = plan.run()?;
                     let s = &r.stats;
                     let reflinked = s.files > 0 && s.reflinked == s.files;
                     Guest {
@@ -244,6 +250,7 @@ fn build(
                 allow_devices: false,
                 max_bytes: opts.max_archive_bytes,
                 preserve_owner: None,
+                cancel: opts.cancel.clone(),
             };
             unpack::unpack_from(stream, image, payload, &uo)?;
         }
@@ -304,6 +311,7 @@ mod test {
             qemu_img: None,
             tunables: Tunables::default(),
             max_archive_bytes: 1 << 30,
+            cancel: None,
         }
     }
 

@@ -26,6 +26,7 @@
 //!     qemu_img: None,
 //!     tunables: copier::Tunables::default(),
 //!     max_archive_bytes: 64 << 30,
+//!     cancel: None,
 //! };
 //! let report = provision(Path::new("debian.qcow2"), &opts, &mut |g| {
 //!     eprintln!("made {}", g.path.display());

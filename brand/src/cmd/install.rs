@@ -106,6 +106,7 @@ pub fn install(args: &InstallArgs) -> ExitCode {
         tunables,
         log,
         events: &mut show,
+        cancel: None,
     };
     match job.run() {
         Ok(_) => ExitCode::SUCCESS,

@@ -142,6 +142,7 @@ pub fn provision(args: &ProvisionArgs) -> ExitCode {
         qemu_img: args.qemu_img.clone(),
         tunables,
         max_archive_bytes: args.max_archive_size,
+        cancel: None,
     };
     let mut on_guest =
         |g: &provision::Guest| output::out(format_args!("made {g}"));

@@ -144,7 +144,11 @@ impl<'p> Shared<'p> {
     }
 
     pub(crate) fn stopped(&self) -> bool {
-        self.quit.load(Ordering::Relaxed)
+        self.quit.load(Ordering::Relaxed) || self.cancelled()
+    }
+
+    fn cancelled(&self) -> bool {
+        self.plan.cancel.as_ref().is_some_and(|c| c.is_cancelled())
     }
 
     /// Records something not kept; said once per kind in the report.
@@ -197,6 +201,12 @@ fn run(plan: &Plan) -> Result<Report, Failure> {
         && let Err(e) = sync_destination(&plan.dst)
     {
         shared.fail(e);
+    }
+    // A cancelled run that met no error of its own still did not finish.
+    if shared.cancelled() && shared.error_count() == 0 {
+        shared.fail(Error::Cancelled {
+            path: plan.dst.clone(),
+        });
     }
     stats.elapsed = started.elapsed();
     crate::probes::zinstall::walk__done!(|| (
