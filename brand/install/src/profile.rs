@@ -178,6 +178,40 @@ fn default_max() -> u64 {
     64 << 30
 }
 
+/// The most a profile may hold; shipped ones are a few KiB.
+pub const MAX_PROFILE_BYTES: u64 = 1 << 20;
+/// The most a prune list file may hold (a path per line).
+pub const MAX_LIST_BYTES: u64 = 16 << 20;
+
+/// Reads a regular file of at most `max` bytes as UTF-8. A FIFO, a
+/// device (`/dev/zero` never ends) or a larger file is refused rather
+/// than read without end.
+fn read_bounded(path: &Path, max: u64) -> std::io::Result<String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        // Never block on a FIFO's open.
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)?;
+    let md = f.metadata()?;
+    if !md.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file",
+        ));
+    }
+    let mut text = String::new();
+    f.take(max + 1).read_to_string(&mut text)?;
+    if text.len() as u64 > max {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::FileTooLarge,
+            format!("larger than {max} bytes"),
+        ));
+    }
+    Ok(text)
+}
+
 impl Profile {
     /// Reads `path`; the built-in default if it is the system profile
     /// and does not exist.
@@ -186,7 +220,7 @@ impl Profile {
             path: path.to_path_buf(),
             message,
         };
-        match std::fs::read_to_string(path) {
+        match read_bounded(path, MAX_PROFILE_BYTES) {
             Ok(text) => Self::parse(path, &text),
             Err(e)
                 if e.kind() == std::io::ErrorKind::NotFound
@@ -246,7 +280,7 @@ impl Profile {
         let mut rules = Vec::new();
         let mut prune = raw.prune.paths.clone();
         if let Some(list) = &raw.prune.list_file {
-            match std::fs::read_to_string(list) {
+            match read_bounded(list, MAX_LIST_BYTES) {
                 Ok(text) => {
                     for (n, line) in text.lines().enumerate() {
                         let line = line.trim();
@@ -327,6 +361,31 @@ impl Profile {
 #[cfg(test)]
 mod test {
     use super::*;
+
+    /// A device, a FIFO, an oversized file: refused, never read without
+    /// end, and the error names the file.
+    #[test]
+    fn profiles_and_lists_are_read_bounded() {
+        let e = Profile::load(Path::new("/dev/zero")).unwrap_err();
+        assert!(e.to_string().contains("/dev/zero"), "{e}");
+        assert!(e.to_string().contains("not a regular file"), "{e}");
+        let d = tempfile::tempdir().unwrap();
+        let fifo = d.path().join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let e = Profile::load(&fifo).unwrap_err();
+        assert!(e.to_string().contains("not a regular file"), "{e}");
+        let big = d.path().join("big.toml");
+        let f = std::fs::File::create(&big).unwrap();
+        f.set_len(MAX_PROFILE_BYTES + 1).unwrap();
+        let e = Profile::load(&big).unwrap_err();
+        assert!(e.to_string().contains("larger than"), "{e}");
+        let text =
+            format!("trees = []\n[prune]\nlist_file = {:?}\n", "/dev/zero");
+        let e = Profile::parse(Path::new("p.toml"), &text).unwrap_err();
+        assert!(e.to_string().contains("prune.list_file /dev/zero"), "{e}");
+    }
 
     #[test]
     fn the_shipped_profiles_parse() {
