@@ -58,6 +58,7 @@ usage: brand -z ZONE -R ZONEPATH install [-x nodataset] [IMAGE...]
        brand -z ZONE -R ZONEPATH prestatechange|poststatechange STATE CMD [ALTROOT]
        brand -z ZONE -R ZONEPATH sysboot
        brand verify_cfg XMLFILE
+       brand --version
 environment: ZINSTALL_PROFILE (default /etc/zinstall/profile.toml),
              ZINSTALL_DEFAULTS (default /etc/default/zinstall)";
 
@@ -121,6 +122,14 @@ pub fn main(args: &[OsString]) -> u8 {
         // not know, whatever its arguments. No datasets are delegated
         // implicitly, and no zone or zonepath is needed to say so.
         "query" => return OK,
+        "--version" if rest.is_empty() => {
+            let mut out = std::io::stdout();
+            return match writeln!(out, "zinstall brand {}", crate::cli::VERSION)
+            {
+                Ok(()) => OK,
+                Err(_) => FATAL,
+            };
+        }
         _ => {}
     }
     let (Some(zone), Some(zonepath)) = (zone, zonepath) else {

@@ -3,6 +3,7 @@
 //! parses its arguments and calls in here; the engine is the `copier`
 //! crate.
 
+pub mod cli;
 pub mod cmd;
 pub mod hook;
 pub mod output;

@@ -24,6 +24,7 @@ pub fn package(program: &str) -> &'static str {
         "tar" => "tar",
         "gzip" => "gzip",
         "mandoc" => "mandoc",
+        "make" => "make",
         _ => "coreutils",
     }
 }

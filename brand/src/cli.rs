@@ -1,0 +1,127 @@
+//! The `zinstall` command line: its clap definition, shared by the binary,
+//! the shell completions it writes, and the test that holds zinstall(8)
+//! to it.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use clap::{Args, CommandFactory, Parser, Subcommand};
+
+use crate::cmd;
+
+/// The version `--version` prints: the package version and the commit it
+/// was built from (`-dirty` with uncommitted changes, `unknown` outside
+/// git unless `ZINSTALL_COMMIT` was set at build time).
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("ZINSTALL_COMMIT"),
+    ")"
+);
+
+/// What `zinstall --help` says first.
+const ABOUT: &str =
+    "Fast, faithful installation of zone roots, rootfs trees and VM guests.";
+
+/// The command line as users see it: what `--help`, the shell
+/// completions and zinstall(8) describe.
+#[derive(Parser, Debug)]
+#[command(name = "zinstall", version = VERSION, about = ABOUT, max_term_width = 100)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The command line the binary parses: [`Cli`] and the hidden commands
+/// for packagers. They are kept out of [`Cli`] because the completion
+/// generators would offer a hidden subcommand all the same.
+#[derive(Parser, Debug)]
+#[command(name = "zinstall", version = VERSION, about = ABOUT, max_term_width = 100)]
+pub struct Invocation {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Any,
+}
+
+/// A user's command or a packager's.
+#[derive(Subcommand, Debug)]
+pub enum Any {
+    /// A command of [`Cli`].
+    #[command(flatten)]
+    User(Box<Command>),
+    /// Write the completion script for SHELL to standard output (pkg/Makefile
+    /// installs them).
+    #[command(hide = true)]
+    Completions(CompletionsArgs),
+}
+
+/// The subcommands.
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Copy a tree faithfully and in parallel (like cp -a, faster).
+    Copy(cmd::copy::CopyArgs),
+    /// Install a zone root or rootfs from a profile, a baseline and images.
+    Install(cmd::install::InstallArgs),
+    /// Remove an installed root.
+    Uninstall(cmd::install::UninstallArgs),
+    /// Make guests (directory roots or qcow2 disks) from one cached image.
+    Provision(cmd::provision::ProvisionArgs),
+    /// List or collect the image cache.
+    Cache(cmd::provision::CacheArgs),
+    /// Draw a statemap as SVG and print each thread's time per state.
+    Statemap(cmd::statemap::StatemapArgs),
+    /// Trace a command's threads with bpftrace into a statemap.
+    Trace(cmd::trace::TraceArgs),
+    /// Find the best COPY_THREADS and COPY_BATCH for a tree and filesystem.
+    Tune(cmd::tune::TuneArgs),
+    /// Compare two trees on every attribute a faithful copy keeps.
+    Verify(cmd::verify::VerifyArgs),
+}
+
+/// Arguments of the hidden `zinstall completions`.
+#[derive(Args, Debug)]
+pub struct CompletionsArgs {
+    /// The shell to complete for.
+    pub shell: clap_complete::Shell,
+}
+
+/// Runs the command the arguments name.
+pub fn run(invocation: &Invocation) -> ExitCode {
+    let command = match &invocation.command {
+        Any::User(c) => c.as_ref(),
+        Any::Completions(a) => return completions(a.shell),
+    };
+    match command {
+        Command::Copy(a) => cmd::copy::run(a),
+        Command::Install(a) => cmd::install::install(a),
+        Command::Uninstall(a) => cmd::install::uninstall(a),
+        Command::Provision(a) => cmd::provision::provision(a),
+        Command::Cache(a) => cmd::provision::cache(a),
+        Command::Statemap(a) => cmd::statemap::run(a),
+        Command::Verify(a) => cmd::verify::run(a),
+        Command::Trace(a) => cmd::trace::run(a),
+        Command::Tune(a) => cmd::tune::run(a),
+    }
+}
+
+/// Writes the completion script for `shell` to standard output.
+fn completions(shell: clap_complete::Shell) -> ExitCode {
+    let mut script = Vec::new();
+    clap_complete::generate(
+        shell,
+        &mut Cli::command(),
+        "zinstall",
+        &mut script,
+    );
+    let mut out = std::io::stdout().lock();
+    match out.write_all(&script).and_then(|()| out.flush()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            crate::output::error(format_args!(
+                "writing the {shell} completions to standard output: {e}"
+            ));
+            ExitCode::FAILURE
+        }
+    }
+}
