@@ -270,6 +270,22 @@ fn install_applies_every_rule_baseline_layers_and_host_files() {
         let v: serde_json::Value = serde_json::from_str(l).unwrap();
         assert!(v["argv"].as_str().unwrap().contains("install"));
     }
+    // The images as a JSON array; the totals the console shows.
+    let record = |msg: &str| -> serde_json::Value {
+        let l = log
+            .lines()
+            .find(|l| l.contains(&format!("\"msg\":\"{msg}\"")))
+            .unwrap_or_else(|| panic!("no {msg} record: {log}"));
+        serde_json::from_str(l).unwrap()
+    };
+    let images = record("install")["images"].clone();
+    assert_eq!(images.as_array().map(Vec::len), Some(2), "{images}");
+    let done = record("install complete");
+    let files = done["files"].as_u64().unwrap();
+    assert!(
+        out.contains(&format!("complete: {files} files, ")),
+        "log says {files} files: {out}"
+    );
     // A second install of an installed zonepath is refused, the root
     // kept; uninstall removes the root and zinstall's files; uninstalling
     // again finds nothing to lose; a root zinstall did not make needs -F.

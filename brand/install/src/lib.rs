@@ -128,7 +128,7 @@ impl Install<'_> {
         });
         info!(self.log, "install"; "zone" => &self.zone, "zonepath" => %zonepath.display(),
               "profile" => %self.profile.path.display(),
-              "images" => %images_json(&self.images));
+              "images" => slog::Serde(images_list(&self.images)));
         let r = match ZoneLock::take(&zonepath) {
             Ok(lock) => {
                 let r = self.run_locked();
@@ -433,11 +433,9 @@ impl Install<'_> {
     }
 }
 
-/// The images as a JSON array of strings, for the log.
-fn images_json(images: &[PathBuf]) -> String {
-    let names: Vec<String> =
-        images.iter().map(|p| p.display().to_string()).collect();
-    serde_json::to_string(&names).unwrap_or_default()
+/// The images as a list of strings: a JSON array in the log.
+fn images_list(images: &[PathBuf]) -> Vec<String> {
+    images.iter().map(|p| p.display().to_string()).collect()
 }
 
 fn read_marker(zonepath: &Path) -> Result<Option<State>, Cause> {
