@@ -6,6 +6,7 @@
 pub mod cli;
 pub mod cmd;
 pub mod hook;
+pub mod json;
 pub mod output;
 pub mod settings;
 pub mod statemap;

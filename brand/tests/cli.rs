@@ -208,3 +208,102 @@ fn verify_says_identical_or_lists_differences() {
         .unwrap();
     assert_eq!(o.status.code(), Some(2));
 }
+
+/// `--exclude` skips what matches, at any depth, and what is beneath it;
+/// `--json` says what was done as one object a script can read.
+#[test]
+fn copy_excludes_globs_and_reports_json() {
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    tree(&src);
+    fs::create_dir_all(src.join("cache/deep")).unwrap();
+    fs::write(src.join("cache/deep/x"), b"x").unwrap();
+    fs::write(src.join("a/b/skip.log"), b"log").unwrap();
+    let dst = d.path().join("dst");
+    let o = zinstall()
+        .args([
+            "copy",
+            "--json",
+            "--exclude",
+            "cache",
+            "--exclude",
+            "**/*.log",
+        ])
+        .arg(&src)
+        .arg(&dst)
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}{err}");
+    assert!(!dst.join("cache").exists());
+    assert!(!dst.join("a/b/skip.log").exists());
+    assert_eq!(fs::read(dst.join("a/b/f")).unwrap(), b"hello");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 1, "one JSON object: {out}");
+    let v: serde_json::Value = serde_json::from_str(lines[0]).unwrap();
+    assert_eq!(v["ok"], true, "{v}");
+    assert_eq!(v["stats"]["files"], 2, "{v}");
+    assert_eq!(v["stats"]["skipped"], 2, "{v}");
+    assert_eq!(v["stats"]["bytes"], 100_005, "{v}");
+    assert!(v["errors"].as_array().unwrap().is_empty(), "{v}");
+
+    // A failure is in the object too, with the path and the operation.
+    let o = zinstall()
+        .args(["copy", "--json"])
+        .arg(d.path().join("missing"))
+        .arg(d.path().join("dst2"))
+        .output()
+        .unwrap();
+    let (out, _) = text(&o);
+    assert_eq!(o.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["ok"], false, "{v}");
+    let e = &v["errors"][0];
+    assert!(e["path"].as_str().unwrap().ends_with("missing"), "{v}");
+    assert_eq!(e["errno"], libc::ENOENT, "{v}");
+    assert!(e["op"].is_string(), "{v}");
+
+    // A glob that does not compile is refused before anything is copied.
+    let o = zinstall()
+        .args(["copy", "--exclude", "a["])
+        .arg(&src)
+        .arg(d.path().join("dst3"))
+        .output()
+        .unwrap();
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("a["), "{err}");
+    assert!(!d.path().join("dst3").exists());
+}
+
+#[test]
+fn verify_reports_json() {
+    let d = tempfile::tempdir().unwrap();
+    let a = d.path().join("a");
+    tree(&a);
+    let b = d.path().join("b");
+    let o = zinstall()
+        .arg("copy")
+        .arg("-q")
+        .arg(&a)
+        .arg(&b)
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    fs::write(b.join("a/b/f"), b"HELLO").unwrap();
+    let o = zinstall()
+        .args(["verify", "--json", "--no-atime"])
+        .arg(&a)
+        .arg(&b)
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(v["identical"], false, "{v}");
+    let diffs = v["differences"].as_array().unwrap();
+    assert!(
+        diffs.iter().any(|d| d["path"] == "a/b/f"),
+        "the changed file is named: {v}"
+    );
+}

@@ -740,3 +740,49 @@ fn linux_profile_root_runs_a_shell_in_chroot() {
     assert!(o.status.success(), "{}", text(&o));
     assert!(String::from_utf8_lossy(&o.stdout).contains("lib64"));
 }
+
+/// `install --json`: every line is JSON, the steps as events, then the
+/// result with the totals; a failure as an error naming the stage.
+#[test]
+fn install_reports_json_lines() {
+    let w = world(2);
+    let run = || {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_zinstall"));
+        c.env("ZINSTALL_DEFAULTS", "/nonexistent")
+            .args(["install", "--json", "--profile"])
+            .arg(&w.profile)
+            .arg("--zonepath")
+            .arg(&w.zonepath)
+            .arg(&w.layer1);
+        c.output().unwrap()
+    };
+    let o = run();
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}")))
+        .collect();
+    assert!(lines.len() > 3, "{out}");
+    assert!(
+        lines[..lines.len() - 1]
+            .iter()
+            .all(|v| v["event"].is_string())
+    );
+    let last = &lines[lines.len() - 1]["result"];
+    assert!(last["stats"]["files"].as_u64().unwrap() > 0, "{out}");
+    // Installed already: refused, nothing changed.
+    let o = run();
+    assert_eq!(o.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let last: serde_json::Value =
+        serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(last["error"]["stage"], "Refused", "{stdout}");
+    assert!(
+        last["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("already installed"),
+        "{stdout}"
+    );
+}

@@ -1,11 +1,12 @@
 //! `zinstall copy SRC DST`: a faithful, parallel `cp -a`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Args;
-use copier::Plan;
+use copier::{Action, Plan, Rule, RuleSet};
+use serde_json::json;
 
 use crate::output::{self, Bar};
 use crate::settings::TunableArgs;
@@ -40,6 +41,25 @@ pub struct CopyArgs {
     /// Record each thread's states and write them to FILE as a statemap.
     #[arg(long, value_name = "FILE")]
     pub statemap: Option<PathBuf>,
+    /// Skip entries whose path relative to SRC matches GLOB (repeatable;
+    /// the profile's glob syntax: `*` within a name, `**` across).
+    #[arg(long, value_name = "GLOB")]
+    pub exclude: Vec<String>,
+    /// Print the outcome as one JSON object (counts, workers, notices,
+    /// errors) instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The `--exclude` globs as skip rules.
+fn excludes(globs: &[String]) -> copier::Result<Option<Arc<RuleSet>>> {
+    if globs.is_empty() {
+        return Ok(None);
+    }
+    let rules = globs
+        .iter()
+        .map(|g| Rule::new(g.trim_matches('/'), Action::Skip));
+    Ok(Some(Arc::new(RuleSet::new(rules)?)))
 }
 
 /// Runs the copy; exit 0 on success, 1 on any error.
@@ -51,7 +71,14 @@ pub fn run(args: &CopyArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let bar = Bar::for_terminal(args.quiet, "copying");
+    let rules = match excludes(&args.exclude) {
+        Ok(r) => r,
+        Err(e) => {
+            output::error(e);
+            return ExitCode::from(2);
+        }
+    };
+    let bar = Bar::for_terminal(args.quiet || args.json, "copying");
     let mut plan = Plan::new(&args.src, &args.dst)
         .tunables(tunables)
         .merge(args.merge)
@@ -59,6 +86,9 @@ pub fn run(args: &CopyArgs) -> ExitCode {
         .skip_special(args.skip_special)
         .cross_fs(args.cross_fs)
         .record_states(args.statemap.is_some());
+    if let Some(r) = rules {
+        plan = plan.rules(r, Path::new(""));
+    }
     if let Some(b) = &bar {
         plan = plan.progress(Arc::clone(b) as Arc<dyn copier::Progress>);
     }
@@ -70,8 +100,29 @@ pub fn run(args: &CopyArgs) -> ExitCode {
         Ok(r) => (r, None),
         Err(f) => (&*f.report, Some(f)),
     };
-    for n in &report.notices {
-        output::note(n);
+    if args.json {
+        crate::json::print(&json!({
+            "src": crate::json::path(&args.src),
+            "dst": crate::json::path(&args.dst),
+            "ok": failed.is_none(),
+            "stats": crate::json::stats(&report.stats),
+            "notices": crate::json::notices(&report.notices),
+            "errors": failed.map_or_else(Vec::new, |f| f
+                .errors
+                .iter()
+                .map(|e| json!({
+                    "path": crate::json::path(e.path()),
+                    "op": e.op().map(|o| o.as_str()),
+                    "errno": e.raw_os_error(),
+                    "message": e.to_string(),
+                }))
+                .collect()),
+            "more_errors": failed.map_or(0, |f| f.more_errors),
+        }));
+    } else {
+        for n in &report.notices {
+            output::note(n);
+        }
     }
     if let (Some(path), Some(rec)) = (&args.statemap, &report.recording) {
         let title = format!(
@@ -85,10 +136,12 @@ pub fn run(args: &CopyArgs) -> ExitCode {
         }
     }
     if let Some(f) = failed {
-        output::failure(f);
+        if !args.json {
+            output::failure(f);
+        }
         return ExitCode::from(1);
     }
-    if !args.quiet {
+    if !args.quiet && !args.json {
         output::out(format_args!(
             "copied {} -> {}: {}",
             output::show(&args.src),

@@ -30,6 +30,10 @@ pub struct InstallArgs {
     pub images: Vec<PathBuf>,
     #[command(flatten)]
     pub tunables: TunableArgs,
+    /// Print each step and the outcome as JSON lines (`{"event":...}`,
+    /// then `{"result":...}` or `{"error":...}`) instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Arguments of `zinstall uninstall`.
@@ -97,7 +101,14 @@ pub fn install(args: &InstallArgs) -> ExitCode {
         || "zone".to_string(),
         |n| n.to_string_lossy().into_owned(),
     );
-    let mut show = |e: &install::Event| output::event(e);
+    let json = args.json;
+    let mut show = |e: &install::Event| {
+        if json {
+            crate::json::print(&serde_json::json!({ "event": e.to_string() }));
+        } else {
+            output::event(e)
+        }
+    };
     let mut job = Install {
         zone,
         zonepath: args.zonepath.clone(),
@@ -108,10 +119,28 @@ pub fn install(args: &InstallArgs) -> ExitCode {
         events: &mut show,
         cancel: None,
     };
-    match job.run() {
+    let r = job.run();
+    if json {
+        crate::json::print(&match &r {
+            Ok(s) => serde_json::json!({ "result": {
+                "zonepath": crate::json::path(&args.zonepath),
+                "stats": crate::json::stats(&s.stats),
+                "notices": crate::json::notices(&s.notices),
+            }}),
+            Err(e) => serde_json::json!({ "error": {
+                "zonepath": crate::json::path(&args.zonepath),
+                "stage": format!("{:?}", e.stage),
+                "errno": e.raw_os_error(),
+                "message": e.to_string(),
+            }}),
+        });
+    }
+    match r {
         Ok(_) => ExitCode::SUCCESS,
         Err(e) => {
-            output::error(e);
+            if !json {
+                output::error(e);
+            }
             ExitCode::from(1)
         }
     }

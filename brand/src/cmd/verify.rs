@@ -24,6 +24,10 @@ pub struct VerifyArgs {
     /// Also check that files with holes stayed sparse.
     #[arg(long)]
     pub sparse: bool,
+    /// Print the outcome as one JSON object (entries compared, each
+    /// difference with its path) instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Exit 0 if identical, 1 if they differ, 2 if they cannot be read.
@@ -34,7 +38,34 @@ pub fn run(args: &VerifyArgs) -> ExitCode {
     };
     opts.atime &= !args.no_atime;
     opts.owner &= !args.no_owner;
-    match verify::compare(&args.a, &args.b, &opts) {
+    let result = verify::compare(&args.a, &args.b, &opts);
+    if args.json {
+        let v = match &result {
+            Ok(c) => serde_json::json!({
+                "identical": c.is_identical(),
+                "entries_compared": c.entries_compared,
+                "differences": c.differences.iter().map(|d| serde_json::json!({
+                    "path": crate::json::path(&d.path),
+                    "difference": d.kind.to_string(),
+                })).collect::<Vec<_>>(),
+            }),
+            Err(e) => serde_json::json!({
+                "error": {
+                    "path": crate::json::path(e.path()),
+                    "op": e.op().map(|o| o.as_str()),
+                    "errno": e.raw_os_error(),
+                    "message": e.to_string(),
+                }
+            }),
+        };
+        crate::json::print(&v);
+        return match result {
+            Ok(c) if c.is_identical() => ExitCode::SUCCESS,
+            Ok(_) => ExitCode::from(1),
+            Err(_) => ExitCode::from(2),
+        };
+    }
+    match result {
         Ok(c) if c.is_identical() => {
             output::out(format_args!(
                 "identical: {} entries compared",
