@@ -375,24 +375,13 @@ fn hostile_layer_fails_cleanly_and_nothing_outside_changes() {
         text(&o)
     );
     assert!(!w.zonepath.join("root").exists());
-    // A layer without metadata too.
-    let plain = w.d.path().join("plain.tar");
-    let mut b = tar::Builder::new(Vec::new());
-    let mut h = tar::Header::new_gnu();
-    h.set_size(1);
-    h.set_mode(0o644);
-    h.set_uid(0);
-    h.set_gid(0);
-    h.set_mtime(0);
-    b.append_data(&mut h, "root/x", &b"x"[..]).unwrap();
-    fs::write(&plain, b.into_inner().unwrap()).unwrap();
-    let o = hook(&w, &["install", plain.to_str().unwrap()]);
+    // A file that is not a tar archive at all.
+    let junk = w.d.path().join("junk.tar");
+    fs::write(&junk, vec![0x5au8; 4096]).unwrap();
+    let o = hook(&w, &["install", junk.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(254));
-    assert!(
-        text(&o).contains("first member is not zinstall.json"),
-        "{}",
-        text(&o)
-    );
+    assert!(text(&o).contains("junk.tar"), "{}", text(&o));
+    assert!(!w.zonepath.join("root").exists());
     // And then a good install works.
     fs::create_dir_all(&w.zonepath).unwrap();
     let o = hook(&w, &["install", w.layer1.to_str().unwrap()]);
@@ -785,4 +774,105 @@ fn install_reports_json_lines() {
             .contains("already installed"),
         "{stdout}"
     );
+}
+
+/// A plain rootfs tarball (no zinstall.json, as Debian and Alpine ship
+/// them: `./`, `./etc/...`), compressed, is an install image: unpacked
+/// over the root with its modes, links and owners.
+#[test]
+fn plain_rootfs_tarballs_are_images() {
+    let w = world(2);
+    let tree = w.d.path().join("rootfs");
+    fs::create_dir_all(tree.join("etc")).unwrap();
+    fs::create_dir_all(tree.join("usr/local/bin")).unwrap();
+    fs::write(tree.join("etc/hostname"), b"guest\n").unwrap();
+    let tool = tree.join("usr/local/bin/tool");
+    fs::write(&tool, b"#!/bin/sh\n").unwrap();
+    fs::set_permissions(&tool, fs::Permissions::from_mode(0o4755)).unwrap();
+    std::os::unix::fs::symlink("tool", tree.join("usr/local/bin/t")).unwrap();
+    fs::hard_link(&tool, tree.join("usr/local/bin/tool2")).unwrap();
+    for (name, flag) in [
+        ("r.tar.zst", "--zstd"),
+        ("r.tar.gz", "--gzip"),
+        ("r.tar", "--no-auto-compress"),
+    ] {
+        let out = w.d.path().join(name);
+        let st = tools::tool("tar")
+            .args(["--numeric-owner", "--xattrs", flag, "-C"])
+            .arg(&tree)
+            .arg("-cf")
+            .arg(&out)
+            .arg(".")
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let _ = fs::remove_dir_all(&w.zonepath);
+        let o = zinstall(&w, &[&out]);
+        assert!(o.status.success(), "{name}: {}", text(&o));
+        let root = w.zonepath.join("root");
+        assert_eq!(fs::read(root.join("etc/hostname")).unwrap(), b"guest\n");
+        let md = fs::symlink_metadata(root.join("usr/local/bin/tool")).unwrap();
+        assert_eq!(md.mode() & 0o7777, 0o4755, "{name}: setuid kept");
+        assert_eq!(
+            fs::read_link(root.join("usr/local/bin/t")).unwrap(),
+            Path::new("tool")
+        );
+        let md2 = fs::metadata(root.join("usr/local/bin/tool2")).unwrap();
+        assert_eq!(md.ino(), md2.ino(), "{name}: hard link kept");
+        // The profile's trees are there too: the tarball is a layer.
+        assert!(root.join("usr/share").is_dir(), "{name}");
+    }
+}
+
+/// A plain tarball is held to the same rules as a zinstall layer: a
+/// symlink it plants and then writes through, or a `..` name, is
+/// refused and nothing lands outside the root.
+#[test]
+fn hostile_plain_tarballs_are_refused() {
+    let w = world(2);
+    let outside = w.d.path().join("outside");
+    fs::create_dir_all(&outside).unwrap();
+    let cases: [&[(&str, Option<&str>)]; 2] = [
+        &[
+            ("./planted", Some(outside.to_str().unwrap())),
+            ("./planted/passwd", None),
+        ],
+        &[("./ok", None), ("../../outside/x", None)],
+    ];
+    for (i, entries) in cases.iter().enumerate() {
+        let mut b = tar::Builder::new(Vec::new());
+        for (name, link) in entries.iter() {
+            let mut h = tar::Header::new_gnu();
+            h.set_mode(0o644);
+            h.set_mtime(0);
+            match link {
+                Some(target) => {
+                    h.set_entry_type(tar::EntryType::Symlink);
+                    h.set_size(0);
+                    b.append_link(&mut h, name, target).unwrap();
+                }
+                None => {
+                    h.set_size(3);
+                    // The tar crate refuses `..` in a path it sets itself.
+                    let raw = name.as_bytes();
+                    h.as_gnu_mut().unwrap().name[..raw.len()]
+                        .copy_from_slice(raw);
+                    h.set_cksum();
+                    b.append(&h, &b"bad"[..]).unwrap();
+                }
+            }
+        }
+        let path = w.d.path().join(format!("hostile{i}.tar"));
+        fs::write(&path, b.into_inner().unwrap()).unwrap();
+        let _ = fs::remove_dir_all(&w.zonepath);
+        let o = zinstall(&w, &[&path]);
+        assert_eq!(o.status.code(), Some(1), "case {i}: {}", text(&o));
+        let why = ["symlink", ".."][i];
+        assert!(text(&o).contains(why), "case {i}: {}", text(&o));
+        assert!(
+            fs::read_dir(&outside).unwrap().next().is_none(),
+            "case {i}: something was written outside the root"
+        );
+        assert!(!w.zonepath.join("root").exists(), "case {i}: root left");
+    }
 }

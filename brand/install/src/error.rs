@@ -84,12 +84,13 @@ pub enum Cause {
         /// The profile.
         profile: PathBuf,
     },
-    /// An archive is not the zinstall archive of the kind expected.
+    /// A zinstall archive of the other kind (a baseline given as a
+    /// layer, or the reverse).
     WrongArchive {
         /// The archive.
         path: PathBuf,
-        /// What it says it is (`None`: no `zinstall.json` first).
-        found: Option<ArchiveKind>,
+        /// What its `zinstall.json` says it is.
+        found: ArchiveKind,
         /// What was expected.
         expected: ArchiveKind,
     },
@@ -322,23 +323,13 @@ impl fmt::Display for Cause {
             ),
             Cause::WrongArchive {
                 path,
-                found: Some(k),
+                found: k,
                 expected,
             } => write!(
                 f,
                 "{}: archive is a {}, not a {}",
                 path.display(),
                 k.as_str(),
-                expected.as_str()
-            ),
-            Cause::WrongArchive {
-                path,
-                found: None,
-                expected,
-            } => write!(
-                f,
-                "{}: first member is not zinstall.json; not a zinstall {}",
-                path.display(),
                 expected.as_str()
             ),
             Cause::Step { step, source } => write!(f, "{step}: {source}"),

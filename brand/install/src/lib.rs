@@ -208,10 +208,10 @@ impl Install<'_> {
                 }
             }
         }
-        let (baseline, images) = self.preflight()?;
+        let archives = self.preflight()?;
         write_marker(&self.zonepath, State::Installing)
             .map_err(InstallError::before)?;
-        let r = self.lay_out(&root, baseline.as_deref(), &images);
+        let r = self.lay_out(&root, &archives);
         match r {
             Ok(s) => {
                 write_marker(&self.zonepath, State::Installed)
@@ -242,10 +242,10 @@ impl Install<'_> {
         }
     }
 
-    /// Everything checked before the root is touched.
-    fn preflight(
-        &mut self,
-    ) -> Result<(Option<PathBuf>, Vec<PathBuf>), InstallError> {
+    /// Everything checked before the root is touched. Returns the
+    /// archives to unpack in order: the baseline, then the images, each
+    /// with what its first member must say (`None`: a plain tarball).
+    fn preflight(&mut self) -> Result<Vec<Archive>, InstallError> {
         let p = &self.profile;
         for t in &p.trees {
             let src = p.source_root.join(t);
@@ -256,12 +256,17 @@ impl Install<'_> {
                 }));
             }
         }
-        let baseline = match &p.baseline {
-            Some(b) => match b.find() {
+        let mut archives = Vec::new();
+        if let Some(b) = &p.baseline {
+            match b.find() {
                 Some(path) => {
-                    check_kind(&path, ArchiveKind::Baseline)
+                    let expect = check_kind(&path, ArchiveKind::Baseline)
                         .map_err(InstallError::before)?;
-                    Some(path)
+                    archives.push(Archive {
+                        path,
+                        kind: ArchiveKind::Baseline,
+                        expect,
+                    });
                 }
                 None if b.required => {
                     return Err(InstallError::before(Cause::BaselineMissing {
@@ -270,23 +275,26 @@ impl Install<'_> {
                         profile: p.path.clone(),
                     }));
                 }
-                None => None,
-            },
-            None => None,
-        };
-        for img in &self.images {
-            check_kind(img, ArchiveKind::Layer)
-                .map_err(InstallError::before)?;
+                None => {}
+            }
         }
-        Ok((baseline, self.images.clone()))
+        for img in &self.images {
+            let expect = check_kind(img, ArchiveKind::Layer)
+                .map_err(InstallError::before)?;
+            archives.push(Archive {
+                path: img.clone(),
+                kind: ArchiveKind::Layer,
+                expect,
+            });
+        }
+        Ok(archives)
     }
 
     /// Steps 3 to 6.
     fn lay_out(
         &mut self,
         root: &Path,
-        baseline: Option<&Path>,
-        images: &[PathBuf],
+        archives: &[Archive],
     ) -> Result<Summary, Cause> {
         let mut sum = Summary::default();
         let step_err = |step: &str| {
@@ -339,12 +347,8 @@ impl Install<'_> {
             merge_notices(&mut sum.notices, &report.notices);
             add(&mut sum.stats, s);
         }
-        let mut archives: Vec<(PathBuf, ArchiveKind)> = Vec::new();
-        if let Some(b) = baseline {
-            archives.push((b.to_path_buf(), ArchiveKind::Baseline));
-        }
-        archives.extend(images.iter().map(|i| (i.clone(), ArchiveKind::Layer)));
-        for (path, kind) in archives {
+        for a in archives {
+            let (path, kind) = (a.path.clone(), a.kind);
             (self.events)(&Event::Unpacking {
                 path: path.clone(),
                 kind,
@@ -353,7 +357,7 @@ impl Install<'_> {
             let t0 = self.step_start(&step);
             let opts = UnpackOptions {
                 tunables: self.tunables,
-                expect: Some(kind),
+                expect: a.expect,
                 allow_devices: self.profile.allow_devices,
                 max_bytes: self.profile.max_archive_bytes,
                 preserve_owner: None,
@@ -487,20 +491,37 @@ fn add(total: &mut Stats, s: &Stats) {
     total.bytes += s.bytes;
 }
 
-/// Checks that `path` is a zinstall archive of `kind` by its first member,
-/// without unpacking anything.
-pub fn check_kind(path: &Path, kind: ArchiveKind) -> Result<(), Cause> {
+/// One archive to unpack.
+struct Archive {
+    path: PathBuf,
+    /// Its place in the install.
+    kind: ArchiveKind,
+    /// What its `zinstall.json` says; `None` for a plain tarball.
+    expect: Option<ArchiveKind>,
+}
+
+/// Tells a zinstall archive from a plain rootfs tarball by its first
+/// member, without unpacking anything: `Some(kind)` for a zinstall
+/// archive of `kind` (`zinstall.json` first, then `root/`), `None` for a
+/// plain tar archive (tar, tar.gz, tar.zst, tar.xz of a root, as Debian,
+/// Alpine and most rootfs tarballs come). A zinstall archive of the other
+/// kind, or a file that is not a readable tar archive, is refused.
+pub fn check_kind(
+    path: &Path,
+    kind: ArchiveKind,
+) -> Result<Option<ArchiveKind>, Cause> {
     let found = unpack::peek_kind(path).map_err(|source| Cause::Step {
         step: "check archive".into(),
         source: Box::new(source),
     })?;
     match found {
-        Some(k) if k == kind => Ok(()),
-        found => Err(Cause::WrongArchive {
+        Some(k) if k == kind => Ok(Some(k)),
+        Some(k) => Err(Cause::WrongArchive {
             path: path.to_path_buf(),
-            found,
+            found: k,
             expected: kind,
         }),
+        None => Ok(None),
     }
 }
 
