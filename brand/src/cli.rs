@@ -77,6 +77,8 @@ pub enum Command {
     Tune(cmd::tune::TuneArgs),
     /// Compare two trees on every attribute a faithful copy keeps.
     Verify(cmd::verify::VerifyArgs),
+    /// Make zinstall images: pack a tree into a layer.
+    Image(cmd::image::ImageArgs),
 }
 
 /// Arguments of the hidden `zinstall completions`.
@@ -102,6 +104,7 @@ pub fn run(invocation: &Invocation) -> ExitCode {
         Command::Verify(a) => cmd::verify::run(a),
         Command::Trace(a) => cmd::trace::run(a),
         Command::Tune(a) => cmd::tune::run(a),
+        Command::Image(a) => cmd::image::run(a),
     }
 }
 

@@ -23,7 +23,7 @@
 //! * [`Plan`] → [`Plan::run`] → [`Report`] or [`Failure`]: one copy;
 //!   [`RuleSet`] (link, copy, skip by glob), [`Progress`] to watch it.
 //! * [`unpack`]: a tar layer (plain, gzip, zstd, xz) applied beneath a
-//!   root by the same kind of writer.
+//!   root by the same kind of writer; [`pack`]: a tree made a layer.
 //! * [`beneath`]: the writer's base: a [`beneath::Root`] opened without
 //!   following links, directories opened beneath it, `remove_tree`.
 //! * [`Tunables`] and [`DefaultsFile`]: the knobs and `/etc/default/zinstall`.
@@ -49,6 +49,7 @@ pub mod defaults;
 mod engine;
 pub mod error;
 pub mod fsutil;
+pub mod pack;
 pub mod plan;
 pub mod probes;
 pub mod rules;

@@ -515,25 +515,32 @@ fn read_full_at(
     Ok(n)
 }
 
+/// Every extended attribute of `p` (not following a final symlink):
+/// name and value, in the order the filesystem lists them.
+pub(crate) fn read_xattrs(p: &Path) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    let c = posix::cstr(p).map_err(|e| Error::io(Op::ListXattr, p, e))?;
+    let t = XattrTarget::Path(&c);
+    let names =
+        sys::list_xattrs(&t).map_err(|e| Error::io(Op::ListXattr, p, e))?;
+    let mut out = Vec::new();
+    for name in names.split(|&b| b == 0).filter(|n| !n.is_empty()) {
+        let cname = CString::new(name).map_err(|_| {
+            Error::io(Op::GetXattr, p, io::ErrorKind::InvalidData.into())
+        })?;
+        // Gone since it was listed: nothing to keep.
+        if let Some(v) = sys::get_xattr(&t, &cname)
+            .map_err(|e| Error::io(Op::GetXattr, p, e))?
+        {
+            out.push((name.to_vec(), v));
+        }
+    }
+    Ok(out)
+}
+
 /// Names of the attributes missing on one side or differing in value.
 fn differing_xattrs(a: &Path, b: &Path) -> Result<Vec<String>> {
     let read = |p: &Path| -> Result<HashMap<Vec<u8>, Vec<u8>>> {
-        let c = posix::cstr(p).map_err(|e| Error::io(Op::ListXattr, p, e))?;
-        let t = XattrTarget::Path(&c);
-        let names =
-            sys::list_xattrs(&t).map_err(|e| Error::io(Op::ListXattr, p, e))?;
-        let mut map = HashMap::new();
-        for name in names.split(|&b| b == 0).filter(|n| !n.is_empty()) {
-            let cname = CString::new(name).map_err(|_| {
-                Error::io(Op::GetXattr, p, io::ErrorKind::InvalidData.into())
-            })?;
-            if let Some(v) = sys::get_xattr(&t, &cname)
-                .map_err(|e| Error::io(Op::GetXattr, p, e))?
-            {
-                map.insert(name.to_vec(), v);
-            }
-        }
-        Ok(map)
+        Ok(read_xattrs(p)?.into_iter().collect())
     };
     let (xa, xb) = (read(a)?, read(b)?);
     let mut names: Vec<String> = xa

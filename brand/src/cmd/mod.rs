@@ -1,6 +1,7 @@
 //! One module per `zinstall` subcommand.
 
 pub mod copy;
+pub mod image;
 pub mod install;
 pub mod provision;
 pub mod statemap;

@@ -399,6 +399,19 @@ pub(crate) mod at {
     }
 }
 
+/// A device number's major and minor parts; libc's are `unsafe` on
+/// illumos as `makedev` is.
+pub(crate) fn major_minor(dev: u64) -> (u32, u32) {
+    let dev = dev as libc::dev_t;
+    // Both parts are `c_uint` on Linux and illumos.
+    #[cfg(target_os = "linux")]
+    let parts: (u32, u32) = (libc::major(dev), libc::minor(dev));
+    #[cfg(not(target_os = "linux"))]
+    // SAFETY: pure arithmetic on one integer.
+    let parts: (u32, u32) = unsafe { (libc::major(dev), libc::minor(dev)) };
+    parts
+}
+
 /// A device number from its parts. libc's `makedev` is a safe function
 /// on Linux and an `unsafe` one on illumos.
 pub(crate) fn makedev(major: u32, minor: u32) -> u64 {

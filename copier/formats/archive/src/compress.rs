@@ -20,7 +20,8 @@
 //! which format and what is wrong; a stream that ends early as
 //! `UnexpectedEof`; an error of the file underneath keeps its errno.
 
-use std::io::{self, Read};
+use std::io::{self, Read, Write};
+use std::path::Path;
 
 /// How a stream is compressed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -143,6 +144,89 @@ impl Read for Decoder<'_> {
                 )
             }
         })
+    }
+}
+
+/// The compression a file name asks for: `.tar.zst`/`.tzst` zstd,
+/// `.tar.gz`/`.tgz` gzip, `.tar.xz`/`.txz` xz, `.tar` none; `None` for
+/// any other name.
+pub fn compression_for_name(name: &Path) -> Option<Compression> {
+    let n = name.file_name()?.to_str()?;
+    let ends = |sfx: &[&str]| sfx.iter().any(|s| n.ends_with(s));
+    if ends(&[".tar.zst", ".tzst"]) {
+        Some(Compression::Zstd)
+    } else if ends(&[".tar.gz", ".tgz"]) {
+        Some(Compression::Gzip)
+    } else if ends(&[".tar.xz", ".txz"]) {
+        Some(Compression::Xz)
+    } else if ends(&[".tar"]) {
+        Some(Compression::None)
+    } else {
+        None
+    }
+}
+
+/// A compressing writer; [`Encoder::finish`] writes the trailer and
+/// returns the output.
+pub enum Encoder<W: Write> {
+    /// Passed through.
+    None(W),
+    /// gzip, default level.
+    Gzip(flate2::write::GzEncoder<W>),
+    /// zstd level 3 with a content checksum.
+    Zstd(zstd::stream::write::Encoder<'static, W>),
+    /// xz preset 6 with a CRC64 check.
+    Xz(liblzma::write::XzEncoder<W>),
+}
+
+impl<W: Write> Encoder<W> {
+    /// An encoder of `c` onto `w`.
+    pub fn new(w: W, c: Compression) -> io::Result<Self> {
+        Ok(match c {
+            Compression::None => Encoder::None(w),
+            Compression::Gzip => Encoder::Gzip(flate2::write::GzEncoder::new(
+                w,
+                flate2::Compression::default(),
+            )),
+            Compression::Zstd => {
+                let mut e = zstd::stream::write::Encoder::new(w, 3)?;
+                e.include_checksum(true)?;
+                Encoder::Zstd(e)
+            }
+            Compression::Xz => {
+                Encoder::Xz(liblzma::write::XzEncoder::new(w, 6))
+            }
+        })
+    }
+
+    /// Ends the stream (trailer, checksum) and returns the output.
+    pub fn finish(self) -> io::Result<W> {
+        match self {
+            Encoder::None(w) => Ok(w),
+            Encoder::Gzip(e) => e.finish(),
+            Encoder::Zstd(e) => e.finish(),
+            Encoder::Xz(e) => e.finish(),
+        }
+    }
+}
+
+impl<W: Write> Write for Encoder<W> {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        match self {
+            Encoder::None(w) => w.write(b),
+            Encoder::Gzip(e) => e.write(b),
+            Encoder::Zstd(e) => e.write(b),
+            Encoder::Xz(e) => e.write(b),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Encoder::None(w) => w.flush(),
+            Encoder::Gzip(e) => e.flush(),
+            Encoder::Zstd(e) => e.flush(),
+            Encoder::Xz(e) => e.flush(),
+        }
     }
 }
 

@@ -65,6 +65,7 @@ mod acl;
 mod header;
 mod pax;
 mod sparse;
+mod write;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -74,6 +75,7 @@ pub use acl::{NameTable, acl_from_text, acl_mode_bits};
 pub use header::BLOCK;
 pub use pax::{Record, parse_pax, parse_time};
 pub use sparse::check_map;
+pub use write::{Entry, WriteKind, Writer};
 
 use crate::ArchiveRefusal;
 use header::Format;

@@ -1,0 +1,178 @@
+//! `zinstall image create`: a tree packed into a layer comes back
+//! identical through `zinstall install`, and GNU tar reads it too.
+
+#[path = "../../copier/tests/common/tools.rs"]
+mod tools;
+
+use std::fs;
+use std::os::unix::fs::{PermissionsExt, symlink};
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn is_root() -> bool {
+    // SAFETY: geteuid cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+fn zinstall() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_zinstall"));
+    c.env("ZINSTALL_DEFAULTS", "/nonexistent");
+    c
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// A tree with what a root holds: modes with special bits, a long name,
+/// links of both kinds, a FIFO, extended attributes; as root also a
+/// file capability, owners and a device node.
+fn tree(root: &Path) {
+    fs::create_dir_all(root.join("usr/bin")).unwrap();
+    fs::create_dir_all(root.join("tmp")).unwrap();
+    fs::set_permissions(root.join("tmp"), fs::Permissions::from_mode(0o1777))
+        .unwrap();
+    let su = root.join("usr/bin/su");
+    fs::write(&su, vec![7u8; 300_000]).unwrap();
+    fs::set_permissions(&su, fs::Permissions::from_mode(0o4755)).unwrap();
+    fs::hard_link(&su, root.join("usr/bin/su2")).unwrap();
+    symlink("su", root.join("usr/bin/s")).unwrap();
+    let long = root.join("d".repeat(90)).join("f".repeat(120));
+    fs::create_dir_all(long.parent().unwrap()).unwrap();
+    fs::write(&long, b"long").unwrap();
+    let fifo = std::ffi::CString::new(
+        root.join("fifo").as_os_str().as_encoded_bytes(),
+    )
+    .unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o640) }, 0);
+    let st = tools::tool("setfattr")
+        .args(["-n", "user.note", "-v", "hello"])
+        .arg(root.join("usr/bin/s").with_file_name("su"))
+        .status()
+        .unwrap();
+    assert!(st.success());
+    if is_root() {
+        let st = tools::tool("setcap")
+            .arg("cap_net_raw+ep")
+            .arg(&su)
+            .status()
+            .unwrap();
+        assert!(st.success());
+        std::os::unix::fs::chown(root.join("tmp"), Some(1234), Some(5678))
+            .unwrap();
+        let st = Command::new("mknod")
+            .arg(root.join("null"))
+            .args(["c", "1", "3"])
+            .status()
+            .unwrap();
+        assert!(st.success());
+    } else {
+        eprintln!("skipped: capability, owner and device checks: not root");
+    }
+}
+
+#[test]
+fn a_packed_tree_installs_back_identical() {
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    tree(&src);
+    let profile = d.path().join("p.toml");
+    fs::write(
+        &profile,
+        format!(
+            "source_root = \"/\"\ntrees = []\nallow_devices = true\nlog = \"{}\"\n",
+            d.path().join("log").display()
+        ),
+    )
+    .unwrap();
+    for name in ["l.tar.zst", "l.tar.gz", "l.tar.xz", "l.tar"] {
+        let out = d.path().join(name);
+        let o = zinstall()
+            .args(["image", "create", "--json"])
+            .arg(&src)
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{name}: {}", text(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", text(&o)));
+        assert_eq!(v["stats"]["hardlinks"], 1, "{v}");
+        let zp = d.path().join(format!("zp-{name}"));
+        let o = zinstall()
+            .args(["install", "--profile"])
+            .arg(&profile)
+            .arg("--zonepath")
+            .arg(&zp)
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{name}: {}", text(&o));
+        let o = zinstall()
+            .arg("verify")
+            .arg(&src)
+            .arg(zp.join("root"))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{name}: {}", text(&o));
+        assert!(text(&o).contains("identical"), "{}", text(&o));
+    }
+    // GNU tar lists it: the long name and the hard link as tar sees them.
+    let o = tools::tool("tar")
+        .arg("-tvf")
+        .arg(d.path().join("l.tar.zst"))
+        .output()
+        .unwrap();
+    let listing = text(&o);
+    assert!(o.status.success(), "{listing}");
+    assert!(listing.contains(&"f".repeat(120)), "{listing}");
+    assert!(
+        listing.contains("root/usr/bin/su2 link to root/usr/bin/su")
+            || listing.contains("root/usr/bin/su link to root/usr/bin/su2"),
+        "{listing}"
+    );
+}
+
+#[test]
+fn bad_names_and_existing_outputs_are_refused() {
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    fs::create_dir(&src).unwrap();
+    fs::write(src.join("f"), b"x").unwrap();
+    let o = zinstall()
+        .args(["image", "create"])
+        .arg(&src)
+        .arg(d.path().join("out.zip"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o).contains("out.zip"), "{}", text(&o));
+    let existing = d.path().join("out.tar");
+    fs::write(&existing, b"keep").unwrap();
+    let o = zinstall()
+        .args(["image", "create"])
+        .arg(&src)
+        .arg(&existing)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(fs::read(&existing).unwrap(), b"keep");
+    // A source that is not there: nothing is left behind.
+    let o = zinstall()
+        .args(["image", "create"])
+        .arg(d.path().join("missing"))
+        .arg(d.path().join("new.tar"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(text(&o).contains("missing"), "{}", text(&o));
+    let left: Vec<_> = fs::read_dir(d.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left.len(), 2, "only src and out.tar: {left:?}");
+}

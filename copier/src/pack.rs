@@ -1,0 +1,186 @@
+//! Packing a tree into a zinstall archive: `zinstall.json`, then the
+//! tree under `root/`, with every attribute a copy keeps.
+//!
+//! Members come in name order (the same tree gives the same archive,
+//! byte for byte, but for the times in it). Each keeps its type, mode
+//! with setuid, setgid and sticky, numeric owner, modification time to
+//! the nanosecond, extended attributes (ACLs and file capabilities
+//! included, as `SCHILY.xattr.*` PAX records, which GNU tar, libarchive
+//! and this project's reader restore) and device numbers; a second name
+//! of an inode is a hard link to the first. Symlinks are stored, never
+//! followed, and the walk stays on the source's filesystem. Sockets
+//! cannot be archived and are skipped (counted in
+//! [`Stats::skipped`]). A file whose size or times change while it is
+//! read is refused rather than archived torn.
+
+use std::collections::HashMap;
+use std::fs::{self, File};
+use std::io::Write;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::Path;
+use std::time::Instant;
+
+use zinstall_archive::ArchiveKind;
+use zinstall_archive::meta;
+use zinstall_archive::tar::{Entry, WriteKind, Writer};
+
+use crate::error::{Error, Op, Refusal, Result};
+use crate::stats::Stats;
+use crate::sys;
+
+/// How to pack.
+#[derive(Clone, Debug)]
+pub struct PackOptions {
+    /// Layer or baseline: what `zinstall.json` says.
+    pub kind: ArchiveKind,
+}
+
+impl Default for PackOptions {
+    fn default() -> Self {
+        PackOptions {
+            kind: ArchiveKind::Layer,
+        }
+    }
+}
+
+/// Writes `src` as a zinstall archive onto `out` (uncompressed tar: wrap
+/// `out` in an encoder to compress); `archive` names `out` in errors.
+/// `on_entry` hears of each member packed, by its path relative to
+/// `src`. Returns what was packed; `Stats::bytes` counts file data.
+pub fn pack(
+    src: &Path,
+    out: impl Write,
+    archive: &Path,
+    opts: &PackOptions,
+    on_entry: &mut dyn FnMut(&Path),
+) -> Result<Stats> {
+    let started = Instant::now();
+    let top =
+        fs::symlink_metadata(src).map_err(|e| Error::io(Op::Stat, src, e))?;
+    if !top.is_dir() {
+        return Err(Error::refused(src, Refusal::BadSource));
+    }
+    let mut w = Writer::new(out);
+    let wrote = |e: std::io::Error| Error::io(Op::Write, archive, e);
+    let json = format!("{{\"v\":\"1\",\"t\":\"{}\"}}\n", opts.kind.as_str());
+    let m = Entry {
+        name: meta::NAME.as_bytes().to_vec(),
+        kind: WriteKind::File,
+        mode: 0o444,
+        size: json.len() as u64,
+        mtime: (top.mtime(), 0),
+        ..Entry::default()
+    };
+    w.append(&m, json.as_bytes()).map_err(wrote)?;
+    let mut stats = Stats::default();
+    // (dev, ino) of every multiply-linked file → its member name.
+    let mut links: HashMap<(u64, u64), Vec<u8>> = HashMap::new();
+    let walk = walkdir::WalkDir::new(src)
+        .follow_links(false)
+        .same_file_system(true)
+        .sort_by_file_name();
+    for item in walk {
+        let item = item.map_err(|e| {
+            let path = e.path().unwrap_or(src).to_path_buf();
+            let io = e
+                .into_io_error()
+                .unwrap_or_else(|| std::io::Error::other("filesystem loop"));
+            Error::io(Op::ReadDir, path, io)
+        })?;
+        let path = item.path();
+        let rel = path.strip_prefix(src).unwrap_or(Path::new(""));
+        let md = fs::symlink_metadata(path)
+            .map_err(|e| Error::io(Op::Stat, path, e))?;
+        let ft = md.file_type();
+        if ft.is_socket() {
+            stats.skipped += 1;
+            continue;
+        }
+        let mut name = b"root/".to_vec();
+        name.extend_from_slice(rel.as_os_str().as_bytes());
+        let mut e = Entry {
+            name: name.clone(),
+            mode: md.mode() & 0o7777,
+            uid: md.uid(),
+            gid: md.gid(),
+            mtime: (md.mtime(), md.mtime_nsec() as u32),
+            xattrs: crate::verify::read_xattrs(path)?,
+            ..Entry::default()
+        };
+        let mut body: Option<File> = None;
+        if ft.is_dir() {
+            e.kind = WriteKind::Directory;
+            stats.dirs += 1;
+        } else if ft.is_symlink() {
+            e.kind = WriteKind::Symlink;
+            e.link = fs::read_link(path)
+                .map_err(|er| Error::io(Op::Readlink, path, er))?
+                .into_os_string()
+                .into_vec();
+            stats.symlinks += 1;
+        } else if md.nlink() > 1
+            && let Some(first) = links.get(&(md.dev(), md.ino()))
+        {
+            e.kind = WriteKind::HardLink;
+            e.link = first.clone();
+            e.xattrs.clear();
+            stats.hardlinks += 1;
+        } else if ft.is_file() {
+            e.kind = WriteKind::File;
+            e.size = md.len();
+            let f = sys::open_source(path)
+                .map_err(|er| Error::io(Op::Open, path, er))?;
+            let now =
+                f.metadata().map_err(|er| Error::io(Op::Stat, path, er))?;
+            if (now.dev(), now.ino()) != (md.dev(), md.ino()) {
+                return Err(Error::refused(path, Refusal::ChangedDuringCopy));
+            }
+            body = Some(f);
+            stats.files += 1;
+            stats.bytes += md.len();
+        } else if ft.is_fifo() {
+            e.kind = WriteKind::Fifo;
+            stats.specials += 1;
+        } else if ft.is_char_device() || ft.is_block_device() {
+            e.kind = if ft.is_char_device() {
+                WriteKind::CharDevice
+            } else {
+                WriteKind::BlockDevice
+            };
+            e.dev = sys::posix::major_minor(md.rdev());
+            stats.specials += 1;
+        }
+        if !ft.is_dir() && !ft.is_symlink() && md.nlink() > 1 {
+            links.entry((md.dev(), md.ino())).or_insert(name);
+        }
+        match &mut body {
+            Some(f) => {
+                w.append(&e, &mut *f).map_err(|er| {
+                    if er.kind() == std::io::ErrorKind::UnexpectedEof {
+                        Error::refused(path, Refusal::ChangedDuringCopy)
+                    } else {
+                        Error::io(Op::Read, path, er)
+                    }
+                })?;
+                // Grown, or rewritten, while it was read: refused.
+                let after =
+                    f.metadata().map_err(|er| Error::io(Op::Stat, path, er))?;
+                if after.len() != md.len()
+                    || (after.mtime(), after.mtime_nsec())
+                        != (md.mtime(), md.mtime_nsec())
+                {
+                    return Err(Error::refused(
+                        path,
+                        Refusal::ChangedDuringCopy,
+                    ));
+                }
+            }
+            None => w.append(&e, std::io::empty()).map_err(wrote)?,
+        }
+        on_entry(rel);
+    }
+    w.finish().map_err(wrote)?;
+    stats.elapsed = started.elapsed();
+    Ok(stats)
+}
