@@ -53,7 +53,14 @@ impl TunableArgs {
         env: impl Fn(&str) -> Option<OsString>,
     ) -> copier::Result<Tunables> {
         let path = self.defaults_path(&env);
-        let mut t = Tunables::from_defaults(&DefaultsFile::load(&path)?)?;
+        // A file named with --defaults must be there; the system file
+        // (or one ZINSTALL_DEFAULTS names, which scripts and tests point
+        // away from the system's) may be missing: built-in defaults then.
+        let file = match &self.defaults {
+            Some(_) => DefaultsFile::load_required(&path)?,
+            None => DefaultsFile::load(&path)?,
+        };
+        let mut t = Tunables::from_defaults(&file)?;
         t.apply_env(&env)?;
         for (key, flag, v) in [
             ("COPY_THREADS", "--threads", &self.threads),
@@ -105,10 +112,29 @@ mod test {
     }
 
     #[test]
+    fn a_defaults_file_named_by_flag_must_exist() {
+        let args = TunableArgs {
+            defaults: Some("/nonexistent/zinstall".into()),
+            ..Default::default()
+        };
+        let e = args.resolve_with(|_| None).unwrap_err();
+        assert!(e.to_string().contains("/nonexistent/zinstall"), "{e}");
+        // Named by the environment, or the system file: may be missing.
+        let env = |k: &str| {
+            (k == DEFAULTS_ENV).then(|| "/nonexistent/zinstall".into())
+        };
+        let t = TunableArgs::default().resolve_with(env).unwrap();
+        assert_eq!(t, Tunables::default());
+    }
+
+    #[test]
     fn bad_flag_value_names_the_flag() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("empty");
+        std::fs::write(&f, "").unwrap();
         let args = TunableArgs {
             batch: Some("0".into()),
-            defaults: Some("/nonexistent/zinstall".into()),
+            defaults: Some(f),
             ..Default::default()
         };
         let e = args.resolve_with(|_| None).unwrap_err();

@@ -108,6 +108,55 @@ fn malformed_defaults_file_names_file_and_line() {
     assert!(err.contains(":1: COPY_BUFSIZE=100: out of range"), "{err}");
 }
 
+/// A typo'd key is an error naming the line and the key meant; a file
+/// named by --defaults that is not there is an error naming it; sizes
+/// and trailing comments are read.
+#[test]
+fn defaults_typos_missing_files_sizes_and_comments() {
+    let d = tempfile::tempdir().unwrap();
+    tree(&d.path().join("src"));
+    let defaults = d.path().join("zinstall");
+    let copy = |defaults: &Path, dst: &str| {
+        zinstall()
+            .arg("copy")
+            .arg("--defaults")
+            .arg(defaults)
+            .arg(d.path().join("src"))
+            .arg(d.path().join(dst))
+            .output()
+            .unwrap()
+    };
+    fs::write(&defaults, "COPY_BATCH=64\nCOPY_THREAD=4\n").unwrap();
+    let o = copy(&defaults, "dst1");
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(&format!(
+            "{}:2: unknown key COPY_THREAD (did you mean COPY_THREADS?)",
+            defaults.display()
+        )),
+        "{err}"
+    );
+    assert!(!d.path().join("dst1").exists());
+
+    let missing = d.path().join("not-there");
+    let o = copy(&missing, "dst2");
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("not-there"), "{err}");
+    assert!(!d.path().join("dst2").exists());
+
+    fs::write(
+        &defaults,
+        "COPY_THREADS=2   # two cores\nCOPY_BUFSIZE=64K\n",
+    )
+    .unwrap();
+    let o = copy(&defaults, "dst3");
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}{err}");
+    assert!(d.path().join("dst3/a/b/f").exists());
+}
+
 #[test]
 fn failed_copy_exits_1_naming_the_path() {
     let d = tempfile::tempdir().unwrap();

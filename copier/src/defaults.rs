@@ -7,17 +7,23 @@
 //! * `KEY=value` lines, `KEY` being `[A-Za-z_][A-Za-z0-9_]*`, no spaces
 //!   around `=` (defread matches the prefix `KEY=` literally);
 //! * blank lines, and comment lines whose first non-blank is `#`;
+//! * a comment after a value, `KEY=value # why`: a `#` after a blank
+//!   starts it, as in the shell (defread would keep it in the value,
+//!   which no number survives);
 //! * a value wrapped in one pair of matching `"` or `'` quotes is unquoted,
-//!   as the shell would;
+//!   as the shell would (a `#` inside quotes is part of the value);
 //! * a final line without a newline is read (defread silently drops it,
 //!   which has surprised many an administrator).
 //!
 //! It is stricter than defread where defread's leniency hides mistakes:
 //! any other line is an error naming the file and the line, and a key set
 //! twice is an error (defread keeps the first setting, a shell the last;
-//! refusing both readings is the only answer that cannot be wrong). Which
-//! keys mean something is the caller's business: see
-//! [`Tunables`](crate::Tunables).
+//! refusing both readings is the only answer that cannot be wrong).
+//! `export KEY=value` is refused with the reason: defread matches
+//! `KEY=` at the start of a line and never sees an exported setting, so a
+//! file using it would mean one thing to the shell and another to
+//! defread. Which keys mean something is the caller's business, and a key
+//! it does not know is an error there: see [`Tunables`](crate::Tunables).
 
 use std::collections::HashMap;
 use std::io::{self, Read};
@@ -46,6 +52,16 @@ pub struct DefaultsFile {
 }
 
 impl DefaultsFile {
+    /// Reads and parses `path`, which must exist: a file named on purpose
+    /// (`--defaults FILE`) that is missing is an error, not a silent fall
+    /// back to the built-in defaults.
+    pub fn load_required(path: &Path) -> Result<Self> {
+        if let Err(e) = std::fs::symlink_metadata(path) {
+            return Err(Error::io(Op::ReadDefaults, path, e));
+        }
+        Self::load(path)
+    }
+
     /// Reads and parses `path`. A file that does not exist is an empty set
     /// of settings: every key then takes its built-in default.
     pub fn load(path: &Path) -> Result<Self> {
@@ -95,10 +111,22 @@ impl DefaultsFile {
             // defread skips leading blanks; so do we.
             let body = raw.trim_start();
             let (key, value) = body.split_once('=').ok_or_else(malformed)?;
+            if let Some(k) = key.strip_prefix("export")
+                && k.starts_with([' ', '\t'])
+                && is_key(k.trim())
+            {
+                return Err(Error::Defaults {
+                    file: path.to_path_buf(),
+                    line,
+                    key: k.trim().to_string(),
+                    value: value.trim().to_string(),
+                    problem: DefaultsProblem::Export,
+                });
+            }
             if !is_key(key) {
                 return Err(malformed());
             }
-            let value = unquote(value.trim_end());
+            let value = unquote(strip_comment(value.trim_end()));
             if let Some(first) = settings.get(key) {
                 return Err(Error::Defaults {
                     file: path.to_path_buf(),
@@ -140,10 +168,79 @@ impl DefaultsFile {
     }
 }
 
+/// Sets `COPY_THREADS` and `COPY_BATCH` in a defaults file's text (as
+/// `zinstall tune --write` does), keeping every comment and other line:
+/// a setting line is replaced; a commented-out one (`#COPY_THREADS=8`)
+/// gets the setting after it; otherwise the setting is appended. The text
+/// must parse first (`path` names it in the error): a file with a typo
+/// is refused rather than rewritten with the typo kept.
+pub fn rewrite(
+    path: &Path,
+    text: &str,
+    threads: usize,
+    batch: usize,
+) -> Result<String> {
+    crate::Tunables::from_defaults(&DefaultsFile::parse(
+        path,
+        text.as_bytes(),
+    )?)?;
+    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+    for (key, value) in [("COPY_THREADS", threads), ("COPY_BATCH", batch)] {
+        let setting = format!("{key}={value}");
+        let is_key = |l: &str| l.trim_start().starts_with(&format!("{key}="));
+        if let Some(i) = lines.iter().position(|l| is_key(l)) {
+            lines[i] = setting;
+            // A key set twice is an error in the file: keep the first.
+            let mut j = i + 1;
+            while j < lines.len() {
+                if is_key(&lines[j]) {
+                    lines.remove(j);
+                } else {
+                    j += 1;
+                }
+            }
+        } else if let Some(i) = lines.iter().position(|l| {
+            l.trim_start()
+                .trim_start_matches('#')
+                .trim_start()
+                .starts_with(&format!("{key}="))
+        }) {
+            lines.insert(i + 1, setting);
+        } else {
+            lines.push(setting);
+        }
+    }
+    let mut out = lines.join("\n");
+    out.push('\n');
+    Ok(out)
+}
+
 fn is_key(s: &str) -> bool {
     let mut chars = s.chars();
     matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// `value # comment` → `value`: a `#` after a blank, outside quotes.
+fn strip_comment(v: &str) -> &str {
+    if v.starts_with(['"', '\'']) {
+        let q = &v[..1];
+        // The quoted part, then whatever comment follows it.
+        if let Some(end) = v[1..].find(q) {
+            let rest = v[end + 2..].trim_start();
+            if rest.is_empty() || rest.starts_with('#') {
+                return &v[..end + 2];
+            }
+        }
+        return v;
+    }
+    let b = v.as_bytes();
+    for i in 1..b.len() {
+        if b[i] == b'#' && (b[i - 1] == b' ' || b[i - 1] == b'\t') {
+            return v[..i].trim_end();
+        }
+    }
+    v
 }
 
 fn unquote(v: &str) -> &str {
@@ -190,6 +287,41 @@ mod test {
     }
 
     #[test]
+    fn trailing_comments_and_quoted_hashes() {
+        let f = parse(
+            "COPY_THREADS=4 # two per core\nCOPY_BATCH=\"64\"  # quoted\n\
+             COPY_BUFSIZE='1#2'\n",
+        )
+        .unwrap();
+        assert_eq!(f.get("COPY_THREADS").unwrap().value, "4");
+        assert_eq!(f.get("COPY_BATCH").unwrap().value, "64");
+        assert_eq!(f.get("COPY_BUFSIZE").unwrap().value, "1#2");
+        // Without a blank before it, `#` is part of the value.
+        let f = parse("COPY_THREADS=4#x\n").unwrap();
+        assert_eq!(f.get("COPY_THREADS").unwrap().value, "4#x");
+    }
+
+    #[test]
+    fn export_is_refused_with_the_reason() {
+        let e = parse("# c\nexport COPY_THREADS=4\n").unwrap_err();
+        let s = e.to_string();
+        assert!(
+            s.starts_with("/etc/default/zinstall:2: export COPY_THREADS=4"),
+            "{s}"
+        );
+        assert!(s.contains("defread"), "{s}");
+    }
+
+    #[test]
+    fn a_required_file_that_is_missing_is_an_error() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("absent");
+        let e = DefaultsFile::load_required(&p).unwrap_err();
+        assert!(e.to_string().contains("absent"), "{e}");
+        assert_eq!(e.raw_os_error(), Some(libc::ENOENT));
+    }
+
+    #[test]
     fn duplicate_key_is_an_error() {
         let e = parse("COPY_BATCH=1\nCOPY_BATCH=2\n").unwrap_err();
         assert!(e.to_string().contains("first set on line 1"), "{e}");
@@ -217,5 +349,37 @@ mod test {
         let d = tempfile::tempdir().unwrap();
         let f = DefaultsFile::load(&d.path().join("absent")).unwrap();
         assert_eq!(f.keys().count(), 0);
+    }
+
+    #[test]
+    fn rewrite_keeps_comments() {
+        let shipped = include_str!("../../etc/default/zinstall");
+        let p = Path::new("/etc/default/zinstall");
+        let out = rewrite(p, shipped, 4, 32).unwrap();
+        assert!(out.contains("#COPY_THREADS=8\nCOPY_THREADS=4\n"), "{out}");
+        assert!(out.contains("#COPY_BATCH=128\nCOPY_BATCH=32\n"), "{out}");
+        let comments =
+            |s: &str| s.lines().filter(|l| l.starts_with('#')).count();
+        assert_eq!(comments(&out), comments(shipped));
+        // It parses, and says what was written.
+        let f = DefaultsFile::parse(Path::new("x"), out.as_bytes()).unwrap();
+        let t = crate::Tunables::from_defaults(&f).unwrap();
+        assert_eq!((t.copy_threads, t.copy_batch), (4, 32));
+        // Run again: replaced in place, not added.
+        let again = rewrite(p, &out, 2, 8).unwrap();
+        assert_eq!(again.matches("COPY_THREADS=").count(), 2);
+        assert!(again.contains("\nCOPY_THREADS=2\n"));
+        assert_eq!(
+            rewrite(p, "", 1, 1).unwrap(),
+            "COPY_THREADS=1\nCOPY_BATCH=1\n"
+        );
+    }
+
+    #[test]
+    fn rewrite_refuses_a_file_that_does_not_parse() {
+        let p = Path::new("/etc/default/zinstall");
+        let e = rewrite(p, "COPY_THREAD=4\n", 2, 8).unwrap_err();
+        assert!(e.to_string().contains("unknown key COPY_THREAD"), "{e}");
+        assert!(rewrite(p, "garbage\n", 2, 8).is_err());
     }
 }

@@ -216,6 +216,13 @@ pub enum DefaultsProblem {
         /// Largest accepted value.
         max: u64,
     },
+    /// A key zinstall does not read: a typo, most likely.
+    UnknownKey {
+        /// The known key closest to it, if one is close.
+        nearest: Option<&'static str>,
+    },
+    /// `export KEY=value`: defread(3C) does not read it.
+    Export,
     /// The file is longer than any defaults file needs to be.
     TooLong {
         /// The most bytes read.
@@ -415,6 +422,18 @@ impl fmt::Display for DefaultsMsg<'_> {
             DefaultsProblem::OutOfRange { min, max } => write!(
                 f,
                 "{key}={value}: out of range (must be {min} to {max})"
+            ),
+            DefaultsProblem::UnknownKey { nearest: Some(n) } => {
+                write!(f, "unknown key {key} (did you mean {n}?)")
+            }
+            DefaultsProblem::UnknownKey { nearest: None } => {
+                write!(f, "unknown key {key}")
+            }
+            DefaultsProblem::Export => write!(
+                f,
+                "export {key}={value}: defread(3C) reads KEY=value lines \
+                 only; drop the export (a shell sourcing the file sees the \
+                 setting either way)"
             ),
             DefaultsProblem::TooLong { max } => {
                 write!(f, "longer than {max} bytes; not a defaults file")

@@ -138,6 +138,10 @@ pub enum NoticeKind {
     Xattr(String),
     /// A special file could not be made and was skipped.
     SpecialSkipped,
+    /// This platform's build copies no extended attributes (illumos keeps
+    /// them in attribute directories, which are not copied yet): said
+    /// once per run rather than dropping them without a word.
+    XattrsUnsupported,
 }
 
 impl fmt::Display for Notice {
@@ -152,6 +156,11 @@ impl fmt::Display for Notice {
             NoticeKind::SpecialSkipped => {
                 write!(f, "special files skipped (no privilege)")?
             }
+            NoticeKind::XattrsUnsupported => write!(
+                f,
+                "extended attributes not copied (not supported on this \
+                 platform)"
+            )?,
         }
         write!(
             f,

@@ -65,8 +65,28 @@ impl Tunables {
     pub const KEYS: [&'static str; 3] =
         ["COPY_THREADS", "COPY_BATCH", "COPY_BUFSIZE"];
 
-    /// Defaults overridden by the settings of `file`.
+    /// Defaults overridden by the settings of `file`. A key that is not
+    /// one of [`Tunables::KEYS`] is an error naming its line (a typo'd
+    /// `COPY_THREAD=4` would otherwise be ignored without a word).
     pub fn from_defaults(file: &DefaultsFile) -> Result<Self> {
+        let mut unknown: Vec<&str> =
+            file.keys().filter(|k| !Self::KEYS.contains(k)).collect();
+        unknown.sort_by_key(|k| file.get(k).map_or(0, |s| s.line));
+        if let Some(k) = unknown.first() {
+            let s = file.get(k).cloned().unwrap_or(crate::defaults::Setting {
+                value: String::new(),
+                line: 0,
+            });
+            return Err(Error::Defaults {
+                file: file.path().to_path_buf(),
+                line: s.line,
+                key: k.to_string(),
+                value: s.value,
+                problem: DefaultsProblem::UnknownKey {
+                    nearest: nearest_key(k),
+                },
+            });
+        }
         let mut t = Tunables::default();
         for key in Self::KEYS {
             if let Some(s) = file.get(key) {
@@ -118,7 +138,12 @@ impl Tunables {
             value: text.to_string(),
             problem,
         };
-        let n: u64 = text.trim().parse().map_err(|e: ParseIntError| {
+        // A size may carry a binary unit: 64K, 1M, 1MiB.
+        let (digits, unit) = match key {
+            "COPY_BUFSIZE" => split_unit(text.trim()),
+            _ => (text.trim(), 1),
+        };
+        let n: u64 = digits.parse().map_err(|e: ParseIntError| {
             // Digits past u64 are a number, just far out of range.
             err(match e.kind() {
                 IntErrorKind::PosOverflow => {
@@ -127,6 +152,9 @@ impl Tunables {
                 _ => DefaultsProblem::NotANumber,
             })
         })?;
+        let n = n
+            .checked_mul(unit)
+            .ok_or_else(|| err(DefaultsProblem::OutOfRange { min, max }))?;
         if n < min || n > max {
             return Err(err(DefaultsProblem::OutOfRange { min, max }));
         }
@@ -154,9 +182,90 @@ impl Tunables {
     }
 }
 
+/// `64K` → (`64`, 1024): the binary units K, M, G (`KiB`, `MiB`, `GiB`
+/// and a trailing `B` accepted, any case). No unit: 1.
+fn split_unit(text: &str) -> (&str, u64) {
+    let lower = text.to_ascii_lowercase();
+    for (suffixes, unit) in [
+        (["kib", "kb", "k"], 1u64 << 10),
+        (["mib", "mb", "m"], 1 << 20),
+        (["gib", "gb", "g"], 1 << 30),
+    ] {
+        for sfx in suffixes {
+            if lower.ends_with(sfx) && lower.len() > sfx.len() {
+                return (text[..text.len() - sfx.len()].trim_end(), unit);
+            }
+        }
+    }
+    (text, 1)
+}
+
+/// The known key a typo most likely meant: one within two edits.
+fn nearest_key(key: &str) -> Option<&'static str> {
+    Tunables::KEYS
+        .iter()
+        .map(|k| (edits(key, k), *k))
+        .filter(|(d, _)| *d <= 2)
+        .min()
+        .map(|(_, k)| k)
+}
+
+/// Levenshtein distance, for a handful of short keys.
+fn edits(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut prev = row[0];
+        row[0] = i + 1;
+        for j in 0..b.len() {
+            let cur = row[j + 1];
+            row[j + 1] = (prev + usize::from(ca != b[j]))
+                .min(row[j] + 1)
+                .min(cur + 1);
+            prev = cur;
+        }
+    }
+    row[b.len()]
+}
+
 #[cfg(test)]
 mod test {
     use super::*;
+
+    fn parsed(text: &str) -> Result<Tunables> {
+        Tunables::from_defaults(&DefaultsFile::parse(
+            Path::new("/etc/default/zinstall"),
+            text.as_bytes(),
+        )?)
+    }
+
+    #[test]
+    fn an_unknown_key_names_its_line_and_the_key_meant() {
+        let e = parsed("COPY_BATCH=64\nCOPY_THREAD=4\n").unwrap_err();
+        let s = e.to_string();
+        assert!(s.starts_with("/etc/default/zinstall:2:"), "{s}");
+        assert!(s.contains("unknown key COPY_THREAD"), "{s}");
+        assert!(s.contains("did you mean COPY_THREADS?"), "{s}");
+        let e = parsed("FOO=1\n").unwrap_err();
+        assert!(e.to_string().ends_with("unknown key FOO"), "{e}");
+    }
+
+    #[test]
+    fn buffer_sizes_take_binary_units() {
+        for (text, n) in [
+            ("64K", 64 << 10),
+            ("1M", 1 << 20),
+            ("2MiB", 2 << 20),
+            ("8192", 8192),
+            ("1m", 1 << 20),
+        ] {
+            let t = parsed(&format!("COPY_BUFSIZE={text}\n")).unwrap();
+            assert_eq!(t.copy_bufsize, n, "{text}");
+        }
+        assert!(parsed("COPY_BUFSIZE=1G\n").is_err(), "over 64 MiB");
+        assert!(parsed("COPY_BUFSIZE=18446744073709551615K\n").is_err());
+        assert!(parsed("COPY_THREADS=4K\n").is_err(), "not a size");
+    }
 
     fn file(s: &str) -> Result<Tunables> {
         let f = DefaultsFile::parse(Path::new("/d"), s.as_bytes())?;
@@ -219,10 +328,5 @@ mod test {
             (1024, 65536, 64 << 20)
         );
         t.validate().unwrap();
-    }
-
-    #[test]
-    fn unknown_keys_are_left_alone() {
-        assert_eq!(file("OTHER=1\n").unwrap(), Tunables::default());
     }
 }

@@ -592,6 +592,12 @@ impl Ctx<'_> {
         m: &Meta,
         shown: &Path,
     ) -> Result<()> {
+        if !sys::XATTRS {
+            if !m.xattrs.is_empty() {
+                self.notice(NoticeKind::XattrsUnsupported, shown);
+            }
+            return Ok(());
+        }
         for (name, value) in &m.xattrs {
             if let Err(e) = sys::set_xattr(target, name, value) {
                 let denied = matches!(

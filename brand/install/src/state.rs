@@ -24,7 +24,9 @@
 //! lets zoneadm clean the zonepath (254) removes it first, so zoneadm's
 //! `cleanup_zonepath()` meets only `root` and can destroy the zonepath.
 
-use std::fs::{self, File, OpenOptions, TryLockError};
+use std::fs::{self, File, OpenOptions};
+
+use copier::fsutil::Flock;
 use std::io::{self, Read, Seek, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -108,9 +110,9 @@ impl ZoneLock {
                 )
                 .open(&path)
                 .map_err(|e| LockError::Io(path.clone(), nofollow_error(e)))?;
-            match file.try_lock() {
-                Ok(()) => {}
-                Err(TryLockError::WouldBlock) => {
+            match file.try_flock_exclusive() {
+                Ok(true) => {}
+                Ok(false) => {
                     let mut s = String::new();
                     let _unreadable = file.read_to_string(&mut s);
                     return Err(LockError::Held {
@@ -118,9 +120,7 @@ impl ZoneLock {
                         pid: s.trim().parse().ok(),
                     });
                 }
-                Err(TryLockError::Error(e)) => {
-                    return Err(LockError::Io(path, e));
-                }
+                Err(e) => return Err(LockError::Io(path, e)),
             }
             if !same_file(&file, &path) {
                 continue;
@@ -160,7 +160,7 @@ impl Drop for ZoneLock {
         if same_file(&self.file, &path) {
             let _gone = fs::remove_file(&path);
         }
-        let _unlocked = self.file.unlock();
+        let _unlocked = self.file.flock_unlock();
     }
 }
 

@@ -109,7 +109,13 @@ pub fn run(args: &TuneArgs) -> ExitCode {
                 return ExitCode::from(1);
             }
         };
-        let new = tune::rewrite_defaults(&old, t, b);
+        let new = match copier::defaults::rewrite(&path, &old, t, b) {
+            Ok(n) => n,
+            Err(e) => {
+                output::error(e);
+                return ExitCode::from(1);
+            }
+        };
         let tmp = path.with_extension(format!("tune.{}", std::process::id()));
         let written = std::fs::write(&tmp, new)
             .and_then(|()| std::fs::rename(&tmp, &path));

@@ -185,6 +185,9 @@ fn run(plan: &Plan) -> Result<Report, Failure> {
         plan.src.to_string_lossy(),
         plan.dst.to_string_lossy()
     ));
+    if !sys::XATTRS {
+        shared.notice(NoticeKind::XattrsUnsupported, &plan.src);
+    }
     if let Err(e) = plan.tunables.validate() {
         shared.fail(e);
     } else {

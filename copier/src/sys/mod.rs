@@ -8,8 +8,8 @@
 //! | `open_source` | `O_NOATIME` when allowed | plain `open` |
 //! | `clone_file` | `ioctl(FICLONE)` | unsupported |
 //! | `copy_range` | `copy_file_range(2)` | unsupported |
-//! | `sync_fs` | `syncfs(2)` | `sync(2)` |
-//! | xattrs | `*xattr(2)` | none listed (see `portable.rs`) |
+//! | `sync_fs` | `syncfs(2)` | `syncfs(2)` on illumos, else `sync(2)` |
+//! | xattrs (`XATTRS`) | `*xattr(2)` | none listed, said once as a notice (see `portable.rs`) |
 //! | `open_dir_beneath` | `openat2(RESOLVE_BENEATH)` | caller walks components |
 //! | `open_dir_same_mount` | `openat2(RESOLVE_NO_XDEV)` | caller compares `st_dev` |
 //! | `chmod_at` | `O_PATH` + `/proc/self/fd` | `fchmodat` after `lstat` |
@@ -32,6 +32,9 @@ use linux as platform;
 mod portable;
 #[cfg(not(target_os = "linux"))]
 use portable as platform;
+
+/// Whether this platform's build copies extended attributes.
+pub(crate) const XATTRS: bool = cfg!(target_os = "linux");
 
 pub(crate) use platform::{
     XattrTarget, chmod_at, clone_file, copy_range, get_xattr, list_xattrs,

@@ -38,8 +38,21 @@ pub(crate) fn copy_range(
     Ok(None)
 }
 
-/// No per-filesystem sync: `sync(2)` flushes everything, which includes
-/// the destination.
+/// `syncfs(2)` on illumos, which has it: only the destination's
+/// filesystem is flushed.
+#[cfg(target_os = "illumos")]
+pub(crate) fn sync_fs(f: &File) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: plain system call on an open descriptor.
+    if unsafe { libc::syncfs(f.as_raw_fd()) } == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Elsewhere no per-filesystem sync: `sync(2)` flushes everything, which
+/// includes the destination.
+#[cfg(not(target_os = "illumos"))]
 pub(crate) fn sync_fs(_f: &File) -> io::Result<()> {
     // SAFETY: sync takes no arguments and cannot fail.
     unsafe { libc::sync() };
