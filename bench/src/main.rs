@@ -51,6 +51,30 @@ enum Cmd {
         #[arg(long)]
         zinstall: Option<PathBuf>,
     },
+    /// How many workers one walker can feed: the walker's entries/s with
+    /// its jobs discarded (walk-only) beside one worker's full copy
+    /// (COPY_THREADS=1), interleaved, on one tree.
+    Walk {
+        /// A generated tree (usr, store, sparse) or a directory.
+        #[arg(long, default_value = "usr")]
+        tree: String,
+        /// Scale of a generated tree.
+        #[arg(long, default_value_t = 1.0)]
+        scale: f64,
+        /// Timed runs of each.
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+        /// Time only `walk` or only `copy` (to profile one of them).
+        #[arg(long)]
+        only: Option<String>,
+        /// Drop the page cache before each run (root only) instead of
+        /// warming the source.
+        #[arg(long)]
+        cold: bool,
+        /// Where generated sources, the destinations and results go.
+        #[arg(long, default_value = "/var/tmp/zinstall-bench")]
+        scratch: PathBuf,
+    },
     /// Generate a tree.
     Gen {
         /// usr, store or sparse.
@@ -236,6 +260,14 @@ fn main() -> ExitCode {
             keep.as_deref(),
             zinstall,
         ),
+        Cmd::Walk {
+            tree,
+            scale,
+            runs,
+            only,
+            cold,
+            scratch,
+        } => walk_bench(&tree, scale, runs, only.as_deref(), cold, &scratch),
         Cmd::SerialCopy { src, dst } => {
             peers::serial_copy(&src, &dst).map_err(|e| {
                 format!("{} -> {}: {e}", src.display(), dst.display())
@@ -416,6 +448,143 @@ fn copy_bench(
         fs::write(out.join(format!("{slug}.md")), &table)
             .map_err(|e| e.to_string())?;
     }
+    eprintln!("results in {}", out.display());
+    Ok(())
+}
+
+/// What one run of `walk_bench` did, besides its time.
+#[derive(Clone, Copy, Default)]
+struct WalkRun {
+    entries: u64,
+    bytes: u64,
+    walker_blocked: std::time::Duration,
+    utilization: f64,
+}
+
+fn walk_bench(
+    tree: &str,
+    scale: f64,
+    runs: usize,
+    only: Option<&str>,
+    cold: bool,
+    scratch: &Path,
+) -> Result<(), String> {
+    use std::time::Instant;
+    let (walk, copy) = ("walk-only", "copy, 1 worker");
+    let names: Vec<&str> = match only {
+        None => vec![walk, copy],
+        Some("walk") => vec![walk],
+        Some("copy") => vec![copy],
+        Some(other) => return Err(format!("--only {other}: walk or copy")),
+    };
+    fs::create_dir_all(scratch)
+        .map_err(|e| format!("{}: {e}", scratch.display()))?;
+    let src = source(tree, scale, false, scratch)?;
+    let dst = scratch.join("walk-dst");
+    // One worker for the copy; the walk-only run keeps the same queue
+    // (2 batches of COPY_BATCH) and discards what comes off it.
+    let tunables = copier::Tunables {
+        copy_threads: 1,
+        ..copier::Tunables::default()
+    };
+    eprintln!(
+        "{}: {runs} runs of {}, {} page cache, destination {}",
+        src.display(),
+        names.join(" and "),
+        if cold { "cold" } else { "warm" },
+        dst.display()
+    );
+    let mut done: Vec<Vec<WalkRun>> = vec![Vec::new(); names.len()];
+    let samples = report::interleaved(&names, runs, |i| {
+        let _ = fs::remove_dir_all(&dst);
+        if cold {
+            peers::drop_caches()?;
+        } else {
+            peers::sync();
+            peers::warm(&src).map_err(|e| format!("{}: {e}", src.display()))?;
+        }
+        let plan = copier::Plan::new(&src, &dst)
+            .tunables(tunables)
+            .walk_only(names[i] == walk);
+        let t0 = Instant::now();
+        let r = plan.run().map_err(|f| f.to_string())?;
+        let took = t0.elapsed();
+        if names[i] == copy {
+            peers::verify_copy(&src, &dst)
+                .map_err(|e| format!("{copy} made a wrong copy: {e}"))?;
+        }
+        done[i].push(WalkRun {
+            entries: r.stats.entries(),
+            bytes: r.stats.bytes,
+            walker_blocked: r.stats.walker_blocked,
+            utilization: r.stats.utilization(),
+        });
+        Ok(took)
+    })?;
+    let _ = fs::remove_dir_all(&dst);
+    let mut md = format!(
+        "### {} ({} page cache, destination on {})\n\n{}",
+        src.display(),
+        if cold { "cold" } else { "warm" },
+        scratch.display(),
+        report::markdown(&samples, copy)
+    );
+    let median = |v: &[WalkRun], f: fn(&WalkRun) -> f64| {
+        let mut x: Vec<f64> = v.iter().map(f).collect();
+        x.sort_by(f64::total_cmp);
+        match x.len() {
+            0 => 0.0,
+            n if n % 2 == 1 => x[n / 2],
+            n => (x[n / 2 - 1] + x[n / 2]) / 2.0,
+        }
+    };
+    let rates: Vec<report::Rate> = samples
+        .iter()
+        .zip(&done)
+        .map(|(s, d)| report::Rate {
+            samples: s,
+            entries: d.first().map_or(0, |r| r.entries),
+            bytes: d.first().map_or(0, |r| r.bytes),
+        })
+        .collect();
+    for (s, d) in samples.iter().zip(&done) {
+        if d.iter().any(|r| r.entries != d[0].entries) {
+            md.push_str(&format!(
+                "\nThe source changed during the runs: {} counted {:?} \
+                 entries.\n",
+                s.tool,
+                d.iter().map(|r| r.entries).collect::<Vec<_>>()
+            ));
+        }
+        md.push_str(&format!(
+            "\n{}: walker blocked on the full queue {:.3} s, its consumer busy \
+             {:.0}% of the wall time (medians).\n",
+            s.tool,
+            median(d, |r| r.walker_blocked.as_secs_f64()),
+            100.0 * median(d, |r| r.utilization),
+        ));
+    }
+    if let [w, c] = rates.as_slice() {
+        let (table, ratio) = report::rates(w, c);
+        md.push_str(&format!("\n{table}"));
+        if let Some(x) = ratio {
+            md.push_str(&format!(
+                "\nOne walker feeds {x:.1} workers: walk-only entries/s \
+                 over one worker's, at the medians.\n"
+            ));
+        }
+    }
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let out = scratch.join(format!("results-{stamp}"));
+    fs::create_dir_all(&out).map_err(|e| e.to_string())?;
+    let label = src.display().to_string();
+    fs::write(out.join("walk.csv"), report::csv(&label, &samples))
+        .map_err(|e| e.to_string())?;
+    fs::write(out.join("walk.md"), &md).map_err(|e| e.to_string())?;
+    println!("\n{md}");
     eprintln!("results in {}", out.display());
     Ok(())
 }

@@ -48,6 +48,7 @@ pub struct Plan {
     pub(crate) progress: Option<Arc<dyn Progress>>,
     pub(crate) record: bool,
     pub(crate) cancel: Option<Cancel>,
+    pub(crate) walk_only: bool,
 }
 
 impl Plan {
@@ -73,6 +74,7 @@ impl Plan {
             progress: None,
             record: false,
             cancel: None,
+            walk_only: false,
         }
     }
 
@@ -161,6 +163,21 @@ impl Plan {
         self
     }
 
+    /// A measurement aid, not a copy: the walker does all its work (reads
+    /// every directory, makes and opens each destination directory,
+    /// batches and queues jobs) but one consumer discards the jobs instead
+    /// of doing them, so no file, symlink, hard link or special file is
+    /// written. Directories get their metadata once their discarded
+    /// contents are released, as in a copy. The [`Report`] counts each
+    /// discarded job as the entry it stands for (a file's later names as
+    /// files: the walker does not stat files), with no bytes. What the
+    /// walker alone can sustain is read from the run's time; `bench walk`
+    /// sets it beside one worker's copy rate.
+    pub fn walk_only(mut self, yes: bool) -> Self {
+        self.walk_only = yes;
+        self
+    }
+
     /// The source.
     pub fn source(&self) -> &Path {
         &self.src
@@ -183,6 +200,7 @@ impl fmt::Debug for Plan {
             .field("merge", &self.merge)
             .field("sync", &self.sync)
             .field("rules", &self.rules.is_some())
+            .field("walk_only", &self.walk_only)
             .finish_non_exhaustive()
     }
 }

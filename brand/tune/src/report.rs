@@ -117,6 +117,60 @@ pub fn interleaved(
     Ok(samples)
 }
 
+/// One contender of a rate comparison: its times and what each run did.
+#[derive(Clone, Debug)]
+pub struct Rate<'a> {
+    /// Its timed runs.
+    pub samples: &'a Samples,
+    /// Entries each run handled.
+    pub entries: u64,
+    /// Bytes of file data each run copied.
+    pub bytes: u64,
+}
+
+impl Rate<'_> {
+    /// Entries per second at the median time.
+    pub fn entries_per_s(&self) -> f64 {
+        per_s(self.entries as f64, self.samples.median())
+    }
+
+    /// Bytes per second at the median time.
+    pub fn bytes_per_s(&self) -> f64 {
+        per_s(self.bytes as f64, self.samples.median())
+    }
+}
+
+fn per_s(n: f64, t: Duration) -> f64 {
+    let s = t.as_secs_f64();
+    if s > 0.0 { n / s } else { 0.0 }
+}
+
+/// A Markdown table of entries/s and MB/s at each contender's median
+/// time, then how many times `feeder`'s entry rate is `consumer`'s: for
+/// the walker beside one worker, how many workers the walker can keep
+/// busy. `None` for the ratio when a rate is zero.
+pub fn rates(feeder: &Rate, consumer: &Rate) -> (String, Option<f64>) {
+    let mut s = String::from(
+        "| contender | entries | MB | median s | entries/s | MB/s |\n\
+         |---|---:|---:|---:|---:|---:|\n",
+    );
+    for r in [feeder, consumer] {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {:.1} | {:.3} | {:.0} | {:.1} |",
+            r.samples.tool.replace('|', "\\|"),
+            r.entries,
+            r.bytes as f64 / 1e6,
+            r.samples.median().as_secs_f64(),
+            r.entries_per_s(),
+            r.bytes_per_s() / 1e6,
+        );
+    }
+    let (f, c) = (feeder.entries_per_s(), consumer.entries_per_s());
+    let ratio = (f > 0.0 && c > 0.0).then(|| f / c);
+    (s, ratio)
+}
+
 #[cfg(test)]
 mod test {
     use super::*;
@@ -167,6 +221,52 @@ mod test {
         assert_eq!(order, [0, 1, 2, 1, 2, 0]);
         assert_eq!(s[2].times, [Duration::from_secs(3); 2]);
         assert!(interleaved(&["a"], 3, |_| Err("no".into())).is_err());
+    }
+
+    #[test]
+    fn rates_at_the_median_and_their_ratio() {
+        let walk = Samples {
+            tool: "walk-only".into(),
+            times: [1, 2, 3].map(Duration::from_millis).to_vec(),
+        };
+        let copy = Samples {
+            tool: "copy | 1 worker".into(),
+            times: [40, 30, 50].map(Duration::from_millis).to_vec(),
+        };
+        let (md, ratio) = rates(
+            &Rate {
+                samples: &walk,
+                entries: 1000,
+                bytes: 0,
+            },
+            &Rate {
+                samples: &copy,
+                entries: 1000,
+                bytes: 4_000_000,
+            },
+        );
+        assert!(
+            md.contains("| walk-only | 1000 | 0.0 | 0.002 | 500000 | 0.0 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains(
+                "| copy \\| 1 worker | 1000 | 4.0 | 0.040 | 25000 | 100.0 |"
+            ),
+            "{md}"
+        );
+        assert_eq!(ratio, Some(20.0));
+        let none = Samples {
+            tool: "none".into(),
+            times: Vec::new(),
+        };
+        let empty = Rate {
+            samples: &none,
+            entries: 1000,
+            bytes: 0,
+        };
+        let (_, ratio) = rates(&empty, &empty);
+        assert_eq!(ratio, None);
     }
 
     #[test]

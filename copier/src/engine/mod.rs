@@ -26,6 +26,11 @@
 //!   directories on the current path, and the inodes with more than one
 //!   name; not by the size of the tree.
 //! * The first error stops the walk; workers stop at their next job.
+//!
+//! Walk-only ([`Plan::walk_only`], a measurement aid): the walker is
+//! unchanged, directories included; one worker takes the batches and
+//! discards each job, releasing its directory, so the walker's own rate
+//! can be measured apart from the copying.
 
 mod dirs;
 mod inodes;
@@ -260,8 +265,14 @@ fn run_tree(
             return;
         }
     };
-    let threads = plan.tunables.copy_threads;
-    let (tx, rx) = crossbeam_channel::bounded::<Vec<Job>>(2 * threads);
+    // The queue is the copy's, whatever consumes it.
+    let (tx, rx) =
+        crossbeam_channel::bounded::<Vec<Job>>(2 * plan.tunables.copy_threads);
+    let threads = if plan.walk_only {
+        1
+    } else {
+        plan.tunables.copy_threads
+    };
     let results = thread::scope(|s| {
         let mut handles = Vec::with_capacity(threads);
         for i in 0..threads {

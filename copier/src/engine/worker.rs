@@ -123,6 +123,10 @@ impl<'s, 'p> Worker<'s, 'p> {
             job.src.to_string_lossy()
         ));
         let r = match &job.kind {
+            _ if self.shared.plan.walk_only => {
+                self.discard(&job.kind);
+                Ok(())
+            }
             JobKind::File => self.copy_file(&job),
             JobKind::Symlink => self.copy_symlink(&job),
             JobKind::Special => self.copy_special(&job),
@@ -146,6 +150,17 @@ impl<'s, 'p> Worker<'s, 'p> {
         if let Some(parent) = &job.parent {
             dirs::release(parent, self.shared);
         }
+    }
+
+    /// Walk-only: counts the entry the job stands for, writes nothing.
+    fn discard(&mut self, kind: &JobKind) {
+        let n = match kind {
+            JobKind::File => &mut self.stats.files,
+            JobKind::Symlink => &mut self.stats.symlinks,
+            JobKind::Special => &mut self.stats.specials,
+            JobKind::Redirect(_) => &mut self.stats.redirects,
+        };
+        *n += 1;
     }
 
     fn copy_file(&mut self, job: &Job) -> Result<()> {
