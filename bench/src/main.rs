@@ -385,7 +385,7 @@ fn copy_bench(
             "tar" => list.push(Tool::Tar),
             "rsync" => list.push(Tool::Rsync),
             "serial8k" => list.push(Tool::Serial8k),
-            "xcp" | "fcp" => list.extend(peers::optional_peer(&workspace(), t)),
+            "xcp" | "fcp" => list.extend(optional_peer(t)),
             other => return Err(format!("unknown tool {other}")),
         }
     }
@@ -495,32 +495,38 @@ fn walk_bench(
         dst.display()
     );
     let mut done: Vec<Vec<WalkRun>> = vec![Vec::new(); names.len()];
-    let samples = report::interleaved(&names, runs, |i| {
-        let _ = fs::remove_dir_all(&dst);
-        if cold {
-            peers::drop_caches()?;
-        } else {
-            peers::sync();
-            peers::warm(&src).map_err(|e| format!("{}: {e}", src.display()))?;
-        }
-        let plan = copier::Plan::new(&src, &dst)
-            .tunables(tunables)
-            .walk_only(names[i] == walk);
-        let t0 = Instant::now();
-        let r = plan.run().map_err(|f| f.to_string())?;
-        let took = t0.elapsed();
-        if names[i] == copy {
-            peers::verify_copy(&src, &dst)
-                .map_err(|e| format!("{copy} made a wrong copy: {e}"))?;
-        }
-        done[i].push(WalkRun {
-            entries: r.stats.entries(),
-            bytes: r.stats.bytes,
-            walker_blocked: r.stats.walker_blocked,
-            utilization: r.stats.utilization(),
-        });
-        Ok(took)
-    })?;
+    let samples = report::interleaved(
+        &names,
+        runs,
+        |i| {
+            let _ = fs::remove_dir_all(&dst);
+            if cold {
+                peers::drop_caches()?;
+            } else {
+                peers::sync();
+                peers::warm(&src)
+                    .map_err(|e| format!("{}: {e}", src.display()))?;
+            }
+            let plan = copier::Plan::new(&src, &dst)
+                .tunables(tunables)
+                .walk_only(names[i] == walk);
+            let t0 = Instant::now();
+            let r = plan.run().map_err(|f| f.to_string())?;
+            let took = t0.elapsed();
+            if names[i] == copy {
+                peers::verify_copy(&src, &dst)
+                    .map_err(|e| format!("{copy} made a wrong copy: {e}"))?;
+            }
+            done[i].push(WalkRun {
+                entries: r.stats.entries(),
+                bytes: r.stats.bytes,
+                walker_blocked: r.stats.walker_blocked,
+                utilization: r.stats.utilization(),
+            });
+            Ok(took)
+        },
+        &mut |l| eprintln!("{l}"),
+    )?;
     let _ = fs::remove_dir_all(&dst);
     let mut md = format!(
         "### {} ({} page cache, destination on {})\n\n{}",
@@ -631,32 +637,38 @@ fn unpack_bench(
     let parallel = format!("zinstall {threads} workers");
     let names = [parallel.as_str(), "zinstall 1 worker", "tar -xf"];
     let dst = scratch.join("unpack-dst");
-    let samples = report::interleaved(&names, runs, |i| {
-        let _ = fs::remove_dir_all(&dst);
-        fs::create_dir_all(&dst).map_err(|e| e.to_string())?;
-        peers::sync();
-        peers::warm(&layer).map_err(|e| e.to_string())?;
-        let t0 = Instant::now();
-        if i == 2 {
-            let mut c = std::process::Command::new("tar");
-            c.arg("-xf").arg(&layer).arg("-C").arg(&dst);
-            peers::time(c)?;
-        } else {
-            let t = if i == 0 { threads } else { 1 };
-            let opts = UnpackOptions {
-                tunables: copier::Tunables {
-                    copy_threads: t,
-                    ..copier::Tunables::default()
-                },
-                expect: Some(ArchiveKind::Layer),
-                ..UnpackOptions::default()
-            };
-            let root = dst.join("root");
-            fs::create_dir(&root).map_err(|e| e.to_string())?;
-            archive::unpack(&layer, &root, &opts).map_err(|e| e.to_string())?;
-        }
-        Ok(t0.elapsed())
-    })?;
+    let samples = report::interleaved(
+        &names,
+        runs,
+        |i| {
+            let _ = fs::remove_dir_all(&dst);
+            fs::create_dir_all(&dst).map_err(|e| e.to_string())?;
+            peers::sync();
+            peers::warm(&layer).map_err(|e| e.to_string())?;
+            let t0 = Instant::now();
+            if i == 2 {
+                let mut c = std::process::Command::new("tar");
+                c.arg("-xf").arg(&layer).arg("-C").arg(&dst);
+                peers::time(c)?;
+            } else {
+                let t = if i == 0 { threads } else { 1 };
+                let opts = UnpackOptions {
+                    tunables: copier::Tunables {
+                        copy_threads: t,
+                        ..copier::Tunables::default()
+                    },
+                    expect: Some(ArchiveKind::Layer),
+                    ..UnpackOptions::default()
+                };
+                let root = dst.join("root");
+                fs::create_dir(&root).map_err(|e| e.to_string())?;
+                archive::unpack(&layer, &root, &opts)
+                    .map_err(|e| e.to_string())?;
+            }
+            Ok(t0.elapsed())
+        },
+        &mut |l| eprintln!("{l}"),
+    )?;
     let _ = fs::remove_dir_all(&dst);
     println!(
         "\nunpack {} ({files} x {size} bytes)\n\n{}",
@@ -898,18 +910,23 @@ fn install_bench(
     )).map_err(|e| e.to_string())?;
     let names = ["install 8x128", "install 1x1"];
     let zp = scratch.join("zonepath");
-    let samples = report::interleaved(&names, runs, |i| {
-        let _ = fs::remove_dir_all(&zp);
-        peers::sync();
-        peers::warm(&seed).map_err(|e| e.to_string())?;
-        let mut c = std::process::Command::new(&z);
-        c.env("ZINSTALL_DEFAULTS", "/nonexistent").arg("install");
-        if i == 1 {
-            c.args(["--threads", "1", "--batch", "1"]);
-        }
-        c.arg("--profile").arg(&profile).arg("--zonepath").arg(&zp);
-        peers::time(c)
-    })?;
+    let samples = report::interleaved(
+        &names,
+        runs,
+        |i| {
+            let _ = fs::remove_dir_all(&zp);
+            peers::sync();
+            peers::warm(&seed).map_err(|e| e.to_string())?;
+            let mut c = std::process::Command::new(&z);
+            c.env("ZINSTALL_DEFAULTS", "/nonexistent").arg("install");
+            if i == 1 {
+                c.args(["--threads", "1", "--batch", "1"]);
+            }
+            c.arg("--profile").arg(&profile).arg("--zonepath").arg(&zp);
+            peers::time(c)
+        },
+        &mut |l| eprintln!("{l}"),
+    )?;
     let _ = fs::remove_dir_all(&zp);
     println!(
         "\nseed install ({})\n\n{}",
@@ -955,9 +972,7 @@ fn sweep_bench(
             "tar" => tools.push(Tool::Tar),
             "rsync" => tools.push(Tool::Rsync),
             "serial8k" => tools.push(Tool::Serial8k),
-            "xcp" | "fcp" => {
-                tools.extend(peers::optional_peer(&workspace(), p))
-            }
+            "xcp" | "fcp" => tools.extend(optional_peer(p)),
             other => return Err(format!("unknown peer {other}")),
         }
     }
@@ -1057,4 +1072,13 @@ fn sweep_bench(
     }
     eprintln!("results in {}", out.display());
     Ok(())
+}
+
+/// The peer `name` (xcp, fcp) if installed; says so when it is not.
+fn optional_peer(name: &str) -> Option<Tool> {
+    let t = peers::optional_peer(&workspace(), name);
+    if t.is_none() {
+        eprintln!("skipping {name}: not found (see bench/README.md)");
+    }
+    t
 }

@@ -180,10 +180,6 @@ pub fn optional_peer(workspace: &Path, name: &str) -> Option<Tool> {
         "fcp" => bin.map(Tool::Fcp),
         _ => None,
     }
-    .or_else(|| {
-        eprintln!("skipping {name}: not found (see bench/README.md)");
-        None
-    })
 }
 
 /// Runs `cmd` and returns its wall time; a failure is an error with its

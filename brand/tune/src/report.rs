@@ -88,11 +88,12 @@ pub fn markdown(all: &[Samples], reference: &str) -> String {
 
 /// Times `names.len()` contenders `runs` times each, interleaved (the
 /// order rotates every run): `one(i)` prepares and runs contender `i` and
-/// returns its wall time. Each time is logged as it comes.
+/// returns its wall time. Each time is told to `log` as it comes.
 pub fn interleaved(
     names: &[&str],
     runs: usize,
     mut one: impl FnMut(usize) -> Result<Duration, String>,
+    log: &mut dyn FnMut(&str),
 ) -> Result<Vec<Samples>, String> {
     let mut samples: Vec<Samples> = names
         .iter()
@@ -106,11 +107,11 @@ pub fn interleaved(
         for k in 0..names.len() {
             let i = (k + run) % names.len();
             let t = one(i)?;
-            eprintln!(
+            log(&format!(
                 "  run {run} {:<width$} {:>8.3} s",
                 names[i],
                 t.as_secs_f64()
-            );
+            ));
             samples[i].times.push(t);
         }
     }
@@ -213,14 +214,23 @@ mod test {
     #[test]
     fn interleaving_rotates_and_keeps_each_contenders_times() {
         let mut order = Vec::new();
-        let s = interleaved(&["a", "b", "c"], 2, |i| {
-            order.push(i);
-            Ok(Duration::from_secs(i as u64 + 1))
-        })
+        let mut logged = Vec::new();
+        let s = interleaved(
+            &["a", "b", "c"],
+            2,
+            |i| {
+                order.push(i);
+                Ok(Duration::from_secs(i as u64 + 1))
+            },
+            &mut |l| logged.push(l.to_string()),
+        )
         .unwrap();
         assert_eq!(order, [0, 1, 2, 1, 2, 0]);
         assert_eq!(s[2].times, [Duration::from_secs(3); 2]);
-        assert!(interleaved(&["a"], 3, |_| Err("no".into())).is_err());
+        assert_eq!(logged.len(), 6);
+        assert!(logged[0].contains("run 0 a"), "{logged:?}");
+        let e = interleaved(&["a"], 3, |_| Err("no".into()), &mut |_| {});
+        assert!(e.is_err());
     }
 
     #[test]
