@@ -345,10 +345,24 @@ fn list_and_gc_keep_entries_in_use() {
         std::thread::sleep(Duration::from_millis(1100));
     }
     let guest = d.path().join("guest0.qcow2");
-    fs::write(&guest, b"overlay").unwrap();
+    zinstall_qcow2::create_overlay(
+        &guest,
+        &entries[0].payload(),
+        "raw",
+        1 << 20,
+    )
+    .unwrap();
     cache.add_user(&entries[0], &guest).unwrap();
     let gone_guest = d.path().join("gone.qcow2");
+    zinstall_qcow2::create_overlay(
+        &gone_guest,
+        &entries[1].payload(),
+        "raw",
+        1 << 20,
+    )
+    .unwrap();
     cache.add_user(&entries[1], &gone_guest).unwrap();
+    fs::remove_file(&gone_guest).unwrap();
     let list = cache.list().unwrap();
     assert_eq!(list.len(), 3);
     assert_eq!(list[0].entry, entries[0], "oldest first");

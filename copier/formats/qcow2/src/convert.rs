@@ -128,6 +128,7 @@ fn convert_range(
     let mut run: Option<(u64, u64, u64)> = None;
     let mut n = start;
     let mut reported = start;
+    let mut l2 = None;
     while n < end {
         if let Some(next) = img.unmapped_until(n) {
             // No L2 table: the whole span reads as zeros.
@@ -138,7 +139,7 @@ fn convert_range(
             st.hole_clusters += next - n;
             n = next;
         } else {
-            let m = img.map(n)?;
+            let m = img.map_with(n, &mut l2)?;
             let extends = matches!((run, m), (Some((_, h, k)), Mapping::Data(host))
                 if host == h + k * cs && (k + 1) * cs <= RUN_BYTES);
             if !extends && let Some(r) = run.take() {

@@ -261,6 +261,17 @@ impl Image {
 
     /// Where guest cluster `n` lives.
     pub(crate) fn map(&self, n: u64) -> Result<Mapping> {
+        self.map_with(n, &mut None)
+    }
+
+    /// [`Self::map`], keeping the last L2 table used in `last`: a walk
+    /// over consecutive clusters then takes the shared cache's lock once
+    /// per table instead of once per cluster.
+    pub(crate) fn map_with(
+        &self,
+        n: u64,
+        last: &mut Option<(u64, Arc<Vec<u64>>)>,
+    ) -> Result<Mapping> {
         let bits = self.header.cluster_bits;
         let per_l2 = 1u64 << (bits - 3);
         let Some(&l1e) = usize::try_from(n / per_l2)
@@ -273,7 +284,10 @@ impl Image {
         if l2_off == 0 {
             return Ok(Mapping::Unallocated);
         }
-        let l2 = self.l2_table(l2_off)?;
+        let l2 = match last {
+            Some((off, t)) if *off == l2_off => t,
+            _ => &mut last.insert((l2_off, self.l2_table(l2_off)?)).1,
+        };
         let e = l2[(n % per_l2) as usize];
         if e & (1 << 62) != 0 {
             // Compressed: offset in the low x bits, then the count of

@@ -517,7 +517,7 @@ fn header_fields_at_their_extremes_are_read_or_refused() {
         ("L1[0] 0", u64s(l1_off, 0), Read),
         ("L1[0] 1", u64s(l1_off, 1), Read),
         ("L1[0] max", u64s(l1_off, u64::MAX), Refused("unaligned")),
-        ("L1[0] unaligned", u64s(l1_off, l2_off + 512), Refused("L2 table at")),
+        ("L1[0] unaligned", u64s(l1_off, l2_off + 512), Refused("is unaligned")),
         ("L1[0] past", u64s(l1_off, past_aligned), Refused("outside the file")),
         ("L2 entry max", u64s(l2e_at, u64::MAX), Refused("outside the file")),
         ("L2 entry unaligned", u64s(l2e_at, (1 << 63) | 0x10200), Refused("data cluster at 0x10200 is unaligned")),
