@@ -439,6 +439,31 @@ fn decompress_into(
 mod test {
     use super::*;
 
+    /// A temporary directory removed even with immutable cache entries in it
+    /// (`chattr -R -i` first; as root the cache sets the flag).
+    struct Tmp(tempfile::TempDir);
+
+    impl Tmp {
+        fn new() -> Tmp {
+            Tmp(tempfile::tempdir().unwrap())
+        }
+
+        fn path(&self) -> &std::path::Path {
+            self.0.path()
+        }
+    }
+
+    impl Drop for Tmp {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("chattr")
+                .arg("-R")
+                .arg("-i")
+                .arg(self.0.path())
+                .stderr(std::process::Stdio::null())
+                .status();
+        }
+    }
+
     fn opts(dir: &Path) -> ProvisionOptions {
         ProvisionOptions {
             count: 1,
@@ -458,7 +483,7 @@ mod test {
     /// extracted or allocated.
     #[test]
     fn counts_and_sizes_are_bounded_before_any_work() {
-        let d = tempfile::tempdir().unwrap();
+        let d = Tmp::new();
         let image = d.path().join("absent.raw");
         let mut o = opts(d.path());
         o.count = 99_999_999_999;
@@ -480,7 +505,7 @@ mod test {
     /// The largest size is made, as a qcow2 overlay of exactly that size.
     #[test]
     fn the_largest_size_is_made() {
-        let d = tempfile::tempdir().unwrap();
+        let d = Tmp::new();
         let image = d.path().join("disk.raw");
         fs::write(&image, vec![7u8; 1 << 20]).unwrap();
         let mut o = opts(d.path());
