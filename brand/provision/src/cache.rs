@@ -257,10 +257,9 @@ impl Lease {
 /// Reads an image once while hashing every byte read.
 pub struct HashingReader {
     file: File,
-    path: PathBuf,
     hasher: Sha256,
     bytes: u64,
-    /// The whole file has been hashed (by [`Self::hash_alongside`]).
+    /// The whole file has been hashed (by [`Self::feed`]).
     done: bool,
 }
 
@@ -276,8 +275,8 @@ impl Read for HashingReader {
     }
 }
 
-/// Reads of this size hash a file alongside a build: large sequential
-/// reads, few system calls.
+/// Reads of this size finish a digest: large sequential reads, few
+/// system calls.
 const HASH_READ: usize = 4 << 20;
 
 impl HashingReader {
@@ -287,46 +286,20 @@ impl HashingReader {
     }
 
     /// Runs `work`, which reads the image by other means (a qcow2 image
-    /// read by cluster), while another thread hashes the whole file in
-    /// large sequential reads: the two read the same pages at about the
-    /// same time, so the disk is read once and the digest costs no second
-    /// pass after the work. Must be called before anything is read.
-    pub fn hash_alongside<T, E: From<Error>>(
+    /// read natively) and hands every byte of the file, in order, to the
+    /// sink it is given: the digest is made from the very bytes the work
+    /// read, in the same pass. Must be called before anything is read.
+    pub fn feed<T, E: From<Error>>(
         &mut self,
-        work: impl FnOnce() -> Result<T, E>,
+        work: impl FnOnce(&mut (dyn FnMut(&[u8]) + Send)) -> Result<T, E>,
     ) -> Result<T, E> {
-        assert_eq!(self.bytes, 0, "hash_alongside after a read");
-        let file = &self.file;
-        let path = &self.path;
-        let (result, hashed) = std::thread::scope(|s| {
-            let hasher = s.spawn(move || -> Result<(Sha256, u64)> {
-                let mut h = Sha256::new();
-                let mut buf = vec![0u8; HASH_READ];
-                let mut at = 0u64;
-                loop {
-                    let n = match file.read_at(&mut buf, at) {
-                        Ok(0) => break,
-                        Ok(n) => n,
-                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {
-                            continue;
-                        }
-                        Err(e) => return Err(Error::io(Op::Read, path, e)),
-                    };
-                    h.update(&buf[..n]);
-                    at += n as u64;
-                }
-                Ok((h, at))
-            });
-            let r = work();
-            let hashed = hasher
-                .join()
-                .unwrap_or_else(|p| std::panic::resume_unwind(p));
-            (r, hashed)
-        });
-        let value = result?;
-        let (h, n) = hashed?;
-        self.hasher = h;
-        self.bytes = n;
+        assert_eq!(self.bytes, 0, "feed after a read");
+        let (hasher, bytes) = (&mut self.hasher, &mut self.bytes);
+        let mut sink = |b: &[u8]| {
+            hasher.update(b);
+            *bytes += b.len() as u64;
+        };
+        let value = work(&mut sink)?;
         self.done = true;
         Ok(value)
     }
@@ -599,7 +572,6 @@ impl Cache {
             File::open(image).map_err(|e| Error::io(Op::Open, image, e))?;
         let mut reader = HashingReader {
             file,
-            path: image.to_path_buf(),
             hasher: Sha256::new(),
             bytes: 0,
             done: false,

@@ -73,6 +73,20 @@ impl<V> Lru<V> {
     }
 }
 
+/// An inflated cluster, in a page-aligned buffer.
+pub(crate) struct Cluster {
+    raw: Vec<u8>,
+    at: usize,
+    len: usize,
+}
+
+impl Cluster {
+    /// The cluster's bytes.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &self.raw[self.at..self.at + self.len]
+    }
+}
+
 /// Where an image's bytes are: a file, or memory (images built in tests
 /// and fed by the fuzzer).
 enum Source {
@@ -108,7 +122,7 @@ pub struct Image {
     header: Header,
     l1: Vec<u64>,
     l2_cache: Mutex<Lru<Vec<u64>>>,
-    inflated: Mutex<Lru<Vec<u8>>>,
+    inflated: Mutex<Lru<Cluster>>,
 }
 
 impl Image {
@@ -352,7 +366,7 @@ impl Image {
         n: u64,
         off: u64,
         len: u64,
-    ) -> Result<Arc<Vec<u8>>> {
+    ) -> Result<Arc<Cluster>> {
         if let Some(c) = self
             .inflated
             .lock()
@@ -367,7 +381,8 @@ impl Image {
         self.file
             .read_exact_at(&mut packed, off)
             .map_err(|e| Error::io(&self.path, "read compressed cluster", e))?;
-        let mut out = vec![0u8; cs];
+        let (mut raw, at) = crate::convert::aligned(cs);
+        let out = &mut raw[at..at + cs];
         let fail = |why: String| {
             Error::problem(
                 &self.path,
@@ -386,16 +401,11 @@ impl Image {
             // its own size (QEMU compresses each cluster alone).
             d.window_log_max(self.header.cluster_bits.max(10) + 2)
                 .map_err(|e| fail(format!("zstd: {e}")))?;
-            d.read_exact(&mut out)
-                .map_err(|e| fail(format!("zstd: {e}")))?;
+            d.read_exact(out).map_err(|e| fail(format!("zstd: {e}")))?;
         } else {
             // Raw deflate, no zlib header.
             let mut d = flate2::Decompress::new(false);
-            match d.decompress(
-                &packed,
-                &mut out,
-                flate2::FlushDecompress::Finish,
-            ) {
+            match d.decompress(&packed, out, flate2::FlushDecompress::Finish) {
                 Ok(_) if d.total_out() as usize == cs => {}
                 Ok(_) => {
                     return Err(fail(format!(
@@ -406,7 +416,7 @@ impl Image {
                 Err(e) => return Err(fail(format!("deflate: {e}"))),
             }
         }
-        let out = Arc::new(out);
+        let out = Arc::new(Cluster { raw, at, len: cs });
         self.inflated
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -436,7 +446,7 @@ impl Image {
                     }
                     Mapping::Compressed(off, len) => {
                         let c = self.inflate(n, off, len)?;
-                        out.copy_from_slice(&c[within..within + take]);
+                        out.copy_from_slice(&c.bytes()[within..within + take]);
                     }
                 }
             }
@@ -447,6 +457,26 @@ impl Image {
 
     pub(crate) fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The image file's length when opened.
+    pub(crate) fn file_len(&self) -> u64 {
+        self.file_len
+    }
+
+    /// Reads `buf.len()` bytes of the image file at `offset` (not guest
+    /// data: the file itself), short only at its end; returns the count.
+    pub(crate) fn read_file_at(
+        &self,
+        buf: &mut [u8],
+        offset: u64,
+    ) -> Result<usize> {
+        let n =
+            self.file_len.saturating_sub(offset).min(buf.len() as u64) as usize;
+        self.file
+            .read_exact_at(&mut buf[..n], offset)
+            .map_err(|e| Error::io(&self.path, "read", e))?;
+        Ok(n)
     }
 }
 
