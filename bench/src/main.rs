@@ -1,5 +1,6 @@
 //! `cargo run --release -p bench -- ...`: see bench/README.md.
 
+use std::fmt::Write as _;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -134,6 +135,19 @@ enum Cmd {
         /// The zinstall binary.
         #[arg(long)]
         zinstall: Option<PathBuf>,
+        /// Only the qcow2 comparison: skip the guest and tree runs.
+        #[arg(long)]
+        qcow2_only: bool,
+        /// Virtual size of the qcow2 image, GiB.
+        #[arg(long, default_value_t = 3)]
+        qcow2_gib: u64,
+        /// Share of the qcow2 image's virtual size holding data.
+        #[arg(long, default_value_t = 0.3)]
+        qcow2_data: f64,
+        /// Another zinstall binary (an older build) timed in the same
+        /// qcow2 runs, as `zinstall (other)`.
+        #[arg(long)]
+        other: Option<PathBuf>,
     },
     /// Sweep COPY_THREADS x COPY_BATCH on a tree, with the peers in the
     /// same run; CSV, Markdown and charts (SVG, PNG).
@@ -222,14 +236,33 @@ fn main() -> ExitCode {
             xfs,
             scratch,
             zinstall,
-        } => provision_bench(
-            guests,
-            runs,
-            scale,
-            xfs.as_deref(),
-            &scratch,
-            zinstall,
-        ),
+            qcow2_only,
+            qcow2_gib,
+            qcow2_data,
+            other,
+        } => {
+            let z = zinstall
+                .unwrap_or_else(|| workspace().join("target/release/zinstall"));
+            let q = Qcow2Bench {
+                runs,
+                gib: qcow2_gib,
+                data: qcow2_data,
+                other,
+            };
+            if qcow2_only {
+                qcow2_bench(&z, &q, &scratch)
+            } else {
+                provision_bench(
+                    guests,
+                    runs,
+                    scale,
+                    xfs.as_deref(),
+                    &scratch,
+                    z.clone(),
+                )
+                .and_then(|()| qcow2_bench(&z, &q, &scratch))
+            }
+        }
         Cmd::Install {
             runs,
             scratch,
@@ -690,10 +723,8 @@ fn provision_bench(
     scale: f64,
     xfs: Option<&Path>,
     scratch: &Path,
-    zinstall: Option<PathBuf>,
+    z: PathBuf,
 ) -> Result<(), String> {
-    let z =
-        zinstall.unwrap_or_else(|| workspace().join("target/release/zinstall"));
     if !z.is_file() {
         return Err(format!(
             "{}: build it first: cargo build --release -p brand",
@@ -801,62 +832,170 @@ fn provision_bench(
         tzst.display(),
         report::markdown(&samples, "")
     );
-    // Native qcow2 reading against qemu-img, on qcow2 copies of the disk.
-    let mut q: Vec<Samples> = Vec::new();
+    Ok(())
+}
+
+/// The qcow2 comparison's settings.
+struct Qcow2Bench {
+    runs: usize,
+    gib: u64,
+    data: f64,
+    other: Option<PathBuf>,
+}
+
+/// A qcow2 image of `gib` GiB with `data` of it written by qemu-io in
+/// 1 MiB extents spread evenly, from a deterministic pattern that is half
+/// text and half noise (compresses about as a system disk does); then
+/// its zlib- and zstd-compressed copies made by qemu-img convert -c.
+fn qcow2_images(
+    q: &Qcow2Bench,
+    scratch: &Path,
+) -> Result<Vec<(String, PathBuf)>, String> {
+    let stem = format!("q-{}g-{}", q.gib, (q.data * 100.0).round() as u64);
+    let plain = scratch.join(format!("{stem}.qcow2"));
+    if !plain.exists() {
+        let pat = scratch.join("q-pattern.bin");
+        let mut bytes = Vec::with_capacity(1 << 20);
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let text = b"zinstall provisions guests from one cached image; ";
+        while bytes.len() < 1 << 20 {
+            for _ in 0..512 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                bytes.push(x as u8);
+            }
+            for _ in 0..8 {
+                bytes.extend_from_slice(&text[..64.min(text.len())]);
+            }
+        }
+        bytes.truncate(1 << 20);
+        fs::write(&pat, &bytes).map_err(|e| e.to_string())?;
+        let size = q.gib << 30;
+        let extents = ((size as f64 * q.data) as u64 >> 20).max(1);
+        let step = (size / extents) & !0xffff;
+        let mut cmds = String::new();
+        for i in 0..extents {
+            cmds.push_str(&format!(
+                "write -q -s {} {} 1M\n",
+                pat.display(),
+                i * step
+            ));
+        }
+        let cmdfile = scratch.join("q-cmds.txt");
+        fs::write(&cmdfile, cmds).map_err(|e| e.to_string())?;
+        let tmp = scratch.join(format!("{stem}.partial"));
+        sh(&format!(
+            "qemu-img create -q -f qcow2 {0} {1}G && qemu-io -f qcow2 {0} < {2} > /dev/null && mv {0} {3}",
+            tmp.display(),
+            q.gib,
+            cmdfile.display(),
+            plain.display()
+        ))?;
+    }
+    let mut out = vec![("qcow2".to_string(), plain.clone())];
     for (label, opts) in [
-        ("qcow2", ""),
-        ("qcow2 zstd-compressed", "-c -o compression_type=zstd"),
+        ("qcow2 zlib", "-c"),
+        ("qcow2 zstd", "-c -o compression_type=zstd"),
     ] {
-        let img = scratch.join(format!("disk-{scale}-{}.qcow2", opts.len()));
+        let img =
+            scratch.join(format!("{stem}-{}.qcow2", label.replace(' ', "-")));
         if !img.exists() {
             sh(&format!(
-                "qemu-img convert -q -O qcow2 {opts} {} {}",
-                raw.display(),
+                "qemu-img convert -q -O qcow2 {opts} {} {}.partial && mv {1}.partial {1}",
+                plain.display(),
                 img.display()
             ))?;
         }
-        let out = scratch.join("qcow2-out.raw");
-        for _ in 0..runs.max(3) {
-            let _ = fs::remove_file(&out);
-            peers::sync();
-            peers::warm(&img).map_err(|e| e.to_string())?;
-            let t0 = std::time::Instant::now();
-            let image =
-                zinstall_qcow2::Image::open(&img).map_err(|e| e.to_string())?;
-            let f = fs::File::create_new(&out).map_err(|e| e.to_string())?;
-            zinstall_qcow2::convert_to_raw(
-                &image,
-                &f,
-                &zinstall_qcow2::ConvertOptions { threads: 2 },
-                &|_| {},
-            )
-            .map_err(|e| e.to_string())?;
-            let native = t0.elapsed();
-            let _ = fs::remove_file(&out);
-            peers::sync();
-            peers::warm(&img).map_err(|e| e.to_string())?;
-            let qemu = sh(&format!(
-                "qemu-img convert -O raw {} {}",
-                img.display(),
-                out.display()
-            ))?;
-            for (name, t) in [
-                (format!("{label}: zinstall native"), native),
-                (format!("{label}: qemu-img convert"), qemu),
-            ] {
-                eprintln!("  {name:<40} {:>8.3} s", t.as_secs_f64());
-                match q.iter_mut().find(|s| s.tool == name) {
-                    Some(s) => s.times.push(t),
-                    None => q.push(Samples {
-                        tool: name,
-                        times: vec![t],
-                    }),
-                }
-            }
-        }
-        let _ = fs::remove_file(&out);
+        out.push((label.to_string(), img));
     }
-    println!("\nqcow2 to raw\n\n{}", report::markdown(&q, ""));
+    Ok(out)
+}
+
+/// `zinstall provision IMAGE --count 1` with an empty cache (its one
+/// syncfs included) against `qemu-img convert -O raw`, without and with a
+/// `sync` after, interleaved; each zinstall base checked against the
+/// image with `qemu-img compare` once.
+fn qcow2_bench(z: &Path, q: &Qcow2Bench, scratch: &Path) -> Result<(), String> {
+    fs::create_dir_all(scratch).map_err(|e| e.to_string())?;
+    let images = qcow2_images(q, scratch)?;
+    let mut zs = vec![("zinstall provision".to_string(), z.to_path_buf())];
+    if let Some(o) = &q.other {
+        zs.push(("zinstall provision (other)".to_string(), o.clone()));
+    }
+    let work = scratch.join("q-work");
+    // Cache entries are immutable (chattr +i) when made as root.
+    let clear = || {
+        sh(&format!(
+            "if [ -e {0} ]; then chattr -R -i {0} 2>/dev/null; rm -rf {0}; fi",
+            work.display()
+        ))
+    };
+    let mut tables = String::new();
+    for (label, img) in &images {
+        let mut names: Vec<String> =
+            zs.iter().map(|(n, _)| n.clone()).collect();
+        names.push("qemu-img convert".into());
+        names.push("qemu-img convert; sync".into());
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let mut checked = vec![false; zs.len()];
+        let samples = report::interleaved(
+            &refs,
+            q.runs,
+            |i| {
+                clear()?;
+                fs::create_dir_all(&work).map_err(|e| e.to_string())?;
+                peers::sync();
+                peers::warm(img).map_err(|e| e.to_string())?;
+                let out = work.join("out.raw");
+                let t = match i {
+                    i if i < zs.len() => {
+                        let mut c = std::process::Command::new(&zs[i].1);
+                        c.arg("provision")
+                            .arg(img)
+                            .args(["--count", "1", "--out"])
+                            .arg(work.join("g"))
+                            .arg("--cache")
+                            .arg(work.join("c"));
+                        let t = peers::time(c)?;
+                        if !checked[i] {
+                            sh(&format!(
+                                "qemu-img compare -q -f qcow2 -F qcow2 {} {}",
+                                img.display(),
+                                work.join("g/guest-0.qcow2").display()
+                            ))
+                            .map_err(|e| {
+                                format!("{}: wrong guest: {e}", zs[i].0)
+                            })?;
+                            checked[i] = true;
+                        }
+                        t
+                    }
+                    i if i == zs.len() => sh(&format!(
+                        "qemu-img convert -O raw {} {}",
+                        img.display(),
+                        out.display()
+                    ))?,
+                    _ => sh(&format!(
+                        "qemu-img convert -O raw {} {} && sync",
+                        img.display(),
+                        out.display()
+                    ))?,
+                };
+                Ok(t)
+            },
+            &mut |l| eprintln!("{l}"),
+        )?;
+        let _ = tables.write_fmt(format_args!(
+            "\n{label} ({}, {} GiB, {:.0}% data)\n\n{}",
+            img.display(),
+            q.gib,
+            q.data * 100.0,
+            report::markdown(&samples, "qemu-img convert; sync")
+        ));
+    }
+    clear()?;
+    println!("{tables}");
     Ok(())
 }
 

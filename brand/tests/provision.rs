@@ -10,6 +10,31 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+/// A temporary directory removed even with immutable cache entries in it
+/// (`chattr -R -i` first; as root the cache sets the flag).
+struct Tmp(tempfile::TempDir);
+
+impl Tmp {
+    fn new() -> Tmp {
+        Tmp(tempfile::tempdir().unwrap())
+    }
+
+    fn path(&self) -> &std::path::Path {
+        self.0.path()
+    }
+}
+
+impl Drop for Tmp {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("chattr")
+            .arg("-R")
+            .arg("-i")
+            .arg(self.0.path())
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
+}
+
 fn is_root() -> bool {
     // SAFETY: geteuid cannot fail.
     unsafe { libc::geteuid() == 0 }
@@ -87,7 +112,7 @@ fn raw_of(img: &Path, out: &Path) -> Vec<u8> {
 
 #[test]
 fn every_kind_of_image_gives_correct_guests() {
-    let d = tempfile::tempdir().unwrap();
+    let d = Tmp::new();
     let raw = disk(d.path());
     let want = fs::read(&raw).unwrap();
     let gz = d.path().join("disk.img.gz");
@@ -188,7 +213,7 @@ fn every_kind_of_image_gives_correct_guests() {
 
 #[test]
 fn a_guest_write_stays_in_its_overlay() {
-    let d = tempfile::tempdir().unwrap();
+    let d = Tmp::new();
     let raw = disk(d.path());
     let want = fs::read(&raw).unwrap();
     let out = d.path().join("out");
@@ -244,7 +269,7 @@ fn a_guest_write_stays_in_its_overlay() {
 
 #[test]
 fn rootfs_archives_give_directory_guests() {
-    let d = tempfile::tempdir().unwrap();
+    let d = Tmp::new();
     let root = rootfs(d.path());
     let tzst = d.path().join("rootfs.tar.zst");
     // PAX keeps nanosecond times, so the guests compare exactly.
@@ -309,7 +334,7 @@ fn tree_guests_are_reflinked_on_xfs() {
         );
         return;
     }
-    let d = tempfile::tempdir().unwrap();
+    let d = Tmp::new();
     let img = d.path().join("fs.img");
     fs::File::create(&img).unwrap().set_len(512 << 20).unwrap();
     if tools::tool("mkfs.xfs")
@@ -351,7 +376,7 @@ fn tree_guests_are_reflinked_on_xfs() {
 
 #[test]
 fn concurrent_provisioning_extracts_once() {
-    let d = tempfile::tempdir().unwrap();
+    let d = Tmp::new();
     let raw = disk(d.path());
     let zst = d.path().join("disk.zst");
     run(tools::tool("zstd").args(["-q", "-f", "-o", s(&zst), s(&raw)]));
@@ -392,7 +417,7 @@ fn concurrent_provisioning_extracts_once() {
 
 #[test]
 fn a_killed_extraction_leaves_no_entry() {
-    let d = tempfile::tempdir().unwrap();
+    let d = Tmp::new();
     // A slow-to-inflate image: 200 MB of random data, gzip.
     let raw = d.path().join("big.raw");
     run(Command::new("sh").arg("-c").arg(format!(
@@ -444,7 +469,7 @@ fn a_killed_extraction_leaves_no_entry() {
 
 #[test]
 fn bad_images_leave_nothing_behind() {
-    let d = tempfile::tempdir().unwrap();
+    let d = Tmp::new();
     let raw = disk(d.path());
     let cache = d.path().join("cache");
     let out = d.path().join("out");
@@ -516,7 +541,7 @@ fn a_full_cache_disk_is_a_clean_error() {
         );
         return;
     }
-    let d = tempfile::tempdir().unwrap();
+    let d = Tmp::new();
     let raw = disk(d.path());
     let zst = d.path().join("disk.zst");
     run(tools::tool("zstd").args(["-q", "-f", "-o", s(&zst), s(&raw)]));

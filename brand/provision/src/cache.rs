@@ -7,14 +7,19 @@
 //! the entry.
 //!
 //! ```text
-//! ROOT/
-//!   entries/raw-<sha256>/base.raw      a raw disk, 0444, sparse
-//!   entries/tree-<sha256>/tree/        an extracted root
-//!   entries/<name>/meta.json           what it was made from, when
+//! ROOT/                                0700 unless configured
+//!   entries/raw-<sha256>/base.raw      a raw disk, sparse, immutable
+//!   entries/tree-<sha256>/tree/        an extracted root, immutable
+//!   entries/<kind>-<sha256>.<n>/       generation n, when an earlier
+//!                                      one was found altered
+//!   entries/<name>/meta.json           what it was made from, when, its
+//!                                      stamp
 //!   entries/<name>.lock                flock: shared while guests are made
 //!                                      from it, exclusive to remove it
-//!   entries/<name>.build.lock          flock: exclusive to publish or remove
-//!   entries/<name>.users               guests made from it, one per line
+//!   entries/<kind>-<sha256>.build.lock flock: exclusive to publish or remove
+//!   entries/<name>.users               guests made from it, one JSON line
+//!                                      each: path, device, inode
+//!   entries/<name>.altered             why the entry no longer counts
 //!   index/<identity>                   file identity -> entry name
 //!   index/<identity>.lock              flock: one builder per image file
 //!   scratch/<identity>.<pid>.<thread>  a build in progress
@@ -30,7 +35,45 @@
 //! locks the content key and renames the scratch into place, unless an
 //! entry with the same content already exists (the same bytes under
 //! another file). The rename is atomic and comes after one `syncfs`, so an
-//! entry is whole or absent, even after a crash.
+//! entry is whole or absent, even after a crash. An image that changes
+//! while it is read is refused.
+//!
+//! **A base never changes under its guests.** Overlays read their base on
+//! every access, so a changed base silently changes every guest made from
+//! it: `qemu-img commit` of one guest, run as root, writes the guest's
+//! data into the base, and the 0444 mode does not stop root. Two
+//! measures, decided so:
+//!
+//! - *Protection.* The payload (`base.raw`, or every file and directory
+//!   of `tree/`) gets the immutable flag (`chattr +i`) before the entry is
+//!   published, where the filesystem has it (ext4, XFS, btrfs, tmpfs) and
+//!   the process may set it (root). Not even root can then open the base
+//!   for writing: `qemu-img commit` fails instead of changing the
+//!   siblings. It costs one `ioctl` per file at build time and nothing at
+//!   run time. fs-verity was not chosen: it needs a filesystem feature
+//!   enabled at mkfs time and makes the file read-only by a Merkle tree
+//!   the kernel checks on every read, a cost on every guest's I/O, where
+//!   the immutable flag costs none.
+//! - *Check.* Where the flag cannot be set (a filesystem without it, or
+//!   not root), or someone clears it, the entry's *stamp* (inode, size,
+//!   mtime and ctime of the payload, nanoseconds; for a tree, a digest of
+//!   those of every file in it), recorded in `meta.json` when built, is
+//!   compared with the payload before every reuse. ctime cannot be set
+//!   from user space, so no write, truncation, chmod or `chattr -i` goes
+//!   unnoticed. A stat (a walk for a tree) is all it costs, where
+//!   re-hashing the payload would read the whole base on every
+//!   provision. An entry whose stamp differs is marked altered (the
+//!   reason in `<name>.altered`), left in place for the guests that
+//!   already use it (one of them may now depend on what was committed
+//!   into it), and a new generation is built beside it; the caller hears
+//!   of it through [`Lease::replaced`].
+//!
+//! **A cache entry is never more readable than its source.** The entry's
+//! directory and payload take the source file's read permissions (and,
+//! when run as root, its owner and group): an image readable only by
+//! root gives an entry readable only by root. The cache's root is made
+//! 0700 unless a mode is configured ([`Cache::with_mode`]), for example
+//! 0711 so that an unprivileged hypervisor can open bases by path.
 //!
 //! **Crashes.** A builder that dies leaves scratch behind and no entry;
 //! the kernel drops its locks. The next builder of the same image, which
@@ -38,17 +81,39 @@
 //! and removes it; [`Cache::gc`] removes stale scratch of any identity
 //! whose lock it can take.
 //!
-//! **Paths never change.** Overlays name their base by absolute path, so
-//! an entry is never moved or renamed once made; [`Cache::gc`] removes
-//! only entries no known guest uses and nobody holds.
+//! **Paths never change, and gc finds guests wherever they went.**
+//! Overlays name their base by absolute path, so an entry is never moved
+//! or renamed once made. Each guest is recorded with its path, device and
+//! inode. [`Cache::gc`] keeps an entry if any of these holds:
+//!
+//! - a recorded guest is still at its path (for a disk entry: a qcow2
+//!   file there whose backing file is this entry's base);
+//! - a file with a recorded guest's device and inode, or any qcow2 file
+//!   whose backing file is this entry's base, is found under the
+//!   directories that held its guests or under the directories the
+//!   caller names ([`GcOptions::search`]): a guest moved or copied there
+//!   keeps its base, since an overlay's header names the base it reads;
+//! - a process has the base open (a running VM, on Linux);
+//! - a provision is making guests from it (its lock is held).
+//!
+//! A guest moved or copied outside every searched directory cannot be
+//! seen; name its directory with `--search`. `--dry-run` shows each
+//! entry's fate and why. gc removes an entry's lock, user and marker
+//! files with it.
 //!
 //! Locks are `flock(2)` locks on files opened by this process; they are
 //! released explicitly (not by dropping the file), because a child forked
 //! by another thread between fork and exec would otherwise keep them.
+//! Whoever takes a lock checks that the path still names the file it
+//! locked, so gc may remove lock files without two holders ever locking
+//! different files of one name.
 
-use std::fs::{self, File, OpenOptions, TryLockError};
+use std::collections::{HashMap, HashSet};
+use std::fs::{self, DirBuilder, File, OpenOptions};
 use std::io::{self, Read, Write};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{
+    DirBuilderExt, FileExt, MetadataExt, OpenOptionsExt, PermissionsExt,
+};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -56,9 +121,13 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use copier::Op;
-use copier::fsutil::{remove_tree, sync_fs};
+use copier::fsutil::{Flock, remove_tree, sync_fs};
 
 use crate::error::{ImageProblem, ProvisionError as Error, Result};
+use crate::immutable;
+
+/// The cache root's mode unless configured: only its owner enters.
+pub const DEFAULT_ROOT_MODE: u32 = 0o700;
 
 /// `meta.json` of an entry.
 #[derive(Serialize, Deserialize)]
@@ -69,6 +138,12 @@ struct Meta {
     image_bytes: u64,
     created: u64,
     build_ms: u64,
+    /// The payload's stamp when published (see the module docs).
+    #[serde(default)]
+    stamp: Option<String>,
+    /// Whether the payload carries the immutable flag.
+    #[serde(default)]
+    immutable: bool,
 }
 
 /// What an entry holds.
@@ -114,6 +189,9 @@ pub struct Entry {
     pub kind: EntryKind,
     /// SHA-256 of the image it was made from, hex.
     pub sha256: String,
+    /// 0 for the first build of this content; one more for each rebuild
+    /// after an earlier generation was found altered.
+    pub generation: u32,
 }
 
 impl Entry {
@@ -122,8 +200,17 @@ impl Entry {
         self.dir.join(self.kind.payload())
     }
 
-    /// `kind-sha256`, the entry's name.
+    /// The entry's name: `kind-sha256`, then `.N` from the second
+    /// generation on.
     pub fn name(&self) -> String {
+        match self.generation {
+            0 => self.content_name(),
+            g => format!("{}.{g}", self.content_name()),
+        }
+    }
+
+    /// `kind-sha256`: what every generation of this content shares.
+    pub fn content_name(&self) -> String {
         format!("{}-{}", self.kind.as_str(), self.sha256)
     }
 }
@@ -135,6 +222,18 @@ pub enum Obtained {
     Built(Duration),
     /// Found, built earlier.
     Reused,
+    /// Built now, in this much time, because the entry found was altered
+    /// ([`Lease::replaced`] says which and why).
+    Rebuilt(Duration),
+}
+
+/// An entry found altered and replaced by a new generation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Replaced {
+    /// The altered entry, left for the guests that use it.
+    pub old: Entry,
+    /// What changed.
+    pub why: String,
 }
 
 /// An entry in use: guests are being made from it. Holds a shared lock so
@@ -143,13 +242,15 @@ pub enum Obtained {
 pub struct Lease {
     /// The entry.
     pub entry: Entry,
+    /// The altered entry this one replaces, if the one found had changed.
+    pub replaced: Option<Replaced>,
     lock: File,
 }
 
 impl Lease {
     /// Ends the lease.
     pub fn release(self) {
-        let _unlocked = self.lock.unlock();
+        let _unlocked = self.lock.flock_unlock();
     }
 }
 
@@ -158,10 +259,15 @@ pub struct HashingReader {
     file: File,
     hasher: Sha256,
     bytes: u64,
+    /// The whole file has been hashed (by [`Self::feed`]).
+    done: bool,
 }
 
 impl Read for HashingReader {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.done {
+            return Ok(0);
+        }
         let n = self.file.read(buf)?;
         self.hasher.update(&buf[..n]);
         self.bytes += n as u64;
@@ -169,10 +275,33 @@ impl Read for HashingReader {
     }
 }
 
+/// Reads of this size finish a digest: large sequential reads, few
+/// system calls.
+const HASH_READ: usize = 4 << 20;
+
 impl HashingReader {
     /// Bytes read so far.
     pub fn bytes(&self) -> u64 {
         self.bytes
+    }
+
+    /// Runs `work`, which reads the image by other means (a qcow2 image
+    /// read natively) and hands every byte of the file, in order, to the
+    /// sink it is given: the digest is made from the very bytes the work
+    /// read, in the same pass. Must be called before anything is read.
+    pub fn feed<T, E: From<Error>>(
+        &mut self,
+        work: impl FnOnce(&mut (dyn FnMut(&[u8]) + Send)) -> Result<T, E>,
+    ) -> Result<T, E> {
+        assert_eq!(self.bytes, 0, "feed after a read");
+        let (hasher, bytes) = (&mut self.hasher, &mut self.bytes);
+        let mut sink = |b: &[u8]| {
+            hasher.update(b);
+            *bytes += b.len() as u64;
+        };
+        let value = work(&mut sink)?;
+        self.done = true;
+        Ok(value)
     }
 }
 
@@ -185,23 +314,66 @@ pub struct EntryInfo {
     pub size: u64,
     /// When it was built (seconds since the epoch).
     pub created: u64,
-    /// The image it was built from.
+    /// The image it was built from (absolute path).
     pub source: String,
-    /// Guests recorded as made from it that still exist.
+    /// Guests recorded as made from it that are still at their paths.
     pub users: Vec<PathBuf>,
+    /// Why it no longer counts, if it was found altered.
+    pub altered: Option<String>,
+    /// Whether its payload carries the immutable flag.
+    pub immutable: bool,
+}
+
+/// How [`Cache::gc_with`] collects.
+#[derive(Clone, Debug, Default)]
+pub struct GcOptions {
+    /// Stop once the cache is at most this big.
+    pub max_size: Option<u64>,
+    /// Decide and report, remove nothing.
+    pub dry_run: bool,
+    /// More directories to search for guests (moved or copied there),
+    /// besides those their guests were made in.
+    pub search: Vec<PathBuf>,
+}
+
+/// What gc decided about one entry, and why.
+#[derive(Clone, Debug)]
+pub struct GcDecision {
+    /// The entry.
+    pub entry: Entry,
+    /// Its size on disk.
+    pub size: u64,
+    /// Removed (or, in a dry run, would be).
+    pub remove: bool,
+    /// Why.
+    pub why: String,
 }
 
 /// What [`Cache::gc`] did.
 #[derive(Clone, Debug, Default)]
 pub struct GcReport {
-    /// Entries removed.
+    /// Entries removed (none in a dry run).
     pub removed: Vec<Entry>,
-    /// Bytes freed.
+    /// Bytes freed (or, in a dry run, that would be).
     pub freed: u64,
     /// Stale scratch directories removed.
     pub scratch_removed: usize,
     /// Entries kept because a guest uses them or they are locked.
     pub kept_in_use: usize,
+    /// Every entry, oldest first, with what gc decided and why.
+    pub decisions: Vec<GcDecision>,
+    /// Lock, index and record files of removed entries removed.
+    pub files_removed: usize,
+}
+
+/// One guest as recorded in `<name>.users`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct UserRecord {
+    path: PathBuf,
+    #[serde(default)]
+    dev: u64,
+    #[serde(default)]
+    ino: u64,
 }
 
 /// The cache under one root directory.
@@ -211,12 +383,52 @@ pub struct Cache {
 }
 
 impl Cache {
-    /// Opens (creating if needed) the cache at `root`.
+    /// Opens (creating if needed, mode [`DEFAULT_ROOT_MODE`]) the cache
+    /// at `root`.
     pub fn new(root: impl Into<PathBuf>) -> Result<Self> {
+        Self::with_mode(root, None)
+    }
+
+    /// Opens the cache at `root`, creating it with `mode` (default
+    /// [`DEFAULT_ROOT_MODE`]); an explicit `mode` is also applied to an
+    /// existing root.
+    pub fn with_mode(
+        root: impl Into<PathBuf>,
+        mode: Option<u32>,
+    ) -> Result<Self> {
         let root = root.into();
-        for sub in ["entries", "index", "scratch"] {
+        let want = mode.unwrap_or(DEFAULT_ROOT_MODE) & 0o7777;
+        let created = match fs::symlink_metadata(&root) {
+            Ok(_) => false,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                if let Some(parent) =
+                    root.parent().filter(|p| !p.as_os_str().is_empty())
+                {
+                    fs::create_dir_all(parent)
+                        .map_err(|e| Error::io(Op::Mkdir, parent, e))?;
+                }
+                match DirBuilder::new().mode(want).create(&root) {
+                    Ok(()) => true,
+                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => false,
+                    Err(e) => return Err(Error::io(Op::Mkdir, &root, e)),
+                }
+            }
+            Err(e) => return Err(Error::io(Op::Stat, &root, e)),
+        };
+        if created || mode.is_some() {
+            // Exactly this mode, whatever the umask.
+            fs::set_permissions(&root, fs::Permissions::from_mode(want))
+                .map_err(|e| Error::io(Op::Chmod, &root, e))?;
+        }
+        for (sub, m) in
+            [("entries", 0o755), ("index", 0o700), ("scratch", 0o700)]
+        {
             let p = root.join(sub);
-            fs::create_dir_all(&p).map_err(|e| Error::io(Op::Mkdir, &p, e))?;
+            match DirBuilder::new().mode(m).create(&p) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(Error::io(Op::Mkdir, &p, e)),
+            }
         }
         Ok(Cache { root })
     }
@@ -226,15 +438,21 @@ impl Cache {
         &self.root
     }
 
+    fn entries_dir(&self) -> PathBuf {
+        self.root.join("entries")
+    }
+
     /// Returns the entry of `kind` for `image`, building it with `build`
-    /// if there is none.
+    /// if there is none, or if the one there was altered.
     ///
     /// `build` gets a reader over the image (hashing what it reads), and
     /// the path where the payload must be created (a directory tree or a
     /// file; nothing exists there yet). Whatever of the image `build` does
     /// not read is read afterwards to finish the hash. If `expected` (hex
     /// SHA-256) is given and differs, nothing is kept and the error says
-    /// so. A failed build leaves no entry and no scratch.
+    /// so. A failed build leaves no entry and no scratch. The payload's
+    /// permissions, immutable flag and stamp are set here, not by
+    /// `build`.
     pub fn obtain<E: From<Error>>(
         &self,
         image: &Path,
@@ -245,21 +463,25 @@ impl Cache {
         let md =
             fs::metadata(image).map_err(|e| Error::io(Op::Stat, image, e))?;
         let identity = identity_key(&md, kind);
-        let id_lock = self.lock_file(&self.root.join("index"), &identity)?;
-        let r = self.obtain_locked(image, kind, expected, &identity, build);
-        let _unlocked = id_lock.unlock();
+        let id_lock =
+            self.lock_file(&self.root.join("index"), &identity, false)?;
+        let r =
+            self.obtain_locked(image, &md, kind, expected, &identity, build);
+        let _unlocked = id_lock.flock_unlock();
         r
     }
 
     fn obtain_locked<E: From<Error>>(
         &self,
         image: &Path,
+        md: &fs::Metadata,
         kind: EntryKind,
         expected: Option<&str>,
         identity: &str,
         build: impl FnOnce(&mut HashingReader, &Path) -> Result<(), E>,
     ) -> Result<(Lease, Obtained), E> {
         let index = self.root.join("index").join(identity);
+        let mut replaced = None;
         if let Ok(name) = fs::read_to_string(&index)
             && let Some(entry) = self.entry_named(name.trim())
         {
@@ -267,7 +489,16 @@ impl Cache {
             let lease = self.lease(&entry)?;
             // gc may have removed it between the lookup and the lease.
             if entry.dir.is_dir() {
-                return Ok((lease, Obtained::Reused));
+                match self.altered(&entry)? {
+                    None => return Ok((lease, Obtained::Reused)),
+                    Some(why) => {
+                        self.mark_altered(&entry, &why)?;
+                        replaced = Some(Replaced {
+                            old: entry.clone(),
+                            why,
+                        });
+                    }
+                }
             }
             lease.release();
         }
@@ -279,45 +510,54 @@ impl Cache {
             std::process::id(),
             thread_number()
         ));
-        fs::create_dir(&scratch)
+        DirBuilder::new()
+            .mode(0o700)
+            .create(&scratch)
             .map_err(|e| Error::io(Op::Mkdir, &scratch, e))?;
         let started = Instant::now();
         let result = self.build_in(image, kind, &scratch, build);
+        let fail = |e| {
+            let _already_failing = remove_entry_tree(&scratch);
+            Err(e)
+        };
         let (sha, bytes) = match result {
             Ok(v) => v,
-            Err(e) => {
-                let _already_failing = remove_tree(&scratch);
-                return Err(e);
+            Err(e) => return fail(e),
+        };
+        // The digest is of what was read: an image written to meanwhile
+        // may have given the payload other bytes than those hashed.
+        match fs::metadata(image) {
+            Ok(now) if identity_key(&now, kind) == identity => {}
+            _ => {
+                return fail(
+                    Error::Image {
+                        path: image.to_path_buf(),
+                        problem: ImageProblem::ChangedWhileRead,
+                    }
+                    .into(),
+                );
             }
-        };
+        }
         if let Err(e) = check_expected(image, expected, &sha) {
-            let _already_failing = remove_tree(&scratch);
-            return Err(e.into());
+            return fail(e.into());
         }
-        let entry = Entry {
-            dir: self
-                .root
-                .join("entries")
-                .join(format!("{}-{sha}", kind.as_str())),
-            kind,
-            sha256: sha,
-        };
         let took = started.elapsed();
-        let published = self.publish(&entry, &scratch, image, bytes, took);
-        if published.is_err() {
-            let _already_failing = remove_tree(&scratch);
-        }
-        let built = published?;
+        let published =
+            self.publish(kind, &sha, &scratch, image, md, bytes, took);
+        let (entry, built, superseded) = match published {
+            Ok(v) => v,
+            Err(e) => return fail(e.into()),
+        };
+        replaced = replaced.or(superseded);
         write_atomic(&index, entry.name().as_bytes())?;
-        let lease = self.lease(&entry)?;
-        Ok((
-            lease,
-            if built {
-                Obtained::Built(took)
-            } else {
-                Obtained::Reused
-            },
-        ))
+        let mut lease = self.lease(&entry)?;
+        let how = match (built, &replaced) {
+            (false, _) => Obtained::Reused,
+            (true, None) => Obtained::Built(took),
+            (true, Some(_)) => Obtained::Rebuilt(took),
+        };
+        lease.replaced = replaced;
+        Ok((lease, how))
     }
 
     /// Runs `build` and returns the image's digest and length.
@@ -334,43 +574,106 @@ impl Cache {
             file,
             hasher: Sha256::new(),
             bytes: 0,
+            done: false,
         };
         build(&mut reader, &scratch.join(kind.payload()))?;
-        io::copy(&mut reader, &mut io::sink())
-            .map_err(|e| Error::io(Op::Read, image, e))?;
+        let mut buf = vec![0u8; HASH_READ];
+        loop {
+            match reader.read(&mut buf) {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(Error::io(Op::Read, image, e).into()),
+            }
+        }
         let digest = reader.hasher.finalize();
         Ok((hex(&digest), reader.bytes))
     }
 
-    /// Moves a finished scratch into place under the content lock; false
-    /// if an entry with the same content was already there.
+    /// Every generation of `kind-sha` present, lowest first.
+    fn generations(&self, kind: EntryKind, sha: &str) -> Result<Vec<Entry>> {
+        let dir = self.entries_dir();
+        let base = format!("{}-{sha}", kind.as_str());
+        let mut out = Vec::new();
+        for e in
+            fs::read_dir(&dir).map_err(|e| Error::io(Op::ReadDir, &dir, e))?
+        {
+            let e = e.map_err(|e| Error::io(Op::ReadDir, &dir, e))?;
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.starts_with(&base)
+                && let Some(entry) = self.entry_named(&name)
+            {
+                out.push(entry);
+            }
+        }
+        out.sort_by_key(|e| e.generation);
+        Ok(out)
+    }
+
+    /// Moves a finished scratch into place under the content lock.
+    /// Returns the entry, whether it was built now (false if a good entry
+    /// with the same content was already there), and the altered entry
+    /// it replaces, if any.
+    #[allow(clippy::too_many_arguments)]
     fn publish(
         &self,
-        entry: &Entry,
+        kind: EntryKind,
+        sha: &str,
         scratch: &Path,
         image: &Path,
+        source_md: &fs::Metadata,
         bytes: u64,
         took: Duration,
-    ) -> Result<bool> {
+    ) -> Result<(Entry, bool, Option<Replaced>)> {
         // The build lock, not the lease lock: publishing must not wait for
         // guests being made from an existing entry of the same content.
         let lock = self.lock_file(
-            &self.root.join("entries"),
-            &format!("{}.build", entry.name()),
+            &self.entries_dir(),
+            &format!("{}-{sha}.build", kind.as_str()),
+            false,
         )?;
         let r = (|| {
-            if entry.dir.exists() {
-                remove_tree(scratch)?;
-                return Ok(false);
+            let mut replaced = None;
+            let latest = self.generations(kind, sha)?.pop();
+            if let Some(cur) = &latest {
+                match self.altered(cur)? {
+                    None => {
+                        remove_entry_tree(scratch)?;
+                        return Ok((cur.clone(), false, None));
+                    }
+                    Some(why) => {
+                        self.mark_altered(cur, &why)?;
+                        replaced = Some(Replaced {
+                            old: cur.clone(),
+                            why,
+                        });
+                    }
+                }
             }
+            let generation = latest.map_or(0, |e| e.generation + 1);
+            let mut entry = Entry {
+                dir: PathBuf::new(),
+                kind,
+                sha256: sha.to_string(),
+                generation,
+            };
+            entry.dir = self.entries_dir().join(entry.name());
+            let payload = scratch.join(kind.payload());
+            restrict_like(scratch, &payload, kind, source_md)?;
+            let immutable = protect(&payload, kind)?;
+            let stamp = stamp(&payload, kind)?;
             let created = now_secs();
+            let source =
+                fs::canonicalize(image).unwrap_or_else(|_| image.to_path_buf());
             let meta = Meta {
-                kind: entry.kind.as_str().to_string(),
-                sha256: entry.sha256.clone(),
-                source: image.to_string_lossy().into_owned(),
+                kind: kind.as_str().to_string(),
+                sha256: sha.to_string(),
+                source: source.to_string_lossy().into_owned(),
                 image_bytes: bytes,
                 created,
                 build_ms: took.as_millis() as u64,
+                stamp: Some(stamp),
+                immutable,
             };
             let meta_path = scratch.join("meta.json");
             let json = serde_json::to_vec_pretty(&meta).map_err(|e| {
@@ -385,40 +688,87 @@ impl Cache {
             sync_fs(&dir).map_err(|e| Error::io(Op::Sync, scratch, e))?;
             fs::rename(scratch, &entry.dir)
                 .map_err(|e| Error::io2(Op::Rename, scratch, &entry.dir, e))?;
-            sync_dir(&self.root.join("entries"))?;
+            sync_dir(&self.entries_dir())?;
             let line = format!(
                 "{created} {} {} {} {}\n",
                 std::process::id(),
                 entry.name(),
                 took.as_millis(),
-                image.to_string_lossy()
+                source.to_string_lossy()
             );
             append_line(&self.root.join("builds.log"), &line)?;
-            Ok(true)
+            Ok((entry, true, replaced))
         })();
-        let _unlocked = lock.unlock();
+        let _unlocked = lock.flock_unlock();
         r
+    }
+
+    /// Why `entry` no longer matches what was built, if it does not:
+    /// marked altered earlier, no stamp recorded, or a stamp that differs
+    /// from the payload's.
+    pub fn altered(&self, entry: &Entry) -> Result<Option<String>> {
+        let marker =
+            self.entries_dir().join(format!("{}.altered", entry.name()));
+        if let Ok(why) = fs::read_to_string(&marker) {
+            return Ok(Some(why.trim().to_string()));
+        }
+        let meta_path = entry.dir.join("meta.json");
+        let meta: Option<Meta> = fs::read(&meta_path)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok());
+        let Some(recorded) = meta.and_then(|m| m.stamp) else {
+            return Ok(Some(format!(
+                "{}: no stamp recorded, so it cannot be checked",
+                meta_path.display()
+            )));
+        };
+        let payload = entry.payload();
+        let now = match stamp(&payload, entry.kind) {
+            Ok(s) => s,
+            Err(e) => return Ok(Some(format!("{e}"))),
+        };
+        Ok((now != recorded).then(|| {
+            format!(
+                "{} changed after it was built (stamp {recorded}, now {now})",
+                payload.display()
+            )
+        }))
+    }
+
+    fn mark_altered(&self, entry: &Entry, why: &str) -> Result<()> {
+        let marker =
+            self.entries_dir().join(format!("{}.altered", entry.name()));
+        if marker.exists() {
+            return Ok(());
+        }
+        write_atomic(&marker, format!("{why}\n").as_bytes())
     }
 
     /// A shared hold on an entry while guests are made from it.
     fn lease(&self, entry: &Entry) -> Result<Lease> {
-        let path = self.lock_path(&self.root.join("entries"), &entry.name());
-        let lock = open_lock(&path)?;
-        lock.lock_shared()
-            .map_err(|e| Error::io(Op::Lock, &path, e))?;
+        let lock = self.lock_file(&self.entries_dir(), &entry.name(), true)?;
         Ok(Lease {
             entry: entry.clone(),
+            replaced: None,
             lock,
         })
     }
 
-    /// Records that `guest` was made from `entry`.
+    /// Records that `guest` (a path that exists) was made from `entry`,
+    /// with its device and inode, so that it is found after a move.
     pub fn add_user(&self, entry: &Entry, guest: &Path) -> Result<()> {
-        let users = self
-            .root
-            .join("entries")
-            .join(format!("{}.users", entry.name()));
-        let mut line = guest.to_string_lossy().into_owned();
+        let users = self.entries_dir().join(format!("{}.users", entry.name()));
+        let md = fs::symlink_metadata(guest)
+            .map_err(|e| Error::io(Op::Stat, guest, e))?;
+        let abs =
+            fs::canonicalize(guest).unwrap_or_else(|_| guest.to_path_buf());
+        let rec = UserRecord {
+            path: abs,
+            dev: md.dev(),
+            ino: md.ino(),
+        };
+        let mut line = serde_json::to_string(&rec)
+            .map_err(|e| Error::io(Op::Record, &users, io::Error::other(e)))?;
         line.push('\n');
         append_line(&users, &line)
     }
@@ -435,7 +785,7 @@ impl Cache {
 
     /// Every entry, oldest first.
     pub fn list(&self) -> Result<Vec<EntryInfo>> {
-        let dir = self.root.join("entries");
+        let dir = self.entries_dir();
         let mut out = Vec::new();
         for e in
             fs::read_dir(&dir).map_err(|e| Error::io(Op::ReadDir, &dir, e))?
@@ -450,16 +800,27 @@ impl Cache {
             let meta: Option<Meta> = fs::read(entry.dir.join("meta.json"))
                 .ok()
                 .and_then(|b| serde_json::from_slice(&b).ok());
-            let (created, source) =
-                meta.map(|m| (m.created, m.source)).unwrap_or_default();
-            let users = self.users(&entry)?;
+            let (created, source, immutable) = meta
+                .map(|m| (m.created, m.source, m.immutable))
+                .unwrap_or_default();
+            let users = self
+                .user_records(&entry)?
+                .into_iter()
+                .map(|r| r.path)
+                .filter(|p| fs::symlink_metadata(p).is_ok())
+                .collect::<HashSet<_>>();
+            let mut users: Vec<PathBuf> = users.into_iter().collect();
+            users.sort();
             let size = disk_usage(&entry.dir)?;
+            let altered = self.altered(&entry)?;
             out.push(EntryInfo {
                 entry,
                 size,
                 created,
                 source,
                 users,
+                altered,
+                immutable,
             });
         }
         out.sort_by(|a, b| {
@@ -468,12 +829,9 @@ impl Cache {
         Ok(out)
     }
 
-    /// Guests recorded for `entry` that still exist.
-    fn users(&self, entry: &Entry) -> Result<Vec<PathBuf>> {
-        let path = self
-            .root
-            .join("entries")
-            .join(format!("{}.users", entry.name()));
+    /// Guests recorded for `entry`.
+    fn user_records(&self, entry: &Entry) -> Result<Vec<UserRecord>> {
+        let path = self.entries_dir().join(format!("{}.users", entry.name()));
         let text = match fs::read_to_string(&path) {
             Ok(t) => t,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
@@ -481,76 +839,278 @@ impl Cache {
             }
             Err(e) => return Err(Error::io(Op::Read, &path, e)),
         };
-        let mut users: Vec<PathBuf> = text
+        Ok(text
             .lines()
             .filter(|l| !l.is_empty())
-            .map(PathBuf::from)
-            .filter(|p| fs::symlink_metadata(p).is_ok())
-            .collect();
-        users.sort();
-        users.dedup();
-        Ok(users)
+            .map(|l| {
+                serde_json::from_str(l).unwrap_or_else(|_| UserRecord {
+                    // A line of an older cache: the path alone.
+                    path: PathBuf::from(l),
+                    dev: 0,
+                    ino: 0,
+                })
+            })
+            .collect())
     }
 
-    /// Removes entries no existing guest uses and nobody holds, oldest
-    /// first: all of them, or only until the cache fits in `max_size`
-    /// bytes. Stale scratch is removed too.
+    /// Removes entries no guest uses and nobody holds, oldest first: all
+    /// of them, or only until the cache fits in `max_size` bytes. Stale
+    /// scratch is removed too.
     pub fn gc(&self, max_size: Option<u64>) -> Result<GcReport> {
+        self.gc_with(&GcOptions {
+            max_size,
+            ..GcOptions::default()
+        })
+    }
+
+    /// gc as `opts` says; see the module documentation for how guests
+    /// are found.
+    pub fn gc_with(&self, opts: &GcOptions) -> Result<GcReport> {
         let mut report = GcReport {
-            scratch_removed: self.remove_stale_scratch()?,
+            scratch_removed: if opts.dry_run {
+                0
+            } else {
+                self.remove_stale_scratch()?
+            },
             ..GcReport::default()
         };
         let entries = self.list()?;
+        let in_use = self.find_users(&entries, &opts.search)?;
         let mut total: u64 = entries.iter().map(|e| e.size).sum();
+        let dir = self.entries_dir();
         for info in entries {
-            if max_size.is_some_and(|m| total <= m) {
-                break;
-            }
-            if !info.users.is_empty() {
-                report.kept_in_use += 1;
+            let name = info.entry.name();
+            let mut decide = |remove: bool, why: String| {
+                report.decisions.push(GcDecision {
+                    entry: info.entry.clone(),
+                    size: info.size,
+                    remove,
+                    why,
+                })
+            };
+            if let Some(m) = opts.max_size
+                && total <= m
+            {
+                decide(false, format!("the cache is within {m} bytes"));
                 continue;
             }
-            let entries = self.root.join("entries");
-            let name = info.entry.name();
-            let build = self.lock_file(&entries, &format!("{name}.build"))?;
-            let path = self.lock_path(&entries, &name);
-            let lock = open_lock(&path)?;
-            match lock.try_lock() {
-                Ok(()) => {}
-                Err(TryLockError::WouldBlock) => {
-                    let _unlocked = build.unlock();
+            if let Some(why) = in_use.get(&name) {
+                report.kept_in_use += 1;
+                decide(false, why.clone());
+                continue;
+            }
+            let build = self.lock_file(
+                &dir,
+                &format!("{}.build", info.entry.content_name()),
+                false,
+            )?;
+            let lock = match self.try_lock_file(&dir, &name)? {
+                Some(l) => l,
+                None => {
+                    let _unlocked = build.flock_unlock();
                     report.kept_in_use += 1;
+                    decide(false, "a provision is using it now".into());
                     continue;
                 }
-                Err(TryLockError::Error(e)) => {
-                    let _unlocked = build.unlock();
-                    return Err(Error::io(Op::Lock, &path, e));
+            };
+            let why = match &info.altered {
+                Some(a) => format!("altered ({a}) and no guest uses it"),
+                None => {
+                    let recorded = self.user_records(&info.entry)?.len();
+                    format!(
+                        "no guest uses it ({recorded} recorded, none found; \
+                         not open by any process)"
+                    )
                 }
+            };
+            if opts.dry_run {
+                let _unlocked = lock.flock_unlock();
+                let _unlocked = build.flock_unlock();
+                total = total.saturating_sub(info.size);
+                report.freed += info.size;
+                decide(true, why);
+                continue;
             }
             // Out of sight first (one rename), then removed at leisure.
-            let doomed = self.root.join("scratch").join(format!(
-                "gc.{}.{}",
-                info.entry.name(),
-                std::process::id()
-            ));
+            let doomed = self
+                .root
+                .join("scratch")
+                .join(format!("gc.{name}.{}", std::process::id()));
             let r = fs::rename(&info.entry.dir, &doomed)
                 .map_err(|e| {
                     Error::io2(Op::Rename, &info.entry.dir, &doomed, e)
                 })
-                .and_then(|()| remove_tree(&doomed).map_err(Error::from));
-            let users = self
-                .root
-                .join("entries")
-                .join(format!("{}.users", info.entry.name()));
-            let _stale_users = fs::remove_file(&users);
-            let _unlocked = lock.unlock();
-            let _unlocked = build.unlock();
+                .and_then(|()| remove_entry_tree(&doomed));
+            if r.is_ok() {
+                for f in [
+                    format!("{name}.users"),
+                    format!("{name}.altered"),
+                    format!("{name}.lock"),
+                ] {
+                    if fs::remove_file(dir.join(&f)).is_ok() {
+                        report.files_removed += 1;
+                    }
+                }
+                // The build lock goes with the last generation.
+                if self
+                    .generations(info.entry.kind, &info.entry.sha256)?
+                    .is_empty()
+                    && fs::remove_file(dir.join(format!(
+                        "{}.build.lock",
+                        info.entry.content_name()
+                    )))
+                    .is_ok()
+                {
+                    report.files_removed += 1;
+                }
+            }
+            let _unlocked = lock.flock_unlock();
+            let _unlocked = build.flock_unlock();
             r?;
             total = total.saturating_sub(info.size);
             report.freed += info.size;
+            decide(true, why);
             report.removed.push(info.entry);
         }
+        if !opts.dry_run {
+            report.files_removed += self.remove_dangling_index()?;
+        }
         Ok(report)
+    }
+
+    /// For each entry in use, why: see the module documentation.
+    fn find_users(
+        &self,
+        entries: &[EntryInfo],
+        search: &[PathBuf],
+    ) -> Result<HashMap<String, String>> {
+        let mut used: HashMap<String, String> = HashMap::new();
+        // Payloads of disk entries by (dev, ino), and recorded guests by
+        // (dev, ino).
+        let mut bases: HashMap<(u64, u64), String> = HashMap::new();
+        let mut guests: HashMap<(u64, u64), String> = HashMap::new();
+        let mut roots: Vec<PathBuf> = search.to_vec();
+        for info in entries {
+            let name = info.entry.name();
+            let base_id = (info.entry.kind == EntryKind::Raw)
+                .then(|| fs::metadata(info.entry.payload()).ok())
+                .flatten()
+                .map(|m| (m.dev(), m.ino()));
+            if let Some(id) = base_id {
+                bases.insert(id, name.clone());
+            }
+            for rec in self.user_records(&info.entry)? {
+                if let Some(p) = rec.path.parent() {
+                    roots.push(p.to_path_buf());
+                }
+                if rec.ino != 0 {
+                    guests.insert((rec.dev, rec.ino), name.clone());
+                }
+                if used.contains_key(&name) {
+                    continue;
+                }
+                let Ok(md) = fs::symlink_metadata(&rec.path) else {
+                    continue;
+                };
+                let here = match (info.entry.kind, base_id) {
+                    (EntryKind::Raw, Some(id)) => {
+                        backing_of(&rec.path).is_some_and(|b| b == id)
+                    }
+                    (EntryKind::Raw, None) => false,
+                    // A tree guest is a copy; it is its own as long as it
+                    // is the directory made (or an old record without an
+                    // inode).
+                    (EntryKind::Tree, _) => {
+                        rec.ino == 0
+                            || (md.dev(), md.ino()) == (rec.dev, rec.ino)
+                    }
+                };
+                if here {
+                    used.insert(
+                        name.clone(),
+                        format!("used by {}", rec.path.display()),
+                    );
+                }
+            }
+        }
+        roots.sort();
+        roots.dedup();
+        for root in &roots {
+            let walk = walkdir::WalkDir::new(root)
+                .follow_links(false)
+                .max_depth(SEARCH_DEPTH);
+            for e in walk.into_iter().filter_map(|e| e.ok()) {
+                let Ok(md) = e.metadata() else { continue };
+                if let Some(name) = guests.get(&(md.dev(), md.ino()))
+                    && !used.contains_key(name)
+                {
+                    used.insert(
+                        name.clone(),
+                        format!("used by {} (moved there)", e.path().display()),
+                    );
+                }
+                if md.is_file()
+                    && let Some(id) = backing_of(e.path())
+                    && let Some(name) = bases.get(&id)
+                    && !used.contains_key(name)
+                {
+                    used.insert(
+                        name.clone(),
+                        format!(
+                            "used by {} (its backing file)",
+                            e.path().display()
+                        ),
+                    );
+                }
+            }
+        }
+        for (id, name) in &bases {
+            if !used.contains_key(name)
+                && let Some(pid) = open_by_process(*id)
+            {
+                used.insert(name.clone(), format!("open by process {pid}"));
+            }
+        }
+        Ok(used)
+    }
+
+    /// Index files naming entries that are gone, and identity lock files
+    /// nobody holds whose index file is gone.
+    fn remove_dangling_index(&self) -> Result<usize> {
+        let dir = self.root.join("index");
+        let mut removed = 0;
+        let mut names = Vec::new();
+        for e in
+            fs::read_dir(&dir).map_err(|e| Error::io(Op::ReadDir, &dir, e))?
+        {
+            let e = e.map_err(|e| Error::io(Op::ReadDir, &dir, e))?;
+            names.push(e.file_name().to_string_lossy().into_owned());
+        }
+        for n in &names {
+            let Some(identity) = n.strip_suffix(".lock") else {
+                continue;
+            };
+            if identity.contains('.') {
+                continue;
+            }
+            let Some(lock) = self.try_lock_file(&dir, identity)? else {
+                continue;
+            };
+            let index = dir.join(identity);
+            let live = fs::read_to_string(&index)
+                .ok()
+                .is_some_and(|name| self.entry_named(name.trim()).is_some());
+            if !live {
+                if fs::remove_file(&index).is_ok() {
+                    removed += 1;
+                }
+                if fs::remove_file(dir.join(n)).is_ok() {
+                    removed += 1;
+                }
+            }
+            let _unlocked = lock.flock_unlock();
+        }
+        Ok(removed)
     }
 
     /// Scratch whose builder is gone: its identity lock is free, or, for
@@ -569,21 +1129,19 @@ impl Cache {
                 pid.is_some_and(|p| !process_alive(p))
             } else {
                 let identity = name.split('.').next().unwrap_or_default();
-                let path = self.lock_path(&self.root.join("index"), identity);
-                let lock = open_lock(&path)?;
-                match lock.try_lock() {
-                    Ok(()) => {
-                        let r = remove_tree(&e.path());
-                        let _unlocked = lock.unlock();
+                match self.try_lock_file(&self.root.join("index"), identity)? {
+                    Some(lock) => {
+                        let r = remove_entry_tree(&e.path());
+                        let _unlocked = lock.flock_unlock();
                         r?;
                         removed += 1;
                         continue;
                     }
-                    Err(_) => false,
+                    None => false,
                 }
             };
             if stale {
-                remove_tree(&e.path())?;
+                remove_entry_tree(&e.path())?;
                 removed += 1;
             }
         }
@@ -597,23 +1155,35 @@ impl Cache {
         {
             let e = e.map_err(|e| Error::io(Op::ReadDir, &dir, e))?;
             if matches(&e.file_name().to_string_lossy()) {
-                remove_tree(&e.path())?;
+                remove_entry_tree(&e.path())?;
             }
         }
         Ok(())
     }
 
     fn entry_named(&self, name: &str) -> Option<Entry> {
-        let (kind, sha) = name.split_once('-')?;
+        let (kind, rest) = name.split_once('-')?;
         let kind = EntryKind::parse(kind)?;
+        let (sha, generation) = match rest.split_once('.') {
+            None => (rest, 0),
+            Some((sha, g)) => {
+                // One spelling per generation: no sign, no leading zero.
+                if !g.bytes().all(|b| b.is_ascii_digit()) || g.starts_with('0')
+                {
+                    return None;
+                }
+                (sha, g.parse::<u32>().ok()?)
+            }
+        };
         if sha.len() != 64 || !sha.bytes().all(|b| b.is_ascii_hexdigit()) {
             return None;
         }
-        let dir = self.root.join("entries").join(name);
+        let dir = self.entries_dir().join(name);
         dir.is_dir().then(|| Entry {
             dir,
             kind,
             sha256: sha.to_string(),
+            generation,
         })
     }
 
@@ -621,13 +1191,238 @@ impl Cache {
         dir.join(format!("{name}.lock"))
     }
 
-    /// Opens and exclusively locks `dir/name.lock`, waiting if needed.
-    fn lock_file(&self, dir: &Path, name: &str) -> Result<File> {
+    /// Opens and locks `dir/name.lock` (shared or exclusive), waiting if
+    /// needed; retries if the file was removed meanwhile (by gc), so
+    /// that the lock held is on the file the name now names.
+    fn lock_file(&self, dir: &Path, name: &str, shared: bool) -> Result<File> {
         let path = self.lock_path(dir, name);
-        let f = open_lock(&path)?;
-        f.lock().map_err(|e| Error::io(Op::Lock, &path, e))?;
-        Ok(f)
+        loop {
+            let f = open_lock(&path)?;
+            let r = if shared {
+                f.flock_shared()
+            } else {
+                f.flock_exclusive()
+            };
+            r.map_err(|e| Error::io(Op::Lock, &path, e))?;
+            if same_file(&f, &path) {
+                return Ok(f);
+            }
+            let _unlocked = f.flock_unlock();
+        }
     }
+
+    /// Like [`Self::lock_file`], exclusive, without waiting: `None` if
+    /// someone holds it.
+    fn try_lock_file(&self, dir: &Path, name: &str) -> Result<Option<File>> {
+        let path = self.lock_path(dir, name);
+        loop {
+            let f = open_lock(&path)?;
+            match f.try_flock_exclusive() {
+                Ok(true) => {}
+                Ok(false) => return Ok(None),
+                Err(e) => return Err(Error::io(Op::Lock, &path, e)),
+            }
+            if same_file(&f, &path) {
+                return Ok(Some(f));
+            }
+            let _unlocked = f.flock_unlock();
+        }
+    }
+}
+
+/// How deep gc looks under each searched directory.
+const SEARCH_DEPTH: usize = 4;
+
+fn same_file(f: &File, path: &Path) -> bool {
+    match (f.metadata(), fs::metadata(path)) {
+        (Ok(a), Ok(b)) => (a.dev(), a.ino()) == (b.dev(), b.ino()),
+        _ => false,
+    }
+}
+
+/// The (device, inode) of the backing file a qcow2 file at `path` names,
+/// if it is a qcow2 file with a backing file that exists. A relative name
+/// is resolved against the overlay's directory, as QEMU does.
+pub(crate) fn backing_of(path: &Path) -> Option<(u64, u64)> {
+    let f = File::open(path).ok()?;
+    let mut head = [0u8; 20];
+    f.read_exact_at(&mut head, 0).ok()?;
+    if &head[..4] != b"QFI\xfb" {
+        return None;
+    }
+    let off = u64::from_be_bytes(head[8..16].try_into().ok()?);
+    let len = u32::from_be_bytes(head[16..20].try_into().ok()?) as usize;
+    // The name lies in cluster 0 (at most 2 MiB) and is at most 1023
+    // bytes (QEMU's limits).
+    if off == 0 || len == 0 || len > 1023 || off > (2 << 20) {
+        return None;
+    }
+    let mut name = vec![0u8; len];
+    f.read_exact_at(&mut name, off).ok()?;
+    use std::os::unix::ffi::OsStrExt;
+    let name = Path::new(std::ffi::OsStr::from_bytes(&name));
+    let full = match path.parent() {
+        Some(dir) if name.is_relative() => dir.join(name),
+        _ => name.to_path_buf(),
+    };
+    let md = fs::metadata(full).ok()?;
+    Some((md.dev(), md.ino()))
+}
+
+/// A process that has the file `(dev, ino)` open, on Linux.
+fn open_by_process(id: (u64, u64)) -> Option<u32> {
+    let procs = fs::read_dir("/proc").ok()?;
+    for p in procs.filter_map(|e| e.ok()) {
+        let Ok(pid) = p.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(fds) = fs::read_dir(p.path().join("fd")) else {
+            continue;
+        };
+        for fd in fds.filter_map(|e| e.ok()) {
+            if let Ok(md) = fs::metadata(fd.path())
+                && (md.dev(), md.ino()) == id
+            {
+                return Some(pid);
+            }
+        }
+    }
+    None
+}
+
+/// Gives the entry (its directory, and for a disk its payload) no more
+/// read permission than the source `src` has: the source's read bits; as
+/// root its owner and group too; otherwise the group bit only if the
+/// group is the same.
+fn restrict_like(
+    dir: &Path,
+    payload: &Path,
+    kind: EntryKind,
+    src: &fs::Metadata,
+) -> Result<()> {
+    // SAFETY: geteuid and getegid cannot fail.
+    let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    let mut read = src.mode() & 0o444;
+    if euid != 0 {
+        // The entry is ours: owner read for us, who could read the source.
+        read |= 0o400;
+        if src.gid() != egid {
+            read &= !0o040;
+        }
+    }
+    // Directories: search where the file may be read.
+    let dir_mode = read | (read >> 2) | 0o200;
+    let chown = |p: &Path| -> Result<()> {
+        if euid == 0 {
+            std::os::unix::fs::lchown(p, Some(src.uid()), Some(src.gid()))
+                .map_err(|e| Error::io(Op::Chown, p, e))?;
+        }
+        Ok(())
+    };
+    if kind == EntryKind::Raw {
+        chown(payload)?;
+        fs::set_permissions(payload, fs::Permissions::from_mode(read))
+            .map_err(|e| Error::io(Op::Chmod, payload, e))?;
+    }
+    chown(dir)?;
+    fs::set_permissions(dir, fs::Permissions::from_mode(dir_mode))
+        .map_err(|e| Error::io(Op::Chmod, dir, e))
+}
+
+/// Sets the immutable flag on the payload (every file and directory of a
+/// tree, directories last); false where it cannot be set.
+fn protect(payload: &Path, kind: EntryKind) -> Result<bool> {
+    let set = |p: &Path| {
+        immutable::set(p, true).map_err(|e| Error::io(Op::Chmod, p, e))
+    };
+    match kind {
+        EntryKind::Raw => set(payload),
+        EntryKind::Tree => {
+            let mut all = true;
+            for e in walkdir::WalkDir::new(payload)
+                .follow_links(false)
+                .contents_first(true)
+            {
+                let e = e.map_err(|e| {
+                    let p = e.path().unwrap_or(payload).to_path_buf();
+                    Error::io(Op::ReadDir, p, io::Error::from(e))
+                })?;
+                let t = e.file_type();
+                if (t.is_file() || t.is_dir()) && !set(e.path())? {
+                    all = false;
+                    // Without the flag on one file there is none anywhere
+                    // (same filesystem, same process).
+                    break;
+                }
+            }
+            Ok(all)
+        }
+    }
+}
+
+/// The payload's stamp: inode, size, mtime and ctime (ns); for a tree, a
+/// digest of those of every entry with its relative path.
+fn stamp(payload: &Path, kind: EntryKind) -> Result<String> {
+    let one = |md: &fs::Metadata| {
+        format!(
+            "{}:{}:{}.{:09}:{}.{:09}:{:o}:{}:{}",
+            md.ino(),
+            md.size(),
+            md.mtime(),
+            md.mtime_nsec(),
+            md.ctime(),
+            md.ctime_nsec(),
+            md.mode(),
+            md.uid(),
+            md.gid()
+        )
+    };
+    match kind {
+        EntryKind::Raw => {
+            let md = fs::symlink_metadata(payload)
+                .map_err(|e| Error::io(Op::Stat, payload, e))?;
+            Ok(format!("raw:{}", one(&md)))
+        }
+        EntryKind::Tree => {
+            let mut h = Sha256::new();
+            for e in walkdir::WalkDir::new(payload)
+                .follow_links(false)
+                .sort_by_file_name()
+            {
+                let e = e.map_err(|e| {
+                    let p = e.path().unwrap_or(payload).to_path_buf();
+                    Error::io(Op::ReadDir, p, io::Error::from(e))
+                })?;
+                let md = e.metadata().map_err(|err| {
+                    Error::io(Op::Stat, e.path(), io::Error::from(err))
+                })?;
+                let rel = e.path().strip_prefix(payload).unwrap_or(e.path());
+                use std::os::unix::ffi::OsStrExt;
+                h.update(rel.as_os_str().as_bytes());
+                h.update([0]);
+                h.update(one(&md).as_bytes());
+                h.update([b'\n']);
+            }
+            Ok(format!("tree:{}", hex(&h.finalize())))
+        }
+    }
+}
+
+/// Removes a tree (an entry being collected, or scratch) after clearing
+/// any immutable flag in it.
+fn remove_entry_tree(path: &Path) -> Result<()> {
+    if fs::symlink_metadata(path).is_err() {
+        return Ok(());
+    }
+    for e in walkdir::WalkDir::new(path).follow_links(false) {
+        let Ok(e) = e else { continue };
+        let t = e.file_type();
+        if (t.is_file() || t.is_dir()) && immutable::is_set(e.path()) {
+            immutable::set(e.path(), false)
+                .map_err(|err| Error::io(Op::Chmod, e.path(), err))?;
+        }
+    }
+    remove_tree(path).map_err(Error::from)
 }
 
 fn open_lock(path: &Path) -> Result<File> {
@@ -635,7 +1430,7 @@ fn open_lock(path: &Path) -> Result<File> {
     OpenOptions::new()
         .create(true)
         .append(true)
-        .mode(0o644)
+        .mode(0o600)
         .open(path)
         .map_err(|e| Error::io(Op::Lock, path, e))
 }
@@ -719,7 +1514,7 @@ fn append_line(path: &Path, line: &str) -> Result<()> {
     let mut f = OpenOptions::new()
         .create(true)
         .append(true)
-        .mode(0o644)
+        .mode(0o600)
         .open(path)
         .map_err(|e| Error::io(Op::Record, path, e))?;
     f.write_all(line.as_bytes())

@@ -27,6 +27,22 @@ pub enum ImageProblem {
     Corrupt(String),
     /// The image is of a kind this operation does not take.
     Unsupported(String),
+    /// The image changed (size, mtime or ctime) while it was read.
+    ChangedWhileRead,
+    /// Decompressed, the image is larger than the bound set.
+    TooLarge {
+        /// The bound, bytes.
+        limit: u64,
+    },
+    /// A disk image format zinstall does not read (VMDK, VDI, ...).
+    ForeignDisk {
+        /// The format's name.
+        format: String,
+        /// Its name for `qemu-img -f`.
+        qemu_format: String,
+        /// The compression around it, if any.
+        compression: Option<String>,
+    },
 }
 
 impl fmt::Display for ImageProblem {
@@ -40,6 +56,34 @@ impl fmt::Display for ImageProblem {
             ImageProblem::Corrupt(why) => write!(f, "corrupt image: {why}"),
             ImageProblem::Unsupported(why) => {
                 write!(f, "unsupported image: {why}")
+            }
+            ImageProblem::ChangedWhileRead => f.write_str(
+                "the image changed while it was read; nothing was kept",
+            ),
+            ImageProblem::TooLarge { limit } => write!(
+                f,
+                "decompressed, it is larger than {limit} bytes (the \
+                 --max-archive-size bound)"
+            ),
+            ImageProblem::ForeignDisk {
+                format,
+                qemu_format,
+                compression,
+            } => {
+                write!(f, "a {format} disk image")?;
+                if let Some(c) = compression {
+                    write!(f, " inside {c}")?;
+                }
+                write!(
+                    f,
+                    ", which zinstall does not read (it reads raw and \
+                     qcow2); convert it first: qemu-img convert -f \
+                     {qemu_format} -O qcow2 IMAGE IMAGE.qcow2"
+                )?;
+                if compression.is_some() {
+                    f.write_str(" (after decompressing it)")?;
+                }
+                Ok(())
             }
         }
     }
@@ -72,6 +116,34 @@ pub enum ProvisionError {
     /// A virtual size larger than a qcow2 overlay can have
     /// ([`qcow2::MAX_OVERLAY_SIZE`]).
     SizeTooLarge(u64),
+    /// A program (`qemu-img`) could not be run.
+    Program {
+        /// The program, as given.
+        program: PathBuf,
+        /// What it was to make.
+        target: PathBuf,
+        /// Why it could not be run.
+        source: io::Error,
+    },
+    /// A program (`qemu-img`) ran and failed.
+    ProgramFailed {
+        /// The program.
+        program: PathBuf,
+        /// What it was to make.
+        target: PathBuf,
+        /// Its exit status.
+        status: String,
+        /// Its standard error, trimmed.
+        stderr: String,
+    },
+    /// A provision failed and what it had made could not all be removed:
+    /// the failure, then what is left.
+    Cleanup {
+        /// Why the provision failed.
+        failure: Box<ProvisionError>,
+        /// Guests that could not be removed, with why.
+        left: Vec<(PathBuf, String)>,
+    },
 }
 
 /// The provisioning library's result.
@@ -105,6 +177,9 @@ impl ProvisionError {
             ProvisionError::Image { path, .. } => path,
             ProvisionError::Qcow2(e) => &e.path,
             ProvisionError::GuestExists(p) => p,
+            ProvisionError::Program { program, .. }
+            | ProvisionError::ProgramFailed { program, .. } => program,
+            ProvisionError::Cleanup { failure, .. } => failure.path(),
             ProvisionError::TooManyGuests(_)
             | ProvisionError::SizeTooLarge(_) => Path::new(""),
         }
@@ -118,6 +193,8 @@ impl ProvisionError {
             ProvisionError::Qcow2(e) => {
                 e.io.as_ref().and_then(|i| i.raw_os_error())
             }
+            ProvisionError::Program { source, .. } => source.raw_os_error(),
+            ProvisionError::Cleanup { failure, .. } => failure.raw_os_error(),
             _ => None,
         }
     }
@@ -148,6 +225,34 @@ impl fmt::Display for ProvisionError {
                  ({} bytes, 2 PiB)",
                 qcow2::MAX_OVERLAY_SIZE
             ),
+            ProvisionError::Program {
+                program,
+                target,
+                source,
+            } => write!(
+                f,
+                "{}: cannot run it to make {}: {source}",
+                program.display(),
+                target.display()
+            ),
+            ProvisionError::ProgramFailed {
+                program,
+                target,
+                status,
+                stderr,
+            } => write!(
+                f,
+                "{} failed making {} ({status}): {stderr}",
+                program.display(),
+                target.display()
+            ),
+            ProvisionError::Cleanup { failure, left } => {
+                write!(f, "{failure}; and could not remove what it made:")?;
+                for (p, why) in left {
+                    write!(f, " {}: {why};", p.display())?;
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -160,6 +265,8 @@ impl std::error::Error for ProvisionError {
                 f.first().map(|e| e as &(dyn std::error::Error + 'static))
             }
             ProvisionError::Qcow2(e) => Some(e),
+            ProvisionError::Program { source, .. } => Some(source),
+            ProvisionError::Cleanup { failure, .. } => Some(failure.as_ref()),
             _ => None,
         }
     }

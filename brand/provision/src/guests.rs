@@ -1,9 +1,13 @@
 //! Many guests from one image: extract once into the cache, then give
 //! every guest a thin copy.
+//!
+//! A provision is all or nothing: if any guest fails (or the run is
+//! cancelled), every guest this run made is removed, and the output
+//! directory too if this run created it, so that the same command can
+//! simply be run again. Guests that were there before are never touched.
 
 use std::fmt;
 use std::fs::{self, File};
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -11,10 +15,17 @@ use copier::unpack::{self, UnpackOptions};
 use copier::{Op, Plan, Tunables};
 use zinstall_qcow2 as qcow2;
 
-use crate::cache::{Cache, Entry, EntryKind, Obtained};
+use crate::cache::{
+    Cache, Entry, EntryKind, HashingReader, Obtained, Replaced,
+};
 use crate::detect::{ImageKind, decompress, detect};
 use crate::error::{ImageProblem, ProvisionError, ProvisionError as Error};
 use crate::sparse::write_sparse;
+
+/// The mode of every disk guest (a qcow2 overlay), native or made by
+/// `qemu-img`: it holds what the guest writes, so it is its owner's
+/// alone.
+pub const OVERLAY_MODE: u32 = 0o600;
 
 /// How to provision.
 #[derive(Clone, Debug)]
@@ -35,7 +46,8 @@ pub struct ProvisionOptions {
     pub qemu_img: Option<PathBuf>,
     /// Workers for extraction, conversion and copies.
     pub tunables: Tunables,
-    /// Bound on what an archive may unpack to.
+    /// Bound on what an archive may unpack to, and on a compressed qcow2
+    /// image decompressed.
     pub max_archive_bytes: u64,
     /// Stops extraction, conversion and copies at their next entry when
     /// raised.
@@ -96,6 +108,8 @@ pub struct ProvisionReport {
     pub entry: Entry,
     /// Whether the entry was built now or found.
     pub obtained: Obtained,
+    /// The entry found altered and replaced by `entry`, if any.
+    pub replaced: Option<Replaced>,
     /// The guests, in order.
     pub guests: Vec<Guest>,
 }
@@ -108,10 +122,22 @@ impl ProvisionOptions {
 }
 
 /// Provisions `opts.count` guests from `image`; `on_guest` hears of each
-/// as it is made.
+/// as it is made. On failure nothing this run made is left (see the
+/// module documentation).
 pub fn provision(
     image: &Path,
     opts: &ProvisionOptions,
+    on_guest: &mut dyn FnMut(&Guest),
+) -> Result<ProvisionReport, ProvisionError> {
+    provision_in(image, opts, None, on_guest)
+}
+
+/// [`provision`], creating the cache root with `cache_mode` (and applying
+/// it to an existing root) instead of the default 0700.
+pub fn provision_in(
+    image: &Path,
+    opts: &ProvisionOptions,
+    cache_mode: Option<u32>,
     on_guest: &mut dyn FnMut(&Guest),
 ) -> Result<ProvisionReport, ProvisionError> {
     // Before anything is extracted: the count sizes the guest list, the
@@ -128,88 +154,65 @@ pub fn provision(
     // tunables may never have been checked; a buffer is sized from them.
     opts.tunables.validate()?;
     let kind = detect(image)?;
-    fs::create_dir_all(&opts.cache)
-        .map_err(|e| Error::io(Op::Mkdir, &opts.cache, e))?;
+    if let Some(q) = &opts.qemu_img
+        && !matches!(kind, ImageKind::Tree(_))
+    {
+        crate::qemu_img::check(q, &opts.out)?;
+    }
+    let cache = Cache::with_mode(&opts.cache, cache_mode)?;
     // Overlays name their base by absolute path.
     let root = fs::canonicalize(&opts.cache)
         .map_err(|e| Error::io(Op::Stat, &opts.cache, e))?;
-    let cache = Cache::new(root)?;
+    let cache = if root == cache.root() {
+        cache
+    } else {
+        Cache::new(root)?
+    };
     let entry_kind = match kind {
         ImageKind::Tree(_) => EntryKind::Tree,
-        ImageKind::Raw(_) | ImageKind::Qcow2 => EntryKind::Raw,
+        ImageKind::Raw(_)
+        | ImageKind::Qcow2
+        | ImageKind::CompressedQcow2(_) => EntryKind::Raw,
     };
-    let (lease, obtained) = cache.obtain(
+    let (mut lease, obtained) = cache.obtain(
         image,
         entry_kind,
         opts.sha256.as_deref(),
         |reader, payload| build(image, kind, reader, payload, opts),
     )?;
-    fs::create_dir_all(&opts.out)
-        .map_err(|e| Error::io(Op::Mkdir, &opts.out, e))?;
+    let replaced = lease.replaced.take();
+    let out_existed = fs::symlink_metadata(&opts.out).is_ok();
+    let mut made: Vec<PathBuf> = Vec::new();
     let mut guests = Vec::with_capacity(opts.count);
     let result = (|| -> Result<(), ProvisionError> {
+        fs::create_dir_all(&opts.out)
+            .map_err(|e| Error::io(Op::Mkdir, &opts.out, e))?;
         for i in 0..opts.count {
+            if opts.cancel.as_ref().is_some_and(|c| c.is_cancelled()) {
+                return Err(ProvisionError::Fs(copier::Error::Cancelled {
+                    path: opts.out.clone(),
+                }));
+            }
             let t0 = Instant::now();
-            let g = match entry_kind {
-                EntryKind::Tree => {
-                    let path = opts.out.join(format!("{}-{i}", opts.name));
-                    if fs::symlink_metadata(&path).is_ok() {
-                        return Err(ProvisionError::GuestExists(path));
-                    }
-                    let mut plan = Plan::new(lease.entry.payload(), &path)
-                        .tunables(opts.tunables);
-                    if let Some(c) = &opts.cancel {
-                        plan = plan.cancel(c.clone());
-                    }
-                    let r = plan.run()?;
-                    let s = &r.stats;
-                    let reflinked = s.files > 0 && s.reflinked == s.files;
-                    Guest {
-                        path,
-                        kind: GuestKind::Tree { reflinked },
-                        took: t0.elapsed(),
-                    }
-                }
+            let path = match entry_kind {
+                EntryKind::Tree => opts.out.join(format!("{}-{i}", opts.name)),
                 EntryKind::Raw => {
-                    let path =
-                        opts.out.join(format!("{}-{i}.qcow2", opts.name));
-                    if fs::symlink_metadata(&path).is_ok() {
-                        return Err(ProvisionError::GuestExists(path));
-                    }
-                    let base = lease.entry.payload();
-                    let base_size = fs::metadata(&base)
-                        .map_err(|e| Error::io(Op::Stat, &base, e))?
-                        .len();
-                    // Grow only: a guest disk is never smaller than its base.
-                    let size = opts.size.unwrap_or(0).max(base_size);
-                    if size > qcow2::MAX_OVERLAY_SIZE {
-                        return Err(ProvisionError::SizeTooLarge(size));
-                    }
-                    let virtual_size = match &opts.qemu_img {
-                        Some(q) => {
-                            crate::qemu_img::create_overlay(
-                                q,
-                                &path,
-                                &base,
-                                Some(size),
-                            )?;
-                            // Bounded above: cannot wrap.
-                            size.next_multiple_of(512)
-                        }
-                        None => {
-                            qcow2::create_overlay(&path, &base, "raw", size)?
-                        }
-                    };
-                    Guest {
-                        path,
-                        kind: GuestKind::Disk { virtual_size },
-                        took: t0.elapsed(),
-                    }
+                    opts.out.join(format!("{}-{i}.qcow2", opts.name))
                 }
             };
-            let abs =
-                fs::canonicalize(&g.path).unwrap_or_else(|_| g.path.clone());
-            cache.add_user(&lease.entry, &abs)?;
+            if fs::symlink_metadata(&path).is_ok() {
+                return Err(ProvisionError::GuestExists(path));
+            }
+            // From here on the path is this run's to remove on failure,
+            // whatever state the guest is left in.
+            made.push(path.clone());
+            let kind = make_guest(&path, entry_kind, &lease.entry, opts)?;
+            let g = Guest {
+                path,
+                kind,
+                took: t0.elapsed(),
+            };
+            cache.add_user(&lease.entry, &g.path)?;
             on_guest(&g);
             guests.push(g);
         }
@@ -217,21 +220,111 @@ pub fn provision(
     })();
     let entry = lease.entry.clone();
     lease.release();
-    result?;
+    if let Err(e) = result {
+        return Err(undo(e, &made, (!out_existed).then_some(&opts.out)));
+    }
     Ok(ProvisionReport {
         image: kind,
         entry,
         obtained,
+        replaced,
         guests,
     })
 }
 
-/// Builds a cache entry's payload from the image (read once, through the
-/// hashing reader, except qcow2 which is read by cluster).
+/// Makes one guest at `path` (which does not exist).
+fn make_guest(
+    path: &Path,
+    entry_kind: EntryKind,
+    entry: &Entry,
+    opts: &ProvisionOptions,
+) -> Result<GuestKind, ProvisionError> {
+    match entry_kind {
+        EntryKind::Tree => {
+            let mut plan =
+                Plan::new(entry.payload(), path).tunables(opts.tunables);
+            if let Some(c) = &opts.cancel {
+                plan = plan.cancel(c.clone());
+            }
+            let r = plan.run()?;
+            let s = &r.stats;
+            Ok(GuestKind::Tree {
+                reflinked: s.files > 0 && s.reflinked == s.files,
+            })
+        }
+        EntryKind::Raw => {
+            let base = entry.payload();
+            let base_size = fs::metadata(&base)
+                .map_err(|e| Error::io(Op::Stat, &base, e))?
+                .len();
+            // Grow only: a guest disk is never smaller than its base.
+            let size = opts.size.unwrap_or(0).max(base_size);
+            if size > qcow2::MAX_OVERLAY_SIZE {
+                return Err(ProvisionError::SizeTooLarge(size));
+            }
+            let virtual_size = match &opts.qemu_img {
+                Some(q) => {
+                    crate::qemu_img::create_overlay(
+                        q,
+                        path,
+                        &base,
+                        Some(size),
+                    )?;
+                    // Bounded above: cannot wrap.
+                    size.next_multiple_of(512)
+                }
+                None => qcow2::create_overlay(path, &base, "raw", size)?,
+            };
+            Ok(GuestKind::Disk { virtual_size })
+        }
+    }
+}
+
+/// Removes what a failed provision made: its guests, then the output
+/// directory if it made that and it is empty. What cannot be removed is
+/// named in the error.
+fn undo(
+    failure: ProvisionError,
+    made: &[PathBuf],
+    out_made: Option<&PathBuf>,
+) -> ProvisionError {
+    let mut left = Vec::new();
+    for p in made.iter().rev() {
+        if fs::symlink_metadata(p).is_err() {
+            continue;
+        }
+        if let Err(e) = copier::fsutil::remove_tree(p) {
+            left.push((p.clone(), e.to_string()));
+        }
+    }
+    if let Some(out) = out_made {
+        // Only if empty: remove_dir refuses otherwise.
+        let _not_empty = fs::remove_dir(out);
+    }
+    if left.is_empty() {
+        failure
+    } else {
+        ProvisionError::Cleanup {
+            failure: Box::new(failure),
+            left,
+        }
+    }
+}
+
+/// Conversion threads: the tunable, but no more than the machine has
+/// cores (more only contend) and at most 8.
+fn convert_threads(t: &Tunables) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    t.copy_threads.clamp(1, 8).min(cores)
+}
+
+/// Builds a cache entry's payload from the image, reading it once: through
+/// the hashing reader, or for a plain qcow2 image natively, feeding the
+/// digest as it goes.
 fn build(
     image: &Path,
     kind: ImageKind,
-    reader: &mut crate::cache::HashingReader,
+    reader: &mut HashingReader,
     payload: &Path,
     opts: &ProvisionOptions,
 ) -> Result<(), ProvisionError> {
@@ -259,46 +352,133 @@ fn build(
                 .map_err(|e| Error::io(Op::Create, payload, e))?;
             let mut stream = decompress(reader, c)
                 .map_err(|e| Error::io(Op::Read, image, e))?;
-            let mut buf = vec![0u8; opts.tunables.copy_bufsize.max(1 << 20)];
-            write_sparse(&mut stream, &out, &mut buf, |_| {}).map_err(|e| {
-                // A system call's error is the destination's (a full
-                // disk); anything else is the decoder finding the image
-                // corrupt or cut short.
-                if e.raw_os_error().is_some() {
-                    Error::io(Op::Write, payload, e)
-                } else {
-                    Error::Image {
-                        path: image.to_path_buf(),
-                        problem: ImageProblem::Corrupt(e.to_string()),
-                    }
-                }
-            })?;
-            finish_base(payload)?;
+            decompress_into(image, &mut stream, &out, payload, u64::MAX, opts)?;
         }
         ImageKind::Qcow2 => {
+            // One sequential read of the file: the digest and the plain
+            // clusters come from the same buffers.
             let img = qcow2::Image::open(image)?;
             img.require_standalone()?;
             let out = File::create_new(payload)
                 .map_err(|e| Error::io(Op::Create, payload, e))?;
             let co = qcow2::ConvertOptions {
-                threads: opts.tunables.copy_threads.clamp(1, 8),
+                threads: convert_threads(&opts.tunables),
             };
-            qcow2::convert_to_raw(&img, &out, &co, &|_| {})?;
-            finish_base(payload)?;
+            reader.feed(|sink| {
+                qcow2::convert_to_raw_streaming(&img, &out, &co, sink)
+                    .map_err(ProvisionError::from)
+            })?;
+        }
+        ImageKind::CompressedQcow2(c) => {
+            // Decompressed once beside the payload (the scratch directory,
+            // removed with it on failure), read natively, then dropped.
+            let inner = payload.with_file_name("image.qcow2");
+            let out = File::create_new(&inner)
+                .map_err(|e| Error::io(Op::Create, &inner, e))?;
+            let mut stream = decompress(reader, c)
+                .map_err(|e| Error::io(Op::Read, image, e))?;
+            decompress_into(
+                image,
+                &mut stream,
+                &out,
+                &inner,
+                opts.max_archive_bytes,
+                opts,
+            )?;
+            drop(out);
+            let r = convert_qcow2(&inner, payload, opts);
+            let _scratch = fs::remove_file(&inner);
+            r?;
         }
     }
     Ok(())
 }
 
-/// A base is read-only for everyone: guests write to their overlays.
-fn finish_base(payload: &Path) -> Result<(), Error> {
-    fs::set_permissions(payload, fs::Permissions::from_mode(0o444))
-        .map_err(|e| Error::io(Op::Chmod, payload, e))
+/// Reads a decompressed qcow2 image at `qcow` into a sparse raw
+/// `payload`.
+fn convert_qcow2(
+    qcow: &Path,
+    payload: &Path,
+    opts: &ProvisionOptions,
+) -> Result<(), ProvisionError> {
+    let img = qcow2::Image::open(qcow)?;
+    img.require_standalone()?;
+    let out = File::create_new(payload)
+        .map_err(|e| Error::io(Op::Create, payload, e))?;
+    let co = qcow2::ConvertOptions {
+        threads: convert_threads(&opts.tunables),
+    };
+    qcow2::convert_to_raw(&img, &out, &co, &|_| {})?;
+    Ok(())
+}
+
+/// Writes a decompressed stream sparsely into `out`, refusing more than
+/// `limit` bytes.
+fn decompress_into(
+    image: &Path,
+    stream: &mut dyn std::io::Read,
+    out: &File,
+    out_path: &Path,
+    limit: u64,
+    opts: &ProvisionOptions,
+) -> Result<(), ProvisionError> {
+    // Page-aligned: the kernel copies into the page cache several times
+    // faster from an aligned buffer.
+    let len = opts.tunables.copy_bufsize.max(1 << 20);
+    let mut raw = vec![0u8; len + 4096];
+    let at = raw.as_ptr().align_offset(4096).min(4096);
+    let buf = &mut raw[at..at + len];
+    let mut bounded = std::io::Read::take(stream, limit.saturating_add(1));
+    let (n, _) = write_sparse(&mut bounded, out, buf, |_| {}).map_err(|e| {
+        // A system call's error is the destination's (a full disk);
+        // anything else is the decoder finding the image corrupt or cut
+        // short.
+        if e.raw_os_error().is_some() {
+            Error::io(Op::Write, out_path, e)
+        } else {
+            Error::Image {
+                path: image.to_path_buf(),
+                problem: ImageProblem::Corrupt(e.to_string()),
+            }
+        }
+    })?;
+    if n > limit {
+        return Err(Error::Image {
+            path: image.to_path_buf(),
+            problem: ImageProblem::TooLarge { limit },
+        });
+    }
+    Ok(())
 }
 
 #[cfg(test)]
 mod test {
     use super::*;
+
+    /// A temporary directory removed even with immutable cache entries in it
+    /// (`chattr -R -i` first; as root the cache sets the flag).
+    struct Tmp(tempfile::TempDir);
+
+    impl Tmp {
+        fn new() -> Tmp {
+            Tmp(tempfile::tempdir().unwrap())
+        }
+
+        fn path(&self) -> &std::path::Path {
+            self.0.path()
+        }
+    }
+
+    impl Drop for Tmp {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("chattr")
+                .arg("-R")
+                .arg("-i")
+                .arg(self.0.path())
+                .stderr(std::process::Stdio::null())
+                .status();
+        }
+    }
 
     fn opts(dir: &Path) -> ProvisionOptions {
         ProvisionOptions {
@@ -319,7 +499,7 @@ mod test {
     /// extracted or allocated.
     #[test]
     fn counts_and_sizes_are_bounded_before_any_work() {
-        let d = tempfile::tempdir().unwrap();
+        let d = Tmp::new();
         let image = d.path().join("absent.raw");
         let mut o = opts(d.path());
         o.count = 99_999_999_999;
@@ -341,7 +521,7 @@ mod test {
     /// The largest size is made, as a qcow2 overlay of exactly that size.
     #[test]
     fn the_largest_size_is_made() {
-        let d = tempfile::tempdir().unwrap();
+        let d = Tmp::new();
         let image = d.path().join("disk.raw");
         fs::write(&image, vec![7u8; 1 << 20]).unwrap();
         let mut o = opts(d.path());

@@ -41,12 +41,14 @@ pub mod cache;
 mod detect;
 mod error;
 mod guests;
+mod immutable;
 pub mod qemu_img;
 mod sparse;
 
 pub use detect::{Compression, ImageKind, compression_of, decompress, detect};
 pub use error::{ImageProblem, ProvisionError, Result};
 pub use guests::{
-    Guest, GuestKind, ProvisionOptions, ProvisionReport, provision,
+    Guest, GuestKind, OVERLAY_MODE, ProvisionOptions, ProvisionReport,
+    provision, provision_in,
 };
 pub use sparse::write_sparse;

@@ -16,6 +16,31 @@ use std::time::{Duration, Instant};
 use zinstall_provision::cache::{Cache, EntryKind, HashingReader, Obtained};
 use zinstall_provision::{ImageProblem, ProvisionError as Error};
 
+/// A temporary directory removed even with immutable cache entries in it
+/// (`chattr -R -i` first; as root the cache sets the flag).
+struct Tmp(tempfile::TempDir);
+
+impl Tmp {
+    fn new() -> Tmp {
+        Tmp(tempfile::tempdir().unwrap())
+    }
+
+    fn path(&self) -> &std::path::Path {
+        self.0.path()
+    }
+}
+
+impl Drop for Tmp {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("chattr")
+            .arg("-R")
+            .arg("-i")
+            .arg(self.0.path())
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
+}
+
 /// Copies the image into the payload file, slowly if asked, counting
 /// builds in `counter`.
 fn copy_build(
@@ -107,7 +132,7 @@ fn child_entry_point() {
 
 #[test]
 fn first_obtain_builds_and_second_reuses_without_reading() {
-    let d = tempfile::tempdir().unwrap();
+    let d = Tmp::new();
     let img = image(d.path(), "disk.img", 300_000, 7);
     let cache = Cache::new(d.path().join("cache")).unwrap();
     let n = AtomicUsize::new(0);
@@ -157,7 +182,7 @@ fn first_obtain_builds_and_second_reuses_without_reading() {
 
 #[test]
 fn threads_racing_for_one_image_build_it_once() {
-    let d = tempfile::tempdir().unwrap();
+    let d = Tmp::new();
     let img = image(d.path(), "disk.img", 1 << 20, 3);
     let cache = Arc::new(Cache::new(d.path().join("cache")).unwrap());
     let builds = Arc::new(AtomicUsize::new(0));
@@ -187,7 +212,7 @@ fn threads_racing_for_one_image_build_it_once() {
 
 #[test]
 fn processes_racing_for_one_image_build_it_once() {
-    let d = tempfile::tempdir().unwrap();
+    let d = Tmp::new();
     let img = image(d.path(), "disk.img", 1 << 20, 5);
     let root = d.path().join("cache");
     Cache::new(&root).unwrap();
@@ -215,7 +240,7 @@ fn processes_racing_for_one_image_build_it_once() {
 
 #[test]
 fn killed_builder_leaves_no_entry_and_the_next_build_cleans_up() {
-    let d = tempfile::tempdir().unwrap();
+    let d = Tmp::new();
     // 4 MiB at 64 KiB per 20 ms: well over a second of build.
     let img = image(d.path(), "disk.img", 4 << 20, 9);
     let root = d.path().join("cache");
@@ -272,7 +297,7 @@ fn killed_builder_leaves_no_entry_and_the_next_build_cleans_up() {
 
 #[test]
 fn wrong_checksum_or_failed_build_leaves_nothing() {
-    let d = tempfile::tempdir().unwrap();
+    let d = Tmp::new();
     let img = image(d.path(), "disk.img", 10_000, 11);
     let cache = Cache::new(d.path().join("cache")).unwrap();
     let n = AtomicUsize::new(0);
@@ -323,7 +348,7 @@ fn wrong_checksum_or_failed_build_leaves_nothing() {
 
 #[test]
 fn list_and_gc_keep_entries_in_use() {
-    let d = tempfile::tempdir().unwrap();
+    let d = Tmp::new();
     let cache = Cache::new(d.path().join("cache")).unwrap();
     let n = AtomicUsize::new(0);
     let mut entries = Vec::new();
@@ -345,10 +370,24 @@ fn list_and_gc_keep_entries_in_use() {
         std::thread::sleep(Duration::from_millis(1100));
     }
     let guest = d.path().join("guest0.qcow2");
-    fs::write(&guest, b"overlay").unwrap();
+    zinstall_qcow2::create_overlay(
+        &guest,
+        &entries[0].payload(),
+        "raw",
+        1 << 20,
+    )
+    .unwrap();
     cache.add_user(&entries[0], &guest).unwrap();
     let gone_guest = d.path().join("gone.qcow2");
+    zinstall_qcow2::create_overlay(
+        &gone_guest,
+        &entries[1].payload(),
+        "raw",
+        1 << 20,
+    )
+    .unwrap();
     cache.add_user(&entries[1], &gone_guest).unwrap();
+    fs::remove_file(&gone_guest).unwrap();
     let list = cache.list().unwrap();
     assert_eq!(list.len(), 3);
     assert_eq!(list[0].entry, entries[0], "oldest first");

@@ -12,6 +12,31 @@ use std::process::Command;
 
 use zinstall_provision::{self as provision, Compression, ImageKind};
 
+/// A temporary directory removed even with immutable cache entries in it
+/// (`chattr -R -i` first; as root the cache sets the flag).
+struct Tmp(tempfile::TempDir);
+
+impl Tmp {
+    fn new() -> Tmp {
+        Tmp(tempfile::tempdir().unwrap())
+    }
+
+    fn path(&self) -> &std::path::Path {
+        self.0.path()
+    }
+}
+
+impl Drop for Tmp {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("chattr")
+            .arg("-R")
+            .arg("-i")
+            .arg(self.0.path())
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
+}
+
 /// A 32 MiB raw disk with 3 MiB of data at scattered offsets.
 fn raw_disk(dir: &Path) -> PathBuf {
     let p = dir.join("disk.img");
@@ -38,7 +63,7 @@ fn run(cmd: &mut Command) {
 
 #[test]
 fn kinds_are_told_by_content_not_name() {
-    let d = tempfile::tempdir().unwrap();
+    let d = Tmp::new();
     let raw = raw_disk(d.path());
     // Misleading names on purpose.
     let gz = d.path().join("image.tar");
@@ -104,7 +129,7 @@ fn kinds_are_told_by_content_not_name() {
 
 #[test]
 fn raw_base_is_written_sparsely_and_identically() {
-    let d = tempfile::tempdir().unwrap();
+    let d = Tmp::new();
     let raw = raw_disk(d.path());
     let zst = d.path().join("disk.zst");
     run(tools::tool("zstd")

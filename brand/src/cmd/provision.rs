@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use clap::{Args, Subcommand};
-use zinstall_provision::cache::{Cache, Obtained};
+use zinstall_provision::cache::{Cache, GcOptions, Obtained};
 use zinstall_provision::{self as provision, ProvisionOptions};
 
 use crate::output;
@@ -17,8 +17,9 @@ pub const DEFAULT_CACHE: &str = "/var/cache/zinstall";
 /// Arguments of `zinstall provision`.
 #[derive(Args, Debug)]
 pub struct ProvisionArgs {
-    /// A rootfs archive (tar, tar.gz, tar.zst) or a disk image (raw,
-    /// raw.gz, raw.zst, qcow2), told by content.
+    /// A rootfs archive (tar, tar.gz, tar.zst, tar.xz) or a disk image
+    /// (raw or qcow2, plain or compressed with gzip, zstd or xz), told by
+    /// content.
     pub image: PathBuf,
     /// Guests to make (1 to 65536).
     #[arg(long, default_value_t = 1, value_parser = parse_count)]
@@ -42,11 +43,26 @@ pub struct ProvisionArgs {
     /// Make overlays with qemu-img (at this path) instead of natively.
     #[arg(long, value_name = "PATH", num_args = 0..=1, default_missing_value = "/usr/bin/qemu-img")]
     pub qemu_img: Option<PathBuf>,
-    /// Refuse archives unpacking to more than this.
+    /// Refuse archives unpacking to more than this, and compressed qcow2
+    /// images decompressing to more.
     #[arg(long, value_parser = parse_size, default_value = "64G")]
     pub max_archive_size: u64,
+    /// Mode of the cache directory (octal): given, it is also applied to
+    /// an existing cache; by default a new cache is made 0700.
+    #[arg(long, value_name = "OCTAL", value_parser = parse_mode)]
+    pub cache_mode: Option<u32>,
     #[command(flatten)]
     pub tunables: TunableArgs,
+}
+
+/// An octal mode of at most 0777.
+pub fn parse_mode(s: &str) -> Result<u32, String> {
+    let m = u32::from_str_radix(s.trim().trim_start_matches("0o"), 8)
+        .map_err(|_| format!("{s:?} is not an octal mode"))?;
+    if m > 0o777 {
+        return Err(format!("{s:?}: a mode is at most 0777"));
+    }
+    Ok(m)
 }
 
 /// `zinstall cache ...`.
@@ -69,6 +85,13 @@ pub enum CacheCommand {
         /// Stop once the cache is at most this big.
         #[arg(long, value_parser = parse_size)]
         max_size: Option<u64>,
+        /// Say what would be removed and why; remove nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Also look for guests (moved or copied) under this directory;
+        /// repeatable.
+        #[arg(long, value_name = "DIR")]
+        search: Vec<PathBuf>,
     },
 }
 
@@ -146,11 +169,27 @@ pub fn provision(args: &ProvisionArgs) -> ExitCode {
     };
     let mut on_guest =
         |g: &provision::Guest| output::out(format_args!("made {g}"));
-    match provision::provision(&args.image, &opts, &mut on_guest) {
+    match provision::provision_in(
+        &args.image,
+        &opts,
+        args.cache_mode,
+        &mut on_guest,
+    ) {
         Ok(r) => {
+            if let Some(old) = &r.replaced {
+                output::note(format_args!(
+                    "cache entry {} was altered ({}); rebuilt as {}",
+                    old.old.name(),
+                    old.why,
+                    r.entry.name()
+                ));
+            }
             let how = match r.obtained {
                 Obtained::Built(d) => {
                     format!("extracted once in {} ms", d.as_millis())
+                }
+                Obtained::Rebuilt(d) => {
+                    format!("rebuilt in {} ms", d.as_millis())
                 }
                 Obtained::Reused => "cached".to_string(),
             };
@@ -172,7 +211,7 @@ pub fn provision(args: &ProvisionArgs) -> ExitCode {
 
 /// Lists or collects the cache.
 pub fn cache(args: &CacheArgs) -> ExitCode {
-    let cache = match Cache::new(&args.cache) {
+    let cache = match Cache::new(absolute(&args.cache)) {
         Ok(c) => c,
         Err(e) => {
             output::error(e);
@@ -187,18 +226,31 @@ pub fn cache(args: &CacheArgs) -> ExitCode {
                     .map(|d| d.as_secs())
                     .unwrap_or(0);
                 output::out(
-                    "kind  sha256        size        age  guests  source",
+                    "kind  sha256          size        age  guests  state      source",
                 );
                 for e in entries {
+                    let state = match (&e.altered, e.immutable) {
+                        (Some(_), _) => "altered",
+                        (None, true) => "immutable",
+                        (None, false) => "stamped",
+                    };
+                    let generation = match e.entry.generation {
+                        0 => String::new(),
+                        g => format!(".{g}"),
+                    };
                     output::out(format_args!(
-                        "{:<5} {:<12}  {:>9}  {:>5}  {:>6}  {}",
+                        "{:<5} {:<14}  {:>9}  {:>5}  {:>6}  {:<9}  {}",
                         e.entry.kind.as_str(),
-                        &e.entry.sha256[..12],
+                        format!("{}{generation}", &e.entry.sha256[..12]),
                         human(e.size),
                         age(now.saturating_sub(e.created)),
                         e.users.len(),
+                        state,
                         e.source
                     ));
+                    if let Some(why) = &e.altered {
+                        output::out(format_args!("      altered: {why}"));
+                    }
                     for u in &e.users {
                         output::out(format_args!(
                             "      used by {}",
@@ -213,18 +265,44 @@ pub fn cache(args: &CacheArgs) -> ExitCode {
                 ExitCode::from(1)
             }
         },
-        CacheCommand::Gc { max_size } => match cache.gc(*max_size) {
+        CacheCommand::Gc {
+            max_size,
+            dry_run,
+            search,
+        } => match cache.gc_with(&GcOptions {
+            max_size: *max_size,
+            dry_run: *dry_run,
+            search: search.iter().map(|p| absolute(p)).collect(),
+        }) {
             Ok(r) => {
-                for e in &r.removed {
-                    output::out(format_args!("removed {}", e.name()));
+                for d in &r.decisions {
+                    let what = match (d.remove, *dry_run) {
+                        (true, true) => "would remove",
+                        (true, false) => "removed",
+                        (false, _) => "kept",
+                    };
+                    output::out(format_args!(
+                        "{what} {}: {}",
+                        d.entry.name(),
+                        d.why
+                    ));
                 }
-                output::out(format_args!(
-                    "removed {} entries ({} bytes) and {} stale builds; kept {} in use",
-                    r.removed.len(),
-                    r.freed,
-                    r.scratch_removed,
-                    r.kept_in_use
-                ));
+                if *dry_run {
+                    output::out(format_args!(
+                        "would remove {} entries ({} bytes); kept {} in use",
+                        r.decisions.iter().filter(|d| d.remove).count(),
+                        r.freed,
+                        r.kept_in_use
+                    ));
+                } else {
+                    output::out(format_args!(
+                        "removed {} entries ({} bytes) and {} stale builds; kept {} in use",
+                        r.removed.len(),
+                        r.freed,
+                        r.scratch_removed,
+                        r.kept_in_use
+                    ));
+                }
                 ExitCode::SUCCESS
             }
             Err(e) => {
@@ -233,6 +311,12 @@ pub fn cache(args: &CacheArgs) -> ExitCode {
             }
         },
     }
+}
+
+/// `p` made absolute against the working directory (not resolved:
+/// symlinks stay as named).
+fn absolute(p: &std::path::Path) -> PathBuf {
+    std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
 }
 
 fn human(b: u64) -> String {

@@ -45,7 +45,9 @@ use std::fmt;
 use std::io;
 use std::path::PathBuf;
 
-pub use convert::{ConvertOptions, ConvertStats, convert_to_raw};
+pub use convert::{
+    ConvertOptions, ConvertStats, convert_to_raw, convert_to_raw_streaming,
+};
 pub use header::Header;
 pub use overlay::{MAX_OVERLAY_SIZE, create_overlay};
 pub use reader::Image;

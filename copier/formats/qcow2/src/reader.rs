@@ -73,6 +73,20 @@ impl<V> Lru<V> {
     }
 }
 
+/// An inflated cluster, in a page-aligned buffer.
+pub(crate) struct Cluster {
+    raw: Vec<u8>,
+    at: usize,
+    len: usize,
+}
+
+impl Cluster {
+    /// The cluster's bytes.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &self.raw[self.at..self.at + self.len]
+    }
+}
+
 /// Where an image's bytes are: a file, or memory (images built in tests
 /// and fed by the fuzzer).
 enum Source {
@@ -108,7 +122,7 @@ pub struct Image {
     header: Header,
     l1: Vec<u64>,
     l2_cache: Mutex<Lru<Vec<u64>>>,
-    inflated: Mutex<Lru<Vec<u8>>>,
+    inflated: Mutex<Lru<Cluster>>,
 }
 
 impl Image {
@@ -261,6 +275,17 @@ impl Image {
 
     /// Where guest cluster `n` lives.
     pub(crate) fn map(&self, n: u64) -> Result<Mapping> {
+        self.map_with(n, &mut None)
+    }
+
+    /// [`Self::map`], keeping the last L2 table used in `last`: a walk
+    /// over consecutive clusters then takes the shared cache's lock once
+    /// per table instead of once per cluster.
+    pub(crate) fn map_with(
+        &self,
+        n: u64,
+        last: &mut Option<(u64, Arc<Vec<u64>>)>,
+    ) -> Result<Mapping> {
         let bits = self.header.cluster_bits;
         let per_l2 = 1u64 << (bits - 3);
         let Some(&l1e) = usize::try_from(n / per_l2)
@@ -273,7 +298,10 @@ impl Image {
         if l2_off == 0 {
             return Ok(Mapping::Unallocated);
         }
-        let l2 = self.l2_table(l2_off)?;
+        let l2 = match last {
+            Some((off, t)) if *off == l2_off => t,
+            _ => &mut last.insert((l2_off, self.l2_table(l2_off)?)).1,
+        };
         let e = l2[(n % per_l2) as usize];
         if e & (1 << 62) != 0 {
             // Compressed: offset in the low x bits, then the count of
@@ -338,7 +366,7 @@ impl Image {
         n: u64,
         off: u64,
         len: u64,
-    ) -> Result<Arc<Vec<u8>>> {
+    ) -> Result<Arc<Cluster>> {
         if let Some(c) = self
             .inflated
             .lock()
@@ -353,7 +381,8 @@ impl Image {
         self.file
             .read_exact_at(&mut packed, off)
             .map_err(|e| Error::io(&self.path, "read compressed cluster", e))?;
-        let mut out = vec![0u8; cs];
+        let (mut raw, at) = crate::convert::aligned(cs);
+        let out = &mut raw[at..at + cs];
         let fail = |why: String| {
             Error::problem(
                 &self.path,
@@ -372,16 +401,11 @@ impl Image {
             // its own size (QEMU compresses each cluster alone).
             d.window_log_max(self.header.cluster_bits.max(10) + 2)
                 .map_err(|e| fail(format!("zstd: {e}")))?;
-            d.read_exact(&mut out)
-                .map_err(|e| fail(format!("zstd: {e}")))?;
+            d.read_exact(out).map_err(|e| fail(format!("zstd: {e}")))?;
         } else {
             // Raw deflate, no zlib header.
             let mut d = flate2::Decompress::new(false);
-            match d.decompress(
-                &packed,
-                &mut out,
-                flate2::FlushDecompress::Finish,
-            ) {
+            match d.decompress(&packed, out, flate2::FlushDecompress::Finish) {
                 Ok(_) if d.total_out() as usize == cs => {}
                 Ok(_) => {
                     return Err(fail(format!(
@@ -392,7 +416,7 @@ impl Image {
                 Err(e) => return Err(fail(format!("deflate: {e}"))),
             }
         }
-        let out = Arc::new(out);
+        let out = Arc::new(Cluster { raw, at, len: cs });
         self.inflated
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -422,7 +446,7 @@ impl Image {
                     }
                     Mapping::Compressed(off, len) => {
                         let c = self.inflate(n, off, len)?;
-                        out.copy_from_slice(&c[within..within + take]);
+                        out.copy_from_slice(&c.bytes()[within..within + take]);
                     }
                 }
             }
@@ -433,6 +457,26 @@ impl Image {
 
     pub(crate) fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The image file's length when opened.
+    pub(crate) fn file_len(&self) -> u64 {
+        self.file_len
+    }
+
+    /// Reads `buf.len()` bytes of the image file at `offset` (not guest
+    /// data: the file itself), short only at its end; returns the count.
+    pub(crate) fn read_file_at(
+        &self,
+        buf: &mut [u8],
+        offset: u64,
+    ) -> Result<usize> {
+        let n =
+            self.file_len.saturating_sub(offset).min(buf.len() as u64) as usize;
+        self.file
+            .read_exact_at(&mut buf[..n], offset)
+            .map_err(|e| Error::io(&self.path, "read", e))?;
+        Ok(n)
     }
 }
 

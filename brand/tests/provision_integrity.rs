@@ -1,0 +1,522 @@
+//! `zinstall provision` never makes a wrong guest, never lets a base
+//! change under its guests, never loses a live guest's base to gc, and
+//! leaves nothing behind when it fails. Real images made by qemu-img,
+//! compared by `qemu-img compare`.
+
+#[path = "../../copier/tests/common/tools.rs"]
+mod tools;
+
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+fn is_root() -> bool {
+    // SAFETY: geteuid cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// A temporary directory removed even with immutable cache entries in it
+/// (`chattr -R -i` first; as root the cache sets the flag).
+struct Tmp(tempfile::TempDir);
+
+impl Tmp {
+    fn new() -> Tmp {
+        Tmp(tempfile::tempdir().unwrap())
+    }
+
+    fn path(&self) -> &Path {
+        self.0.path()
+    }
+}
+
+impl Drop for Tmp {
+    fn drop(&mut self) {
+        let _ = Command::new("chattr")
+            .arg("-R")
+            .arg("-i")
+            .arg(self.0.path())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+fn zinstall(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_zinstall"))
+        .env("ZINSTALL_DEFAULTS", "/nonexistent")
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn run(cmd: &mut Command) -> Output {
+    let o = cmd.output().unwrap();
+    assert!(o.status.success(), "{cmd:?}: {}", text(&o));
+    o
+}
+
+fn qemu_img(args: &[&str]) -> Output {
+    run(tools::tool("qemu-img").args(args))
+}
+
+/// A 16 MiB raw disk with data in a few places, none of it zeros.
+fn disk(dir: &Path) -> PathBuf {
+    let p = dir.join("src.raw");
+    let mut data = vec![0u8; 16 << 20];
+    for (i, off) in [0usize, 3 << 20, 11 << 20].iter().enumerate() {
+        for (j, b) in data[*off..*off + (1 << 20)].iter_mut().enumerate() {
+            *b = (j % 251) as u8 ^ (i as u8 * 77) | 1;
+        }
+    }
+    fs::write(&p, data).unwrap();
+    p
+}
+
+fn provision(image: &Path, out: &Path, cache: &Path, extra: &[&str]) -> Output {
+    let mut args =
+        vec!["provision", s(image), "--out", s(out), "--cache", s(cache)];
+    args.extend_from_slice(extra);
+    zinstall(&args)
+}
+
+/// True if `guest` reads exactly as `raw` does (`qemu-img compare`).
+fn same_disk(guest: &Path, raw: &Path) -> bool {
+    tools::tool("qemu-img")
+        .args([
+            "compare",
+            "-q",
+            "-f",
+            "qcow2",
+            "-F",
+            "raw",
+            s(guest),
+            s(raw),
+        ])
+        .status()
+        .unwrap()
+        .success()
+}
+
+fn entries(cache: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = fs::read_dir(cache.join("entries"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.is_dir())
+        .collect();
+    v.sort();
+    v
+}
+
+/// A compressed qcow2 was taken for a compressed raw disk: its guests'
+/// disks were the qcow2 file's own bytes. Each is now decompressed and
+/// read as qcow2; the guests read as `qemu-img convert` reads the image.
+#[test]
+fn compressed_qcow2_images_give_the_disk_inside() {
+    let d = Tmp::new();
+    let src = disk(d.path());
+    let qcow = d.path().join("a.qcow2");
+    qemu_img(&[
+        "convert",
+        "-q",
+        "-f",
+        "raw",
+        "-O",
+        "qcow2",
+        s(&src),
+        s(&qcow),
+    ]);
+    let zq = d.path().join("c.qcow2");
+    qemu_img(&[
+        "convert",
+        "-q",
+        "-c",
+        "-f",
+        "raw",
+        "-O",
+        "qcow2",
+        s(&src),
+        s(&zq),
+    ]);
+    let mut images = Vec::new();
+    for (prog, args, ext) in [
+        ("zstd", &["-q", "-f", "-k"][..], "zst"),
+        ("gzip", &["-f", "-k"][..], "gz"),
+        ("xz", &["-f", "-k", "-T1"][..], "xz"),
+    ] {
+        run(tools::tool(prog).args(args).arg(&qcow));
+        images.push(d.path().join(format!("a.qcow2.{ext}")));
+    }
+    // A compressed image holding compressed clusters.
+    run(tools::tool("zstd").args(["-q", "-f", "-k"]).arg(&zq));
+    images.push(d.path().join("c.qcow2.zst"));
+    let cache = d.path().join("cache");
+    for (i, img) in images.iter().enumerate() {
+        let out = d.path().join(format!("out{i}"));
+        let o = provision(img, &out, &cache, &["--count", "2"]);
+        let t = text(&o);
+        assert!(o.status.success(), "{}: {t}", img.display());
+        assert!(t.contains("qcow2."), "told as compressed qcow2: {t}");
+        for g in 0..2 {
+            let guest = out.join(format!("guest-{g}.qcow2"));
+            assert!(
+                same_disk(&guest, &src),
+                "{}: guest {g} is not the disk inside",
+                img.display()
+            );
+        }
+    }
+    // Nothing of the decompressed image stays in the cache.
+    for e in entries(&cache) {
+        let names: Vec<_> = fs::read_dir(&e)
+            .unwrap()
+            .map(|x| x.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(names.len(), 2, "{names:?}");
+    }
+}
+
+/// Disk formats zinstall does not read are refused naming the format and
+/// the conversion, compressed or not; an xz raw disk is read.
+#[test]
+fn foreign_disk_formats_are_refused_by_name() {
+    let d = Tmp::new();
+    let src = disk(d.path());
+    let cache = d.path().join("cache");
+    for (fmt, name) in [
+        ("vmdk", "VMDK"),
+        ("vdi", "VDI"),
+        ("vhdx", "VHDX"),
+        ("vpc", "VHD"),
+    ] {
+        let img = d.path().join(format!("img.{fmt}"));
+        qemu_img(&["convert", "-q", "-f", "raw", "-O", fmt, s(&src), s(&img)]);
+        let mut cases = vec![img.clone()];
+        let zst = d.path().join(format!("img.{fmt}.zst"));
+        run(tools::tool("zstd").args(["-q", "-f", "-o", s(&zst), s(&img)]));
+        cases.push(zst);
+        for case in cases {
+            let out = d.path().join("out");
+            let o = provision(&case, &out, &cache, &[]);
+            let t = text(&o);
+            assert_eq!(o.status.code(), Some(1), "{}: {t}", case.display());
+            assert!(t.contains(name), "{}: {t}", case.display());
+            assert!(
+                t.contains(&format!("qemu-img convert -f {fmt}")),
+                "{}: {t}",
+                case.display()
+            );
+            assert!(!out.exists(), "no guest for {}", case.display());
+        }
+    }
+    assert!(!cache.exists(), "refused before the cache is touched");
+    let xz = d.path().join("src.raw.xz");
+    run(tools::tool("xz").args(["-f", "-k", "-T1", s(&src)]));
+    let out = d.path().join("xzout");
+    let o = provision(&xz, &out, &cache, &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(same_disk(&out.join("guest-0.qcow2"), &src));
+}
+
+/// `qemu-img commit` of one guest, run as root (whom the 0444 mode does
+/// not stop), would write into the shared base. The immutable flag stops
+/// it; if the flag is cleared and the base changed anyway, the next
+/// provision notices and builds a new entry, so later guests are right.
+#[test]
+fn a_commit_never_changes_siblings_or_later_guests() {
+    if !is_root() {
+        eprintln!(
+            "skipped: a_commit_never_changes_siblings_or_later_guests: needs root"
+        );
+        return;
+    }
+    let d = Tmp::new();
+    let src = disk(d.path());
+    let cache = d.path().join("cache");
+    let out = d.path().join("out");
+    let o = provision(&src, &out, &cache, &["--count", "2"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let (g0, g1) = (out.join("guest-0.qcow2"), out.join("guest-1.qcow2"));
+    run(tools::tool("qemu-io").args([
+        "-f",
+        "qcow2",
+        "-c",
+        "write -P 0x5a 1M 64k",
+        s(&g0),
+    ]));
+    let commit = tools::tool("qemu-img")
+        .args(["commit", s(&g0)])
+        .output()
+        .unwrap();
+    assert!(
+        !commit.status.success(),
+        "commit into the shared base succeeded"
+    );
+    assert!(same_disk(&g1, &src), "the sibling changed");
+    let base = entries(&cache)[0].join("base.raw");
+    assert!(fs::read(&base).unwrap() == fs::read(&src).unwrap());
+    // Past the flag: the base changes under the guests.
+    run(Command::new("chattr").args(["-i", s(&base)]));
+    let commit = tools::tool("qemu-img")
+        .args(["commit", s(&g0)])
+        .output()
+        .unwrap();
+    assert!(commit.status.success(), "{}", text(&commit));
+    assert!(!same_disk(&g1, &src), "the commit did not reach the base");
+    let later = d.path().join("later");
+    let o = provision(&src, &later, &cache, &["--count", "2"]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(t.contains("altered") && t.contains("rebuilt"), "{t}");
+    for g in 0..2 {
+        assert!(same_disk(&later.join(format!("guest-{g}.qcow2")), &src));
+    }
+    // The altered entry stays for the guests that use it.
+    assert_eq!(entries(&cache).len(), 2);
+    assert!(base.exists());
+    let list = zinstall(&["cache", "list", "--cache", s(&cache)]);
+    assert!(text(&list).contains("altered"), "{}", text(&list));
+}
+
+/// Without root (no immutable flag) or with it cleared, a base edited in
+/// place is found by its stamp before reuse.
+#[test]
+fn an_edited_base_is_detected_and_rebuilt() {
+    let d = Tmp::new();
+    let src = disk(d.path());
+    let cache = d.path().join("cache");
+    let o = provision(&src, &d.path().join("a"), &cache, &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    let base = entries(&cache)[0].join("base.raw");
+    let _ = Command::new("chattr")
+        .args(["-i", s(&base)])
+        .stderr(Stdio::null())
+        .status();
+    fs::set_permissions(&base, fs::Permissions::from_mode(0o644)).unwrap();
+    let mut bytes = fs::read(&base).unwrap();
+    bytes[100] ^= 0xff;
+    fs::write(&base, &bytes).unwrap();
+    let o = provision(&src, &d.path().join("b"), &cache, &[]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(t.contains("altered"), "{t}");
+    assert!(same_disk(&d.path().join("b/guest-0.qcow2"), &src));
+}
+
+/// A file edited inside a tree entry no longer reaches new guests.
+#[test]
+fn an_edited_tree_entry_is_detected_and_rebuilt() {
+    let d = Tmp::new();
+    let root = d.path().join("rootfs");
+    fs::create_dir_all(root.join("etc")).unwrap();
+    fs::write(root.join("etc/motd"), b"original\n").unwrap();
+    let tar = d.path().join("rootfs.tar");
+    run(tools::tool("tar").args(["-cf", s(&tar), "-C", s(&root), "."]));
+    let cache = d.path().join("cache");
+    let o = provision(&tar, &d.path().join("a"), &cache, &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    let motd = entries(&cache)[0].join("tree/etc/motd");
+    let _ = Command::new("chattr")
+        .args(["-R", "-i", s(&entries(&cache)[0])])
+        .stderr(Stdio::null())
+        .status();
+    fs::write(&motd, b"edited\n").unwrap();
+    let o = provision(&tar, &d.path().join("b"), &cache, &[]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(t.contains("altered"), "{t}");
+    assert_eq!(
+        fs::read(d.path().join("b/guest-0/etc/motd")).unwrap(),
+        b"original\n"
+    );
+}
+
+/// gc knew guests only by the path they were made at: a guest moved
+/// away lost its base. A moved guest is found by its inode or its
+/// header under the directories searched.
+#[test]
+fn gc_keeps_the_base_of_a_moved_or_copied_guest() {
+    let d = Tmp::new();
+    let src = disk(d.path());
+    let cache = d.path().join("cache");
+    let out = d.path().join("out");
+    let o = provision(&src, &out, &cache, &["--count", "1"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let gc = |extra: &[&str]| {
+        let mut a = vec!["cache", "gc", "--cache", s(&cache)];
+        a.extend_from_slice(extra);
+        let o = zinstall(&a);
+        assert!(o.status.success(), "{}", text(&o));
+        text(&o)
+    };
+    // Moved within its directory tree: found by inode.
+    fs::create_dir(out.join("vm")).unwrap();
+    let moved = out.join("vm/disk.qcow2");
+    fs::rename(out.join("guest-0.qcow2"), &moved).unwrap();
+    let t = gc(&[]);
+    assert!(t.contains("kept") && t.contains("moved there"), "{t}");
+    assert!(same_disk(&moved, &src), "the moved guest lost its base");
+    // Copied elsewhere and the original removed: found by its header
+    // under a searched directory; dry runs say what they would do.
+    let elsewhere = d.path().join("elsewhere");
+    fs::create_dir(&elsewhere).unwrap();
+    let copy = elsewhere.join("copy.qcow2");
+    fs::copy(&moved, &copy).unwrap();
+    fs::remove_file(&moved).unwrap();
+    let t = gc(&["--dry-run"]);
+    assert!(
+        t.contains("would remove") && t.contains("no guest uses it"),
+        "{t}"
+    );
+    let t = gc(&["--search", s(&elsewhere)]);
+    assert!(t.contains("backing file"), "{t}");
+    assert!(same_disk(&copy, &src), "the copied guest lost its base");
+    // Gone everywhere: removed, with its lock and record files.
+    fs::remove_file(&copy).unwrap();
+    let t = gc(&["--search", s(&elsewhere)]);
+    assert!(t.contains("removed 1 entries"), "{t}");
+    let left: Vec<_> = fs::read_dir(cache.join("entries"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    let index: Vec<_> = fs::read_dir(cache.join("index"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(index.is_empty(), "{index:?}");
+}
+
+/// A failed `--count 3` left the guests it had made, and the rerun then
+/// refused "guest exists already". Now a failure removes what the run
+/// made, keeps what was there before, and the rerun succeeds.
+#[test]
+fn a_failed_provision_leaves_nothing_and_the_rerun_works() {
+    let d = Tmp::new();
+    let src = disk(d.path());
+    let cache = d.path().join("cache");
+    let out = d.path().join("out");
+    fs::create_dir(&out).unwrap();
+    // guest-2 is in the way: guests 0 and 1 are made, then it fails.
+    fs::write(out.join("guest-2.qcow2"), b"someone else's").unwrap();
+    let o = provision(&src, &out, &cache, &["--count", "3"]);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{t}");
+    assert!(t.contains("guest-2.qcow2") && t.contains("exists"), "{t}");
+    let left: Vec<_> = fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, vec!["guest-2.qcow2"], "only what was there before");
+    assert_eq!(
+        fs::read(out.join("guest-2.qcow2")).unwrap(),
+        b"someone else's"
+    );
+    fs::remove_file(out.join("guest-2.qcow2")).unwrap();
+    let o = provision(&src, &out, &cache, &["--count", "3"]);
+    assert!(o.status.success(), "{}", text(&o));
+    // A provision that fails at its first guest removes the output
+    // directory it made.
+    let out2 = d.path().join("out2");
+    let o = provision(&src, &out2, &cache, &["--name", "no/such/dir"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(!out2.exists());
+}
+
+/// Numbers are checked before they size anything; a missing qemu-img is
+/// named before any work.
+#[test]
+fn numbers_and_programs_are_checked_first() {
+    let d = Tmp::new();
+    let src = disk(d.path());
+    let cache = d.path().join("cache");
+    let out = d.path().join("out");
+    for args in [
+        &["--count", "99999999999"][..],
+        &["--count", "0"][..],
+        &["--size", "18446744073709551615"][..],
+        &["--size", "2049T"][..],
+    ] {
+        let o = provision(&src, &out, &cache, args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {}", text(&o));
+        assert!(!cache.exists() && !out.exists(), "{args:?}");
+    }
+    let o =
+        provision(&src, &out, &cache, &["--qemu-img", "/nonexistent/qemu-img"]);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{t}");
+    assert!(t.contains("/nonexistent/qemu-img"), "{t}");
+    assert!(!out.exists(), "{t}");
+}
+
+/// Overlays have one mode, native or made by qemu-img; a cache entry is
+/// never more readable than its source; the cache root is 0700 unless
+/// configured; `cache list` shows sources by absolute path.
+#[test]
+fn modes_of_overlays_entries_and_the_cache() {
+    let d = Tmp::new();
+    let src = disk(d.path());
+    fs::set_permissions(&src, fs::Permissions::from_mode(0o600)).unwrap();
+    let cache = d.path().join("cache");
+    let out = d.path().join("out");
+    let o = provision(&src, &out, &cache, &["--name", "n"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = provision(&src, &out, &cache, &["--name", "q", "--qemu-img"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let mode =
+        |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode(&out.join("n-0.qcow2")), 0o600);
+    assert_eq!(mode(&out.join("q-0.qcow2")), 0o600);
+    assert_eq!(mode(&cache), 0o700);
+    let e = &entries(&cache)[0];
+    assert_eq!(
+        mode(&e.join("base.raw")) & 0o077,
+        0,
+        "{:o}",
+        mode(&e.join("base.raw"))
+    );
+    assert_eq!(mode(e) & 0o077, 0);
+    if is_root() {
+        let md = fs::metadata(e.join("base.raw")).unwrap();
+        assert_eq!((md.uid(), md.gid()), {
+            let s = fs::metadata(&src).unwrap();
+            (s.uid(), s.gid())
+        });
+    }
+    // A world-readable source: readable entry, and a cache opened up by
+    // configuration.
+    let open = d.path().join("open.raw");
+    fs::write(&open, vec![3u8; 1 << 20]).unwrap();
+    fs::set_permissions(&open, fs::Permissions::from_mode(0o644)).unwrap();
+    let o = provision(
+        &open,
+        &out,
+        &cache,
+        &["--name", "o", "--cache-mode", "0711"],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(mode(&cache), 0o711);
+    // Relative source path: listed absolute.
+    let rel = Command::new(env!("CARGO_BIN_EXE_zinstall"))
+        .current_dir(d.path())
+        .env("ZINSTALL_DEFAULTS", "/nonexistent")
+        .args(["provision", "open.raw", "--out", "rel", "--cache", "cache2"])
+        .output()
+        .unwrap();
+    assert!(rel.status.success(), "{}", text(&rel));
+    let list =
+        zinstall(&["cache", "list", "--cache", s(&d.path().join("cache2"))]);
+    let abs = fs::canonicalize(&open).unwrap();
+    assert!(text(&list).contains(s(&abs)), "{}", text(&list));
+}
