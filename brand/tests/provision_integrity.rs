@@ -16,30 +16,9 @@ fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
-/// A temporary directory removed even with immutable cache entries in it
-/// (`chattr -R -i` first; as root the cache sets the flag).
-struct Tmp(tempfile::TempDir);
-
-impl Tmp {
-    fn new() -> Tmp {
-        Tmp(tempfile::tempdir().unwrap())
-    }
-
-    fn path(&self) -> &Path {
-        self.0.path()
-    }
-}
-
-impl Drop for Tmp {
-    fn drop(&mut self) {
-        let _ = Command::new("chattr")
-            .arg("-R")
-            .arg("-i")
-            .arg(self.0.path())
-            .stderr(Stdio::null())
-            .status();
-    }
-}
+#[path = "../../copier/tests/common/tmp.rs"]
+mod tmp;
+use tmp::Tmp;
 
 fn zinstall(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_zinstall"))

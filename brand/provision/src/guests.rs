@@ -451,34 +451,17 @@ fn decompress_into(
     Ok(())
 }
 
+// Shared with the integration tests: a temporary directory removed even
+// with immutable cache entries in it.
+#[cfg(test)]
+#[path = "../../../copier/tests/common/tmp.rs"]
+mod tmp;
+
 #[cfg(test)]
 mod test {
     use super::*;
 
-    /// A temporary directory removed even with immutable cache entries in it
-    /// (`chattr -R -i` first; as root the cache sets the flag).
-    struct Tmp(tempfile::TempDir);
-
-    impl Tmp {
-        fn new() -> Tmp {
-            Tmp(tempfile::tempdir().unwrap())
-        }
-
-        fn path(&self) -> &std::path::Path {
-            self.0.path()
-        }
-    }
-
-    impl Drop for Tmp {
-        fn drop(&mut self) {
-            let _ = std::process::Command::new("chattr")
-                .arg("-R")
-                .arg("-i")
-                .arg(self.0.path())
-                .stderr(std::process::Stdio::null())
-                .status();
-        }
-    }
+    use super::tmp::Tmp;
 
     fn opts(dir: &Path) -> ProvisionOptions {
         ProvisionOptions {

@@ -16,30 +16,9 @@ use std::time::{Duration, Instant};
 use zinstall_provision::cache::{Cache, EntryKind, HashingReader, Obtained};
 use zinstall_provision::{ImageProblem, ProvisionError as Error};
 
-/// A temporary directory removed even with immutable cache entries in it
-/// (`chattr -R -i` first; as root the cache sets the flag).
-struct Tmp(tempfile::TempDir);
-
-impl Tmp {
-    fn new() -> Tmp {
-        Tmp(tempfile::tempdir().unwrap())
-    }
-
-    fn path(&self) -> &std::path::Path {
-        self.0.path()
-    }
-}
-
-impl Drop for Tmp {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("chattr")
-            .arg("-R")
-            .arg("-i")
-            .arg(self.0.path())
-            .stderr(std::process::Stdio::null())
-            .status();
-    }
-}
+#[path = "../../../copier/tests/common/tmp.rs"]
+mod tmp;
+use tmp::Tmp;
 
 /// Copies the image into the payload file, slowly if asked, counting
 /// builds in `counter`.

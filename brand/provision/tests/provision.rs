@@ -12,30 +12,9 @@ use std::process::Command;
 
 use zinstall_provision::{self as provision, Compression, ImageKind};
 
-/// A temporary directory removed even with immutable cache entries in it
-/// (`chattr -R -i` first; as root the cache sets the flag).
-struct Tmp(tempfile::TempDir);
-
-impl Tmp {
-    fn new() -> Tmp {
-        Tmp(tempfile::tempdir().unwrap())
-    }
-
-    fn path(&self) -> &std::path::Path {
-        self.0.path()
-    }
-}
-
-impl Drop for Tmp {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("chattr")
-            .arg("-R")
-            .arg("-i")
-            .arg(self.0.path())
-            .stderr(std::process::Stdio::null())
-            .status();
-    }
-}
+#[path = "../../../copier/tests/common/tmp.rs"]
+mod tmp;
+use tmp::Tmp;
 
 /// A 32 MiB raw disk with 3 MiB of data at scattered offsets.
 fn raw_disk(dir: &Path) -> PathBuf {
