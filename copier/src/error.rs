@@ -79,6 +79,9 @@ pub enum Op {
     Lock,
     /// Writing a cache entry's bookkeeping (metadata, index, users).
     Record,
+    /// Taking on a caller's identity for a run (`setfsuid(2)`,
+    /// `setfsgid(2)`, `setgroups(2)`).
+    Credentials,
 }
 
 impl Op {
@@ -113,6 +116,7 @@ impl Op {
             Op::Check => "check",
             Op::Lock => "flock",
             Op::Record => "record",
+            Op::Credentials => "setfsuid",
         }
     }
 }

@@ -26,6 +26,8 @@
 //!   root by the same kind of writer; [`pack`]: a tree made a layer.
 //! * [`beneath`]: the writer's base: a [`beneath::Root`] opened without
 //!   following links, directories opened beneath it, `remove_tree`.
+//! * [`Pool`]: one worker budget shared by many runs (a service's);
+//!   [`Credentials`]: a run that reads and writes as its caller would.
 //! * [`Tunables`] and [`DefaultsFile`]: the knobs and `/etc/default/zinstall`.
 //! * [`verify`]: comparing two trees on every attribute a copy keeps.
 //! * [`Stats`], [`Notice`]; [`trace`] (the recorder), [`probes`] (USDT).
@@ -51,6 +53,7 @@ pub mod error;
 pub mod fsutil;
 pub mod pack;
 pub mod plan;
+mod pool;
 pub mod probes;
 pub mod rules;
 pub mod stats;
@@ -64,6 +67,7 @@ pub use cancel::Cancel;
 pub use defaults::DefaultsFile;
 pub use error::{Error, Met, Op, Refusal, Result};
 pub use plan::{Failure, Plan, Progress, Report};
+pub use pool::{Credentials, Pool};
 pub use rules::{Action, Rule, RuleSet};
 pub use stats::{Notice, NoticeKind, Stats, WorkerStats};
 pub use trace::{Recording, ThreadState};

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use crate::cancel::Cancel;
 use crate::error::Error;
+use crate::pool::{Credentials, Pool};
 use crate::rules::RuleSet;
 use crate::stats::{Notice, Stats};
 use crate::trace::Recording;
@@ -49,6 +50,8 @@ pub struct Plan {
     pub(crate) record: bool,
     pub(crate) cancel: Option<Cancel>,
     pub(crate) walk_only: bool,
+    pub(crate) pool: Option<Pool>,
+    pub(crate) credentials: Option<Credentials>,
 }
 
 impl Plan {
@@ -75,6 +78,8 @@ impl Plan {
             record: false,
             cancel: None,
             walk_only: false,
+            pool: None,
+            credentials: None,
         }
     }
 
@@ -178,6 +183,23 @@ impl Plan {
         self
     }
 
+    /// Do the jobs on `pool`'s workers, shared with other runs, instead
+    /// of starting `copy_threads` workers for this run (the walk stays in
+    /// the calling thread). Ignored by [`walk_only`](Plan::walk_only).
+    pub fn pool(mut self, pool: Pool) -> Self {
+        self.pool = Some(pool);
+        self
+    }
+
+    /// Read and write as `who` (see [`Credentials`]): every open, creation
+    /// and change is checked against that identity, owners are not set
+    /// unless [`preserve_owner`](Plan::preserve_owner) asks, and a
+    /// platform without per-thread identities fails the run.
+    pub fn acting_as(mut self, who: Credentials) -> Self {
+        self.credentials = Some(who);
+        self
+    }
+
     /// The source.
     pub fn source(&self) -> &Path {
         &self.src
@@ -201,6 +223,8 @@ impl fmt::Debug for Plan {
             .field("sync", &self.sync)
             .field("rules", &self.rules.is_some())
             .field("walk_only", &self.walk_only)
+            .field("pool", &self.pool)
+            .field("credentials", &self.credentials)
             .finish_non_exhaustive()
     }
 }

@@ -49,7 +49,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::Receiver;
 
 use zinstall_archive::compress::{
     self, Compression, compression_of, decompress, read_up_to,
@@ -96,6 +96,10 @@ pub struct UnpackOptions {
     pub preserve_owner: Option<bool>,
     /// Stop at the next member when raised.
     pub cancel: Option<Cancel>,
+    /// Write files on this shared pool's workers instead of starting
+    /// `copy_threads` of the unpack's own (the reader stays in the calling
+    /// thread).
+    pub pool: Option<crate::Pool>,
 }
 
 impl Default for UnpackOptions {
@@ -107,6 +111,7 @@ impl Default for UnpackOptions {
             max_bytes: 64 << 30,
             preserve_owner: None,
             cancel: None,
+            pool: None,
         }
     }
 }
@@ -274,40 +279,34 @@ fn run<R: Read>(
         files: AtomicU64::new(0),
         body_source,
     };
-    let workers = if opts.tunables.copy_threads > 1 {
-        opts.tunables.copy_threads
-    } else {
-        0
-    };
-    // A few batches per worker, as in the copy engine.
-    let (tx, rx) = crossbeam_channel::bounded::<Vec<FileJob>>(workers * 2);
-    let mut reader_result = Ok(ReadOutcome::default());
-    std::thread::scope(|s| {
-        for i in 0..workers {
-            let rx: Receiver<Vec<FileJob>> = rx.clone();
-            let ctx = &ctx;
-            let spawned = std::thread::Builder::new()
-                .name(format!("unpack-{i}"))
-                .spawn_scoped(s, move || {
-                    for batch in rx {
-                        for job in batch {
-                            ctx.write_job(job);
-                        }
+    let batch_size = opts.tunables.copy_batch.max(1);
+    let reader_result = if let Some(pool) = &opts.pool {
+        let in_flight = crate::pool::InFlight::default();
+        let cap = 2 * pool.threads();
+        let ctx = &ctx;
+        let in_flight = &in_flight;
+        pool.scope(|scope| {
+            let send = move |batch: Vec<FileJob>| {
+                in_flight.enter(cap);
+                scope.spawn(move |_| {
+                    for job in batch {
+                        ctx.write_job(job);
                     }
+                    in_flight.leave();
                 });
-            if let Err(e) = spawned {
-                ctx.fail(Error::io(Op::Open, "thread", e));
-            }
-        }
-        drop(rx);
-        let pool = (workers > 0).then(|| Batcher {
-            tx,
-            batch: Vec::new(),
-            held: 0,
-            size: opts.tunables.copy_batch.max(1),
-        });
-        reader_result = read_all(&ctx, input, pool);
-    });
+                true
+            };
+            let batcher = Batcher {
+                tx: Box::new(send),
+                batch: Vec::new(),
+                held: 0,
+                size: batch_size,
+            };
+            read_all(ctx, input, Some(batcher))
+        })
+    } else {
+        unpack_with_own_workers(&ctx, input, batch_size)
+    };
     let outcome = match reader_result {
         Ok(o) => o,
         Err(e) => {
@@ -354,6 +353,47 @@ struct Meta {
     xattrs: Vec<(CString, Vec<u8>)>,
 }
 
+/// Reads the archive in this thread with `copy_threads` workers of the
+/// unpack's own writing the files (none: the reader writes them).
+fn unpack_with_own_workers<R: Read>(
+    ctx: &Ctx<'_>,
+    input: tar::Reader<R>,
+    batch_size: usize,
+) -> Result<ReadOutcome> {
+    let workers = if ctx.opts.tunables.copy_threads > 1 {
+        ctx.opts.tunables.copy_threads
+    } else {
+        0
+    };
+    // A few batches per worker, as in the copy engine.
+    let (tx, rx) = crossbeam_channel::bounded::<Vec<FileJob>>(workers * 2);
+    std::thread::scope(|s| {
+        for i in 0..workers {
+            let rx: Receiver<Vec<FileJob>> = rx.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("unpack-{i}"))
+                .spawn_scoped(s, move || {
+                    for batch in rx {
+                        for job in batch {
+                            ctx.write_job(job);
+                        }
+                    }
+                });
+            if let Err(e) = spawned {
+                ctx.fail(Error::io(Op::Open, "thread", e));
+            }
+        }
+        drop(rx);
+        let pool = (workers > 0).then(|| Batcher {
+            tx: Box::new(move |batch| tx.send(batch).is_ok()),
+            batch: Vec::new(),
+            held: 0,
+            size: batch_size,
+        });
+        read_all(ctx, input, pool)
+    })
+}
+
 /// A file for the pool.
 struct FileJob {
     dir: Arc<OwnedFd>,
@@ -369,15 +409,16 @@ struct FileJob {
 /// `COPY_BATCH`, so that each worker tends to fill one directory while the
 /// others fill others, instead of all of them creating files in the same
 /// directory at once.
-struct Batcher {
-    tx: Sender<Vec<FileJob>>,
+struct Batcher<'a> {
+    /// Hands a batch to the workers; false when they are gone.
+    tx: Box<dyn Fn(Vec<FileJob>) -> bool + 'a>,
     batch: Vec<FileJob>,
     /// In-memory body bytes in `batch`.
     held: u64,
     size: usize,
 }
 
-impl Batcher {
+impl Batcher<'_> {
     /// Queues `job`; false when the workers are gone.
     fn push(&mut self, job: FileJob) -> bool {
         self.held += job.body.held();
@@ -396,7 +437,7 @@ impl Batcher {
             return true;
         }
         self.held = 0;
-        self.tx.send(std::mem::take(&mut self.batch)).is_ok()
+        (self.tx)(std::mem::take(&mut self.batch))
     }
 }
 
@@ -860,7 +901,7 @@ impl Meta {
 fn read_all<R: Read>(
     ctx: &Ctx<'_>,
     mut rd: tar::Reader<R>,
-    mut pool: Option<Batcher>,
+    mut pool: Option<Batcher<'_>>,
 ) -> Result<ReadOutcome> {
     let started = Instant::now();
     let mut out = ReadOutcome::default();
@@ -872,7 +913,7 @@ fn read_all<R: Read>(
     let mut chain = Chain::new(Arc::clone(&ctx.root_fd));
     // Waits until every queued file is written. False: the pool is gone.
     let barrier =
-        |pool: &mut Option<Batcher>, queued: &mut HashSet<Vec<u8>>| -> bool {
+        |pool: &mut Option<Batcher<'_>>, queued: &mut HashSet<Vec<u8>>| -> bool {
             let sent = pool.as_mut().is_none_or(Batcher::flush);
             if sent {
                 ctx.pending.wait_empty();

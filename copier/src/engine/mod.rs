@@ -116,7 +116,9 @@ pub(crate) struct Shared<'p> {
 
 impl<'p> Shared<'p> {
     fn new(plan: &'p Plan) -> Self {
-        let is_root = sys::posix::euid() == 0;
+        // A run acting as someone else has none of root's privileges.
+        let is_root =
+            sys::posix::euid() == 0 && plan.credentials.is_none();
         Shared {
             plan,
             quit: AtomicBool::new(false),
@@ -193,7 +195,19 @@ fn run(plan: &Plan) -> Result<Report, Failure> {
     if !sys::XATTRS {
         shared.notice(NoticeKind::XattrsUnsupported, &plan.src);
     }
-    if let Err(e) = plan.tunables.validate() {
+    // Held for the whole run: the walk, the single copy and the sync are
+    // this thread's; the workers take the identity themselves.
+    let assumed = match &plan.credentials {
+        None => Ok(None),
+        Some(c) => sys::assume(c).map(Some),
+    };
+    if let Err(e) = &assumed {
+        shared.fail(Error::io(
+            Op::Credentials,
+            &plan.src,
+            io::Error::new(e.kind(), e.to_string()),
+        ));
+    } else if let Err(e) = plan.tunables.validate() {
         shared.fail(e);
     } else {
         match fs::symlink_metadata(&plan.src) {
@@ -210,6 +224,7 @@ fn run(plan: &Plan) -> Result<Report, Failure> {
     {
         shared.fail(e);
     }
+    drop(assumed);
     // A cancelled run that met no error of its own still did not finish.
     if shared.cancelled() && shared.error_count() == 0 {
         shared.fail(Error::Cancelled {
@@ -265,6 +280,10 @@ fn run_tree(
             return;
         }
     };
+    if let Some(pool) = plan.pool.as_ref().filter(|_| !plan.walk_only) {
+        run_tree_pooled(shared, pool, top, stats, entities);
+        return;
+    }
     // The queue is the copy's, whatever consumes it.
     let (tx, rx) =
         crossbeam_channel::bounded::<Vec<Job>>(2 * plan.tunables.copy_threads);
@@ -281,7 +300,17 @@ fn run_tree(
                 .name(format!("copy-{i}"))
                 .spawn_scoped(s, move || {
                     let mut w = worker::Worker::new(shared, i);
-                    w.run(rx);
+                    match shared.plan.credentials.as_ref().map(sys::assume) {
+                        Some(Err(e)) => shared.fail(Error::io(
+                            Op::Credentials,
+                            &shared.plan.src,
+                            e,
+                        )),
+                        assumed => {
+                            w.run(rx);
+                            drop(assumed);
+                        }
+                    }
                     w.finish()
                 });
             match h {
@@ -293,7 +322,7 @@ fn run_tree(
             }
         }
         drop(rx);
-        let mut walker = walk::Walker::new(shared, tx, top);
+        let mut walker = walk::Walker::new(shared, Box::new(tx), top);
         if !shared.stopped() {
             walker.walk();
         }
@@ -312,6 +341,49 @@ fn run_tree(
         stats.merge(&s);
         stats.workers.push(ws);
         entities.extend(t);
+    }
+}
+
+/// Copies a directory tree with a shared pool's workers: the walker here
+/// queues each batch as a task; each pool thread keeps one worker (its
+/// buffer, counters and trace) for this run and takes the run's identity
+/// for each batch it does.
+fn run_tree_pooled(
+    shared: &Shared<'_>,
+    pool: &crate::pool::Pool,
+    top: OwnedFd,
+    stats: &mut Stats,
+    entities: &mut Vec<crate::trace::EntityTrace>,
+) {
+    let slots: Vec<Mutex<Option<worker::Worker<'_, '_>>>> =
+        (0..pool.threads()).map(|_| Mutex::new(None)).collect();
+    let in_flight = crate::pool::InFlight::default();
+    let (walk_stats, walk_trace) = pool.scope(|scope| {
+        let dispatch = walk::PoolDispatch {
+            scope,
+            shared,
+            pool,
+            slots: &slots,
+            in_flight: &in_flight,
+            cap: 2 * pool.threads(),
+        };
+        let mut walker = walk::Walker::new(shared, Box::new(dispatch), top);
+        if !shared.stopped() {
+            walker.walk();
+        }
+        walker.finish()
+    });
+    stats.merge(&walk_stats);
+    stats.walker_blocked = walk_stats.walker_blocked;
+    entities.extend(walk_trace);
+    for slot in &slots {
+        let w = slot.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(w) = w {
+            let (s, ws, t) = w.finish();
+            stats.merge(&s);
+            stats.workers.push(ws);
+            entities.extend(t);
+        }
     }
 }
 

@@ -6,18 +6,20 @@ use std::io;
 use std::mem;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use crossbeam_channel::{Sender, TrySendError};
 use walkdir::WalkDir;
 
 use super::dirs::{self, DirNode};
+use super::worker::Worker;
 use super::{Job, JobKind, Shared, identity, new_trace};
 use crate::beneath::{self, Root};
 use crate::error::{Error, Op, Refusal, Result};
 use crate::rules::{self, Action};
 use crate::stats::Stats;
+use crate::sys;
 use crate::sys::posix::{self, at};
 use crate::trace::{ThreadState, ThreadTrace};
 
@@ -120,7 +122,7 @@ pub(crate) struct Walker<'s, 'p> {
     shared: &'s Shared<'p>,
     /// The top destination directory, until the walk enters it.
     top: Option<OwnedFd>,
-    tx: Option<Sender<Vec<Job>>>,
+    tx: Option<Box<dyn Dispatch + 's>>,
     batch: Vec<Job>,
     /// Directories on the current path, with their walk depth.
     stack: Vec<(usize, Arc<DirNode>)>,
@@ -132,7 +134,7 @@ pub(crate) struct Walker<'s, 'p> {
 impl<'s, 'p> Walker<'s, 'p> {
     pub(crate) fn new(
         shared: &'s Shared<'p>,
-        tx: Sender<Vec<Job>>,
+        tx: Box<dyn Dispatch + 's>,
         top: OwnedFd,
     ) -> Self {
         Walker {
@@ -313,20 +315,14 @@ impl<'s, 'p> Walker<'s, 'p> {
         let Some(tx) = &self.tx else { return };
         crate::probes::zinstall::batch__dispatch!(|| (
             batch.len() as u64,
-            tx.len() as u64
+            tx.queued() as u64
         ));
-        match tx.try_send(batch) {
-            Ok(()) => {}
-            Err(TrySendError::Full(batch)) => {
-                self.trace.enter(ThreadState::Blocked);
-                let t0 = Instant::now();
-                // An error means every worker is gone; the run has failed
-                // and the jobs are dropped.
-                let _disconnected = tx.send(batch).is_err();
-                self.stats.walker_blocked += t0.elapsed();
-                self.trace.enter(ThreadState::Walking);
-            }
-            Err(TrySendError::Disconnected(_)) => {}
+        if let Err(batch) = tx.try_send(batch) {
+            self.trace.enter(ThreadState::Blocked);
+            let t0 = Instant::now();
+            tx.send(batch);
+            self.stats.walker_blocked += t0.elapsed();
+            self.trace.enter(ThreadState::Walking);
         }
     }
 
@@ -343,6 +339,95 @@ impl<'s, 'p> Walker<'s, 'p> {
         self.tx = None;
         self.trace.enter(ThreadState::Waiting);
         (self.stats, self.trace.finish())
+    }
+}
+
+/// Where the walker's batches go: its own workers' queue, or a shared
+/// pool.
+pub(crate) trait Dispatch {
+    /// Queues a batch if there is room now; gives it back if not.
+    fn try_send(&self, batch: Vec<Job>) -> std::result::Result<(), Vec<Job>>;
+    /// Queues a batch, waiting for room.
+    fn send(&self, batch: Vec<Job>);
+    /// Batches queued and not yet taken.
+    fn queued(&self) -> usize;
+}
+
+impl Dispatch for Sender<Vec<Job>> {
+    fn try_send(&self, batch: Vec<Job>) -> std::result::Result<(), Vec<Job>> {
+        match Sender::try_send(self, batch) {
+            Err(TrySendError::Full(batch)) => Err(batch),
+            // Every worker is gone: the run has failed; the jobs are
+            // dropped.
+            Ok(()) | Err(TrySendError::Disconnected(_)) => Ok(()),
+        }
+    }
+
+    fn send(&self, batch: Vec<Job>) {
+        let _disconnected = Sender::send(self, batch).is_err();
+    }
+
+    fn queued(&self) -> usize {
+        self.len()
+    }
+}
+
+/// Batches as tasks on a shared [`Pool`](crate::Pool), at most `cap` of
+/// this run's in flight.
+pub(crate) struct PoolDispatch<'a, 'scope, 'p> {
+    pub(crate) scope: &'a rayon::Scope<'scope>,
+    pub(crate) shared: &'scope Shared<'p>,
+    pub(crate) pool: &'scope crate::pool::Pool,
+    pub(crate) slots: &'scope [Mutex<Option<Worker<'scope, 'p>>>],
+    pub(crate) in_flight: &'scope crate::pool::InFlight,
+    pub(crate) cap: usize,
+}
+
+impl<'scope, 'p: 'scope> PoolDispatch<'_, 'scope, 'p> {
+    fn spawn(&self, batch: Vec<Job>) {
+        let (shared, pool, slots, in_flight) =
+            (self.shared, self.pool, self.slots, self.in_flight);
+        let queued = Instant::now();
+        self.scope.spawn(move |_| {
+            let i = pool.current_index();
+            let mut slot = slots[i % slots.len()]
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            let w = slot.get_or_insert_with(|| Worker::new(shared, i));
+            match shared.plan.credentials.as_ref().map(sys::assume) {
+                Some(Err(e)) => shared.fail(Error::io(
+                    Op::Credentials,
+                    &shared.plan.src,
+                    e,
+                )),
+                assumed => {
+                    w.run_batch(batch, queued);
+                    drop(assumed);
+                }
+            }
+            drop(slot);
+            in_flight.leave();
+        });
+    }
+}
+
+impl<'scope, 'p: 'scope> Dispatch for PoolDispatch<'_, 'scope, 'p> {
+    fn try_send(&self, batch: Vec<Job>) -> std::result::Result<(), Vec<Job>> {
+        if !self.in_flight.has_room(self.cap) {
+            return Err(batch);
+        }
+        self.in_flight.enter(self.cap);
+        self.spawn(batch);
+        Ok(())
+    }
+
+    fn send(&self, batch: Vec<Job>) {
+        self.in_flight.enter(self.cap);
+        self.spawn(batch);
+    }
+
+    fn queued(&self) -> usize {
+        self.in_flight.len()
     }
 }
 

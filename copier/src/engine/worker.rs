@@ -80,22 +80,30 @@ impl<'s, 'p> Worker<'s, 'p> {
             probes::zinstall::worker__idle!(|| idx);
             let waited = Instant::now();
             let Ok(batch) = rx.recv() else { break };
-            let t0 = Instant::now();
-            probes::zinstall::worker__busy!(|| (
-                idx,
-                batch.len() as u64,
-                waited.elapsed().as_nanos() as u64
-            ));
-            self.load.batches += 1;
-            for job in batch {
-                if self.shared.stopped() {
-                    break;
-                }
-                self.do_job(job);
-            }
-            self.load.busy += t0.elapsed();
-            self.report_progress();
+            self.run_batch(batch, waited);
         }
+    }
+
+    /// Does one batch; `waited` is when the worker (or the batch, on a
+    /// shared pool) started waiting.
+    pub(crate) fn run_batch(&mut self, batch: Vec<Job>, waited: Instant) {
+        let idx = self.index;
+        let t0 = Instant::now();
+        probes::zinstall::worker__busy!(|| (
+            idx,
+            batch.len() as u64,
+            waited.elapsed().as_nanos() as u64
+        ));
+        self.load.batches += 1;
+        for job in batch {
+            if self.shared.stopped() {
+                break;
+            }
+            self.do_job(job);
+        }
+        self.load.busy += t0.elapsed();
+        self.report_progress();
+        self.trace.enter(ThreadState::Waiting);
     }
 
     pub(crate) fn finish(mut self) -> ThreadResult {

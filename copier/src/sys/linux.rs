@@ -362,3 +362,70 @@ pub(crate) fn open_dir_same_mount(
         }
     }
 }
+
+/// A thread's filesystem identity, taken for a run: restored when
+/// dropped. Linux keeps fsuid, fsgid and the supplementary groups per
+/// thread in the kernel; glibc's `setgroups` changes every thread, so the
+/// raw system call is made.
+pub(crate) struct Assumed {
+    uid: u32,
+    gid: u32,
+    groups: Vec<libc::gid_t>,
+}
+
+pub(crate) fn assume(c: &crate::pool::Credentials) -> io::Result<Assumed> {
+    let mut saved = vec![0 as libc::gid_t; 65536];
+    // SAFETY: the buffer holds as many gids as its length says.
+    let n = unsafe { libc::getgroups(saved.len() as i32, saved.as_mut_ptr()) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    saved.truncate(n as usize);
+    let before = Assumed {
+        // SAFETY: setfsuid(-1) only reports the current value.
+        uid: unsafe { libc::setfsuid(u32::MAX) } as u32,
+        // SAFETY: as above.
+        gid: unsafe { libc::setfsgid(u32::MAX) } as u32,
+        groups: saved,
+    };
+    set_groups(&c.groups)?;
+    // Groups first: once the fsuid is not root, the thread may no longer
+    // change them. setfs*id report no error: read the value back.
+    // SAFETY: plain system calls with integer arguments.
+    unsafe {
+        libc::setfsgid(c.gid);
+        libc::setfsuid(c.uid);
+    }
+    // SAFETY: as above.
+    let (uid, gid) = unsafe {
+        (libc::setfsuid(u32::MAX) as u32, libc::setfsgid(u32::MAX) as u32)
+    };
+    if (uid, gid) != (c.uid, c.gid) {
+        drop(before);
+        return Err(io::Error::from_raw_os_error(libc::EPERM));
+    }
+    Ok(before)
+}
+
+fn set_groups(groups: &[u32]) -> io::Result<()> {
+    // SAFETY: the pointer and count describe `groups`.
+    let r = unsafe {
+        libc::syscall(libc::SYS_setgroups, groups.len(), groups.as_ptr())
+    };
+    if r == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+impl Drop for Assumed {
+    fn drop(&mut self) {
+        // SAFETY: plain system calls; the uid first so that the groups may
+        // be set again.
+        unsafe {
+            libc::setfsuid(self.uid);
+            libc::setfsgid(self.gid);
+        }
+        let _restored = set_groups(&self.groups);
+    }
+}

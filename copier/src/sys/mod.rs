@@ -14,6 +14,7 @@
 //! | `open_dir_same_mount` | `openat2(RESOLVE_NO_XDEV)` | caller compares `st_dev` |
 //! | `chmod_at` | `O_PATH` + `/proc/self/fd` | `fchmodat` after `lstat` |
 //! | `XattrTarget::At` | `/proc/self/fd/DIR/NAME` | none listed |
+//! | `assume` (a run's identity) | per-thread `setfsuid`, `setfsgid`, `setgroups` | unsupported (an error) |
 //!
 //! "Unsupported" is reported as `Ok(false)` / `Ok(None)` so the caller
 //! takes its portable path; no error is ever swallowed. POSIX calls that
@@ -37,6 +38,6 @@ use portable as platform;
 pub(crate) const XATTRS: bool = cfg!(target_os = "linux");
 
 pub(crate) use platform::{
-    XattrTarget, chmod_at, clone_file, copy_range, get_xattr, list_xattrs,
+    XattrTarget, assume, chmod_at, clone_file, copy_range, get_xattr, list_xattrs,
     open_dir_beneath, open_dir_same_mount, open_source, set_xattr, sync_fs,
 };

@@ -123,3 +123,10 @@ pub(crate) fn open_dir_same_mount(
 ) -> io::Result<Option<std::os::fd::OwnedFd>> {
     Ok(None)
 }
+
+/// No per-thread identity here: a run given one fails.
+pub(crate) struct Assumed;
+
+pub(crate) fn assume(_c: &crate::pool::Credentials) -> io::Result<Assumed> {
+    Err(io::Error::from(io::ErrorKind::Unsupported))
+}
