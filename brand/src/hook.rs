@@ -286,6 +286,7 @@ fn cmd_install(
         log,
         events: &mut show,
         cancel: None,
+        pool: None,
     };
     match job.run() {
         Ok(_) => OK,

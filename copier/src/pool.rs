@@ -42,7 +42,9 @@ impl Pool {
             .num_threads(size)
             .thread_name(move |i| format!("{name}-{i}"))
             .build()
-            .map_err(|e| Error::io(Op::Open, "thread pool", io::Error::other(e)))?;
+            .map_err(|e| {
+                Error::io(Op::Open, "thread pool", io::Error::other(e))
+            })?;
         Ok(Pool {
             threads: Arc::new(threads),
             size,

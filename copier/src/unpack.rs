@@ -912,15 +912,16 @@ fn read_all<R: Read>(
     let mut queued: HashSet<Vec<u8>> = HashSet::new();
     let mut chain = Chain::new(Arc::clone(&ctx.root_fd));
     // Waits until every queued file is written. False: the pool is gone.
-    let barrier =
-        |pool: &mut Option<Batcher<'_>>, queued: &mut HashSet<Vec<u8>>| -> bool {
-            let sent = pool.as_mut().is_none_or(Batcher::flush);
-            if sent {
-                ctx.pending.wait_empty();
-                queued.clear();
-            }
-            sent
-        };
+    let barrier = |pool: &mut Option<Batcher<'_>>,
+                   queued: &mut HashSet<Vec<u8>>|
+     -> bool {
+        let sent = pool.as_mut().is_none_or(Batcher::flush);
+        if sent {
+            ctx.pending.wait_empty();
+            queued.clear();
+        }
+        sent
+    };
     let mut ended = false;
     while !ctx.stopped() {
         let Some(m) = rd.next().map_err(tar_err)? else {

@@ -106,8 +106,7 @@ fn a_small_run_behind_a_large_one_is_not_made_to_wait_for_it() {
             r
         });
         // Wait until the large run is under way on the only worker.
-        while fs::read_dir(d.path().join("big-out"))
-            .map_or(0, |r| r.count())
+        while fs::read_dir(d.path().join("big-out")).map_or(0, |r| r.count())
             < 5
         {
             std::thread::sleep(Duration::from_millis(1));
@@ -215,7 +214,9 @@ fn a_run_acting_as_a_user_cannot_read_what_that_user_cannot() {
         .run()
         .unwrap_err();
     assert!(
-        f.first().and_then(Error::io_error).and_then(|e| e.raw_os_error())
+        f.first()
+            .and_then(Error::io_error)
+            .and_then(|e| e.raw_os_error())
             == Some(libc::EACCES),
         "{f}"
     );

@@ -23,6 +23,7 @@
 //!     log: slog::Logger::root(slog::Discard, slog::o!()),
 //!     events: &mut show,
 //!     cancel: None,
+//!     pool: None,
 //! }
 //! .run()?;
 //! println!("{} bytes", summary.stats.bytes);
@@ -106,6 +107,10 @@ pub struct Install<'a> {
     /// Stops the install at its next entry when raised; the partial root
     /// is removed as after any failure.
     pub cancel: Option<copier::Cancel>,
+    /// Do the copy and unpack jobs on this shared pool (a service's worker
+    /// budget) instead of `tunables.copy_threads` workers of the
+    /// install's own.
+    pub pool: Option<copier::Pool>,
 }
 
 /// What an install did.
@@ -312,7 +317,7 @@ impl Install<'_> {
         if !self.profile.links.is_empty() || !self.profile.dirs.is_empty() {
             (self.events)(&Event::LayingOut);
             let t0 = self.step_start("layout");
-            let r = layout(&self.profile, root);
+            let r = layout(&self.profile, root, self.pool.as_ref());
             self.step_done("layout", t0, r.is_err());
             add(&mut sum.stats, &r?);
         }
@@ -362,6 +367,7 @@ impl Install<'_> {
                 max_bytes: self.profile.max_archive_bytes,
                 preserve_owner: None,
                 cancel: self.cancel.clone(),
+                pool: self.pool.clone(),
             };
             let r = unpack::unpack(&path, root, &opts);
             self.step_done(&step, t0, r.is_err());
@@ -418,11 +424,14 @@ impl Install<'_> {
     }
 
     fn plan(&self, src: &Path, dst: &Path) -> Plan {
-        let p = Plan::new(src, dst);
-        match &self.cancel {
-            Some(c) => p.cancel(c.clone()),
-            None => p,
+        let mut p = Plan::new(src, dst);
+        if let Some(c) = &self.cancel {
+            p = p.cancel(c.clone());
         }
+        if let Some(pool) = &self.pool {
+            p = p.pool(pool.clone());
+        }
+        p
     }
 
     fn step_start(&self, step: &str) -> Instant {
@@ -565,7 +574,11 @@ fn settle(zonepath: &Path, mut e: InstallError) -> InstallError {
 /// The profile's links and mount points: made in a private directory
 /// with their exact modes, then merged into the root by the same writer
 /// as everything else (never through a symlink in the root).
-fn layout(p: &Profile, root: &Path) -> Result<Stats, Cause> {
+fn layout(
+    p: &Profile,
+    root: &Path,
+    pool: Option<&copier::Pool>,
+) -> Result<Stats, Cause> {
     let staging = private_dir().map_err(|source| Cause::Layout {
         what: "staging directory".into(),
         source,
@@ -596,14 +609,14 @@ fn layout(p: &Profile, root: &Path) -> Result<Stats, Cause> {
             }
             symlink(target, &l).map_err(failed(what()))?;
         }
-        let r = Plan::new(&top, root)
-            .within(root)
-            .merge(true)
-            .run()
-            .map_err(|source| Cause::Copy {
-                step: "layout".into(),
-                source,
-            })?;
+        let mut plan = Plan::new(&top, root).within(root).merge(true);
+        if let Some(pool) = pool {
+            plan = plan.pool(pool.clone());
+        }
+        let r = plan.run().map_err(|source| Cause::Copy {
+            step: "layout".into(),
+            source,
+        })?;
         Ok(r.stats)
     })();
     let _gone = fs::remove_dir_all(&staging);

@@ -52,6 +52,9 @@ pub struct ProvisionOptions {
     /// Stops extraction, conversion and copies at their next entry when
     /// raised.
     pub cancel: Option<copier::Cancel>,
+    /// Do copies and unpacks on this shared pool (a service's worker
+    /// budget); conversions then use one thread.
+    pub pool: Option<copier::Pool>,
 }
 
 /// What one guest is.
@@ -246,6 +249,9 @@ fn make_guest(
             if let Some(c) = &opts.cancel {
                 plan = plan.cancel(c.clone());
             }
+            if let Some(pool) = &opts.pool {
+                plan = plan.pool(pool.clone());
+            }
             let r = plan.run()?;
             let s = &r.stats;
             Ok(GuestKind::Tree {
@@ -312,10 +318,15 @@ fn undo(
 }
 
 /// Conversion threads: the tunable, but no more than the machine has
-/// cores (more only contend) and at most 8.
-fn convert_threads(t: &Tunables) -> usize {
+/// cores (more only contend) and at most 8; one beside a shared pool,
+/// whose workers are the budget (a cache entry is built once, while every
+/// guest's copy runs on the pool).
+fn convert_threads(opts: &ProvisionOptions) -> usize {
+    if opts.pool.is_some() {
+        return 1;
+    }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    t.copy_threads.clamp(1, 8).min(cores)
+    opts.tunables.copy_threads.clamp(1, 8).min(cores)
 }
 
 /// Builds a cache entry's payload from the image, reading it once: through
@@ -344,6 +355,7 @@ fn build(
                 max_bytes: opts.max_archive_bytes,
                 preserve_owner: None,
                 cancel: opts.cancel.clone(),
+                pool: opts.pool.clone(),
             };
             unpack::unpack_from(stream, image, payload, &uo)?;
         }
@@ -362,7 +374,7 @@ fn build(
             let out = File::create_new(payload)
                 .map_err(|e| Error::io(Op::Create, payload, e))?;
             let co = qcow2::ConvertOptions {
-                threads: convert_threads(&opts.tunables),
+                threads: convert_threads(opts),
             };
             reader.feed(|sink| {
                 qcow2::convert_to_raw_streaming(&img, &out, &co, sink)
@@ -406,7 +418,7 @@ fn convert_qcow2(
     let out = File::create_new(payload)
         .map_err(|e| Error::io(Op::Create, payload, e))?;
     let co = qcow2::ConvertOptions {
-        threads: convert_threads(&opts.tunables),
+        threads: convert_threads(opts),
     };
     qcow2::convert_to_raw(&img, &out, &co, &|_| {})?;
     Ok(())
@@ -475,6 +487,7 @@ mod test {
             tunables: Tunables::default(),
             max_archive_bytes: 1 << 30,
             cancel: None,
+            pool: None,
         }
     }
 

@@ -27,6 +27,7 @@
 //!     tunables: copier::Tunables::default(),
 //!     max_archive_bytes: 64 << 30,
 //!     cancel: None,
+//!     pool: None,
 //! };
 //! let report = provision(Path::new("debian.qcow2"), &opts, &mut |g| {
 //!     eprintln!("made {}", g.path.display());

@@ -118,6 +118,7 @@ pub fn install(args: &InstallArgs) -> ExitCode {
         log,
         events: &mut show,
         cancel: None,
+        pool: None,
     };
     let r = job.run();
     if json {

@@ -166,6 +166,7 @@ pub fn provision(args: &ProvisionArgs) -> ExitCode {
         tunables,
         max_archive_bytes: args.max_archive_size,
         cancel: None,
+        pool: None,
     };
     let mut on_guest =
         |g: &provision::Guest| output::out(format_args!("made {g}"));

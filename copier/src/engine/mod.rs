@@ -117,8 +117,7 @@ pub(crate) struct Shared<'p> {
 impl<'p> Shared<'p> {
     fn new(plan: &'p Plan) -> Self {
         // A run acting as someone else has none of root's privileges.
-        let is_root =
-            sys::posix::euid() == 0 && plan.credentials.is_none();
+        let is_root = sys::posix::euid() == 0 && plan.credentials.is_none();
         Shared {
             plan,
             quit: AtomicBool::new(false),

@@ -395,11 +395,9 @@ impl<'scope, 'p: 'scope> PoolDispatch<'_, 'scope, 'p> {
                 .unwrap_or_else(|p| p.into_inner());
             let w = slot.get_or_insert_with(|| Worker::new(shared, i));
             match shared.plan.credentials.as_ref().map(sys::assume) {
-                Some(Err(e)) => shared.fail(Error::io(
-                    Op::Credentials,
-                    &shared.plan.src,
-                    e,
-                )),
+                Some(Err(e)) => {
+                    shared.fail(Error::io(Op::Credentials, &shared.plan.src, e))
+                }
                 assumed => {
                     w.run_batch(batch, queued);
                     drop(assumed);

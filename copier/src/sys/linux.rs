@@ -398,7 +398,10 @@ pub(crate) fn assume(c: &crate::pool::Credentials) -> io::Result<Assumed> {
     }
     // SAFETY: as above.
     let (uid, gid) = unsafe {
-        (libc::setfsuid(u32::MAX) as u32, libc::setfsgid(u32::MAX) as u32)
+        (
+            libc::setfsuid(u32::MAX) as u32,
+            libc::setfsgid(u32::MAX) as u32,
+        )
     };
     if (uid, gid) != (c.uid, c.gid) {
         drop(before);

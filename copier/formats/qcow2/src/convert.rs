@@ -77,21 +77,28 @@ pub fn convert_to_raw(
     let clusters = size.div_ceil(cs);
     let threads = (opts.threads.max(1) as u64).min(clusters.max(1));
     let done = AtomicU64::new(0);
-    let results: Vec<Result<ConvertStats>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
-            .map(|t| {
-                let (start, end) = partition(clusters, threads, t);
-                let done = &done;
-                s.spawn(move || {
-                    convert_range(img, dst, start, end, done, progress)
+    // One thread: this one (a caller on a worker budget starts no other).
+    let results: Vec<Result<ConvertStats>> = if threads == 1 {
+        vec![convert_range(img, dst, 0, clusters, &done, progress)]
+    } else {
+        std::thread::scope(|s| {
+            let handles: Vec<_> = (0..threads)
+                .map(|t| {
+                    let (start, end) = partition(clusters, threads, t);
+                    let done = &done;
+                    s.spawn(move || {
+                        convert_range(img, dst, start, end, done, progress)
+                    })
                 })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
-            .collect()
-    });
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))
+                })
+                .collect()
+        })
+    };
     let mut total = ConvertStats {
         virtual_size: size,
         ..ConvertStats::default()
