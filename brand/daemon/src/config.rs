@@ -1,0 +1,415 @@
+//! `/etc/zinstall/zinstalld.toml`: where the daemon listens, its worker
+//! budget, its cache, and what callers other than root may do.
+//!
+//! ```toml
+//! socket = "/run/zinstall/zinstalld.sock"
+//! socket_mode = "0660"
+//! socket_group = "zinstall"
+//! # copy_threads = 8          # default: COPY_THREADS of /etc/default/zinstall
+//! cache = "/var/cache/zinstall"
+//!
+//! [[grant]]
+//! groups = ["zinstall"]
+//! operations = ["copy", "jobs", "status", "cancel", "cache-list"]
+//! prefixes = ["/srv/build"]
+//! ```
+//!
+//! A grant gives the users and groups it names the operations it lists
+//! on paths under its prefixes. Only `copy` of the jobs can be granted:
+//! a granted copy runs as the caller (see
+//! [`copier::Credentials`]), so the daemon reads and writes only what the
+//! caller could. Installs, uninstalls, provisions and cache collection act
+//! on zone roots and the shared cache as root, and stay root's.
+
+use std::collections::BTreeSet;
+use std::io;
+use std::path::{Component, Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::protocol::Call;
+use crate::sys;
+
+/// Where the configuration is read from unless `--config` says.
+pub const DEFAULT_CONFIG: &str = "/etc/zinstall/zinstalld.toml";
+/// Where the daemon listens unless configured.
+pub const DEFAULT_SOCKET: &str = "/run/zinstall/zinstalld.sock";
+/// The cache's default place, as the CLI's.
+pub const DEFAULT_CACHE: &str = "/var/cache/zinstall";
+/// The default install profile, as the CLI's.
+pub const DEFAULT_PROFILE: &str = "/etc/zinstall/profile.toml";
+/// The defaults file the worker budget comes from.
+pub const DEFAULT_DEFAULTS: &str = "/etc/default/zinstall";
+
+/// Operations a grant may name for a caller other than root.
+pub const GRANTABLE: &[&str] =
+    &["version", "copy", "cache-list", "jobs", "status", "cancel"];
+
+/// The daemon's configuration, checked.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    /// The socket's path.
+    pub socket: PathBuf,
+    /// Its mode.
+    pub socket_mode: u32,
+    /// Its group, if not root's.
+    pub socket_group: Option<u32>,
+    /// The worker budget; `None`: the defaults file's COPY_THREADS.
+    pub copy_threads: Option<usize>,
+    /// The defaults file (COPY_THREADS, COPY_BATCH, COPY_BUFSIZE).
+    pub defaults: PathBuf,
+    /// The image cache.
+    pub cache: PathBuf,
+    /// The install profile used when a request names none.
+    pub profile: PathBuf,
+    /// Connections served at once; more are told the daemon is busy.
+    pub max_connections: usize,
+    /// Jobs running at once; more wait their turn (`queued`).
+    pub max_jobs: usize,
+    /// How long a client may take to send a whole request line, and how
+    /// long a reply may wait for a client that does not read.
+    pub io_timeout: Duration,
+    /// Finished jobs kept for `jobs` and `status`.
+    pub keep_finished: usize,
+    /// What callers other than root may do.
+    pub grants: Vec<Grant>,
+}
+
+/// Operations and path prefixes granted to some users and groups.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Grant {
+    /// Users, by uid.
+    pub users: BTreeSet<u32>,
+    /// Groups, by gid.
+    pub groups: BTreeSet<u32>,
+    /// Operation names ([`GRANTABLE`]).
+    pub operations: BTreeSet<String>,
+    /// Absolute, normalized directories under which paths are allowed.
+    pub prefixes: Vec<PathBuf>,
+}
+
+/// A user or group named by number or by name.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(untagged)]
+enum Id {
+    Number(u32),
+    Name(String),
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct Raw {
+    socket: Option<PathBuf>,
+    socket_mode: Option<String>,
+    socket_group: Option<Id>,
+    copy_threads: Option<usize>,
+    defaults: Option<PathBuf>,
+    cache: Option<PathBuf>,
+    profile: Option<PathBuf>,
+    max_connections: Option<usize>,
+    max_jobs: Option<usize>,
+    io_timeout_secs: Option<u64>,
+    keep_finished: Option<usize>,
+    #[serde(default)]
+    grant: Vec<RawGrant>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawGrant {
+    #[serde(default)]
+    users: Vec<Id>,
+    #[serde(default)]
+    groups: Vec<Id>,
+    operations: Vec<String>,
+    #[serde(default)]
+    prefixes: Vec<PathBuf>,
+}
+
+/// A configuration that cannot be used: the file and what is wrong.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("{}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: io::Error,
+    },
+    /// The file is not what the daemon reads.
+    #[error("{}: {why}", path.display())]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        why: String,
+    },
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            socket: DEFAULT_SOCKET.into(),
+            socket_mode: 0o660,
+            socket_group: None,
+            copy_threads: None,
+            defaults: DEFAULT_DEFAULTS.into(),
+            cache: DEFAULT_CACHE.into(),
+            profile: DEFAULT_PROFILE.into(),
+            max_connections: 256,
+            max_jobs: 16,
+            io_timeout: Duration::from_secs(10),
+            keep_finished: 100,
+            grants: Vec::new(),
+        }
+    }
+}
+
+impl Config {
+    /// Reads `path`; a missing file is the defaults only when `required`
+    /// is false (the system's file may be absent; one named by `--config`
+    /// must exist).
+    pub fn load(path: &Path, required: bool) -> Result<Config, ConfigError> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == io::ErrorKind::NotFound && !required => {
+                return Ok(Config::default());
+            }
+            Err(source) => {
+                return Err(ConfigError::Read {
+                    path: path.into(),
+                    source,
+                });
+            }
+        };
+        Config::parse(&text).map_err(|why| ConfigError::Invalid {
+            path: path.into(),
+            why,
+        })
+    }
+
+    /// Parses a configuration's text.
+    pub fn parse(text: &str) -> Result<Config, String> {
+        let raw: Raw = toml::from_str(text).map_err(|e| e.to_string())?;
+        let mut c = Config::default();
+        if let Some(s) = raw.socket {
+            c.socket = absolute("socket", s)?;
+        }
+        if let Some(m) = raw.socket_mode {
+            c.socket_mode = u32::from_str_radix(&m, 8)
+                .ok()
+                .filter(|m| *m <= 0o777)
+                .ok_or_else(|| {
+                    format!(
+                        "socket_mode {m:?} is not an octal mode like \"0660\""
+                    )
+                })?;
+        }
+        if let Some(g) = raw.socket_group {
+            c.socket_group = Some(gid("socket_group", &g)?);
+        }
+        if let Some(n) = raw.copy_threads {
+            c.copy_threads = Some(bounded("copy_threads", n, 1, 1024)?);
+        }
+        if let Some(p) = raw.defaults {
+            c.defaults = absolute("defaults", p)?;
+        }
+        if let Some(p) = raw.cache {
+            c.cache = absolute("cache", p)?;
+        }
+        if let Some(p) = raw.profile {
+            c.profile = absolute("profile", p)?;
+        }
+        if let Some(n) = raw.max_connections {
+            c.max_connections = bounded("max_connections", n, 1, 65536)?;
+        }
+        if let Some(n) = raw.max_jobs {
+            c.max_jobs = bounded("max_jobs", n, 1, 4096)?;
+        }
+        if let Some(n) = raw.io_timeout_secs {
+            c.io_timeout = Duration::from_secs(bounded(
+                "io_timeout_secs",
+                n as usize,
+                1,
+                3600,
+            )? as u64);
+        }
+        if let Some(n) = raw.keep_finished {
+            c.keep_finished = bounded("keep_finished", n, 0, 100_000)?;
+        }
+        for (i, g) in raw.grant.into_iter().enumerate() {
+            let at = format!("grant {}", i + 1);
+            let mut grant = Grant {
+                users: BTreeSet::new(),
+                groups: BTreeSet::new(),
+                operations: BTreeSet::new(),
+                prefixes: Vec::new(),
+            };
+            for u in &g.users {
+                grant.users.insert(uid(&at, u)?);
+            }
+            for gr in &g.groups {
+                grant.groups.insert(gid(&at, gr)?);
+            }
+            if grant.users.is_empty() && grant.groups.is_empty() {
+                return Err(format!("{at}: names no users and no groups"));
+            }
+            for op in g.operations {
+                if !Call::NAMES.contains(&op.as_str()) {
+                    return Err(format!(
+                        "{at}: unknown operation {op:?} (known: {})",
+                        Call::NAMES.join(", ")
+                    ));
+                }
+                if !GRANTABLE.contains(&op.as_str()) {
+                    return Err(format!(
+                        "{at}: {op} acts as root on zone roots or the shared cache \
+                         and cannot be granted (grantable: {})",
+                        GRANTABLE.join(", ")
+                    ));
+                }
+                grant.operations.insert(op);
+            }
+            for p in g.prefixes {
+                grant.prefixes.push(absolute(&at, p)?);
+            }
+            if grant.operations.contains("copy") && grant.prefixes.is_empty() {
+                return Err(format!("{at}: grants copy but no prefixes"));
+            }
+            c.grants.push(grant);
+        }
+        Ok(c)
+    }
+}
+
+fn bounded(key: &str, n: usize, lo: usize, hi: usize) -> Result<usize, String> {
+    if (lo..=hi).contains(&n) {
+        Ok(n)
+    } else {
+        Err(format!("{key} {n} is not between {lo} and {hi}"))
+    }
+}
+
+fn absolute(key: &str, p: PathBuf) -> Result<PathBuf, String> {
+    normalized(&p).ok_or_else(|| {
+        format!(
+            "{key}: {} is not an absolute path without . or ..",
+            p.display()
+        )
+    })
+}
+
+/// `p` if it is absolute and has no `.` or `..` component (repeated and
+/// trailing slashes are dropped).
+pub fn normalized(p: &Path) -> Option<PathBuf> {
+    if !p.is_absolute() {
+        return None;
+    }
+    let mut out = PathBuf::from("/");
+    for c in p.components() {
+        match c {
+            Component::RootDir => {}
+            Component::Normal(n) => out.push(n),
+            Component::CurDir | Component::ParentDir | Component::Prefix(_) => {
+                return None;
+            }
+        }
+    }
+    // `components` hides a `.` in the middle: look at the bytes too.
+    use std::os::unix::ffi::OsStrExt;
+    if p.as_os_str()
+        .as_bytes()
+        .split(|b| *b == b'/')
+        .any(|c| c == b"." || c == b"..")
+    {
+        return None;
+    }
+    Some(out)
+}
+
+fn uid(at: &str, id: &Id) -> Result<u32, String> {
+    match id {
+        Id::Number(n) => Ok(*n),
+        Id::Name(n) => {
+            sys::user_id(n).ok_or_else(|| format!("{at}: no user named {n:?}"))
+        }
+    }
+}
+
+fn gid(at: &str, id: &Id) -> Result<u32, String> {
+    match id {
+        Id::Number(n) => Ok(*n),
+        Id::Name(n) => sys::group_id(n)
+            .ok_or_else(|| format!("{at}: no group named {n:?}")),
+    }
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    #[test]
+    fn an_empty_file_is_the_defaults() {
+        assert_eq!(Config::parse("").unwrap(), Config::default());
+    }
+
+    #[test]
+    fn grants_are_checked() {
+        let c = Config::parse(
+            r#"
+socket_mode = "0600"
+copy_threads = 3
+[[grant]]
+users = [1000, "root"]
+groups = [65534]
+operations = ["copy", "jobs"]
+prefixes = ["/srv//build/"]
+"#,
+        )
+        .unwrap();
+        assert_eq!(c.socket_mode, 0o600);
+        assert_eq!(c.copy_threads, Some(3));
+        let g = &c.grants[0];
+        assert!(g.users.contains(&1000) && g.users.contains(&0));
+        assert_eq!(g.prefixes, [PathBuf::from("/srv/build")]);
+        for (text, says) in [
+            ("sockt = \"/x\"", "unknown field `sockt`"),
+            ("socket_mode = \"rw\"", "not an octal mode"),
+            ("socket = \"run/x\"", "not an absolute path"),
+            ("copy_threads = 0", "not between 1"),
+            (
+                "[[grant]]\nusers=[1]\noperations=[\"install\"]",
+                "cannot be granted",
+            ),
+            (
+                "[[grant]]\nusers=[1]\noperations=[\"rm\"]",
+                "unknown operation",
+            ),
+            ("[[grant]]\noperations=[\"jobs\"]", "names no users"),
+            ("[[grant]]\nusers=[1]\noperations=[\"copy\"]", "no prefixes"),
+            (
+                "[[grant]]\nusers=[1]\noperations=[\"copy\"]\nprefixes=[\"/a/../b\"]",
+                "without . or ..",
+            ),
+            (
+                "[[grant]]\nusers=[\"no-such-user-here\"]\noperations=[\"jobs\"]",
+                "no user named",
+            ),
+        ] {
+            let e = Config::parse(text).unwrap_err();
+            assert!(e.contains(says), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn paths_are_normalized_or_refused() {
+        let n = |s: &str| normalized(Path::new(s));
+        assert_eq!(n("/a//b/"), Some("/a/b".into()));
+        assert_eq!(n("/"), Some("/".into()));
+        for bad in ["a/b", "/a/./b", "/a/../b", "/..", ""] {
+            assert_eq!(n(bad), None, "{bad}");
+        }
+    }
+}

@@ -1,0 +1,44 @@
+//! zinstalld: one process that serves copies, installs and provisions to
+//! many clients over a Unix socket, with one worker budget, one cache and
+//! one log.
+//!
+//! * [`server::run`]: the service (the `zinstalld` binary is a thin
+//!   wrapper): its socket, the accept loop, a thread per connection and
+//!   per job, and one [`copier::Pool`] all jobs' workers come from.
+//! * [`protocol`]: the versioned JSON-lines protocol ([`protocol::Request`],
+//!   [`protocol::Reply`]).
+//! * [`client::Client`]: what `zinstall --daemon` uses.
+//! * [`config::Config`]: `/etc/zinstall/zinstalld.toml`, with the grants
+//!   [`auth::authorize`] applies to callers other than root.
+//! * [`jobs`]: ids, progress, cancel, results.
+//!
+//! ```no_run
+//! use zinstall_daemon::client::Client;
+//! use zinstall_daemon::protocol::{Call, CopyArgs, Request};
+//!
+//! let mut c = Client::connect("/run/zinstall/zinstalld.sock".as_ref())?;
+//! let request = Request {
+//!     call: Call::Copy(CopyArgs {
+//!         src: "/srv/a".into(),
+//!         dst: "/srv/b".into(),
+//!         merge: false,
+//!         sync: false,
+//!         exclude: vec![],
+//!     }),
+//!     detach: false,
+//! };
+//! let result = c.call(&request, &mut |_progress| {}, &mut |event| println!("{event}"))?;
+//! println!("{result}");
+//! # Ok::<(), zinstall_daemon::client::ClientError>(())
+//! ```
+
+#![deny(missing_docs)]
+
+pub mod auth;
+pub mod client;
+pub mod config;
+pub mod jobs;
+mod ops;
+pub mod protocol;
+pub mod server;
+pub mod sys;

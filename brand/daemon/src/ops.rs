@@ -1,0 +1,309 @@
+//! Running each operation for a client: the same libraries the CLI
+//! calls, given the daemon's pool, the job's cancel flag and progress.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use slog::info;
+
+use copier::{Action, Credentials, Plan, Rule, RuleSet};
+use zinstall_install::Install;
+use zinstall_install::profile::Profile;
+use zinstall_provision::ProvisionOptions;
+use zinstall_provision::cache::{Cache, GcOptions, Obtained};
+
+use crate::jobs::Job;
+use crate::protocol::{
+    Call, CopyArgs, GcArgs, InstallArgs, ProvisionArgs, UninstallArgs,
+    WireError, notices_json, stats_json,
+};
+use crate::server::Daemon;
+use crate::sys::Peer;
+
+/// Bound on what an image's archive may unpack to, as the CLI's default.
+const MAX_ARCHIVE_BYTES: u64 = 64 << 30;
+
+/// Runs a job's operation to its end.
+pub fn run(
+    d: &Daemon,
+    job: &Arc<Job>,
+    call: &Call,
+    peer: &Peer,
+) -> Result<Value, WireError> {
+    match call {
+        Call::Copy(a) => copy(d, job, a, peer),
+        Call::Install(a) => install(d, job, a, peer),
+        Call::Uninstall(a) => uninstall(d, job, a),
+        Call::Provision(a) => provision(d, job, a),
+        Call::CacheGc(a) => cache_gc(d, job, a),
+        _ => Err(WireError::new(
+            "internal",
+            format!("{} is not a job", call.name()),
+        )),
+    }
+}
+
+fn copy(
+    d: &Daemon,
+    job: &Arc<Job>,
+    a: &CopyArgs,
+    peer: &Peer,
+) -> Result<Value, WireError> {
+    job.set_phase("copy");
+    let mut plan = Plan::new(&a.src, &a.dst)
+        .tunables(d.tunables())
+        .pool(d.pool().clone())
+        .cancel(job.cancel.clone())
+        .progress(Arc::clone(job) as Arc<dyn copier::Progress>)
+        .merge(a.merge)
+        .sync(a.sync);
+    if peer.uid != 0 {
+        // The kernel checks every open and creation against the caller.
+        plan = plan.acting_as(Credentials {
+            uid: peer.uid,
+            gid: peer.gid,
+            groups: peer.groups.clone(),
+        });
+    }
+    if !a.exclude.is_empty() {
+        let rules = a
+            .exclude
+            .iter()
+            .map(|g| Rule::new(g.trim_matches('/'), Action::Skip));
+        let rules =
+            RuleSet::new(rules).map_err(|e| WireError::from_copier(&e))?;
+        plan = plan.rules(Arc::new(rules), Path::new(""));
+    }
+    match plan.run() {
+        Ok(r) => Ok(json!({
+            "src": a.src,
+            "dst": a.dst,
+            "stats": stats_json(&r.stats),
+            "notices": notices_json(&r.notices),
+        })),
+        Err(f) => Err(WireError::from_failure(&f)),
+    }
+}
+
+fn install_error(
+    zonepath: &Path,
+    e: &zinstall_install::InstallError,
+) -> WireError {
+    let cancelled = matches!(
+        std::error::Error::source(e)
+            .and_then(|s| s.downcast_ref::<copier::Error>()),
+        Some(copier::Error::Cancelled { .. })
+    ) || e.to_string().contains("cancelled");
+    let mut w = WireError::new(
+        if cancelled { "cancelled" } else { "install" },
+        e.to_string(),
+    );
+    w.path = Some(zonepath.to_path_buf());
+    w
+}
+
+fn install(
+    d: &Daemon,
+    job: &Arc<Job>,
+    a: &InstallArgs,
+    peer: &Peer,
+) -> Result<Value, WireError> {
+    job.set_phase("install");
+    let profile_path = a.profile.clone().unwrap_or_else(|| d.config().profile);
+    let profile = Profile::load(&profile_path).map_err(|e| {
+        let mut w = WireError::new("install", e.to_string());
+        w.path = Some(profile_path.clone());
+        w
+    })?;
+    let zone = a.zone.clone().unwrap_or_else(|| {
+        a.zonepath
+            .file_name()
+            .map_or_else(|| "root".into(), |n| n.to_string_lossy().into_owned())
+    });
+    // The install log the CLI writes, naming the daemon's caller.
+    let argv = vec![
+        "zinstalld".to_string(),
+        format!("install-for-uid={}", peer.uid),
+        format!("pid={}", peer.pid),
+        a.zonepath.display().to_string(),
+    ];
+    let events_job = Arc::clone(job);
+    let (log, warning) =
+        zinstall_install::log::open(&profile.log, &argv, move |m| {
+            events_job.event(format!("NOTE: {m}"))
+        });
+    if let Some(w) = warning {
+        job.event(format!("NOTE: {w}"));
+    }
+    let mut events = |e: &zinstall_install::Event| {
+        if let zinstall_install::Event::Unpacking { .. } = e {
+            job.set_phase("unpack");
+        }
+        job.event(format!("INFO: zinstall: {e}"));
+    };
+    let r = Install {
+        zone,
+        zonepath: a.zonepath.clone(),
+        profile,
+        images: a.images.clone(),
+        tunables: d.tunables(),
+        log,
+        events: &mut events,
+        cancel: Some(job.cancel.clone()),
+        pool: Some(d.pool().clone()),
+    }
+    .run();
+    match r {
+        Ok(s) => Ok(json!({
+            "zonepath": a.zonepath,
+            "stats": stats_json(&s.stats),
+            "notices": notices_json(&s.notices),
+        })),
+        Err(e) => Err(install_error(&a.zonepath, &e)),
+    }
+}
+
+fn uninstall(
+    d: &Daemon,
+    job: &Arc<Job>,
+    a: &UninstallArgs,
+) -> Result<Value, WireError> {
+    job.set_phase("uninstall");
+    let mut events =
+        |e: &zinstall_install::Event| job.event(format!("INFO: zinstall: {e}"));
+    zinstall_install::uninstall(&a.zonepath, a.foreign, d.log(), &mut events)
+        .map(|()| json!({ "zonepath": a.zonepath }))
+        .map_err(|e| install_error(&a.zonepath, &e))
+}
+
+fn provision(
+    d: &Daemon,
+    job: &Arc<Job>,
+    a: &ProvisionArgs,
+) -> Result<Value, WireError> {
+    job.set_phase("provision");
+    let opts = ProvisionOptions {
+        count: a.count,
+        out: a.out.clone(),
+        name: a.name.clone(),
+        size: a.size,
+        cache: d.config().cache,
+        sha256: a.sha256.clone(),
+        qemu_img: None,
+        tunables: d.tunables(),
+        max_archive_bytes: MAX_ARCHIVE_BYTES,
+        cancel: Some(job.cancel.clone()),
+        pool: Some(d.pool().clone()),
+    };
+    // One build per image in this process: the others wait here, then
+    // find the entry made (the cache's flock does the same across
+    // processes).
+    let flight = d.single_flight(&a.image);
+    let _one = flight.lock().unwrap_or_else(|p| p.into_inner());
+    let mut on_guest = |g: &zinstall_provision::Guest| {
+        job.entries
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        job.event(format!("made {g}"));
+    };
+    let r = zinstall_provision::provision(&a.image, &opts, &mut on_guest)
+        .map_err(|e| {
+            let kind = if job.cancel.is_cancelled() {
+                "cancelled"
+            } else {
+                "provision"
+            };
+            let mut w = WireError::new(kind, e.to_string());
+            w.path = Some(a.image.clone());
+            w
+        })?;
+    let (obtained, how) = match r.obtained {
+        Obtained::Built(t) => {
+            ("built", format!("extracted once in {} ms", t.as_millis()))
+        }
+        Obtained::Rebuilt(t) => {
+            ("rebuilt", format!("rebuilt in {} ms", t.as_millis()))
+        }
+        Obtained::Reused => ("reused", "cached".to_string()),
+    };
+    if let Some(old) = &r.replaced {
+        info!(d.log(), "cache entry altered"; "entry" => old.old.name(), "why" => &old.why,
+              "rebuilt" => r.entry.name());
+    }
+    Ok(json!({
+        "image": a.image,
+        "kind": r.image.describe(),
+        "entry": r.entry.payload(),
+        "obtained": obtained,
+        "replaced": r.replaced.as_ref().map(|o| json!({"entry": o.old.name(), "why": o.why})),
+        "guests": r.guests.iter().map(|g| json!({
+            "path": g.path,
+            "shown": g.to_string(),
+        })).collect::<Vec<_>>(),
+        "message": format!(
+            "provisioned {} guests from {} ({}, {how}): {}",
+            r.guests.len(),
+            a.image.display(),
+            r.image.describe(),
+            r.entry.payload().display()
+        ),
+    }))
+}
+
+/// The cache's entries, as `zinstall cache list --json` would show them.
+pub fn cache_list(d: &Daemon) -> Result<Value, WireError> {
+    let cache = Cache::new(d.config().cache).map_err(|e| cache_error(d, &e))?;
+    let entries = cache.list().map_err(|e| cache_error(d, &e))?;
+    Ok(Value::Array(
+        entries
+            .iter()
+            .map(|e| {
+                json!({
+                    "kind": e.entry.kind.as_str(),
+                    "name": e.entry.name(),
+                    "payload": e.entry.payload(),
+                    "size": e.size,
+                    "created": e.created,
+                    "source": e.source,
+                    "guests": e.users,
+                    "altered": e.altered,
+                    "immutable": e.immutable,
+                })
+            })
+            .collect(),
+    ))
+}
+
+fn cache_gc(
+    d: &Daemon,
+    job: &Arc<Job>,
+    a: &GcArgs,
+) -> Result<Value, WireError> {
+    job.set_phase("cache-gc");
+    let cache = Cache::new(d.config().cache).map_err(|e| cache_error(d, &e))?;
+    let r = cache
+        .gc_with(&GcOptions {
+            max_size: a.max_size,
+            dry_run: a.dry_run,
+            search: Vec::new(),
+        })
+        .map_err(|e| cache_error(d, &e))?;
+    Ok(json!({
+        "dry_run": a.dry_run,
+        "removed": r.removed.iter().map(|e| e.name()).collect::<Vec<_>>(),
+        "freed": r.freed,
+        "kept_in_use": r.kept_in_use,
+        "decisions": r.decisions.iter().map(|g| json!({
+            "entry": g.entry.name(), "size": g.size, "remove": g.remove, "why": g.why,
+        })).collect::<Vec<_>>(),
+    }))
+}
+
+fn cache_error(
+    d: &Daemon,
+    e: &zinstall_provision::ProvisionError,
+) -> WireError {
+    let mut w = WireError::new("provision", e.to_string());
+    w.path = Some(d.config().cache);
+    w
+}

@@ -1,0 +1,635 @@
+//! The wire protocol: JSON lines over a Unix stream socket.
+//!
+//! A client writes one request per line and reads reply lines. A request:
+//!
+//! ```json
+//! {"v":1,"op":"copy","args":{"src":"/srv/a","dst":"/srv/b"},"detach":false}
+//! ```
+//!
+//! `v` is the protocol version ([`VERSION`]); a daemon refuses others.
+//! `op` names the operation ([`Call`]), `args` its arguments (unknown
+//! fields are refused, so a typo never goes unnoticed), `detach` keeps a
+//! long job running when its client goes away. A line is at most
+//! [`MAX_LINE`] bytes.
+//!
+//! Replies ([`Reply`]), one per line, each with `v` and `reply`: a quick
+//! operation gets `ok` (with its `result`) or `error`. A long one (copy,
+//! install, uninstall, provision, cache gc) gets `accepted` with the job's
+//! id at once, then `progress` (about four a second) and `event` lines,
+//! and ends with `done` (its `result`) or `error`. An error carries
+//! `kind`, and where there is one the `op` and `path` that failed.
+//! Requests on one connection are served in turn.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+/// The protocol version this build speaks.
+pub const VERSION: u32 = 1;
+
+/// The longest request line accepted, newline included.
+pub const MAX_LINE: usize = 1 << 20;
+
+/// One parsed request.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Request {
+    /// What to do.
+    pub call: Call,
+    /// Keep the job running if the client disconnects.
+    pub detach: bool,
+}
+
+/// The operations.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Call {
+    /// The daemon's version and protocol.
+    Version,
+    /// Copy a tree (a job).
+    Copy(CopyArgs),
+    /// Install a zone root or rootfs (a job).
+    Install(InstallArgs),
+    /// Remove an installed root (a job).
+    Uninstall(UninstallArgs),
+    /// Make guests from one cached image (a job).
+    Provision(ProvisionArgs),
+    /// The cache's entries.
+    CacheList,
+    /// Collect the cache (a job).
+    CacheGc(GcArgs),
+    /// Every job the caller may see.
+    Jobs,
+    /// One job.
+    Status(JobRef),
+    /// Cancel a job.
+    Cancel(JobRef),
+}
+
+impl Call {
+    /// The operation's name on the wire and in the configuration.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Call::Version => "version",
+            Call::Copy(_) => "copy",
+            Call::Install(_) => "install",
+            Call::Uninstall(_) => "uninstall",
+            Call::Provision(_) => "provision",
+            Call::CacheList => "cache-list",
+            Call::CacheGc(_) => "cache-gc",
+            Call::Jobs => "jobs",
+            Call::Status(_) => "status",
+            Call::Cancel(_) => "cancel",
+        }
+    }
+
+    /// Every operation's name.
+    pub const NAMES: &'static [&'static str] = &[
+        "version",
+        "copy",
+        "install",
+        "uninstall",
+        "provision",
+        "cache-list",
+        "cache-gc",
+        "jobs",
+        "status",
+        "cancel",
+    ];
+
+    /// Whether the operation runs as a job.
+    pub fn is_job(&self) -> bool {
+        matches!(
+            self,
+            Call::Copy(_)
+                | Call::Install(_)
+                | Call::Uninstall(_)
+                | Call::Provision(_)
+                | Call::CacheGc(_)
+        )
+    }
+
+    /// The paths the request names, with what it does to each: checked
+    /// against a caller's grants.
+    pub fn paths(&self) -> Vec<&PathBuf> {
+        match self {
+            Call::Copy(a) => vec![&a.src, &a.dst],
+            Call::Install(a) => {
+                let mut v = vec![&a.zonepath];
+                v.extend(a.images.iter());
+                v.extend(a.profile.iter());
+                v
+            }
+            Call::Uninstall(a) => vec![&a.zonepath],
+            Call::Provision(a) => vec![&a.image, &a.out],
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// `copy`: like `zinstall copy SRC DST`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CopyArgs {
+    /// The source, absolute.
+    pub src: PathBuf,
+    /// The destination, absolute.
+    pub dst: PathBuf,
+    /// Copy into a non-empty destination.
+    #[serde(default)]
+    pub merge: bool,
+    /// Flush the destination filesystem at the end.
+    #[serde(default)]
+    pub sync: bool,
+    /// Skip paths matching these globs (as `--exclude`).
+    #[serde(default)]
+    pub exclude: Vec<String>,
+}
+
+/// `install`: like `zinstall install ZONEPATH`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InstallArgs {
+    /// The zonepath, absolute; the root is `ZONEPATH/root`.
+    pub zonepath: PathBuf,
+    /// The zone's name (default: the zonepath's last component).
+    #[serde(default)]
+    pub zone: Option<String>,
+    /// The profile (default: the daemon's).
+    #[serde(default)]
+    pub profile: Option<PathBuf>,
+    /// Images applied in order.
+    #[serde(default)]
+    pub images: Vec<PathBuf>,
+}
+
+/// `uninstall`: like `zinstall uninstall ZONEPATH`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UninstallArgs {
+    /// The zonepath, absolute.
+    pub zonepath: PathBuf,
+    /// Remove a root that has content and no install marker.
+    #[serde(default)]
+    pub foreign: bool,
+}
+
+/// `provision`: like `zinstall provision IMAGE`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProvisionArgs {
+    /// The image, absolute.
+    pub image: PathBuf,
+    /// Where the guests go, absolute.
+    pub out: PathBuf,
+    /// How many guests.
+    #[serde(default = "one")]
+    pub count: usize,
+    /// Guests are NAME-0 …
+    #[serde(default = "guest")]
+    pub name: String,
+    /// Virtual size of disk guests, in bytes.
+    #[serde(default)]
+    pub size: Option<u64>,
+    /// The image's expected SHA-256.
+    #[serde(default)]
+    pub sha256: Option<String>,
+}
+
+fn one() -> usize {
+    1
+}
+
+fn guest() -> String {
+    "guest".into()
+}
+
+/// `cache-gc`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GcArgs {
+    /// Say what would be removed, remove nothing.
+    #[serde(default)]
+    pub dry_run: bool,
+    /// Keep the cache under this many bytes.
+    #[serde(default)]
+    pub max_size: Option<u64>,
+}
+
+/// `status` and `cancel`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobRef {
+    /// The job's id.
+    pub job: u64,
+}
+
+/// Why a request line was refused before it was run.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadRequest {
+    /// Not JSON, or not the request's shape.
+    #[error("malformed request: {0}")]
+    Malformed(String),
+    /// Another protocol version.
+    #[error(
+        "protocol version {got} is not spoken here (this daemon speaks {VERSION})"
+    )]
+    Version {
+        /// What the client sent.
+        got: u64,
+    },
+    /// No such operation.
+    #[error("unknown operation {0:?} (known: {known})", known = Call::NAMES.join(", "))]
+    UnknownOp(String),
+    /// The operation's arguments are wrong.
+    #[error("bad arguments for {op}: {why}")]
+    Args {
+        /// The operation.
+        op: String,
+        /// What is wrong.
+        why: String,
+    },
+    /// Longer than [`MAX_LINE`].
+    #[error("request longer than {MAX_LINE} bytes")]
+    TooLong,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Wire {
+    v: Value,
+    op: String,
+    #[serde(default)]
+    args: Option<Value>,
+    #[serde(default)]
+    detach: bool,
+}
+
+impl Request {
+    /// Parses one request line (without its newline).
+    pub fn parse(line: &[u8]) -> Result<Request, BadRequest> {
+        if line.len() >= MAX_LINE {
+            return Err(BadRequest::TooLong);
+        }
+        let w: Wire = serde_json::from_slice(line)
+            .map_err(|e| BadRequest::Malformed(e.to_string()))?;
+        match w.v.as_u64() {
+            Some(v) if v == u64::from(VERSION) => {}
+            Some(got) => return Err(BadRequest::Version { got }),
+            None => {
+                return Err(BadRequest::Malformed(
+                    "\"v\" must be a protocol version number".into(),
+                ));
+            }
+        }
+        let op = w.op.as_str();
+        let args = w.args.unwrap_or(Value::Object(Default::default()));
+        fn typed<T: serde::de::DeserializeOwned>(
+            op: &str,
+            args: Value,
+        ) -> Result<T, BadRequest> {
+            serde_json::from_value(args).map_err(|e| BadRequest::Args {
+                op: op.into(),
+                why: e.to_string(),
+            })
+        }
+        let none = |args: &Value| -> Result<(), BadRequest> {
+            match args.as_object() {
+                Some(m) if m.is_empty() => Ok(()),
+                _ => Err(BadRequest::Args {
+                    op: op.into(),
+                    why: "takes no arguments".into(),
+                }),
+            }
+        };
+        let call = match op {
+            "version" => none(&args).map(|()| Call::Version)?,
+            "copy" => Call::Copy(typed(op, args)?),
+            "install" => Call::Install(typed(op, args)?),
+            "uninstall" => Call::Uninstall(typed(op, args)?),
+            "provision" => Call::Provision(typed(op, args)?),
+            "cache-list" => none(&args).map(|()| Call::CacheList)?,
+            "cache-gc" => Call::CacheGc(typed(op, args)?),
+            "jobs" => none(&args).map(|()| Call::Jobs)?,
+            "status" => Call::Status(typed(op, args)?),
+            "cancel" => Call::Cancel(typed(op, args)?),
+            _ => return Err(BadRequest::UnknownOp(w.op)),
+        };
+        Ok(Request {
+            call,
+            detach: w.detach,
+        })
+    }
+
+    /// The request as one line (without its newline).
+    pub fn to_line(&self) -> String {
+        let args = match &self.call {
+            Call::Version | Call::CacheList | Call::Jobs => json!({}),
+            Call::Copy(a) => json!(a),
+            Call::Install(a) => json!(a),
+            Call::Uninstall(a) => json!(a),
+            Call::Provision(a) => json!(a),
+            Call::CacheGc(a) => json!(a),
+            Call::Status(a) | Call::Cancel(a) => json!(a),
+        };
+        json!({
+            "v": VERSION,
+            "op": self.call.name(),
+            "args": args,
+            "detach": self.detach,
+        })
+        .to_string()
+    }
+}
+
+/// A failure as the wire carries it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WireError {
+    /// `request` (malformed), `denied`, `busy`, `io`, `refused`,
+    /// `cancelled`, `install`, `provision`, `not-found`, `internal`.
+    pub kind: String,
+    /// The operation that failed, when a system call did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub op: Option<String>,
+    /// The path it failed on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<PathBuf>,
+    /// The whole message, as the CLI prints it.
+    pub message: String,
+    /// Every error of a copy that met several, first first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<String>,
+}
+
+impl WireError {
+    /// An error with only a kind and a message.
+    pub fn new(kind: &str, message: impl Into<String>) -> Self {
+        WireError {
+            kind: kind.into(),
+            op: None,
+            path: None,
+            message: message.into(),
+            errors: Vec::new(),
+        }
+    }
+
+    /// From the engine's error.
+    pub fn from_copier(e: &copier::Error) -> Self {
+        let kind = match e {
+            copier::Error::Cancelled { .. } => "cancelled",
+            copier::Error::Io { .. } => "io",
+            _ => "refused",
+        };
+        WireError {
+            kind: kind.into(),
+            op: e.op().map(|o| o.as_str().to_string()),
+            path: Some(e.path().to_path_buf()),
+            message: e.to_string(),
+            errors: Vec::new(),
+        }
+    }
+
+    /// From a copy that stopped on errors.
+    pub fn from_failure(f: &copier::Failure) -> Self {
+        let mut w = f
+            .first()
+            .map(Self::from_copier)
+            .unwrap_or_else(|| Self::new("internal", "copy failed"));
+        w.message = f.to_string();
+        w.errors = f.errors.iter().map(|e| e.to_string()).collect();
+        w
+    }
+}
+
+impl std::fmt::Display for WireError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for WireError {}
+
+/// Progress of a job.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProgressInfo {
+    /// What the job is doing now (`queued`, `copy`, `unpack`, `provision`,
+    /// …).
+    pub phase: String,
+    /// Entries done.
+    pub entries: u64,
+    /// Data bytes done.
+    pub bytes: u64,
+    /// Bytes per second over the last interval.
+    pub rate: u64,
+    /// Since the job started.
+    pub elapsed_ms: u64,
+}
+
+/// One reply line.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "reply", rename_all = "kebab-case")]
+pub enum Reply {
+    /// A quick operation's result.
+    Ok {
+        /// The protocol version.
+        v: u32,
+        /// What it returns.
+        result: Value,
+    },
+    /// A job was started.
+    Accepted {
+        /// The protocol version.
+        v: u32,
+        /// Its id.
+        job: u64,
+    },
+    /// A job's progress.
+    Progress {
+        /// The protocol version.
+        v: u32,
+        /// The job.
+        job: u64,
+        /// Where it is.
+        #[serde(flatten)]
+        progress: ProgressInfo,
+    },
+    /// Something a job reports (an install's steps, a guest made).
+    Event {
+        /// The protocol version.
+        v: u32,
+        /// The job.
+        job: u64,
+        /// The text the CLI prints for it.
+        message: String,
+    },
+    /// A job's result.
+    Done {
+        /// The protocol version.
+        v: u32,
+        /// The job.
+        job: u64,
+        /// What it returns.
+        result: Value,
+    },
+    /// A refusal, or a job's failure.
+    Error {
+        /// The protocol version.
+        v: u32,
+        /// The job, if one was started.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        job: Option<u64>,
+        /// What went wrong.
+        error: WireError,
+    },
+}
+
+impl Reply {
+    /// The reply as one line (without its newline).
+    pub fn to_line(&self) -> String {
+        serde_json::to_string(self).unwrap_or_else(|e| {
+            json!({"v": VERSION, "reply": "error",
+                   "error": {"kind": "internal", "message": e.to_string()}})
+            .to_string()
+        })
+    }
+
+    /// An error reply not tied to a job.
+    pub fn error(error: WireError) -> Reply {
+        Reply::Error {
+            v: VERSION,
+            job: None,
+            error,
+        }
+    }
+}
+
+/// An engine run's counts and timings, as `--json` and the log show
+/// them.
+pub fn stats_json(s: &copier::Stats) -> Value {
+    json!({
+        "files": s.files,
+        "dirs": s.dirs,
+        "symlinks": s.symlinks,
+        "hardlinks": s.hardlinks,
+        "linked": s.redirects,
+        "specials": s.specials,
+        "skipped": s.skipped,
+        "unchanged": s.unchanged,
+        "bytes": s.bytes,
+        "reflinked": s.reflinked,
+        "kernel_copied": s.kernel_copied,
+        "buffered": s.buffered,
+        "ms": s.elapsed.as_millis() as u64,
+        "walker_blocked_ms": s.walker_blocked.as_millis() as u64,
+        "workers": s.workers.iter().map(|w| json!({
+            "jobs": w.jobs,
+            "batches": w.batches,
+            "bytes": w.bytes,
+            "busy_ms": w.busy.as_millis() as u64,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// [`stats_json`] read back, for a client printing a daemon's result as
+/// it prints its own. Missing fields are zero.
+pub fn stats_from_json(v: &Value) -> copier::Stats {
+    use std::time::Duration;
+    let n = |v: &Value, k: &str| v.get(k).and_then(Value::as_u64).unwrap_or(0);
+    let workers = v
+        .get("workers")
+        .and_then(Value::as_array)
+        .map(|ws| {
+            ws.iter()
+                .map(|w| copier::WorkerStats {
+                    jobs: n(w, "jobs"),
+                    batches: n(w, "batches"),
+                    bytes: n(w, "bytes"),
+                    busy: Duration::from_millis(n(w, "busy_ms")),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    copier::Stats {
+        files: n(v, "files"),
+        dirs: n(v, "dirs"),
+        symlinks: n(v, "symlinks"),
+        hardlinks: n(v, "hardlinks"),
+        redirects: n(v, "linked"),
+        specials: n(v, "specials"),
+        skipped: n(v, "skipped"),
+        unchanged: n(v, "unchanged"),
+        bytes: n(v, "bytes"),
+        reflinked: n(v, "reflinked"),
+        kernel_copied: n(v, "kernel_copied"),
+        buffered: n(v, "buffered"),
+        elapsed: Duration::from_millis(n(v, "ms")),
+        walker_blocked: Duration::from_millis(n(v, "walker_blocked_ms")),
+        workers,
+    }
+}
+
+/// What was noticed and not kept, as `--json` shows it.
+pub fn notices_json(n: &[copier::Notice]) -> Value {
+    n.iter()
+        .map(|n| {
+            json!({
+                "notice": n.to_string(),
+                "count": n.count,
+                "example": n.example.to_string_lossy(),
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    #[test]
+    fn requests_round_trip_and_bad_ones_say_why() {
+        let r = Request {
+            call: Call::Copy(CopyArgs {
+                src: "/a".into(),
+                dst: "/b".into(),
+                merge: true,
+                sync: false,
+                exclude: vec!["*.o".into()],
+            }),
+            detach: true,
+        };
+        assert_eq!(Request::parse(r.to_line().as_bytes()).unwrap(), r);
+        let bad = |s: &str| Request::parse(s.as_bytes()).unwrap_err();
+        assert!(matches!(bad("{"), BadRequest::Malformed(_)));
+        assert_eq!(
+            bad(r#"{"v":2,"op":"version"}"#),
+            BadRequest::Version { got: 2 }
+        );
+        assert!(matches!(
+            bad(r#"{"v":1,"op":"format-disk"}"#),
+            BadRequest::UnknownOp(o) if o == "format-disk"
+        ));
+        let e = bad(r#"{"v":1,"op":"copy","args":{"src":"/a","dts":"/b"}}"#);
+        assert!(e.to_string().contains("unknown field `dts`"), "{e}");
+        let e = bad(r#"{"v":1,"op":"jobs","args":{"all":true}}"#);
+        assert!(e.to_string().contains("takes no arguments"), "{e}");
+        assert!(matches!(
+            bad(r#"{"v":1,"op":"version","extra":1}"#),
+            BadRequest::Malformed(_)
+        ));
+        let long = vec![b' '; MAX_LINE];
+        assert_eq!(Request::parse(&long).unwrap_err(), BadRequest::TooLong);
+    }
+
+    #[test]
+    fn stats_survive_the_wire() {
+        let s = copier::Stats {
+            files: 3,
+            dirs: 2,
+            bytes: 99,
+            redirects: 1,
+            elapsed: std::time::Duration::from_millis(12),
+            ..Default::default()
+        };
+        let back = stats_from_json(&stats_json(&s));
+        assert_eq!(back.to_string(), s.to_string());
+    }
+}

@@ -1,0 +1,616 @@
+//! The service: the socket, the accept loop, one thread per connection,
+//! one per job, and the pool every job's workers come from.
+
+use std::collections::HashMap;
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use slog::{Logger, error, info, warn};
+
+use copier::{DefaultsFile, Pool, Tunables};
+
+use crate::auth;
+use crate::config::{Config, ConfigError};
+use crate::jobs::{Jobs, State};
+use crate::ops;
+use crate::protocol::{
+    BadRequest, Call, MAX_LINE, Reply, Request, VERSION, WireError,
+};
+use crate::sys::{self, Peer};
+
+/// How to start the service.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// The configuration file.
+    pub config: PathBuf,
+    /// Whether it must exist (named on the command line).
+    pub config_required: bool,
+    /// The socket, overriding the configuration's.
+    pub socket: Option<PathBuf>,
+    /// The daemon's version string, for `version`.
+    pub version: String,
+}
+
+/// Why the service could not start or stopped abnormally.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The configuration.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The defaults file or the worker pool.
+    #[error(transparent)]
+    Engine(#[from] copier::Error),
+    /// The socket.
+    #[error("{path}: {op}: {source}", path = path.display())]
+    Socket {
+        /// The socket's path.
+        path: PathBuf,
+        /// What was being done.
+        op: &'static str,
+        /// Why it failed.
+        source: io::Error,
+    },
+}
+
+/// The running service's state, shared by its threads.
+pub struct Daemon {
+    opts: Options,
+    config: RwLock<Config>,
+    tunables: Tunables,
+    pool: Pool,
+    jobs: Jobs,
+    log: Logger,
+    connections: AtomicUsize,
+    stopping: AtomicBool,
+    flights: Mutex<HashMap<PathBuf, Arc<Mutex<()>>>>,
+    job_threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Daemon {
+    /// The configuration in force.
+    pub fn config(&self) -> Config {
+        self.config
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Each job's knobs: the batch and buffer sizes; its workers are the
+    /// pool's.
+    pub fn tunables(&self) -> Tunables {
+        self.tunables
+    }
+
+    /// The worker budget.
+    pub fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// The service's log.
+    pub fn log(&self) -> &Logger {
+        &self.log
+    }
+
+    /// The lock that makes concurrent provisions of one image build it
+    /// once.
+    pub fn single_flight(&self, image: &Path) -> Arc<Mutex<()>> {
+        let key = std::fs::canonicalize(image)
+            .unwrap_or_else(|_| image.to_path_buf());
+        let mut f = self.flights.lock().unwrap_or_else(|p| p.into_inner());
+        // Forget images nobody is provisioning.
+        f.retain(|_, m| Arc::strong_count(m) > 1);
+        Arc::clone(f.entry(key).or_default())
+    }
+}
+
+/// Reads the worker budget: the configuration's `copy_threads`, else the
+/// defaults file's COPY_THREADS; batch and buffer sizes from the
+/// defaults file.
+fn tunables(config: &Config) -> Result<Tunables, copier::Error> {
+    let file = DefaultsFile::load(&config.defaults)?;
+    let mut t = Tunables::from_defaults(&file)?;
+    if let Some(n) = config.copy_threads {
+        t.copy_threads = n;
+    }
+    t.validate()?;
+    Ok(t)
+}
+
+/// Runs the service until SIGTERM or SIGINT: then stops accepting,
+/// cancels running jobs, waits for them and returns.
+pub fn run(opts: Options, log: Logger) -> Result<(), ServeError> {
+    let mut config = Config::load(&opts.config, opts.config_required)?;
+    if let Some(s) = &opts.socket {
+        config.socket = s.clone();
+    }
+    let tunables = tunables(&config)?;
+    let pool = Pool::new(tunables.copy_threads)?;
+    let term = Arc::new(AtomicBool::new(false));
+    let hup = Arc::new(AtomicBool::new(false));
+    for (sig, flag) in [
+        (signal_hook::consts::SIGTERM, &term),
+        (signal_hook::consts::SIGINT, &term),
+        (signal_hook::consts::SIGHUP, &hup),
+    ] {
+        signal_hook::flag::register(sig, Arc::clone(flag)).map_err(
+            |source| ServeError::Socket {
+                path: config.socket.clone(),
+                op: "signal handler",
+                source,
+            },
+        )?;
+    }
+    let (listener, activated) = match sys::activated_listener() {
+        Some(l) => (l, true),
+        None => (bind(&config)?, false),
+    };
+    listener
+        .set_nonblocking(true)
+        .map_err(|source| ServeError::Socket {
+            path: config.socket.clone(),
+            op: "set non-blocking",
+            source,
+        })?;
+    let d = Arc::new(Daemon {
+        config: RwLock::new(config.clone()),
+        tunables,
+        pool,
+        jobs: Jobs::new(config.keep_finished),
+        log: log.clone(),
+        connections: AtomicUsize::new(0),
+        stopping: AtomicBool::new(false),
+        flights: Mutex::new(HashMap::new()),
+        job_threads: Mutex::new(Vec::new()),
+        opts,
+    });
+    info!(log, "listening"; "socket" => %config.socket.display(), "activated" => activated,
+          "workers" => tunables.copy_threads, "pid" => sys::pid(), "version" => &d.opts.version);
+    sys::notify("READY=1\nSTATUS=serving");
+    while !term.load(Ordering::Relaxed) {
+        if hup.swap(false, Ordering::Relaxed) {
+            reload(&d);
+        }
+        match listener.accept() {
+            Ok((stream, _)) => accept(&d, stream),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                sys::readable(&listener, 200);
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                // Out of descriptors, say: keep serving the others.
+                warn!(log, "accept failed"; "error" => %e);
+                thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+    sys::notify("STOPPING=1");
+    d.stopping.store(true, Ordering::Relaxed);
+    drop(listener);
+    if !activated {
+        let _gone = std::fs::remove_file(&config.socket);
+    }
+    let active = d.jobs.active();
+    info!(log, "stopping"; "cancelling" => active);
+    d.jobs.cancel_all();
+    let threads = std::mem::take(
+        &mut *d.job_threads.lock().unwrap_or_else(|p| p.into_inner()),
+    );
+    for t in threads {
+        let _joined = t.join();
+    }
+    info!(log, "stopped");
+    Ok(())
+}
+
+fn reload(d: &Daemon) {
+    match Config::load(&d.opts.config, d.opts.config_required) {
+        Ok(mut c) => {
+            let old = d.config();
+            // The socket, its place and the worker budget are the
+            // running service's; they change with a restart.
+            c.socket = old.socket.clone();
+            if c.copy_threads != old.copy_threads {
+                warn!(d.log, "copy_threads changes at the next restart";
+                      "running" => d.tunables.copy_threads);
+            }
+            *d.config.write().unwrap_or_else(|p| p.into_inner()) = c;
+            info!(d.log, "configuration reloaded"; "config" => %d.opts.config.display());
+        }
+        Err(e) => error!(d.log, "configuration not reloaded"; "error" => %e),
+    }
+}
+
+/// Makes the socket: its directory (0755) when missing, a stale socket
+/// replaced, a live one refused.
+fn bind(config: &Config) -> Result<UnixListener, ServeError> {
+    let path = &config.socket;
+    let fail = |op: &'static str| {
+        move |source: io::Error| ServeError::Socket {
+            path: path.clone(),
+            op,
+            source,
+        }
+    };
+    if let Some(dir) = path.parent().filter(|d| !d.exists()) {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .create(dir)
+            .map_err(fail("create directory"))?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))
+            .map_err(fail("chmod directory"))?;
+    }
+    match std::fs::symlink_metadata(path) {
+        Ok(md) if md.file_type().is_socket() => match UnixStream::connect(path)
+        {
+            Ok(_) => {
+                return Err(fail("bind")(io::Error::new(
+                    io::ErrorKind::AddrInUse,
+                    "another zinstalld is listening there",
+                )));
+            }
+            Err(_) => std::fs::remove_file(path)
+                .map_err(fail("remove stale socket"))?,
+        },
+        Ok(_) => {
+            return Err(fail("bind")(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                "exists and is not a socket",
+            )));
+        }
+        Err(_) => {}
+    }
+    let l = UnixListener::bind(path).map_err(fail("bind"))?;
+    std::fs::set_permissions(
+        path,
+        std::fs::Permissions::from_mode(config.socket_mode),
+    )
+    .map_err(fail("chmod"))?;
+    if let Some(g) = config.socket_group {
+        sys::chown_group(path, g).map_err(fail("chown"))?;
+    }
+    Ok(l)
+}
+
+/// Takes a connection: served on its own thread, or told the daemon is
+/// busy when `max_connections` are being served.
+fn accept(d: &Arc<Daemon>, stream: UnixStream) {
+    let config = d.config();
+    let _blocking = stream.set_nonblocking(false);
+    let _timeouts = (
+        stream.set_read_timeout(Some(config.io_timeout)),
+        stream.set_write_timeout(Some(config.io_timeout)),
+    );
+    if d.connections.fetch_add(1, Ordering::SeqCst) >= config.max_connections {
+        d.connections.fetch_sub(1, Ordering::SeqCst);
+        let mut s = stream;
+        let _told = writeln!(
+            s,
+            "{}",
+            Reply::error(WireError::new(
+                "busy",
+                format!(
+                    "{} connections are being served; try again",
+                    config.max_connections
+                )
+            ))
+            .to_line()
+        );
+        return;
+    }
+    let d2 = Arc::clone(d);
+    let spawned = thread::Builder::new()
+        .name("conn".into())
+        .stack_size(256 << 10)
+        .spawn(move || {
+            serve(&d2, stream);
+            d2.connections.fetch_sub(1, Ordering::SeqCst);
+        });
+    if let Err(e) = spawned {
+        d.connections.fetch_sub(1, Ordering::SeqCst);
+        warn!(d.log, "cannot serve a connection"; "error" => %e);
+    }
+}
+
+/// Reads one request line of at most [`MAX_LINE`] bytes. `Ok(None)`: the
+/// client closed the connection between requests.
+fn read_request(
+    r: &mut BufReader<UnixStream>,
+) -> io::Result<Option<Result<Vec<u8>, BadRequest>>> {
+    let mut line = Vec::new();
+    let n = r
+        .by_ref()
+        .take(MAX_LINE as u64)
+        .read_until(b'\n', &mut line)?;
+    if n == 0 {
+        return Ok(None);
+    }
+    if line.last() != Some(&b'\n') {
+        if line.len() >= MAX_LINE {
+            return Ok(Some(Err(BadRequest::TooLong)));
+        }
+        return Ok(Some(Err(BadRequest::Malformed(
+            "the connection ended inside a request".into(),
+        ))));
+    }
+    line.pop();
+    Ok(Some(Ok(line)))
+}
+
+fn send(w: &mut UnixStream, reply: &Reply) -> io::Result<()> {
+    let mut line = reply.to_line();
+    line.push('\n');
+    w.write_all(line.as_bytes())
+}
+
+/// Serves one connection's requests in turn.
+fn serve(d: &Arc<Daemon>, stream: UnixStream) {
+    let peer = match sys::peer(&stream) {
+        Ok(p) => p,
+        Err(e) => {
+            warn!(d.log, "peer credentials unreadable; connection dropped"; "error" => %e);
+            return;
+        }
+    };
+    let Ok(mut out) = stream.try_clone() else {
+        return;
+    };
+    let mut input = BufReader::new(stream);
+    loop {
+        if d.stopping.load(Ordering::Relaxed) {
+            return;
+        }
+        let line = match read_request(&mut input) {
+            Ok(None) => return,
+            Ok(Some(l)) => l,
+            Err(e) => {
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) {
+                    let _told = send(
+                        &mut out,
+                        &Reply::error(WireError::new(
+                            "request",
+                            format!(
+                                "no whole request within {} s; connection closed",
+                                d.config().io_timeout.as_secs()
+                            ),
+                        )),
+                    );
+                }
+                return;
+            }
+        };
+        let request = line.and_then(|l| Request::parse(&l));
+        let request = match request {
+            Ok(r) => r,
+            Err(e) => {
+                let too_long = e == BadRequest::TooLong;
+                warn!(d.log, "bad request"; "uid" => peer.uid, "gid" => peer.gid,
+                      "pid" => peer.pid, "error" => %e);
+                let sent = send(
+                    &mut out,
+                    &Reply::error(WireError::new("request", e.to_string())),
+                );
+                // The rest of an overlong line cannot be told from the
+                // next request.
+                if too_long || sent.is_err() {
+                    return;
+                }
+                continue;
+            }
+        };
+        if let Err(why) = auth::check_paths(&request.call) {
+            if send(&mut out, &Reply::error(WireError::new("request", why)))
+                .is_err()
+            {
+                return;
+            }
+            continue;
+        }
+        if let Err(why) = auth::authorize(&d.config(), &peer, &request.call) {
+            warn!(d.log, "refused"; "uid" => peer.uid, "gid" => peer.gid, "pid" => peer.pid,
+                  "op" => request.call.name(), "why" => &why);
+            if send(&mut out, &Reply::error(WireError::new("denied", why)))
+                .is_err()
+            {
+                return;
+            }
+            continue;
+        }
+        let kept = if request.call.is_job() {
+            run_job(d, &mut out, &peer, request)
+        } else {
+            let reply = match quick(d, &peer, &request.call) {
+                Ok(result) => Reply::Ok { v: VERSION, result },
+                Err(e) => Reply::error(e),
+            };
+            send(&mut out, &reply).is_ok()
+        };
+        if !kept {
+            return;
+        }
+    }
+}
+
+/// Operations answered at once.
+fn quick(d: &Daemon, peer: &Peer, call: &Call) -> Result<Value, WireError> {
+    let visible = |owner: u32| peer.uid == 0 || owner == peer.uid;
+    match call {
+        Call::Version => Ok(json!({
+            "version": d.opts.version,
+            "protocol": VERSION,
+            "workers": d.pool.threads(),
+        })),
+        Call::Jobs => Ok(Value::Array(
+            d.jobs
+                .list()
+                .iter()
+                .filter(|j| visible(j.owner))
+                .map(|j| j.describe())
+                .collect(),
+        )),
+        Call::Status(r) | Call::Cancel(r) => {
+            let job =
+                d.jobs.get(r.job).filter(|j| visible(j.owner)).ok_or_else(
+                    || WireError::new("not-found", format!("no job {}", r.job)),
+                )?;
+            if let Call::Cancel(_) = call {
+                job.cancel.cancel();
+                info!(d.log, "cancel"; "job" => job.id, "uid" => peer.uid, "pid" => peer.pid);
+            }
+            Ok(job.describe())
+        }
+        Call::CacheList => ops::cache_list(d),
+        _ => Err(WireError::new(
+            "internal",
+            format!("{} is a job", call.name()),
+        )),
+    }
+}
+
+/// Starts a job, streams its progress and events to the client, and
+/// sends its result. A client that goes away cancels the job unless it
+/// asked to detach. Returns whether the connection is still usable.
+fn run_job(
+    d: &Arc<Daemon>,
+    out: &mut UnixStream,
+    peer: &Peer,
+    request: Request,
+) -> bool {
+    let call = request.call;
+    let what = call
+        .paths()
+        .last()
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
+    let job = d.jobs.add(call.name(), what, peer.uid, peer.pid);
+    if request.detach {
+        job.detach();
+    }
+    info!(d.log, "job"; "job" => job.id, "op" => call.name(), "uid" => peer.uid,
+          "gid" => peer.gid, "pid" => peer.pid, "detach" => request.detach);
+    let (d2, job2, peer2) = (Arc::clone(d), Arc::clone(&job), peer.clone());
+    let spawned = thread::Builder::new().name(format!("job-{}", job.id)).spawn(move || {
+        let max = d2.config().max_jobs;
+        if !d2.jobs.start(&job2, max) {
+            job2.finish(Err(WireError::new("cancelled", "cancelled while queued")));
+            return;
+        }
+        let started = Instant::now();
+        let r = ops::run(&d2, &job2, &call, &peer2);
+        d2.jobs.stop();
+        match &r {
+            Ok(_) => info!(d2.log, "job done"; "job" => job2.id, "ms" => started.elapsed().as_millis() as u64),
+            Err(e) => warn!(d2.log, "job failed"; "job" => job2.id, "kind" => &e.kind,
+                            "error" => &e.message),
+        }
+        job2.finish(r);
+    });
+    match spawned {
+        Ok(h) => {
+            let mut threads =
+                d.job_threads.lock().unwrap_or_else(|p| p.into_inner());
+            threads.retain(|t| !t.is_finished());
+            threads.push(h);
+        }
+        Err(e) => {
+            job.finish(Err(WireError::new(
+                "internal",
+                format!("cannot start a job thread: {e}"),
+            )));
+        }
+    }
+    if send(
+        out,
+        &Reply::Accepted {
+            v: VERSION,
+            job: job.id,
+        },
+    )
+    .is_err()
+    {
+        return gone(d, &job);
+    }
+    let mut last = None;
+    loop {
+        let (events, end) = job.wait(Duration::from_millis(250));
+        for message in events {
+            if send(
+                out,
+                &Reply::Event {
+                    v: VERSION,
+                    job: job.id,
+                    message,
+                },
+            )
+            .is_err()
+            {
+                return gone(d, &job);
+            }
+        }
+        if let Some(state) = end {
+            let reply = match state {
+                State::Done(result) => Reply::Done {
+                    v: VERSION,
+                    job: job.id,
+                    result,
+                },
+                State::Failed(error) => Reply::Error {
+                    v: VERSION,
+                    job: Some(job.id),
+                    error,
+                },
+                _ => unreachable!("only ended states are returned"),
+            };
+            return send(out, &reply).is_ok();
+        }
+        let progress = job.progress(last);
+        last = Some((Instant::now(), progress.bytes));
+        if sys::hung_up(out)
+            || send(
+                out,
+                &Reply::Progress {
+                    v: VERSION,
+                    job: job.id,
+                    progress,
+                },
+            )
+            .is_err()
+        {
+            return gone(d, &job);
+        }
+    }
+}
+
+/// The client of `job` went away (or stopped reading for longer than the
+/// I/O timeout).
+fn gone(d: &Daemon, job: &crate::jobs::Job) -> bool {
+    if job.detached() {
+        info!(d.log, "client gone; job continues detached"; "job" => job.id);
+    } else {
+        info!(d.log, "client gone; job cancelled"; "job" => job.id);
+        job.cancel.cancel();
+    }
+    false
+}
+
+/// The service's log: JSON lines on standard error, which the service
+/// manager keeps (journald, SMF's log file).
+pub fn stderr_logger() -> Logger {
+    let drain = slog_json::Json::new(io::stderr())
+        .set_newlines(true)
+        .add_default_keys()
+        .build();
+    Logger::root(
+        slog::IgnoreResult::new(Mutex::new(drain)),
+        slog::o!("service" => "zinstalld"),
+    )
+}

@@ -1,0 +1,174 @@
+//! The platform seam: a connection's peer, and names of users and groups.
+//! This is the only place in the crate with `unsafe`.
+//!
+//! | function | Linux | illumos |
+//! |---|---|---|
+//! | `peer` | `SO_PEERCRED`, `SO_PEERGROUPS` | `getpeerucred(3C)` |
+//! | `user_id`, `group_id` | `getpwnam_r`, `getgrnam_r` | the same |
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::AsRawFd;
+
+#[cfg(target_os = "linux")]
+mod linux;
+#[cfg(target_os = "linux")]
+use linux as platform;
+
+#[cfg(not(target_os = "linux"))]
+mod illumos;
+#[cfg(not(target_os = "linux"))]
+use illumos as platform;
+
+/// Who is at the other end of a connection, as the kernel says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Peer {
+    /// Effective user id.
+    pub uid: u32,
+    /// Effective group id.
+    pub gid: u32,
+    /// Supplementary groups.
+    pub groups: Vec<u32>,
+    /// Process id (0 when the kernel does not say).
+    pub pid: i32,
+}
+
+/// The credentials of the process that connected `sock`.
+pub fn peer(sock: &impl AsRawFd) -> io::Result<Peer> {
+    platform::peer(sock.as_raw_fd())
+}
+
+/// The uid of the user named `name`.
+pub fn user_id(name: &str) -> Option<u32> {
+    let name = CString::new(name).ok()?;
+    let mut buf = vec![0 as libc::c_char; 16384];
+    // SAFETY: zeroed passwd is a valid out-parameter for getpwnam_r.
+    let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut out: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: every pointer is valid for the call; the buffer's length is
+    // passed with it.
+    let r = unsafe {
+        libc::getpwnam_r(
+            name.as_ptr(),
+            &mut pw,
+            buf.as_mut_ptr(),
+            buf.len(),
+            &mut out,
+        )
+    };
+    (r == 0 && !out.is_null()).then_some(pw.pw_uid)
+}
+
+/// The gid of the group named `name`.
+pub fn group_id(name: &str) -> Option<u32> {
+    let name = CString::new(name).ok()?;
+    let mut buf = vec![0 as libc::c_char; 65536];
+    // SAFETY: zeroed group is a valid out-parameter for getgrnam_r.
+    let mut gr: libc::group = unsafe { std::mem::zeroed() };
+    let mut out: *mut libc::group = std::ptr::null_mut();
+    // SAFETY: as above.
+    let r = unsafe {
+        libc::getgrnam_r(
+            name.as_ptr(),
+            &mut gr,
+            buf.as_mut_ptr(),
+            buf.len(),
+            &mut out,
+        )
+    };
+    (r == 0 && !out.is_null()).then_some(gr.gr_gid)
+}
+
+/// Whether the client closed its end of `sock` (without blocking). A
+/// client that only shut down its writing side is still there, reading.
+pub fn hung_up(sock: &impl AsRawFd) -> bool {
+    let mut p = libc::pollfd {
+        fd: sock.as_raw_fd(),
+        events: 0,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, no wait.
+    let n = unsafe { libc::poll(&mut p, 1, 0) };
+    n > 0 && (p.revents & (libc::POLLHUP | libc::POLLERR)) != 0
+}
+
+/// The listening socket systemd handed over (`LISTEN_PID`, `LISTEN_FDS`:
+/// the first passed descriptor, 3), if it is one.
+pub fn activated_listener() -> Option<std::os::unix::net::UnixListener> {
+    use std::os::fd::FromRawFd;
+    let pid: u32 = std::env::var("LISTEN_PID").ok()?.parse().ok()?;
+    let fds: u32 = std::env::var("LISTEN_FDS").ok()?.parse().ok()?;
+    if pid != std::process::id() || fds < 1 {
+        return None;
+    }
+    const FIRST: i32 = 3;
+    let mut ty: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: ty and len describe an int.
+    let r = unsafe {
+        libc::getsockopt(
+            FIRST,
+            libc::SOL_SOCKET,
+            libc::SO_TYPE,
+            (&mut ty as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    if r == -1 || ty != libc::SOCK_STREAM {
+        return None;
+    }
+    // SAFETY: systemd passed descriptor 3 to this process (LISTEN_PID) as
+    // a stream socket (checked); nothing else owns it.
+    let l = unsafe { std::os::unix::net::UnixListener::from_raw_fd(FIRST) };
+    // SAFETY: FD_CLOEXEC on a descriptor we own.
+    unsafe { libc::fcntl(FIRST, libc::F_SETFD, libc::FD_CLOEXEC) };
+    Some(l)
+}
+
+/// Tells the service manager (`NOTIFY_SOCKET`) how the service is, when
+/// there is one.
+pub fn notify(state: &str) {
+    let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {
+        return;
+    };
+    let Ok(sock) = std::os::unix::net::UnixDatagram::unbound() else {
+        return;
+    };
+    use std::os::unix::ffi::OsStrExt;
+    let bytes = path.as_bytes();
+    let sent = if let Some(name) = bytes.strip_prefix(b"@") {
+        platform::abstract_addr(name)
+            .and_then(|a| sock.send_to_addr(state.as_bytes(), &a))
+    } else {
+        sock.send_to(state.as_bytes(), std::path::Path::new(&path))
+    };
+    let _best_effort = sent;
+}
+
+/// Waits up to `ms` for `sock` to be readable; true if it is.
+pub fn readable(sock: &impl AsRawFd, ms: i32) -> bool {
+    let mut p = libc::pollfd {
+        fd: sock.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    let n = unsafe { libc::poll(&mut p, 1, ms) };
+    n > 0
+}
+
+/// The process's effective uid.
+pub fn euid() -> u32 {
+    // SAFETY: cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// This process's id.
+pub fn pid() -> u32 {
+    std::process::id()
+}
+
+/// Sets a socket file's group.
+pub fn chown_group(path: &std::path::Path, gid: u32) -> io::Result<()> {
+    std::os::unix::fs::chown(path, None, Some(gid))
+}

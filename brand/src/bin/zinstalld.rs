@@ -1,0 +1,45 @@
+//! `zinstalld`: the installer daemon. See zinstalld(8).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+use zinstall_daemon::config::DEFAULT_CONFIG;
+use zinstall_daemon::server::{self, Options, ServeError};
+
+/// Serve copies, installs and provisions to many clients over a Unix
+/// socket, with one worker budget, one cache and one log.
+#[derive(Parser, Debug)]
+#[command(name = "zinstalld", version = brand::cli::VERSION, max_term_width = 100)]
+struct Args {
+    /// The configuration [default: /etc/zinstall/zinstalld.toml, which may
+    /// be absent].
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Listen here instead of the configuration's socket.
+    #[arg(long, value_name = "PATH")]
+    socket: Option<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    if let Err(e) = copier::probes::register() {
+        brand::output::note(format_args!("USDT probes not registered: {e}"));
+    }
+    let opts = Options {
+        config_required: args.config.is_some(),
+        config: args.config.unwrap_or_else(|| DEFAULT_CONFIG.into()),
+        socket: args.socket,
+        version: brand::cli::VERSION.to_string(),
+    };
+    match server::run(opts, server::stderr_logger()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            brand::output::error(&e);
+            ExitCode::from(match e {
+                ServeError::Config(_) | ServeError::Engine(_) => 2,
+                ServeError::Socket { .. } => 1,
+            })
+        }
+    }
+}
