@@ -3,6 +3,7 @@
 //! to it.
 
 use std::io::Write;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, CommandFactory, Parser, Subcommand};
@@ -31,6 +32,12 @@ pub struct Cli {
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+    /// Have zinstalld run the command, at its socket (default
+    /// /run/zinstall/zinstalld.sock; also ZINSTALL_DAEMON): copy,
+    /// install, uninstall, provision and cache, with the same output.
+    #[arg(long, global = true, value_name = "SOCKET", num_args = 0..=1,
+          require_equals = true)]
+    pub daemon: Option<Option<PathBuf>>,
 }
 
 /// The command line the binary parses: [`Cli`] and the hidden commands
@@ -42,6 +49,12 @@ pub struct Invocation {
     /// What to do.
     #[command(subcommand)]
     pub command: Any,
+    /// Have zinstalld run the command, at its socket (default
+    /// /run/zinstall/zinstalld.sock; also ZINSTALL_DAEMON): copy,
+    /// install, uninstall, provision and cache, with the same output.
+    #[arg(long, global = true, value_name = "SOCKET", num_args = 0..=1,
+          require_equals = true)]
+    pub daemon: Option<Option<PathBuf>>,
 }
 
 /// A user's command or a packager's.
@@ -79,6 +92,10 @@ pub enum Command {
     Verify(cmd::verify::VerifyArgs),
     /// Make zinstall images: pack a tree into a layer.
     Image(cmd::image::ImageArgs),
+    /// List zinstalld's jobs.
+    Jobs(cmd::remote::JobsArgs),
+    /// Cancel one of zinstalld's jobs.
+    Cancel(cmd::remote::CancelArgs),
 }
 
 /// Arguments of the hidden `zinstall completions`.
@@ -94,7 +111,32 @@ pub fn run(invocation: &Invocation) -> ExitCode {
         Any::User(c) => c.as_ref(),
         Any::Completions(a) => return completions(a.shell),
     };
+    use cmd::provision::CacheCommand;
+    use cmd::remote;
+    if let Some(sock) = remote::socket(&invocation.daemon) {
+        match command {
+            Command::Copy(a) => return remote::copy(&sock, a),
+            Command::Install(a) => return remote::install(&sock, a),
+            Command::Uninstall(a) => return remote::uninstall(&sock, a),
+            Command::Provision(a) => return remote::provision(&sock, a),
+            Command::Cache(a) => {
+                return match &a.command {
+                    CacheCommand::List => remote::cache_list(&sock),
+                    CacheCommand::Gc {
+                        max_size, dry_run, ..
+                    } => remote::cache_gc(&sock, *dry_run, *max_size),
+                };
+            }
+            _ => {}
+        }
+    }
     match command {
+        Command::Jobs(a) => {
+            remote::jobs(&remote::socket_or_default(&invocation.daemon), a)
+        }
+        Command::Cancel(a) => {
+            remote::cancel(&remote::socket_or_default(&invocation.daemon), a)
+        }
         Command::Copy(a) => cmd::copy::run(a),
         Command::Install(a) => cmd::install::install(a),
         Command::Uninstall(a) => cmd::install::uninstall(a),

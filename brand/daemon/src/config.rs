@@ -158,7 +158,7 @@ impl Default for Config {
             defaults: DEFAULT_DEFAULTS.into(),
             cache: DEFAULT_CACHE.into(),
             profile: DEFAULT_PROFILE.into(),
-            max_connections: 256,
+            max_connections: 1024,
             max_jobs: 16,
             io_timeout: Duration::from_secs(10),
             keep_finished: 100,

@@ -111,11 +111,35 @@ fn install(
 ) -> Result<Value, WireError> {
     job.set_phase("install");
     let profile_path = a.profile.clone().unwrap_or_else(|| d.config().profile);
-    let profile = Profile::load(&profile_path).map_err(|e| {
+    let mut profile = Profile::load(&profile_path).map_err(|e| {
         let mut w = WireError::new("install", e.to_string());
         w.path = Some(profile_path.clone());
         w
     })?;
+    if let Some(s) = &a.source_root {
+        profile.source_root = s.clone();
+    }
+    if let Some(l) = &a.log {
+        profile.log = l.clone();
+    }
+    // As the CLI: the zonepath is made 0700, so that nobody else walks
+    // into the root while it is being filled.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(&a.zonepath)
+        .and_then(|()| {
+            std::fs::set_permissions(
+                &a.zonepath,
+                std::fs::Permissions::from_mode(0o700),
+            )
+        })
+        .map_err(|e| {
+            let mut w = WireError::new(
+                "io",
+                format!("zonepath {}: {e}", a.zonepath.display()),
+            );
+            w.path = Some(a.zonepath.clone());
+            w
+        })?;
     let zone = a.zone.clone().unwrap_or_else(|| {
         a.zonepath
             .file_name()

@@ -117,6 +117,8 @@ impl Call {
                 let mut v = vec![&a.zonepath];
                 v.extend(a.images.iter());
                 v.extend(a.profile.iter());
+                v.extend(a.source_root.iter());
+                v.extend(a.log.iter());
                 v
             }
             Call::Uninstall(a) => vec![&a.zonepath],
@@ -160,6 +162,12 @@ pub struct InstallArgs {
     /// Images applied in order.
     #[serde(default)]
     pub images: Vec<PathBuf>,
+    /// Copy the trees from this root instead of the profile's.
+    #[serde(default)]
+    pub source_root: Option<PathBuf>,
+    /// Write the install log here instead of the profile's path.
+    #[serde(default)]
+    pub log: Option<PathBuf>,
 }
 
 /// `uninstall`: like `zinstall uninstall ZONEPATH`.

@@ -132,6 +132,7 @@ pub fn run(opts: Options, log: Logger) -> Result<(), ServeError> {
     }
     let tunables = tunables(&config)?;
     let pool = Pool::new(tunables.copy_threads)?;
+    sys::raise_nofile();
     let term = Arc::new(AtomicBool::new(false));
     let hup = Arc::new(AtomicBool::new(false));
     for (sig, flag) in [

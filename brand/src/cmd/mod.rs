@@ -4,6 +4,7 @@ pub mod copy;
 pub mod image;
 pub mod install;
 pub mod provision;
+pub mod remote;
 pub mod statemap;
 pub mod trace;
 pub mod tune;

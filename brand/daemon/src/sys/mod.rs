@@ -172,3 +172,21 @@ pub fn pid() -> u32 {
 pub fn chown_group(path: &std::path::Path, gid: u32) -> io::Result<()> {
     std::os::unix::fs::chown(path, None, Some(gid))
 }
+
+/// Raises the soft limit on open descriptors to the hard one: each
+/// connection holds one, each job several.
+pub fn raise_nofile() {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: r is a valid rlimit to fill, then to set.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) == 0
+            && r.rlim_cur < r.rlim_max
+        {
+            r.rlim_cur = r.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &r);
+        }
+    }
+}

@@ -1,0 +1,368 @@
+//! `zinstall --daemon`: the same commands, run by zinstalld, with the same
+//! progress bar and output; and `zinstall jobs`, `zinstall cancel`.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::Args;
+use serde_json::Value;
+use zinstall_daemon::client::{Client, ClientError, DAEMON_ENV};
+use zinstall_daemon::config::DEFAULT_SOCKET;
+use zinstall_daemon::protocol::{
+    Call, CopyArgs, GcArgs, InstallArgs, JobRef, ProgressInfo, ProvisionArgs,
+    Request, UninstallArgs, stats_from_json,
+};
+
+use crate::output::{self, Bar};
+use crate::settings::TunableArgs;
+
+/// Arguments of `zinstall jobs`.
+#[derive(Args, Debug)]
+pub struct JobsArgs {
+    /// Print the jobs as one JSON array.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Arguments of `zinstall cancel`.
+#[derive(Args, Debug)]
+pub struct CancelArgs {
+    /// The job's id, as `zinstall jobs` shows it.
+    pub job: u64,
+}
+
+/// The daemon's socket: `--daemon[=SOCKET]`, else `ZINSTALL_DAEMON`;
+/// `None`: run in this process.
+pub fn socket(flag: &Option<Option<PathBuf>>) -> Option<PathBuf> {
+    match flag {
+        Some(Some(p)) => Some(p.clone()),
+        Some(None) => Some(DEFAULT_SOCKET.into()),
+        None => std::env::var_os(DAEMON_ENV)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from),
+    }
+}
+
+/// The socket for `jobs` and `cancel`, which only the daemon answers.
+pub fn socket_or_default(flag: &Option<Option<PathBuf>>) -> PathBuf {
+    socket(flag).unwrap_or_else(|| DEFAULT_SOCKET.into())
+}
+
+/// A path the daemon can use: absolute, from this process's directory.
+fn absolute(p: &Path) -> PathBuf {
+    std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
+}
+
+/// Flags that have no meaning when the daemon runs the command.
+fn local_only(flags: &[(&str, bool)]) -> Result<(), ExitCode> {
+    for (flag, set) in flags {
+        if *set {
+            output::error(format_args!(
+                "{flag} is not available with --daemon (the daemon's \
+                 configuration and worker budget decide)"
+            ));
+            return Err(ExitCode::from(2));
+        }
+    }
+    Ok(())
+}
+
+fn tunables_set(t: &TunableArgs) -> bool {
+    t.threads.is_some()
+        || t.batch.is_some()
+        || t.bufsize.is_some()
+        || t.defaults.is_some()
+}
+
+/// Sends `call`, drawing progress on `bar` and printing events; returns
+/// the result, or prints the error and returns the exit code.
+fn call(
+    socket: &Path,
+    call: Call,
+    bar: Option<Arc<Bar>>,
+    event: &mut dyn FnMut(&str),
+) -> Result<Value, ExitCode> {
+    let mut client = match Client::connect(socket) {
+        Ok(c) => c,
+        Err(e) => {
+            output::error(e);
+            return Err(ExitCode::from(1));
+        }
+    };
+    let mut seen = (0, 0);
+    let mut progress = |p: &ProgressInfo| {
+        if let Some(b) = &bar {
+            copier::Progress::advance(
+                b.as_ref(),
+                p.entries.saturating_sub(seen.0),
+                p.bytes.saturating_sub(seen.1),
+            );
+            seen = (p.entries.max(seen.0), p.bytes.max(seen.1));
+        }
+    };
+    let request = Request {
+        call,
+        detach: false,
+    };
+    let r = client.call(&request, &mut progress, event);
+    if let Some(b) = &bar {
+        b.finish();
+    }
+    r.map_err(|e| {
+        match e {
+            ClientError::Remote(w) if !w.errors.is_empty() => {
+                for line in &w.errors {
+                    output::error(line);
+                }
+            }
+            e => output::error(e),
+        }
+        ExitCode::from(1)
+    })
+}
+
+/// `zinstall --daemon copy`.
+pub fn copy(socket: &Path, a: &super::copy::CopyArgs) -> ExitCode {
+    if let Err(c) = local_only(&[
+        (
+            "--threads, --batch, --bufsize, --defaults",
+            tunables_set(&a.tunables),
+        ),
+        ("--statemap", a.statemap.is_some()),
+        ("--skip-special", a.skip_special),
+        ("--cross-fs", a.cross_fs),
+    ]) {
+        return c;
+    }
+    let bar = Bar::for_terminal(a.quiet || a.json, "copying");
+    let args = CopyArgs {
+        src: absolute(&a.src),
+        dst: absolute(&a.dst),
+        merge: a.merge,
+        sync: a.sync,
+        exclude: a.exclude.clone(),
+    };
+    let result = match call(socket, Call::Copy(args), bar, &mut |_| {}) {
+        Ok(r) => r,
+        Err(c) => return c,
+    };
+    let stats = stats_from_json(&result["stats"]);
+    if a.json {
+        let mut v = result.clone();
+        v["ok"] = Value::Bool(true);
+        crate::json::print(&v);
+        return ExitCode::SUCCESS;
+    }
+    for n in result["notices"].as_array().into_iter().flatten() {
+        output::note(n["notice"].as_str().unwrap_or_default());
+    }
+    if !a.quiet {
+        output::out(format_args!(
+            "copied {} -> {}: {stats}",
+            output::show(&a.src),
+            output::show(&a.dst),
+        ));
+        if a.stats {
+            output::stats_detail(&stats);
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+/// `zinstall --daemon install`.
+pub fn install(socket: &Path, a: &super::install::InstallArgs) -> ExitCode {
+    if let Err(c) = local_only(&[(
+        "--threads, --batch, --bufsize, --defaults",
+        tunables_set(&a.tunables),
+    )]) {
+        return c;
+    }
+    let args = InstallArgs {
+        zonepath: absolute(&a.zonepath),
+        zone: None,
+        profile: a.profile.as_deref().map(absolute),
+        images: a.images.iter().map(|p| absolute(p)).collect(),
+        source_root: a.source_root.as_deref().map(absolute),
+        log: a.log.as_deref().map(absolute),
+    };
+    let json = a.json;
+    let mut show = |e: &str| {
+        // The daemon sends each step as the hook prints it.
+        if json {
+            let text = e.strip_prefix("INFO: zinstall: ").unwrap_or(e);
+            crate::json::print(&serde_json::json!({ "event": text }));
+        } else {
+            output::out(e);
+        }
+    };
+    match call(socket, Call::Install(args), None, &mut show) {
+        Ok(r) => {
+            if json {
+                crate::json::print(&serde_json::json!({ "result": r }));
+            }
+            ExitCode::SUCCESS
+        }
+        Err(c) => c,
+    }
+}
+
+/// `zinstall --daemon uninstall`.
+pub fn uninstall(socket: &Path, a: &super::install::UninstallArgs) -> ExitCode {
+    let args = UninstallArgs {
+        zonepath: absolute(&a.zonepath),
+        foreign: a.force,
+    };
+    match call(socket, Call::Uninstall(args), None, &mut |e| output::out(e)) {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(c) => c,
+    }
+}
+
+/// `zinstall --daemon provision`.
+pub fn provision(
+    socket: &Path,
+    a: &super::provision::ProvisionArgs,
+) -> ExitCode {
+    if let Err(c) = local_only(&[
+        (
+            "--threads, --batch, --bufsize, --defaults",
+            tunables_set(&a.tunables),
+        ),
+        ("--qemu-img", a.qemu_img.is_some()),
+        ("--cache-mode", a.cache_mode.is_some()),
+        (
+            "--cache (the daemon's cache is its configuration's)",
+            a.cache != Path::new(super::provision::DEFAULT_CACHE),
+        ),
+    ]) {
+        return c;
+    }
+    let args = ProvisionArgs {
+        image: absolute(&a.image),
+        out: absolute(&a.out),
+        count: a.count,
+        name: a.name.clone(),
+        size: a.size,
+        sha256: a.sha256.clone(),
+    };
+    match call(socket, Call::Provision(args), None, &mut |e| output::out(e)) {
+        Ok(r) => {
+            if let Some(old) = r["replaced"].as_object() {
+                output::note(format_args!(
+                    "cache entry {} was altered ({})",
+                    old.get("entry")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default(),
+                    old.get("why").and_then(Value::as_str).unwrap_or_default(),
+                ));
+            }
+            output::out(r["message"].as_str().unwrap_or_default());
+            ExitCode::SUCCESS
+        }
+        Err(c) => c,
+    }
+}
+
+/// `zinstall --daemon cache gc`: collection by the daemon.
+pub fn cache_gc(
+    socket: &Path,
+    dry_run: bool,
+    max_size: Option<u64>,
+) -> ExitCode {
+    let args = GcArgs { dry_run, max_size };
+    match call(socket, Call::CacheGc(args), None, &mut |e| output::out(e)) {
+        Ok(r) => {
+            for d in r["decisions"].as_array().into_iter().flatten() {
+                output::out(format_args!(
+                    "{} {}: {}",
+                    if d["remove"].as_bool() == Some(true) {
+                        if dry_run { "would remove" } else { "removed" }
+                    } else {
+                        "kept"
+                    },
+                    d["entry"].as_str().unwrap_or_default(),
+                    d["why"].as_str().unwrap_or_default()
+                ));
+            }
+            output::out(format_args!(
+                "freed {} bytes",
+                r["freed"].as_u64().unwrap_or(0)
+            ));
+            ExitCode::SUCCESS
+        }
+        Err(c) => c,
+    }
+}
+
+/// `zinstall --daemon cache list`.
+pub fn cache_list(socket: &Path) -> ExitCode {
+    match call(socket, Call::CacheList, None, &mut |_| {}) {
+        Ok(r) => {
+            output::out(
+                "kind  name                                size  guests  source",
+            );
+            for e in r.as_array().into_iter().flatten() {
+                output::out(format_args!(
+                    "{:<5} {:<34} {:>6}  {:>6}  {}",
+                    e["kind"].as_str().unwrap_or_default(),
+                    e["name"].as_str().unwrap_or_default(),
+                    e["size"].as_u64().unwrap_or(0),
+                    e["guests"].as_array().map_or(0, Vec::len),
+                    e["source"].as_str().unwrap_or_default()
+                ));
+            }
+            ExitCode::SUCCESS
+        }
+        Err(c) => c,
+    }
+}
+
+/// `zinstall jobs`.
+pub fn jobs(socket: &Path, a: &JobsArgs) -> ExitCode {
+    let r = match call(socket, Call::Jobs, None, &mut |_| {}) {
+        Ok(r) => r,
+        Err(c) => return c,
+    };
+    if a.json {
+        crate::json::print(&r);
+        return ExitCode::SUCCESS;
+    }
+    output::out(
+        "JOB    OP         STATE      PHASE      UID    ENTRIES        BYTES  WHAT",
+    );
+    for j in r.as_array().into_iter().flatten() {
+        output::out(format_args!(
+            "{:<6} {:<10} {:<10} {:<10} {:<6} {:>7} {:>12}  {}",
+            j["job"].as_u64().unwrap_or(0),
+            j["op"].as_str().unwrap_or_default(),
+            j["state"].as_str().unwrap_or_default(),
+            j["phase"].as_str().unwrap_or_default(),
+            j["uid"].as_u64().unwrap_or(0),
+            j["entries"].as_u64().unwrap_or(0),
+            j["bytes"].as_u64().unwrap_or(0),
+            j["what"].as_str().unwrap_or_default(),
+        ));
+    }
+    ExitCode::SUCCESS
+}
+
+/// `zinstall cancel ID`.
+pub fn cancel(socket: &Path, a: &CancelArgs) -> ExitCode {
+    match call(
+        socket,
+        Call::Cancel(JobRef { job: a.job }),
+        None,
+        &mut |_| {},
+    ) {
+        Ok(j) => {
+            output::out(format_args!(
+                "job {} cancelled ({} when asked)",
+                a.job,
+                j["state"].as_str().unwrap_or_default()
+            ));
+            ExitCode::SUCCESS
+        }
+        Err(c) => c,
+    }
+}
