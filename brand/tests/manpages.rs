@@ -14,9 +14,16 @@ type Flags = BTreeMap<String, BTreeSet<String>>;
 /// subcommands included (`cache list`, `cache gc`); help and version
 /// are clap's and left out.
 fn clap_flags() -> Flags {
-    fn collect(cmd: &clap::Command, out: &mut BTreeSet<String>) {
+    fn collect(
+        cmd: &clap::Command,
+        global: &BTreeSet<String>,
+        out: &mut BTreeSet<String>,
+    ) {
         for arg in cmd.get_arguments() {
+            // zinstall's own global flags are documented once, under
+            // "global".
             if arg.is_hide_set()
+                || global.contains(arg.get_id().as_str())
                 || ["help", "version"].contains(&arg.get_id().as_str())
             {
                 continue;
@@ -29,19 +36,32 @@ fn clap_flags() -> Flags {
             }
         }
         for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
-            collect(sub, out);
+            collect(sub, global, out);
         }
     }
     let mut cli = brand::cli::Cli::command();
     cli.build();
-    cli.get_subcommands()
+    let global_ids: BTreeSet<String> = cli
+        .get_arguments()
+        .filter(|a| a.is_global_set())
+        .map(|a| a.get_id().to_string())
+        .collect();
+    let mut all: Flags = cli
+        .get_subcommands()
         .filter(|s| !s.is_hide_set() && s.get_name() != "help")
         .map(|s| {
             let mut flags = BTreeSet::new();
-            collect(s, &mut flags);
+            collect(s, &global_ids, &mut flags);
             (s.get_name().to_string(), flags)
         })
-        .collect()
+        .collect();
+    let global = cli
+        .get_arguments()
+        .filter(|a| a.is_global_set() && !a.is_hide_set())
+        .filter_map(|a| a.get_long().map(|l| format!("--{l}")))
+        .collect();
+    all.insert("global".into(), global);
+    all
 }
 
 /// True for an mdoc macro name (`Fl`, `Ar`, `Op`, `Ns`...).
@@ -76,8 +96,9 @@ fn line_flags(line: &str) -> Vec<String> {
 }
 
 /// From zinstall(8): each subcommand's flags in SYNOPSIS (a line `.Nm`
-/// starts a form; its first `.Cm` names the subcommand), and in OPTIONS
-/// (the `.It` lines under `.Ss zinstall SUB`).
+/// starts a form; its first `.Cm` names the subcommand, and flags before
+/// it are global), and in OPTIONS (the `.It` lines under `.Ss zinstall
+/// SUB`, and under `.Ss Global options`).
 fn page_flags(page: &str) -> (Flags, Flags) {
     let mut synopsis = Flags::new();
     let mut options = Flags::new();
@@ -105,13 +126,22 @@ fn page_flags(page: &str) -> (Flags, Flags) {
                     sub = Some(name.to_string());
                     synopsis.entry(name.to_string()).or_default();
                 }
-                if let Some(s) = &sub {
-                    synopsis.get_mut(s).unwrap().extend(line_flags(line));
+                match &sub {
+                    Some(s) => {
+                        synopsis.get_mut(s).unwrap().extend(line_flags(line))
+                    }
+                    None => synopsis
+                        .entry("global".into())
+                        .or_default()
+                        .extend(line_flags(line)),
                 }
             }
             "OPTIONS" => {
                 if let Some(rest) = line.strip_prefix(".Ss ") {
-                    sub = rest.strip_prefix("zinstall ").map(str::to_string);
+                    sub = match rest {
+                        "Global options" => Some("global".to_string()),
+                        _ => rest.strip_prefix("zinstall ").map(str::to_string),
+                    };
                     if let Some(s) = &sub {
                         options.entry(s.clone()).or_default();
                     }
@@ -162,6 +192,10 @@ fn every_flag_is_in_synopsis_and_options_and_no_other() {
         cli.get("copy")
             .is_some_and(|f| f.contains("--merge") && f.contains("-q")),
         "the clap walk found no copy --merge or -q: {cli:?}"
+    );
+    assert!(
+        cli.get("global").is_some_and(|f| f.contains("--daemon")),
+        "the clap walk found no global --daemon: {cli:?}"
     );
     let (synopsis, options) = page_flags(&page);
     assert!(

@@ -33,8 +33,14 @@ use crate::sys;
 
 /// Where the configuration is read from unless `--config` says.
 pub const DEFAULT_CONFIG: &str = "/etc/zinstall/zinstalld.toml";
-/// Where the daemon listens unless configured.
+/// Where the daemon listens unless configured: `/run` on Linux, and
+/// `/var/run` on illumos, which has no `/run`.
+#[cfg(not(target_os = "illumos"))]
 pub const DEFAULT_SOCKET: &str = "/run/zinstall/zinstalld.sock";
+/// Where the daemon listens unless configured: `/run` on Linux, and
+/// `/var/run` on illumos, which has no `/run`.
+#[cfg(target_os = "illumos")]
+pub const DEFAULT_SOCKET: &str = "/var/run/zinstall/zinstalld.sock";
 /// The cache's default place, as the CLI's.
 pub const DEFAULT_CACHE: &str = "/var/cache/zinstall";
 /// The default install profile, as the CLI's.
