@@ -31,12 +31,31 @@ const DIFFERENCES: &[(&str, Option<&str>, Option<&str>, &str)] = &[
         "the profile of a Linux root, of no use on illumos",
     ),
     (
+        "usr/lib/systemd/system/zinstalld.service",
+        None,
+        Some("usr/lib/systemd/system/zinstalld.service"),
+        "a systemd unit: illumos runs the daemon under SMF",
+    ),
+    (
+        "usr/lib/systemd/system/zinstalld.socket",
+        None,
+        Some("usr/lib/systemd/system/zinstalld.socket"),
+        "a systemd unit: illumos runs the daemon under SMF",
+    ),
+    (
         "usr/share/zsh/site-functions/_zinstall",
         Some("usr/share/zsh/site-functions/_zinstall"),
         Some("usr/share/zsh/vendor-completions/_zinstall"),
         "Debian's zsh searches vendor-completions for packaged functions",
     ),
 ];
+
+/// Files only the IPS manifest has, with why: pkg/Makefile installs them
+/// only on illumos, and this test runs elsewhere.
+const P5M_ONLY: &[(&str, &str)] = &[(
+    "lib/svc/manifest/system/zinstalld.xml",
+    "the SMF manifest, installed by pkg/Makefile where uname is SunOS",
+)];
 
 /// Files only the .deb has: Debian's own metadata, and the README.
 const DEB_ONLY: &[&str] = &[
@@ -322,6 +341,13 @@ fn makefile_manifest_and_deb_ship_the_same_files() {
     }
     let mut want_p5m = common.clone();
     want_p5m.extend(p5m_paths.iter().map(|s| s.to_string()));
+    want_p5m.extend(P5M_ONLY.iter().map(|(f, _why)| f.to_string()));
+    for (f, _why) in P5M_ONLY {
+        let name = Path::new(f).file_name().unwrap();
+        if !top().join("etc/smf").join(name).is_file() {
+            errors.push(format!("P5M_ONLY names {f}, which etc/smf/ lacks"));
+        }
+    }
     compare("pkg/zinstall.p5m", &want_p5m, &p5m_files, &mut errors);
     // Every directory above a shipped file is delivered too.
     for f in &p5m_files {

@@ -362,6 +362,27 @@ mod test {
     }
 
     #[test]
+    fn the_shipped_example_is_the_defaults_and_its_grant_parses() {
+        let text = include_str!("../../../etc/zinstall/zinstalld.toml");
+        assert_eq!(Config::parse(text).unwrap(), Config::default());
+        // Uncommented, every key is accepted (the group by number here:
+        // a test machine may have no group "zinstall").
+        let on: String = text
+            .lines()
+            .map(|l| {
+                l.strip_prefix('#')
+                    .filter(|r| !r.starts_with(' ') && !r.is_empty())
+                    .unwrap_or(l)
+            })
+            .map(|l| l.replace("\"zinstall\"", "0"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let c = Config::parse(&on).unwrap();
+        assert_eq!(c.grants.len(), 1);
+        assert_eq!(c.socket_group, Some(0));
+    }
+
+    #[test]
     fn grants_are_checked() {
         let c = Config::parse(
             r#"
