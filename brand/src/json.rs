@@ -3,45 +3,16 @@
 
 use std::path::Path;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
-/// An engine run's counts and timings.
+/// An engine run's counts and timings (the daemon sends the same).
 pub fn stats(s: &copier::Stats) -> Value {
-    json!({
-        "files": s.files,
-        "dirs": s.dirs,
-        "symlinks": s.symlinks,
-        "hardlinks": s.hardlinks,
-        "linked": s.redirects,
-        "specials": s.specials,
-        "skipped": s.skipped,
-        "unchanged": s.unchanged,
-        "bytes": s.bytes,
-        "reflinked": s.reflinked,
-        "kernel_copied": s.kernel_copied,
-        "buffered": s.buffered,
-        "ms": s.elapsed.as_millis() as u64,
-        "walker_blocked_ms": s.walker_blocked.as_millis() as u64,
-        "workers": s.workers.iter().map(|w| json!({
-            "jobs": w.jobs,
-            "batches": w.batches,
-            "bytes": w.bytes,
-            "busy_ms": w.busy.as_millis() as u64,
-        })).collect::<Vec<_>>(),
-    })
+    zinstall_daemon::protocol::stats_json(s)
 }
 
 /// What was noticed and not kept.
 pub fn notices(n: &[copier::Notice]) -> Value {
-    n.iter()
-        .map(|n| {
-            json!({
-                "notice": n.to_string(),
-                "count": n.count,
-                "example": path(&n.example),
-            })
-        })
-        .collect()
+    zinstall_daemon::protocol::notices_json(n)
 }
 
 /// A path as JSON: a string (lossy for names that are not UTF-8).

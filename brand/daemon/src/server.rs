@@ -68,6 +68,8 @@ pub struct Daemon {
     jobs: Jobs,
     log: Logger,
     connections: AtomicUsize,
+    /// Connections following a job, until its last reply is sent.
+    following: AtomicUsize,
     stopping: AtomicBool,
     flights: Mutex<HashMap<PathBuf, Arc<Mutex<()>>>>,
     job_threads: Mutex<Vec<JoinHandle<()>>>,
@@ -166,6 +168,7 @@ pub fn run(opts: Options, log: Logger) -> Result<(), ServeError> {
         jobs: Jobs::new(config.keep_finished),
         log: log.clone(),
         connections: AtomicUsize::new(0),
+        following: AtomicUsize::new(0),
         stopping: AtomicBool::new(false),
         flights: Mutex::new(HashMap::new()),
         job_threads: Mutex::new(Vec::new()),
@@ -205,6 +208,12 @@ pub fn run(opts: Options, log: Logger) -> Result<(), ServeError> {
     );
     for t in threads {
         let _joined = t.join();
+    }
+    // Each client hears how its job ended before the process goes; one
+    // that does not read is not waited for beyond the I/O timeout.
+    let deadline = Instant::now() + config.io_timeout;
+    while d.following.load(Ordering::SeqCst) > 0 && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(10));
     }
     info!(log, "stopped");
     Ok(())
@@ -427,7 +436,10 @@ fn serve(d: &Arc<Daemon>, stream: UnixStream) {
             continue;
         }
         let kept = if request.call.is_job() {
-            run_job(d, &mut out, &peer, request)
+            d.following.fetch_add(1, Ordering::SeqCst);
+            let kept = run_job(d, &mut out, &peer, request);
+            d.following.fetch_sub(1, Ordering::SeqCst);
+            kept
         } else {
             let reply = match quick(d, &peer, &request.call) {
                 Ok(result) => Reply::Ok { v: VERSION, result },
