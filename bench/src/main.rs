@@ -11,6 +11,7 @@ use zinstall_tune::report::{self, Samples};
 use zinstall_tune::trees::{self, Shape};
 
 mod archives;
+mod daemon;
 mod plot;
 
 #[derive(Parser, Debug)]
@@ -202,6 +203,27 @@ enum Cmd {
         #[arg(long)]
         zinstall: Option<PathBuf>,
     },
+    /// Eight concurrent seed installs, and eight provisions of one image,
+    /// through one zinstalld against eight zinstall processes: wall time,
+    /// peak threads, peak RSS.
+    Daemon {
+        /// Timed runs of each.
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+        /// Concurrent clients.
+        #[arg(long, default_value_t = 8)]
+        clients: usize,
+        /// The daemon's worker budget (its copy_threads); the processes
+        /// run at the default COPY_THREADS.
+        #[arg(long, default_value_t = copier::tunables::DEFAULT_COPY_THREADS)]
+        budget: usize,
+        /// Where trees, images and zonepaths go.
+        #[arg(long, default_value = "/var/tmp/zinstall-bench")]
+        scratch: PathBuf,
+        /// The directory holding zinstall and zinstalld.
+        #[arg(long)]
+        bin: Option<PathBuf>,
+    },
     /// The serial 8 KiB baseline copy (used by `copy`).
     SerialCopy { src: PathBuf, dst: PathBuf },
 }
@@ -268,6 +290,19 @@ fn main() -> ExitCode {
             scratch,
             zinstall,
         } => install_bench(runs, &scratch, zinstall),
+        Cmd::Daemon {
+            runs,
+            clients,
+            budget,
+            scratch,
+            bin,
+        } => daemon::run(
+            runs,
+            clients,
+            budget,
+            &scratch,
+            &bin.unwrap_or_else(|| workspace().join("target/release")),
+        ),
         Cmd::Sweep {
             tree,
             scale,
@@ -1012,6 +1047,41 @@ fn install_bench(
             z.display()
         ));
     }
+    let (seed, profile) = seed_install(scratch)?;
+    let names = ["install 8x128", "install 1x1"];
+    let zp = scratch.join("zonepath");
+    let samples = report::interleaved(
+        &names,
+        runs,
+        |i| {
+            let _ = fs::remove_dir_all(&zp);
+            peers::sync();
+            peers::warm(&seed).map_err(|e| e.to_string())?;
+            let mut c = std::process::Command::new(&z);
+            c.env("ZINSTALL_DEFAULTS", "/nonexistent").arg("install");
+            if i == 1 {
+                c.args(["--threads", "1", "--batch", "1"]);
+            }
+            c.arg("--profile").arg(&profile).arg("--zonepath").arg(&zp);
+            peers::time(c)
+        },
+        &mut |l| eprintln!("{l}"),
+    )?;
+    let _ = fs::remove_dir_all(&zp);
+    println!(
+        "\nseed install ({})\n\n{}",
+        seed.display(),
+        report::markdown(&samples, "install 1x1")
+    );
+    Ok(())
+}
+
+/// The seed zone install's source root (a generated /usr and a baseline
+/// archive, made once under `scratch`) and a profile with the shipped link
+/// rules for it.
+pub(crate) fn seed_install(
+    scratch: &Path,
+) -> Result<(PathBuf, PathBuf), String> {
     let seed = scratch.join("seedroot");
     let done = scratch.join("seedroot.done");
     if !done.exists() {
@@ -1047,32 +1117,7 @@ fn install_bench(
         scratch.join("seed-install.log").display(),
         seed.join("baseline").display()
     )).map_err(|e| e.to_string())?;
-    let names = ["install 8x128", "install 1x1"];
-    let zp = scratch.join("zonepath");
-    let samples = report::interleaved(
-        &names,
-        runs,
-        |i| {
-            let _ = fs::remove_dir_all(&zp);
-            peers::sync();
-            peers::warm(&seed).map_err(|e| e.to_string())?;
-            let mut c = std::process::Command::new(&z);
-            c.env("ZINSTALL_DEFAULTS", "/nonexistent").arg("install");
-            if i == 1 {
-                c.args(["--threads", "1", "--batch", "1"]);
-            }
-            c.arg("--profile").arg(&profile).arg("--zonepath").arg(&zp);
-            peers::time(c)
-        },
-        &mut |l| eprintln!("{l}"),
-    )?;
-    let _ = fs::remove_dir_all(&zp);
-    println!(
-        "\nseed install ({})\n\n{}",
-        seed.display(),
-        report::markdown(&samples, "install 1x1")
-    );
-    Ok(())
+    Ok((seed, profile))
 }
 
 #[allow(clippy::too_many_arguments)]

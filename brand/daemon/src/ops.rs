@@ -220,11 +220,10 @@ fn provision(
         cancel: Some(job.cancel.clone()),
         pool: Some(d.pool().clone()),
     };
-    // One build per image in this process: the others wait here, then
-    // find the entry made (the cache's flock does the same across
-    // processes).
-    let flight = d.single_flight(&a.image);
-    let _one = flight.lock().unwrap_or_else(|p| p.into_inner());
+    // One build per image: the cache's build lock is a flock(2) on a file
+    // each provision opens for itself, so it orders this daemon's jobs as
+    // it orders processes; the others wait for the entry, then make their
+    // guests at once.
     let mut on_guest = |g: &zinstall_provision::Guest| {
         job.entries
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);

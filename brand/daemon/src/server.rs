@@ -1,11 +1,10 @@
 //! The service: the socket, the accept loop, one thread per connection,
 //! one per job, and the pool every job's workers come from.
 
-use std::collections::HashMap;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::thread::{self, JoinHandle};
@@ -71,7 +70,6 @@ pub struct Daemon {
     /// Connections following a job, until its last reply is sent.
     following: AtomicUsize,
     stopping: AtomicBool,
-    flights: Mutex<HashMap<PathBuf, Arc<Mutex<()>>>>,
     job_threads: Mutex<Vec<JoinHandle<()>>>,
 }
 
@@ -98,17 +96,6 @@ impl Daemon {
     /// The service's log.
     pub fn log(&self) -> &Logger {
         &self.log
-    }
-
-    /// The lock that makes concurrent provisions of one image build it
-    /// once.
-    pub fn single_flight(&self, image: &Path) -> Arc<Mutex<()>> {
-        let key = std::fs::canonicalize(image)
-            .unwrap_or_else(|_| image.to_path_buf());
-        let mut f = self.flights.lock().unwrap_or_else(|p| p.into_inner());
-        // Forget images nobody is provisioning.
-        f.retain(|_, m| Arc::strong_count(m) > 1);
-        Arc::clone(f.entry(key).or_default())
     }
 }
 
@@ -170,7 +157,6 @@ pub fn run(opts: Options, log: Logger) -> Result<(), ServeError> {
         connections: AtomicUsize::new(0),
         following: AtomicUsize::new(0),
         stopping: AtomicBool::new(false),
-        flights: Mutex::new(HashMap::new()),
         job_threads: Mutex::new(Vec::new()),
         opts,
     });
