@@ -216,25 +216,21 @@ fn table(
     let col = |bs: &[Batch], f: fn(&Batch) -> f64| {
         median(&mut bs.iter().map(f).collect::<Vec<_>>())
     };
-    let rows: [(&str, fn(&Batch) -> f64, &str); 3] = [
-        ("wall (s)", |b| b.wall.as_secs_f64(), "{:.2}"),
-        ("peak threads", |b| b.threads as f64, "{:.0}"),
-        ("peak RSS (MiB)", |b| b.rss_kib as f64 / 1024.0, "{:.0}"),
+    // (row, value, decimals shown)
+    type Row = (&'static str, fn(&Batch) -> f64, usize);
+    let rows: [Row; 3] = [
+        ("wall (s)", |b| b.wall.as_secs_f64(), 2),
+        ("peak threads", |b| b.threads as f64, 0),
+        ("peak RSS (MiB)", |b| b.rss_kib as f64 / 1024.0, 0),
     ];
     let mut out = format!(
         "{title}\n\n| median of {} | zinstalld | {} processes | zinstalld / processes |\n|---|---|---|---|\n",
         daemon.len(),
         clients,
     );
-    for (name, f, fmt) in rows {
+    for (name, f, decimals) in rows {
         let (a, b) = (col(daemon, f), col(procs, f));
-        let show = |x: f64| {
-            if fmt == "{:.2}" {
-                format!("{x:.2}")
-            } else {
-                format!("{x:.0}")
-            }
-        };
+        let show = |x: f64| format!("{x:.decimals$}");
         out += &format!(
             "| {name} | {} | {} | {:.2}× |\n",
             show(a),

@@ -770,3 +770,55 @@ fn a_second_daemon_on_a_live_socket_is_refused() {
         text(&o)
     );
 }
+
+#[test]
+fn sighup_reloads_the_configuration_and_keeps_it_when_broken() {
+    let d = Daemon::start("");
+    let config = d.path("zinstalld.toml");
+    let before = fs::read_to_string(&config).unwrap();
+    fs::write(&config, "copy_threads = \"many\"\n").unwrap();
+    d.signal(libc::SIGHUP);
+    let t0 = Instant::now();
+    while !d.log().contains("configuration not reloaded") {
+        assert!(t0.elapsed() < Duration::from_secs(20), "{}", d.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Still serving, on the old configuration.
+    let r = d.connect().call(&json!({"v": 1, "op": "version"}));
+    assert_eq!(r.last().unwrap()["result"]["workers"], BUDGET);
+    // A new profile: installs now copy its source root.
+    let other = d.path("other-src");
+    write(&other.join("usr/only-here"), b"new profile");
+    let profile = d.path("profile2.toml");
+    fs::write(
+        &profile,
+        format!(
+            "source_root = \"{}\"\ntrees = [\"usr\"]\nlog = \"{}\"\n",
+            other.display(),
+            d.path("install.log").display()
+        ),
+    )
+    .unwrap();
+    let old_profile = d.path("profile.toml").display().to_string();
+    fs::write(
+        &config,
+        before.replace(&old_profile, &profile.display().to_string()),
+    )
+    .unwrap();
+    d.signal(libc::SIGHUP);
+    let t0 = Instant::now();
+    while !d.log().contains("configuration reloaded") {
+        assert!(t0.elapsed() < Duration::from_secs(20), "{}", d.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let o = d.zinstall(&[
+        "install",
+        "--zonepath",
+        d.path("zones/r").to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(
+        fs::read(d.path("zones/r/root/usr/only-here")).unwrap(),
+        b"new profile"
+    );
+}
