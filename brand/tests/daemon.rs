@@ -134,6 +134,15 @@ impl Daemon {
             .count()
     }
 
+    /// Waits until the daemon's log says `what`.
+    fn wait_for_log(&self, what: &str) {
+        let t0 = Instant::now();
+        while !self.log().contains(what) {
+            assert!(t0.elapsed() < Duration::from_secs(20), "{}", self.log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     fn signal(&self, sig: i32) {
         // SAFETY: a signal to our own child.
         unsafe { libc::kill(self.pid() as i32, sig) };
@@ -778,11 +787,7 @@ fn sighup_reloads_the_configuration_and_keeps_it_when_broken() {
     let before = fs::read_to_string(&config).unwrap();
     fs::write(&config, "copy_threads = \"many\"\n").unwrap();
     d.signal(libc::SIGHUP);
-    let t0 = Instant::now();
-    while !d.log().contains("configuration not reloaded") {
-        assert!(t0.elapsed() < Duration::from_secs(20), "{}", d.log());
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    d.wait_for_log("configuration not reloaded");
     // Still serving, on the old configuration.
     let r = d.connect().call(&json!({"v": 1, "op": "version"}));
     assert_eq!(r.last().unwrap()["result"]["workers"], BUDGET);
@@ -806,11 +811,7 @@ fn sighup_reloads_the_configuration_and_keeps_it_when_broken() {
     )
     .unwrap();
     d.signal(libc::SIGHUP);
-    let t0 = Instant::now();
-    while !d.log().contains("configuration reloaded") {
-        assert!(t0.elapsed() < Duration::from_secs(20), "{}", d.log());
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    d.wait_for_log("configuration reloaded");
     let o = d.zinstall(&[
         "install",
         "--zonepath",
