@@ -246,6 +246,12 @@ fn text(o: &Output) -> String {
     )
 }
 
+/// The command failed with `code`, saying `what`.
+fn fails_saying(o: &Output, code: i32, what: &str) {
+    assert_eq!(o.status.code(), Some(code), "{}", text(o));
+    assert!(text(o).contains(what), "{}", text(o));
+}
+
 fn files_under(root: &Path) -> usize {
     let mut n = 0;
     let mut stack = vec![root.to_path_buf()];
@@ -440,8 +446,7 @@ fn an_unprivileged_client_gets_only_what_it_is_granted() {
     // Not granted: install; outside the prefix: /etc.
     let o =
         as_nobody(&["install", "--zonepath", out.join("z").to_str().unwrap()]);
-    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
-    assert!(text(&o).contains("not granted install"), "{}", text(&o));
+    fails_saying(&o, 1, "not granted install");
     let o =
         as_nobody(&["copy", "/etc/hostname", out.join("h").to_str().unwrap()]);
     assert!(
@@ -529,8 +534,7 @@ fn a_client_that_disconnects_cancels_its_job_unless_detached() {
     let o = d.zinstall(&["cancel", &job.to_string()]);
     assert!(text(&o).contains("(done when asked)"), "{}", text(&o));
     let o = d.zinstall(&["cancel", "999999"]);
-    assert_eq!(o.status.code(), Some(1));
-    assert!(text(&o).contains("no job 999999"), "{}", text(&o));
+    fails_saying(&o, 1, "no job 999999");
 }
 
 #[test]
@@ -733,24 +737,14 @@ fn the_cli_through_the_daemon_prints_what_it_prints_alone() {
     assert!(d.log().contains("\"op\":\"copy\""));
     // A flag only a local copy has is refused, not ignored.
     let o = d.zinstall(&["copy", "--threads", "2", "/a", "/b"]);
-    assert_eq!(o.status.code(), Some(2));
-    assert!(
-        text(&o).contains("not available with --daemon"),
-        "{}",
-        text(&o)
-    );
+    fails_saying(&o, 2, "not available with --daemon");
     // No daemon there: a clear error naming the socket.
     let o = Command::new(env!("CARGO_BIN_EXE_zinstall"))
         .arg("--daemon=/nonexistent/zinstalld.sock")
         .args(["copy", "/a", "/b"])
         .output()
         .unwrap();
-    assert_eq!(o.status.code(), Some(1));
-    assert!(
-        text(&o).contains("/nonexistent/zinstalld.sock: connect"),
-        "{}",
-        text(&o)
-    );
+    fails_saying(&o, 1, "/nonexistent/zinstalld.sock: connect");
 }
 
 #[test]
@@ -762,22 +756,12 @@ fn a_second_daemon_on_a_live_socket_is_refused() {
         .env("ZINSTALL_DEFAULTS", "/nonexistent")
         .output()
         .unwrap();
-    assert_eq!(o.status.code(), Some(1));
-    assert!(
-        text(&o).contains("another zinstalld is listening"),
-        "{}",
-        text(&o)
-    );
+    fails_saying(&o, 1, "another zinstalld is listening");
     let o = Command::new(env!("CARGO_BIN_EXE_zinstalld"))
         .args(["--config", "/nonexistent/zinstalld.toml"])
         .output()
         .unwrap();
-    assert_eq!(o.status.code(), Some(2));
-    assert!(
-        text(&o).contains("/nonexistent/zinstalld.toml"),
-        "{}",
-        text(&o)
-    );
+    fails_saying(&o, 2, "/nonexistent/zinstalld.toml");
 }
 
 #[test]

@@ -86,15 +86,14 @@ fn copy(
     }
 }
 
+/// An install or uninstall's failure; `cancelled` when the job's flag
+/// was raised (the library fails at its next entry then).
 fn install_error(
+    job: &Job,
     zonepath: &Path,
     e: &zinstall_install::InstallError,
 ) -> WireError {
-    let cancelled = matches!(
-        std::error::Error::source(e)
-            .and_then(|s| s.downcast_ref::<copier::Error>()),
-        Some(copier::Error::Cancelled { .. })
-    ) || e.to_string().contains("cancelled");
+    let cancelled = job.cancel.is_cancelled();
     let mut w = WireError::new(
         if cancelled { "cancelled" } else { "install" },
         e.to_string(),
@@ -184,7 +183,7 @@ fn install(
             "stats": stats_json(&s.stats),
             "notices": notices_json(&s.notices),
         })),
-        Err(e) => Err(install_error(&a.zonepath, &e)),
+        Err(e) => Err(install_error(job, &a.zonepath, &e)),
     }
 }
 
@@ -198,7 +197,7 @@ fn uninstall(
         |e: &zinstall_install::Event| job.event(format!("INFO: zinstall: {e}"));
     zinstall_install::uninstall(&a.zonepath, a.foreign, d.log(), &mut events)
         .map(|()| json!({ "zonepath": a.zonepath }))
-        .map_err(|e| install_error(&a.zonepath, &e))
+        .map_err(|e| install_error(job, &a.zonepath, &e))
 }
 
 fn provision(

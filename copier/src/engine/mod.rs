@@ -157,6 +157,18 @@ impl<'p> Shared<'p> {
         self.plan.cancel.as_ref().is_some_and(|c| c.is_cancelled())
     }
 
+    /// Takes the plan's identity in this thread, if it has one, until the
+    /// result is dropped; `None` when that failed (the run has failed).
+    pub(crate) fn assume(&self) -> Option<Option<sys::Assumed>> {
+        match self.plan.credentials.as_ref().map(sys::assume).transpose() {
+            Ok(a) => Some(a),
+            Err(e) => {
+                self.fail(Error::io(Op::Credentials, &self.plan.src, e));
+                None
+            }
+        }
+    }
+
     /// Records something not kept; said once per kind in the report.
     pub(crate) fn notice(&self, kind: NoticeKind, path: &Path) {
         self.notices.add(kind, path);
@@ -196,19 +208,10 @@ fn run(plan: &Plan) -> Result<Report, Failure> {
     }
     // Held for the whole run: the walk, the single copy and the sync are
     // this thread's; the workers take the identity themselves.
-    let assumed = match &plan.credentials {
-        None => Ok(None),
-        Some(c) => sys::assume(c).map(Some),
-    };
-    if let Err(e) = &assumed {
-        shared.fail(Error::io(
-            Op::Credentials,
-            &plan.src,
-            io::Error::new(e.kind(), e.to_string()),
-        ));
-    } else if let Err(e) = plan.tunables.validate() {
-        shared.fail(e);
-    } else {
+    let assumed = shared.assume();
+    let ready = assumed.is_some()
+        && plan.tunables.validate().map_err(|e| shared.fail(e)).is_ok();
+    if ready {
         match fs::symlink_metadata(&plan.src) {
             Err(e) => shared.fail(Error::io(Op::Stat, &plan.src, e)),
             Ok(md) if md.is_dir() => {
@@ -299,16 +302,8 @@ fn run_tree(
                 .name(format!("copy-{i}"))
                 .spawn_scoped(s, move || {
                     let mut w = worker::Worker::new(shared, i);
-                    match shared.plan.credentials.as_ref().map(sys::assume) {
-                        Some(Err(e)) => shared.fail(Error::io(
-                            Op::Credentials,
-                            &shared.plan.src,
-                            e,
-                        )),
-                        assumed => {
-                            w.run(rx);
-                            drop(assumed);
-                        }
+                    if let Some(_assumed) = shared.assume() {
+                        w.run(rx);
                     }
                     w.finish()
                 });

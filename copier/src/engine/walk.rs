@@ -19,7 +19,6 @@ use crate::beneath::{self, Root};
 use crate::error::{Error, Op, Refusal, Result};
 use crate::rules::{self, Action};
 use crate::stats::Stats;
-use crate::sys;
 use crate::sys::posix::{self, at};
 use crate::trace::{ThreadState, ThreadTrace};
 
@@ -394,14 +393,8 @@ impl<'scope, 'p: 'scope> PoolDispatch<'_, 'scope, 'p> {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner());
             let w = slot.get_or_insert_with(|| Worker::new(shared, i));
-            match shared.plan.credentials.as_ref().map(sys::assume) {
-                Some(Err(e)) => {
-                    shared.fail(Error::io(Op::Credentials, &shared.plan.src, e))
-                }
-                assumed => {
-                    w.run_batch(batch, queued);
-                    drop(assumed);
-                }
+            if let Some(_assumed) = shared.assume() {
+                w.run_batch(batch, queued);
             }
             drop(slot);
             in_flight.leave();

@@ -38,7 +38,7 @@ use portable as platform;
 pub(crate) const XATTRS: bool = cfg!(target_os = "linux");
 
 pub(crate) use platform::{
-    XattrTarget, assume, chmod_at, clone_file, copy_range, get_xattr,
+    Assumed, XattrTarget, assume, chmod_at, clone_file, copy_range, get_xattr,
     list_xattrs, open_dir_beneath, open_dir_same_mount, open_source, set_xattr,
     sync_fs,
 };

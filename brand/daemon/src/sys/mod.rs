@@ -157,12 +157,6 @@ pub fn readable(sock: &impl AsRawFd, ms: i32) -> bool {
     n > 0
 }
 
-/// The process's effective uid.
-pub fn euid() -> u32 {
-    // SAFETY: cannot fail.
-    unsafe { libc::geteuid() }
-}
-
 /// This process's id.
 pub fn pid() -> u32 {
     std::process::id()
