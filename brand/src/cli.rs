@@ -121,10 +121,17 @@ pub fn run(invocation: &Invocation) -> ExitCode {
             Command::Provision(a) => return remote::provision(&sock, a),
             Command::Cache(a) => {
                 return match &a.command {
-                    CacheCommand::List => remote::cache_list(&sock),
+                    CacheCommand::List { json } => {
+                        remote::cache_list(&sock, *json)
+                    }
                     CacheCommand::Gc {
-                        max_size, dry_run, ..
-                    } => remote::cache_gc(&sock, *dry_run, *max_size),
+                        max_size,
+                        dry_run,
+                        search,
+                        json,
+                    } => remote::cache_gc(
+                        &sock, *dry_run, *max_size, search, *json,
+                    ),
                 };
             }
             _ => {}

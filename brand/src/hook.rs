@@ -287,6 +287,7 @@ fn cmd_install(
         events: &mut show,
         cancel: None,
         pool: None,
+        listener: None,
     };
     match job.run() {
         Ok(_) => OK,

@@ -73,6 +73,23 @@ impl copier::Progress for Bar {
     }
 }
 
+/// `-v`: one line per entry on stdout, `'src' -> 'dst'` as `cp -v`
+/// prints them (with the kind when it is not a plain copy: a hard link,
+/// a link rule's symlink).
+#[derive(Debug)]
+pub struct Listing;
+
+impl copier::Listener for Listing {
+    fn entry(&self, src: &Path, dst: &Path, kind: copier::EntryKind) {
+        let how = match kind {
+            copier::EntryKind::HardLink => " (hard link)",
+            copier::EntryKind::Redirect => " (link rule)",
+            _ => "",
+        };
+        out(format_args!("'{}' -> '{}'{how}", show(src), show(dst)));
+    }
+}
+
 /// `path` for a message: as is, or with control characters escaped when
 /// going to a terminal.
 pub fn show(path: &Path) -> String {

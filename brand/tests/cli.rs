@@ -356,3 +356,148 @@ fn verify_reports_json() {
         "the changed file is named: {v}"
     );
 }
+
+/// The `'src' -> 'dst'` lines of a `-v` run: the destinations, sorted.
+fn listed(out: &str) -> Vec<String> {
+    let mut v: Vec<String> = out
+        .lines()
+        .filter_map(|l| l.split_once("' -> '"))
+        .map(|(_, d)| d.split_once('\'').map_or(d, |(p, _)| p).to_string())
+        .collect();
+    v.sort();
+    v
+}
+
+/// A tree with every kind the listing names: directories, files, a
+/// hard link, a symlink, a FIFO.
+fn rich_tree(root: &Path) {
+    tree(root);
+    fs::hard_link(root.join("g"), root.join("a/g2")).unwrap();
+    std::os::unix::fs::symlink("b/f", root.join("a/l")).unwrap();
+    let fifo =
+        std::ffi::CString::new(root.join("a/p").as_os_str().as_encoded_bytes())
+            .unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+}
+
+fn copy_json(args: &[&str], src: &Path, dst: &Path) -> serde_json::Value {
+    let o = zinstall()
+        .arg("copy")
+        .args(args)
+        .arg("--json")
+        .arg(src)
+        .arg(dst)
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}{err}");
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
+}
+
+#[test]
+fn copy_dry_run_writes_nothing_and_says_what_copy_does() {
+    let d = tempfile::tempdir().unwrap();
+    let (src, dst) = (d.path().join("src"), d.path().join("dst"));
+    rich_tree(&src);
+
+    let o = zinstall()
+        .args(["copy", "-n", "-v"])
+        .arg(&src)
+        .arg(&dst)
+        .output()
+        .unwrap();
+    let (dry, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(!dst.exists(), "a dry run made the destination");
+    assert!(
+        dry.lines().last().unwrap().starts_with("would copy "),
+        "{dry}"
+    );
+    assert!(dry.contains("(hard link)"), "{dry}");
+    let would = copy_json(&["--dry-run"], &src, &dst);
+    assert!(!dst.exists());
+    assert_eq!(would["dry_run"], true);
+
+    let o = zinstall()
+        .args(["copy", "-v"])
+        .arg(&src)
+        .arg(&dst)
+        .output()
+        .unwrap();
+    let (real, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    // The dry run lists exactly what the copy lists, which is every entry
+    // of the result.
+    assert_eq!(listed(&dry), listed(&real));
+    let mut made: Vec<String> = walkdir::WalkDir::new(&dst)
+        .into_iter()
+        .map(|e| e.unwrap().path().display().to_string())
+        .collect();
+    made.sort();
+    assert_eq!(listed(&real), made);
+    let did = copy_json(&[], &src, &d.path().join("dst2"));
+    for k in [
+        "files",
+        "dirs",
+        "symlinks",
+        "hardlinks",
+        "specials",
+        "bytes",
+    ] {
+        assert_eq!(would["stats"][k], did["stats"][k], "{k}");
+    }
+
+    // Merging over an identical copy: nothing to write but directories.
+    let again = copy_json(&["-n", "--merge"], &src, &dst);
+    assert_eq!(again["stats"]["unchanged"], 2, "{again}");
+    assert_eq!(again["stats"]["files"], 0, "{again}");
+    fs::write(src.join("a/b/f"), b"changed").unwrap();
+    let again = copy_json(&["-n", "--merge"], &src, &dst);
+    assert_eq!(again["stats"]["files"], 1, "{again}");
+    assert_eq!(fs::read(dst.join("a/b/f")).unwrap(), b"hello");
+}
+
+#[test]
+fn copy_dry_run_refuses_what_copy_refuses() {
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    tree(&src);
+    let full = d.path().join("full");
+    fs::create_dir(&full).unwrap();
+    fs::write(full.join("x"), b"x").unwrap();
+    for (dst, says) in [
+        (full.clone(), "not empty"),
+        (src.join("a/inside"), "inside"),
+    ] {
+        let o = zinstall()
+            .args(["copy", "-n"])
+            .arg(&src)
+            .arg(&dst)
+            .output()
+            .unwrap();
+        let (_, err) = text(&o);
+        assert_eq!(o.status.code(), Some(1), "{err}");
+        assert!(err.contains(says), "{err}");
+        assert!(err.contains(&dst.display().to_string()), "{err}");
+    }
+    assert!(!src.join("a/inside").exists());
+    assert_eq!(fs::read_dir(&full).unwrap().count(), 1);
+    // A dry run has no statemap or sync to write.
+    let o = zinstall()
+        .args(["copy", "-n", "--sync"])
+        .arg(&src)
+        .arg(d.path().join("x"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let o = zinstall()
+        .args(["--daemon=/nonexistent/sock", "copy", "-n"])
+        .arg(&src)
+        .arg(d.path().join("x"))
+        .output()
+        .unwrap();
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("--dry-run"), "{err}");
+}

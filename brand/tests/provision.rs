@@ -563,3 +563,115 @@ fn a_full_cache_disk_is_a_clean_error() {
         .count();
     assert_eq!(entries, 0);
 }
+
+fn json_of(o: &Output) -> serde_json::Value {
+    assert!(o.status.success(), "{}", text(o));
+    let out = String::from_utf8_lossy(&o.stdout);
+    serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"))
+}
+
+#[test]
+fn dry_run_json_and_listing() {
+    let d = Tmp::new();
+    let tarball = d.path().join("rootfs.tar");
+    run(Command::new("tar").arg("-C").arg(rootfs(d.path())).args([
+        "-cf",
+        s(&tarball),
+        ".",
+    ]));
+    let (cache, out) = (d.path().join("cache"), d.path().join("out"));
+    let args = |extra: &[&str]| {
+        let mut v = vec!["provision", s(&tarball), "--count", "2"];
+        v.extend(["--cache", s(&cache), "--out", s(&out)]);
+        v.extend(extra.iter().copied());
+        zinstall(&v)
+    };
+
+    // Nothing there yet: the dry run would build, makes nothing.
+    let v = json_of(&args(&["-n", "--json"]));
+    assert_eq!(v["cache"], "build", "{v}");
+    assert_eq!(v["kind"], "tar", "{v}");
+    assert_eq!(v["guests"].as_array().unwrap().len(), 2, "{v}");
+    assert!(!cache.exists() && !out.exists());
+
+    // The real run's JSON: each guest, the entry; -v is off with --json.
+    let v = json_of(&args(&["--json"]));
+    assert_eq!(v["obtained"], "built", "{v}");
+    let guests = v["guests"].as_array().unwrap();
+    assert_eq!(guests.len(), 2);
+    for g in guests {
+        assert_eq!(g["kind"], "tree");
+        assert!(Path::new(g["path"].as_str().unwrap()).is_dir(), "{g}");
+    }
+    let entry = v["entry"].as_str().unwrap().to_string();
+    assert!(Path::new(v["payload"].as_str().unwrap()).is_dir(), "{v}");
+
+    // cache list --json names the same entry and its two guests.
+    let l = json_of(&zinstall(&[
+        "cache",
+        "list",
+        "--json",
+        "--cache",
+        s(&cache),
+    ]));
+    let l = l.as_array().unwrap();
+    assert_eq!(l.len(), 1);
+    assert_eq!(l[0]["name"], entry.as_str());
+    assert_eq!(l[0]["guests"].as_array().unwrap().len(), 2, "{l:?}");
+    assert!(entry.ends_with(l[0]["sha256"].as_str().unwrap()));
+
+    // Now the dry run finds the entry by the file alone, and refuses
+    // guests that are there, as the run would.
+    let o = args(&["-n"]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("guest-0"), "{}", text(&o));
+    let other = d.path().join("other");
+    let o = zinstall(&[
+        "provision",
+        s(&tarball),
+        "-n",
+        "--json",
+        "--cache",
+        s(&cache),
+        "--out",
+        s(&other),
+    ]);
+    let v = json_of(&o);
+    assert_eq!(v["cache"], "reuse", "{v}");
+    assert_eq!(v["entry"], entry.as_str(), "{v}");
+    assert!(!other.exists());
+    let o = zinstall(&[
+        "provision",
+        s(&tarball),
+        "-n",
+        "--cache",
+        s(&cache),
+        "--out",
+        s(&other),
+        "--sha256",
+        &"0".repeat(64),
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+
+    // -v lists each guest's entries as it is copied.
+    let o = zinstall(&[
+        "provision",
+        s(&tarball),
+        "-v",
+        "--cache",
+        s(&cache),
+        "--out",
+        s(&other),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let listing = String::from_utf8_lossy(&o.stdout);
+    let hostname = other.join("guest-0/etc/hostname");
+    assert!(
+        listing.contains(&format!("-> '{}'", hostname.display())),
+        "{listing}"
+    );
+    let files = listing.lines().filter(|l| l.contains("' -> '")).count();
+    // 50 files, the hostname, the symlink and the directories (top, etc,
+    // usr, usr/lib and 5 below it).
+    assert_eq!(files, 50 + 1 + 1 + 9, "{listing}");
+}

@@ -21,6 +21,46 @@ pub trait Progress: Send + Sync {
     fn advance(&self, entries: u64, bytes: u64);
 }
 
+/// What an entry of a listing ([`Listener`]) is, in the destination.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EntryKind {
+    /// A directory.
+    Dir,
+    /// A regular file with its data.
+    File,
+    /// A later name of a file, made as a hard link to its first copy.
+    HardLink,
+    /// A symlink.
+    Symlink,
+    /// A FIFO, socket or device node.
+    Special,
+    /// A file replaced by a symlink by a link rule.
+    Redirect,
+}
+
+impl EntryKind {
+    /// A short name for listings: `dir`, `file`, `hardlink`, `symlink`,
+    /// `special`, `redirect`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EntryKind::Dir => "dir",
+            EntryKind::File => "file",
+            EntryKind::HardLink => "hardlink",
+            EntryKind::Symlink => "symlink",
+            EntryKind::Special => "special",
+            EntryKind::Redirect => "redirect",
+        }
+    }
+}
+
+/// Hears of each entry written (or, in a [dry run](Plan::dry_run), that
+/// would be), as `cp -v` lists them: not entries skipped or, merging,
+/// left unchanged. Calls come from many threads in no set order.
+pub trait Listener: Send + Sync + fmt::Debug {
+    /// `src` was (or would be) made as `dst`, a `kind`.
+    fn entry(&self, src: &Path, dst: &Path, kind: EntryKind);
+}
+
 /// Everything one copier run needs: source, destination, knobs, rules.
 ///
 /// ```no_run
@@ -52,6 +92,8 @@ pub struct Plan {
     pub(crate) walk_only: bool,
     pub(crate) pool: Option<Pool>,
     pub(crate) credentials: Option<Credentials>,
+    pub(crate) listener: Option<Arc<dyn Listener>>,
+    pub(crate) dry_run: bool,
 }
 
 impl Plan {
@@ -80,6 +122,8 @@ impl Plan {
             walk_only: false,
             pool: None,
             credentials: None,
+            listener: None,
+            dry_run: false,
         }
     }
 
@@ -200,6 +244,24 @@ impl Plan {
         self
     }
 
+    /// Tell `listener` of every entry written.
+    pub fn listener(mut self, listener: Arc<dyn Listener>) -> Self {
+        self.listener = Some(listener);
+        self
+    }
+
+    /// Write nothing: walk the source as the copy would (rules, mount
+    /// points and every refusal about the destination included), tell the
+    /// [`Listener`] of each entry that would be written, and report what
+    /// would be done. Merging, the destination is read to count entries
+    /// that already match as unchanged. The [`Report`]'s byte count is the
+    /// data that would be copied; nothing is opened for writing, no
+    /// directory is made, nothing is synced.
+    pub fn dry_run(mut self, yes: bool) -> Self {
+        self.dry_run = yes;
+        self
+    }
+
     /// The source.
     pub fn source(&self) -> &Path {
         &self.src
@@ -223,6 +285,7 @@ impl fmt::Debug for Plan {
             .field("sync", &self.sync)
             .field("rules", &self.rules.is_some())
             .field("walk_only", &self.walk_only)
+            .field("dry_run", &self.dry_run)
             .field("pool", &self.pool)
             .field("credentials", &self.credentials)
             .finish_non_exhaustive()

@@ -68,6 +68,9 @@ use crate::sys::posix::{Times, at, egid, euid};
 use crate::sys::{self, XattrTarget};
 use crate::tunables::Tunables;
 
+mod survey;
+pub use survey::survey;
+
 /// From a stream, bodies up to this size go to the pool in memory; larger
 /// ones are streamed by the reader. From a plain tar file every body goes
 /// to the pool as a range of the file.
@@ -100,6 +103,8 @@ pub struct UnpackOptions {
     /// `copy_threads` of the unpack's own (the reader stays in the calling
     /// thread).
     pub pool: Option<crate::Pool>,
+    /// Hears of each member as it is unpacked (`tar -v`).
+    pub listener: Option<Arc<dyn crate::Listener>>,
 }
 
 impl Default for UnpackOptions {
@@ -112,6 +117,7 @@ impl Default for UnpackOptions {
             preserve_owner: None,
             cancel: None,
             pool: None,
+            listener: None,
         }
     }
 }
@@ -1002,6 +1008,9 @@ fn read_all<R: Read>(
                 Ok(())
             }
         };
+        if let Some(l) = &ctx.opts.listener {
+            l.entry(Path::new(&shown_entry), &shown, listed_kind(m.kind));
+        }
         match m.kind {
             tar::Kind::Directory => {
                 match now {
@@ -1214,6 +1223,20 @@ fn read_all<R: Read>(
     }
     out.stats.elapsed = started.elapsed();
     Ok(out)
+}
+
+/// A member's kind as listings name it.
+fn listed_kind(k: tar::Kind) -> crate::EntryKind {
+    use crate::EntryKind;
+    match k {
+        tar::Kind::Directory => EntryKind::Dir,
+        tar::Kind::HardLink => EntryKind::HardLink,
+        tar::Kind::Symlink => EntryKind::Symlink,
+        tar::Kind::CharDevice | tar::Kind::BlockDevice | tar::Kind::Fifo => {
+            EntryKind::Special
+        }
+        tar::Kind::File | tar::Kind::Other(_) => EntryKind::File,
+    }
 }
 
 /// Where the reader writes a streamed file.

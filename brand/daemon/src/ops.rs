@@ -11,7 +11,7 @@ use copier::{Action, Credentials, Plan, Rule, RuleSet};
 use zinstall_install::Install;
 use zinstall_install::profile::Profile;
 use zinstall_provision::ProvisionOptions;
-use zinstall_provision::cache::{Cache, GcOptions, Obtained};
+use zinstall_provision::cache::{Cache, GcOptions};
 
 use crate::jobs::Job;
 use crate::protocol::{
@@ -175,6 +175,7 @@ fn install(
         events: &mut events,
         cancel: Some(job.cancel.clone()),
         pool: Some(d.pool().clone()),
+        listener: None,
     }
     .run();
     match r {
@@ -218,6 +219,7 @@ fn provision(
         max_archive_bytes: MAX_ARCHIVE_BYTES,
         cancel: Some(job.cancel.clone()),
         pool: Some(d.pool().clone()),
+        listener: None,
     };
     // One build per image: the cache's build lock is a flock(2) on a file
     // each provision opens for itself, so it orders this daemon's jobs as
@@ -239,61 +241,18 @@ fn provision(
             w.path = Some(a.image.clone());
             w
         })?;
-    let (obtained, how) = match r.obtained {
-        Obtained::Built(t) => {
-            ("built", format!("extracted once in {} ms", t.as_millis()))
-        }
-        Obtained::Rebuilt(t) => {
-            ("rebuilt", format!("rebuilt in {} ms", t.as_millis()))
-        }
-        Obtained::Reused => ("reused", "cached".to_string()),
-    };
     if let Some(old) = &r.replaced {
         info!(d.log(), "cache entry altered"; "entry" => old.old.name(), "why" => &old.why,
               "rebuilt" => r.entry.name());
     }
-    Ok(json!({
-        "image": a.image,
-        "kind": r.image.describe(),
-        "entry": r.entry.payload(),
-        "obtained": obtained,
-        "replaced": r.replaced.as_ref().map(|o| json!({"entry": o.old.name(), "why": o.why})),
-        "guests": r.guests.iter().map(|g| json!({
-            "path": g.path,
-            "shown": g.to_string(),
-        })).collect::<Vec<_>>(),
-        "message": format!(
-            "provisioned {} guests from {} ({}, {how}): {}",
-            r.guests.len(),
-            a.image.display(),
-            r.image.describe(),
-            r.entry.payload().display()
-        ),
-    }))
+    Ok(crate::protocol::provision_json(&a.image, &r))
 }
 
 /// The cache's entries, as `zinstall cache list --json` would show them.
 pub fn cache_list(d: &Daemon) -> Result<Value, WireError> {
     let cache = Cache::new(d.config().cache).map_err(|e| cache_error(d, &e))?;
     let entries = cache.list().map_err(|e| cache_error(d, &e))?;
-    Ok(Value::Array(
-        entries
-            .iter()
-            .map(|e| {
-                json!({
-                    "kind": e.entry.kind.as_str(),
-                    "name": e.entry.name(),
-                    "payload": e.entry.payload(),
-                    "size": e.size,
-                    "created": e.created,
-                    "source": e.source,
-                    "guests": e.users,
-                    "altered": e.altered,
-                    "immutable": e.immutable,
-                })
-            })
-            .collect(),
-    ))
+    Ok(crate::protocol::cache_list_json(&entries))
 }
 
 fn cache_gc(
@@ -310,15 +269,7 @@ fn cache_gc(
             search: Vec::new(),
         })
         .map_err(|e| cache_error(d, &e))?;
-    Ok(json!({
-        "dry_run": a.dry_run,
-        "removed": r.removed.iter().map(|e| e.name()).collect::<Vec<_>>(),
-        "freed": r.freed,
-        "kept_in_use": r.kept_in_use,
-        "decisions": r.decisions.iter().map(|g| json!({
-            "entry": g.entry.name(), "size": g.size, "remove": g.remove, "why": g.why,
-        })).collect::<Vec<_>>(),
-    }))
+    Ok(crate::protocol::gc_json(&r, a.dry_run))
 }
 
 fn cache_error(

@@ -588,6 +588,104 @@ pub fn notices_json(n: &[copier::Notice]) -> Value {
         .collect()
 }
 
+/// A provisioning's outcome, as `zinstall provision --json` prints it and
+/// the daemon returns it.
+pub fn provision_json(
+    image: &std::path::Path,
+    r: &zinstall_provision::ProvisionReport,
+) -> Value {
+    use zinstall_provision::GuestKind;
+    use zinstall_provision::cache::Obtained;
+    let (obtained, build_ms) = match r.obtained {
+        Obtained::Built(t) => ("built", Some(t.as_millis() as u64)),
+        Obtained::Rebuilt(t) => ("rebuilt", Some(t.as_millis() as u64)),
+        Obtained::Reused => ("reused", None),
+    };
+    json!({
+        "image": image,
+        "kind": r.image.describe(),
+        "entry": r.entry.name(),
+        "payload": r.entry.payload(),
+        "sha256": r.entry.sha256,
+        "obtained": obtained,
+        "build_ms": build_ms,
+        "replaced": r.replaced.as_ref().map(|o| json!({
+            "entry": o.old.name(),
+            "why": o.why,
+        })),
+        "guests": r.guests.iter().map(|g| {
+            let mut v = json!({
+                "path": g.path,
+                "ms": g.took.as_millis() as u64,
+                "shown": g.to_string(),
+            });
+            match g.kind {
+                GuestKind::Tree { reflinked } => {
+                    v["kind"] = "tree".into();
+                    v["reflinked"] = reflinked.into();
+                }
+                GuestKind::Disk { virtual_size } => {
+                    v["kind"] = "qcow2".into();
+                    v["virtual_size"] = virtual_size.into();
+                }
+            }
+            v
+        }).collect::<Vec<_>>(),
+    })
+}
+
+/// The cache's entries, oldest first, as `zinstall cache list --json`
+/// prints them and the daemon returns them.
+pub fn cache_list_json(
+    entries: &[zinstall_provision::cache::EntryInfo],
+) -> Value {
+    entries
+        .iter()
+        .map(|e| {
+            let state = match (&e.altered, e.immutable) {
+                (Some(_), _) => "altered",
+                (None, true) => "immutable",
+                (None, false) => "stamped",
+            };
+            json!({
+                "kind": e.entry.kind.as_str(),
+                "name": e.entry.name(),
+                "sha256": e.entry.sha256,
+                "generation": e.entry.generation,
+                "payload": e.entry.payload(),
+                "size": e.size,
+                "created": e.created,
+                "source": e.source,
+                "guests": e.users,
+                "state": state,
+                "altered": e.altered,
+                "immutable": e.immutable,
+            })
+        })
+        .collect()
+}
+
+/// What `cache gc` decided and did, as `zinstall cache gc --json` prints
+/// it and the daemon returns it.
+pub fn gc_json(
+    r: &zinstall_provision::cache::GcReport,
+    dry_run: bool,
+) -> Value {
+    json!({
+        "dry_run": dry_run,
+        "removed": r.removed.iter().map(|e| e.name()).collect::<Vec<_>>(),
+        "freed": r.freed,
+        "stale_builds_removed": r.scratch_removed,
+        "kept_in_use": r.kept_in_use,
+        "decisions": r.decisions.iter().map(|g| json!({
+            "entry": g.entry.name(),
+            "size": g.size,
+            "remove": g.remove,
+            "why": g.why,
+        })).collect::<Vec<_>>(),
+    })
+}
+
 #[cfg(test)]
 mod test {
     use super::*;

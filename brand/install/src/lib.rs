@@ -24,6 +24,7 @@
 //!     events: &mut show,
 //!     cancel: None,
 //!     pool: None,
+//!     listener: None,
 //! }
 //! .run()?;
 //! println!("{} bytes", summary.stats.bytes);
@@ -111,6 +112,9 @@ pub struct Install<'a> {
     /// budget) instead of `tunables.copy_threads` workers of the
     /// install's own.
     pub pool: Option<copier::Pool>,
+    /// Hears of each entry written into the root (`-v`), or in a
+    /// [`preview`](Install::preview) of each that would be.
+    pub listener: Option<std::sync::Arc<dyn copier::Listener>>,
 }
 
 /// What an install did.
@@ -179,16 +183,147 @@ impl Install<'_> {
         r
     }
 
-    fn run_locked(&mut self) -> Result<Summary, InstallError> {
+    /// A dry run: every check [`run`](Install::run) makes before writing
+    /// (the zonepath's state, the profile's trees, the baseline and each
+    /// image's kind), then each step walked or read through without
+    /// writing anything: the trees as their copies would walk them, each
+    /// archive read to its end ([`unpack::survey`]), the host files.
+    /// Events and the listener report what would be done; the summary
+    /// counts it. Takes no lock and writes no log record: a dry run
+    /// leaves the zonepath as it found it.
+    pub fn preview(&mut self) -> Result<Summary, InstallError> {
         let root = self.zonepath.join("root");
+        if self.check_state(&root)? == Some(State::Installing) {
+            (self.events)(&Event::CleaningInterrupted);
+        }
+        let archives = self.preflight()?;
+        let mut sum = Summary::default();
+        let copy_err =
+            |step: String| move |source| Cause::Copy { step, source };
+        // The layout step copies a staging tree: its top, every
+        // directory named and every parent a directory or link needs.
+        let p = &self.profile;
+        if !p.links.is_empty() || !p.dirs.is_empty() {
+            let mut dirs = std::collections::BTreeSet::new();
+            let parents = p.links.iter().filter_map(|(l, _)| l.parent());
+            for d in p.dirs.iter().map(|(d, _)| d.as_path()).chain(parents) {
+                dirs.extend(
+                    d.ancestors().filter(|a| !a.as_os_str().is_empty()),
+                );
+            }
+            sum.stats.dirs += 1 + dirs.len() as u64;
+            sum.stats.symlinks += p.links.len() as u64;
+            if let Some(l) = &self.listener {
+                for d in &dirs {
+                    l.entry(d, &root.join(d), copier::EntryKind::Dir);
+                }
+                for (path, target) in &p.links {
+                    l.entry(
+                        target,
+                        &root.join(path),
+                        copier::EntryKind::Symlink,
+                    );
+                }
+            }
+        }
+        for t in &self.profile.trees.clone() {
+            let name = format!("/{}", t.display());
+            (self.events)(&Event::Replicating { tree: name.clone() });
+            let src = self.profile.source_root.join(t);
+            let r = self
+                .plan(&src, &root.join(t))
+                .tunables(self.tunables)
+                .rules(std::sync::Arc::clone(&self.profile.rules), t)
+                .skip_special(true)
+                .dry_run(true)
+                .run()
+                .map_err(copy_err(format!("replicate {name}")))
+                .map_err(InstallError::before)?;
+            (self.events)(&Event::Replicated {
+                tree: name,
+                stats: r.stats.clone(),
+            });
+            add(&mut sum.stats, &r.stats);
+        }
+        for a in &archives {
+            (self.events)(&Event::Unpacking {
+                path: a.path.clone(),
+                kind: a.kind,
+            });
+            let opts = UnpackOptions {
+                tunables: self.tunables,
+                expect: a.expect,
+                allow_devices: self.profile.allow_devices,
+                max_bytes: self.profile.max_archive_bytes,
+                cancel: self.cancel.clone(),
+                listener: self.listener.clone(),
+                ..UnpackOptions::default()
+            };
+            let r =
+                unpack::survey(&a.path, &root, &opts).map_err(|source| {
+                    InstallError::before(Cause::Step {
+                        step: "unpack".into(),
+                        source: Box::new(source),
+                    })
+                })?;
+            (self.events)(&Event::Unpacked {
+                path: a.path.clone(),
+                stats: r.stats.clone(),
+                took: r.stats.elapsed,
+            });
+            add(&mut sum.stats, &r.stats);
+        }
+        for f in &self.profile.host_files.clone() {
+            (self.events)(&Event::CopyingHostFile { path: f.clone() });
+            let dst = root.join(f.strip_prefix("/").unwrap_or(f));
+            let r = self
+                .plan(f, &dst)
+                .merge(true)
+                .dry_run(true)
+                .run()
+                .map_err(copy_err(format!("host file {}", f.display())))
+                .map_err(InstallError::before)?;
+            add(&mut sum.stats, &r.stats);
+        }
+        Ok(sum)
+    }
+
+    /// What the zonepath's marker and root allow: refuses an installed
+    /// zone and a root zinstall did not start; returns the marker.
+    fn check_state(&self, root: &Path) -> Result<Option<State>, InstallError> {
         // An unreadable marker is not ours to judge: keep everything.
         let st = read_marker(&self.zonepath).map_err(InstallError::refused)?;
         match st {
             Some(State::Installed) => {
-                return Err(InstallError::refused(Cause::AlreadyInstalled {
+                Err(InstallError::refused(Cause::AlreadyInstalled {
                     zonepath: self.zonepath.clone(),
-                }));
+                }))
             }
+            Some(State::Installing) => Ok(st),
+            None => {
+                if fs::symlink_metadata(root).is_ok_and(|m| !m.is_dir()) {
+                    return Err(InstallError::refused(
+                        Cause::RootNotDirectory {
+                            root: root.to_path_buf(),
+                        },
+                    ));
+                }
+                if fs::read_dir(root).is_ok_and(|mut d| d.next().is_some()) {
+                    return Err(InstallError::refused(Cause::ForeignRoot {
+                        root: root.to_path_buf(),
+                        removing: false,
+                    }));
+                }
+                Ok(None)
+            }
+        }
+    }
+
+    fn run_locked(&mut self) -> Result<Summary, InstallError> {
+        let root = self.zonepath.join("root");
+        let st = self.check_state(&root)?;
+        match st {
+            Some(State::Installed) | None => {}
             Some(State::Installing) => {
                 (self.events)(&Event::CleaningInterrupted);
                 info!(self.log, "cleaning interrupted install");
@@ -198,19 +333,6 @@ impl Install<'_> {
                         source: Box::new(source),
                     })
                 })?;
-            }
-            None => {
-                if fs::symlink_metadata(&root).is_ok_and(|m| !m.is_dir()) {
-                    return Err(InstallError::refused(
-                        Cause::RootNotDirectory { root },
-                    ));
-                }
-                if fs::read_dir(&root).is_ok_and(|mut d| d.next().is_some()) {
-                    return Err(InstallError::refused(Cause::ForeignRoot {
-                        root,
-                        removing: false,
-                    }));
-                }
             }
         }
         let archives = self.preflight()?;
@@ -368,6 +490,7 @@ impl Install<'_> {
                 preserve_owner: None,
                 cancel: self.cancel.clone(),
                 pool: self.pool.clone(),
+                listener: self.listener.clone(),
             };
             let r = unpack::unpack(&path, root, &opts);
             self.step_done(&step, t0, r.is_err());
@@ -425,6 +548,9 @@ impl Install<'_> {
 
     fn plan(&self, src: &Path, dst: &Path) -> Plan {
         let mut p = Plan::new(src, dst);
+        if let Some(l) = &self.listener {
+            p = p.listener(std::sync::Arc::clone(l));
+        }
         if let Some(c) = &self.cancel {
             p = p.cancel(c.clone());
         }

@@ -236,6 +236,21 @@ pub struct Replaced {
     pub why: String,
 }
 
+/// What [`Cache::obtain`] would do for an image, as
+/// [`Cache::peek`] finds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WouldObtain {
+    /// Reuse this entry, built earlier from the same file.
+    Reuse(Entry),
+    /// Build a new generation: the entry built from this file was
+    /// altered.
+    Rebuild(Replaced),
+    /// Read and build the image: no entry comes from this file as it is
+    /// now (an entry of the same content, built from another file, would
+    /// then be found by its digest and reused).
+    Build,
+}
+
 /// An entry in use: guests are being made from it. Holds a shared lock so
 /// that [`Cache::gc`] leaves the entry alone.
 #[derive(Debug)]
@@ -431,6 +446,43 @@ impl Cache {
             }
         }
         Ok(Cache { root })
+    }
+
+    /// What [`obtain`](Cache::obtain) would do for `image` as an entry
+    /// of `kind`, found by the file's identity alone: the cache at
+    /// `root` (which need not exist) is read, nothing in it is made or
+    /// changed, and the image's data is not read. `expected` is checked
+    /// against an entry found.
+    pub fn peek(
+        root: &Path,
+        image: &Path,
+        kind: EntryKind,
+        expected: Option<&str>,
+    ) -> Result<WouldObtain> {
+        let md =
+            fs::metadata(image).map_err(|e| Error::io(Op::Stat, image, e))?;
+        let cache = Cache {
+            root: root.to_path_buf(),
+        };
+        let index = root.join("index").join(identity_key(&md, kind));
+        let name = match fs::read_to_string(&index) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Ok(WouldObtain::Build);
+            }
+            Err(e) => return Err(Error::io(Op::Read, &index, e)),
+        };
+        let Some(entry) = cache.entry_named(name.trim()) else {
+            return Ok(WouldObtain::Build);
+        };
+        if !entry.dir.is_dir() {
+            return Ok(WouldObtain::Build);
+        }
+        check_expected(image, expected, &entry.sha256)?;
+        Ok(match cache.altered(&entry)? {
+            None => WouldObtain::Reuse(entry),
+            Some(why) => WouldObtain::Rebuild(Replaced { old: entry, why }),
+        })
     }
 
     /// The cache's root directory.

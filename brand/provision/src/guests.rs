@@ -16,7 +16,7 @@ use copier::{Op, Plan, Tunables};
 use zinstall_qcow2 as qcow2;
 
 use crate::cache::{
-    Cache, Entry, EntryKind, HashingReader, Obtained, Replaced,
+    Cache, Entry, EntryKind, HashingReader, Obtained, Replaced, WouldObtain,
 };
 use crate::detect::{ImageKind, decompress, detect};
 use crate::error::{ImageProblem, ProvisionError, ProvisionError as Error};
@@ -55,6 +55,9 @@ pub struct ProvisionOptions {
     /// Do copies and unpacks on this shared pool (a service's worker
     /// budget); conversions then use one thread.
     pub pool: Option<copier::Pool>,
+    /// Hears of each entry written: an archive's members unpacked into
+    /// the cache, each directory guest's entries (`-v`).
+    pub listener: Option<std::sync::Arc<dyn copier::Listener>>,
 }
 
 /// What one guest is.
@@ -171,12 +174,7 @@ pub fn provision_in(
     } else {
         Cache::new(root)?
     };
-    let entry_kind = match kind {
-        ImageKind::Tree(_) => EntryKind::Tree,
-        ImageKind::Raw(_)
-        | ImageKind::Qcow2
-        | ImageKind::CompressedQcow2(_) => EntryKind::Raw,
-    };
+    let entry_kind = entry_kind(kind);
     let (mut lease, obtained) = cache.obtain(
         image,
         entry_kind,
@@ -197,12 +195,7 @@ pub fn provision_in(
                 }));
             }
             let t0 = Instant::now();
-            let path = match entry_kind {
-                EntryKind::Tree => opts.out.join(format!("{}-{i}", opts.name)),
-                EntryKind::Raw => {
-                    opts.out.join(format!("{}-{i}.qcow2", opts.name))
-                }
-            };
+            let path = guest_path(opts, entry_kind, i);
             if fs::symlink_metadata(&path).is_ok() {
                 return Err(ProvisionError::GuestExists(path));
             }
@@ -235,6 +228,84 @@ pub fn provision_in(
     })
 }
 
+/// What [`provision`] would do, found without writing anything.
+#[derive(Clone, Debug)]
+pub struct ProvisionPreview {
+    /// The image's kind.
+    pub image: ImageKind,
+    /// Whether the cache entry would be reused, rebuilt or built.
+    pub would: WouldObtain,
+    /// The guests that would be made, in order: directories or qcow2
+    /// overlays.
+    pub guests: Vec<PathBuf>,
+}
+
+/// A dry run of [`provision`]: the same checks (count, size, tunables,
+/// the image told by its content, `--qemu-img`'s program, the cache
+/// entry by the image file's identity and `sha256` against an entry
+/// found, no guest already there), nothing written, no image data read
+/// beyond its head.
+pub fn preview(
+    image: &Path,
+    opts: &ProvisionOptions,
+) -> Result<ProvisionPreview, ProvisionError> {
+    if opts.count > ProvisionOptions::MAX_GUESTS {
+        return Err(ProvisionError::TooManyGuests(opts.count));
+    }
+    if let Some(s) = opts.size
+        && s > qcow2::MAX_OVERLAY_SIZE
+    {
+        return Err(ProvisionError::SizeTooLarge(s));
+    }
+    opts.tunables.validate()?;
+    let kind = detect(image)?;
+    if let Some(q) = &opts.qemu_img
+        && !matches!(kind, ImageKind::Tree(_))
+    {
+        crate::qemu_img::check(q, &opts.out)?;
+    }
+    let entry_kind = entry_kind(kind);
+    let root = match fs::canonicalize(&opts.cache) {
+        Ok(r) => r,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            opts.cache.clone()
+        }
+        Err(e) => return Err(Error::io(Op::Stat, &opts.cache, e)),
+    };
+    let would = Cache::peek(&root, image, entry_kind, opts.sha256.as_deref())?;
+    let mut guests = Vec::with_capacity(opts.count);
+    for i in 0..opts.count {
+        let path = guest_path(opts, entry_kind, i);
+        if fs::symlink_metadata(&path).is_ok() {
+            return Err(ProvisionError::GuestExists(path));
+        }
+        guests.push(path);
+    }
+    Ok(ProvisionPreview {
+        image: kind,
+        would,
+        guests,
+    })
+}
+
+/// The cache entry an image of `kind` makes.
+fn entry_kind(kind: ImageKind) -> EntryKind {
+    match kind {
+        ImageKind::Tree(_) => EntryKind::Tree,
+        ImageKind::Raw(_)
+        | ImageKind::Qcow2
+        | ImageKind::CompressedQcow2(_) => EntryKind::Raw,
+    }
+}
+
+/// Guest `i`'s directory or overlay.
+fn guest_path(opts: &ProvisionOptions, kind: EntryKind, i: usize) -> PathBuf {
+    match kind {
+        EntryKind::Tree => opts.out.join(format!("{}-{i}", opts.name)),
+        EntryKind::Raw => opts.out.join(format!("{}-{i}.qcow2", opts.name)),
+    }
+}
+
 /// Makes one guest at `path` (which does not exist).
 fn make_guest(
     path: &Path,
@@ -251,6 +322,9 @@ fn make_guest(
             }
             if let Some(pool) = &opts.pool {
                 plan = plan.pool(pool.clone());
+            }
+            if let Some(l) = &opts.listener {
+                plan = plan.listener(std::sync::Arc::clone(l));
             }
             let r = plan.run()?;
             let s = &r.stats;
@@ -356,6 +430,7 @@ fn build(
                 preserve_owner: None,
                 cancel: opts.cancel.clone(),
                 pool: opts.pool.clone(),
+                listener: opts.listener.clone(),
             };
             unpack::unpack_from(stream, image, payload, &uo)?;
         }
@@ -488,6 +563,7 @@ mod test {
             max_archive_bytes: 1 << 30,
             cancel: None,
             pool: None,
+            listener: None,
         }
     }
 

@@ -28,6 +28,7 @@
 //!     max_archive_bytes: 64 << 30,
 //!     cancel: None,
 //!     pool: None,
+//!     listener: None,
 //! };
 //! let report = provision(Path::new("debian.qcow2"), &opts, &mut |g| {
 //!     eprintln!("made {}", g.path.display());
@@ -49,7 +50,7 @@ mod sparse;
 pub use detect::{Compression, ImageKind, compression_of, decompress, detect};
 pub use error::{ImageProblem, ProvisionError, Result};
 pub use guests::{
-    Guest, GuestKind, OVERLAY_MODE, ProvisionOptions, ProvisionReport,
-    provision, provision_in,
+    Guest, GuestKind, OVERLAY_MODE, ProvisionOptions, ProvisionPreview,
+    ProvisionReport, preview, provision, provision_in,
 };
 pub use sparse::write_sparse;

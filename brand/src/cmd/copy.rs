@@ -32,6 +32,13 @@ pub struct CopyArgs {
     /// Print nothing but errors.
     #[arg(long, short)]
     pub quiet: bool,
+    /// Print each entry as it is written, `'src' -> 'dst'`, as cp -v.
+    #[arg(long, short)]
+    pub verbose: bool,
+    /// Write nothing: walk the source, check the destination, and say
+    /// what would be copied (each entry with -v).
+    #[arg(long, short = 'n', conflicts_with_all = ["statemap", "sync"])]
+    pub dry_run: bool,
     /// Skip special files that cannot be recreated without privilege.
     #[arg(long)]
     pub skip_special: bool,
@@ -78,8 +85,12 @@ pub fn run(args: &CopyArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let bar = Bar::for_terminal(args.quiet || args.json, "copying");
+    let bar = Bar::for_terminal(
+        args.quiet || args.json || args.verbose,
+        if args.dry_run { "walking" } else { "copying" },
+    );
     let mut plan = Plan::new(&args.src, &args.dst)
+        .dry_run(args.dry_run)
         .tunables(tunables)
         .merge(args.merge)
         .sync(args.sync)
@@ -91,6 +102,9 @@ pub fn run(args: &CopyArgs) -> ExitCode {
     }
     if let Some(b) = &bar {
         plan = plan.progress(Arc::clone(b) as Arc<dyn copier::Progress>);
+    }
+    if args.verbose && !args.json {
+        plan = plan.listener(Arc::new(output::Listing));
     }
     let result = plan.run();
     if let Some(b) = &bar {
@@ -105,6 +119,7 @@ pub fn run(args: &CopyArgs) -> ExitCode {
             "src": crate::json::path(&args.src),
             "dst": crate::json::path(&args.dst),
             "ok": failed.is_none(),
+            "dry_run": args.dry_run,
             "stats": crate::json::stats(&report.stats),
             "notices": crate::json::notices(&report.notices),
             "errors": failed.map_or_else(Vec::new, |f| f
@@ -143,7 +158,8 @@ pub fn run(args: &CopyArgs) -> ExitCode {
     }
     if !args.quiet && !args.json {
         output::out(format_args!(
-            "copied {} -> {}: {}",
+            "{} {} -> {}: {}",
+            if args.dry_run { "would copy" } else { "copied" },
             output::show(&args.src),
             output::show(&args.dst),
             report.stats

@@ -34,6 +34,15 @@ pub struct InstallArgs {
     /// then `{"result":...}` or `{"error":...}`) instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Print each entry as it is written into the root, `'src' ->
+    /// 'dst'` (an archive's members by their names in it).
+    #[arg(long, short)]
+    pub verbose: bool,
+    /// Write nothing: make every check the install makes, walk each tree
+    /// and read each archive through, and say what would be done; no
+    /// zonepath, lock or log record is made.
+    #[arg(long, short = 'n')]
+    pub dry_run: bool,
 }
 
 /// Arguments of `zinstall uninstall`.
@@ -76,6 +85,9 @@ pub fn install(args: &InstallArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if args.dry_run {
+        return preview(args, profile, tunables);
+    }
     if let Err(e) = std::fs::create_dir_all(&args.zonepath).and_then(|()| {
         std::fs::set_permissions(
             &args.zonepath,
@@ -97,20 +109,10 @@ pub fn install(args: &InstallArgs) -> ExitCode {
     if let Some(w) = warning {
         output::note(w);
     }
-    let zone = args.zonepath.file_name().map_or_else(
-        || "zone".to_string(),
-        |n| n.to_string_lossy().into_owned(),
-    );
     let json = args.json;
-    let mut show = |e: &install::Event| {
-        if json {
-            crate::json::print(&serde_json::json!({ "event": e.to_string() }));
-        } else {
-            output::event(e)
-        }
-    };
+    let mut show = |e: &install::Event| show_event(json, e);
     let mut job = Install {
-        zone,
+        zone: zone_name(args),
         zonepath: args.zonepath.clone(),
         profile,
         images: args.images.clone(),
@@ -119,12 +121,69 @@ pub fn install(args: &InstallArgs) -> ExitCode {
         events: &mut show,
         cancel: None,
         pool: None,
+        listener: listener(args),
     };
-    let r = job.run();
+    finish(args, job.run())
+}
+
+/// The zone's name: the zonepath's last component.
+fn zone_name(args: &InstallArgs) -> String {
+    args.zonepath.file_name().map_or_else(
+        || "zone".to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    )
+}
+
+fn show_event(json: bool, e: &install::Event) {
+    if json {
+        crate::json::print(&serde_json::json!({ "event": e.to_string() }));
+    } else {
+        output::event(e)
+    }
+}
+
+/// `-v`'s listing, unless the output is JSON.
+fn listener(
+    args: &InstallArgs,
+) -> Option<std::sync::Arc<dyn copier::Listener>> {
+    (args.verbose && !args.json)
+        .then(|| std::sync::Arc::new(output::Listing) as _)
+}
+
+/// `--dry-run`: the install's checks and walks, nothing written, no log.
+fn preview(
+    args: &InstallArgs,
+    profile: Profile,
+    tunables: copier::Tunables,
+) -> ExitCode {
+    let json = args.json;
+    let mut show = |e: &install::Event| show_event(json, e);
+    let mut job = Install {
+        zone: zone_name(args),
+        zonepath: args.zonepath.clone(),
+        profile,
+        images: args.images.clone(),
+        tunables,
+        log: slog::Logger::root(slog::Discard, slog::o!()),
+        events: &mut show,
+        cancel: None,
+        pool: None,
+        listener: listener(args),
+    };
+    finish(args, job.preview())
+}
+
+/// Prints the outcome of an install or its preview; the exit status.
+fn finish(
+    args: &InstallArgs,
+    r: Result<install::Summary, install::InstallError>,
+) -> ExitCode {
+    let json = args.json;
     if json {
         crate::json::print(&match &r {
             Ok(s) => serde_json::json!({ "result": {
                 "zonepath": crate::json::path(&args.zonepath),
+                "dry_run": args.dry_run,
                 "stats": crate::json::stats(&s.stats),
                 "notices": crate::json::notices(&s.notices),
             }}),
@@ -137,7 +196,16 @@ pub fn install(args: &InstallArgs) -> ExitCode {
         });
     }
     match r {
-        Ok(_) => ExitCode::SUCCESS,
+        Ok(s) => {
+            if args.dry_run && !json {
+                output::out(format_args!(
+                    "would install into {}: {}",
+                    output::show(&args.zonepath.join("root")),
+                    s.stats
+                ));
+            }
+            ExitCode::SUCCESS
+        }
         Err(e) => {
             if !json {
                 output::error(e);

@@ -2,10 +2,13 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use clap::{Args, Subcommand};
-use zinstall_provision::cache::{Cache, GcOptions, Obtained};
+use serde_json::Value;
+use zinstall_daemon::protocol;
+use zinstall_provision::cache::{Cache, GcOptions};
 use zinstall_provision::{self as provision, ProvisionOptions};
 
 use crate::output;
@@ -53,6 +56,19 @@ pub struct ProvisionArgs {
     pub cache_mode: Option<u32>,
     #[command(flatten)]
     pub tunables: TunableArgs,
+    /// Print the outcome as one JSON object (image, entry, how it was
+    /// obtained, each guest) instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Print each entry written, `'src' -> 'dst'`: an archive's members
+    /// as the cache entry is built, then each directory guest's entries.
+    #[arg(long, short)]
+    pub verbose: bool,
+    /// Write nothing: tell the image, find whether the cache holds it
+    /// (by the file's identity, without reading it), check that no guest
+    /// is there yet, and say what would be done.
+    #[arg(long, short = 'n')]
+    pub dry_run: bool,
 }
 
 /// An octal mode of at most 0777.
@@ -79,7 +95,11 @@ pub struct CacheArgs {
 #[derive(Subcommand, Debug)]
 pub enum CacheCommand {
     /// List entries: kind, digest, size, age, source, guests using them.
-    List,
+    List {
+        /// Print the entries as one JSON array.
+        #[arg(long)]
+        json: bool,
+    },
     /// Remove entries no guest uses, oldest first.
     Gc {
         /// Stop once the cache is at most this big.
@@ -92,6 +112,9 @@ pub enum CacheCommand {
         /// repeatable.
         #[arg(long, value_name = "DIR")]
         search: Vec<PathBuf>,
+        /// Print the decisions as one JSON object.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -167,9 +190,32 @@ pub fn provision(args: &ProvisionArgs) -> ExitCode {
         max_archive_bytes: args.max_archive_size,
         cancel: None,
         pool: None,
+        listener: (args.verbose && !args.json)
+            .then(|| Arc::new(output::Listing) as Arc<dyn copier::Listener>),
     };
-    let mut on_guest =
-        |g: &provision::Guest| output::out(format_args!("made {g}"));
+    if args.dry_run {
+        return match provision::preview(&args.image, &opts) {
+            Ok(p) => {
+                let v = preview_json(&args.image, &p);
+                if args.json {
+                    crate::json::print(&v);
+                } else {
+                    print_preview(&v);
+                }
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                output::error(e);
+                ExitCode::from(1)
+            }
+        };
+    }
+    let json = args.json;
+    let mut on_guest = |g: &provision::Guest| {
+        if !json {
+            output::out(format_args!("made {g}"));
+        }
+    };
     match provision::provision_in(
         &args.image,
         &opts,
@@ -177,36 +223,167 @@ pub fn provision(args: &ProvisionArgs) -> ExitCode {
         &mut on_guest,
     ) {
         Ok(r) => {
-            if let Some(old) = &r.replaced {
-                output::note(format_args!(
-                    "cache entry {} was altered ({}); rebuilt as {}",
-                    old.old.name(),
-                    old.why,
-                    r.entry.name()
-                ));
+            let v = protocol::provision_json(&args.image, &r);
+            if json {
+                crate::json::print(&v);
+            } else {
+                print_provision(&v);
             }
-            let how = match r.obtained {
-                Obtained::Built(d) => {
-                    format!("extracted once in {} ms", d.as_millis())
-                }
-                Obtained::Rebuilt(d) => {
-                    format!("rebuilt in {} ms", d.as_millis())
-                }
-                Obtained::Reused => "cached".to_string(),
-            };
-            output::out(format_args!(
-                "provisioned {} guests from {} ({}, {how}): {}",
-                r.guests.len(),
-                output::show(&args.image),
-                r.image.describe(),
-                output::show(&r.entry.payload())
-            ));
             ExitCode::SUCCESS
         }
         Err(e) => {
             output::error(e);
             ExitCode::from(1)
         }
+    }
+}
+
+/// What a dry run found, as `--dry-run --json` prints it.
+fn preview_json(
+    image: &std::path::Path,
+    p: &provision::ProvisionPreview,
+) -> Value {
+    use zinstall_provision::cache::WouldObtain;
+    let (would, entry, why) = match &p.would {
+        WouldObtain::Reuse(e) => ("reuse", Some(e.name()), None),
+        WouldObtain::Rebuild(r) => {
+            ("rebuild", Some(r.old.name()), Some(r.why.clone()))
+        }
+        WouldObtain::Build => ("build", None, None),
+    };
+    serde_json::json!({
+        "dry_run": true,
+        "image": image,
+        "kind": p.image.describe(),
+        "cache": would,
+        "entry": entry,
+        "altered": why,
+        "guests": p.guests,
+    })
+}
+
+/// A dry run's findings as text: the cache's part, then each guest.
+fn print_preview(v: &Value) {
+    let s = |v: &Value| v.as_str().unwrap_or_default().to_string();
+    let what = match v["cache"].as_str() {
+        Some("reuse") => format!("reuse cache entry {}", s(&v["entry"])),
+        Some("rebuild") => format!(
+            "rebuild cache entry {} (altered: {})",
+            s(&v["entry"]),
+            s(&v["altered"])
+        ),
+        _ => "read the image once into a new cache entry".to_string(),
+    };
+    output::out(format_args!(
+        "would {what} for {} ({})",
+        s(&v["image"]),
+        s(&v["kind"])
+    ));
+    for g in v["guests"].as_array().into_iter().flatten() {
+        output::out(format_args!("would make {}", s(g)));
+    }
+}
+
+/// A provisioning's outcome ([`protocol::provision_json`]) as text: the
+/// note of an altered entry, then one summary line.
+pub fn print_provision(v: &Value) {
+    let s = |v: &Value| v.as_str().unwrap_or_default().to_string();
+    if let Some(old) = v["replaced"].as_object() {
+        output::note(format_args!(
+            "cache entry {} was altered ({}); rebuilt as {}",
+            s(&old["entry"]),
+            s(&old["why"]),
+            s(&v["entry"])
+        ));
+    }
+    let ms = v["build_ms"].as_u64().unwrap_or(0);
+    let how = match v["obtained"].as_str() {
+        Some("built") => format!("extracted once in {ms} ms"),
+        Some("rebuilt") => format!("rebuilt in {ms} ms"),
+        _ => "cached".to_string(),
+    };
+    output::out(format_args!(
+        "provisioned {} guests from {} ({}, {how}): {}",
+        v["guests"].as_array().map_or(0, Vec::len),
+        s(&v["image"]),
+        s(&v["kind"]),
+        s(&v["payload"])
+    ));
+}
+
+/// The cache's entries ([`protocol::cache_list_json`]) as a table.
+pub fn print_cache_list(v: &Value) {
+    let s = |v: &Value| v.as_str().unwrap_or_default().to_string();
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    output::out(
+        "kind  sha256          size        age  guests  state      source",
+    );
+    for e in v.as_array().into_iter().flatten() {
+        let sha = s(&e["sha256"]);
+        let generation = match e["generation"].as_u64().unwrap_or(0) {
+            0 => String::new(),
+            g => format!(".{g}"),
+        };
+        let guests = e["guests"].as_array().map_or(&[][..], Vec::as_slice);
+        output::out(format_args!(
+            "{:<5} {:<14}  {:>9}  {:>5}  {:>6}  {:<9}  {}",
+            s(&e["kind"]),
+            format!("{}{generation}", sha.get(..12).unwrap_or(&sha)),
+            human(e["size"].as_u64().unwrap_or(0)),
+            age(now.saturating_sub(e["created"].as_u64().unwrap_or(now))),
+            guests.len(),
+            s(&e["state"]),
+            s(&e["source"])
+        ));
+        if let Some(why) = e["altered"].as_str() {
+            output::out(format_args!("      altered: {why}"));
+        }
+        for u in guests {
+            output::out(format_args!("      used by {}", s(u)));
+        }
+    }
+}
+
+/// What gc decided ([`protocol::gc_json`]), one line per entry and a
+/// total.
+pub fn print_gc(v: &Value) {
+    let s = |v: &Value| v.as_str().unwrap_or_default().to_string();
+    let n = |v: &Value| v.as_u64().unwrap_or(0);
+    let dry_run = v["dry_run"].as_bool() == Some(true);
+    let decisions = v["decisions"].as_array().map_or(&[][..], Vec::as_slice);
+    for d in decisions {
+        let what = match (d["remove"].as_bool() == Some(true), dry_run) {
+            (true, true) => "would remove",
+            (true, false) => "removed",
+            (false, _) => "kept",
+        };
+        output::out(format_args!(
+            "{what} {}: {}",
+            s(&d["entry"]),
+            s(&d["why"])
+        ));
+    }
+    if dry_run {
+        output::out(format_args!(
+            "would remove {} entries ({} bytes); kept {} in use",
+            decisions
+                .iter()
+                .filter(|d| d["remove"].as_bool() == Some(true))
+                .count(),
+            n(&v["freed"]),
+            n(&v["kept_in_use"])
+        ));
+    } else {
+        output::out(format_args!(
+            "removed {} entries ({} bytes) and {} stale builds; kept {} in use",
+            v["removed"].as_array().map_or(0, Vec::len),
+            n(&v["freed"]),
+            n(&v["stale_builds_removed"]),
+            n(&v["kept_in_use"])
+        ));
     }
 }
 
@@ -220,44 +397,13 @@ pub fn cache(args: &CacheArgs) -> ExitCode {
         }
     };
     match &args.command {
-        CacheCommand::List => match cache.list() {
+        CacheCommand::List { json } => match cache.list() {
             Ok(entries) => {
-                let now = SystemTime::now()
-                    .duration_since(UNIX_EPOCH)
-                    .map(|d| d.as_secs())
-                    .unwrap_or(0);
-                output::out(
-                    "kind  sha256          size        age  guests  state      source",
-                );
-                for e in entries {
-                    let state = match (&e.altered, e.immutable) {
-                        (Some(_), _) => "altered",
-                        (None, true) => "immutable",
-                        (None, false) => "stamped",
-                    };
-                    let generation = match e.entry.generation {
-                        0 => String::new(),
-                        g => format!(".{g}"),
-                    };
-                    output::out(format_args!(
-                        "{:<5} {:<14}  {:>9}  {:>5}  {:>6}  {:<9}  {}",
-                        e.entry.kind.as_str(),
-                        format!("{}{generation}", &e.entry.sha256[..12]),
-                        human(e.size),
-                        age(now.saturating_sub(e.created)),
-                        e.users.len(),
-                        state,
-                        e.source
-                    ));
-                    if let Some(why) = &e.altered {
-                        output::out(format_args!("      altered: {why}"));
-                    }
-                    for u in &e.users {
-                        output::out(format_args!(
-                            "      used by {}",
-                            output::show(u)
-                        ));
-                    }
+                let v = protocol::cache_list_json(&entries);
+                if *json {
+                    crate::json::print(&v);
+                } else {
+                    print_cache_list(&v);
                 }
                 ExitCode::SUCCESS
             }
@@ -270,39 +416,18 @@ pub fn cache(args: &CacheArgs) -> ExitCode {
             max_size,
             dry_run,
             search,
+            json,
         } => match cache.gc_with(&GcOptions {
             max_size: *max_size,
             dry_run: *dry_run,
             search: search.iter().map(|p| absolute(p)).collect(),
         }) {
             Ok(r) => {
-                for d in &r.decisions {
-                    let what = match (d.remove, *dry_run) {
-                        (true, true) => "would remove",
-                        (true, false) => "removed",
-                        (false, _) => "kept",
-                    };
-                    output::out(format_args!(
-                        "{what} {}: {}",
-                        d.entry.name(),
-                        d.why
-                    ));
-                }
-                if *dry_run {
-                    output::out(format_args!(
-                        "would remove {} entries ({} bytes); kept {} in use",
-                        r.decisions.iter().filter(|d| d.remove).count(),
-                        r.freed,
-                        r.kept_in_use
-                    ));
+                let v = protocol::gc_json(&r, *dry_run);
+                if *json {
+                    crate::json::print(&v);
                 } else {
-                    output::out(format_args!(
-                        "removed {} entries ({} bytes) and {} stale builds; kept {} in use",
-                        r.removed.len(),
-                        r.freed,
-                        r.scratch_removed,
-                        r.kept_in_use
-                    ));
+                    print_gc(&v);
                 }
                 ExitCode::SUCCESS
             }

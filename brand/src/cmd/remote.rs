@@ -59,14 +59,21 @@ fn local_only(flags: &[(&str, bool)]) -> Result<(), ExitCode> {
     for (flag, set) in flags {
         if *set {
             output::error(format_args!(
-                "{flag} is not available with --daemon (the daemon's \
-                 configuration and worker budget decide)"
+                "{flag} is not available with --daemon"
             ));
             return Err(ExitCode::from(2));
         }
     }
     Ok(())
 }
+
+/// The dry-run and listing flags, refused together with why.
+const LISTING_FLAGS: &str =
+    "--dry-run, --verbose (run without --daemon to preview or list)";
+
+/// The tunable flags, refused together with why.
+const TUNABLE_FLAGS: &str = "--threads, --batch, --bufsize, --defaults \
+     (the daemon's configuration and worker budget decide)";
 
 fn tunables_set(t: &TunableArgs) -> bool {
     t.threads.is_some()
@@ -125,13 +132,11 @@ fn call(
 /// `zinstall --daemon copy`.
 pub fn copy(socket: &Path, a: &super::copy::CopyArgs) -> ExitCode {
     if let Err(c) = local_only(&[
-        (
-            "--threads, --batch, --bufsize, --defaults",
-            tunables_set(&a.tunables),
-        ),
+        (TUNABLE_FLAGS, tunables_set(&a.tunables)),
         ("--statemap", a.statemap.is_some()),
         ("--skip-special", a.skip_special),
         ("--cross-fs", a.cross_fs),
+        (LISTING_FLAGS, a.dry_run || a.verbose),
     ]) {
         return c;
     }
@@ -172,10 +177,10 @@ pub fn copy(socket: &Path, a: &super::copy::CopyArgs) -> ExitCode {
 
 /// `zinstall --daemon install`.
 pub fn install(socket: &Path, a: &super::install::InstallArgs) -> ExitCode {
-    if let Err(c) = local_only(&[(
-        "--threads, --batch, --bufsize, --defaults",
-        tunables_set(&a.tunables),
-    )]) {
+    if let Err(c) = local_only(&[
+        (TUNABLE_FLAGS, tunables_set(&a.tunables)),
+        (LISTING_FLAGS, a.dry_run || a.verbose),
+    ]) {
         return c;
     }
     let args = InstallArgs {
@@ -225,11 +230,9 @@ pub fn provision(
     a: &super::provision::ProvisionArgs,
 ) -> ExitCode {
     if let Err(c) = local_only(&[
-        (
-            "--threads, --batch, --bufsize, --defaults",
-            tunables_set(&a.tunables),
-        ),
+        (TUNABLE_FLAGS, tunables_set(&a.tunables)),
         ("--qemu-img", a.qemu_img.is_some()),
+        (LISTING_FLAGS, a.dry_run || a.verbose),
         ("--cache-mode", a.cache_mode.is_some()),
         (
             "--cache (the daemon's cache is its configuration's)",
@@ -246,71 +249,63 @@ pub fn provision(
         size: a.size,
         sha256: a.sha256.clone(),
     };
-    match call(socket, Call::Provision(args), None, &mut |e| output::out(e)) {
+    let json = a.json;
+    let mut event = |e: &str| {
+        if !json {
+            output::out(e);
+        }
+    };
+    match call(socket, Call::Provision(args), None, &mut event) {
         Ok(r) => {
-            if let Some(old) = r["replaced"].as_object() {
-                output::note(format_args!(
-                    "cache entry {} was altered ({})",
-                    old.get("entry")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default(),
-                    old.get("why").and_then(Value::as_str).unwrap_or_default(),
-                ));
+            if json {
+                crate::json::print(&r);
+            } else {
+                super::provision::print_provision(&r);
             }
-            output::out(r["message"].as_str().unwrap_or_default());
             ExitCode::SUCCESS
         }
         Err(c) => c,
     }
 }
 
-/// `zinstall --daemon cache gc`: collection by the daemon.
+/// `zinstall --daemon cache gc`: collection by the daemon, printed as
+/// the local command prints it.
 pub fn cache_gc(
     socket: &Path,
     dry_run: bool,
     max_size: Option<u64>,
+    search: &[PathBuf],
+    json: bool,
 ) -> ExitCode {
+    if let Err(c) = local_only(&[(
+        "--search (the daemon searches where its guests were made)",
+        !search.is_empty(),
+    )]) {
+        return c;
+    }
     let args = GcArgs { dry_run, max_size };
     match call(socket, Call::CacheGc(args), None, &mut |e| output::out(e)) {
         Ok(r) => {
-            for d in r["decisions"].as_array().into_iter().flatten() {
-                output::out(format_args!(
-                    "{} {}: {}",
-                    if d["remove"].as_bool() == Some(true) {
-                        if dry_run { "would remove" } else { "removed" }
-                    } else {
-                        "kept"
-                    },
-                    d["entry"].as_str().unwrap_or_default(),
-                    d["why"].as_str().unwrap_or_default()
-                ));
+            if json {
+                crate::json::print(&r);
+            } else {
+                super::provision::print_gc(&r);
             }
-            output::out(format_args!(
-                "freed {} bytes",
-                r["freed"].as_u64().unwrap_or(0)
-            ));
             ExitCode::SUCCESS
         }
         Err(c) => c,
     }
 }
 
-/// `zinstall --daemon cache list`.
-pub fn cache_list(socket: &Path) -> ExitCode {
+/// `zinstall --daemon cache list`: the daemon's cache, printed as the
+/// local command prints its own.
+pub fn cache_list(socket: &Path, json: bool) -> ExitCode {
     match call(socket, Call::CacheList, None, &mut |_| {}) {
         Ok(r) => {
-            output::out(
-                "kind  name                                size  guests  source",
-            );
-            for e in r.as_array().into_iter().flatten() {
-                output::out(format_args!(
-                    "{:<5} {:<34} {:>6}  {:>6}  {}",
-                    e["kind"].as_str().unwrap_or_default(),
-                    e["name"].as_str().unwrap_or_default(),
-                    e["size"].as_u64().unwrap_or(0),
-                    e["guests"].as_array().map_or(0, Vec::len),
-                    e["source"].as_str().unwrap_or_default()
-                ));
+            if json {
+                crate::json::print(&r);
+            } else {
+                super::provision::print_cache_list(&r);
             }
             ExitCode::SUCCESS
         }

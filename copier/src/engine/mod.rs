@@ -35,6 +35,7 @@
 mod dirs;
 mod inodes;
 mod meta;
+mod preview;
 mod walk;
 mod worker;
 
@@ -214,6 +215,7 @@ fn run(plan: &Plan) -> Result<Report, Failure> {
     if ready {
         match fs::symlink_metadata(&plan.src) {
             Err(e) => shared.fail(Error::io(Op::Stat, &plan.src, e)),
+            Ok(md) if plan.dry_run => preview::run(&shared, &md, &mut stats),
             Ok(md) if md.is_dir() => {
                 run_tree(&shared, &mut stats, &mut entities);
             }
@@ -221,6 +223,7 @@ fn run(plan: &Plan) -> Result<Report, Failure> {
         }
     }
     if plan.sync
+        && !plan.dry_run
         && !shared.stopped()
         && let Err(e) = sync_destination(&plan.dst)
     {

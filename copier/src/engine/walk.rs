@@ -274,6 +274,9 @@ impl<'s, 'p> Walker<'s, 'p> {
         };
         self.trace.enter(ThreadState::Walking);
         self.stats.dirs += 1;
+        if let Some(l) = &self.shared.plan.listener {
+            l.entry(entry.path(), &dst, crate::EntryKind::Dir);
+        }
         let parent = self.stack.last().map(|(_, d)| Arc::clone(d));
         let node = DirNode::new(
             entry.path().to_path_buf(),
@@ -338,6 +341,22 @@ impl<'s, 'p> Walker<'s, 'p> {
         self.tx = None;
         self.trace.enter(ThreadState::Waiting);
         (self.stats, self.trace.finish())
+    }
+}
+
+/// The rule action for `rel` (relative to the source) and the path it
+/// was matched as; `scratch` is reused between calls.
+pub(crate) fn rule_for(
+    plan: &crate::Plan,
+    rel: &Path,
+    scratch: &mut Vec<usize>,
+) -> (Action, PathBuf) {
+    match &plan.rules {
+        Some(r) if !r.is_empty() => {
+            let p = plan.rule_base.join(rel);
+            (r.action(&p, scratch).clone(), p)
+        }
+        _ => (Action::Copy, PathBuf::new()),
     }
 }
 

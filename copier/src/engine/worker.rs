@@ -124,6 +124,11 @@ impl<'s, 'p> Worker<'s, 'p> {
     /// Does one job, records its error if any, and releases its directory.
     pub(crate) fn do_job(&mut self, job: Job) {
         let before = self.stats.bytes;
+        let left = (
+            self.stats.unchanged,
+            self.stats.skipped,
+            self.stats.hardlinks,
+        );
         let idx = self.index;
         probes::zinstall::job__start!(|| (
             idx,
@@ -148,8 +153,9 @@ impl<'s, 'p> Worker<'s, 'p> {
             bytes,
             probes::errno(&r)
         ));
-        if let Err(e) = r {
-            self.shared.fail(e);
+        match r {
+            Err(e) => self.shared.fail(e),
+            Ok(()) => self.listed(&job, left),
         }
         self.load.jobs += 1;
         self.load.bytes += bytes;
@@ -158,6 +164,31 @@ impl<'s, 'p> Worker<'s, 'p> {
         if let Some(parent) = &job.parent {
             dirs::release(parent, self.shared);
         }
+    }
+
+    /// Tells the listener of the entry `job` wrote; `left` is the
+    /// (unchanged, skipped, hard links) counts before it, which say
+    /// whether it wrote anything and what.
+    fn listed(&self, job: &Job, left: (u64, u64, u64)) {
+        let Some(l) = &self.shared.plan.listener else {
+            return;
+        };
+        if self.shared.plan.walk_only
+            || self.stats.unchanged != left.0
+            || self.stats.skipped != left.1
+        {
+            return;
+        }
+        let kind = match &job.kind {
+            JobKind::File if self.stats.hardlinks != left.2 => {
+                crate::EntryKind::HardLink
+            }
+            JobKind::File => crate::EntryKind::File,
+            JobKind::Symlink => crate::EntryKind::Symlink,
+            JobKind::Special => crate::EntryKind::Special,
+            JobKind::Redirect(_) => crate::EntryKind::Redirect,
+        };
+        l.entry(&job.src, &job.dst, kind);
     }
 
     /// Walk-only: counts the entry the job stands for, writes nothing.

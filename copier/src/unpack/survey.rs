@@ -1,0 +1,169 @@
+//! A dry run of an unpack: the archive read through as [`unpack`]
+//! reads it, nothing written.
+//!
+//! [`unpack`]: super::unpack
+
+use std::fs::File;
+use std::io::{self, Seek, SeekFrom};
+use std::path::Path;
+
+use zinstall_archive::compress::{
+    self, compression_of, decompress, read_up_to,
+};
+use zinstall_archive::names::{self, Name};
+use zinstall_archive::tar::{self, TarError};
+use zinstall_archive::{ArchiveRefusal, meta};
+
+use super::{UnpackOptions, UnpackReport, limits, read_meta};
+use crate::error::{Error, Op, Result};
+use crate::plan::EntryKind;
+
+/// Reads `archive` to its end as [`unpack`](super::unpack) would into
+/// `root`, writing nothing: every member's name, kind, size and the
+/// archive's metadata are checked as the unpack checks them, the
+/// [`Listener`](crate::Listener) of `opts` hears of each member, and the
+/// report counts what would be made. What depends on the tree being
+/// built (a member below a symlink an earlier member made, a file over a
+/// directory) is found by the unpack alone.
+pub fn survey(
+    archive: &Path,
+    root: &Path,
+    opts: &UnpackOptions,
+) -> Result<UnpackReport> {
+    let started = std::time::Instant::now();
+    let mut f =
+        File::open(archive).map_err(|e| Error::io(Op::Open, archive, e))?;
+    let mut head = [0u8; compress::MAGIC_LEN];
+    let n = read_up_to(&mut f, &mut head)
+        .map_err(|e| Error::io(Op::Read, archive, e))?;
+    f.seek(SeekFrom::Start(0))
+        .map_err(|e| Error::io(Op::Read, archive, e))?;
+    let reader = decompress(
+        io::BufReader::with_capacity(1 << 20, f),
+        compression_of(&head[..n]),
+    )
+    .map_err(|e| Error::io(Op::Read, archive, e))?;
+    let refuse = |entry: &str, reason| Error::Archive {
+        archive: archive.to_path_buf(),
+        entry: entry.to_string(),
+        reason,
+    };
+    let tar_err = |e: TarError| Error::tar(archive, e);
+    let mut rd = tar::Reader::new(reader, limits(opts));
+    let mut report = UnpackReport::default();
+    let stats = &mut report.stats;
+    let mut first = true;
+    let mut subtree = false;
+    while let Some(m) = rd.next().map_err(tar_err)? {
+        if opts.cancel.as_ref().is_some_and(|c| c.is_cancelled()) {
+            return Err(Error::Cancelled {
+                path: archive.to_path_buf(),
+            });
+        }
+        let shown_entry = m.name_lossy();
+        let mut name =
+            names::check(&m.name).map_err(|r| refuse(&shown_entry, r))?;
+        if first {
+            first = false;
+            if name.parts.len() == 1
+                && name.parts[0].as_bytes() == meta::NAME.as_bytes()
+            {
+                let body = read_meta(&mut rd, &m).map_err(tar_err)?.map_err(
+                    |why| {
+                        refuse(&shown_entry, ArchiveRefusal::BadMetadata(why))
+                    },
+                )?;
+                let found = meta::parse(&body).map_err(|why| {
+                    refuse(&shown_entry, ArchiveRefusal::BadMetadata(why))
+                })?;
+                if let Some(want) = opts.expect
+                    && want != found.kind
+                {
+                    return Err(refuse(
+                        "",
+                        ArchiveRefusal::WrongArchiveType {
+                            expected: want.as_str().into(),
+                            found: found.kind.as_str().into(),
+                        },
+                    ));
+                }
+                report.meta = Some(found);
+                subtree = true;
+                continue;
+            } else if opts.expect.is_some() {
+                return Err(refuse("", ArchiveRefusal::MissingMetadata));
+            }
+        }
+        if subtree {
+            if name.parts.first().map(|p| p.as_bytes()) != Some(b"root") {
+                stats.skipped += 1;
+                continue;
+            }
+            name.parts.remove(0);
+        }
+        if name.leaf().is_none() {
+            // The root itself: its metadata, nothing made.
+            continue;
+        }
+        let kind = match m.kind {
+            tar::Kind::Directory => {
+                stats.dirs += 1;
+                EntryKind::Dir
+            }
+            tar::Kind::File => {
+                stats.files += 1;
+                stats.bytes += m.size;
+                EntryKind::File
+            }
+            tar::Kind::Symlink => {
+                stats.symlinks += 1;
+                EntryKind::Symlink
+            }
+            tar::Kind::HardLink => {
+                let target = m.link.as_deref().unwrap_or_default();
+                names::check(target).map_err(|r| refuse(&shown_entry, r))?;
+                stats.hardlinks += 1;
+                EntryKind::HardLink
+            }
+            tar::Kind::CharDevice | tar::Kind::BlockDevice
+                if !opts.allow_devices =>
+            {
+                return Err(refuse(
+                    &shown_entry,
+                    ArchiveRefusal::DeviceNotAllowed,
+                ));
+            }
+            tar::Kind::CharDevice
+            | tar::Kind::BlockDevice
+            | tar::Kind::Fifo => {
+                stats.specials += 1;
+                EntryKind::Special
+            }
+            tar::Kind::Other(t) => {
+                return Err(refuse(
+                    &shown_entry,
+                    ArchiveRefusal::UnsupportedEntryType(format!(
+                        "typeflag {:?}",
+                        t as char
+                    )),
+                ));
+            }
+        };
+        if let Some(l) = &opts.listener {
+            l.entry(Path::new(&shown_entry), &shown(root, &name), kind);
+        }
+    }
+    rd.finish().map_err(tar_err)?;
+    report.stats.elapsed = started.elapsed();
+    Ok(report)
+}
+
+/// Where a member lands: `root` joined with its checked name.
+pub(super) fn shown(root: &Path, name: &Name) -> std::path::PathBuf {
+    use std::os::unix::ffi::OsStrExt;
+    let mut p = root.to_path_buf();
+    for c in &name.parts {
+        p.push(std::ffi::OsStr::from_bytes(c.as_bytes()));
+    }
+    p
+}
