@@ -355,6 +355,11 @@ pub fn run(
                                     name: "guest".into(),
                                     size: None,
                                     sha256: None,
+                                    keep_identity: false,
+                                    hostname: None,
+                                    machine_id: None,
+                                    ssh_host_keys: None,
+                                    force: false,
                                 })
                             })
                             .collect(),

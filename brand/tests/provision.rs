@@ -675,3 +675,222 @@ fn dry_run_json_and_listing() {
     // usr, usr/lib and 5 below it).
     assert_eq!(files, 50 + 1 + 1 + 9, "{listing}");
 }
+
+/// A rootfs with an identity: hostname, hosts, machine-id (and D-Bus's
+/// copy), SSH host keys of two types.
+fn rootfs_with_identity(dir: &Path) -> PathBuf {
+    let r = rootfs(dir);
+    fs::write(r.join("etc/hostname"), b"image\n").unwrap();
+    fs::write(
+        r.join("etc/hosts"),
+        b"127.0.0.1\tlocalhost\n127.0.1.1\timage\n::1\tlocalhost\n",
+    )
+    .unwrap();
+    let id = b"0123456789abcdef0123456789abcdef\n";
+    fs::write(r.join("etc/machine-id"), id).unwrap();
+    fs::create_dir_all(r.join("var/lib/dbus")).unwrap();
+    fs::write(r.join("var/lib/dbus/machine-id"), id).unwrap();
+    fs::create_dir_all(r.join("etc/ssh")).unwrap();
+    fs::write(r.join("etc/ssh/sshd_config"), b"Port 22\n").unwrap();
+    for t in ["ed25519", "rsa"] {
+        let key = r.join(format!("etc/ssh/ssh_host_{t}_key"));
+        run(tools::tool("ssh-keygen")
+            .args(["-q", "-t", t, "-N", "", "-f"])
+            .arg(&key));
+    }
+    r
+}
+
+fn sha_of(p: &Path) -> Vec<u8> {
+    fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+}
+
+#[test]
+fn directory_guests_get_their_own_identity_and_nothing_else_differs() {
+    let d = Tmp::new();
+    let tarball = d.path().join("rootfs.tar");
+    run(Command::new("tar")
+        .arg("-C")
+        .arg(rootfs_with_identity(d.path()))
+        .args(["-cf", s(&tarball), "."]));
+    let (cache, out) = (d.path().join("cache"), d.path().join("out"));
+    let o = zinstall(&[
+        "provision",
+        s(&tarball),
+        "--count",
+        "2",
+        "--cache",
+        s(&cache),
+        "--out",
+        s(&out),
+        "--hostname",
+        "vm-{n}.test",
+        "--json",
+    ]);
+    let v = json_of(&o);
+    let (g0, g1) = (out.join("guest-0"), out.join("guest-1"));
+    assert_eq!(sha_of(&g0.join("etc/hostname")), b"vm-0.test\n");
+    assert_eq!(sha_of(&g1.join("etc/hostname")), b"vm-1.test\n");
+    let hosts = String::from_utf8(sha_of(&g1.join("etc/hosts"))).unwrap();
+    assert!(hosts.contains("127.0.1.1\tvm-1.test vm-1\n"), "{hosts}");
+    assert!(hosts.starts_with("127.0.0.1\tlocalhost\n"), "{hosts}");
+    let ids: Vec<String> = v["guests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["machine_id"].as_str().unwrap().to_string())
+        .collect();
+    assert_ne!(ids[0], ids[1]);
+    for (g, id) in [(&g0, &ids[0]), (&g1, &ids[1])] {
+        let want = format!("{id}\n").into_bytes();
+        assert_eq!(sha_of(&g.join("etc/machine-id")), want);
+        assert_eq!(sha_of(&g.join("var/lib/dbus/machine-id")), want);
+        assert!(id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()));
+        // Version 4, as systemd makes them.
+        assert_eq!(&id[12..13], "4", "{id}");
+        let key = g.join("etc/ssh/ssh_host_ed25519_key");
+        let md = fs::metadata(&key).unwrap();
+        assert_eq!(
+            std::os::unix::fs::PermissionsExt::mode(&md.permissions()) & 0o777,
+            0o600
+        );
+    }
+    for k in ["ssh_host_ed25519_key", "ssh_host_rsa_key.pub"] {
+        assert_ne!(
+            sha_of(&g0.join("etc/ssh").join(k)),
+            sha_of(&g1.join("etc/ssh").join(k)),
+            "{k}"
+        );
+    }
+    // The cache's tree is the image's, untouched.
+    let payload = PathBuf::from(v["payload"].as_str().unwrap());
+    assert_eq!(sha_of(&payload.join("etc/hostname")), b"image\n");
+
+    // Nothing else differs: the two guests, attribute by attribute, and
+    // the directories changed kept their times.
+    let o = zinstall(&["verify", "--json", "--no-atime", s(&g0), s(&g1)]);
+    let v: serde_json::Value =
+        serde_json::from_str(String::from_utf8_lossy(&o.stdout).trim())
+            .unwrap_or_else(|e| panic!("{e}: {}", text(&o)));
+    let mut differ: Vec<String> = v["differences"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["path"].as_str().unwrap().to_string())
+        .collect();
+    differ.sort();
+    differ.dedup();
+    let mut expected: Vec<String> = [
+        "etc/hostname",
+        "etc/hosts",
+        "etc/machine-id",
+        "var/lib/dbus/machine-id",
+        "etc/ssh/ssh_host_ed25519_key",
+        "etc/ssh/ssh_host_ed25519_key.pub",
+        "etc/ssh/ssh_host_rsa_key",
+        "etc/ssh/ssh_host_rsa_key.pub",
+    ]
+    .map(String::from)
+    .to_vec();
+    expected.sort();
+    assert_eq!(differ, expected, "{v}");
+
+    // first-boot and remove; a guest there needs --force.
+    let args = |extra: &[&str]| {
+        let mut a = vec!["provision", s(&tarball), "--cache", s(&cache)];
+        a.extend(["--out", s(&out), "--machine-id", "first-boot"]);
+        a.extend(["--ssh-host-keys", "remove"]);
+        a.extend(extra.iter().copied());
+        zinstall(&a)
+    };
+    let o = args(&[]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("--force"), "{}", text(&o));
+    let o = args(&["--force"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(sha_of(&g0.join("etc/machine-id")), b"uninitialized\n");
+    assert!(!g0.join("var/lib/dbus/machine-id").exists());
+    assert!(!g0.join("etc/ssh/ssh_host_rsa_key").exists());
+    assert!(g0.join("etc/ssh/sshd_config").exists());
+    assert_eq!(sha_of(&g0.join("etc/hostname")), b"guest-0\n");
+
+    // --keep-identity: an exact copy of the image.
+    let o = zinstall(&[
+        "provision",
+        s(&tarball),
+        "--cache",
+        s(&cache),
+        "--out",
+        s(&out),
+        "--name",
+        "same",
+        "--keep-identity",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = zinstall(&[
+        "verify",
+        "--no-atime",
+        s(&payload),
+        s(&out.join("same-0")),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+
+    // A pattern that makes no hostname is refused before anything.
+    let o = zinstall(&[
+        "provision",
+        s(&tarball),
+        "--cache",
+        s(&cache),
+        "--out",
+        s(&d.path().join("none")),
+        "--hostname",
+        "bad_name-{n}",
+    ]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("bad_name-0"), "{}", text(&o));
+    assert!(!d.path().join("none").exists());
+}
+
+#[test]
+fn identity_never_writes_through_a_symlink_in_the_guest() {
+    let d = Tmp::new();
+    let r = rootfs(d.path());
+    let outside = d.path().join("outside");
+    fs::create_dir(&outside).unwrap();
+    fs::write(outside.join("hostname"), b"host's own\n").unwrap();
+    // The image's /etc/hostname is a symlink to a file outside; its
+    // /etc/ssh a symlink to a directory outside.
+    fs::remove_file(r.join("etc/hostname")).unwrap();
+    std::os::unix::fs::symlink(
+        outside.join("hostname"),
+        r.join("etc/hostname"),
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(&outside, r.join("etc/ssh")).unwrap();
+    fs::write(outside.join("ssh_host_rsa_key"), b"outside key").unwrap();
+    let tarball = d.path().join("rootfs.tar");
+    run(Command::new("tar")
+        .arg("-C")
+        .arg(&r)
+        .args(["-cf", s(&tarball), "."]));
+    let out = d.path().join("out");
+    let o = zinstall(&[
+        "provision",
+        s(&tarball),
+        "--cache",
+        s(&d.path().join("cache")),
+        "--out",
+        s(&out),
+    ]);
+    let t = text(&o);
+    // The hostname link is replaced by a file; the ssh link is refused,
+    // and the failed guest removed.
+    assert_eq!(fs::read(outside.join("hostname")).unwrap(), b"host's own\n");
+    assert_eq!(
+        fs::read(outside.join("ssh_host_rsa_key")).unwrap(),
+        b"outside key"
+    );
+    assert_eq!(o.status.code(), Some(1), "{t}");
+    assert!(t.contains("etc/ssh") && t.contains("symlink"), "{t}");
+    assert!(!out.join("guest-0").exists(), "{t}");
+}

@@ -54,10 +54,184 @@ pub struct Dir {
     path: PathBuf,
 }
 
+/// What [`Dir::stat`] finds at a name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Found {
+    /// `libc::S_IFMT` bits: a regular file, a directory, a symlink...
+    pub format: u32,
+    /// Permission and special bits.
+    pub mode: u32,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+    /// Size in bytes.
+    pub size: u64,
+}
+
+impl Found {
+    /// A regular file.
+    pub fn is_file(&self) -> bool {
+        self.format == libc::S_IFREG as u32
+    }
+}
+
 impl Dir {
     /// Where it was when it was opened (for messages).
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// What is at `name` here, not following a symlink; `None` if
+    /// nothing.
+    pub fn stat(&self, name: &str) -> Result<Option<Found>> {
+        let (n, shown) = self.name(name)?;
+        let st = at::lstat(self.fd.as_raw_fd(), &n)
+            .map_err(|e| Error::io(Op::Stat, &shown, e))?;
+        Ok(st.map(|st| Found {
+            format: st.st_mode as u32 & libc::S_IFMT as u32,
+            mode: st.st_mode as u32 & 0o7777,
+            uid: st.st_uid as u32,
+            gid: st.st_gid as u32,
+            size: st.st_size as u64,
+        }))
+    }
+
+    /// The names here, sorted.
+    pub fn names(&self) -> Result<Vec<String>> {
+        let mut v: Vec<String> = at::read_names(&*self.fd)
+            .map_err(|e| Error::io(Op::ReadDir, &self.path, e))?
+            .into_iter()
+            .map(|n| String::from_utf8_lossy(n.as_bytes()).into_owned())
+            .collect();
+        v.sort();
+        Ok(v)
+    }
+
+    /// The content of the regular file `name`, opened without following
+    /// a symlink; refused if it is anything else or larger than `max`.
+    pub fn read_file(&self, name: &str, max: u64) -> Result<Vec<u8>> {
+        use std::io::Read;
+        let (n, shown) = self.name(name)?;
+        // SAFETY: valid descriptor and C string.
+        let fd = unsafe {
+            libc::openat(
+                self.fd.as_raw_fd(),
+                n.as_ptr(),
+                libc::O_RDONLY
+                    | libc::O_NOFOLLOW
+                    | libc::O_NONBLOCK
+                    | libc::O_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::ELOOP) {
+                return Err(Error::Beneath {
+                    path: shown.clone(),
+                    at: shown,
+                    met: Met::Symlink,
+                });
+            }
+            return Err(Error::io(Op::Open, &shown, e));
+        }
+        // SAFETY: a descriptor just opened and owned here.
+        let f = File::from(unsafe {
+            <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd)
+        });
+        let st = at::fstat(&f).map_err(|e| Error::io(Op::Stat, &shown, e))?;
+        if st.st_mode as u32 & libc::S_IFMT as u32 != libc::S_IFREG as u32 {
+            return Err(Error::refused(&shown, Refusal::ChangedType));
+        }
+        let mut buf = Vec::new();
+        f.take(max.saturating_add(1))
+            .read_to_end(&mut buf)
+            .map_err(|e| Error::io(Op::Read, &shown, e))?;
+        if buf.len() as u64 > max {
+            return Err(Error::refused(&shown, Refusal::TooLarge(max)));
+        }
+        Ok(buf)
+    }
+
+    /// Makes `name` a regular file holding `data` with `mode` (and,
+    /// given, owner and group): written to a new file beside it, then
+    /// renamed over whatever `name` was, so a symlink there is replaced,
+    /// never written through, and a reader sees the old file or the new
+    /// one, never a part.
+    pub fn replace_file(
+        &self,
+        name: &str,
+        data: &[u8],
+        mode: u32,
+        owner: Option<(u32, u32)>,
+    ) -> Result<()> {
+        use std::io::Write;
+        let (n, shown) = self.name(name)?;
+        let tmp =
+            CString::new(format!(".{name}.zinstall-{}", std::process::id()))
+                .map_err(|_| Error::refused(&shown, Refusal::NotBeneath))?;
+        let dir = self.fd.as_raw_fd();
+        let _stale = at::unlink(dir, &tmp, false);
+        let mut f = at::create_file(dir, &tmp)
+            .map_err(|e| Error::io(Op::Create, &shown, e))?;
+        let written = (|| {
+            f.write_all(data)
+                .map_err(|e| Error::io(Op::Write, &shown, e))?;
+            if let Some((uid, gid)) = owner {
+                at::fchown(&f, uid, gid)
+                    .map_err(|e| Error::io(Op::Chown, &shown, e))?;
+            }
+            at::fchmod(&f, mode)
+                .map_err(|e| Error::io(Op::Chmod, &shown, e))?;
+            at::rename(dir, &tmp, &n)
+                .map_err(|e| Error::io(Op::Rename, &shown, e))
+        })();
+        if written.is_err() {
+            let _already_failing = at::unlink(dir, &tmp, false);
+        }
+        written
+    }
+
+    /// Removes the non-directory `name` (a symlink itself, never its
+    /// target); false if nothing was there.
+    pub fn remove_file(&self, name: &str) -> Result<bool> {
+        let (n, shown) = self.name(name)?;
+        match at::unlink(self.fd.as_raw_fd(), &n, false) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(Error::io(Op::Remove, &shown, e)),
+        }
+    }
+
+    /// Runs `change` and puts the directory's own access and
+    /// modification times back as they were: an edit of one entry leaves
+    /// the directory looking as it did.
+    pub fn keeping_times<T, E: From<Error>>(
+        &self,
+        change: impl FnOnce() -> std::result::Result<T, E>,
+    ) -> std::result::Result<T, E> {
+        let st = at::fstat(&*self.fd)
+            .map_err(|e| Error::io(Op::Stat, &self.path, e))?;
+        let times = sys::posix::Times {
+            atime: (st.st_atime as i64, st.st_atime_nsec as i64),
+            mtime: (st.st_mtime as i64, st.st_mtime_nsec as i64),
+        };
+        let value = change()?;
+        at::futimens(&*self.fd, &times)
+            .map_err(|e| Error::io(Op::SetTimes, &self.path, e))?;
+        Ok(value)
+    }
+
+    /// `name` as a single component, and its path for messages.
+    fn name(&self, name: &str) -> Result<(CString, PathBuf)> {
+        let shown = self.path.join(name);
+        if name.is_empty() || name == "." || name == ".." || name.contains('/')
+        {
+            return Err(Error::refused(&shown, Refusal::NotBeneath));
+        }
+        let c = CString::new(name)
+            .map_err(|_| Error::refused(&shown, Refusal::NotBeneath))?;
+        Ok((c, shown))
     }
 }
 

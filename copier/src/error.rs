@@ -151,11 +151,17 @@ pub enum Refusal {
     /// The source file changed (size or times) while it was copied, so
     /// the copy would match neither version.
     ChangedDuringCopy,
+    /// A file read whole is larger than it may be.
+    TooLarge(u64),
 }
 
 impl fmt::Display for Refusal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Refusal::TooLarge(max) = self {
+            return write!(f, "larger than the {max} bytes it may hold");
+        }
         f.write_str(match self {
+            Refusal::TooLarge(_) => "too large",
             Refusal::ChangedType => "changed type during the copy",
             Refusal::Special => {
                 "special file not recreated (needs privilege; \

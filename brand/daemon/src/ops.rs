@@ -220,6 +220,13 @@ fn provision(
         cancel: Some(job.cancel.clone()),
         pool: Some(d.pool().clone()),
         listener: None,
+        identity: zinstall_provision::identity::IdentityOptions::chosen(
+            a.keep_identity,
+            a.hostname.clone(),
+            a.machine_id,
+            a.ssh_host_keys,
+        ),
+        force: a.force,
     };
     // One build per image: the cache's build lock is a flock(2) on a file
     // each provision opens for itself, so it orders this daemon's jobs as

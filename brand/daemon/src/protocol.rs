@@ -201,6 +201,23 @@ pub struct ProvisionArgs {
     /// The image's expected SHA-256.
     #[serde(default)]
     pub sha256: Option<String>,
+    /// Keep the image's hostname, machine-id and SSH host keys in
+    /// directory guests.
+    #[serde(default)]
+    pub keep_identity: bool,
+    /// Directory guests' hostname pattern (`{n}`, `{name}`); default
+    /// the guest's name.
+    #[serde(default)]
+    pub hostname: Option<String>,
+    /// `generate` (default), `first-boot` or `keep`.
+    #[serde(default)]
+    pub machine_id: Option<zinstall_provision::identity::MachineId>,
+    /// `generate` (default), `remove` or `keep`.
+    #[serde(default)]
+    pub ssh_host_keys: Option<zinstall_provision::identity::HostKeys>,
+    /// Replace guests already there.
+    #[serde(default)]
+    pub force: bool,
 }
 
 fn one() -> usize {
@@ -618,6 +635,9 @@ pub fn provision_json(
                 "path": g.path,
                 "ms": g.took.as_millis() as u64,
                 "shown": g.to_string(),
+                "hostname": g.identity.hostname,
+                "machine_id": g.identity.machine_id,
+                "ssh_host_keys": g.identity.host_keys,
             });
             match g.kind {
                 GuestKind::Tree { reflinked } => {

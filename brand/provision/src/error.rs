@@ -109,8 +109,10 @@ pub enum ProvisionError {
     },
     /// From the qcow2 reader or overlay writer (image, offset, cause).
     Qcow2(qcow2::Error),
-    /// A guest that already exists.
+    /// A guest that already exists (and replacing it was not asked).
     GuestExists(PathBuf),
+    /// A hostname pattern that makes no valid hostname: why.
+    BadHostname(String),
     /// More guests than [`ProvisionOptions::MAX_GUESTS`].
     TooManyGuests(usize),
     /// A virtual size larger than a qcow2 overlay can have
@@ -181,7 +183,8 @@ impl ProvisionError {
             | ProvisionError::ProgramFailed { program, .. } => program,
             ProvisionError::Cleanup { failure, .. } => failure.path(),
             ProvisionError::TooManyGuests(_)
-            | ProvisionError::SizeTooLarge(_) => Path::new(""),
+            | ProvisionError::SizeTooLarge(_)
+            | ProvisionError::BadHostname(_) => Path::new(""),
         }
     }
 
@@ -209,9 +212,12 @@ impl fmt::Display for ProvisionError {
                 write!(f, "{}: {problem}", path.display())
             }
             ProvisionError::Qcow2(e) => write!(f, "{e}"),
-            ProvisionError::GuestExists(p) => {
-                write!(f, "{}: guest exists already", p.display())
-            }
+            ProvisionError::GuestExists(p) => write!(
+                f,
+                "{}: guest exists already (--force replaces it)",
+                p.display()
+            ),
+            ProvisionError::BadHostname(why) => f.write_str(why),
             ProvisionError::TooManyGuests(n) => {
                 write!(
                     f,

@@ -20,6 +20,7 @@ use crate::cache::{
 };
 use crate::detect::{ImageKind, decompress, detect};
 use crate::error::{ImageProblem, ProvisionError, ProvisionError as Error};
+use crate::identity::{self, GuestIdentity, IdentityOptions};
 use crate::sparse::write_sparse;
 
 /// The mode of every disk guest (a qcow2 overlay), native or made by
@@ -58,6 +59,12 @@ pub struct ProvisionOptions {
     /// Hears of each entry written: an archive's members unpacked into
     /// the cache, each directory guest's entries (`-v`).
     pub listener: Option<std::sync::Arc<dyn copier::Listener>>,
+    /// Each directory guest's own hostname, machine-id and SSH host keys
+    /// ([`IdentityOptions::unique`]), or the image's
+    /// ([`IdentityOptions::keep`]). Disk guests are never changed.
+    pub identity: IdentityOptions,
+    /// Replace a guest already at a guest's path instead of failing.
+    pub force: bool,
 }
 
 /// What one guest is.
@@ -82,6 +89,8 @@ pub struct Guest {
     pub path: PathBuf,
     /// What it is.
     pub kind: GuestKind,
+    /// What of its identity was made its own (directory guests).
+    pub identity: GuestIdentity,
     /// How long it took.
     pub took: Duration,
 }
@@ -101,7 +110,18 @@ impl fmt::Display for Guest {
                 self.path.display()
             )?,
         }
-        write!(f, ", {} ms", self.took.as_millis())
+        write!(f, ", {} ms", self.took.as_millis())?;
+        let id = &self.identity;
+        if let Some(h) = &id.hostname {
+            write!(f, "; hostname {h}")?;
+        }
+        if let Some(m) = &id.machine_id {
+            write!(f, ", machine-id {m}")?;
+        }
+        if !id.host_keys.is_empty() {
+            write!(f, ", {} SSH host keys new", id.host_keys.len())?;
+        }
+        Ok(())
     }
 }
 
@@ -165,6 +185,9 @@ pub fn provision_in(
     {
         crate::qemu_img::check(q, &opts.out)?;
     }
+    if matches!(kind, ImageKind::Tree(_)) {
+        identity::check(&opts.identity, &opts.name)?;
+    }
     let cache = Cache::with_mode(&opts.cache, cache_mode)?;
     // Overlays name their base by absolute path.
     let root = fs::canonicalize(&opts.cache)
@@ -197,15 +220,28 @@ pub fn provision_in(
             let t0 = Instant::now();
             let path = guest_path(opts, entry_kind, i);
             if fs::symlink_metadata(&path).is_ok() {
-                return Err(ProvisionError::GuestExists(path));
+                if !opts.force {
+                    return Err(ProvisionError::GuestExists(path));
+                }
+                remove_guest(&path)?;
             }
             // From here on the path is this run's to remove on failure,
             // whatever state the guest is left in.
             made.push(path.clone());
             let kind = make_guest(&path, entry_kind, &lease.entry, opts)?;
+            let identity = match entry_kind {
+                EntryKind::Tree => identity::apply(
+                    &path,
+                    i,
+                    &format!("{}-{i}", opts.name),
+                    &opts.identity,
+                )?,
+                EntryKind::Raw => GuestIdentity::default(),
+            };
             let g = Guest {
                 path,
                 kind,
+                identity,
                 took: t0.elapsed(),
             };
             cache.add_user(&lease.entry, &g.path)?;
@@ -264,6 +300,9 @@ pub fn preview(
     {
         crate::qemu_img::check(q, &opts.out)?;
     }
+    if matches!(kind, ImageKind::Tree(_)) {
+        identity::check(&opts.identity, &opts.name)?;
+    }
     let entry_kind = entry_kind(kind);
     let root = match fs::canonicalize(&opts.cache) {
         Ok(r) => r,
@@ -276,7 +315,7 @@ pub fn preview(
     let mut guests = Vec::with_capacity(opts.count);
     for i in 0..opts.count {
         let path = guest_path(opts, entry_kind, i);
-        if fs::symlink_metadata(&path).is_ok() {
+        if !opts.force && fs::symlink_metadata(&path).is_ok() {
             return Err(ProvisionError::GuestExists(path));
         }
         guests.push(path);
@@ -286,6 +325,19 @@ pub fn preview(
         would,
         guests,
     })
+}
+
+/// Removes the guest at `path` for `--force`: a tree without following
+/// a symlink or leaving its filesystem, or one file.
+fn remove_guest(path: &Path) -> Result<(), ProvisionError> {
+    let md =
+        fs::symlink_metadata(path).map_err(|e| Error::io(Op::Stat, path, e))?;
+    if md.is_dir() {
+        copier::fsutil::remove_tree(path)?;
+    } else {
+        fs::remove_file(path).map_err(|e| Error::io(Op::Remove, path, e))?;
+    }
+    Ok(())
 }
 
 /// The cache entry an image of `kind` makes.
@@ -564,6 +616,8 @@ mod test {
             cancel: None,
             pool: None,
             listener: None,
+            identity: IdentityOptions::keep(),
+            force: false,
         }
     }
 

@@ -29,6 +29,8 @@
 //!     cancel: None,
 //!     pool: None,
 //!     listener: None,
+//!     identity: zinstall_provision::identity::IdentityOptions::unique(),
+//!     force: false,
 //! };
 //! let report = provision(Path::new("debian.qcow2"), &opts, &mut |g| {
 //!     eprintln!("made {}", g.path.display());
@@ -43,6 +45,7 @@ pub mod cache;
 mod detect;
 mod error;
 mod guests;
+pub mod identity;
 mod immutable;
 pub mod qemu_img;
 mod sparse;

@@ -9,6 +9,7 @@ use clap::{Args, Subcommand};
 use serde_json::Value;
 use zinstall_daemon::protocol;
 use zinstall_provision::cache::{Cache, GcOptions};
+use zinstall_provision::identity::{HostKeys, IdentityOptions, MachineId};
 use zinstall_provision::{self as provision, ProvisionOptions};
 
 use crate::output;
@@ -69,6 +70,27 @@ pub struct ProvisionArgs {
     /// is there yet, and say what would be done.
     #[arg(long, short = 'n')]
     pub dry_run: bool,
+    /// Directory guests' hostname: {n} is the guest's number, {name} its
+    /// name (default {name}).
+    #[arg(long, value_name = "PATTERN")]
+    pub hostname: Option<String>,
+    /// Directory guests' /etc/machine-id: a new one each (generate, the
+    /// default), `uninitialized` for systemd's first boot (first-boot),
+    /// or the image's (keep).
+    #[arg(long, value_name = "HOW", value_parser = MachineId::parse)]
+    pub machine_id: Option<MachineId>,
+    /// Directory guests' SSH host keys: new ones each, made with
+    /// ssh-keygen (generate, the default), removed for the guest to make
+    /// at boot (remove), or the image's (keep).
+    #[arg(long, value_name = "HOW", value_parser = HostKeys::parse)]
+    pub ssh_host_keys: Option<HostKeys>,
+    /// Directory guests keep the image's hostname, machine-id and host
+    /// keys: exact copies.
+    #[arg(long, conflicts_with_all = ["hostname", "machine_id", "ssh_host_keys"])]
+    pub keep_identity: bool,
+    /// Replace guests already at the guests' paths.
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// An octal mode of at most 0777.
@@ -192,6 +214,13 @@ pub fn provision(args: &ProvisionArgs) -> ExitCode {
         pool: None,
         listener: (args.verbose && !args.json)
             .then(|| Arc::new(output::Listing) as Arc<dyn copier::Listener>),
+        identity: IdentityOptions::chosen(
+            args.keep_identity,
+            args.hostname.clone(),
+            args.machine_id,
+            args.ssh_host_keys,
+        ),
+        force: args.force,
     };
     if args.dry_run {
         return match provision::preview(&args.image, &opts) {

@@ -248,6 +248,11 @@ pub fn provision(
         name: a.name.clone(),
         size: a.size,
         sha256: a.sha256.clone(),
+        keep_identity: a.keep_identity,
+        hostname: a.hostname.clone(),
+        machine_id: a.machine_id,
+        ssh_host_keys: a.ssh_host_keys,
+        force: a.force,
     };
     let json = a.json;
     let mut event = |e: &str| {

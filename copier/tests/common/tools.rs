@@ -25,6 +25,7 @@ pub fn package(program: &str) -> &'static str {
         "gzip" => "gzip",
         "mandoc" => "mandoc",
         "make" => "make",
+        "ssh-keygen" => "openssh-client",
         _ => "coreutils",
     }
 }
