@@ -203,17 +203,50 @@ pub fn peek_kind(archive: &Path) -> Result<Option<ArchiveKind>> {
     };
     let name =
         names::check(&m.name).map_err(|r| refuse(&names::show(&m.name), r))?;
+    Ok(first_member(&mut rd, &m, &name, None, archive)?.map(|m| m.kind))
+}
+
+/// The first member's part: `Some(metadata)` when it is `zinstall.json`
+/// (read, parsed, and checked against `expect`); `None` when it is not,
+/// which `expect` refuses.
+fn first_member<R: Read>(
+    rd: &mut tar::Reader<R>,
+    m: &tar::Member,
+    name: &Name,
+    expect: Option<ArchiveKind>,
+    archive: &Path,
+) -> Result<Option<ArchiveMeta>> {
+    let refuse = |entry: &str, reason| Error::Archive {
+        archive: archive.to_path_buf(),
+        entry: entry.to_string(),
+        reason,
+    };
     if name.parts.len() != 1
         || name.parts[0].as_bytes() != meta::NAME.as_bytes()
     {
-        return Ok(None);
+        return match expect {
+            Some(_) => Err(refuse("", ArchiveRefusal::MissingMetadata)),
+            None => Ok(None),
+        };
     }
-    let body = read_meta(&mut rd, &m)
+    let shown = m.name_lossy();
+    let body = read_meta(rd, m)
         .map_err(|e| Error::tar(archive, e))?
-        .map_err(|why| refuse(meta::NAME, ArchiveRefusal::BadMetadata(why)))?;
-    let m = meta::parse(&body)
-        .map_err(|why| refuse(meta::NAME, ArchiveRefusal::BadMetadata(why)))?;
-    Ok(Some(m.kind))
+        .map_err(|why| refuse(&shown, ArchiveRefusal::BadMetadata(why)))?;
+    let found = meta::parse(&body)
+        .map_err(|why| refuse(&shown, ArchiveRefusal::BadMetadata(why)))?;
+    if let Some(want) = expect
+        && want != found.kind
+    {
+        return Err(refuse(
+            "",
+            ArchiveRefusal::WrongArchiveType {
+                expected: want.as_str().into(),
+                found: found.kind.as_str().into(),
+            },
+        ));
+    }
+    Ok(Some(found))
 }
 
 /// The body of `zinstall.json`, bounded; the inner error says why it is
@@ -939,36 +972,12 @@ fn read_all<R: Read>(
             names::check(&m.name).map_err(|r| ctx.refuse(&shown_entry, r))?;
         if first {
             first = false;
-            if name.parts.len() == 1
-                && name.parts[0].as_bytes() == meta::NAME.as_bytes()
+            if let Some(meta) =
+                first_member(&mut rd, &m, &name, ctx.opts.expect, ctx.archive)?
             {
-                let body = read_meta(&mut rd, &m).map_err(tar_err)?.map_err(
-                    |why| {
-                        ctx.refuse(
-                            &shown_entry,
-                            ArchiveRefusal::BadMetadata(why),
-                        )
-                    },
-                )?;
-                let meta = meta::parse(&body).map_err(|why| {
-                    ctx.refuse(&shown_entry, ArchiveRefusal::BadMetadata(why))
-                })?;
-                if let Some(want) = ctx.opts.expect
-                    && want != meta.kind
-                {
-                    return Err(ctx.refuse(
-                        "",
-                        ArchiveRefusal::WrongArchiveType {
-                            expected: want.as_str().into(),
-                            found: meta.kind.as_str().into(),
-                        },
-                    ));
-                }
                 out.meta = Some(meta);
                 subtree = true;
                 continue;
-            } else if ctx.opts.expect.is_some() {
-                return Err(ctx.refuse("", ArchiveRefusal::MissingMetadata));
             }
         }
         if subtree {

@@ -166,28 +166,7 @@ pub fn provision_in(
     cache_mode: Option<u32>,
     on_guest: &mut dyn FnMut(&Guest),
 ) -> Result<ProvisionReport, ProvisionError> {
-    // Before anything is extracted: the count sizes the guest list, the
-    // size every overlay.
-    if opts.count > ProvisionOptions::MAX_GUESTS {
-        return Err(ProvisionError::TooManyGuests(opts.count));
-    }
-    if let Some(s) = opts.size
-        && s > qcow2::MAX_OVERLAY_SIZE
-    {
-        return Err(ProvisionError::SizeTooLarge(s));
-    }
-    // Set directly by a caller rather than read from a file, the
-    // tunables may never have been checked; a buffer is sized from them.
-    opts.tunables.validate()?;
-    let kind = detect(image)?;
-    if let Some(q) = &opts.qemu_img
-        && !matches!(kind, ImageKind::Tree(_))
-    {
-        crate::qemu_img::check(q, &opts.out)?;
-    }
-    if matches!(kind, ImageKind::Tree(_)) {
-        identity::check(&opts.identity, &opts.name)?;
-    }
+    let kind = check_request(image, opts)?;
     let cache = Cache::with_mode(&opts.cache, cache_mode)?;
     // Overlays name their base by absolute path.
     let root = fs::canonicalize(&opts.cache)
@@ -285,24 +264,7 @@ pub fn preview(
     image: &Path,
     opts: &ProvisionOptions,
 ) -> Result<ProvisionPreview, ProvisionError> {
-    if opts.count > ProvisionOptions::MAX_GUESTS {
-        return Err(ProvisionError::TooManyGuests(opts.count));
-    }
-    if let Some(s) = opts.size
-        && s > qcow2::MAX_OVERLAY_SIZE
-    {
-        return Err(ProvisionError::SizeTooLarge(s));
-    }
-    opts.tunables.validate()?;
-    let kind = detect(image)?;
-    if let Some(q) = &opts.qemu_img
-        && !matches!(kind, ImageKind::Tree(_))
-    {
-        crate::qemu_img::check(q, &opts.out)?;
-    }
-    if matches!(kind, ImageKind::Tree(_)) {
-        identity::check(&opts.identity, &opts.name)?;
-    }
+    let kind = check_request(image, opts)?;
     let entry_kind = entry_kind(kind);
     let root = match fs::canonicalize(&opts.cache) {
         Ok(r) => r,
@@ -325,6 +287,33 @@ pub fn preview(
         would,
         guests,
     })
+}
+
+/// What is checked before anything is extracted (or, in a preview,
+/// instead): the count, which sizes the guest list, the size, which sizes
+/// every overlay, the tunables (set by a caller rather than read from a
+/// file, they may never have been checked, and a buffer is sized from
+/// them), the image's kind, and the programs the guests will need.
+fn check_request(
+    image: &Path,
+    opts: &ProvisionOptions,
+) -> Result<ImageKind, ProvisionError> {
+    if opts.count > ProvisionOptions::MAX_GUESTS {
+        return Err(ProvisionError::TooManyGuests(opts.count));
+    }
+    if let Some(s) = opts.size
+        && s > qcow2::MAX_OVERLAY_SIZE
+    {
+        return Err(ProvisionError::SizeTooLarge(s));
+    }
+    opts.tunables.validate()?;
+    let kind = detect(image)?;
+    if matches!(kind, ImageKind::Tree(_)) {
+        identity::check(&opts.identity, &opts.name)?;
+    } else if let Some(q) = &opts.qemu_img {
+        crate::qemu_img::check(q, &opts.out)?;
+    }
+    Ok(kind)
 }
 
 /// Removes the guest at `path` for `--force`: a tree without following

@@ -111,19 +111,31 @@ pub fn install(args: &InstallArgs) -> ExitCode {
     }
     let json = args.json;
     let mut show = |e: &install::Event| show_event(json, e);
-    let mut job = Install {
+    let r = job(args, profile, tunables, log, &mut show).run();
+    finish(args, r)
+}
+
+/// The install the arguments describe.
+fn job<'a>(
+    args: &InstallArgs,
+    profile: Profile,
+    tunables: copier::Tunables,
+    log: slog::Logger,
+    events: &'a mut dyn FnMut(&install::Event),
+) -> Install<'a> {
+    Install {
         zone: zone_name(args),
         zonepath: args.zonepath.clone(),
         profile,
         images: args.images.clone(),
         tunables,
         log,
-        events: &mut show,
+        events,
         cancel: None,
         pool: None,
-        listener: listener(args),
-    };
-    finish(args, job.run())
+        listener: (args.verbose && !args.json)
+            .then(|| std::sync::Arc::new(output::Listing) as _),
+    }
 }
 
 /// The zone's name: the zonepath's last component.
@@ -142,14 +154,6 @@ fn show_event(json: bool, e: &install::Event) {
     }
 }
 
-/// `-v`'s listing, unless the output is JSON.
-fn listener(
-    args: &InstallArgs,
-) -> Option<std::sync::Arc<dyn copier::Listener>> {
-    (args.verbose && !args.json)
-        .then(|| std::sync::Arc::new(output::Listing) as _)
-}
-
 /// `--dry-run`: the install's checks and walks, nothing written, no log.
 fn preview(
     args: &InstallArgs,
@@ -158,19 +162,9 @@ fn preview(
 ) -> ExitCode {
     let json = args.json;
     let mut show = |e: &install::Event| show_event(json, e);
-    let mut job = Install {
-        zone: zone_name(args),
-        zonepath: args.zonepath.clone(),
-        profile,
-        images: args.images.clone(),
-        tunables,
-        log: slog::Logger::root(slog::Discard, slog::o!()),
-        events: &mut show,
-        cancel: None,
-        pool: None,
-        listener: listener(args),
-    };
-    finish(args, job.preview())
+    let log = slog::Logger::root(slog::Discard, slog::o!());
+    let r = job(args, profile, tunables, log, &mut show).preview();
+    finish(args, r)
 }
 
 /// Prints the outcome of an install or its preview; the exit status.

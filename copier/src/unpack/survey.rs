@@ -12,9 +12,9 @@ use zinstall_archive::compress::{
 };
 use zinstall_archive::names::{self, Name};
 use zinstall_archive::tar::{self, TarError};
-use zinstall_archive::{ArchiveRefusal, meta};
+use zinstall_archive::ArchiveRefusal;
 
-use super::{UnpackOptions, UnpackReport, limits, read_meta};
+use super::{UnpackOptions, UnpackReport, first_member, limits};
 use crate::error::{Error, Op, Result};
 use crate::plan::EntryKind;
 
@@ -65,33 +65,12 @@ pub fn survey(
             names::check(&m.name).map_err(|r| refuse(&shown_entry, r))?;
         if first {
             first = false;
-            if name.parts.len() == 1
-                && name.parts[0].as_bytes() == meta::NAME.as_bytes()
+            if let Some(meta) =
+                first_member(&mut rd, &m, &name, opts.expect, archive)?
             {
-                let body = read_meta(&mut rd, &m).map_err(tar_err)?.map_err(
-                    |why| {
-                        refuse(&shown_entry, ArchiveRefusal::BadMetadata(why))
-                    },
-                )?;
-                let found = meta::parse(&body).map_err(|why| {
-                    refuse(&shown_entry, ArchiveRefusal::BadMetadata(why))
-                })?;
-                if let Some(want) = opts.expect
-                    && want != found.kind
-                {
-                    return Err(refuse(
-                        "",
-                        ArchiveRefusal::WrongArchiveType {
-                            expected: want.as_str().into(),
-                            found: found.kind.as_str().into(),
-                        },
-                    ));
-                }
-                report.meta = Some(found);
+                report.meta = Some(meta);
                 subtree = true;
                 continue;
-            } else if opts.expect.is_some() {
-                return Err(refuse("", ArchiveRefusal::MissingMetadata));
             }
         }
         if subtree {
