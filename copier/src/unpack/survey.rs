@@ -7,12 +7,12 @@ use std::fs::File;
 use std::io::{self, Seek, SeekFrom};
 use std::path::Path;
 
+use zinstall_archive::ArchiveRefusal;
 use zinstall_archive::compress::{
     self, compression_of, decompress, read_up_to,
 };
 use zinstall_archive::names::{self, Name};
 use zinstall_archive::tar::{self, TarError};
-use zinstall_archive::ArchiveRefusal;
 
 use super::{UnpackOptions, UnpackReport, first_member, limits};
 use crate::error::{Error, Op, Result};
