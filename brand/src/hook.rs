@@ -288,6 +288,7 @@ fn cmd_install(
         cancel: None,
         pool: None,
         listener: None,
+        platform: None,
     };
     match job.run() {
         Ok(_) => OK,

@@ -560,6 +560,32 @@ pub fn remove_tree(path: &Path) -> Result<()> {
     std::fs::remove_dir(path).map_err(|e| Error::io(Op::Remove, path, e))
 }
 
+/// Removes `name` in the directory `dir` (a tree, with everything in it,
+/// or a single entry), never following a symlink and never leaving the
+/// filesystem: a symlink is removed itself. `shown` names it in errors.
+/// Nothing there is not an error.
+pub(crate) fn remove_at(dir: RawFd, name: &CStr, shown: &Path) -> Result<()> {
+    let Some(st) =
+        at::lstat(dir, name).map_err(|e| Error::io(Op::Stat, shown, e))?
+    else {
+        return Ok(());
+    };
+    if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
+        return at::unlink(dir, name, false)
+            .map_err(|e| Error::io(Op::Remove, shown, e));
+    }
+    let fd =
+        at::open_dir(dir, name).map_err(|e| Error::io(Op::Open, shown, e))?;
+    let left = empty_dir(fd, shown)?;
+    if !left.is_empty() {
+        return Err(Error::MountsLeft {
+            path: shown.to_path_buf(),
+            mounts: left,
+        });
+    }
+    at::unlink(dir, name, true).map_err(|e| Error::io(Op::Remove, shown, e))
+}
+
 /// One directory on the way down: who it is and what is left to visit.
 struct Level {
     /// Its `(dev, ino)`, to recognise it when coming back up.

@@ -339,6 +339,11 @@ pub enum Error {
         /// What is wrong with it.
         problem: DefaultsProblem,
     },
+    /// An OCI image was refused or could not be read: a blob that is not
+    /// what its descriptor says, a layer's diff_id, the platform, the
+    /// layout (image, blob and why).
+    #[error(transparent)]
+    Oci(#[from] zinstall_oci::Error),
     /// A rule pattern does not compile.
     #[error("bad rule pattern {pattern:?}: {message}")]
     Rule {
@@ -511,6 +516,7 @@ impl Error {
             | Error::MountsLeft { path, .. } => path,
             Error::Defaults { file, .. } => file,
             Error::Archive { archive, .. } => archive,
+            Error::Oci(e) => e.image(),
             Error::Rule { .. } => Path::new(""),
         }
     }
@@ -553,7 +559,8 @@ impl From<Error> for io::Error {
             }
             Error::Defaults { .. }
             | Error::Rule { .. }
-            | Error::Archive { .. } => io::ErrorKind::InvalidData,
+            | Error::Archive { .. }
+            | Error::Oci(_) => io::ErrorKind::InvalidData,
         };
         io::Error::new(kind, e)
     }

@@ -24,6 +24,8 @@
 //!   [`RuleSet`] (link, copy, skip by glob), [`Progress`] to watch it.
 //! * [`unpack`]: a tar layer (plain, gzip, zstd, xz) applied beneath a
 //!   root by the same kind of writer; [`pack`]: a tree made a layer.
+//! * [`oci`]: OCI images (layout directories, oci-archives): layers
+//!   checked against their digests and applied with their whiteouts.
 //! * [`beneath`]: the writer's base: a [`beneath::Root`] opened without
 //!   following links, directories opened beneath it, `remove_tree`.
 //! * [`Pool`]: one worker budget shared by many runs (a service's);
@@ -51,6 +53,7 @@ pub mod defaults;
 mod engine;
 pub mod error;
 pub mod fsutil;
+pub mod oci;
 pub mod pack;
 pub mod plan;
 mod pool;

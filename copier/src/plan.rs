@@ -82,6 +82,7 @@ pub struct Plan {
     pub(crate) cross_fs: bool,
     pub(crate) skip_special: bool,
     pub(crate) merge: bool,
+    pub(crate) layered: bool,
     pub(crate) sync: bool,
     pub(crate) preserve_owner: Option<bool>,
     pub(crate) rules: Option<Arc<RuleSet>>,
@@ -112,6 +113,7 @@ impl Plan {
             cross_fs: false,
             skip_special: false,
             merge: false,
+            layered: false,
             sync: false,
             preserve_owner: None,
             rules: None,
@@ -166,6 +168,18 @@ impl Plan {
     /// replaces a non-directory or the reverse; that is an error.
     pub fn merge(mut self, yes: bool) -> Self {
         self.merge = yes;
+        self
+    }
+
+    /// Merge as an image layer goes onto the layers below it: every entry
+    /// is written even where a like one is there (a layer may change only
+    /// a file's mode, or its bytes but not its size and time), and an
+    /// entry of another type in the way is removed first (a directory
+    /// with everything in it, a symlink itself), never followed. Implies
+    /// [`merge`](Plan::merge).
+    pub fn layered(mut self, yes: bool) -> Self {
+        self.layered = yes;
+        self.merge |= yes;
         self
     }
 
@@ -282,6 +296,7 @@ impl fmt::Debug for Plan {
             .field("cross_fs", &self.cross_fs)
             .field("skip_special", &self.skip_special)
             .field("merge", &self.merge)
+            .field("layered", &self.layered)
             .field("sync", &self.sync)
             .field("rules", &self.rules.is_some())
             .field("walk_only", &self.walk_only)

@@ -59,7 +59,7 @@ use zinstall_archive::names::{self, Name};
 use zinstall_archive::tar::{self, TarError};
 use zinstall_archive::{ArchiveKind, ArchiveMeta, ArchiveRefusal};
 
-use crate::beneath::{Chain, Root, WalkFail};
+use crate::beneath::{self, Chain, Root, WalkFail};
 use crate::cancel::Cancel;
 use crate::error::{Error, Met, Op, Result};
 use crate::probes;
@@ -70,6 +70,10 @@ use crate::tunables::Tunables;
 
 mod survey;
 pub use survey::survey;
+mod layered;
+
+pub use layered::{Change, Whiteouts};
+use layered::{Class, Layered};
 
 /// From a stream, bodies up to this size go to the pool in memory; larger
 /// ones are streamed by the reader. From a plain tar file every body goes
@@ -105,6 +109,9 @@ pub struct UnpackOptions {
     pub pool: Option<crate::Pool>,
     /// Hears of each member as it is unpacked (`tar -v`).
     pub listener: Option<Arc<dyn crate::Listener>>,
+    /// OCI whiteouts: ignored (zinstall layers, plain tarballs), applied
+    /// to the root, or recorded (see the `layered` module).
+    pub whiteouts: Whiteouts,
 }
 
 impl Default for UnpackOptions {
@@ -118,6 +125,7 @@ impl Default for UnpackOptions {
             cancel: None,
             pool: None,
             listener: None,
+            whiteouts: Whiteouts::Off,
         }
     }
 }
@@ -132,6 +140,10 @@ pub struct UnpackReport {
     pub meta: Option<ArchiveMeta>,
     /// What could not be kept (owners when not root).
     pub notices: Vec<Notice>,
+    /// Recording whiteouts ([`Whiteouts::Record`]): what the layer
+    /// changes besides its tree, in the archive's order, then the
+    /// directories it has no entry for.
+    pub changes: Vec<Change>,
 }
 
 /// Unpacks the archive file `archive` (tar, tar.gz, tar.zst or tar.xz,
@@ -379,6 +391,7 @@ fn run<R: Read>(
         stats,
         meta: outcome.meta,
         notices,
+        changes: outcome.changes,
     })
 }
 
@@ -567,6 +580,7 @@ struct ReadOutcome {
     stats: Stats,
     meta: Option<ArchiveMeta>,
     dirs: Vec<(Name, Meta)>,
+    changes: Vec<Change>,
 }
 
 impl Ctx<'_> {
@@ -950,6 +964,7 @@ fn read_all<R: Read>(
     let mut subtree = false;
     let mut queued: HashSet<Vec<u8>> = HashSet::new();
     let mut chain = Chain::new(Arc::clone(&ctx.root_fd));
+    let mut layered = Layered::new(ctx.opts.whiteouts);
     // Waits until every queued file is written. False: the pool is gone.
     let barrier = |pool: &mut Option<Batcher<'_>>,
                    queued: &mut HashSet<Vec<u8>>|
@@ -987,6 +1002,45 @@ fn read_all<R: Read>(
             }
             name.parts.remove(0);
         }
+        if let Some(lay) = layered.as_mut() {
+            let class = layered::classify(&name.parts).map_err(|why| {
+                ctx.refuse(&shown_entry, ArchiveRefusal::Corrupt(why))
+            })?;
+            match class {
+                Class::Entry => {}
+                Class::Skip => {
+                    out.stats.skipped += 1;
+                    continue;
+                }
+                Class::Opaque => {
+                    // What this layer queued stays; nothing is removed
+                    // from under a worker.
+                    if lay.applying() && !barrier(&mut pool, &mut queued) {
+                        break;
+                    }
+                    lay.opaque(ctx, &mut chain, name.parent(), &shown_entry)?;
+                    continue;
+                }
+                Class::Whiteout(leaf) => {
+                    let mut target = name.parent().to_vec();
+                    target.push(leaf.clone());
+                    if lay.applying()
+                        && lay.made(&target)
+                        && !barrier(&mut pool, &mut queued)
+                    {
+                        break;
+                    }
+                    lay.whiteout(
+                        ctx,
+                        &mut chain,
+                        name.parent(),
+                        &leaf,
+                        &shown_entry,
+                    )?;
+                    continue;
+                }
+            }
+        }
         let meta = Meta::of(&m).map_err(|why| {
             ctx.refuse(&shown_entry, ArchiveRefusal::Corrupt(why))
         })?;
@@ -1005,11 +1059,28 @@ fn read_all<R: Read>(
             break;
         }
         let parent_parts = name.parent().to_vec();
+        if let Some(lay) = layered.as_mut() {
+            lay.touch(ctx, &mut chain, &parent_parts)?;
+        }
         let dir =
             ctx.open_dir(&mut chain, &parent_parts, &shown_entry, true)?;
         let dfd = dir.as_raw_fd();
         let shown = ctx.shown(&name.parts);
-        let now = existing(dfd, &leaf, &shown)?;
+        let mut now = existing(dfd, &leaf, &shown)?;
+        if let Some(lay) = layered.as_mut() {
+            // A lower layer's directory becomes a file, or its symlink a
+            // directory: what it left goes. Within one layer, refused.
+            let dir_entry = m.kind == tar::Kind::Directory;
+            if lay.applying()
+                && !lay.made(&name.parts)
+                && ((now == Existing::Dir && !dir_entry)
+                    || (now == Existing::Symlink && dir_entry))
+            {
+                beneath::remove_at(dfd, &leaf, &shown)?;
+                now = Existing::Nothing;
+            }
+            lay.note(&name.parts);
+        }
         let not_over_dir = || {
             if now == Existing::Dir {
                 Err(ctx.refuse(&shown_entry, ArchiveRefusal::FileOverDirectory))
@@ -1225,6 +1296,12 @@ fn read_all<R: Read>(
         pool.flush();
     }
     ctx.pending.wait_empty();
+    if let Some(lay) = layered
+        && ended
+        && !ctx.stopped()
+    {
+        out.changes = lay.finish(ctx, &mut chain, &out.dirs)?;
+    }
     if ended {
         // The rest must be zeros, and a compressed stream is read to its
         // end so its checksums and trailer are verified.

@@ -176,6 +176,7 @@ fn install(
         cancel: Some(job.cancel.clone()),
         pool: Some(d.pool().clone()),
         listener: None,
+        platform: None,
     }
     .run();
     match r {

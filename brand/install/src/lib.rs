@@ -25,6 +25,7 @@
 //!     cancel: None,
 //!     pool: None,
 //!     listener: None,
+//!     platform: None,
 //! }
 //! .run()?;
 //! println!("{} bytes", summary.stats.bytes);
@@ -97,7 +98,10 @@ pub struct Install<'a> {
     pub zonepath: PathBuf,
     /// What to install.
     pub profile: Profile,
-    /// Image layers, applied in order after the baseline.
+    /// Image layers, applied in order after the baseline: tarballs, or
+    /// OCI images (a layout directory or oci-archive, `IMAGE:REF` to name
+    /// one in its index), whose layers are applied in order with their
+    /// whiteouts.
     pub images: Vec<PathBuf>,
     /// The engine's knobs.
     pub tunables: Tunables,
@@ -115,6 +119,9 @@ pub struct Install<'a> {
     /// Hears of each entry written into the root (`-v`), or in a
     /// [`preview`](Install::preview) of each that would be.
     pub listener: Option<std::sync::Arc<dyn copier::Listener>>,
+    /// The platform an OCI image must be for (and the one chosen from a
+    /// multi-platform index); `None`: the host's.
+    pub platform: Option<copier::oci::Platform>,
 }
 
 /// What an install did.
@@ -246,6 +253,25 @@ impl Install<'_> {
             add(&mut sum.stats, &r.stats);
         }
         for a in &archives {
+            if let Some(image) = &a.oci {
+                // Each layer's blob checked against its digest; what it
+                // would write is known only by unpacking it.
+                for i in 0..image.layers.len() {
+                    (self.events)(&Event::Unpacking {
+                        path: image.layer_path(i),
+                        kind: a.kind,
+                    });
+                    image.layer(i).and_then(|mut b| b.finish()).map_err(
+                        |e| {
+                            InstallError::before(Cause::Step {
+                                step: "check OCI image".into(),
+                                source: Box::new(copier::Error::Oci(e)),
+                            })
+                        },
+                    )?;
+                }
+                continue;
+            }
             (self.events)(&Event::Unpacking {
                 path: a.path.clone(),
                 kind: a.kind,
@@ -393,6 +419,7 @@ impl Install<'_> {
                         path,
                         kind: ArchiveKind::Baseline,
                         expect,
+                        oci: None,
                     });
                 }
                 None if b.required => {
@@ -406,12 +433,24 @@ impl Install<'_> {
             }
         }
         for img in &self.images {
+            if let Some(image) = oci_image(img, self.platform.as_ref())
+                .map_err(InstallError::before)?
+            {
+                archives.push(Archive {
+                    path: image.path.clone(),
+                    kind: ArchiveKind::Layer,
+                    expect: None,
+                    oci: Some(Box::new(image)),
+                });
+                continue;
+            }
             let expect = check_kind(img, ArchiveKind::Layer)
                 .map_err(InstallError::before)?;
             archives.push(Archive {
                 path: img.clone(),
                 kind: ArchiveKind::Layer,
                 expect,
+                oci: None,
             });
         }
         Ok(archives)
@@ -475,6 +514,10 @@ impl Install<'_> {
             add(&mut sum.stats, s);
         }
         for a in archives {
+            if let Some(image) = &a.oci {
+                self.apply_oci(image, root, &mut sum)?;
+                continue;
+            }
             let (path, kind) = (a.path.clone(), a.kind);
             (self.events)(&Event::Unpacking {
                 path: path.clone(),
@@ -491,6 +534,7 @@ impl Install<'_> {
                 cancel: self.cancel.clone(),
                 pool: self.pool.clone(),
                 listener: self.listener.clone(),
+                whiteouts: Default::default(),
             };
             let r = unpack::unpack(&path, root, &opts);
             self.step_done(&step, t0, r.is_err());
@@ -544,6 +588,53 @@ impl Install<'_> {
             (self.events)(&Event::Notice(n.clone()));
         }
         Ok(sum)
+    }
+
+    /// Applies an OCI image's layers in order, whiteouts and all; each
+    /// layer is one unpack step, checked against its digest and diff_id.
+    fn apply_oci(
+        &mut self,
+        image: &copier::oci::Image,
+        root: &Path,
+        sum: &mut Summary,
+    ) -> Result<(), Cause> {
+        for i in 0..image.layers.len() {
+            let path = image.layer_path(i);
+            (self.events)(&Event::Unpacking {
+                path: path.clone(),
+                kind: ArchiveKind::Layer,
+            });
+            let step = format!("unpack {}", path.display());
+            let t0 = self.step_start(&step);
+            let opts = UnpackOptions {
+                tunables: self.tunables,
+                expect: None,
+                allow_devices: self.profile.allow_devices,
+                max_bytes: self.profile.max_archive_bytes,
+                preserve_owner: None,
+                cancel: self.cancel.clone(),
+                pool: self.pool.clone(),
+                listener: self.listener.clone(),
+                whiteouts: unpack::Whiteouts::Apply,
+            };
+            let r = copier::oci::unpack_layer(image, i, root, &opts);
+            self.step_done(&step, t0, r.is_err());
+            let r = r.map_err(|source| Cause::Step {
+                step: "unpack".into(),
+                source: Box::new(source),
+            })?;
+            let took = t0.elapsed();
+            (self.events)(&Event::Unpacked {
+                path: path.clone(),
+                stats: r.stats.clone(),
+                took,
+            });
+            info!(self.log, "unpacked"; "archive" => %path.display(), "files" => r.stats.files,
+                  "bytes" => r.stats.bytes, "ms" => took.as_millis() as u64);
+            merge_notices(&mut sum.notices, &r.notices);
+            add(&mut sum.stats, &r.stats);
+        }
+        Ok(())
     }
 
     fn plan(&self, src: &Path, dst: &Path) -> Plan {
@@ -633,6 +724,40 @@ struct Archive {
     kind: ArchiveKind,
     /// What its `zinstall.json` says; `None` for a plain tarball.
     expect: Option<ArchiveKind>,
+    /// An OCI image (`path` is its layout or archive), opened and checked.
+    oci: Option<Box<copier::oci::Image>>,
+}
+
+/// The OCI image `arg` names (`IMAGE` or `IMAGE:REF`), told by content,
+/// opened and checked (index, manifest, config, platform, layer types;
+/// each layer's bytes are checked as it is unpacked); `None` if it is not
+/// one.
+pub fn oci_image(
+    arg: &Path,
+    platform: Option<&copier::oci::Platform>,
+) -> Result<Option<copier::oci::Image>, Cause> {
+    use copier::oci::{Form, Select};
+    let (path, reference) = copier::oci::split_reference(arg);
+    let refused = |source: copier::Error| Cause::Step {
+        step: "check OCI image".into(),
+        source: Box::new(source),
+    };
+    match copier::oci::sniff(&path) {
+        // A compressed oci-archive is refused by the open, saying so.
+        Ok(Some(Form::Layout | Form::Archive | Form::CompressedArchive(_))) => {
+        }
+        // Not an image (or unreadable): the tarball checks say why.
+        Ok(None) | Err(_) => return Ok(None),
+    }
+    let select = Select {
+        reference,
+        platform: platform
+            .cloned()
+            .unwrap_or_else(copier::oci::Platform::host),
+    };
+    copier::oci::Image::open(&path, &select)
+        .map(Some)
+        .map_err(|e| refused(copier::Error::Oci(e)))
 }
 
 /// Tells a zinstall archive from a plain rootfs tarball by its first

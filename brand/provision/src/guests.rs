@@ -472,6 +472,7 @@ fn build(
                 cancel: opts.cancel.clone(),
                 pool: opts.pool.clone(),
                 listener: opts.listener.clone(),
+                whiteouts: Default::default(),
             };
             unpack::unpack_from(stream, image, payload, &uo)?;
         }

@@ -26,8 +26,14 @@ pub struct InstallArgs {
     /// Write the structured log here instead of the profile's path.
     #[arg(long, value_name = "FILE")]
     pub log: Option<PathBuf>,
-    /// Image layers, applied in order after the baseline.
+    /// Image layers, applied in order after the baseline: tarballs, or
+    /// OCI images (a layout directory or oci-archive; IMAGE:REF names one
+    /// in its index).
     pub images: Vec<PathBuf>,
+    /// The platform OCI images must be for, and the one chosen from a
+    /// multi-platform index (OS/ARCH[/VARIANT]; default: this host's).
+    #[arg(long, value_name = "OS/ARCH")]
+    pub platform: Option<copier::oci::Platform>,
     #[command(flatten)]
     pub tunables: TunableArgs,
     /// Print each step and the outcome as JSON lines (`{"event":...}`,
@@ -135,6 +141,7 @@ fn job<'a>(
         pool: None,
         listener: (args.verbose && !args.json)
             .then(|| std::sync::Arc::new(output::Listing) as _),
+        platform: args.platform.clone(),
     }
 }
 

@@ -269,6 +269,7 @@ impl<'s, 'p> Walker<'s, 'p> {
                     &leaf,
                     &dst,
                     self.shared.plan.merge,
+                    self.shared.plan.layered,
                 )?
             }
         };
@@ -471,10 +472,25 @@ fn make_dir(
     leaf: &std::ffi::CStr,
     dst: &Path,
     merge: bool,
+    layered: bool,
 ) -> Result<OwnedFd> {
     match at::mkdir(parent, leaf, 0o700) {
         Ok(()) => {}
-        Err(e) if merge && e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) if merge && e.kind() == io::ErrorKind::AlreadyExists => {
+            // A layer's directory replaces a lower layer's file or
+            // symlink there (the symlink removed, never followed).
+            if layered
+                && at::lstat(parent, leaf)
+                    .map_err(|e| Error::io(Op::Stat, dst, e))?
+                    .is_some_and(|st| {
+                        st.st_mode & libc::S_IFMT != libc::S_IFDIR
+                    })
+            {
+                crate::beneath::remove_at(parent, leaf, dst)?;
+                at::mkdir(parent, leaf, 0o700)
+                    .map_err(|e| Error::io(Op::Mkdir, dst, e))?;
+            }
+        }
         Err(e) => return Err(Error::io(Op::Mkdir, dst, e)),
     }
     beneath::step(parent, leaf, None).map_err(|f| match f {

@@ -646,13 +646,22 @@ impl<'s, 'p> Worker<'s, 'p> {
         if !self.shared.plan.merge {
             return Ok(Placement::Direct);
         }
+        let layered = self.shared.plan.layered;
         match at::lstat(job.dir.as_raw_fd(), &job.leaf) {
             Err(e) => Err(Error::io(Op::Stat, &job.dst, e)),
             Ok(None) => Ok(Placement::Direct),
             Ok(Some(st)) if st.st_mode & libc::S_IFMT == libc::S_IFDIR => {
-                Err(Error::refused(&job.dst, Refusal::Conflict))
+                if !layered {
+                    return Err(Error::refused(&job.dst, Refusal::Conflict));
+                }
+                crate::beneath::remove_at(
+                    job.dir.as_raw_fd(),
+                    &job.leaf,
+                    &job.dst,
+                )?;
+                Ok(Placement::Direct)
             }
-            Ok(Some(st)) if same(&st) => Ok(Placement::Unchanged),
+            Ok(Some(st)) if !layered && same(&st) => Ok(Placement::Unchanged),
             Ok(Some(_)) => Ok(Placement::Replace(self.shared.temp_name())),
         }
     }

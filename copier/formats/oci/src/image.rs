@@ -1,0 +1,406 @@
+//! One image of a layout: the manifest chosen from its index, its config
+//! and its layers, every JSON blob checked before it is parsed.
+
+use std::path::{Path, PathBuf};
+
+use oci_spec::image::{
+    Descriptor, ImageConfiguration, ImageIndex, ImageManifest, MediaType,
+    OciLayout,
+};
+use serde::de::DeserializeOwned;
+use zinstall_archive::compress::Compression;
+
+use crate::digest::{Digest, sha256_hex};
+use crate::error::{Error, Result};
+use crate::platform::Platform;
+use crate::store::{BlobReader, Store};
+
+/// The most an index, manifest or config may be: they are small JSON
+/// documents (a manifest of 100 layers is about 20 KiB); anything larger
+/// is refused before it is read.
+pub const MAX_JSON: u64 = 4 << 20;
+
+/// Indexes nested in indexes followed at most.
+const MAX_DEPTH: usize = 4;
+
+/// The annotation that names an image in a layout's index (`DIR:REF`).
+pub const REF_NAME: &str = "org.opencontainers.image.ref.name";
+
+const DOCKER_MANIFEST: &str =
+    "application/vnd.docker.distribution.manifest.v2+json";
+const DOCKER_LIST: &str =
+    "application/vnd.docker.distribution.manifest.list.v2+json";
+const DOCKER_CONFIG: &str = "application/vnd.docker.container.image.v1+json";
+const DOCKER_LAYER_GZIP: &str =
+    "application/vnd.docker.image.rootfs.diff.tar.gzip";
+
+/// Which image of a layout to take.
+#[derive(Clone, Debug)]
+pub struct Select {
+    /// The index entry whose `org.opencontainers.image.ref.name` is this;
+    /// `None`: the only one, or the one for `platform`.
+    pub reference: Option<String>,
+    /// The platform the image must be for (the host's, unless the user
+    /// names another).
+    pub platform: Platform,
+}
+
+impl Default for Select {
+    fn default() -> Self {
+        Select {
+            reference: None,
+            platform: Platform::host(),
+        }
+    }
+}
+
+/// One layer of an image.
+#[derive(Clone, Debug)]
+pub struct Layer {
+    /// The compressed blob's digest.
+    pub digest: Digest,
+    /// Its size, from the manifest (checked against the blob).
+    pub size: u64,
+    /// Its media type.
+    pub media_type: String,
+    /// How the tar stream is compressed.
+    pub compression: Compression,
+    /// The uncompressed stream's digest, from the config.
+    pub diff_id: Digest,
+}
+
+/// An image: a layout (or oci-archive) and the manifest chosen in it.
+#[derive(Debug)]
+pub struct Image {
+    /// The layout directory or archive, as given.
+    pub path: PathBuf,
+    store: Store,
+    /// The manifest's digest, as the index gives it.
+    pub manifest_digest: Digest,
+    /// SHA-256 of the manifest's bytes: the image's content address.
+    pub manifest_sha256: String,
+    /// The config's os/architecture/variant.
+    pub platform: Platform,
+    /// The layers, lowest first.
+    pub layers: Vec<Layer>,
+}
+
+impl Image {
+    /// Opens the layout directory or oci-archive at `path` and chooses
+    /// its image as `select` says. Every index, manifest and config read
+    /// is checked against its digest and size first; every layer's media
+    /// type, digest and diff_id are checked here, their contents as they
+    /// are read ([`Image::layer`]).
+    pub fn open(path: &Path, select: &Select) -> Result<Image> {
+        let store = Store::open(path)?;
+        let ctx = Ctx {
+            image: path,
+            store: &store,
+        };
+        let layout: OciLayout = ctx.parse(
+            "oci-layout",
+            &store.read_file(path, "oci-layout", MAX_JSON)?,
+        )?;
+        if !layout.image_layout_version().starts_with("1.") {
+            return Err(ctx.bad(
+                "oci-layout",
+                format!(
+                    "imageLayoutVersion {:?}; zinstall reads 1.x",
+                    layout.image_layout_version()
+                ),
+            ));
+        }
+        let index: ImageIndex = ctx.parse(
+            "index.json",
+            &store.read_file(path, "index.json", MAX_JSON)?,
+        )?;
+        let mut candidates: Vec<Descriptor> = index.manifests().clone();
+        if let Some(r) = &select.reference {
+            let all = ref_names(&candidates);
+            candidates.retain(|d| ref_name(d) == Some(r.as_str()));
+            if candidates.is_empty() {
+                return Err(ctx.bad(
+                    "index.json",
+                    format!("no image named {r:?} (it names {})", list(&all)),
+                ));
+            }
+        }
+        let mut depth = 0;
+        let manifest_desc = loop {
+            let d = ctx.choose(&candidates, select)?;
+            let mt = d.media_type().to_string();
+            if d.media_type() == &MediaType::ImageIndex || mt == DOCKER_LIST {
+                depth += 1;
+                if depth > MAX_DEPTH {
+                    return Err(ctx.bad(
+                        "index.json",
+                        format!("indexes nested more than {MAX_DEPTH} deep"),
+                    ));
+                }
+                let (inner, _): (ImageIndex, _) = ctx.blob_json(&d, "index")?;
+                candidates = inner.manifests().clone();
+                continue;
+            }
+            if d.media_type() != &MediaType::ImageManifest
+                && mt != DOCKER_MANIFEST
+            {
+                return Err(ctx.bad(
+                    &format!("descriptor {}", d.digest()),
+                    format!("media type {mt} is not an image manifest"),
+                ));
+            }
+            break d;
+        };
+        let manifest_digest = ctx.digest(&manifest_desc)?;
+        let (manifest, manifest_bytes): (ImageManifest, _) =
+            ctx.blob_json(&manifest_desc, "manifest")?;
+        if let Some(mt) = manifest.media_type()
+            && mt != manifest_desc.media_type()
+        {
+            return Err(ctx.bad(
+                &format!("manifest {manifest_digest}"),
+                format!(
+                    "says it is {mt}, its descriptor {}",
+                    manifest_desc.media_type()
+                ),
+            ));
+        }
+        let cd = manifest.config();
+        let cmt = cd.media_type().to_string();
+        if cd.media_type() != &MediaType::ImageConfig && cmt != DOCKER_CONFIG {
+            return Err(ctx.bad(
+                &format!("config {}", cd.digest()),
+                format!("media type {cmt} is not an image config"),
+            ));
+        }
+        let (config, _): (ImageConfiguration, _) =
+            ctx.blob_json(cd, "config")?;
+        let platform = Platform {
+            os: config.os().to_string(),
+            architecture: config.architecture().to_string(),
+            variant: config.variant().clone(),
+        };
+        if !select.platform.matches(
+            &platform.os,
+            &platform.architecture,
+            platform.variant.as_deref(),
+        ) {
+            return Err(Error::Platform {
+                image: path.to_path_buf(),
+                wanted: select.platform.to_string(),
+                found: platform.to_string(),
+            });
+        }
+        let config_name = format!("config {}", cd.digest());
+        if config.rootfs().typ() != "layers" {
+            return Err(ctx.bad(
+                &config_name,
+                format!(
+                    "rootfs.type {:?}, not \"layers\"",
+                    config.rootfs().typ()
+                ),
+            ));
+        }
+        let diff_ids = config.rootfs().diff_ids();
+        if diff_ids.len() != manifest.layers().len() {
+            return Err(ctx.bad(
+                &config_name,
+                format!(
+                    "{} diff_ids for the manifest's {} layers",
+                    diff_ids.len(),
+                    manifest.layers().len()
+                ),
+            ));
+        }
+        let mut layers = Vec::with_capacity(diff_ids.len());
+        for (d, diff) in manifest.layers().iter().zip(diff_ids) {
+            let digest = ctx.digest(d)?;
+            let media_type = d.media_type().to_string();
+            let compression = match d.media_type() {
+                MediaType::ImageLayer => Compression::None,
+                MediaType::ImageLayerGzip => Compression::Gzip,
+                MediaType::ImageLayerZstd => Compression::Zstd,
+                MediaType::Other(s) if s == DOCKER_LAYER_GZIP => {
+                    Compression::Gzip
+                }
+                _ => {
+                    return Err(Error::MediaType {
+                        image: path.to_path_buf(),
+                        digest: digest.to_string(),
+                        media_type,
+                    });
+                }
+            };
+            let diff_id = Digest::parse(diff).map_err(|why| {
+                ctx.bad(&config_name, format!("diff_id: {why}"))
+            })?;
+            layers.push(Layer {
+                digest,
+                size: d.size(),
+                media_type,
+                compression,
+                diff_id,
+            });
+        }
+        let manifest_sha256 = sha256_hex(&manifest_bytes);
+        Ok(Image {
+            path: path.to_path_buf(),
+            store,
+            manifest_digest,
+            manifest_sha256,
+            platform,
+            layers,
+        })
+    }
+
+    /// The compressed bytes of layer `i`, exactly its size (checked when
+    /// opened), hashed as they are read: call [`BlobReader::finish`]
+    /// after reading.
+    pub fn layer(&self, i: usize) -> Result<BlobReader> {
+        let l = &self.layers[i];
+        self.store.blob(&self.path, &l.digest, l.size)
+    }
+
+    /// Where layer `i` is, for messages: `IMAGE/blobs/ALG/HEX` (inside
+    /// the archive, for an oci-archive).
+    pub fn layer_path(&self, i: usize) -> PathBuf {
+        self.path.join(self.layers[i].digest.blob_path())
+    }
+
+    /// Every layer's compressed bytes checked against its digest, without
+    /// unpacking anything.
+    pub fn verify_layers(&self) -> Result<()> {
+        for i in 0..self.layers.len() {
+            self.layer(i)?.finish()?;
+        }
+        Ok(())
+    }
+}
+
+struct Ctx<'a> {
+    image: &'a Path,
+    store: &'a Store,
+}
+
+impl Ctx<'_> {
+    fn bad(&self, what: &str, why: String) -> Error {
+        Error::Layout {
+            image: self.image.to_path_buf(),
+            what: what.to_string(),
+            why,
+        }
+    }
+
+    fn parse<T: DeserializeOwned>(
+        &self,
+        what: &str,
+        bytes: &[u8],
+    ) -> Result<T> {
+        serde_json::from_slice(bytes).map_err(|e| self.bad(what, e.to_string()))
+    }
+
+    fn digest(&self, d: &Descriptor) -> Result<Digest> {
+        Digest::parse(d.digest().as_ref())
+            .map_err(|why| self.bad(&format!("descriptor {}", d.digest()), why))
+    }
+
+    /// A JSON blob: its size bounded before reading, its digest checked
+    /// before parsing.
+    fn blob_json<T: DeserializeOwned>(
+        &self,
+        d: &Descriptor,
+        what: &str,
+    ) -> Result<(T, Vec<u8>)> {
+        let digest = self.digest(d)?;
+        if d.size() > MAX_JSON {
+            return Err(Error::TooLarge {
+                image: self.image.to_path_buf(),
+                what: format!("{what} {digest}"),
+                size: d.size(),
+                limit: MAX_JSON,
+            });
+        }
+        let bytes = self
+            .store
+            .blob(self.image, &digest, d.size())?
+            .read_checked()?;
+        let v = self.parse(&format!("{what} {digest}"), &bytes)?;
+        Ok((v, bytes))
+    }
+
+    /// The one descriptor of `c` to take: the only one, else the one for
+    /// the platform.
+    fn choose(&self, c: &[Descriptor], select: &Select) -> Result<Descriptor> {
+        match c {
+            [] => return Err(self.bad("index.json", "no manifests".into())),
+            [one] => return Ok(one.clone()),
+            _ => {}
+        }
+        let fits: Vec<&Descriptor> = c
+            .iter()
+            .filter(|d| {
+                d.platform().as_ref().is_some_and(|p| {
+                    select.platform.matches(
+                        &p.os().to_string(),
+                        &p.architecture().to_string(),
+                        p.variant().as_deref(),
+                    )
+                })
+            })
+            .collect();
+        match fits.as_slice() {
+            [one] => Ok((*one).clone()),
+            [] => Err(self.bad(
+                "index.json",
+                format!(
+                    "{} images, none for {} (platforms: {}; refs: {}); name \
+                     one as IMAGE:REF or with --platform",
+                    c.len(),
+                    select.platform,
+                    list(&platforms(c)),
+                    list(&ref_names(c))
+                ),
+            )),
+            many => Err(self.bad(
+                "index.json",
+                format!(
+                    "{} images for {} (refs: {}); name one as IMAGE:REF",
+                    many.len(),
+                    select.platform,
+                    list(&ref_names(c))
+                ),
+            )),
+        }
+    }
+}
+
+fn ref_name(d: &Descriptor) -> Option<&str> {
+    d.annotations()
+        .as_ref()
+        .and_then(|a| a.get(REF_NAME))
+        .map(String::as_str)
+}
+
+fn ref_names(c: &[Descriptor]) -> Vec<String> {
+    c.iter()
+        .filter_map(|d| ref_name(d).map(str::to_string))
+        .collect()
+}
+
+fn platforms(c: &[Descriptor]) -> Vec<String> {
+    c.iter()
+        .filter_map(|d| {
+            d.platform()
+                .as_ref()
+                .map(|p| format!("{}/{}", p.os(), p.architecture()))
+        })
+        .collect()
+}
+
+fn list(v: &[String]) -> String {
+    if v.is_empty() {
+        "none".into()
+    } else {
+        v.join(", ")
+    }
+}

@@ -1,0 +1,347 @@
+//! OCI images applied beneath a root (the format itself is
+//! [`zinstall_oci`]).
+//!
+//! Each layer's blob is decompressed and unpacked by the same sealed
+//! unpacker as any layer ([`crate::unpack`]), with whiteouts applied
+//! ([`Whiteouts::Apply`]) or recorded ([`Whiteouts::Record`]). Its
+//! digest is checked on the bytes read and its diff_id on the bytes
+//! unpacked; a layer whose bytes are not what the image says is an error
+//! naming the blob, and the caller throws away what it wrote.
+//!
+//! A layer unpacked alone (recorded) is applied later as a tree plus its
+//! [`Change`]s: [`prepare_layer`] removes what its whiteouts remove and
+//! keeps the metadata of directories the layer has no entry for, the
+//! caller copies the tree onto the root ([`crate::Plan::layered`], which
+//! reflinks where it can), and [`Kept::restore`] puts that metadata back.
+//! The result is the one applying the layer's tar stream gives.
+
+use std::ffi::{CString, OsStr};
+use std::io::BufReader;
+use std::os::fd::AsRawFd;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+
+pub use zinstall_oci::{
+    Digest, Form, Image, Layer, Platform, Select, sniff, split_reference,
+};
+
+use crate::beneath::{self, Chain, Root, WalkFail};
+use crate::error::{Error, Met, Op, Result};
+use crate::sys::posix::{Times, at, euid};
+use crate::unpack::{self, Change, UnpackOptions, UnpackReport, Whiteouts};
+
+/// Unpacks layer `i` of `image` into `root` as `opts` says (its
+/// `whiteouts` should be [`Whiteouts::Apply`] onto the lower layers, or
+/// [`Whiteouts::Record`] into an empty directory). Returns only once the
+/// blob's digest and the stream's diff_id matched.
+pub fn unpack_layer(
+    image: &Image,
+    i: usize,
+    root: &Path,
+    opts: &UnpackOptions,
+) -> Result<UnpackReport> {
+    let layer = &image.layers[i];
+    let shown = image.layer_path(i);
+    let mut raw = image.layer(i)?;
+    let r = (|| {
+        let stream = zinstall_archive::compress::decompress(
+            BufReader::with_capacity(1 << 20, &mut raw),
+            layer.compression,
+        )
+        .map_err(|e| Error::io(Op::Read, &shown, e))?;
+        let mut diff = zinstall_oci::DiffReader::new(
+            stream,
+            &image.path,
+            &layer.digest,
+            &layer.diff_id,
+        );
+        let report = unpack::unpack_from(&mut diff, &shown, root, opts)?;
+        diff.finish()?;
+        Ok(report)
+    })();
+    if let Err(Error::Cancelled { .. }) = &r {
+        return r;
+    }
+    // The blob's own digest first: a blob that is not what it says
+    // explains whatever else went wrong with it.
+    raw.finish()?;
+    r
+}
+
+/// Applies every layer of `image` onto `root` in order, whiteouts and
+/// all; the stats are the layers' together.
+pub fn apply(
+    image: &Image,
+    root: &Path,
+    opts: &UnpackOptions,
+) -> Result<UnpackReport> {
+    let opts = UnpackOptions {
+        whiteouts: Whiteouts::Apply,
+        ..opts.clone()
+    };
+    let mut total = UnpackReport::default();
+    for i in 0..image.layers.len() {
+        let r = unpack_layer(image, i, root, &opts)?;
+        total.stats.merge(&r.stats);
+        total.notices.extend(r.notices);
+    }
+    Ok(total)
+}
+
+/// A layer's changes as bytes: one record per change, a tag (`r`
+/// remove, `o` opaque, `d` directory without an entry), the path
+/// relative to the root, and a NUL (paths need not be UTF-8 and cannot
+/// hold NUL).
+pub fn encode_changes(changes: &[Change]) -> Vec<u8> {
+    let mut v = Vec::new();
+    for c in changes {
+        let (tag, p) = match c {
+            Change::Remove(p) => (b'r', p),
+            Change::Opaque(p) => (b'o', p),
+            Change::Implicit(p) => (b'd', p),
+        };
+        v.push(tag);
+        v.extend_from_slice(p.as_os_str().as_bytes());
+        v.push(0);
+    }
+    v
+}
+
+/// Reads what [`encode_changes`] wrote; every path must be relative
+/// with plain components.
+pub fn decode_changes(b: &[u8]) -> std::result::Result<Vec<Change>, String> {
+    let mut out = Vec::new();
+    let Some(body) = b.strip_suffix(&[0]) else {
+        return if b.is_empty() {
+            Ok(out)
+        } else {
+            Err("not NUL-terminated".into())
+        };
+    };
+    for rec in body.split(|&c| c == 0) {
+        let Some((&tag, path)) = rec.split_first() else {
+            return Err("an empty record".into());
+        };
+        let p = PathBuf::from(OsStr::from_bytes(path));
+        if !p.components().all(|c| matches!(c, Component::Normal(_))) {
+            return Err(format!("{}: not a plain relative path", p.display()));
+        }
+        out.push(match tag {
+            b'r' if !path.is_empty() => Change::Remove(p),
+            b'o' => Change::Opaque(p),
+            b'd' => Change::Implicit(p),
+            _ => {
+                return Err(format!(
+                    "bad record {:?}",
+                    String::from_utf8_lossy(rec)
+                ));
+            }
+        });
+    }
+    Ok(out)
+}
+
+/// What [`prepare_layer`] kept, to put back after the copy.
+pub struct Kept {
+    root: Root,
+    dirs: Vec<(Vec<CString>, Saved)>,
+}
+
+enum Saved {
+    /// A directory the layer has no entry for: all of it.
+    Whole {
+        mode: u32,
+        uid: u32,
+        gid: u32,
+        times: Times,
+    },
+    /// A directory the layer removes from but does not hold: its times.
+    Times(Times),
+}
+
+/// Before the tree `layer_tree` of a layer with `changes` is copied onto
+/// `root`: removes what its whiteouts remove (beneath the root, never
+/// through a symlink: one on the way is refused) and keeps the metadata
+/// the copy would wrongly change.
+pub fn prepare_layer(
+    root: &Path,
+    layer_tree: &Path,
+    changes: &[Change],
+) -> Result<Kept> {
+    let top = Root::open(root)?;
+    let mut chain = Chain::new(Arc::clone(top.fd()));
+    let mut dirs: Vec<(Vec<CString>, Saved)> = Vec::new();
+    let mut have = std::collections::HashSet::new();
+    let parts_of = |p: &Path| {
+        beneath::components(p).ok_or_else(|| {
+            Error::refused(root.join(p), crate::Refusal::NotBeneath)
+        })
+    };
+    // First what must be kept, before anything changes it.
+    for c in changes {
+        let (dir, whole) = match c {
+            Change::Implicit(d) => (d.as_path(), true),
+            Change::Opaque(d) => (d.as_path(), false),
+            Change::Remove(p) => (p.parent().unwrap_or(Path::new("")), false),
+        };
+        // The layer's own directory entry decides its metadata.
+        if !whole && std::fs::symlink_metadata(layer_tree.join(dir)).is_ok() {
+            continue;
+        }
+        let parts = parts_of(dir)?;
+        if !have.insert(parts.clone()) {
+            continue;
+        }
+        let Some(fd) = open_existing(&mut chain, root, &parts)? else {
+            continue;
+        };
+        let st = at::fstat(&*fd)
+            .map_err(|e| Error::io(Op::Stat, root.join(dir), e))?;
+        let times = times_of(&st);
+        dirs.push((
+            parts,
+            if whole {
+                Saved::Whole {
+                    mode: st.st_mode & 0o7777,
+                    uid: st.st_uid,
+                    gid: st.st_gid,
+                    times,
+                }
+            } else {
+                Saved::Times(times)
+            },
+        ));
+    }
+    for c in changes {
+        match c {
+            Change::Implicit(_) => {}
+            Change::Remove(p) => {
+                let parts = parts_of(p)?;
+                let Some((leaf, parent)) = parts.split_last() else {
+                    continue;
+                };
+                if let Some(fd) = open_existing(&mut chain, root, parent)? {
+                    beneath::remove_at(fd.as_raw_fd(), leaf, &root.join(p))?;
+                }
+            }
+            Change::Opaque(d) => {
+                let parts = parts_of(d)?;
+                if let Some(fd) = open_existing(&mut chain, root, &parts)? {
+                    let shown = root.join(d);
+                    let names = at::read_names(&*fd)
+                        .map_err(|e| Error::io(Op::ReadDir, &shown, e))?;
+                    for n in names {
+                        let child = shown.join(OsStr::from_bytes(n.as_bytes()));
+                        beneath::remove_at(fd.as_raw_fd(), &n, &child)?;
+                    }
+                }
+            }
+        }
+    }
+    Ok(Kept { root: top, dirs })
+}
+
+impl Kept {
+    /// Puts back what [`prepare_layer`] kept, once the layer's tree is
+    /// copied.
+    pub fn restore(self) -> Result<()> {
+        let mut chain = Chain::new(Arc::clone(self.root.fd()));
+        let root = self.root.path().to_path_buf();
+        for (parts, saved) in &self.dirs {
+            let Some(fd) = open_existing(&mut chain, &root, parts)? else {
+                continue;
+            };
+            let shown = || {
+                let mut p = root.clone();
+                for c in parts {
+                    p.push(OsStr::from_bytes(c.as_bytes()));
+                }
+                p
+            };
+            let times = match saved {
+                Saved::Whole {
+                    mode,
+                    uid,
+                    gid,
+                    times,
+                } => {
+                    if euid() == 0 {
+                        at::fchown(&*fd, *uid, *gid)
+                            .map_err(|e| Error::io(Op::Chown, shown(), e))?;
+                    }
+                    at::fchmod(&*fd, *mode)
+                        .map_err(|e| Error::io(Op::Chmod, shown(), e))?;
+                    times
+                }
+                Saved::Times(times) => times,
+            };
+            at::futimens(&*fd, times)
+                .map_err(|e| Error::io(Op::SetTimes, shown(), e))?;
+        }
+        Ok(())
+    }
+}
+
+/// The directory `parts` beneath the root, if there; a symlink (or a
+/// file) on the way is refused, as in an unpack.
+fn open_existing(
+    chain: &mut Chain,
+    root: &Path,
+    parts: &[CString],
+) -> Result<Option<Arc<std::os::fd::OwnedFd>>> {
+    let shown = || {
+        let mut p = root.to_path_buf();
+        for c in parts {
+            p.push(OsStr::from_bytes(c.as_bytes()));
+        }
+        p
+    };
+    match chain.open(parts, None) {
+        Ok(fd) => Ok(Some(fd)),
+        Err(WalkFail::Io(_, _, e))
+            if e.raw_os_error() == Some(libc::ENOENT) =>
+        {
+            Ok(None)
+        }
+        Err(f @ WalkFail::Met(_, Met::Symlink | Met::NotADirectory)) => {
+            Err(f.into_error(root, parts, &shown()))
+        }
+        Err(f) => Err(f.into_error(root, parts, &shown())),
+    }
+}
+
+// libc's stat field types differ between platforms.
+#[allow(clippy::unnecessary_cast)]
+fn times_of(st: &libc::stat) -> Times {
+    Times {
+        atime: (st.st_atime as i64, st.st_atime_nsec as i64),
+        mtime: (st.st_mtime as i64, st.st_mtime_nsec as i64),
+    }
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    #[test]
+    fn changes_round_trip_and_hostile_paths_are_refused() {
+        let c = vec![
+            Change::Remove("a/b".into()),
+            Change::Opaque("".into()),
+            Change::Implicit("usr/lib".into()),
+        ];
+        assert_eq!(decode_changes(&encode_changes(&c)).unwrap(), c);
+        assert_eq!(decode_changes(b"").unwrap(), vec![]);
+        for bad in [
+            &b"r../x\0"[..],
+            b"r/etc\0",
+            b"ra/../b\0",
+            b"x\0",
+            b"r\0",
+            b"ra",
+        ] {
+            assert!(decode_changes(bad).is_err(), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,394 @@
+//! OCI layers in the unpacker: whiteouts, type changes between layers,
+//! and the times of directories a layer changes without an entry.
+//!
+//! An OCI layer is applied onto what the layers below it left. Its
+//! members may be *whiteouts*: `DIR/.wh.NAME` removes `DIR/NAME`, a file
+//! or a whole tree, and `DIR/.wh..wh..opq` removes everything in `DIR`.
+//! Either applies only to what lower layers left: what this same layer
+//! adds stays, whatever the order of its members (a tar's order is the
+//! tool's), as containerd and umoci apply them. So the unpacker keeps the
+//! set of paths this layer made, with their ancestors, and a removal
+//! skips them, descending into a kept directory to remove what lower
+//! layers put beside them. The whiteout files themselves are never
+//! written.
+//!
+//! Every removal goes through the same descriptors as every write: the
+//! directory is opened beneath the root without following a symlink (a
+//! symlink on the way is refused, naming the member), and the tree is
+//! removed with `*at` calls that never follow one. A removal that must
+//! keep this layer's entries first waits for every file queued to the
+//! workers, so nothing is removed from under a worker.
+//!
+//! Between layers an entry may change type: a directory of a lower layer
+//! becomes a file, a symlink becomes a directory. What a lower layer left
+//! is replaced (the tree removed beneath the root); within one layer the
+//! usual refusals stand.
+//!
+//! A directory this layer adds to or removes from, but has no entry for,
+//! keeps its access and modification times, as umoci restores them: its
+//! times are taken before the first change and put back at the end.
+//!
+//! Recording instead of applying ([`Whiteouts::Record`]) is for a layer
+//! unpacked alone into an empty directory (the provision cache): the
+//! whiteouts, and the directories made only to hold entries, are returned
+//! as [`Change`]s to apply when the layer's tree is later copied onto a
+//! root.
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::{CString, OsStr};
+use std::os::fd::AsRawFd;
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+
+use zinstall_archive::ArchiveRefusal;
+use zinstall_archive::names::Name;
+
+use super::Ctx;
+use crate::beneath::{self, Chain, WalkFail};
+use crate::error::{Error, Met, Op, Result};
+use crate::sys::posix::{Times, at};
+
+/// How an unpack treats OCI whiteouts (`.wh.` names).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Whiteouts {
+    /// As ordinary names: zinstall's own layers and plain rootfs
+    /// tarballs.
+    #[default]
+    Off,
+    /// Applied to what lower layers left in the root: an OCI layer
+    /// unpacked onto a root.
+    Apply,
+    /// Recorded, not applied: an OCI layer unpacked alone into an empty
+    /// directory; the report's `changes` say what to apply.
+    Record,
+}
+
+/// What a layer changes that its tree alone does not show: paths are
+/// relative to the root.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// Remove this path, with everything beneath it, left by lower
+    /// layers (`.wh.NAME`).
+    Remove(PathBuf),
+    /// Remove everything lower layers left in this directory
+    /// (`.wh..wh..opq`).
+    Opaque(PathBuf),
+    /// A directory the layer holds entries in but has no entry for: a
+    /// lower layer's directory there keeps its metadata.
+    Implicit(PathBuf),
+}
+
+/// What a member is, to the layered unpack.
+pub(crate) enum Class {
+    /// An ordinary entry.
+    Entry,
+    /// `.wh.NAME`: remove NAME in the member's directory.
+    Whiteout(CString),
+    /// `.wh..wh..opq`: the member's directory hides lower layers'.
+    Opaque,
+    /// AUFS bookkeeping (`.wh..wh.plnk`, ...): skipped, as Docker does.
+    Skip,
+}
+
+const PREFIX: &[u8] = b".wh.";
+const OPAQUE: &[u8] = b".wh..wh..opq";
+const META: &[u8] = b".wh..wh.";
+
+/// Classifies a member by its checked name.
+pub(crate) fn classify(
+    parts: &[CString],
+) -> std::result::Result<Class, String> {
+    for (i, p) in parts.iter().enumerate() {
+        let b = p.as_bytes();
+        if !b.starts_with(PREFIX) {
+            continue;
+        }
+        let leaf = i + 1 == parts.len();
+        if leaf && b == OPAQUE {
+            return Ok(Class::Opaque);
+        }
+        if b.starts_with(META) {
+            return Ok(Class::Skip);
+        }
+        if !leaf {
+            return Err(format!(
+                "whiteout {:?} has entries beneath it",
+                String::from_utf8_lossy(b)
+            ));
+        }
+        let target = &b[PREFIX.len()..];
+        if target.is_empty() || target == b"." || target == b".." {
+            return Err(format!(
+                "whiteout {:?} names no entry",
+                String::from_utf8_lossy(b)
+            ));
+        }
+        return CString::new(target)
+            .map(Class::Whiteout)
+            .map_err(|_| "NUL in a whiteout".to_string());
+    }
+    Ok(Class::Entry)
+}
+
+fn rel_of(parts: &[CString]) -> Vec<u8> {
+    Name::joined(parts).into_bytes()
+}
+
+fn path_of(parts: &[CString]) -> PathBuf {
+    PathBuf::from(OsStr::from_bytes(&rel_of(parts)))
+}
+
+/// The layered unpack's state.
+pub(crate) struct Layered {
+    mode: Whiteouts,
+    /// Paths this layer made, and their ancestors.
+    upper: HashSet<Vec<u8>>,
+    /// Recording: directories above this layer's entries.
+    parents: HashMap<Vec<u8>, Vec<CString>>,
+    /// Applying: directories this layer changed, with their times before
+    /// (`None`: made by this layer).
+    seen: HashMap<Vec<u8>, Option<(Vec<CString>, Times)>>,
+    /// Recording: the whiteouts, in the archive's order.
+    changes: Vec<Change>,
+}
+
+impl Layered {
+    pub(crate) fn new(mode: Whiteouts) -> Option<Layered> {
+        (mode != Whiteouts::Off).then(|| Layered {
+            mode,
+            upper: HashSet::new(),
+            parents: HashMap::new(),
+            seen: HashMap::new(),
+            changes: Vec::new(),
+        })
+    }
+
+    pub(crate) fn applying(&self) -> bool {
+        self.mode == Whiteouts::Apply
+    }
+
+    /// Whether this layer made `parts` or anything beneath it.
+    pub(crate) fn made(&self, parts: &[CString]) -> bool {
+        self.upper.contains(&rel_of(parts))
+    }
+
+    /// Notes an entry of this layer, with its ancestors.
+    pub(crate) fn note(&mut self, parts: &[CString]) {
+        if !self.upper.insert(rel_of(parts)) {
+            return;
+        }
+        for k in (0..parts.len()).rev() {
+            let rel = rel_of(&parts[..k]);
+            if self.mode == Whiteouts::Record {
+                self.parents
+                    .entry(rel.clone())
+                    .or_insert_with(|| parts[..k].to_vec());
+            }
+            if !self.upper.insert(rel) {
+                break;
+            }
+        }
+    }
+
+    /// Before anything is made in or removed from the directory `parts`
+    /// (applying): keeps its times, and those of the directories above
+    /// it this layer has not changed yet, the first time.
+    pub(crate) fn touch(
+        &mut self,
+        ctx: &Ctx<'_>,
+        chain: &mut Chain,
+        parts: &[CString],
+    ) -> Result<()> {
+        if !self.applying() || self.seen.contains_key(&rel_of(parts)) {
+            return Ok(());
+        }
+        for k in 0..=parts.len() {
+            let rel = rel_of(&parts[..k]);
+            if self.seen.contains_key(&rel) {
+                continue;
+            }
+            match chain.open(&parts[..k], None) {
+                Ok(fd) => {
+                    let st = at::fstat(&*fd).map_err(|e| {
+                        Error::io(Op::Stat, ctx.shown(&parts[..k]), e)
+                    })?;
+                    self.seen.insert(
+                        rel,
+                        Some((parts[..k].to_vec(), times_of(&st))),
+                    );
+                }
+                // Missing: this layer makes it and what is below.
+                Err(WalkFail::Io(_, _, e))
+                    if e.raw_os_error() == Some(libc::ENOENT) =>
+                {
+                    for j in k..=parts.len() {
+                        self.seen.insert(rel_of(&parts[..j]), None);
+                    }
+                    return Ok(());
+                }
+                // A symlink or a file in the way: the open that follows
+                // refuses it, naming the member.
+                Err(_) => return Ok(()),
+            }
+        }
+        Ok(())
+    }
+
+    /// `.wh.NAME` (`leaf`) in the directory `parent`. Applying, the
+    /// caller has waited for the workers if this layer made NAME or
+    /// anything beneath it ([`Layered::made`]).
+    pub(crate) fn whiteout(
+        &mut self,
+        ctx: &Ctx<'_>,
+        chain: &mut Chain,
+        parent: &[CString],
+        leaf: &CString,
+        entry: &str,
+    ) -> Result<()> {
+        let mut target = parent.to_vec();
+        target.push(leaf.clone());
+        if !self.applying() {
+            self.changes.push(Change::Remove(path_of(&target)));
+            return Ok(());
+        }
+        if self.made(&target) {
+            // Made by this layer: only what lower layers left beneath it
+            // goes.
+            return self.prune(ctx, chain, &target, entry);
+        }
+        self.touch(ctx, chain, parent)?;
+        let Some(dir) = open_existing(ctx, chain, parent, entry)? else {
+            return Ok(());
+        };
+        beneath::remove_at(dir.as_raw_fd(), leaf, &ctx.shown(&target))
+    }
+
+    /// `.wh..wh..opq` in the directory `dir`. Applying, the caller has
+    /// waited for the workers.
+    pub(crate) fn opaque(
+        &mut self,
+        ctx: &Ctx<'_>,
+        chain: &mut Chain,
+        dir: &[CString],
+        entry: &str,
+    ) -> Result<()> {
+        if !self.applying() {
+            self.changes.push(Change::Opaque(path_of(dir)));
+            return Ok(());
+        }
+        self.prune(ctx, chain, dir, entry)
+    }
+
+    /// Removes from the directory `top`, and from every directory below
+    /// it this layer made entries in, what this layer did not make. Not a
+    /// directory, or missing: nothing to do.
+    fn prune(
+        &mut self,
+        ctx: &Ctx<'_>,
+        chain: &mut Chain,
+        top: &[CString],
+        entry: &str,
+    ) -> Result<()> {
+        let mut stack: Vec<Vec<CString>> = vec![top.to_vec()];
+        while let Some(parts) = stack.pop() {
+            self.touch(ctx, chain, &parts)?;
+            let Some(dir) = open_existing(ctx, chain, &parts, entry)? else {
+                continue;
+            };
+            let shown = ctx.shown(&parts);
+            let names = at::read_names(&*dir)
+                .map_err(|e| Error::io(Op::ReadDir, &shown, e))?;
+            for n in names {
+                let mut child = parts.clone();
+                child.push(n.clone());
+                if !self.made(&child) {
+                    beneath::remove_at(
+                        dir.as_raw_fd(),
+                        &n,
+                        &ctx.shown(&child),
+                    )?;
+                } else if at::lstat(dir.as_raw_fd(), &n)
+                    .map_err(|e| Error::io(Op::Stat, ctx.shown(&child), e))?
+                    .is_some_and(|st| {
+                        st.st_mode & libc::S_IFMT == libc::S_IFDIR
+                    })
+                {
+                    stack.push(child);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// At the end: applying, puts back the times of the directories
+    /// changed without an entry; recording, returns the whiteouts and the
+    /// directories made only to hold entries. `dirs` are the layer's
+    /// directory entries.
+    pub(crate) fn finish(
+        mut self,
+        ctx: &Ctx<'_>,
+        chain: &mut Chain,
+        dirs: &[(Name, super::Meta)],
+    ) -> Result<Vec<Change>> {
+        let entries: HashSet<Vec<u8>> =
+            dirs.iter().map(|(n, _)| rel_of(&n.parts)).collect();
+        if self.mode == Whiteouts::Record {
+            let mut implicit: Vec<PathBuf> = self
+                .parents
+                .iter()
+                .filter(|(rel, _)| !entries.contains(*rel))
+                .map(|(_, parts)| path_of(parts))
+                .collect();
+            implicit.sort();
+            self.changes
+                .extend(implicit.into_iter().map(Change::Implicit));
+            return Ok(self.changes);
+        }
+        for (rel, kept) in &self.seen {
+            let Some((parts, times)) = kept else { continue };
+            if entries.contains(rel) {
+                continue;
+            }
+            // Removed since, or replaced: nothing to put back.
+            let Ok(fd) = chain.open(parts, None) else {
+                continue;
+            };
+            at::futimens(&*fd, times)
+                .map_err(|e| Error::io(Op::SetTimes, ctx.shown(parts), e))?;
+        }
+        Ok(Vec::new())
+    }
+}
+
+/// The directory `parts` beneath the root if it is there; `None` if it
+/// (or a directory on the way) is missing or not a directory, so holds
+/// nothing to remove. A symlink on the way is refused.
+fn open_existing(
+    ctx: &Ctx<'_>,
+    chain: &mut Chain,
+    parts: &[CString],
+    entry: &str,
+) -> Result<Option<std::sync::Arc<std::os::fd::OwnedFd>>> {
+    match chain.open(parts, None) {
+        Ok(fd) => Ok(Some(fd)),
+        Err(WalkFail::Met(_, Met::Symlink)) => {
+            Err(ctx.refuse(entry, ArchiveRefusal::ThroughSymlink))
+        }
+        Err(WalkFail::Met(_, Met::NotADirectory)) => Ok(None),
+        Err(WalkFail::Io(_, _, e))
+            if e.raw_os_error() == Some(libc::ENOENT) =>
+        {
+            Ok(None)
+        }
+        Err(f) => Err(f.into_error(ctx.root, parts, &ctx.shown(parts))),
+    }
+}
+
+// libc's stat field types differ between platforms.
+#[allow(clippy::unnecessary_cast)]
+fn times_of(st: &libc::stat) -> Times {
+    Times {
+        atime: (st.st_atime as i64, st.st_atime_nsec as i64),
+        mtime: (st.st_mtime as i64, st.st_mtime_nsec as i64),
+    }
+}
