@@ -26,6 +26,8 @@ pub fn package(program: &str) -> &'static str {
         "mandoc" => "mandoc",
         "make" => "make",
         "ssh-keygen" => "openssh-client",
+        "umoci" => "umoci",
+        "skopeo" => "skopeo",
         _ => "coreutils",
     }
 }

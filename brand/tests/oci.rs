@@ -1,0 +1,395 @@
+//! OCI images as install sources: layouts built with umoci (whiteouts,
+//! opaque directories, hard links, symlinks, xattrs, capabilities)
+//! installed by zinstall and compared with `umoci unpack`; hand-made
+//! layouts for what umoci never writes, and hostile ones.
+
+#[path = "../../copier/tests/common/tools.rs"]
+mod tools;
+
+#[path = "oci/support.rs"]
+mod support;
+
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt, symlink};
+use std::path::Path;
+
+use serde_json::json;
+use support::*;
+
+/// Installs `image` with a profile of images only into `dir/zp`.
+fn install(dir: &Path, image: &str, extra: &[&str]) -> std::process::Output {
+    let profile = bare_profile(dir);
+    let zp = dir.join("zp");
+    let mut args =
+        vec!["install", "--profile", s(&profile), "--zonepath", s(&zp)];
+    args.extend_from_slice(extra);
+    args.push(image);
+    zinstall(&args)
+}
+
+fn verify_same(a: &Path, b: &Path) {
+    let o = zinstall(&["verify", "--no-atime", s(a), s(b)]);
+    assert!(
+        o.status.success(),
+        "{} vs {}:\n{}",
+        a.display(),
+        b.display(),
+        text(&o)
+    );
+}
+
+/// A umoci image of three layers (two committed by umoci, recording
+/// deletions as whiteouts; one by hand with an opaque directory and
+/// same-layer whiteouts), installed by zinstall from the layout and from
+/// skopeo's oci-archive, equals umoci's own unpack on every attribute.
+#[test]
+fn install_equals_umoci_unpack() {
+    if !is_root() {
+        eprintln!("skipped: umoci unpack keeps owners only as root");
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let lay = d.path().join("L");
+    let image = format!("{}:t", lay.display());
+    let bundle = d.path().join("B");
+    let r = bundle.join("rootfs");
+    run("umoci", &["init", "--layout", s(&lay)]);
+    run("umoci", &["new", "--image", &image]);
+    run("umoci", &["unpack", "--image", &image, s(&bundle)]);
+    let w = |p: &str, data: &[u8], mode: u32| {
+        let p = r.join(p);
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        fs::write(&p, data).unwrap();
+        fs::set_permissions(&p, fs::Permissions::from_mode(mode)).unwrap();
+    };
+    w("usr/bin/tool", b"#!/bin/sh\necho tool\n", 0o755);
+    w("usr/bin/suid", b"suid", 0o4755);
+    w("usr/bin/ping", b"ping", 0o755);
+    w("usr/lib/libx.so.1", b"library one", 0o644);
+    symlink("libx.so.1", r.join("usr/lib/libx.so")).unwrap();
+    fs::hard_link(r.join("usr/bin/tool"), r.join("usr/bin/tool2")).unwrap();
+    w("etc/conf", b"secret", 0o600);
+    std::os::unix::fs::chown(r.join("etc/conf"), Some(1000), Some(1000))
+        .unwrap();
+    run(
+        "setfattr",
+        &["-n", "user.note", "-v", "kept", s(&r.join("etc/conf"))],
+    );
+    run("setcap", &["cap_net_raw+ep", s(&r.join("usr/bin/ping"))]);
+    for p in [
+        "old/sub/deep/f",
+        "gone/x",
+        "keep/a",
+        "keep/b",
+        "replace_me/inside",
+        "will_link",
+        "opq/lower1",
+        "opq/sub/lower2",
+    ] {
+        w(p, p.as_bytes(), 0o644);
+    }
+    run("umoci", &["repack", "--image", &image, s(&bundle)]);
+    fs::remove_dir_all(&bundle).unwrap();
+    // Layer two: deletions umoci records as whiteouts, a directory become
+    // a file, a file become a symlink, a mode and a content change.
+    run("umoci", &["unpack", "--image", &image, s(&bundle)]);
+    fs::remove_dir_all(r.join("old")).unwrap();
+    fs::remove_file(r.join("keep/a")).unwrap();
+    fs::remove_dir_all(r.join("replace_me")).unwrap();
+    w("replace_me", b"now a file", 0o644);
+    fs::remove_file(r.join("will_link")).unwrap();
+    symlink("usr/bin/tool", r.join("will_link")).unwrap();
+    fs::set_permissions(r.join("keep/b"), fs::Permissions::from_mode(0o700))
+        .unwrap();
+    w("usr/lib/libx.so.1", b"library two", 0o644);
+    w("new/dir/file", b"new", 0o640);
+    run("umoci", &["repack", "--image", &image, s(&bundle)]);
+    // Layer three, by hand: umoci writes no opaque directories. Members
+    // come in an order a tool may choose: a file, then a whiteout of it
+    // (the same layer's file stays); a whiteout of a lower directory,
+    // then the directory again; a file in a lower directory with no
+    // entry for it (whose times stay the lower layer's).
+    let third = layer_tar(&[
+        Ent::Dir("opq/"),
+        Ent::File("opq/.wh..wh..opq", b""),
+        Ent::File("opq/new", b"opaque's own"),
+        Ent::Dir("opq/sub/"),
+        Ent::File("opq/sub/mine", b"mine"),
+        Ent::File("keep/later", b"stays"),
+        Ent::File("keep/.wh.later", b""),
+        Ent::File(".wh.gone", b""),
+        Ent::Dir("gone/"),
+        Ent::File("gone/y", b"y"),
+        Ent::File("usr/bin/added", b"added"),
+    ]);
+    append_layer(&lay, &third);
+    let members = layer_members(&lay);
+    assert_eq!(members.len(), 3);
+    assert!(
+        members[1].iter().any(|m| m.ends_with(".wh.old"))
+            && members[1].iter().any(|m| m.ends_with("keep/.wh.a")),
+        "umoci's layer two has its whiteouts: {:?}",
+        members[1]
+    );
+    assert!(members[2].iter().any(|m| m.ends_with(".wh..wh..opq")));
+    let theirs = d.path().join("U");
+    run("umoci", &["unpack", "--image", &image, s(&theirs)]);
+    let u = theirs.join("rootfs");
+    // What the layers say, on umoci's side: the comparison is not of two
+    // empty trees.
+    assert!(!u.join("old").exists() && !u.join("keep/a").exists());
+    assert!(u.join("keep/later").exists() && u.join("gone/y").exists());
+    assert!(!u.join("gone/x").exists() && !u.join("opq/lower1").exists());
+    assert!(!u.join("opq/sub/lower2").exists());
+
+    let o = install(d.path(), &image, &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    let root = d.path().join("zp/root");
+    verify_same(&u, &root);
+    let caps = run("getcap", &[s(&root.join("usr/bin/ping"))]);
+    assert!(String::from_utf8_lossy(&caps.stdout).contains("cap_net_raw"));
+    let tool = fs::metadata(root.join("usr/bin/tool")).unwrap();
+    assert_eq!(tool.nlink(), 2);
+    assert_eq!(
+        fs::metadata(root.join("usr/bin/suid")).unwrap().mode() & 0o7777,
+        0o4755
+    );
+
+    // The same image as skopeo writes an oci-archive.
+    if tools::have("skopeo") {
+        let archive = d.path().join("image.tar");
+        run(
+            "skopeo",
+            &[
+                "copy",
+                "-q",
+                &format!("oci:{}:t", lay.display()),
+                &format!("oci-archive:{}:t", archive.display()),
+            ],
+        );
+        let d2 = tempfile::tempdir().unwrap();
+        let o = install(d2.path(), s(&archive), &[]);
+        assert!(o.status.success(), "{}", text(&o));
+        verify_same(&u, &d2.path().join("zp/root"));
+    } else {
+        eprintln!("oci-archive part skipped: skopeo is not installed");
+    }
+}
+
+/// Whiteouts remove only what lower layers left, whatever the order of
+/// the layer's members; a lower directory becomes a file; whiteouts are
+/// never written. Checked by what the root holds, as anyone.
+#[test]
+fn whiteouts_apply_to_lower_layers_only() {
+    let d = tempfile::tempdir().unwrap();
+    let lay = d.path().join("L");
+    let one = layer_tar(&[
+        Ent::Dir("a/"),
+        Ent::File("a/x", b"x"),
+        Ent::File("a/y", b"y"),
+        Ent::Dir("d/"),
+        Ent::File("d/old", b"old"),
+        Ent::Dir("d/sub/"),
+        Ent::File("d/sub/old", b"old"),
+        Ent::Dir("t/"),
+        Ent::File("t/in", b"in"),
+        Ent::Symlink("s", "a/y"),
+    ]);
+    let two = layer_tar(&[
+        Ent::File("a/new", b"new"),
+        Ent::File("a/.wh.new", b""),
+        Ent::File("a/.wh.x", b""),
+        Ent::Dir("d/sub/"),
+        Ent::File("d/sub/mine", b"mine"),
+        Ent::File("d/.wh..wh..opq", b""),
+        Ent::File("d/mine", b"mine"),
+        Ent::File("t", b"a file now"),
+        Ent::File(".wh.s", b""),
+        Ent::File("a/.wh.never-there", b""),
+    ]);
+    write_layout(&lay, &[one, two], host_arch(), &|_, _| {});
+    let o = install(d.path(), s(&lay), &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    let root = d.path().join("zp/root");
+    let names = |p: &str| {
+        let mut v: Vec<String> = fs::read_dir(root.join(p))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(names("a"), ["new", "y"]);
+    assert_eq!(names("d"), ["mine", "sub"]);
+    assert_eq!(names("d/sub"), ["mine"]);
+    assert_eq!(fs::read(root.join("t")).unwrap(), b"a file now");
+    assert!(fs::symlink_metadata(root.join("s")).is_err());
+    assert_eq!(names(""), ["a", "d", "t"]);
+}
+
+/// Hostile or broken images are refused with an error naming what is
+/// wrong, before or while their layers are unpacked; nothing is left in
+/// the zonepath's root, and nothing outside it is touched.
+#[test]
+fn hostile_images_are_refused_and_nothing_is_left() {
+    let ok_layer = || layer_tar(&[Ent::Dir("etc/"), Ent::File("etc/f", b"f")]);
+    type Setup = Box<dyn Fn(&Path, &Path)>;
+    let zeros = "0".repeat(64);
+    let foreign = format!("linux/{}", foreign_arch());
+    let not_host = format!("not linux/{}", host_arch());
+    let cases: Vec<(&str, Setup, Vec<&str>)> = vec![
+        (
+            "a blob whose content does not match its digest",
+            Box::new(move |lay, _| {
+                write_layout(lay, &[ok_layer()], host_arch(), &|_, _| {});
+                let (_, m) = first_manifest(lay);
+                let digest =
+                    m["layers"][0]["digest"].as_str().unwrap().to_string();
+                let p = blob_path(lay, &digest);
+                let mut b = fs::read(&p).unwrap();
+                let n = b.len();
+                b[n - 9] ^= 0xff;
+                fs::write(p, b).unwrap();
+            }),
+            vec!["content hashes to"],
+        ),
+        (
+            "a layer whose uncompressed digest is not its diff_id",
+            Box::new(move |lay, _| {
+                write_layout(lay, &[ok_layer()], host_arch(), &|what, v| {
+                    if what == "config" {
+                        v["rootfs"]["diff_ids"][0] =
+                            json!(format!("sha256:{}", "0".repeat(64)));
+                    }
+                });
+            }),
+            vec!["diff_id", &zeros],
+        ),
+        (
+            "a digest with ../ in the index",
+            Box::new(move |lay, _| {
+                write_layout(lay, &[ok_layer()], host_arch(), &|what, v| {
+                    if what == "index" {
+                        v["manifests"][0]["digest"] =
+                            json!("sha256:../../../../etc/passwd");
+                    }
+                });
+            }),
+            vec!["index.json", "../../../../etc/passwd"],
+        ),
+        (
+            "a manifest claiming a huge size",
+            Box::new(move |lay, _| {
+                write_layout(lay, &[ok_layer()], host_arch(), &|what, v| {
+                    if what == "index" {
+                        v["manifests"][0]["size"] = json!(1u64 << 40);
+                    }
+                });
+            }),
+            vec!["1099511627776 bytes", "refused before reading"],
+        ),
+        (
+            "a whiteout reaching out with ..",
+            Box::new(move |lay, _| {
+                let evil = layer_tar(&[Ent::RawName(b"etc/../../.wh.victim")]);
+                write_layout(lay, &[ok_layer(), evil], host_arch(), &|_, _| {});
+            }),
+            vec![".. component"],
+        ),
+        (
+            "a whiteout naming ..",
+            Box::new(move |lay, _| {
+                let evil = layer_tar(&[Ent::RawName(b"etc/.wh..")]);
+                write_layout(lay, &[ok_layer(), evil], host_arch(), &|_, _| {});
+            }),
+            vec!["names no entry"],
+        ),
+        (
+            "a whiteout through a symlink the image planted",
+            Box::new(move |lay, outside| {
+                let one = layer_tar(&[
+                    Ent::Dir("etc/"),
+                    Ent::Symlink("link", outside.to_str().unwrap()),
+                ]);
+                let two = layer_tar(&[Ent::File("link/.wh.victim", b"")]);
+                write_layout(lay, &[one, two], host_arch(), &|_, _| {});
+            }),
+            vec!["link/.wh.victim", "through a symlink"],
+        ),
+        (
+            "an image for another architecture",
+            Box::new(move |lay, _| {
+                write_layout(lay, &[ok_layer()], foreign_arch(), &|_, _| {});
+            }),
+            vec![&foreign, &not_host, "--platform"],
+        ),
+        (
+            "a non-distributable layer",
+            Box::new(move |lay, _| {
+                write_layout(lay, &[ok_layer()], host_arch(), &|what, v| {
+                    if what == "manifest" {
+                        v["layers"][0]["mediaType"] = json!(
+                            "application/vnd.oci.image.layer.nondistributable.v1.tar+gzip"
+                        );
+                    }
+                });
+            }),
+            vec!["nondistributable", "media type"],
+        ),
+    ];
+    for (what, setup, want) in cases {
+        let d = tempfile::tempdir().unwrap();
+        let outside = d.path().join("outside");
+        fs::create_dir(&outside).unwrap();
+        fs::write(outside.join("victim"), b"host file").unwrap();
+        fs::write(d.path().join("victim"), b"host file").unwrap();
+        let lay = d.path().join("L");
+        setup(&lay, &outside);
+        let o = install(d.path(), s(&lay), &[]);
+        let t = text(&o);
+        assert!(!o.status.success(), "{what}: installed:\n{t}");
+        for w in &want {
+            assert!(t.contains(w), "{what}: no {w:?} in:\n{t}");
+        }
+        assert!(
+            !d.path().join("zp/root").exists(),
+            "{what}: root left:\n{t}"
+        );
+        assert_eq!(fs::read(outside.join("victim")).unwrap(), b"host file");
+        assert_eq!(fs::read(d.path().join("victim")).unwrap(), b"host file");
+    }
+}
+
+/// An image for another platform installs when that platform is named.
+#[test]
+fn platform_named_installs_a_foreign_image() {
+    let d = tempfile::tempdir().unwrap();
+    let lay = d.path().join("L");
+    write_layout(
+        &lay,
+        &[layer_tar(&[Ent::File("hello", b"hi")])],
+        foreign_arch(),
+        &|_, _| {},
+    );
+    let platform = format!("linux/{}", foreign_arch());
+    let o = install(
+        d.path(),
+        &format!("{}:t", lay.display()),
+        &["--platform", &platform],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(fs::read(d.path().join("zp/root/hello")).unwrap(), b"hi");
+    let o =
+        zinstall(&["install", "--platform", "linux", "--zonepath", "x", "y"]);
+    assert!(!o.status.success());
+    assert!(text(&o).contains("OS/ARCH"), "{}", text(&o));
+}
+
+fn first_manifest(lay: &Path) -> (std::path::PathBuf, serde_json::Value) {
+    let index: serde_json::Value =
+        serde_json::from_slice(&fs::read(lay.join("index.json")).unwrap())
+            .unwrap();
+    let p = blob_path(lay, index["manifests"][0]["digest"].as_str().unwrap());
+    let v = serde_json::from_slice(&fs::read(&p).unwrap()).unwrap();
+    (p, v)
+}
