@@ -6,6 +6,9 @@
 #[path = "../../copier/tests/common/tools.rs"]
 mod tools;
 
+#[path = "../../copier/tests/common/tmp.rs"]
+mod tmp;
+
 #[path = "oci/support.rs"]
 mod support;
 
@@ -392,4 +395,205 @@ fn first_manifest(lay: &Path) -> (std::path::PathBuf, serde_json::Value) {
     let p = blob_path(lay, index["manifests"][0]["digest"].as_str().unwrap());
     let v = serde_json::from_slice(&fs::read(&p).unwrap()).unwrap();
     (p, v)
+}
+
+/// Names in `cache/entries` starting with `prefix`, directories only.
+fn entries(cache: &Path, prefix: &str) -> Vec<String> {
+    let mut v: Vec<String> = fs::read_dir(cache.join("entries"))
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| e.file_type().unwrap().is_dir())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(prefix))
+        .collect();
+    v.sort();
+    v
+}
+
+fn provision(image: &str, out: &Path, cache: &Path, count: &str) {
+    let o = zinstall(&[
+        "provision",
+        image,
+        "--count",
+        count,
+        "--out",
+        s(out),
+        "--cache",
+        s(cache),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+}
+
+/// Two OCI images sharing a base layer: the base is cached once, each
+/// image's tree is built from the cached layers, guests hold what the
+/// layers say, and gc removes a layer once no image entry it keeps uses
+/// it. Hand-made layouts, so it runs as anyone.
+#[test]
+fn provision_caches_shared_layers_once() {
+    let d = tmp::Tmp::new();
+    let base = layer_tar(&[
+        Ent::Dir("etc/"),
+        Ent::File("etc/os", b"base"),
+        Ent::Dir("usr/"),
+        Ent::File("usr/old", b"old"),
+        Ent::Dir("var/"),
+        Ent::File("var/x", b"x"),
+    ]);
+    let a2 = layer_tar(&[
+        Ent::File("usr/.wh.old", b""),
+        Ent::File("usr/a", b"a"),
+        Ent::Dir("var/"),
+        Ent::File("var/.wh..wh..opq", b""),
+        Ent::File("var/mine", b"mine"),
+    ]);
+    let b2 = layer_tar(&[Ent::File("etc/b", b"b")]);
+    let (la, lb) = (d.path().join("A"), d.path().join("B"));
+    write_layout(&la, &[base.clone(), a2], host_arch(), &|_, _| {});
+    write_layout(&lb, &[base.clone(), b2], host_arch(), &|_, _| {});
+    let cache = d.path().join("cache");
+    let (oa, ob) = (d.path().join("oa"), d.path().join("ob"));
+    provision(&format!("{}:t", la.display()), &oa, &cache, "2");
+    provision(s(&lb), &ob, &cache, "1");
+    let base_entry = format!("layer-{}", sha256(&base));
+    let layers = entries(&cache, "layer-");
+    assert_eq!(layers.len(), 3, "{layers:?}");
+    assert!(layers.contains(&base_entry), "{layers:?}");
+    assert_eq!(entries(&cache, "tree-").len(), 2);
+    let names = |p: &Path| {
+        let mut v: Vec<String> = walk(p);
+        v.sort();
+        v
+    };
+    assert_eq!(
+        names(&oa.join("guest-1")),
+        ["etc", "etc/os", "usr", "usr/a", "var", "var/mine"]
+    );
+    assert_eq!(
+        names(&ob.join("guest-0")),
+        ["etc", "etc/b", "etc/os", "usr", "usr/old", "var", "var/x"]
+    );
+    // Provisioned again: nothing built.
+    let o = zinstall(&[
+        "provision",
+        s(&la),
+        "--count",
+        "1",
+        "--out",
+        s(&d.path().join("oc")),
+        "--cache",
+        s(&cache),
+    ]);
+    assert!(text(&o).contains("cached"), "{}", text(&o));
+    let o = zinstall(&["cache", "--cache", s(&cache), "list"]);
+    let list = text(&o);
+    assert_eq!(list.matches("\nlayer ").count(), 3, "{list}");
+    // Image A's guests gone: its tree and its own layer go, the base
+    // stays for B.
+    for g in ["oa", "oc"] {
+        fs::remove_dir_all(d.path().join(g)).unwrap();
+    }
+    let o = zinstall(&["cache", "--cache", s(&cache), "gc"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("a layer of tree-"), "{}", text(&o));
+    assert_eq!(entries(&cache, "tree-").len(), 1);
+    assert_eq!(entries(&cache, "layer-").len(), 2);
+    assert!(entries(&cache, "layer-").contains(&base_entry));
+    fs::remove_dir_all(&ob).unwrap();
+    let o = zinstall(&["cache", "--cache", s(&cache), "gc"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(entries(&cache, "").is_empty(), "{}", text(&o));
+}
+
+/// Every path under `root`, relative.
+fn walk(root: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for e in fs::read_dir(&dir).unwrap() {
+            let e = e.unwrap();
+            let p = e.path();
+            out.push(
+                p.strip_prefix(root).unwrap().to_string_lossy().into_owned(),
+            );
+            if e.file_type().unwrap().is_dir() {
+                stack.push(p);
+            }
+        }
+    }
+    out
+}
+
+/// Guests of two umoci images sharing their base layer equal what umoci
+/// unpacks, on every attribute; the base is cached once.
+#[test]
+fn provision_guests_equal_umoci_unpack() {
+    if !is_root() {
+        eprintln!("skipped: umoci unpack keeps owners only as root");
+        return;
+    }
+    let d = tmp::Tmp::new();
+    let la = d.path().join("A");
+    let ia = format!("{}:t", la.display());
+    let bundle = d.path().join("B");
+    let r = bundle.join("rootfs");
+    run("umoci", &["init", "--layout", s(&la)]);
+    run("umoci", &["new", "--image", &ia]);
+    run("umoci", &["unpack", "--image", &ia, s(&bundle)]);
+    for (p, mode) in [
+        ("usr/bin/tool", 0o755),
+        ("usr/bin/suid", 0o4755),
+        ("etc/a", 0o600),
+        ("srv/x/y", 0o644),
+        ("opq/low", 0o644),
+    ] {
+        let p = r.join(p);
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        fs::write(&p, p.to_string_lossy().as_bytes()).unwrap();
+        fs::set_permissions(&p, fs::Permissions::from_mode(mode)).unwrap();
+    }
+    symlink("tool", r.join("usr/bin/t")).unwrap();
+    fs::hard_link(r.join("usr/bin/tool"), r.join("usr/bin/tool2")).unwrap();
+    run(
+        "setfattr",
+        &["-n", "user.k", "-v", "v", s(&r.join("etc/a"))],
+    );
+    run("umoci", &["repack", "--image", &ia, s(&bundle)]);
+    fs::remove_dir_all(&bundle).unwrap();
+    // B starts as a copy of A: the same base layer, blob and diff_id.
+    let lb = d.path().join("Lb");
+    run("cp", &["-a", s(&la), s(&lb)]);
+    let ib = format!("{}:t", lb.display());
+    for (image, change) in [(&ia, 0), (&ib, 1)] {
+        run("umoci", &["unpack", "--image", image, s(&bundle)]);
+        if change == 0 {
+            fs::remove_dir_all(r.join("srv/x")).unwrap();
+            fs::write(r.join("etc/a"), b"changed").unwrap();
+        } else {
+            fs::remove_file(r.join("usr/bin/suid")).unwrap();
+            fs::create_dir(r.join("srv/new")).unwrap();
+        }
+        run("umoci", &["repack", "--image", image, s(&bundle)]);
+        fs::remove_dir_all(&bundle).unwrap();
+    }
+    append_layer(
+        &la,
+        &layer_tar(&[
+            Ent::Dir("opq/"),
+            Ent::File("opq/.wh..wh..opq", b""),
+            Ent::File("opq/high", b"high"),
+        ]),
+    );
+    let cache = d.path().join("cache");
+    for (image, out) in [(&ia, "oa"), (&ib, "ob")] {
+        let theirs = d.path().join(format!("u{out}"));
+        run("umoci", &["unpack", "--image", image, s(&theirs)]);
+        provision(image, &d.path().join(out), &cache, "1");
+        verify_same(
+            &theirs.join("rootfs"),
+            &d.path().join(out).join("guest-0"),
+        );
+    }
+    // Base, A's two, B's one.
+    assert_eq!(entries(&cache, "layer-").len(), 4);
+    assert_eq!(entries(&cache, "tree-").len(), 2);
 }

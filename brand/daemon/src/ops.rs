@@ -228,6 +228,7 @@ fn provision(
             a.ssh_host_keys,
         ),
         force: a.force,
+        platform: None,
     };
     // One build per image: the cache's build lock is a flock(2) on a file
     // each provision opens for itself, so it orders this daemon's jobs as

@@ -10,6 +10,10 @@
 //! ROOT/                                0700 unless configured
 //!   entries/raw-<sha256>/base.raw      a raw disk, sparse, immutable
 //!   entries/tree-<sha256>/tree/        an extracted root, immutable
+//!                                      (of an OCI image: <sha256> is its
+//!                                      manifest's)
+//!   entries/layer-<sha256>/layer/      an OCI layer alone, by diff_id:
+//!                                      tree/ and its changes (whiteouts)
 //!   entries/<kind>-<sha256>.<n>/       generation n, when an earlier
 //!                                      one was found altered
 //!   entries/<name>/meta.json           what it was made from, when, its
@@ -22,6 +26,8 @@
 //!   entries/<name>.altered             why the entry no longer counts
 //!   index/<identity>                   file identity -> entry name
 //!   index/<identity>.lock              flock: one builder per image file
+//!   index/key-<kind>-<sha256>.lock     flock: one builder per OCI layer
+//!                                      or image
 //!   scratch/<identity>.<pid>.<thread>  a build in progress
 //!   builds.log                         one line per completed build
 //! ```
@@ -129,6 +135,25 @@ use crate::immutable;
 /// The cache root's mode unless configured: only its owner enters.
 pub const DEFAULT_ROOT_MODE: u32 = 0o700;
 
+/// **OCI images: layers stored once.** An OCI image's layers are cached
+/// each on its own, keyed by its diff_id (the SHA-256 of the uncompressed
+/// layer): `layer-<diff_id>/layer/` holds the layer's `tree/`, unpacked
+/// alone, and its `changes`, what the layer removes from the layers below
+/// (whiteouts) and the directories it holds no entry for. Two images
+/// sharing a base layer share its entry, whatever their compression. The
+/// image's own entry, `tree-<manifest sha256>`, is built by copying the
+/// layer trees onto each other in order (reflink where the filesystem
+/// can), applying each layer's changes before its copy; guests are copies
+/// of it as of any tree. Whiteouts are kept as a list beside the tree,
+/// not as overlayfs' 0/0 character devices in it: a list needs no
+/// privilege to make (`mknod` does), is never mistaken for an image's own
+/// device node, leaves the tree exactly the layer's entries, and lives in
+/// the payload, so the stamp and the immutable flag cover it. Layers are
+/// built and published as any entry ([`Cache::obtain_keyed`]: one builder
+/// per key under its flock, scratch, stamp, immutable flag); an image
+/// entry records the layer entries it was made from, and gc removes a
+/// layer once no image entry it keeps names it.
+///
 /// `meta.json` of an entry.
 #[derive(Serialize, Deserialize)]
 struct Meta {
@@ -144,6 +169,10 @@ struct Meta {
     /// Whether the payload carries the immutable flag.
     #[serde(default)]
     immutable: bool,
+    /// The layer entries an OCI image's tree was built from, lowest
+    /// first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    layers: Vec<String>,
 }
 
 /// What an entry holds.
@@ -153,6 +182,8 @@ pub enum EntryKind {
     Tree,
     /// A raw disk image (`base.raw`).
     Raw,
+    /// An OCI layer alone (`layer/`: `tree/` and `changes`).
+    Layer,
 }
 
 impl EntryKind {
@@ -161,6 +192,7 @@ impl EntryKind {
         match self {
             EntryKind::Tree => "tree",
             EntryKind::Raw => "raw",
+            EntryKind::Layer => "layer",
         }
     }
 
@@ -168,6 +200,7 @@ impl EntryKind {
         match self {
             EntryKind::Tree => "tree",
             EntryKind::Raw => "base.raw",
+            EntryKind::Layer => "layer",
         }
     }
 
@@ -175,6 +208,7 @@ impl EntryKind {
         match s {
             "tree" => Some(EntryKind::Tree),
             "raw" => Some(EntryKind::Raw),
+            "layer" => Some(EntryKind::Layer),
             _ => None,
         }
     }
@@ -337,6 +371,8 @@ pub struct EntryInfo {
     pub altered: Option<String>,
     /// Whether its payload carries the immutable flag.
     pub immutable: bool,
+    /// For an OCI image's tree: the layer entries it was built from.
+    pub layers: Vec<String>,
 }
 
 /// How [`Cache::gc_with`] collects.
@@ -485,6 +521,28 @@ impl Cache {
         })
     }
 
+    /// What [`Cache::obtain_keyed`] of `kind` and `key` would do, in the
+    /// cache at `root`, changing nothing.
+    pub fn peek_keyed(
+        root: &Path,
+        kind: EntryKind,
+        key: &str,
+    ) -> Result<WouldObtain> {
+        let cache = Cache {
+            root: root.to_path_buf(),
+        };
+        if !cache.entries_dir().is_dir() {
+            return Ok(WouldObtain::Build);
+        }
+        let Some(entry) = cache.generations(kind, key)?.pop() else {
+            return Ok(WouldObtain::Build);
+        };
+        Ok(match cache.altered(&entry)? {
+            None => WouldObtain::Reuse(entry),
+            Some(why) => WouldObtain::Rebuild(Replaced { old: entry, why }),
+        })
+    }
+
     /// The cache's root directory.
     pub fn root(&self) -> &Path {
         &self.root
@@ -595,7 +653,7 @@ impl Cache {
         }
         let took = started.elapsed();
         let published =
-            self.publish(kind, &sha, &scratch, image, md, bytes, took);
+            self.publish(kind, &sha, &scratch, image, md, bytes, took, &[]);
         let (entry, built, superseded) = match published {
             Ok(v) => v,
             Err(e) => return fail(e.into()),
@@ -610,6 +668,95 @@ impl Cache {
         };
         lease.replaced = replaced;
         Ok((lease, how))
+    }
+
+    /// Returns the entry of `kind` whose content is named by `key` (a
+    /// SHA-256, hex, known before building: an OCI layer's diff_id, an
+    /// image's manifest digest), building it with `build` if there is
+    /// none, or if the one there was altered. One builder per key: the
+    /// key's lock is held while it looks and builds. `build` gets the
+    /// path where the payload must be created and returns the entries the
+    /// payload was made from, recorded in `meta.json` (gc keeps them
+    /// while this entry stays); `source` is what it is made from, for
+    /// `meta.json` and the entry's permissions.
+    pub fn obtain_keyed<E: From<Error>>(
+        &self,
+        kind: EntryKind,
+        key: &str,
+        source: &Path,
+        bytes: u64,
+        build: impl FnOnce(&Path) -> Result<Vec<String>, E>,
+    ) -> Result<(Lease, Obtained), E> {
+        if key.len() != 64 || !key.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(Error::Image {
+                path: source.to_path_buf(),
+                problem: ImageProblem::Unsupported(format!(
+                    "cache key {key:?} is not a SHA-256"
+                )),
+            }
+            .into());
+        }
+        let md =
+            fs::metadata(source).map_err(|e| Error::io(Op::Stat, source, e))?;
+        // No dot: stale scratch is told by what precedes the first one.
+        let identity = format!("key-{}-{key}", kind.as_str());
+        let id_lock =
+            self.lock_file(&self.root.join("index"), &identity, false)?;
+        let r = (|| {
+            let mut replaced = None;
+            if let Some(entry) = self.generations(kind, key)?.pop() {
+                let lease = self.lease(&entry)?;
+                if entry.dir.is_dir() {
+                    match self.altered(&entry)? {
+                        None => return Ok((lease, Obtained::Reused)),
+                        Some(why) => {
+                            self.mark_altered(&entry, &why)?;
+                            replaced = Some(Replaced { old: entry, why });
+                        }
+                    }
+                }
+                lease.release();
+            }
+            self.remove_scratch(|n| n.starts_with(&format!("{identity}.")))?;
+            let scratch = self.root.join("scratch").join(format!(
+                "{identity}.{}.{}",
+                std::process::id(),
+                thread_number()
+            ));
+            DirBuilder::new()
+                .mode(0o700)
+                .create(&scratch)
+                .map_err(|e| Error::io(Op::Mkdir, &scratch, e))?;
+            let started = Instant::now();
+            let from = match build(&scratch.join(kind.payload())) {
+                Ok(v) => v,
+                Err(e) => {
+                    let _already_failing = remove_entry_tree(&scratch);
+                    return Err(e);
+                }
+            };
+            let took = started.elapsed();
+            let (entry, built, superseded) = match self
+                .publish(kind, key, &scratch, source, &md, bytes, took, &from)
+            {
+                Ok(v) => v,
+                Err(e) => {
+                    let _already_failing = remove_entry_tree(&scratch);
+                    return Err(e.into());
+                }
+            };
+            let replaced = replaced.or(superseded);
+            let mut lease = self.lease(&entry)?;
+            let how = match (built, &replaced) {
+                (false, _) => Obtained::Reused,
+                (true, None) => Obtained::Built(took),
+                (true, Some(_)) => Obtained::Rebuilt(took),
+            };
+            lease.replaced = replaced;
+            Ok((lease, how))
+        })();
+        let _unlocked = id_lock.flock_unlock();
+        r
     }
 
     /// Runs `build` and returns the image's digest and length.
@@ -676,6 +823,7 @@ impl Cache {
         source_md: &fs::Metadata,
         bytes: u64,
         took: Duration,
+        layers: &[String],
     ) -> Result<(Entry, bool, Option<Replaced>)> {
         // The build lock, not the lease lock: publishing must not wait for
         // guests being made from an existing entry of the same content.
@@ -726,6 +874,7 @@ impl Cache {
                 build_ms: took.as_millis() as u64,
                 stamp: Some(stamp),
                 immutable,
+                layers: layers.to_vec(),
             };
             let meta_path = scratch.join("meta.json");
             let json = serde_json::to_vec_pretty(&meta).map_err(|e| {
@@ -852,8 +1001,8 @@ impl Cache {
             let meta: Option<Meta> = fs::read(entry.dir.join("meta.json"))
                 .ok()
                 .and_then(|b| serde_json::from_slice(&b).ok());
-            let (created, source, immutable) = meta
-                .map(|m| (m.created, m.source, m.immutable))
+            let (created, source, immutable, layers) = meta
+                .map(|m| (m.created, m.source, m.immutable, m.layers))
                 .unwrap_or_default();
             let users = self
                 .user_records(&entry)?
@@ -873,6 +1022,7 @@ impl Cache {
                 users,
                 altered,
                 immutable,
+                layers,
             });
         }
         out.sort_by(|a, b| {
@@ -926,8 +1076,11 @@ impl Cache {
             },
             ..GcReport::default()
         };
-        let entries = self.list()?;
+        let mut entries = self.list()?;
+        // Layers last: whether one stays depends on the image entries.
+        entries.sort_by_key(|e| e.entry.kind == EntryKind::Layer);
         let in_use = self.find_users(&entries, &opts.search)?;
+        let mut images_kept: Vec<(String, Vec<String>)> = Vec::new();
         let mut total: u64 = entries.iter().map(|e| e.size).sum();
         let dir = self.entries_dir();
         for info in entries {
@@ -943,12 +1096,22 @@ impl Cache {
             if let Some(m) = opts.max_size
                 && total <= m
             {
+                images_kept.push((name.clone(), info.layers.clone()));
                 decide(false, format!("the cache is within {m} bytes"));
                 continue;
             }
             if let Some(why) = in_use.get(&name) {
                 report.kept_in_use += 1;
+                images_kept.push((name.clone(), info.layers.clone()));
                 decide(false, why.clone());
+                continue;
+            }
+            if info.entry.kind == EntryKind::Layer
+                && let Some((image, _)) =
+                    images_kept.iter().find(|(_, l)| l.contains(&name))
+            {
+                report.kept_in_use += 1;
+                decide(false, format!("a layer of {image}, which stays"));
                 continue;
             }
             let build = self.lock_file(
@@ -961,6 +1124,7 @@ impl Cache {
                 None => {
                     let _unlocked = build.flock_unlock();
                     report.kept_in_use += 1;
+                    images_kept.push((name.clone(), info.layers.clone()));
                     decide(false, "a provision is using it now".into());
                     continue;
                 }
@@ -1069,6 +1233,8 @@ impl Cache {
                         backing_of(&rec.path).is_some_and(|b| b == id)
                     }
                     (EntryKind::Raw, None) => false,
+                    // Guests are made from the image's tree, not a layer.
+                    (EntryKind::Layer, _) => false,
                     // A tree guest is a copy; it is its own as long as it
                     // is the directory made (or an old record without an
                     // inode).
@@ -1389,7 +1555,7 @@ fn protect(payload: &Path, kind: EntryKind) -> Result<bool> {
     };
     match kind {
         EntryKind::Raw => set(payload),
-        EntryKind::Tree => {
+        EntryKind::Tree | EntryKind::Layer => {
             let mut all = true;
             for e in walkdir::WalkDir::new(payload)
                 .follow_links(false)
@@ -1435,7 +1601,7 @@ fn stamp(payload: &Path, kind: EntryKind) -> Result<String> {
                 .map_err(|e| Error::io(Op::Stat, payload, e))?;
             Ok(format!("raw:{}", one(&md)))
         }
-        EntryKind::Tree => {
+        EntryKind::Tree | EntryKind::Layer => {
             let mut h = Sha256::new();
             for e in walkdir::WalkDir::new(payload)
                 .follow_links(false)

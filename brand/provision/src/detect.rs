@@ -6,6 +6,7 @@
 //!
 //! | inside | kind |
 //! |---|---|
+//! | a directory with `oci-layout`, or a tar of one (`oci-layout`, `index.json`, `blobs/`) | [`ImageKind::Oci`]: directory guests, layers cached once each |
 //! | a tar header (`ustar`) | [`ImageKind::Tree`]: directory guests |
 //! | qcow2 (`QFI\xfb`), plain | [`ImageKind::Qcow2`]: read natively |
 //! | qcow2, compressed | [`ImageKind::CompressedQcow2`]: decompressed once, then read natively |
@@ -40,6 +41,9 @@ pub enum ImageKind {
     /// A compressed qcow2 disk image: decompressed once, then read as
     /// qcow2.
     CompressedQcow2(Compression),
+    /// An OCI image (layout directory or oci-archive): directory guests,
+    /// its layers cached each once.
+    Oci,
 }
 
 impl ImageKind {
@@ -59,6 +63,7 @@ impl ImageKind {
             ImageKind::CompressedQcow2(Compression::Gzip) => "qcow2.gz",
             ImageKind::CompressedQcow2(Compression::Zstd) => "qcow2.zst",
             ImageKind::CompressedQcow2(Compression::Xz) => "qcow2.xz",
+            ImageKind::Oci => "oci",
         }
     }
 }
@@ -185,6 +190,11 @@ fn tell(path: &Path, head: &[u8], c: Compression) -> Result<ImageKind> {
 /// corrupt compressed head is an error naming the image; so is a format
 /// zinstall does not read.
 pub fn detect(path: &Path) -> Result<ImageKind> {
+    // A layout directory, or a tar of one; `IMAGE:REF` names one in it.
+    let (oci, _) = copier::oci::split_reference(path);
+    if let Ok(Some(_)) = copier::oci::sniff(&oci) {
+        return Ok(ImageKind::Oci);
+    }
     let f = File::open(path).map_err(|e| Error::io(Op::Open, path, e))?;
     let mut head = [0u8; HEAD];
     let n = read_up_to(&mut &f, &mut head)

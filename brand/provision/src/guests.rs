@@ -65,6 +65,9 @@ pub struct ProvisionOptions {
     pub identity: IdentityOptions,
     /// Replace a guest already at a guest's path instead of failing.
     pub force: bool,
+    /// The platform an OCI image must be for (and the one chosen from a
+    /// multi-platform index); `None`: the host's.
+    pub platform: Option<copier::oci::Platform>,
 }
 
 /// What one guest is.
@@ -177,12 +180,16 @@ pub fn provision_in(
         Cache::new(root)?
     };
     let entry_kind = entry_kind(kind);
-    let (mut lease, obtained) = cache.obtain(
-        image,
-        entry_kind,
-        opts.sha256.as_deref(),
-        |reader, payload| build(image, kind, reader, payload, opts),
-    )?;
+    let (mut lease, obtained) = if kind == ImageKind::Oci {
+        crate::oci::obtain(&cache, image, opts)?
+    } else {
+        cache.obtain(
+            image,
+            entry_kind,
+            opts.sha256.as_deref(),
+            |reader, payload| build(image, kind, reader, payload, opts),
+        )?
+    };
     let replaced = lease.replaced.take();
     let out_existed = fs::symlink_metadata(&opts.out).is_ok();
     let mut made: Vec<PathBuf> = Vec::new();
@@ -209,7 +216,7 @@ pub fn provision_in(
             made.push(path.clone());
             let kind = make_guest(&path, entry_kind, &lease.entry, opts)?;
             let identity = match entry_kind {
-                EntryKind::Tree => identity::apply(
+                EntryKind::Tree | EntryKind::Layer => identity::apply(
                     &path,
                     i,
                     &format!("{}-{i}", opts.name),
@@ -273,7 +280,11 @@ pub fn preview(
         }
         Err(e) => return Err(Error::io(Op::Stat, &opts.cache, e)),
     };
-    let would = Cache::peek(&root, image, entry_kind, opts.sha256.as_deref())?;
+    let would = if kind == ImageKind::Oci {
+        crate::oci::peek(&root, image, opts)?
+    } else {
+        Cache::peek(&root, image, entry_kind, opts.sha256.as_deref())?
+    };
     let mut guests = Vec::with_capacity(opts.count);
     for i in 0..opts.count {
         let path = guest_path(opts, entry_kind, i);
@@ -308,7 +319,7 @@ fn check_request(
     }
     opts.tunables.validate()?;
     let kind = detect(image)?;
-    if matches!(kind, ImageKind::Tree(_)) {
+    if matches!(kind, ImageKind::Tree(_) | ImageKind::Oci) {
         identity::check(&opts.identity, &opts.name)?;
     } else if let Some(q) = &opts.qemu_img {
         crate::qemu_img::check(q, &opts.out)?;
@@ -332,7 +343,7 @@ fn remove_guest(path: &Path) -> Result<(), ProvisionError> {
 /// The cache entry an image of `kind` makes.
 fn entry_kind(kind: ImageKind) -> EntryKind {
     match kind {
-        ImageKind::Tree(_) => EntryKind::Tree,
+        ImageKind::Tree(_) | ImageKind::Oci => EntryKind::Tree,
         ImageKind::Raw(_)
         | ImageKind::Qcow2
         | ImageKind::CompressedQcow2(_) => EntryKind::Raw,
@@ -342,7 +353,9 @@ fn entry_kind(kind: ImageKind) -> EntryKind {
 /// Guest `i`'s directory or overlay.
 fn guest_path(opts: &ProvisionOptions, kind: EntryKind, i: usize) -> PathBuf {
     match kind {
-        EntryKind::Tree => opts.out.join(format!("{}-{i}", opts.name)),
+        EntryKind::Tree | EntryKind::Layer => {
+            opts.out.join(format!("{}-{i}", opts.name))
+        }
         EntryKind::Raw => opts.out.join(format!("{}-{i}.qcow2", opts.name)),
     }
 }
@@ -355,7 +368,7 @@ fn make_guest(
     opts: &ProvisionOptions,
 ) -> Result<GuestKind, ProvisionError> {
     match entry_kind {
-        EntryKind::Tree => {
+        EntryKind::Tree | EntryKind::Layer => {
             let mut plan =
                 Plan::new(entry.payload(), path).tunables(opts.tunables);
             if let Some(c) = &opts.cancel {
@@ -519,6 +532,15 @@ fn build(
             let _scratch = fs::remove_file(&inner);
             r?;
         }
+        // Built layer by layer (crate::oci), never from one stream.
+        ImageKind::Oci => {
+            return Err(Error::Image {
+                path: image.to_path_buf(),
+                problem: ImageProblem::Unsupported(
+                    "an OCI image is not one stream".into(),
+                ),
+            });
+        }
     }
     Ok(())
 }
@@ -608,6 +630,7 @@ mod test {
             listener: None,
             identity: IdentityOptions::keep(),
             force: false,
+            platform: None,
         }
     }
 

@@ -3,6 +3,7 @@
 //! An image is told by its content ([`detect`]): a rootfs archive gives
 //! directory guests, a raw or qcow2 disk gives disk guests. It is
 //! extracted or decompressed once into a cache entry ([`cache::Cache`]);
+//! an OCI image's layers each once, then its tree from them;
 //! a raw base is written sparsely ([`write_sparse`]); each guest is then a
 //! copy of the tree (reflink where the filesystem can) or a thin qcow2
 //! overlay over the base ([`zinstall_qcow2::create_overlay`], or
@@ -31,6 +32,7 @@
 //!     listener: None,
 //!     identity: zinstall_provision::identity::IdentityOptions::unique(),
 //!     force: false,
+//!     platform: None,
 //! };
 //! let report = provision(Path::new("debian.qcow2"), &opts, &mut |g| {
 //!     eprintln!("made {}", g.path.display());
@@ -47,6 +49,7 @@ mod error;
 mod guests;
 pub mod identity;
 mod immutable;
+mod oci;
 pub mod qemu_img;
 mod sparse;
 

@@ -21,9 +21,10 @@ pub const DEFAULT_CACHE: &str = "/var/cache/zinstall";
 /// Arguments of `zinstall provision`.
 #[derive(Args, Debug)]
 pub struct ProvisionArgs {
-    /// A rootfs archive (tar, tar.gz, tar.zst, tar.xz) or a disk image
-    /// (raw or qcow2, plain or compressed with gzip, zstd or xz), told by
-    /// content.
+    /// A rootfs archive (tar, tar.gz, tar.zst, tar.xz), an OCI image
+    /// (layout directory or oci-archive; IMAGE:REF names one in its
+    /// index) or a disk image (raw or qcow2, plain or compressed with
+    /// gzip, zstd or xz), told by content.
     pub image: PathBuf,
     /// Guests to make (1 to 65536).
     #[arg(long, default_value_t = 1, value_parser = parse_count)]
@@ -51,6 +52,10 @@ pub struct ProvisionArgs {
     /// images decompressing to more.
     #[arg(long, value_parser = parse_size, default_value = "64G")]
     pub max_archive_size: u64,
+    /// The platform an OCI image must be for, and the one chosen from a
+    /// multi-platform index (OS/ARCH[/VARIANT]; default: this host's).
+    #[arg(long, value_name = "OS/ARCH")]
+    pub platform: Option<copier::oci::Platform>,
     /// Mode of the cache directory (octal): given, it is also applied to
     /// an existing cache; by default a new cache is made 0700.
     #[arg(long, value_name = "OCTAL", value_parser = parse_mode)]
@@ -221,6 +226,7 @@ pub fn provision(args: &ProvisionArgs) -> ExitCode {
             args.ssh_host_keys,
         ),
         force: args.force,
+        platform: args.platform.clone(),
     };
     if args.dry_run {
         return match provision::preview(&args.image, &opts) {

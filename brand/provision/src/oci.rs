@@ -1,0 +1,152 @@
+//! OCI images as provision sources: each layer cached once, by diff_id,
+//! then the image's tree built from the cached layers (see the cache
+//! module's documentation for the layout and why).
+
+use std::fs;
+use std::path::Path;
+
+use copier::oci::{self, Image, Select};
+use copier::unpack::{UnpackOptions, Whiteouts};
+use copier::{Op, Plan};
+
+use crate::cache::{Cache, EntryKind, Lease, Obtained, WouldObtain};
+use crate::error::{ImageProblem, ProvisionError as Error, Result};
+use crate::guests::ProvisionOptions;
+
+/// Opens and checks the OCI image `arg` (`IMAGE` or `IMAGE:REF`).
+fn open(arg: &Path, opts: &ProvisionOptions) -> Result<Image> {
+    let (path, reference) = oci::split_reference(arg);
+    let select = Select {
+        reference,
+        platform: opts.platform.clone().unwrap_or_else(oci::Platform::host),
+    };
+    let image = Image::open(&path, &select).map_err(copier::Error::Oci)?;
+    if let Some(want) = &opts.sha256
+        && !want.eq_ignore_ascii_case(&image.manifest_sha256)
+    {
+        return Err(Error::Image {
+            path,
+            problem: ImageProblem::ChecksumMismatch {
+                expected: want.to_ascii_lowercase(),
+                found: image.manifest_sha256.clone(),
+            },
+        });
+    }
+    Ok(image)
+}
+
+/// What [`obtain`] would do with the image's tree entry.
+pub(crate) fn peek(
+    root: &Path,
+    arg: &Path,
+    opts: &ProvisionOptions,
+) -> Result<WouldObtain> {
+    let image = open(arg, opts)?;
+    Cache::peek_keyed(root, EntryKind::Tree, &image.manifest_sha256)
+}
+
+/// The tree entry of the OCI image `arg` (`IMAGE` or `IMAGE:REF`):
+/// found, or built from its layers, each of which is found or unpacked
+/// alone into its own entry first.
+pub(crate) fn obtain(
+    cache: &Cache,
+    arg: &Path,
+    opts: &ProvisionOptions,
+) -> Result<(Lease, Obtained)> {
+    let image = open(arg, opts)?;
+    let path = image.path.clone();
+    let bytes = image.layers.iter().map(|l| l.size).sum();
+    // Held until the image's entry is published, so that gc leaves the
+    // layers alone while they are copied.
+    let mut leases: Vec<Lease> = Vec::new();
+    let r = cache.obtain_keyed(
+        EntryKind::Tree,
+        &image.manifest_sha256,
+        &path,
+        bytes,
+        |payload| {
+            for i in 0..image.layers.len() {
+                let l = &image.layers[i];
+                let (lease, _) = cache.obtain_keyed(
+                    EntryKind::Layer,
+                    &l.diff_id.sha256_key(),
+                    &path,
+                    l.size,
+                    |p| build_layer(&image, i, p, opts).map(|()| Vec::new()),
+                )?;
+                leases.push(lease);
+            }
+            build_tree(&leases, payload, opts)?;
+            Ok::<_, Error>(leases.iter().map(|l| l.entry.name()).collect())
+        },
+    );
+    for l in leases {
+        l.release();
+    }
+    r
+}
+
+/// Unpacks layer `i` alone into `payload/tree`, its changes recorded in
+/// `payload/changes`.
+fn build_layer(
+    image: &Image,
+    i: usize,
+    payload: &Path,
+    opts: &ProvisionOptions,
+) -> Result<()> {
+    let tree = payload.join("tree");
+    for d in [payload, &tree] {
+        fs::create_dir(d).map_err(|e| Error::io(Op::Mkdir, d, e))?;
+    }
+    let uo = UnpackOptions {
+        tunables: opts.tunables,
+        expect: None,
+        allow_devices: false,
+        max_bytes: opts.max_archive_bytes,
+        preserve_owner: None,
+        cancel: opts.cancel.clone(),
+        pool: opts.pool.clone(),
+        listener: opts.listener.clone(),
+        whiteouts: Whiteouts::Record,
+    };
+    let r = oci::unpack_layer(image, i, &tree, &uo)?;
+    let changes = payload.join("changes");
+    fs::write(&changes, oci::encode_changes(&r.changes))
+        .map_err(|e| Error::io(Op::Write, &changes, e))
+}
+
+/// The image's tree at `payload`: each layer's changes applied, then its
+/// tree copied over (reflink where the filesystem can), lowest first.
+fn build_tree(
+    layers: &[Lease],
+    payload: &Path,
+    opts: &ProvisionOptions,
+) -> Result<()> {
+    fs::create_dir(payload).map_err(|e| Error::io(Op::Mkdir, payload, e))?;
+    for lease in layers {
+        let dir = lease.entry.payload();
+        let tree = dir.join("tree");
+        let path = dir.join("changes");
+        let bytes =
+            fs::read(&path).map_err(|e| Error::io(Op::Read, &path, e))?;
+        let changes =
+            oci::decode_changes(&bytes).map_err(|why| Error::Image {
+                path: path.clone(),
+                problem: ImageProblem::Corrupt(why),
+            })?;
+        let kept = oci::prepare_layer(payload, &tree, &changes)?;
+        let mut plan = Plan::new(&tree, payload)
+            .within(payload)
+            .layered(true)
+            .tunables(opts.tunables);
+        if let Some(c) = &opts.cancel {
+            plan = plan.cancel(c.clone());
+        }
+        if let Some(pool) = &opts.pool {
+            plan = plan.pool(pool.clone());
+        }
+        plan.run()?;
+        kept.restore()?;
+    }
+    Ok(())
+}
