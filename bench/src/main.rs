@@ -12,6 +12,7 @@ use zinstall_tune::trees::{self, Shape};
 
 mod archives;
 mod daemon;
+mod oci;
 mod plot;
 
 #[derive(Parser, Debug)]
@@ -224,6 +225,23 @@ enum Cmd {
         #[arg(long)]
         bin: Option<PathBuf>,
     },
+    /// An OCI image of a real tree in three layers (made with umoci, upper
+    /// layers deleting some of the lower ones'), installed by zinstall
+    /// against `umoci unpack`, interleaved; the roots are verified equal.
+    Oci {
+        /// Timed runs of each.
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+        /// The tree split into the layers.
+        #[arg(long, default_value = "/usr/share")]
+        tree: PathBuf,
+        /// Where the image, roots and bundles go.
+        #[arg(long, default_value = "/var/tmp/zinstall-bench")]
+        scratch: PathBuf,
+        /// The zinstall binary.
+        #[arg(long)]
+        zinstall: Option<PathBuf>,
+    },
     /// The serial 8 KiB baseline copy (used by `copy`).
     SerialCopy { src: PathBuf, dst: PathBuf },
 }
@@ -290,6 +308,18 @@ fn main() -> ExitCode {
             scratch,
             zinstall,
         } => install_bench(runs, &scratch, zinstall),
+        Cmd::Oci {
+            runs,
+            tree,
+            scratch,
+            zinstall,
+        } => oci::bench(
+            runs,
+            &tree,
+            &scratch,
+            &zinstall
+                .unwrap_or_else(|| workspace().join("target/release/zinstall")),
+        ),
         Cmd::Daemon {
             runs,
             clients,
