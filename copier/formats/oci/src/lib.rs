@@ -93,14 +93,20 @@ pub fn sniff(path: &Path) -> io::Result<Option<Form>> {
     let f = File::open(path)?;
     let limits = tar::Limits::default();
     if c != Compression::None {
-        // Only the first member: enough to tell a layout from a root.
+        // The first member past the top directory tells a layout from a
+        // root, which would begin `./bin`, `./etc`.
         let mut rd = tar::Reader::new(decompress(f, c)?, limits);
-        return Ok(match rd.next() {
-            Ok(Some(m)) if layout_member(&m.name) => {
-                Some(Form::CompressedArchive(c))
+        for _ in 0..4 {
+            let Ok(Some(m)) = rd.next() else { break };
+            let n = m.name.strip_prefix(b"./").unwrap_or(&m.name);
+            if matches!(n, b"" | b".") {
+                continue;
             }
-            _ => None,
-        });
+            return Ok(
+                layout_member(&m.name).then_some(Form::CompressedArchive(c))
+            );
+        }
+        return Ok(None);
     }
     if n < 512 || &head[257..262] != b"ustar" {
         return Ok(None);
