@@ -11,6 +11,7 @@ use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use copier::fsutil::RangeCopier;
 use copier::unpack::{self, UnpackOptions};
 use copier::{Op, Plan, Tunables};
 use zinstall_qcow2 as qcow2;
@@ -497,19 +498,10 @@ fn build(
             decompress_into(image, &mut stream, &out, payload, u64::MAX, opts)?;
         }
         ImageKind::Qcow2 => {
-            // One sequential read of the file: the digest and the plain
-            // clusters come from the same buffers.
-            let img = qcow2::Image::open(image)?;
-            img.require_standalone()?;
-            let out = File::create_new(payload)
-                .map_err(|e| Error::io(Op::Create, payload, e))?;
-            let co = qcow2::ConvertOptions {
-                threads: convert_threads(opts),
-            };
-            reader.feed(|sink| {
-                qcow2::convert_to_raw_streaming(&img, &out, &co, sink)
-                    .map_err(ProvisionError::from)
-            })?;
+            // One sequential read of the file feeds the digest; plain
+            // clusters are reflinked or copied in the kernel from the
+            // image file, or written from the same buffers.
+            convert_streaming(image, reader, payload, opts, &Placer::new())?;
         }
         ImageKind::CompressedQcow2(c) => {
             // Decompressed once beside the payload (the scratch directory,
@@ -543,6 +535,110 @@ fn build(
         }
     }
     Ok(())
+}
+
+/// A qcow2 image's plain clusters placed by reflink or in-kernel copy
+/// (the copy engine's [`RangeCopier`]).
+struct Placer(RangeCopier);
+
+impl Placer {
+    fn new() -> Self {
+        Placer(RangeCopier::new())
+    }
+}
+
+impl qcow2::KernelCopy for Placer {
+    fn copy(
+        &self,
+        src: &File,
+        src_off: u64,
+        dst: &File,
+        dst_off: u64,
+        len: u64,
+    ) -> std::io::Result<u64> {
+        self.0.copy(src, src_off, dst, dst_off, len)
+    }
+}
+
+/// What converting a qcow2 image made: the converter's counts, and of
+/// the bytes it placed, how many were reflinked and how many copied in
+/// the kernel.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Qcow2Build {
+    /// The converter's counts.
+    pub stats: qcow2::ConvertStats,
+    /// Bytes reflinked from the image file.
+    pub cloned: u64,
+    /// Bytes copied in the kernel.
+    pub copied: u64,
+}
+
+/// Converts the qcow2 `image` into the sparse raw `payload`, feeding
+/// every byte of the file read to `reader`'s digest once, with plain
+/// clusters placed by `placer`.
+fn convert_streaming(
+    image: &Path,
+    reader: &mut HashingReader,
+    payload: &Path,
+    opts: &ProvisionOptions,
+    placer: &Placer,
+) -> Result<Qcow2Build, ProvisionError> {
+    let img = qcow2::Image::open(image)?;
+    img.require_standalone()?;
+    let out = File::create_new(payload)
+        .map_err(|e| Error::io(Op::Create, payload, e))?;
+    let co = qcow2::ConvertOptions {
+        threads: convert_threads(opts),
+    };
+    let stats = reader.feed(|sink| {
+        qcow2::convert_to_raw_streaming_with(&img, &out, &co, sink, placer)
+            .map_err(ProvisionError::from)
+    })?;
+    Ok(Qcow2Build {
+        stats,
+        cloned: placer.0.cloned(),
+        copied: placer.0.copied(),
+    })
+}
+
+/// Builds a raw cache entry for the qcow2 `image` in `cache` as
+/// [`provision`] does, its plain clusters placed in the kernel (reflink,
+/// else `copy_file_range`) or, with `user_space_only`, all written from
+/// the buffers that read them; says how each byte got there. For tests
+/// and measurements of the two paths.
+pub fn build_qcow2_entry(
+    image: &Path,
+    cache: &Cache,
+    user_space_only: bool,
+) -> Result<(Entry, Qcow2Build), ProvisionError> {
+    let opts = ProvisionOptions {
+        count: 0,
+        out: PathBuf::new(),
+        name: String::new(),
+        size: None,
+        cache: cache.root().to_path_buf(),
+        sha256: None,
+        qemu_img: None,
+        tunables: Tunables::default(),
+        max_archive_bytes: 0,
+        cancel: None,
+        pool: None,
+    };
+    let placer = match user_space_only {
+        true => Placer(RangeCopier::user_space_only()),
+        false => Placer::new(),
+    };
+    let mut made = None;
+    let (lease, _) =
+        cache.obtain(image, EntryKind::Raw, None, |reader, payload| {
+            made = Some(convert_streaming(
+                image, reader, payload, &opts, &placer,
+            )?);
+            Ok::<_, ProvisionError>(())
+        })?;
+    let entry = lease.entry.clone();
+    lease.release();
+    Ok((entry, made.unwrap_or_default()))
 }
 
 /// Reads a decompressed qcow2 image at `qcow` into a sparse raw

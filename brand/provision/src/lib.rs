@@ -57,6 +57,7 @@ pub use detect::{Compression, ImageKind, compression_of, decompress, detect};
 pub use error::{ImageProblem, ProvisionError, Result};
 pub use guests::{
     Guest, GuestKind, OVERLAY_MODE, ProvisionOptions, ProvisionPreview,
-    ProvisionReport, preview, provision, provision_in,
+    ProvisionReport, Qcow2Build, build_qcow2_entry, preview, provision,
+    provision_in,
 };
 pub use sparse::write_sparse;

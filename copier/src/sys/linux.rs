@@ -10,6 +10,17 @@ use std::path::Path;
 
 /// `_IOW(0x94, 9, int)`: clone a whole file (btrfs, XFS, bcachefs...).
 const FICLONE: libc::c_ulong = 0x4004_9409;
+/// `_IOW(0x94, 13, struct file_clone_range)`: clone part of a file.
+const FICLONERANGE: libc::c_ulong = 0x4020_940d;
+
+/// `struct file_clone_range` of `<linux/fs.h>`.
+#[repr(C)]
+struct FileCloneRange {
+    src_fd: i64,
+    src_offset: u64,
+    src_length: u64,
+    dest_offset: u64,
+}
 
 /// Opens a source file for reading without touching its access time when
 /// the kernel lets us (`O_NOATIME` needs ownership or CAP_FOWNER), so that
@@ -43,6 +54,52 @@ pub(crate) fn clone_file(src: &File, dst: &File) -> io::Result<bool> {
     match e.raw_os_error() {
         // Not supported by the filesystem, or not across these two, or
         // not for this kind of file.
+        Some(
+            libc::EOPNOTSUPP
+            | libc::ENOTTY
+            | libc::EINVAL
+            | libc::EXDEV
+            | libc::ETXTBSY
+            | libc::EPERM
+            | libc::ENOSYS,
+        ) => Ok(false),
+        _ => Err(e),
+    }
+}
+
+/// Clones `len` bytes of `src` at `off_in` into `dst` at `off_out`,
+/// sharing extents. `Ok(false)`: not on this filesystem pair, or not for
+/// this range (offsets and length must be multiples of the block size,
+/// the length may end at the source's end only where that is also the
+/// destination's); the caller copies instead.
+pub(crate) fn clone_range(
+    src: &File,
+    dst: &File,
+    off_in: u64,
+    off_out: u64,
+    len: u64,
+) -> io::Result<bool> {
+    let arg = FileCloneRange {
+        src_fd: i64::from(src.as_raw_fd()),
+        src_offset: off_in,
+        src_length: len,
+        dest_offset: off_out,
+    };
+    // SAFETY: both fds are open; arg is a file_clone_range that outlives
+    // the call.
+    let rc = unsafe {
+        libc::ioctl(
+            dst.as_raw_fd(),
+            FICLONERANGE as _,
+            &arg as *const FileCloneRange,
+        )
+    };
+    if rc == 0 {
+        return Ok(true);
+    }
+    let e = io::Error::last_os_error();
+    match e.raw_os_error() {
+        // As for FICLONE.
         Some(
             libc::EOPNOTSUPP
             | libc::ENOTTY

@@ -7,6 +7,7 @@
 //! |---|---|---|
 //! | `open_source` | `O_NOATIME` when allowed | plain `open` |
 //! | `clone_file` | `ioctl(FICLONE)` | unsupported |
+//! | `clone_range` | `ioctl(FICLONERANGE)` | unsupported |
 //! | `copy_range` | `copy_file_range(2)` | unsupported |
 //! | `sync_fs` | `syncfs(2)` | `syncfs(2)` on illumos, else `sync(2)` |
 //! | xattrs (`XATTRS`) | `*xattr(2)` | none listed, said once as a notice (see `portable.rs`) |
@@ -38,7 +39,7 @@ use portable as platform;
 pub(crate) const XATTRS: bool = cfg!(target_os = "linux");
 
 pub(crate) use platform::{
-    Assumed, XattrTarget, assume, chmod_at, clone_file, copy_range, get_xattr,
-    list_xattrs, open_dir_beneath, open_dir_same_mount, open_source, set_xattr,
-    sync_fs,
+    Assumed, XattrTarget, assume, chmod_at, clone_file, clone_range,
+    copy_range, get_xattr, list_xattrs, open_dir_beneath, open_dir_same_mount,
+    open_source, set_xattr, sync_fs,
 };

@@ -27,6 +27,17 @@ pub(crate) fn clone_file(_src: &File, _dst: &File) -> io::Result<bool> {
     Ok(false)
 }
 
+/// No reflinks here.
+pub(crate) fn clone_range(
+    _src: &File,
+    _dst: &File,
+    _off_in: u64,
+    _off_out: u64,
+    _len: u64,
+) -> io::Result<bool> {
+    Ok(false)
+}
+
 /// No in-kernel copies here.
 pub(crate) fn copy_range(
     _src: &File,

@@ -41,6 +41,9 @@ pub struct ConvertStats {
     pub compressed_clusters: u64,
     /// Clusters unallocated or marked zero (left as holes).
     pub hole_clusters: u64,
+    /// Of `written`, the bytes placed without passing through user space
+    /// (by a [`KernelCopy`]: reflinked or copied in the kernel).
+    pub placed: u64,
 }
 
 /// A zeroed buffer of `len` bytes starting on a page boundary, as a
@@ -215,15 +218,29 @@ fn flush_run(
 /// non-zero blocks go out in one write.
 fn write_nonzero(img: &Image, dst: &File, data: &[u8], at: u64) -> Result<u64> {
     let mut written = 0;
+    for_each_nonzero(data, |s, e| {
+        dst.write_all_at(&data[s..e], at + s as u64)
+            .map_err(|e| Error::io(img.path(), "write output", e))?;
+        written += (e - s) as u64;
+        Ok(())
+    })?;
+    Ok(written)
+}
+
+/// Calls `f` with each span `start..end` of `data` made of adjacent 4 KiB
+/// blocks that are not all zeros (the last block may be shorter).
+fn for_each_nonzero(
+    data: &[u8],
+    mut f: impl FnMut(usize, usize) -> Result<()>,
+) -> Result<()> {
     let mut start: Option<usize> = None;
     for (i, b) in data.chunks(BLOCK).enumerate() {
+        // An OR over the whole block, without an early exit, so that it
+        // vectorises.
         let zero = b.iter().fold(0u8, |a, &x| a | x) == 0;
         match (zero, start) {
             (true, Some(s)) => {
-                let e = i * BLOCK;
-                dst.write_all_at(&data[s..e], at + s as u64)
-                    .map_err(|e| Error::io(img.path(), "write output", e))?;
-                written += (e - s) as u64;
+                f(s, i * BLOCK)?;
                 start = None;
             }
             (false, None) => start = Some(i * BLOCK),
@@ -231,34 +248,112 @@ fn write_nonzero(img: &Image, dst: &File, data: &[u8], at: u64) -> Result<u64> {
         }
     }
     if let Some(s) = start {
-        dst.write_all_at(&data[s..], at + s as u64)
-            .map_err(|e| Error::io(img.path(), "write output", e))?;
-        written += (data.len() - s) as u64;
+        f(s, data.len())?;
     }
-    Ok(written)
+    Ok(())
 }
 
 /// Reads of the image file in [`convert_to_raw_streaming`].
 const CHUNK: usize = 4 << 20;
-/// Chunks in flight between the reader, the sink and the writer.
+/// Chunks queued for each of the sink and the writer.
 const IN_FLIGHT: usize = 4;
+/// Chunk buffers: the queues' and one in the hands of each thread.
+const BUFFERS: usize = IN_FLIGHT + 3;
 /// Plain clusters mapped at most, for the file-order walk; an image with
 /// more (4 TiB of data at 64 KiB clusters, or a hostile one whose L1
 /// entries all name one L2 table) is converted in guest order instead.
 const MAX_MAPPED: usize = 1 << 26;
 
-/// Converts `img` into `dst` like [`convert_to_raw`], and hands every
-/// byte of the image *file*, front to back, to `sink` (for a digest):
-/// the file is read once, in large sequential reads, and each plain
-/// cluster is written from the same buffer the sink saw. One thread
-/// reads, one feeds the sink, one writes; compressed clusters are then
-/// inflated by `opts.threads` threads (their bytes are in the page cache
-/// by then).
+/// Places plain clusters' bytes from the image file in the output
+/// without passing them through user space, where the caller can: a
+/// reflink where both files share a filesystem that can, an in-kernel
+/// copy elsewhere. This crate makes no system calls of its own; the
+/// caller supplies them.
+pub trait KernelCopy: Sync {
+    /// Places `len` bytes of `src` at `src_off` at `dst_off` of `dst`.
+    /// Returns how many bytes from the front of the range were placed;
+    /// the converter writes the rest from the bytes it read.
+    fn copy(
+        &self,
+        src: &File,
+        src_off: u64,
+        dst: &File,
+        dst_off: u64,
+        len: u64,
+    ) -> std::io::Result<u64>;
+}
+
+/// Places nothing: every byte is written from the buffer that read it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct UserSpace;
+
+impl KernelCopy for UserSpace {
+    fn copy(
+        &self,
+        _: &File,
+        _: u64,
+        _: &File,
+        _: u64,
+        _: u64,
+    ) -> std::io::Result<u64> {
+        Ok(0)
+    }
+}
+
+/// [`convert_to_raw_streaming_with`], every byte written from user
+/// space.
 pub fn convert_to_raw_streaming(
     img: &Image,
     dst: &File,
     opts: &ConvertOptions,
     sink: &mut (dyn FnMut(&[u8]) + Send),
+) -> Result<ConvertStats> {
+    convert_to_raw_streaming_with(img, dst, opts, sink, &UserSpace)
+}
+
+/// A buffer of the image file, shared by the sink and the writer; it
+/// goes back to the pool when the last of them drops it, whichever that
+/// is, and also when a queue is dropped with it inside (a writer that
+/// failed), so the reader never waits for a buffer that is gone.
+struct Chunk {
+    at: u64,
+    n: usize,
+    raw: Vec<u8>,
+    off: usize,
+    home: std::sync::mpsc::SyncSender<(Vec<u8>, usize)>,
+}
+
+impl Chunk {
+    fn bytes(&self) -> &[u8] {
+        &self.raw[self.off..self.off + self.n]
+    }
+}
+
+impl Drop for Chunk {
+    fn drop(&mut self) {
+        // The pool has room for every buffer: this never blocks.
+        let _closed = self
+            .home
+            .try_send((std::mem::take(&mut self.raw), self.off));
+    }
+}
+
+/// Converts `img` into `dst` like [`convert_to_raw`], and hands every
+/// byte of the image *file*, front to back, to `sink` (for a digest):
+/// the file is read once, in large sequential reads. One thread reads;
+/// the sink and the writer take each buffer at the same time. The writer
+/// finds the 4 KiB blocks of plain clusters that are not all zeros in
+/// the buffer and has `kernel` place them from the image file (a reflink
+/// or an in-kernel copy: the bytes need not pass through user space
+/// again), writing from the buffer whatever it does not place; blocks of
+/// zeros stay holes. Compressed clusters are inflated meanwhile by
+/// `opts.threads` threads of their own.
+pub fn convert_to_raw_streaming_with(
+    img: &Image,
+    dst: &File,
+    opts: &ConvertOptions,
+    sink: &mut (dyn FnMut(&[u8]) + Send),
+    kernel: &dyn KernelCopy,
 ) -> Result<ConvertStats> {
     let Some((runs, compressed, mut st)) = file_order_map(img)? else {
         return convert_beside_stream(img, dst, opts, sink);
@@ -267,31 +362,29 @@ pub fn convert_to_raw_streaming(
     dst.set_len(size)
         .map_err(|e| Error::io(img.path(), "truncate output", e))?;
     let file_len = img.file_len();
-    // (file offset, bytes, buffer, where its aligned part starts)
-    type Chunk = (u64, usize, Vec<u8>, usize);
-    let (to_sink, sink_rx) = std::sync::mpsc::sync_channel::<Chunk>(IN_FLIGHT);
+    let (to_sink, sink_rx) =
+        std::sync::mpsc::sync_channel::<std::sync::Arc<Chunk>>(IN_FLIGHT);
     let (to_writer, writer_rx) =
-        std::sync::mpsc::sync_channel::<Chunk>(IN_FLIGHT);
-    let (to_pool, pool) =
-        std::sync::mpsc::sync_channel::<(Vec<u8>, usize)>(IN_FLIGHT + 2);
-    for _ in 0..IN_FLIGHT {
-        let _room = to_pool.send(aligned(CHUNK));
+        std::sync::mpsc::sync_channel::<std::sync::Arc<Chunk>>(IN_FLIGHT);
+    let (home, pool) =
+        std::sync::mpsc::sync_channel::<(Vec<u8>, usize)>(BUFFERS);
+    for _ in 0..BUFFERS {
+        let _room = home.send(aligned(CHUNK));
     }
-    let written = std::thread::scope(|s| -> Result<u64> {
+    let (written, placed, inflated) = std::thread::scope(|s| {
+        let inflater =
+            s.spawn(|| inflate_all(img, dst, &compressed, opts.threads));
         let sink_thread = s.spawn(move || {
             for chunk in sink_rx {
-                sink(&chunk.2[chunk.3..chunk.3 + chunk.1]);
-                if to_writer.send(chunk).is_err() {
-                    break;
-                }
+                sink(chunk.bytes());
             }
         });
-        let writer = s.spawn(move || -> Result<u64> {
-            let mut written = 0;
+        let writer = s.spawn(move || -> Result<(u64, u64)> {
+            let (mut written, mut placed) = (0, 0);
             let mut next = 0usize;
-            for (at, n, raw, off) in writer_rx {
-                let buf = &raw[off..off + n];
-                let end = at + n as u64;
+            for chunk in writer_rx {
+                let (at, buf) = (chunk.at, chunk.bytes());
+                let end = at + buf.len() as u64;
                 // Runs are sorted by host offset and do not overlap.
                 while next < runs.len() && runs[next].0 + runs[next].2 <= at {
                     next += 1;
@@ -302,26 +395,45 @@ pub fn convert_to_raw_streaming(
                     let from = host.max(at);
                     let to = (host + len).min(end);
                     let piece = &buf[(from - at) as usize..(to - at) as usize];
-                    written +=
-                        write_nonzero(img, dst, piece, guest + (from - host))?;
+                    let (w, p) = place(
+                        img,
+                        dst,
+                        kernel,
+                        piece,
+                        from,
+                        guest + (from - host),
+                    )?;
+                    written += w;
+                    placed += p;
                     i += 1;
                 }
-                let _closed = to_pool.send((raw, off));
             }
-            Ok(written)
+            Ok((written, placed))
         });
         let mut at = 0u64;
         let mut failed = None;
         while at < file_len {
-            let Ok((mut raw, off)) = pool.recv() else {
+            let Ok((raw, off)) = pool.recv() else {
                 break;
             };
+            let mut chunk = Chunk {
+                at,
+                n: 0,
+                raw,
+                off,
+                home: home.clone(),
+            };
+            let (off, raw) = (chunk.off, &mut chunk.raw);
             match img.read_file_at(&mut raw[off..off + CHUNK], at) {
                 Ok(n) => {
-                    if to_sink.send((at, n, raw, off)).is_err() {
+                    chunk.n = n;
+                    at += n as u64;
+                    let chunk = std::sync::Arc::new(chunk);
+                    if to_sink.send(std::sync::Arc::clone(&chunk)).is_err()
+                        || to_writer.send(chunk).is_err()
+                    {
                         break;
                     }
-                    at += n as u64;
                 }
                 Err(e) => {
                     failed = Some(e);
@@ -329,21 +441,57 @@ pub fn convert_to_raw_streaming(
                 }
             }
         }
-        drop(to_sink);
-        sink_thread
-            .join()
-            .unwrap_or_else(|p| std::panic::resume_unwind(p));
-        let w = writer
-            .join()
-            .unwrap_or_else(|p| std::panic::resume_unwind(p));
-        match failed {
-            Some(e) => Err(e),
-            None => w,
+        drop((to_sink, to_writer));
+        join(sink_thread);
+        let w = join(writer);
+        let c = join(inflater);
+        if let Some(e) = failed {
+            return Err(e);
         }
+        let (w, p) = w?;
+        Ok::<_, Error>((w, p, c?))
     })?;
-    st.written += written;
-    st.written += inflate_all(img, dst, &compressed, opts.threads)?;
+    st.written += written + inflated;
+    st.placed += placed;
     Ok(st)
+}
+
+/// A scoped thread's value; its panic goes on in the caller.
+fn join<T>(h: std::thread::ScopedJoinHandle<'_, T>) -> T {
+    h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))
+}
+
+/// Places one piece of a run of plain clusters, read into `piece` from
+/// `host` in the file, at `guest` in the output: its blocks that are not
+/// all zeros by `kernel` where it can, the rest written from `piece`.
+/// Returns the bytes written in all and of those, the bytes placed.
+fn place(
+    img: &Image,
+    dst: &File,
+    kernel: &dyn KernelCopy,
+    piece: &[u8],
+    host: u64,
+    guest: u64,
+) -> Result<(u64, u64)> {
+    let (mut written, mut placed) = (0, 0);
+    for_each_nonzero(piece, |s, e| {
+        let len = (e - s) as u64;
+        let k = match img.file() {
+            Some(f) => kernel
+                .copy(f, host + s as u64, dst, guest + s as u64, len)
+                .map_err(|e| Error::io(img.path(), "copy to output", e))?
+                .min(len),
+            None => 0,
+        };
+        if k < len {
+            dst.write_all_at(&piece[s + k as usize..e], guest + s as u64 + k)
+                .map_err(|e| Error::io(img.path(), "write output", e))?;
+        }
+        written += len;
+        placed += k;
+        Ok(())
+    })?;
+    Ok((written, placed))
 }
 
 /// Plain clusters as runs `(host, guest, bytes)` sorted by host offset,

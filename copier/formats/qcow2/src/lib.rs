@@ -46,7 +46,8 @@ use std::io;
 use std::path::PathBuf;
 
 pub use convert::{
-    ConvertOptions, ConvertStats, convert_to_raw, convert_to_raw_streaming,
+    ConvertOptions, ConvertStats, KernelCopy, UserSpace, convert_to_raw,
+    convert_to_raw_streaming, convert_to_raw_streaming_with,
 };
 pub use header::Header;
 pub use overlay::{MAX_OVERLAY_SIZE, create_overlay};

@@ -459,6 +459,14 @@ impl Image {
         &self.path
     }
 
+    /// The image file, unless the image is held in memory.
+    pub(crate) fn file(&self) -> Option<&File> {
+        match &self.file {
+            Source::File(f) => Some(f),
+            Source::Bytes(_) => None,
+        }
+    }
+
     /// The image file's length when opened.
     pub(crate) fn file_len(&self) -> u64 {
         self.file_len

@@ -720,3 +720,145 @@ fn overlay_sizes_are_bounded() {
         assert!(!p.exists());
     }
 }
+
+/// Places the front half of each range it is asked for (as a kernel
+/// copy that stops short would), by a read and a write of its own.
+struct HalfCopier {
+    placed: std::sync::atomic::AtomicU64,
+    calls: std::sync::atomic::AtomicU64,
+}
+
+impl qcow2::KernelCopy for HalfCopier {
+    fn copy(
+        &self,
+        src: &File,
+        src_off: u64,
+        dst: &File,
+        dst_off: u64,
+        len: u64,
+    ) -> std::io::Result<u64> {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.calls.fetch_add(1, Relaxed);
+        let half = len / 2;
+        let mut buf = vec![0u8; half as usize];
+        src.read_exact_at(&mut buf, src_off)?;
+        dst.write_all_at(&buf, dst_off)?;
+        self.placed.fetch_add(half, Relaxed);
+        Ok(half)
+    }
+}
+
+/// Plain clusters go to the kernel copy; what it leaves is written from
+/// the buffers read, and the result is the image's disk, with runs of
+/// zeros in plain clusters left as holes.
+#[test]
+fn kernel_copies_that_stop_short_are_finished_from_the_buffers() {
+    if !have_qemu() {
+        eprintln!("skipped: kernel_copies: no qemu-img");
+        return;
+    }
+    use std::sync::atomic::Ordering::Relaxed;
+    let d = tempfile::tempdir().unwrap();
+    let src = pattern(d.path());
+    let reference = fs::read(&src).unwrap();
+    let variants: [&[&str]; 4] = [
+        &[],
+        &["-c"],
+        &["-o", "cluster_size=4096"],
+        &["-o", "cluster_size=2M"],
+    ];
+    for (i, v) in variants.iter().enumerate() {
+        let img = d.path().join(format!("k{i}.qcow2"));
+        let mut args = vec!["convert", "-q", "-O", "qcow2"];
+        args.extend_from_slice(v);
+        args.extend([s(&src), s(&img)]);
+        ok(&args);
+        // A plain cluster of zeros: written as data, not flagged zero.
+        let o = Command::new("qemu-io")
+            .args(["-f", "qcow2", "-c", "write -P 0 20M 1M", s(&img)])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let mut want = reference.clone();
+        want[20 << 20..21 << 20].fill(0);
+        let image = Image::open(&img).unwrap();
+        let out = d.path().join(format!("k{i}.raw"));
+        let f = File::create_new(&out).unwrap();
+        let k = HalfCopier {
+            placed: 0.into(),
+            calls: 0.into(),
+        };
+        let mut fed = Vec::new();
+        let st = qcow2::convert_to_raw_streaming_with(
+            &image,
+            &f,
+            &ConvertOptions { threads: 2 },
+            &mut |b: &[u8]| fed.extend_from_slice(b),
+            &k,
+        )
+        .unwrap();
+        assert!(fs::read(&out).unwrap() == want, "{v:?}: differs");
+        assert!(
+            fed == fs::read(&img).unwrap(),
+            "{v:?}: the sink missed bytes"
+        );
+        assert_eq!(st.placed, k.placed.load(Relaxed), "{v:?}");
+        if v.contains(&"-c") {
+            // Its only plain clusters are the zeroed MiB: nothing to copy.
+            assert_eq!(st.data_clusters, 16, "{v:?}: {st:?}");
+            assert_eq!(k.calls.load(Relaxed), 0, "{v:?}");
+        } else {
+            assert!(st.placed > 0 && st.placed < st.written, "{v:?}: {st:?}");
+        }
+        // The written bytes are the non-zero ones: the zeroed MiB is a
+        // hole, not data.
+        let nonzero = want
+            .chunks(4096)
+            .filter(|b| b.iter().any(|&x| x != 0))
+            .map(|b| b.len() as u64)
+            .sum::<u64>();
+        assert_eq!(st.written, nonzero, "{v:?}: {st:?}");
+        let allocated = fs::metadata(&out).unwrap().blocks() * 512;
+        assert!(allocated <= nonzero + (1 << 20), "{v:?}: {allocated}");
+    }
+}
+
+/// A kernel copy's failure (a full disk) fails the conversion, naming
+/// the image and what was being done.
+#[test]
+fn a_failing_kernel_copy_is_reported() {
+    if !have_qemu() {
+        eprintln!("skipped: a_failing_kernel_copy: no qemu-img");
+        return;
+    }
+    struct Full;
+    impl qcow2::KernelCopy for Full {
+        fn copy(
+            &self,
+            _: &File,
+            _: u64,
+            _: &File,
+            _: u64,
+            _: u64,
+        ) -> std::io::Result<u64> {
+            Err(std::io::Error::from_raw_os_error(28))
+        }
+    }
+    let d = tempfile::tempdir().unwrap();
+    let src = pattern(d.path());
+    let img = d.path().join("f.qcow2");
+    ok(&["convert", "-q", "-O", "qcow2", s(&src), s(&img)]);
+    let image = Image::open(&img).unwrap();
+    let f = File::create_new(d.path().join("f.raw")).unwrap();
+    let e = qcow2::convert_to_raw_streaming_with(
+        &image,
+        &f,
+        &ConvertOptions { threads: 2 },
+        &mut |_: &[u8]| {},
+        &Full,
+    )
+    .unwrap_err();
+    assert_eq!(e.op, "copy to output");
+    let t = e.to_string();
+    assert!(t.contains(s(&img)) && t.contains("os error 28"), "{t}");
+}
