@@ -979,8 +979,11 @@ fn qcow2_images(
 
 /// `zinstall provision IMAGE --count 1` with an empty cache (its one
 /// syncfs included) against `qemu-img convert -O raw`, without and with a
-/// `sync` after, interleaved; each zinstall base checked against the
-/// image with `qemu-img compare` once.
+/// `sync -f` (a syncfs of the output's filesystem, as zinstall's) after,
+/// interleaved; each zinstall base checked against the image with
+/// `qemu-img compare` once. zinstall's time without its syncfs is its
+/// wall time less the syncfs it logs in the cache's `builds.log`, from
+/// the same run.
 fn qcow2_bench(z: &Path, q: &Qcow2Bench, scratch: &Path) -> Result<(), String> {
     fs::create_dir_all(scratch).map_err(|e| e.to_string())?;
     let images = qcow2_images(q, scratch)?;
@@ -1000,10 +1003,15 @@ fn qcow2_bench(z: &Path, q: &Qcow2Bench, scratch: &Path) -> Result<(), String> {
     for (label, img) in &images {
         let mut names: Vec<String> =
             zs.iter().map(|(n, _)| n.clone()).collect();
-        names.push("qemu-img convert".into());
-        names.push("qemu-img convert; sync".into());
+        names.push(QEMU.into());
+        names.push(QEMU_SYNC.into());
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
         let mut checked = vec![false; zs.len()];
+        // Per zinstall binary: its wall times less its logged syncfs, and
+        // the syncfs alone.
+        let mut unsynced: Vec<Vec<std::time::Duration>> =
+            vec![vec![]; zs.len()];
+        let mut syncs: Vec<Vec<std::time::Duration>> = vec![vec![]; zs.len()];
         let samples = report::interleaved(
             &refs,
             q.runs,
@@ -1023,6 +1031,15 @@ fn qcow2_bench(z: &Path, q: &Qcow2Bench, scratch: &Path) -> Result<(), String> {
                             .arg("--cache")
                             .arg(work.join("c"));
                         let t = peers::time(c)?;
+                        if let Some(sync) = logged_sync(&work.join("c")) {
+                            eprintln!(
+                                "      {} syncfs {:.3} s",
+                                zs[i].0,
+                                sync.as_secs_f64()
+                            );
+                            unsynced[i].push(t.saturating_sub(sync));
+                            syncs[i].push(sync);
+                        }
                         if !checked[i] {
                             sh(&format!(
                                 "qemu-img compare -q -f qcow2 -F qcow2 {} {}",
@@ -1042,7 +1059,7 @@ fn qcow2_bench(z: &Path, q: &Qcow2Bench, scratch: &Path) -> Result<(), String> {
                         out.display()
                     ))?,
                     _ => sh(&format!(
-                        "qemu-img convert -O raw {} {} && sync",
+                        "qemu-img convert -O raw {0} {1} && sync -f {1}",
                         img.display(),
                         out.display()
                     ))?,
@@ -1051,17 +1068,50 @@ fn qcow2_bench(z: &Path, q: &Qcow2Bench, scratch: &Path) -> Result<(), String> {
             },
             &mut |l| eprintln!("{l}"),
         )?;
+        // Each side with its flush, then each without.
+        let pick =
+            |name: &str| samples.iter().find(|s| s.tool == name).cloned();
+        let mut synced: Vec<Samples> = Vec::new();
+        let mut bare: Vec<Samples> = Vec::new();
+        for (i, (name, _)) in zs.iter().enumerate() {
+            synced.extend(pick(name));
+            if !unsynced[i].is_empty() {
+                bare.push(Samples {
+                    tool: format!("{name}, less its syncfs"),
+                    times: unsynced[i].clone(),
+                });
+                synced.push(Samples {
+                    tool: format!("{name}: its syncfs alone"),
+                    times: syncs[i].clone(),
+                });
+            }
+        }
+        synced.extend(pick(QEMU_SYNC));
+        bare.extend(pick(QEMU));
         let _ = tables.write_fmt(format_args!(
-            "\n{label} ({}, {} GiB, {:.0}% data)\n\n{}",
+            "\n{label} ({}, {} GiB, {:.0}% data)\n\nwith the flush to disk:\n\n{}\nwithout it:\n\n{}",
             img.display(),
             q.gib,
             q.data * 100.0,
-            report::markdown(&samples, "qemu-img convert; sync")
+            report::markdown(&synced, QEMU_SYNC),
+            report::markdown(&bare, QEMU)
         ));
     }
     clear()?;
     println!("{tables}");
     Ok(())
+}
+
+const QEMU: &str = "qemu-img convert";
+const QEMU_SYNC: &str = "qemu-img convert; sync -f";
+
+/// The syncfs of the last build in the cache at `cache`, as its
+/// `builds.log` records it (time, pid, entry, build ms, syncfs ms,
+/// source); `None` from a build that does not record it.
+fn logged_sync(cache: &Path) -> Option<std::time::Duration> {
+    let log = fs::read_to_string(cache.join("builds.log")).ok()?;
+    let ms = log.lines().last()?.split(' ').nth(4)?.parse::<u64>().ok()?;
+    Some(std::time::Duration::from_millis(ms))
 }
 
 fn install_bench(

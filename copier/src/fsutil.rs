@@ -15,6 +15,14 @@ pub fn sync_fs(f: &File) -> io::Result<()> {
     crate::sys::sync_fs(f)
 }
 
+/// Starts writing `off..off + len` of `f` back to disk without waiting:
+/// a file that will be flushed anyway then reaches the disk while its
+/// writer still works, and the flush finds less to do. Nothing where the
+/// platform has no such call.
+pub fn start_writeback(f: &File, off: u64, len: u64) -> io::Result<()> {
+    crate::sys::start_writeback(f, off, len)
+}
+
 /// Places ranges of one file in another without the bytes passing
 /// through user space: a reflink (`FICLONERANGE`) where the filesystem
 /// shares extents (XFS, btrfs; source and destination on one

@@ -558,6 +558,13 @@ impl qcow2::KernelCopy for Placer {
     ) -> std::io::Result<u64> {
         self.0.copy(src, src_off, dst, dst_off, len)
     }
+
+    fn finished(&self, dst: &File, off: u64, len: u64) {
+        // The base is flushed before it is published: writing it back
+        // while the conversion goes on leaves the flush less to do. A
+        // failed writeback is reported by that flush.
+        let _hint = copier::fsutil::start_writeback(dst, off, len);
+    }
 }
 
 /// What converting a qcow2 image made: the converter's counts, and of

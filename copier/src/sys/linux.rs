@@ -161,6 +161,24 @@ pub(crate) fn copy_range(
     }
 }
 
+/// Starts writing back the dirty pages of `f` in `off..off + len`
+/// without waiting for them (`sync_file_range(SYNC_FILE_RANGE_WRITE)`).
+pub(crate) fn start_writeback(f: &File, off: u64, len: u64) -> io::Result<()> {
+    // SAFETY: plain syscall on an open fd.
+    let rc = unsafe {
+        libc::sync_file_range(
+            f.as_raw_fd(),
+            off as libc::off64_t,
+            len as libc::off64_t,
+            libc::SYNC_FILE_RANGE_WRITE,
+        )
+    };
+    if rc == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// `syncfs(2)`: one flush of the destination filesystem.
 pub(crate) fn sync_fs(f: &File) -> io::Result<()> {
     // SAFETY: plain syscall on an open fd.

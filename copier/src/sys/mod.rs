@@ -9,6 +9,7 @@
 //! | `clone_file` | `ioctl(FICLONE)` | unsupported |
 //! | `clone_range` | `ioctl(FICLONERANGE)` | unsupported |
 //! | `copy_range` | `copy_file_range(2)` | unsupported |
+//! | `start_writeback` | `sync_file_range(SYNC_FILE_RANGE_WRITE)` | nothing |
 //! | `sync_fs` | `syncfs(2)` | `syncfs(2)` on illumos, else `sync(2)` |
 //! | xattrs (`XATTRS`) | `*xattr(2)` | none listed, said once as a notice (see `portable.rs`) |
 //! | `open_dir_beneath` | `openat2(RESOLVE_BENEATH)` | caller walks components |
@@ -41,5 +42,5 @@ pub(crate) const XATTRS: bool = cfg!(target_os = "linux");
 pub(crate) use platform::{
     Assumed, XattrTarget, assume, chmod_at, clone_file, clone_range,
     copy_range, get_xattr, list_xattrs, open_dir_beneath, open_dir_same_mount,
-    open_source, set_xattr, sync_fs,
+    open_source, set_xattr, start_writeback, sync_fs,
 };

@@ -38,6 +38,15 @@ pub(crate) fn clone_range(
     Ok(false)
 }
 
+/// Writeback starts at the final flush here.
+pub(crate) fn start_writeback(
+    _f: &File,
+    _off: u64,
+    _len: u64,
+) -> io::Result<()> {
+    Ok(())
+}
+
 /// No in-kernel copies here.
 pub(crate) fn copy_range(
     _src: &File,

@@ -281,6 +281,59 @@ pub trait KernelCopy: Sync {
         dst_off: u64,
         len: u64,
     ) -> std::io::Result<u64>;
+
+    /// Told of ranges of `dst` the converter has finished (written or
+    /// placed), adjacent ones merged: a caller that will flush the output
+    /// can start writing them back here, while the conversion goes on.
+    /// Does nothing unless overridden.
+    fn finished(&self, _dst: &File, _off: u64, _len: u64) {}
+}
+
+/// Finished ranges of the output, merged while adjacent and handed to
+/// [`KernelCopy::finished`] in pieces of at least [`WRITEBACK`] bytes (or
+/// when the next range is elsewhere), and the rest when dropped.
+struct Finished<'a> {
+    kernel: &'a dyn KernelCopy,
+    dst: &'a File,
+    pending: Option<(u64, u64)>,
+}
+
+/// Ranges told to [`KernelCopy::finished`] at a time, at least.
+const WRITEBACK: u64 = 8 << 20;
+
+impl<'a> Finished<'a> {
+    fn new(kernel: &'a dyn KernelCopy, dst: &'a File) -> Self {
+        Finished {
+            kernel,
+            dst,
+            pending: None,
+        }
+    }
+
+    fn add(&mut self, off: u64, len: u64) {
+        match &mut self.pending {
+            Some((_, end)) if *end == off => *end += len,
+            _ => {
+                self.tell();
+                self.pending = Some((off, off + len));
+            }
+        }
+        if self.pending.is_some_and(|(s, e)| e - s >= WRITEBACK) {
+            self.tell();
+        }
+    }
+
+    fn tell(&mut self) {
+        if let Some((s, e)) = self.pending.take() {
+            self.kernel.finished(self.dst, s, e - s);
+        }
+    }
+}
+
+impl Drop for Finished<'_> {
+    fn drop(&mut self) {
+        self.tell();
+    }
 }
 
 /// Places nothing: every byte is written from the buffer that read it.
@@ -372,8 +425,8 @@ pub fn convert_to_raw_streaming_with(
         let _room = home.send(aligned(CHUNK));
     }
     let (written, placed, inflated) = std::thread::scope(|s| {
-        let inflater =
-            s.spawn(|| inflate_all(img, dst, &compressed, opts.threads));
+        let inflater = s
+            .spawn(|| inflate_all(img, dst, &compressed, opts.threads, kernel));
         let sink_thread = s.spawn(move || {
             for chunk in sink_rx {
                 sink(chunk.bytes());
@@ -382,6 +435,7 @@ pub fn convert_to_raw_streaming_with(
         let writer = s.spawn(move || -> Result<(u64, u64)> {
             let (mut written, mut placed) = (0, 0);
             let mut next = 0usize;
+            let mut finished = Finished::new(kernel, dst);
             for chunk in writer_rx {
                 let (at, buf) = (chunk.at, chunk.bytes());
                 let end = at + buf.len() as u64;
@@ -405,6 +459,7 @@ pub fn convert_to_raw_streaming_with(
                     )?;
                     written += w;
                     placed += p;
+                    finished.add(guest + (from - host), piece.len() as u64);
                     i += 1;
                 }
             }
@@ -565,6 +620,7 @@ fn inflate_all(
     dst: &File,
     compressed: &[(u64, u64, u64)],
     threads: usize,
+    kernel: &dyn KernelCopy,
 ) -> Result<u64> {
     if compressed.is_empty() {
         return Ok(0);
@@ -579,6 +635,7 @@ fn inflate_all(
                 let part = &compressed[a as usize..b as usize];
                 s.spawn(move || -> Result<u64> {
                     let mut w = 0;
+                    let mut finished = Finished::new(kernel, dst);
                     for &(n, off, len) in part {
                         let c = img.inflate(n, off, len)?;
                         let take = cs.min(size - n * cs) as usize;
@@ -588,6 +645,7 @@ fn inflate_all(
                             &c.bytes()[..take],
                             n * cs,
                         )?;
+                        finished.add(n * cs, take as u64);
                     }
                     Ok(w)
                 })
