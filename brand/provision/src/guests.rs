@@ -630,6 +630,9 @@ pub fn build_qcow2_entry(
         max_archive_bytes: 0,
         cancel: None,
         pool: None,
+        listener: None,
+        identity: IdentityOptions::keep(),
+        force: false,
     };
     let placer = match user_space_only {
         true => Placer(RangeCopier::user_space_only()),
