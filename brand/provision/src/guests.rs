@@ -633,6 +633,7 @@ pub fn build_qcow2_entry(
         listener: None,
         identity: IdentityOptions::keep(),
         force: false,
+        platform: None,
     };
     let placer = match user_space_only {
         true => Placer(RangeCopier::user_space_only()),
