@@ -598,34 +598,12 @@ impl Cache {
             && let Some(entry) = self.entry_named(name.trim())
         {
             check_expected(image, expected, &entry.sha256)?;
-            let lease = self.lease(&entry)?;
-            // gc may have removed it between the lookup and the lease.
-            if entry.dir.is_dir() {
-                match self.altered(&entry)? {
-                    None => return Ok((lease, Obtained::Reused)),
-                    Some(why) => {
-                        self.mark_altered(&entry, &why)?;
-                        replaced = Some(Replaced {
-                            old: entry.clone(),
-                            why,
-                        });
-                    }
-                }
+            match self.reuse(entry)? {
+                Ok(lease) => return Ok((lease, Obtained::Reused)),
+                Err(r) => replaced = r,
             }
-            lease.release();
         }
-        // We hold the identity lock: any scratch of this identity belongs
-        // to a builder that died.
-        self.remove_scratch(|n| n.starts_with(&format!("{identity}.")))?;
-        let scratch = self.root.join("scratch").join(format!(
-            "{identity}.{}.{}",
-            std::process::id(),
-            thread_number()
-        ));
-        DirBuilder::new()
-            .mode(0o700)
-            .create(&scratch)
-            .map_err(|e| Error::io(Op::Mkdir, &scratch, e))?;
+        let scratch = self.new_scratch(identity)?;
         let started = Instant::now();
         let result = self.build_in(image, kind, &scratch, build);
         let fail = |e| {
@@ -672,6 +650,46 @@ impl Cache {
         Ok((lease, how))
     }
 
+    /// The entry found, leased, if it is still as it was built; else
+    /// the lease is let go and, if the entry was altered (not removed by
+    /// gc between the lookup and the lease), it is marked so and
+    /// returned as the one a new build replaces.
+    fn reuse(
+        &self,
+        entry: Entry,
+    ) -> Result<std::result::Result<Lease, Option<Replaced>>> {
+        let lease = self.lease(&entry)?;
+        let mut replaced = None;
+        if entry.dir.is_dir() {
+            match self.altered(&entry)? {
+                None => return Ok(Ok(lease)),
+                Some(why) => {
+                    self.mark_altered(&entry, &why)?;
+                    replaced = Some(Replaced { old: entry, why });
+                }
+            }
+        }
+        lease.release();
+        Ok(Err(replaced))
+    }
+
+    /// A new scratch directory for a build of `identity`. The caller holds
+    /// the identity's lock, so any scratch of it left belongs to a builder
+    /// that died, and is removed first.
+    fn new_scratch(&self, identity: &str) -> Result<PathBuf> {
+        self.remove_scratch(|n| n.starts_with(&format!("{identity}.")))?;
+        let scratch = self.root.join("scratch").join(format!(
+            "{identity}.{}.{}",
+            std::process::id(),
+            thread_number()
+        ));
+        DirBuilder::new()
+            .mode(0o700)
+            .create(&scratch)
+            .map_err(|e| Error::io(Op::Mkdir, &scratch, e))?;
+        Ok(scratch)
+    }
+
     /// Returns the entry of `kind` whose content is named by `key` (a
     /// SHA-256, hex, known before building: an OCI layer's diff_id, an
     /// image's manifest digest), building it with `build` if there is
@@ -707,28 +725,12 @@ impl Cache {
         let r = (|| {
             let mut replaced = None;
             if let Some(entry) = self.generations(kind, key)?.pop() {
-                let lease = self.lease(&entry)?;
-                if entry.dir.is_dir() {
-                    match self.altered(&entry)? {
-                        None => return Ok((lease, Obtained::Reused)),
-                        Some(why) => {
-                            self.mark_altered(&entry, &why)?;
-                            replaced = Some(Replaced { old: entry, why });
-                        }
-                    }
+                match self.reuse(entry)? {
+                    Ok(lease) => return Ok((lease, Obtained::Reused)),
+                    Err(r) => replaced = r,
                 }
-                lease.release();
             }
-            self.remove_scratch(|n| n.starts_with(&format!("{identity}.")))?;
-            let scratch = self.root.join("scratch").join(format!(
-                "{identity}.{}.{}",
-                std::process::id(),
-                thread_number()
-            ));
-            DirBuilder::new()
-                .mode(0o700)
-                .create(&scratch)
-                .map_err(|e| Error::io(Op::Mkdir, &scratch, e))?;
+            let scratch = self.new_scratch(&identity)?;
             let started = Instant::now();
             let from = match build(&scratch.join(kind.payload())) {
                 Ok(v) => v,

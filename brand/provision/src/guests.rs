@@ -145,6 +145,22 @@ pub struct ProvisionReport {
 }
 
 impl ProvisionOptions {
+    /// How an image's archive (or an OCI layer) is unpacked into the
+    /// cache: these knobs, no devices, owners when root.
+    pub(crate) fn unpack(&self) -> UnpackOptions {
+        UnpackOptions {
+            tunables: self.tunables,
+            expect: None,
+            allow_devices: false,
+            max_bytes: self.max_archive_bytes,
+            preserve_owner: None,
+            cancel: self.cancel.clone(),
+            pool: self.pool.clone(),
+            listener: self.listener.clone(),
+            whiteouts: Default::default(),
+        }
+    }
+
     /// The most guests one provisioning makes. Each is a file or a tree
     /// and a cache user record; far more than any host runs, and small
     /// enough that bookkeeping per guest stays small.
@@ -477,18 +493,7 @@ fn build(
                 c,
             )
             .map_err(|e| Error::io(Op::Read, image, e))?;
-            let uo = UnpackOptions {
-                tunables: opts.tunables,
-                expect: None,
-                allow_devices: false,
-                max_bytes: opts.max_archive_bytes,
-                preserve_owner: None,
-                cancel: opts.cancel.clone(),
-                pool: opts.pool.clone(),
-                listener: opts.listener.clone(),
-                whiteouts: Default::default(),
-            };
-            unpack::unpack_from(stream, image, payload, &uo)?;
+            unpack::unpack_from(stream, image, payload, &opts.unpack())?;
         }
         ImageKind::Raw(c) => {
             let out = File::create_new(payload)

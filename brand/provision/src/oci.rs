@@ -99,15 +99,8 @@ fn build_layer(
         fs::create_dir(d).map_err(|e| Error::io(Op::Mkdir, d, e))?;
     }
     let uo = UnpackOptions {
-        tunables: opts.tunables,
-        expect: None,
-        allow_devices: false,
-        max_bytes: opts.max_archive_bytes,
-        preserve_owner: None,
-        cancel: opts.cancel.clone(),
-        pool: opts.pool.clone(),
-        listener: opts.listener.clone(),
         whiteouts: Whiteouts::Record,
+        ..opts.unpack()
     };
     let r = oci::unpack_layer(image, i, &tree, &uo)?;
     let changes = payload.join("changes");

@@ -47,13 +47,17 @@ pub(crate) fn clone_file(src: &File, dst: &File) -> io::Result<bool> {
     // SAFETY: both fds are open; FICLONE takes the source fd as argument.
     let rc =
         unsafe { libc::ioctl(dst.as_raw_fd(), FICLONE as _, src.as_raw_fd()) };
+    cloned(rc)
+}
+
+/// A clone ioctl's outcome: `Ok(false)` when the filesystem cannot
+/// clone, not across these two files, or not this kind of file or range.
+fn cloned(rc: libc::c_int) -> io::Result<bool> {
     if rc == 0 {
         return Ok(true);
     }
     let e = io::Error::last_os_error();
     match e.raw_os_error() {
-        // Not supported by the filesystem, or not across these two, or
-        // not for this kind of file.
         Some(
             libc::EOPNOTSUPP
             | libc::ENOTTY
@@ -94,23 +98,7 @@ pub(crate) fn clone_range(
             &arg as *const FileCloneRange,
         )
     };
-    if rc == 0 {
-        return Ok(true);
-    }
-    let e = io::Error::last_os_error();
-    match e.raw_os_error() {
-        // As for FICLONE.
-        Some(
-            libc::EOPNOTSUPP
-            | libc::ENOTTY
-            | libc::EINVAL
-            | libc::EXDEV
-            | libc::ETXTBSY
-            | libc::EPERM
-            | libc::ENOSYS,
-        ) => Ok(false),
-        _ => Err(e),
-    }
+    cloned(rc)
 }
 
 /// Copies up to `len` bytes from `src` at `off_in` to `dst` at `off_out`
