@@ -638,9 +638,20 @@ impl Cache {
             Ok(v) => v,
             Err(e) => return fail(e.into()),
         };
-        replaced = replaced.or(superseded);
         write_atomic(&index, entry.name().as_bytes())?;
-        let mut lease = self.lease(&entry)?;
+        Ok(self.leased(&entry, built, took, replaced.or(superseded))?)
+    }
+
+    /// The lease on an entry just published, and how it was obtained:
+    /// `built` false when another builder's identical entry was there.
+    fn leased(
+        &self,
+        entry: &Entry,
+        built: bool,
+        took: Duration,
+        replaced: Option<Replaced>,
+    ) -> Result<(Lease, Obtained)> {
+        let mut lease = self.lease(entry)?;
         let how = match (built, &replaced) {
             (false, _) => Obtained::Reused,
             (true, None) => Obtained::Built(took),
@@ -749,15 +760,7 @@ impl Cache {
                     return Err(e.into());
                 }
             };
-            let replaced = replaced.or(superseded);
-            let mut lease = self.lease(&entry)?;
-            let how = match (built, &replaced) {
-                (false, _) => Obtained::Reused,
-                (true, None) => Obtained::Built(took),
-                (true, Some(_)) => Obtained::Rebuilt(took),
-            };
-            lease.replaced = replaced;
-            Ok((lease, how))
+            Ok(self.leased(&entry, built, took, replaced.or(superseded))?)
         })();
         let _unlocked = id_lock.flock_unlock();
         r

@@ -10,8 +10,6 @@ use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-use walkdir::WalkDir;
-
 use super::{Shared, identity, walk};
 use crate::error::{Error, Op, Refusal, Result};
 use crate::plan::EntryKind;
@@ -66,10 +64,7 @@ fn tree(shared: &Shared<'_>, stats: &mut Stats) -> Result<()> {
     }
     let mut seen_inodes = HashSet::new();
     let mut scratch = Vec::new();
-    let mut it = WalkDir::new(&plan.src)
-        .follow_links(false)
-        .same_file_system(!plan.cross_fs)
-        .into_iter();
+    let mut it = walk::source_walk(plan);
     while !shared.stopped() {
         let entry = match it.next() {
             None => break,
@@ -80,15 +75,7 @@ fn tree(shared: &Shared<'_>, stats: &mut Stats) -> Result<()> {
             }
         };
         let depth = entry.depth();
-        let rel = entry
-            .path()
-            .strip_prefix(&plan.src)
-            .unwrap_or(Path::new(""));
-        let dst = if depth == 0 {
-            plan.dst.clone()
-        } else {
-            plan.dst.join(rel)
-        };
+        let (rel, dst) = walk::destination_of(plan, &entry);
         let (action, rule_path) = walk::rule_for(plan, rel, &mut scratch);
         let ft = entry.file_type();
         if depth > 0 && action == Action::Skip {

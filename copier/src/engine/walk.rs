@@ -150,10 +150,7 @@ impl<'s, 'p> Walker<'s, 'p> {
 
     pub(crate) fn walk(&mut self) {
         let plan = self.shared.plan;
-        let mut it = WalkDir::new(&plan.src)
-            .follow_links(false)
-            .same_file_system(!plan.cross_fs)
-            .into_iter();
+        let mut it = source_walk(plan);
         self.trace.enter(ThreadState::Walking);
         while !self.shared.stopped() {
             let entry = match it.next() {
@@ -171,15 +168,7 @@ impl<'s, 'p> Walker<'s, 'p> {
             };
             let depth = entry.depth();
             self.leave_dirs(depth);
-            let rel = entry
-                .path()
-                .strip_prefix(&plan.src)
-                .unwrap_or(Path::new(""));
-            let dst = if depth == 0 {
-                plan.dst.clone()
-            } else {
-                plan.dst.join(rel)
-            };
+            let (rel, dst) = destination_of(plan, &entry);
             let (action, rule_path) = self.rule(rel);
             let ft = entry.file_type();
             if depth > 0 && action == Action::Skip {
@@ -343,6 +332,32 @@ impl<'s, 'p> Walker<'s, 'p> {
         self.trace.enter(ThreadState::Waiting);
         (self.stats, self.trace.finish())
     }
+}
+
+/// The source walked as a copy walks it: depth first, no symlink
+/// followed, on one filesystem unless asked.
+pub(crate) fn source_walk(plan: &crate::Plan) -> walkdir::IntoIter {
+    WalkDir::new(&plan.src)
+        .follow_links(false)
+        .same_file_system(!plan.cross_fs)
+        .into_iter()
+}
+
+/// An entry's path relative to the source, and where it goes.
+pub(crate) fn destination_of<'e>(
+    plan: &crate::Plan,
+    entry: &'e walkdir::DirEntry,
+) -> (&'e Path, PathBuf) {
+    let rel = entry
+        .path()
+        .strip_prefix(&plan.src)
+        .unwrap_or(Path::new(""));
+    let dst = if entry.depth() == 0 {
+        plan.dst.clone()
+    } else {
+        plan.dst.join(rel)
+    };
+    (rel, dst)
 }
 
 /// The rule action for `rel` (relative to the source) and the path it
