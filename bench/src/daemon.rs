@@ -322,6 +322,7 @@ pub fn run(
                                     images: vec![],
                                     source_root: None,
                                     log: None,
+                                    platform: None,
                                 })
                             })
                             .collect(),
@@ -360,6 +361,7 @@ pub fn run(
                                     machine_id: None,
                                     ssh_host_keys: None,
                                     force: false,
+                                    platform: None,
                                 })
                             })
                             .collect(),

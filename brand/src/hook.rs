@@ -289,6 +289,21 @@ fn cmd_install(
         pool: None,
         listener: None,
         platform: None,
+        // `-a REGISTRY/REPO:TAG`: pulled into the host's image cache.
+        store: Some(zinstall_provision::store_of(Path::new(
+            crate::cmd::provision::DEFAULT_CACHE,
+        ))),
+        pull: zinstall_registry::PullOptions {
+            insecure: Vec::new(),
+            events: Some(std::sync::Arc::new(
+                |e: &zinstall_registry::Event| {
+                    println!(
+                        "INFO: zinstall: {}",
+                        crate::output::escape(&e.to_string())
+                    )
+                },
+            )),
+        },
     };
     match job.run() {
         Ok(_) => OK,

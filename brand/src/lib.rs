@@ -8,5 +8,6 @@ pub mod cmd;
 pub mod hook;
 pub mod json;
 pub mod output;
+pub mod pull;
 pub mod settings;
 pub mod statemap;

@@ -7,6 +7,7 @@
 //! socket_group = "zinstall"
 //! # copy_threads = 8          # default: COPY_THREADS of /etc/default/zinstall
 //! cache = "/var/cache/zinstall"
+//! # insecure_registries = ["registry.lab:5000"]   # plain HTTP
 //!
 //! [[grant]]
 //! groups = ["zinstall"]
@@ -78,6 +79,9 @@ pub struct Config {
     pub io_timeout: Duration,
     /// Finished jobs kept for `jobs` and `status`.
     pub keep_finished: usize,
+    /// Registries (`HOST[:PORT]`) pulled from over plain HTTP, besides
+    /// those on the loopback: the daemon's to decide, not a caller's.
+    pub insecure_registries: Vec<String>,
     /// What callers other than root may do.
     pub grants: Vec<Grant>,
 }
@@ -117,6 +121,8 @@ struct Raw {
     max_jobs: Option<usize>,
     io_timeout_secs: Option<u64>,
     keep_finished: Option<usize>,
+    #[serde(default)]
+    insecure_registries: Vec<String>,
     #[serde(default)]
     grant: Vec<RawGrant>,
 }
@@ -168,6 +174,7 @@ impl Default for Config {
             max_jobs: 16,
             io_timeout: Duration::from_secs(10),
             keep_finished: 100,
+            insecure_registries: Vec::new(),
             grants: Vec::new(),
         }
     }
@@ -242,6 +249,7 @@ impl Config {
                 3600,
             )? as u64);
         }
+        c.insecure_registries = raw.insecure_registries;
         if let Some(n) = raw.keep_finished {
             c.keep_finished = bounded("keep_finished", n, 0, 100_000)?;
         }

@@ -176,7 +176,9 @@ fn install(
         cancel: Some(job.cancel.clone()),
         pool: Some(d.pool().clone()),
         listener: None,
-        platform: None,
+        platform: platform("install", &a.platform)?,
+        store: Some(zinstall_provision::store_of(&d.config().cache)),
+        pull: pull_options(d, job),
     }
     .run();
     match r {
@@ -200,6 +202,30 @@ fn uninstall(
     zinstall_install::uninstall(&a.zonepath, a.foreign, d.log(), &mut events)
         .map(|()| json!({ "zonepath": a.zonepath }))
         .map_err(|e| install_error(job, &a.zonepath, &e))
+}
+
+/// The platform a request names, parsed.
+fn platform(
+    kind: &str,
+    p: &Option<String>,
+) -> Result<Option<copier::oci::Platform>, WireError> {
+    p.as_deref()
+        .map(|s| {
+            s.parse()
+                .map_err(|why| WireError::new(kind, format!("platform: {why}")))
+        })
+        .transpose()
+}
+
+/// Pulls as the daemon's configuration says, each step a job event.
+fn pull_options(d: &Daemon, job: &Arc<Job>) -> zinstall_registry::PullOptions {
+    let job = Arc::clone(job);
+    zinstall_registry::PullOptions {
+        insecure: d.config().insecure_registries,
+        events: Some(Arc::new(move |e: &zinstall_registry::Event| {
+            job.event(format!("INFO: zinstall: {e}"))
+        })),
+    }
 }
 
 fn provision(
@@ -228,7 +254,8 @@ fn provision(
             a.ssh_host_keys,
         ),
         force: a.force,
-        platform: None,
+        platform: platform("provision", &a.platform)?,
+        pull: pull_options(d, job),
     };
     // One build per image: the cache's build lock is a flock(2) on a file
     // each provision opens for itself, so it orders this daemon's jobs as

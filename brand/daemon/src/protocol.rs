@@ -20,7 +20,7 @@
 //! `kind`, and where there is one the `op` and `path` that failed.
 //! Requests on one connection are served in turn.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -110,22 +110,36 @@ impl Call {
 
     /// The paths the request names, with what it does to each: checked
     /// against a caller's grants.
+    /// Images named by registry reference are not paths, and not among
+    /// these.
     pub fn paths(&self) -> Vec<&PathBuf> {
         match self {
             Call::Copy(a) => vec![&a.src, &a.dst],
             Call::Install(a) => {
                 let mut v = vec![&a.zonepath];
-                v.extend(a.images.iter());
+                v.extend(a.images.iter().filter(|p| !is_reference(p)));
                 v.extend(a.profile.iter());
                 v.extend(a.source_root.iter());
                 v.extend(a.log.iter());
                 v
             }
             Call::Uninstall(a) => vec![&a.zonepath],
+            Call::Provision(a) if is_reference(&a.image) => vec![&a.out],
             Call::Provision(a) => vec![&a.image, &a.out],
             _ => Vec::new(),
         }
     }
+}
+
+/// Whether an image argument is a registry reference
+/// (`REGISTRY/REPO:TAG`, `@sha256:...`), told by its text alone: the
+/// daemon's paths are absolute, a reference never is.
+pub fn is_reference(p: &Path) -> bool {
+    !p.is_absolute()
+        && p.to_str().is_some_and(|s| {
+            s.starts_with("docker://")
+                || zinstall_registry::Reference::looks_like(s)
+        })
 }
 
 /// `copy`: like `zinstall copy SRC DST`.
@@ -168,6 +182,10 @@ pub struct InstallArgs {
     /// Write the install log here instead of the profile's path.
     #[serde(default)]
     pub log: Option<PathBuf>,
+    /// The platform OCI images must be for (`OS/ARCH[/VARIANT]`;
+    /// default: the daemon host's).
+    #[serde(default)]
+    pub platform: Option<String>,
 }
 
 /// `uninstall`: like `zinstall uninstall ZONEPATH`.
@@ -218,6 +236,10 @@ pub struct ProvisionArgs {
     /// Replace guests already there.
     #[serde(default)]
     pub force: bool,
+    /// The platform an OCI image must be for (`OS/ARCH[/VARIANT]`;
+    /// default: the daemon host's).
+    #[serde(default)]
+    pub platform: Option<String>,
 }
 
 fn one() -> usize {

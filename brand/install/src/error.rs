@@ -103,6 +103,14 @@ pub enum Cause {
         /// The engine's error.
         source: Box<copier::Error>,
     },
+    /// An image named by registry reference could not be pulled.
+    Pull(zinstall_registry::RegistryError),
+    /// An image is named by registry reference, and no store to pull it
+    /// into was given.
+    NoStore {
+        /// The reference.
+        reference: String,
+    },
     /// A copy step failed: every error the copy met.
     Copy {
         /// The step.
@@ -333,6 +341,12 @@ impl fmt::Display for Cause {
                 expected.as_str()
             ),
             Cause::Step { step, source } => write!(f, "{step}: {source}"),
+            Cause::Pull(e) => write!(f, "pull: {e}"),
+            Cause::NoStore { reference } => write!(
+                f,
+                "{reference}: a registry image needs a store to pull into \
+                 (--cache)"
+            ),
             Cause::Copy { step, source } => write!(f, "{step}: {source}"),
             Cause::Layout { what, source } => {
                 write!(f, "layout: {what}: {source}")
@@ -398,6 +412,7 @@ impl std::error::Error for InstallError {
             | Cause::Layout { source, .. }
             | Cause::NoRoot { source, .. } => Some(source),
             Cause::Step { source, .. } => Some(source.as_ref()),
+            Cause::Pull(e) => Some(e),
             Cause::Copy { source, .. } => source
                 .first()
                 .map(|e| e as &(dyn std::error::Error + 'static)),

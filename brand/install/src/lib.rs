@@ -26,6 +26,8 @@
 //!     pool: None,
 //!     listener: None,
 //!     platform: None,
+//!     store: None,
+//!     pull: Default::default(),
 //! }
 //! .run()?;
 //! println!("{} bytes", summary.stats.bytes);
@@ -122,6 +124,12 @@ pub struct Install<'a> {
     /// The platform an OCI image must be for (and the one chosen from a
     /// multi-platform index); `None`: the host's.
     pub platform: Option<copier::oci::Platform>,
+    /// Where images named by registry reference (`REGISTRY/REPO:TAG`,
+    /// `REGISTRY/REPO@sha256:...`) are pulled to: an OCI layout, shared
+    /// with provision (`CACHE/oci`); `None`: such images are refused.
+    pub store: Option<PathBuf>,
+    /// How they are pulled.
+    pub pull: zinstall_registry::PullOptions,
 }
 
 /// What an install did.
@@ -433,8 +441,13 @@ impl Install<'_> {
             }
         }
         for img in &self.images {
-            if let Some(image) = oci_image(img, self.platform.as_ref())
-                .map_err(InstallError::before)?
+            if let Some(image) = oci_image(
+                img,
+                self.platform.as_ref(),
+                self.store.as_deref(),
+                &self.pull,
+            )
+            .map_err(InstallError::before)?
             {
                 archives.push(Archive {
                     path: image.path.clone(),
@@ -731,12 +744,40 @@ struct Archive {
 /// The OCI image `arg` names (`IMAGE` or `IMAGE:REF`), told by content,
 /// opened and checked (index, manifest, config, platform, layer types;
 /// each layer's bytes are checked as it is unpacked); `None` if it is not
-/// one.
+/// one. A registry reference is pulled into `store`: its manifest and
+/// config now, each layer as it is unpacked.
 pub fn oci_image(
     arg: &Path,
     platform: Option<&copier::oci::Platform>,
+    store: Option<&Path>,
+    pull: &zinstall_registry::PullOptions,
 ) -> Result<Option<copier::oci::Image>, Cause> {
     use copier::oci::{Form, Select};
+    if let Some(r) = zinstall_registry::reference_of(arg) {
+        let r = r.map_err(Cause::Pull)?;
+        let Some(store) = store else {
+            return Err(Cause::NoStore {
+                reference: r.to_string(),
+            });
+        };
+        let select = Select {
+            reference: None,
+            platform: platform
+                .cloned()
+                .unwrap_or_else(copier::oci::Platform::host),
+        };
+        return zinstall_registry::Registry::new(store)
+            .with(pull)
+            .open(&r, &select)
+            .map(Some)
+            .map_err(|e| match e {
+                zinstall_registry::RegistryError::Image(e) => Cause::Step {
+                    step: "check OCI image".into(),
+                    source: Box::new(copier::Error::Oci(e)),
+                },
+                e => Cause::Pull(e),
+            });
+    }
     let (path, reference) = copier::oci::split_reference(arg);
     let refused = |source: copier::Error| Cause::Step {
         step: "check OCI image".into(),

@@ -708,13 +708,14 @@ impl Cache {
     /// key's lock is held while it looks and builds. `build` gets the
     /// path where the payload must be created and returns the entries the
     /// payload was made from, recorded in `meta.json` (gc keeps them
-    /// while this entry stays); `source` is what it is made from, for
-    /// `meta.json` and the entry's permissions.
+    /// while this entry stays); `source` names what it is made from, in
+    /// `meta.json`; the entry takes `readable_like`'s read permissions.
     pub fn obtain_keyed<E: From<Error>>(
         &self,
         kind: EntryKind,
         key: &str,
         source: &Path,
+        readable_like: &Path,
         bytes: u64,
         build: impl FnOnce(&Path) -> Result<Vec<String>, E>,
     ) -> Result<(Lease, Obtained), E> {
@@ -727,8 +728,8 @@ impl Cache {
             }
             .into());
         }
-        let md =
-            fs::metadata(source).map_err(|e| Error::io(Op::Stat, source, e))?;
+        let md = fs::metadata(readable_like)
+            .map_err(|e| Error::io(Op::Stat, readable_like, e))?;
         // No dot: stale scratch is told by what precedes the first one.
         let identity = format!("key-{}-{key}", kind.as_str());
         let id_lock =

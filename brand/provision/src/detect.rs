@@ -190,6 +190,11 @@ fn tell(path: &Path, head: &[u8], c: Compression) -> Result<ImageKind> {
 /// corrupt compressed head is an error naming the image; so is a format
 /// zinstall does not read.
 pub fn detect(path: &Path) -> Result<ImageKind> {
+    // `REGISTRY/REPO:TAG` or `@sha256:...`: pulled, then read as a layout.
+    if let Some(r) = zinstall_registry::reference_of(path) {
+        r?;
+        return Ok(ImageKind::Oci);
+    }
     // A layout directory, or a tar of one; `IMAGE:REF` names one in it.
     let (oci, _) = copier::oci::split_reference(path);
     if let Ok(Some(_)) = copier::oci::sniff(&oci) {

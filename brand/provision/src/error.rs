@@ -138,6 +138,8 @@ pub enum ProvisionError {
         /// Its standard error, trimmed.
         stderr: String,
     },
+    /// An image could not be pulled from its registry.
+    Pull(zinstall_registry::RegistryError),
     /// A provision failed and what it had made could not all be removed:
     /// the failure, then what is left.
     Cleanup {
@@ -182,7 +184,8 @@ impl ProvisionError {
             ProvisionError::Program { program, .. }
             | ProvisionError::ProgramFailed { program, .. } => program,
             ProvisionError::Cleanup { failure, .. } => failure.path(),
-            ProvisionError::TooManyGuests(_)
+            ProvisionError::Pull(_)
+            | ProvisionError::TooManyGuests(_)
             | ProvisionError::SizeTooLarge(_)
             | ProvisionError::BadHostname(_) => Path::new(""),
         }
@@ -218,6 +221,7 @@ impl fmt::Display for ProvisionError {
                 p.display()
             ),
             ProvisionError::BadHostname(why) => f.write_str(why),
+            ProvisionError::Pull(e) => write!(f, "{e}"),
             ProvisionError::TooManyGuests(n) => {
                 write!(
                     f,
@@ -271,6 +275,7 @@ impl std::error::Error for ProvisionError {
                 f.first().map(|e| e as &(dyn std::error::Error + 'static))
             }
             ProvisionError::Qcow2(e) => Some(e),
+            ProvisionError::Pull(e) => Some(e),
             ProvisionError::Program { source, .. } => Some(source),
             ProvisionError::Cleanup { failure, .. } => Some(failure.as_ref()),
             _ => None,
@@ -281,6 +286,18 @@ impl std::error::Error for ProvisionError {
 impl From<copier::Error> for ProvisionError {
     fn from(e: copier::Error) -> Self {
         ProvisionError::Fs(e)
+    }
+}
+
+impl From<zinstall_registry::RegistryError> for ProvisionError {
+    fn from(e: zinstall_registry::RegistryError) -> Self {
+        match e {
+            // Refused as any OCI image is: said the same way.
+            zinstall_registry::RegistryError::Image(e) => {
+                ProvisionError::Fs(copier::Error::Oci(e))
+            }
+            e => ProvisionError::Pull(e),
+        }
     }
 }
 

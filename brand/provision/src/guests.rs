@@ -69,6 +69,9 @@ pub struct ProvisionOptions {
     /// The platform an OCI image must be for (and the one chosen from a
     /// multi-platform index); `None`: the host's.
     pub platform: Option<copier::oci::Platform>,
+    /// How images named by registry reference are pulled (into the
+    /// cache's `oci/` store).
+    pub pull: zinstall_registry::PullOptions,
 }
 
 /// What one guest is.
@@ -639,6 +642,7 @@ pub fn build_qcow2_entry(
         identity: IdentityOptions::keep(),
         force: false,
         platform: None,
+        pull: Default::default(),
     };
     let placer = match user_space_only {
         true => Placer(RangeCopier::user_space_only()),
@@ -743,6 +747,7 @@ mod test {
             identity: IdentityOptions::keep(),
             force: false,
             platform: None,
+            pull: Default::default(),
         }
     }
 

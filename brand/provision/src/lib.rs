@@ -33,6 +33,7 @@
 //!     identity: zinstall_provision::identity::IdentityOptions::unique(),
 //!     force: false,
 //!     platform: None,
+//!     pull: Default::default(),
 //! };
 //! let report = provision(Path::new("debian.qcow2"), &opts, &mut |g| {
 //!     eprintln!("made {}", g.path.display());
@@ -61,3 +62,9 @@ pub use guests::{
     provision_in,
 };
 pub use sparse::write_sparse;
+
+/// Where a cache at `cache_root` keeps the images it pulls from
+/// registries (an OCI layout; install pulls into the same one).
+pub fn store_of(cache_root: &std::path::Path) -> std::path::PathBuf {
+    oci::store_of(cache_root)
+}

@@ -12,20 +12,31 @@ use copier::{Op, Plan};
 use crate::cache::{Cache, EntryKind, Lease, Obtained, WouldObtain};
 use crate::error::{ImageProblem, ProvisionError as Error, Result};
 use crate::guests::ProvisionOptions;
+use zinstall_registry::Registry;
 
-/// Opens and checks the OCI image `arg` (`IMAGE` or `IMAGE:REF`).
-fn open(arg: &Path, opts: &ProvisionOptions) -> Result<Image> {
-    let (path, reference) = oci::split_reference(arg);
-    let select = Select {
-        reference,
-        platform: opts.platform.clone().unwrap_or_else(oci::Platform::host),
+/// Opens and checks the OCI image `arg` (`IMAGE`, `IMAGE:REF`, or a
+/// registry reference, pulled into `store`).
+fn open(arg: &Path, store: &Path, opts: &ProvisionOptions) -> Result<Image> {
+    let platform = opts.platform.clone().unwrap_or_else(oci::Platform::host);
+    let image = if let Some(r) = zinstall_registry::reference_of(arg) {
+        let select = Select {
+            reference: None,
+            platform,
+        };
+        Registry::new(store).with(&opts.pull).open(&r?, &select)?
+    } else {
+        let (path, reference) = oci::split_reference(arg);
+        let select = Select {
+            reference,
+            platform,
+        };
+        Image::open(&path, &select).map_err(copier::Error::Oci)?
     };
-    let image = Image::open(&path, &select).map_err(copier::Error::Oci)?;
     if let Some(want) = &opts.sha256
         && !want.eq_ignore_ascii_case(&image.manifest_sha256)
     {
         return Err(Error::Image {
-            path,
+            path: image.path.clone(),
             problem: ImageProblem::ChecksumMismatch {
                 expected: want.to_ascii_lowercase(),
                 found: image.manifest_sha256.clone(),
@@ -35,14 +46,34 @@ fn open(arg: &Path, opts: &ProvisionOptions) -> Result<Image> {
     Ok(image)
 }
 
-/// What [`obtain`] would do with the image's tree entry.
+/// What [`obtain`] would do with the image's tree entry. A pulled image's
+/// manifest and config are fetched into a store of its own, removed
+/// after: a dry run writes nothing into the cache.
 pub(crate) fn peek(
     root: &Path,
     arg: &Path,
     opts: &ProvisionOptions,
 ) -> Result<WouldObtain> {
-    let image = open(arg, opts)?;
-    Cache::peek_keyed(root, EntryKind::Tree, &image.manifest_sha256)
+    let scratch = zinstall_registry::reference_of(arg).map(|_| {
+        std::env::temp_dir().join(format!(
+            "zinstall-peek.{}.{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ))
+    });
+    let r = (|| {
+        let image = open(arg, scratch.as_deref().unwrap_or(root), opts)?;
+        Cache::peek_keyed(root, EntryKind::Tree, &image.manifest_sha256)
+    })();
+    if let Some(s) = scratch {
+        let _best_effort = fs::remove_dir_all(s);
+    }
+    r
+}
+
+/// Where a cache keeps the images it pulls.
+pub(crate) fn store_of(cache_root: &Path) -> std::path::PathBuf {
+    cache_root.join("oci")
 }
 
 /// The tree entry of the OCI image `arg` (`IMAGE` or `IMAGE:REF`):
@@ -53,8 +84,17 @@ pub(crate) fn obtain(
     arg: &Path,
     opts: &ProvisionOptions,
 ) -> Result<(Lease, Obtained)> {
-    let image = open(arg, opts)?;
+    let store = store_of(cache.root());
+    let image = open(arg, &store, opts)?;
+    let pulled = image.location == store;
     let path = image.path.clone();
+    // The file whose read permissions the entries take: a pulled image's
+    // manifest blob (owner only), else the layout or archive.
+    let readable_like = if pulled {
+        store.join(image.manifest_digest.blob_path())
+    } else {
+        image.location.clone()
+    };
     let bytes = image.layers.iter().map(|l| l.size).sum();
     // Held until the image's entry is published, so that gc leaves the
     // layers alone while they are copied.
@@ -63,6 +103,7 @@ pub(crate) fn obtain(
         EntryKind::Tree,
         &image.manifest_sha256,
         &path,
+        &readable_like,
         bytes,
         |payload| {
             for i in 0..image.layers.len() {
@@ -71,9 +112,15 @@ pub(crate) fn obtain(
                     EntryKind::Layer,
                     &l.diff_id.sha256_key(),
                     &path,
+                    &readable_like,
                     l.size,
                     |p| build_layer(&image, i, p, opts).map(|()| Vec::new()),
                 )?;
+                // Unpacked into its entry, the pulled blob is a second
+                // copy; a rebuild fetches it again.
+                if pulled {
+                    zinstall_registry::forget_blob(&store, &l.digest)?;
+                }
                 leases.push(lease);
             }
             build_tree(&leases, payload, opts)?;

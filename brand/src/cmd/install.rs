@@ -28,8 +28,15 @@ pub struct InstallArgs {
     pub log: Option<PathBuf>,
     /// Image layers, applied in order after the baseline: tarballs, or
     /// OCI images (a layout directory or oci-archive; IMAGE:REF names one
-    /// in its index).
+    /// in its index; REGISTRY/REPO:TAG or REGISTRY/REPO@sha256:... pulls
+    /// one from a registry).
     pub images: Vec<PathBuf>,
+    /// Where images pulled from a registry are kept (DIR/oci, an OCI
+    /// layout shared with provision).
+    #[arg(long, value_name = "DIR", default_value = crate::cmd::provision::DEFAULT_CACHE)]
+    pub cache: PathBuf,
+    #[command(flatten)]
+    pub pull: crate::pull::PullArgs,
     /// The platform OCI images must be for, and the one chosen from a
     /// multi-platform index (OS/ARCH[/VARIANT]; default: this host's).
     #[arg(long, value_name = "OS/ARCH")]
@@ -142,6 +149,8 @@ fn job<'a>(
         listener: (args.verbose && !args.json)
             .then(|| std::sync::Arc::new(output::Listing) as _),
         platform: args.platform.clone(),
+        store: Some(zinstall_provision::store_of(&args.cache)),
+        pull: args.pull.options(),
     }
 }
 

@@ -24,8 +24,11 @@ pub struct ProvisionArgs {
     /// A rootfs archive (tar, tar.gz, tar.zst, tar.xz), an OCI image
     /// (layout directory or oci-archive; IMAGE:REF names one in its
     /// index) or a disk image (raw or qcow2, plain or compressed with
-    /// gzip, zstd or xz), told by content.
+    /// gzip, zstd or xz), told by content; or REGISTRY/REPO:TAG or
+    /// REGISTRY/REPO@sha256:..., pulled into the cache.
     pub image: PathBuf,
+    #[command(flatten)]
+    pub pull: crate::pull::PullArgs,
     /// Guests to make (1 to 65536).
     #[arg(long, default_value_t = 1, value_parser = parse_count)]
     pub count: usize,
@@ -227,6 +230,7 @@ pub fn provision(args: &ProvisionArgs) -> ExitCode {
         ),
         force: args.force,
         platform: args.platform.clone(),
+        pull: args.pull.options(),
     };
     if args.dry_run {
         return match provision::preview(&args.image, &opts) {

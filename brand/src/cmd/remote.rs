@@ -54,6 +54,16 @@ fn absolute(p: &Path) -> PathBuf {
     std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
 }
 
+/// An image argument as the daemon takes it: a path made absolute, a
+/// registry reference as given.
+fn image_arg(p: &Path) -> PathBuf {
+    if zinstall_registry::reference_of(p).is_some() {
+        p.to_path_buf()
+    } else {
+        absolute(p)
+    }
+}
+
 /// Flags that have no meaning when the daemon runs the command.
 fn local_only(flags: &[(&str, bool)]) -> Result<(), ExitCode> {
     for (flag, set) in flags {
@@ -187,9 +197,10 @@ pub fn install(socket: &Path, a: &super::install::InstallArgs) -> ExitCode {
         zonepath: absolute(&a.zonepath),
         zone: None,
         profile: a.profile.as_deref().map(absolute),
-        images: a.images.iter().map(|p| absolute(p)).collect(),
+        images: a.images.iter().map(|p| image_arg(p)).collect(),
         source_root: a.source_root.as_deref().map(absolute),
         log: a.log.as_deref().map(absolute),
+        platform: a.platform.as_ref().map(|p| p.to_string()),
     };
     let json = a.json;
     let mut show = |e: &str| {
@@ -242,7 +253,7 @@ pub fn provision(
         return c;
     }
     let args = ProvisionArgs {
-        image: absolute(&a.image),
+        image: image_arg(&a.image),
         out: absolute(&a.out),
         count: a.count,
         name: a.name.clone(),
@@ -253,6 +264,7 @@ pub fn provision(
         machine_id: a.machine_id,
         ssh_host_keys: a.ssh_host_keys,
         force: a.force,
+        platform: a.platform.as_ref().map(|p| p.to_string()),
     };
     let json = a.json;
     let mut event = |e: &str| {

@@ -2,6 +2,9 @@
 //! with correct digests wherever the test does not break one on purpose)
 //! or built with umoci, as users make them.
 
+// Shared by several test binaries, each using a part.
+#![allow(dead_code)]
+
 use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};

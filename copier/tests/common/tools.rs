@@ -28,6 +28,7 @@ pub fn package(program: &str) -> &'static str {
         "ssh-keygen" => "openssh-client",
         "umoci" => "umoci",
         "skopeo" => "skopeo",
+        "docker-registry" => "docker-registry",
         _ => "coreutils",
     }
 }

@@ -117,6 +117,16 @@ pub enum Error {
         /// Its media type.
         media_type: String,
     },
+    /// A blob the image lacked could not be fetched.
+    #[error("{}: fetching {digest}: {source}", image.display())]
+    Fetch {
+        /// The image.
+        image: PathBuf,
+        /// The blob.
+        digest: String,
+        /// What went wrong (the fetcher's error).
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// The image is for another platform.
     #[error(
         "{}: the image is for {found}, not {wanted}; name its platform \
@@ -142,6 +152,7 @@ impl Error {
             | Error::Mismatch { image, .. }
             | Error::TooLarge { image, .. }
             | Error::MediaType { image, .. }
+            | Error::Fetch { image, .. }
             | Error::Platform { image, .. } => image,
         }
     }

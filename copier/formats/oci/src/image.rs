@@ -2,6 +2,7 @@
 //! and its layers, every JSON blob checked before it is parsed.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use oci_spec::image::{
     Descriptor, ImageConfiguration, ImageIndex, ImageManifest, MediaType,
@@ -13,7 +14,7 @@ use zinstall_archive::compress::Compression;
 use crate::digest::{Digest, sha256_hex};
 use crate::error::{Error, Result};
 use crate::platform::Platform;
-use crate::store::{BlobReader, Store};
+use crate::store::{BlobKind, BlobReader, Fetch, Store};
 
 /// The most an index, manifest or config may be: they are small JSON
 /// documents (a manifest of 100 layers is about 20 KiB); anything larger
@@ -72,8 +73,12 @@ pub struct Layer {
 /// An image: a layout (or oci-archive) and the manifest chosen in it.
 #[derive(Debug)]
 pub struct Image {
-    /// The layout directory or archive, as given.
+    /// The layout directory or archive, as given; a pulled image's
+    /// reference.
     pub path: PathBuf,
+    /// Where its files are: the layout directory or archive; for a
+    /// pulled image, the directory its blobs are fetched into.
+    pub location: PathBuf,
     store: Store,
     /// The manifest's digest, as the index gives it.
     pub manifest_digest: Digest,
@@ -125,6 +130,37 @@ impl Image {
                 ));
             }
         }
+        Image::chosen(path, path, store, candidates, select)
+    }
+
+    /// The image whose index or manifest is `top`, in the layout
+    /// directory `dir`, which need not hold any of its blobs yet: each one
+    /// read is first asked of `fetch` when absent (a registry pull), then
+    /// checked as from any layout. `name` (the image's reference) names it
+    /// in messages and in [`Image::path`].
+    pub fn open_fetching(
+        name: &Path,
+        dir: &Path,
+        top: Descriptor,
+        select: &Select,
+        fetch: Arc<dyn Fetch>,
+    ) -> Result<Image> {
+        let store = Store::fetching(dir, fetch);
+        Image::chosen(name, dir, store, vec![top], select)
+    }
+
+    /// The image among `candidates` that `select` picks, indexes followed.
+    fn chosen(
+        path: &Path,
+        location: &Path,
+        store: Store,
+        mut candidates: Vec<Descriptor>,
+        select: &Select,
+    ) -> Result<Image> {
+        let ctx = Ctx {
+            image: path,
+            store: &store,
+        };
         let mut depth = 0;
         let manifest_desc = loop {
             let d = ctx.choose(&candidates, select)?;
@@ -137,7 +173,8 @@ impl Image {
                         format!("indexes nested more than {MAX_DEPTH} deep"),
                     ));
                 }
-                let (inner, _): (ImageIndex, _) = ctx.blob_json(&d, "index")?;
+                let (inner, _): (ImageIndex, _) =
+                    ctx.blob_json(&d, "index", BlobKind::Index)?;
                 candidates = inner.manifests().clone();
                 continue;
             }
@@ -153,7 +190,7 @@ impl Image {
         };
         let manifest_digest = ctx.digest(&manifest_desc)?;
         let (manifest, manifest_bytes): (ImageManifest, _) =
-            ctx.blob_json(&manifest_desc, "manifest")?;
+            ctx.blob_json(&manifest_desc, "manifest", BlobKind::Manifest)?;
         if let Some(mt) = manifest.media_type()
             && mt != manifest_desc.media_type()
         {
@@ -174,7 +211,7 @@ impl Image {
             ));
         }
         let (config, _): (ImageConfiguration, _) =
-            ctx.blob_json(cd, "config")?;
+            ctx.blob_json(cd, "config", BlobKind::Config)?;
         let platform = Platform {
             os: config.os().to_string(),
             architecture: config.architecture().to_string(),
@@ -245,6 +282,7 @@ impl Image {
         let manifest_sha256 = sha256_hex(&manifest_bytes);
         Ok(Image {
             path: path.to_path_buf(),
+            location: location.to_path_buf(),
             store,
             manifest_digest,
             manifest_sha256,
@@ -258,7 +296,8 @@ impl Image {
     /// after reading.
     pub fn layer(&self, i: usize) -> Result<BlobReader> {
         let l = &self.layers[i];
-        self.store.blob(&self.path, &l.digest, l.size)
+        self.store
+            .blob(&self.path, &l.digest, l.size, BlobKind::Layer)
     }
 
     /// Where layer `i` is, for messages: `IMAGE/blobs/ALG/HEX` (inside
@@ -310,6 +349,7 @@ impl Ctx<'_> {
         &self,
         d: &Descriptor,
         what: &str,
+        kind: BlobKind,
     ) -> Result<(T, Vec<u8>)> {
         let digest = self.digest(d)?;
         if d.size() > MAX_JSON {
@@ -322,7 +362,7 @@ impl Ctx<'_> {
         }
         let bytes = self
             .store
-            .blob(self.image, &digest, d.size())?
+            .blob(self.image, &digest, d.size(), kind)?
             .read_checked()?;
         let v = self.parse(&format!("{what} {digest}"), &bytes)?;
         Ok((v, bytes))

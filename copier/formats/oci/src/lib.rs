@@ -58,7 +58,7 @@ pub use digest::{Algorithm, Digest, Hasher, hex, sha256_hex};
 pub use error::{Error, Mismatch, Result};
 pub use image::{Image, Layer, MAX_JSON, REF_NAME, Select};
 pub use platform::Platform;
-pub use store::{BlobReader, DiffReader};
+pub use store::{BlobKind, BlobReader, DiffReader, Fetch};
 
 /// What kind of OCI image a path holds, told by content.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -21,10 +21,12 @@ use crate::error::{Error, Mismatch, Result};
 const MAX_MEMBERS: usize = 1 << 16;
 
 /// An image's files.
-#[derive(Debug)]
 pub(crate) enum Store {
-    /// A layout directory.
-    Dir(PathBuf),
+    /// A layout directory; blobs it lacks are asked of `fetch`, if any.
+    Dir {
+        dir: PathBuf,
+        fetch: Option<Arc<dyn Fetch>>,
+    },
     /// An oci-archive: its file, and each member's name with its body's
     /// offset and length.
     Archive {
@@ -44,7 +46,10 @@ impl Store {
         };
         let md = std::fs::metadata(image).map_err(|e| io("stat", e))?;
         if md.is_dir() {
-            return Ok(Store::Dir(image.to_path_buf()));
+            return Ok(Store::Dir {
+                dir: image.to_path_buf(),
+                fetch: None,
+            });
         }
         let mut f = File::open(image).map_err(|e| io("open", e))?;
         let mut head = [0u8; 6];
@@ -101,6 +106,14 @@ impl Store {
         })
     }
 
+    /// The layout directory `dir`, whose missing blobs `fetch` brings.
+    pub(crate) fn fetching(dir: &Path, fetch: Arc<dyn Fetch>) -> Store {
+        Store::Dir {
+            dir: dir.to_path_buf(),
+            fetch: Some(fetch),
+        }
+    }
+
     /// A file of the layout (`oci-layout`, `index.json`), at most
     /// `limit` bytes.
     pub(crate) fn read_file(
@@ -140,7 +153,22 @@ impl Store {
         image: &Path,
         digest: &Digest,
         size: u64,
+        kind: BlobKind,
     ) -> Result<BlobReader> {
+        if let Store::Dir {
+            dir,
+            fetch: Some(fetch),
+        } = self
+            && std::fs::symlink_metadata(dir.join(digest.blob_path())).is_err()
+        {
+            fetch
+                .fetch(kind, digest, size)
+                .map_err(|source| Error::Fetch {
+                    image: image.to_path_buf(),
+                    digest: digest.to_string(),
+                    source,
+                })?;
+        }
         let (file, start, len) = self.locate(image, &digest.blob_path())?;
         if len != size {
             return Err(Error::Mismatch {
@@ -171,7 +199,7 @@ impl Store {
         rel: &Path,
     ) -> Result<(Arc<File>, u64, u64)> {
         match self {
-            Store::Dir(dir) => {
+            Store::Dir { dir, .. } => {
                 let f = open_in_layout(image, dir, rel)?;
                 let len = f
                     .metadata()
@@ -284,6 +312,51 @@ impl Read for Range {
         self.pos += n as u64;
         Ok(n)
     }
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Store::Dir { dir, fetch } => f
+                .debug_struct("Dir")
+                .field("dir", dir)
+                .field("fetching", &fetch.is_some())
+                .finish(),
+            Store::Archive { members, .. } => f
+                .debug_struct("Archive")
+                .field("members", &members.len())
+                .finish(),
+        }
+    }
+}
+
+/// What a blob is to its image, so that a [`Fetch`] knows where to ask
+/// for it (a registry serves manifests and blobs apart).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BlobKind {
+    /// An image index (or Docker manifest list).
+    Index,
+    /// An image manifest.
+    Manifest,
+    /// An image config.
+    Config,
+    /// A layer.
+    Layer,
+}
+
+/// Brings blobs a layout directory lacks into it (a registry pull): the
+/// image asks only for the blobs it reads, so a layer already unpacked
+/// elsewhere is never fetched. What `fetch` stores is read back through
+/// the same checks as any blob (size, digest, media type).
+pub trait Fetch: Send + Sync {
+    /// Makes `blobs/ALG/HEX` of `digest` (`size` bytes) present in the
+    /// layout, whole: never a partial file under the blob's name.
+    fn fetch(
+        &self,
+        kind: BlobKind,
+        digest: &Digest,
+        size: u64,
+    ) -> std::result::Result<(), Box<dyn std::error::Error + Send + Sync>>;
 }
 
 /// A blob's bytes, exactly as many as its descriptor says, hashed as
