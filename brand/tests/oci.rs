@@ -490,6 +490,32 @@ fn provision_caches_shared_layers_once() {
     let o = zinstall(&["cache", "--cache", s(&cache), "list"]);
     let list = text(&o);
     assert_eq!(list.matches("\nlayer ").count(), 3, "{list}");
+    assert!(list.contains("in 2 images, shared: tree-"), "{list}");
+    // The same as JSON: each image by its manifest digest and name, its
+    // layers, its guests, when last used; the base layer in both.
+    let o = zinstall(&["cache", "--cache", s(&cache), "list", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let all = v.as_array().unwrap();
+    let base = all
+        .iter()
+        .find(|e| e["name"] == base_entry.as_str())
+        .unwrap();
+    assert_eq!(base["used_by"].as_array().unwrap().len(), 2, "{base}");
+    let trees: Vec<_> = all.iter().filter(|e| e["kind"] == "tree").collect();
+    assert_eq!(trees.len(), 2);
+    for t in &trees {
+        let layers = t["layers"].as_array().unwrap();
+        assert_eq!(layers.len(), 2, "{t}");
+        assert!(layers.contains(&json!(base_entry)), "{t}");
+        assert!(t["last_used"].as_u64() >= t["created"].as_u64(), "{t}");
+        assert!(base["last_used"].as_u64() >= t["last_used"].as_u64());
+        assert!(!t["guests"].as_array().unwrap().is_empty(), "{t}");
+    }
+    let a = trees
+        .iter()
+        .find(|t| t["source"].as_str().unwrap().contains("/A"))
+        .unwrap();
+    assert_eq!(a["guests"].as_array().unwrap().len(), 3, "{a}");
     // Image A's guests gone: its tree and its own layer go, the base
     // stays for B.
     for g in ["oa", "oc"] {

@@ -375,6 +375,13 @@ pub struct EntryInfo {
     pub immutable: bool,
     /// For an OCI image's tree: the layer entries it was built from.
     pub layers: Vec<String>,
+    /// For an OCI layer: the image entries built from it (more than one:
+    /// the layer is shared, stored once).
+    pub used_by: Vec<String>,
+    /// When guests were last made from it (seconds since the epoch): its
+    /// newest guest record, else when it was built. A layer's is its
+    /// images' latest.
+    pub last_used: u64,
 }
 
 /// How [`Cache::gc_with`] collects.
@@ -1028,6 +1035,13 @@ impl Cache {
             users.sort();
             let size = disk_usage(&entry.dir)?;
             let altered = self.altered(&entry)?;
+            let users_file =
+                self.entries_dir().join(format!("{}.users", entry.name()));
+            let last_used = fs::metadata(&users_file)
+                .ok()
+                .and_then(|m| m.modified().ok())
+                .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+                .map_or(created, |d| d.as_secs().max(created));
             out.push(EntryInfo {
                 entry,
                 size,
@@ -1037,7 +1051,24 @@ impl Cache {
                 altered,
                 immutable,
                 layers,
+                used_by: Vec::new(),
+                last_used,
             });
+        }
+        // Which images each layer is in, and when those were last used.
+        let images: Vec<(String, Vec<String>, u64)> = out
+            .iter()
+            .filter(|e| !e.layers.is_empty())
+            .map(|e| (e.entry.name(), e.layers.clone(), e.last_used))
+            .collect();
+        for e in out.iter_mut().filter(|e| e.entry.kind == EntryKind::Layer) {
+            let name = e.entry.name();
+            for (image, layers, used) in &images {
+                if layers.contains(&name) {
+                    e.used_by.push(image.clone());
+                    e.last_used = e.last_used.max(*used);
+                }
+            }
         }
         out.sort_by(|a, b| {
             (a.created, a.entry.name()).cmp(&(b.created, b.entry.name()))

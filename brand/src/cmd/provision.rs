@@ -358,7 +358,7 @@ pub fn print_cache_list(v: &Value) {
         .map(|d| d.as_secs())
         .unwrap_or(0);
     output::out(
-        "kind  sha256          size        age  guests  state      source",
+        "kind  sha256          size        age   used  guests  state      source",
     );
     for e in v.as_array().into_iter().flatten() {
         let sha = s(&e["sha256"]);
@@ -368,11 +368,12 @@ pub fn print_cache_list(v: &Value) {
         };
         let guests = e["guests"].as_array().map_or(&[][..], Vec::as_slice);
         output::out(format_args!(
-            "{:<5} {:<14}  {:>9}  {:>5}  {:>6}  {:<9}  {}",
+            "{:<5} {:<14}  {:>9}  {:>5}  {:>5}  {:>6}  {:<9}  {}",
             s(&e["kind"]),
             format!("{}{generation}", sha.get(..12).unwrap_or(&sha)),
             human(e["size"].as_u64().unwrap_or(0)),
             age(now.saturating_sub(e["created"].as_u64().unwrap_or(now))),
+            age(now.saturating_sub(e["last_used"].as_u64().unwrap_or(now))),
             guests.len(),
             s(&e["state"]),
             s(&e["source"])
@@ -382,6 +383,29 @@ pub fn print_cache_list(v: &Value) {
         }
         for u in guests {
             output::out(format_args!("      used by {}", s(u)));
+        }
+        let names = |k: &str| {
+            e[k].as_array()
+                .map(|v| v.iter().map(s).collect::<Vec<_>>())
+                .unwrap_or_default()
+        };
+        let layers = names("layers");
+        if !layers.is_empty() {
+            output::out(format_args!(
+                "      {} layers: {}",
+                layers.len(),
+                layers.join(" ")
+            ));
+        }
+        let used_by = names("used_by");
+        if !used_by.is_empty() {
+            let shared = if used_by.len() > 1 { ", shared" } else { "" };
+            output::out(format_args!(
+                "      in {} image{}{shared}: {}",
+                used_by.len(),
+                if used_by.len() == 1 { "" } else { "s" },
+                used_by.join(" ")
+            ));
         }
     }
 }
