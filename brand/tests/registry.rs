@@ -241,6 +241,31 @@ fn pull_by_tag_and_by_digest() {
     assert!(o.status.success(), "{}", text(&o));
     assert_guest(&d.path().join("b/guest-0"), 1);
 
+    // A dry run resolves and checks, and writes or downloads nothing.
+    let cache4 = d.path().join("cache4");
+    let profile = bare_profile(d.path());
+    let fetched = |reg: &Registry| {
+        layers
+            .iter()
+            .map(|l| reg.gets(&format!("/v2/test/img/blobs/{l}"), 200))
+            .collect::<Vec<_>>()
+    };
+    let before = fetched(&reg);
+    for args in [
+        vec!["provision", &by_digest, "-n", "--out", "/nonexistent/o"],
+        vec!["install", "-n", "--zonepath", "/nonexistent/z", &by_digest],
+    ] {
+        let mut args = args.clone();
+        args.extend(["--cache", s(&cache4)]);
+        if args[0] == "install" {
+            args.extend(["--profile", s(&profile)]);
+        }
+        let o = zinstall(&args);
+        assert!(o.status.success(), "{args:?}: {}", text(&o));
+    }
+    assert!(!cache4.exists());
+    assert_eq!(fetched(&reg), before, "a dry run downloaded a layer");
+
     // install takes the same references, pulling into --cache.
     let o = zinstall(&[
         "install",

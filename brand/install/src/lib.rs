@@ -207,6 +207,29 @@ impl Install<'_> {
     /// counts it. Takes no lock and writes no log record: a dry run
     /// leaves the zonepath as it found it.
     pub fn preview(&mut self) -> Result<Summary, InstallError> {
+        // A registry image's manifest and config are fetched into a store
+        // of the preview's own, removed after: a dry run writes nothing
+        // into the cache, and downloads no layer.
+        let pulls = self
+            .images
+            .iter()
+            .any(|i| zinstall_registry::reference_of(i).is_some());
+        if !pulls {
+            return self.preview_with();
+        }
+        let scratch = std::env::temp_dir().join(format!(
+            "zinstall-preview.{}.{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        let kept = self.store.replace(scratch.clone());
+        let r = self.preview_with();
+        self.store = kept;
+        let _best_effort = std::fs::remove_dir_all(&scratch);
+        r
+    }
+
+    fn preview_with(&mut self) -> Result<Summary, InstallError> {
         let root = self.zonepath.join("root");
         if self.check_state(&root)? == Some(State::Installing) {
             (self.events)(&Event::CleaningInterrupted);
@@ -262,6 +285,11 @@ impl Install<'_> {
         }
         for a in &archives {
             if let Some(image) = &a.oci {
+                if self.store.as_deref() == Some(image.location.as_path()) {
+                    // Pulled: its layers are not downloaded to be looked
+                    // at; the manifest and config were checked.
+                    continue;
+                }
                 // Each layer's blob checked against its digest; what it
                 // would write is known only by unpacking it.
                 for i in 0..image.layers.len() {
