@@ -5,8 +5,9 @@
 //! provisions of one image at once. What crosses the wire is counted in
 //! the registry's own access log.
 
-#[path = "../../copier/tests/common/tools.rs"]
-mod tools;
+#[path = "../../copier/tests/common/mod.rs"]
+mod common;
+use common::tools;
 
 #[path = "../../copier/tests/common/tmp.rs"]
 mod tmp;
@@ -127,24 +128,11 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// Bytes no compressor shrinks, the same every run.
-fn noise(n: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
 /// A layout (image `t`) of two layers: a small base with /etc, then an
 /// 8 MiB file, so a transfer can be cut in the middle of a blob. Returns
 /// the layer blobs' digests, lowest first.
 fn image(lay: &Path, seed: u64) -> Vec<String> {
-    let big = noise(8 << 20, seed);
+    let big = common::pseudo_random(8 << 20, seed);
     let base = layer_tar(&[
         Ent::Dir("etc/"),
         Ent::File("etc/os-release", b"ID=test\n"),
@@ -162,21 +150,18 @@ fn image(lay: &Path, seed: u64) -> Vec<String> {
         .collect()
 }
 
+/// The layout's image's manifest: its digest and JSON.
 fn first_manifest(lay: &Path) -> (String, serde_json::Value) {
-    let index: serde_json::Value =
-        serde_json::from_slice(&fs::read(lay.join("index.json")).unwrap())
-            .unwrap();
-    let d = index["manifests"][0]["digest"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let m =
-        serde_json::from_slice(&fs::read(blob_path(lay, &d)).unwrap()).unwrap();
-    (d, m)
+    let (path, m) = manifest_of(lay);
+    let hex = path.file_name().unwrap().to_string_lossy().into_owned();
+    (format!("sha256:{hex}"), m)
 }
 
-fn provision(image: &str, out: &Path, cache: &Path) -> std::process::Output {
-    zinstall(&[
+/// `zinstall provision IMAGE` of one guest with the image's own
+/// identity, to compare with the image.
+fn provision_cmd(image: &str, out: &Path, cache: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_zinstall"));
+    c.env("ZINSTALL_DEFAULTS", "/nonexistent").args([
         "provision",
         image,
         "--out",
@@ -184,7 +169,12 @@ fn provision(image: &str, out: &Path, cache: &Path) -> std::process::Output {
         "--cache",
         s(cache),
         "--keep-identity",
-    ])
+    ]);
+    c
+}
+
+fn provision(image: &str, out: &Path, cache: &Path) -> std::process::Output {
+    provision_cmd(image, out, cache).output().unwrap()
 }
 
 fn assert_guest(guest: &Path, seed: u64) {
@@ -193,7 +183,8 @@ fn assert_guest(guest: &Path, seed: u64) {
         b"ID=test\n"
     );
     assert!(
-        fs::read(guest.join("srv/big")).unwrap() == noise(8 << 20, seed),
+        fs::read(guest.join("srv/big")).unwrap()
+            == common::pseudo_random(8 << 20, seed),
         "{}: srv/big differs from the image's",
         guest.display()
     );
@@ -489,17 +480,7 @@ fn concurrent_provisions_pull_once() {
     let image = format!("{}/test/img:v1", reg.host());
     let children: Vec<_> = (0..8)
         .map(|i| {
-            Command::new(env!("CARGO_BIN_EXE_zinstall"))
-                .env("ZINSTALL_DEFAULTS", "/nonexistent")
-                .args([
-                    "provision",
-                    &image,
-                    "--out",
-                    s(&d.path().join(format!("o{i}"))),
-                    "--cache",
-                    s(&cache),
-                    "--keep-identity",
-                ])
+            provision_cmd(&image, &d.path().join(format!("o{i}")), &cache)
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
                 .spawn()

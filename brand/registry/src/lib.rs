@@ -567,9 +567,19 @@ impl Fetcher {
     /// Puts bytes already checked (a manifest just hashed) into the
     /// store.
     fn store_bytes(&self, digest: &Digest, bytes: &[u8]) -> Result<()> {
+        let Some(dst) = self.missing(digest)? else {
+            return Ok(());
+        };
+        let dir = dst.parent().expect("blobs/ALG/HEX");
+        write_atomic(dir, digest.hex(), bytes, BLOB_MODE)
+    }
+
+    /// Where blob `digest` goes, its directory made, if the store lacks
+    /// it; `None` if it is there.
+    fn missing(&self, digest: &Digest) -> Result<Option<PathBuf>> {
         let dst = self.store.join(digest.blob_path());
         if fs::symlink_metadata(&dst).is_ok() {
-            return Ok(());
+            return Ok(None);
         }
         let dir = dst.parent().expect("blobs/ALG/HEX");
         DirBuilder::new()
@@ -577,7 +587,7 @@ impl Fetcher {
             .mode(0o700)
             .create(dir)
             .map_err(|e| RegistryError::io("mkdir", dir, e))?;
-        write_atomic(dir, digest.hex(), bytes, BLOB_MODE)
+        Ok(Some(dst))
     }
 
     /// Downloads blob `digest` into the store, resuming what an earlier
@@ -588,16 +598,9 @@ impl Fetcher {
         digest: &Digest,
         size: u64,
     ) -> Result<()> {
-        let dst = self.store.join(digest.blob_path());
-        if fs::symlink_metadata(&dst).is_ok() {
+        let Some(dst) = self.missing(digest)? else {
             return Ok(());
-        }
-        let dir = dst.parent().expect("blobs/ALG/HEX");
-        DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
-            .map_err(|e| RegistryError::io("mkdir", dir, e))?;
+        };
         let partial = self.store.join("partial").join(format!(
             "{}-{}",
             digest.algorithm().name(),

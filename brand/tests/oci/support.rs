@@ -197,7 +197,7 @@ pub fn write_layout(
 }
 
 /// The manifest of the layout's first index entry: its path and JSON.
-fn manifest_of(dir: &Path) -> (PathBuf, Value) {
+pub fn manifest_of(dir: &Path) -> (PathBuf, Value) {
     let index: Value =
         serde_json::from_slice(&fs::read(dir.join("index.json")).unwrap())
             .unwrap();
