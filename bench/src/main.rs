@@ -150,6 +150,14 @@ enum Cmd {
         /// qcow2 runs, as `zinstall (other)`.
         #[arg(long)]
         other: Option<PathBuf>,
+        /// Seconds to wait before each qcow2 run, once the previous
+        /// output is removed and flushed and the image read: long enough
+        /// for a VM that reports free memory to its host (virtio-balloon
+        /// free page reporting, after 2 s) to have handed back what the
+        /// removal freed, so that every run starts from the same state,
+        /// whatever ran before it. 0: start at once.
+        #[arg(long, default_value_t = 3.0)]
+        settle: f64,
     },
     /// Sweep COPY_THREADS x COPY_BATCH on a tree, with the peers in the
     /// same run; CSV, Markdown and charts (SVG, PNG).
@@ -280,6 +288,7 @@ fn main() -> ExitCode {
             qcow2_gib,
             qcow2_data,
             other,
+            settle,
         } => {
             let z = zinstall
                 .unwrap_or_else(|| workspace().join("target/release/zinstall"));
@@ -288,6 +297,7 @@ fn main() -> ExitCode {
                 gib: qcow2_gib,
                 data: qcow2_data,
                 other,
+                settle: std::time::Duration::from_secs_f64(settle.max(0.0)),
             };
             if qcow2_only {
                 qcow2_bench(&z, &q, &scratch)
@@ -906,6 +916,7 @@ struct Qcow2Bench {
     gib: u64,
     data: f64,
     other: Option<PathBuf>,
+    settle: std::time::Duration,
 }
 
 /// A qcow2 image of `gib` GiB with `data` of it written by qemu-io in
@@ -978,11 +989,13 @@ fn qcow2_images(
 }
 
 /// `zinstall provision IMAGE --count 1` with an empty cache (its one
-/// syncfs included) against `qemu-img convert -O raw`, without and with a
+/// flush included) against `qemu-img convert -O raw`, without and with a
 /// `sync -f` (a syncfs of the output's filesystem, as zinstall's) after,
 /// interleaved; each zinstall base checked against the image with
-/// `qemu-img compare` once. zinstall's time without its syncfs is its
-/// wall time less the syncfs it logs in the cache's `builds.log`, from
+/// `qemu-img compare` once. zinstall's time without its flush is its
+/// wall time less the flush it logs in the cache's `builds.log` (the
+/// immutable flag, which on ext4 writes the file back, the syncfs and
+/// the directory's fsync; a build before that logs the syncfs alone), from
 /// the same run.
 fn qcow2_bench(z: &Path, q: &Qcow2Bench, scratch: &Path) -> Result<(), String> {
     fs::create_dir_all(scratch).map_err(|e| e.to_string())?;
@@ -1007,8 +1020,8 @@ fn qcow2_bench(z: &Path, q: &Qcow2Bench, scratch: &Path) -> Result<(), String> {
         names.push(QEMU_SYNC.into());
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
         let mut checked = vec![false; zs.len()];
-        // Per zinstall binary: its wall times less its logged syncfs, and
-        // the syncfs alone.
+        // Per zinstall binary: its wall times less its logged flush, and
+        // the flush alone.
         let mut unsynced: Vec<Vec<std::time::Duration>> =
             vec![vec![]; zs.len()];
         let mut syncs: Vec<Vec<std::time::Duration>> = vec![vec![]; zs.len()];
@@ -1020,6 +1033,7 @@ fn qcow2_bench(z: &Path, q: &Qcow2Bench, scratch: &Path) -> Result<(), String> {
                 fs::create_dir_all(&work).map_err(|e| e.to_string())?;
                 peers::sync();
                 peers::warm(img).map_err(|e| e.to_string())?;
+                std::thread::sleep(q.settle);
                 let out = work.join("out.raw");
                 let t = match i {
                     i if i < zs.len() => {
@@ -1033,7 +1047,7 @@ fn qcow2_bench(z: &Path, q: &Qcow2Bench, scratch: &Path) -> Result<(), String> {
                         let t = peers::time(c)?;
                         if let Some(sync) = logged_sync(&work.join("c")) {
                             eprintln!(
-                                "      {} syncfs {:.3} s",
+                                "      {} flush {:.3} s",
                                 zs[i].0,
                                 sync.as_secs_f64()
                             );
@@ -1077,11 +1091,11 @@ fn qcow2_bench(z: &Path, q: &Qcow2Bench, scratch: &Path) -> Result<(), String> {
             synced.extend(pick(name));
             if !unsynced[i].is_empty() {
                 bare.push(Samples {
-                    tool: format!("{name}, less its syncfs"),
+                    tool: format!("{name}, less its flush"),
                     times: unsynced[i].clone(),
                 });
                 synced.push(Samples {
-                    tool: format!("{name}: its syncfs alone"),
+                    tool: format!("{name}: its flush alone"),
                     times: syncs[i].clone(),
                 });
             }
@@ -1105,8 +1119,8 @@ fn qcow2_bench(z: &Path, q: &Qcow2Bench, scratch: &Path) -> Result<(), String> {
 const QEMU: &str = "qemu-img convert";
 const QEMU_SYNC: &str = "qemu-img convert; sync -f";
 
-/// The syncfs of the last build in the cache at `cache`, as its
-/// `builds.log` records it (time, pid, entry, build ms, syncfs ms,
+/// The flush of the last build in the cache at `cache`, as its
+/// `builds.log` records it (time, pid, entry, build ms, flush ms,
 /// source); `None` from a build that does not record it.
 fn logged_sync(cache: &Path) -> Option<std::time::Duration> {
     let log = fs::read_to_string(cache.join("builds.log")).ok()?;
