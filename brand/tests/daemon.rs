@@ -181,6 +181,13 @@ impl Drop for Daemon {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        // The cache's entries are immutable as root: cleared, so that the
+        // scratch directory can go.
+        let _ = Command::new("chattr")
+            .args(["-R", "-i"])
+            .arg(self.dir.path())
+            .stderr(std::process::Stdio::null())
+            .status();
     }
 }
 

@@ -525,3 +525,143 @@ fn bad_references_are_refused() {
     );
     assert!(!d.path().join("a").exists());
 }
+
+/// `cache gc` and the pulled images: an image stays while a tree entry
+/// made from it stays; one only an install pulled goes with the blobs no
+/// kept image shares, and partial downloads go too; a store someone is
+/// reading is left alone; what stays still provisions with the registry
+/// gone.
+#[test]
+fn gc_collects_pulled_images_nothing_uses() {
+    let d = tmp::Tmp::new();
+    let (la, lb) = (d.path().join("LA"), d.path().join("LB"));
+    let layers_a = image(&la, 1);
+    let layers_b = image(&lb, 2);
+    // The same base layer: shared, so it must outlive A while B needs it.
+    assert_eq!(layers_a[0], layers_b[0]);
+    let reg = Registry::start(d.path());
+    reg.push(&la, "test/a:v1");
+    reg.push(&lb, "test/b:v1");
+    let cache = d.path().join("cache");
+    let store = cache.join("oci");
+    let (ma, _) = first_manifest(&la);
+    let (mb, _) = first_manifest(&lb);
+    let b_ref = format!("{}/test/b@{mb}", reg.host());
+
+    // B provisioned (its layer blobs dropped once unpacked), A installed
+    // (its blobs kept for the next install).
+    let o = provision(&b_ref, &d.path().join("g"), &cache);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = zinstall(&[
+        "install",
+        "--zonepath",
+        s(&d.path().join("z")),
+        "--profile",
+        s(&bare_profile(d.path())),
+        "--cache",
+        s(&cache),
+        &format!("{}/test/a:v1", reg.host()),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    for l in &layers_a {
+        assert!(blob_path(&store, l).exists(), "{l}");
+    }
+    let partial = store
+        .join("partial")
+        .join(format!("sha256-{}", "0".repeat(64)));
+    fs::write(&partial, vec![7u8; 100_000]).unwrap();
+
+    let gc = |extra: &[&str]| {
+        let mut a = vec!["cache", "gc", "--cache", s(&cache), "--json"];
+        a.extend(extra);
+        let o = zinstall(&a);
+        assert!(o.status.success(), "{}", text(&o));
+        let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v["store"].clone()
+    };
+    let fate = |v: &serde_json::Value, digest: &str| {
+        let d = v["decisions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|d| d["image"] == digest)
+            .unwrap_or_else(|| panic!("{digest} not in {v}"));
+        (
+            d["remove"].as_bool().unwrap(),
+            d["why"].as_str().unwrap().to_string(),
+        )
+    };
+
+    // A dry run says what would go and why, and removes nothing.
+    let v = gc(&["--dry-run"]);
+    let (remove_b, why_b) = fate(&v, &mb);
+    assert!(!remove_b && why_b.contains("stays"), "{v}");
+    assert!(fate(&v, &ma).0, "{v}");
+    // A's manifest, config and top layer; the base is B's too.
+    assert_eq!(v["blobs_removed"], 3, "{v}");
+    assert_eq!(v["partial_removed"], 1, "{v}");
+    assert!(partial.exists());
+    for l in &layers_a {
+        assert!(blob_path(&store, l).exists(), "{l}");
+    }
+
+    // While anyone reads the store (the lock every open image holds),
+    // gc leaves it alone.
+    // It holds the lock until its input closes; -o: the lock stays with
+    // flock itself, not its command.
+    let mut holder = Command::new("flock")
+        .args([
+            "-s",
+            "-o",
+            s(&store.join("use.lock")),
+            "-c",
+            "echo held; cat >/dev/null",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = [0u8; 5];
+    holder
+        .stdout
+        .as_mut()
+        .unwrap()
+        .read_exact(&mut line)
+        .unwrap();
+    let v = gc(&[]);
+    drop(holder.stdin.take());
+    assert!(holder.wait().unwrap().success());
+    assert_eq!(v["busy"], true, "{v}");
+    assert!(partial.exists() && blob_path(&store, &layers_a[1]).exists());
+
+    // Now A goes: its own blobs, its names in index.json, the partial
+    // download; B and the shared base stay.
+    let v = gc(&[]);
+    assert_eq!(v["busy"], false, "{v}");
+    assert!(fate(&v, &ma).0 && !fate(&v, &mb).0, "{v}");
+    assert!(!partial.exists());
+    assert!(!blob_path(&store, &ma).exists());
+    assert!(!blob_path(&store, &layers_a[1]).exists());
+    assert!(blob_path(&store, &mb).exists());
+    let index = fs::read_to_string(store.join("index.json")).unwrap();
+    assert!(!index.contains("test/a"), "{index}");
+    assert!(index.contains(&b_ref), "{index}");
+
+    // What stays is whole: B provisions with the registry gone.
+    drop(reg);
+    let o = provision(&b_ref, &d.path().join("h"), &cache);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_guest(&d.path().join("h/guest-0"), 2);
+
+    // Its guests gone, B's tree goes, and B with it.
+    for g in ["g", "h"] {
+        fs::remove_dir_all(d.path().join(g)).unwrap();
+    }
+    let v = gc(&[]);
+    assert!(fate(&v, &mb).0, "{v}");
+    let left: Vec<_> = fs::read_dir(store.join("blobs/sha256"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(left.is_empty(), "blobs left: {left:?}");
+}

@@ -728,6 +728,20 @@ pub fn gc_json(
             "remove": g.remove,
             "why": g.why,
         })).collect::<Vec<_>>(),
+        "store": json!({
+            "busy": r.store.busy,
+            "freed": r.store.freed,
+            "blobs_removed": r.store.blobs_removed,
+            "partial_removed": r.store.partial_removed,
+            "size_after": r.store.size_after,
+            "decisions": r.store.decisions.iter().map(|d| json!({
+                "image": d.image.digest,
+                "names": d.image.names,
+                "size": d.image.size,
+                "remove": d.remove,
+                "why": d.why,
+            })).collect::<Vec<_>>(),
+        }),
     })
 }
 

@@ -425,6 +425,9 @@ pub struct GcReport {
     pub decisions: Vec<GcDecision>,
     /// Lock, index and record files of removed entries removed.
     pub files_removed: usize,
+    /// What gc did to the images pulled into the cache's store (`oci/`);
+    /// its bytes are in `freed` too.
+    pub store: zinstall_registry::store::StoreGcReport,
 }
 
 /// One guest as recorded in `<name>.users`.
@@ -1245,7 +1248,44 @@ impl Cache {
         if !opts.dry_run {
             report.files_removed += self.remove_dangling_index()?;
         }
+        self.gc_store(opts, total, &mut report)?;
         Ok(report)
+    }
+
+    /// Collects the images pulled into the cache's store (see
+    /// [`zinstall_registry::store`]): an image stays while a tree entry
+    /// made from it stays; others go (oldest pull first, and only until
+    /// the cache fits `max_size`, counting what the entries keep).
+    fn gc_store(
+        &self,
+        opts: &GcOptions,
+        entries_total: u64,
+        report: &mut GcReport,
+    ) -> Result<()> {
+        let trees: HashSet<&str> = report
+            .decisions
+            .iter()
+            .filter(|d| !d.remove && d.entry.kind == EntryKind::Tree)
+            .map(|d| d.entry.sha256.as_str())
+            .collect();
+        let keep = |img: &zinstall_registry::store::StoredImage| {
+            img.manifests
+                .iter()
+                .find(|m| trees.contains(m.as_str()))
+                .map(|m| format!("tree-{m} was made from it and stays"))
+        };
+        let store = crate::oci::store_of(&self.root);
+        let r = zinstall_registry::store::gc(
+            &store,
+            &zinstall_registry::store::StoreGc {
+                keep: &keep,
+                budget: opts.max_size.map(|m| m.saturating_sub(entries_total)),
+                dry_run: opts.dry_run,
+            },
+        )?;
+        report.freed += r.freed;
+        report.store = r;
+        Ok(())
     }
 
     /// For each entry in use, why: see the module documentation.

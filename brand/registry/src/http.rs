@@ -114,7 +114,9 @@ impl Remote {
             let token = self.token.lock().expect("token lock").clone();
             if let Some(t) = token {
                 req = req.header("Authorization", format!("Bearer {t}"));
-            } else if let Some(c) = &self.credentials {
+            } else if let Some(c) = &self.credentials
+                && c.identity_token.is_none()
+            {
                 req = req.header("Authorization", c.basic());
             }
             let resp = req.call().map_err(|e| http_error("GET", url, e))?;
@@ -158,6 +160,13 @@ impl Remote {
             challenge.split_once(' ').unwrap_or((challenge, ""));
         if scheme.eq_ignore_ascii_case("basic") {
             return match &self.credentials {
+                Some(c) if c.identity_token.is_some() => {
+                    Err(auth_err(format!(
+                        "GET {url}: asks for Basic authentication; the \
+                     credentials found are an identity token, which only \
+                     a token service takes"
+                    )))
+                }
                 // Sent already with the request; refused.
                 Some(_) => Err(auth_err(format!(
                     "GET {url}: the credentials found were refused"
@@ -195,14 +204,39 @@ impl Remote {
         let scope = get("scope").map(str::to_string).unwrap_or_else(|| {
             format!("repository:{}:pull", self.reference.repository)
         });
-        let mut req = self.agent.get(realm).query("scope", &scope);
-        if let Some(service) = get("service") {
-            req = req.query("service", service);
-        }
-        if let Some(c) = &self.credentials {
-            req = req.header("Authorization", c.basic());
-        }
-        let resp = req.call().map_err(|e| http_error("GET", realm, e))?;
+        let resp = match self
+            .credentials
+            .as_ref()
+            .and_then(|c| c.identity_token.as_deref())
+        {
+            // An identity token is a refresh token: exchanged by OAuth2's
+            // POST, as docker does.
+            Some(refresh) => {
+                let mut form = vec![
+                    ("grant_type", "refresh_token"),
+                    ("refresh_token", refresh),
+                    ("scope", scope.as_str()),
+                    ("client_id", "zinstall"),
+                ];
+                if let Some(service) = get("service") {
+                    form.push(("service", service));
+                }
+                self.agent
+                    .post(realm)
+                    .send_form(form)
+                    .map_err(|e| http_error("POST", realm, e))?
+            }
+            None => {
+                let mut req = self.agent.get(realm).query("scope", &scope);
+                if let Some(service) = get("service") {
+                    req = req.query("service", service);
+                }
+                if let Some(c) = &self.credentials {
+                    req = req.header("Authorization", c.basic());
+                }
+                req.call().map_err(|e| http_error("GET", realm, e))?
+            }
+        };
         if !resp.status().is_success() {
             return Err(auth_err(format!(
                 "token from {realm}: {}",

@@ -10,6 +10,8 @@
 //!   blobs/sha256/HEX          blobs, whole and checked
 //!   partial/sha256-HEX        a download in progress or broken: flock
 //!                             held by the one process fetching it
+//!   use.lock                  flock: shared while an image is open,
+//!                             exclusive while gc collects ([`store`])
 //! ```
 //!
 //! **Nothing unchecked becomes a blob.** A tag is resolved by fetching
@@ -49,6 +51,7 @@ pub mod auth;
 mod error;
 mod http;
 mod reference;
+pub mod store;
 
 use std::fs::{self, DirBuilder, File, OpenOptions};
 use std::io::{self, Read, Write};
@@ -200,6 +203,7 @@ pub struct Registry {
     store: PathBuf,
     insecure: Vec<String>,
     auth_files: Vec<PathBuf>,
+    helpers: auth::HelperPath,
     retries: u32,
     events: Option<Events>,
 }
@@ -212,6 +216,7 @@ impl Registry {
             store: store.to_path_buf(),
             insecure: Vec::new(),
             auth_files: auth::auth_files(),
+            helpers: auth::HelperPath::default(),
             retries: DEFAULT_RETRIES,
             events: None,
         }
@@ -233,6 +238,12 @@ impl Registry {
     /// Where credentials are looked for (default: [`auth::auth_files`]).
     pub fn auth_files(mut self, files: Vec<PathBuf>) -> Registry {
         self.auth_files = files;
+        self
+    }
+
+    /// Where credential helpers are looked for (default: `PATH`).
+    pub fn helpers(mut self, path: auth::HelperPath) -> Registry {
+        self.helpers = path;
         self
     }
 
@@ -264,7 +275,9 @@ impl Registry {
         select: &Select,
     ) -> Result<Image> {
         self.prepare_store()?;
-        let credentials = auth::find(&reference.registry, &self.auth_files)?;
+        let in_use = store::InUse::take(&self.store)?;
+        let credentials =
+            auth::find(&reference.registry, &self.auth_files, &self.helpers)?;
         let insecure = self.insecure.iter().any(|h| h == &reference.registry);
         let remote = Arc::new(Remote::new(reference, insecure, credentials));
         let fetcher = Arc::new(Fetcher {
@@ -272,6 +285,7 @@ impl Registry {
             store: self.store.clone(),
             retries: self.retries,
             events: self.events.clone(),
+            _in_use: in_use,
         });
         let top = self.resolve(&fetcher, reference)?;
         let digest = Digest::parse(top.digest().as_ref()).map_err(|why| {
@@ -424,20 +438,7 @@ impl Registry {
     }
 
     fn read_index(&self) -> Result<ImageIndex> {
-        let path = self.store.join("index.json");
-        match fs::read(&path) {
-            Ok(b) => serde_json::from_slice(&b).map_err(|e| {
-                RegistryError::io(
-                    "parse",
-                    &path,
-                    io::Error::new(io::ErrorKind::InvalidData, e),
-                )
-            }),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                Ok(ImageIndex::default())
-            }
-            Err(e) => Err(RegistryError::io("read", &path, e)),
-        }
+        store::read_index(&self.store)
     }
 
     /// Names `desc` in the store's index under each of `names`
@@ -529,6 +530,8 @@ struct Fetcher {
     store: PathBuf,
     retries: u32,
     events: Option<Events>,
+    /// Keeps gc out of the store while the image is open.
+    _in_use: store::InUse,
 }
 
 impl Fetcher {

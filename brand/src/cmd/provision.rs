@@ -429,6 +429,43 @@ pub fn print_gc(v: &Value) {
             s(&d["why"])
         ));
     }
+    let store = &v["store"];
+    let images = store["decisions"].as_array().map_or(&[][..], Vec::as_slice);
+    for d in images {
+        let what = match (d["remove"].as_bool() == Some(true), dry_run) {
+            (true, true) => "would remove",
+            (true, false) => "removed",
+            (false, _) => "kept",
+        };
+        let names: Vec<String> = d["names"]
+            .as_array()
+            .map_or(&[][..], Vec::as_slice)
+            .iter()
+            .map(s)
+            .collect();
+        output::out(format_args!(
+            "{what} pulled image {} ({}): {}",
+            s(&d["image"]),
+            names.join(", "),
+            s(&d["why"])
+        ));
+    }
+    if store["busy"].as_bool() == Some(true) {
+        output::out(format_args!(
+            "left the pulled images alone: a pull, install or provision \
+             is reading them now"
+        ));
+    } else if !images.is_empty() || n(&store["partial_removed"]) > 0 {
+        output::out(format_args!(
+            "pulled images: {} {} blobs and {} partial downloads ({} \
+             bytes); {} bytes stay",
+            if dry_run { "would remove" } else { "removed" },
+            n(&store["blobs_removed"]),
+            n(&store["partial_removed"]),
+            n(&store["freed"]),
+            n(&store["size_after"])
+        ));
+    }
     if dry_run {
         output::out(format_args!(
             "would remove {} entries ({} bytes); kept {} in use",
