@@ -626,3 +626,114 @@ fn provision_guests_equal_umoci_unpack() {
     assert_eq!(entries(&cache, "layer-").len(), 4);
     assert_eq!(entries(&cache, "tree-").len(), 2);
 }
+
+/// A layer's hard link to a file of a lower layer (as `ln` in a build
+/// step may leave one): install and provision make the same links as
+/// `umoci unpack` does, whether this layer replaces the target after the
+/// link or before it, into directories only this layer has, and across
+/// three layers.
+#[test]
+fn hard_links_to_lower_layers_install_and_provision_alike() {
+    let d = tmp::Tmp::new();
+    let lay = d.path().join("L");
+    let one = layer_tar(&[
+        Ent::Dir("./"),
+        Ent::Dir("etc/"),
+        Ent::File("etc/a", b"lower"),
+        Ent::Dir("usr/"),
+        Ent::File("usr/keep", b"keep"),
+        Ent::File("usr/gone", b"gone"),
+    ]);
+    let two = layer_tar(&[
+        // Linked before the target is replaced: the lower file.
+        Ent::HardLink("etc/b", "etc/a"),
+        Ent::File("etc/a", b"replaced"),
+        // After: this layer's own file.
+        Ent::HardLink("etc/c", "etc/a"),
+        // Into directories no layer has an entry for.
+        Ent::HardLink("x/y/l", "usr/keep"),
+        // Over a lower layer's file of that name.
+        Ent::HardLink("usr/gone", "usr/keep"),
+    ]);
+    let three =
+        layer_tar(&[Ent::Dir("srv/"), Ent::HardLink("srv/b2", "etc/b")]);
+    write_layout(&lay, &[one, two, three], host_arch(), &|_, _| {});
+
+    let o = install(d.path(), s(&lay), &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    let root = d.path().join("zp/root");
+    let cache = d.path().join("cache");
+    provision(s(&lay), &d.path().join("g"), &cache, "1");
+    let guest = d.path().join("g/guest-0");
+    for r in [&root, &guest] {
+        let ino = |p: &str| fs::symlink_metadata(r.join(p)).unwrap().ino();
+        let read = |p: &str| fs::read(r.join(p)).unwrap();
+        assert_eq!(read("etc/a"), b"replaced", "{}", r.display());
+        assert_eq!(read("etc/b"), b"lower", "{}", r.display());
+        assert_eq!(ino("etc/c"), ino("etc/a"), "{}", r.display());
+        assert_ne!(ino("etc/b"), ino("etc/a"), "{}", r.display());
+        assert_eq!(ino("x/y/l"), ino("usr/keep"), "{}", r.display());
+        assert_eq!(ino("usr/gone"), ino("usr/keep"), "{}", r.display());
+        assert_eq!(ino("srv/b2"), ino("etc/b"), "{}", r.display());
+    }
+    // x and x/y have no entry in any layer: each unpack makes them when
+    // it runs, so their times are each one's own.
+    for dir in ["x/y", "x"] {
+        run("touch", &["-r", s(&root.join(dir)), s(&guest.join(dir))]);
+    }
+    verify_same(&root, &guest);
+    if is_root() {
+        let theirs = d.path().join("u");
+        run(
+            "umoci",
+            &[
+                "unpack",
+                "--image",
+                &format!("{}:t", lay.display()),
+                s(&theirs),
+            ],
+        );
+        // umoci also leaves the root's time its own.
+        for dir in ["x/y", "x", ""] {
+            let theirs = theirs.join("rootfs").join(dir);
+            run("touch", &["-r", s(&guest.join(dir)), s(&theirs)]);
+        }
+        verify_same(&theirs.join("rootfs"), &guest);
+    } else {
+        eprintln!(
+            "skipped: the umoci comparison (umoci unpack keeps owners only as root)"
+        );
+    }
+
+    // A link to a file no layer below holds is refused, naming it, and
+    // no guest is made.
+    let bad = d.path().join("Bad");
+    write_layout(
+        &bad,
+        &[
+            layer_tar(&[Ent::Dir("etc/"), Ent::File("etc/a", b"a")]),
+            layer_tar(&[Ent::HardLink("etc/b", "etc/nowhere")]),
+        ],
+        host_arch(),
+        &|_, _| {},
+    );
+    let out = d.path().join("gb");
+    let o = zinstall(&[
+        "provision",
+        s(&bad),
+        "--out",
+        s(&out),
+        "--cache",
+        s(&cache),
+        "--keep-identity",
+    ]);
+    assert!(!o.status.success());
+    let msg = text(&o);
+    assert!(msg.contains("etc/b") && msg.contains("hard link"), "{msg}");
+    assert!(!out.join("guest-0").exists());
+    assert!(
+        entries(&cache, "tree-").len() == 1,
+        "{:?}",
+        entries(&cache, "tree-")
+    );
+}

@@ -100,6 +100,13 @@ pub fn encode_changes(changes: &[Change]) -> Vec<u8> {
             Change::Remove(p) => (b'r', p),
             Change::Opaque(p) => (b'o', p),
             Change::Implicit(p) => (b'd', p),
+            // Two records: the link, then its target.
+            Change::Link { path, target } => {
+                v.push(b'l');
+                v.extend_from_slice(path.as_os_str().as_bytes());
+                v.push(0);
+                (b't', target)
+            }
         };
         v.push(tag);
         v.extend_from_slice(p.as_os_str().as_bytes());
@@ -119,6 +126,7 @@ pub fn decode_changes(b: &[u8]) -> std::result::Result<Vec<Change>, String> {
             Err("not NUL-terminated".into())
         };
     };
+    let mut link: Option<PathBuf> = None;
     for rec in body.split(|&c| c == 0) {
         let Some((&tag, path)) = rec.split_first() else {
             return Err("an empty record".into());
@@ -127,17 +135,27 @@ pub fn decode_changes(b: &[u8]) -> std::result::Result<Vec<Change>, String> {
         if !p.components().all(|c| matches!(c, Component::Normal(_))) {
             return Err(format!("{}: not a plain relative path", p.display()));
         }
+        let bad = || format!("bad record {:?}", String::from_utf8_lossy(rec));
+        if let Some(path) = link.take() {
+            if tag != b't' || p.as_os_str().is_empty() {
+                return Err(bad());
+            }
+            out.push(Change::Link { path, target: p });
+            continue;
+        }
         out.push(match tag {
             b'r' if !path.is_empty() => Change::Remove(p),
             b'o' => Change::Opaque(p),
             b'd' => Change::Implicit(p),
-            _ => {
-                return Err(format!(
-                    "bad record {:?}",
-                    String::from_utf8_lossy(rec)
-                ));
+            b'l' if !path.is_empty() => {
+                link = Some(p);
+                continue;
             }
+            _ => return Err(bad()),
         });
+    }
+    if link.is_some() {
+        return Err("a link record without its target".into());
     }
     Ok(out)
 }
@@ -184,6 +202,8 @@ pub fn prepare_layer(
             Change::Implicit(d) => (d.as_path(), true),
             Change::Opaque(d) => (d.as_path(), false),
             Change::Remove(p) => (p.parent().unwrap_or(Path::new("")), false),
+            // Its directory is the layer's (an entry, or implicit).
+            Change::Link { .. } => continue,
         };
         // The layer's own directory entry decides its metadata.
         if !whole && std::fs::symlink_metadata(layer_tree.join(dir)).is_ok() {
@@ -215,7 +235,7 @@ pub fn prepare_layer(
     }
     for c in changes {
         match c {
-            Change::Implicit(_) => {}
+            Change::Implicit(_) | Change::Link { .. } => {}
             Change::Remove(p) => {
                 let parts = parts_of(p)?;
                 let Some((leaf, parent)) = parts.split_last() else {
@@ -239,7 +259,58 @@ pub fn prepare_layer(
             }
         }
     }
+    // Links to lower layers' files last, once the removals are done, and
+    // before the layer's tree replaces any of their targets.
+    for c in changes {
+        let Change::Link { path, target } = c else {
+            continue;
+        };
+        link_lower(&mut chain, root, layer_tree, path, target)?;
+    }
     Ok(Kept { root: top, dirs })
+}
+
+/// Makes the hard link `path` to `target`, a file lower layers left in
+/// `root`, replacing what lower layers left at `path`; both walked
+/// beneath the root without following a symlink.
+fn link_lower(
+    chain: &mut Chain,
+    root: &Path,
+    layer_tree: &Path,
+    path: &Path,
+    target: &Path,
+) -> Result<()> {
+    let refused = || Error::Archive {
+        archive: layer_tree.to_path_buf(),
+        entry: path.to_string_lossy().into_owned(),
+        reason: crate::ArchiveRefusal::HardLinkOutside,
+    };
+    let parts_of = |p: &Path| beneath::components(p).ok_or_else(refused);
+    let tparts = parts_of(target)?;
+    let lparts = parts_of(path)?;
+    let (Some((tleaf, tparent)), Some((leaf, parent))) =
+        (tparts.split_last(), lparts.split_last())
+    else {
+        return Err(refused());
+    };
+    let tdir = match chain.open(tparent, None) {
+        Ok(fd) => fd,
+        Err(_) => return Err(refused()),
+    };
+    let shown_target = root.join(target);
+    match at::lstat(tdir.as_raw_fd(), tleaf)
+        .map_err(|e| Error::io(Op::Stat, &shown_target, e))?
+    {
+        Some(st) if st.st_mode & libc::S_IFMT != libc::S_IFDIR => {}
+        _ => return Err(refused()),
+    }
+    let shown = root.join(path);
+    let dir = chain
+        .open(parent, Some(0o755))
+        .map_err(|f| f.into_error(root, parent, &shown))?;
+    beneath::remove_at(dir.as_raw_fd(), leaf, &shown)?;
+    at::link(tdir.as_raw_fd(), tleaf, dir.as_raw_fd(), leaf)
+        .map_err(|e| Error::io(Op::Link, &shown, e))
 }
 
 impl Kept {
@@ -330,6 +401,11 @@ mod test {
             Change::Remove("a/b".into()),
             Change::Opaque("".into()),
             Change::Implicit("usr/lib".into()),
+            Change::Link {
+                path: "usr/bin/b".into(),
+                target: "usr/bin/a".into(),
+            },
+            Change::Remove("c".into()),
         ];
         assert_eq!(decode_changes(&encode_changes(&c)).unwrap(), c);
         assert_eq!(decode_changes(b"").unwrap(), vec![]);
@@ -340,6 +416,11 @@ mod test {
             b"x\0",
             b"r\0",
             b"ra",
+            b"la\0",
+            b"la\0rb\0",
+            b"la\0t\0",
+            b"la\0t../x\0",
+            b"tb\0",
         ] {
             assert!(decode_changes(bad).is_err(), "{bad:?}");
         }

@@ -1231,13 +1231,44 @@ fn read_all<R: Read>(
                 if !barrier(&mut pool, &mut queued) {
                     break;
                 }
-                let tdir = ctx
-                    .open_dir(&mut chain, target.parent(), &shown_entry, false)
-                    .map_err(|_| outside())?;
-                match existing(tdir.as_raw_fd(), &tleaf, &shown)? {
-                    Existing::Other | Existing::Symlink => {}
+                let found = match ctx.open_dir(
+                    &mut chain,
+                    target.parent(),
+                    &shown_entry,
+                    false,
+                ) {
+                    Ok(tdir) => {
+                        let e = existing(tdir.as_raw_fd(), &tleaf, &shown)?;
+                        Some((tdir, e))
+                    }
+                    Err(_) => None,
+                };
+                let recording = layered.as_ref().is_some_and(|l| !l.applying());
+                let tdir = match found {
+                    Some((tdir, Existing::Other | Existing::Symlink)) => tdir,
+                    // A layer alone: the target is a lower layer's file,
+                    // linked when the layer is applied (beneath the root
+                    // then, as every write).
+                    None | Some((_, Existing::Nothing)) if recording => {
+                        if now != Existing::Nothing {
+                            let dir = ctx.open_dir(
+                                &mut chain,
+                                &parent_parts,
+                                &shown_entry,
+                                true,
+                            )?;
+                            at::unlink(dir.as_raw_fd(), &leaf, false).map_err(
+                                |e| Error::io(Op::Remove, &shown, e),
+                            )?;
+                        }
+                        if let Some(lay) = layered.as_mut() {
+                            lay.defer_link(&name.parts, &target.parts);
+                        }
+                        out.stats.hardlinks += 1;
+                        continue;
+                    }
                     _ => return Err(outside()),
-                }
+                };
                 // The chain may have moved to the target's directory.
                 let dir = ctx.open_dir(
                     &mut chain,

@@ -13,7 +13,8 @@
 //!                                      (of an OCI image: <sha256> is its
 //!                                      manifest's)
 //!   entries/layer-<sha256>/layer/      an OCI layer alone, by diff_id:
-//!                                      tree/ and its changes (whiteouts)
+//!                                      tree/ and its changes (whiteouts,
+//!                                      links to lower layers' files)
 //!   entries/<kind>-<sha256>.<n>/       generation n, when an earlier
 //!                                      one was found altered
 //!   entries/<name>/meta.json           what it was made from, when, its

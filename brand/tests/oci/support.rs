@@ -77,6 +77,8 @@ pub enum Ent<'a> {
     Dir(&'a str),
     File(&'a str, &'a [u8]),
     Symlink(&'a str, &'a str),
+    /// A hard link: its name, then the name it links to.
+    HardLink(&'a str, &'a str),
     /// A file under a name the tar crate would refuse to write (`..`).
     RawName(&'a [u8]),
 }
@@ -104,6 +106,12 @@ pub fn layer_tar(entries: &[Ent<'_>]) -> Vec<u8> {
             Ent::Symlink(p, target) => {
                 h.set_entry_type(tar::EntryType::Symlink);
                 h.set_mode(0o777);
+                h.set_size(0);
+                b.append_link(&mut h, p, target).unwrap();
+            }
+            Ent::HardLink(p, target) => {
+                h.set_entry_type(tar::EntryType::Link);
+                h.set_mode(0o644);
                 h.set_size(0);
                 b.append_link(&mut h, p, target).unwrap();
             }

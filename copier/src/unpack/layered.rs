@@ -30,9 +30,9 @@
 //!
 //! Recording instead of applying ([`Whiteouts::Record`]) is for a layer
 //! unpacked alone into an empty directory (the provision cache): the
-//! whiteouts, and the directories made only to hold entries, are returned
-//! as [`Change`]s to apply when the layer's tree is later copied onto a
-//! root.
+//! whiteouts, the directories made only to hold entries, and hard links
+//! to files of lower layers are returned as [`Change`]s to apply when the
+//! layer's tree is later copied onto a root.
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::{CString, OsStr};
@@ -76,6 +76,17 @@ pub enum Change {
     /// A directory the layer holds entries in but has no entry for: a
     /// lower layer's directory there keeps its metadata.
     Implicit(PathBuf),
+    /// A hard link `path` of this layer to `target`, a file this layer
+    /// does not hold (a lower layer's, as `install` links it): made when
+    /// the layer is applied onto a root, before its tree is copied there,
+    /// so that it shares the lower layer's file even if this layer
+    /// replaces that file later in its archive.
+    Link {
+        /// The link's path.
+        path: PathBuf,
+        /// The file it links to.
+        target: PathBuf,
+    },
 }
 
 /// What a member is, to the layered unpack.
@@ -165,6 +176,15 @@ impl Layered {
 
     pub(crate) fn applying(&self) -> bool {
         self.mode == Whiteouts::Apply
+    }
+
+    /// Recording: the hard link `parts` to `target`, a file this layer
+    /// does not hold, to make when the layer is applied.
+    pub(crate) fn defer_link(&mut self, parts: &[CString], target: &[CString]) {
+        self.changes.push(Change::Link {
+            path: path_of(parts),
+            target: path_of(target),
+        });
     }
 
     /// Whether this layer made `parts` or anything beneath it.
