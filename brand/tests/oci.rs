@@ -659,6 +659,17 @@ fn hard_links_to_lower_layers_install_and_provision_alike() {
         layer_tar(&[Ent::Dir("srv/"), Ent::HardLink("srv/b2", "etc/b")]);
     write_layout(&lay, &[one, two, three], host_arch(), &|_, _| {});
 
+    // A dry run reads every layer through and counts its members (the
+    // layers' own counts: etc/ is in two of them), writing nothing.
+    let o = install(d.path(), s(&lay), &["-n"]);
+    let t = text(&o);
+    assert!(o.status.success(), "{t}");
+    assert!(
+        t.contains("4 files, 3 dirs, 0 symlinks, 5 hard links, 21 bytes"),
+        "{t}"
+    );
+    assert!(!d.path().join("zp/root").exists());
+
     let o = install(d.path(), s(&lay), &[]);
     assert!(o.status.success(), "{}", text(&o));
     let root = d.path().join("zp/root");

@@ -41,6 +41,37 @@ pub fn unpack_layer(
     root: &Path,
     opts: &UnpackOptions,
 ) -> Result<UnpackReport> {
+    through_layer(image, i, |diff, shown| {
+        unpack::unpack_from(diff, shown, root, opts)
+    })
+}
+
+/// What [`unpack_layer`] would make of layer `i` of `image` in `root`,
+/// nothing written ([`unpack::survey_from`]): the layer read through,
+/// decompressed, and checked against its digest and diff_id as an unpack
+/// checks it.
+pub fn survey_layer(
+    image: &Image,
+    i: usize,
+    root: &Path,
+    opts: &UnpackOptions,
+) -> Result<UnpackReport> {
+    let opts = UnpackOptions {
+        whiteouts: Whiteouts::Apply,
+        ..opts.clone()
+    };
+    through_layer(image, i, |diff, shown| {
+        unpack::survey_from(diff, shown, root, &opts)
+    })
+}
+
+/// Layer `i`'s tar stream, decompressed and checked against its diff_id
+/// as `read` reads it, then against the blob's digest.
+fn through_layer(
+    image: &Image,
+    i: usize,
+    read: impl FnOnce(&mut dyn std::io::Read, &Path) -> Result<UnpackReport>,
+) -> Result<UnpackReport> {
     let layer = &image.layers[i];
     let shown = image.layer_path(i);
     let mut raw = image.layer(i)?;
@@ -56,7 +87,7 @@ pub fn unpack_layer(
             &layer.digest,
             &layer.diff_id,
         );
-        let report = unpack::unpack_from(&mut diff, &shown, root, opts)?;
+        let report = read(&mut diff, &shown)?;
         diff.finish()?;
         Ok(report)
     })();

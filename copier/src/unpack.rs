@@ -69,7 +69,7 @@ use crate::sys::{self, XattrTarget};
 use crate::tunables::Tunables;
 
 mod survey;
-pub use survey::survey;
+pub use survey::{survey, survey_from};
 mod layered;
 
 pub use layered::{Change, Whiteouts};

@@ -290,21 +290,32 @@ impl Install<'_> {
                     // at; the manifest and config were checked.
                     continue;
                 }
-                // Each layer's blob checked against its digest; what it
-                // would write is known only by unpacking it.
+                // Each layer read through as its unpack reads it: checked
+                // against its digest and diff_id, its members counted.
                 for i in 0..image.layers.len() {
+                    let path = image.layer_path(i);
                     (self.events)(&Event::Unpacking {
-                        path: image.layer_path(i),
+                        path: path.clone(),
                         kind: a.kind,
                     });
-                    image.layer(i).and_then(|mut b| b.finish()).map_err(
-                        |e| {
-                            InstallError::before(Cause::Step {
-                                step: "check OCI image".into(),
-                                source: Box::new(copier::Error::Oci(e)),
-                            })
-                        },
-                    )?;
+                    let r = copier::oci::survey_layer(
+                        image,
+                        i,
+                        &root,
+                        &self.unpack_options(a),
+                    )
+                    .map_err(|source| {
+                        InstallError::before(Cause::Step {
+                            step: "check OCI image".into(),
+                            source: Box::new(source),
+                        })
+                    })?;
+                    (self.events)(&Event::Unpacked {
+                        path,
+                        stats: r.stats.clone(),
+                        took: r.stats.elapsed,
+                    });
+                    add(&mut sum.stats, &r.stats);
                 }
                 continue;
             }
@@ -312,15 +323,7 @@ impl Install<'_> {
                 path: a.path.clone(),
                 kind: a.kind,
             });
-            let opts = UnpackOptions {
-                tunables: self.tunables,
-                expect: a.expect,
-                allow_devices: self.profile.allow_devices,
-                max_bytes: self.profile.max_archive_bytes,
-                cancel: self.cancel.clone(),
-                listener: self.listener.clone(),
-                ..UnpackOptions::default()
-            };
+            let opts = self.unpack_options(a);
             let r =
                 unpack::survey(&a.path, &root, &opts).map_err(|source| {
                     InstallError::before(Cause::Step {
@@ -566,17 +569,7 @@ impl Install<'_> {
             });
             let step = format!("unpack {}", path.display());
             let t0 = self.step_start(&step);
-            let opts = UnpackOptions {
-                tunables: self.tunables,
-                expect: a.expect,
-                allow_devices: self.profile.allow_devices,
-                max_bytes: self.profile.max_archive_bytes,
-                preserve_owner: None,
-                cancel: self.cancel.clone(),
-                pool: self.pool.clone(),
-                listener: self.listener.clone(),
-                whiteouts: Default::default(),
-            };
+            let opts = self.unpack_options(a);
             let r = unpack::unpack(&path, root, &opts);
             self.step_done(&step, t0, r.is_err());
             // The engine's error names the archive and the member.
@@ -631,6 +624,39 @@ impl Install<'_> {
         Ok(sum)
     }
 
+    /// How an archive (or each layer of an OCI image) is unpacked, or
+    /// surveyed by a dry run: the profile's bounds, this install's pool,
+    /// cancel and listener.
+    fn unpack_options_base(&self) -> UnpackOptions {
+        UnpackOptions {
+            tunables: self.tunables,
+            expect: None,
+            allow_devices: self.profile.allow_devices,
+            max_bytes: self.profile.max_archive_bytes,
+            preserve_owner: None,
+            cancel: self.cancel.clone(),
+            pool: self.pool.clone(),
+            listener: self.listener.clone(),
+            whiteouts: Default::default(),
+        }
+    }
+
+    /// [`Self::unpack_options_base`] for archive `a`: an OCI image's
+    /// layers apply their whiteouts, a zinstall layer is checked for what
+    /// it must be.
+    fn unpack_options(&self, a: &Archive) -> UnpackOptions {
+        match a.oci {
+            Some(_) => UnpackOptions {
+                whiteouts: unpack::Whiteouts::Apply,
+                ..self.unpack_options_base()
+            },
+            None => UnpackOptions {
+                expect: a.expect,
+                ..self.unpack_options_base()
+            },
+        }
+    }
+
     /// Applies an OCI image's layers in order, whiteouts and all; each
     /// layer is one unpack step, checked against its digest and diff_id.
     fn apply_oci(
@@ -648,15 +674,9 @@ impl Install<'_> {
             let step = format!("unpack {}", path.display());
             let t0 = self.step_start(&step);
             let opts = UnpackOptions {
-                tunables: self.tunables,
                 expect: None,
-                allow_devices: self.profile.allow_devices,
-                max_bytes: self.profile.max_archive_bytes,
-                preserve_owner: None,
-                cancel: self.cancel.clone(),
-                pool: self.pool.clone(),
-                listener: self.listener.clone(),
                 whiteouts: unpack::Whiteouts::Apply,
+                ..self.unpack_options_base()
             };
             let r = copier::oci::unpack_layer(image, i, root, &opts);
             self.step_done(&step, t0, r.is_err());

@@ -30,7 +30,6 @@ pub fn survey(
     root: &Path,
     opts: &UnpackOptions,
 ) -> Result<UnpackReport> {
-    let started = std::time::Instant::now();
     let mut f =
         File::open(archive).map_err(|e| Error::io(Op::Open, archive, e))?;
     let mut head = [0u8; compress::MAGIC_LEN];
@@ -43,6 +42,20 @@ pub fn survey(
         compression_of(&head[..n]),
     )
     .map_err(|e| Error::io(Op::Read, archive, e))?;
+    survey_from(reader, archive, root, opts)
+}
+
+/// [`survey`] of a tar stream already decompressed (an OCI layer read
+/// through its digest checks); `archive` names it in errors. With
+/// `opts.whiteouts` other than `Off`, OCI whiteouts are removals, not
+/// entries: they are checked and not counted.
+pub fn survey_from(
+    reader: impl io::Read,
+    archive: &Path,
+    root: &Path,
+    opts: &UnpackOptions,
+) -> Result<UnpackReport> {
+    let started = std::time::Instant::now();
     let refuse = |entry: &str, reason| Error::Archive {
         archive: archive.to_path_buf(),
         entry: entry.to_string(),
@@ -83,6 +96,19 @@ pub fn survey(
         if name.leaf().is_none() {
             // The root itself: its metadata, nothing made.
             continue;
+        }
+        if opts.whiteouts != super::Whiteouts::Off {
+            match super::layered::classify(&name.parts).map_err(|why| {
+                refuse(&shown_entry, ArchiveRefusal::Corrupt(why))
+            })? {
+                super::layered::Class::Entry => {}
+                super::layered::Class::Skip => {
+                    stats.skipped += 1;
+                    continue;
+                }
+                super::layered::Class::Opaque
+                | super::layered::Class::Whiteout(_) => continue,
+            }
         }
         let kind = match m.kind {
             tar::Kind::Directory => {
