@@ -177,6 +177,21 @@ fn provision(image: &str, out: &Path, cache: &Path) -> std::process::Output {
     provision_cmd(image, out, cache).output().unwrap()
 }
 
+/// `zinstall install IMAGE` into `dir/z` with a profile of images only,
+/// pulling into `cache`.
+fn install(dir: &Path, cache: &Path, image: &str) -> std::process::Output {
+    zinstall(&[
+        "install",
+        "--zonepath",
+        s(&dir.join("z")),
+        "--profile",
+        s(&bare_profile(dir)),
+        "--cache",
+        s(cache),
+        image,
+    ])
+}
+
 fn assert_guest(guest: &Path, seed: u64) {
     assert_eq!(
         fs::read(guest.join("etc/os-release")).unwrap(),
@@ -258,16 +273,7 @@ fn pull_by_tag_and_by_digest() {
     assert_eq!(fetched(&reg), before, "a dry run downloaded a layer");
 
     // install takes the same references, pulling into --cache.
-    let o = zinstall(&[
-        "install",
-        "--zonepath",
-        s(&d.path().join("z")),
-        "--profile",
-        s(&bare_profile(d.path())),
-        "--cache",
-        s(&cache2),
-        &by_digest,
-    ]);
+    let o = install(d.path(), &cache2, &by_digest);
     assert!(o.status.success(), "{}", text(&o));
     assert_guest(&d.path().join("z/root"), 1);
 
@@ -321,16 +327,7 @@ fn a_tampered_blob_is_refused_naming_its_digest() {
     );
     // The same for install: the partial root is removed.
     let z = d.path().join("z");
-    let o = zinstall(&[
-        "install",
-        "--zonepath",
-        s(&z),
-        "--profile",
-        s(&bare_profile(d.path())),
-        "--cache",
-        s(&cache),
-        &format!("{}/test/img:v1", reg.host()),
-    ]);
+    let o = install(d.path(), &cache, &format!("{}/test/img:v1", reg.host()));
     assert!(!o.status.success());
     assert!(text(&o).contains(&layers[1]), "{}", text(&o));
     assert!(!z.join("root/srv").exists());
@@ -552,16 +549,7 @@ fn gc_collects_pulled_images_nothing_uses() {
     // (its blobs kept for the next install).
     let o = provision(&b_ref, &d.path().join("g"), &cache);
     assert!(o.status.success(), "{}", text(&o));
-    let o = zinstall(&[
-        "install",
-        "--zonepath",
-        s(&d.path().join("z")),
-        "--profile",
-        s(&bare_profile(d.path())),
-        "--cache",
-        s(&cache),
-        &format!("{}/test/a:v1", reg.host()),
-    ]);
+    let o = install(d.path(), &cache, &format!("{}/test/a:v1", reg.host()));
     assert!(o.status.success(), "{}", text(&o));
     for l in &layers_a {
         assert!(blob_path(&store, l).exists(), "{l}");

@@ -56,13 +56,18 @@ pub fn survey_layer(
     root: &Path,
     opts: &UnpackOptions,
 ) -> Result<UnpackReport> {
-    let opts = UnpackOptions {
-        whiteouts: Whiteouts::Apply,
-        ..opts.clone()
-    };
+    let opts = applying(opts);
     through_layer(image, i, |diff, shown| {
         unpack::survey_from(diff, shown, root, &opts)
     })
+}
+
+/// `opts` applying whiteouts onto what lower layers left.
+fn applying(opts: &UnpackOptions) -> UnpackOptions {
+    UnpackOptions {
+        whiteouts: Whiteouts::Apply,
+        ..opts.clone()
+    }
 }
 
 /// Layer `i`'s tar stream, decompressed and checked against its diff_id
@@ -107,10 +112,7 @@ pub fn apply(
     root: &Path,
     opts: &UnpackOptions,
 ) -> Result<UnpackReport> {
-    let opts = UnpackOptions {
-        whiteouts: Whiteouts::Apply,
-        ..opts.clone()
-    };
+    let opts = applying(opts);
     let mut total = UnpackReport::default();
     for i in 0..image.layers.len() {
         let r = unpack_layer(image, i, root, &opts)?;

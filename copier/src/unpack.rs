@@ -1245,28 +1245,10 @@ fn read_all<R: Read>(
                 };
                 let recording = layered.as_ref().is_some_and(|l| !l.applying());
                 let tdir = match found {
-                    Some((tdir, Existing::Other | Existing::Symlink)) => tdir,
-                    // A layer alone: the target is a lower layer's file,
-                    // linked when the layer is applied (beneath the root
-                    // then, as every write).
-                    None | Some((_, Existing::Nothing)) if recording => {
-                        if now != Existing::Nothing {
-                            let dir = ctx.open_dir(
-                                &mut chain,
-                                &parent_parts,
-                                &shown_entry,
-                                true,
-                            )?;
-                            at::unlink(dir.as_raw_fd(), &leaf, false).map_err(
-                                |e| Error::io(Op::Remove, &shown, e),
-                            )?;
-                        }
-                        if let Some(lay) = layered.as_mut() {
-                            lay.defer_link(&name.parts, &target.parts);
-                        }
-                        out.stats.hardlinks += 1;
-                        continue;
+                    Some((tdir, Existing::Other | Existing::Symlink)) => {
+                        Some(tdir)
                     }
+                    None | Some((_, Existing::Nothing)) if recording => None,
                     _ => return Err(outside()),
                 };
                 // The chain may have moved to the target's directory.
@@ -1281,8 +1263,19 @@ fn read_all<R: Read>(
                     at::unlink(dfd, &leaf, false)
                         .map_err(|e| Error::io(Op::Remove, &shown, e))?;
                 }
-                at::link(tdir.as_raw_fd(), &tleaf, dfd, &leaf)
-                    .map_err(|e| Error::io(Op::Link, &shown, e))?;
+                match (tdir, layered.as_mut()) {
+                    (Some(tdir), _) => {
+                        at::link(tdir.as_raw_fd(), &tleaf, dfd, &leaf)
+                            .map_err(|e| Error::io(Op::Link, &shown, e))?
+                    }
+                    // A layer alone: the target is a lower layer's file,
+                    // linked when the layer is applied (beneath the root
+                    // then, as every write).
+                    (None, Some(lay)) => {
+                        lay.defer_link(&name.parts, &target.parts)
+                    }
+                    (None, None) => return Err(outside()),
+                }
                 out.stats.hardlinks += 1;
             }
             tar::Kind::CharDevice

@@ -416,15 +416,17 @@ pub fn print_gc(v: &Value) {
     let s = |v: &Value| v.as_str().unwrap_or_default().to_string();
     let n = |v: &Value| v.as_u64().unwrap_or(0);
     let dry_run = v["dry_run"].as_bool() == Some(true);
+    let fate = |d: &Value| match (d["remove"].as_bool() == Some(true), dry_run)
+    {
+        (true, true) => "would remove",
+        (true, false) => "removed",
+        (false, _) => "kept",
+    };
     let decisions = v["decisions"].as_array().map_or(&[][..], Vec::as_slice);
     for d in decisions {
-        let what = match (d["remove"].as_bool() == Some(true), dry_run) {
-            (true, true) => "would remove",
-            (true, false) => "removed",
-            (false, _) => "kept",
-        };
         output::out(format_args!(
-            "{what} {}: {}",
+            "{} {}: {}",
+            fate(d),
             s(&d["entry"]),
             s(&d["why"])
         ));
@@ -432,11 +434,6 @@ pub fn print_gc(v: &Value) {
     let store = &v["store"];
     let images = store["decisions"].as_array().map_or(&[][..], Vec::as_slice);
     for d in images {
-        let what = match (d["remove"].as_bool() == Some(true), dry_run) {
-            (true, true) => "would remove",
-            (true, false) => "removed",
-            (false, _) => "kept",
-        };
         let names: Vec<String> = d["names"]
             .as_array()
             .map_or(&[][..], Vec::as_slice)
@@ -444,7 +441,8 @@ pub fn print_gc(v: &Value) {
             .map(s)
             .collect();
         output::out(format_args!(
-            "{what} pulled image {} ({}): {}",
+            "{} pulled image {} ({}): {}",
+            fate(d),
             s(&d["image"]),
             names.join(", "),
             s(&d["why"])
