@@ -646,14 +646,20 @@ impl Install<'_> {
     /// it must be.
     fn unpack_options(&self, a: &Archive) -> UnpackOptions {
         match a.oci {
-            Some(_) => UnpackOptions {
-                whiteouts: unpack::Whiteouts::Apply,
-                ..self.unpack_options_base()
-            },
+            Some(_) => self.oci_unpack_options(),
             None => UnpackOptions {
                 expect: a.expect,
                 ..self.unpack_options_base()
             },
+        }
+    }
+
+    /// For each layer of an OCI image: whiteouts applied onto the layers
+    /// below.
+    fn oci_unpack_options(&self) -> UnpackOptions {
+        UnpackOptions {
+            whiteouts: unpack::Whiteouts::Apply,
+            ..self.unpack_options_base()
         }
     }
 
@@ -673,11 +679,7 @@ impl Install<'_> {
             });
             let step = format!("unpack {}", path.display());
             let t0 = self.step_start(&step);
-            let opts = UnpackOptions {
-                expect: None,
-                whiteouts: unpack::Whiteouts::Apply,
-                ..self.unpack_options_base()
-            };
+            let opts = self.oci_unpack_options();
             let r = copier::oci::unpack_layer(image, i, root, &opts);
             self.step_done(&step, t0, r.is_err());
             let r = r.map_err(|source| Cause::Step {

@@ -176,25 +176,19 @@ fn gc_locked(
         report.freed += size;
     }
 
-    // Newest first for the budget: the oldest pull goes first. Decided
-    // oldest first, as shown.
+    // Oldest pull first, each image nothing keeps goes: all of them, or
+    // only while the store is over the budget.
     let mut removed: Vec<bool> = vec![false; images.len()];
-    let mut whys: Vec<String> = vec![String::new(); images.len()];
-    let mut kept_by_need: Vec<bool> = vec![false; images.len()];
-    for (i, img) in images.iter().enumerate() {
-        if let Some(why) = (opts.keep)(img) {
-            kept_by_need[i] = true;
-            whys[i] = why;
-        }
-    }
+    let mut whys: Vec<Option<String>> =
+        images.iter().map(|i| (opts.keep)(i)).collect();
     for i in 0..images.len() {
-        if kept_by_need[i] {
+        if whys[i].is_some() {
             continue;
         }
         if let Some(b) = opts.budget
             && total <= b
         {
-            whys[i] = format!("the cache is within {b} bytes");
+            whys[i] = Some(format!("the cache is within {b} bytes"));
             continue;
         }
         removed[i] = true;
@@ -205,19 +199,17 @@ fn gc_locked(
             .filter(|(j, _)| *j != i && !removed[*j])
             .flat_map(|(_, o)| o.blobs.iter())
             .collect();
-        let mut freed = 0;
         for b in &images[i].blobs {
             if !others.contains(b)
                 && let Some((path, size)) = blobs.get(b)
             {
                 doomed.push(path.clone());
                 report.blobs_removed += 1;
-                freed += size;
+                report.freed += size;
+                total = total.saturating_sub(*size);
             }
         }
-        report.freed += freed;
-        total -= freed.min(total);
-        whys[i] = "no cache entry was made from it, or none stays".into();
+        whys[i] = Some("no cache entry was made from it, or none stays".into());
     }
     report.size_after = total;
 
@@ -243,17 +235,16 @@ fn gc_locked(
         .into_iter()
         .zip(removed)
         .zip(whys)
-        .map(|((image, remove), why)| StoreDecision { image, remove, why })
+        .map(|((image, remove), why)| StoreDecision {
+            image,
+            remove,
+            why: why.unwrap_or_default(),
+        })
         .collect();
     Ok(())
 }
 
 /// The images `index.json` records, with the blobs each reaches.
-pub fn list(store: &Path) -> Result<Vec<StoredImage>> {
-    let blobs = present_blobs(store)?;
-    images(store, &blobs)
-}
-
 fn images(
     store: &Path,
     blobs: &HashMap<String, (PathBuf, u64)>,
@@ -444,10 +435,6 @@ fn files_in(dir: &Path) -> Result<Vec<(PathBuf, u64)>> {
 }
 
 /// Bytes of the store's blobs and partial downloads.
-pub fn size(store: &Path) -> u64 {
-    dir_size(store)
-}
-
 fn dir_size(store: &Path) -> u64 {
     let blobs: u64 = present_blobs(store)
         .map(|b| b.values().map(|(_, s)| s).sum())

@@ -130,7 +130,9 @@ pub enum CacheCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Remove entries no guest uses, oldest first.
+    /// Remove entries no guest uses, oldest first, and pulled images no
+    /// remaining entry was made from (with their blobs and partial
+    /// downloads).
     Gc {
         /// Stop once the cache is at most this big.
         #[arg(long, value_parser = parse_size)]
