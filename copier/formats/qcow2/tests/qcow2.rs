@@ -140,16 +140,20 @@ impl FromModeConst for fs::Permissions {
     }
 }
 
-/// [`qcow2::convert_to_raw_streaming`]: the output and every byte the
-/// sink was handed.
-fn convert_streaming(img: &Path, out: &Path) -> (qcow2::ConvertStats, Vec<u8>) {
+/// [`qcow2::convert_to_raw_streaming`] on `threads` threads: the output
+/// and every byte the sink was handed.
+fn convert_streaming(
+    img: &Path,
+    out: &Path,
+    threads: usize,
+) -> (qcow2::ConvertStats, Vec<u8>) {
     let image = Image::open(img).unwrap();
     let f = File::create_new(out).unwrap();
     let mut fed = Vec::new();
     let st = qcow2::convert_to_raw_streaming(
         &image,
         &f,
-        &ConvertOptions { threads: 3 },
+        &ConvertOptions { threads },
         &mut |b: &[u8]| fed.extend_from_slice(b),
     )
     .unwrap();
@@ -157,7 +161,9 @@ fn convert_streaming(img: &Path, out: &Path) -> (qcow2::ConvertStats, Vec<u8>) {
 }
 
 /// Clusters written in reverse order lie in the file in the reverse of
-/// guest order: the file-order conversion still puts each in its place.
+/// guest order: the file-order conversion still puts each in its place,
+/// with one writer or several taking the file's 4 MiB pieces, and runs
+/// of clusters that straddle two pieces.
 #[test]
 fn streaming_conversion_handles_any_host_order() {
     if !have_qemu() {
@@ -166,22 +172,29 @@ fn streaming_conversion_handles_any_host_order() {
     }
     let d = tempfile::tempdir().unwrap();
     let img = d.path().join("rev.qcow2");
-    ok(&["create", "-q", "-f", "qcow2", s(&img), "8M"]);
+    ok(&["create", "-q", "-f", "qcow2", s(&img), "64M"]);
     let mut args = vec!["-f".to_string(), "qcow2".to_string()];
     for i in (0..16u64).rev() {
         args.push("-c".into());
-        args.push(format!("write -P {} {} 192k", i + 1, i * 512 * 1024 + 4096));
+        args.push(format!("write -P {} {} 1200k", i + 1, (i << 22) + 4096));
     }
     args.push(s(&img).to_string());
     let o = Command::new("qemu-io").args(&args).output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let want = d.path().join("want.raw");
-    ok(&["convert", "-q", "-O", "raw", s(&img), s(&want)]);
-    let (_, fed) = convert_streaming(&img, &d.path().join("got.raw"));
-    assert!(fed == fs::read(&img).unwrap());
-    assert!(
-        fs::read(d.path().join("got.raw")).unwrap() == fs::read(&want).unwrap()
-    );
+    assert!(fs::metadata(&img).unwrap().len() > 16 << 20);
+    let want = fs::read({
+        let want = d.path().join("want.raw");
+        ok(&["convert", "-q", "-O", "raw", s(&img), s(&want)]);
+        want
+    })
+    .unwrap();
+    for threads in 1..=4 {
+        let got = d.path().join(format!("got-{threads}.raw"));
+        let (st, fed) = convert_streaming(&img, &got, threads);
+        assert!(fed == fs::read(&img).unwrap(), "{threads} threads: sink");
+        assert!(fs::read(&got).unwrap() == want, "{threads} threads: disk");
+        assert_eq!(st.written, 16 * 1200 * 1024, "{threads} threads");
+    }
 }
 
 #[test]
@@ -212,7 +225,7 @@ fn native_reading_matches_qemu_img_for_every_kind_of_image() {
         let got = fs::read(&out).unwrap();
         assert!(got == reference, "{v:?}: differs from the source");
         let (st2, fed) =
-            convert_streaming(&img, &d.path().join(format!("s{i}.raw")));
+            convert_streaming(&img, &d.path().join(format!("s{i}.raw")), 3);
         assert_eq!(st2, st, "{v:?}");
         assert!(
             fed == fs::read(&img).unwrap(),
