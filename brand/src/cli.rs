@@ -128,9 +128,17 @@ pub fn run(invocation: &Invocation) -> ExitCode {
                         max_size,
                         dry_run,
                         search,
+                        release_missing,
                         json,
                     } => remote::cache_gc(
-                        &sock, *dry_run, *max_size, search, *json,
+                        &sock,
+                        zinstall_daemon::protocol::GcArgs {
+                            dry_run: *dry_run,
+                            max_size: *max_size,
+                            release_missing: *release_missing,
+                        },
+                        search,
+                        *json,
                     ),
                 };
             }

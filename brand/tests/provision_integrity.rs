@@ -167,22 +167,30 @@ fn compressed_qcow2_images_give_the_disk_inside() {
 }
 
 /// Disk formats zinstall does not read are refused naming the format and
-/// the conversion, compressed or not; an xz raw disk is read.
+/// the conversion, compressed or not (a fixed VHD, a raw disk with a
+/// footer, shows what it is only at its end); an xz raw disk is read.
 #[test]
 fn foreign_disk_formats_are_refused_by_name() {
     let d = Tmp::new();
     let src = disk(d.path());
     let cache = d.path().join("cache");
-    for (fmt, name) in [
-        ("vmdk", "VMDK"),
-        ("vdi", "VDI"),
-        ("vhdx", "VHDX"),
-        ("vpc", "VHD"),
+    for (fmt, opts, name) in [
+        ("vmdk", "", "VMDK"),
+        ("vdi", "", "VDI"),
+        ("vhdx", "", "VHDX"),
+        ("vpc", "subformat=dynamic", "VHD (dynamic)"),
+        ("qed", "", "QED"),
+        // Last: compressed, it is found only once decompressed.
+        ("vpc", "subformat=fixed", "VHD (fixed)"),
     ] {
-        let img = d.path().join(format!("img.{fmt}"));
-        qemu_img(&["convert", "-q", "-f", "raw", "-O", fmt, s(&src), s(&img)]);
+        let img = d.path().join(format!("img-{opts}.{fmt}"));
+        let mut args = vec!["convert", "-q", "-f", "raw", "-O", fmt];
+        if !opts.is_empty() {
+            args.extend(["-o", opts]);
+        }
+        qemu_img(&[&args[..], &[s(&src), s(&img)]].concat());
         let mut cases = vec![img.clone()];
-        let zst = d.path().join(format!("img.{fmt}.zst"));
+        let zst = d.path().join(format!("img-{opts}.{fmt}.zst"));
         run(tools::tool("zstd").args(["-q", "-f", "-o", s(&zst), s(&img)]));
         cases.push(zst);
         for case in cases {
@@ -197,9 +205,22 @@ fn foreign_disk_formats_are_refused_by_name() {
                 case.display()
             );
             assert!(!out.exists(), "no guest for {}", case.display());
+            if !(opts == "subformat=fixed"
+                && case.extension() == Some("zst".as_ref()))
+            {
+                assert!(!cache.exists(), "refused before the cache is touched");
+            }
         }
     }
-    assert!(!cache.exists(), "refused before the cache is touched");
+    // The compressed fixed VHD was refused once decompressed: no entry,
+    // no scratch left.
+    assert_eq!(entries(&cache), Vec::<PathBuf>::new());
+    let scratch = cache.join("scratch");
+    assert!(
+        !scratch.exists() || fs::read_dir(&scratch).unwrap().next().is_none(),
+        "scratch left in {}",
+        scratch.display()
+    );
     let xz = d.path().join("src.raw.xz");
     run(tools::tool("xz").args(["-f", "-k", "-T1", s(&src)]));
     let out = d.path().join("xzout");
@@ -322,8 +343,11 @@ fn an_edited_tree_entry_is_detected_and_rebuilt() {
 }
 
 /// gc knew guests only by the path they were made at: a guest moved
-/// away lost its base. A moved guest is found by its inode or its
-/// header under the directories searched.
+/// away lost its base. Now a disk entry with a guest record is never
+/// removed unless the guest is found or released: a guest moved or
+/// copied anywhere, searched or not, keeps its base; `--release-missing`
+/// lets go of guests that were deleted; a guest zinstall itself removes
+/// (`--force`) releases its base at once.
 #[test]
 fn gc_keeps_the_base_of_a_moved_or_copied_guest() {
     let d = Tmp::new();
@@ -346,8 +370,8 @@ fn gc_keeps_the_base_of_a_moved_or_copied_guest() {
     let t = gc(&[]);
     assert!(t.contains("kept") && t.contains("moved there"), "{t}");
     assert!(same_disk(&moved, &src), "the moved guest lost its base");
-    // Copied elsewhere and the original removed: found by its header
-    // under a searched directory; dry runs say what they would do.
+    // Copied where nobody searches and the original removed: held by its
+    // record; found by its header where searched.
     let elsewhere = d.path().join("elsewhere");
     fs::create_dir(&elsewhere).unwrap();
     let copy = elsewhere.join("copy.qcow2");
@@ -355,15 +379,25 @@ fn gc_keeps_the_base_of_a_moved_or_copied_guest() {
     fs::remove_file(&moved).unwrap();
     let t = gc(&["--dry-run"]);
     assert!(
+        t.contains("held by 1 recorded guest")
+            && t.contains("would remove 0 entries"),
+        "{t}"
+    );
+    let t = gc(&[]);
+    assert!(t.contains("held by 1 recorded guest"), "{t}");
+    assert!(same_disk(&copy, &src), "the copied guest lost its base");
+    let t = gc(&["--search", s(&elsewhere), "--release-missing"]);
+    assert!(t.contains("backing file"), "{t}");
+    assert!(same_disk(&copy, &src), "the copied guest lost its base");
+    // Gone everywhere, and said so: removed, with its lock and record
+    // files.
+    fs::remove_file(&copy).unwrap();
+    let t = gc(&["--release-missing", "--dry-run"]);
+    assert!(
         t.contains("would remove") && t.contains("no guest uses it"),
         "{t}"
     );
-    let t = gc(&["--search", s(&elsewhere)]);
-    assert!(t.contains("backing file"), "{t}");
-    assert!(same_disk(&copy, &src), "the copied guest lost its base");
-    // Gone everywhere: removed, with its lock and record files.
-    fs::remove_file(&copy).unwrap();
-    let t = gc(&["--search", s(&elsewhere)]);
+    let t = gc(&["--release-missing"]);
     assert!(t.contains("removed 1 entries"), "{t}");
     let left: Vec<_> = fs::read_dir(cache.join("entries"))
         .unwrap()
@@ -375,6 +409,26 @@ fn gc_keeps_the_base_of_a_moved_or_copied_guest() {
         .map(|e| e.unwrap().file_name())
         .collect();
     assert!(index.is_empty(), "{index:?}");
+
+    // A guest moved away, then replaced by `--force` at its old path:
+    // the moved one still holds its base; the one `--force` removed
+    // holds nothing, so once the moved one is released too it goes.
+    let o = provision(&src, &out, &cache, &["--count", "2"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let away = elsewhere.join("away.qcow2");
+    fs::rename(out.join("guest-0.qcow2"), &away).unwrap();
+    let other = d.path().join("other.raw");
+    fs::write(&other, vec![7u8; 1 << 20]).unwrap();
+    let o = provision(&other, &out, &cache, &["--count", "2", "--force"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let t = gc(&[]);
+    assert!(t.contains("held by 1 recorded guest"), "{t}");
+    assert!(same_disk(&away, &src), "the moved guest lost its base");
+    assert_eq!(entries(&cache).len(), 2);
+    fs::remove_file(&away).unwrap();
+    let t = gc(&["--release-missing"]);
+    assert!(t.contains("removed 1 entries"), "{t}");
+    assert_eq!(entries(&cache).len(), 1, "the other image's entry stays");
 }
 
 /// A failed `--count 3` left the guests it had made, and the rerun then
@@ -402,6 +456,9 @@ fn a_failed_provision_leaves_nothing_and_the_rerun_works() {
         fs::read(out.join("guest-2.qcow2")).unwrap(),
         b"someone else's"
     );
+    // The guests it made and removed hold no base: gc may remove it.
+    let o = zinstall(&["cache", "gc", "--cache", s(&cache)]);
+    assert!(text(&o).contains("removed 1 entries"), "{}", text(&o));
     fs::remove_file(out.join("guest-2.qcow2")).unwrap();
     let o = provision(&src, &out, &cache, &["--count", "3"]);
     assert!(o.status.success(), "{}", text(&o));

@@ -303,6 +303,7 @@ fn cache_gc(
             max_size: a.max_size,
             dry_run: a.dry_run,
             search: Vec::new(),
+            release_missing: a.release_missing,
         })
         .map_err(|e| cache_error(d, &e))?;
     Ok(crate::protocol::gc_json(&r, a.dry_run))

@@ -260,6 +260,9 @@ pub struct GcArgs {
     /// Keep the cache under this many bytes.
     #[serde(default)]
     pub max_size: Option<u64>,
+    /// Let disk entries go whose recorded guests are found nowhere.
+    #[serde(default)]
+    pub release_missing: bool,
 }
 
 /// `status` and `cancel`.

@@ -91,7 +91,7 @@
 //! and removes it; [`Cache::gc`] removes stale scratch of any identity
 //! whose lock it can take.
 //!
-//! **Paths never change, and gc finds guests wherever they went.**
+//! **Paths never change, and gc never takes a disk guest's base.**
 //! Overlays name their base by absolute path, so an entry is never moved
 //! or renamed once made. Each guest is recorded with its path, device and
 //! inode. [`Cache::gc`] keeps an entry if any of these holds:
@@ -104,12 +104,17 @@
 //!   caller names ([`GcOptions::search`]): a guest moved or copied there
 //!   keeps its base, since an overlay's header names the base it reads;
 //! - a process has the base open (a running VM, on Linux);
-//! - a provision is making guests from it (its lock is held).
+//! - a provision is making guests from it (its lock is held);
+//! - it is a disk entry with a guest record at all: a guest moved or
+//!   copied outside every searched directory cannot be seen, and would
+//!   lose its base. Such a record ends only when zinstall removes that
+//!   very guest (`--force`, a failed provision: [`Cache::release_guest`])
+//!   or when the caller says the guests not found are deleted
+//!   ([`GcOptions::release_missing`]). A tree guest is a copy that needs
+//!   nothing of its entry, so tree entries are not held this way.
 //!
-//! A guest moved or copied outside every searched directory cannot be
-//! seen; name its directory with `--search`. `--dry-run` shows each
-//! entry's fate and why. gc removes an entry's lock, user and marker
-//! files with it.
+//! `--dry-run` shows each entry's fate and why. gc removes an entry's
+//! lock, user and marker files with it.
 //!
 //! Locks are `flock(2)` locks on files opened by this process; they are
 //! released explicitly (not by dropping the file), because a child forked
@@ -396,6 +401,10 @@ pub struct GcOptions {
     /// More directories to search for guests (moved or copied there),
     /// besides those their guests were made in.
     pub search: Vec<PathBuf>,
+    /// Let disk entries go whose recorded guests are found nowhere
+    /// searched: the caller says they are deleted, not moved. Without
+    /// it a disk entry with a guest record is never removed.
+    pub release_missing: bool,
 }
 
 /// What gc decided about one entry, and why.
@@ -431,7 +440,9 @@ pub struct GcReport {
     pub store: zinstall_registry::store::StoreGcReport,
 }
 
-/// One guest as recorded in `<name>.users`.
+/// One guest as recorded in `<name>.users`; or, with `released`, the
+/// end of the records before it of the guest with that device and inode
+/// (zinstall removed it).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 struct UserRecord {
     path: PathBuf,
@@ -439,6 +450,8 @@ struct UserRecord {
     dev: u64,
     #[serde(default)]
     ino: u64,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    released: bool,
 }
 
 /// The cache under one root directory.
@@ -1001,11 +1014,60 @@ impl Cache {
             path: abs,
             dev: md.dev(),
             ino: md.ino(),
+            released: false,
         };
         let mut line = serde_json::to_string(&rec)
             .map_err(|e| Error::io(Op::Record, &users, io::Error::other(e)))?;
         line.push('\n');
         append_line(&users, &line)
+    }
+
+    /// Ends the records of the guest file at `guest`, by its device and
+    /// inode, in every disk entry that has one: called just before
+    /// zinstall itself removes the guest (`--force`, a failed run), the
+    /// one case where a guest is known to be gone rather than moved. A
+    /// path that is not a file, or no record of it, is left alone.
+    pub fn release_guest(&self, guest: &Path) -> Result<()> {
+        let Ok(md) = fs::symlink_metadata(guest) else {
+            return Ok(());
+        };
+        if !md.is_file() {
+            return Ok(());
+        }
+        let dir = self.entries_dir();
+        let names = match fs::read_dir(&dir) {
+            Ok(d) => d,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(Error::io(Op::ReadDir, &dir, e)),
+        };
+        for e in names {
+            let e = e.map_err(|e| Error::io(Op::ReadDir, &dir, e))?;
+            let name = e.file_name().to_string_lossy().into_owned();
+            let Some(entry) = self.entry_named(&name) else {
+                continue;
+            };
+            if entry.kind != EntryKind::Raw
+                || !self
+                    .user_records(&entry)?
+                    .iter()
+                    .any(|r| (r.dev, r.ino) == (md.dev(), md.ino()))
+            {
+                continue;
+            }
+            let users = dir.join(format!("{name}.users"));
+            let rec = UserRecord {
+                path: guest.to_path_buf(),
+                dev: md.dev(),
+                ino: md.ino(),
+                released: true,
+            };
+            let mut line = serde_json::to_string(&rec).map_err(|e| {
+                Error::io(Op::Record, &users, io::Error::other(e))
+            })?;
+            line.push('\n');
+            append_line(&users, &line)?;
+        }
+        Ok(())
     }
 
     /// The number of builds ever completed in this cache.
@@ -1099,18 +1161,24 @@ impl Cache {
             }
             Err(e) => return Err(Error::io(Op::Read, &path, e)),
         };
-        Ok(text
-            .lines()
-            .filter(|l| !l.is_empty())
-            .map(|l| {
-                serde_json::from_str(l).unwrap_or_else(|_| UserRecord {
-                    // A line of an older cache: the path alone.
-                    path: PathBuf::from(l),
-                    dev: 0,
-                    ino: 0,
-                })
-            })
-            .collect())
+        let mut records: Vec<UserRecord> = Vec::new();
+        for l in text.lines().filter(|l| !l.is_empty()) {
+            let r = serde_json::from_str(l).unwrap_or_else(|_| UserRecord {
+                // A line of an older cache: the path alone.
+                path: PathBuf::from(l),
+                dev: 0,
+                ino: 0,
+                released: false,
+            });
+            // A release ends the records before it only: a later guest
+            // may reuse the inode.
+            if r.released {
+                records.retain(|x| (x.dev, x.ino) != (r.dev, r.ino));
+            } else {
+                records.push(r);
+            }
+        }
+        Ok(records)
     }
 
     /// Removes entries no guest uses and nobody holds, oldest first: all
@@ -1171,6 +1239,24 @@ impl Cache {
                 report.kept_in_use += 1;
                 decide(false, format!("a layer of {image}, which stays"));
                 continue;
+            }
+            // A disk guest cannot outlive its base: one recorded and not
+            // found may have been moved or copied where nobody looked.
+            if info.entry.kind == EntryKind::Raw && !opts.release_missing {
+                let held = self.user_records(&info.entry)?.len();
+                if held > 0 {
+                    report.kept_in_use += 1;
+                    decide(
+                        false,
+                        format!(
+                            "held by {held} recorded guest{} not found \
+                             (moved or copied elsewhere, or deleted); \
+                             --release-missing lets it go",
+                            if held == 1 { "" } else { "s" }
+                        ),
+                    );
+                    continue;
+                }
             }
             let build = self.lock_file(
                 &dir,

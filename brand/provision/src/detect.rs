@@ -206,28 +206,15 @@ pub fn detect(path: &Path) -> Result<ImageKind> {
         .map_err(|e| Error::io(Op::Read, path, e))?;
     let head = &head[..n];
     let c = compression_of(head);
-    if c == Compression::None {
-        // A fixed-size VHD is a raw disk with a 512-byte footer: taken
-        // as raw, the guest would see the footer as disk.
+    if c == Compression::None && foreign_disk(head).is_none() {
         let len = f
             .metadata()
             .map_err(|e| Error::io(Op::Stat, path, e))?
             .len();
-        let mut foot = [0u8; 8];
-        for back in [512u64, 511] {
-            if len >= back + 512
-                && f.read_exact_at(&mut foot, len - back).is_ok()
-                && &foot == b"conectix"
-            {
-                return Err(Error::Image {
-                    path: path.to_path_buf(),
-                    problem: ImageProblem::ForeignDisk {
-                        format: "VHD (fixed)".into(),
-                        qemu_format: "vpc".into(),
-                        compression: None,
-                    },
-                });
-            }
+        let fixed_vhd = ends_in_vhd_footer(&f, len)
+            .map_err(|e| Error::io(Op::Read, path, e))?;
+        if fixed_vhd {
+            return Err(fixed_vhd_refused(path, c));
         }
         return tell(path, head, c);
     }
@@ -246,6 +233,35 @@ pub fn detect(path: &Path) -> Result<ImageKind> {
         }
     })?;
     tell(path, &block[..n], c)
+}
+
+/// Whether the file of `len` bytes ends in a VHD footer: a fixed-size
+/// VHD is a raw disk followed by one (512 bytes; 511 from old Virtual
+/// PC). Taken as raw, the guest would see the footer as disk. A dynamic
+/// VHD has the footer too, and a copy at its head that [`tell`] finds.
+pub(crate) fn ends_in_vhd_footer(f: &File, len: u64) -> io::Result<bool> {
+    let mut foot = [0u8; 8];
+    for back in [512u64, 511] {
+        if len >= back + 512 {
+            f.read_exact_at(&mut foot, len - back)?;
+            if &foot == b"conectix" {
+                return Ok(true);
+            }
+        }
+    }
+    Ok(false)
+}
+
+/// The refusal of a fixed-size VHD found in `path` (inside `c`).
+pub(crate) fn fixed_vhd_refused(path: &Path, c: Compression) -> Error {
+    Error::Image {
+        path: path.to_path_buf(),
+        problem: ImageProblem::ForeignDisk {
+            format: "VHD (fixed)".into(),
+            qemu_format: "vpc".into(),
+            compression: (c != Compression::None).then(|| c.name().into()),
+        },
+    }
 }
 
 #[cfg(test)]

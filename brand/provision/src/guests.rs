@@ -19,7 +19,7 @@ use zinstall_qcow2 as qcow2;
 use crate::cache::{
     Cache, Entry, EntryKind, HashingReader, Obtained, Replaced, WouldObtain,
 };
-use crate::detect::{ImageKind, decompress, detect};
+use crate::detect::{self, ImageKind, decompress, detect};
 use crate::error::{ImageProblem, ProvisionError, ProvisionError as Error};
 use crate::identity::{self, GuestIdentity, IdentityOptions};
 use crate::sparse::write_sparse;
@@ -229,6 +229,8 @@ pub fn provision_in(
                 if !opts.force {
                     return Err(ProvisionError::GuestExists(path));
                 }
+                // Gone for good, not moved: its base need not stay.
+                cache.release_guest(&path)?;
                 remove_guest(&path)?;
             }
             // From here on the path is this run's to remove on failure,
@@ -259,6 +261,12 @@ pub fn provision_in(
     let entry = lease.entry.clone();
     lease.release();
     if let Err(e) = result {
+        // The guests this run made and removes hold their base no more.
+        // A record that cannot be ended keeps the base: a leak, never a
+        // lost base, and the provision's own error is the one to report.
+        for g in &guests {
+            let _kept = cache.release_guest(&g.path);
+        }
         return Err(undo(e, &made, (!out_existed).then_some(&opts.out)));
     }
     Ok(ProvisionReport {
@@ -504,6 +512,16 @@ fn build(
             let mut stream = decompress(reader, c)
                 .map_err(|e| Error::io(Op::Read, image, e))?;
             decompress_into(image, &mut stream, &out, payload, u64::MAX, opts)?;
+            // Only the decompressed stream shows a fixed VHD's footer.
+            let len = out
+                .metadata()
+                .map_err(|e| Error::io(Op::Stat, payload, e))?
+                .len();
+            if detect::ends_in_vhd_footer(&out, len)
+                .map_err(|e| Error::io(Op::Read, payload, e))?
+            {
+                return Err(detect::fixed_vhd_refused(image, c));
+            }
         }
         ImageKind::Qcow2 => {
             // One sequential read of the file feeds the digest; plain

@@ -144,6 +144,10 @@ pub enum CacheCommand {
         /// repeatable.
         #[arg(long, value_name = "DIR")]
         search: Vec<PathBuf>,
+        /// Let disk entries go whose recorded guests are found nowhere
+        /// searched (they were deleted); without it they stay.
+        #[arg(long)]
+        release_missing: bool,
         /// Print the decisions as one JSON object.
         #[arg(long)]
         json: bool,
@@ -516,11 +520,13 @@ pub fn cache(args: &CacheArgs) -> ExitCode {
             max_size,
             dry_run,
             search,
+            release_missing,
             json,
         } => match cache.gc_with(&GcOptions {
             max_size: *max_size,
             dry_run: *dry_run,
             search: search.iter().map(|p| absolute(p)).collect(),
+            release_missing: *release_missing,
         }) {
             Ok(r) => {
                 let v = protocol::gc_json(&r, *dry_run);

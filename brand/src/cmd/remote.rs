@@ -289,8 +289,7 @@ pub fn provision(
 /// the local command prints it.
 pub fn cache_gc(
     socket: &Path,
-    dry_run: bool,
-    max_size: Option<u64>,
+    args: GcArgs,
     search: &[PathBuf],
     json: bool,
 ) -> ExitCode {
@@ -300,7 +299,6 @@ pub fn cache_gc(
     )]) {
         return c;
     }
-    let args = GcArgs { dry_run, max_size };
     match call(socket, Call::CacheGc(args), None, &mut |e| output::out(e)) {
         Ok(r) => {
             if json {
