@@ -1022,18 +1022,11 @@ impl Cache {
         append_line(&users, &line)
     }
 
-    /// Ends the records of the guest file at `guest`, by its device and
-    /// inode, in every disk entry that has one: called just before
-    /// zinstall itself removes the guest (`--force`, a failed run), the
-    /// one case where a guest is known to be gone rather than moved. A
-    /// path that is not a file, or no record of it, is left alone.
-    pub fn release_guest(&self, guest: &Path) -> Result<()> {
-        let Ok(md) = fs::symlink_metadata(guest) else {
-            return Ok(());
-        };
-        if !md.is_file() {
-            return Ok(());
-        }
+    /// Ends the records of the guest file that was at `guest` with device
+    /// and inode `id`, in every disk entry that has one: called once
+    /// zinstall itself has removed that guest (`--force`, a failed run),
+    /// the one case where a guest is known to be gone rather than moved.
+    pub fn release_guest(&self, guest: &Path, id: (u64, u64)) -> Result<()> {
         let dir = self.entries_dir();
         let names = match fs::read_dir(&dir) {
             Ok(d) => d,
@@ -1050,15 +1043,15 @@ impl Cache {
                 || !self
                     .user_records(&entry)?
                     .iter()
-                    .any(|r| (r.dev, r.ino) == (md.dev(), md.ino()))
+                    .any(|r| (r.dev, r.ino) == id)
             {
                 continue;
             }
             let users = dir.join(format!("{name}.users"));
             let rec = UserRecord {
                 path: guest.to_path_buf(),
-                dev: md.dev(),
-                ino: md.ino(),
+                dev: id.0,
+                ino: id.1,
                 released: true,
             };
             let mut line = serde_json::to_string(&rec).map_err(|e| {

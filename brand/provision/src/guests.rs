@@ -229,9 +229,12 @@ pub fn provision_in(
                 if !opts.force {
                     return Err(ProvisionError::GuestExists(path));
                 }
-                // Gone for good, not moved: its base need not stay.
-                cache.release_guest(&path)?;
+                let id = file_id(&path);
                 remove_guest(&path)?;
+                // Gone for good, not moved: its base need not stay.
+                if let Some(id) = id {
+                    cache.release_guest(&path, id)?;
+                }
             }
             // From here on the path is this run's to remove on failure,
             // whatever state the guest is left in.
@@ -261,13 +264,20 @@ pub fn provision_in(
     let entry = lease.entry.clone();
     lease.release();
     if let Err(e) = result {
-        // The guests this run made and removes hold their base no more.
+        let ids: Vec<_> = guests
+            .iter()
+            .filter_map(|g| Some((&g.path, file_id(&g.path)?)))
+            .collect();
+        let e = undo(e, &made, (!out_existed).then_some(&opts.out));
+        // The guests this run made and removed hold their base no more.
         // A record that cannot be ended keeps the base: a leak, never a
         // lost base, and the provision's own error is the one to report.
-        for g in &guests {
-            let _kept = cache.release_guest(&g.path);
+        for (path, id) in ids {
+            if fs::symlink_metadata(path).is_err() {
+                let _kept = cache.release_guest(path, id);
+            }
         }
-        return Err(undo(e, &made, (!out_existed).then_some(&opts.out)));
+        return Err(e);
     }
     Ok(ProvisionReport {
         image: kind,
@@ -353,6 +363,15 @@ fn check_request(
         crate::qemu_img::check(q, &opts.out)?;
     }
     Ok(kind)
+}
+
+/// The device and inode of the file (a disk guest) at `path`.
+fn file_id(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    fs::symlink_metadata(path)
+        .ok()
+        .filter(|m| m.is_file())
+        .map(|m| (m.dev(), m.ino()))
 }
 
 /// Removes the guest at `path` for `--force`: a tree without following
