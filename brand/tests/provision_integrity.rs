@@ -164,6 +164,26 @@ fn compressed_qcow2_images_give_the_disk_inside() {
             .collect();
         assert_eq!(names.len(), 2, "{names:?}");
     }
+    // A corrupt one (its L1 table past its end) is refused naming the
+    // image given, not the scratch copy it was decompressed into.
+    let bad = d.path().join("bad.qcow2");
+    fs::copy(&qcow, &bad).unwrap();
+    let f = fs::OpenOptions::new().write(true).open(&bad).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(
+        &f,
+        &(1u64 << 40).to_be_bytes(),
+        40,
+    )
+    .unwrap();
+    run(tools::tool("zstd").args(["-q", "-f", "-k"]).arg(&bad));
+    let zbad = d.path().join("bad.qcow2.zst");
+    let out = d.path().join("badout");
+    let o = provision(&zbad, &out, &cache, &[]);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{t}");
+    assert!(t.contains(s(&zbad)) && t.contains("L1 table"), "{t}");
+    assert!(!t.contains("scratch"), "{t}");
+    assert!(!out.exists());
 }
 
 /// Disk formats zinstall does not read are refused naming the format and

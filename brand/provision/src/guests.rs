@@ -565,7 +565,14 @@ fn build(
                 opts,
             )?;
             drop(out);
-            let r = convert_qcow2(&inner, payload, opts);
+            // Its problems are the image's: the scratch copy is gone.
+            let r = convert_qcow2(&inner, payload, opts).map_err(|e| match e {
+                ProvisionError::Qcow2(mut q) if q.path == inner => {
+                    q.path = image.to_path_buf();
+                    ProvisionError::Qcow2(q)
+                }
+                e => e,
+            });
             let _scratch = fs::remove_file(&inner);
             r?;
         }
