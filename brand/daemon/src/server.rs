@@ -506,6 +506,7 @@ fn run_job(
         let started = Instant::now();
         let r = ops::run(&d2, &job2, &call, &peer2);
         d2.jobs.stop();
+        crate::sys::release_free_memory();
         match &r {
             Ok(_) => info!(d2.log, "job done"; "job" => job2.id, "ms" => started.elapsed().as_millis() as u64),
             Err(e) => warn!(d2.log, "job failed"; "job" => job2.id, "kind" => &e.kind,

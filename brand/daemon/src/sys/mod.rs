@@ -5,6 +5,7 @@
 //! |---|---|---|
 //! | `peer` | `SO_PEERCRED`, `SO_PEERGROUPS` | `getpeerucred(3C)` |
 //! | `user_id`, `group_id` | `getpwnam_r`, `getgrnam_r` | the same |
+//! | `release_free_memory` | glibc's `malloc_trim(0)` | nothing |
 
 use std::ffi::CString;
 use std::io;
@@ -36,6 +37,12 @@ pub struct Peer {
 /// The credentials of the process that connected `sock`.
 pub fn peer(sock: &impl AsRawFd) -> io::Result<Peer> {
     platform::peer(sock.as_raw_fd())
+}
+
+/// Hands memory the allocator holds free back to the kernel: a finished
+/// job's buffers would otherwise stay in the process for good.
+pub fn release_free_memory() {
+    platform::release_free_memory()
 }
 
 /// The uid of the user named `name`.
