@@ -186,22 +186,58 @@ fn compressed_qcow2_images_give_the_disk_inside() {
     assert!(!out.exists());
 }
 
-/// Disk formats zinstall does not read are refused naming the format and
-/// the conversion, compressed or not (a fixed VHD, a raw disk with a
-/// footer, shows what it is only at its end); an xz raw disk is read.
+/// `zinstall provision` with PATH holding no qemu-img.
+fn provision_without_qemu_img(
+    image: &Path,
+    out: &Path,
+    cache: &Path,
+    empty: &Path,
+) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_zinstall"))
+        .env("ZINSTALL_DEFAULTS", "/nonexistent")
+        .env("PATH", empty)
+        .args(["provision", s(image), "--out", s(out), "--cache", s(cache)])
+        .output()
+        .unwrap()
+}
+
+/// Nothing of a refused image is left: no guest, no entry, no scratch.
+fn nothing_left(out: &Path, cache: &Path) {
+    assert!(!out.exists(), "no guest in {}", out.display());
+    if cache.exists() {
+        assert_eq!(entries(cache), Vec::<PathBuf>::new());
+        let scratch = cache.join("scratch");
+        assert!(
+            !scratch.exists()
+                || fs::read_dir(&scratch).unwrap().next().is_none(),
+            "scratch left in {}",
+            scratch.display()
+        );
+    }
+}
+
+/// Disk formats zinstall does not read itself are converted by
+/// qemu-img, plain or compressed, into guests that read as the disk
+/// inside; with no qemu-img they are refused naming the format and the
+/// conversion. A fixed VHD, a raw disk followed by a footer that shows
+/// what it is only at its end (compressed: once decompressed), is read
+/// natively, its footer cut off. An xz raw disk is read.
 #[test]
-fn foreign_disk_formats_are_refused_by_name() {
+fn foreign_disk_formats_are_converted_or_refused_by_name() {
     let d = Tmp::new();
     let src = disk(d.path());
     let cache = d.path().join("cache");
-    for (fmt, opts, name) in [
-        ("vmdk", "", "VMDK"),
-        ("vdi", "", "VDI"),
-        ("vhdx", "", "VHDX"),
-        ("vpc", "subformat=dynamic", "VHD (dynamic)"),
-        ("qed", "", "QED"),
-        // Last: compressed, it is found only once decompressed.
-        ("vpc", "subformat=fixed", "VHD (fixed)"),
+    let empty = d.path().join("empty-bin");
+    fs::create_dir(&empty).unwrap();
+    for (fmt, opts, name, kind) in [
+        ("vmdk", "", "VMDK", "vmdk"),
+        ("vmdk", "subformat=streamOptimized", "VMDK", "vmdk"),
+        ("vdi", "", "VDI", "vdi"),
+        ("vhdx", "", "VHDX", "vhdx"),
+        ("vpc", "subformat=dynamic", "VHD (dynamic)", "vpc"),
+        ("qed", "", "QED", "qed"),
+        ("parallels", "", "Parallels", "parallels"),
+        ("vpc", "subformat=fixed", "", "raw"),
     ] {
         let img = d.path().join(format!("img-{opts}.{fmt}"));
         let mut args = vec!["convert", "-q", "-f", "raw", "-O", fmt];
@@ -209,44 +245,228 @@ fn foreign_disk_formats_are_refused_by_name() {
             args.extend(["-o", opts]);
         }
         qemu_img(&[&args[..], &[s(&src), s(&img)]].concat());
-        let mut cases = vec![img.clone()];
         let zst = d.path().join(format!("img-{opts}.{fmt}.zst"));
         run(tools::tool("zstd").args(["-q", "-f", "-o", s(&zst), s(&img)]));
-        cases.push(zst);
-        for case in cases {
+        for (case, kind) in
+            [(&img, kind.to_string()), (&zst, format!("{kind}.zst"))]
+        {
             let out = d.path().join("out");
-            let o = provision(&case, &out, &cache, &[]);
+            let o = provision(case, &out, &cache, &["--count", "2"]);
             let t = text(&o);
+            assert!(o.status.success(), "{}: {t}", case.display());
+            assert!(t.contains(&format!("({kind},")), "{kind}: {t}");
+            for g in 0..2 {
+                let guest = out.join(format!("guest-{g}.qcow2"));
+                assert!(
+                    same_disk(&guest, &src),
+                    "{}: guest {g} is not the disk inside",
+                    case.display()
+                );
+            }
+            fs::remove_dir_all(&out).unwrap();
+            // No qemu-img: refused by name before the cache is touched,
+            // except the fixed VHD, which needs none.
+            let nocache = d.path().join("nocache");
+            let o = provision_without_qemu_img(case, &out, &nocache, &empty);
+            let t = text(&o);
+            if name.is_empty() {
+                assert!(o.status.success(), "{}: {t}", case.display());
+                assert!(same_disk(&out.join("guest-0.qcow2"), &src));
+                fs::remove_dir_all(&out).unwrap();
+                continue;
+            }
             assert_eq!(o.status.code(), Some(1), "{}: {t}", case.display());
-            assert!(t.contains(name), "{}: {t}", case.display());
+            assert!(t.contains(name) && t.contains("no qemu-img"), "{t}");
             assert!(
                 t.contains(&format!("qemu-img convert -f {fmt}")),
                 "{}: {t}",
                 case.display()
             );
-            assert!(!out.exists(), "no guest for {}", case.display());
-            if !(opts == "subformat=fixed"
-                && case.extension() == Some("zst".as_ref()))
-            {
-                assert!(!cache.exists(), "refused before the cache is touched");
-            }
+            assert!(!nocache.exists(), "refused before the cache is touched");
+            nothing_left(&out, &nocache);
         }
     }
-    // The compressed fixed VHD was refused once decompressed: no entry,
-    // no scratch left.
-    assert_eq!(entries(&cache), Vec::<PathBuf>::new());
-    let scratch = cache.join("scratch");
-    assert!(
-        !scratch.exists() || fs::read_dir(&scratch).unwrap().next().is_none(),
-        "scratch left in {}",
-        scratch.display()
-    );
+    // The private copies qemu-img read are gone; one entry per image.
+    assert_eq!(entries(&cache).len(), 16);
+    for e in entries(&cache) {
+        let names: Vec<_> = fs::read_dir(&e)
+            .unwrap()
+            .map(|x| x.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(names.len(), 2, "{names:?}");
+    }
     let xz = d.path().join("src.raw.xz");
     run(tools::tool("xz").args(["-f", "-k", "-T1", s(&src)]));
     let out = d.path().join("xzout");
     let o = provision(&xz, &out, &cache, &[]);
     assert!(o.status.success(), "{}", text(&o));
     assert!(same_disk(&out.join("guest-0.qcow2"), &src));
+}
+
+/// An image that would have qemu-img open another file (a backing file
+/// anywhere on the host, a VMDK whose data is in other files), an
+/// encrypted one, and a fixed VHD whose footer lies are refused, saying
+/// why, and leave nothing.
+#[test]
+fn foreign_images_that_reach_outside_are_refused() {
+    let d = Tmp::new();
+    let src = disk(d.path());
+    let cache = d.path().join("cache");
+    let vmdk = d.path().join("base.vmdk");
+    qemu_img(&[
+        "convert",
+        "-q",
+        "-f",
+        "raw",
+        "-O",
+        "vmdk",
+        s(&src),
+        s(&vmdk),
+    ]);
+    let host = d.path().join("host-secret");
+    fs::write(&host, vec![0x5au8; 1 << 20]).unwrap();
+    let qed = d.path().join("evil.qed");
+    qemu_img(&[
+        "create",
+        "-q",
+        "-f",
+        "qed",
+        "-b",
+        s(&host),
+        "-F",
+        "raw",
+        s(&qed),
+        "1M",
+    ]);
+    let child = d.path().join("child.vmdk");
+    qemu_img(&[
+        "create",
+        "-q",
+        "-f",
+        "vmdk",
+        "-b",
+        s(&vmdk),
+        "-F",
+        "vmdk",
+        s(&child),
+    ]);
+    let flat = d.path().join("flat.vmdk");
+    qemu_img(&[
+        "convert",
+        "-q",
+        "-f",
+        "raw",
+        "-O",
+        "vmdk",
+        "-o",
+        "subformat=monolithicFlat",
+        s(&src),
+        s(&flat),
+    ]);
+    let luks = d.path().join("disk.luks");
+    qemu_img(&[
+        "create",
+        "-q",
+        "--object",
+        "secret,id=s0,data=key",
+        "-f",
+        "luks",
+        "-o",
+        "key-secret=s0",
+        s(&luks),
+        "4M",
+    ]);
+    let vhd = d.path().join("fixed.vhd");
+    qemu_img(&[
+        "convert",
+        "-q",
+        "-f",
+        "raw",
+        "-O",
+        "vpc",
+        "-o",
+        "subformat=fixed",
+        s(&src),
+        s(&vhd),
+    ]);
+    // A footer whose size field is not the data before it.
+    let bad_vhd = d.path().join("bad.vhd");
+    fs::copy(&vhd, &bad_vhd).unwrap();
+    let len = fs::metadata(&bad_vhd).unwrap().len();
+    let f = fs::OpenOptions::new().write(true).open(&bad_vhd).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&f, &[0xff], len - 512 + 100)
+        .unwrap();
+    drop(f);
+    let bad_zst = d.path().join("bad.vhd.zst");
+    run(tools::tool("zstd").args(["-q", "-f", "-o", s(&bad_zst), s(&bad_vhd)]));
+    for (img, why) in [
+        (&qed, "backing file"),
+        (&child, "backing file"),
+        (&flat, "in other files"),
+        (&luks, "LUKS"),
+        (&bad_vhd, "VHD footer"),
+        (&bad_zst, "VHD footer"),
+    ] {
+        let out = d.path().join("out");
+        let o = provision(img, &out, &cache, &[]);
+        let t = text(&o);
+        assert_eq!(o.status.code(), Some(1), "{}: {t}", img.display());
+        assert!(t.contains(s(img)) && t.contains(why), "{why}: {t}");
+        nothing_left(&out, &cache);
+    }
+}
+
+/// Run as root, qemu-img runs as an unprivileged user and is given the
+/// image and the disk to write as descriptors, never a path of the
+/// host's; its failure is reported with its standard error.
+#[test]
+fn qemu_img_converts_as_nobody_from_descriptors() {
+    if !is_root() {
+        eprintln!(
+            "skipped: qemu_img_converts_as_nobody_from_descriptors: needs \
+             root"
+        );
+        return;
+    }
+    // Where the unprivileged user can run a program and leave a note.
+    let d = Tmp::new();
+    fs::set_permissions(d.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let note = d.path().join("note");
+    fs::create_dir(&note).unwrap();
+    fs::set_permissions(&note, fs::Permissions::from_mode(0o777)).unwrap();
+    let fake = d.path().join("qemu-img");
+    fs::write(
+        &fake,
+        format!(
+            "#!/bin/sh\n/usr/bin/id -u >> {n}/uid\n\
+             echo \"$@\" >> {n}/args\n\
+             echo 'qemu-img: cannot read it' >&2\nexit 1\n",
+            n = note.display()
+        ),
+    )
+    .unwrap();
+    fs::set_permissions(&fake, fs::Permissions::from_mode(0o755)).unwrap();
+    let src = disk(d.path());
+    let vdi = d.path().join("img.vdi");
+    qemu_img(&["convert", "-q", "-f", "raw", "-O", "vdi", s(&src), s(&vdi)]);
+    let cache = d.path().join("cache");
+    let out = d.path().join("out");
+    let o = provision(&vdi, &out, &cache, &["--qemu-img", s(&fake)]);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{t}");
+    assert!(
+        t.contains(s(&fake)) && t.contains("cannot read it"),
+        "the program and its stderr: {t}"
+    );
+    let uid = fs::read_to_string(note.join("uid")).unwrap();
+    assert_eq!(uid.trim(), "65534");
+    let args = fs::read_to_string(note.join("args")).unwrap();
+    assert!(
+        args.starts_with("info --output=json -f vdi /proc/self/fd/3"),
+        "{args}"
+    );
+    assert!(!args.contains(s(d.path())), "no host path given: {args}");
+    nothing_left(&out, &cache);
 }
 
 /// `qemu-img commit` of one guest, run as root (whom the 0444 mode does

@@ -10,7 +10,9 @@
 //! | a tar header (`ustar`) | [`ImageKind::Tree`]: directory guests |
 //! | qcow2 (`QFI\xfb`), plain | [`ImageKind::Qcow2`]: read natively |
 //! | qcow2, compressed | [`ImageKind::CompressedQcow2`]: decompressed once, then read natively |
-//! | VMDK, VDI, VHD, VHDX, QED, LUKS, Parallels, Bochs, DMG | refused, naming the format and the `qemu-img convert` that turns it into qcow2 |
+//! | VMDK (one file), VDI, dynamic VHD, VHDX, QED, Parallels, Bochs, cloop | [`ImageKind::Foreign`]: converted to raw once by `qemu-img convert` (see [`crate::qemu_img`]), or refused naming the format where there is no `qemu-img` |
+//! | a fixed-size VHD (a raw disk and a 512-byte footer) | [`ImageKind::Raw`]: the footer is checked and cut off |
+//! | LUKS, a VMDK descriptor whose data is in other files | refused, saying why |
 //! | bzip2, lz4, lzip, zip, a second compression layer | refused, naming the format |
 //! | anything else (an MBR or GPT disk, a filesystem, an ISO 9660 image) | [`ImageKind::Raw`] |
 //!
@@ -44,26 +46,79 @@ pub enum ImageKind {
     /// An OCI image (layout directory or oci-archive): directory guests,
     /// its layers cached each once.
     Oci,
+    /// A disk image in a format zinstall does not read itself, plain or
+    /// compressed: converted to raw once by `qemu-img`, then overlays.
+    Foreign(ForeignFormat, Compression),
 }
 
 impl ImageKind {
-    /// A short name for messages: `tar.zst`, `raw.gz`, `qcow2.xz`.
-    pub fn describe(self) -> &'static str {
+    /// A short name for messages: `tar.zst`, `raw.gz`, `qcow2.xz`,
+    /// `vmdk.zst`.
+    pub fn describe(self) -> String {
+        let (what, c) = match self {
+            ImageKind::Tree(c) => ("tar", c),
+            ImageKind::Raw(c) => ("raw", c),
+            ImageKind::Qcow2 => ("qcow2", Compression::None),
+            ImageKind::CompressedQcow2(c) => ("qcow2", c),
+            ImageKind::Oci => ("oci", Compression::None),
+            ImageKind::Foreign(f, c) => (f.qemu_name(), c),
+        };
+        match c {
+            Compression::None => what.to_string(),
+            Compression::Gzip => format!("{what}.gz"),
+            Compression::Zstd => format!("{what}.zst"),
+            Compression::Xz => format!("{what}.xz"),
+        }
+    }
+}
+
+/// A disk image format read through `qemu-img convert`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ForeignFormat {
+    /// VMware's, as one file (monolithic sparse or stream-optimized).
+    Vmdk,
+    /// VirtualBox's.
+    Vdi,
+    /// Hyper-V's.
+    Vhdx,
+    /// A dynamic (sparse) VHD, Virtual PC's.
+    VhdDynamic,
+    /// QEMU's enhanced disk.
+    Qed,
+    /// Parallels'.
+    Parallels,
+    /// Bochs'.
+    Bochs,
+    /// A compressed loop image.
+    Cloop,
+}
+
+impl ForeignFormat {
+    /// Its name for people: `VMDK`, `VHD (dynamic)`.
+    pub fn name(self) -> &'static str {
         match self {
-            ImageKind::Tree(Compression::None) => "tar",
-            ImageKind::Tree(Compression::Gzip) => "tar.gz",
-            ImageKind::Tree(Compression::Zstd) => "tar.zst",
-            ImageKind::Tree(Compression::Xz) => "tar.xz",
-            ImageKind::Raw(Compression::None) => "raw",
-            ImageKind::Raw(Compression::Gzip) => "raw.gz",
-            ImageKind::Raw(Compression::Zstd) => "raw.zst",
-            ImageKind::Raw(Compression::Xz) => "raw.xz",
-            ImageKind::Qcow2
-            | ImageKind::CompressedQcow2(Compression::None) => "qcow2",
-            ImageKind::CompressedQcow2(Compression::Gzip) => "qcow2.gz",
-            ImageKind::CompressedQcow2(Compression::Zstd) => "qcow2.zst",
-            ImageKind::CompressedQcow2(Compression::Xz) => "qcow2.xz",
-            ImageKind::Oci => "oci",
+            ForeignFormat::Vmdk => "VMDK",
+            ForeignFormat::Vdi => "VDI (VirtualBox)",
+            ForeignFormat::Vhdx => "VHDX",
+            ForeignFormat::VhdDynamic => "VHD (dynamic)",
+            ForeignFormat::Qed => "QED",
+            ForeignFormat::Parallels => "Parallels",
+            ForeignFormat::Bochs => "Bochs",
+            ForeignFormat::Cloop => "cloop",
+        }
+    }
+
+    /// Its name for `qemu-img -f`.
+    pub fn qemu_name(self) -> &'static str {
+        match self {
+            ForeignFormat::Vmdk => "vmdk",
+            ForeignFormat::Vdi => "vdi",
+            ForeignFormat::Vhdx => "vhdx",
+            ForeignFormat::VhdDynamic => "vpc",
+            ForeignFormat::Qed => "qed",
+            ForeignFormat::Parallels => "parallels",
+            ForeignFormat::Bochs => "bochs",
+            ForeignFormat::Cloop => "cloop",
         }
     }
 }
@@ -88,30 +143,50 @@ fn is_tar(block: &[u8]) -> bool {
     block.len() >= 262 && &block[257..262] == b"ustar"
 }
 
-/// A disk image format zinstall does not read: its name, and the name
-/// `qemu-img` knows it by (for `-f`).
-fn foreign_disk(head: &[u8]) -> Option<(&'static str, &'static str)> {
+/// What the head of a disk image in a format zinstall does not read
+/// itself says it is.
+enum Foreign {
+    /// One `qemu-img` converts.
+    Disk(ForeignFormat),
+    /// One refused whatever is installed: why.
+    Refused(&'static str),
+}
+
+fn foreign_disk(head: &[u8]) -> Option<Foreign> {
     let at = |off: usize, magic: &[u8]| {
         head.get(off..off + magic.len()) == Some(magic)
     };
-    if at(0, b"KDMV") || at(0, b"# Disk DescriptorFile") || at(0, b"COWD") {
-        Some(("VMDK", "vmdk"))
+    let disk = |f| Some(Foreign::Disk(f));
+    if at(0, b"KDMV") || at(0, b"COWD") {
+        disk(ForeignFormat::Vmdk)
+    } else if at(0, b"# Disk DescriptorFile") {
+        // Its extents are other files, named by path: nothing a
+        // provisioning given one file can take, nor should follow.
+        Some(Foreign::Refused(
+            "a VMDK descriptor file, whose data is in other files; make \
+             it one file first: qemu-img convert -f vmdk -O qcow2 IMAGE \
+             IMAGE.qcow2",
+        ))
     } else if at(64, &[0x7f, 0x10, 0xda, 0xbe]) {
-        Some(("VDI (VirtualBox)", "vdi"))
+        disk(ForeignFormat::Vdi)
     } else if at(0, b"vhdxfile") {
-        Some(("VHDX", "vhdx"))
+        disk(ForeignFormat::Vhdx)
     } else if at(0, b"conectix") {
-        Some(("VHD (dynamic)", "vpc"))
+        disk(ForeignFormat::VhdDynamic)
     } else if at(0, b"QED\0") {
-        Some(("QED", "qed"))
+        disk(ForeignFormat::Qed)
     } else if at(0, b"LUKS\xba\xbe") {
-        Some(("LUKS (encrypted)", "luks"))
+        Some(Foreign::Refused(
+            "a LUKS-encrypted disk image; zinstall does not decrypt \
+             images: decrypt it first (cryptsetup, or qemu-img convert \
+             with its key)",
+        ))
     } else if at(0, b"WithoutFreeSpace") || at(0, b"WithouFreSpacExt") {
-        Some(("Parallels", "parallels"))
+        disk(ForeignFormat::Parallels)
     } else if at(0, b"Bochs Virtual HD Image") {
-        Some(("Bochs", "bochs"))
+        disk(ForeignFormat::Bochs)
     } else if at(0, b"#!/bin/sh\n#V2.0 Format") {
-        Some(("cloop", "cloop"))
+        disk(ForeignFormat::Cloop)
     } else {
         None
     }
@@ -156,12 +231,16 @@ fn tell(path: &Path, head: &[u8], c: Compression) -> Result<ImageKind> {
     if is_tar(head) {
         return Ok(ImageKind::Tree(c));
     }
-    if let Some((format, qemu)) = foreign_disk(head) {
-        return refuse(ImageProblem::ForeignDisk {
-            format: format.to_string(),
-            qemu_format: qemu.to_string(),
-            compression: (c != Compression::None).then(|| c.name().into()),
-        });
+    match foreign_disk(head) {
+        Some(Foreign::Disk(f)) => return Ok(ImageKind::Foreign(f, c)),
+        Some(Foreign::Refused(why)) => {
+            let inside = match c {
+                Compression::None => String::new(),
+                c => format!(" (inside {})", c.name()),
+            };
+            return refuse(ImageProblem::Unsupported(format!("{why}{inside}")));
+        }
+        None => {}
     }
     let inner = compression_of(head);
     if inner != Compression::None {
@@ -206,17 +285,18 @@ pub fn detect(path: &Path) -> Result<ImageKind> {
         .map_err(|e| Error::io(Op::Read, path, e))?;
     let head = &head[..n];
     let c = compression_of(head);
-    if c == Compression::None && foreign_disk(head).is_none() {
-        let len = f
-            .metadata()
-            .map_err(|e| Error::io(Op::Stat, path, e))?
-            .len();
-        let fixed_vhd = ends_in_vhd_footer(&f, len)
-            .map_err(|e| Error::io(Op::Read, path, e))?;
-        if fixed_vhd {
-            return Err(fixed_vhd_refused(path, c));
+    if c == Compression::None {
+        let kind = tell(path, head, c)?;
+        if kind == ImageKind::Raw(c) {
+            // A fixed VHD's footer, checked now so that a bad one is
+            // named before anything is built; the build cuts it off.
+            let len = f
+                .metadata()
+                .map_err(|e| Error::io(Op::Stat, path, e))?
+                .len();
+            fixed_vhd_disk_len(&f, len, path)?;
         }
-        return tell(path, head, c);
+        return Ok(kind);
     }
     let f = File::open(path).map_err(|e| Error::io(Op::Open, path, e))?;
     let mut inner =
@@ -235,33 +315,65 @@ pub fn detect(path: &Path) -> Result<ImageKind> {
     tell(path, &block[..n], c)
 }
 
-/// Whether the file of `len` bytes ends in a VHD footer: a fixed-size
-/// VHD is a raw disk followed by one (512 bytes; 511 from old Virtual
-/// PC). Taken as raw, the guest would see the footer as disk. A dynamic
-/// VHD has the footer too, and a copy at its head that [`tell`] finds.
-pub(crate) fn ends_in_vhd_footer(f: &File, len: u64) -> io::Result<bool> {
-    let mut foot = [0u8; 8];
+/// The length of the disk in `f` (`len` bytes) if it is a fixed-size
+/// VHD: a raw disk followed by a footer (512 bytes; 511 from old Virtual
+/// PC) that zinstall cuts off, so that the guest never sees it as disk.
+/// `None` for a file with no footer. A footer whose checksum, type or
+/// size is wrong is refused, naming `image`: taken as raw, its bytes
+/// would be the guest's.
+pub(crate) fn fixed_vhd_disk_len(
+    f: &File,
+    len: u64,
+    image: &Path,
+) -> Result<Option<u64>> {
+    let mut foot = [0u8; 512];
     for back in [512u64, 511] {
-        if len >= back + 512 {
-            f.read_exact_at(&mut foot, len - back)?;
-            if &foot == b"conectix" {
-                return Ok(true);
-            }
+        if len < back + 512 {
+            continue;
         }
+        let foot = &mut foot[..back as usize];
+        f.read_exact_at(foot, len - back)
+            .map_err(|e| Error::io(Op::Read, image, e))?;
+        if &foot[..8] != b"conectix" {
+            continue;
+        }
+        let corrupt = |why: String| Error::Image {
+            path: image.to_path_buf(),
+            problem: ImageProblem::Corrupt(format!(
+                "a VHD footer at byte {}: {why}",
+                len - back
+            )),
+        };
+        let be32 = |at: usize| {
+            u32::from_be_bytes(foot[at..at + 4].try_into().unwrap_or([0; 4]))
+        };
+        // One's complement of the sum of every byte but the checksum's.
+        let sum = foot
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !(64..68).contains(i))
+            .fold(0u32, |s, (_, b)| s.wrapping_add(u32::from(*b)));
+        if !sum != be32(64) {
+            return Err(corrupt("its checksum is wrong".into()));
+        }
+        let kind = be32(60);
+        if kind != 2 {
+            return Err(corrupt(format!(
+                "disk type {kind}, not a fixed disk (2), with no header \
+                 at the start of the file"
+            )));
+        }
+        let size =
+            u64::from_be_bytes(foot[48..56].try_into().unwrap_or([0; 8]));
+        let data = len - back;
+        if size != data {
+            return Err(corrupt(format!(
+                "it gives the disk {size} bytes; the file holds {data}"
+            )));
+        }
+        return Ok(Some(data));
     }
-    Ok(false)
-}
-
-/// The refusal of a fixed-size VHD found in `path` (inside `c`).
-pub(crate) fn fixed_vhd_refused(path: &Path, c: Compression) -> Error {
-    Error::Image {
-        path: path.to_path_buf(),
-        problem: ImageProblem::ForeignDisk {
-            format: "VHD (fixed)".into(),
-            qemu_format: "vpc".into(),
-            compression: (c != Compression::None).then(|| c.name().into()),
-        },
-    }
+    Ok(None)
 }
 
 #[cfg(test)]
@@ -277,15 +389,23 @@ mod test {
         let mut vdi = vec![0u8; 512];
         vdi[..4].copy_from_slice(b"<<< ");
         vdi[64..68].copy_from_slice(&[0x7f, 0x10, 0xda, 0xbe]);
+        for (head, want) in [
+            (&b"KDMV\x01\0\0\0"[..], ForeignFormat::Vmdk),
+            (&vdi[..], ForeignFormat::Vdi),
+            (b"vhdxfile", ForeignFormat::Vhdx),
+            (b"conectix", ForeignFormat::VhdDynamic),
+            (b"QED\0", ForeignFormat::Qed),
+        ] {
+            assert_eq!(
+                kind(head).unwrap(),
+                ImageKind::Foreign(want, Compression::None)
+            );
+        }
         let mut bz = b"BZh91AY&SY".to_vec();
         bz.resize(64, 0);
         for (head, want) in [
-            (&b"KDMV\x01\0\0\0"[..], "VMDK"),
-            (&vdi[..], "VDI"),
-            (b"vhdxfile", "VHDX"),
-            (b"conectix", "VHD"),
-            (b"QED\0", "QED"),
-            (b"LUKS\xba\xbe\0\x02", "LUKS"),
+            (&b"LUKS\xba\xbe\0\x02"[..], "LUKS"),
+            (b"# Disk DescriptorFile\nversion=1", "other files"),
             (&bz[..], "bzip2"),
             (b"PK\x03\x04", "zip"),
         ] {
@@ -297,13 +417,68 @@ mod test {
             tell(Path::new("i"), b"QFI\xfb", Compression::Xz).unwrap(),
             ImageKind::CompressedQcow2(Compression::Xz)
         );
-        let e = tell(Path::new("i"), b"KDMV", Compression::Zstd)
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("VMDK") && e.contains("zstd"), "{e}");
+        let vmdk_zst =
+            tell(Path::new("i"), b"KDMV", Compression::Zstd).unwrap();
+        assert_eq!(
+            vmdk_zst,
+            ImageKind::Foreign(ForeignFormat::Vmdk, Compression::Zstd)
+        );
+        assert_eq!(vmdk_zst.describe(), "vmdk.zst");
         assert_eq!(
             kind(&[0u8; 512]).unwrap(),
             ImageKind::Raw(Compression::None)
         );
+    }
+
+    /// A fixed VHD's footer, as Virtual PC and qemu-img write it.
+    fn footer(size: u64, kind: u32) -> [u8; 512] {
+        let mut f = [0u8; 512];
+        f[..8].copy_from_slice(b"conectix");
+        f[12..16].copy_from_slice(&0x0001_0000u32.to_be_bytes());
+        f[16..24].copy_from_slice(&u64::MAX.to_be_bytes());
+        f[40..48].copy_from_slice(&size.to_be_bytes());
+        f[48..56].copy_from_slice(&size.to_be_bytes());
+        f[60..64].copy_from_slice(&kind.to_be_bytes());
+        let sum = f.iter().fold(0u32, |s, b| s.wrapping_add(u32::from(*b)));
+        f[64..68].copy_from_slice(&(!sum).to_be_bytes());
+        f
+    }
+
+    fn disk_len(bytes: &[u8]) -> Result<Option<u64>> {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("disk");
+        std::fs::write(&p, bytes).unwrap();
+        let f = File::open(&p).unwrap();
+        fixed_vhd_disk_len(&f, bytes.len() as u64, &p)
+    }
+
+    #[test]
+    fn a_fixed_vhd_footer_is_checked_and_cut_off() {
+        let mut disk = vec![7u8; 4096];
+        assert_eq!(disk_len(&disk).unwrap(), None);
+        disk.extend_from_slice(&footer(4096, 2));
+        assert_eq!(disk_len(&disk).unwrap(), Some(4096));
+        // Old Virtual PC's 511-byte footer.
+        let mut old = vec![7u8; 4096];
+        old.extend_from_slice(&footer(4096, 2)[..511]);
+        // Its checksum was made over 512 bytes whose last is zero.
+        assert_eq!(disk_len(&old).unwrap(), Some(4096));
+        for (bad, why) in [
+            (footer(4096, 3), "disk type 3"),
+            (footer(8192, 2), "8192 bytes"),
+            (
+                {
+                    let mut f = footer(4096, 2);
+                    f[100] ^= 1;
+                    f
+                },
+                "checksum",
+            ),
+        ] {
+            let mut d = vec![7u8; 4096];
+            d.extend_from_slice(&bad);
+            let e = disk_len(&d).unwrap_err().to_string();
+            assert!(e.contains(why) && e.contains("VHD footer"), "{e}");
+        }
     }
 }

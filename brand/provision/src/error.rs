@@ -34,7 +34,8 @@ pub enum ImageProblem {
         /// The bound, bytes.
         limit: u64,
     },
-    /// A disk image format zinstall does not read (VMDK, VDI, ...).
+    /// A disk image format zinstall reads only through `qemu-img` (VMDK,
+    /// VDI, ...), and there is none.
     ForeignDisk {
         /// The format's name.
         format: String,
@@ -76,8 +77,9 @@ impl fmt::Display for ImageProblem {
                 }
                 write!(
                     f,
-                    ", which zinstall does not read (it reads raw and \
-                     qcow2); convert it first: qemu-img convert -f \
+                    ", which zinstall reads through qemu-img, and there is \
+                     no qemu-img on PATH (install it, or name it with \
+                     --qemu-img); or convert it first: qemu-img convert -f \
                      {qemu_format} -O qcow2 IMAGE IMAGE.qcow2"
                 )?;
                 if compression.is_some() {

@@ -19,7 +19,7 @@ use zinstall_qcow2 as qcow2;
 use crate::cache::{
     Cache, Entry, EntryKind, HashingReader, Obtained, Replaced, WouldObtain,
 };
-use crate::detect::{self, ImageKind, decompress, detect};
+use crate::detect::{self, Compression, ImageKind, decompress, detect};
 use crate::error::{ImageProblem, ProvisionError, ProvisionError as Error};
 use crate::identity::{self, GuestIdentity, IdentityOptions};
 use crate::sparse::write_sparse;
@@ -362,7 +362,33 @@ fn check_request(
     } else if let Some(q) = &opts.qemu_img {
         crate::qemu_img::check(q, &opts.out)?;
     }
+    if matches!(kind, ImageKind::Foreign(..)) {
+        converter(opts, image, kind)?;
+    }
     Ok(kind)
+}
+
+/// The `qemu-img` that converts the foreign `image` (see
+/// [`crate::qemu_img::converter`]); without one, the image is refused
+/// naming its format and the conversion to do by hand.
+fn converter(
+    opts: &ProvisionOptions,
+    image: &Path,
+    kind: ImageKind,
+) -> Result<PathBuf, ProvisionError> {
+    let ImageKind::Foreign(format, c) = kind else {
+        unreachable!("only foreign images are converted");
+    };
+    crate::qemu_img::converter(opts.qemu_img.as_deref()).ok_or_else(|| {
+        Error::Image {
+            path: image.to_path_buf(),
+            problem: ImageProblem::ForeignDisk {
+                format: format.name().into(),
+                qemu_format: format.qemu_name().into(),
+                compression: (c != Compression::None).then(|| c.name().into()),
+            },
+        }
+    })
 }
 
 /// The device and inode of the file (a disk guest) at `path`.
@@ -393,7 +419,8 @@ fn entry_kind(kind: ImageKind) -> EntryKind {
         ImageKind::Tree(_) | ImageKind::Oci => EntryKind::Tree,
         ImageKind::Raw(_)
         | ImageKind::Qcow2
-        | ImageKind::CompressedQcow2(_) => EntryKind::Raw,
+        | ImageKind::CompressedQcow2(_)
+        | ImageKind::Foreign(..) => EntryKind::Raw,
     }
 }
 
@@ -531,15 +558,15 @@ fn build(
             let mut stream = decompress(reader, c)
                 .map_err(|e| Error::io(Op::Read, image, e))?;
             decompress_into(image, &mut stream, &out, payload, u64::MAX, opts)?;
-            // Only the decompressed stream shows a fixed VHD's footer.
+            // A fixed VHD is the disk and a footer, which the guest must
+            // not see; compressed, only the stream shows it.
             let len = out
                 .metadata()
                 .map_err(|e| Error::io(Op::Stat, payload, e))?
                 .len();
-            if detect::ends_in_vhd_footer(&out, len)
-                .map_err(|e| Error::io(Op::Read, payload, e))?
-            {
-                return Err(detect::fixed_vhd_refused(image, c));
+            if let Some(disk) = detect::fixed_vhd_disk_len(&out, len, image)? {
+                out.set_len(disk)
+                    .map_err(|e| Error::io(Op::Truncate, payload, e))?;
             }
         }
         ImageKind::Qcow2 => {
@@ -574,6 +601,34 @@ fn build(
                 e => e,
             });
             let _scratch = fs::remove_file(&inner);
+            r?;
+        }
+        ImageKind::Foreign(format, c) => {
+            // Copied (decompressed) into the scratch directory first: what
+            // qemu-img reads is what was hashed, and it is given nothing
+            // of the host's (see crate::qemu_img).
+            let qemu_img = converter(opts, image, kind)?;
+            let copy = payload.with_file_name("image.foreign");
+            let out = File::create_new(&copy)
+                .map_err(|e| Error::io(Op::Create, &copy, e))?;
+            let mut stream = decompress(reader, c)
+                .map_err(|e| Error::io(Op::Read, image, e))?;
+            let limit = match c {
+                Compression::None => u64::MAX,
+                _ => opts.max_archive_bytes,
+            };
+            decompress_into(image, &mut stream, &out, &copy, limit, opts)?;
+            drop(out);
+            let r =
+                crate::qemu_img::convert_to_raw(&crate::qemu_img::Conversion {
+                    qemu_img: &qemu_img,
+                    format,
+                    shown: image,
+                    copy: &copy,
+                    payload,
+                    cancel: opts.cancel.as_ref(),
+                });
+            let _scratch = fs::remove_file(&copy);
             r?;
         }
         // Built layer by layer (crate::oci), never from one stream.

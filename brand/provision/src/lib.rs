@@ -54,7 +54,9 @@ mod oci;
 pub mod qemu_img;
 mod sparse;
 
-pub use detect::{Compression, ImageKind, compression_of, decompress, detect};
+pub use detect::{
+    Compression, ForeignFormat, ImageKind, compression_of, decompress, detect,
+};
 pub use error::{ImageProblem, ProvisionError, Result};
 pub use guests::{
     Guest, GuestKind, OVERLAY_MODE, ProvisionOptions, ProvisionPreview,

@@ -23,8 +23,9 @@ pub const DEFAULT_CACHE: &str = "/var/cache/zinstall";
 pub struct ProvisionArgs {
     /// A rootfs archive (tar, tar.gz, tar.zst, tar.xz), an OCI image
     /// (layout directory or oci-archive; IMAGE:REF names one in its
-    /// index) or a disk image (raw or qcow2, plain or compressed with
-    /// gzip, zstd or xz), told by content; or REGISTRY/REPO:TAG or
+    /// index) or a disk image (raw or qcow2; VMDK, VDI, VHD, VHDX, QED,
+    /// Parallels through qemu-img; plain or compressed with gzip, zstd or
+    /// xz), told by content; or REGISTRY/REPO:TAG or
     /// REGISTRY/REPO@sha256:..., pulled into the cache.
     pub image: PathBuf,
     #[command(flatten)]
@@ -48,7 +49,9 @@ pub struct ProvisionArgs {
     /// Refuse the image unless its SHA-256 is this (hex).
     #[arg(long, value_name = "HEX")]
     pub sha256: Option<String>,
-    /// Make overlays with qemu-img (at this path) instead of natively.
+    /// Make overlays with qemu-img (at this path) instead of natively;
+    /// formats zinstall does not read are converted with it too
+    /// (without it: the qemu-img on PATH).
     #[arg(long, value_name = "PATH", num_args = 0..=1, default_missing_value = "/usr/bin/qemu-img")]
     pub qemu_img: Option<PathBuf>,
     /// Refuse archives unpacking to more than this, and compressed qcow2
