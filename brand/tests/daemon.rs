@@ -13,6 +13,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+#[path = "../../copier/tests/common/tools.rs"]
+mod tools;
+
 /// The worker budget the tests give the daemon.
 const BUDGET: usize = 3;
 
@@ -416,6 +419,45 @@ fn eight_provisions_of_one_image_build_it_once() {
     assert_eq!(built, 1, "{results:?}");
     let cache = zinstall_provision::cache::Cache::new(d.path("cache")).unwrap();
     assert_eq!(cache.builds().unwrap(), 1);
+}
+
+/// A disk image in a format zinstall reads through qemu-img (a VDI) is
+/// converted once by the daemon, with the qemu-img on its PATH, and its
+/// guests read as the disk inside.
+#[test]
+fn the_daemon_converts_a_foreign_disk_once() {
+    let d = Daemon::start("");
+    let raw = d.path("disk.raw");
+    let mut data = vec![0u8; 8 << 20];
+    data[1 << 20..3 << 20].fill(0x5a);
+    write(&raw, &data);
+    let vdi = d.path("disk.vdi");
+    let o = tools::tool("qemu-img")
+        .args(["convert", "-q", "-f", "raw", "-O", "vdi"])
+        .arg(&raw)
+        .arg(&vdi)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    for (i, obtained) in [(0, "built"), (1, "reused")] {
+        let mut c = d.connect();
+        let r = c.call(&json!({"v": 1, "op": "provision", "args": {
+            "image": vdi, "out": d.path(&format!("g{i}")), "count": 2}}));
+        let r = r.last().unwrap();
+        assert_eq!(r["reply"], "done", "{r}");
+        assert_eq!(r["result"]["kind"], "vdi", "{r}");
+        assert_eq!(r["result"]["obtained"], obtained, "{r}");
+        for g in 0..2 {
+            let guest = d.path(&format!("g{i}/guest-{g}.qcow2"));
+            let o = tools::tool("qemu-img")
+                .args(["compare", "-q", "-f", "qcow2", "-F", "raw"])
+                .arg(&guest)
+                .arg(&raw)
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "{}: {}", guest.display(), text(&o));
+        }
+    }
 }
 
 #[test]
