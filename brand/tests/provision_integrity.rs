@@ -50,6 +50,21 @@ fn qemu_img(args: &[&str]) -> Output {
     run(tools::tool("qemu-img").args(args))
 }
 
+/// `qemu-img` with the words of `line` (paths in it have no spaces).
+fn qemu_img_words(line: &str) -> Output {
+    qemu_img(&line.split_whitespace().collect::<Vec<_>>())
+}
+
+/// `qemu-img convert` of the raw `src` into `out` in `fmt`, with `-o
+/// opts` unless empty.
+fn convert(src: &Path, fmt: &str, opts: &str, out: &Path) {
+    let mut args = vec!["convert", "-q", "-f", "raw", "-O", fmt];
+    if !opts.is_empty() {
+        args.extend(["-o", opts]);
+    }
+    qemu_img(&[&args[..], &[s(src), s(out)]].concat());
+}
+
 /// A 16 MiB raw disk with data in a few places, none of it zeros.
 fn disk(dir: &Path) -> PathBuf {
     let p = dir.join("src.raw");
@@ -88,6 +103,31 @@ fn same_disk(guest: &Path, raw: &Path) -> bool {
         .success()
 }
 
+/// Asserts that the `count` guests in `out`, made from `image`, read
+/// exactly as `raw`.
+fn guests_read_as(out: &Path, count: usize, raw: &Path, image: &Path) {
+    for g in 0..count {
+        let guest = out.join(format!("guest-{g}.qcow2"));
+        assert!(
+            same_disk(&guest, raw),
+            "{}: guest {g} is not the disk inside",
+            image.display()
+        );
+    }
+}
+
+/// Asserts that each disk entry in `cache` holds its base and its record,
+/// nothing more (no scratch copy of an image).
+fn only_base_and_meta(cache: &Path) {
+    for e in entries(cache) {
+        let names: Vec<_> = fs::read_dir(&e)
+            .unwrap()
+            .map(|x| x.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(names.len(), 2, "{names:?}");
+    }
+}
+
 fn entries(cache: &Path) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = fs::read_dir(cache.join("entries"))
         .unwrap()
@@ -106,28 +146,13 @@ fn compressed_qcow2_images_give_the_disk_inside() {
     let d = Tmp::new();
     let src = disk(d.path());
     let qcow = d.path().join("a.qcow2");
-    qemu_img(&[
-        "convert",
-        "-q",
-        "-f",
-        "raw",
-        "-O",
-        "qcow2",
-        s(&src),
-        s(&qcow),
-    ]);
+    convert(&src, "qcow2", "", &qcow);
     let zq = d.path().join("c.qcow2");
-    qemu_img(&[
-        "convert",
-        "-q",
-        "-c",
-        "-f",
-        "raw",
-        "-O",
-        "qcow2",
+    qemu_img_words(&format!(
+        "convert -q -c -f raw -O qcow2 {} {}",
         s(&src),
-        s(&zq),
-    ]);
+        s(&zq)
+    ));
     let mut images = Vec::new();
     for (prog, args, ext) in [
         ("zstd", &["-q", "-f", "-k"][..], "zst"),
@@ -147,23 +172,10 @@ fn compressed_qcow2_images_give_the_disk_inside() {
         let t = text(&o);
         assert!(o.status.success(), "{}: {t}", img.display());
         assert!(t.contains("qcow2."), "told as compressed qcow2: {t}");
-        for g in 0..2 {
-            let guest = out.join(format!("guest-{g}.qcow2"));
-            assert!(
-                same_disk(&guest, &src),
-                "{}: guest {g} is not the disk inside",
-                img.display()
-            );
-        }
+        guests_read_as(&out, 2, &src, img);
     }
     // Nothing of the decompressed image stays in the cache.
-    for e in entries(&cache) {
-        let names: Vec<_> = fs::read_dir(&e)
-            .unwrap()
-            .map(|x| x.unwrap().file_name().into_string().unwrap())
-            .collect();
-        assert_eq!(names.len(), 2, "{names:?}");
-    }
+    only_base_and_meta(&cache);
     // A corrupt one (its L1 table past its end) is refused naming the
     // image given, not the scratch copy it was decompressed into.
     let bad = d.path().join("bad.qcow2");
@@ -240,11 +252,7 @@ fn foreign_disk_formats_are_converted_or_refused_by_name() {
         ("vpc", "subformat=fixed", "", "raw"),
     ] {
         let img = d.path().join(format!("img-{opts}.{fmt}"));
-        let mut args = vec!["convert", "-q", "-f", "raw", "-O", fmt];
-        if !opts.is_empty() {
-            args.extend(["-o", opts]);
-        }
-        qemu_img(&[&args[..], &[s(&src), s(&img)]].concat());
+        convert(&src, fmt, opts, &img);
         let zst = d.path().join(format!("img-{opts}.{fmt}.zst"));
         run(tools::tool("zstd").args(["-q", "-f", "-o", s(&zst), s(&img)]));
         for (case, kind) in
@@ -255,14 +263,7 @@ fn foreign_disk_formats_are_converted_or_refused_by_name() {
             let t = text(&o);
             assert!(o.status.success(), "{}: {t}", case.display());
             assert!(t.contains(&format!("({kind},")), "{kind}: {t}");
-            for g in 0..2 {
-                let guest = out.join(format!("guest-{g}.qcow2"));
-                assert!(
-                    same_disk(&guest, &src),
-                    "{}: guest {g} is not the disk inside",
-                    case.display()
-                );
-            }
+            guests_read_as(&out, 2, &src, case);
             fs::remove_dir_all(&out).unwrap();
             // No qemu-img: refused by name before the cache is touched,
             // except the fixed VHD, which needs none.
@@ -289,12 +290,8 @@ fn foreign_disk_formats_are_converted_or_refused_by_name() {
     // The private copies qemu-img read are gone; one entry per image,
     // its base sparse: the disk's 3 MiB of data, not its 16 MiB.
     assert_eq!(entries(&cache).len(), 16);
+    only_base_and_meta(&cache);
     for e in entries(&cache) {
-        let names: Vec<_> = fs::read_dir(&e)
-            .unwrap()
-            .map(|x| x.unwrap().file_name().into_string().unwrap())
-            .collect();
-        assert_eq!(names.len(), 2, "{names:?}");
         let used = fs::metadata(e.join("base.raw")).unwrap().blocks() * 512;
         assert!(used <= 6 << 20, "{}: {used} bytes allocated", e.display());
     }
@@ -316,82 +313,31 @@ fn foreign_images_that_reach_outside_are_refused() {
     let src = disk(d.path());
     let cache = d.path().join("cache");
     let vmdk = d.path().join("base.vmdk");
-    qemu_img(&[
-        "convert",
-        "-q",
-        "-f",
-        "raw",
-        "-O",
-        "vmdk",
-        s(&src),
-        s(&vmdk),
-    ]);
+    convert(&src, "vmdk", "", &vmdk);
     let host = d.path().join("host-secret");
     fs::write(&host, vec![0x5au8; 1 << 20]).unwrap();
     let qed = d.path().join("evil.qed");
-    qemu_img(&[
-        "create",
-        "-q",
-        "-f",
-        "qed",
-        "-b",
+    qemu_img_words(&format!(
+        "create -q -f qed -b {} -F raw {} 1M",
         s(&host),
-        "-F",
-        "raw",
-        s(&qed),
-        "1M",
-    ]);
+        s(&qed)
+    ));
     let child = d.path().join("child.vmdk");
-    qemu_img(&[
-        "create",
-        "-q",
-        "-f",
-        "vmdk",
-        "-b",
+    qemu_img_words(&format!(
+        "create -q -f vmdk -b {} -F vmdk {}",
         s(&vmdk),
-        "-F",
-        "vmdk",
-        s(&child),
-    ]);
+        s(&child)
+    ));
     let flat = d.path().join("flat.vmdk");
-    qemu_img(&[
-        "convert",
-        "-q",
-        "-f",
-        "raw",
-        "-O",
-        "vmdk",
-        "-o",
-        "subformat=monolithicFlat",
-        s(&src),
-        s(&flat),
-    ]);
+    convert(&src, "vmdk", "subformat=monolithicFlat", &flat);
     let luks = d.path().join("disk.luks");
-    qemu_img(&[
-        "create",
-        "-q",
-        "--object",
-        "secret,id=s0,data=key",
-        "-f",
-        "luks",
-        "-o",
-        "key-secret=s0",
-        s(&luks),
-        "4M",
-    ]);
+    qemu_img_words(&format!(
+        "create -q --object secret,id=s0,data=key -f luks -o key-secret=s0 \
+         {} 4M",
+        s(&luks)
+    ));
     let vhd = d.path().join("fixed.vhd");
-    qemu_img(&[
-        "convert",
-        "-q",
-        "-f",
-        "raw",
-        "-O",
-        "vpc",
-        "-o",
-        "subformat=fixed",
-        s(&src),
-        s(&vhd),
-    ]);
+    convert(&src, "vpc", "subformat=fixed", &vhd);
     // A footer whose size field is not the data before it.
     let bad_vhd = d.path().join("bad.vhd");
     fs::copy(&vhd, &bad_vhd).unwrap();
@@ -451,7 +397,7 @@ fn qemu_img_converts_as_nobody_from_descriptors() {
     fs::set_permissions(&fake, fs::Permissions::from_mode(0o755)).unwrap();
     let src = disk(d.path());
     let vdi = d.path().join("img.vdi");
-    qemu_img(&["convert", "-q", "-f", "raw", "-O", "vdi", s(&src), s(&vdi)]);
+    convert(&src, "vdi", "", &vdi);
     let cache = d.path().join("cache");
     let out = d.path().join("out");
     let o = provision(&vdi, &out, &cache, &["--qemu-img", s(&fake)]);
