@@ -994,9 +994,9 @@ fn qcow2_images(
 /// interleaved; each zinstall base checked against the image with
 /// `qemu-img compare` once. zinstall's time without its flush is its
 /// wall time less the flush it logs in the cache's `builds.log` (the
-/// immutable flag, which on ext4 writes the file back, the syncfs and
-/// the directory's fsync; a build before that logs the syncfs alone), from
-/// the same run.
+/// syncfs of the data, the immutable flag, the syncfs of the record and
+/// the directory's fsync; older builds log less of it), from the same
+/// run.
 fn qcow2_bench(z: &Path, q: &Qcow2Bench, scratch: &Path) -> Result<(), String> {
     fs::create_dir_all(scratch).map_err(|e| e.to_string())?;
     let images = qcow2_images(q, scratch)?;

@@ -893,11 +893,17 @@ impl Cache {
             entry.dir = self.entries_dir().join(entry.name());
             let payload = scratch.join(kind.payload());
             restrict_like(scratch, &payload, kind, source_md)?;
-            // Timed with the flush: on ext4, setting the immutable flag
-            // first writes the file's dirty pages back and waits.
-            let protecting = Instant::now();
+            // The data on disk first, in one flush of the cache's
+            // filesystem: ext4 writes a dirty file back and waits when
+            // the immutable flag is set on it, one file at a time, which
+            // made a tree of 10,000 files take 0.8 s to protect instead
+            // of 0.1 s to flush and 0.13 s to protect once clean.
+            let dir = File::open(scratch)
+                .map_err(|e| Error::io(Op::Open, scratch, e))?;
+            let flushing = Instant::now();
+            sync_fs(&dir).map_err(|e| Error::io(Op::Sync, scratch, e))?;
             let immutable = protect(&payload, kind)?;
-            let mut flush = protecting.elapsed();
+            let mut flush = flushing.elapsed();
             let stamp = stamp(&payload, kind)?;
             let created = now_secs();
             let source =
@@ -919,10 +925,8 @@ impl Cache {
             })?;
             fs::write(&meta_path, json)
                 .map_err(|e| Error::io(Op::Record, &meta_path, e))?;
-            // One flush of the cache filesystem, so that what the rename
-            // publishes is on disk.
-            let dir = File::open(scratch)
-                .map_err(|e| Error::io(Op::Open, scratch, e))?;
+            // Then the flags, times and record, so that what the rename
+            // publishes is on disk as stamped.
             let synced = Instant::now();
             sync_fs(&dir).map_err(|e| Error::io(Op::Sync, scratch, e))?;
             flush += synced.elapsed();
@@ -934,7 +938,7 @@ impl Cache {
             // The build and its flush apart: writing a large base back to
             // disk can take as long as making it, and benchmarks compare
             // each with its like. The flush is all the waiting for the
-            // disk: the immutable flag's writeback, the syncfs and the
+            // disk: the two syncfs, the immutable flag and the
             // directory's fsync.
             let line = format!(
                 "{created} {} {} {} {} {}\n",
