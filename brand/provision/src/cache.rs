@@ -1780,28 +1780,65 @@ fn stamp(payload: &Path, kind: EntryKind) -> Result<String> {
             Ok(format!("raw:{}", one(&md)))
         }
         EntryKind::Tree | EntryKind::Layer => {
+            // Every entry with its path relative to the payload, in walkdir's
+            // order (the order stamps were first recorded in): the payload,
+            // then depth first, each directory's entries sorted by name.
+            // Each is stat'ed relative to its directory's descriptor
+            // (std's DirEntry::metadata), not by a path walked from the
+            // top.
+            use std::os::unix::ffi::OsStrExt;
             let mut h = Sha256::new();
-            for e in walkdir::WalkDir::new(payload)
-                .follow_links(false)
-                .sort_by_file_name()
-            {
-                let e = e.map_err(|e| {
-                    let p = e.path().unwrap_or(payload).to_path_buf();
-                    Error::io(Op::ReadDir, p, io::Error::from(e))
-                })?;
-                let md = e.metadata().map_err(|err| {
-                    Error::io(Op::Stat, e.path(), io::Error::from(err))
-                })?;
-                let rel = e.path().strip_prefix(payload).unwrap_or(e.path());
-                use std::os::unix::ffi::OsStrExt;
+            let mut add = |rel: &Path, md: &fs::Metadata| {
                 h.update(rel.as_os_str().as_bytes());
                 h.update([0]);
-                h.update(one(&md).as_bytes());
+                h.update(one(md).as_bytes());
                 h.update([b'\n']);
+            };
+            let top = fs::symlink_metadata(payload)
+                .map_err(|e| Error::io(Op::Stat, payload, e))?;
+            add(Path::new(""), &top);
+            let mut stack = Vec::new();
+            if top.is_dir() {
+                stack.push((PathBuf::new(), sorted_entries(payload)?));
+            }
+            loop {
+                let next = match stack.last_mut() {
+                    None => break,
+                    Some((dir, entries)) => {
+                        entries.next().map(|(name, md)| (dir.join(name), md))
+                    }
+                };
+                let Some((rel, md)) = next else {
+                    stack.pop();
+                    continue;
+                };
+                add(&rel, &md);
+                if md.is_dir() {
+                    let entries = sorted_entries(&payload.join(&rel))?;
+                    stack.push((rel, entries));
+                }
             }
             Ok(format!("tree:{}", hex(&h.finalize())))
         }
     }
+}
+
+/// The entries of the directory `dir` with their metadata (not following
+/// symlinks), sorted by name.
+fn sorted_entries(
+    dir: &Path,
+) -> Result<std::vec::IntoIter<(std::ffi::OsString, fs::Metadata)>> {
+    let read = |e| Error::io(Op::ReadDir, dir, e);
+    let mut v = Vec::new();
+    for e in fs::read_dir(dir).map_err(read)? {
+        let e = e.map_err(read)?;
+        let md = e
+            .metadata()
+            .map_err(|err| Error::io(Op::Stat, e.path(), err))?;
+        v.push((e.file_name(), md));
+    }
+    v.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(v.into_iter())
 }
 
 /// Removes a tree (an entry being collected, or scratch) after clearing
@@ -1937,4 +1974,76 @@ fn disk_usage(path: &Path) -> Result<u64> {
         total += md.blocks() * 512;
     }
     Ok(total)
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    /// A tree stamp as entries built before were stamped: walkdir's order
+    /// and paths. Stamps recorded then must still match.
+    fn walkdir_stamp(payload: &Path) -> String {
+        use std::os::unix::ffi::OsStrExt;
+        let mut h = Sha256::new();
+        for e in walkdir::WalkDir::new(payload)
+            .follow_links(false)
+            .sort_by_file_name()
+        {
+            let e = e.unwrap();
+            let md = e.metadata().unwrap();
+            let rel = e.path().strip_prefix(payload).unwrap();
+            h.update(rel.as_os_str().as_bytes());
+            h.update([0]);
+            h.update(stamp_of_one(&md).as_bytes());
+            h.update([b'\n']);
+        }
+        format!("tree:{}", hex(&h.finalize()))
+    }
+
+    /// One entry's fields, as they have always been written.
+    fn stamp_of_one(md: &fs::Metadata) -> String {
+        format!(
+            "{}:{}:{}.{:09}:{}.{:09}:{:o}:{}:{}",
+            md.ino(),
+            md.size(),
+            md.mtime(),
+            md.mtime_nsec(),
+            md.ctime(),
+            md.ctime_nsec(),
+            md.mode(),
+            md.uid(),
+            md.gid()
+        )
+    }
+
+    #[test]
+    fn tree_stamps_are_those_recorded_before() {
+        let d = tempfile::tempdir().unwrap();
+        let t = d.path().join("tree");
+        // Names whose byte order differs from other orders (case,
+        // punctuation, non-UTF-8), nested directories, an empty one,
+        // symlinks to a directory and to nothing, a hard link.
+        for dir in ["a/b/c", "a/B", "a.b", "a-b/x", "Z", "empty"] {
+            fs::create_dir_all(t.join(dir)).unwrap();
+        }
+        for (i, f) in
+            ["a/b/c/f", "a/B/g", "a.b/h", "a-b/x/i", "Z/j", "k", "a/b/l"]
+                .iter()
+                .enumerate()
+        {
+            fs::write(t.join(f), vec![b'x'; i * 100]).unwrap();
+        }
+        use std::os::unix::ffi::OsStrExt;
+        let odd = std::ffi::OsStr::from_bytes(b"\xff\xfe-odd");
+        fs::write(t.join("a").join(odd), b"odd").unwrap();
+        std::os::unix::fs::symlink("a/b", t.join("link-dir")).unwrap();
+        std::os::unix::fs::symlink("nowhere", t.join("a/dangling")).unwrap();
+        fs::hard_link(t.join("k"), t.join("a/b/k2")).unwrap();
+        let now = stamp(&t, EntryKind::Tree).unwrap();
+        assert_eq!(now, walkdir_stamp(&t));
+        // And it changes with any entry.
+        fs::write(t.join("a/b/c/f"), b"edited").unwrap();
+        assert_ne!(stamp(&t, EntryKind::Tree).unwrap(), now);
+        assert_eq!(stamp(&t, EntryKind::Tree).unwrap(), walkdir_stamp(&t));
+    }
 }
