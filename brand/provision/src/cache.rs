@@ -1759,25 +1759,11 @@ fn protect(payload: &Path, kind: EntryKind) -> Result<bool> {
 /// The payload's stamp: inode, size, mtime and ctime (ns); for a tree, a
 /// digest of those of every entry with its relative path.
 fn stamp(payload: &Path, kind: EntryKind) -> Result<String> {
-    let one = |md: &fs::Metadata| {
-        format!(
-            "{}:{}:{}.{:09}:{}.{:09}:{:o}:{}:{}",
-            md.ino(),
-            md.size(),
-            md.mtime(),
-            md.mtime_nsec(),
-            md.ctime(),
-            md.ctime_nsec(),
-            md.mode(),
-            md.uid(),
-            md.gid()
-        )
-    };
     match kind {
         EntryKind::Raw => {
             let md = fs::symlink_metadata(payload)
                 .map_err(|e| Error::io(Op::Stat, payload, e))?;
-            Ok(format!("raw:{}", one(&md)))
+            Ok(format!("raw:{}", stamp_fields(&md)))
         }
         EntryKind::Tree | EntryKind::Layer => {
             // Every entry with its path relative to the payload, in walkdir's
@@ -1791,7 +1777,7 @@ fn stamp(payload: &Path, kind: EntryKind) -> Result<String> {
             let mut add = |rel: &Path, md: &fs::Metadata| {
                 h.update(rel.as_os_str().as_bytes());
                 h.update([0]);
-                h.update(one(md).as_bytes());
+                h.update(stamp_fields(md).as_bytes());
                 h.update([b'\n']);
             };
             let top = fs::symlink_metadata(payload)
@@ -1821,6 +1807,23 @@ fn stamp(payload: &Path, kind: EntryKind) -> Result<String> {
             Ok(format!("tree:{}", hex(&h.finalize())))
         }
     }
+}
+
+/// What a stamp records of one file: inode, size, mtime and ctime (ns),
+/// mode, owner and group.
+fn stamp_fields(md: &fs::Metadata) -> String {
+    format!(
+        "{}:{}:{}.{:09}:{}.{:09}:{:o}:{}:{}",
+        md.ino(),
+        md.size(),
+        md.mtime(),
+        md.mtime_nsec(),
+        md.ctime(),
+        md.ctime_nsec(),
+        md.mode(),
+        md.uid(),
+        md.gid()
+    )
 }
 
 /// The entries of the directory `dir` with their metadata (not following
@@ -1994,26 +1997,10 @@ mod test {
             let rel = e.path().strip_prefix(payload).unwrap();
             h.update(rel.as_os_str().as_bytes());
             h.update([0]);
-            h.update(stamp_of_one(&md).as_bytes());
+            h.update(stamp_fields(&md).as_bytes());
             h.update([b'\n']);
         }
         format!("tree:{}", hex(&h.finalize()))
-    }
-
-    /// One entry's fields, as they have always been written.
-    fn stamp_of_one(md: &fs::Metadata) -> String {
-        format!(
-            "{}:{}:{}.{:09}:{}.{:09}:{:o}:{}:{}",
-            md.ino(),
-            md.size(),
-            md.mtime(),
-            md.mtime_nsec(),
-            md.ctime(),
-            md.ctime_nsec(),
-            md.mode(),
-            md.uid(),
-            md.gid()
-        )
     }
 
     #[test]
