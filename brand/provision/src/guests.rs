@@ -579,19 +579,14 @@ fn build(
             // Decompressed once beside the payload (the scratch directory,
             // removed with it on failure), read natively, then dropped.
             let inner = payload.with_file_name("image.qcow2");
-            let out = File::create_new(&inner)
-                .map_err(|e| Error::io(Op::Create, &inner, e))?;
-            let mut stream = decompress(reader, c)
-                .map_err(|e| Error::io(Op::Read, image, e))?;
-            decompress_into(
+            scratch_copy(
                 image,
-                &mut stream,
-                &out,
+                reader,
+                c,
                 &inner,
                 opts.max_archive_bytes,
                 opts,
             )?;
-            drop(out);
             // Its problems are the image's: the scratch copy is gone.
             let r = convert_qcow2(&inner, payload, opts).map_err(|e| match e {
                 ProvisionError::Qcow2(mut q) if q.path == inner => {
@@ -609,16 +604,11 @@ fn build(
             // of the host's (see crate::qemu_img).
             let qemu_img = converter(opts, image, kind)?;
             let copy = payload.with_file_name("image.foreign");
-            let out = File::create_new(&copy)
-                .map_err(|e| Error::io(Op::Create, &copy, e))?;
-            let mut stream = decompress(reader, c)
-                .map_err(|e| Error::io(Op::Read, image, e))?;
             let limit = match c {
                 Compression::None => u64::MAX,
                 _ => opts.max_archive_bytes,
             };
-            decompress_into(image, &mut stream, &out, &copy, limit, opts)?;
-            drop(out);
+            scratch_copy(image, reader, c, &copy, limit, opts)?;
             let r =
                 crate::qemu_img::convert_to_raw(&crate::qemu_img::Conversion {
                     qemu_img: &qemu_img,
@@ -776,6 +766,24 @@ fn convert_qcow2(
     };
     qcow2::convert_to_raw(&img, &out, &co, &|_| {})?;
     Ok(())
+}
+
+/// Writes the image read through `reader`, decompressed (`c`), sparsely
+/// into the new file `dst` beside the payload (in the scratch directory,
+/// removed with it on failure), refusing more than `limit` bytes.
+fn scratch_copy(
+    image: &Path,
+    reader: &mut HashingReader,
+    c: Compression,
+    dst: &Path,
+    limit: u64,
+    opts: &ProvisionOptions,
+) -> Result<(), ProvisionError> {
+    let out =
+        File::create_new(dst).map_err(|e| Error::io(Op::Create, dst, e))?;
+    let mut stream =
+        decompress(reader, c).map_err(|e| Error::io(Op::Read, image, e))?;
+    decompress_into(image, &mut stream, &out, dst, limit, opts)
 }
 
 /// Writes a decompressed stream sparsely into `out`, refusing more than
