@@ -539,9 +539,15 @@ fn run_job(
     {
         return gone(d, &job);
     }
+    // A client that goes away is noticed within a tick, so that its job
+    // is cancelled before it has done much more; progress goes out at a
+    // slower pace.
+    const TICK: Duration = Duration::from_millis(25);
+    const PROGRESS_EVERY: Duration = Duration::from_millis(250);
     let mut last = None;
+    let mut progress_sent = Instant::now();
     loop {
-        let (events, end) = job.wait(Duration::from_millis(250));
+        let (events, end) = job.wait(TICK);
         for message in events {
             if send(
                 out,
@@ -572,18 +578,24 @@ fn run_job(
             };
             return send(out, &reply).is_ok();
         }
+        if sys::hung_up(out) {
+            return gone(d, &job);
+        }
+        if progress_sent.elapsed() < PROGRESS_EVERY {
+            continue;
+        }
+        progress_sent = Instant::now();
         let progress = job.progress(last);
-        last = Some((Instant::now(), progress.bytes));
-        if sys::hung_up(out)
-            || send(
-                out,
-                &Reply::Progress {
-                    v: VERSION,
-                    job: job.id,
-                    progress,
-                },
-            )
-            .is_err()
+        last = Some((progress_sent, progress.bytes));
+        if send(
+            out,
+            &Reply::Progress {
+                v: VERSION,
+                job: job.id,
+                progress,
+            },
+        )
+        .is_err()
         {
             return gone(d, &job);
         }
