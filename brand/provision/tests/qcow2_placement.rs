@@ -26,12 +26,6 @@ use zinstall_provision::{Qcow2Build, build_qcow2_entry};
 use loopfs::{Kind, LoopFs};
 use tmp::Tmp;
 
-/// For the loop mounts.
-fn is_root() -> bool {
-    // SAFETY: geteuid cannot fail.
-    unsafe { libc::geteuid() == 0 }
-}
-
 fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
@@ -131,19 +125,13 @@ fn free_bytes(p: &Path) -> u64 {
     v.f_bfree as u64 * v.f_frsize as u64
 }
 
-fn mount(kind: Kind, test: &str) -> Option<LoopFs> {
-    match LoopFs::new(kind, 2 << 30) {
-        Ok(fs) => Some(fs),
-        Err(why) => {
-            eprintln!("skipped: {test}: {why}");
-            None
-        }
-    }
+fn mount(kind: Kind) -> Option<LoopFs> {
+    LoopFs::require(kind, 2 << 30)
 }
 
 #[test]
 fn qcow2_base_shares_extents_with_the_image_on_xfs() {
-    let Some(fs) = mount(Kind::Xfs, "qcow2_base_shares_extents_on_xfs") else {
+    let Some(fs) = mount(Kind::Xfs) else {
         return;
     };
     let img = image(fs.path(), false);
@@ -172,8 +160,7 @@ fn qcow2_base_shares_extents_with_the_image_on_xfs() {
 
 #[test]
 fn qcow2_base_is_copied_in_the_kernel_on_ext4() {
-    let Some(fs) = mount(Kind::Ext4, "qcow2_base_is_copied_in_the_kernel")
-    else {
+    let Some(fs) = mount(Kind::Ext4) else {
         return;
     };
     let img = image(fs.path(), true);
@@ -189,7 +176,7 @@ fn qcow2_base_is_copied_in_the_kernel_on_ext4() {
 /// buffers that were read, and is the same.
 #[test]
 fn qcow2_base_on_another_filesystem_is_written_from_user_space() {
-    let Some(fs) = mount(Kind::Xfs, "qcow2_base_on_another_filesystem") else {
+    let Some(fs) = mount(Kind::Xfs) else {
         return;
     };
     let d = Tmp::new();

@@ -1,28 +1,4 @@
-//! A temporary directory that is removed even with immutable files in it:
-//! as root the image cache makes its entries immutable (`chattr +i`), so
-//! `chattr -R -i` runs first.
+//! A temporary directory removed even with immutable files in it: see
+//! `zinstall_testkit::Tmp`.
 
-#![allow(dead_code)]
-
-pub struct Tmp(tempfile::TempDir);
-
-impl Tmp {
-    pub fn new() -> Tmp {
-        Tmp(tempfile::tempdir().unwrap())
-    }
-
-    pub fn path(&self) -> &std::path::Path {
-        self.0.path()
-    }
-}
-
-impl Drop for Tmp {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("chattr")
-            .arg("-R")
-            .arg("-i")
-            .arg(self.0.path())
-            .stderr(std::process::Stdio::null())
-            .status();
-    }
-}
+pub use zinstall_testkit::Tmp;

@@ -1,0 +1,87 @@
+//! Test support shared by every crate of the workspace.
+//!
+//! A test either runs or fails. A prerequisite the machine lacks (root, a
+//! loop device, a filesystem type) is, under `CI=true`, a failure that
+//! names it; elsewhere the test is skipped with a line written straight to
+//! the terminal's stderr (libtest does not capture it), so a developer sees
+//! what did not run. A missing external program is always a failure that
+//! names the Debian package to install: `bash .ci/test` installs them all.
+//!
+//! ```ignore
+//! #[test]
+//! fn owners_are_kept() {
+//!     if !zinstall_testkit::require_root() {
+//!         return;
+//!     }
+//!     let tar = zinstall_testkit::tool("tar");
+//!     // ...
+//! }
+//! ```
+
+#![deny(missing_docs)]
+
+pub mod loopfs;
+mod tmp;
+mod tools;
+
+pub use loopfs::{Kind, LoopFs, shares_extents};
+pub use tmp::Tmp;
+pub use tools::{have, package, tool};
+
+use std::io::Write;
+
+/// True if the tests run as root.
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// True under continuous integration (`CI` set to anything but empty,
+/// `0` or `false`), where every prerequisite must be there.
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| {
+        !v.is_empty() && v != "0" && !v.eq_ignore_ascii_case("false")
+    })
+}
+
+/// The running test's name, as libtest names its thread.
+fn test_name() -> String {
+    std::thread::current()
+        .name()
+        .unwrap_or("(unnamed test)")
+        .to_string()
+}
+
+/// Reports a prerequisite this machine lacks: a panic naming it under CI
+/// (the test fails), else a visible skip line. Returns false so a test can
+/// write `if !unmet_or_skip(..) { return; }`-style checks through the
+/// `require_*` helpers.
+#[track_caller]
+pub fn unmet(what: &str) -> bool {
+    let test = test_name();
+    if in_ci() {
+        panic!("{test}: prerequisite missing under CI=true: {what}");
+    }
+    // Straight to the process's stderr: libtest captures only the print
+    // macros, and a skip must be seen.
+    let _ = writeln!(
+        std::io::stderr(),
+        "SKIPPED {test}: {what} (under CI=true this fails)"
+    );
+    false
+}
+
+/// True if the test runs as root; otherwise see [`unmet`].
+#[must_use]
+#[track_caller]
+pub fn require_root() -> bool {
+    is_root()
+        || unmet("root (run the tests as root, as `bash .ci/test` in CI does)")
+}
+
+/// True if `cond` holds; otherwise `what` is reported as [`unmet`].
+#[must_use]
+#[track_caller]
+pub fn require(cond: bool, what: &str) -> bool {
+    cond || unmet(what)
+}

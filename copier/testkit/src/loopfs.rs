@@ -1,0 +1,165 @@
+//! Loop-mounted filesystems for tests that need a particular one (reflink
+//! on XFS and btrfs, a small filesystem to fill).
+
+use std::fs::File;
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The filesystem to make.
+#[derive(Clone, Copy, Debug)]
+pub enum Kind {
+    /// XFS with reflink.
+    Xfs,
+    /// btrfs.
+    Btrfs,
+    /// ext4.
+    Ext4,
+}
+
+/// A filesystem on a loop device, unmounted and removed on drop.
+pub struct LoopFs {
+    dir: tempfile::TempDir,
+    mnt: PathBuf,
+}
+
+impl LoopFs {
+    /// Makes and mounts one for the running test. Without root (or without
+    /// loop devices) that is [`crate::unmet`]: `None` outside CI, a failure
+    /// under it. A missing `mkfs` fails naming its package; a `mkfs` or
+    /// `mount` that fails is a failure too, never a skip.
+    #[track_caller]
+    pub fn require(kind: Kind, size: u64) -> Option<LoopFs> {
+        if !crate::require_root() {
+            return None;
+        }
+        if !Path::new("/dev/loop-control").exists()
+            && !crate::unmet("loop devices (/dev/loop-control is missing)")
+        {
+            return None;
+        }
+        Some(
+            LoopFs::new(kind, size)
+                .unwrap_or_else(|e| panic!("loop-mounted {kind:?}: {e}")),
+        )
+    }
+
+    /// Makes and mounts one, or says why it cannot (not root, a tool that
+    /// failed).
+    pub fn new(kind: Kind, size: u64) -> Result<LoopFs, String> {
+        if !crate::is_root() {
+            return Err("needs root to mount".into());
+        }
+        let (mkfs, args): (&str, &[&str]) = match kind {
+            Kind::Xfs => ("mkfs.xfs", &["-q", "-m", "reflink=1"]),
+            Kind::Btrfs => ("mkfs.btrfs", &["-q"]),
+            Kind::Ext4 => ("mkfs.ext4", &["-q"]),
+        };
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let img = dir.path().join("fs.img");
+        File::create(&img)
+            .and_then(|f| f.set_len(size))
+            .map_err(|e| format!("{}: {e}", img.display()))?;
+        let out = crate::tool(mkfs)
+            .args(args)
+            .arg(&img)
+            .output()
+            .map_err(|e| format!("{mkfs}: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "{mkfs}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        let mnt = dir.path().join("mnt");
+        std::fs::create_dir(&mnt).map_err(|e| e.to_string())?;
+        let out = Command::new("mount")
+            .args(["-o", "loop"])
+            .arg(&img)
+            .arg(&mnt)
+            .output()
+            .map_err(|e| format!("mount: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "mount: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        Ok(LoopFs { dir, mnt })
+    }
+
+    /// Where it is mounted.
+    pub fn path(&self) -> &Path {
+        &self.mnt
+    }
+}
+
+impl Drop for LoopFs {
+    fn drop(&mut self) {
+        let ok = Command::new("umount")
+            .arg(&self.mnt)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            let _ = Command::new("umount").arg("-l").arg(&self.mnt).status();
+        }
+        let _ = self.dir.path();
+    }
+}
+
+/// `struct fiemap` with room for a few extents.
+#[repr(C)]
+struct Fiemap {
+    start: u64,
+    length: u64,
+    flags: u32,
+    mapped_extents: u32,
+    extent_count: u32,
+    reserved: u32,
+    extents: [FiemapExtent; 32],
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct FiemapExtent {
+    logical: u64,
+    physical: u64,
+    length: u64,
+    reserved64: [u64; 2],
+    flags: u32,
+    reserved: [u32; 3],
+}
+
+/// `_IOWR('f', 11, struct fiemap)`.
+const FS_IOC_FIEMAP: libc::c_ulong = 0xC020_660B;
+const FIEMAP_FLAG_SYNC: u32 = 1;
+const FIEMAP_EXTENT_SHARED: u32 = 0x2000;
+
+/// True if every extent of `path` is shared with another file (a
+/// reflink), as FIEMAP reports it.
+pub fn shares_extents(path: &Path) -> bool {
+    let f = File::open(path).unwrap();
+    let mut m = Fiemap {
+        start: 0,
+        length: u64::MAX,
+        flags: FIEMAP_FLAG_SYNC,
+        mapped_extents: 0,
+        extent_count: 32,
+        reserved: 0,
+        extents: [FiemapExtent::default(); 32],
+    };
+    // SAFETY: m is a properly sized fiemap with 32 extent slots.
+    let rc = unsafe { libc::ioctl(f.as_raw_fd(), FS_IOC_FIEMAP as _, &mut m) };
+    assert_eq!(
+        rc,
+        0,
+        "FIEMAP {}: {}",
+        path.display(),
+        std::io::Error::last_os_error()
+    );
+    let n = m.mapped_extents as usize;
+    n > 0
+        && m.extents[..n.min(32)]
+            .iter()
+            .all(|e| e.flags & FIEMAP_EXTENT_SHARED != 0)
+}

@@ -1,0 +1,58 @@
+//! External programs the tests drive, and the Debian package of each: a
+//! test that needs one that is missing fails saying what to install
+//! (`bash .ci/test` installs them all when run as root).
+
+use std::path::Path;
+use std::process::Command;
+
+/// The Debian package that ships `program`.
+pub fn package(program: &str) -> &'static str {
+    match program {
+        "getcap" | "setcap" => "libcap2-bin",
+        "getfacl" | "setfacl" => "acl",
+        "getfattr" | "setfattr" => "attr",
+        "mkfs.xfs" => "xfsprogs",
+        "mkfs.btrfs" => "btrfs-progs",
+        "mkfs.ext4" => "e2fsprogs",
+        "qemu-img" | "qemu-io" => "qemu-utils",
+        "readelf" => "binutils",
+        "zstd" | "pzstd" => "zstd",
+        "xz" => "xz-utils",
+        "bsdtar" => "libarchive-tools",
+        "bpftrace" => "bpftrace",
+        "setpriv" | "mount" | "umount" | "losetup" => "util-linux",
+        "tar" => "tar",
+        "gzip" => "gzip",
+        "mandoc" => "mandoc",
+        "make" => "make",
+        "ssh-keygen" => "openssh-client",
+        "umoci" => "umoci",
+        "skopeo" => "skopeo",
+        "docker-registry" => "docker-registry",
+        _ => "coreutils",
+    }
+}
+
+/// True if `program` is on PATH.
+pub fn have(program: &str) -> bool {
+    std::env::var_os("PATH").is_some_and(|paths| {
+        std::env::split_paths(&paths).any(|d| is_executable(&d.join(program)))
+    })
+}
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p)
+        .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// A command for `program`; panics naming its package if it is missing.
+pub fn tool(program: &str) -> Command {
+    assert!(
+        have(program),
+        "{program} is not installed: apt-get install {} (or run `bash .ci/test` as root, \
+         which installs every tool the tests use)",
+        package(program)
+    );
+    Command::new(program)
+}
