@@ -52,6 +52,7 @@ fn copy(
 ) -> Result<Value, WireError> {
     job.set_phase("copy");
     let mut plan = Plan::new(&a.src, &a.dst)
+        .on_error(copier::OnError::KeepGoing)
         .tunables(d.tunables())
         .pool(d.pool().clone())
         .cancel(job.cancel.clone())

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Args;
-use copier::{Action, Plan, Rule, RuleSet};
+use copier::{Action, OnError, Plan, Rule, RuleSet};
 use serde_json::json;
 
 use crate::output::{self, Bar};
@@ -90,6 +90,7 @@ pub fn run(args: &CopyArgs) -> ExitCode {
         if args.dry_run { "walking" } else { "copying" },
     );
     let mut plan = Plan::new(&args.src, &args.dst)
+        .on_error(OnError::KeepGoing)
         .dry_run(args.dry_run)
         .tunables(tunables)
         .merge(args.merge)
@@ -153,6 +154,18 @@ pub fn run(args: &CopyArgs) -> ExitCode {
     if let Some(f) = failed {
         if !args.json {
             output::failure(f);
+            // Going on past errors, what was copied is worth a line.
+            if !args.quiet && report.stats.entries() > 0 {
+                let n = f.errors.len() as u64 + f.more_errors;
+                output::out(format_args!(
+                    "{} {} -> {} with errors: {}; {} (above)",
+                    if args.dry_run { "would copy" } else { "copied" },
+                    output::show(&args.src),
+                    output::show(&args.dst),
+                    report.stats,
+                    output::count(n, "error", "errors"),
+                ));
+            }
         }
         return ExitCode::from(1);
     }

@@ -157,13 +157,13 @@ impl<'s, 'p> Walker<'s, 'p> {
                 None => break,
                 Some(Ok(e)) => e,
                 Some(Err(e)) => {
-                    let path = e.path().unwrap_or(&plan.src).to_path_buf();
-                    self.shared.fail(Error::io(
+                    // walkdir goes on past a directory it cannot read.
+                    self.shared.entry_failed(Error::walk(
                         Op::ReadDir,
-                        path,
-                        io::Error::from(e),
+                        &plan.src,
+                        e,
                     ));
-                    break;
+                    continue;
                 }
             };
             let depth = entry.depth();
@@ -180,8 +180,13 @@ impl<'s, 'p> Walker<'s, 'p> {
             }
             if ft.is_dir() {
                 if let Err(e) = self.enter_dir(&entry, dst, depth) {
-                    self.shared.fail(e);
-                    break;
+                    if depth == 0 {
+                        self.shared.fail(e);
+                        break;
+                    }
+                    // Without its copy, nothing inside can be written.
+                    self.shared.entry_failed(e);
+                    it.skip_current_dir();
                 }
                 continue;
             }
@@ -202,8 +207,8 @@ impl<'s, 'p> Walker<'s, 'p> {
             let leaf = match super::worker::leaf_name(entry.file_name()) {
                 Ok(l) => l,
                 Err(e) => {
-                    self.shared.fail(e);
-                    break;
+                    self.shared.entry_failed(e);
+                    continue;
                 }
             };
             parent.hold();
@@ -240,9 +245,9 @@ impl<'s, 'p> Walker<'s, 'p> {
         // lstat now, before walkdir reads the directory and bumps its
         // access time.
         self.trace.enter(ThreadState::Mkdir);
-        let md = entry.metadata().map_err(|e| {
-            Error::io(Op::Stat, entry.path(), io::Error::from(e))
-        })?;
+        let md = entry
+            .metadata()
+            .map_err(|e| Error::walk(Op::Stat, entry.path(), e))?;
         if !md.is_dir() {
             return Err(Error::refused(entry.path(), Refusal::ChangedType));
         }

@@ -1,0 +1,169 @@
+//! `zinstall copy` as users of cp, rsync and tar expect it: going on past
+//! what cannot be read, saying where other filesystems are mounted, and
+//! excluding by name at any depth; `install` strict where copy is not.
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::{Command, Output};
+
+use zinstall_testkit::Tmp;
+
+const NOBODY: u32 = 65534;
+
+/// `zinstall` run as nobody (by root, through setpriv).
+fn zinstall_as_nobody() -> Command {
+    let mut c = zinstall_testkit::tool("setpriv");
+    c.args([
+        &format!("--reuid={NOBODY}"),
+        &format!("--regid={NOBODY}"),
+        "--clear-groups",
+        "--",
+    ])
+    .arg(env!("CARGO_BIN_EXE_zinstall"))
+    .env("ZINSTALL_DEFAULTS", "/dev/null");
+    c
+}
+
+fn text(o: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+fn write(path: &Path, data: &str, mode: u32) {
+    fs::create_dir_all(path.parent().unwrap()).unwrap();
+    fs::write(path, data).unwrap();
+    fs::set_permissions(path, fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// A scratch directory nobody can enter, with `out/` nobody owns.
+fn scratch() -> Tmp {
+    let d = Tmp::new();
+    fs::set_permissions(d.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let out = d.path().join("out");
+    fs::create_dir(&out).unwrap();
+    std::os::unix::fs::chown(&out, Some(NOBODY), Some(NOBODY)).unwrap();
+    d
+}
+
+/// Two files nobody cannot read, in two directories, beside readable
+/// ones.
+fn partly_readable(src: &Path) {
+    write(&src.join("etc/motd"), "hello\n", 0o644);
+    write(&src.join("etc/shadow"), "root:*:\n", 0o600);
+    write(&src.join("var/lib/state"), "ok\n", 0o644);
+    write(&src.join("var/lib/private.key"), "key\n", 0o600);
+    write(&src.join("usr/bin/tool"), "#!/bin/sh\n", 0o755);
+}
+
+#[test]
+fn copy_goes_on_past_unreadable_files_and_names_each() {
+    if !zinstall_testkit::require_root() {
+        return;
+    }
+    let d = scratch();
+    let src = d.path().join("src");
+    partly_readable(&src);
+    let dst = d.path().join("out/copy");
+    let o = zinstall_as_nobody()
+        .arg("copy")
+        .arg(&src)
+        .arg(&dst)
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}{err}");
+    for f in ["etc/shadow", "var/lib/private.key"] {
+        let line = format!(
+            "zinstall: error: open {}: Permission denied (os error 13)",
+            src.join(f).display()
+        );
+        assert!(err.lines().any(|l| l == line), "{line} in:\n{err}");
+    }
+    for (f, data) in [
+        ("etc/motd", "hello\n"),
+        ("var/lib/state", "ok\n"),
+        ("usr/bin/tool", "#!/bin/sh\n"),
+    ] {
+        assert_eq!(fs::read_to_string(dst.join(f)).unwrap(), data, "{f}");
+    }
+    assert!(
+        out.contains("3 files, 6 dirs") && out.contains("; 2 errors (above)"),
+        "{out}"
+    );
+
+    // --json: the same errors, each with its path and operation.
+    let o = zinstall_as_nobody()
+        .args(["copy", "--json"])
+        .arg(&src)
+        .arg(d.path().join("out/json"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["ok"], false);
+    assert_eq!(v["stats"]["files"], 3);
+    let mut failed: Vec<(String, String)> = v["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["op"].as_str().unwrap().into(),
+                e["path"].as_str().unwrap().into(),
+            )
+        })
+        .collect();
+    failed.sort();
+    let path = |f: &str| src.join(f).to_string_lossy().into_owned();
+    assert_eq!(
+        failed,
+        [
+            ("open".into(), path("etc/shadow")),
+            ("open".into(), path("var/lib/private.key"))
+        ]
+    );
+}
+
+#[test]
+fn install_stops_at_its_first_error_and_says_why() {
+    if !zinstall_testkit::require_root() {
+        return;
+    }
+    let d = scratch();
+    let src = d.path().join("src");
+    partly_readable(&src);
+    let profile = d.path().join("profile.toml");
+    fs::write(
+        &profile,
+        format!(
+            "source_root = {:?}\ntrees = [\"etc\", \"var\", \"usr\"]\n\
+             log = {:?}\n",
+            src,
+            d.path().join("out/install.log")
+        ),
+    )
+    .unwrap();
+    let zonepath = d.path().join("out/z");
+    let o = zinstall_as_nobody()
+        .args(["install", "--profile"])
+        .arg(&profile)
+        .arg("--zonepath")
+        .arg(&zonepath)
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}{err}");
+    assert!(
+        err.contains("Permission denied")
+            && err.contains(
+                "an install stops at its first error, since a root with \
+                 holes is not a root"
+            )
+            && err.contains("the partial root was removed"),
+        "{err}"
+    );
+    assert!(!zonepath.join("root").exists());
+}
