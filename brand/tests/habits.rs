@@ -11,6 +11,13 @@ use zinstall_testkit::Tmp;
 
 const NOBODY: u32 = 65534;
 
+/// `zinstall` with no defaults file of the machine's.
+fn zinstall() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_zinstall"));
+    c.env("ZINSTALL_DEFAULTS", "/dev/null");
+    c
+}
+
 /// `zinstall` run as nobody (by root, through setpriv).
 fn zinstall_as_nobody() -> Command {
     let mut c = zinstall_testkit::tool("setpriv");
@@ -166,4 +173,126 @@ fn install_stops_at_its_first_error_and_says_why() {
         "{err}"
     );
     assert!(!zonepath.join("root").exists());
+}
+
+/// A tmpfs mounted at a path, unmounted on drop.
+struct Mounted(std::path::PathBuf);
+
+impl Mounted {
+    fn tmpfs(at: &Path) -> Mounted {
+        fs::create_dir_all(at).unwrap();
+        let o = zinstall_testkit::tool("mount")
+            .args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"])
+            .arg(at)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "mount: {o:?}");
+        Mounted(at.to_path_buf())
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn copy_names_each_mount_point_it_does_not_cross() {
+    if !zinstall_testkit::require_root() {
+        return;
+    }
+    let d = Tmp::new();
+    let src = d.path().join("src");
+    write(&src.join("etc/motd"), "hello\n", 0o644);
+    let proc_ = Mounted::tmpfs(&src.join("proc"));
+    let run = Mounted::tmpfs(&src.join("var/run"));
+    write(&proc_.0.join("1/status"), "running\n", 0o644);
+    write(&run.0.join("pid"), "1\n", 0o644);
+    let note = |m: &Mounted| {
+        format!(
+            "zinstall: note: {}: another filesystem is mounted here; \
+             copied as an empty directory (not crossing filesystems)",
+            m.0.display()
+        )
+    };
+    // The default, -x and --one-file-system, and the last of two.
+    for (i, flags) in [
+        &[][..],
+        &["-x"],
+        &["--one-file-system"],
+        &["--cross-fs", "-x"],
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let dst = d.path().join(format!("dst{i}"));
+        let o = zinstall()
+            .arg("copy")
+            .args(flags)
+            .arg(&src)
+            .arg(&dst)
+            .output()
+            .unwrap();
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{flags:?}: {out}{err}");
+        for m in [&proc_, &run] {
+            assert!(err.lines().any(|l| l == note(m)), "{flags:?}: {err}");
+        }
+        assert!(dst.join("proc").is_dir() && dst.join("var/run").is_dir());
+        assert!(!dst.join("proc/1").exists(), "{flags:?}");
+        assert_eq!(
+            fs::read_to_string(dst.join("etc/motd")).unwrap(),
+            "hello\n"
+        );
+    }
+    // --json: one notice per mount point, with its kind.
+    let o = zinstall()
+        .args(["copy", "--json"])
+        .arg(&src)
+        .arg(d.path().join("json"))
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let mut mounts: Vec<&str> = v["notices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|n| n["kind"] == "mount_point")
+        .map(|n| n["example"].as_str().unwrap())
+        .collect();
+    mounts.sort();
+    let shown = |m: &Mounted| m.0.to_string_lossy().into_owned();
+    assert_eq!(mounts, [shown(&proc_), shown(&run)]);
+    // --cross-fs (and -x then --cross-fs) copies what is mounted.
+    for (i, flags) in [&["--cross-fs"][..], &["-x", "--cross-fs"]]
+        .into_iter()
+        .enumerate()
+    {
+        let dst = d.path().join(format!("cross{i}"));
+        let o = zinstall()
+            .arg("copy")
+            .args(flags)
+            .arg(&src)
+            .arg(&dst)
+            .output()
+            .unwrap();
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{out}{err}");
+        assert!(!err.contains("mounted here"), "{err}");
+        assert_eq!(
+            fs::read_to_string(dst.join("proc/1/status")).unwrap(),
+            "running\n"
+        );
+    }
+    // Help says which is the default.
+    let o = zinstall().args(["copy", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&o.stdout).replace('\n', " ");
+    let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        help.contains("-x, --one-file-system Stay on SRC's filesystem, as cp -x and rsync -x do (the default)")
+            && help.contains("--cross-fs Descend into directories on other filesystems"),
+        "{help}"
+    );
 }

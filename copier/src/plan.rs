@@ -167,7 +167,8 @@ impl Plan {
     }
 
     /// Descend into directories on other filesystems (default: no; a
-    /// mount point is copied as an empty directory, like `cp -x`).
+    /// mount point is copied as an empty directory, like `cp -x`, and
+    /// named in a [`NoticeKind::MountPoint`](crate::NoticeKind) notice).
     pub fn cross_fs(mut self, yes: bool) -> Self {
         self.cross_fs = yes;
         self

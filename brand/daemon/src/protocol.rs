@@ -622,6 +622,7 @@ pub fn notices_json(n: &[copier::Notice]) -> Value {
     n.iter()
         .map(|n| {
             json!({
+                "kind": n.kind.name(),
                 "notice": n.to_string(),
                 "count": n.count,
                 "example": n.example.to_string_lossy(),

@@ -42,8 +42,15 @@ pub struct CopyArgs {
     /// Skip special files that cannot be recreated without privilege.
     #[arg(long)]
     pub skip_special: bool,
-    /// Descend into directories on other filesystems.
-    #[arg(long)]
+    /// Stay on SRC's filesystem, as cp -x and rsync -x do (the default):
+    /// a directory another filesystem is mounted on is copied empty, and
+    /// a note names it.
+    #[arg(long, short = 'x', overrides_with = "cross_fs")]
+    pub one_file_system: bool,
+    /// Descend into directories on other filesystems, as cp -a and rsync
+    /// -a do without -x (not the default). The last of -x and --cross-fs
+    /// given wins.
+    #[arg(long, overrides_with = "one_file_system")]
     pub cross_fs: bool,
     /// Record each thread's states and write them to FILE as a statemap.
     #[arg(long, value_name = "FILE")]

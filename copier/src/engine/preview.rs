@@ -62,6 +62,7 @@ fn tree(shared: &Shared<'_>, stats: &mut Stats) -> Result<()> {
             }
         }
     }
+    let mut top_dev = None;
     let mut seen_inodes = HashSet::new();
     let mut scratch = Vec::new();
     let mut it = walk::source_walk(plan);
@@ -95,6 +96,14 @@ fn tree(shared: &Shared<'_>, stats: &mut Stats) -> Result<()> {
                 continue;
             }
         };
+        if ft.is_dir() {
+            match top_dev {
+                None => top_dev = Some(md.dev()),
+                Some(dev) => {
+                    walk::note_mount_point(shared, entry.path(), &md, dev);
+                }
+            }
+        }
         let kind = if ft.is_dir() {
             EntryKind::Dir
         } else if ft.is_file() {

@@ -5,6 +5,7 @@ use std::fs;
 use std::io;
 use std::mem;
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -18,7 +19,7 @@ use super::{Job, JobKind, Shared, identity, new_trace};
 use crate::beneath::{self, Root};
 use crate::error::{Error, Op, Refusal, Result};
 use crate::rules::{self, Action};
-use crate::stats::Stats;
+use crate::stats::{NoticeKind, Stats};
 use crate::sys::posix::{self, at};
 use crate::trace::{ThreadState, ThreadTrace};
 
@@ -251,6 +252,9 @@ impl<'s, 'p> Walker<'s, 'p> {
         if !md.is_dir() {
             return Err(Error::refused(entry.path(), Refusal::ChangedType));
         }
+        if let Some((_, top)) = self.stack.first() {
+            note_mount_point(self.shared, entry.path(), &md, top.md.dev());
+        }
         let fd = match (depth, self.top.take()) {
             (0, Some(top)) => top,
             _ => {
@@ -346,6 +350,20 @@ pub(crate) fn source_walk(plan: &crate::Plan) -> walkdir::IntoIter {
         .follow_links(false)
         .same_file_system(!plan.cross_fs)
         .into_iter()
+}
+
+/// Notes `path`, a directory below the source's top (whose device is
+/// `top_dev`), when another filesystem is mounted on it and the walk
+/// stays on one: it is copied empty, which must not go unsaid.
+pub(crate) fn note_mount_point(
+    shared: &Shared<'_>,
+    path: &Path,
+    md: &fs::Metadata,
+    top_dev: u64,
+) {
+    if !shared.plan.cross_fs && md.dev() != top_dev {
+        shared.notice(NoticeKind::MountPoint(path.to_path_buf()), path);
+    }
 }
 
 /// An entry's path relative to the source, and where it goes.
