@@ -296,3 +296,85 @@ fn copy_names_each_mount_point_it_does_not_cross() {
         "{help}"
     );
 }
+
+/// Every file under `root`, relative, sorted.
+fn files(root: &Path) -> Vec<String> {
+    let mut v: Vec<String> = walkdir::WalkDir::new(root)
+        .into_iter()
+        .map(Result::unwrap)
+        .filter(|e| e.file_type().is_file())
+        .map(|e| {
+            e.path()
+                .strip_prefix(root)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn excludes_match_names_at_any_depth_and_paths_from_the_source() {
+    let d = Tmp::new();
+    let src = d.path().join("src");
+    for f in [
+        "app.log",
+        "var/log/deep/syslog.log",
+        "src/.git/HEAD",
+        "src/main.c",
+        "src/main.o",
+        "tmp/scratch",
+        "usr/tmp/kept",
+    ] {
+        write(&src.join(f), "x", 0o644);
+    }
+    let list = d.path().join("excludes");
+    fs::write(&list, "# objects\n*.o\n\n; anchored\n/tmp\n").unwrap();
+    let dst = d.path().join("dst");
+    let o = zinstall()
+        .args(["copy", "--exclude", "*.log", "--exclude", ".git"])
+        .arg("--exclude-from")
+        .arg(&list)
+        .arg(&src)
+        .arg(&dst)
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}{err}");
+    assert_eq!(files(&dst), ["src/main.c", "usr/tmp/kept"]);
+    assert!(out.contains("5 skipped"), "{out}");
+
+    // The list from standard input.
+    let o = zinstall()
+        .args(["copy", "--exclude-from", "-"])
+        .arg(&src)
+        .arg(d.path().join("stdin"))
+        .stdin(fs::File::open(&list).unwrap())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{:?}", text(&o));
+    assert!(!files(&d.path().join("stdin")).contains(&"src/main.o".into()));
+
+    // A list that is not there: an error naming it, nothing copied.
+    let missing = d.path().join("no-such-list");
+    let o = zinstall()
+        .arg("copy")
+        .arg("--exclude-from")
+        .arg(&missing)
+        .arg(&src)
+        .arg(d.path().join("none"))
+        .output()
+        .unwrap();
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert_eq!(
+        err.trim_end(),
+        format!(
+            "zinstall: error: read {}: No such file or directory (os error 2)",
+            missing.display()
+        )
+    );
+    assert!(!d.path().join("none").exists());
+}

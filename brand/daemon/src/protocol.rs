@@ -156,7 +156,8 @@ pub struct CopyArgs {
     /// Flush the destination filesystem at the end.
     #[serde(default)]
     pub sync: bool,
-    /// Skip paths matching these globs (as `--exclude`).
+    /// Skip what these exclude patterns match (as `--exclude` reads
+    /// them: a name at any depth, or a path with a `/`).
     #[serde(default)]
     pub exclude: Vec<String>,
 }

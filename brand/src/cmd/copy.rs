@@ -5,7 +5,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Args;
-use copier::{Action, OnError, Plan, Rule, RuleSet};
+use std::io::Read;
+
+use copier::{OnError, Plan};
 use serde_json::json;
 
 use crate::output::{self, Bar};
@@ -55,25 +57,38 @@ pub struct CopyArgs {
     /// Record each thread's states and write them to FILE as a statemap.
     #[arg(long, value_name = "FILE")]
     pub statemap: Option<PathBuf>,
-    /// Skip entries whose path relative to SRC matches GLOB (repeatable;
-    /// the profile's glob syntax: `*` within a name, `**` across).
-    #[arg(long, value_name = "GLOB")]
+    /// Skip entries matching PATTERN and all beneath them, as rsync and
+    /// tar do: a pattern without a slash matches a name at any depth
+    /// (`*.log`, `.git`); one with a slash is a path from SRC (`var/cache`,
+    /// `/tmp`). `*` matches within a name, `**` across. Repeatable.
+    #[arg(long, value_name = "PATTERN")]
     pub exclude: Vec<String>,
+    /// Read exclude patterns from FILE (`-`: standard input), one a line;
+    /// blank lines and lines starting with # or ; are skipped. Repeatable.
+    #[arg(long, value_name = "FILE")]
+    pub exclude_from: Vec<PathBuf>,
     /// Print the outcome as one JSON object (counts, workers, notices,
     /// errors) instead of text.
     #[arg(long)]
     pub json: bool,
 }
 
-/// The `--exclude` globs as skip rules.
-fn excludes(globs: &[String]) -> copier::Result<Option<Arc<RuleSet>>> {
-    if globs.is_empty() {
-        return Ok(None);
+/// Every exclude pattern: `--exclude`'s, then each `--exclude-from`
+/// file's.
+pub fn exclude_patterns(args: &CopyArgs) -> copier::Result<Vec<String>> {
+    let mut patterns = args.exclude.clone();
+    for f in &args.exclude_from {
+        if f.as_os_str() == "-" {
+            let mut text = String::new();
+            std::io::stdin()
+                .read_to_string(&mut text)
+                .map_err(|e| copier::Error::io(copier::Op::Read, "-", e))?;
+            patterns.extend(copier::rules::exclude_patterns(&text));
+        } else {
+            patterns.extend(copier::rules::read_exclude_file(f)?);
+        }
     }
-    let rules = globs
-        .iter()
-        .map(|g| Rule::new(g.trim_matches('/'), Action::Skip));
-    Ok(Some(Arc::new(RuleSet::new(rules)?)))
+    Ok(patterns)
 }
 
 /// Runs the copy; exit 0 on success, 1 on any error.
@@ -85,7 +100,9 @@ pub fn run(args: &CopyArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let rules = match excludes(&args.exclude) {
+    let rules = match exclude_patterns(args)
+        .and_then(|p| copier::rules::excludes(&p))
+    {
         Ok(r) => r,
         Err(e) => {
             output::error(e);
