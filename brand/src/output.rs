@@ -14,8 +14,22 @@ use std::time::Duration;
 
 use indicatif::{HumanBytes, ProgressBar, ProgressState, ProgressStyle};
 
-/// The program name used as a prefix on diagnostics.
+/// The program name diagnostics are prefixed with, unless a binary
+/// sets its own ([`set_program`]).
 pub const PROG: &str = "zinstall";
+
+static PROGRAM: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
+
+/// Names the running program in diagnostics (`zinstalld: error: ...`);
+/// the first call wins.
+pub fn set_program(name: &'static str) {
+    let _ = PROGRAM.set(name);
+}
+
+/// The program name diagnostics carry.
+pub fn program() -> &'static str {
+    PROGRAM.get().copied().unwrap_or(PROG)
+}
 
 /// A progress bar fed by the engine's workers.
 pub struct Bar {
@@ -115,16 +129,26 @@ pub fn count(n: u64, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
 }
 
-/// Prints an error line on stderr.
+/// Prints an error on stderr: `zinstall: error: ` and its first line,
+/// then its other lines (a parser's quoted line and caret) as they are,
+/// each escaped on its own.
 pub fn error(msg: impl std::fmt::Display) {
-    let line = escape(&msg.to_string());
-    let _ = writeln!(std::io::stderr(), "{PROG}: error: {line}");
+    diagnostic("error", &msg.to_string());
 }
 
-/// Prints a note on stderr.
+/// Prints a note on stderr, as [`error`] prints an error.
 pub fn note(msg: impl std::fmt::Display) {
-    let line = escape(&msg.to_string());
-    let _ = writeln!(std::io::stderr(), "{PROG}: note: {line}");
+    diagnostic("note", &msg.to_string());
+}
+
+fn diagnostic(what: &str, text: &str) {
+    let mut lines = text.split('\n');
+    let first = escape(lines.next().unwrap_or_default());
+    let mut err = std::io::stderr().lock();
+    let _ = writeln!(err, "{}: {what}: {first}", program());
+    for l in lines {
+        let _ = writeln!(err, "{}", escape(l));
+    }
 }
 
 /// Prints an install's step as zoneadm shows it: `INFO: zinstall: ...`.

@@ -150,6 +150,10 @@ pub enum ConfigError {
         /// Why.
         source: io::Error,
     },
+    /// The file is not TOML, or not of the types the daemon reads: where
+    /// and why, with the line.
+    #[error("{0}")]
+    Syntax(copier::Syntax),
     /// The file is not what the daemon reads.
     #[error("{}: {why}", path.display())]
     Invalid {
@@ -197,7 +201,15 @@ impl Config {
                 });
             }
         };
-        Config::parse(&text).map_err(|why| ConfigError::Invalid {
+        let raw = toml::from_str(&text).map_err(|e| {
+            ConfigError::Syntax(copier::Syntax::at(
+                path,
+                &text,
+                e.span(),
+                e.message(),
+            ))
+        })?;
+        Config::from_raw(raw).map_err(|why| ConfigError::Invalid {
             path: path.into(),
             why,
         })
@@ -205,7 +217,10 @@ impl Config {
 
     /// Parses a configuration's text.
     pub fn parse(text: &str) -> Result<Config, String> {
-        let raw: Raw = toml::from_str(text).map_err(|e| e.to_string())?;
+        Config::from_raw(toml::from_str(text).map_err(|e| e.to_string())?)
+    }
+
+    fn from_raw(raw: Raw) -> Result<Config, String> {
         let mut c = Config::default();
         if let Some(s) = raw.socket {
             c.socket = absolute("socket", s)?;

@@ -72,11 +72,29 @@ pub struct ProfileError {
     pub path: PathBuf,
     /// The key or line at fault, and why.
     pub message: String,
+    /// Where the text does not parse as a profile, when that is the
+    /// error: shown with the line and a caret.
+    pub syntax: Option<copier::Syntax>,
+}
+
+impl ProfileError {
+    fn new(path: &Path, message: String) -> Self {
+        ProfileError {
+            path: path.to_path_buf(),
+            message,
+            syntax: None,
+        }
+    }
 }
 
 impl fmt::Display for ProfileError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "profile {}: {}", self.path.display(), self.message)
+        match &self.syntax {
+            Some(s) => write!(f, "profile {s}"),
+            None => {
+                write!(f, "profile {}: {}", self.path.display(), self.message)
+            }
+        }
     }
 }
 
@@ -216,10 +234,7 @@ impl Profile {
     /// Reads `path`; the built-in default if it is the system profile
     /// and does not exist.
     pub fn load(path: &Path) -> Result<Profile, ProfileError> {
-        let err = |message: String| ProfileError {
-            path: path.to_path_buf(),
-            message,
-        };
+        let err = |message: String| ProfileError::new(path, message);
         match read_bounded(path, MAX_PROFILE_BYTES) {
             Ok(text) => Self::parse(path, &text),
             Err(e)
@@ -234,12 +249,11 @@ impl Profile {
 
     /// Parses and checks a profile's text.
     pub fn parse(path: &Path, text: &str) -> Result<Profile, ProfileError> {
-        let err = |message: String| ProfileError {
-            path: path.to_path_buf(),
-            message,
-        };
-        let raw: Raw = toml::from_str(text)
-            .map_err(|e| err(e.to_string().trim_end().to_string()))?;
+        let err = |message: String| ProfileError::new(path, message);
+        let raw: Raw = toml::from_str(text).map_err(|e| ProfileError {
+            syntax: Some(copier::Syntax::at(path, text, e.span(), e.message())),
+            ..err(e.message().to_string())
+        })?;
         for (i, t) in raw.trees.iter().enumerate() {
             let bad = t.is_absolute()
                 || t.components()
@@ -441,7 +455,8 @@ mod test {
             .unwrap_err();
         let s = e.to_string();
         assert!(
-            s.starts_with("profile /p.toml: ") && s.contains("sourceroot"),
+            s.starts_with("profile /p.toml:1:1: unknown field `sourceroot`")
+                && s.ends_with("\n1 | sourceroot = \"/\"\n  | ^^^^^^^^^^"),
             "{s}"
         );
         let e = Profile::parse(

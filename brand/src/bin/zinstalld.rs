@@ -22,6 +22,7 @@ struct Args {
 }
 
 fn main() -> ExitCode {
+    brand::output::set_program("zinstalld");
     let args = Args::parse();
     if let Err(e) = copier::probes::register() {
         brand::output::note(format_args!("USDT probes not registered: {e}"));
