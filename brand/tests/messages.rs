@@ -114,3 +114,67 @@ fn parser_errors_show_file_line_column_the_line_and_a_caret() {
         )
     );
 }
+
+#[test]
+fn a_failing_default_profile_names_itself_and_the_other() {
+    let d = Tmp::new();
+    // A source root without the trees a Linux root is made of.
+    fs::create_dir(d.path().join("src")).unwrap();
+    for json in [false, true] {
+        let o = zinstall()
+            .args(["install", "-n", "--source-root"])
+            .arg(d.path().join("src"))
+            .arg("--zonepath")
+            .arg(d.path().join("z"))
+            .args(json.then_some("--json"))
+            .output()
+            .unwrap();
+        let (out, err) = text(&o);
+        assert_eq!(o.status.code(), Some(1), "{out}{err}");
+        let hint = if json {
+            let v: serde_json::Value =
+                serde_json::from_str(out.lines().last().unwrap()).unwrap();
+            v["error"]["hint"].as_str().unwrap().to_string()
+        } else {
+            let line = err.lines().find(|l| l.starts_with("zinstall: note: "));
+            line.unwrap_or_else(|| panic!("no note: {err}")).to_string()
+        };
+        if Path::new("/etc/zinstall/profile.toml").exists() {
+            // This machine has one installed: it is named, and so is the
+            // other.
+            assert!(
+                hint.contains(
+                    "the profile was the default, /etc/zinstall/profile.toml"
+                ) && hint.contains(
+                    "/etc/zinstall/profile-zone.toml for a sparse illumos zone"
+                ),
+                "{hint}"
+            );
+        } else {
+            assert!(
+                hint.ends_with(
+                    "the profile was the built-in default (there is no \
+                     /etc/zinstall/profile.toml), for a Linux root \
+                     filesystem; for a sparse illumos zone use --profile \
+                     /etc/zinstall/profile-zone.toml (see zinstall(5))"
+                ),
+                "{hint}"
+            );
+        }
+    }
+    // A profile named on the command line is the user's choice: no note.
+    let p = d.path().join("p.toml");
+    fs::write(&p, "trees = [\"usr\"]\n").unwrap();
+    let o = zinstall()
+        .args(["install", "-n", "--profile"])
+        .arg(&p)
+        .arg("--source-root")
+        .arg(d.path().join("src"))
+        .arg("--zonepath")
+        .arg(d.path().join("z"))
+        .output()
+        .unwrap();
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(!err.contains("note:"), "{err}");
+}

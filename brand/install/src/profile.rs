@@ -7,12 +7,68 @@ use std::sync::Arc;
 use copier::{Action, Rule, RuleSet};
 use serde::Deserialize;
 
-/// The profile shipped as `/etc/zinstall/profile.toml`, used when that
-/// file does not exist.
-pub const DEFAULT: &str = include_str!("../../../etc/zinstall/profile.toml");
+/// The zone profile (`etc/zinstall/profile.toml`): a sparse illumos zone.
+pub const ZONE: &str = include_str!("../../../etc/zinstall/profile.toml");
+
+/// The Linux profile (`etc/zinstall/profile-linux.toml`): a merged-/usr
+/// Linux root filesystem.
+pub const LINUX: &str =
+    include_str!("../../../etc/zinstall/profile-linux.toml");
 
 /// The system's profile.
 pub const DEFAULT_PATH: &str = "/etc/zinstall/profile.toml";
+
+/// How the built-in default profile is named in messages.
+pub const BUILT_IN: &str = "(built-in default profile)";
+
+/// This platform's profile, which the packages install as
+/// [`DEFAULT_PATH`] and which is used when that file does not exist; the
+/// other is installed beside it as [`ALTERNATIVE_PATH`].
+#[cfg(any(target_os = "illumos", target_os = "solaris"))]
+pub const DEFAULT: &str = ZONE;
+/// This platform's profile, which the packages install as
+/// [`DEFAULT_PATH`] and which is used when that file does not exist; the
+/// other is installed beside it as [`ALTERNATIVE_PATH`].
+#[cfg(not(any(target_os = "illumos", target_os = "solaris")))]
+pub const DEFAULT: &str = LINUX;
+
+/// Where the packages install the other platform's profile.
+#[cfg(any(target_os = "illumos", target_os = "solaris"))]
+pub const ALTERNATIVE_PATH: &str = "/etc/zinstall/profile-linux.toml";
+/// Where the packages install the other platform's profile.
+#[cfg(not(any(target_os = "illumos", target_os = "solaris")))]
+pub const ALTERNATIVE_PATH: &str = "/etc/zinstall/profile-zone.toml";
+
+/// What [`DEFAULT`] and the profile at [`ALTERNATIVE_PATH`] lay out, for
+/// messages.
+#[cfg(any(target_os = "illumos", target_os = "solaris"))]
+pub const PURPOSES: (&str, &str) =
+    ("a sparse illumos zone", "a Linux root filesystem");
+/// What [`DEFAULT`] and the profile at [`ALTERNATIVE_PATH`] lay out, for
+/// messages.
+#[cfg(not(any(target_os = "illumos", target_os = "solaris")))]
+pub const PURPOSES: (&str, &str) =
+    ("a Linux root filesystem", "a sparse illumos zone");
+
+/// What a user whose install failed on the default profile should know:
+/// which profile that was, and the other one (`shown` is how the profile
+/// names itself, [`Profile::path`]).
+pub fn default_hint(shown: &Path) -> String {
+    let (this, other) = PURPOSES;
+    if shown == Path::new(BUILT_IN) {
+        return format!(
+            "the profile was the built-in default (there is no \
+             {DEFAULT_PATH}), for {this}; for {other} use --profile \
+             {ALTERNATIVE_PATH} (see zinstall(5))"
+        );
+    }
+    format!(
+        "the profile was the default, {}; the packages install \
+         {DEFAULT_PATH} for {this} and {ALTERNATIVE_PATH} for {other} \
+         (choose with --profile; see zinstall(5))",
+        shown.display()
+    )
+}
 
 /// A parsed, checked profile.
 #[derive(Clone, Debug)]
@@ -241,7 +297,7 @@ impl Profile {
                 if e.kind() == std::io::ErrorKind::NotFound
                     && path == Path::new(DEFAULT_PATH) =>
             {
-                Self::parse(Path::new("(built-in default profile)"), DEFAULT)
+                Self::parse(Path::new(BUILT_IN), DEFAULT)
             }
             Err(e) => Err(err(format!("read: {e}"))),
         }
@@ -403,7 +459,7 @@ mod test {
 
     #[test]
     fn the_shipped_profiles_parse() {
-        let p = Profile::parse(Path::new("default"), DEFAULT).unwrap();
+        let p = Profile::parse(Path::new("zone"), ZONE).unwrap();
         assert_eq!(
             p.trees,
             [PathBuf::from("usr"), "lib".into(), "sbin".into()]
@@ -425,8 +481,7 @@ mod test {
             p.rules.action(Path::new("lib/svc/method/x"), &mut s),
             &Action::Copy
         );
-        let linux = include_str!("../../../etc/zinstall/profile-linux.toml");
-        let l = Profile::parse(Path::new("linux"), linux).unwrap();
+        let l = Profile::parse(Path::new("linux"), LINUX).unwrap();
         for (name, target) in [
             ("bin", "usr/bin"),
             ("sbin", "usr/sbin"),

@@ -17,7 +17,7 @@ pub struct InstallArgs {
     #[arg(long, value_name = "DIR")]
     pub zonepath: PathBuf,
     /// The install profile (default /etc/zinstall/profile.toml, or the
-    /// built-in default when that does not exist).
+    /// built-in one for this platform when that does not exist).
     #[arg(long, value_name = "FILE")]
     pub profile: Option<PathBuf>,
     /// Copy the trees from this root instead of the profile's.
@@ -124,8 +124,9 @@ pub fn install(args: &InstallArgs) -> ExitCode {
     }
     let json = args.json;
     let mut show = |e: &install::Event| show_event(json, e);
+    let shown = profile.path.clone();
     let r = job(args, profile, tunables, log, &mut show).run();
-    finish(args, r)
+    finish(args, &shown, r)
 }
 
 /// The install the arguments describe.
@@ -179,16 +180,21 @@ fn preview(
     let json = args.json;
     let mut show = |e: &install::Event| show_event(json, e);
     let log = slog::Logger::root(slog::Discard, slog::o!());
+    let shown = profile.path.clone();
     let r = job(args, profile, tunables, log, &mut show).preview();
-    finish(args, r)
+    finish(args, &shown, r)
 }
 
 /// Prints the outcome of an install or its preview; the exit status.
 fn finish(
     args: &InstallArgs,
+    shown: &std::path::Path,
     r: Result<install::Summary, install::InstallError>,
 ) -> ExitCode {
     let json = args.json;
+    // A default profile that failed may be the wrong one.
+    let hint = (r.is_err() && args.profile.is_none())
+        .then(|| profile::default_hint(shown));
     if json {
         crate::json::print(&match &r {
             Ok(s) => serde_json::json!({ "result": {
@@ -202,6 +208,7 @@ fn finish(
                 "stage": format!("{:?}", e.stage),
                 "errno": e.raw_os_error(),
                 "message": e.to_string(),
+                "hint": hint,
             }}),
         });
     }
@@ -219,6 +226,9 @@ fn finish(
         Err(e) => {
             if !json {
                 output::error(e);
+                if let Some(h) = hint {
+                    output::note(h);
+                }
             }
             ExitCode::from(1)
         }
