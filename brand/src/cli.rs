@@ -165,6 +165,37 @@ pub fn run(invocation: &Invocation) -> ExitCode {
     }
 }
 
+/// A command line clap refused: printed as clap prints it, or, with
+/// `--json` among the options, as a JSON error object on standard output
+/// (exit 2 either way; help and version go as asked).
+pub fn usage_error(e: clap::Error, args: &[std::ffi::OsString]) -> ExitCode {
+    use clap::error::ErrorKind;
+    let json = args
+        .iter()
+        .take_while(|a| *a != "--")
+        .any(|a| a == "--json");
+    let shown = matches!(
+        e.kind(),
+        ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    );
+    if !json || shown {
+        e.exit()
+    }
+    // The error's lines, up to the usage that follows them.
+    let text = e.render().to_string();
+    let message = text
+        .lines()
+        .take_while(|l| !l.trim().is_empty())
+        .map(str::trim)
+        .collect::<Vec<_>>()
+        .join(" ");
+    let message = message.strip_prefix("error: ").unwrap_or(&message);
+    crate::json::fail(true, message, serde_json::json!({ "kind": "usage" }));
+    ExitCode::from(2)
+}
+
 /// Writes the completion script for `shell` to standard output.
 fn completions(shell: clap_complete::Shell) -> ExitCode {
     let mut script = Vec::new();

@@ -11,7 +11,7 @@ use std::process::{Command, Output};
 fn zinstall() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_zinstall"));
     // A defaults file on the test machine must not change the results.
-    c.env("ZINSTALL_DEFAULTS", "/nonexistent/zinstall-defaults");
+    c.env("ZINSTALL_DEFAULTS", "/dev/null");
     c.env_remove("ZINSTALL_COPY_THREADS")
         .env_remove("ZINSTALL_COPY_BATCH")
         .env_remove("ZINSTALL_COPY_BUFSIZE");
@@ -198,7 +198,7 @@ fn unreadable_source_file_is_named() {
         let mut c = tools::tool("setpriv");
         c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
             .arg(env!("CARGO_BIN_EXE_zinstall"))
-            .env("ZINSTALL_DEFAULTS", "/nonexistent/zinstall-defaults");
+            .env("ZINSTALL_DEFAULTS", "/dev/null");
         c
     } else {
         zinstall()

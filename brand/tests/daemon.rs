@@ -83,7 +83,7 @@ impl Daemon {
             format!(
                 "copy_threads = {BUDGET}\ndefaults = \"{}\"\ncache = \"{}\"\n\
                  profile = \"{}\"\nsocket_mode = \"0666\"\n{extra}",
-                dir.path().join("no-defaults").display(),
+                Path::new("/dev/null").display(),
                 dir.path().join("cache").display(),
                 profile.display(),
             ),
@@ -758,7 +758,7 @@ fn the_cli_through_the_daemon_prints_what_it_prints_alone() {
     let d = Daemon::start("");
     tree(&d.path("src"), 3, 4);
     let alone = Command::new(env!("CARGO_BIN_EXE_zinstall"))
-        .env("ZINSTALL_DEFAULTS", "/nonexistent")
+        .env("ZINSTALL_DEFAULTS", "/dev/null")
         .env_remove("ZINSTALL_DAEMON")
         .args([
             "copy",
@@ -810,7 +810,7 @@ fn a_second_daemon_on_a_live_socket_is_refused() {
     let o = Command::new(env!("CARGO_BIN_EXE_zinstalld"))
         .arg("--socket")
         .arg(&d.socket)
-        .env("ZINSTALL_DEFAULTS", "/nonexistent")
+        .env("ZINSTALL_DEFAULTS", "/dev/null")
         .output()
         .unwrap();
     fails_saying(&o, 1, "another zinstalld is listening");

@@ -178,3 +178,241 @@ fn a_failing_default_profile_names_itself_and_the_other() {
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(!err.contains("note:"), "{err}");
 }
+
+/// Every line of stdout is a JSON object; returns the last.
+fn last_json(o: &Output) -> serde_json::Value {
+    let (out, err) = text(o);
+    assert!(!out.trim().is_empty(), "nothing on stdout; stderr: {err}");
+    let mut last = serde_json::Value::Null;
+    for line in out.lines() {
+        last = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {line:?}\n{out}"));
+    }
+    last
+}
+
+#[test]
+fn json_gives_an_object_on_stdout_for_every_failure() {
+    let d = Tmp::new();
+    let src = d.path().join("src");
+    fs::create_dir_all(src.join("a")).unwrap();
+    fs::write(src.join("a/f"), "x").unwrap();
+    let missing = d.path().join("missing");
+    let s = |p: &Path| p.to_str().unwrap().to_string();
+    let out = s(&d.path().join("out"));
+    let cache = s(&d.path().join("cache"));
+    // (arguments, exit status, what the message says)
+    let cases: Vec<(Vec<String>, i32, String)> = vec![
+        // Before anything starts: a bad option, a bad tunable, a bad
+        // profile, an image that is not there, a cache that is not there.
+        (
+            vec![
+                "copy".into(),
+                "--json".into(),
+                "--bogus".into(),
+                s(&src),
+                out.clone(),
+            ],
+            2,
+            "unexpected argument '--bogus'".into(),
+        ),
+        (
+            vec![
+                "copy".into(),
+                "--json".into(),
+                "--threads".into(),
+                "0".into(),
+                s(&src),
+                out.clone(),
+            ],
+            2,
+            "--threads".into(),
+        ),
+        (
+            vec![
+                "install".into(),
+                "--json".into(),
+                "--zonepath".into(),
+                out.clone(),
+                "--profile".into(),
+                s(&missing),
+            ],
+            2,
+            s(&missing),
+        ),
+        (
+            vec![
+                "provision".into(),
+                "--json".into(),
+                s(&missing),
+                "--out".into(),
+                out.clone(),
+                "--cache".into(),
+                cache.clone(),
+            ],
+            1,
+            s(&missing),
+        ),
+        (
+            vec![
+                "provision".into(),
+                "--json".into(),
+                "-n".into(),
+                s(&missing),
+                "--out".into(),
+                out.clone(),
+                "--cache".into(),
+                cache.clone(),
+            ],
+            1,
+            s(&missing),
+        ),
+        (
+            vec![
+                "provision".into(),
+                "--json".into(),
+                "--threads".into(),
+                "x".into(),
+                s(&missing),
+                "--out".into(),
+                out.clone(),
+            ],
+            2,
+            "--threads".into(),
+        ),
+        (
+            vec!["verify".into(), "--json".into(), s(&src), s(&missing)],
+            2,
+            s(&missing),
+        ),
+        (
+            vec![
+                "cache".into(),
+                "--cache".into(),
+                cache.clone(),
+                "list".into(),
+                "--json".into(),
+            ],
+            1,
+            cache.clone(),
+        ),
+        (
+            vec![
+                "cache".into(),
+                "--cache".into(),
+                cache.clone(),
+                "gc".into(),
+                "--json".into(),
+            ],
+            1,
+            cache.clone(),
+        ),
+        (
+            vec![
+                "--daemon=".to_string() + &s(&missing),
+                "copy".into(),
+                "--json".into(),
+                s(&src),
+                out.clone(),
+            ],
+            1,
+            s(&missing),
+        ),
+        // Later: the copy or install itself fails.
+        (
+            vec!["copy".into(), "--json".into(), s(&missing), out.clone()],
+            1,
+            s(&missing),
+        ),
+        (
+            vec![
+                "install".into(),
+                "--json".into(),
+                "-n".into(),
+                "--zonepath".into(),
+                out.clone(),
+                "--source-root".into(),
+                s(&missing),
+            ],
+            1,
+            s(&missing),
+        ),
+    ];
+    for (args, status, says) in cases {
+        let o = zinstall().args(&args).output().unwrap();
+        assert_eq!(o.status.code(), Some(status), "{args:?}: {:?}", text(&o));
+        let v = last_json(&o);
+        let message = v["error"]["message"]
+            .as_str()
+            .or_else(|| v["errors"][0]["message"].as_str())
+            .unwrap_or_else(|| panic!("{args:?}: no error in {v}"));
+        assert!(message.contains(&says), "{args:?}: {message}");
+        assert_ne!(v["ok"], true, "{args:?}: {v}");
+    }
+    assert!(!Path::new(&out).exists());
+    assert!(!Path::new(&cache).exists());
+}
+
+#[test]
+fn reading_creates_nothing_and_a_named_file_must_be_there() {
+    let d = Tmp::new();
+    let cache = d.path().join("typo-cache");
+    for args in [&["list"][..], &["gc"], &["gc", "--dry-run"]] {
+        let o = zinstall()
+            .arg("cache")
+            .arg("--cache")
+            .arg(&cache)
+            .args(args)
+            .output()
+            .unwrap();
+        let (out, err) = text(&o);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {out}{err}");
+        assert_eq!(
+            err,
+            format!(
+                "zinstall: error: open {}: No such file or directory (os \
+                 error 2)\n",
+                cache.display()
+            ),
+            "{args:?}"
+        );
+        assert!(out.is_empty(), "{out}");
+        assert!(!cache.exists(), "{args:?} made the cache");
+    }
+    // A directory that is no cache is not made one.
+    let o = zinstall()
+        .arg("cache")
+        .arg("--cache")
+        .arg(d.path())
+        .arg("gc")
+        .output()
+        .unwrap();
+    let (_, err) = text(&o);
+    assert!(
+        err.contains("not a zinstall cache (no entries/ in it)"),
+        "{err}"
+    );
+    assert!(!d.path().join("entries").exists());
+
+    // ZINSTALL_DEFAULTS naming a missing file, as --defaults would.
+    fs::create_dir(d.path().join("src")).unwrap();
+    let gone = d.path().join("gone-defaults");
+    for how in ["env", "flag"] {
+        let mut c = zinstall();
+        c.arg("copy");
+        if how == "env" {
+            c.env("ZINSTALL_DEFAULTS", &gone);
+        } else {
+            c.arg("--defaults").arg(&gone);
+        }
+        let o = c
+            .arg(d.path().join("src"))
+            .arg(d.path().join("dst"))
+            .output()
+            .unwrap();
+        let (_, err) = text(&o);
+        assert_eq!(o.status.code(), Some(2), "{how}: {err}");
+        assert!(err.contains(&gone.display().to_string()), "{how}: {err}");
+        assert!(!d.path().join("dst").exists(), "{how}");
+    }
+}

@@ -21,7 +21,7 @@ fn is_root() -> bool {
 
 fn zinstall(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_zinstall"))
-        .env("ZINSTALL_DEFAULTS", "/nonexistent")
+        .env("ZINSTALL_DEFAULTS", "/dev/null")
         .args(args)
         .output()
         .unwrap()
@@ -365,7 +365,7 @@ fn concurrent_provisioning_extracts_once() {
     let children: Vec<_> = (0..4)
         .map(|i| {
             Command::new(env!("CARGO_BIN_EXE_zinstall"))
-                .env("ZINSTALL_DEFAULTS", "/nonexistent")
+                .env("ZINSTALL_DEFAULTS", "/dev/null")
                 .args([
                     "provision",
                     s(&zst),
@@ -408,7 +408,7 @@ fn a_killed_extraction_leaves_no_entry() {
     let gz = d.path().join("big.raw.gz");
     let cache = d.path().join("cache");
     let mut child = Command::new(env!("CARGO_BIN_EXE_zinstall"))
-        .env("ZINSTALL_DEFAULTS", "/nonexistent")
+        .env("ZINSTALL_DEFAULTS", "/dev/null")
         .args([
             "provision",
             s(&gz),

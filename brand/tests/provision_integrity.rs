@@ -22,7 +22,7 @@ use tmp::Tmp;
 
 fn zinstall(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_zinstall"))
-        .env("ZINSTALL_DEFAULTS", "/nonexistent")
+        .env("ZINSTALL_DEFAULTS", "/dev/null")
         .args(args)
         .output()
         .unwrap()
@@ -206,7 +206,7 @@ fn provision_without_qemu_img(
     empty: &Path,
 ) -> Output {
     Command::new(env!("CARGO_BIN_EXE_zinstall"))
-        .env("ZINSTALL_DEFAULTS", "/nonexistent")
+        .env("ZINSTALL_DEFAULTS", "/dev/null")
         .env("PATH", empty)
         .args(["provision", s(image), "--out", s(out), "--cache", s(cache)])
         .output()
@@ -735,7 +735,7 @@ fn modes_of_overlays_entries_and_the_cache() {
     // Relative source path: listed absolute.
     let rel = Command::new(env!("CARGO_BIN_EXE_zinstall"))
         .current_dir(d.path())
-        .env("ZINSTALL_DEFAULTS", "/nonexistent")
+        .env("ZINSTALL_DEFAULTS", "/dev/null")
         .args(["provision", "open.raw", "--out", "rel", "--cache", "cache2"])
         .output()
         .unwrap();

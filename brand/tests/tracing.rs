@@ -96,7 +96,7 @@ fn bpftrace_statemap_of_a_real_copy() {
     let json = d.path().join("copy trace.json");
     let zinstall = env!("CARGO_BIN_EXE_zinstall");
     let mut cmd = Command::new(zinstall);
-    cmd.env("ZINSTALL_DEFAULTS", "/nonexistent")
+    cmd.env("ZINSTALL_DEFAULTS", "/dev/null")
         .arg("trace")
         .arg("-o")
         .arg(&json)
@@ -252,7 +252,7 @@ fn recorder_through_the_cli() {
     tree(&src, 500);
     let json = d.path().join("copy.json");
     let st = Command::new(env!("CARGO_BIN_EXE_zinstall"))
-        .env("ZINSTALL_DEFAULTS", "/nonexistent")
+        .env("ZINSTALL_DEFAULTS", "/dev/null")
         .args(["copy", "-q", "--threads", "3", "--statemap"])
         .arg(&json)
         .arg(&src)

@@ -4,7 +4,7 @@
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::thread::{self, JoinHandle};
@@ -103,7 +103,14 @@ impl Daemon {
 /// defaults file's COPY_THREADS; batch and buffer sizes from the
 /// defaults file.
 fn tunables(config: &Config) -> Result<Tunables, copier::Error> {
-    let file = DefaultsFile::load(&config.defaults)?;
+    // The system's file may be missing; one the configuration names
+    // must be there.
+    let file = if config.defaults == Path::new(crate::config::DEFAULT_DEFAULTS)
+    {
+        DefaultsFile::load(&config.defaults)?
+    } else {
+        DefaultsFile::load_required(&config.defaults)?
+    };
     let mut t = Tunables::from_defaults(&file)?;
     if let Some(n) = config.copy_threads {
         t.copy_threads = n;

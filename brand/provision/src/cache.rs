@@ -511,6 +511,35 @@ impl Cache {
         Ok(Cache { root })
     }
 
+    /// Opens the cache at `root` to read it or collect it: it must be
+    /// there (a cache named by a typo is an error naming it, not a new
+    /// empty cache), and nothing is made.
+    pub fn open(root: impl Into<PathBuf>) -> Result<Self> {
+        let root = root.into();
+        let md =
+            fs::metadata(&root).map_err(|e| Error::io(Op::Open, &root, e))?;
+        if !md.is_dir() {
+            return Err(Error::io(
+                Op::Open,
+                &root,
+                io::Error::from_raw_os_error(libc::ENOTDIR),
+            ));
+        }
+        for sub in ["entries", "index", "scratch"] {
+            if !root.join(sub).is_dir() {
+                return Err(Error::io(
+                    Op::Open,
+                    &root,
+                    io::Error::new(
+                        io::ErrorKind::NotFound,
+                        format!("not a zinstall cache (no {sub}/ in it)"),
+                    ),
+                ));
+            }
+        }
+        Ok(Cache { root })
+    }
+
     /// What [`obtain`](Cache::obtain) would do for `image` as an entry
     /// of `kind`, found by the file's identity alone: the cache at
     /// `root` (which need not exist) is read, nothing in it is made or

@@ -11,5 +11,9 @@ fn main() -> ExitCode {
     if let Err(e) = copier::probes::register() {
         brand::output::note(format_args!("USDT probes not registered: {e}"));
     }
-    cli::run(&Invocation::parse())
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    match Invocation::try_parse_from(&args) {
+        Ok(invocation) => cli::run(&invocation),
+        Err(e) => cli::usage_error(e, &args),
+    }
 }

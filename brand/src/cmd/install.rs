@@ -81,7 +81,12 @@ pub fn install(args: &InstallArgs) -> ExitCode {
     let mut profile = match Profile::load(&path) {
         Ok(p) => p,
         Err(e) => {
-            output::error(e);
+            let fields = serde_json::json!({
+                "zonepath": crate::json::path(&args.zonepath),
+                "stage": "BeforeRoot",
+                "path": crate::json::path(&e.path),
+            });
+            crate::json::fail(args.json, &e, fields);
             return ExitCode::from(2);
         }
     };
@@ -94,7 +99,7 @@ pub fn install(args: &InstallArgs) -> ExitCode {
     let tunables = match args.tunables.resolve() {
         Ok(t) => t,
         Err(e) => {
-            output::error(e);
+            crate::json::fail(args.json, &e, crate::json::fields(&e));
             return ExitCode::from(2);
         }
     };
@@ -107,10 +112,15 @@ pub fn install(args: &InstallArgs) -> ExitCode {
             std::os::unix::fs::PermissionsExt::from_mode(0o700),
         )
     }) {
-        output::error(format_args!(
-            "zonepath {}: {e}",
-            args.zonepath.display()
-        ));
+        crate::json::fail(
+            args.json,
+            format_args!("zonepath {}: {e}", args.zonepath.display()),
+            serde_json::json!({
+                "zonepath": crate::json::path(&args.zonepath),
+                "stage": "BeforeRoot",
+                "errno": e.raw_os_error(),
+            }),
+        );
         return ExitCode::from(1);
     }
     // OS strings: a path given need not be UTF-8.

@@ -213,7 +213,7 @@ pub fn provision(args: &ProvisionArgs) -> ExitCode {
     let tunables = match args.tunables.resolve() {
         Ok(t) => t,
         Err(e) => {
-            output::error(e);
+            crate::json::fail(args.json, &e, crate::json::fields(&e));
             return ExitCode::from(2);
         }
     };
@@ -253,7 +253,8 @@ pub fn provision(args: &ProvisionArgs) -> ExitCode {
                 ExitCode::SUCCESS
             }
             Err(e) => {
-                output::error(e);
+                let fields = crate::json::provision_fields(&e);
+                crate::json::fail(args.json, &e, fields);
                 ExitCode::from(1)
             }
         };
@@ -280,7 +281,8 @@ pub fn provision(args: &ProvisionArgs) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            output::error(e);
+            let fields = crate::json::provision_fields(&e);
+            crate::json::fail(json, &e, fields);
             ExitCode::from(1)
         }
     }
@@ -496,12 +498,17 @@ pub fn print_gc(v: &Value) {
 
 /// Lists or collects the cache.
 pub fn cache(args: &CacheArgs) -> ExitCode {
-    let cache = match Cache::new(absolute(&args.cache)) {
+    let json = match &args.command {
+        CacheCommand::List { json } | CacheCommand::Gc { json, .. } => *json,
+    };
+    let fail = |e: &zinstall_provision::ProvisionError| {
+        crate::json::fail(json, e, crate::json::provision_fields(e));
+        ExitCode::from(1)
+    };
+    // Listing and collecting make nothing: not even a missing cache.
+    let cache = match Cache::open(absolute(&args.cache)) {
         Ok(c) => c,
-        Err(e) => {
-            output::error(e);
-            return ExitCode::from(1);
-        }
+        Err(e) => return fail(&e),
     };
     match &args.command {
         CacheCommand::List { json } => match cache.list() {
@@ -514,10 +521,7 @@ pub fn cache(args: &CacheArgs) -> ExitCode {
                 }
                 ExitCode::SUCCESS
             }
-            Err(e) => {
-                output::error(e);
-                ExitCode::from(1)
-            }
+            Err(e) => fail(&e),
         },
         CacheCommand::Gc {
             max_size,
@@ -540,10 +544,7 @@ pub fn cache(args: &CacheArgs) -> ExitCode {
                 }
                 ExitCode::SUCCESS
             }
-            Err(e) => {
-                output::error(e);
-                ExitCode::from(1)
-            }
+            Err(e) => fail(&e),
         },
     }
 }

@@ -29,7 +29,7 @@ pub fn sha256(b: &[u8]) -> String {
 
 pub fn zinstall(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_zinstall"))
-        .env("ZINSTALL_DEFAULTS", "/nonexistent")
+        .env("ZINSTALL_DEFAULTS", "/dev/null")
         .args(args)
         .output()
         .unwrap()

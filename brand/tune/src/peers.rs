@@ -72,7 +72,7 @@ impl Tool {
         match self {
             Tool::Zinstall { threads, batch } => {
                 let mut c = Command::new(zinstall);
-                c.env("ZINSTALL_DEFAULTS", "/nonexistent/zinstall")
+                c.env("ZINSTALL_DEFAULTS", "/dev/null")
                     .args(["copy", "-q", "--threads"])
                     .arg(threads.to_string())
                     .arg("--batch")
@@ -83,7 +83,7 @@ impl Tool {
             }
             Tool::ZinstallNoProbes(bin) => {
                 let mut c = Command::new(bin);
-                c.env("ZINSTALL_DEFAULTS", "/nonexistent")
+                c.env("ZINSTALL_DEFAULTS", "/dev/null")
                     .args(["copy", "-q"])
                     .arg(src)
                     .arg(dst);
@@ -93,7 +93,7 @@ impl Tool {
                 let mut c = Command::new(zinstall);
                 let mut json = dst.as_os_str().to_owned();
                 json.push(".statemap.json");
-                c.env("ZINSTALL_DEFAULTS", "/nonexistent")
+                c.env("ZINSTALL_DEFAULTS", "/dev/null")
                     .args(["copy", "-q", "--statemap"])
                     .arg(json)
                     .arg(src)
@@ -104,7 +104,7 @@ impl Tool {
                 let mut c = Command::new(zinstall);
                 let mut json = dst.as_os_str().to_owned();
                 json.push(".statemap.json");
-                c.env("ZINSTALL_DEFAULTS", "/nonexistent")
+                c.env("ZINSTALL_DEFAULTS", "/dev/null")
                     .arg("trace")
                     .arg("-o")
                     .arg(json)
