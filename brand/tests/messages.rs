@@ -416,3 +416,54 @@ fn reading_creates_nothing_and_a_named_file_must_be_there() {
         assert!(!d.path().join("dst").exists(), "{how}");
     }
 }
+
+#[test]
+fn optional_values_take_no_positional_and_help_shows_every_brace() {
+    let d = Tmp::new();
+    let image = d.path().join("disk.raw");
+    fs::write(&image, vec![0u8; 1 << 16]).unwrap();
+    let out = d.path().join("out");
+    let cache = d.path().join("cache");
+    // --qemu-img then the image: the image is the image.
+    let o = zinstall()
+        .args(["provision", "-n", "--qemu-img"])
+        .arg(&image)
+        .arg("--out")
+        .arg(&out)
+        .arg("--cache")
+        .arg(&cache)
+        .output()
+        .unwrap();
+    let (stdout, err) = text(&o);
+    assert!(o.status.success(), "{stdout}{err}");
+    assert!(
+        stdout.contains(&format!("for {} (", image.display())),
+        "{stdout}"
+    );
+    // A path is given with =.
+    let o = zinstall()
+        .arg("provision")
+        .arg("-n")
+        .arg("--qemu-img=/usr/bin/qemu-img")
+        .arg(&image)
+        .arg("--out")
+        .arg(&out)
+        .arg("--cache")
+        .arg(&cache)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{:?}", text(&o));
+    assert!(!out.exists() && !cache.exists());
+
+    let o = zinstall().args(["provision", "--help"]).output().unwrap();
+    let help = String::from_utf8(o.stdout).unwrap();
+    let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(
+        help.contains(
+            "Directory guests' hostname: {n} is the guest's number, {name} \
+             its name (default {name})"
+        ),
+        "{help}"
+    );
+    assert!(!help.contains('\u{1b}'), "{help:?}");
+}

@@ -400,7 +400,8 @@ fn qemu_img_converts_as_nobody_from_descriptors() {
     convert(&src, "vdi", "", &vdi);
     let cache = d.path().join("cache");
     let out = d.path().join("out");
-    let o = provision(&vdi, &out, &cache, &["--qemu-img", s(&fake)]);
+    let with = format!("--qemu-img={}", s(&fake));
+    let o = provision(&vdi, &out, &cache, &[&with]);
     let t = text(&o);
     assert_eq!(o.status.code(), Some(1), "{t}");
     assert!(
@@ -678,7 +679,7 @@ fn numbers_and_programs_are_checked_first() {
         assert!(!cache.exists() && !out.exists(), "{args:?}");
     }
     let o =
-        provision(&src, &out, &cache, &["--qemu-img", "/nonexistent/qemu-img"]);
+        provision(&src, &out, &cache, &["--qemu-img=/nonexistent/qemu-img"]);
     let t = text(&o);
     assert_eq!(o.status.code(), Some(1), "{t}");
     assert!(t.contains("/nonexistent/qemu-img"), "{t}");

@@ -49,10 +49,12 @@ pub struct ProvisionArgs {
     /// Refuse the image unless its SHA-256 is this (hex).
     #[arg(long, value_name = "HEX")]
     pub sha256: Option<String>,
-    /// Make overlays with qemu-img (at this path) instead of natively;
-    /// formats zinstall does not read are converted with it too
-    /// (without it: the qemu-img on PATH).
-    #[arg(long, value_name = "PATH", num_args = 0..=1, default_missing_value = "/usr/bin/qemu-img")]
+    /// Make overlays with qemu-img (--qemu-img=PATH: that one) instead
+    /// of natively; formats zinstall does not read are converted with it
+    /// too (without it: the qemu-img on PATH). The = is required, so
+    /// that the image is not taken for the path.
+    #[arg(long, value_name = "PATH", num_args = 0..=1, require_equals = true,
+          default_missing_value = "/usr/bin/qemu-img")]
     pub qemu_img: Option<PathBuf>,
     /// Refuse archives unpacking to more than this, and compressed qcow2
     /// images decompressing to more.
@@ -83,7 +85,10 @@ pub struct ProvisionArgs {
     pub dry_run: bool,
     /// Directory guests' hostname: {n} is the guest's number, {name} its
     /// name (default {name}).
-    #[arg(long, value_name = "PATTERN")]
+    #[arg(long, value_name = "PATTERN", help = crate::cli::verbatim(
+        "Directory guests' hostname: {n} is the guest's number, {name} its \
+         name (default {name})"
+    ))]
     pub hostname: Option<String>,
     /// Directory guests' /etc/machine-id: a new one each (generate, the
     /// default), `uninitialized` for systemd's first boot (first-boot),
