@@ -467,3 +467,63 @@ fn optional_values_take_no_positional_and_help_shows_every_brace() {
     );
     assert!(!help.contains('\u{1b}'), "{help:?}");
 }
+
+/// `zinstall trace` in a mount namespace of its own where tracefs is not
+/// mounted, as root or (through setpriv) as nobody.
+fn trace_without_tracefs(as_nobody: bool, out: &Path) -> Output {
+    let zinstall = env!("CARGO_BIN_EXE_zinstall");
+    let run = if as_nobody {
+        format!(
+            "exec setpriv --reuid=65534 --regid=65534 --clear-groups {zinstall}"
+        )
+    } else {
+        format!("exec {zinstall}")
+    };
+    zinstall_testkit::tool("unshare")
+        .args(["-m", "--propagation", "private", "sh", "-c"])
+        .arg(format!(
+            "umount /sys/kernel/debug 2>/dev/null; \
+             umount /sys/kernel/tracing 2>/dev/null; \
+             if [ -d /sys/kernel/tracing/events ]; then exit 99; fi; \
+             {run} trace -o {} -- /bin/true",
+            out.display()
+        ))
+        .env("ZINSTALL_DEFAULTS", "/dev/null")
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn trace_mounts_tracefs_or_says_how() {
+    if !zinstall_testkit::require_root() {
+        return;
+    }
+    let _ = zinstall_testkit::tool("bpftrace");
+    let _ = zinstall_testkit::tool("setpriv");
+    let d = Tmp::new();
+    std::os::unix::fs::chown(d.path(), Some(65534), Some(65534)).unwrap();
+    let o = trace_without_tracefs(true, &d.path().join("nobody.json"));
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert_eq!(
+        err,
+        "zinstall: error: tracefs is not mounted on /sys/kernel/tracing, and \
+         bpftrace needs it for the scheduler's tracepoints: as root, run \
+         `mount -t tracefs tracefs /sys/kernel/tracing`, then run zinstall \
+         trace as root (bpftrace needs root too)\n"
+    );
+    let out = d.path().join("root.json");
+    let o = trace_without_tracefs(false, &out);
+    let (stdout, err) = text(&o);
+    assert!(o.status.success(), "{stdout}{err}");
+    assert!(
+        err.contains(
+            "zinstall: note: mounted tracefs on /sys/kernel/tracing for \
+             bpftrace"
+        ),
+        "{err}"
+    );
+    assert!(stdout.contains("state changes"), "{stdout}");
+    assert!(out.is_file());
+    // The namespace went with the process: this one's tracefs is as it was.
+}

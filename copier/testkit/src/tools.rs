@@ -20,7 +20,7 @@ pub fn package(program: &str) -> &'static str {
         "xz" => "xz-utils",
         "bsdtar" => "libarchive-tools",
         "bpftrace" => "bpftrace",
-        "setpriv" | "mount" | "umount" | "losetup" => "util-linux",
+        "setpriv" | "mount" | "umount" | "losetup" | "unshare" => "util-linux",
         "tar" => "tar",
         "gzip" => "gzip",
         "mandoc" => "mandoc",
