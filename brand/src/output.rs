@@ -124,10 +124,7 @@ pub fn escape(s: &str) -> String {
     out
 }
 
-/// `n` with the word that fits it: `1 file`, `2 files`.
-pub fn count(n: u64, one: &str, many: &str) -> String {
-    format!("{n} {}", if n == 1 { one } else { many })
-}
+pub use copier::stats::{count, human_bytes, human_duration};
 
 /// Prints an error on stderr: `zinstall: error: ` and its first line,
 /// then its other lines (a parser's quoted line and caret) as they are,
@@ -184,18 +181,18 @@ pub fn stats_detail(s: &copier::Stats) {
         s.reflinked, s.kernel_copied, s.buffered
     ));
     out(format_args!(
-        "workers: {} busy {:.0}%, walker blocked {} ms",
+        "workers: {} busy {:.0}%, walker blocked {}",
         s.workers.len(),
         s.utilization() * 100.0,
-        s.walker_blocked.as_millis()
+        human_duration(s.walker_blocked)
     ));
     for (i, w) in s.workers.iter().enumerate() {
         out(format_args!(
-            "  worker-{i}: {} jobs in {} batches, {} bytes, busy {} ms",
-            w.jobs,
-            w.batches,
-            w.bytes,
-            w.busy.as_millis()
+            "  worker-{i}: {} in {}, {}, busy {}",
+            count(w.jobs, "job", "jobs"),
+            count(w.batches, "batch", "batches"),
+            human_bytes(w.bytes),
+            human_duration(w.busy)
         ));
     }
 }

@@ -50,7 +50,7 @@ fn copy_prints_one_summary_line_and_stats_on_request() {
     assert!(o.status.success(), "{err}");
     assert_eq!(out.lines().count(), 1, "{out}");
     assert!(out.contains("2 files, 3 dirs"), "{out}");
-    assert!(out.contains("100005 bytes"), "{out}");
+    assert!(out.contains("97.66 KiB in "), "{out}");
 
     let o = zinstall()
         .args(["copy", "--stats", "--threads", "3"])

@@ -527,3 +527,182 @@ fn trace_mounts_tracefs_or_says_how() {
     assert!(out.is_file());
     // The namespace went with the process: this one's tracefs is as it was.
 }
+
+#[test]
+fn messages_name_the_problem() {
+    let d = Tmp::new();
+    let src = d.path().join("src");
+    fs::create_dir_all(src.join("a")).unwrap();
+    fs::write(src.join("a/f"), "one").unwrap();
+
+    // An --out that is a file: said before anything is extracted.
+    let image = d.path().join("disk.raw");
+    fs::write(&image, vec![0u8; 1 << 16]).unwrap();
+    let file = d.path().join("a-file");
+    fs::write(&file, "x").unwrap();
+    let cache = d.path().join("cache");
+    let o = zinstall()
+        .arg("provision")
+        .arg(&image)
+        .arg("--out")
+        .arg(&file)
+        .arg("--cache")
+        .arg(&cache)
+        .output()
+        .unwrap();
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert_eq!(
+        err,
+        format!(
+            "zinstall: error: {}: not a directory; the guests are made \
+             inside the directory --out names (it is made if missing)\n",
+            file.display()
+        )
+    );
+    assert!(!cache.exists());
+
+    // One guest, one file: singular words, sizes and times as the
+    // progress line shows them.
+    let o = zinstall()
+        .arg("provision")
+        .arg(&image)
+        .arg("--out")
+        .arg(d.path().join("guests"))
+        .arg("--cache")
+        .arg(&cache)
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}{err}");
+    assert!(out.contains("qcow2 overlay, 64.00 KiB, "), "{out}");
+    assert!(out.contains("provisioned 1 guest from "), "{out}");
+    assert!(out.contains(", extracted once in "), "{out}");
+    let o = zinstall()
+        .arg("copy")
+        .arg(&src)
+        .arg(d.path().join("one"))
+        .output()
+        .unwrap();
+    let (out, _) = text(&o);
+    assert!(
+        out.contains(": 1 file, 2 dirs, 0 symlinks, 0 hard links, 3 B in "),
+        "{out}"
+    );
+
+    // Merging, which one is the directory.
+    let dst = d.path().join("merge");
+    fs::create_dir_all(dst.join("a/f")).unwrap();
+    let o = zinstall()
+        .args(["copy", "--merge"])
+        .arg(&src)
+        .arg(&dst)
+        .output()
+        .unwrap();
+    let (_, err) = text(&o);
+    assert!(
+        err.contains(&format!(
+            "zinstall: error: {}: a directory, where the source has a \
+             non-directory (one is never replaced by the other)",
+            dst.join("a/f").display()
+        )),
+        "{err}"
+    );
+
+    // Installed already: what to run, not an attach zinstall lacks.
+    let profile = d.path().join("p.toml");
+    fs::write(
+        &profile,
+        format!(
+            "source_root = {:?}\ntrees = [\"a\"]\nlog = {:?}\n",
+            src,
+            d.path().join("log")
+        ),
+    )
+    .unwrap();
+    let install = || {
+        zinstall()
+            .args(["install", "--profile"])
+            .arg(&profile)
+            .arg("--zonepath")
+            .arg(d.path().join("z"))
+            .output()
+            .unwrap()
+    };
+    assert!(install().status.success());
+    let (_, err) = text(&install());
+    assert!(
+        err.contains(
+            "to replace it, uninstall it first (zinstall uninstall \
+             --zonepath, or zoneadm uninstall for a zone)"
+        ) && !err.contains("attach"),
+        "{err}"
+    );
+
+    // A typo is not answered with a command users do not have.
+    let o = zinstall().arg("complet").output().unwrap();
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(!err.contains("completions"), "{err}");
+    assert!(err.contains("'copy'"), "{err}");
+
+    // --daemon where it does not apply is refused, not ignored.
+    for args in [
+        &["verify", "a", "b"][..],
+        &["statemap", "x.json"],
+        &["tune", "--runs", "1"],
+        &["trace", "--", "true"],
+        &["image", "create", "a", "b.tar"],
+    ] {
+        let o = zinstall()
+            .arg("--daemon=/nonexistent.sock")
+            .args(args)
+            .output()
+            .unwrap();
+        let (_, err) = text(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.starts_with(&format!(
+                "zinstall: error: --daemon does not apply to {}, which \
+                 always runs here",
+                args[0]
+            )),
+            "{args:?}: {err}"
+        );
+    }
+}
+
+#[test]
+fn an_unreadable_directory_is_named_once() {
+    if !zinstall_testkit::require_root() {
+        return;
+    }
+    let d = Tmp::new();
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(d.path(), fs::Permissions::from_mode(0o777)).unwrap();
+    let src = d.path().join("src");
+    fs::create_dir_all(src.join("locked")).unwrap();
+    fs::write(src.join("locked/x"), "x").unwrap();
+    fs::set_permissions(src.join("locked"), fs::Permissions::from_mode(0o700))
+        .unwrap();
+    let o = zinstall_testkit::tool("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(env!("CARGO_BIN_EXE_zinstall"))
+        .env("ZINSTALL_DEFAULTS", "/dev/null")
+        .arg("copy")
+        .arg(&src)
+        .arg(d.path().join("dst"))
+        .output()
+        .unwrap();
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    let errors: Vec<&str> =
+        err.lines().filter(|l| l.contains(": error: ")).collect();
+    assert_eq!(
+        errors,
+        [format!(
+            "zinstall: error: readdir {}: Permission denied (os error 13)",
+            src.join("locked").display()
+        )]
+    );
+}

@@ -665,7 +665,7 @@ fn hard_links_to_lower_layers_install_and_provision_alike() {
     let t = text(&o);
     assert!(o.status.success(), "{t}");
     assert!(
-        t.contains("4 files, 3 dirs, 0 symlinks, 5 hard links, 21 bytes"),
+        t.contains("4 files, 3 dirs, 0 symlinks, 5 hard links, 21 B in "),
         "{t}"
     );
     assert!(!d.path().join("zp/root").exists());

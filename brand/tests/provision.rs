@@ -444,7 +444,7 @@ fn a_killed_extraction_leaves_no_entry() {
     }
     assert_eq!(entries, 0, "a killed build published an entry");
     let gc = zinstall(&["cache", "gc", "--cache", s(&cache)]);
-    assert!(text(&gc).contains("and 1 stale builds"), "{}", text(&gc));
+    assert!(text(&gc).contains("and 1 stale build;"), "{}", text(&gc));
     assert_eq!(fs::read_dir(cache.join("scratch")).unwrap().count(), 0);
 }
 

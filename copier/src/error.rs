@@ -135,9 +135,12 @@ pub enum Refusal {
     ChangedType,
     /// A device node, FIFO or socket that cannot be recreated here.
     Special,
-    /// The destination holds a directory where a non-directory must go, or
-    /// the reverse.
+    /// The destination holds a non-directory where the source has a
+    /// directory (merging never replaces one by the other).
     Conflict,
+    /// The destination holds a directory where the source has a
+    /// non-directory (merging never replaces one by the other).
+    DirectoryInTheWay,
     /// The destination exists and is not empty, and merging was not asked.
     NotEmpty,
     /// The destination file exists, and merging was not asked.
@@ -167,7 +170,14 @@ impl fmt::Display for Refusal {
                 "special file not recreated (needs privilege; \
                  use --skip-special to skip such files)"
             }
-            Refusal::Conflict => "a directory and a non-directory conflict",
+            Refusal::Conflict => {
+                "not a directory, where the source has a directory (one is \
+                 never replaced by the other)"
+            }
+            Refusal::DirectoryInTheWay => {
+                "a directory, where the source has a non-directory (one is \
+                 never replaced by the other)"
+            }
             Refusal::NotEmpty => {
                 "destination is not empty (use --merge to copy into it)"
             }

@@ -281,8 +281,8 @@ impl fmt::Display for Cause {
             Cause::AlreadyInstalled { zonepath } => write!(
                 f,
                 "{} is already installed (its marker says so and its root \
-                 is kept); to replace it, uninstall it first; to use it, \
-                 attach it",
+                 is kept); to replace it, uninstall it first (zinstall \
+                 uninstall --zonepath, or zoneadm uninstall for a zone)",
                 zonepath.display()
             ),
             Cause::RootNotDirectory { root } => write!(

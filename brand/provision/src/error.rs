@@ -113,6 +113,8 @@ pub enum ProvisionError {
     Qcow2(qcow2::Error),
     /// A guest that already exists (and replacing it was not asked).
     GuestExists(PathBuf),
+    /// Where the guests were to go is there and is not a directory.
+    OutNotDirectory(PathBuf),
     /// A hostname pattern that makes no valid hostname: why.
     BadHostname(String),
     /// More guests than [`ProvisionOptions::MAX_GUESTS`].
@@ -182,7 +184,8 @@ impl ProvisionError {
             }
             ProvisionError::Image { path, .. } => path,
             ProvisionError::Qcow2(e) => &e.path,
-            ProvisionError::GuestExists(p) => p,
+            ProvisionError::GuestExists(p)
+            | ProvisionError::OutNotDirectory(p) => p,
             ProvisionError::Program { program, .. }
             | ProvisionError::ProgramFailed { program, .. } => program,
             ProvisionError::Cleanup { failure, .. } => failure.path(),
@@ -220,6 +223,12 @@ impl fmt::Display for ProvisionError {
             ProvisionError::GuestExists(p) => write!(
                 f,
                 "{}: guest exists already (--force replaces it)",
+                p.display()
+            ),
+            ProvisionError::OutNotDirectory(p) => write!(
+                f,
+                "{}: not a directory; the guests are made inside the \
+                 directory --out names (it is made if missing)",
                 p.display()
             ),
             ProvisionError::BadHostname(why) => f.write_str(why),

@@ -113,11 +113,12 @@ impl fmt::Display for Guest {
             }
             GuestKind::Disk { virtual_size } => write!(
                 f,
-                "{}: qcow2 overlay, {virtual_size} bytes",
-                self.path.display()
+                "{}: qcow2 overlay, {}",
+                self.path.display(),
+                copier::stats::human_bytes(*virtual_size)
             )?,
         }
-        write!(f, ", {} ms", self.took.as_millis())?;
+        write!(f, ", {}", copier::stats::human_duration(self.took))?;
         let id = &self.identity;
         if let Some(h) = &id.hostname {
             write!(f, "; hostname {h}")?;
@@ -356,6 +357,10 @@ fn check_request(
         return Err(ProvisionError::SizeTooLarge(s));
     }
     opts.tunables.validate()?;
+    // Before anything is extracted: the guests need a directory.
+    if fs::metadata(&opts.out).is_ok_and(|m| !m.is_dir()) {
+        return Err(ProvisionError::OutNotDirectory(opts.out.clone()));
+    }
     let kind = detect(image)?;
     if matches!(kind, ImageKind::Tree(_) | ImageKind::Oci) {
         identity::check(&opts.identity, &opts.name)?;

@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use brand::cli::{self, Invocation};
+use brand::cli::{self, Cli};
 use clap::Parser;
 
 fn main() -> ExitCode {
@@ -12,8 +12,11 @@ fn main() -> ExitCode {
         brand::output::note(format_args!("USDT probes not registered: {e}"));
     }
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    match Invocation::try_parse_from(&args) {
-        Ok(invocation) => cli::run(&invocation),
+    if let Some(done) = cli::completions_request(&args) {
+        return done;
+    }
+    match Cli::try_parse_from(&args) {
+        Ok(cli) => cli::run(&cli),
         Err(e) => cli::usage_error(e, &args),
     }
 }

@@ -351,15 +351,18 @@ pub fn print_provision(v: &Value) {
             s(&v["entry"])
         ));
     }
-    let ms = v["build_ms"].as_u64().unwrap_or(0);
+    let took =
+        std::time::Duration::from_millis(v["build_ms"].as_u64().unwrap_or(0));
+    let took = copier::stats::human_duration(took);
     let how = match v["obtained"].as_str() {
-        Some("built") => format!("extracted once in {ms} ms"),
-        Some("rebuilt") => format!("rebuilt in {ms} ms"),
+        Some("built") => format!("extracted once in {took}"),
+        Some("rebuilt") => format!("rebuilt in {took}"),
         _ => "cached".to_string(),
     };
+    let guests = v["guests"].as_array().map_or(0, Vec::len) as u64;
     output::out(format_args!(
-        "provisioned {} guests from {} ({}, {how}): {}",
-        v["guests"].as_array().map_or(0, Vec::len),
+        "provisioned {} from {} ({}, {how}): {}",
+        output::count(guests, "guest", "guests"),
         s(&v["image"]),
         s(&v["kind"]),
         s(&v["payload"])
@@ -471,31 +474,40 @@ pub fn print_gc(v: &Value) {
         ));
     } else if !images.is_empty() || n(&store["partial_removed"]) > 0 {
         output::out(format_args!(
-            "pulled images: {} {} blobs and {} partial downloads ({} \
-             bytes); {} bytes stay",
+            "pulled images: {} {} and {} ({}); {} stay",
             if dry_run { "would remove" } else { "removed" },
-            n(&store["blobs_removed"]),
-            n(&store["partial_removed"]),
-            n(&store["freed"]),
-            n(&store["size_after"])
+            output::count(n(&store["blobs_removed"]), "blob", "blobs"),
+            output::count(
+                n(&store["partial_removed"]),
+                "partial download",
+                "partial downloads"
+            ),
+            human(n(&store["freed"])),
+            human(n(&store["size_after"]))
         ));
     }
     if dry_run {
+        let would = decisions
+            .iter()
+            .filter(|d| d["remove"].as_bool() == Some(true))
+            .count() as u64;
         output::out(format_args!(
-            "would remove {} entries ({} bytes); kept {} in use",
-            decisions
-                .iter()
-                .filter(|d| d["remove"].as_bool() == Some(true))
-                .count(),
-            n(&v["freed"]),
+            "would remove {} ({}); kept {} in use",
+            output::count(would, "entry", "entries"),
+            human(n(&v["freed"])),
             n(&v["kept_in_use"])
         ));
     } else {
+        let removed = v["removed"].as_array().map_or(0, Vec::len) as u64;
         output::out(format_args!(
-            "removed {} entries ({} bytes) and {} stale builds; kept {} in use",
-            v["removed"].as_array().map_or(0, Vec::len),
-            n(&v["freed"]),
-            n(&v["stale_builds_removed"]),
+            "removed {} ({}) and {}; kept {} in use",
+            output::count(removed, "entry", "entries"),
+            human(n(&v["freed"])),
+            output::count(
+                n(&v["stale_builds_removed"]),
+                "stale build",
+                "stale builds"
+            ),
             n(&v["kept_in_use"])
         ));
     }

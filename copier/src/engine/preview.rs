@@ -130,7 +130,12 @@ fn tree(shared: &Shared<'_>, stats: &mut Stats) -> Result<()> {
             if let Some(there) = &there
                 && there.is_dir() != (kind == EntryKind::Dir)
             {
-                shared.entry_failed(Error::refused(&dst, Refusal::Conflict));
+                let why = if there.is_dir() {
+                    Refusal::DirectoryInTheWay
+                } else {
+                    Refusal::Conflict
+                };
+                shared.entry_failed(Error::refused(&dst, why));
                 if ft.is_dir() {
                     it.skip_current_dir();
                 }
