@@ -309,7 +309,9 @@ fn cmd_install(
                     )
                 },
             )),
+            progress: None,
         },
+        progress: None,
     };
     match job.run() {
         Ok(_) => OK,

@@ -31,10 +31,17 @@ pub fn program() -> &'static str {
     PROGRAM.get().copied().unwrap_or(PROG)
 }
 
-/// A progress bar fed by the engine's workers.
+/// A progress line fed by the engine's workers: a spinner with entries,
+/// bytes and rate while the size of the work is not known (a tree being
+/// walked), a bar with the percentage and the time left once it is (an
+/// archive's or image's length, a tree counted before). Drawn on a
+/// terminal only.
 pub struct Bar {
     bar: ProgressBar,
+    entries: Arc<AtomicU64>,
     bytes: Arc<AtomicU64>,
+    spinner: ProgressStyle,
+    measured: ProgressStyle,
 }
 
 impl Bar {
@@ -46,15 +53,23 @@ impl Bar {
         {
             return None;
         }
+        let entries = Arc::new(AtomicU64::new(0));
         let bytes = Arc::new(AtomicU64::new(0));
+        let e1 = Arc::clone(&entries);
         let (b1, b2) = (Arc::clone(&bytes), Arc::clone(&bytes));
-        let style = ProgressStyle::with_template(
-            "{spinner} {prefix} {elapsed_precise} {pos} entries, {bytes} \
-             ({rate})",
+        let spinner = ProgressStyle::with_template(
+            "{spinner} {prefix} {elapsed_precise} {entries}, {data} ({rate})",
         )
         .unwrap_or_else(|_| ProgressStyle::default_spinner())
         .with_key(
-            "bytes",
+            "entries",
+            move |_: &ProgressState, w: &mut dyn std::fmt::Write| {
+                let n = e1.load(Ordering::Relaxed);
+                let _ = write!(w, "{}", count(n, "entry", "entries"));
+            },
+        )
+        .with_key(
+            "data",
             move |_: &ProgressState, w: &mut dyn std::fmt::Write| {
                 let _ = write!(w, "{}", HumanBytes(b1.load(Ordering::Relaxed)));
             },
@@ -67,11 +82,33 @@ impl Bar {
                 let _ = write!(w, "{}/s", HumanBytes(rate as u64));
             },
         );
+        let measured = ProgressStyle::with_template(
+            "{spinner} {prefix} [{bar:20}] {percent:>3}% of {total_bytes}, \
+             {eta} left",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("=> ");
         let bar = ProgressBar::new_spinner()
-            .with_style(style)
+            .with_style(spinner.clone())
             .with_prefix(what.to_string());
         bar.enable_steady_tick(Duration::from_millis(100));
-        Some(Arc::new(Bar { bar, bytes }))
+        Some(Arc::new(Bar {
+            bar,
+            entries,
+            bytes,
+            spinner,
+            measured,
+        }))
+    }
+
+    /// Says what is being done now.
+    pub fn set_what(&self, what: &str) {
+        self.bar.set_prefix(what.to_string());
+    }
+
+    /// Runs `f` (which prints) with the bar off the screen.
+    pub fn suspend<R>(&self, f: impl FnOnce() -> R) -> R {
+        self.bar.suspend(f)
     }
 
     /// Removes the bar from the screen.
@@ -80,10 +117,46 @@ impl Bar {
     }
 }
 
+impl std::fmt::Debug for Bar {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Bar").finish_non_exhaustive()
+    }
+}
+
 impl copier::Progress for Bar {
     fn advance(&self, entries: u64, bytes: u64) {
         self.bytes.fetch_add(bytes, Ordering::Relaxed);
-        self.bar.inc(entries);
+        self.entries.fetch_add(entries, Ordering::Relaxed);
+    }
+
+    fn begin(&self, total: Option<u64>) {
+        self.entries.store(0, Ordering::Relaxed);
+        self.bytes.store(0, Ordering::Relaxed);
+        match total {
+            Some(t) => {
+                self.bar.set_style(self.measured.clone());
+                self.bar.set_length(t);
+            }
+            None => {
+                self.bar.set_style(self.spinner.clone());
+                self.bar.unset_length();
+            }
+        }
+        self.bar.reset();
+        // Shown at once, however short the part.
+        self.bar.tick();
+    }
+
+    fn read(&self, bytes: u64) {
+        self.bar.inc(bytes);
+    }
+}
+
+/// Runs `f`, which prints, with `bar` (if any) off the screen meanwhile.
+pub fn above<R>(bar: &Option<Arc<Bar>>, f: impl FnOnce() -> R) -> R {
+    match bar {
+        Some(b) => b.suspend(f),
+        None => f(),
     }
 }
 

@@ -706,3 +706,109 @@ fn an_unreadable_directory_is_named_once() {
         )]
     );
 }
+
+/// `zinstall ARGS` run on a terminal (`script` gives it one); what the
+/// terminal received.
+fn on_a_terminal(args: &[&std::ffi::OsStr]) -> String {
+    let mut line = env!("CARGO_BIN_EXE_zinstall").to_string();
+    for a in args {
+        line.push(' ');
+        line.push_str(&format!("'{}'", a.to_str().unwrap()));
+    }
+    let o = zinstall_testkit::tool("script")
+        .args(["-q", "-e", "-c"])
+        .arg(&line)
+        .arg("/dev/null")
+        .env("ZINSTALL_DEFAULTS", "/dev/null")
+        .env("COLUMNS", "100")
+        .output()
+        .unwrap();
+    let t = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(o.status.success(), "{line}: {t}");
+    t
+}
+
+#[test]
+fn progress_shows_how_far_where_the_size_is_known() {
+    let d = Tmp::new();
+    let src = d.path().join("src");
+    fs::create_dir_all(src.join("d")).unwrap();
+    fs::write(src.join("d/data"), vec![7u8; 4 << 20]).unwrap();
+    let layer = d.path().join("layer.tar");
+    let o = Command::new("tar")
+        .arg("-cf")
+        .arg(&layer)
+        .arg("-C")
+        .arg(&src)
+        .arg(".")
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let profile = d.path().join("p.toml");
+    fs::write(
+        &profile,
+        format!(
+            "source_root = {:?}\ntrees = [\"d\"]\nlog = {:?}\n",
+            src,
+            d.path().join("log")
+        ),
+    )
+    .unwrap();
+    let p = |p: &Path| p.as_os_str().to_owned();
+    let s = |s: &str| std::ffi::OsString::from(s);
+    // An install: the tree with a spinner, the archive with a bar.
+    let t = on_a_terminal(&[
+        &s("install"),
+        &s("--profile"),
+        &p(&profile),
+        &s("--zonepath"),
+        &p(&d.path().join("z")),
+        &p(&layer),
+    ]);
+    assert!(t.contains("replicating /d "), "{t}");
+    assert!(t.contains(" 1 entry, 4.00 MiB"), "{t}");
+    assert!(t.contains("unpacking layer.tar ["), "{t}");
+    assert!(t.contains("   0% of 4.00 MiB, 0s left"), "{t}");
+    assert!(t.contains(" 100% of 4.00 MiB, "), "{t}");
+    // A copy, whose size is not known: a spinner only.
+    let t = on_a_terminal(&[&s("copy"), &p(&src), &p(&d.path().join("c"))]);
+    assert!(t.contains("copying ") && t.contains(" entries, "), "{t}");
+    assert!(!t.contains('%'), "{t}");
+    // Provisioning two directory guests: the image read, then the second
+    // guest's copy of a tree the first one counted.
+    let t = on_a_terminal(&[
+        &s("provision"),
+        &p(&layer),
+        &s("--count"),
+        &s("2"),
+        &s("--keep-identity"),
+        &s("--out"),
+        &p(&d.path().join("guests")),
+        &s("--cache"),
+        &p(&d.path().join("cache")),
+    ]);
+    let parts: Vec<&str> = t.split("made ").collect();
+    assert_eq!(parts.len(), 3, "{t}");
+    assert!(parts[0].contains("% of 4.00 MiB, "), "the image read: {t}");
+    assert!(
+        parts[0].contains(" entries, "),
+        "the first guest's copy, of a tree not yet counted: {t}"
+    );
+    assert!(
+        parts[1].contains("% of 4.00 MiB, "),
+        "the second guest's copy of the tree the first counted: {t}"
+    );
+    // Not on a terminal: no bar at all.
+    let o = zinstall()
+        .arg("copy")
+        .arg(&src)
+        .arg(d.path().join("c2"))
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    assert!(!out.contains('\r') && !err.contains('\r'), "{out}{err}");
+    assert!(
+        !out.contains('\u{1b}') && !err.contains('\u{1b}'),
+        "{out}{err}"
+    );
+}

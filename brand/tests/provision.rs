@@ -304,7 +304,7 @@ fn rootfs_archives_give_directory_guests() {
     // Guests gone: gc removes the entry.
     fs::remove_dir_all(&out).unwrap();
     let gc = zinstall(&["cache", "gc", "--cache", s(&d.path().join("cache"))]);
-    assert!(text(&gc).contains("removed 1 entries"), "{}", text(&gc));
+    assert!(text(&gc).contains("removed 1 entry ("), "{}", text(&gc));
 }
 
 #[test]

@@ -41,7 +41,7 @@ pub fn unpack_layer(
     root: &Path,
     opts: &UnpackOptions,
 ) -> Result<UnpackReport> {
-    through_layer(image, i, |diff, shown| {
+    through_layer(image, i, opts.progress.as_ref(), |diff, shown| {
         unpack::unpack_from(diff, shown, root, opts)
     })
 }
@@ -57,7 +57,7 @@ pub fn survey_layer(
     opts: &UnpackOptions,
 ) -> Result<UnpackReport> {
     let opts = applying(opts);
-    through_layer(image, i, |diff, shown| {
+    through_layer(image, i, None, |diff, shown| {
         unpack::survey_from(diff, shown, root, &opts)
     })
 }
@@ -71,18 +71,26 @@ fn applying(opts: &UnpackOptions) -> UnpackOptions {
 }
 
 /// Layer `i`'s tar stream, decompressed and checked against its diff_id
-/// as `read` reads it, then against the blob's digest.
+/// as `read` reads it, then against the blob's digest; `progress` hears
+/// how far through the blob it is.
 fn through_layer(
     image: &Image,
     i: usize,
+    progress: Option<&Arc<dyn crate::Progress>>,
     read: impl FnOnce(&mut dyn std::io::Read, &Path) -> Result<UnpackReport>,
 ) -> Result<UnpackReport> {
     let layer = &image.layers[i];
     let shown = image.layer_path(i);
     let mut raw = image.layer(i)?;
+    if let Some(p) = progress {
+        p.begin(Some(layer.size));
+    }
     let r = (|| {
         let stream = zinstall_archive::compress::decompress(
-            BufReader::with_capacity(1 << 20, &mut raw),
+            BufReader::with_capacity(
+                1 << 20,
+                crate::Metered::new(&mut raw, progress.cloned()),
+            ),
             layer.compression,
         )
         .map_err(|e| Error::io(Op::Read, &shown, e))?;

@@ -112,6 +112,9 @@ pub struct UnpackOptions {
     /// OCI whiteouts: ignored (zinstall layers, plain tarballs), applied
     /// to the root, or recorded (see the `layered` module).
     pub whiteouts: Whiteouts,
+    /// Told how far through the archive file (or OCI blob) the unpack is,
+    /// its length first ([`crate::Progress::begin`]).
+    pub progress: Option<Arc<dyn crate::Progress>>,
 }
 
 impl Default for UnpackOptions {
@@ -126,6 +129,7 @@ impl Default for UnpackOptions {
             pool: None,
             listener: None,
             whiteouts: Whiteouts::Off,
+            progress: None,
         }
     }
 }
@@ -161,16 +165,21 @@ pub fn unpack(
     let compression = compression_of(&head[..n]);
     f.seek(SeekFrom::Start(0))
         .map_err(|e| Error::io(Op::Read, archive, e))?;
+    if let Some(p) = &opts.progress {
+        p.begin(f.metadata().ok().map(|m| m.len()));
+    }
     if compression == Compression::None {
         // A plain tar file: the reader only parses headers and seeks over
         // bodies; workers copy each body from its range of the file in the
         // kernel, so the reader never becomes the bottleneck.
         let body_source =
             f.try_clone().map_err(|e| Error::io(Op::Open, archive, e))?;
+        let f = crate::Metered::new(f, opts.progress.clone());
         let reader = tar::Reader::seekable(f, limits(opts))
             .map_err(|e| Error::io(Op::Read, archive, e))?;
         return run(reader, Some(body_source), archive, root, opts);
     }
+    let f = crate::Metered::new(f, opts.progress.clone());
     let reader =
         decompress(io::BufReader::with_capacity(1 << 20, f), compression)
             .map_err(|e| Error::io(Op::Read, archive, e))?;

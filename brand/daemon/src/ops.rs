@@ -176,6 +176,7 @@ fn install(
         platform: platform("install", &a.platform)?,
         store: Some(zinstall_provision::store_of(&d.config().cache)),
         pull: pull_options(d, job),
+        progress: None,
     }
     .run();
     match r {
@@ -222,6 +223,7 @@ fn pull_options(d: &Daemon, job: &Arc<Job>) -> zinstall_registry::PullOptions {
         events: Some(Arc::new(move |e: &zinstall_registry::Event| {
             job.event(format!("INFO: zinstall: {e}"))
         })),
+        progress: None,
     }
 }
 
@@ -253,6 +255,7 @@ fn provision(
         force: a.force,
         platform: platform("provision", &a.platform)?,
         pull: pull_options(d, job),
+        progress: None,
     };
     // One build per image: the cache's build lock is a flock(2) on a file
     // each provision opens for itself, so it orders this daemon's jobs as

@@ -28,6 +28,7 @@
 //!     platform: None,
 //!     store: None,
 //!     pull: Default::default(),
+//!     progress: None,
 //! }
 //! .run()?;
 //! println!("{} bytes", summary.stats.bytes);
@@ -130,6 +131,10 @@ pub struct Install<'a> {
     pub store: Option<PathBuf>,
     /// How they are pulled.
     pub pull: zinstall_registry::PullOptions,
+    /// Hears how far each step is: a tree's entries and bytes as they
+    /// are copied (its size is not known beforehand), how far through
+    /// each archive or layer blob an unpack is (its length is).
+    pub progress: Option<std::sync::Arc<dyn copier::Progress>>,
 }
 
 /// What an install did.
@@ -638,6 +643,7 @@ impl Install<'_> {
             pool: self.pool.clone(),
             listener: self.listener.clone(),
             whiteouts: Default::default(),
+            progress: self.progress.clone(),
         }
     }
 
@@ -702,6 +708,11 @@ impl Install<'_> {
 
     fn plan(&self, src: &Path, dst: &Path) -> Plan {
         let mut p = Plan::new(src, dst);
+        if let Some(progress) = &self.progress {
+            // A tree: its size is not known before it is walked.
+            progress.begin(None);
+            p = p.progress(std::sync::Arc::clone(progress));
+        }
         if let Some(l) = &self.listener {
             p = p.listener(std::sync::Arc::clone(l));
         }

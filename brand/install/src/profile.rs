@@ -130,7 +130,7 @@ pub struct ProfileError {
     pub message: String,
     /// Where the text does not parse as a profile, when that is the
     /// error: shown with the line and a caret.
-    pub syntax: Option<copier::Syntax>,
+    pub syntax: Option<Box<copier::Syntax>>,
 }
 
 impl ProfileError {
@@ -307,7 +307,12 @@ impl Profile {
     pub fn parse(path: &Path, text: &str) -> Result<Profile, ProfileError> {
         let err = |message: String| ProfileError::new(path, message);
         let raw: Raw = toml::from_str(text).map_err(|e| ProfileError {
-            syntax: Some(copier::Syntax::at(path, text, e.span(), e.message())),
+            syntax: Some(Box::new(copier::Syntax::at(
+                path,
+                text,
+                e.span(),
+                e.message(),
+            ))),
             ..err(e.message().to_string())
         })?;
         for (i, t) in raw.trees.iter().enumerate() {

@@ -319,6 +319,8 @@ pub struct HashingReader {
     bytes: u64,
     /// The whole file has been hashed (by [`Self::feed`]).
     done: bool,
+    /// Told how far through the file the reads are.
+    progress: Option<std::sync::Arc<dyn copier::Progress>>,
 }
 
 impl Read for HashingReader {
@@ -329,6 +331,9 @@ impl Read for HashingReader {
         let n = self.file.read(buf)?;
         self.hasher.update(&buf[..n]);
         self.bytes += n as u64;
+        if let Some(p) = &self.progress {
+            p.read(n as u64);
+        }
         Ok(n)
     }
 }
@@ -343,6 +348,18 @@ impl HashingReader {
         self.bytes
     }
 
+    /// Tells `progress` the file's length, then how far through it every
+    /// read (or [`Self::feed`]) is.
+    pub fn meter(
+        &mut self,
+        progress: Option<std::sync::Arc<dyn copier::Progress>>,
+    ) {
+        if let Some(p) = &progress {
+            p.begin(self.file.metadata().ok().map(|m| m.len()));
+        }
+        self.progress = progress;
+    }
+
     /// Runs `work`, which reads the image by other means (a qcow2 image
     /// read natively) and hands every byte of the file, in order, to the
     /// sink it is given: the digest is made from the very bytes the work
@@ -353,9 +370,13 @@ impl HashingReader {
     ) -> Result<T, E> {
         assert_eq!(self.bytes, 0, "feed after a read");
         let (hasher, bytes) = (&mut self.hasher, &mut self.bytes);
+        let progress = self.progress.clone();
         let mut sink = |b: &[u8]| {
             hasher.update(b);
             *bytes += b.len() as u64;
+            if let Some(p) = &progress {
+                p.read(b.len() as u64);
+            }
         };
         let value = work(&mut sink)?;
         self.done = true;
@@ -836,6 +857,7 @@ impl Cache {
             hasher: Sha256::new(),
             bytes: 0,
             done: false,
+            progress: None,
         };
         build(&mut reader, &scratch.join(kind.payload()))?;
         let mut buf = vec![0u8; HASH_READ];

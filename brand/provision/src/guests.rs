@@ -72,6 +72,11 @@ pub struct ProvisionOptions {
     /// How images named by registry reference are pulled (into the
     /// cache's `oci/` store).
     pub pull: zinstall_registry::PullOptions,
+    /// Hears how far each step is: through the image file as the cache
+    /// entry is made (its length is known), through each OCI layer blob,
+    /// and through each directory guest's copy (the first one's size is
+    /// not known; the others' is the first one's).
+    pub progress: Option<std::sync::Arc<dyn copier::Progress>>,
 }
 
 /// What one guest is.
@@ -162,6 +167,7 @@ impl ProvisionOptions {
             pool: self.pool.clone(),
             listener: self.listener.clone(),
             whiteouts: Default::default(),
+            progress: self.progress.clone(),
         }
     }
 
@@ -215,6 +221,8 @@ pub fn provision_in(
     let out_existed = fs::symlink_metadata(&opts.out).is_ok();
     let mut made: Vec<PathBuf> = Vec::new();
     let mut guests = Vec::with_capacity(opts.count);
+    // The data of a directory guest, once the first copy counted it.
+    let mut tree_bytes = None;
     let result = (|| -> Result<(), ProvisionError> {
         fs::create_dir_all(&opts.out)
             .map_err(|e| Error::io(Op::Mkdir, &opts.out, e))?;
@@ -240,7 +248,13 @@ pub fn provision_in(
             // From here on the path is this run's to remove on failure,
             // whatever state the guest is left in.
             made.push(path.clone());
-            let kind = make_guest(&path, entry_kind, &lease.entry, opts)?;
+            let kind = make_guest(
+                &path,
+                entry_kind,
+                &lease.entry,
+                opts,
+                &mut tree_bytes,
+            )?;
             let identity = match entry_kind {
                 EntryKind::Tree | EntryKind::Layer => identity::apply(
                     &path,
@@ -439,17 +453,39 @@ fn guest_path(opts: &ProvisionOptions, kind: EntryKind, i: usize) -> PathBuf {
     }
 }
 
-/// Makes one guest at `path` (which does not exist).
+/// A directory guest's copy of a tree whose data an earlier copy
+/// counted: the bytes written are how far through it the copy is.
+#[derive(Debug)]
+struct CountedTree(std::sync::Arc<dyn copier::Progress>);
+
+impl copier::Progress for CountedTree {
+    fn advance(&self, entries: u64, bytes: u64) {
+        self.0.advance(entries, bytes);
+        self.0.read(bytes);
+    }
+}
+
+/// Makes one guest at `path` (which does not exist); `tree_bytes` is the
+/// data of a directory guest, once one was copied.
 fn make_guest(
     path: &Path,
     entry_kind: EntryKind,
     entry: &Entry,
     opts: &ProvisionOptions,
+    tree_bytes: &mut Option<u64>,
 ) -> Result<GuestKind, ProvisionError> {
     match entry_kind {
         EntryKind::Tree | EntryKind::Layer => {
             let mut plan =
                 Plan::new(entry.payload(), path).tunables(opts.tunables);
+            if let Some(p) = &opts.progress {
+                let counted = tree_bytes.filter(|b| *b > 0);
+                p.begin(counted);
+                plan = plan.progress(match counted {
+                    Some(_) => std::sync::Arc::new(CountedTree(p.clone())),
+                    None => p.clone(),
+                });
+            }
             if let Some(c) = &opts.cancel {
                 plan = plan.cancel(c.clone());
             }
@@ -461,6 +497,7 @@ fn make_guest(
             }
             let r = plan.run()?;
             let s = &r.stats;
+            *tree_bytes = Some(s.bytes);
             Ok(GuestKind::Tree {
                 reflinked: s.files > 0 && s.reflinked == s.files,
             })
@@ -546,6 +583,7 @@ fn build(
     payload: &Path,
     opts: &ProvisionOptions,
 ) -> Result<(), ProvisionError> {
+    reader.meter(opts.progress.clone());
     match kind {
         ImageKind::Tree(c) => {
             fs::create_dir(payload)
@@ -737,6 +775,7 @@ pub fn build_qcow2_entry(
         force: false,
         platform: None,
         pull: Default::default(),
+        progress: None,
     };
     let placer = match user_space_only {
         true => Placer(RangeCopier::user_space_only()),
@@ -860,6 +899,7 @@ mod test {
             force: false,
             platform: None,
             pull: Default::default(),
+            progress: None,
         }
     }
 

@@ -34,6 +34,7 @@
 //!     force: false,
 //!     platform: None,
 //!     pull: Default::default(),
+//!     progress: None,
 //! };
 //! let report = provision(Path::new("debian.qcow2"), &opts, &mut |g| {
 //!     eprintln!("made {}", g.path.display());

@@ -186,6 +186,9 @@ pub struct PullOptions {
     pub insecure: Vec<String>,
     /// Hears of each step (tag resolved, blob fetched, retry).
     pub events: Option<Events>,
+    /// Hears how far each blob's download is: its size first
+    /// ([`copier::Progress::begin`]), then the bytes as they arrive.
+    pub progress: Option<Arc<dyn copier::Progress>>,
 }
 
 impl std::fmt::Debug for PullOptions {
@@ -193,6 +196,7 @@ impl std::fmt::Debug for PullOptions {
         f.debug_struct("PullOptions")
             .field("insecure", &self.insecure)
             .field("events", &self.events.is_some())
+            .field("progress", &self.progress.is_some())
             .finish()
     }
 }
@@ -206,6 +210,7 @@ pub struct Registry {
     helpers: auth::HelperPath,
     retries: u32,
     events: Option<Events>,
+    progress: Option<Arc<dyn copier::Progress>>,
 }
 
 impl Registry {
@@ -219,13 +224,15 @@ impl Registry {
             helpers: auth::HelperPath::default(),
             retries: DEFAULT_RETRIES,
             events: None,
+            progress: None,
         }
     }
 
-    /// Takes `opts`' insecure registries and events.
+    /// Takes `opts`' insecure registries, events and progress.
     pub fn with(mut self, opts: &PullOptions) -> Registry {
         self.insecure = opts.insecure.clone();
         self.events = opts.events.clone();
+        self.progress = opts.progress.clone();
         self
     }
 
@@ -285,6 +292,7 @@ impl Registry {
             store: self.store.clone(),
             retries: self.retries,
             events: self.events.clone(),
+            progress: self.progress.clone(),
             _in_use: in_use,
         });
         let top = self.resolve(&fetcher, reference)?;
@@ -530,6 +538,7 @@ struct Fetcher {
     store: PathBuf,
     retries: u32,
     events: Option<Events>,
+    progress: Option<Arc<dyn copier::Progress>>,
     /// Keeps gc out of the store while the image is open.
     _in_use: store::InUse,
 }
@@ -675,6 +684,13 @@ impl Fetcher {
             size,
             from: have,
         });
+        let begin = |have: u64| {
+            if let Some(p) = &self.progress {
+                p.begin(Some(size));
+                p.read(have);
+            }
+        };
+        begin(have);
         let started = Instant::now();
         let start_have = have;
         let mut attempts = 0u32;
@@ -738,6 +754,7 @@ impl Fetcher {
                         file.set_len(0).map_err(|e| io_err("truncate", e))?;
                         have = 0;
                         hasher = Hasher::new(digest.algorithm());
+                        begin(0);
                     }
                 }
                 _ => {
@@ -774,6 +791,9 @@ impl Fetcher {
                     .map_err(|e| io_err("write", e))?;
                 hasher.update(&buf[..n]);
                 have += n as u64;
+                if let Some(p) = &self.progress {
+                    p.read(n as u64);
+                }
             }
             if have < size && last.is_empty() {
                 last = format!("read {url}: the body ended early");

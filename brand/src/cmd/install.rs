@@ -3,10 +3,11 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use clap::Args;
 
-use crate::output;
+use crate::output::{self, Bar};
 use crate::settings::TunableArgs;
 use zinstall_install::{self as install, Install, Profile, profile};
 
@@ -133,9 +134,13 @@ pub fn install(args: &InstallArgs) -> ExitCode {
         output::note(w);
     }
     let json = args.json;
-    let mut show = |e: &install::Event| show_event(json, e);
+    let bar = Bar::for_terminal(json || args.verbose, "installing");
+    let mut show = |e: &install::Event| show_event(json, &bar, e);
     let shown = profile.path.clone();
-    let r = job(args, profile, tunables, log, &mut show).run();
+    let r = job(args, profile, tunables, log, &mut show, &bar).run();
+    if let Some(b) = &bar {
+        b.finish();
+    }
     finish(args, &shown, r)
 }
 
@@ -146,6 +151,7 @@ fn job<'a>(
     tunables: copier::Tunables,
     log: slog::Logger,
     events: &'a mut dyn FnMut(&install::Event),
+    bar: &Option<Arc<Bar>>,
 ) -> Install<'a> {
     Install {
         zone: zone_name(args),
@@ -161,7 +167,8 @@ fn job<'a>(
             .then(|| std::sync::Arc::new(output::Listing) as _),
         platform: args.platform.clone(),
         store: Some(zinstall_provision::store_of(&args.cache)),
-        pull: args.pull.options(),
+        pull: args.pull.options(bar.clone()),
+        progress: bar.clone().map(|b| b as Arc<dyn copier::Progress>),
     }
 }
 
@@ -173,11 +180,24 @@ fn zone_name(args: &InstallArgs) -> String {
     )
 }
 
-fn show_event(json: bool, e: &install::Event) {
+/// Prints a step (above the progress bar), and names it on the bar.
+fn show_event(json: bool, bar: &Option<Arc<Bar>>, e: &install::Event) {
     if json {
         crate::json::print(&serde_json::json!({ "event": e.to_string() }));
-    } else {
-        output::event(e)
+        return;
+    }
+    output::above(bar, || output::event(e));
+    if let Some(b) = bar {
+        match e {
+            install::Event::Replicating { tree } => {
+                b.set_what(&format!("replicating {tree}"));
+            }
+            install::Event::Unpacking { path, .. } => {
+                let name = path.file_name().unwrap_or(path.as_os_str());
+                b.set_what(&format!("unpacking {}", name.to_string_lossy()));
+            }
+            _ => {}
+        }
     }
 }
 
@@ -188,10 +208,14 @@ fn preview(
     tunables: copier::Tunables,
 ) -> ExitCode {
     let json = args.json;
-    let mut show = |e: &install::Event| show_event(json, e);
+    let bar = Bar::for_terminal(json || args.verbose, "walking");
+    let mut show = |e: &install::Event| show_event(json, &bar, e);
     let log = slog::Logger::root(slog::Discard, slog::o!());
     let shown = profile.path.clone();
-    let r = job(args, profile, tunables, log, &mut show).preview();
+    let r = job(args, profile, tunables, log, &mut show, &bar).preview();
+    if let Some(b) = &bar {
+        b.finish();
+    }
     finish(args, &shown, r)
 }
 

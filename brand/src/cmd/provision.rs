@@ -12,7 +12,7 @@ use zinstall_provision::cache::{Cache, GcOptions};
 use zinstall_provision::identity::{HostKeys, IdentityOptions, MachineId};
 use zinstall_provision::{self as provision, ProvisionOptions};
 
-use crate::output;
+use crate::output::{self, Bar};
 use crate::settings::TunableArgs;
 
 /// The cache's default place.
@@ -222,6 +222,10 @@ pub fn provision(args: &ProvisionArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // No bar for a dry run, which reads no image.
+    let bar = (!args.dry_run)
+        .then(|| Bar::for_terminal(args.json || args.verbose, "provisioning"))
+        .flatten();
     let opts = ProvisionOptions {
         count: args.count,
         out: args.out.clone(),
@@ -244,7 +248,8 @@ pub fn provision(args: &ProvisionArgs) -> ExitCode {
         ),
         force: args.force,
         platform: args.platform.clone(),
-        pull: args.pull.options(),
+        pull: args.pull.options(bar.clone()),
+        progress: bar.clone().map(|b| b as Arc<dyn copier::Progress>),
     };
     if args.dry_run {
         return match provision::preview(&args.image, &opts) {
@@ -267,15 +272,22 @@ pub fn provision(args: &ProvisionArgs) -> ExitCode {
     let json = args.json;
     let mut on_guest = |g: &provision::Guest| {
         if !json {
-            output::out(format_args!("made {g}"));
+            output::above(&bar, || output::out(format_args!("made {g}")));
+        }
+        if let Some(b) = &bar {
+            b.set_what("copying guests");
         }
     };
-    match provision::provision_in(
+    let r = provision::provision_in(
         &args.image,
         &opts,
         args.cache_mode,
         &mut on_guest,
-    ) {
+    );
+    if let Some(b) = &bar {
+        b.finish();
+    }
+    match r {
         Ok(r) => {
             let v = protocol::provision_json(&args.image, &r);
             if json {

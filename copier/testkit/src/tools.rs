@@ -22,6 +22,7 @@ pub fn package(program: &str) -> &'static str {
         "bpftrace" => "bpftrace",
         "setpriv" | "mount" | "umount" | "losetup" | "unshare" => "util-linux",
         "tar" => "tar",
+        "script" => "bsdutils",
         "gzip" => "gzip",
         "mandoc" => "mandoc",
         "make" => "make",
