@@ -138,6 +138,9 @@ pub enum NoticeKind {
     Xattr(String),
     /// A special file could not be made and was skipped.
     SpecialSkipped,
+    /// Setuid or setgid bits of an owner or group the copy does not keep
+    /// were cleared (a run acting as a caller, as `cp -a` by the caller).
+    SetId,
     /// This platform's build copies no extended attributes (illumos keeps
     /// them in attribute directories, which are not copied yet): said
     /// once per run rather than dropping them without a word.
@@ -156,6 +159,10 @@ impl fmt::Display for Notice {
             NoticeKind::SpecialSkipped => {
                 write!(f, "special files skipped (no privilege)")?
             }
+            NoticeKind::SetId => write!(
+                f,
+                "setuid/setgid bits not kept (the owner or group is not kept)"
+            )?,
             NoticeKind::XattrsUnsupported => write!(
                 f,
                 "extended attributes not copied (not supported on this \
