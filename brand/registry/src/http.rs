@@ -12,8 +12,9 @@ use ureq::tls::{RootCerts, TlsConfig};
 use ureq::{Agent, Body};
 
 use crate::auth::Credentials;
-use crate::error::{RegistryError as Error, Result};
+use crate::error::{Failure, RegistryError as Error, Result};
 use crate::reference::Reference;
+use crate::transfer::Watch;
 
 /// The manifest media types asked for, best first.
 pub(crate) const MANIFEST_TYPES: &str = "application/vnd.oci.image.index.v1+json, \
@@ -30,6 +31,10 @@ const MAX_ERROR_SHOWN: u64 = 4096;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 const READ_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// The longest a request may take to answer with its head, a token
+/// fetched on the way included.
+const REQUEST_DEADLINE: Duration = Duration::from_secs(90);
+
 /// One repository of one registry.
 pub(crate) struct Remote {
     agent: Agent,
@@ -38,6 +43,8 @@ pub(crate) struct Remote {
     credentials: Option<Credentials>,
     /// The bearer token last granted, for the pull scope.
     token: Mutex<Option<String>>,
+    /// The pull's cancel flag and stall rule.
+    pub(crate) watch: Watch,
 }
 
 impl Remote {
@@ -45,6 +52,7 @@ impl Remote {
         reference: &Reference,
         insecure: bool,
         credentials: Option<Credentials>,
+        watch: Watch,
     ) -> Remote {
         let scheme = if insecure || reference.is_loopback() {
             "http"
@@ -76,7 +84,29 @@ impl Remote {
             reference: reference.clone(),
             credentials,
             token: Mutex::new(None),
+            watch,
         }
+    }
+
+    /// [`get`](Remote::get) on a thread of its own, given up on at once
+    /// when the pull is cancelled, and after [`REQUEST_DEADLINE`] however
+    /// the registry (or its token service) drips its answer.
+    pub(crate) fn get_watched(
+        self: &Arc<Self>,
+        url: &str,
+        accept: Option<&'static str>,
+        from: Option<u64>,
+    ) -> Result<Response<Body>> {
+        let (me, u) = (Arc::clone(self), url.to_string());
+        self.watch.call("GET", url, REQUEST_DEADLINE, move || {
+            me.get(&u, accept, from)
+        })
+    }
+
+    /// Where blobs come from: the registry and repository, as a partial
+    /// download's `.from` file records it.
+    pub(crate) fn origin(&self) -> String {
+        format!("{}/{}", self.reference.registry, self.reference.repository)
     }
 
     pub(crate) fn manifest_url(&self, r: &str) -> String {
@@ -240,10 +270,10 @@ impl Remote {
         if !resp.status().is_success() {
             return Err(auth_err(format!(
                 "token from {realm}: {}",
-                status_error(realm, resp)
+                status_error(realm, resp, &self.watch)
             )));
         }
-        let body = read_bounded(resp, realm, "token", MAX_TOKEN)?;
+        let body = read_bounded(resp, realm, "token", MAX_TOKEN, &self.watch)?;
         #[derive(serde::Deserialize)]
         struct Granted {
             token: Option<String>,
@@ -307,19 +337,30 @@ pub(crate) fn http_error(op: &'static str, url: &str, e: ureq::Error) -> Error {
     Error::Http {
         op,
         url: url.to_string(),
+        kind: Failure::of(&e),
         why: e.to_string(),
     }
 }
 
-/// A non-success answer as an error, with the registry's error text.
-pub(crate) fn status_error(url: &str, resp: Response<Body>) -> Error {
+/// A non-success answer as an error, with the registry's error text (as
+/// much of it as comes, read as `watch` says).
+pub(crate) fn status_error(
+    url: &str,
+    resp: Response<Body>,
+    watch: &Watch,
+) -> Error {
     let status = resp.status().as_u16();
     let mut detail = Vec::new();
-    let _partial = resp
-        .into_body()
-        .into_reader()
-        .take(MAX_ERROR_SHOWN)
-        .read_to_end(&mut detail);
+    if let Ok(mut body) =
+        watch.body(url, resp.into_body().into_reader().take(MAX_ERROR_SHOWN))
+    {
+        while let Ok(chunk) = body.next() {
+            if chunk.is_empty() {
+                break;
+            }
+            detail.extend_from_slice(&chunk);
+        }
+    }
     let detail = String::from_utf8_lossy(&detail);
     // The distribution spec's errors: {"errors":[{"code","message"}]}.
     let shown = serde_json::from_str::<serde_json::Value>(&detail)
@@ -357,12 +398,14 @@ pub(crate) fn status_error(url: &str, resp: Response<Body>) -> Error {
     }
 }
 
-/// The body, refused past `limit` bytes without reading further.
+/// The body, refused past `limit` bytes without reading further; read
+/// as `watch` says (cancel, stall rule).
 pub(crate) fn read_bounded(
     resp: Response<Body>,
     url: &str,
     what: &'static str,
     limit: u64,
+    watch: &Watch,
 ) -> Result<Vec<u8>> {
     if resp.body().content_length().is_some_and(|n| n > limit) {
         return Err(Error::TooLarge {
@@ -371,22 +414,22 @@ pub(crate) fn read_bounded(
             limit,
         });
     }
+    let mut body =
+        watch.body(url, resp.into_body().into_reader().take(limit + 1))?;
     let mut v = Vec::new();
-    resp.into_body()
-        .into_reader()
-        .take(limit + 1)
-        .read_to_end(&mut v)
-        .map_err(|e| Error::Http {
-            op: "read",
-            url: url.to_string(),
-            why: e.to_string(),
-        })?;
-    if v.len() as u64 > limit {
-        return Err(Error::TooLarge {
-            url: url.to_string(),
-            what,
-            limit,
-        });
+    loop {
+        let chunk = body.next()?;
+        if chunk.is_empty() {
+            break;
+        }
+        v.extend_from_slice(&chunk);
+        if v.len() as u64 > limit {
+            return Err(Error::TooLarge {
+                url: url.to_string(),
+                what,
+                limit,
+            });
+        }
     }
     Ok(v)
 }
