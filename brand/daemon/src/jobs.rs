@@ -163,12 +163,13 @@ impl Job {
             }
             _ => 0,
         };
+        let elapsed = self.elapsed();
         ProgressInfo {
             phase: self.lock().phase.clone(),
             entries: self.entries.load(Ordering::Relaxed),
             bytes,
             rate,
-            elapsed_ms: self.elapsed().as_millis() as u64,
+            elapsed_ms: elapsed.as_millis() as u64,
         }
     }
 

@@ -3,7 +3,7 @@
 //! ask for first.
 
 use std::io::Read;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use base64::Engine;
@@ -45,6 +45,9 @@ pub(crate) struct Remote {
     token: Mutex<Option<String>>,
     /// The pull's cancel flag and stall rule.
     pub(crate) watch: Watch,
+    /// Whether the registry's name resolved, the first time it was
+    /// needed: a name that does not is a failure no retry mends.
+    name: OnceLock<std::result::Result<(), String>>,
 }
 
 impl Remote {
@@ -85,7 +88,44 @@ impl Remote {
             credentials,
             token: Mutex::new(None),
             watch,
+            name: OnceLock::new(),
         }
+    }
+
+    /// Resolves the registry's name once, here rather than inside the
+    /// HTTP client, so that a failure is known for what it is (a name
+    /// that does not resolve) by where it happened, not by its text.
+    fn check_name(&self, url: &str) -> Result<()> {
+        use std::net::ToSocketAddrs;
+        let r = self.name.get_or_init(|| {
+            let host = self.reference.api_host();
+            let has_port = host
+                .rsplit_once(':')
+                .is_some_and(|(h, p)| !h.ends_with(':') && !p.ends_with(']'));
+            let default = if self.base.starts_with("https") {
+                443
+            } else {
+                80
+            };
+            let hp = if has_port {
+                host.to_string()
+            } else {
+                format!("{host}:{default}")
+            };
+            match hp.to_socket_addrs().map(|mut a| a.next()) {
+                Ok(Some(_)) => Ok(()),
+                Ok(None) => {
+                    Err(format!("{host}: the name resolves to no address"))
+                }
+                Err(e) => Err(format!("{host}: {e}")),
+            }
+        });
+        r.clone().map_err(|why| Error::Http {
+            op: "GET",
+            url: url.to_string(),
+            kind: Failure::Name,
+            why,
+        })
     }
 
     /// [`get`](Remote::get) on a thread of its own, given up on at once
@@ -132,6 +172,7 @@ impl Remote {
         accept: Option<&str>,
         from: Option<u64>,
     ) -> Result<Response<Body>> {
+        self.check_name(url)?;
         let mut asked = false;
         loop {
             let mut req = self.agent.get(url);
