@@ -43,11 +43,11 @@ use crate::sys::posix::{self, at};
 /// `ELOOP` limit.
 const MAX_LINKS: usize = 40;
 
-/// Opens the directory at `path` as described in the
-/// module's documentation; with `create`, a missing last component is
-/// made with that mode first (its parent must exist). Refusals are
-/// [`Error::Refused`] with [`Refusal::Untrusted`], naming the path and
-/// the directory that makes it unsafe.
+/// Opens the directory at `path` as described in the module's
+/// documentation; with `create`, a missing last component is made with
+/// that mode first, and missing directories on the way 0755. Refusals
+/// are [`Error::Refused`] with [`Refusal::Untrusted`], naming the path
+/// and the directory that makes it unsafe.
 pub fn open_dir(path: &Path, create: Option<u32>) -> Result<Root> {
     // A relative path is the caller's, from its working directory.
     let absolute =
@@ -77,9 +77,10 @@ pub fn open_dir(path: &Path, create: Option<u32>) -> Result<Root> {
         let mut st = at::lstat(dir.as_raw_fd(), &cname)
             .map_err(|e| Error::io(Op::Stat, &shown, e))?;
         if st.is_none()
-            && last
             && let Some(mode) = create
         {
+            // Missing directories on the way are made as `mkdir -p` does.
+            let mode = if last { mode } else { 0o755 };
             match at::mkdir(dir.as_raw_fd(), &cname, mode) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}

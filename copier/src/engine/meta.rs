@@ -115,11 +115,11 @@ fn mode(shared: &Shared<'_>, md: &Metadata, path: &Path) -> u32 {
     };
     let mut kept = mode;
     if md.uid() != who.uid {
-        kept &= !(libc::S_ISUID as u32);
+        kept &= !0o4000; // S_ISUID
     }
     // A directory's setgid bit only says that entries take its group.
     if !md.is_dir() && md.gid() != who.gid && !who.groups.contains(&md.gid()) {
-        kept &= !(libc::S_ISGID as u32);
+        kept &= !0o2000; // S_ISGID
     }
     if kept != mode {
         shared.notice(NoticeKind::SetId, path);
