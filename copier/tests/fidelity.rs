@@ -9,7 +9,7 @@ use std::os::unix::fs::{PermissionsExt, symlink};
 use std::path::Path;
 
 use common::loopfs::{self, Kind, LoopFs};
-use common::{assert_same_tree, build_fidelity_tree, copy_tree, is_root, skip};
+use common::{assert_same_tree, build_fidelity_tree, copy_tree, is_root};
 use copier::verify::{self, CompareOptions, DiffKind};
 
 #[test]
@@ -32,9 +32,8 @@ fn round_trip_for_every_thread_and_batch_setting() {
         }
     }
     if !info.root_parts {
-        skip(
-            "round_trip (owners, devices, capability, ACLs)",
-            "needs root",
+        zinstall_testkit::unmet(
+            "root, for owners, devices, capability and ACLs",
         );
     }
 }
@@ -42,8 +41,7 @@ fn round_trip_for_every_thread_and_batch_setting() {
 /// Root-only attributes, checked with the system's own tools as well.
 #[test]
 fn capability_acl_owner_and_devices_survive() {
-    if !is_root() {
-        skip("capability_acl_owner_and_devices_survive", "needs root");
+    if !zinstall_testkit::require_root() {
         return;
     }
     let d = tempfile::tempdir().unwrap();
@@ -239,9 +237,8 @@ fn comparison_notices_each_difference() {
             &|k| matches!(k, DiffKind::Xattr { name } if name == "security.capability"),
         );
     } else {
-        skip(
-            "comparison_notices_each_difference (owner, capability)",
-            "needs root",
+        zinstall_testkit::unmet(
+            "root, for the owner and capability differences",
         );
     }
 }

@@ -169,11 +169,8 @@ fn nobody() -> Credentials {
 
 #[test]
 fn a_run_acting_as_a_user_cannot_read_what_that_user_cannot() {
-    if !common::is_root() {
-        return common::skip(
-            "a_run_acting_as_a_user_cannot_read_what_that_user_cannot",
-            "needs root to take another identity",
-        );
+    if !zinstall_testkit::require_root() {
+        return;
     }
     let d = tempfile::Builder::new().tempdir_in("/var/tmp").unwrap();
     fs::set_permissions(d.path(), fs::Permissions::from_mode(0o755)).unwrap();

@@ -25,10 +25,7 @@ use zinstall_archive::tar::{
 
 const GIB: u64 = 1 << 30;
 
-fn is_root() -> bool {
-    // SAFETY: geteuid cannot fail.
-    unsafe { libc::geteuid() == 0 }
-}
+use zinstall_testkit::is_root;
 
 /// A command for `tool`, which must be installed (from `package`).
 fn tool(name: &str, package: &str) -> Command {
@@ -136,10 +133,7 @@ fn tree() -> Tree {
         );
         names.push("capf");
     } else {
-        eprintln!(
-            "skipped: file capabilities (setcap needs root); \
-             the rest of the tree is tested"
-        );
+        zinstall_testkit::unmet("root, for file capabilities (setcap)");
     }
 
     fs::write(p("aclf"), b"acl\n").unwrap();
@@ -198,7 +192,7 @@ fn tree() -> Tree {
             .args(["c", "1", "3"]));
         names.push("cdev");
     } else {
-        eprintln!("skipped: device nodes in the tree (mknod needs root)");
+        zinstall_testkit::unmet("root, for device nodes (mknod)");
     }
     Tree {
         _dir: dir,
