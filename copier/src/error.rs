@@ -490,6 +490,17 @@ impl Error {
         }
     }
 
+    /// A directory walk's error: the path it concerns (`at` when it names
+    /// none) and the system's error alone, whose message walkdir's own
+    /// display would wrap around the path a second time.
+    pub fn walk(op: Op, at: &Path, e: walkdir::Error) -> Self {
+        let path = e.path().unwrap_or(at).to_path_buf();
+        let source = e.into_io_error().unwrap_or_else(|| {
+            io::Error::other("a directory contains itself (filesystem loop)")
+        });
+        Error::io(op, path, source)
+    }
+
     /// The error for a tar archive `archive` whose reader failed: an
     /// [`Error::Archive`] naming the member, or an [`Error::Io`] for a
     /// failed read of the file itself.

@@ -72,7 +72,7 @@ pub mod verify;
 pub use cancel::Cancel;
 pub use defaults::DefaultsFile;
 pub use error::{Error, Met, Op, Refusal, Result};
-pub use plan::{EntryKind, Failure, Listener, Plan, Progress, Report};
+pub use plan::{EntryKind, Failure, Listener, OnError, Plan, Progress, Report};
 pub use pool::{Credentials, Pool};
 pub use rules::{Action, Rule, RuleSet};
 pub use stats::{Notice, NoticeKind, Stats, WorkerStats};

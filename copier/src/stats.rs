@@ -145,6 +145,25 @@ pub enum NoticeKind {
     /// them in attribute directories, which are not copied yet): said
     /// once per run rather than dropping them without a word.
     XattrsUnsupported,
+    /// Another filesystem is mounted on this directory of the source; not
+    /// crossing filesystems, it was copied as an empty directory. One
+    /// notice per mount point.
+    MountPoint(PathBuf),
+}
+
+impl NoticeKind {
+    /// A short name for machine-readable output: `ownership`, `xattr`,
+    /// `special_skipped`, `set_id`, `xattrs_unsupported`, `mount_point`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            NoticeKind::Ownership => "ownership",
+            NoticeKind::Xattr(_) => "xattr",
+            NoticeKind::SpecialSkipped => "special_skipped",
+            NoticeKind::SetId => "set_id",
+            NoticeKind::XattrsUnsupported => "xattrs_unsupported",
+            NoticeKind::MountPoint(_) => "mount_point",
+        }
+    }
 }
 
 impl fmt::Display for Notice {
@@ -168,13 +187,19 @@ impl fmt::Display for Notice {
                 "extended attributes not copied (not supported on this \
                  platform)"
             )?,
+            NoticeKind::MountPoint(path) => {
+                return write!(
+                    f,
+                    "{}: another filesystem is mounted here; copied as an \
+                     empty directory (not crossing filesystems)",
+                    path.display()
+                );
+            }
         }
-        write!(
-            f,
-            ": {} entries, first {}",
-            self.count,
-            self.example.display()
-        )
+        match self.count {
+            1 => write!(f, ": 1 entry, {}", self.example.display()),
+            n => write!(f, ": {n} entries, first {}", self.example.display()),
+        }
     }
 }
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 use slog::info;
 
-use copier::{Action, Credentials, Plan, Rule, RuleSet};
+use copier::{Credentials, Plan};
 use zinstall_install::Install;
 use zinstall_install::profile::Profile;
 use zinstall_provision::ProvisionOptions;
@@ -58,6 +58,7 @@ fn copy(
     let src = normalized(&a.src).unwrap_or_else(|| a.src.clone());
     let dst = normalized(&a.dst).unwrap_or_else(|| a.dst.clone());
     let mut plan = Plan::new(&src, &dst)
+        .on_error(copier::OnError::KeepGoing)
         .tunables(d.tunables())
         .pool(d.pool().clone())
         .cancel(job.cancel.clone())
@@ -96,14 +97,10 @@ fn copy(
                 groups: peer.groups.clone(),
             });
     }
-    if !a.exclude.is_empty() {
-        let rules = a
-            .exclude
-            .iter()
-            .map(|g| Rule::new(g.trim_matches('/'), Action::Skip));
-        let rules =
-            RuleSet::new(rules).map_err(|e| WireError::from_copier(&e))?;
-        plan = plan.rules(Arc::new(rules), Path::new(""));
+    if let Some(rules) = copier::rules::excludes(&a.exclude)
+        .map_err(|e| WireError::from_copier(&e))?
+    {
+        plan = plan.rules(rules, Path::new(""));
     }
     match plan.run() {
         Ok(r) => Ok(json!({

@@ -156,7 +156,8 @@ pub struct CopyArgs {
     /// Flush the destination filesystem at the end.
     #[serde(default)]
     pub sync: bool,
-    /// Skip paths matching these globs (as `--exclude`).
+    /// Skip what these exclude patterns match (as `--exclude` reads
+    /// them: a name at any depth, or a path with a `/`).
     #[serde(default)]
     pub exclude: Vec<String>,
     /// Skip special files that cannot be made for lack of privilege,
@@ -631,6 +632,7 @@ pub fn notices_json(n: &[copier::Notice]) -> Value {
     n.iter()
         .map(|n| {
             json!({
+                "kind": n.kind.name(),
                 "notice": n.to_string(),
                 "count": n.count,
                 "example": n.example.to_string_lossy(),

@@ -149,13 +149,21 @@ pub fn copy(socket: &Path, a: &super::copy::CopyArgs) -> ExitCode {
     ]) {
         return c;
     }
+    // The client reads its exclude files, with its own rights.
+    let exclude = match super::copy::exclude_patterns(a) {
+        Ok(p) => p,
+        Err(e) => {
+            output::error(e);
+            return ExitCode::from(2);
+        }
+    };
     let bar = Bar::for_terminal(a.quiet || a.json, "copying");
     let args = CopyArgs {
         src: absolute(&a.src),
         dst: absolute(&a.dst),
         merge: a.merge,
         sync: a.sync,
-        exclude: a.exclude.clone(),
+        exclude,
         skip_special: a.skip_special,
     };
     let result = match call(socket, Call::Copy(args), bar, &mut |_| {}) {

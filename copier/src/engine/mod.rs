@@ -25,7 +25,12 @@
 //! * Memory is bounded by the queue (2 × threads batches), the open
 //!   directories on the current path, and the inodes with more than one
 //!   name; not by the size of the tree.
-//! * The first error stops the walk; workers stop at their next job.
+//! * The first error stops the walk and workers stop at their next job,
+//!   unless the plan goes on past failed entries ([`OnError::KeepGoing`]):
+//!   then a failed job is recorded and the rest go on, a directory that
+//!   cannot be read or made is left out with its contents, and directory
+//!   metadata is applied as usual. Errors about the run itself (its
+//!   destination, its settings, a cancel) stop it either way.
 //!
 //! Walk-only ([`Plan::walk_only`], a measurement aid): the walker is
 //! unchanged, directories included; one worker takes the batches and
@@ -52,7 +57,7 @@ use std::time::Instant;
 
 use crate::beneath::Root;
 use crate::error::{Error, Op, Refusal};
-use crate::plan::{Failure, Plan, Report};
+use crate::plan::{Failure, OnError, Plan, Report};
 use crate::stats::{NoticeBoard, NoticeKind, Stats, WorkerStats};
 use crate::sys;
 use crate::sys::posix::at;
@@ -134,9 +139,27 @@ impl<'p> Shared<'p> {
         }
     }
 
-    /// Records an error and stops the run.
+    /// Records an error about the run itself and stops it.
     pub(crate) fn fail(&self, e: Error) {
         self.quit.store(true, Ordering::Relaxed);
+        self.record(e);
+    }
+
+    /// Records an error about one entry; the run stops unless the plan
+    /// goes on past failed entries.
+    pub(crate) fn entry_failed(&self, e: Error) {
+        if !self.keep_going() {
+            self.quit.store(true, Ordering::Relaxed);
+        }
+        self.record(e);
+    }
+
+    /// True if the run goes on past failed entries.
+    pub(crate) fn keep_going(&self) -> bool {
+        self.plan.on_error == OnError::KeepGoing
+    }
+
+    fn record(&self, e: Error) {
         let mut g = self.errors.lock().unwrap_or_else(|p| p.into_inner());
         if g.0.len() < Failure::MAX_ERRORS {
             g.0.push(e);
