@@ -309,7 +309,7 @@ fn cmd_install(
                     )
                 },
             )),
-            progress: None,
+            ..Default::default()
         },
         progress: None,
     };

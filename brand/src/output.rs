@@ -92,6 +92,8 @@ impl Bar {
             .with_style(spinner.clone())
             .with_prefix(what.to_string());
         bar.enable_steady_tick(Duration::from_millis(100));
+        // Drawn at once: a short run is still seen to run.
+        bar.force_draw();
         Some(Arc::new(Bar {
             bar,
             entries,
@@ -143,8 +145,9 @@ impl copier::Progress for Bar {
             }
         }
         self.bar.reset();
-        // Shown at once, however short the part.
-        self.bar.tick();
+        // Shown at once, however short the part: a new style and total
+        // are worth a draw the rate limit would skip.
+        self.bar.force_draw();
     }
 
     fn read(&self, bytes: u64) {
@@ -250,8 +253,8 @@ pub fn failure(f: &copier::Failure) {
 /// Prints the per-worker detail of `--stats`.
 pub fn stats_detail(s: &copier::Stats) {
     out(format_args!(
-        "data: {} reflinked, {} copied in kernel, {} through buffer",
-        s.reflinked, s.kernel_copied, s.buffered
+        "data: {} bytes: {} reflinked, {} copied in kernel, {} through buffer",
+        s.bytes, s.reflinked, s.kernel_copied, s.buffered
     ));
     out(format_args!(
         "workers: {} busy {:.0}%, walker blocked {}",

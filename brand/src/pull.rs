@@ -34,6 +34,7 @@ impl PullArgs {
                 }
             })),
             progress: bar.map(|b| b as Arc<dyn copier::Progress>),
+            ..PullOptions::default()
         }
     }
 }

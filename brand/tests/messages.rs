@@ -743,7 +743,7 @@ fn progress_shows_how_far_where_the_size_is_known() {
         .arg(".")
         .output()
         .unwrap();
-    assert!(o.status.success());
+    assert!(o.status.success(), "tar: {o:?}");
     let profile = d.path().join("p.toml");
     fs::write(
         &profile,
@@ -765,14 +765,18 @@ fn progress_shows_how_far_where_the_size_is_known() {
         &p(&d.path().join("z")),
         &p(&layer),
     ]);
-    assert!(t.contains("replicating /d "), "{t}");
-    assert!(t.contains(" 1 entry, 4.00 MiB"), "{t}");
+    // Each part is drawn as it begins (later draws depend on timing).
+    let spinner = |t: &str| t.contains(" entries, ") || t.contains(" entry, ");
+    let tree = t
+        .split("replicating /d ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{t}"));
+    assert!(spinner(tree), "{t}");
     assert!(t.contains("unpacking layer.tar ["), "{t}");
     assert!(t.contains("   0% of 4.00 MiB, 0s left"), "{t}");
-    assert!(t.contains(" 100% of 4.00 MiB, "), "{t}");
     // A copy, whose size is not known: a spinner only.
     let t = on_a_terminal(&[&s("copy"), &p(&src), &p(&d.path().join("c"))]);
-    assert!(t.contains("copying ") && t.contains(" entries, "), "{t}");
+    assert!(t.contains("copying ") && spinner(&t), "{t}");
     assert!(!t.contains('%'), "{t}");
     // Provisioning two directory guests: the image read, then the second
     // guest's copy of a tree the first one counted.
@@ -791,7 +795,7 @@ fn progress_shows_how_far_where_the_size_is_known() {
     assert_eq!(parts.len(), 3, "{t}");
     assert!(parts[0].contains("% of 4.00 MiB, "), "the image read: {t}");
     assert!(
-        parts[0].contains(" entries, "),
+        spinner(parts[0]),
         "the first guest's copy, of a tree not yet counted: {t}"
     );
     assert!(

@@ -156,6 +156,9 @@ pub enum Refusal {
     ChangedDuringCopy,
     /// A file read whole is larger than it may be.
     TooLarge(u64),
+    /// A path a privileged process was to work in could have been
+    /// redirected by another user (see [`crate::trusted`]): why.
+    Untrusted(String),
 }
 
 impl fmt::Display for Refusal {
@@ -163,8 +166,12 @@ impl fmt::Display for Refusal {
         if let Refusal::TooLarge(max) = self {
             return write!(f, "larger than the {max} bytes it may hold");
         }
+        if let Refusal::Untrusted(why) = self {
+            return write!(f, "unsafe path: {why}");
+        }
         f.write_str(match self {
             Refusal::TooLarge(_) => "too large",
+            Refusal::Untrusted(_) => "unsafe path",
             Refusal::ChangedType => "changed type during the copy",
             Refusal::Special => {
                 "special file not recreated (needs privilege; \

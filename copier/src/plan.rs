@@ -144,6 +144,7 @@ pub struct Plan {
     pub(crate) src: PathBuf,
     pub(crate) dst: PathBuf,
     pub(crate) within: Option<PathBuf>,
+    pub(crate) source_within: Option<PathBuf>,
     pub(crate) tunables: Tunables,
     pub(crate) cross_fs: bool,
     pub(crate) skip_special: bool,
@@ -192,6 +193,7 @@ impl Plan {
             src: src.into(),
             dst: dst.into(),
             within: None,
+            source_within: None,
             tunables: Tunables::default(),
             cross_fs: false,
             skip_special: false,
@@ -223,6 +225,19 @@ impl Plan {
     /// written through. `root` itself must not be a symlink.
     pub fn within(mut self, root: impl Into<PathBuf>) -> Self {
         self.within = Some(root.into());
+        self
+    }
+
+    /// Read only a source beneath the directory `root`: before the walk,
+    /// every directory from `root` down to the source's parent is opened
+    /// from its parent's descriptor without following a symlink (as the
+    /// run's identity, see [`acting_as`](Plan::acting_as)); a symlink on
+    /// the way is an [`Error::Beneath`] naming it. The source itself may
+    /// be a symlink: it is copied as one, never followed. A service uses
+    /// this (with [`within`](Plan::within)) to hold a caller to the
+    /// directories it was granted.
+    pub fn source_within(mut self, root: impl Into<PathBuf>) -> Self {
+        self.source_within = Some(root.into());
         self
     }
 

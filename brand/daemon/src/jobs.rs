@@ -83,6 +83,8 @@ struct Inner {
     events: VecDeque<String>,
     dropped: u64,
     detached: bool,
+    /// When the job ended: its elapsed time stops there.
+    ended: Option<Instant>,
 }
 
 impl Job {
@@ -119,6 +121,7 @@ impl Job {
     /// Ends the job.
     pub fn finish(&self, result: Result<Value, WireError>) {
         let mut g = self.lock();
+        g.ended.get_or_insert_with(Instant::now);
         g.state = match result {
             Ok(v) => State::Done(v),
             Err(e) => State::Failed(e),
@@ -134,6 +137,13 @@ impl Job {
     /// Whether its client asked it to outlive the connection.
     pub fn detached(&self) -> bool {
         self.lock().detached
+    }
+
+    /// How long the job ran (or has run, while it runs), from when it
+    /// was asked for.
+    pub fn elapsed(&self) -> Duration {
+        let ended = self.lock().ended;
+        ended.unwrap_or_else(Instant::now) - self.started
     }
 
     /// Waits up to `timeout` for news; returns the events that came, and
@@ -163,17 +173,19 @@ impl Job {
             }
             _ => 0,
         };
+        let elapsed = self.elapsed();
         ProgressInfo {
             phase: self.lock().phase.clone(),
             entries: self.entries.load(Ordering::Relaxed),
             bytes,
             rate,
-            elapsed_ms: self.started.elapsed().as_millis() as u64,
+            elapsed_ms: elapsed.as_millis() as u64,
         }
     }
 
     /// What `jobs` and `status` show.
     pub fn describe(&self) -> Value {
+        let elapsed = self.elapsed();
         let g = self.lock();
         let mut v = json!({
             "job": self.id,
@@ -186,7 +198,7 @@ impl Job {
             "entries": self.entries.load(Ordering::Relaxed),
             "bytes": self.bytes.load(Ordering::Relaxed),
             "started": self.started_unix,
-            "elapsed_ms": self.started.elapsed().as_millis() as u64,
+            "elapsed_ms": elapsed.as_millis() as u64,
             "detached": g.detached,
         });
         match &g.state {
@@ -258,6 +270,7 @@ impl Jobs {
                 events: VecDeque::new(),
                 dropped: 0,
                 detached: false,
+                ended: None,
             }),
             changed: Condvar::new(),
         });

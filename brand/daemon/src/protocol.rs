@@ -160,6 +160,10 @@ pub struct CopyArgs {
     /// them: a name at any depth, or a path with a `/`).
     #[serde(default)]
     pub exclude: Vec<String>,
+    /// Skip special files that cannot be made for lack of privilege,
+    /// with a notice (as `--skip-special`).
+    #[serde(default)]
+    pub skip_special: bool,
 }
 
 /// `install`: like `zinstall install ZONEPATH`.
@@ -241,6 +245,11 @@ pub struct ProvisionArgs {
     /// default: the daemon host's).
     #[serde(default)]
     pub platform: Option<String>,
+    /// The most an image may unpack or decompress to, and a registry
+    /// blob may declare, in bytes (as `--max-archive-size`; default the
+    /// CLI's, 64 GiB).
+    #[serde(default)]
+    pub max_archive_size: Option<u64>,
 }
 
 fn one() -> usize {
@@ -763,6 +772,7 @@ mod test {
                 merge: true,
                 sync: false,
                 exclude: vec!["*.o".into()],
+                skip_special: false,
             }),
             detach: true,
         };

@@ -36,6 +36,8 @@ fn main() -> ExitCode {
     match server::run(opts, server::stderr_logger()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
+            // The daemon's own messages name it, not the CLI (a
+            // parser's quoted line and caret on lines of their own).
             brand::output::error(&e);
             ExitCode::from(match e {
                 ServeError::Config(_) | ServeError::Engine(_) => 2,

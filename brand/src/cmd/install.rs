@@ -107,15 +107,12 @@ pub fn install(args: &InstallArgs) -> ExitCode {
     if args.dry_run {
         return preview(args, profile, tunables);
     }
-    if let Err(e) = std::fs::create_dir_all(&args.zonepath).and_then(|()| {
-        std::fs::set_permissions(
-            &args.zonepath,
-            std::os::unix::fs::PermissionsExt::from_mode(0o700),
-        )
-    }) {
+    // Made (0700) through a checked descriptor: a zonepath that is a
+    // symlink, or that another user could swap, is refused untouched.
+    if let Err(e) = install::prepare_zonepath(&args.zonepath) {
         crate::json::fail(
             args.json,
-            format_args!("zonepath {}: {e}", args.zonepath.display()),
+            &e,
             serde_json::json!({
                 "zonepath": crate::json::path(&args.zonepath),
                 "stage": "BeforeRoot",

@@ -160,7 +160,6 @@ pub fn copy(socket: &Path, a: &super::copy::CopyArgs) -> ExitCode {
         &[
             (TUNABLE_FLAGS, tunables_set(&a.tunables)),
             ("--statemap", a.statemap.is_some()),
-            ("--skip-special", a.skip_special),
             ("--cross-fs", a.cross_fs),
             (LISTING_FLAGS, a.dry_run || a.verbose),
         ],
@@ -183,6 +182,7 @@ pub fn copy(socket: &Path, a: &super::copy::CopyArgs) -> ExitCode {
         merge: a.merge,
         sync: a.sync,
         exclude,
+        skip_special: a.skip_special,
     };
     let result = match call(socket, Call::Copy(args), bar, &mut |_| {}, a.json)
     {
@@ -304,6 +304,7 @@ pub fn provision(
         ssh_host_keys: a.ssh_host_keys,
         force: a.force,
         platform: a.platform.as_ref().map(|p| p.to_string()),
+        max_archive_size: Some(a.max_archive_size),
     };
     let json = a.json;
     let mut event = |e: &str| {

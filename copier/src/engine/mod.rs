@@ -183,6 +183,15 @@ impl<'p> Shared<'p> {
 
     /// Takes the plan's identity in this thread, if it has one, until the
     /// result is dropped; `None` when that failed (the run has failed).
+    ///
+    /// Every engine thread that touches the source or the destination
+    /// for a run calls this first and keeps the guard while it works:
+    /// the walker (here in [`run`]), each worker, each pool task for a
+    /// batch. With [`Plan::acting_as`] the thread then has the caller's
+    /// fsuid, fsgid and groups and no effective capability at all, so
+    /// the kernel checks each open, creation and attribute as the
+    /// caller's own; dropping the guard gives the thread back its own
+    /// identity and capabilities (a pool thread serves other runs next).
     pub(crate) fn assume(&self) -> Option<Option<sys::Assumed>> {
         match self.plan.credentials.as_ref().map(sys::assume).transpose() {
             Ok(a) => Some(a),
@@ -234,7 +243,8 @@ fn run(plan: &Plan) -> Result<Report, Failure> {
     // this thread's; the workers take the identity themselves.
     let assumed = shared.assume();
     let ready = assumed.is_some()
-        && plan.tunables.validate().map_err(|e| shared.fail(e)).is_ok();
+        && plan.tunables.validate().map_err(|e| shared.fail(e)).is_ok()
+        && source_beneath(plan).map_err(|e| shared.fail(e)).is_ok();
     if ready {
         match fs::symlink_metadata(&plan.src) {
             Err(e) => shared.fail(Error::io(Op::Stat, &plan.src, e)),
@@ -527,6 +537,25 @@ fn single_destination(
             let r = open_followed(parent)?;
             Ok((r.fd().clone(), worker::leaf_name(leaf)?, plan.dst.clone()))
         }
+    }
+}
+
+/// Checks [`Plan::source_within`]: the source's directories, from the
+/// root down, are reached without following a symlink.
+fn source_beneath(plan: &Plan) -> Result<(), Error> {
+    let Some(root) = &plan.source_within else {
+        return Ok(());
+    };
+    let rel = plan
+        .src
+        .strip_prefix(root)
+        .map_err(|_| Error::refused(&plan.src, Refusal::NotBeneath))?;
+    let r = Root::open(root)?;
+    match rel.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => {
+            r.dir(parent, None).map(drop)
+        }
+        _ => Ok(()),
     }
 }
 
