@@ -240,6 +240,10 @@ pub struct ProvisionArgs {
     /// default: the daemon host's).
     #[serde(default)]
     pub platform: Option<String>,
+    /// Make the image's device nodes; root callers only, as on the
+    /// command line.
+    #[serde(default)]
+    pub allow_devices: bool,
 }
 
 fn one() -> usize {

@@ -182,6 +182,10 @@ struct Meta {
     /// first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     layers: Vec<String>,
+    /// The payload holds device nodes (built with devices allowed):
+    /// reused only by a provision that allows them too.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    devices: bool,
 }
 
 /// What an entry holds.
@@ -904,7 +908,7 @@ impl Cache {
             sync_fs(&dir).map_err(|e| Error::io(Op::Sync, scratch, e))?;
             let immutable = protect(&payload, kind)?;
             let mut flush = flushing.elapsed();
-            let stamp = stamp(&payload, kind)?;
+            let (stamp, devices) = stamp_walk(&payload, kind)?;
             let created = now_secs();
             let source =
                 fs::canonicalize(image).unwrap_or_else(|_| image.to_path_buf());
@@ -918,6 +922,7 @@ impl Cache {
                 stamp: Some(stamp),
                 immutable,
                 layers: layers.to_vec(),
+                devices,
             };
             let meta_path = scratch.join("meta.json");
             let json = serde_json::to_vec_pretty(&meta).map_err(|e| {
@@ -985,6 +990,16 @@ impl Cache {
                 payload.display()
             )
         }))
+    }
+
+    /// Whether `entry`'s payload holds device nodes, as recorded when it
+    /// was built (an entry without the record holds none: it was built
+    /// when provision made no device nodes).
+    pub fn holds_devices(&self, entry: &Entry) -> bool {
+        fs::read(entry.dir.join("meta.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Meta>(&b).ok())
+            .is_some_and(|m| m.devices)
     }
 
     fn mark_altered(&self, entry: &Entry, why: &str) -> Result<()> {
@@ -1759,11 +1774,16 @@ fn protect(payload: &Path, kind: EntryKind) -> Result<bool> {
 /// The payload's stamp: inode, size, mtime and ctime (ns); for a tree, a
 /// digest of those of every entry with its relative path.
 fn stamp(payload: &Path, kind: EntryKind) -> Result<String> {
+    stamp_walk(payload, kind).map(|(s, _)| s)
+}
+
+/// The payload's stamp, and whether it holds a device node.
+fn stamp_walk(payload: &Path, kind: EntryKind) -> Result<(String, bool)> {
     match kind {
         EntryKind::Raw => {
             let md = fs::symlink_metadata(payload)
                 .map_err(|e| Error::io(Op::Stat, payload, e))?;
-            Ok(format!("raw:{}", stamp_fields(&md)))
+            Ok((format!("raw:{}", stamp_fields(&md)), false))
         }
         EntryKind::Tree | EntryKind::Layer => {
             // Every entry with its path relative to the payload, in walkdir's
@@ -1773,8 +1793,12 @@ fn stamp(payload: &Path, kind: EntryKind) -> Result<String> {
             // (std's DirEntry::metadata), not by a path walked from the
             // top.
             use std::os::unix::ffi::OsStrExt;
+            use std::os::unix::fs::FileTypeExt;
             let mut h = Sha256::new();
+            let mut devices = false;
             let mut add = |rel: &Path, md: &fs::Metadata| {
+                let t = md.file_type();
+                devices |= t.is_block_device() || t.is_char_device();
                 h.update(rel.as_os_str().as_bytes());
                 h.update([0]);
                 h.update(stamp_fields(md).as_bytes());
@@ -1804,7 +1828,7 @@ fn stamp(payload: &Path, kind: EntryKind) -> Result<String> {
                     stack.push((rel, entries));
                 }
             }
-            Ok(format!("tree:{}", hex(&h.finalize())))
+            Ok((format!("tree:{}", hex(&h.finalize())), devices))
         }
     }
 }

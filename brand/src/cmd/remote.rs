@@ -265,6 +265,7 @@ pub fn provision(
         ssh_host_keys: a.ssh_host_keys,
         force: a.force,
         platform: a.platform.as_ref().map(|p| p.to_string()),
+        allow_devices: a.allow_devices,
     };
     let json = a.json;
     let mut event = |e: &str| {
