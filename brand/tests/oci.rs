@@ -886,3 +886,58 @@ fn whiteouts_in_what_an_upper_layer_made_a_directory() {
     assert!(!msg.contains("scratch"), "{msg}");
     assert!(!out.join("guest-0").exists());
 }
+
+/// A zstd layer of a few KB holding one 256 MiB member of zeros
+/// (not sparse-declared): install and provision write it as a hole, so
+/// it takes no space in the root, the cache or the guest; what it reads
+/// as is the same.
+#[test]
+fn a_zstd_layer_of_zeros_is_written_as_holes() {
+    use std::io::Read;
+    let d = tmp::Tmp::new();
+    let lay = d.path().join("L");
+    let size = 256u64 << 20;
+    write_zstd_layout(&lay, &|w| {
+        let mut b = tar::Builder::new(w);
+        let mut h = tar::Header::new_ustar();
+        h.set_mode(0o644);
+        h.set_mtime(1_700_000_000);
+        h.set_size(size);
+        h.set_cksum();
+        b.append_data(&mut h, "var/zero.img", std::io::repeat(0).take(size))
+            .unwrap();
+        let mut h = tar::Header::new_ustar();
+        h.set_mode(0o644);
+        h.set_size(5);
+        h.set_cksum();
+        b.append_data(&mut h, "etc/after", &b"after"[..]).unwrap();
+        b.finish().unwrap();
+    });
+    let blob = fs::read_dir(lay.join("blobs/sha256"))
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().len())
+        .max()
+        .unwrap();
+    assert!(blob < 1 << 20, "the layer is {blob} bytes");
+    let o = install(d.path(), s(&lay), &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    provision(s(&lay), &d.path().join("g"), &d.path().join("cache"), "1");
+    for r in [d.path().join("zp/root"), d.path().join("g/guest-0")] {
+        let md = fs::metadata(r.join("var/zero.img")).unwrap();
+        assert_eq!(md.len(), size);
+        assert!(
+            md.blocks() * 512 < 1 << 20,
+            "{}: {} bytes allocated",
+            r.display(),
+            md.blocks() * 512
+        );
+        assert_eq!(fs::read(r.join("etc/after")).unwrap(), b"after");
+    }
+    // Nothing anywhere holds those bytes: the root, the cache's layer
+    // and image entries, the guest.
+    let mut allocated = 0;
+    for e in walkdir::WalkDir::new(d.path()) {
+        allocated += e.unwrap().metadata().unwrap().blocks() * 512;
+    }
+    assert!(allocated < 16 << 20, "{allocated} bytes allocated in all");
+}

@@ -22,6 +22,12 @@ use std::process::{Command, Output};
 
 use zinstall_testkit::{Tmp, require_root, tool};
 
+#[path = "../../copier/tests/common/tools.rs"]
+mod tools;
+
+#[path = "oci/support.rs"]
+mod support;
+
 fn zinstall(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_zinstall"))
         .env("ZINSTALL_DEFAULTS", "/nonexistent")
@@ -522,4 +528,158 @@ fn gnu_tar_and_bsdtar_restore_a_zinstall_layer() {
             "{name}: {kib} KiB allocated of a sparse 64 MiB file"
         );
     }
+}
+
+/// An OCI image of one layer: a chain of `depth` directories `d/d/...`
+/// with a file every 100 levels.
+fn deep_image(dir: &Path, depth: usize) -> PathBuf {
+    let mut b = tar::Builder::new(Vec::new());
+    let mut path = String::new();
+    for i in 0..depth {
+        path.push_str("d/");
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(tar::EntryType::Directory);
+        h.set_mode(0o755);
+        h.set_mtime(1_700_000_000);
+        h.set_size(0);
+        b.append_data(&mut h, &path, &[][..]).unwrap();
+        if i % 100 == 0 {
+            let mut h = tar::Header::new_gnu();
+            h.set_mode(0o644);
+            h.set_mtime(1_700_000_000);
+            h.set_size(3);
+            b.append_data(&mut h, format!("{path}f"), &b"abc"[..])
+                .unwrap();
+        }
+    }
+    let lay = dir.join(format!("deep-{depth}"));
+    support::write_layout(
+        &lay,
+        &[b.into_inner().unwrap()],
+        support::host_arch(),
+        &|_, _| {},
+    );
+    lay
+}
+
+/// Runs zinstall with `args`, at most `nofile` descriptors open; its
+/// success, its output, and its peak resident memory in KiB (the
+/// kernel's count, from `wait4`).
+fn measured(
+    dir: &Path,
+    args: &[&str],
+    nofile: Option<u64>,
+) -> (bool, String, u64) {
+    use std::os::unix::process::CommandExt;
+    let log = dir.join("measured.log");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_zinstall"));
+    cmd.env("ZINSTALL_DEFAULTS", "/nonexistent")
+        .args(args)
+        .stdout(fs::File::create(&log).unwrap())
+        .stderr(fs::File::options().append(true).open(&log).unwrap());
+    // SAFETY: setrlimit is async-signal-safe; nothing else runs between
+    // fork and exec.
+    if let Some(nofile) = nofile {
+        unsafe {
+            cmd.pre_exec(move || {
+                let r = libc::rlimit {
+                    rlim_cur: nofile,
+                    rlim_max: nofile,
+                };
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &r) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+    let child = cmd.spawn().unwrap();
+    let mut status = 0;
+    // SAFETY: rusage is plain data; wait4 fills it for our own child.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    let pid = child.id() as libc::pid_t;
+    // SAFETY: waits for the child just spawned.
+    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
+    assert_eq!(r, pid);
+    let ok = libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0;
+    (ok, fs::read_to_string(&log).unwrap(), ru.ru_maxrss as u64)
+}
+
+/// Trees thousands of levels deep, as OCI images: installed with at most
+/// 64 descriptors open (none held per level) and provisioned, in memory
+/// that grows by a small constant per level: the peak at the larger
+/// depth over the peak at the smaller one, per level added. Provision
+/// copies trees with the engine's walk, which opens sources by path and
+/// holds a descriptor and the paths of each directory on its way down:
+/// its depths keep paths under PATH_MAX, and its bound is the engine's.
+#[test]
+fn deep_trees_install_and_provision_in_bounded_memory() {
+    let d = Tmp::new();
+    let profile = d.path().join("profile.toml");
+    fs::write(
+        &profile,
+        format!(
+            "source_root = \"/\"\ntrees = []\nlog = \"{}\"\n",
+            d.path().join("log").display()
+        ),
+    )
+    .unwrap();
+    let slope = |peaks: &[u64], levels: u64| {
+        peaks[1].saturating_sub(peaks[0]) * 1024 / levels
+    };
+    let mut peaks = Vec::new();
+    for depth in [1000, 3000] {
+        let lay = deep_image(d.path(), depth);
+        let zp = d.path().join(format!("zp-{depth}"));
+        let (ok, out, kib) = measured(
+            d.path(),
+            &[
+                "install",
+                "--profile",
+                s(&profile),
+                "--zonepath",
+                s(&zp),
+                s(&lay),
+            ],
+            Some(64),
+        );
+        assert!(ok, "install {depth} deep: {out}");
+        assert!(out.contains(&format!("{depth} dirs")), "{out}");
+        peaks.push(kib);
+    }
+    let per_level = slope(&peaks, 2000);
+    assert!(
+        per_level <= 4096,
+        "install: peaks of {peaks:?} KiB at 1000 and 3000 levels: {per_level} bytes a level"
+    );
+    let mut peaks = Vec::new();
+    for depth in [500, 1800] {
+        let lay = deep_image(d.path(), depth);
+        let out = d.path().join(format!("g-{depth}"));
+        let (ok, log, kib) = measured(
+            d.path(),
+            &[
+                "provision",
+                s(&lay),
+                "--out",
+                s(&out),
+                "--cache",
+                s(&d.path().join("cache")),
+                "--keep-identity",
+            ],
+            None,
+        );
+        assert!(ok, "provision {depth} deep: {log}");
+        let mut deepest = out.join("guest-0");
+        for _ in 0..depth {
+            deepest.push("d");
+        }
+        assert!(deepest.is_dir(), "provision {depth} deep");
+        peaks.push(kib);
+    }
+    let per_level = slope(&peaks, 1300);
+    assert!(
+        per_level <= 16384,
+        "provision: peaks of {peaks:?} KiB at 500 and 1800 levels: {per_level} bytes a level"
+    );
 }

@@ -408,7 +408,7 @@ impl Chain {
     /// Levels at the end of the path always held open.
     pub(crate) const RECENT: usize = 8;
     /// At most this many levels above the recent ones held open.
-    pub(crate) const MAX_CHECKPOINTS: usize = 32;
+    pub(crate) const MAX_CHECKPOINTS: usize = 16;
 
     pub(crate) fn new(top: Arc<OwnedFd>) -> Self {
         Chain {

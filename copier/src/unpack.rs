@@ -353,6 +353,7 @@ fn run<R: Read>(
                 tx: Box::new(send),
                 batch: Vec::new(),
                 held: 0,
+                dirs: 0,
                 size: batch_size,
             };
             read_all(ctx, input, Some(batcher))
@@ -442,6 +443,7 @@ fn unpack_with_own_workers<R: Read>(
             tx: Box::new(move |batch| tx.send(batch).is_ok()),
             batch: Vec::new(),
             held: 0,
+            dirs: 0,
             size: batch_size,
         });
         read_all(ctx, input, pool)
@@ -469,17 +471,34 @@ struct Batcher<'a> {
     batch: Vec<FileJob>,
     /// In-memory body bytes in `batch`.
     held: u64,
+    /// Directories whose descriptors the jobs in `batch` hold.
+    dirs: usize,
     size: usize,
 }
+
+/// A batch is sent once its jobs hold this many directories' descriptors:
+/// files one per directory down a deep tree would otherwise pin a
+/// descriptor each until the batch filled.
+const BATCH_DIRS: usize = 8;
 
 impl Batcher<'_> {
     /// Queues `job`; false when the workers are gone.
     fn push(&mut self, job: FileJob) -> bool {
         self.held += job.body.held();
+        if self
+            .batch
+            .last()
+            .is_none_or(|last| !Arc::ptr_eq(&last.dir, &job.dir))
+        {
+            self.dirs += 1;
+        }
         self.batch.push(job);
         // Bodies waiting here count against the byte budget; sending at a
         // quarter of it keeps the reader from waiting on bytes it holds.
-        if self.batch.len() >= self.size || self.held >= BUDGET / 4 {
+        if self.batch.len() >= self.size
+            || self.held >= BUDGET / 4
+            || self.dirs >= BATCH_DIRS
+        {
             return self.flush();
         }
         true
@@ -491,6 +510,7 @@ impl Batcher<'_> {
             return true;
         }
         self.held = 0;
+        self.dirs = 0;
         (self.tx)(std::mem::take(&mut self.batch))
     }
 }
@@ -1106,9 +1126,9 @@ fn read_all<R: Read>(
             // directory: what it left goes. Within one layer, refused.
             let dir_entry = m.kind == tar::Kind::Directory;
             if lay.applying()
-                && !lay.made(&name.parts)
                 && ((now == Existing::Dir && !dir_entry)
                     || (now == Existing::Symlink && dir_entry))
+                && !lay.made(&name.parts)
             {
                 beneath::remove_at(dfd, &leaf, &shown)?;
                 now = Existing::Nothing;
