@@ -35,7 +35,7 @@ pub fn run(
         Call::Copy(a) => copy(d, job, a, peer),
         Call::Install(a) => install(d, job, a, peer),
         Call::Uninstall(a) => uninstall(d, job, a),
-        Call::Provision(a) => provision(d, job, a, peer),
+        Call::Provision(a) => provision(d, job, a),
         Call::CacheGc(a) => cache_gc(d, job, a),
         _ => Err(WireError::new(
             "internal",
@@ -232,19 +232,8 @@ fn provision(
     d: &Daemon,
     job: &Arc<Job>,
     a: &ProvisionArgs,
-    peer: &Peer,
 ) -> Result<Value, WireError> {
     job.set_phase("provision");
-    // The daemon would make them as root: only a caller who could make
-    // them itself may ask.
-    if a.allow_devices && peer.uid != 0 {
-        let mut w = WireError::new(
-            "denied",
-            "allow_devices: only root may have device nodes made",
-        );
-        w.path = Some(a.image.clone());
-        return Err(w);
-    }
     let opts = ProvisionOptions {
         count: a.count,
         out: a.out.clone(),

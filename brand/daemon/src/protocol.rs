@@ -240,8 +240,8 @@ pub struct ProvisionArgs {
     /// default: the daemon host's).
     #[serde(default)]
     pub platform: Option<String>,
-    /// Make the image's device nodes; root callers only, as on the
-    /// command line.
+    /// Make the image's device nodes (provision is root's alone: it
+    /// cannot be granted).
     #[serde(default)]
     pub allow_devices: bool,
 }
