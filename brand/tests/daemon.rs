@@ -883,7 +883,10 @@ fn the_daemon_makes_device_nodes_only_when_asked() {
     let o = provision(&[]);
     assert!(!o.status.success());
     let t = text(&o);
-    assert!(t.contains("dev/null") && t.contains("--allow-devices"), "{t}");
+    assert!(
+        t.contains("dev/null") && t.contains("--allow-devices"),
+        "{t}"
+    );
     assert!(!t.contains("profile"), "{t}");
     let o = provision(&["--allow-devices"]);
     assert!(o.status.success(), "{}", text(&o));

@@ -593,6 +593,9 @@ fn measured(
             });
         }
     }
+    // Reaped by wait4 below, which also gives its peak memory (std's
+    // wait does not).
+    #[allow(clippy::zombie_processes)]
     let child = cmd.spawn().unwrap();
     let mut status = 0;
     // SAFETY: rusage is plain data; wait4 fills it for our own child.
