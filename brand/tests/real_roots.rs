@@ -4,7 +4,7 @@
 //! FIFO, extended attributes, owners and modes of every kind, nanosecond
 //! times, symlinks absolute, relative and dangling, long and non-UTF-8
 //! names), built here from files the test makes, is packed by `zinstall
-//! image create`, by GNU tar and by umoci, installed and provisioned, and
+//! image create`, by GNU tar, bsdtar and umoci, installed and provisioned, and
 //! compared attribute by attribute with its source by `zinstall verify`
 //! and, independently, by the system's own tools (`find -printf`,
 //! `getfattr`, `getfacl`, `stat`). GNU tar and bsdtar extract a zinstall
@@ -384,10 +384,10 @@ fn provision(dir: &Path, out: &Path, image: &str) -> PathBuf {
     out.join("guest-0")
 }
 
-/// The root packed by `zinstall image create` and by GNU tar (`-S
-/// --xattrs --acls`), each installed and provisioned, is the source on
-/// every attribute; packed by umoci, install and provision give what
-/// `umoci unpack` gives.
+/// The root packed by `zinstall image create`, by GNU tar (`-S --xattrs
+/// --acls`) and by bsdtar (`--acls --xattrs`), each installed and
+/// provisioned, is the source on every attribute; packed by umoci,
+/// install and provision give what `umoci unpack` gives.
 #[test]
 fn a_debootstrap_like_root_survives_every_packer() {
     if !require_root() {
@@ -417,7 +417,26 @@ fn a_debootstrap_like_root_survives_every_packer() {
             ".",
         ],
     );
-    for (name, image) in [("zinstall layer", &layer), ("GNU tar", &gnu)] {
+    let bsd = d.path().join("bsd.tar");
+    run(
+        "bsdtar",
+        &[
+            "--acls",
+            "--xattrs",
+            "--numeric-owner",
+            "--format=pax",
+            "-C",
+            s(&src),
+            "-cf",
+            s(&bsd),
+            ".",
+        ],
+    );
+    for (name, image) in [
+        ("zinstall layer", &layer),
+        ("GNU tar", &gnu),
+        ("bsdtar", &bsd),
+    ] {
         let tag = name.replace(' ', "-");
         let root =
             install(d.path(), &d.path().join(format!("zp-{tag}")), s(image));
