@@ -553,10 +553,14 @@ fn install_works_without_root() {
             break;
         }
     }
+    // Sticky, as /tmp: writable by nobody, yet nobody else can swap what
+    // is on the way to the zonepath (a zonepath under a directory others
+    // could rename entries of is refused).
     let zones = w.zonepath.parent().unwrap();
     fs::create_dir_all(zones).unwrap();
-    fs::set_permissions(zones, fs::Permissions::from_mode(0o777)).unwrap();
-    fs::set_permissions(w.d.path(), fs::Permissions::from_mode(0o777)).unwrap();
+    fs::set_permissions(zones, fs::Permissions::from_mode(0o1777)).unwrap();
+    fs::set_permissions(w.d.path(), fs::Permissions::from_mode(0o1777))
+        .unwrap();
     let o = tools::tool("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
         .arg(env!("CARGO_BIN_EXE_zinstall"))

@@ -8,6 +8,12 @@
 //! What needs root (file capabilities, device nodes) is left out of the
 //! tree when not root, and the test says so.
 
+// Linux only: the tree is made with Linux's xattr namespaces (user.*,
+// trusted.*, security.capability) and POSIX ACLs (setfacl, setcap).
+// illumos keeps extended attributes as attribute directories and ACLs as
+// NFSv4 ACLs, which these fixtures do not make.
+#![cfg(target_os = "linux")]
+
 use std::ffi::CString;
 use std::fs::{self, File};
 use std::io::{self, Read};

@@ -1741,7 +1741,7 @@ fn restrict_like(
 }
 
 /// Sets the immutable flag on the payload (every file and directory of a
-/// tree, directories last); false where it cannot be set.
+/// tree); false where it cannot be set.
 fn protect(payload: &Path, kind: EntryKind) -> Result<bool> {
     match kind {
         EntryKind::Raw => immutable::set(payload, true)

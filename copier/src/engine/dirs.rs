@@ -8,7 +8,9 @@
 //! directory's owner, xattrs, mode and times, then releases one count on
 //! the parent. So a directory's mtime is set after the last entry was
 //! created in it, and a 0555 directory becomes 0555 only once full.
-//! Nothing is finalized once the run has stopped on an error.
+//! Nothing is finalized once the run has stopped on an error; going on
+//! past errors, a directory whose metadata failed still lets its parent
+//! finish.
 
 use std::fs::Metadata;
 use std::os::fd::OwnedFd;
@@ -76,8 +78,10 @@ pub(crate) fn release(node: &Arc<DirNode>, shared: &Shared<'_>) {
             return;
         }
         if let Err(e) = meta::apply_dir(shared, &cur) {
-            shared.fail(e);
-            return;
+            shared.entry_failed(e);
+            if shared.stopped() {
+                return;
+            }
         }
         match &cur.parent {
             Some(p) => cur = Arc::clone(p),

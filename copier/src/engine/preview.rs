@@ -62,6 +62,7 @@ fn tree(shared: &Shared<'_>, stats: &mut Stats) -> Result<()> {
             }
         }
     }
+    let mut top_dev = None;
     let mut seen_inodes = HashSet::new();
     let mut scratch = Vec::new();
     let mut it = walk::source_walk(plan);
@@ -70,8 +71,8 @@ fn tree(shared: &Shared<'_>, stats: &mut Stats) -> Result<()> {
             None => break,
             Some(Ok(e)) => e,
             Some(Err(e)) => {
-                let path = e.path().unwrap_or(&plan.src).to_path_buf();
-                return Err(Error::io(Op::ReadDir, path, io::Error::from(e)));
+                shared.entry_failed(Error::walk(Op::ReadDir, &plan.src, e));
+                continue;
             }
         };
         let depth = entry.depth();
@@ -85,9 +86,24 @@ fn tree(shared: &Shared<'_>, stats: &mut Stats) -> Result<()> {
             }
             continue;
         }
-        let md = entry.metadata().map_err(|e| {
-            Error::io(Op::Stat, entry.path(), io::Error::from(e))
-        })?;
+        let md = match entry.metadata() {
+            Ok(md) => md,
+            Err(e) => {
+                shared.entry_failed(Error::walk(Op::Stat, entry.path(), e));
+                if ft.is_dir() {
+                    it.skip_current_dir();
+                }
+                continue;
+            }
+        };
+        if ft.is_dir() {
+            match top_dev {
+                None => top_dev = Some(md.dev()),
+                Some(dev) => {
+                    walk::note_mount_point(shared, entry.path(), &md, dev);
+                }
+            }
+        }
         let kind = if ft.is_dir() {
             EntryKind::Dir
         } else if ft.is_file() {
@@ -104,11 +120,21 @@ fn tree(shared: &Shared<'_>, stats: &mut Stats) -> Result<()> {
             EntryKind::Special
         };
         if depth > 0 && plan.merge {
-            let there = existing(&dst)?;
+            let there = match existing(&dst) {
+                Ok(t) => t,
+                Err(e) => {
+                    shared.entry_failed(e);
+                    continue;
+                }
+            };
             if let Some(there) = &there
                 && there.is_dir() != (kind == EntryKind::Dir)
             {
-                return Err(Error::refused(&dst, Refusal::Conflict));
+                shared.entry_failed(Error::refused(&dst, Refusal::Conflict));
+                if ft.is_dir() {
+                    it.skip_current_dir();
+                }
+                continue;
             }
             if kind == EntryKind::File
                 && there.is_some_and(|t| unchanged(&md, &t))

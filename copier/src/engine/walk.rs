@@ -5,6 +5,7 @@ use std::fs;
 use std::io;
 use std::mem;
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -18,7 +19,7 @@ use super::{Job, JobKind, Shared, identity, new_trace};
 use crate::beneath::{self, Root};
 use crate::error::{Error, Op, Refusal, Result};
 use crate::rules::{self, Action};
-use crate::stats::Stats;
+use crate::stats::{NoticeKind, Stats};
 use crate::sys::posix::{self, at};
 use crate::trace::{ThreadState, ThreadTrace};
 
@@ -157,13 +158,13 @@ impl<'s, 'p> Walker<'s, 'p> {
                 None => break,
                 Some(Ok(e)) => e,
                 Some(Err(e)) => {
-                    let path = e.path().unwrap_or(&plan.src).to_path_buf();
-                    self.shared.fail(Error::io(
+                    // walkdir goes on past a directory it cannot read.
+                    self.shared.entry_failed(Error::walk(
                         Op::ReadDir,
-                        path,
-                        io::Error::from(e),
+                        &plan.src,
+                        e,
                     ));
-                    break;
+                    continue;
                 }
             };
             let depth = entry.depth();
@@ -180,8 +181,13 @@ impl<'s, 'p> Walker<'s, 'p> {
             }
             if ft.is_dir() {
                 if let Err(e) = self.enter_dir(&entry, dst, depth) {
-                    self.shared.fail(e);
-                    break;
+                    if depth == 0 {
+                        self.shared.fail(e);
+                        break;
+                    }
+                    // Without its copy, nothing inside can be written.
+                    self.shared.entry_failed(e);
+                    it.skip_current_dir();
                 }
                 continue;
             }
@@ -202,8 +208,8 @@ impl<'s, 'p> Walker<'s, 'p> {
             let leaf = match super::worker::leaf_name(entry.file_name()) {
                 Ok(l) => l,
                 Err(e) => {
-                    self.shared.fail(e);
-                    break;
+                    self.shared.entry_failed(e);
+                    continue;
                 }
             };
             parent.hold();
@@ -240,11 +246,14 @@ impl<'s, 'p> Walker<'s, 'p> {
         // lstat now, before walkdir reads the directory and bumps its
         // access time.
         self.trace.enter(ThreadState::Mkdir);
-        let md = entry.metadata().map_err(|e| {
-            Error::io(Op::Stat, entry.path(), io::Error::from(e))
-        })?;
+        let md = entry
+            .metadata()
+            .map_err(|e| Error::walk(Op::Stat, entry.path(), e))?;
         if !md.is_dir() {
             return Err(Error::refused(entry.path(), Refusal::ChangedType));
+        }
+        if let Some((_, top)) = self.stack.first() {
+            note_mount_point(self.shared, entry.path(), &md, top.md.dev());
         }
         let fd = match (depth, self.top.take()) {
             (0, Some(top)) => top,
@@ -341,6 +350,20 @@ pub(crate) fn source_walk(plan: &crate::Plan) -> walkdir::IntoIter {
         .follow_links(false)
         .same_file_system(!plan.cross_fs)
         .into_iter()
+}
+
+/// Notes `path`, a directory below the source's top (whose device is
+/// `top_dev`), when another filesystem is mounted on it and the walk
+/// stays on one: it is copied empty, which must not go unsaid.
+pub(crate) fn note_mount_point(
+    shared: &Shared<'_>,
+    path: &Path,
+    md: &fs::Metadata,
+    top_dev: u64,
+) {
+    if !shared.plan.cross_fs && md.dev() != top_dev {
+        shared.notice(NoticeKind::MountPoint(path.to_path_buf()), path);
+    }
 }
 
 /// An entry's path relative to the source, and where it goes.

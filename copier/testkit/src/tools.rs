@@ -29,6 +29,8 @@ pub fn package(program: &str) -> &'static str {
         "umoci" => "umoci",
         "skopeo" => "skopeo",
         "docker-registry" => "docker-registry",
+        "strace" => "strace",
+        "python3" => "python3",
         "systemd-analyze" => "systemd",
         _ => "coreutils",
     }
