@@ -11,6 +11,11 @@
 //! layer with its ACLs and holes. A tree thousands of levels deep goes
 //! through install and provision in memory that grows by a small
 //! constant per level.
+//!
+//! Linux only: it drives Linux's xattr, ACL and capability tools and
+//! reads a child's peak memory with wait4.
+
+#![cfg(target_os = "linux")]
 
 use std::collections::BTreeMap;
 use std::fs;
