@@ -22,6 +22,7 @@ pub fn package(program: &str) -> &'static str {
         "bpftrace" => "bpftrace",
         "setpriv" | "mount" | "umount" | "losetup" => "util-linux",
         "tar" => "tar",
+        "find" => "findutils",
         "gzip" => "gzip",
         "mandoc" => "mandoc",
         "make" => "make",
