@@ -363,6 +363,7 @@ pub fn run(
                                     force: false,
                                     platform: None,
                                     max_archive_size: None,
+                                    allow_devices: false,
                                 })
                             })
                             .collect(),

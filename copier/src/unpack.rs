@@ -41,7 +41,7 @@
 use std::collections::HashSet;
 use std::ffi::{CStr, CString};
 use std::fs::File;
-use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::io::{self, Read, Seek, SeekFrom};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -71,9 +71,11 @@ use crate::tunables::Tunables;
 mod survey;
 pub use survey::{survey, survey_from};
 mod layered;
+mod paths;
 
 pub use layered::{Change, Whiteouts};
 use layered::{Class, Layered};
+use paths::{NodeId, PathTree};
 
 /// From a stream, bodies up to this size go to the pool in memory; larger
 /// ones are streamed by the reader. From a plain tar file every body goes
@@ -360,6 +362,7 @@ fn run<R: Read>(
                 tx: Box::new(send),
                 batch: Vec::new(),
                 held: 0,
+                dirs: 0,
                 size: batch_size,
             };
             read_all(ctx, input, Some(batcher))
@@ -383,14 +386,14 @@ fn run<R: Read>(
             path: archive.to_path_buf(),
         });
     }
-    // Directory metadata last, children before their parents: in
-    // descending name order a directory follows everything beneath it,
-    // and neighbours share their parents' open descriptors.
-    let mut dirs = outcome.dirs;
-    dirs.sort_by(|a, b| b.0.parts.cmp(&a.0.parts));
+    // Directory metadata last, children before their parents: deepest
+    // first, and in the archive's order within a depth, so neighbours
+    // share their parents' open descriptors.
+    let DirList { tree, mut list } = outcome.dirs;
+    list.sort_by_key(|(id, _)| std::cmp::Reverse(tree.depth(*id)));
     let mut chain = Chain::new(Arc::clone(&ctx.root_fd));
-    for (name, m) in &dirs {
-        ctx.finish_dir(&mut chain, name, m)?;
+    for (id, m) in &list {
+        ctx.finish_dir(&mut chain, &tree.parts(*id), m)?;
     }
     let mut stats = outcome.stats;
     stats.files += ctx.files.load(Ordering::Relaxed);
@@ -449,6 +452,7 @@ fn unpack_with_own_workers<R: Read>(
             tx: Box::new(move |batch| tx.send(batch).is_ok()),
             batch: Vec::new(),
             held: 0,
+            dirs: 0,
             size: batch_size,
         });
         read_all(ctx, input, pool)
@@ -476,17 +480,34 @@ struct Batcher<'a> {
     batch: Vec<FileJob>,
     /// In-memory body bytes in `batch`.
     held: u64,
+    /// Directories whose descriptors the jobs in `batch` hold.
+    dirs: usize,
     size: usize,
 }
+
+/// A batch is sent once its jobs hold this many directories' descriptors:
+/// files one per directory down a deep tree would otherwise pin a
+/// descriptor each until the batch filled.
+const BATCH_DIRS: usize = 8;
 
 impl Batcher<'_> {
     /// Queues `job`; false when the workers are gone.
     fn push(&mut self, job: FileJob) -> bool {
         self.held += job.body.held();
+        if self
+            .batch
+            .last()
+            .is_none_or(|last| !Arc::ptr_eq(&last.dir, &job.dir))
+        {
+            self.dirs += 1;
+        }
         self.batch.push(job);
         // Bodies waiting here count against the byte budget; sending at a
         // quarter of it keeps the reader from waiting on bytes it holds.
-        if self.batch.len() >= self.size || self.held >= BUDGET / 4 {
+        if self.batch.len() >= self.size
+            || self.held >= BUDGET / 4
+            || self.dirs >= BATCH_DIRS
+        {
             return self.flush();
         }
         true
@@ -498,6 +519,7 @@ impl Batcher<'_> {
             return true;
         }
         self.held = 0;
+        self.dirs = 0;
         (self.tx)(std::mem::take(&mut self.batch))
     }
 }
@@ -588,8 +610,32 @@ struct Ctx<'a> {
 struct ReadOutcome {
     stats: Stats,
     meta: Option<ArchiveMeta>,
-    dirs: Vec<(Name, Meta)>,
+    dirs: DirList,
     changes: Vec<Change>,
+}
+
+/// The directory entries whose metadata is applied at the end, each by
+/// its node in a tree of their paths: a constant per directory at any
+/// depth, where a list of full paths grows with the square of it.
+struct DirList {
+    tree: PathTree,
+    list: Vec<(NodeId, Meta)>,
+}
+
+impl Default for DirList {
+    fn default() -> Self {
+        DirList {
+            tree: PathTree::new(),
+            list: Vec::new(),
+        }
+    }
+}
+
+impl DirList {
+    fn push(&mut self, parts: &[CString], meta: Meta) {
+        let id = self.tree.intern(parts);
+        self.list.push((id, meta));
+    }
 }
 
 impl Ctx<'_> {
@@ -782,11 +828,17 @@ impl Ctx<'_> {
         } else {
             (job.leaf.clone(), false)
         };
-        let mut f = at::create_file(dir, &name)
+        let f = at::create_file(dir, &name)
             .map_err(|e| Error::io(Op::Create, &job.shown, e))?;
         let r = match &job.body {
-            Body::Bytes(data) => f
-                .write_all(data)
+            Body::Bytes(data) => write_data(&f, data, 0)
+                .and_then(|end| {
+                    // Ends in zeros left as a hole: the length still.
+                    if end < data.len() as u64 {
+                        f.set_len(data.len() as u64)?;
+                    }
+                    Ok(())
+                })
                 .map_err(|e| Error::io(Op::Write, &job.shown, e)),
             Body::At { segments, size } => segments
                 .iter()
@@ -878,11 +930,11 @@ impl Ctx<'_> {
     fn finish_dir(
         &self,
         chain: &mut Chain,
-        name: &Name,
+        parts: &[CString],
         m: &Meta,
     ) -> Result<()> {
-        let entry = Name::joined(&name.parts).to_string_lossy().into_owned();
-        let Some(leaf) = name.leaf() else {
+        let entry = Name::joined(parts).to_string_lossy().into_owned();
+        let Some((leaf, parent)) = parts.split_last() else {
             // The archive's entry for the root itself.
             let top = self
                 .root_fd
@@ -890,8 +942,8 @@ impl Ctx<'_> {
                 .map_err(|e| Error::io(Op::Open, self.root, e))?;
             return self.finish_fd(&File::from(top), m, self.root);
         };
-        let parent = self.open_dir(chain, name.parent(), &entry, false)?;
-        let shown = self.shown(&name.parts);
+        let parent = self.open_dir(chain, parent, &entry, false)?;
+        let shown = self.shown(parts);
         let fd = at::open_dir(parent.as_raw_fd(), leaf)
             .map_err(|e| Error::io(Op::Open, &shown, e))?;
         self.finish_fd(&File::from(fd), m, &shown)
@@ -971,20 +1023,21 @@ fn read_all<R: Read>(
     let tar_err = |e: TarError| Error::tar(ctx.archive, e);
     let mut first = true;
     let mut subtree = false;
-    let mut queued: HashSet<Vec<u8>> = HashSet::new();
+    // Paths queued, by a hash of each: a constant per path at any depth.
+    let mut queued: HashSet<u64> = HashSet::new();
+    let queued_key = std::collections::hash_map::RandomState::new();
     let mut chain = Chain::new(Arc::clone(&ctx.root_fd));
     let mut layered = Layered::new(ctx.opts.whiteouts);
     // Waits until every queued file is written. False: the pool is gone.
-    let barrier = |pool: &mut Option<Batcher<'_>>,
-                   queued: &mut HashSet<Vec<u8>>|
-     -> bool {
-        let sent = pool.as_mut().is_none_or(Batcher::flush);
-        if sent {
-            ctx.pending.wait_empty();
-            queued.clear();
-        }
-        sent
-    };
+    let barrier =
+        |pool: &mut Option<Batcher<'_>>, queued: &mut HashSet<u64>| -> bool {
+            let sent = pool.as_mut().is_none_or(Batcher::flush);
+            if sent {
+                ctx.pending.wait_empty();
+                queued.clear();
+            }
+            sent
+        };
     let mut ended = false;
     while !ctx.stopped() {
         let Some(m) = rd.next().map_err(tar_err)? else {
@@ -1056,12 +1109,19 @@ fn read_all<R: Read>(
         let Some(leaf) = name.leaf().cloned() else {
             // The layer's own `root/` (or `./`): the root directory itself.
             if m.kind == tar::Kind::Directory {
-                out.dirs.push((name, meta));
+                if let Some(lay) = layered.as_mut() {
+                    lay.note_root_entry();
+                }
+                out.dirs.push(&name.parts, meta);
             }
             continue;
         };
-        let rel = Name::joined(&name.parts).into_bytes();
-        // A second entry for a path still queued waits for the first.
+        let rel = std::hash::BuildHasher::hash_one(
+            &queued_key,
+            Name::joined(&name.parts).as_bytes(),
+        );
+        // A second entry for a path still queued waits for the first (two
+        // paths of one hash wait too: harmless).
         if (queued.contains(&rel) || queued.len() >= MAX_TRACKED)
             && !barrier(&mut pool, &mut queued)
         {
@@ -1081,14 +1141,14 @@ fn read_all<R: Read>(
             // directory: what it left goes. Within one layer, refused.
             let dir_entry = m.kind == tar::Kind::Directory;
             if lay.applying()
-                && !lay.made(&name.parts)
                 && ((now == Existing::Dir && !dir_entry)
                     || (now == Existing::Symlink && dir_entry))
+                && !lay.made(&name.parts)
             {
                 beneath::remove_at(dfd, &leaf, &shown)?;
                 now = Existing::Nothing;
             }
-            lay.note(&name.parts);
+            lay.note(&name.parts, dir_entry);
         }
         let not_over_dir = || {
             if now == Existing::Dir {
@@ -1122,7 +1182,7 @@ fn read_all<R: Read>(
                         out.stats.dirs += 1;
                     }
                 }
-                out.dirs.push((name, meta));
+                out.dirs.push(&name.parts, meta);
             }
             tar::Kind::File => {
                 not_over_dir()?;
@@ -1333,7 +1393,7 @@ fn read_all<R: Read>(
         && ended
         && !ctx.stopped()
     {
-        out.changes = lay.finish(ctx, &mut chain, &out.dirs)?;
+        out.changes = lay.finish(ctx, &mut chain)?;
     }
     if ended {
         // The rest must be zeros, and a compressed stream is read to its
@@ -1412,10 +1472,18 @@ fn write_segments<R: Read>(
     for &(off, len) in map {
         let mut done = 0;
         while done < len {
-            let want = (len - done).min(buf.len() as u64) as usize;
-            let n = match body.read(&mut buf[..want]) {
+            // Up to the next block boundary of the file, so that whole
+            // blocks of zeros are seen as such whatever the stream's
+            // reads return.
+            let at = off + done;
+            let mut want = (len - done).min(buf.len() as u64);
+            let cut = (at + want) % HOLE_BLOCK;
+            if cut < want {
+                want -= cut;
+            }
+            let want = want as usize;
+            let n = match read_up_to(&mut body, &mut buf[..want]) {
                 Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
                     return Err(Error::tar(ctx.archive, TarError::from_io(e)));
                 }
@@ -1428,15 +1496,92 @@ fn write_segments<R: Read>(
                     },
                 ));
             }
-            f.write_all_at(&buf[..n], off + done)
+            write_data(f, &buf[..n], at)
                 .map_err(|e| Error::io(Op::Write, shown, e))?;
             done += n as u64;
         }
     }
-    let end = map.last().map_or(0, |&(o, l)| o + l);
-    if m.size > end {
-        f.set_len(m.size)
-            .map_err(|e| Error::io(Op::Truncate, shown, e))?;
+    // Ends in a hole, or in zeros left as one.
+    f.set_len(m.size)
+        .map_err(|e| Error::io(Op::Truncate, shown, e))
+}
+
+/// Blocks of zeros this size, at this alignment in the file, are left as
+/// holes: the usual filesystem block.
+const HOLE_BLOCK: u64 = 4096;
+
+/// Writes `data` at offset `at` of `f`, leaving every whole block of
+/// zeros (aligned in the file) unwritten: a hole once the file's length
+/// is set. A member read from a stream is written so, sparse-declared or
+/// not, so that a small compressed archive declaring a huge file of
+/// zeros takes no space: what it reads as is the same. Returns the
+/// offset after the last byte written (`at` if none was).
+fn write_data(f: &File, data: &[u8], at: u64) -> io::Result<u64> {
+    let mut run: Option<usize> = None;
+    let mut written = at;
+    let mut i = 0usize;
+    while i < data.len() {
+        let pos = at + i as u64;
+        let step = (HOLE_BLOCK - pos % HOLE_BLOCK) as usize;
+        let end = (i + step).min(data.len());
+        let whole = end - i == HOLE_BLOCK as usize;
+        if whole && is_zero(&data[i..end]) {
+            if let Some(s) = run.take() {
+                f.write_all_at(&data[s..i], at + s as u64)?;
+                written = at + i as u64;
+            }
+        } else if run.is_none() {
+            run = Some(i);
+        }
+        i = end;
     }
-    Ok(())
+    if let Some(s) = run {
+        f.write_all_at(&data[s..], at + s as u64)?;
+        written = at + data.len() as u64;
+    }
+    Ok(written)
+}
+
+fn is_zero(block: &[u8]) -> bool {
+    // A comparison with a block of zeros is a memcmp: vectorised by libc
+    // whatever the build.
+    static ZEROS: [u8; HOLE_BLOCK as usize] = [0; HOLE_BLOCK as usize];
+    block == &ZEROS[..block.len()]
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    /// Whole aligned blocks of zeros are not written; the file reads the
+    /// same once its length is set, and the end returned says whether
+    /// it must be.
+    #[test]
+    fn zero_blocks_are_left_as_holes() {
+        let d = zinstall_testkit::Tmp::new();
+        let p = d.path().join("f");
+        let mut data = vec![7u8; 100];
+        data.resize(100 + 3 * 4096 + 4096 - 100, 0);
+        data.extend_from_slice(&[9u8; 50]);
+        data.resize(7 * 4096, 0);
+        let f = File::create(&p).unwrap();
+        let end = write_data(&f, &data, 0).unwrap();
+        assert_eq!(end, 5 * 4096);
+        f.set_len(data.len() as u64).unwrap();
+        drop(f);
+        assert_eq!(fs_read(&p), data);
+        let blocks = std::fs::metadata(&p).unwrap().blocks() * 512;
+        assert!(blocks <= 3 * 4096, "{blocks} bytes allocated");
+        // Written from an offset that is not a block boundary: the
+        // partial first block is written whatever it holds.
+        let f = File::create(&p).unwrap();
+        assert_eq!(write_data(&f, &[0u8; 5000], 100).unwrap(), 5100);
+        // Nothing but zeros: nothing written.
+        assert_eq!(write_data(&f, &[0u8; 8192], 8192).unwrap(), 8192);
+    }
+
+    fn fs_read(p: &Path) -> Vec<u8> {
+        std::fs::read(p).unwrap()
+    }
 }

@@ -266,6 +266,7 @@ fn provision(
         qemu_img: None,
         tunables: d.tunables(),
         max_archive_bytes: a.max_archive_size.unwrap_or(MAX_ARCHIVE_BYTES),
+        allow_devices: a.allow_devices,
         cancel: Some(job.cancel.clone()),
         pool: Some(d.pool().clone()),
         listener: None,

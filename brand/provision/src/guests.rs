@@ -48,9 +48,15 @@ pub struct ProvisionOptions {
     pub qemu_img: Option<PathBuf>,
     /// Workers for extraction, conversion and copies.
     pub tunables: Tunables,
-    /// Bound on what an archive may unpack to, and on a compressed qcow2
-    /// image decompressed.
+    /// Bound on what an archive may unpack to, on a compressed disk
+    /// image decompressed, and on the data a qcow2 image's clusters
+    /// write.
     pub max_archive_bytes: u64,
+    /// Make an image's device nodes (a root filesystem's `/dev`); refused
+    /// otherwise, naming the member. Only root can make them: a guest's
+    /// device node is a way into this host's devices for whoever can
+    /// reach the guest's directory, so it is asked for, never assumed.
+    pub allow_devices: bool,
     /// Stops extraction, conversion and copies at their next entry when
     /// raised.
     pub cancel: Option<copier::Cancel>,
@@ -155,12 +161,12 @@ pub struct ProvisionReport {
 
 impl ProvisionOptions {
     /// How an image's archive (or an OCI layer) is unpacked into the
-    /// cache: these knobs, no devices, owners when root.
+    /// cache: these knobs, devices only if allowed, owners when root.
     pub(crate) fn unpack(&self) -> UnpackOptions {
         UnpackOptions {
             tunables: self.tunables,
             expect: None,
-            allow_devices: false,
+            allow_devices: self.allow_devices,
             max_bytes: self.max_archive_bytes,
             preserve_owner: None,
             cancel: self.cancel.clone(),
@@ -217,6 +223,19 @@ pub fn provision_in(
             |reader, payload| build(image, kind, reader, payload, opts),
         )?
     };
+    // An entry built with device nodes allowed serves only provisions
+    // that allow them too.
+    if !opts.allow_devices
+        && entry_kind == EntryKind::Tree
+        && cache.holds_devices(&lease.entry)
+    {
+        let entry = lease.entry.name();
+        lease.release();
+        return Err(Error::Image {
+            path: image.to_path_buf(),
+            problem: ImageProblem::Devices { entry },
+        });
+    }
     let replaced = lease.replaced.take();
     let out_existed = fs::symlink_metadata(&opts.out).is_ok();
     let mut made: Vec<PathBuf> = Vec::new();
@@ -600,7 +619,13 @@ fn build(
                 .map_err(|e| Error::io(Op::Create, payload, e))?;
             let mut stream = decompress(reader, c)
                 .map_err(|e| Error::io(Op::Read, image, e))?;
-            decompress_into(image, &mut stream, &out, payload, u64::MAX, opts)?;
+            // Compressed, the stream may say anything: bounded. A plain
+            // file's bytes are its size.
+            let limit = match c {
+                Compression::None => u64::MAX,
+                _ => opts.max_archive_bytes,
+            };
+            decompress_into(image, &mut stream, &out, payload, limit, opts)?;
             // A fixed VHD is the disk and a footer, which the guest must
             // not see; compressed, only the stream shows it.
             let len = out
@@ -631,13 +656,16 @@ fn build(
                 opts,
             )?;
             // Its problems are the image's: the scratch copy is gone.
-            let r = convert_qcow2(&inner, payload, opts).map_err(|e| match e {
-                ProvisionError::Qcow2(mut q) if q.path == inner => {
-                    q.path = image.to_path_buf();
-                    ProvisionError::Qcow2(q)
-                }
-                e => e,
-            });
+            let r =
+                convert_qcow2(&inner, image, payload, opts).map_err(
+                    |e| match e {
+                        ProvisionError::Qcow2(mut q) if q.path == inner => {
+                            q.path = image.to_path_buf();
+                            ProvisionError::Qcow2(q)
+                        }
+                        e => e,
+                    },
+                );
             let _scratch = fs::remove_file(&inner);
             r?;
         }
@@ -732,6 +760,7 @@ fn convert_streaming(
 ) -> Result<Qcow2Build, ProvisionError> {
     let img = qcow2::Image::open(image)?;
     img.require_standalone()?;
+    check_data(&img, image, opts.max_archive_bytes)?;
     let out = File::create_new(payload)
         .map_err(|e| Error::io(Op::Create, payload, e))?;
     let co = qcow2::ConvertOptions {
@@ -767,7 +796,8 @@ pub fn build_qcow2_entry(
         sha256: None,
         qemu_img: None,
         tunables: Tunables::default(),
-        max_archive_bytes: 0,
+        max_archive_bytes: u64::MAX,
+        allow_devices: false,
         cancel: None,
         pool: None,
         listener: None,
@@ -794,21 +824,41 @@ pub fn build_qcow2_entry(
     Ok((entry, made.unwrap_or_default()))
 }
 
-/// Reads a decompressed qcow2 image at `qcow` into a sparse raw
-/// `payload`.
+/// Reads a decompressed qcow2 image at `qcow` (the image `shown`) into a
+/// sparse raw `payload`.
 fn convert_qcow2(
     qcow: &Path,
+    shown: &Path,
     payload: &Path,
     opts: &ProvisionOptions,
 ) -> Result<(), ProvisionError> {
     let img = qcow2::Image::open(qcow)?;
     img.require_standalone()?;
+    check_data(&img, shown, opts.max_archive_bytes)?;
     let out = File::create_new(payload)
         .map_err(|e| Error::io(Op::Create, payload, e))?;
     let co = qcow2::ConvertOptions {
         threads: convert_threads(opts),
     };
     qcow2::convert_to_raw(&img, &out, &co, &|_| {})?;
+    Ok(())
+}
+
+/// Refuses a qcow2 image whose tables map more data than `limit`, before
+/// anything is written: its clusters may point at the same few bytes of
+/// the file over and over, so a small image could write a huge base.
+fn check_data(
+    img: &qcow2::Image,
+    path: &Path,
+    limit: u64,
+) -> Result<(), ProvisionError> {
+    let data = img.data_bytes()?;
+    if data > limit {
+        return Err(Error::Image {
+            path: path.to_path_buf(),
+            problem: ImageProblem::DataTooLarge { data, limit },
+        });
+    }
     Ok(())
 }
 
@@ -892,6 +942,7 @@ mod test {
             qemu_img: None,
             tunables: Tunables::default(),
             max_archive_bytes: 1 << 30,
+            allow_devices: false,
             cancel: None,
             pool: None,
             listener: None,

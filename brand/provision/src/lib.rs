@@ -27,6 +27,7 @@
 //!     qemu_img: None,
 //!     tunables: copier::Tunables::default(),
 //!     max_archive_bytes: 64 << 30,
+//!     allow_devices: false,
 //!     cancel: None,
 //!     pool: None,
 //!     listener: None,

@@ -64,6 +64,10 @@ pub struct ProvisionArgs {
     /// multi-platform index (OS/ARCH[/VARIANT]; default: this host's).
     #[arg(long, value_name = "OS/ARCH")]
     pub platform: Option<copier::oci::Platform>,
+    /// Make the image's device nodes (a root filesystem's /dev), as
+    /// root; without it an image holding one is refused, naming it.
+    #[arg(long)]
+    pub allow_devices: bool,
     /// Mode of the cache directory (octal): given, it is also applied to
     /// an existing cache; by default a new cache is made 0700.
     #[arg(long, value_name = "OCTAL", value_parser = parse_mode)]
@@ -236,6 +240,7 @@ pub fn provision(args: &ProvisionArgs) -> ExitCode {
         qemu_img: args.qemu_img.clone(),
         tunables,
         max_archive_bytes: args.max_archive_size,
+        allow_devices: args.allow_devices,
         cancel: None,
         pool: None,
         listener: (args.verbose && !args.json)

@@ -305,6 +305,7 @@ pub fn provision(
         force: a.force,
         platform: a.platform.as_ref().map(|p| p.to_string()),
         max_archive_size: Some(a.max_archive_size),
+        allow_devices: a.allow_devices,
     };
     let json = a.json;
     let mut event = |e: &str| {

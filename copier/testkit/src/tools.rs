@@ -23,6 +23,7 @@ pub fn package(program: &str) -> &'static str {
         "setpriv" | "mount" | "umount" | "losetup" | "unshare" => "util-linux",
         "tar" => "tar",
         "script" => "bsdutils",
+        "find" => "findutils",
         "gzip" => "gzip",
         "mandoc" => "mandoc",
         "make" => "make",

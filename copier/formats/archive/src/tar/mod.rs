@@ -71,7 +71,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::io::{self, Read, Seek, SeekFrom};
 
-pub use acl::{NameTable, acl_from_text, acl_mode_bits};
+pub use acl::{NameTable, acl_from_text, acl_mode_bits, acl_to_text};
 pub use header::BLOCK;
 pub use pax::{Record, parse_pax, parse_time};
 pub use sparse::check_map;
