@@ -227,7 +227,7 @@ impl ProvisionError {
             ProvisionError::Fs(e) => e.raw_os_error(),
             ProvisionError::Copy(f) => f.first().and_then(|e| e.raw_os_error()),
             ProvisionError::Qcow2(e) => {
-                e.io.as_ref().and_then(|i| i.raw_os_error())
+                e.io_error().and_then(|i| i.raw_os_error())
             }
             ProvisionError::Program { source, .. } => source.raw_os_error(),
             ProvisionError::Cleanup { failure, .. } => failure.raw_os_error(),

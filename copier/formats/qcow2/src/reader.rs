@@ -411,7 +411,7 @@ impl Image {
         self.file
             .read_exact_at(&mut packed, off)
             .map_err(|e| Error::io(&self.path, "read compressed cluster", e))?;
-        let (mut raw, at) = crate::convert::aligned(cs);
+        let (mut raw, at) = crate::buf::aligned(cs);
         let out = &mut raw[at..at + cs];
         let fail = |why: String| {
             Error::problem(
