@@ -18,6 +18,9 @@ pub const LINUX: &str =
 /// The system's profile.
 pub const DEFAULT_PATH: &str = "/etc/zinstall/profile.toml";
 
+/// The install log, unless the profile names another.
+pub const DEFAULT_LOG: &str = "/var/log/zinstall.log";
+
 /// How the built-in default profile is named in messages.
 pub const BUILT_IN: &str = "(built-in default profile)";
 
@@ -245,7 +248,7 @@ fn default_trees() -> Vec<PathBuf> {
 }
 
 fn default_log() -> PathBuf {
-    PathBuf::from("/var/log/zinstall.log")
+    PathBuf::from(DEFAULT_LOG)
 }
 
 fn default_max() -> u64 {
