@@ -71,6 +71,7 @@
 //! fatal); the next uninstall, or install, cleans it.
 
 #![deny(missing_docs)]
+#![forbid(unsafe_code)]
 
 mod error;
 mod event;
