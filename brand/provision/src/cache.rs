@@ -2072,6 +2072,107 @@ mod test {
         format!("tree:{}", hex(&h.finalize()))
     }
 
+    /// What the cache writes, byte for byte: `meta.json`, a guest
+    /// record and a release, an image file's identity key, an entry's
+    /// name and a raw payload's stamp. A cache written by one version is
+    /// read by the next; a change here orphans every entry there is.
+    #[test]
+    fn records_keep_their_format() {
+        let sha = "0123456789abcdef".repeat(4);
+        let mut meta = Meta {
+            kind: "tree".into(),
+            sha256: sha.clone(),
+            source: "/images/debian.tar.zst".into(),
+            image_bytes: 4096,
+            created: 1_700_000_000,
+            build_ms: 12,
+            stamp: Some("tree:ab".into()),
+            immutable: true,
+            layers: Vec::new(),
+            devices: false,
+        };
+        let json = |m: &Meta| {
+            String::from_utf8(serde_json::to_vec_pretty(m).unwrap()).unwrap()
+        };
+        assert_eq!(
+            json(&meta),
+            format!(
+                "{{\n  \"kind\": \"tree\",\n  \"sha256\": \"{sha}\",\n  \
+                 \"source\": \"/images/debian.tar.zst\",\n  \
+                 \"image_bytes\": 4096,\n  \"created\": 1700000000,\n  \
+                 \"build_ms\": 12,\n  \"stamp\": \"tree:ab\",\n  \
+                 \"immutable\": true\n}}"
+            )
+        );
+        meta.layers = vec!["layer-a".into(), "layer-b".into()];
+        meta.devices = true;
+        meta.stamp = None;
+        assert!(
+            json(&meta).ends_with(
+                "\"stamp\": null,\n  \"immutable\": true,\n  \"layers\": [\n    \
+                 \"layer-a\",\n    \"layer-b\"\n  ],\n  \"devices\": true\n}"
+            ),
+            "{}",
+            json(&meta)
+        );
+        let mut rec = UserRecord {
+            path: "/guests/g-0.qcow2".into(),
+            dev: 2049,
+            ino: 77,
+            released: false,
+        };
+        assert_eq!(
+            serde_json::to_string(&rec).unwrap(),
+            r#"{"path":"/guests/g-0.qcow2","dev":2049,"ino":77}"#
+        );
+        rec.released = true;
+        assert_eq!(
+            serde_json::to_string(&rec).unwrap(),
+            r#"{"path":"/guests/g-0.qcow2","dev":2049,"ino":77,"released":true}"#
+        );
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("image");
+        fs::write(&f, b"image").unwrap();
+        let md = fs::metadata(&f).unwrap();
+        let id = format!(
+            "{}:{}:{}:{}.{}:{}.{}:raw",
+            md.dev(),
+            md.ino(),
+            md.size(),
+            md.mtime(),
+            md.mtime_nsec(),
+            md.ctime(),
+            md.ctime_nsec()
+        );
+        let want: String = Sha256::digest(id.as_bytes())[..16]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(identity_key(&md, EntryKind::Raw), want);
+        assert_eq!(
+            stamp(&f, EntryKind::Raw).unwrap(),
+            format!(
+                "raw:{}:5:{}.{:09}:{}.{:09}:{:o}:{}:{}",
+                md.ino(),
+                md.mtime(),
+                md.mtime_nsec(),
+                md.ctime(),
+                md.ctime_nsec(),
+                md.mode(),
+                md.uid(),
+                md.gid()
+            )
+        );
+        let entry = Entry {
+            dir: PathBuf::new(),
+            kind: EntryKind::Layer,
+            sha256: sha.clone(),
+            generation: 2,
+        };
+        assert_eq!(entry.name(), format!("layer-{sha}.2"));
+        assert_eq!(entry.content_name(), format!("layer-{sha}"));
+    }
+
     #[test]
     fn tree_stamps_are_those_recorded_before() {
         let d = tempfile::tempdir().unwrap();
