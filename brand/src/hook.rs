@@ -340,7 +340,7 @@ fn before_root(zonepath: &Path) -> u8 {
 fn cmd_uninstall(zonepath: &Path, foreign: bool, argv: &[OsString]) -> u8 {
     let log_path = Profile::load(&profile_path())
         .map(|p| p.log)
-        .unwrap_or_else(|_| "/var/log/zinstall.log".into());
+        .unwrap_or_else(|_| profile::DEFAULT_LOG.into());
     let (log, _) = open_log(&log_path, argv);
     let mut show = |e: &install::Event| crate::output::event(e);
     match install::uninstall(zonepath, foreign, &log, &mut show) {

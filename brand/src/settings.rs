@@ -7,8 +7,7 @@ use std::path::{Path, PathBuf};
 use clap::Args;
 use copier::{DefaultsFile, Tunables};
 
-/// The system-wide defaults file (defopen(3C) format).
-pub const DEFAULTS_FILE: &str = "/etc/default/zinstall";
+pub use zinstall_install::DEFAULTS_FILE;
 
 /// The environment variable naming another defaults file.
 pub const DEFAULTS_ENV: &str = "ZINSTALL_DEFAULTS";

@@ -45,9 +45,9 @@ pub const DEFAULT_SOCKET: &str = "/var/run/zinstall/zinstalld.sock";
 /// The cache's default place, as the CLI's.
 pub const DEFAULT_CACHE: &str = "/var/cache/zinstall";
 /// The default install profile, as the CLI's.
-pub const DEFAULT_PROFILE: &str = "/etc/zinstall/profile.toml";
-/// The defaults file the worker budget comes from.
-pub const DEFAULT_DEFAULTS: &str = "/etc/default/zinstall";
+pub const DEFAULT_PROFILE: &str = zinstall_install::profile::DEFAULT_PATH;
+/// The defaults file the worker budget comes from, as the CLI's.
+pub const DEFAULT_DEFAULTS: &str = zinstall_install::DEFAULTS_FILE;
 
 /// Operations a grant may name for a caller other than root.
 pub const GRANTABLE: &[&str] =

@@ -71,6 +71,7 @@
 //! fatal); the next uninstall, or install, cleans it.
 
 #![deny(missing_docs)]
+#![forbid(unsafe_code)]
 
 mod error;
 mod event;
@@ -91,6 +92,12 @@ use zinstall_archive::ArchiveKind;
 pub use error::{Aftermath, Cause, InstallError, Keep, Stage};
 pub use event::Event;
 pub use profile::Profile;
+
+/// The system-wide defaults file (defopen(3C) format) that the CLI, the
+/// brand hook and the daemon read the engine's tunables from. The engine
+/// takes every path from its caller; the system's place for this one is
+/// kept here, below all three.
+pub const DEFAULTS_FILE: &str = "/etc/default/zinstall";
 use state::{State, ZoneLock};
 
 /// One install.

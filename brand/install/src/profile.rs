@@ -18,6 +18,9 @@ pub const LINUX: &str =
 /// The system's profile.
 pub const DEFAULT_PATH: &str = "/etc/zinstall/profile.toml";
 
+/// The install log, unless the profile names another.
+pub const DEFAULT_LOG: &str = "/var/log/zinstall.log";
+
 /// How the built-in default profile is named in messages.
 pub const BUILT_IN: &str = "(built-in default profile)";
 
@@ -245,7 +248,7 @@ fn default_trees() -> Vec<PathBuf> {
 }
 
 fn default_log() -> PathBuf {
-    PathBuf::from("/var/log/zinstall.log")
+    PathBuf::from(DEFAULT_LOG)
 }
 
 fn default_max() -> u64 {
@@ -446,9 +449,8 @@ mod test {
         assert!(e.to_string().contains("not a regular file"), "{e}");
         let d = tempfile::tempdir().unwrap();
         let fifo = d.path().join("fifo");
-        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
-        // SAFETY: a valid NUL-terminated path.
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        assert!(made.is_ok_and(|s| s.success()), "mkfifo {}", fifo.display());
         let e = Profile::load(&fifo).unwrap_err();
         assert!(e.to_string().contains("not a regular file"), "{e}");
         let big = d.path().join("big.toml");

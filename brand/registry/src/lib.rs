@@ -63,6 +63,7 @@
 //! files podman, skopeo and docker keep them in ([`auth`]).
 
 #![deny(missing_docs)]
+#![forbid(unsafe_code)]
 
 pub mod auth;
 mod error;

@@ -1,5 +1,7 @@
 //! `zinstall`: copy trees, install roots, provision guests.
 
+#![forbid(unsafe_code)]
+
 use std::process::ExitCode;
 
 use brand::cli::{self, Cli};

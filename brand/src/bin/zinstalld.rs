@@ -1,5 +1,7 @@
 //! `zinstalld`: the installer daemon. See zinstalld(8).
 
+#![forbid(unsafe_code)]
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 

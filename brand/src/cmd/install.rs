@@ -271,7 +271,7 @@ pub fn uninstall(args: &UninstallArgs) -> ExitCode {
     let log_path = args.log.clone().unwrap_or_else(|| {
         Profile::load(std::path::Path::new(profile::DEFAULT_PATH))
             .map(|p| p.log)
-            .unwrap_or_else(|_| "/var/log/zinstall.log".into())
+            .unwrap_or_else(|_| profile::DEFAULT_LOG.into())
     });
     // OS strings: a path given need not be UTF-8.
     let argv: Vec<String> = std::env::args_os()

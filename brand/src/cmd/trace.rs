@@ -128,7 +128,7 @@ fn prepare_tracefs() -> Result<Option<String>, String> {
         ));
     }
     // SAFETY: geteuid has no preconditions and cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
+    if !crate::sys::is_root() {
         return Err(format!(
             "tracefs is not mounted on {TRACEFS}, and bpftrace needs it for \
              the scheduler's tracepoints: as root, run `{how}`, then run \

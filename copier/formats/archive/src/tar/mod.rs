@@ -72,11 +72,20 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::io::{self, Read, Seek, SeekFrom};
 
-pub use acl::{NameTable, acl_from_text, acl_mode_bits, acl_to_text};
-pub use header::BLOCK;
-pub use pax::{Record, parse_pax, parse_time};
-pub use sparse::check_map;
+pub use acl::NameTable;
+use acl::{acl_from_text, acl_to_text};
+use header::BLOCK;
+use pax::{Record, parse_pax};
+use sparse::check_map;
 pub use write::{Entry, WriteKind, Writer};
+
+/// The record parsers on their own, for the fuzzer: what they take is
+/// untrusted, and the reader's checks are only as good as theirs.
+#[cfg(feature = "internals")]
+pub mod internals {
+    pub use super::acl::acl_from_text;
+    pub use super::pax::{parse_pax, parse_time};
+}
 
 use crate::ArchiveRefusal;
 
