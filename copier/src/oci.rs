@@ -243,26 +243,30 @@ pub fn prepare_layer(
     changes: &[Change],
 ) -> Result<Kept> {
     let top = Root::open(root)?;
-    let mut chain = Chain::new(Arc::clone(top.fd()));
     let tree_top = Root::open(layer_tree)?;
-    let mut tree = Chain::new(Arc::clone(tree_top.fd()));
-    let mut dirs: Vec<(Vec<CString>, Saved)> = Vec::new();
-    let mut have = std::collections::HashSet::new();
-    let refuse = |entry: String, reason| Error::Archive {
-        archive: layer.to_path_buf(),
-        entry,
-        reason,
+    let mut p = Preparing {
+        root,
+        layer,
+        chain: Chain::new(Arc::clone(top.fd())),
+        tree: Chain::new(Arc::clone(tree_top.fd())),
     };
-    let parts_of = |p: &Path| {
-        beneath::components(p).ok_or_else(|| {
-            refuse(
-                p.to_string_lossy().into_owned(),
-                crate::ArchiveRefusal::EscapesRoot,
-            )
-        })
-    };
-    // The member a change comes from, for messages.
-    let member = |c: &Change| match c {
+    // First what must be kept, before anything changes it.
+    let dirs = p.keep(changes)?;
+    p.remove(changes)?;
+    // Links to lower layers' files last, once the removals are done, and
+    // before the layer's tree replaces any of their targets.
+    for c in changes {
+        let Change::Link { path, target } = c else {
+            continue;
+        };
+        link_lower(&mut p.chain, root, layer, path, target)?;
+    }
+    Ok(Kept { root: top, dirs })
+}
+
+/// The member a change comes from, for messages.
+fn member_of(c: &Change) -> String {
+    match c {
         Change::Remove(p) => {
             let name = p.file_name().unwrap_or_default().to_string_lossy();
             p.with_file_name(format!(".wh.{name}"))
@@ -274,53 +278,95 @@ pub fn prepare_layer(
         }
         Change::Implicit(d) => format!("{}/", d.to_string_lossy()),
         Change::Link { path, .. } => path.to_string_lossy().into_owned(),
-    };
-    // First what must be kept, before anything changes it.
-    for c in changes {
-        let (dir, whole) = match c {
-            Change::Implicit(d) => (d.as_path(), true),
-            Change::Opaque(d) => (d.as_path(), false),
-            Change::Remove(p) => (p.parent().unwrap_or(Path::new("")), false),
-            // Its directory is the layer's (an entry, or implicit).
-            Change::Link { .. } => continue,
-        };
-        let parts = parts_of(dir)?;
-        // The layer's own directory entry decides its metadata.
-        if !whole && tree_dir(&mut tree, &parts) {
-            continue;
+    }
+}
+
+/// [`prepare_layer`]'s walks: `chain` beneath the root, `tree` beneath
+/// the layer's tree.
+struct Preparing<'a> {
+    root: &'a Path,
+    layer: &'a Path,
+    chain: Chain,
+    tree: Chain,
+}
+
+impl Preparing<'_> {
+    fn refuse(&self, entry: String, reason: crate::ArchiveRefusal) -> Error {
+        Error::Archive {
+            archive: self.layer.to_path_buf(),
+            entry,
+            reason,
         }
-        if !have.insert(parts.clone()) {
-            continue;
-        }
-        let fd = match chain.open(&parts, None) {
-            Ok(fd) => fd,
-            Err(WalkFail::Io(_, _, e))
-                if e.raw_os_error() == Some(libc::ENOENT) =>
-            {
+    }
+
+    fn parts_of(&self, p: &Path) -> Result<Vec<CString>> {
+        beneath::components(p).ok_or_else(|| {
+            self.refuse(
+                p.to_string_lossy().into_owned(),
+                crate::ArchiveRefusal::EscapesRoot,
+            )
+        })
+    }
+
+    /// The metadata of the directories the changes touch that copying
+    /// the layer's tree would wrongly change.
+    fn keep(
+        &mut self,
+        changes: &[Change],
+    ) -> Result<Vec<(Vec<CString>, Saved)>> {
+        let mut dirs = Vec::new();
+        let mut have = std::collections::HashSet::new();
+        for c in changes {
+            let (dir, whole) = match c {
+                Change::Implicit(d) => (d.as_path(), true),
+                Change::Opaque(d) => (d.as_path(), false),
+                Change::Remove(p) => {
+                    (p.parent().unwrap_or(Path::new("")), false)
+                }
+                // Its directory is the layer's (an entry, or implicit).
+                Change::Link { .. } => continue,
+            };
+            let parts = self.parts_of(dir)?;
+            // The layer's own directory entry decides its metadata.
+            if !whole && tree_dir(&mut self.tree, &parts) {
                 continue;
             }
-            // Whiteouts beneath a lower file: nothing to keep or remove.
-            Err(WalkFail::Met(_, Met::NotADirectory)) if !whole => continue,
-            Err(WalkFail::Met(_, Met::Symlink)) => {
-                return Err(refuse(
-                    member(c),
-                    crate::ArchiveRefusal::ThroughSymlink,
-                ));
+            if !have.insert(parts.clone()) {
+                continue;
             }
-            Err(WalkFail::Met(_, Met::NotADirectory)) => {
-                return Err(refuse(
-                    member(c),
-                    crate::ArchiveRefusal::FileOverDirectory,
-                ));
-            }
-            Err(f) => return Err(f.into_error(root, &parts, &root.join(dir))),
-        };
-        let st = at::fstat(&*fd)
-            .map_err(|e| Error::io(Op::Stat, root.join(dir), e))?;
-        let times = times_of(&st);
-        dirs.push((
-            parts,
-            if whole {
+            let fd = match self.chain.open(&parts, None) {
+                Ok(fd) => fd,
+                Err(WalkFail::Io(_, _, e))
+                    if e.raw_os_error() == Some(libc::ENOENT) =>
+                {
+                    continue;
+                }
+                // Whiteouts beneath a lower file: nothing to keep or
+                // remove.
+                Err(WalkFail::Met(_, Met::NotADirectory)) if !whole => {
+                    continue;
+                }
+                Err(WalkFail::Met(_, Met::Symlink)) => {
+                    return Err(self.refuse(
+                        member_of(c),
+                        crate::ArchiveRefusal::ThroughSymlink,
+                    ));
+                }
+                Err(WalkFail::Met(_, Met::NotADirectory)) => {
+                    return Err(self.refuse(
+                        member_of(c),
+                        crate::ArchiveRefusal::FileOverDirectory,
+                    ));
+                }
+                Err(f) => {
+                    let shown = self.root.join(dir);
+                    return Err(f.into_error(self.root, &parts, &shown));
+                }
+            };
+            let st = at::fstat(&*fd)
+                .map_err(|e| Error::io(Op::Stat, self.root.join(dir), e))?;
+            let times = times_of(&st);
+            let saved = if whole {
                 Saved::Whole {
                     mode: st.st_mode & 0o7777,
                     uid: st.st_uid,
@@ -329,72 +375,70 @@ pub fn prepare_layer(
                 }
             } else {
                 Saved::Times(times)
-            },
-        ));
+            };
+            dirs.push((parts, saved));
+        }
+        Ok(dirs)
     }
-    for c in changes {
-        let (dir_parts, leaf) = match c {
-            Change::Implicit(_) | Change::Link { .. } => continue,
-            Change::Remove(p) => {
-                let mut parts = parts_of(p)?;
-                let Some(leaf) = parts.pop() else {
+
+    /// Removes what the whiteouts remove of what lower layers left.
+    fn remove(&mut self, changes: &[Change]) -> Result<()> {
+        for c in changes {
+            let (dir_parts, leaf) = match c {
+                Change::Implicit(_) | Change::Link { .. } => continue,
+                Change::Remove(p) => {
+                    let mut parts = self.parts_of(p)?;
+                    let Some(leaf) = parts.pop() else {
+                        continue;
+                    };
+                    (parts, Some(leaf))
+                }
+                Change::Opaque(d) => (self.parts_of(d)?, None),
+            };
+            let fd = match self.chain.open(&dir_parts, None) {
+                Ok(fd) => fd,
+                Err(WalkFail::Io(_, _, e))
+                    if e.raw_os_error() == Some(libc::ENOENT) =>
+                {
                     continue;
-                };
-                (parts, Some(leaf))
-            }
-            Change::Opaque(d) => (parts_of(d)?, None),
-        };
-        let fd = match chain.open(&dir_parts, None) {
-            Ok(fd) => fd,
-            Err(WalkFail::Io(_, _, e))
-                if e.raw_os_error() == Some(libc::ENOENT) =>
-            {
-                continue;
-            }
-            Err(WalkFail::Met(_, Met::NotADirectory)) => continue,
-            // A lower symlink this layer makes a directory: nothing of
-            // the lower layers' is beneath it.
-            Err(WalkFail::Met(i, Met::Symlink))
-                if tree_dir(&mut tree, &dir_parts[..=i]) =>
-            {
-                continue;
-            }
-            Err(WalkFail::Met(_, Met::Symlink)) => {
-                return Err(refuse(
-                    member(c),
-                    crate::ArchiveRefusal::ThroughSymlink,
-                ));
-            }
-            Err(f) => {
-                let shown = shown_of(root, &dir_parts);
-                return Err(f.into_error(root, &dir_parts, &shown));
-            }
-        };
-        let shown = shown_of(root, &dir_parts);
-        match leaf {
-            Some(leaf) => {
-                let target = shown.join(OsStr::from_bytes(leaf.as_bytes()));
-                beneath::remove_at(fd.as_raw_fd(), &leaf, &target)?;
-            }
-            None => {
-                let names = at::read_names(&*fd)
-                    .map_err(|e| Error::io(Op::ReadDir, &shown, e))?;
-                for n in names {
-                    let child = shown.join(OsStr::from_bytes(n.as_bytes()));
-                    beneath::remove_at(fd.as_raw_fd(), &n, &child)?;
+                }
+                Err(WalkFail::Met(_, Met::NotADirectory)) => continue,
+                // A lower symlink this layer makes a directory: nothing
+                // of the lower layers' is beneath it.
+                Err(WalkFail::Met(i, Met::Symlink))
+                    if tree_dir(&mut self.tree, &dir_parts[..=i]) =>
+                {
+                    continue;
+                }
+                Err(WalkFail::Met(_, Met::Symlink)) => {
+                    return Err(self.refuse(
+                        member_of(c),
+                        crate::ArchiveRefusal::ThroughSymlink,
+                    ));
+                }
+                Err(f) => {
+                    let shown = shown_of(self.root, &dir_parts);
+                    return Err(f.into_error(self.root, &dir_parts, &shown));
+                }
+            };
+            let shown = shown_of(self.root, &dir_parts);
+            match leaf {
+                Some(leaf) => {
+                    let target = shown.join(OsStr::from_bytes(leaf.as_bytes()));
+                    beneath::remove_at(fd.as_raw_fd(), &leaf, &target)?;
+                }
+                None => {
+                    let names = at::read_names(&*fd)
+                        .map_err(|e| Error::io(Op::ReadDir, &shown, e))?;
+                    for n in names {
+                        let child = shown.join(OsStr::from_bytes(n.as_bytes()));
+                        beneath::remove_at(fd.as_raw_fd(), &n, &child)?;
+                    }
                 }
             }
         }
+        Ok(())
     }
-    // Links to lower layers' files last, once the removals are done, and
-    // before the layer's tree replaces any of their targets.
-    for c in changes {
-        let Change::Link { path, target } = c else {
-            continue;
-        };
-        link_lower(&mut chain, root, layer, path, target)?;
-    }
-    Ok(Kept { root: top, dirs })
 }
 
 /// Whether the layer's tree has a directory at `parts` (opened beneath

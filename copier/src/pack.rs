@@ -132,20 +132,7 @@ pub fn pack(
         } else if ft.is_file() {
             e.kind = WriteKind::File;
             e.size = md.len();
-            let f = sys::open_source(path)
-                .map_err(|er| Error::io(Op::Open, path, er))?;
-            let now =
-                f.metadata().map_err(|er| Error::io(Op::Stat, path, er))?;
-            if (now.dev(), now.ino()) != (md.dev(), md.ino()) {
-                return Err(Error::refused(path, Refusal::ChangedDuringCopy));
-            }
-            // Fewer blocks than bytes: holes, stored as a sparse member.
-            let data = if md.blocks().saturating_mul(512) < md.len() {
-                data_segments(&f, md.len())
-                    .map_err(|er| Error::io(Op::Seek, path, er))?
-            } else {
-                vec![(0, md.len())]
-            };
+            let (f, data) = open_file(path, &md)?;
             if data != [(0, md.len())] {
                 e.sparse = Some(data.clone());
             }
@@ -168,33 +155,7 @@ pub fn pack(
             links.entry((md.dev(), md.ino())).or_insert(name);
         }
         match &body {
-            Some((f, data)) => {
-                let mut rd = Segments {
-                    f,
-                    data,
-                    at: 0,
-                    done: 0,
-                };
-                w.append(&e, &mut rd).map_err(|er| {
-                    if er.kind() == std::io::ErrorKind::UnexpectedEof {
-                        Error::refused(path, Refusal::ChangedDuringCopy)
-                    } else {
-                        Error::io(Op::Read, path, er)
-                    }
-                })?;
-                // Grown, or rewritten, while it was read: refused.
-                let after =
-                    f.metadata().map_err(|er| Error::io(Op::Stat, path, er))?;
-                if after.len() != md.len()
-                    || (after.mtime(), after.mtime_nsec())
-                        != (md.mtime(), md.mtime_nsec())
-                {
-                    return Err(Error::refused(
-                        path,
-                        Refusal::ChangedDuringCopy,
-                    ));
-                }
-            }
+            Some((f, data)) => append_file(&mut w, &e, f, data, path, &md)?,
             None => w.append(&e, std::io::empty()).map_err(wrote)?,
         }
         on_entry(rel);
@@ -202,6 +163,61 @@ pub fn pack(
     w.finish().map_err(wrote)?;
     stats.elapsed = started.elapsed();
     Ok(stats)
+}
+
+/// Opens the file `path` that was `md` when walked, and finds its data
+/// segments (fewer blocks than bytes: holes, to be stored as a sparse
+/// member).
+fn open_file(
+    path: &Path,
+    md: &fs::Metadata,
+) -> Result<(File, Vec<(u64, u64)>)> {
+    let f =
+        sys::open_source(path).map_err(|er| Error::io(Op::Open, path, er))?;
+    let now = f.metadata().map_err(|er| Error::io(Op::Stat, path, er))?;
+    if (now.dev(), now.ino()) != (md.dev(), md.ino()) {
+        return Err(Error::refused(path, Refusal::ChangedDuringCopy));
+    }
+    let data = if md.blocks().saturating_mul(512) < md.len() {
+        data_segments(&f, md.len())
+            .map_err(|er| Error::io(Op::Seek, path, er))?
+    } else {
+        vec![(0, md.len())]
+    };
+    Ok((f, data))
+}
+
+/// Appends the member `e` with the `data` segments of `f` (the file
+/// `path`, `md` when walked); a file that grew, shrank or was rewritten
+/// while it was read is refused.
+fn append_file(
+    w: &mut Writer<impl Write>,
+    e: &Entry,
+    f: &File,
+    data: &[(u64, u64)],
+    path: &Path,
+    md: &fs::Metadata,
+) -> Result<()> {
+    let mut rd = Segments {
+        f,
+        data,
+        at: 0,
+        done: 0,
+    };
+    w.append(e, &mut rd).map_err(|er| {
+        if er.kind() == std::io::ErrorKind::UnexpectedEof {
+            Error::refused(path, Refusal::ChangedDuringCopy)
+        } else {
+            Error::io(Op::Read, path, er)
+        }
+    })?;
+    let after = f.metadata().map_err(|er| Error::io(Op::Stat, path, er))?;
+    if after.len() != md.len()
+        || (after.mtime(), after.mtime_nsec()) != (md.mtime(), md.mtime_nsec())
+    {
+        return Err(Error::refused(path, Refusal::ChangedDuringCopy));
+    }
+    Ok(())
 }
 
 /// The data segments of the file `f` of `len` bytes, found with

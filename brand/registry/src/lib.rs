@@ -862,20 +862,7 @@ impl Fetcher {
         begin(have);
         // What earlier attempts left is hashed first: the digest covers
         // every byte of the blob.
-        let mut hasher = Hasher::new(digest.algorithm());
-        let mut buf = vec![0u8; CHUNK];
-        let mut off = 0u64;
-        while off < have {
-            let want = ((have - off) as usize).min(CHUNK);
-            let n = file
-                .read_at(&mut buf[..want], off)
-                .map_err(|e| io_err("read", e))?;
-            if n == 0 {
-                break;
-            }
-            hasher.update(&buf[..n]);
-            off += n as u64;
-        }
+        let mut hasher = hash_kept(digest, file, partial, have)?;
         let mut attempts = 0u32;
         let mut wait = FIRST_BACKOFF;
         let mut last = String::new();
@@ -913,13 +900,7 @@ impl Fetcher {
             let status = resp.status().as_u16();
             match status {
                 206 if from.is_some() => {
-                    let starts = resp
-                        .headers()
-                        .get("content-range")
-                        .and_then(|v| v.to_str().ok())
-                        .and_then(|v| v.strip_prefix("bytes "))
-                        .and_then(|v| v.split('-').next())
-                        .and_then(|v| v.parse::<u64>().ok());
+                    let starts = range_start(&resp);
                     if starts != Some(have) {
                         return Err(RegistryError::Mismatch {
                             reference: self.remote.reference.to_string(),
@@ -950,56 +931,84 @@ impl Fetcher {
                     return Err(e);
                 }
             }
-            // A registry announcing more than the blob has is cut off
-            // before its first byte is written.
-            if let Some(n) = resp.body().content_length()
-                && n > size - have
-            {
-                return Err(self.reject(
-                    partial,
-                    file,
-                    digest,
-                    format!(
-                        "{url} announces {n} bytes where {} remain of its {size}",
-                        size - have
-                    ),
-                ));
-            }
-            let mut body = self.remote.watch.body(
+            let blob = Blob {
                 url,
-                resp.into_body().into_reader().take(size - have + 1),
-            )?;
-            loop {
-                let chunk = match body.next() {
-                    Ok(c) if c.is_empty() => break,
-                    Ok(c) => c,
-                    Err(e) if e.is_transient() => {
-                        last = e.to_string();
-                        break;
-                    }
-                    Err(e) => return Err(e),
-                };
-                if have + chunk.len() as u64 > size {
-                    return Err(self.reject(
-                        partial,
-                        file,
-                        digest,
-                        format!("{url} sent more than its {size} bytes"),
-                    ));
-                }
-                file.write_all_at(&chunk, have)
-                    .map_err(|e| io_err("write", e))?;
-                hasher.update(&chunk);
-                have += chunk.len() as u64;
-                if let Some(p) = &self.progress {
-                    p.read(chunk.len() as u64);
-                }
+                digest,
+                size,
+                file,
+                partial,
+            };
+            if let Some(why) =
+                self.receive(&blob, resp, &mut have, &mut hasher)?
+            {
+                last = why;
             }
             if have < size && last.is_empty() {
                 last = format!("read {url}: the body ended early");
             }
         }
         Ok(hasher.finish())
+    }
+
+    /// Writes the body of `resp` to `blob.file` from `*have` on, hashing
+    /// it; returns why it stopped short if a transient failure cut it
+    /// (the caller retries from where it stopped).
+    fn receive(
+        &self,
+        blob: &Blob<'_>,
+        resp: ureq::http::Response<ureq::Body>,
+        have: &mut u64,
+        hasher: &mut Hasher,
+    ) -> Result<Option<String>> {
+        let Blob {
+            url,
+            digest,
+            size,
+            file,
+            partial,
+        } = *blob;
+        // A registry announcing more than the blob has is cut off before
+        // its first byte is written.
+        if let Some(n) = resp.body().content_length()
+            && n > size - *have
+        {
+            return Err(self.reject(
+                partial,
+                file,
+                digest,
+                format!(
+                    "{url} announces {n} bytes where {} remain of its {size}",
+                    size - *have
+                ),
+            ));
+        }
+        let mut body = self
+            .remote
+            .watch
+            .body(url, resp.into_body().into_reader().take(size - *have + 1))?;
+        loop {
+            let chunk = match body.next() {
+                Ok(c) if c.is_empty() => return Ok(None),
+                Ok(c) => c,
+                Err(e) if e.is_transient() => return Ok(Some(e.to_string())),
+                Err(e) => return Err(e),
+            };
+            if *have + chunk.len() as u64 > size {
+                return Err(self.reject(
+                    partial,
+                    file,
+                    digest,
+                    format!("{url} sent more than its {size} bytes"),
+                ));
+            }
+            file.write_all_at(&chunk, *have)
+                .map_err(|e| RegistryError::io("write", partial, e))?;
+            hasher.update(&chunk);
+            *have += chunk.len() as u64;
+            if let Some(p) = &self.progress {
+                p.read(chunk.len() as u64);
+            }
+        }
     }
 
     /// A blob that is not what it must be: what was received is thrown
@@ -1082,4 +1091,49 @@ pub fn forget_blob(store: &Path, digest: &Digest) -> Result<()> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(RegistryError::io("remove", &p, e)),
     }
+}
+
+/// The blob one transfer brings to `partial`.
+#[derive(Clone, Copy)]
+struct Blob<'a> {
+    url: &'a str,
+    digest: &'a Digest,
+    size: u64,
+    file: &'a File,
+    partial: &'a Path,
+}
+
+/// A hasher fed the first `have` bytes of `file`, what earlier attempts
+/// kept.
+fn hash_kept(
+    digest: &Digest,
+    file: &File,
+    partial: &Path,
+    have: u64,
+) -> Result<Hasher> {
+    let mut hasher = Hasher::new(digest.algorithm());
+    let mut buf = vec![0u8; CHUNK];
+    let mut off = 0u64;
+    while off < have {
+        let want = ((have - off) as usize).min(CHUNK);
+        let n = file
+            .read_at(&mut buf[..want], off)
+            .map_err(|e| RegistryError::io("read", partial, e))?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+        off += n as u64;
+    }
+    Ok(hasher)
+}
+
+/// Where a 206 response's `Content-Range: bytes FROM-TO/SIZE` starts.
+fn range_start<B>(resp: &ureq::http::Response<B>) -> Option<u64> {
+    resp.headers()
+        .get("content-range")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("bytes "))
+        .and_then(|v| v.split('-').next())
+        .and_then(|v| v.parse::<u64>().ok())
 }
