@@ -468,14 +468,8 @@ fn copy_bench(
     let mut list = Vec::new();
     for t in &wanted {
         match t.as_str() {
-            "zinstall" => list.push(Tool::Zinstall {
-                threads: 8,
-                batch: 128,
-            }),
-            "zinstall1x1" => list.push(Tool::Zinstall {
-                threads: 1,
-                batch: 1,
-            }),
+            "zinstall" => list.push(Tool::zinstall(8, 128)),
+            "zinstall1x1" => list.push(Tool::zinstall(1, 1)),
             "recorded" => list.push(Tool::ZinstallRecorded),
             "bpftraced" => list.push(Tool::ZinstallBpftraced),
             "noprobes" => {
@@ -1242,6 +1236,7 @@ fn sweep_bench(
     let grid = Grid {
         threads: sweep::list(threads)?,
         batches: sweep::list(batch)?,
+        walkers: Vec::new(),
     };
     let mut tools = grid.tools();
     for p in peer_list.split(',').filter(|p| !p.is_empty()) {
@@ -1254,16 +1249,8 @@ fn sweep_bench(
             other => return Err(format!("unknown peer {other}")),
         }
     }
-    if !tools.contains(
-        &(Tool::Zinstall {
-            threads: 1,
-            batch: 1,
-        }),
-    ) {
-        tools.push(Tool::Zinstall {
-            threads: 1,
-            batch: 1,
-        });
+    if !tools.contains(&(Tool::zinstall(1, 1))) {
+        tools.push(Tool::zinstall(1, 1));
     }
     let src = source(tree, scale, false, scratch)?;
     let stamp = std::time::SystemTime::now()
@@ -1299,21 +1286,17 @@ fn sweep_bench(
     for w in &m.wrong {
         md.push_str(&format!("\nNot counted, wrong copy: {w}\n"));
     }
-    if let Some((t, bb, s)) = sweep::best(&m.samples, &grid) {
+    if let Some((p, s)) = sweep::best(&m.samples, &grid) {
         md.push_str(&format!(
-            "\nBest point: COPY_THREADS={t} COPY_BATCH={bb}, median {:.3} s.\n",
+            "\nBest point: COPY_THREADS={} COPY_BATCH={}, median {:.3} s.\n",
+            p.threads,
+            p.batch,
             s.median().as_secs_f64()
         ));
     }
     if floor {
         let empty = source(tree, scale, true, scratch)?;
-        let floor_tools = [
-            Tool::Zinstall {
-                threads: 8,
-                batch: 128,
-            },
-            Tool::Cp,
-        ];
+        let floor_tools = [Tool::zinstall(8, 128), Tool::Cp];
         let mut b = Bench {
             src: &empty,
             dst: scratch.join("dst"),

@@ -155,11 +155,24 @@ pub fn stats_detail(s: &copier::Stats) {
         s.reflinked, s.kernel_copied, s.buffered
     ));
     out(format_args!(
-        "workers: {} busy {:.0}%, walker blocked {} ms",
+        "workers: {} busy {:.0}%, walkers: {} blocked {} ms",
         s.workers.len(),
         s.utilization() * 100.0,
+        s.walkers.len(),
         s.walker_blocked.as_millis()
     ));
+    for (i, w) in s.walkers.iter().enumerate() {
+        out(format_args!(
+            "  walker-{i}: {} dirs, {} entries, {} batches, {} stolen, busy {} ms (blocked {} ms), idle {} ms",
+            w.dirs,
+            w.entries,
+            w.batches,
+            w.steals,
+            w.busy.as_millis(),
+            w.blocked.as_millis(),
+            w.idle.as_millis()
+        ));
+    }
     for (i, w) in s.workers.iter().enumerate() {
         out(format_args!(
             "  worker-{i}: {} jobs in {} batches, {} bytes, busy {} ms",

@@ -17,6 +17,7 @@ fn a_tiny_sweep_runs_and_writes_every_row() {
     let grid = Grid {
         threads: vec![1, 2],
         batches: vec![1, 8],
+        walkers: Vec::new(),
     };
     let mut tools = grid.tools();
     tools.push(Tool::Cp);
@@ -43,8 +44,10 @@ fn a_tiny_sweep_runs_and_writes_every_row() {
         "{csv}"
     );
     assert!(csv.lines().any(|l| l.starts_with("usr,cp -a,0,")), "{csv}");
-    let (t, b, _) = sweep::best(&m.samples, &grid).unwrap();
-    assert!(grid.threads.contains(&t) && grid.batches.contains(&b));
+    let (p, _) = sweep::best(&m.samples, &grid).unwrap();
+    assert!(grid.threads.contains(&p.threads));
+    assert!(grid.batches.contains(&p.batch));
+    assert_eq!(p.walkers, None);
     assert_eq!(lines.len(), 10, "one line per timed run");
     assert!(!d.path().join("dst").exists(), "copies are removed");
 }

@@ -8,8 +8,11 @@
 //! queued behind a huge one gets its batches done between the huge one's
 //! (each run keeps at most two batches per pool thread in flight).
 //!
-//! A run given a pool still walks (or reads its archive) in the calling
-//! thread; only the jobs go to the pool.
+//! A run given a pool still walks with threads of its own (or reads its
+//! archive in the calling thread); only the jobs go to the pool. Its
+//! walkers come from the pool's walker budget the same way: a run takes
+//! as many of its `copy_walkers` as the budget has free when it starts,
+//! and at least one, so that no run waits for another's walk.
 
 use std::io;
 use std::sync::{Arc, Condvar, Mutex};
@@ -24,6 +27,36 @@ use crate::error::{Error, Op};
 pub struct Pool {
     threads: Arc<rayon::ThreadPool>,
     size: usize,
+    walkers: Arc<WalkerBudget>,
+}
+
+/// Walker threads the runs on a pool may start between them.
+struct WalkerBudget {
+    size: usize,
+    free: Mutex<usize>,
+}
+
+/// Walkers a run took from a pool's budget; given back when dropped.
+pub(crate) struct Walkers<'a> {
+    budget: Option<&'a WalkerBudget>,
+    taken: usize,
+    count: usize,
+}
+
+impl Walkers<'_> {
+    /// How many walkers the run starts.
+    pub(crate) fn count(&self) -> usize {
+        self.count
+    }
+}
+
+impl Drop for Walkers<'_> {
+    fn drop(&mut self) {
+        if let Some(b) = self.budget {
+            let mut free = b.free.lock().unwrap_or_else(|p| p.into_inner());
+            *free += self.taken;
+        }
+    }
 }
 
 impl Pool {
@@ -48,7 +81,44 @@ impl Pool {
         Ok(Pool {
             threads: Arc::new(threads),
             size,
+            walkers: Arc::new(WalkerBudget {
+                size: crate::tunables::DEFAULT_COPY_WALKERS,
+                free: Mutex::new(crate::tunables::DEFAULT_COPY_WALKERS),
+            }),
         })
+    }
+
+    /// The same pool with a walker budget of `walkers` (at least one;
+    /// [`DEFAULT_COPY_WALKERS`](crate::tunables::DEFAULT_COPY_WALKERS)
+    /// unless set): the walker threads its runs may start between them.
+    /// Clones made before share the old budget.
+    pub fn with_walkers(mut self, walkers: usize) -> Self {
+        let size = walkers.max(1);
+        self.walkers = Arc::new(WalkerBudget {
+            size,
+            free: Mutex::new(size),
+        });
+        self
+    }
+
+    /// The walker budget.
+    pub fn walkers(&self) -> usize {
+        self.walkers.size
+    }
+
+    /// Takes up to `want` walkers from the budget; a run gets at least
+    /// one even when the budget is spent, so it never waits for
+    /// another's walk to end.
+    pub(crate) fn take_walkers(&self, want: usize) -> Walkers<'_> {
+        let mut free =
+            self.walkers.free.lock().unwrap_or_else(|p| p.into_inner());
+        let taken = want.min(*free);
+        *free -= taken;
+        Walkers {
+            budget: Some(&self.walkers),
+            taken,
+            count: taken.max(1),
+        }
     }
 
     /// How many workers the pool has.
@@ -73,7 +143,10 @@ impl Pool {
 
 impl std::fmt::Debug for Pool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Pool").field("threads", &self.size).finish()
+        f.debug_struct("Pool")
+            .field("threads", &self.size)
+            .field("walkers", &self.walkers.size)
+            .finish()
     }
 }
 

@@ -1,4 +1,5 @@
-//! The engine's knobs: worker count, batch size, buffer size.
+//! The engine's knobs: worker count, walker count, batch size, buffer
+//! size.
 //!
 //! Each has one default, defined here and nowhere else, and the same name
 //! in three places: `COPY_THREADS` in `/etc/default/zinstall` and the man
@@ -17,6 +18,9 @@ use crate::error::{DefaultsProblem, Error, Result};
 /// 8 workers (batches of 128); beyond that workers mostly wait on the
 /// walker and on filesystem locks. `zinstall tune` finds a machine's own.
 pub const DEFAULT_COPY_THREADS: usize = 8;
+/// Walker threads reading the source tree's directories.
+/// Placeholder; set from the walk and copy benchmarks below.
+pub const DEFAULT_COPY_WALKERS: usize = 2;
 /// Jobs per batch handed to a worker. Batching amortises the channel's
 /// synchronisation over many small files; 128 was best in the same sweep.
 pub const DEFAULT_COPY_BATCH: usize = 128;
@@ -26,8 +30,12 @@ pub const DEFAULT_COPY_BATCH: usize = 128;
 pub const DEFAULT_COPY_BUFSIZE: usize = 1 << 20;
 
 /// The accepted range of each knob: (key, min, max).
-const LIMITS: [(&str, u64, u64); 3] = [
+const LIMITS: [(&str, u64, u64); 4] = [
     ("COPY_THREADS", 1, 1024),
+    // A walker reads one directory at a time: past a few hundred they
+    // only wait on each other (most trees have fewer directories being
+    // read at once than that) and on the kernel's directory locks.
+    ("COPY_WALKERS", 1, 256),
     // 128 was best; past 65536 a batch amortises nothing more and only
     // holds work back from idle workers.
     ("COPY_BATCH", 1, 1 << 16),
@@ -43,6 +51,8 @@ const LIMITS: [(&str, u64, u64); 3] = [
 pub struct Tunables {
     /// Number of worker threads (`COPY_THREADS`).
     pub copy_threads: usize,
+    /// Number of walker threads reading directories (`COPY_WALKERS`).
+    pub copy_walkers: usize,
     /// Jobs per batch (`COPY_BATCH`).
     pub copy_batch: usize,
     /// Read/write buffer size in bytes, one buffer per worker
@@ -54,6 +64,7 @@ impl Default for Tunables {
     fn default() -> Self {
         Tunables {
             copy_threads: DEFAULT_COPY_THREADS,
+            copy_walkers: DEFAULT_COPY_WALKERS,
             copy_batch: DEFAULT_COPY_BATCH,
             copy_bufsize: DEFAULT_COPY_BUFSIZE,
         }
@@ -62,8 +73,8 @@ impl Default for Tunables {
 
 impl Tunables {
     /// The keys understood in a defaults file, in order.
-    pub const KEYS: [&'static str; 3] =
-        ["COPY_THREADS", "COPY_BATCH", "COPY_BUFSIZE"];
+    pub const KEYS: [&'static str; 4] =
+        ["COPY_THREADS", "COPY_WALKERS", "COPY_BATCH", "COPY_BUFSIZE"];
 
     /// Defaults overridden by the settings of `file`. A key that is not
     /// one of [`Tunables::KEYS`] is an error naming its line (a typo'd
@@ -161,6 +172,7 @@ impl Tunables {
         let n = n as usize;
         match key {
             "COPY_THREADS" => self.copy_threads = n,
+            "COPY_WALKERS" => self.copy_walkers = n,
             "COPY_BATCH" => self.copy_batch = n,
             "COPY_BUFSIZE" => self.copy_bufsize = n,
             _ => {}
@@ -173,6 +185,7 @@ impl Tunables {
         let mut copy = *self;
         for (key, v) in Self::KEYS.iter().zip([
             self.copy_threads,
+            self.copy_walkers,
             self.copy_batch,
             self.copy_bufsize,
         ]) {

@@ -99,14 +99,18 @@ impl Daemon {
     }
 }
 
-/// Reads the worker budget: the configuration's `copy_threads`, else the
-/// defaults file's COPY_THREADS; batch and buffer sizes from the
+/// Reads the worker and walker budgets: the configuration's
+/// `copy_threads` and `copy_walkers`, else the defaults file's
+/// COPY_THREADS and COPY_WALKERS; batch and buffer sizes from the
 /// defaults file.
 fn tunables(config: &Config) -> Result<Tunables, copier::Error> {
     let file = DefaultsFile::load(&config.defaults)?;
     let mut t = Tunables::from_defaults(&file)?;
     if let Some(n) = config.copy_threads {
         t.copy_threads = n;
+    }
+    if let Some(n) = config.copy_walkers {
+        t.copy_walkers = n;
     }
     t.validate()?;
     Ok(t)
@@ -120,7 +124,8 @@ pub fn run(opts: Options, log: Logger) -> Result<(), ServeError> {
         config.socket = s.clone();
     }
     let tunables = tunables(&config)?;
-    let pool = Pool::new(tunables.copy_threads)?;
+    let pool =
+        Pool::new(tunables.copy_threads)?.with_walkers(tunables.copy_walkers);
     sys::raise_nofile();
     let term = Arc::new(AtomicBool::new(false));
     let hup = Arc::new(AtomicBool::new(false));
@@ -161,7 +166,7 @@ pub fn run(opts: Options, log: Logger) -> Result<(), ServeError> {
         opts,
     });
     info!(log, "listening"; "socket" => %config.socket.display(), "activated" => activated,
-          "workers" => tunables.copy_threads, "pid" => sys::pid(), "version" => &d.opts.version);
+          "workers" => tunables.copy_threads, "walkers" => tunables.copy_walkers, "pid" => sys::pid(), "version" => &d.opts.version);
     sys::notify("READY=1\nSTATUS=serving");
     while !term.load(Ordering::Relaxed) {
         if hup.swap(false, Ordering::Relaxed) {
@@ -215,6 +220,10 @@ fn reload(d: &Daemon) {
             if c.copy_threads != old.copy_threads {
                 warn!(d.log, "copy_threads changes at the next restart";
                       "running" => d.tunables.copy_threads);
+            }
+            if c.copy_walkers != old.copy_walkers {
+                warn!(d.log, "copy_walkers changes at the next restart";
+                      "running" => d.tunables.copy_walkers);
             }
             *d.config.write().unwrap_or_else(|p| p.into_inner()) = c;
             info!(d.log, "configuration reloaded"; "config" => %d.opts.config.display());
@@ -447,6 +456,7 @@ fn quick(d: &Daemon, peer: &Peer, call: &Call) -> Result<Value, WireError> {
             "version": d.opts.version,
             "protocol": VERSION,
             "workers": d.pool.threads(),
+            "walkers": d.pool.walkers(),
         })),
         Call::Jobs => Ok(Value::Array(
             d.jobs
