@@ -54,9 +54,9 @@ enum Cmd {
         #[arg(long)]
         zinstall: Option<PathBuf>,
     },
-    /// How many workers one walker can feed: the walker's entries/s with
-    /// its jobs discarded (walk-only) beside one worker's full copy
-    /// (COPY_THREADS=1), interleaved, on one tree.
+    /// How many workers the walkers can feed: their entries/s with the
+    /// jobs discarded (walk-only, once per --walkers count) beside one
+    /// worker's full copy (COPY_THREADS=1), interleaved, on one tree.
     Walk {
         /// A generated tree (usr, store, sparse) or a directory.
         #[arg(long, default_value = "usr")]
@@ -70,6 +70,9 @@ enum Cmd {
         /// Time only `walk` or only `copy` (to profile one of them).
         #[arg(long)]
         only: Option<String>,
+        /// Walker counts of the walk-only runs (COPY_WALKERS), e.g. 1,2.
+        #[arg(long, default_value = "1")]
+        walkers: String,
         /// Drop the page cache before each run (root only) instead of
         /// warming the source.
         #[arg(long)]
@@ -373,9 +376,12 @@ fn main() -> ExitCode {
             scale,
             runs,
             only,
+            walkers,
             cold,
             scratch,
-        } => walk_bench(&tree, scale, runs, only.as_deref(), cold, &scratch),
+        } => zinstall_tune::sweep::list(&walkers).and_then(|w| {
+            walk_bench(&tree, scale, runs, only.as_deref(), &w, cold, &scratch)
+        }),
         Cmd::SerialCopy { src, dst } => {
             peers::serial_copy(&src, &dst).map_err(|e| {
                 format!("{} -> {}: {e}", src.display(), dst.display())
@@ -561,6 +567,10 @@ struct WalkRun {
     bytes: u64,
     walker_blocked: std::time::Duration,
     utilization: f64,
+    /// The walkers' CPU time, summed.
+    walker_cpu: std::time::Duration,
+    /// Directories the busiest walker read, over all.
+    top_share: f64,
 }
 
 fn walk_bench(
@@ -568,31 +578,38 @@ fn walk_bench(
     scale: f64,
     runs: usize,
     only: Option<&str>,
+    walkers: &[usize],
     cold: bool,
     scratch: &Path,
 ) -> Result<(), String> {
     use std::time::Instant;
-    let (walk, copy) = ("walk-only", "copy, 1 worker");
-    let names: Vec<&str> = match only {
-        None => vec![walk, copy],
-        Some("walk") => vec![walk],
-        Some("copy") => vec![copy],
-        Some(other) => return Err(format!("--only {other}: walk or copy")),
-    };
+    if walkers.is_empty() {
+        return Err("--walkers: no walker count".into());
+    }
+    let copy = "copy, 1 worker";
+    let walks: Vec<String> =
+        walkers.iter().map(|w| format!("walk-only-w{w}")).collect();
+    let mut names: Vec<&str> = Vec::new();
+    let mut counts: Vec<Option<usize>> = Vec::new();
+    if only != Some("copy") {
+        names.extend(walks.iter().map(String::as_str));
+        counts.extend(walkers.iter().copied().map(Some));
+    }
+    if only != Some("walk") {
+        names.push(copy);
+        counts.push(None);
+    }
+    if let Some(o) = only.filter(|o| !["walk", "copy"].contains(o)) {
+        return Err(format!("--only {o}: walk or copy"));
+    }
     fs::create_dir_all(scratch)
         .map_err(|e| format!("{}: {e}", scratch.display()))?;
     let src = source(tree, scale, false, scratch)?;
     let dst = scratch.join("walk-dst");
-    // One worker for the copy; the walk-only run keeps the same queue
-    // (2 batches of COPY_BATCH) and discards what comes off it.
-    let tunables = copier::Tunables {
-        copy_threads: 1,
-        ..copier::Tunables::default()
-    };
     eprintln!(
         "{}: {runs} runs of {}, {} page cache, destination {}",
         src.display(),
-        names.join(" and "),
+        names.join(", "),
         if cold { "cold" } else { "warm" },
         dst.display()
     );
@@ -609,13 +626,22 @@ fn walk_bench(
                 peers::warm(&src)
                     .map_err(|e| format!("{}: {e}", src.display()))?;
             }
+            // One worker for the copy, and one walker: the copy as it
+            // was timed before there were several. The walk-only runs
+            // keep the same queue (2 batches of COPY_BATCH) and discard
+            // what comes off it.
+            let tunables = copier::Tunables {
+                copy_threads: 1,
+                copy_walkers: counts[i].unwrap_or(1),
+                ..copier::Tunables::default()
+            };
             let plan = copier::Plan::new(&src, &dst)
                 .tunables(tunables)
-                .walk_only(names[i] == walk);
+                .walk_only(counts[i].is_some());
             let t0 = Instant::now();
             let r = plan.run().map_err(|f| f.to_string())?;
             let took = t0.elapsed();
-            if names[i] == copy {
+            if counts[i].is_none() {
                 peers::verify_copy(&src, &dst)
                     .map_err(|e| format!("{copy} made a wrong copy: {e}"))?;
             }
@@ -624,18 +650,37 @@ fn walk_bench(
                 bytes: r.stats.bytes,
                 walker_blocked: r.stats.walker_blocked,
                 utilization: r.stats.utilization(),
+                walker_cpu: r.stats.walkers.iter().map(|w| w.cpu).sum(),
+                top_share: r
+                    .stats
+                    .walkers
+                    .iter()
+                    .map(|w| w.entries)
+                    .max()
+                    .unwrap_or(0) as f64
+                    / r.stats
+                        .walkers
+                        .iter()
+                        .map(|w| w.entries)
+                        .sum::<u64>()
+                        .max(1) as f64,
             });
             Ok(took)
         },
         &mut |l| eprintln!("{l}"),
     )?;
     let _ = fs::remove_dir_all(&dst);
+    let reference = if names.contains(&copy) {
+        copy
+    } else {
+        names[0]
+    };
     let mut md = format!(
         "### {} ({} page cache, destination on {})\n\n{}",
         src.display(),
         if cold { "cold" } else { "warm" },
         scratch.display(),
-        report::markdown(&samples, copy)
+        report::markdown(&samples, reference)
     );
     let median = |v: &[WalkRun], f: fn(&WalkRun) -> f64| {
         let mut x: Vec<f64> = v.iter().map(f).collect();
@@ -665,20 +710,48 @@ fn walk_bench(
             ));
         }
         md.push_str(&format!(
-            "\n{}: walker blocked on the full queue {:.3} s, its consumer busy \
-             {:.0}% of the wall time (medians).\n",
+            "\n{}: walkers' CPU {:.3} s, blocked on the full queue {:.3} s; \
+             the busiest walker read {:.0}% of the entries; its consumer \
+             busy {:.0}% of the wall time (medians).\n",
             s.tool,
+            median(d, |r| r.walker_cpu.as_secs_f64()),
             median(d, |r| r.walker_blocked.as_secs_f64()),
+            100.0 * median(d, |r| r.top_share),
             100.0 * median(d, |r| r.utilization),
         ));
     }
-    if let [w, c] = rates.as_slice() {
-        let (table, ratio) = report::rates(w, c);
-        md.push_str(&format!("\n{table}"));
-        if let Some(x) = ratio {
+    let consumer = names.iter().position(|n| *n == copy).map(|i| &rates[i]);
+    let first_walk = counts.iter().position(Option::is_some).map(|i| &rates[i]);
+    if let Some(c) = consumer {
+        for (r, w) in rates.iter().zip(&counts) {
+            let Some(w) = w else { continue };
+            let (table, ratio) = report::rates(r, c);
+            md.push_str(&format!("\n{table}"));
+            if let Some(x) = ratio {
+                md.push_str(&format!(
+                    "\n{w} walker(s) feed {x:.1} workers: walk-only \
+                     entries/s over one worker's, at the medians.\n"
+                ));
+            }
+        }
+    }
+    if let Some(base) = first_walk {
+        let base_t = base.samples.median().as_secs_f64();
+        md.push_str(&format!(
+            "\n| walk-only | median s | × {} median | speed-up |\n\
+             |---|---:|---:|---:|\n",
+            base.samples.tool
+        ));
+        for (r, w) in rates.iter().zip(&counts) {
+            if w.is_none() {
+                continue;
+            }
+            let t = r.samples.median().as_secs_f64();
             md.push_str(&format!(
-                "\nOne walker feeds {x:.1} workers: walk-only entries/s \
-                 over one worker's, at the medians.\n"
+                "| {} | {t:.3} | {:.3} | {:.2}× |\n",
+                r.samples.tool,
+                t / base_t,
+                base_t / t
             ));
         }
     }

@@ -163,14 +163,15 @@ pub fn stats_detail(s: &copier::Stats) {
     ));
     for (i, w) in s.walkers.iter().enumerate() {
         out(format_args!(
-            "  walker-{i}: {} dirs, {} entries, {} batches, {} stolen, busy {} ms (blocked {} ms), idle {} ms",
+            "  walker-{i}: {} dirs, {} entries, {} batches, {} stolen, busy {} ms (blocked {} ms), idle {} ms, CPU {} ms",
             w.dirs,
             w.entries,
             w.batches,
             w.steals,
             w.busy.as_millis(),
             w.blocked.as_millis(),
-            w.idle.as_millis()
+            w.idle.as_millis(),
+            w.cpu.as_millis()
         ));
     }
     for (i, w) in s.workers.iter().enumerate() {

@@ -75,6 +75,8 @@ pub struct WalkerStats {
     pub blocked: Duration,
     /// Time spent waiting for a directory to read.
     pub idle: Duration,
+    /// CPU time the walker's thread used.
+    pub cpu: Duration,
 }
 
 impl Stats {

@@ -584,6 +584,7 @@ pub fn stats_json(s: &copier::Stats) -> Value {
             "busy_ms": w.busy.as_millis() as u64,
             "blocked_ms": w.blocked.as_millis() as u64,
             "idle_ms": w.idle.as_millis() as u64,
+            "cpu_ms": w.cpu.as_millis() as u64,
         })).collect::<Vec<_>>(),
     })
 }
@@ -620,6 +621,7 @@ pub fn stats_from_json(v: &Value) -> copier::Stats {
                     busy: Duration::from_millis(n(w, "busy_ms")),
                     blocked: Duration::from_millis(n(w, "blocked_ms")),
                     idle: Duration::from_millis(n(w, "idle_ms")),
+                    cpu: Duration::from_millis(n(w, "cpu_ms")),
                 })
                 .collect()
         })
@@ -830,6 +832,7 @@ mod test {
                 busy: std::time::Duration::from_millis(5),
                 blocked: std::time::Duration::from_millis(1),
                 idle: std::time::Duration::from_millis(3),
+                cpu: std::time::Duration::from_millis(4),
             }],
             ..Default::default()
         };

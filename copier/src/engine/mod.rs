@@ -57,6 +57,7 @@ use std::ffi::CString;
 use std::fs;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -77,9 +78,11 @@ pub(crate) use dirs::DirNode;
 /// One unit of work for a worker.
 pub(crate) struct Job {
     pub(crate) kind: JobKind,
+    /// The source and destination paths, for messages only: the entry is
+    /// read as `leaf` in `src_dir` and made as `leaf` in `dir`, never by
+    /// these paths. The walker leaves them empty for an entry of a tree;
+    /// the worker makes them from the directory's ([`Job::name_paths`]).
     pub(crate) src: PathBuf,
-    /// The destination path, for messages only: the entry is made as
-    /// `leaf` in `dir`, never by this path.
     pub(crate) dst: PathBuf,
     /// The destination directory, opened beneath the destination root.
     pub(crate) dir: Arc<OwnedFd>,
@@ -90,6 +93,31 @@ pub(crate) struct Job {
     pub(crate) src_dir: Option<Arc<OwnedFd>>,
     /// The directory this entry lives in; released when the job is done.
     pub(crate) parent: Option<Arc<DirNode>>,
+}
+
+impl Job {
+    /// Fills in the paths of an entry queued by a walker, from its
+    /// directory's.
+    pub(crate) fn name_paths(&mut self) {
+        if let Some(p) = &self.parent
+            && self.src.as_os_str().is_empty()
+        {
+            let name = std::ffi::OsStr::from_bytes(self.leaf.to_bytes());
+            self.src = p.src.join(name);
+            self.dst = p.dst.join(name);
+        }
+    }
+
+    /// The source path, made from the directory's if not filled in.
+    pub(crate) fn shown_src(&self) -> std::borrow::Cow<'_, Path> {
+        match &self.parent {
+            Some(p) if self.src.as_os_str().is_empty() => {
+                let name = std::ffi::OsStr::from_bytes(self.leaf.to_bytes());
+                std::borrow::Cow::Owned(p.src.join(name))
+            }
+            _ => std::borrow::Cow::Borrowed(&self.src),
+        }
+    }
 }
 
 pub(crate) enum JobKind {

@@ -113,20 +113,22 @@ pub(crate) fn entry(
     let kind = match md.kind() as libc::mode_t {
         libc::S_IFDIR => return Err(Error::refused(src, Refusal::ChangedType)),
         libc::S_IFREG if redirect => EntryKind::Redirect,
-        libc::S_IFREG => {
-            let first = md.nlink < 2
-                || seen
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .insert(md.identity());
-            if first {
-                EntryKind::File
-            } else {
-                EntryKind::HardLink
-            }
-        }
+        libc::S_IFREG => EntryKind::File,
         libc::S_IFLNK => EntryKind::Symlink,
         _ => EntryKind::Special,
+    };
+    // A later name of anything the copy links rather than makes again
+    // (files, symlinks, special files alike).
+    let kind = if kind != EntryKind::Redirect
+        && md.nlink > 1
+        && !seen
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(md.identity())
+    {
+        EntryKind::HardLink
+    } else {
+        kind
     };
     if shared.plan.merge {
         let there = existing(dst)?;

@@ -610,10 +610,17 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
     ) -> Result<()> {
         let plan = self.shared.plan;
         let os = OsStr::from_bytes(name.to_bytes());
-        let src_path = src.join(os);
-        let dst_path = dst.join(os);
-        let rel = src_path.strip_prefix(&plan.src).unwrap_or(Path::new(""));
-        let (action, rule_path) = rule_for(plan, rel, &mut self.scratch);
+        // Paths cost the walker more than anything else per entry: they
+        // are made here only for rules and directories; a job's are made
+        // by its worker.
+        let ruled = plan.rules.as_ref().is_some_and(|r| !r.is_empty());
+        let (action, rule_path) = if ruled {
+            let p = src.join(os);
+            let rel = p.strip_prefix(&plan.src).unwrap_or(Path::new(""));
+            rule_for(plan, rel, &mut self.scratch)
+        } else {
+            (Action::Copy, PathBuf::new())
+        };
         if action == Action::Skip {
             self.stats.skipped += 1;
             return Ok(());
@@ -623,7 +630,7 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
             libc::DT_REG => libc::S_IFREG,
             libc::DT_LNK => libc::S_IFLNK,
             libc::DT_UNKNOWN => at::stat(src_fd.as_raw_fd(), name)
-                .map_err(|e| Error::io(Op::Stat, &src_path, e))?
+                .map_err(|e| Error::io(Op::Stat, src.join(os), e))?
                 .kind() as libc::mode_t,
             _ => libc::S_IFIFO,
         };
@@ -632,8 +639,8 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
                 n.hold();
             }
             self.push(DirTask {
-                src: src_path,
-                dst: dst_path,
+                src: src.join(os),
+                dst: dst.join(os),
                 at: TaskAt::Sub {
                     src_dir: Arc::clone(src_fd),
                     dst_dir: node.map(|(_, f)| Arc::clone(&f.dst)),
@@ -643,8 +650,11 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
             });
             return Ok(());
         }
-        let redirect = kind == libc::S_IFREG
-            && rules::link_target(&action, &rule_path).is_some();
+        let target = if kind == libc::S_IFREG {
+            rules::link_target(&action, &rule_path)
+        } else {
+            None
+        };
         let Some((node, fds)) = node else {
             // A dry run: counted here, nothing queued.
             return preview::entry(
@@ -652,26 +662,22 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
                 &mut self.stats,
                 &self.walk.seen,
                 (src_fd.as_raw_fd(), name),
-                &src_path,
-                &dst_path,
-                redirect,
+                &src.join(os),
+                &dst.join(os),
+                target.is_some(),
             );
         };
-        let kind = if kind == libc::S_IFREG {
-            match rules::link_target(&action, &rule_path) {
-                Some(target) => JobKind::Redirect(target),
-                None => JobKind::File,
-            }
-        } else if kind == libc::S_IFLNK {
-            JobKind::Symlink
-        } else {
-            JobKind::Special
+        let kind = match (kind, target) {
+            (_, Some(target)) => JobKind::Redirect(target),
+            (libc::S_IFREG, None) => JobKind::File,
+            (libc::S_IFLNK, None) => JobKind::Symlink,
+            _ => JobKind::Special,
         };
         node.hold();
         self.queue(Job {
             kind,
-            src: src_path,
-            dst: dst_path,
+            src: PathBuf::new(),
+            dst: PathBuf::new(),
             dir: Arc::clone(&fds.dst),
             src_dir: Some(Arc::clone(&fds.src)),
             leaf: name.to_owned(),
@@ -717,6 +723,7 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
     ) -> (Stats, WalkerStats, Option<crate::trace::EntityTrace>) {
         self.batch.clear();
         self.trace.enter(ThreadState::Waiting);
+        self.load.cpu = posix::thread_cpu_time();
         (self.stats, self.load, self.trace.finish())
     }
 }

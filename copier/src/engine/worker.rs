@@ -124,7 +124,11 @@ impl<'s, 'p> Worker<'s, 'p> {
     }
 
     /// Does one job, records its error if any, and releases its directory.
-    pub(crate) fn do_job(&mut self, job: Job) {
+    pub(crate) fn do_job(&mut self, mut job: Job) {
+        // Discarding (walk-only) needs no paths: they are the copy's.
+        if !self.shared.plan.walk_only {
+            job.name_paths();
+        }
         let before = self.stats.bytes;
         let left = (
             self.stats.unchanged,
@@ -135,7 +139,7 @@ impl<'s, 'p> Worker<'s, 'p> {
         probes::zinstall::job__start!(|| (
             idx,
             job.kind.name(),
-            job.src.to_string_lossy()
+            job.shown_src().to_string_lossy().into_owned()
         ));
         let r = match &job.kind {
             _ if self.shared.plan.walk_only => {
@@ -151,7 +155,7 @@ impl<'s, 'p> Worker<'s, 'p> {
         probes::zinstall::job__done!(|| (
             idx,
             job.kind.name(),
-            job.src.to_string_lossy(),
+            job.shown_src().to_string_lossy().into_owned(),
             bytes,
             probes::errno(&r)
         ));

@@ -160,6 +160,21 @@ pub(crate) fn seek(
     Ok(Some(r as u64))
 }
 
+/// CPU time the calling thread has used (`CLOCK_THREAD_CPUTIME_ID`).
+pub(crate) fn thread_cpu_time() -> std::time::Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid clock id and a timespec to fill.
+    let rc =
+        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return std::time::Duration::ZERO;
+    }
+    std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
 /// The effective user id; decides whether ownership can be kept.
 pub(crate) fn euid() -> u32 {
     // SAFETY: geteuid cannot fail.
