@@ -36,11 +36,12 @@ enum Cmd {
         /// Timed runs per tool.
         #[arg(long, default_value_t = 5)]
         runs: usize,
-        /// Tools, comma-separated: zinstall, zinstall1x1, recorded (with
-        /// --statemap), bpftraced (under zinstall trace, root only),
-        /// noprobes (built without USDT probes), cp, tar, rsync, xcp,
-        /// fcp, serial8k (default: all but recorded, bpftraced and
-        /// noprobes).
+        /// Tools, comma-separated: zinstall, zinstall1x1, zinstall-wN (N
+        /// walkers, the rest default), before (--before's binary),
+        /// recorded (with --statemap), bpftraced (under zinstall trace,
+        /// root only), noprobes (built without USDT probes), cp, tar,
+        /// rsync, xcp, fcp, serial8k (default: all but zinstall-wN,
+        /// recorded, bpftraced and noprobes; before with --before).
         #[arg(long)]
         tools: Option<String>,
         /// Also time the tree with every file empty (the metadata floor).
@@ -53,6 +54,10 @@ enum Cmd {
         /// The zinstall binary.
         #[arg(long)]
         zinstall: Option<PathBuf>,
+        /// Another zinstall binary (the build before a change) to time
+        /// at its defaults beside this one, as `zinstall before`.
+        #[arg(long, value_name = "BIN")]
+        before: Option<PathBuf>,
     },
     /// How many workers the walkers can feed: their entries/s with the
     /// jobs discarded (walk-only, once per --walkers count) beside one
@@ -395,6 +400,7 @@ fn main() -> ExitCode {
             floor,
             scratch,
             zinstall,
+            before,
         } => copy_bench(
             &tree,
             scale,
@@ -403,6 +409,7 @@ fn main() -> ExitCode {
             floor,
             &scratch,
             zinstall,
+            before,
         ),
     };
     match r {
@@ -446,6 +453,7 @@ fn source(
     Ok(dir)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn copy_bench(
     tree: &str,
     scale: f64,
@@ -454,6 +462,7 @@ fn copy_bench(
     floor: bool,
     scratch: &Path,
     zinstall: Option<PathBuf>,
+    before: Option<PathBuf>,
 ) -> Result<(), String> {
     fs::create_dir_all(scratch)
         .map_err(|e| format!("{}: {e}", scratch.display()))?;
@@ -466,8 +475,13 @@ fn copy_bench(
         ));
     }
     let bench_bin = std::env::current_exe().map_err(|e| e.to_string())?;
+    let all = if before.is_some() {
+        "zinstall,before,zinstall1x1,cp,tar,rsync,xcp,fcp,serial8k"
+    } else {
+        "zinstall,zinstall1x1,cp,tar,rsync,xcp,fcp,serial8k"
+    };
     let wanted: Vec<String> = tools
-        .unwrap_or("zinstall,zinstall1x1,cp,tar,rsync,xcp,fcp,serial8k")
+        .unwrap_or(all)
         .split(',')
         .map(str::to_string)
         .collect();
@@ -476,6 +490,26 @@ fn copy_bench(
         match t.as_str() {
             "zinstall" => list.push(Tool::zinstall(8, 128)),
             "zinstall1x1" => list.push(Tool::zinstall(1, 1)),
+            "before" => {
+                let bin = before.clone().ok_or("before: give --before BIN")?;
+                if !bin.is_file() {
+                    return Err(format!("{}: no such binary", bin.display()));
+                }
+                list.push(Tool::ZinstallAt {
+                    bin,
+                    label: "zinstall before 8x128".into(),
+                });
+            }
+            w if w.starts_with("zinstall-w") => {
+                let n = w["zinstall-w".len()..]
+                    .parse()
+                    .map_err(|_| format!("{w}: zinstall-wN, N a number"))?;
+                list.push(Tool::Zinstall {
+                    threads: 8,
+                    batch: 128,
+                    walkers: Some(n),
+                });
+            }
             "recorded" => list.push(Tool::ZinstallRecorded),
             "bpftraced" => list.push(Tool::ZinstallBpftraced),
             "noprobes" => {

@@ -19,7 +19,8 @@ pub struct TunableArgs {
     /// Worker threads (COPY_THREADS; default 8).
     #[arg(long, value_name = "N")]
     pub threads: Option<String>,
-    /// Walker threads reading directories (COPY_WALKERS; default 2).
+    /// Walker threads reading directories (COPY_WALKERS; default 0: one
+    /// per 8 workers).
     #[arg(long, value_name = "N")]
     pub walkers: Option<String>,
     /// Jobs per batch handed to a worker (COPY_BATCH; default 128).

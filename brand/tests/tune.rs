@@ -146,7 +146,15 @@ fn tune_records_a_statemap_per_point() {
         let json = maps.join(format!("{stem}.statemap.json"));
         let map =
             zinstall_statemap::parse(&fs::read(&json).unwrap()[..]).unwrap();
-        assert_eq!(map.entities().len(), 1 + t, "walker and {t} workers");
+        let named = |p: &str| {
+            map.entities().iter().filter(|e| e.starts_with(p)).count()
+        };
+        assert_eq!(named("worker-"), t, "{t} workers");
+        assert_eq!(
+            named("walker-"),
+            copier::Tunables::default().walkers(),
+            "the default walkers"
+        );
         assert!(maps.join(format!("{stem}.svg")).is_file());
         assert_eq!(
             maps.join(format!("{stem}.sched.json")).is_file(),

@@ -376,7 +376,7 @@ mod test {
         .unwrap();
         assert_eq!(again.matches("COPY_THREADS=").count(), 2);
         assert!(again.contains("\nCOPY_THREADS=2\n"));
-        assert!(again.contains("#COPY_WALKERS=2\nCOPY_WALKERS=3\n"));
+        assert!(again.contains("#COPY_WALKERS=0\nCOPY_WALKERS=3\n"));
         assert_eq!(
             rewrite(p, "", &[("COPY_THREADS", 1), ("COPY_BATCH", 1)]).unwrap(),
             "COPY_THREADS=1\nCOPY_BATCH=1\n"

@@ -78,19 +78,21 @@ impl Pool {
             .map_err(|e| {
                 Error::io(Op::Open, "thread pool", io::Error::other(e))
             })?;
+        let walkers = size.div_ceil(crate::tunables::WORKERS_PER_WALKER).max(1);
         Ok(Pool {
             threads: Arc::new(threads),
             size,
             walkers: Arc::new(WalkerBudget {
-                size: crate::tunables::DEFAULT_COPY_WALKERS,
-                free: Mutex::new(crate::tunables::DEFAULT_COPY_WALKERS),
+                size: walkers,
+                free: Mutex::new(walkers),
             }),
         })
     }
 
-    /// The same pool with a walker budget of `walkers` (at least one;
-    /// [`DEFAULT_COPY_WALKERS`](crate::tunables::DEFAULT_COPY_WALKERS)
-    /// unless set): the walker threads its runs may start between them.
+    /// The same pool with a walker budget of `walkers` (at least one; by
+    /// default one per
+    /// [`WORKERS_PER_WALKER`](crate::tunables::WORKERS_PER_WALKER)
+    /// workers): the walker threads its runs may start between them.
     /// Clones made before share the old budget.
     pub fn with_walkers(mut self, walkers: usize) -> Self {
         let size = walkers.max(1);
@@ -207,4 +209,27 @@ pub struct Credentials {
     pub gid: u32,
     /// Supplementary groups.
     pub groups: Vec<u32>,
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    #[test]
+    fn runs_share_the_walker_budget_and_give_it_back() {
+        let pool = Pool::new(2).unwrap().with_walkers(3);
+        let a = pool.take_walkers(8);
+        assert_eq!(a.count(), 3, "all the budget");
+        let b = pool.take_walkers(2);
+        assert_eq!(b.count(), 1, "spent: one of its own");
+        drop(b);
+        assert_eq!(pool.take_walkers(2).count(), 1, "a's still out");
+        drop(a);
+        let c = pool.take_walkers(2);
+        assert_eq!(c.count(), 2);
+        assert_eq!(pool.take_walkers(5).count(), 1);
+        drop(c);
+        assert_eq!(pool.take_walkers(5).count(), 3);
+        assert_eq!(Pool::new(16).unwrap().walkers(), 2, "one per 8 workers");
+    }
 }

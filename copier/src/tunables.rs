@@ -18,9 +18,18 @@ use crate::error::{DefaultsProblem, Error, Result};
 /// 8 workers (batches of 128); beyond that workers mostly wait on the
 /// walker and on filesystem locks. `zinstall tune` finds a machine's own.
 pub const DEFAULT_COPY_THREADS: usize = 8;
-/// Walker threads reading the source tree's directories.
-/// Placeholder; set from the walk and copy benchmarks below.
-pub const DEFAULT_COPY_WALKERS: usize = 2;
+/// Walker threads reading the source tree's directories; 0 (the
+/// default) is one per [`WORKERS_PER_WALKER`] workers, rounded up. One
+/// walker reads `/usr/share` about ten times as fast as one worker
+/// copies it (`bench walk`, bench/README.md "Wide machines"), so at the
+/// default 8 workers one walker keeps them busy and a second only takes
+/// a core from them; a wider machine tuned to more workers gets more
+/// walkers with them.
+pub const DEFAULT_COPY_WALKERS: usize = 0;
+/// Workers one walker is counted on to feed when `COPY_WALKERS` is 0:
+/// a little under the ten it feeds on `/usr/share`, since on trees of
+/// smaller files each worker needs entries faster.
+pub const WORKERS_PER_WALKER: usize = 8;
 /// Jobs per batch handed to a worker. Batching amortises the channel's
 /// synchronisation over many small files; 128 was best in the same sweep.
 pub const DEFAULT_COPY_BATCH: usize = 128;
@@ -32,10 +41,11 @@ pub const DEFAULT_COPY_BUFSIZE: usize = 1 << 20;
 /// The accepted range of each knob: (key, min, max).
 const LIMITS: [(&str, u64, u64); 4] = [
     ("COPY_THREADS", 1, 1024),
-    // A walker reads one directory at a time: past a few hundred they
-    // only wait on each other (most trees have fewer directories being
-    // read at once than that) and on the kernel's directory locks.
-    ("COPY_WALKERS", 1, 256),
+    // 0: one per WORKERS_PER_WALKER workers. A walker reads one
+    // directory at a time: past a few hundred they only wait on each
+    // other (few trees have that many directories to read at once) and
+    // on the kernel's directory locks.
+    ("COPY_WALKERS", 0, 256),
     // 128 was best; past 65536 a batch amortises nothing more and only
     // holds work back from idle workers.
     ("COPY_BATCH", 1, 1 << 16),
@@ -51,7 +61,8 @@ const LIMITS: [(&str, u64, u64); 4] = [
 pub struct Tunables {
     /// Number of worker threads (`COPY_THREADS`).
     pub copy_threads: usize,
-    /// Number of walker threads reading directories (`COPY_WALKERS`).
+    /// Number of walker threads reading directories (`COPY_WALKERS`);
+    /// 0: one per [`WORKERS_PER_WALKER`] workers ([`Tunables::walkers`]).
     pub copy_walkers: usize,
     /// Jobs per batch (`COPY_BATCH`).
     pub copy_batch: usize,
@@ -180,6 +191,15 @@ impl Tunables {
         Ok(())
     }
 
+    /// The walker threads a run starts: `copy_walkers`, or for 0 one per
+    /// [`WORKERS_PER_WALKER`] workers, rounded up.
+    pub fn walkers(&self) -> usize {
+        match self.copy_walkers {
+            0 => self.copy_threads.div_ceil(WORKERS_PER_WALKER).max(1),
+            n => n,
+        }
+    }
+
     /// Checks that every knob is in range (for values set directly).
     pub fn validate(&self) -> Result<()> {
         let mut copy = *self;
@@ -293,6 +313,40 @@ mod test {
         t.apply_env(|k| (k == "ZINSTALL_COPY_BATCH").then(|| "9".into()))
             .unwrap();
         assert_eq!((t.copy_threads, t.copy_batch), (3, 9));
+    }
+
+    #[test]
+    fn walkers_default_to_one_per_eight_workers() {
+        let t = |threads, walkers| Tunables {
+            copy_threads: threads,
+            copy_walkers: walkers,
+            ..Tunables::default()
+        };
+        assert_eq!(Tunables::default().walkers(), 1);
+        assert_eq!(t(1, 0).walkers(), 1);
+        assert_eq!(t(9, 0).walkers(), 2);
+        assert_eq!(t(32, 0).walkers(), 4);
+        assert_eq!(t(128, 0).walkers(), 16);
+        assert_eq!(t(128, 3).walkers(), 3);
+        let f = file("COPY_WALKERS=6\n").unwrap();
+        assert_eq!((f.copy_walkers, f.walkers()), (6, 6));
+        for bad in [
+            "COPY_WALKERS=257\n",
+            "COPY_WALKERS=-1\n",
+            "COPY_WALKERS=two\n",
+        ] {
+            let e = file(bad).unwrap_err().to_string();
+            assert!(e.starts_with("/d:1: COPY_WALKERS="), "{bad}: {e}");
+        }
+        let mut t = Tunables::default();
+        let e = t
+            .apply_env(|k| (k == "ZINSTALL_COPY_WALKERS").then(|| "300".into()))
+            .unwrap_err();
+        assert!(e.to_string().contains("ZINSTALL_COPY_WALKERS"), "{e}");
+        assert!(e.to_string().contains("0 to 256"), "{e}");
+        t.apply_env(|k| (k == "ZINSTALL_COPY_WALKERS").then(|| "4".into()))
+            .unwrap();
+        assert_eq!(t.walkers(), 4);
     }
 
     #[test]

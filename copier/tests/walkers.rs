@@ -201,7 +201,7 @@ fn hostile_tree(root: &Path) {
         write(&root.join("modes/none"), b"none");
         fs::set_permissions(
             root.join("modes/none"),
-            fs::Permissions::from_mode(0),
+            fs::Permissions::from_mode(0o000),
         )
         .unwrap();
         let closed = root.join("modes/closed");

@@ -232,7 +232,7 @@ impl Config {
             c.copy_threads = Some(bounded("copy_threads", n, 1, 1024)?);
         }
         if let Some(n) = raw.copy_walkers {
-            c.copy_walkers = Some(bounded("copy_walkers", n, 1, 256)?);
+            c.copy_walkers = Some(bounded("copy_walkers", n, 0, 256)?);
         }
         if let Some(p) = raw.defaults {
             c.defaults = absolute("defaults", p)?;

@@ -125,7 +125,7 @@ pub fn run(opts: Options, log: Logger) -> Result<(), ServeError> {
     }
     let tunables = tunables(&config)?;
     let pool =
-        Pool::new(tunables.copy_threads)?.with_walkers(tunables.copy_walkers);
+        Pool::new(tunables.copy_threads)?.with_walkers(tunables.walkers());
     sys::raise_nofile();
     let term = Arc::new(AtomicBool::new(false));
     let hup = Arc::new(AtomicBool::new(false));
@@ -166,7 +166,7 @@ pub fn run(opts: Options, log: Logger) -> Result<(), ServeError> {
         opts,
     });
     info!(log, "listening"; "socket" => %config.socket.display(), "activated" => activated,
-          "workers" => tunables.copy_threads, "walkers" => tunables.copy_walkers, "pid" => sys::pid(), "version" => &d.opts.version);
+          "workers" => tunables.copy_threads, "walkers" => tunables.walkers(), "pid" => sys::pid(), "version" => &d.opts.version);
     sys::notify("READY=1\nSTATUS=serving");
     while !term.load(Ordering::Relaxed) {
         if hup.swap(false, Ordering::Relaxed) {

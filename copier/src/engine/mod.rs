@@ -383,7 +383,7 @@ fn run_tree(
             walk::Mode::Copy,
             Some(&tx),
             Some(top),
-            plan.tunables.copy_walkers,
+            plan.tunables.walkers(),
         );
         // Every walker is done: closing the queue lets the workers finish.
         drop(tx);
@@ -430,7 +430,7 @@ fn run_tree_pooled(
     let slots: Vec<Mutex<Option<worker::Worker<'_, '_>>>> =
         (0..pool.threads()).map(|_| Mutex::new(None)).collect();
     let in_flight = crate::pool::InFlight::default();
-    let walkers = pool.take_walkers(shared.plan.tunables.copy_walkers);
+    let walkers = pool.take_walkers(shared.plan.tunables.walkers());
     let walked = pool.scope(|scope| {
         let dispatch = walk::PoolDispatch {
             scope,

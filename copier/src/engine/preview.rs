@@ -74,7 +74,7 @@ fn tree(shared: &Shared<'_>) -> Result<walk::WalkResult> {
         walk::Mode::DryRun,
         None,
         None,
-        plan.tunables.copy_walkers,
+        plan.tunables.walkers(),
     ))
 }
 
