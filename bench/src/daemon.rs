@@ -362,6 +362,7 @@ pub fn run(
                                     ssh_host_keys: None,
                                     force: false,
                                     platform: None,
+                                    max_archive_size: None,
                                 })
                             })
                             .collect(),

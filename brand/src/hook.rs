@@ -303,6 +303,7 @@ fn cmd_install(
                     )
                 },
             )),
+            ..Default::default()
         },
     };
     match job.run() {

@@ -110,6 +110,11 @@ pub fn escape(s: &str) -> String {
     out
 }
 
+/// `n` with the word that fits it: `1 file`, `2 files`.
+pub fn count(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
 /// Prints an error line on stderr.
 pub fn error(msg: impl std::fmt::Display) {
     let line = escape(&msg.to_string());

@@ -24,6 +24,7 @@ impl PullArgs {
             events: Some(Arc::new(|e: &Event| {
                 crate::output::note(format_args!("{e}"))
             })),
+            ..PullOptions::default()
         }
     }
 }

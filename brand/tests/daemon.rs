@@ -19,15 +19,6 @@ mod tools;
 /// The worker budget the tests give the daemon.
 const BUDGET: usize = 3;
 
-fn is_root() -> bool {
-    // SAFETY: geteuid cannot fail.
-    unsafe { libc::geteuid() == 0 }
-}
-
-fn skip(test: &str, why: &str) {
-    eprintln!("skipped: {test}: {why}");
-}
-
 fn write(p: &Path, data: &[u8]) {
     fs::create_dir_all(p.parent().unwrap()).unwrap();
     fs::write(p, data).unwrap();
@@ -462,11 +453,8 @@ fn the_daemon_converts_a_foreign_disk_once() {
 
 #[test]
 fn an_unprivileged_client_gets_only_what_it_is_granted() {
-    if !is_root() {
-        return skip(
-            "an_unprivileged_client_gets_only_what_it_is_granted",
-            "needs root to run a client as uid 65534",
-        );
+    if !zinstall_testkit::require_root() {
+        return;
     }
     let d = Daemon::start(
         "[[grant]]\nusers = [65534]\noperations = [\"copy\", \"jobs\"]\n\

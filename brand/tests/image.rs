@@ -9,10 +9,7 @@ use std::os::unix::fs::{PermissionsExt, symlink};
 use std::path::Path;
 use std::process::{Command, Output};
 
-fn is_root() -> bool {
-    // SAFETY: geteuid cannot fail.
-    unsafe { libc::geteuid() == 0 }
-}
+use zinstall_testkit::is_root;
 
 fn zinstall() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_zinstall"));
@@ -72,7 +69,9 @@ fn tree(root: &Path) {
             .unwrap();
         assert!(st.success());
     } else {
-        eprintln!("skipped: capability, owner and device checks: not root");
+        zinstall_testkit::unmet(
+            "root, for the capability, owner and device checks",
+        );
     }
 }
 

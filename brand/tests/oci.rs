@@ -18,6 +18,7 @@ use std::path::Path;
 
 use serde_json::json;
 use support::*;
+use zinstall_testkit::is_root;
 
 /// Installs `image` with a profile of images only into `dir/zp`.
 fn install(dir: &Path, image: &str, extra: &[&str]) -> std::process::Output {
@@ -47,8 +48,8 @@ fn verify_same(a: &Path, b: &Path) {
 /// skopeo's oci-archive, equals umoci's own unpack on every attribute.
 #[test]
 fn install_equals_umoci_unpack() {
-    if !is_root() {
-        eprintln!("skipped: umoci unpack keeps owners only as root");
+    // umoci unpack keeps owners only as root.
+    if !zinstall_testkit::require_root() {
         return;
     }
     let d = tempfile::tempdir().unwrap();
@@ -159,7 +160,7 @@ fn install_equals_umoci_unpack() {
     );
 
     // The same image as skopeo writes an oci-archive.
-    if tools::have("skopeo") {
+    {
         let archive = d.path().join("image.tar");
         run(
             "skopeo",
@@ -174,8 +175,6 @@ fn install_equals_umoci_unpack() {
         let o = install(d2.path(), s(&archive), &[]);
         assert!(o.status.success(), "{}", text(&o));
         verify_same(&u, &d2.path().join("zp/root"));
-    } else {
-        eprintln!("oci-archive part skipped: skopeo is not installed");
     }
 }
 
@@ -556,8 +555,8 @@ fn walk(root: &Path) -> Vec<String> {
 /// unpacks, on every attribute; the base is cached once.
 #[test]
 fn provision_guests_equal_umoci_unpack() {
-    if !is_root() {
-        eprintln!("skipped: umoci unpack keeps owners only as root");
+    // umoci unpack keeps owners only as root.
+    if !zinstall_testkit::require_root() {
         return;
     }
     let d = tmp::Tmp::new();
@@ -711,8 +710,8 @@ fn hard_links_to_lower_layers_install_and_provision_alike() {
         }
         verify_same(&theirs.join("rootfs"), &guest);
     } else {
-        eprintln!(
-            "skipped: the umoci comparison (umoci unpack keeps owners only as root)"
+        zinstall_testkit::unmet(
+            "root, for the umoci comparison (umoci keeps owners only as root)",
         );
     }
 

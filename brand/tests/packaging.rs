@@ -197,15 +197,31 @@ fn parse_p5m(text: &str) -> Vec<Action> {
 }
 
 /// The .deb's files from `[package.metadata.deb]` assets, as cargo-deb
-/// places them (a destination ending in `/` takes the source's name).
+/// places them (a destination ending in `/` takes the source's name),
+/// and the units its `systemd-units` names (`UNIT.service` and
+/// `UNIT.socket` in `unit-scripts`, into `usr/lib/systemd/system`).
 fn deb_files() -> BTreeSet<String> {
     let manifest = fs::read_to_string(top().join("brand/Cargo.toml")).unwrap();
     let doc: toml::Table =
         toml::from_str(&manifest).expect("brand/Cargo.toml parses");
-    let assets = doc["package"]["metadata"]["deb"]["assets"]
+    let deb = &doc["package"]["metadata"]["deb"];
+    let assets = deb["assets"]
         .as_array()
         .expect("[package.metadata.deb] assets is an array");
-    assets
+    let mut units = BTreeSet::new();
+    if let Some(u) = deb.get("systemd-units") {
+        let name = u["unit-name"].as_str().expect("systemd-units names a unit");
+        let dir = top()
+            .join("brand")
+            .join(u["unit-scripts"].as_str().expect("and its directory"));
+        for kind in ["service", "socket"] {
+            let file = format!("{name}.{kind}");
+            if dir.join(&file).is_file() {
+                units.insert(format!("usr/lib/systemd/system/{file}"));
+            }
+        }
+    }
+    let mut files: BTreeSet<String> = assets
         .iter()
         .map(|a| {
             let a = a.as_array().expect("an asset is [source, dest, mode]");
@@ -223,7 +239,9 @@ fn deb_files() -> BTreeSet<String> {
                 None => dest.to_string(),
             }
         })
-        .collect()
+        .collect();
+    files.extend(units);
+    files
 }
 
 /// The differences as three lists, one per way of shipping.

@@ -11,10 +11,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-fn is_root() -> bool {
-    // SAFETY: geteuid cannot fail.
-    unsafe { libc::geteuid() == 0 }
-}
+use zinstall_testkit::is_root;
 
 #[path = "../../copier/tests/common/tmp.rs"]
 mod tmp;
@@ -370,11 +367,7 @@ fn foreign_images_that_reach_outside_are_refused() {
 /// host's; its failure is reported with its standard error.
 #[test]
 fn qemu_img_converts_as_nobody_from_descriptors() {
-    if !is_root() {
-        eprintln!(
-            "skipped: qemu_img_converts_as_nobody_from_descriptors: needs \
-             root"
-        );
+    if !zinstall_testkit::require_root() {
         return;
     }
     // Where the unprivileged user can run a program and leave a note.
@@ -424,10 +417,7 @@ fn qemu_img_converts_as_nobody_from_descriptors() {
 /// provision notices and builds a new entry, so later guests are right.
 #[test]
 fn a_commit_never_changes_siblings_or_later_guests() {
-    if !is_root() {
-        eprintln!(
-            "skipped: a_commit_never_changes_siblings_or_later_guests: needs root"
-        );
+    if !zinstall_testkit::require_root() {
         return;
     }
     let d = Tmp::new();

@@ -5,6 +5,12 @@
 //! provisions of one image at once. What crosses the wire is counted in
 //! the registry's own access log.
 
+// Linux only: the tree is made with Linux's xattr namespaces (user.*,
+// trusted.*, security.capability) and POSIX ACLs (setfacl, setcap).
+// illumos keeps extended attributes as attribute directories and ACLs as
+// NFSv4 ACLs, which these fixtures do not make.
+#![cfg(target_os = "linux")]
+
 #[path = "../../copier/tests/common/mod.rs"]
 mod common;
 use common::tools;

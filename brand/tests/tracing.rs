@@ -12,11 +12,6 @@ use std::time::{Duration, Instant};
 
 use zinstall_statemap::{self as statemap, Summary};
 
-fn is_root() -> bool {
-    // SAFETY: geteuid cannot fail.
-    unsafe { libc::geteuid() == 0 }
-}
-
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
@@ -82,9 +77,7 @@ fn run_bounded(mut cmd: Command, limit: Duration) -> std::process::Output {
 /// default buffer sizes.
 #[test]
 fn bpftrace_statemap_of_a_real_copy() {
-    let name = "bpftrace_statemap_of_a_real_copy";
-    if !is_root() {
-        eprintln!("skipped: {name}: needs root");
+    if !zinstall_testkit::require_root() {
         return;
     }
     let v = tools::tool("bpftrace").arg("--version").output().unwrap();
@@ -225,8 +218,8 @@ fn trace_tidy_keeps_messages_out_of_the_data() {
 /// Write errors fail `zinstall statemap`, the last buffered ones too.
 #[test]
 fn statemap_write_errors_fail() {
-    if !Path::new("/dev/full").exists() {
-        eprintln!("skipped: statemap_write_errors_fail: no /dev/full");
+    if !zinstall_testkit::require(Path::new("/dev/full").exists(), "/dev/full")
+    {
         return;
     }
     let d = tempfile::tempdir().unwrap();
@@ -364,10 +357,7 @@ fn every_defined_probe_is_fired_by_both_binaries() {
         .collect();
     defined.sort();
     assert_eq!(defined.len(), 14);
-    if tools::tool("readelf").arg("--version").output().is_err() {
-        eprintln!("skipped: every_defined_probe_is_fired: no readelf");
-        return;
-    }
+    tools::need("readelf");
     for bin in [env!("CARGO_BIN_EXE_zinstall"), env!("CARGO_BIN_EXE_brand")] {
         let out = tools::tool("readelf").args(["-n", bin]).output().unwrap();
         let text = String::from_utf8_lossy(&out.stdout);

@@ -156,6 +156,9 @@ pub enum Refusal {
     /// A directory being copied was moved elsewhere while its contents
     /// were (its parent is no longer the one it was made in).
     Moved,
+    /// A path a privileged process was to work in could have been
+    /// redirected by another user (see [`crate::trusted`]): why.
+    Untrusted(String),
 }
 
 impl fmt::Display for Refusal {
@@ -163,8 +166,12 @@ impl fmt::Display for Refusal {
         if let Refusal::TooLarge(max) = self {
             return write!(f, "larger than the {max} bytes it may hold");
         }
+        if let Refusal::Untrusted(why) = self {
+            return write!(f, "unsafe path: {why}");
+        }
         f.write_str(match self {
             Refusal::TooLarge(_) => "too large",
+            Refusal::Untrusted(_) => "unsafe path",
             Refusal::ChangedType => "changed type during the copy",
             Refusal::Special => {
                 "special file not recreated (needs privilege; \
@@ -485,6 +492,17 @@ impl Error {
             target: Some(target.into()),
             source,
         }
+    }
+
+    /// A directory walk's error: the path it concerns (`at` when it names
+    /// none) and the system's error alone, whose message walkdir's own
+    /// display would wrap around the path a second time.
+    pub fn walk(op: Op, at: &Path, e: walkdir::Error) -> Self {
+        let path = e.path().unwrap_or(at).to_path_buf();
+        let source = e.into_io_error().unwrap_or_else(|| {
+            io::Error::other("a directory contains itself (filesystem loop)")
+        });
+        Error::io(op, path, source)
     }
 
     /// The error for a tar archive `archive` whose reader failed: an

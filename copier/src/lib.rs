@@ -29,6 +29,8 @@
 //!   checked against their digests and applied with their whiteouts.
 //! * [`beneath`]: the writer's base: a [`beneath::Root`] opened without
 //!   following links, directories opened beneath it, `remove_tree`.
+//! * [`trusted`]: a directory a privileged process was given by path
+//!   (a zonepath), opened only if nobody else could have redirected it.
 //! * [`Pool`]: one worker budget shared by many runs (a service's);
 //!   [`Credentials`]: a run that reads and writes as its caller would.
 //! * [`Tunables`] and [`DefaultsFile`]: the knobs and `/etc/default/zinstall`.
@@ -63,6 +65,7 @@ pub mod rules;
 pub mod stats;
 mod sys;
 pub mod trace;
+pub mod trusted;
 pub mod tunables;
 pub mod unpack;
 pub mod verify;
@@ -70,7 +73,7 @@ pub mod verify;
 pub use cancel::Cancel;
 pub use defaults::DefaultsFile;
 pub use error::{Error, Met, Op, Refusal, Result};
-pub use plan::{EntryKind, Failure, Listener, Plan, Progress, Report};
+pub use plan::{EntryKind, Failure, Listener, OnError, Plan, Progress, Report};
 pub use pool::{Credentials, Pool};
 pub use rules::{Action, Rule, RuleSet};
 pub use stats::{Notice, NoticeKind, Stats, WalkerStats, WorkerStats};

@@ -78,6 +78,7 @@ pub struct Plan {
     pub(crate) src: PathBuf,
     pub(crate) dst: PathBuf,
     pub(crate) within: Option<PathBuf>,
+    pub(crate) source_within: Option<PathBuf>,
     pub(crate) tunables: Tunables,
     pub(crate) cross_fs: bool,
     pub(crate) skip_special: bool,
@@ -95,6 +96,23 @@ pub struct Plan {
     pub(crate) credentials: Option<Credentials>,
     pub(crate) listener: Option<Arc<dyn Listener>>,
     pub(crate) dry_run: bool,
+    pub(crate) on_error: OnError,
+}
+
+/// What a run does when an entry fails.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum OnError {
+    /// Stop at the first error: the walk dispatches nothing more, workers
+    /// drop the jobs they have not started, and no directory gets its
+    /// metadata. What an install wants: a root with holes is not a root.
+    #[default]
+    Stop,
+    /// Go on as `cp -a` does: copy every entry that can be copied, record
+    /// each failure (path and operation), and fail the run at the end. A
+    /// directory that cannot be read or made is left out with everything
+    /// in it. Errors about the run itself (the destination refused, a
+    /// bad tunable, cancellation) still stop it at once.
+    KeepGoing,
 }
 
 impl Plan {
@@ -109,6 +127,7 @@ impl Plan {
             src: src.into(),
             dst: dst.into(),
             within: None,
+            source_within: None,
             tunables: Tunables::default(),
             cross_fs: false,
             skip_special: false,
@@ -126,6 +145,7 @@ impl Plan {
             credentials: None,
             listener: None,
             dry_run: false,
+            on_error: OnError::Stop,
         }
     }
 
@@ -142,6 +162,19 @@ impl Plan {
         self
     }
 
+    /// Read only a source beneath the directory `root`: before the walk,
+    /// every directory from `root` down to the source's parent is opened
+    /// from its parent's descriptor without following a symlink (as the
+    /// run's identity, see [`acting_as`](Plan::acting_as)); a symlink on
+    /// the way is an [`Error::Beneath`] naming it. The source itself may
+    /// be a symlink: it is copied as one, never followed. A service uses
+    /// this (with [`within`](Plan::within)) to hold a caller to the
+    /// directories it was granted.
+    pub fn source_within(mut self, root: impl Into<PathBuf>) -> Self {
+        self.source_within = Some(root.into());
+        self
+    }
+
     /// Worker count, batch size and buffer size.
     pub fn tunables(mut self, t: Tunables) -> Self {
         self.tunables = t;
@@ -149,7 +182,8 @@ impl Plan {
     }
 
     /// Descend into directories on other filesystems (default: no; a
-    /// mount point is copied as an empty directory, like `cp -x`).
+    /// mount point is copied as an empty directory, like `cp -x`, and
+    /// named in a [`NoticeKind::MountPoint`](crate::NoticeKind) notice).
     pub fn cross_fs(mut self, yes: bool) -> Self {
         self.cross_fs = yes;
         self
@@ -276,6 +310,13 @@ impl Plan {
         self
     }
 
+    /// Stop at the first failed entry (the default) or go on past it
+    /// (see [`OnError`]).
+    pub fn on_error(mut self, policy: OnError) -> Self {
+        self.on_error = policy;
+        self
+    }
+
     /// The source.
     pub fn source(&self) -> &Path {
         &self.src
@@ -301,6 +342,7 @@ impl fmt::Debug for Plan {
             .field("rules", &self.rules.is_some())
             .field("walk_only", &self.walk_only)
             .field("dry_run", &self.dry_run)
+            .field("on_error", &self.on_error)
             .field("pool", &self.pool)
             .field("credentials", &self.credentials)
             .finish_non_exhaustive()
@@ -318,18 +360,21 @@ pub struct Report {
     pub recording: Option<Recording>,
 }
 
-/// A run that stopped on errors.
+/// A run that met errors.
 ///
-/// The first error stops the walk from dispatching more work; workers
-/// stop at the next job. The errors are kept in the order they happened,
-/// up to [`Failure::MAX_ERRORS`].
+/// Under [`OnError::Stop`] the first error stops the walk from
+/// dispatching more work and workers stop at their next job; under
+/// [`OnError::KeepGoing`] the run went on and `report` counts everything
+/// that was copied. The errors are kept in the order they happened, up
+/// to [`Failure::MAX_ERRORS`].
 #[derive(Debug)]
 pub struct Failure {
     /// The errors met, first first.
     pub errors: Vec<Error>,
     /// Errors beyond the cap, counted only.
     pub more_errors: u64,
-    /// What was done before the run stopped.
+    /// What was done: before the run stopped, or (going on past errors)
+    /// all of it.
     pub report: Box<Report>,
 }
 

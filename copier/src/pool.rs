@@ -197,8 +197,13 @@ impl InFlight {
 ///
 /// On Linux the run's threads take it as their filesystem identity
 /// (`setfsuid`, `setfsgid`, and the supplementary groups of that thread
-/// only) for the run and its batches, which also leaves them without the
-/// capabilities that override file permissions. Other platforms have no
+/// only) for the run and its batches, and drop every effective
+/// capability of that thread meanwhile: the kernel then refuses what the
+/// caller could not do itself (override permissions, set file
+/// capabilities or `trusted.*` attributes, make device nodes). The run
+/// also keeps no `security.*` or `trusted.*` attribute and no setuid or
+/// setgid bit for another owner, each said once as a notice, as `cp -a`
+/// run by the caller would end. Other platforms have no
 /// per-thread identity: a run given one fails with
 /// [`Op::Credentials`](crate::Op::Credentials) there.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -57,6 +57,97 @@ impl Rule {
     }
 }
 
+impl Rule {
+    /// A skip rule from an exclude pattern, read as rsync reads one: a
+    /// pattern without `/` matches a name at any depth (`*.log` drops
+    /// `x.log` and `a/b/x.log`); one with `/` is anchored at the top
+    /// (`/cache` and `var/cache` drop only that path). A trailing `/`
+    /// is dropped first and matches files and directories alike.
+    pub fn exclude(pattern: &str) -> Rule {
+        let p = pattern.trim_end_matches('/');
+        let glob = match p.strip_prefix('/') {
+            Some(anchored) => anchored.trim_start_matches('/').to_string(),
+            None if p.contains('/') => p.to_string(),
+            None => format!("**/{p}"),
+        };
+        Rule {
+            pattern: glob,
+            action: Action::Skip,
+        }
+    }
+}
+
+/// The largest exclude file read ([`read_exclude_file`]).
+pub const MAX_EXCLUDE_FILE: u64 = 16 << 20;
+
+/// Exclude patterns from a list as rsync's `--exclude-from` reads one:
+/// one pattern a line; blank lines and lines beginning with `#` or `;`
+/// are comments. A line is taken as it is but for its line end.
+pub fn exclude_patterns(text: &str) -> Vec<String> {
+    text.lines()
+        .map(|l| l.strip_suffix('\r').unwrap_or(l))
+        .filter(|l| !l.is_empty() && !l.starts_with(['#', ';']))
+        .map(str::to_string)
+        .collect()
+}
+
+/// The exclude patterns of the file at `path` ([`exclude_patterns`]); a
+/// file that cannot be read, is not text, or is larger than
+/// [`MAX_EXCLUDE_FILE`] is an error naming it.
+pub fn read_exclude_file(path: &Path) -> Result<Vec<String>> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(MAX_EXCLUDE_FILE + 1).read_to_end(&mut bytes))
+        .map_err(|e| Error::io(crate::Op::Read, path, e))?;
+    if bytes.len() as u64 > MAX_EXCLUDE_FILE {
+        return Err(Error::refused(
+            path,
+            crate::Refusal::TooLarge(MAX_EXCLUDE_FILE),
+        ));
+    }
+    let text = String::from_utf8(bytes).map_err(|e| {
+        Error::io(
+            crate::Op::Read,
+            path,
+            std::io::Error::new(std::io::ErrorKind::InvalidData, e),
+        )
+    })?;
+    Ok(exclude_patterns(&text))
+}
+
+/// Skip rules for exclude patterns ([`Rule::exclude`]); `None` for no
+/// patterns. An empty pattern (or only `/`) excludes nothing and is an
+/// error, as is one that does not compile.
+pub fn excludes(
+    patterns: &[String],
+) -> Result<Option<std::sync::Arc<RuleSet>>> {
+    if patterns.is_empty() {
+        return Ok(None);
+    }
+    if let Some(p) = patterns.iter().find(|p| p.trim_matches('/').is_empty()) {
+        return Err(Error::Rule {
+            pattern: p.clone(),
+            message: "an empty exclude pattern matches nothing".to_string(),
+        });
+    }
+    let set = RuleSet::new(patterns.iter().map(|p| Rule::exclude(p))).map_err(
+        |e| match e {
+            // Name the pattern as the user wrote it.
+            Error::Rule { pattern, message } => Error::Rule {
+                pattern: patterns
+                    .iter()
+                    .find(|p| Rule::exclude(p).pattern == pattern)
+                    .cloned()
+                    .unwrap_or(pattern),
+                message,
+            },
+            e => e,
+        },
+    )?;
+    Ok(Some(std::sync::Arc::new(set)))
+}
+
 /// An ordered, compiled list of rules.
 #[derive(Clone, Debug)]
 pub struct RuleSet {

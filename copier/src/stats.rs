@@ -161,10 +161,32 @@ pub enum NoticeKind {
     Xattr(String),
     /// A special file could not be made and was skipped.
     SpecialSkipped,
+    /// Setuid or setgid bits of an owner or group the copy does not keep
+    /// were cleared (a run acting as a caller, as `cp -a` by the caller).
+    SetId,
     /// This platform's build copies no extended attributes (illumos keeps
     /// them in attribute directories, which are not copied yet): said
     /// once per run rather than dropping them without a word.
     XattrsUnsupported,
+    /// Another filesystem is mounted on this directory of the source; not
+    /// crossing filesystems, it was copied as an empty directory. One
+    /// notice per mount point.
+    MountPoint(PathBuf),
+}
+
+impl NoticeKind {
+    /// A short name for machine-readable output: `ownership`, `xattr`,
+    /// `special_skipped`, `set_id`, `xattrs_unsupported`, `mount_point`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            NoticeKind::Ownership => "ownership",
+            NoticeKind::Xattr(_) => "xattr",
+            NoticeKind::SpecialSkipped => "special_skipped",
+            NoticeKind::SetId => "set_id",
+            NoticeKind::XattrsUnsupported => "xattrs_unsupported",
+            NoticeKind::MountPoint(_) => "mount_point",
+        }
+    }
 }
 
 impl fmt::Display for Notice {
@@ -179,18 +201,28 @@ impl fmt::Display for Notice {
             NoticeKind::SpecialSkipped => {
                 write!(f, "special files skipped (no privilege)")?
             }
+            NoticeKind::SetId => write!(
+                f,
+                "setuid/setgid bits not kept (the owner or group is not kept)"
+            )?,
             NoticeKind::XattrsUnsupported => write!(
                 f,
                 "extended attributes not copied (not supported on this \
                  platform)"
             )?,
+            NoticeKind::MountPoint(path) => {
+                return write!(
+                    f,
+                    "{}: another filesystem is mounted here; copied as an \
+                     empty directory (not crossing filesystems)",
+                    path.display()
+                );
+            }
         }
-        write!(
-            f,
-            ": {} entries, first {}",
-            self.count,
-            self.example.display()
-        )
+        match self.count {
+            1 => write!(f, ": 1 entry, {}", self.example.display()),
+            n => write!(f, ": {n} entries, first {}", self.example.display()),
+        }
     }
 }
 

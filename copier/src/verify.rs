@@ -297,10 +297,7 @@ fn next(
 ) -> Result<Option<(PathBuf, walkdir::DirEntry)>> {
     match w.next() {
         None => Ok(None),
-        Some(Err(e)) => {
-            let p = e.path().unwrap_or(root).to_path_buf();
-            Err(Error::io(Op::ReadDir, p, io::Error::from(e)))
-        }
+        Some(Err(e)) => Err(Error::walk(Op::ReadDir, root, e)),
         Some(Ok(e)) => {
             let rel = e
                 .path()

@@ -15,11 +15,6 @@ fn tmp() -> tempfile::TempDir {
     tempfile::tempdir().expect("tempdir")
 }
 
-fn is_root() -> bool {
-    // SAFETY: geteuid cannot fail.
-    unsafe { libc::geteuid() == 0 }
-}
-
 fn write(path: &Path, data: &[u8]) {
     if let Some(p) = path.parent() {
         fs::create_dir_all(p).unwrap();
@@ -313,10 +308,7 @@ fn changing_source_never_panics() {
 /// and no partial file under the name that failed.
 #[test]
 fn full_destination_is_a_clean_error() {
-    if !is_root() {
-        eprintln!(
-            "skipped: full_destination_is_a_clean_error: needs root to mount a tmpfs"
-        );
+    if !zinstall_testkit::require_root() {
         return;
     }
     let d = tmp();

@@ -2,6 +2,12 @@
 //! for every thread and batch setting; and the comparison that says so
 //! notices each kind of difference.
 
+// Linux only: the tree is made with Linux's xattr namespaces (user.*,
+// trusted.*, security.capability) and POSIX ACLs (setfacl, setcap).
+// illumos keeps extended attributes as attribute directories and ACLs as
+// NFSv4 ACLs, which these fixtures do not make.
+#![cfg(target_os = "linux")]
+
 mod common;
 
 use std::fs;
@@ -9,7 +15,7 @@ use std::os::unix::fs::{PermissionsExt, symlink};
 use std::path::Path;
 
 use common::loopfs::{self, Kind, LoopFs};
-use common::{assert_same_tree, build_fidelity_tree, copy_tree, is_root, skip};
+use common::{assert_same_tree, build_fidelity_tree, copy_tree, is_root};
 use copier::verify::{self, CompareOptions, DiffKind};
 
 #[test]
@@ -32,9 +38,8 @@ fn round_trip_for_every_thread_and_batch_setting() {
         }
     }
     if !info.root_parts {
-        skip(
-            "round_trip (owners, devices, capability, ACLs)",
-            "needs root",
+        zinstall_testkit::unmet(
+            "root, for owners, devices, capability and ACLs",
         );
     }
 }
@@ -42,8 +47,7 @@ fn round_trip_for_every_thread_and_batch_setting() {
 /// Root-only attributes, checked with the system's own tools as well.
 #[test]
 fn capability_acl_owner_and_devices_survive() {
-    if !is_root() {
-        skip("capability_acl_owner_and_devices_survive", "needs root");
+    if !zinstall_testkit::require_root() {
         return;
     }
     let d = tempfile::tempdir().unwrap();
@@ -239,9 +243,8 @@ fn comparison_notices_each_difference() {
             &|k| matches!(k, DiffKind::Xattr { name } if name == "security.capability"),
         );
     } else {
-        skip(
-            "comparison_notices_each_difference (owner, capability)",
-            "needs root",
+        zinstall_testkit::unmet(
+            "root, for the owner and capability differences",
         );
     }
 }

@@ -8,6 +8,12 @@
 //! What needs root (file capabilities, device nodes) is left out of the
 //! tree when not root, and the test says so.
 
+// Linux only: the tree is made with Linux's xattr namespaces (user.*,
+// trusted.*, security.capability) and POSIX ACLs (setfacl, setcap).
+// illumos keeps extended attributes as attribute directories and ACLs as
+// NFSv4 ACLs, which these fixtures do not make.
+#![cfg(target_os = "linux")]
+
 use std::ffi::CString;
 use std::fs::{self, File};
 use std::io::{self, Read};
@@ -25,10 +31,7 @@ use zinstall_archive::tar::{
 
 const GIB: u64 = 1 << 30;
 
-fn is_root() -> bool {
-    // SAFETY: geteuid cannot fail.
-    unsafe { libc::geteuid() == 0 }
-}
+use zinstall_testkit::is_root;
 
 /// A command for `tool`, which must be installed (from `package`).
 fn tool(name: &str, package: &str) -> Command {
@@ -136,10 +139,7 @@ fn tree() -> Tree {
         );
         names.push("capf");
     } else {
-        eprintln!(
-            "skipped: file capabilities (setcap needs root); \
-             the rest of the tree is tested"
-        );
+        zinstall_testkit::unmet("root, for file capabilities (setcap)");
     }
 
     fs::write(p("aclf"), b"acl\n").unwrap();
@@ -198,7 +198,7 @@ fn tree() -> Tree {
             .args(["c", "1", "3"]));
         names.push("cdev");
     } else {
-        eprintln!("skipped: device nodes in the tree (mknod needs root)");
+        zinstall_testkit::unmet("root, for device nodes (mknod)");
     }
     Tree {
         _dir: dir,

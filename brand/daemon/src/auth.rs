@@ -1,7 +1,7 @@
 //! Who may do what: root everything; anyone else what a grant gives its
 //! uid or one of its groups, on paths under that grant's prefixes.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::config::{Config, normalized};
 use crate::protocol::Call;
@@ -21,6 +21,42 @@ pub fn check_paths(call: &Call) -> Result<(), String> {
     Ok(())
 }
 
+/// The grants that give `peer` the operation `op`.
+fn grants_for<'c>(
+    config: &'c Config,
+    peer: &Peer,
+    op: &str,
+) -> Vec<&'c crate::config::Grant> {
+    config
+        .grants
+        .iter()
+        .filter(|g| {
+            g.operations.contains(op)
+                && (g.users.contains(&peer.uid)
+                    || g.groups.contains(&peer.gid)
+                    || peer.groups.iter().any(|x| g.groups.contains(x)))
+        })
+        .collect()
+}
+
+/// The longest prefix granted to `peer` for `op` that `path` (normalized)
+/// is under: the directory the path is then resolved beneath, without
+/// following a symlink, so that a link inside the prefix cannot take the
+/// job outside it. `None`: not granted there.
+pub fn granted_prefix(
+    config: &Config,
+    peer: &Peer,
+    op: &str,
+    path: &Path,
+) -> Option<PathBuf> {
+    grants_for(config, peer, op)
+        .into_iter()
+        .flat_map(|g| g.prefixes.iter())
+        .filter(|prefix| path.starts_with(prefix))
+        .max_by_key(|prefix| prefix.components().count())
+        .cloned()
+}
+
 /// Allows `call` for `peer`, or says why not.
 pub fn authorize(
     config: &Config,
@@ -38,16 +74,7 @@ pub fn authorize(
     if matches!(call, Call::Version) {
         return Ok(());
     }
-    let grants: Vec<_> = config
-        .grants
-        .iter()
-        .filter(|g| {
-            g.operations.contains(op)
-                && (g.users.contains(&peer.uid)
-                    || g.groups.contains(&peer.gid)
-                    || peer.groups.iter().any(|x| g.groups.contains(x)))
-        })
-        .collect();
+    let grants = grants_for(config, peer, op);
     if grants.is_empty() {
         return Err(format!("uid {} is not granted {op}", peer.uid));
     }
@@ -85,6 +112,7 @@ mod test {
             merge: false,
             sync: false,
             exclude: vec![],
+            skip_special: false,
         })
     }
 
@@ -116,5 +144,17 @@ mod test {
         assert!(e.contains("without . or .."), "{e}");
         assert!(authorize(&c, &peer(7, &[]), &Call::Version).is_ok());
         assert!(authorize(&c, &peer(7, &[50]), &Call::Jobs).is_err());
+        // The deepest prefix decides where a path is resolved from.
+        let c = Config::parse(
+            "[[grant]]\nusers=[7]\noperations=[\"copy\"]\nprefixes=[\"/srv\"]\n\
+             [[grant]]\nusers=[7]\noperations=[\"copy\"]\nprefixes=[\"/srv/b\"]\n",
+        )
+        .unwrap();
+        let p = |path: &str| {
+            granted_prefix(&c, &peer(7, &[]), "copy", Path::new(path))
+        };
+        assert_eq!(p("/srv/b/x"), Some("/srv/b".into()));
+        assert_eq!(p("/srv/bx"), Some("/srv".into()));
+        assert_eq!(p("/etc/x"), None);
     }
 }

@@ -16,7 +16,7 @@ pub const DAEMON_ENV: &str = "ZINSTALL_DAEMON";
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     /// The socket could not be reached.
-    #[error("{}: connect: {source}", path.display())]
+    #[error("{}: connect: {source}{}", path.display(), start_hint(source))]
     Connect {
         /// The socket.
         path: PathBuf,
@@ -42,6 +42,22 @@ pub enum ClientError {
     /// The daemon refused the request, or the job failed.
     #[error("{0}")]
     Remote(WireError),
+}
+
+/// What to do when no daemon answers at the socket.
+fn start_hint(e: &io::Error) -> &'static str {
+    match e.kind() {
+        io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused => {
+            if cfg!(target_os = "linux") {
+                " (is zinstalld running? start it with `systemctl enable \
+                 --now zinstalld.socket`, or run zinstalld; see zinstalld(8))"
+            } else {
+                " (is zinstalld running? start it with `svcadm enable \
+                 zinstalld`, or run zinstalld; see zinstalld(8))"
+            }
+        }
+        _ => "",
+    }
 }
 
 /// A connection to the daemon.
@@ -85,6 +101,24 @@ impl Client {
         }
     }
 
+    /// The next reply line.
+    fn read_reply(&mut self) -> Result<Reply, ClientError> {
+        let mut buf = String::new();
+        let n = self.input.read_line(&mut buf).map_err(|e| self.io(e))?;
+        if n == 0 {
+            return Err(self.io(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "zinstalld closed the connection",
+            )));
+        }
+        serde_json::from_str(buf.trim_end()).map_err(|e| {
+            ClientError::Protocol {
+                path: self.path.clone(),
+                why: e.to_string(),
+            }
+        })
+    }
+
     /// Sends `request` and reads replies until its result: `progress`
     /// hears of a job's progress, `event` of its events.
     pub fn call(
@@ -95,27 +129,19 @@ impl Client {
     ) -> Result<Value, ClientError> {
         let mut line = request.to_line();
         line.push('\n');
-        self.out
-            .write_all(line.as_bytes())
-            .map_err(|e| self.io(e))?;
+        if let Err(e) = self.out.write_all(line.as_bytes()) {
+            // A busy daemon says so and closes at once: its reply is
+            // there to read, and says more than the broken pipe.
+            return match self.read_reply() {
+                Ok(Reply::Error { error, .. }) => {
+                    Err(ClientError::Remote(error))
+                }
+                _ => Err(self.io(e)),
+            };
+        }
         self.job = None;
         loop {
-            let mut buf = String::new();
-            let n = self.input.read_line(&mut buf).map_err(|e| self.io(e))?;
-            if n == 0 {
-                return Err(self.io(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    "the daemon closed the connection",
-                )));
-            }
-            let reply: Reply =
-                serde_json::from_str(buf.trim_end()).map_err(|e| {
-                    ClientError::Protocol {
-                        path: self.path.clone(),
-                        why: e.to_string(),
-                    }
-                })?;
-            match reply {
+            match self.read_reply()? {
                 Reply::Ok { result, .. } | Reply::Done { result, .. } => {
                     return Ok(result);
                 }

@@ -73,12 +73,17 @@ pub struct Config {
     pub cache: PathBuf,
     /// The install profile used when a request names none.
     pub profile: PathBuf,
-    /// Connections served at once; more are told the daemon is busy.
+    /// Connections served at once to callers other than root; more are
+    /// told the daemon is busy. Root's are never refused.
     pub max_connections: usize,
+    /// Connections one uid other than root may hold at once, so that no
+    /// user can take every place.
+    pub max_connections_per_uid: usize,
     /// Jobs running at once; more wait their turn (`queued`).
     pub max_jobs: usize,
-    /// How long a client may take to send a whole request line, and how
-    /// long a reply may wait for a client that does not read.
+    /// How long a client may take to send a whole request line (from the
+    /// moment the daemon waits for it to its newline, however it drips),
+    /// and how long a reply may wait for a client that does not read.
     pub io_timeout: Duration,
     /// Finished jobs kept for `jobs` and `status`.
     pub keep_finished: usize,
@@ -122,6 +127,7 @@ struct Raw {
     cache: Option<PathBuf>,
     profile: Option<PathBuf>,
     max_connections: Option<usize>,
+    max_connections_per_uid: Option<usize>,
     max_jobs: Option<usize>,
     io_timeout_secs: Option<u64>,
     keep_finished: Option<usize>,
@@ -176,6 +182,7 @@ impl Default for Config {
             cache: DEFAULT_CACHE.into(),
             profile: DEFAULT_PROFILE.into(),
             max_connections: 1024,
+            max_connections_per_uid: 32,
             max_jobs: 16,
             io_timeout: Duration::from_secs(10),
             keep_finished: 100,
@@ -245,6 +252,10 @@ impl Config {
         }
         if let Some(n) = raw.max_connections {
             c.max_connections = bounded("max_connections", n, 1, 65536)?;
+        }
+        if let Some(n) = raw.max_connections_per_uid {
+            c.max_connections_per_uid =
+                bounded("max_connections_per_uid", n, 1, 65536)?;
         }
         if let Some(n) = raw.max_jobs {
             c.max_jobs = bounded("max_jobs", n, 1, 4096)?;

@@ -73,6 +73,8 @@ struct Inner {
     events: VecDeque<String>,
     dropped: u64,
     detached: bool,
+    /// When the job ended: its elapsed time stops there.
+    ended: Option<Instant>,
 }
 
 impl Job {
@@ -109,6 +111,7 @@ impl Job {
     /// Ends the job.
     pub fn finish(&self, result: Result<Value, WireError>) {
         let mut g = self.lock();
+        g.ended.get_or_insert_with(Instant::now);
         g.state = match result {
             Ok(v) => State::Done(v),
             Err(e) => State::Failed(e),
@@ -124,6 +127,13 @@ impl Job {
     /// Whether its client asked it to outlive the connection.
     pub fn detached(&self) -> bool {
         self.lock().detached
+    }
+
+    /// How long the job ran (or has run, while it runs), from when it
+    /// was asked for.
+    pub fn elapsed(&self) -> Duration {
+        let ended = self.lock().ended;
+        ended.unwrap_or_else(Instant::now) - self.started
     }
 
     /// Waits up to `timeout` for news; returns the events that came, and
@@ -153,17 +163,19 @@ impl Job {
             }
             _ => 0,
         };
+        let elapsed = self.elapsed();
         ProgressInfo {
             phase: self.lock().phase.clone(),
             entries: self.entries.load(Ordering::Relaxed),
             bytes,
             rate,
-            elapsed_ms: self.started.elapsed().as_millis() as u64,
+            elapsed_ms: elapsed.as_millis() as u64,
         }
     }
 
     /// What `jobs` and `status` show.
     pub fn describe(&self) -> Value {
+        let elapsed = self.elapsed();
         let g = self.lock();
         let mut v = json!({
             "job": self.id,
@@ -176,7 +188,7 @@ impl Job {
             "entries": self.entries.load(Ordering::Relaxed),
             "bytes": self.bytes.load(Ordering::Relaxed),
             "started": self.started_unix,
-            "elapsed_ms": self.started.elapsed().as_millis() as u64,
+            "elapsed_ms": elapsed.as_millis() as u64,
             "detached": g.detached,
         });
         match &g.state {
@@ -248,6 +260,7 @@ impl Jobs {
                 events: VecDeque::new(),
                 dropped: 0,
                 detached: false,
+                ended: None,
             }),
             changed: Condvar::new(),
         });

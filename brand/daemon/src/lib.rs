@@ -24,6 +24,7 @@
 //!         merge: false,
 //!         sync: false,
 //!         exclude: vec![],
+//!         skip_special: false,
 //!     }),
 //!     detach: false,
 //! };

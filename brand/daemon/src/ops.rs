@@ -7,12 +7,14 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 use slog::info;
 
-use copier::{Action, Credentials, Plan, Rule, RuleSet};
+use copier::{Credentials, Plan};
 use zinstall_install::Install;
 use zinstall_install::profile::Profile;
 use zinstall_provision::ProvisionOptions;
 use zinstall_provision::cache::{Cache, GcOptions};
 
+use crate::auth;
+use crate::config::normalized;
 use crate::jobs::Job;
 use crate::protocol::{
     Call, CopyArgs, GcArgs, InstallArgs, ProvisionArgs, UninstallArgs,
@@ -51,34 +53,59 @@ fn copy(
     peer: &Peer,
 ) -> Result<Value, WireError> {
     job.set_phase("copy");
-    let mut plan = Plan::new(&a.src, &a.dst)
+    // The paths reported are the ones used: normalized, and (for a
+    // caller other than root) reached with no symlink followed.
+    let src = normalized(&a.src).unwrap_or_else(|| a.src.clone());
+    let dst = normalized(&a.dst).unwrap_or_else(|| a.dst.clone());
+    let mut plan = Plan::new(&src, &dst)
+        .on_error(copier::OnError::KeepGoing)
         .tunables(d.tunables())
         .pool(d.pool().clone())
         .cancel(job.cancel.clone())
         .progress(Arc::clone(job) as Arc<dyn copier::Progress>)
         .merge(a.merge)
-        .sync(a.sync);
+        .sync(a.sync)
+        .skip_special(a.skip_special);
     if peer.uid != 0 {
-        // The kernel checks every open and creation against the caller.
-        plan = plan.acting_as(Credentials {
-            uid: peer.uid,
-            gid: peer.gid,
-            groups: peer.groups.clone(),
-        });
+        // The grant's prefixes were checked on the paths' text; the
+        // paths are now resolved beneath each prefix's descriptor, no
+        // symlink followed (a link inside a prefix cannot lead out of
+        // it, nor a destination swapped for one during the copy: the
+        // engine works from descriptors opened beneath it). And the
+        // kernel checks every open and creation against the caller, with
+        // none of the daemon's capabilities.
+        let config = d.config();
+        let prefix = |p: &Path| {
+            auth::granted_prefix(&config, peer, "copy", p).ok_or_else(|| {
+                WireError::new(
+                    "denied",
+                    format!(
+                        "zinstalld: {}: not under a prefix granted to uid {} \
+                         for copy",
+                        p.display(),
+                        peer.uid
+                    ),
+                )
+            })
+        };
+        plan = plan
+            .within(prefix(&dst)?)
+            .source_within(prefix(&src)?)
+            .acting_as(Credentials {
+                uid: peer.uid,
+                gid: peer.gid,
+                groups: peer.groups.clone(),
+            });
     }
-    if !a.exclude.is_empty() {
-        let rules = a
-            .exclude
-            .iter()
-            .map(|g| Rule::new(g.trim_matches('/'), Action::Skip));
-        let rules =
-            RuleSet::new(rules).map_err(|e| WireError::from_copier(&e))?;
-        plan = plan.rules(Arc::new(rules), Path::new(""));
+    if let Some(rules) = copier::rules::excludes(&a.exclude)
+        .map_err(|e| WireError::from_copier(&e))?
+    {
+        plan = plan.rules(rules, Path::new(""));
     }
     match plan.run() {
         Ok(r) => Ok(json!({
-            "src": a.src,
-            "dst": a.dst,
+            "src": src,
+            "dst": dst,
             "stats": stats_json(&r.stats),
             "notices": notices_json(&r.notices),
         })),
@@ -121,24 +148,14 @@ fn install(
     if let Some(l) = &a.log {
         profile.log = l.clone();
     }
-    // As the CLI: the zonepath is made 0700, so that nobody else walks
-    // into the root while it is being filled.
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::create_dir_all(&a.zonepath)
-        .and_then(|()| {
-            std::fs::set_permissions(
-                &a.zonepath,
-                std::fs::Permissions::from_mode(0o700),
-            )
-        })
-        .map_err(|e| {
-            let mut w = WireError::new(
-                "io",
-                format!("zonepath {}: {e}", a.zonepath.display()),
-            );
-            w.path = Some(a.zonepath.clone());
-            w
-        })?;
+    // As the CLI: the zonepath is made 0700 through a checked descriptor
+    // (never through a symlink, nor under a directory another user could
+    // swap it in), so that nobody else walks into the root meanwhile.
+    zinstall_install::prepare_zonepath(&a.zonepath).map_err(|e| {
+        let mut w = WireError::new("refused", e.to_string());
+        w.path = Some(a.zonepath.clone());
+        w
+    })?;
     let zone = a.zone.clone().unwrap_or_else(|| {
         a.zonepath
             .file_name()
@@ -217,14 +234,17 @@ fn platform(
         .transpose()
 }
 
-/// Pulls as the daemon's configuration says, each step a job event.
+/// Pulls as the daemon's configuration says, each step a job event; the
+/// job's cancel (and the daemon stopping) ends a pull at once.
 fn pull_options(d: &Daemon, job: &Arc<Job>) -> zinstall_registry::PullOptions {
-    let job = Arc::clone(job);
+    let events_job = Arc::clone(job);
     zinstall_registry::PullOptions {
         insecure: d.config().insecure_registries,
         events: Some(Arc::new(move |e: &zinstall_registry::Event| {
-            job.event(format!("INFO: zinstall: {e}"))
+            events_job.event(format!("INFO: zinstall: {e}"))
         })),
+        cancel: Some(job.cancel.clone()),
+        max_blob_size: None,
     }
 }
 
@@ -243,7 +263,7 @@ fn provision(
         sha256: a.sha256.clone(),
         qemu_img: None,
         tunables: d.tunables(),
-        max_archive_bytes: MAX_ARCHIVE_BYTES,
+        max_archive_bytes: a.max_archive_size.unwrap_or(MAX_ARCHIVE_BYTES),
         cancel: Some(job.cancel.clone()),
         pool: Some(d.pool().clone()),
         listener: None,
@@ -273,7 +293,7 @@ fn provision(
             } else {
                 "provision"
             };
-            let mut w = WireError::new(kind, e.to_string());
+            let mut w = WireError::new(kind, provision_message(&e));
             w.path = Some(a.image.clone());
             w
         })?;
@@ -282,6 +302,37 @@ fn provision(
               "rebuilt" => r.entry.name());
     }
     Ok(crate::protocol::provision_json(&a.image, &r))
+}
+
+/// A provision's failure as the daemon's client should read it: the
+/// library's message, but where it advises a flag the daemon does not
+/// take (`--qemu-img`), what to do instead.
+fn provision_message(e: &zinstall_provision::ProvisionError) -> String {
+    use zinstall_provision::ImageProblem;
+    use zinstall_provision::ProvisionError;
+    if let ProvisionError::Image {
+        path,
+        problem:
+            ImageProblem::ForeignDisk {
+                format,
+                qemu_format,
+                compression,
+            },
+    } = e
+    {
+        let inside = compression
+            .as_ref()
+            .map(|c| format!(" inside {c}"))
+            .unwrap_or_default();
+        return format!(
+            "{}: a {format} disk image{inside}, which zinstall reads through \
+             qemu-img, and there is no qemu-img on zinstalld's PATH (install \
+             it there, or convert the image first: qemu-img convert -f \
+             {qemu_format} -O qcow2 IMAGE IMAGE.qcow2)",
+            path.display()
+        );
+    }
+    e.to_string()
 }
 
 /// The cache's entries, as `zinstall cache list --json` would show them.

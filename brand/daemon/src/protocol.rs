@@ -156,9 +156,14 @@ pub struct CopyArgs {
     /// Flush the destination filesystem at the end.
     #[serde(default)]
     pub sync: bool,
-    /// Skip paths matching these globs (as `--exclude`).
+    /// Skip what these exclude patterns match (as `--exclude` reads
+    /// them: a name at any depth, or a path with a `/`).
     #[serde(default)]
     pub exclude: Vec<String>,
+    /// Skip special files that cannot be made for lack of privilege,
+    /// with a notice (as `--skip-special`).
+    #[serde(default)]
+    pub skip_special: bool,
 }
 
 /// `install`: like `zinstall install ZONEPATH`.
@@ -240,6 +245,11 @@ pub struct ProvisionArgs {
     /// default: the daemon host's).
     #[serde(default)]
     pub platform: Option<String>,
+    /// The most an image may unpack or decompress to, and a registry
+    /// blob may declare, in bytes (as `--max-archive-size`; default the
+    /// CLI's, 64 GiB).
+    #[serde(default)]
+    pub max_archive_size: Option<u64>,
 }
 
 fn one() -> usize {
@@ -651,6 +661,7 @@ pub fn notices_json(n: &[copier::Notice]) -> Value {
     n.iter()
         .map(|n| {
             json!({
+                "kind": n.kind.name(),
                 "notice": n.to_string(),
                 "count": n.count,
                 "example": n.example.to_string_lossy(),
@@ -790,6 +801,7 @@ mod test {
                 merge: true,
                 sync: false,
                 exclude: vec!["*.o".into()],
+                skip_special: false,
             }),
             detach: true,
         };

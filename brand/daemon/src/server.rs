@@ -1,7 +1,8 @@
 //! The service: the socket, the accept loop, one thread per connection,
 //! one per job, and the pool every job's workers come from.
 
-use std::io::{self, BufRead, BufReader, Read, Write};
+use std::collections::HashMap;
+use std::io::{self, BufRead, BufReader, Write};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
@@ -58,6 +59,37 @@ pub enum ServeError {
     },
 }
 
+/// Connections being served: those of callers other than root, in all
+/// and by uid (root's are not counted: never refused).
+#[derive(Default)]
+struct Connections {
+    others: usize,
+    by_uid: HashMap<u32, usize>,
+}
+
+/// One connection's place, given back when dropped.
+struct Place {
+    d: Arc<Daemon>,
+    uid: u32,
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        if self.uid == 0 {
+            return;
+        }
+        let mut c =
+            self.d.connections.lock().unwrap_or_else(|p| p.into_inner());
+        c.others = c.others.saturating_sub(1);
+        if let Some(n) = c.by_uid.get_mut(&self.uid) {
+            *n -= 1;
+            if *n == 0 {
+                c.by_uid.remove(&self.uid);
+            }
+        }
+    }
+}
+
 /// The running service's state, shared by its threads.
 pub struct Daemon {
     opts: Options,
@@ -66,7 +98,7 @@ pub struct Daemon {
     pool: Pool,
     jobs: Jobs,
     log: Logger,
-    connections: AtomicUsize,
+    connections: Mutex<Connections>,
     /// Connections following a job, until its last reply is sent.
     following: AtomicUsize,
     stopping: AtomicBool,
@@ -159,7 +191,7 @@ pub fn run(opts: Options, log: Logger) -> Result<(), ServeError> {
         pool,
         jobs: Jobs::new(config.keep_finished),
         log: log.clone(),
-        connections: AtomicUsize::new(0),
+        connections: Mutex::new(Connections::default()),
         following: AtomicUsize::new(0),
         stopping: AtomicBool::new(false),
         job_threads: Mutex::new(Vec::new()),
@@ -284,7 +316,10 @@ fn bind(config: &Config) -> Result<UnixListener, ServeError> {
 }
 
 /// Takes a connection: served on its own thread, or told the daemon is
-/// busy when `max_connections` are being served.
+/// busy. Root is never refused; another caller is when `max_connections`
+/// of callers other than root are being served, or when its uid holds
+/// `max_connections_per_uid` already, so that no user can keep the
+/// others (or root) out.
 fn accept(d: &Arc<Daemon>, stream: UnixStream) {
     let config = d.config();
     let _blocking = stream.set_nonblocking(false);
@@ -292,60 +327,103 @@ fn accept(d: &Arc<Daemon>, stream: UnixStream) {
         stream.set_read_timeout(Some(config.io_timeout)),
         stream.set_write_timeout(Some(config.io_timeout)),
     );
-    if d.connections.fetch_add(1, Ordering::SeqCst) >= config.max_connections {
-        d.connections.fetch_sub(1, Ordering::SeqCst);
+    let peer = match sys::peer(&stream) {
+        Ok(p) => p,
+        Err(e) => {
+            warn!(d.log, "peer credentials unreadable; connection dropped"; "error" => %e);
+            return;
+        }
+    };
+    let busy = {
+        let mut c = d.connections.lock().unwrap_or_else(|p| p.into_inner());
+        let mine = c.by_uid.get(&peer.uid).copied().unwrap_or(0);
+        if peer.uid == 0 {
+            None
+        } else if c.others >= config.max_connections {
+            Some(format!(
+                "zinstalld: busy: {} connections are being served \
+                 (max_connections); try again",
+                config.max_connections
+            ))
+        } else if mine >= config.max_connections_per_uid {
+            Some(format!(
+                "zinstalld: busy: uid {} has {mine} connections open \
+                 (max_connections_per_uid); try again",
+                peer.uid
+            ))
+        } else {
+            c.others += 1;
+            *c.by_uid.entry(peer.uid).or_default() += 1;
+            None
+        }
+    };
+    if let Some(why) = busy {
+        info!(d.log, "busy"; "uid" => peer.uid, "pid" => peer.pid, "why" => &why);
         let mut s = stream;
         let _told = writeln!(
             s,
             "{}",
-            Reply::error(WireError::new(
-                "busy",
-                format!(
-                    "{} connections are being served; try again",
-                    config.max_connections
-                )
-            ))
-            .to_line()
+            Reply::error(WireError::new("busy", why)).to_line()
         );
         return;
     }
+    let place = Place {
+        d: Arc::clone(d),
+        uid: peer.uid,
+    };
     let d2 = Arc::clone(d);
     let spawned = thread::Builder::new()
         .name("conn".into())
         .stack_size(256 << 10)
         .spawn(move || {
-            serve(&d2, stream);
-            d2.connections.fetch_sub(1, Ordering::SeqCst);
+            serve(&d2, stream, &peer);
+            drop(place);
         });
     if let Err(e) = spawned {
-        d.connections.fetch_sub(1, Ordering::SeqCst);
         warn!(d.log, "cannot serve a connection"; "error" => %e);
     }
 }
 
-/// Reads one request line of at most [`MAX_LINE`] bytes. `Ok(None)`: the
-/// client closed the connection between requests.
+/// Reads one request line of at most [`MAX_LINE`] bytes, whole by
+/// `deadline`: a client that drips its bytes gets no more time than one
+/// that sends nothing. `Ok(None)`: the client closed the connection
+/// between requests; `TimedOut`: the deadline passed.
 fn read_request(
     r: &mut BufReader<UnixStream>,
+    deadline: Instant,
 ) -> io::Result<Option<Result<Vec<u8>, BadRequest>>> {
     let mut line = Vec::new();
-    let n = r
-        .by_ref()
-        .take(MAX_LINE as u64)
-        .read_until(b'\n', &mut line)?;
-    if n == 0 {
-        return Ok(None);
-    }
-    if line.last() != Some(&b'\n') {
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        r.get_ref().set_read_timeout(Some(left))?;
+        let buf = match r.fill_buf() {
+            Ok(b) => b,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if buf.is_empty() {
+            if line.is_empty() {
+                return Ok(None);
+            }
+            return Ok(Some(Err(BadRequest::Malformed(
+                "the connection ended inside a request".into(),
+            ))));
+        }
+        let take = buf.len().min(MAX_LINE - line.len());
+        if let Some(i) = buf[..take].iter().position(|b| *b == b'\n') {
+            line.extend_from_slice(&buf[..i]);
+            r.consume(i + 1);
+            return Ok(Some(Ok(line)));
+        }
+        line.extend_from_slice(&buf[..take]);
+        r.consume(take);
         if line.len() >= MAX_LINE {
             return Ok(Some(Err(BadRequest::TooLong)));
         }
-        return Ok(Some(Err(BadRequest::Malformed(
-            "the connection ended inside a request".into(),
-        ))));
     }
-    line.pop();
-    Ok(Some(Ok(line)))
 }
 
 fn send(w: &mut UnixStream, reply: &Reply) -> io::Result<()> {
@@ -355,14 +433,8 @@ fn send(w: &mut UnixStream, reply: &Reply) -> io::Result<()> {
 }
 
 /// Serves one connection's requests in turn.
-fn serve(d: &Arc<Daemon>, stream: UnixStream) {
-    let peer = match sys::peer(&stream) {
-        Ok(p) => p,
-        Err(e) => {
-            warn!(d.log, "peer credentials unreadable; connection dropped"; "error" => %e);
-            return;
-        }
-    };
+fn serve(d: &Arc<Daemon>, stream: UnixStream, peer: &Peer) {
+    let peer = peer.clone();
     let Ok(mut out) = stream.try_clone() else {
         return;
     };
@@ -371,7 +443,8 @@ fn serve(d: &Arc<Daemon>, stream: UnixStream) {
         if d.stopping.load(Ordering::Relaxed) {
             return;
         }
-        let line = match read_request(&mut input) {
+        let deadline = Instant::now() + d.config().io_timeout;
+        let line = match read_request(&mut input, deadline) {
             Ok(None) => return,
             Ok(Some(l)) => l,
             Err(e) => {
@@ -384,7 +457,8 @@ fn serve(d: &Arc<Daemon>, stream: UnixStream) {
                         &Reply::error(WireError::new(
                             "request",
                             format!(
-                                "no whole request within {} s; connection closed",
+                                "zinstalld: no whole request within {} s; \
+                                 connection closed",
                                 d.config().io_timeout.as_secs()
                             ),
                         )),
@@ -402,7 +476,10 @@ fn serve(d: &Arc<Daemon>, stream: UnixStream) {
                       "pid" => peer.pid, "error" => %e);
                 let sent = send(
                     &mut out,
-                    &Reply::error(WireError::new("request", e.to_string())),
+                    &Reply::error(WireError::new(
+                        "request",
+                        format!("zinstalld: {e}"),
+                    )),
                 );
                 // The rest of an overlong line cannot be told from the
                 // next request.
@@ -413,6 +490,7 @@ fn serve(d: &Arc<Daemon>, stream: UnixStream) {
             }
         };
         if let Err(why) = auth::check_paths(&request.call) {
+            let why = format!("zinstalld: {why}");
             if send(&mut out, &Reply::error(WireError::new("request", why)))
                 .is_err()
             {
@@ -423,6 +501,7 @@ fn serve(d: &Arc<Daemon>, stream: UnixStream) {
         if let Err(why) = auth::authorize(&d.config(), &peer, &request.call) {
             warn!(d.log, "refused"; "uid" => peer.uid, "gid" => peer.gid, "pid" => peer.pid,
                   "op" => request.call.name(), "why" => &why);
+            let why = format!("zinstalld: {why}");
             if send(&mut out, &Reply::error(WireError::new("denied", why)))
                 .is_err()
             {
@@ -469,7 +548,12 @@ fn quick(d: &Daemon, peer: &Peer, call: &Call) -> Result<Value, WireError> {
         Call::Status(r) | Call::Cancel(r) => {
             let job =
                 d.jobs.get(r.job).filter(|j| visible(j.owner)).ok_or_else(
-                    || WireError::new("not-found", format!("no job {}", r.job)),
+                    || {
+                        WireError::new(
+                            "not-found",
+                            format!("zinstalld: no job {}", r.job),
+                        )
+                    },
                 )?;
             if let Call::Cancel(_) = call {
                 job.cancel.cancel();

@@ -347,7 +347,12 @@ impl fmt::Display for Cause {
                 "{reference}: a registry image needs a store to pull into \
                  (--cache)"
             ),
-            Cause::Copy { step, source } => write!(f, "{step}: {source}"),
+            // Unlike `zinstall copy`, which goes on as `cp -a` does.
+            Cause::Copy { step, source } => write!(
+                f,
+                "{step}: {source}; an install stops at its first error, \
+                 since a root with holes is not a root"
+            ),
             Cause::Layout { what, source } => {
                 write!(f, "layout: {what}: {source}")
             }

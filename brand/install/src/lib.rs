@@ -153,33 +153,37 @@ impl Install<'_> {
         info!(self.log, "install"; "zone" => &self.zone, "zonepath" => %zonepath.display(),
               "profile" => %self.profile.path.display(),
               "images" => slog::Serde(images_list(&self.images)));
-        let r = match ZoneLock::take(&zonepath) {
-            Ok(lock) => {
-                let r = self.run_locked();
-                // Nothing of ours may stay where zoneadm will clean.
-                let r = match r {
-                    Err(mut e) if e.zoneadm_status() == 254 => {
-                        if let Err(source) = state::clear(&zonepath) {
-                            e.stage = Stage::Partial;
-                            e.aftermath =
-                                Some(Box::new(Aftermath::MarkerKept {
-                                    path: zonepath.join(state::STATE),
-                                    source,
-                                }));
+        // Held to the end: the zonepath checked is the one worked in.
+        let r = open_zonepath(&zonepath).and_then(|held| {
+            let r = match ZoneLock::take(&zonepath) {
+                Ok(lock) => {
+                    let r = self.run_locked();
+                    // Nothing of ours may stay where zoneadm will clean.
+                    let r = match r {
+                        Err(mut e) if e.zoneadm_status() == 254 => {
+                            if let Err(source) = state::clear(&zonepath) {
+                                e.stage = Stage::Partial;
+                                e.aftermath =
+                                    Some(Box::new(Aftermath::MarkerKept {
+                                        path: zonepath.join(state::STATE),
+                                        source,
+                                    }));
+                            }
+                            Err(e)
                         }
-                        Err(e)
-                    }
-                    other => other,
-                };
-                lock.release();
-                r
-            }
-            Err(e @ state::LockError::Held { .. }) => {
-                Err(InstallError::refused(Cause::Lock(e)))
-            }
-            Err(e) => Err(InstallError::before(Cause::Lock(e))),
-        };
-        let r = r.map_err(|e| settle(&zonepath, e));
+                        other => other,
+                    };
+                    lock.release();
+                    r
+                }
+                Err(e @ state::LockError::Held { .. }) => {
+                    Err(InstallError::refused(Cause::Lock(e)))
+                }
+                Err(e) => Err(InstallError::before(Cause::Lock(e))),
+            };
+            drop(held);
+            r.map_err(|e| settle(&zonepath, e))
+        });
         match &r {
             Ok(s) => {
                 let took = started.elapsed();
@@ -472,11 +476,22 @@ impl Install<'_> {
             }
         }
         for img in &self.images {
+            // A pulled blob is bounded as an archive is, and stops with
+            // the install.
+            let pull = zinstall_registry::PullOptions {
+                cancel: self
+                    .pull
+                    .cancel
+                    .clone()
+                    .or_else(|| self.cancel.clone()),
+                max_blob_size: Some(self.profile.max_archive_bytes),
+                ..self.pull.clone()
+            };
             if let Some(image) = oci_image(
                 img,
                 self.platform.as_ref(),
                 self.store.as_deref(),
-                &self.pull,
+                &pull,
             )
             .map_err(InstallError::before)?
             {
@@ -1012,6 +1027,43 @@ fn host_source(f: &Path, root: &Path) -> Option<PathBuf> {
     fs::canonicalize(f).ok()
 }
 
+/// Opens the zonepath only if nobody but root could have redirected it
+/// ([`copier::trusted::open_dir`]): not a symlink, no directory on the
+/// way that another user may write (a sticky one only for entries root
+/// owns), owned by root. Refused without touching anything otherwise,
+/// and zoneadm is not told to clean it (that would follow the path too).
+/// The CLI and the daemon make a missing zonepath through
+/// [`prepare_zonepath`] first; the brand hook is given one zoneadm made.
+pub fn open_zonepath(
+    zonepath: &Path,
+) -> Result<copier::beneath::Root, InstallError> {
+    copier::trusted::open_dir(zonepath, None).map_err(|source| {
+        InstallError::refused(Cause::Step {
+            step: "zonepath".into(),
+            source: Box::new(source),
+        })
+    })
+}
+
+/// Makes the zonepath (0700) if missing and sets it to 0700 through its
+/// descriptor, so that nobody else walks into the root while it is being
+/// filled: what `zinstall install` and zinstalld do before an install.
+/// Checked as [`open_zonepath`] says; nothing is made or changed when the
+/// path is refused (a symlink, an unsafe directory on the way).
+pub fn prepare_zonepath(
+    zonepath: &Path,
+) -> Result<copier::beneath::Root, InstallError> {
+    let fail = |source: copier::Error| {
+        InstallError::refused(Cause::Step {
+            step: "zonepath".into(),
+            source: Box::new(source),
+        })
+    };
+    let z = copier::trusted::open_dir(zonepath, Some(0o700)).map_err(fail)?;
+    z.set_mode(0o700).map_err(fail)?;
+    Ok(z)
+}
+
 /// Checks that an existing root is one this profile makes: the state
 /// marker says installed, or (no marker) the root has every tree, link
 /// and mount point the profile lays out, in which case it is adopted
@@ -1024,6 +1076,7 @@ pub fn attach(
 ) -> Result<(), InstallError> {
     let log = log.new(o!("zonepath" => zonepath.display().to_string()));
     info!(log, "attach");
+    let _zonepath = open_zonepath(zonepath)?;
     let lock = ZoneLock::take(zonepath)
         .map_err(|e| InstallError::refused(Cause::Lock(e)))?;
     let root = zonepath.join("root");
@@ -1112,6 +1165,7 @@ pub fn uninstall(
         });
         return Ok(());
     }
+    let _zonepath = open_zonepath(zonepath)?;
     let lock = ZoneLock::take(zonepath)
         .map_err(|e| InstallError::refused(Cause::Lock(e)))?;
     let root = zonepath.join("root");

@@ -1740,8 +1740,7 @@ fn protect(payload: &Path, kind: EntryKind) -> Result<bool> {
                 .contents_first(true)
             {
                 let e = e.map_err(|e| {
-                    let p = e.path().unwrap_or(payload).to_path_buf();
-                    Error::io(Op::ReadDir, p, io::Error::from(e))
+                    Error::Fs(copier::Error::walk(Op::ReadDir, payload, e))
                 })?;
                 let t = e.file_type();
                 if (t.is_file() || t.is_dir()) && !set(e.path())? {
@@ -1968,11 +1967,10 @@ fn disk_usage(path: &Path) -> Result<u64> {
     let mut total = 0;
     for e in walkdir::WalkDir::new(path).follow_links(false) {
         let e = e.map_err(|e| {
-            let p = e.path().unwrap_or(path).to_path_buf();
-            Error::io(Op::ReadDir, p, io::Error::from(e))
+            Error::Fs(copier::Error::walk(Op::ReadDir, path, e))
         })?;
         let md = e.metadata().map_err(|err| {
-            Error::io(Op::Stat, e.path(), io::Error::from(err))
+            Error::Fs(copier::Error::walk(Op::Stat, e.path(), err))
         })?;
         total += md.blocks() * 512;
     }

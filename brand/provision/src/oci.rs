@@ -23,7 +23,15 @@ fn open(arg: &Path, store: &Path, opts: &ProvisionOptions) -> Result<Image> {
             reference: None,
             platform,
         };
-        Registry::new(store).with(&opts.pull).open(&r?, &select)?
+        // A pulled blob is bounded as an archive is, and stops with the
+        // provision.
+        let pull = zinstall_registry::PullOptions {
+            cancel: opts.pull.cancel.clone().or_else(|| opts.cancel.clone()),
+            max_blob_size: (opts.max_archive_bytes > 0)
+                .then_some(opts.max_archive_bytes),
+            ..opts.pull.clone()
+        };
+        Registry::new(store).with(&pull).open(&r?, &select)?
     } else {
         let (path, reference) = oci::split_reference(arg);
         let select = Select {

@@ -188,10 +188,7 @@ fn qcow2_base_on_another_filesystem_is_written_from_user_space() {
 /// The portable path, asked for: the same base from the same bytes.
 #[test]
 fn qcow2_base_written_from_user_space_when_asked() {
-    if !tools::have("qemu-img") {
-        eprintln!("skipped: qcow2_base_written_from_user_space: no qemu-img");
-        return;
-    }
+    tools::need("qemu-img");
     let d = Tmp::new();
     let img = image(d.path(), true);
     let b = build(&img, &d.path().join("cache"), true);

@@ -17,15 +17,26 @@ pub enum RegistryError {
         why: String,
     },
     /// The request could not be made or its answer not read (connection
-    /// refused, reset, timed out, TLS).
+    /// refused, reset, timed out, stalled, TLS, name resolution).
     #[error("{op} {url}: {why}")]
     Http {
         /// `GET`, `read`.
         op: &'static str,
         /// The URL.
         url: String,
+        /// What kind of failure: it decides whether to try again.
+        kind: Failure,
         /// What went wrong.
         why: String,
+    },
+    /// The pull was cancelled (its job's cancel flag, a daemon stopping):
+    /// what was received stays for a later pull to resume.
+    #[error("{op} {url}: cancelled")]
+    Cancelled {
+        /// `GET`, `read`.
+        op: &'static str,
+        /// The URL.
+        url: String,
     },
     /// The registry answered with an error status.
     #[error("GET {url}: {status}{}", if detail.is_empty() { String::new() } else { format!(": {detail}") })]
@@ -45,6 +56,22 @@ pub enum RegistryError {
         registry: String,
         /// What is wrong.
         why: String,
+    },
+    /// A blob whose descriptor declares more than the pull may fetch
+    /// (`--max-archive-size`): refused before any byte is fetched.
+    #[error(
+        "{reference}: blob {digest}: declares {size} bytes, more than the \
+         {limit} a pull may fetch"
+    )]
+    BlobTooLarge {
+        /// The image.
+        reference: String,
+        /// The blob.
+        digest: String,
+        /// What its descriptor says.
+        size: u64,
+        /// The bound.
+        limit: u64,
     },
     /// A manifest, token or error body larger than zinstall reads.
     #[error("GET {url}: more than the {limit} bytes a {what} may have")]
@@ -117,15 +144,88 @@ impl RegistryError {
         }
     }
 
-    /// Whether trying again may help: a broken connection or a server
-    /// error, not a refusal.
+    /// Whether trying again may help: a broken, timed-out or stalled
+    /// connection or a server error; not a refusal, a TLS certificate,
+    /// a name that does not resolve, an address family the system
+    /// refuses, a 4xx status or a cancel.
     pub fn is_transient(&self) -> bool {
         match self {
-            RegistryError::Http { .. } => true,
+            RegistryError::Http { kind, .. } => kind.is_transient(),
             RegistryError::Status { status, .. } => {
                 *status == 429 || *status >= 500
             }
             _ => false,
+        }
+    }
+}
+
+/// Why a request failed on the way, told by the error's kind (never its
+/// text): whether trying again may help follows from it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Failure {
+    /// Refused, reset or cut: the registry (or the path to it) may be
+    /// back soon.
+    Connection,
+    /// No answer in time.
+    Timeout,
+    /// Data came slower than the pull's minimum rate.
+    Stalled,
+    /// The registry's name does not resolve.
+    Name,
+    /// TLS failed: the certificate is not trusted, or the handshake.
+    Tls,
+    /// The system refuses the address family or the connection (a
+    /// service confined to other families, a seccomp filter).
+    Refused,
+    /// The request itself is wrong (URL, header, redirects, protocol).
+    Request,
+}
+
+impl Failure {
+    /// Whether trying again may help.
+    pub fn is_transient(self) -> bool {
+        matches!(
+            self,
+            Failure::Connection | Failure::Timeout | Failure::Stalled
+        )
+    }
+
+    /// The kind of a client error.
+    pub(crate) fn of(e: &ureq::Error) -> Failure {
+        match e {
+            ureq::Error::Io(io) => Failure::of_io(io),
+            ureq::Error::Timeout(_) => Failure::Timeout,
+            ureq::Error::HostNotFound => Failure::Name,
+            ureq::Error::ConnectionFailed
+            | ureq::Error::Protocol(_)
+            | ureq::Error::BodyStalled => Failure::Connection,
+            ureq::Error::Tls(_)
+            | ureq::Error::Rustls(_)
+            | ureq::Error::Pem(_)
+            | ureq::Error::TlsRequired => Failure::Tls,
+            _ => Failure::Request,
+        }
+    }
+
+    /// The kind of a system error met connecting or reading.
+    pub(crate) fn of_io(e: &io::Error) -> Failure {
+        if let Some(inner) = e.get_ref().and_then(|i| i.downcast_ref()) {
+            return Failure::of(inner);
+        }
+        match e.raw_os_error() {
+            Some(
+                libc::EAFNOSUPPORT
+                | libc::EPROTONOSUPPORT
+                | libc::EPERM
+                | libc::EACCES,
+            ) => Failure::Refused,
+            _ if e.kind() == io::ErrorKind::TimedOut
+                || e.kind() == io::ErrorKind::WouldBlock =>
+            {
+                Failure::Timeout
+            }
+            _ => Failure::Connection,
         }
     }
 }

@@ -3,7 +3,7 @@
 //! ask for first.
 
 use std::io::Read;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use base64::Engine;
@@ -12,8 +12,9 @@ use ureq::tls::{RootCerts, TlsConfig};
 use ureq::{Agent, Body};
 
 use crate::auth::Credentials;
-use crate::error::{RegistryError as Error, Result};
+use crate::error::{Failure, RegistryError as Error, Result};
 use crate::reference::Reference;
+use crate::transfer::Watch;
 
 /// The manifest media types asked for, best first.
 pub(crate) const MANIFEST_TYPES: &str = "application/vnd.oci.image.index.v1+json, \
@@ -30,6 +31,10 @@ const MAX_ERROR_SHOWN: u64 = 4096;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 const READ_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// The longest a request may take to answer with its head, a token
+/// fetched on the way included.
+const REQUEST_DEADLINE: Duration = Duration::from_secs(90);
+
 /// One repository of one registry.
 pub(crate) struct Remote {
     agent: Agent,
@@ -38,6 +43,11 @@ pub(crate) struct Remote {
     credentials: Option<Credentials>,
     /// The bearer token last granted, for the pull scope.
     token: Mutex<Option<String>>,
+    /// The pull's cancel flag and stall rule.
+    pub(crate) watch: Watch,
+    /// Whether the registry's name resolved, the first time it was
+    /// needed: a name that does not is a failure no retry mends.
+    name: OnceLock<std::result::Result<(), String>>,
 }
 
 impl Remote {
@@ -45,6 +55,7 @@ impl Remote {
         reference: &Reference,
         insecure: bool,
         credentials: Option<Credentials>,
+        watch: Watch,
     ) -> Remote {
         let scheme = if insecure || reference.is_loopback() {
             "http"
@@ -76,7 +87,66 @@ impl Remote {
             reference: reference.clone(),
             credentials,
             token: Mutex::new(None),
+            watch,
+            name: OnceLock::new(),
         }
+    }
+
+    /// Resolves the registry's name once, here rather than inside the
+    /// HTTP client, so that a failure is known for what it is (a name
+    /// that does not resolve) by where it happened, not by its text.
+    fn check_name(&self, url: &str) -> Result<()> {
+        use std::net::ToSocketAddrs;
+        let r = self.name.get_or_init(|| {
+            let host = self.reference.api_host();
+            let has_port = host
+                .rsplit_once(':')
+                .is_some_and(|(h, p)| !h.ends_with(':') && !p.ends_with(']'));
+            let default = if self.base.starts_with("https") {
+                443
+            } else {
+                80
+            };
+            let hp = if has_port {
+                host.to_string()
+            } else {
+                format!("{host}:{default}")
+            };
+            match hp.to_socket_addrs().map(|mut a| a.next()) {
+                Ok(Some(_)) => Ok(()),
+                Ok(None) => {
+                    Err(format!("{host}: the name resolves to no address"))
+                }
+                Err(e) => Err(format!("{host}: {e}")),
+            }
+        });
+        r.clone().map_err(|why| Error::Http {
+            op: "GET",
+            url: url.to_string(),
+            kind: Failure::Name,
+            why,
+        })
+    }
+
+    /// [`get`](Remote::get) on a thread of its own, given up on at once
+    /// when the pull is cancelled, and after [`REQUEST_DEADLINE`] however
+    /// the registry (or its token service) drips its answer.
+    pub(crate) fn get_watched(
+        self: &Arc<Self>,
+        url: &str,
+        accept: Option<&'static str>,
+        from: Option<u64>,
+    ) -> Result<Response<Body>> {
+        let (me, u) = (Arc::clone(self), url.to_string());
+        self.watch.call("GET", url, REQUEST_DEADLINE, move || {
+            me.get(&u, accept, from)
+        })
+    }
+
+    /// Where blobs come from: the registry and repository, as a partial
+    /// download's `.from` file records it.
+    pub(crate) fn origin(&self) -> String {
+        format!("{}/{}", self.reference.registry, self.reference.repository)
     }
 
     pub(crate) fn manifest_url(&self, r: &str) -> String {
@@ -102,6 +172,7 @@ impl Remote {
         accept: Option<&str>,
         from: Option<u64>,
     ) -> Result<Response<Body>> {
+        self.check_name(url)?;
         let mut asked = false;
         loop {
             let mut req = self.agent.get(url);
@@ -240,10 +311,10 @@ impl Remote {
         if !resp.status().is_success() {
             return Err(auth_err(format!(
                 "token from {realm}: {}",
-                status_error(realm, resp)
+                status_error(realm, resp, &self.watch)
             )));
         }
-        let body = read_bounded(resp, realm, "token", MAX_TOKEN)?;
+        let body = read_bounded(resp, realm, "token", MAX_TOKEN, &self.watch)?;
         #[derive(serde::Deserialize)]
         struct Granted {
             token: Option<String>,
@@ -307,19 +378,30 @@ pub(crate) fn http_error(op: &'static str, url: &str, e: ureq::Error) -> Error {
     Error::Http {
         op,
         url: url.to_string(),
+        kind: Failure::of(&e),
         why: e.to_string(),
     }
 }
 
-/// A non-success answer as an error, with the registry's error text.
-pub(crate) fn status_error(url: &str, resp: Response<Body>) -> Error {
+/// A non-success answer as an error, with the registry's error text (as
+/// much of it as comes, read as `watch` says).
+pub(crate) fn status_error(
+    url: &str,
+    resp: Response<Body>,
+    watch: &Watch,
+) -> Error {
     let status = resp.status().as_u16();
     let mut detail = Vec::new();
-    let _partial = resp
-        .into_body()
-        .into_reader()
-        .take(MAX_ERROR_SHOWN)
-        .read_to_end(&mut detail);
+    if let Ok(mut body) =
+        watch.body(url, resp.into_body().into_reader().take(MAX_ERROR_SHOWN))
+    {
+        while let Ok(chunk) = body.next() {
+            if chunk.is_empty() {
+                break;
+            }
+            detail.extend_from_slice(&chunk);
+        }
+    }
     let detail = String::from_utf8_lossy(&detail);
     // The distribution spec's errors: {"errors":[{"code","message"}]}.
     let shown = serde_json::from_str::<serde_json::Value>(&detail)
@@ -357,12 +439,14 @@ pub(crate) fn status_error(url: &str, resp: Response<Body>) -> Error {
     }
 }
 
-/// The body, refused past `limit` bytes without reading further.
+/// The body, refused past `limit` bytes without reading further; read
+/// as `watch` says (cancel, stall rule).
 pub(crate) fn read_bounded(
     resp: Response<Body>,
     url: &str,
     what: &'static str,
     limit: u64,
+    watch: &Watch,
 ) -> Result<Vec<u8>> {
     if resp.body().content_length().is_some_and(|n| n > limit) {
         return Err(Error::TooLarge {
@@ -371,22 +455,22 @@ pub(crate) fn read_bounded(
             limit,
         });
     }
+    let mut body =
+        watch.body(url, resp.into_body().into_reader().take(limit + 1))?;
     let mut v = Vec::new();
-    resp.into_body()
-        .into_reader()
-        .take(limit + 1)
-        .read_to_end(&mut v)
-        .map_err(|e| Error::Http {
-            op: "read",
-            url: url.to_string(),
-            why: e.to_string(),
-        })?;
-    if v.len() as u64 > limit {
-        return Err(Error::TooLarge {
-            url: url.to_string(),
-            what,
-            limit,
-        });
+    loop {
+        let chunk = body.next()?;
+        if chunk.is_empty() {
+            break;
+        }
+        v.extend_from_slice(&chunk);
+        if v.len() as u64 > limit {
+            return Err(Error::TooLarge {
+                url: url.to_string(),
+                what,
+                limit,
+            });
+        }
     }
     Ok(v)
 }

@@ -29,10 +29,27 @@
 //! config at once, each layer when it is unpacked. A provision whose
 //! cache already holds a layer (by diff_id) never downloads it.
 //!
-//! **Broken downloads resume.** A connection that breaks or times out is
+//! **Broken downloads resume.** A connection that breaks, times out or
+//! stalls (less than [`Stall::min_bytes`] in a [`Stall::window`]) is
 //! retried, from the byte received last (`Range`), with backoff, up to
 //! [`Registry::retries`] times; if it still fails, what was received
-//! stays in `partial/` and the next pull resumes from it.
+//! stays in `partial/` and the next pull resumes from it. What is kept is
+//! only ever resumed from the registry and repository that sent it (the
+//! partial's `.from` file says which); and a blob whose bytes turn out
+//! wrong after a resume is fetched once more whole before it is refused,
+//! so bytes another registry left there never fail an honest pull, and a
+//! refusal names the URL that served every byte of it. Failures that no
+//! retry mends (TLS, a name that does not resolve, an address family the
+//! system refuses, a 4xx status) are not retried: their [`Failure`] kind
+//! says so.
+//!
+//! **Nothing waits forever.** Every request and every read is waited for
+//! in short ticks by the pulling thread ([`PullOptions::cancel`] is
+//! looked at between them), so a cancel ends a pull at once, leaving
+//! only what a later pull may resume. A blob whose descriptor declares
+//! more than [`PullOptions::max_blob_size`] is refused before a byte of
+//! it is fetched, and a registry sending more than the descriptor says
+//! is cut off, the partial removed.
 //!
 //! **One download per blob on a host.** The process fetching a blob
 //! holds an exclusive `flock` on its partial file; another process (or
@@ -52,6 +69,7 @@ mod error;
 mod http;
 mod reference;
 pub mod store;
+mod transfer;
 
 use std::fs::{self, DirBuilder, File, OpenOptions};
 use std::io::{self, Read, Write};
@@ -64,10 +82,12 @@ use copier::fsutil::Flock;
 use oci_spec::image::{Descriptor, ImageIndex, MediaType};
 use zinstall_oci::{BlobKind, Digest, Fetch, Hasher, Image, MAX_JSON, Select};
 
-pub use error::{RegistryError, Result};
+pub use error::{Failure, RegistryError, Result};
 pub use reference::Reference;
+pub use transfer::Stall;
 
 use http::{MANIFEST_TYPES, Remote, read_bounded, status_error};
+use transfer::Watch;
 
 /// Retries of a failed request, after the first attempt.
 pub const DEFAULT_RETRIES: u32 = 4;
@@ -111,6 +131,16 @@ pub enum Event {
         /// What failed.
         why: String,
     },
+    /// Bytes kept from an earlier download were thrown away: they came
+    /// from elsewhere, or the blob was wrong with them.
+    Discarded {
+        /// The blob.
+        digest: String,
+        /// How many bytes.
+        bytes: u64,
+        /// Why.
+        why: String,
+    },
     /// A blob is in the store, checked.
     Fetched {
         /// The blob.
@@ -139,6 +169,9 @@ impl std::fmt::Display for Event {
             }
             Event::Retrying { url, attempt, why } => {
                 write!(f, "retrying {url} (attempt {attempt}): {why}")
+            }
+            Event::Discarded { digest, bytes, why } => {
+                write!(f, "discarded {} kept for {digest}: {why}", Size(*bytes))
             }
             Event::Fetched {
                 digest,
@@ -186,6 +219,13 @@ pub struct PullOptions {
     pub insecure: Vec<String>,
     /// Hears of each step (tag resolved, blob fetched, retry).
     pub events: Option<Events>,
+    /// Raised to stop the pull: every wait on the network gives up
+    /// within a tenth of a second.
+    pub cancel: Option<copier::Cancel>,
+    /// The most bytes a blob's descriptor may declare (the caller's
+    /// `--max-archive-size`); a larger blob is refused before it is
+    /// fetched. `None`: no bound but the descriptor's own.
+    pub max_blob_size: Option<u64>,
 }
 
 impl std::fmt::Debug for PullOptions {
@@ -193,6 +233,8 @@ impl std::fmt::Debug for PullOptions {
         f.debug_struct("PullOptions")
             .field("insecure", &self.insecure)
             .field("events", &self.events.is_some())
+            .field("cancel", &self.cancel.is_some())
+            .field("max_blob_size", &self.max_blob_size)
             .finish()
     }
 }
@@ -206,6 +248,8 @@ pub struct Registry {
     helpers: auth::HelperPath,
     retries: u32,
     events: Option<Events>,
+    watch: Watch,
+    max_blob_size: Option<u64>,
 }
 
 impl Registry {
@@ -219,13 +263,24 @@ impl Registry {
             helpers: auth::HelperPath::default(),
             retries: DEFAULT_RETRIES,
             events: None,
+            watch: Watch::default(),
+            max_blob_size: None,
         }
     }
 
-    /// Takes `opts`' insecure registries and events.
+    /// Takes `opts`' insecure registries, events, cancel flag and bound.
     pub fn with(mut self, opts: &PullOptions) -> Registry {
         self.insecure = opts.insecure.clone();
         self.events = opts.events.clone();
+        self.watch.cancel = opts.cancel.clone();
+        self.max_blob_size = opts.max_blob_size;
+        self
+    }
+
+    /// The least a transfer must bring in each window before it is
+    /// taken for stalled (default: [`Stall::default`]).
+    pub fn stall(mut self, stall: Stall) -> Registry {
+        self.watch.stall = stall;
         self
     }
 
@@ -279,12 +334,18 @@ impl Registry {
         let credentials =
             auth::find(&reference.registry, &self.auth_files, &self.helpers)?;
         let insecure = self.insecure.iter().any(|h| h == &reference.registry);
-        let remote = Arc::new(Remote::new(reference, insecure, credentials));
+        let remote = Arc::new(Remote::new(
+            reference,
+            insecure,
+            credentials,
+            self.watch.clone(),
+        ));
         let fetcher = Arc::new(Fetcher {
             remote,
             store: self.store.clone(),
             retries: self.retries,
             events: self.events.clone(),
+            max_blob_size: self.max_blob_size,
             _in_use: in_use,
         });
         let top = self.resolve(&fetcher, reference)?;
@@ -351,9 +412,10 @@ impl Registry {
         }
         let url = f.remote.manifest_url(&r.manifest_ref());
         let (bytes, media_type, header_digest) = f.retrying(&url, || {
-            let resp = f.remote.get(&url, Some(MANIFEST_TYPES), None)?;
+            let resp =
+                f.remote.get_watched(&url, Some(MANIFEST_TYPES), None)?;
             if !resp.status().is_success() {
-                return Err(status_error(&url, resp));
+                return Err(status_error(&url, resp, &f.remote.watch));
             }
             let media_type = resp
                 .headers()
@@ -365,7 +427,13 @@ impl Registry {
                 .get("docker-content-digest")
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_string);
-            let bytes = read_bounded(resp, &url, "manifest", MAX_JSON)?;
+            let bytes = read_bounded(
+                resp,
+                &url,
+                "manifest",
+                MAX_JSON,
+                &f.remote.watch,
+            )?;
             Ok((bytes, media_type, header_digest))
         })?;
         let algorithm = r
@@ -530,6 +598,7 @@ struct Fetcher {
     store: PathBuf,
     retries: u32,
     events: Option<Events>,
+    max_blob_size: Option<u64>,
     /// Keeps gc out of the store while the image is open.
     _in_use: store::InUse,
 }
@@ -559,12 +628,33 @@ impl Fetcher {
                         attempt: n,
                         why: e.to_string(),
                     });
-                    std::thread::sleep(wait);
+                    self.pause(url, wait)?;
                     wait *= 2;
                 }
                 r => return r,
             }
         }
+    }
+
+    /// Waits `wait` before a retry, unless the pull is cancelled.
+    fn pause(&self, url: &str, wait: Duration) -> Result<()> {
+        let until = Instant::now() + wait;
+        while Instant::now() < until {
+            if self
+                .remote
+                .watch
+                .cancel
+                .as_ref()
+                .is_some_and(copier::Cancel::is_cancelled)
+            {
+                return Err(RegistryError::Cancelled {
+                    op: "GET",
+                    url: url.to_string(),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(50).min(wait));
+        }
+        Ok(())
     }
 
     /// Puts bytes already checked (a manifest just hashed) into the
@@ -594,13 +684,25 @@ impl Fetcher {
     }
 
     /// Downloads blob `digest` into the store, resuming what an earlier
-    /// attempt left, or waits for the process already doing so.
+    /// attempt left, or waits for the process already doing so. A blob
+    /// declaring more than the pull's bound is refused first, with
+    /// nothing written.
     fn download(
         &self,
         kind: BlobKind,
         digest: &Digest,
         size: u64,
     ) -> Result<()> {
+        if let Some(limit) = self.max_blob_size
+            && size > limit
+        {
+            return Err(RegistryError::BlobTooLarge {
+                reference: self.remote.reference.to_string(),
+                digest: digest.to_string(),
+                size,
+                limit,
+            });
+        }
         let Some(dst) = self.missing(digest)? else {
             return Ok(());
         };
@@ -634,17 +736,111 @@ impl Fetcher {
         partial: &Path,
         dst: &Path,
     ) -> Result<()> {
+        let from_file = from_path(partial);
         // Another process finished it while this one waited.
         if fs::symlink_metadata(dst).is_ok() {
             let _gone = fs::remove_file(partial);
+            let _gone = fs::remove_file(&from_file);
             return Ok(());
         }
         let io_err = |op, e| RegistryError::io(op, partial, e);
         let mut have = file.metadata().map_err(|e| io_err("stat", e))?.len();
-        if have > size {
+        // What is kept is resumed only from where it came from: bytes
+        // another registry (or repository) sent are no prefix of this one's.
+        let origin = self.remote.origin();
+        let left_by = fs::read(&from_file)
+            .ok()
+            .map(|b| String::from_utf8_lossy(&b).trim().to_string());
+        if have > size || (have > 0 && left_by.as_deref() != Some(&origin)) {
+            self.emit(Event::Discarded {
+                digest: digest.to_string(),
+                bytes: have,
+                why: match &left_by {
+                    _ if have > size => {
+                        format!("more than the {size} bytes the blob has")
+                    }
+                    Some(o) => format!("left by a pull from {o}"),
+                    None => "left by a pull from an unknown registry".into(),
+                },
+            });
             file.set_len(0).map_err(|e| io_err("truncate", e))?;
             have = 0;
         }
+        write_atomic(
+            from_file.parent().unwrap_or(Path::new(".")),
+            &from_file.file_name().unwrap_or_default().to_string_lossy(),
+            origin.as_bytes(),
+            BLOB_MODE,
+        )?;
+        let resumed = have;
+        let (url, accept) = match kind {
+            BlobKind::Index | BlobKind::Manifest => (
+                self.remote.manifest_url(&digest.to_string()),
+                Some(MANIFEST_TYPES),
+            ),
+            BlobKind::Config | BlobKind::Layer => {
+                (self.remote.blob_url(&digest.to_string()), None)
+            }
+        };
+        self.emit(Event::Fetching {
+            digest: digest.to_string(),
+            size,
+            from: have,
+        });
+        let started = Instant::now();
+        let mut found =
+            self.transfer(&url, accept, digest, size, file, partial, have)?;
+        if &found != digest && resumed > 0 {
+            // The kept bytes may be the wrong ones: the whole blob once
+            // more from this registry decides.
+            self.emit(Event::Discarded {
+                digest: digest.to_string(),
+                bytes: size,
+                why: format!(
+                    "with the {resumed} bytes resumed from {}, the blob's \
+                     bytes are {found}; fetching it whole",
+                    partial.display()
+                ),
+            });
+            file.set_len(0).map_err(|e| io_err("truncate", e))?;
+            found =
+                self.transfer(&url, accept, digest, size, file, partial, 0)?;
+        }
+        if &found != digest {
+            return Err(self.reject(
+                partial,
+                file,
+                digest,
+                format!("{url} served {size} bytes that are {found}"),
+            ));
+        }
+        file.sync_all().map_err(|e| io_err("sync", e))?;
+        fs::rename(partial, dst)
+            .map_err(|e| RegistryError::io("rename", dst, e))?;
+        let _gone = fs::remove_file(&from_file);
+        self.emit(Event::Fetched {
+            digest: digest.to_string(),
+            bytes: size - resumed,
+            took: started.elapsed(),
+        });
+        Ok(())
+    }
+
+    /// Brings `partial` (holding `have` bytes) to the blob's `size` from
+    /// `url`, retrying broken, timed-out and stalled transfers from where
+    /// they stopped; returns the digest of all its bytes.
+    #[allow(clippy::too_many_arguments)]
+    fn transfer(
+        &self,
+        url: &str,
+        accept: Option<&'static str>,
+        digest: &Digest,
+        size: u64,
+        file: &File,
+        partial: &Path,
+        mut have: u64,
+    ) -> Result<Digest> {
+        let io_err = |op, e| RegistryError::io(op, partial, e);
         // What earlier attempts left is hashed first: the digest covers
         // every byte of the blob.
         let mut hasher = Hasher::new(digest.algorithm());
@@ -661,22 +857,6 @@ impl Fetcher {
             hasher.update(&buf[..n]);
             off += n as u64;
         }
-        let (url, accept) = match kind {
-            BlobKind::Index | BlobKind::Manifest => (
-                self.remote.manifest_url(&digest.to_string()),
-                Some(MANIFEST_TYPES),
-            ),
-            BlobKind::Config | BlobKind::Layer => {
-                (self.remote.blob_url(&digest.to_string()), None)
-            }
-        };
-        self.emit(Event::Fetching {
-            digest: digest.to_string(),
-            size,
-            from: have,
-        });
-        let started = Instant::now();
-        let start_have = have;
         let mut attempts = 0u32;
         let mut wait = FIRST_BACKOFF;
         let mut last = String::new();
@@ -693,16 +873,17 @@ impl Fetcher {
             }
             if attempts > 0 {
                 self.emit(Event::Retrying {
-                    url: url.clone(),
+                    url: url.to_string(),
                     attempt: attempts + 1,
                     why: last.clone(),
                 });
-                std::thread::sleep(wait);
+                self.pause(url, wait)?;
                 wait *= 2;
             }
             attempts += 1;
+            last.clear();
             let from = (have > 0).then_some(have);
-            let resp = match self.remote.get(&url, accept, from) {
+            let resp = match self.remote.get_watched(url, accept, from) {
                 Ok(r) => r,
                 Err(e) if e.is_transient() => {
                     last = e.to_string();
@@ -726,8 +907,8 @@ impl Fetcher {
                             what: "blob",
                             digest: digest.to_string(),
                             why: format!(
-                                "asked for bytes from {have}, the registry \
-                                 sent {starts:?}"
+                                "asked {url} for bytes from {have}, it sent \
+                                 {starts:?}"
                             ),
                         });
                     }
@@ -741,7 +922,7 @@ impl Fetcher {
                     }
                 }
                 _ => {
-                    let e = status_error(&url, resp);
+                    let e = status_error(url, resp, &self.remote.watch);
                     if e.is_transient() {
                         last = e.to_string();
                         continue;
@@ -749,54 +930,53 @@ impl Fetcher {
                     return Err(e);
                 }
             }
-            let mut body = resp.into_body().into_reader().take(size - have + 1);
+            // A registry announcing more than the blob has is cut off
+            // before its first byte is written.
+            if let Some(n) = resp.body().content_length()
+                && n > size - have
+            {
+                return Err(self.reject(
+                    partial,
+                    file,
+                    digest,
+                    format!(
+                        "{url} announces {n} bytes where {} remain of its {size}",
+                        size - have
+                    ),
+                ));
+            }
+            let mut body = self.remote.watch.body(
+                url,
+                resp.into_body().into_reader().take(size - have + 1),
+            )?;
             loop {
-                let n = match body.read(&mut buf) {
-                    Ok(0) => break,
-                    Ok(n) => n,
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {
-                        continue;
-                    }
-                    Err(e) => {
-                        last = format!("read {url}: {e}");
+                let chunk = match body.next() {
+                    Ok(c) if c.is_empty() => break,
+                    Ok(c) => c,
+                    Err(e) if e.is_transient() => {
+                        last = e.to_string();
                         break;
                     }
+                    Err(e) => return Err(e),
                 };
-                if have + n as u64 > size {
+                if have + chunk.len() as u64 > size {
                     return Err(self.reject(
                         partial,
                         file,
                         digest,
-                        format!("the registry sent more than its {size} bytes"),
+                        format!("{url} sent more than its {size} bytes"),
                     ));
                 }
-                file.write_all_at(&buf[..n], have)
+                file.write_all_at(&chunk, have)
                     .map_err(|e| io_err("write", e))?;
-                hasher.update(&buf[..n]);
-                have += n as u64;
+                hasher.update(&chunk);
+                have += chunk.len() as u64;
             }
             if have < size && last.is_empty() {
                 last = format!("read {url}: the body ended early");
             }
         }
-        let found = hasher.finish();
-        if &found != digest {
-            return Err(self.reject(
-                partial,
-                file,
-                digest,
-                format!("its bytes are {found}"),
-            ));
-        }
-        file.sync_all().map_err(|e| io_err("sync", e))?;
-        fs::rename(partial, dst)
-            .map_err(|e| RegistryError::io("rename", dst, e))?;
-        self.emit(Event::Fetched {
-            digest: digest.to_string(),
-            bytes: have - start_have,
-            took: started.elapsed(),
-        });
-        Ok(())
+        Ok(hasher.finish())
     }
 
     /// A blob that is not what it must be: what was received is thrown
@@ -810,6 +990,7 @@ impl Fetcher {
     ) -> RegistryError {
         let _already_failing = file.set_len(0);
         let _already_failing = fs::remove_file(partial);
+        let _already_failing = fs::remove_file(from_path(partial));
         RegistryError::Mismatch {
             reference: self.remote.reference.to_string(),
             what: "blob",
@@ -817,6 +998,13 @@ impl Fetcher {
             why,
         }
     }
+}
+
+/// Where a partial download's origin is written: `PARTIAL.from`.
+fn from_path(partial: &Path) -> PathBuf {
+    let mut name = partial.file_name().unwrap_or_default().to_os_string();
+    name.push(".from");
+    partial.with_file_name(name)
 }
 
 impl Fetch for Fetcher {

@@ -24,7 +24,10 @@ struct Args {
 fn main() -> ExitCode {
     let args = Args::parse();
     if let Err(e) = copier::probes::register() {
-        brand::output::note(format_args!("USDT probes not registered: {e}"));
+        eprintln!(
+            "zinstalld: note: USDT probes not registered: {}",
+            brand::output::escape(&e.to_string())
+        );
     }
     let opts = Options {
         config_required: args.config.is_some(),
@@ -35,7 +38,11 @@ fn main() -> ExitCode {
     match server::run(opts, server::stderr_logger()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            brand::output::error(&e);
+            // The daemon's own messages name it, not the CLI.
+            eprintln!(
+                "zinstalld: error: {}",
+                brand::output::escape(&e.to_string())
+            );
             ExitCode::from(match e {
                 ServeError::Config(_) | ServeError::Engine(_) => 2,
                 ServeError::Socket { .. } => 1,

@@ -5,7 +5,9 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Args;
-use copier::{Action, Plan, Rule, RuleSet};
+use std::io::Read;
+
+use copier::{OnError, Plan};
 use serde_json::json;
 
 use crate::output::{self, Bar};
@@ -42,31 +44,51 @@ pub struct CopyArgs {
     /// Skip special files that cannot be recreated without privilege.
     #[arg(long)]
     pub skip_special: bool,
-    /// Descend into directories on other filesystems.
-    #[arg(long)]
+    /// Stay on SRC's filesystem, as cp -x and rsync -x do (the default):
+    /// a directory another filesystem is mounted on is copied empty, and
+    /// a note names it.
+    #[arg(long, short = 'x', overrides_with = "cross_fs")]
+    pub one_file_system: bool,
+    /// Descend into directories on other filesystems, as cp -a and rsync
+    /// -a do without -x (not the default). The last of -x and --cross-fs
+    /// given wins.
+    #[arg(long, overrides_with = "one_file_system")]
     pub cross_fs: bool,
     /// Record each thread's states and write them to FILE as a statemap.
     #[arg(long, value_name = "FILE")]
     pub statemap: Option<PathBuf>,
-    /// Skip entries whose path relative to SRC matches GLOB (repeatable;
-    /// the profile's glob syntax: `*` within a name, `**` across).
-    #[arg(long, value_name = "GLOB")]
+    /// Skip entries matching PATTERN and all beneath them, as rsync and
+    /// tar do: a pattern without a slash matches a name at any depth
+    /// (`*.log`, `.git`); one with a slash is a path from SRC (`var/cache`,
+    /// `/tmp`). `*` matches within a name, `**` across. Repeatable.
+    #[arg(long, value_name = "PATTERN")]
     pub exclude: Vec<String>,
+    /// Read exclude patterns from FILE (`-`: standard input), one a line;
+    /// blank lines and lines starting with # or ; are skipped. Repeatable.
+    #[arg(long, value_name = "FILE")]
+    pub exclude_from: Vec<PathBuf>,
     /// Print the outcome as one JSON object (counts, workers, notices,
     /// errors) instead of text.
     #[arg(long)]
     pub json: bool,
 }
 
-/// The `--exclude` globs as skip rules.
-fn excludes(globs: &[String]) -> copier::Result<Option<Arc<RuleSet>>> {
-    if globs.is_empty() {
-        return Ok(None);
+/// Every exclude pattern: `--exclude`'s, then each `--exclude-from`
+/// file's.
+pub fn exclude_patterns(args: &CopyArgs) -> copier::Result<Vec<String>> {
+    let mut patterns = args.exclude.clone();
+    for f in &args.exclude_from {
+        if f.as_os_str() == "-" {
+            let mut text = String::new();
+            std::io::stdin()
+                .read_to_string(&mut text)
+                .map_err(|e| copier::Error::io(copier::Op::Read, "-", e))?;
+            patterns.extend(copier::rules::exclude_patterns(&text));
+        } else {
+            patterns.extend(copier::rules::read_exclude_file(f)?);
+        }
     }
-    let rules = globs
-        .iter()
-        .map(|g| Rule::new(g.trim_matches('/'), Action::Skip));
-    Ok(Some(Arc::new(RuleSet::new(rules)?)))
+    Ok(patterns)
 }
 
 /// Runs the copy; exit 0 on success, 1 on any error.
@@ -78,7 +100,9 @@ pub fn run(args: &CopyArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let rules = match excludes(&args.exclude) {
+    let rules = match exclude_patterns(args)
+        .and_then(|p| copier::rules::excludes(&p))
+    {
         Ok(r) => r,
         Err(e) => {
             output::error(e);
@@ -90,6 +114,7 @@ pub fn run(args: &CopyArgs) -> ExitCode {
         if args.dry_run { "walking" } else { "copying" },
     );
     let mut plan = Plan::new(&args.src, &args.dst)
+        .on_error(OnError::KeepGoing)
         .dry_run(args.dry_run)
         .tunables(tunables)
         .merge(args.merge)
@@ -153,6 +178,18 @@ pub fn run(args: &CopyArgs) -> ExitCode {
     if let Some(f) = failed {
         if !args.json {
             output::failure(f);
+            // Going on past errors, what was copied is worth a line.
+            if !args.quiet && report.stats.entries() > 0 {
+                let n = f.errors.len() as u64 + f.more_errors;
+                output::out(format_args!(
+                    "{} {} -> {} with errors: {}; {} (above)",
+                    if args.dry_run { "would copy" } else { "copied" },
+                    output::show(&args.src),
+                    output::show(&args.dst),
+                    report.stats,
+                    output::count(n, "error", "errors"),
+                ));
+            }
         }
         return ExitCode::from(1);
     }

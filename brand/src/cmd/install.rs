@@ -101,16 +101,10 @@ pub fn install(args: &InstallArgs) -> ExitCode {
     if args.dry_run {
         return preview(args, profile, tunables);
     }
-    if let Err(e) = std::fs::create_dir_all(&args.zonepath).and_then(|()| {
-        std::fs::set_permissions(
-            &args.zonepath,
-            std::os::unix::fs::PermissionsExt::from_mode(0o700),
-        )
-    }) {
-        output::error(format_args!(
-            "zonepath {}: {e}",
-            args.zonepath.display()
-        ));
+    // Made (0700) through a checked descriptor: a zonepath that is a
+    // symlink, or that another user could swap, is refused untouched.
+    if let Err(e) = install::prepare_zonepath(&args.zonepath) {
+        output::error(e);
         return ExitCode::from(1);
     }
     // OS strings: a path given need not be UTF-8.

@@ -54,8 +54,8 @@ pub struct ProvisionArgs {
     /// (without it: the qemu-img on PATH).
     #[arg(long, value_name = "PATH", num_args = 0..=1, default_missing_value = "/usr/bin/qemu-img")]
     pub qemu_img: Option<PathBuf>,
-    /// Refuse archives unpacking to more than this, and compressed qcow2
-    /// images decompressing to more.
+    /// Refuse archives unpacking to more than this, compressed qcow2
+    /// images decompressing to more, and registry blobs declaring more.
     #[arg(long, value_parser = parse_size, default_value = "64G")]
     pub max_archive_size: u64,
     /// The platform an OCI image must be for, and the one chosen from a

@@ -144,19 +144,27 @@ pub fn copy(socket: &Path, a: &super::copy::CopyArgs) -> ExitCode {
     if let Err(c) = local_only(&[
         (TUNABLE_FLAGS, tunables_set(&a.tunables)),
         ("--statemap", a.statemap.is_some()),
-        ("--skip-special", a.skip_special),
         ("--cross-fs", a.cross_fs),
         (LISTING_FLAGS, a.dry_run || a.verbose),
     ]) {
         return c;
     }
+    // The client reads its exclude files, with its own rights.
+    let exclude = match super::copy::exclude_patterns(a) {
+        Ok(p) => p,
+        Err(e) => {
+            output::error(e);
+            return ExitCode::from(2);
+        }
+    };
     let bar = Bar::for_terminal(a.quiet || a.json, "copying");
     let args = CopyArgs {
         src: absolute(&a.src),
         dst: absolute(&a.dst),
         merge: a.merge,
         sync: a.sync,
-        exclude: a.exclude.clone(),
+        exclude,
+        skip_special: a.skip_special,
     };
     let result = match call(socket, Call::Copy(args), bar, &mut |_| {}) {
         Ok(r) => r,
@@ -265,6 +273,7 @@ pub fn provision(
         ssh_host_keys: a.ssh_host_keys,
         force: a.force,
         platform: a.platform.as_ref().map(|p| p.to_string()),
+        max_archive_size: Some(a.max_archive_size),
     };
     let json = a.json;
     let mut event = |e: &str| {

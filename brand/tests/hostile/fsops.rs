@@ -18,17 +18,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 
-pub fn is_root() -> bool {
-    // SAFETY: geteuid cannot fail.
-    unsafe { libc::geteuid() == 0 }
-}
+#[allow(unused_imports)]
+pub use zinstall_testkit::is_root;
 
-/// True if the test may run; else says why not.
-pub fn needs_root(test: &str) -> bool {
-    if !is_root() {
-        eprintln!("skipped: {test}: needs root");
-    }
-    is_root()
+/// True if the test may run; else see `zinstall_testkit::unmet`.
+pub fn needs_root() -> bool {
+    zinstall_testkit::require_root()
 }
 
 /// Fails, naming the Debian package, if `tool` cannot be run.

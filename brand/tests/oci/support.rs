@@ -15,11 +15,6 @@ use sha2::{Digest, Sha256};
 
 use super::tools;
 
-pub fn is_root() -> bool {
-    // SAFETY: geteuid cannot fail.
-    unsafe { libc::geteuid() == 0 }
-}
-
 pub fn sha256(b: &[u8]) -> String {
     Sha256::digest(b)
         .iter()

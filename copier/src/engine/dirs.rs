@@ -9,7 +9,8 @@
 //! and times, then releases one count on the parent. So a directory's
 //! mtime is set after the last entry was created in it, and a 0555
 //! directory becomes 0555 only once full. Nothing is finalized once the
-//! run has stopped on an error.
+//! run has stopped on an error; going on past errors, a directory whose
+//! metadata failed still lets its parent finish.
 //!
 //! A node does not keep its directory open: its descriptors belong to
 //! what uses them (the walker reading it, the jobs in it, its queued
@@ -99,9 +100,13 @@ impl DirNode {
             return Ok(DirFds { src, dst });
         }
         let Some(below) = below else {
-            // Every release starts from a holder of the node's own
-            // descriptors; only a parent is reached without them.
-            return Err(Error::refused(&self.dst, Refusal::ChangedType));
+            // Its subdirectory could not be reopened (that error is
+            // recorded); nothing else leads here.
+            return Err(Error::io(
+                Op::Open,
+                &self.dst,
+                std::io::Error::other("its subdirectory could not be reopened"),
+            ));
         };
         let src = self.reopen(&below.src, self.md.identity(), &self.src)?;
         let dst = self.reopen(&below.dst, self.dst_id, &self.dst)?;
@@ -148,21 +153,23 @@ pub(crate) fn release(node: &Arc<DirNode>, fds: &DirFds, shared: &Shared<'_>) {
             Some(f) => Ok(f),
             None => cur.fds(below.as_ref()),
         };
-        let fds = match fds.and_then(|f| {
-            meta::apply_dir(shared, &cur, &f)?;
-            Ok(f)
-        }) {
-            Ok(f) => f,
+        below = match fds {
+            Ok(f) => {
+                if let Err(e) = meta::apply_dir(shared, &cur, &f) {
+                    shared.entry_failed(e);
+                }
+                Some(f)
+            }
             Err(e) => {
-                shared.fail(e);
-                return;
+                shared.entry_failed(e);
+                None
             }
         };
+        if shared.stopped() {
+            return;
+        }
         match &cur.parent {
-            Some(p) => {
-                below = Some(fds);
-                cur = Arc::clone(p);
-            }
+            Some(p) => cur = Arc::clone(p),
             None => return,
         }
     }

@@ -42,8 +42,12 @@ pub(crate) fn apply_file(
         src_path,
         dst_path,
     )?;
-    dst.set_permissions(Permissions::from_mode(md.mode() & 0o7777))
-        .map_err(|e| Error::io(Op::Chmod, dst_path, e))?;
+    dst.set_permissions(Permissions::from_mode(mode(
+        shared,
+        &Stat::of_metadata(md),
+        dst_path,
+    )))
+    .map_err(|e| Error::io(Op::Chmod, dst_path, e))?;
     posix::set_times_fd(dst, &Times::of(md))
         .map_err(|e| Error::io(Op::SetTimes, dst_path, e))
 }
@@ -66,7 +70,7 @@ pub(crate) fn apply_at(
     })?;
     copy_xattrs(shared, src, &XattrTarget::At(dir, leaf), src_path, dst_path)?;
     if !md.is_symlink() {
-        sys::chmod_at(dir, leaf, md.mode & 0o7777)
+        sys::chmod_at(dir, leaf, mode(shared, md, dst_path))
             .map_err(|e| Error::io(Op::Chmod, dst_path, e))?;
     }
     at::set_times(dir, leaf, &md.times)
@@ -92,9 +96,38 @@ pub(crate) fn apply_dir(
         &d.src,
         &d.dst,
     )?;
-    at::fchmod(dst, md.mode & 0o7777)
+    at::fchmod(dst, mode(shared, md, &d.dst))
         .map_err(|e| Error::io(Op::Chmod, &d.dst, e))?;
     at::futimens(dst, &md.times).map_err(|e| Error::io(Op::SetTimes, &d.dst, e))
+}
+
+/// The mode to give an entry: the source's, but in a run acting as a
+/// caller without the setuid (setgid) bit of an owner (group) the copy
+/// does not keep, as `cp -a` run by the caller clears them: a set-id bit
+/// means "run as this owner", and the owner here is the caller.
+fn mode(shared: &Shared<'_>, md: &Stat, path: &Path) -> u32 {
+    let mode = md.mode & 0o7777;
+    let Some(who) = &shared.plan.credentials else {
+        return mode;
+    };
+    let mut kept = mode;
+    if md.uid != who.uid {
+        kept &= !0o4000; // S_ISUID
+    }
+    // A directory's setgid bit only says that entries take its group.
+    if !md.is_dir() && md.gid != who.gid && !who.groups.contains(&md.gid) {
+        kept &= !0o2000; // S_ISGID
+    }
+    if kept != mode {
+        shared.notice(NoticeKind::SetId, path);
+    }
+    kept
+}
+
+/// Attributes a caller without privilege can never set: file
+/// capabilities and the other `security.*` labels, and `trusted.*`.
+fn privileged_xattr(name: &[u8]) -> bool {
+    name.starts_with(b"security.") || name.starts_with(b"trusted.")
 }
 
 /// Sets the owner when we keep owners; otherwise, or when not permitted
@@ -146,6 +179,12 @@ fn copy_xattrs(
             name: String::from_utf8_lossy(name).into_owned(),
             source: e,
         };
+        // Acting as a caller, these are not even tried: the thread has no
+        // capability to set them, and must not rely on that alone.
+        if shared.plan.credentials.is_some() && privileged_xattr(name) {
+            shared.notice(NoticeKind::Xattr(namespace(name)), dst_path);
+            continue;
+        }
         // Split on NUL, so the name has none.
         let cname = CString::new(name).map_err(|_| {
             attr_err(

@@ -37,7 +37,13 @@
 //!   being filled per walker), the queued directories, and the inodes
 //!   with more than one name; not by the size of the tree.
 //! * The first error stops every walker (at its next entry, or within
-//!   10 ms if idle) and the workers at their next job; so does a cancel.
+//!   10 ms if idle) and the workers at their next job, unless the plan
+//!   goes on past failed entries ([`OnError::KeepGoing`]): then a failed
+//!   job is recorded and the rest go on, a directory that cannot be read
+//!   or made is left out with its contents, and directory metadata is
+//!   applied as usual, whichever walkers and workers meet the errors.
+//!   Errors about the run itself (its destination, its settings, a
+//!   cancel) stop every walker either way.
 //!
 //! Walk-only ([`Plan::walk_only`], a measurement aid): the walkers are
 //! unchanged, directories included; one worker takes the batches and
@@ -67,7 +73,7 @@ use std::time::Instant;
 
 use crate::beneath::Root;
 use crate::error::{Error, Op, Refusal};
-use crate::plan::{Failure, Plan, Report};
+use crate::plan::{Failure, OnError, Plan, Report};
 use crate::stats::{NoticeBoard, NoticeKind, Stats, WorkerStats};
 use crate::sys;
 use crate::sys::posix::at;
@@ -179,9 +185,27 @@ impl<'p> Shared<'p> {
         }
     }
 
-    /// Records an error and stops the run.
+    /// Records an error about the run itself and stops it.
     pub(crate) fn fail(&self, e: Error) {
         self.quit.store(true, Ordering::Relaxed);
+        self.record(e);
+    }
+
+    /// Records an error about one entry; the run stops unless the plan
+    /// goes on past failed entries.
+    pub(crate) fn entry_failed(&self, e: Error) {
+        if !self.keep_going() {
+            self.quit.store(true, Ordering::Relaxed);
+        }
+        self.record(e);
+    }
+
+    /// True if the run goes on past failed entries.
+    pub(crate) fn keep_going(&self) -> bool {
+        self.plan.on_error == OnError::KeepGoing
+    }
+
+    fn record(&self, e: Error) {
         let mut g = self.errors.lock().unwrap_or_else(|p| p.into_inner());
         if g.0.len() < Failure::MAX_ERRORS {
             g.0.push(e);
@@ -205,6 +229,15 @@ impl<'p> Shared<'p> {
 
     /// Takes the plan's identity in this thread, if it has one, until the
     /// result is dropped; `None` when that failed (the run has failed).
+    ///
+    /// Every engine thread that touches the source or the destination
+    /// for a run calls this first and keeps the guard while it works:
+    /// the walker (here in [`run`]), each worker, each pool task for a
+    /// batch. With [`Plan::acting_as`] the thread then has the caller's
+    /// fsuid, fsgid and groups and no effective capability at all, so
+    /// the kernel checks each open, creation and attribute as the
+    /// caller's own; dropping the guard gives the thread back its own
+    /// identity and capabilities (a pool thread serves other runs next).
     pub(crate) fn assume(&self) -> Option<Option<sys::Assumed>> {
         match self.plan.credentials.as_ref().map(sys::assume).transpose() {
             Ok(a) => Some(a),
@@ -268,7 +301,8 @@ fn run(plan: &Plan) -> Result<Report, Failure> {
     // this thread's; the workers take the identity themselves.
     let assumed = shared.assume();
     let ready = assumed.is_some()
-        && plan.tunables.validate().map_err(|e| shared.fail(e)).is_ok();
+        && plan.tunables.validate().map_err(|e| shared.fail(e)).is_ok()
+        && source_beneath(plan).map_err(|e| shared.fail(e)).is_ok();
     if ready {
         match fs::symlink_metadata(&plan.src) {
             Err(e) => shared.fail(Error::io(Op::Stat, &plan.src, e)),
@@ -582,6 +616,25 @@ fn single_destination(
             let r = open_followed(parent)?;
             Ok((r.fd().clone(), worker::leaf_name(leaf)?, plan.dst.clone()))
         }
+    }
+}
+
+/// Checks [`Plan::source_within`]: the source's directories, from the
+/// root down, are reached without following a symlink.
+fn source_beneath(plan: &Plan) -> Result<(), Error> {
+    let Some(root) = &plan.source_within else {
+        return Ok(());
+    };
+    let rel = plan
+        .src
+        .strip_prefix(root)
+        .map_err(|_| Error::refused(&plan.src, Refusal::NotBeneath))?;
+    let r = Root::open(root)?;
+    match rel.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => {
+            r.dir(parent, None).map(drop)
+        }
+        _ => Ok(()),
     }
 }
 

@@ -25,7 +25,7 @@ use super::{Job, JobKind, Shared, identity, new_trace, preview};
 use crate::beneath::{self, Root};
 use crate::error::{Error, Op, Refusal, Result};
 use crate::rules::{self, Action};
-use crate::stats::{Stats, WalkerStats};
+use crate::stats::{NoticeKind, Stats, WalkerStats};
 use crate::sys::{
     self,
     posix::{self, Stat, at},
@@ -397,7 +397,9 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
     }
 
     /// Reads one directory: makes it (copying), queues its
-    /// subdirectories and batches the rest. An error is the run's; the
+    /// subdirectories and batches the rest. An error about the top stops
+    /// the run; about any other directory it is that entry's (left out
+    /// with its contents, the run going on if the plan says so). The
     /// count this directory holds (or, not made, the count its parent
     /// kept for it) is released whatever happens, after the error is
     /// recorded.
@@ -407,6 +409,7 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
             idx,
             task.src.to_string_lossy()
         ));
+        let top = matches!(task.at, TaskAt::Top(_));
         let src = task.src.clone();
         let before = self.load.entries;
         let (r, hold) = self.read_task(task);
@@ -417,8 +420,10 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
             n,
             crate::probes::errno(&r)
         ));
-        if let Err(e) = r {
-            self.shared.fail(e);
+        match r {
+            Err(e) if top => self.shared.fail(e),
+            Err(e) => self.shared.entry_failed(e),
+            Ok(()) => {}
         }
         if let Some((node, fds)) = hold {
             dirs::release(&node, &fds, self.shared);
@@ -537,13 +542,20 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
                 }
                 let mount = !plan.cross_fs
                     && self.walk.top_dev.get().is_some_and(|d| *d != md.dev);
+                if mount {
+                    // Copied empty, which must not go unsaid.
+                    self.shared
+                        .notice(NoticeKind::MountPoint(src.to_path_buf()), src);
+                }
+                // Opening it is the first step of reading it: a directory
+                // that cannot be opened is one that cannot be read.
                 let fd =
                     at::open_dir(src_dir.as_raw_fd(), &name).map_err(|e| {
                         match e.raw_os_error() {
                             Some(libc::ELOOP | libc::ENOTDIR) => {
                                 Error::refused(src, Refusal::ChangedType)
                             }
-                            _ => Error::io(Op::Open, src, e),
+                            _ => Error::io(Op::ReadDir, src, e),
                         }
                     })?;
                 let dst_fd = match (self.walk.mode, dst_dir) {
@@ -590,7 +602,7 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
             }
             self.load.entries += 1;
             if let Err(e) = self.entry(src, dst, src_fd, node, name, dtype) {
-                self.shared.fail(e);
+                self.shared.entry_failed(e);
             }
             Ok(!self.shared.stopped())
         });
@@ -741,7 +753,7 @@ fn open_top_source(src: &Path) -> Result<OwnedFd> {
             Some(libc::ELOOP | libc::ENOTDIR) => {
                 Error::refused(src, Refusal::ChangedType)
             }
-            _ => Error::io(Op::Open, src, e),
+            _ => Error::io(Op::ReadDir, src, e),
         })
 }
 

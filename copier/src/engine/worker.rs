@@ -160,7 +160,7 @@ impl<'s, 'p> Worker<'s, 'p> {
             probes::errno(&r)
         ));
         match r {
-            Err(e) => self.shared.fail(e),
+            Err(e) => self.shared.entry_failed(e),
             Ok(()) => self.listed(&job, left),
         }
         self.load.jobs += 1;
@@ -201,6 +201,11 @@ impl<'s, 'p> Worker<'s, 'p> {
         l.entry(&job.src, &job.dst, kind);
     }
 
+    /// True if the run goes on past a failed entry and has not stopped.
+    fn goes_on(&self) -> bool {
+        self.shared.keep_going() && !self.shared.stopped()
+    }
+
     /// Walk-only: counts the entry the job stands for, writes nothing.
     fn discard(&mut self, kind: &JobKind) {
         let n = match kind {
@@ -231,6 +236,9 @@ impl<'s, 'p> Worker<'s, 'p> {
                     return r;
                 }
                 Claim::Later(first) => return self.hard_link(&first, job),
+                // Its first name failed and the run goes on: this name
+                // is copied on its own rather than left out.
+                Claim::Abandoned if self.goes_on() => {}
                 Claim::Abandoned => return Ok(()),
             }
         }
@@ -491,6 +499,7 @@ impl<'s, 'p> Worker<'s, 'p> {
             match self.claim(md.identity(), md.nlink, job) {
                 Claim::First(f) => Some(f),
                 Claim::Later(first) => return self.hard_link(&first, job),
+                Claim::Abandoned if self.goes_on() => None,
                 Claim::Abandoned => return Ok(()),
             }
         } else {
@@ -577,6 +586,7 @@ impl<'s, 'p> Worker<'s, 'p> {
             match self.claim(md.identity(), md.nlink, job) {
                 Claim::First(f) => Some(f),
                 Claim::Later(first) => return self.hard_link(&first, job),
+                Claim::Abandoned if self.goes_on() => None,
                 Claim::Abandoned => return Ok(()),
             }
         } else {

@@ -509,13 +509,21 @@ pub(crate) fn open_dir_same_mount(
 }
 
 /// A thread's filesystem identity, taken for a run: restored when
-/// dropped. Linux keeps fsuid, fsgid and the supplementary groups per
-/// thread in the kernel; glibc's `setgroups` changes every thread, so the
-/// raw system call is made.
+/// dropped. Linux keeps fsuid, fsgid, the supplementary groups and the
+/// capability sets per thread in the kernel; glibc's `setgroups` changes
+/// every thread, so the raw system call is made.
+///
+/// Besides the identity, the thread's effective capabilities are all
+/// dropped (the permitted set stays, so that they can be raised again
+/// when the run ends). A non-zero fsuid alone clears only the file
+/// system capabilities: CAP_SETFCAP and CAP_SYS_ADMIN would stay, and
+/// with them the power to write `security.capability` and `trusted.*`
+/// on the caller's files.
 pub(crate) struct Assumed {
     uid: u32,
     gid: u32,
     groups: Vec<libc::gid_t>,
+    effective: caps::CapsHashSet,
 }
 
 pub(crate) fn assume(c: &crate::pool::Credentials) -> io::Result<Assumed> {
@@ -526,12 +534,15 @@ pub(crate) fn assume(c: &crate::pool::Credentials) -> io::Result<Assumed> {
         return Err(io::Error::last_os_error());
     }
     saved.truncate(n as usize);
+    let effective =
+        caps::read(None, caps::CapSet::Effective).map_err(caps_error)?;
     let before = Assumed {
         // SAFETY: setfsuid(-1) only reports the current value.
         uid: unsafe { libc::setfsuid(u32::MAX) } as u32,
         // SAFETY: as above.
         gid: unsafe { libc::setfsgid(u32::MAX) } as u32,
         groups: saved,
+        effective,
     };
     set_groups(&c.groups)?;
     // Groups first: once the fsuid is not root, the thread may no longer
@@ -552,7 +563,17 @@ pub(crate) fn assume(c: &crate::pool::Credentials) -> io::Result<Assumed> {
         drop(before);
         return Err(io::Error::from_raw_os_error(libc::EPERM));
     }
+    // Last: lowering the effective set needs no capability; `None` is
+    // this thread, never the process.
+    if let Err(e) = caps::clear(None, caps::CapSet::Effective) {
+        drop(before);
+        return Err(caps_error(e));
+    }
     Ok(before)
+}
+
+fn caps_error(e: caps::errors::CapsError) -> io::Error {
+    io::Error::other(e.to_string())
 }
 
 fn set_groups(groups: &[u32]) -> io::Result<()> {
@@ -568,6 +589,10 @@ fn set_groups(groups: &[u32]) -> io::Result<()> {
 
 impl Drop for Assumed {
     fn drop(&mut self) {
+        // The capabilities first: setgroups needs CAP_SETGID. They were
+        // effective before, so they are still permitted.
+        let _restored =
+            caps::set(None, caps::CapSet::Effective, &self.effective);
         // SAFETY: plain system calls; the uid first so that the groups may
         // be set again.
         unsafe {

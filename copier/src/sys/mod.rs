@@ -17,7 +17,7 @@
 //! | `open_dir_same_mount` | `openat2(RESOLVE_NO_XDEV)` | caller compares `st_dev` |
 //! | `chmod_at` | `O_PATH` + `/proc/self/fd` | `fchmodat` after `lstat` |
 //! | `XattrTarget::At` | `/proc/self/fd/DIR/NAME` | none listed |
-//! | `assume` (a run's identity) | per-thread `setfsuid`, `setfsgid`, `setgroups` | unsupported (an error) |
+//! | `assume` (a run's identity) | per-thread `setfsuid`, `setfsgid`, `setgroups`, effective capabilities cleared (`capset`) | unsupported (an error) |
 //!
 //! "Unsupported" is reported as `Ok(false)` / `Ok(None)` so the caller
 //! takes its portable path; no error is ever swallowed. POSIX calls that

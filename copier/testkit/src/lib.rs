@@ -26,7 +26,7 @@ mod tools;
 
 pub use loopfs::{Kind, LoopFs, shares_extents};
 pub use tmp::Tmp;
-pub use tools::{have, package, tool};
+pub use tools::{have, need, package, tool};
 
 use std::io::Write;
 

@@ -29,6 +29,9 @@ pub fn package(program: &str) -> &'static str {
         "umoci" => "umoci",
         "skopeo" => "skopeo",
         "docker-registry" => "docker-registry",
+        "strace" => "strace",
+        "python3" => "python3",
+        "systemd-analyze" => "systemd",
         _ => "coreutils",
     }
 }
@@ -47,12 +50,19 @@ fn is_executable(p: &Path) -> bool {
 }
 
 /// A command for `program`; panics naming its package if it is missing.
+#[track_caller]
 pub fn tool(program: &str) -> Command {
+    need(program);
+    Command::new(program)
+}
+
+/// Panics naming `program`'s Debian package if it is not on PATH.
+#[track_caller]
+pub fn need(program: &str) {
     assert!(
         have(program),
         "{program} is not installed: apt-get install {} (or run `bash .ci/test` as root, \
          which installs every tool the tests use)",
         package(program)
     );
-    Command::new(program)
 }

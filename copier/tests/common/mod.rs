@@ -17,15 +17,7 @@ use std::process::Command;
 use copier::verify::{self, CompareOptions};
 use copier::{Plan, Report, Tunables};
 
-pub fn is_root() -> bool {
-    // SAFETY: geteuid cannot fail.
-    unsafe { libc::geteuid() == 0 }
-}
-
-/// Says why a test did not run.
-pub fn skip(test: &str, reason: &str) {
-    eprintln!("skipped: {test}: {reason}");
-}
+pub use zinstall_testkit::is_root;
 
 fn cstr(p: &Path) -> CString {
     CString::new(p.as_os_str().as_bytes()).unwrap()

@@ -2,4 +2,4 @@
 
 #![allow(unused_imports)]
 
-pub use zinstall_testkit::{have, package, tool};
+pub use zinstall_testkit::{have, need, package, tool};

@@ -10,7 +10,7 @@ use std::process::Command;
 use zinstall_qcow2::{self as qcow2, ConvertOptions, Image, Problem};
 
 fn qemu_img(args: &[&str]) -> std::process::Output {
-    Command::new("qemu-img")
+    zinstall_testkit::tool("qemu-img")
         .args(args)
         .output()
         .expect("qemu-img")
@@ -24,10 +24,6 @@ fn ok(args: &[&str]) -> String {
         String::from_utf8_lossy(&o.stderr)
     );
     String::from_utf8_lossy(&o.stdout).into_owned()
-}
-
-fn have_qemu() -> bool {
-    Command::new("qemu-img").arg("--version").output().is_ok()
 }
 
 fn s(p: &Path) -> &str {
@@ -65,10 +61,7 @@ fn convert_native(img: &Path, out: &Path) -> qcow2::ConvertStats {
 
 #[test]
 fn native_overlays_are_clean_and_chain_to_the_base() {
-    if !have_qemu() {
-        eprintln!("skipped: native_overlays: no qemu-img");
-        return;
-    }
+    zinstall_testkit::need("qemu-img");
     let d = tempfile::tempdir().unwrap();
     let base = pattern(d.path());
     fs::set_permissions(&base, fs::Permissions::from_mode_const(0o444))
@@ -166,10 +159,7 @@ fn convert_streaming(
 /// of clusters that straddle two pieces.
 #[test]
 fn streaming_conversion_handles_any_host_order() {
-    if !have_qemu() {
-        eprintln!("skipped: streaming_conversion: no qemu-img");
-        return;
-    }
+    zinstall_testkit::need("qemu-img");
     let d = tempfile::tempdir().unwrap();
     let img = d.path().join("rev.qcow2");
     ok(&["create", "-q", "-f", "qcow2", s(&img), "64M"]);
@@ -199,10 +189,7 @@ fn streaming_conversion_handles_any_host_order() {
 
 #[test]
 fn native_reading_matches_qemu_img_for_every_kind_of_image() {
-    if !have_qemu() {
-        eprintln!("skipped: native_reading: no qemu-img");
-        return;
-    }
+    zinstall_testkit::need("qemu-img");
     let d = tempfile::tempdir().unwrap();
     let src = pattern(d.path());
     let reference = fs::read(&src).unwrap();
@@ -298,10 +285,7 @@ fn patch(src: &Path, dst: &Path, at: u64, bytes: &[u8]) {
 
 #[test]
 fn bad_images_are_refused_with_the_reason() {
-    if !have_qemu() {
-        eprintln!("skipped: bad_images: no qemu-img");
-        return;
-    }
+    zinstall_testkit::need("qemu-img");
     let d = tempfile::tempdir().unwrap();
     let src = pattern(d.path());
     let img = d.path().join("good.qcow2");
@@ -412,14 +396,14 @@ fn small_pattern(dir: &Path, name: &str, len: u64) -> PathBuf {
     p
 }
 
-/// Reads one image in this process, when a parent test asks for it
-/// through `ZINSTALL_QCOW2_CHILD`; otherwise does nothing. It prints the
+/// Not a test of its own: reads one image in this process when a parent
+/// test asks for it (`--ignored`, `ZINSTALL_QCOW2_CHILD`), and prints the
 /// outcome and the process's peak resident memory for the parent.
 #[test]
+#[ignore = "the entry point of read_in_child's children"]
 fn child_reads_one_image() {
-    let Some(path) = std::env::var_os("ZINSTALL_QCOW2_CHILD") else {
-        return;
-    };
+    let path = std::env::var_os("ZINSTALL_QCOW2_CHILD")
+        .expect("run only as a child, with ZINSTALL_QCOW2_CHILD set");
     let path = PathBuf::from(path);
     let out = path.with_extension("child-out");
     let r = Image::open(&path).and_then(|img| {
@@ -455,7 +439,12 @@ fn child_reads_one_image() {
 /// peak memory passed 128 MiB.
 fn read_in_child(path: &Path) -> Result<(), String> {
     let o = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_reads_one_image", "--nocapture"])
+        .args([
+            "--exact",
+            "child_reads_one_image",
+            "--ignored",
+            "--nocapture",
+        ])
         .args(["--test-threads", "1"])
         .env("ZINSTALL_QCOW2_CHILD", path)
         .output()
@@ -507,10 +496,7 @@ enum Want {
 /// peak memory stays small.
 #[test]
 fn header_fields_at_their_extremes_are_read_or_refused() {
-    if !have_qemu() {
-        eprintln!("skipped: header_fields_at_their_extremes: no qemu-img");
-        return;
-    }
+    zinstall_testkit::need("qemu-img");
     let d = tempfile::tempdir().unwrap();
     let src = small_pattern(d.path(), "src.raw", 4 << 20);
     let img = d.path().join("good.qcow2");
@@ -631,10 +617,7 @@ fn header_fields_at_their_extremes_are_read_or_refused() {
 /// long enough to hold them: only what the virtual size maps is read.
 #[test]
 fn a_huge_sparse_l1_table_is_not_read_whole() {
-    if !have_qemu() {
-        eprintln!("skipped: a_huge_sparse_l1_table: no qemu-img");
-        return;
-    }
+    zinstall_testkit::need("qemu-img");
     let d = tempfile::tempdir().unwrap();
     let src = small_pattern(d.path(), "src.raw", 1 << 20);
     let img = d.path().join("good.qcow2");
@@ -674,10 +657,7 @@ fn a_huge_sparse_l1_table_is_not_read_whole() {
 /// do not divide among the threads: every split gives the image back.
 #[test]
 fn conversion_splits_any_cluster_count_among_any_threads() {
-    if !have_qemu() {
-        eprintln!("skipped: conversion_splits: no qemu-img");
-        return;
-    }
+    zinstall_testkit::need("qemu-img");
     let d = tempfile::tempdir().unwrap();
     for clusters in [1u64, 2, 3, 7, 10, 17] {
         // A partial last cluster too.
@@ -722,9 +702,7 @@ fn overlay_sizes_are_bounded() {
     assert_eq!(max, qcow2::max_virtual_size(16));
     let ov = d.path().join("max.qcow2");
     assert_eq!(qcow2::create_overlay(&ov, &base, "raw", max).unwrap(), max);
-    if have_qemu() {
-        assert!(ok(&["check", s(&ov)]).contains("No errors were found"));
-    }
+    assert!(ok(&["check", s(&ov)]).contains("No errors were found"));
     for size in [max + 1, u64::MAX - 510, u64::MAX] {
         let p = d.path().join(format!("{size}.qcow2"));
         let e = qcow2::create_overlay(&p, &base, "raw", size).unwrap_err();
@@ -766,10 +744,7 @@ impl qcow2::KernelCopy for HalfCopier {
 /// zeros in plain clusters left as holes.
 #[test]
 fn kernel_copies_that_stop_short_are_finished_from_the_buffers() {
-    if !have_qemu() {
-        eprintln!("skipped: kernel_copies: no qemu-img");
-        return;
-    }
+    zinstall_testkit::need("qemu-img");
     use std::sync::atomic::Ordering::Relaxed;
     let d = tempfile::tempdir().unwrap();
     let src = pattern(d.path());
@@ -840,10 +815,7 @@ fn kernel_copies_that_stop_short_are_finished_from_the_buffers() {
 /// the image and what was being done.
 #[test]
 fn a_failing_kernel_copy_is_reported() {
-    if !have_qemu() {
-        eprintln!("skipped: a_failing_kernel_copy: no qemu-img");
-        return;
-    }
+    zinstall_testkit::need("qemu-img");
     struct Full;
     impl qcow2::KernelCopy for Full {
         fn copy(
