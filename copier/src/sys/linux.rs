@@ -519,11 +519,17 @@ pub(crate) fn open_dir_same_mount(
 /// system capabilities: CAP_SETFCAP and CAP_SYS_ADMIN would stay, and
 /// with them the power to write `security.capability` and `trusted.*`
 /// on the caller's files.
+///
+/// A thread that already is the caller (one started by a thread that had
+/// assumed the identity: Linux threads inherit fsuid, groups and
+/// capabilities) keeps it as it is; it could not change it anyway, having
+/// no capability left, and nothing is restored when the guard drops.
 pub(crate) struct Assumed {
     uid: u32,
     gid: u32,
     groups: Vec<libc::gid_t>,
     effective: caps::CapsHashSet,
+    changed: bool,
 }
 
 pub(crate) fn assume(c: &crate::pool::Credentials) -> io::Result<Assumed> {
@@ -536,14 +542,30 @@ pub(crate) fn assume(c: &crate::pool::Credentials) -> io::Result<Assumed> {
     saved.truncate(n as usize);
     let effective =
         caps::read(None, caps::CapSet::Effective).map_err(caps_error)?;
-    let before = Assumed {
+    let mut before = Assumed {
         // SAFETY: setfsuid(-1) only reports the current value.
         uid: unsafe { libc::setfsuid(u32::MAX) } as u32,
         // SAFETY: as above.
         gid: unsafe { libc::setfsgid(u32::MAX) } as u32,
         groups: saved,
         effective,
+        changed: false,
     };
+    let same_groups = {
+        let (mut have, mut want) = (before.groups.clone(), c.groups.clone());
+        have.sort_unstable();
+        have.dedup();
+        want.sort_unstable();
+        want.dedup();
+        have == want
+    };
+    if (before.uid, before.gid) == (c.uid, c.gid)
+        && same_groups
+        && before.effective.is_empty()
+    {
+        return Ok(before);
+    }
+    before.changed = true;
     set_groups(&c.groups)?;
     // Groups first: once the fsuid is not root, the thread may no longer
     // change them. setfs*id report no error: read the value back.
@@ -589,6 +611,9 @@ fn set_groups(groups: &[u32]) -> io::Result<()> {
 
 impl Drop for Assumed {
     fn drop(&mut self) {
+        if !self.changed {
+            return;
+        }
         // The capabilities first: setgroups needs CAP_SETGID. They were
         // effective before, so they are still permitted.
         let _restored =
