@@ -662,10 +662,16 @@ fn walk_bench(
             }
             // One worker for the copy, and one walker: the copy as it
             // was timed before there were several. The walk-only runs
-            // keep the same queue (2 batches of COPY_BATCH) and discard
-            // what comes off it.
+            // keep a default copy's queue (2 × 8 batches of COPY_BATCH,
+            // one consumer discarding what comes off it), so that the
+            // walkers are not held back by the consumer's every wait for
+            // a CPU on a busy machine.
             let tunables = copier::Tunables {
-                copy_threads: 1,
+                copy_threads: if counts[i].is_some() {
+                    copier::tunables::DEFAULT_COPY_THREADS
+                } else {
+                    1
+                },
                 copy_walkers: counts[i].unwrap_or(1),
                 ..copier::Tunables::default()
             };

@@ -3,7 +3,8 @@
 //! Each directory being copied has a [`DirNode`] whose `pending` count is
 //! held by: the walker reading the directory (1, until it has read it),
 //! every queued job inside it (1 each), and every subdirectory not yet
-//! complete, queued or read (1 each). Whoever drops the count to zero (a
+//! complete, queued or read (1 each); the walker counts the last two out
+//! of a reserve it holds while reading ([`READ_RESERVE`]). Whoever drops the count to zero (a
 //! walker done reading, the worker finishing the last job, or the last
 //! subdirectory completing) applies the directory's owner, xattrs, mode
 //! and times, then releases one count on the parent. So a directory's
@@ -39,6 +40,14 @@ pub(crate) struct DirFds {
     pub(crate) dst: Arc<OwnedFd>,
 }
 
+/// Holds a walker takes on a directory it is about to read, beyond its
+/// own: one for each job and subdirectory it will queue, counted out
+/// locally and the rest given back at once when it has read the
+/// directory ([`release_n`]), rather than one shared atomic add per
+/// entry. Far more than a directory can hold, so the count cannot reach
+/// zero before the walker is done.
+pub(crate) const READ_RESERVE: usize = 1 << (usize::BITS - 2);
+
 /// A directory whose metadata is applied when its contents are done.
 pub(crate) struct DirNode {
     pub(crate) src: PathBuf,
@@ -59,8 +68,9 @@ pub(crate) struct DirNode {
 }
 
 impl DirNode {
-    /// A node held once by the walker reading it. `parent`'s hold for it
-    /// was taken when it was queued, and passes to it.
+    /// A node held by the walker reading it: once, and
+    /// [`READ_RESERVE`] times for what it will queue. `parent`'s hold
+    /// for it was taken when it was queued, and passes to it.
     pub(crate) fn new(
         src: PathBuf,
         dst: PathBuf,
@@ -78,14 +88,9 @@ impl DirNode {
             dst_fd: Arc::downgrade(&fds.dst),
             dst_id,
             top,
-            pending: AtomicUsize::new(1),
+            pending: AtomicUsize::new(1 + READ_RESERVE),
             parent,
         })
-    }
-
-    /// One more thing inside must finish before this directory is done.
-    pub(crate) fn hold(&self) {
-        self.pending.fetch_add(1, Ordering::Relaxed);
     }
 
     /// This node's descriptors: still held elsewhere, or reopened as `..`
@@ -133,17 +138,43 @@ impl DirNode {
     }
 }
 
-/// Releases one hold on `node`, whose descriptors the caller holds;
-/// finalizes every directory whose count reaches zero, walking up the
-/// tree (iteratively: trees can be deep).
-pub(crate) fn release(node: &Arc<DirNode>, fds: &DirFds, shared: &Shared<'_>) {
+/// Releases one hold on `node`, whose descriptors the caller holds
+/// (`src`, `dst`); finalizes every directory whose count reaches zero,
+/// walking up the tree (iteratively: trees can be deep).
+pub(crate) fn release(
+    node: &Arc<DirNode>,
+    src: &Arc<OwnedFd>,
+    dst: &Arc<OwnedFd>,
+    shared: &Shared<'_>,
+) {
+    release_n(node, 1, src, dst, shared);
+}
+
+/// [`release`] of `n` holds at once.
+pub(crate) fn release_n(
+    node: &Arc<DirNode>,
+    n: usize,
+    src: &Arc<OwnedFd>,
+    dst: &Arc<OwnedFd>,
+    shared: &Shared<'_>,
+) {
+    // AcqRel: the finalizer must see that every release before it
+    // happened, whichever thread did it. Most releases stop here, with
+    // nothing cloned.
+    if node.pending.fetch_sub(n, Ordering::AcqRel) != n {
+        return;
+    }
     let mut cur = Arc::clone(node);
-    let mut own = Some(fds.clone());
+    let mut own = Some(DirFds {
+        src: Arc::clone(src),
+        dst: Arc::clone(dst),
+    });
     let mut below: Option<DirFds> = None;
+    let mut first = true;
     loop {
-        // AcqRel: the finalizer must see that every release before it
-        // happened, whichever thread did it.
-        if cur.pending.fetch_sub(1, Ordering::AcqRel) != 1 {
+        if !std::mem::take(&mut first)
+            && cur.pending.fetch_sub(1, Ordering::AcqRel) != 1
+        {
             return;
         }
         if shared.stopped() {

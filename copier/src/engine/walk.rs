@@ -278,6 +278,9 @@ struct Walker<'w, 's, 'p> {
     scratch: Vec<usize>,
     /// getdents buffer, reused for every directory.
     buf: Vec<u8>,
+    /// Holds on the directory being read handed to what it queued, out
+    /// of its reserve.
+    given: usize,
 }
 
 impl<'w, 's, 'p> Walker<'w, 's, 'p> {
@@ -298,6 +301,7 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
             trace: new_trace(shared, format!("walker-{index}")),
             scratch: Vec::new(),
             buf: Vec::new(),
+            given: 0,
         }
     }
 
@@ -425,15 +429,19 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
             Err(e) => self.shared.entry_failed(e),
             Ok(()) => {}
         }
-        if let Some((node, fds)) = hold {
-            dirs::release(&node, &fds, self.shared);
+        if let Some((node, fds, n)) = hold {
+            dirs::release_n(&node, n, &fds.src, &fds.dst, self.shared);
         }
     }
 
+    /// Reads a directory; returns the outcome and the holds to release:
+    /// the directory's own (and what is left of its reserve), or, not
+    /// made, the one its parent kept for it.
+    #[allow(clippy::type_complexity)]
     fn read_task(
         &mut self,
         task: DirTask,
-    ) -> (Result<()>, Option<(Arc<DirNode>, DirFds)>) {
+    ) -> (Result<()>, Option<(Arc<DirNode>, DirFds, usize)>) {
         let DirTask {
             src,
             dst,
@@ -456,6 +464,7 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
                     src: Arc::clone(src_dir),
                     dst: Arc::clone(d),
                 },
+                1,
             )),
             _ => None,
         };
@@ -490,13 +499,15 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
             (node, fds)
         });
         self.trace.enter(ThreadState::Walking);
+        self.given = 0;
         let r = if mount {
             // Another filesystem, not crossed: made, not read (cp -x).
             Ok(())
         } else {
             self.list(&src, &dst, &src_fd, node.as_ref())
         };
-        (r, node)
+        let left = dirs::READ_RESERVE - self.given + 1;
+        (r, node.map(|(n, f)| (n, f, left)))
     }
 
     /// The source directory's `lstat` and descriptor (never followed),
@@ -647,8 +658,8 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
             _ => libc::S_IFIFO,
         };
         if kind == libc::S_IFDIR {
-            if let Some((n, _)) = node {
-                n.hold();
+            if node.is_some() {
+                self.given += 1;
             }
             self.push(DirTask {
                 src: src.join(os),
@@ -685,7 +696,7 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
             (libc::S_IFLNK, None) => JobKind::Symlink,
             _ => JobKind::Special,
         };
-        node.hold();
+        self.given += 1;
         self.queue(Job {
             kind,
             src: PathBuf::new(),

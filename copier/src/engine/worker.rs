@@ -168,11 +168,7 @@ impl<'s, 'p> Worker<'s, 'p> {
         self.unreported.0 += 1;
         self.unreported.1 += bytes;
         if let (Some(parent), Some(src)) = (&job.parent, &job.src_dir) {
-            let fds = dirs::DirFds {
-                src: Arc::clone(src),
-                dst: Arc::clone(&job.dir),
-            };
-            dirs::release(parent, &fds, self.shared);
+            dirs::release(parent, src, &job.dir, self.shared);
         }
     }
 
