@@ -12,6 +12,7 @@ use zinstall_tune::trees::{self, Shape};
 
 mod archives;
 mod daemon;
+mod model;
 mod oci;
 mod plot;
 
@@ -86,9 +87,34 @@ enum Cmd {
         #[arg(long, default_value = "/var/tmp/zinstall-bench")]
         scratch: PathBuf,
     },
+    /// The walk's critical-path model of a tree: with a walker's cost per
+    /// directory and per entry (from `bench walk`), the time one walker
+    /// takes, the longest chain of directories that must be read one
+    /// after another, and the bounds on W walkers' time and on how many
+    /// workers they feed.
+    Model {
+        /// A generated tree (usr, store, sparse, huge) or a directory.
+        #[arg(long, default_value = "usr")]
+        tree: String,
+        /// Scale of a generated tree.
+        #[arg(long, default_value_t = 1.0)]
+        scale: f64,
+        /// A walker's CPU per directory, in microseconds.
+        #[arg(long)]
+        dir_us: f64,
+        /// A walker's CPU per entry, in microseconds.
+        #[arg(long)]
+        entry_us: f64,
+        /// One worker's copy rate on this tree, entries per second.
+        #[arg(long)]
+        worker_rate: f64,
+        /// Where generated sources go.
+        #[arg(long, default_value = "/var/tmp/zinstall-bench")]
+        scratch: PathBuf,
+    },
     /// Generate a tree.
     Gen {
-        /// usr, store or sparse.
+        /// usr, store, sparse or huge.
         #[arg(long)]
         tree: Shape,
         /// Where (must not exist).
@@ -269,6 +295,15 @@ fn workspace() -> PathBuf {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.command {
+        Cmd::Model {
+            tree,
+            scale,
+            dir_us,
+            entry_us,
+            worker_rate,
+            scratch,
+        } => source(&tree, scale, false, &scratch)
+            .and_then(|src| model::print(&src, dir_us, entry_us, worker_rate)),
         Cmd::Gen {
             tree,
             out,

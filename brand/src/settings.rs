@@ -20,7 +20,7 @@ pub struct TunableArgs {
     #[arg(long, value_name = "N")]
     pub threads: Option<String>,
     /// Walker threads reading directories (COPY_WALKERS; default 0: one
-    /// per 8 workers).
+    /// per 4 workers, at most one per 4 cores).
     #[arg(long, value_name = "N")]
     pub walkers: Option<String>,
     /// Jobs per batch handed to a worker (COPY_BATCH; default 128).

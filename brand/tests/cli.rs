@@ -102,10 +102,15 @@ fn walkers_come_from_flag_environment_or_file() {
     assert_eq!(walkers(&[], None, "file"), 3);
     assert_eq!(walkers(&[], Some("5"), "env"), 5);
     assert_eq!(walkers(&["--walkers", "2"], Some("5"), "flag"), 2);
-    // 0: one per 8 workers.
+    // 0: one per 4 workers, one per 4 cores at most.
+    let auto = copier::Tunables {
+        copy_threads: 9,
+        copy_walkers: 0,
+        ..copier::Tunables::default()
+    };
     assert_eq!(
         walkers(&["--walkers", "0", "--threads", "9"], None, "auto"),
-        2
+        auto.walkers()
     );
     let o = zinstall()
         .args(["copy", "--walkers", "257"])

@@ -103,6 +103,49 @@ fn tune_reports_and_writes_the_defaults_file_keeping_comments() {
     );
 }
 
+/// `zinstall tune --walkers`: walkers swept beside threads and batch, a
+/// row per point, the best written with its walkers.
+#[test]
+fn tune_sweeps_walkers_and_writes_them() {
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("tree");
+    trees::generate(Shape::Usr, &src, 0.02, false).unwrap();
+    let defaults = d.path().join("zinstall");
+    fs::write(&defaults, include_str!("../../etc/default/zinstall")).unwrap();
+    let dest = d.path().join("dest");
+    fs::create_dir(&dest).unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_zinstall"))
+        .args(["tune", "--threads", "2", "--batch", "8"])
+        .args(["--walkers", "1,3", "--runs", "1", "--write", "--dest"])
+        .arg(&dest)
+        .arg("--defaults")
+        .arg(&defaults)
+        .arg(&src)
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    for row in ["| zinstall 2x8 w1 |", "| zinstall 2x8 w3 |"] {
+        assert!(out.contains(row), "{row}: {out}");
+    }
+    assert!(out.contains("best: COPY_THREADS=2 COPY_BATCH=8 COPY_WALKERS="));
+    let text = fs::read_to_string(&defaults).unwrap();
+    let f = copier::DefaultsFile::parse(&defaults, text.as_bytes()).unwrap();
+    let t = copier::Tunables::from_defaults(&f).unwrap();
+    assert!([1, 3].contains(&t.copy_walkers), "{text}");
+    // An empty list is a usage error.
+    let o = Command::new(env!("CARGO_BIN_EXE_zinstall"))
+        .args(["tune", "--walkers", "0"])
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+}
+
 /// `zinstall tune --statemap DIR`: a statemap and its drawing per grid
 /// point, and a table of where the workers' time went.
 #[test]

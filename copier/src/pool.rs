@@ -78,7 +78,12 @@ impl Pool {
             .map_err(|e| {
                 Error::io(Op::Open, "thread pool", io::Error::other(e))
             })?;
-        let walkers = size.div_ceil(crate::tunables::WORKERS_PER_WALKER).max(1);
+        let walkers = crate::Tunables {
+            copy_threads: size,
+            copy_walkers: 0,
+            ..crate::Tunables::default()
+        }
+        .walkers();
         Ok(Pool {
             threads: Arc::new(threads),
             size,
@@ -90,9 +95,9 @@ impl Pool {
     }
 
     /// The same pool with a walker budget of `walkers` (at least one; by
-    /// default one per
-    /// [`WORKERS_PER_WALKER`](crate::tunables::WORKERS_PER_WALKER)
-    /// workers): the walker threads its runs may start between them.
+    /// default what `COPY_WALKERS=0` gives its number of workers, see
+    /// [`Tunables::walkers`](crate::Tunables::walkers)): the walker
+    /// threads its runs may start between them.
     /// Clones made before share the old budget.
     pub fn with_walkers(mut self, walkers: usize) -> Self {
         let size = walkers.max(1);
@@ -235,6 +240,11 @@ mod test {
         assert_eq!(pool.take_walkers(5).count(), 1);
         drop(c);
         assert_eq!(pool.take_walkers(5).count(), 3);
-        assert_eq!(Pool::new(16).unwrap().walkers(), 2, "one per 8 workers");
+        let auto = crate::Tunables {
+            copy_threads: 16,
+            copy_walkers: 0,
+            ..crate::Tunables::default()
+        };
+        assert_eq!(Pool::new(16).unwrap().walkers(), auto.walkers());
     }
 }

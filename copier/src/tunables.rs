@@ -19,17 +19,23 @@ use crate::error::{DefaultsProblem, Error, Result};
 /// walker and on filesystem locks. `zinstall tune` finds a machine's own.
 pub const DEFAULT_COPY_THREADS: usize = 8;
 /// Walker threads reading the source tree's directories; 0 (the
-/// default) is one per [`WORKERS_PER_WALKER`] workers, rounded up. One
-/// walker reads `/usr/share` about ten times as fast as one worker
-/// copies it (`bench walk`, bench/README.md "Wide machines"), so at the
-/// default 8 workers one walker keeps them busy and a second only takes
-/// a core from them; a wider machine tuned to more workers gets more
+/// default) is one per [`WORKERS_PER_WALKER`] workers, rounded up, and
+/// no more than one per [`CORES_PER_WALKER`] cores ([`Tunables::walkers`]):
+/// one up to 7 cores, and on a wide machine tuned to more workers more
 /// walkers with them.
 pub const DEFAULT_COPY_WALKERS: usize = 0;
-/// Workers one walker is counted on to feed when `COPY_WALKERS` is 0:
-/// a little under the ten it feeds on `/usr/share`, since on trees of
-/// smaller files each worker needs entries faster.
-pub const WORKERS_PER_WALKER: usize = 8;
+/// Workers one walker is counted on to feed when `COPY_WALKERS` is 0.
+/// One walker reads `/usr/share` about ten times as fast as one worker
+/// copies it, but a package store of small directories only three
+/// times (`bench walk`, bench/README.md "Wide machines"); four covers
+/// trees between the two.
+pub const WORKERS_PER_WALKER: usize = 4;
+/// Cores each walker is counted on to leave the rest of to the workers
+/// when `COPY_WALKERS` is 0: a walker is busy on a CPU all the while
+/// it reads, and on a 2-core machine a second one copied no faster (2
+/// walkers at 8 workers within a few percent of one on `/usr/share`, a
+/// store and a few huge directories, bench/README.md).
+pub const CORES_PER_WALKER: usize = 4;
 /// Jobs per batch handed to a worker. Batching amortises the channel's
 /// synchronisation over many small files; 128 was best in the same sweep.
 pub const DEFAULT_COPY_BATCH: usize = 128;
@@ -192,10 +198,21 @@ impl Tunables {
     }
 
     /// The walker threads a run starts: `copy_walkers`, or for 0 one per
-    /// [`WORKERS_PER_WALKER`] workers, rounded up.
+    /// [`WORKERS_PER_WALKER`] workers, rounded up, and no more than one
+    /// per [`CORES_PER_WALKER`] of this machine's cores.
     pub fn walkers(&self) -> usize {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        self.walkers_on(cores)
+    }
+
+    /// [`Tunables::walkers`] on a machine of `cores` cores.
+    pub fn walkers_on(&self, cores: usize) -> usize {
         match self.copy_walkers {
-            0 => self.copy_threads.div_ceil(WORKERS_PER_WALKER).max(1),
+            0 => self
+                .copy_threads
+                .div_ceil(WORKERS_PER_WALKER)
+                .min(cores / CORES_PER_WALKER)
+                .max(1),
             n => n,
         }
     }
@@ -316,18 +333,23 @@ mod test {
     }
 
     #[test]
-    fn walkers_default_to_one_per_eight_workers() {
+    fn walkers_default_to_one_per_four_workers_and_four_cores() {
         let t = |threads, walkers| Tunables {
             copy_threads: threads,
             copy_walkers: walkers,
             ..Tunables::default()
         };
-        assert_eq!(Tunables::default().walkers(), 1);
-        assert_eq!(t(1, 0).walkers(), 1);
-        assert_eq!(t(9, 0).walkers(), 2);
-        assert_eq!(t(32, 0).walkers(), 4);
-        assert_eq!(t(128, 0).walkers(), 16);
-        assert_eq!(t(128, 3).walkers(), 3);
+        let d = Tunables::default();
+        assert_eq!(
+            (d.walkers_on(2), d.walkers_on(8), d.walkers_on(64)),
+            (1, 2, 2)
+        );
+        assert_eq!(t(1, 0).walkers_on(64), 1);
+        assert_eq!(t(9, 0).walkers_on(64), 3);
+        assert_eq!(t(32, 0).walkers_on(32), 8);
+        assert_eq!(t(32, 0).walkers_on(16), 4);
+        assert_eq!(t(128, 0).walkers_on(128), 32);
+        assert_eq!(t(128, 3).walkers_on(2), 3, "set, it is as set");
         let f = file("COPY_WALKERS=6\n").unwrap();
         assert_eq!((f.copy_walkers, f.walkers()), (6, 6));
         for bad in [
