@@ -638,8 +638,10 @@ struct WalkRun {
     utilization: f64,
     /// The walkers' CPU time, summed.
     walker_cpu: std::time::Duration,
-    /// Directories the busiest walker read, over all.
+    /// The busiest walker's share of the walkers' CPU time.
     top_share: f64,
+    /// Time the walkers waited for a directory to read, summed.
+    walker_idle: std::time::Duration,
 }
 
 fn walk_bench(
@@ -697,16 +699,9 @@ fn walk_bench(
             }
             // One worker for the copy, and one walker: the copy as it
             // was timed before there were several. The walk-only runs
-            // keep a default copy's queue (2 × 8 batches of COPY_BATCH,
-            // one consumer discarding what comes off it), so that the
-            // walkers are not held back by the consumer's every wait for
-            // a CPU on a busy machine.
+            // discard their batches in the walkers themselves.
             let tunables = copier::Tunables {
-                copy_threads: if counts[i].is_some() {
-                    copier::tunables::DEFAULT_COPY_THREADS
-                } else {
-                    1
-                },
+                copy_threads: 1,
                 copy_walkers: counts[i].unwrap_or(1),
                 ..copier::Tunables::default()
             };
@@ -726,19 +721,19 @@ fn walk_bench(
                 walker_blocked: r.stats.walker_blocked,
                 utilization: r.stats.utilization(),
                 walker_cpu: r.stats.walkers.iter().map(|w| w.cpu).sum(),
+                walker_idle: r.stats.walkers.iter().map(|w| w.idle).sum(),
                 top_share: r
                     .stats
                     .walkers
                     .iter()
-                    .map(|w| w.entries)
-                    .max()
-                    .unwrap_or(0) as f64
+                    .map(|w| w.cpu.as_secs_f64())
+                    .fold(0.0, f64::max)
                     / r.stats
                         .walkers
                         .iter()
-                        .map(|w| w.entries)
-                        .sum::<u64>()
-                        .max(1) as f64,
+                        .map(|w| w.cpu.as_secs_f64())
+                        .sum::<f64>()
+                        .max(1e-9),
             });
             Ok(took)
         },
@@ -785,13 +780,14 @@ fn walk_bench(
             ));
         }
         md.push_str(&format!(
-            "\n{}: walkers' CPU {:.3} s, blocked on the full queue {:.3} s; \
-             the busiest walker read {:.0}% of the entries; its consumer \
-             busy {:.0}% of the wall time (medians).\n",
+            "\n{}: walkers' CPU {:.3} s (the busiest {:.0}% of it), idle \
+             {:.3} s, blocked on the full queue {:.3} s; workers busy {:.0}% \
+             of the wall time (medians).\n",
             s.tool,
             median(d, |r| r.walker_cpu.as_secs_f64()),
-            median(d, |r| r.walker_blocked.as_secs_f64()),
             100.0 * median(d, |r| r.top_share),
+            median(d, |r| r.walker_idle.as_secs_f64()),
+            median(d, |r| r.walker_blocked.as_secs_f64()),
             100.0 * median(d, |r| r.utilization),
         ));
     }

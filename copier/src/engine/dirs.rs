@@ -185,6 +185,9 @@ pub(crate) fn release_n(
             None => cur.fds(below.as_ref()),
         };
         below = match fds {
+            // Walk-only leaves directory metadata out: it is the workers'
+            // work in a copy.
+            Ok(f) if shared.plan.walk_only => Some(f),
             Ok(f) => {
                 if let Err(e) = meta::apply_dir(shared, &cur, &f) {
                     shared.entry_failed(e);

@@ -46,9 +46,11 @@
 //!   cancel) stop every walker either way.
 //!
 //! Walk-only ([`Plan::walk_only`], a measurement aid): the walkers are
-//! unchanged, directories included; one worker takes the batches and
-//! discards each job, releasing its directory, so the walkers' own rate
-//! can be measured apart from the copying. A dry run is the same walk
+//! unchanged, directories and batches included, but each walker discards
+//! the batches it fills instead of queuing them, releasing their
+//! directories, and no directory's metadata is applied (the workers'
+//! work in a copy), so the walkers' own rate is measured apart from the
+//! copying and from any consumer's. A dry run is the same walk
 //! with nothing made: the walkers count what a copy would do
 //! ([`preview`]).
 
@@ -111,17 +113,6 @@ impl Job {
             let name = std::ffi::OsStr::from_bytes(self.leaf.to_bytes());
             self.src = p.src.join(name);
             self.dst = p.dst.join(name);
-        }
-    }
-
-    /// The source path, made from the directory's if not filled in.
-    pub(crate) fn shown_src(&self) -> std::borrow::Cow<'_, Path> {
-        match &self.parent {
-            Some(p) if self.src.as_os_str().is_empty() => {
-                let name = std::ffi::OsStr::from_bytes(self.leaf.to_bytes());
-                std::borrow::Cow::Owned(p.src.join(name))
-            }
-            _ => std::borrow::Cow::Borrowed(&self.src),
         }
     }
 }
@@ -384,11 +375,11 @@ fn run_tree(
         run_tree_pooled(shared, pool, top, stats, entities);
         return;
     }
-    // The queue is the copy's, whatever consumes it.
     let (tx, rx) =
         crossbeam_channel::bounded::<Vec<Job>>(2 * plan.tunables.copy_threads);
+    // Walk-only: the walkers discard their own batches.
     let threads = if plan.walk_only {
-        1
+        0
     } else {
         plan.tunables.copy_threads
     };
@@ -415,7 +406,7 @@ fn run_tree(
         let walked = walk::run(
             shared,
             walk::Mode::Copy,
-            Some(&tx),
+            (!plan.walk_only).then_some(&tx as &(dyn walk::Dispatch + Sync)),
             Some(top),
             plan.tunables.walkers(),
         );
@@ -534,6 +525,15 @@ fn run_single(
     } else {
         JobKind::Special
     };
+    if plan.walk_only {
+        // Counted as the entry it stands for; nothing written.
+        match kind {
+            JobKind::File => stats.files += 1,
+            JobKind::Symlink => stats.symlinks += 1,
+            _ => stats.specials += 1,
+        }
+        return;
+    }
     let job = Job {
         kind,
         src: plan.src.clone(),

@@ -722,6 +722,11 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
         }
         let cap = batch_capacity(self.shared);
         let batch = std::mem::replace(&mut self.batch, Vec::with_capacity(cap));
+        self.load.batches += 1;
+        if self.shared.plan.walk_only {
+            self.discard(batch);
+            return;
+        }
         let Some(tx) = self.walk.dispatch else { return };
         let idx = self.index as u32;
         crate::probes::zinstall::batch__dispatch!(|| (
@@ -729,13 +734,33 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
             batch.len() as u64,
             tx.queued() as u64
         ));
-        self.load.batches += 1;
         if let Err(batch) = tx.try_send(batch) {
             self.trace.enter(ThreadState::Blocked);
             let t0 = Instant::now();
             tx.send(batch);
             self.load.blocked += t0.elapsed();
             self.trace.enter(ThreadState::Walking);
+        }
+    }
+
+    /// Walk-only: counts each job as the entry it stands for and releases
+    /// its directory, writing nothing.
+    fn discard(&mut self, batch: Vec<Job>) {
+        let n = batch.len() as u64;
+        for job in batch {
+            let count = match job.kind {
+                JobKind::File => &mut self.stats.files,
+                JobKind::Symlink => &mut self.stats.symlinks,
+                JobKind::Special => &mut self.stats.specials,
+                JobKind::Redirect(_) => &mut self.stats.redirects,
+            };
+            *count += 1;
+            if let (Some(p), Some(src)) = (&job.parent, &job.src_dir) {
+                dirs::release(p, src, &job.dir, self.shared);
+            }
+        }
+        if let Some(p) = &self.shared.plan.progress {
+            p.advance(n, 0);
         }
     }
 

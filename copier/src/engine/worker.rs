@@ -125,10 +125,7 @@ impl<'s, 'p> Worker<'s, 'p> {
 
     /// Does one job, records its error if any, and releases its directory.
     pub(crate) fn do_job(&mut self, mut job: Job) {
-        // Discarding (walk-only) needs no paths: they are the copy's.
-        if !self.shared.plan.walk_only {
-            job.name_paths();
-        }
+        job.name_paths();
         let before = self.stats.bytes;
         let left = (
             self.stats.unchanged,
@@ -139,13 +136,9 @@ impl<'s, 'p> Worker<'s, 'p> {
         probes::zinstall::job__start!(|| (
             idx,
             job.kind.name(),
-            job.shown_src().to_string_lossy().into_owned()
+            job.src.to_string_lossy()
         ));
         let r = match &job.kind {
-            _ if self.shared.plan.walk_only => {
-                self.discard(&job.kind);
-                Ok(())
-            }
             JobKind::File => self.copy_file(&job),
             JobKind::Symlink => self.copy_symlink(&job),
             JobKind::Special => self.copy_special(&job),
@@ -155,7 +148,7 @@ impl<'s, 'p> Worker<'s, 'p> {
         probes::zinstall::job__done!(|| (
             idx,
             job.kind.name(),
-            job.shown_src().to_string_lossy().into_owned(),
+            job.src.to_string_lossy(),
             bytes,
             probes::errno(&r)
         ));
@@ -179,10 +172,7 @@ impl<'s, 'p> Worker<'s, 'p> {
         let Some(l) = &self.shared.plan.listener else {
             return;
         };
-        if self.shared.plan.walk_only
-            || self.stats.unchanged != left.0
-            || self.stats.skipped != left.1
-        {
+        if self.stats.unchanged != left.0 || self.stats.skipped != left.1 {
             return;
         }
         let kind = match &job.kind {
@@ -200,17 +190,6 @@ impl<'s, 'p> Worker<'s, 'p> {
     /// True if the run goes on past a failed entry and has not stopped.
     fn goes_on(&self) -> bool {
         self.shared.keep_going() && !self.shared.stopped()
-    }
-
-    /// Walk-only: counts the entry the job stands for, writes nothing.
-    fn discard(&mut self, kind: &JobKind) {
-        let n = match kind {
-            JobKind::File => &mut self.stats.files,
-            JobKind::Symlink => &mut self.stats.symlinks,
-            JobKind::Special => &mut self.stats.specials,
-            JobKind::Redirect(_) => &mut self.stats.redirects,
-        };
-        *n += 1;
     }
 
     fn copy_file(&mut self, job: &Job) -> Result<()> {
