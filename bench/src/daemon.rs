@@ -108,7 +108,7 @@ fn start(
     fs::write(
         &config,
         format!(
-            "copy_threads = {budget}\ndefaults = \"/nonexistent\"\ncache = \"{}\"\n",
+            "copy_threads = {budget}\ndefaults = \"/dev/null\"\ncache = \"{}\"\n",
             cache.display()
         ),
     )
@@ -332,7 +332,7 @@ pub fn run(
                     let cmds = (0..clients)
                         .map(|c| {
                             let mut cmd = Command::new(bin.join("zinstall"));
-                            cmd.env("ZINSTALL_DEFAULTS", "/nonexistent")
+                            cmd.env("ZINSTALL_DEFAULTS", "/dev/null")
                                 .env_remove("ZINSTALL_DAEMON")
                                 .arg("install")
                                 .arg("--profile")
@@ -363,6 +363,7 @@ pub fn run(
                                     force: false,
                                     platform: None,
                                     max_archive_size: None,
+                                    allow_devices: false,
                                 })
                             })
                             .collect(),
@@ -372,7 +373,7 @@ pub fn run(
                     let cmds = (0..clients)
                         .map(|c| {
                             let mut cmd = Command::new(bin.join("zinstall"));
-                            cmd.env("ZINSTALL_DEFAULTS", "/nonexistent")
+                            cmd.env("ZINSTALL_DEFAULTS", "/dev/null")
                                 .env_remove("ZINSTALL_DAEMON")
                                 .arg("provision")
                                 .arg(&image)

@@ -1290,7 +1290,7 @@ fn install_bench(
             peers::sync();
             peers::warm(&seed).map_err(|e| e.to_string())?;
             let mut c = std::process::Command::new(&z);
-            c.env("ZINSTALL_DEFAULTS", "/nonexistent").arg("install");
+            c.env("ZINSTALL_DEFAULTS", "/dev/null").arg("install");
             if i == 1 {
                 c.args(["--threads", "1", "--batch", "1"]);
             }

@@ -6,7 +6,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Args, CommandFactory, Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 use crate::cmd;
 
@@ -34,39 +34,11 @@ pub struct Cli {
     pub command: Command,
     /// Have zinstalld run the command, at its socket (default
     /// /run/zinstall/zinstalld.sock; also ZINSTALL_DAEMON): copy,
-    /// install, uninstall, provision and cache, with the same output.
+    /// install, uninstall, provision and cache, with the same output
+    /// (other commands refuse it).
     #[arg(long, global = true, value_name = "SOCKET", num_args = 0..=1,
           require_equals = true)]
     pub daemon: Option<Option<PathBuf>>,
-}
-
-/// The command line the binary parses: [`Cli`] and the hidden commands
-/// for packagers. They are kept out of [`Cli`] because the completion
-/// generators would offer a hidden subcommand all the same.
-#[derive(Parser, Debug)]
-#[command(name = "zinstall", version = VERSION, about = ABOUT, max_term_width = 100)]
-pub struct Invocation {
-    /// What to do.
-    #[command(subcommand)]
-    pub command: Any,
-    /// Have zinstalld run the command, at its socket (default
-    /// /run/zinstall/zinstalld.sock; also ZINSTALL_DAEMON): copy,
-    /// install, uninstall, provision and cache, with the same output.
-    #[arg(long, global = true, value_name = "SOCKET", num_args = 0..=1,
-          require_equals = true)]
-    pub daemon: Option<Option<PathBuf>>,
-}
-
-/// A user's command or a packager's.
-#[derive(Subcommand, Debug)]
-pub enum Any {
-    /// A command of [`Cli`].
-    #[command(flatten)]
-    User(Box<Command>),
-    /// Write the completion script for SHELL to standard output (pkg/Makefile
-    /// installs them).
-    #[command(hide = true)]
-    Completions(CompletionsArgs),
 }
 
 /// The subcommands.
@@ -98,22 +70,39 @@ pub enum Command {
     Cancel(cmd::remote::CancelArgs),
 }
 
-/// Arguments of the hidden `zinstall completions`.
-#[derive(Args, Debug)]
-pub struct CompletionsArgs {
-    /// The shell to complete for.
-    pub shell: clap_complete::Shell,
+/// `zinstall completions SHELL`, the packagers' command that writes a
+/// completion script (pkg/Makefile installs them), read before clap
+/// parses: a hidden subcommand of [`Cli`] would be offered by the
+/// completions themselves and by clap's typo tips. `None` for any other
+/// command line.
+pub fn completions_request(args: &[std::ffi::OsString]) -> Option<ExitCode> {
+    if args.get(1).is_none_or(|a| a != "completions") {
+        return None;
+    }
+    use clap::ValueEnum;
+    let shell = match &args[2..] {
+        [s] => s
+            .to_str()
+            .and_then(|s| clap_complete::Shell::from_str(s, false).ok()),
+        _ => None,
+    };
+    Some(match shell {
+        Some(shell) => completions(shell),
+        None => {
+            crate::output::error(
+                "usage: zinstall completions bash|zsh|fish|elvish|powershell",
+            );
+            ExitCode::from(2)
+        }
+    })
 }
 
 /// Runs the command the arguments name.
-pub fn run(invocation: &Invocation) -> ExitCode {
-    let command = match &invocation.command {
-        Any::User(c) => c.as_ref(),
-        Any::Completions(a) => return completions(a.shell),
-    };
+pub fn run(cli: &Cli) -> ExitCode {
+    let command = &cli.command;
     use cmd::provision::CacheCommand;
     use cmd::remote;
-    if let Some(sock) = remote::socket(&invocation.daemon) {
+    if let Some(sock) = remote::socket(&cli.daemon) {
         match command {
             Command::Copy(a) => return remote::copy(&sock, a),
             Command::Install(a) => return remote::install(&sock, a),
@@ -145,12 +134,34 @@ pub fn run(invocation: &Invocation) -> ExitCode {
             _ => {}
         }
     }
+    // The flag, given to a command it does not apply to, is refused
+    // rather than ignored (ZINSTALL_DAEMON names a default only).
+    let local = match command {
+        Command::Statemap(_) => Some(("statemap", false)),
+        Command::Trace(_) => Some(("trace", false)),
+        Command::Tune(_) => Some(("tune", false)),
+        Command::Verify(a) => Some(("verify", a.json)),
+        Command::Image(a) => Some(("image", a.json())),
+        _ => None,
+    };
+    if let (Some((name, json)), Some(_)) = (local, &cli.daemon) {
+        crate::json::fail(
+            json,
+            format_args!(
+                "--daemon does not apply to {name}, which always runs here; \
+                 the daemon runs copy, install, uninstall, provision, cache, \
+                 jobs and cancel"
+            ),
+            serde_json::json!({ "kind": "usage" }),
+        );
+        return ExitCode::from(2);
+    }
     match command {
         Command::Jobs(a) => {
-            remote::jobs(&remote::socket_or_default(&invocation.daemon), a)
+            remote::jobs(&remote::socket_or_default(&cli.daemon), a)
         }
         Command::Cancel(a) => {
-            remote::cancel(&remote::socket_or_default(&invocation.daemon), a)
+            remote::cancel(&remote::socket_or_default(&cli.daemon), a)
         }
         Command::Copy(a) => cmd::copy::run(a),
         Command::Install(a) => cmd::install::install(a),
@@ -163,6 +174,46 @@ pub fn run(invocation: &Invocation) -> ExitCode {
         Command::Tune(a) => cmd::tune::run(a),
         Command::Image(a) => cmd::image::run(a),
     }
+}
+
+/// Help text shown as written. clap turns `{n}` anywhere in a help text
+/// into a line break, which would eat a hostname pattern's `{n}`: each
+/// `{` is followed by an empty style (an SGR reset), which breaks the
+/// match and prints as nothing (clap strips it off a terminal, and a
+/// terminal shows nothing for it).
+pub fn verbatim(text: &str) -> clap::builder::StyledStr {
+    clap::builder::StyledStr::from(text.replace('{', "{\u{1b}[0m"))
+}
+
+/// A command line clap refused: printed as clap prints it, or, with
+/// `--json` among the options, as a JSON error object on standard output
+/// (exit 2 either way; help and version go as asked).
+pub fn usage_error(e: clap::Error, args: &[std::ffi::OsString]) -> ExitCode {
+    use clap::error::ErrorKind;
+    let json = args
+        .iter()
+        .take_while(|a| *a != "--")
+        .any(|a| a == "--json");
+    let shown = matches!(
+        e.kind(),
+        ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    );
+    if !json || shown {
+        e.exit()
+    }
+    // The error's lines, up to the usage that follows them.
+    let text = e.render().to_string();
+    let message = text
+        .lines()
+        .take_while(|l| !l.trim().is_empty())
+        .map(str::trim)
+        .collect::<Vec<_>>()
+        .join(" ");
+    let message = message.strip_prefix("error: ").unwrap_or(&message);
+    crate::json::fail(true, message, serde_json::json!({ "kind": "usage" }));
+    ExitCode::from(2)
 }
 
 /// Writes the completion script for `shell` to standard output.

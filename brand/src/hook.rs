@@ -72,12 +72,18 @@ fn usage(why: &str) -> u8 {
     USAGE
 }
 
+/// `ERROR: zinstall: ` and the message's first line, as zoneadm shows a
+/// brand's errors; its other lines (a parser's quoted line and caret)
+/// follow as they are, each escaped.
 fn fail(msg: impl std::fmt::Display) {
-    let _ = writeln!(
-        std::io::stderr(),
-        "ERROR: zinstall: {}",
-        crate::output::escape(&msg.to_string())
-    );
+    let msg = msg.to_string();
+    let mut lines = msg.split('\n');
+    let mut e = std::io::stderr().lock();
+    let first = crate::output::escape(lines.next().unwrap_or_default());
+    let _ = writeln!(e, "ERROR: zinstall: {first}");
+    for l in lines {
+        let _ = writeln!(e, "{}", crate::output::escape(l));
+    }
 }
 
 fn lossy(s: &OsStr) -> String {
@@ -305,6 +311,7 @@ fn cmd_install(
             )),
             ..Default::default()
         },
+        progress: None,
     };
     match job.run() {
         Ok(_) => OK,
@@ -333,7 +340,7 @@ fn before_root(zonepath: &Path) -> u8 {
 fn cmd_uninstall(zonepath: &Path, foreign: bool, argv: &[OsString]) -> u8 {
     let log_path = Profile::load(&profile_path())
         .map(|p| p.log)
-        .unwrap_or_else(|_| "/var/log/zinstall.log".into());
+        .unwrap_or_else(|_| profile::DEFAULT_LOG.into());
     let (log, _) = open_log(&log_path, argv);
     let mut show = |e: &install::Event| crate::output::event(e);
     match install::uninstall(zonepath, foreign, &log, &mut show) {
@@ -390,31 +397,64 @@ fn verify_cfg(xml: &Path) -> u8 {
         ));
         return FATAL;
     }
-    match check_config(&text) {
+    match check_config(xml, &text) {
         Ok(()) => OK,
         Err(why) => {
-            fail(format!("verify_cfg {}: {why}", xml.display()));
+            fail(format!("verify_cfg {why}"));
             FATAL
         }
     }
 }
 
-/// The checks of `verify_cfg` on a configuration document.
-pub fn check_config(text: &str) -> Result<(), String> {
+/// The checks of `verify_cfg` on `text`, the configuration document
+/// `xml`; the error begins with the file's name (and, for XML that does
+/// not parse, its line and column, then the line and a caret).
+pub fn check_config(xml: &Path, text: &str) -> Result<(), String> {
+    check_document(text).map_err(|(why, at)| match at {
+        Some(p) => copier::Syntax::at_line(
+            xml,
+            text,
+            p.row as usize,
+            p.col as usize,
+            why,
+        )
+        .to_string(),
+        None => format!("{}: {why}", xml.display()),
+    })
+}
+
+/// The checks of `verify_cfg`: why the document is refused, and where
+/// when its XML does not parse.
+fn check_document(
+    text: &str,
+) -> Result<(), (String, Option<roxmltree::TextPos>)> {
     // Bounded before a parser recurses over it.
     let depth = nesting(text);
     if depth > MAX_XML_DEPTH {
-        return Err(format!(
-            "elements nested {depth} deep; a zone configuration is at most \
-             {MAX_XML_DEPTH}"
+        return Err((
+            format!(
+                "elements nested {depth} deep; a zone configuration is at \
+                 most {MAX_XML_DEPTH}"
+            ),
+            None,
         ));
     }
     let opts = roxmltree::ParsingOptions {
         allow_dtd: true,
         ..Default::default()
     };
-    let doc = roxmltree::Document::parse_with_options(text, opts)
-        .map_err(|e| format!("not valid XML: {e}"))?;
+    let doc =
+        roxmltree::Document::parse_with_options(text, opts).map_err(|e| {
+            // Its position is shown apart, with the line.
+            let why = e.to_string();
+            let why = why.rsplit_once(" at ").map_or(why.as_str(), |w| w.0);
+            (format!("not valid XML: {why}"), Some(e.pos()))
+        })?;
+    check_zone(&doc).map_err(|why| (why, None))
+}
+
+/// The zone element's checks.
+fn check_zone(doc: &roxmltree::Document<'_>) -> Result<(), String> {
     let zone = doc.root_element();
     if zone.tag_name().name() != "zone" {
         return Err(format!(
@@ -524,20 +564,28 @@ mod test {
     fn config_checks() {
         let ok = r#"<?xml version="1.0"?><!DOCTYPE zone PUBLIC "-//Sun Microsystems Inc//DTD Zones//EN" "file:///usr/share/lib/xml/dtd/zonecfg.dtd.1">
 <zone name="z1" zonepath="/zones/z1" brand="zinstall" ip-type="exclusive"><network physical="z1net0"/></zone>"#;
-        check_config(ok).unwrap();
+        let cfg = Path::new("z1.xml");
+        check_config(cfg, ok).unwrap();
         let shared = ok.replace("exclusive", "shared");
         assert!(
-            check_config(&shared)
+            check_config(cfg, &shared)
                 .unwrap_err()
                 .contains("ip-type=exclusive")
         );
         let other = ok.replace("brand=\"zinstall\"", "brand=\"sparse\"");
-        assert!(check_config(&other).unwrap_err().contains("sparse"));
+        assert!(check_config(cfg, &other).unwrap_err().contains("sparse"));
         let nolink = ok.replace(" physical=\"z1net0\"", "");
-        assert!(check_config(&nolink).is_err());
-        assert!(check_config("<zone").is_err());
+        assert!(check_config(cfg, &nolink).is_err());
+        assert!(check_config(cfg, "<zone").is_err());
+        // Broken XML: where, with the line and a caret under the place.
+        assert_eq!(
+            check_config(cfg, "<zone name=\"a\">\n  <net></zone>\n")
+                .unwrap_err(),
+            "z1.xml:2:8: not valid XML: expected 'net' tag, not 'zone'\n  |\n\
+             2 |   <net></zone>\n  |        ^"
+        );
         let deep = format!("{}{}", "<a>".repeat(20_000), "</a>".repeat(20_000));
-        assert!(check_config(&deep).unwrap_err().contains("nested"));
+        assert!(check_config(cfg, &deep).unwrap_err().contains("nested"));
         assert_eq!(nesting(ok), 1);
         assert_eq!(nesting("<a x='>'><b/><!-- <c> --><![CDATA[<d>]]></a>"), 1);
     }

@@ -3,11 +3,16 @@
 //! parses its arguments and calls in here; the engine is the `copier`
 //! crate.
 
+#![deny(missing_docs)]
+#![deny(unsafe_code)]
+
 pub mod cli;
-pub mod cmd;
+mod cmd;
 pub mod hook;
-pub mod json;
+mod json;
 pub mod output;
-pub mod pull;
-pub mod settings;
-pub mod statemap;
+mod pull;
+mod settings;
+mod statemap;
+#[allow(unsafe_code)]
+pub mod sys;

@@ -14,13 +14,34 @@ use std::time::Duration;
 
 use indicatif::{HumanBytes, ProgressBar, ProgressState, ProgressStyle};
 
-/// The program name used as a prefix on diagnostics.
+/// The program name diagnostics are prefixed with, unless a binary
+/// sets its own ([`set_program`]).
 pub const PROG: &str = "zinstall";
 
-/// A progress bar fed by the engine's workers.
+static PROGRAM: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
+
+/// Names the running program in diagnostics (`zinstalld: error: ...`);
+/// the first call wins.
+pub fn set_program(name: &'static str) {
+    let _ = PROGRAM.set(name);
+}
+
+/// The program name diagnostics carry.
+pub fn program() -> &'static str {
+    PROGRAM.get().copied().unwrap_or(PROG)
+}
+
+/// A progress line fed by the engine's workers: a spinner with entries,
+/// bytes and rate while the size of the work is not known (a tree being
+/// walked), a bar with the percentage and the time left once it is (an
+/// archive's or image's length, a tree counted before). Drawn on a
+/// terminal only.
 pub struct Bar {
     bar: ProgressBar,
+    entries: Arc<AtomicU64>,
     bytes: Arc<AtomicU64>,
+    spinner: ProgressStyle,
+    measured: ProgressStyle,
 }
 
 impl Bar {
@@ -32,15 +53,23 @@ impl Bar {
         {
             return None;
         }
+        let entries = Arc::new(AtomicU64::new(0));
         let bytes = Arc::new(AtomicU64::new(0));
+        let e1 = Arc::clone(&entries);
         let (b1, b2) = (Arc::clone(&bytes), Arc::clone(&bytes));
-        let style = ProgressStyle::with_template(
-            "{spinner} {prefix} {elapsed_precise} {pos} entries, {bytes} \
-             ({rate})",
+        let spinner = ProgressStyle::with_template(
+            "{spinner} {prefix} {elapsed_precise} {entries}, {data} ({rate})",
         )
         .unwrap_or_else(|_| ProgressStyle::default_spinner())
         .with_key(
-            "bytes",
+            "entries",
+            move |_: &ProgressState, w: &mut dyn std::fmt::Write| {
+                let n = e1.load(Ordering::Relaxed);
+                let _ = write!(w, "{}", count(n, "entry", "entries"));
+            },
+        )
+        .with_key(
+            "data",
             move |_: &ProgressState, w: &mut dyn std::fmt::Write| {
                 let _ = write!(w, "{}", HumanBytes(b1.load(Ordering::Relaxed)));
             },
@@ -53,11 +82,35 @@ impl Bar {
                 let _ = write!(w, "{}/s", HumanBytes(rate as u64));
             },
         );
+        let measured = ProgressStyle::with_template(
+            "{spinner} {prefix} [{bar:20}] {percent:>3}% of {total_bytes}, \
+             {eta} left",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("=> ");
         let bar = ProgressBar::new_spinner()
-            .with_style(style)
+            .with_style(spinner.clone())
             .with_prefix(what.to_string());
         bar.enable_steady_tick(Duration::from_millis(100));
-        Some(Arc::new(Bar { bar, bytes }))
+        // Drawn at once: a short run is still seen to run.
+        bar.force_draw();
+        Some(Arc::new(Bar {
+            bar,
+            entries,
+            bytes,
+            spinner,
+            measured,
+        }))
+    }
+
+    /// Says what is being done now.
+    pub fn set_what(&self, what: &str) {
+        self.bar.set_prefix(what.to_string());
+    }
+
+    /// Runs `f` (which prints) with the bar off the screen.
+    pub fn suspend<R>(&self, f: impl FnOnce() -> R) -> R {
+        self.bar.suspend(f)
     }
 
     /// Removes the bar from the screen.
@@ -66,10 +119,47 @@ impl Bar {
     }
 }
 
+impl std::fmt::Debug for Bar {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Bar").finish_non_exhaustive()
+    }
+}
+
 impl copier::Progress for Bar {
     fn advance(&self, entries: u64, bytes: u64) {
         self.bytes.fetch_add(bytes, Ordering::Relaxed);
-        self.bar.inc(entries);
+        self.entries.fetch_add(entries, Ordering::Relaxed);
+    }
+
+    fn begin(&self, total: Option<u64>) {
+        self.entries.store(0, Ordering::Relaxed);
+        self.bytes.store(0, Ordering::Relaxed);
+        match total {
+            Some(t) => {
+                self.bar.set_style(self.measured.clone());
+                self.bar.set_length(t);
+            }
+            None => {
+                self.bar.set_style(self.spinner.clone());
+                self.bar.unset_length();
+            }
+        }
+        self.bar.reset();
+        // Shown at once, however short the part: a new style and total
+        // are worth a draw the rate limit would skip.
+        self.bar.force_draw();
+    }
+
+    fn read(&self, bytes: u64) {
+        self.bar.inc(bytes);
+    }
+}
+
+/// Runs `f`, which prints, with `bar` (if any) off the screen meanwhile.
+pub fn above<R>(bar: &Option<Arc<Bar>>, f: impl FnOnce() -> R) -> R {
+    match bar {
+        Some(b) => b.suspend(f),
+        None => f(),
     }
 }
 
@@ -110,21 +200,28 @@ pub fn escape(s: &str) -> String {
     out
 }
 
-/// `n` with the word that fits it: `1 file`, `2 files`.
-pub fn count(n: u64, one: &str, many: &str) -> String {
-    format!("{n} {}", if n == 1 { one } else { many })
-}
+pub use copier::stats::{count, human_bytes, human_duration};
 
-/// Prints an error line on stderr.
+/// Prints an error on stderr: `zinstall: error: ` and its first line,
+/// then its other lines (a parser's quoted line and caret) as they are,
+/// each escaped on its own.
 pub fn error(msg: impl std::fmt::Display) {
-    let line = escape(&msg.to_string());
-    let _ = writeln!(std::io::stderr(), "{PROG}: error: {line}");
+    diagnostic("error", &msg.to_string());
 }
 
-/// Prints a note on stderr.
+/// Prints a note on stderr, as [`error`] prints an error.
 pub fn note(msg: impl std::fmt::Display) {
-    let line = escape(&msg.to_string());
-    let _ = writeln!(std::io::stderr(), "{PROG}: note: {line}");
+    diagnostic("note", &msg.to_string());
+}
+
+fn diagnostic(what: &str, text: &str) {
+    let mut lines = text.split('\n');
+    let first = escape(lines.next().unwrap_or_default());
+    let mut err = std::io::stderr().lock();
+    let _ = writeln!(err, "{}: {what}: {first}", program());
+    for l in lines {
+        let _ = writeln!(err, "{}", escape(l));
+    }
 }
 
 /// Prints an install's step as zoneadm shows it: `INFO: zinstall: ...`.
@@ -156,36 +253,36 @@ pub fn failure(f: &copier::Failure) {
 /// Prints the per-worker detail of `--stats`.
 pub fn stats_detail(s: &copier::Stats) {
     out(format_args!(
-        "data: {} reflinked, {} copied in kernel, {} through buffer",
-        s.reflinked, s.kernel_copied, s.buffered
+        "data: {} bytes: {} reflinked, {} copied in kernel, {} through buffer",
+        s.bytes, s.reflinked, s.kernel_copied, s.buffered
     ));
     out(format_args!(
-        "workers: {} busy {:.0}%, walkers: {} blocked {} ms",
+        "workers: {} busy {:.0}%, walkers: {} blocked {}",
         s.workers.len(),
         s.utilization() * 100.0,
         s.walkers.len(),
-        s.walker_blocked.as_millis()
+        human_duration(s.walker_blocked)
     ));
     for (i, w) in s.walkers.iter().enumerate() {
         out(format_args!(
-            "  walker-{i}: {} dirs, {} entries, {} batches, {} stolen, busy {} ms (blocked {} ms), idle {} ms, CPU {} ms",
-            w.dirs,
-            w.entries,
-            w.batches,
+            "  walker-{i}: {}, {}, {}, {} stolen, busy {} (blocked {}), idle {}, CPU {}",
+            count(w.dirs, "dir", "dirs"),
+            count(w.entries, "entry", "entries"),
+            count(w.batches, "batch", "batches"),
             w.steals,
-            w.busy.as_millis(),
-            w.blocked.as_millis(),
-            w.idle.as_millis(),
-            w.cpu.as_millis()
+            human_duration(w.busy),
+            human_duration(w.blocked),
+            human_duration(w.idle),
+            human_duration(w.cpu)
         ));
     }
     for (i, w) in s.workers.iter().enumerate() {
         out(format_args!(
-            "  worker-{i}: {} jobs in {} batches, {} bytes, busy {} ms",
-            w.jobs,
-            w.batches,
-            w.bytes,
-            w.busy.as_millis()
+            "  worker-{i}: {} in {}, {}, busy {}",
+            count(w.jobs, "job", "jobs"),
+            count(w.batches, "batch", "batches"),
+            human_bytes(w.bytes),
+            human_duration(w.busy)
         ));
     }
 }

@@ -7,8 +7,7 @@ use std::path::{Path, PathBuf};
 use clap::Args;
 use copier::{DefaultsFile, Tunables};
 
-/// The system-wide defaults file (defopen(3C) format).
-pub const DEFAULTS_FILE: &str = "/etc/default/zinstall";
+pub use zinstall_install::DEFAULTS_FILE;
 
 /// The environment variable naming another defaults file.
 pub const DEFAULTS_ENV: &str = "ZINSTALL_DEFAULTS";
@@ -31,7 +30,7 @@ pub struct TunableArgs {
     #[arg(long, value_name = "BYTES")]
     pub bufsize: Option<String>,
     /// Defaults file to read instead of /etc/default/zinstall (also
-    /// ZINSTALL_DEFAULTS).
+    /// ZINSTALL_DEFAULTS); it must exist (/dev/null: none).
     #[arg(long, value_name = "FILE")]
     pub defaults: Option<PathBuf>,
 }
@@ -57,12 +56,13 @@ impl TunableArgs {
         env: impl Fn(&str) -> Option<OsString>,
     ) -> copier::Result<Tunables> {
         let path = self.defaults_path(&env);
-        // A file named with --defaults must be there; the system file
-        // (or one ZINSTALL_DEFAULTS names, which scripts and tests point
-        // away from the system's) may be missing: built-in defaults then.
-        let file = match &self.defaults {
-            Some(_) => DefaultsFile::load_required(&path)?,
-            None => DefaultsFile::load(&path)?,
+        // A file named, with --defaults or ZINSTALL_DEFAULTS, must be
+        // there (/dev/null names none); the system's may be missing:
+        // built-in defaults then.
+        let file = if path == Path::new(DEFAULTS_FILE) {
+            DefaultsFile::load(&path)?
+        } else {
+            DefaultsFile::load_required(&path)?
         };
         let mut t = Tunables::from_defaults(&file)?;
         t.apply_env(&env)?;
@@ -117,17 +117,20 @@ mod test {
     }
 
     #[test]
-    fn a_defaults_file_named_by_flag_must_exist() {
+    fn a_defaults_file_named_by_flag_or_environment_must_exist() {
         let args = TunableArgs {
             defaults: Some("/nonexistent/zinstall".into()),
             ..Default::default()
         };
         let e = args.resolve_with(|_| None).unwrap_err();
         assert!(e.to_string().contains("/nonexistent/zinstall"), "{e}");
-        // Named by the environment, or the system file: may be missing.
         let env = |k: &str| {
             (k == DEFAULTS_ENV).then(|| "/nonexistent/zinstall".into())
         };
+        let e = TunableArgs::default().resolve_with(env).unwrap_err();
+        assert!(e.to_string().contains("/nonexistent/zinstall"), "{e}");
+        // /dev/null names none: the built-in defaults.
+        let env = |k: &str| (k == DEFAULTS_ENV).then(|| "/dev/null".into());
         let t = TunableArgs::default().resolve_with(env).unwrap();
         assert_eq!(t, Tunables::default());
     }

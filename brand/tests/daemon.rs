@@ -74,7 +74,7 @@ impl Daemon {
             format!(
                 "copy_threads = {BUDGET}\ndefaults = \"{}\"\ncache = \"{}\"\n\
                  profile = \"{}\"\nsocket_mode = \"0666\"\n{extra}",
-                dir.path().join("no-defaults").display(),
+                Path::new("/dev/null").display(),
                 dir.path().join("cache").display(),
                 profile.display(),
             ),
@@ -746,7 +746,7 @@ fn the_cli_through_the_daemon_prints_what_it_prints_alone() {
     let d = Daemon::start("");
     tree(&d.path("src"), 3, 4);
     let alone = Command::new(env!("CARGO_BIN_EXE_zinstall"))
-        .env("ZINSTALL_DEFAULTS", "/nonexistent")
+        .env("ZINSTALL_DEFAULTS", "/dev/null")
         .env_remove("ZINSTALL_DAEMON")
         .args([
             "copy",
@@ -798,7 +798,7 @@ fn a_second_daemon_on_a_live_socket_is_refused() {
     let o = Command::new(env!("CARGO_BIN_EXE_zinstalld"))
         .arg("--socket")
         .arg(&d.socket)
-        .env("ZINSTALL_DEFAULTS", "/nonexistent")
+        .env("ZINSTALL_DEFAULTS", "/dev/null")
         .output()
         .unwrap();
     fails_saying(&o, 1, "another zinstalld is listening");
@@ -850,5 +850,51 @@ fn sighup_reloads_the_configuration_and_keeps_it_when_broken() {
     assert_eq!(
         fs::read(d.path("zones/r/root/usr/only-here")).unwrap(),
         b"new profile"
+    );
+}
+
+/// Device nodes through the daemon follow provision's rule: made only
+/// when asked (`--allow-devices`, passed on to the daemon), the refusal
+/// naming the flag; provision cannot be granted, so only root asks.
+#[test]
+fn the_daemon_makes_device_nodes_only_when_asked() {
+    if !zinstall_testkit::require_root() {
+        return;
+    }
+    let d = Daemon::start("");
+    let mut b = tar::Builder::new(Vec::new());
+    let mut h = tar::Header::new_ustar();
+    h.set_entry_type(tar::EntryType::Char);
+    h.set_mode(0o666);
+    h.set_device_major(1).unwrap();
+    h.set_device_minor(3).unwrap();
+    h.set_size(0);
+    h.set_cksum();
+    b.append_data(&mut h, "dev/null", &[][..]).unwrap();
+    let image = d.path("dev.tar");
+    fs::write(&image, b.into_inner().unwrap()).unwrap();
+    let g = d.path("guests");
+    let provision = |more: &[&str]| {
+        let mut a = vec!["provision", image.to_str().unwrap(), "--out"];
+        a.push(g.to_str().unwrap());
+        a.extend_from_slice(more);
+        d.zinstall(&a)
+    };
+    let o = provision(&[]);
+    assert!(!o.status.success());
+    let t = text(&o);
+    assert!(
+        t.contains("dev/null") && t.contains("--allow-devices"),
+        "{t}"
+    );
+    assert!(!t.contains("profile"), "{t}");
+    let o = provision(&["--allow-devices"]);
+    assert!(o.status.success(), "{}", text(&o));
+    use std::os::unix::fs::FileTypeExt;
+    assert!(
+        fs::symlink_metadata(g.join("guest-0/dev/null"))
+            .unwrap()
+            .file_type()
+            .is_char_device()
     );
 }

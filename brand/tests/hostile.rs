@@ -702,21 +702,19 @@ fn reinstall_cleans(z: &Zone, leftover: &str, what: &str) {
     uninstall_all(z, "after the reinstall");
 }
 
-/// The byte count in `zinstall copy`'s summary line.
+/// The exact byte count `zinstall copy --stats` gives (`data: N bytes`;
+/// the summary line has them in KiB, MiB...).
 fn reported_bytes(o: &Out) -> u64 {
     let line = o
         .stdout
         .lines()
-        .find(|l| l.starts_with("copied "))
-        .unwrap_or_else(|| panic!("no summary line\n{}", o.all()));
-    let before = line
-        .split(" bytes")
-        .next()
-        .unwrap()
-        .rsplit(' ')
-        .next()
-        .unwrap();
-    before
+        .find(|l| l.starts_with("data: "))
+        .unwrap_or_else(|| panic!("no data line (--stats)\n{}", o.all()));
+    let count = line
+        .strip_prefix("data: ")
+        .and_then(|l| l.split(" bytes").next())
+        .unwrap_or_default();
+    count
         .parse()
         .unwrap_or_else(|_| panic!("no byte count in {line:?}"))
 }
@@ -754,7 +752,7 @@ fn pseudo_files_are_copied_to_their_end() {
         tried += 1;
         let size = fs::metadata(src).unwrap().len();
         let dst = d.path().join(format!("copy{i}"));
-        let o = copy(src, &dst, &[]);
+        let o = copy(src, &dst, &["--stats"]);
         if !o.ok() {
             if !o.stderr.contains(src.to_str().unwrap()) {
                 failures.push(format!(
@@ -844,7 +842,7 @@ fn a_file_changing_during_the_copy_is_copied_whole_or_reported() {
         }
         for threads in ["1", "4"] {
             let dst = d.path().join(format!("copy{i}-{threads}"));
-            let o = copy(&src, &dst, &["--threads", threads]);
+            let o = copy(&src, &dst, &["--threads", threads, "--stats"]);
             if !o.ok() {
                 results.push("error");
                 assert!(

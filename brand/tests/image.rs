@@ -13,7 +13,7 @@ use zinstall_testkit::is_root;
 
 fn zinstall() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_zinstall"));
-    c.env("ZINSTALL_DEFAULTS", "/nonexistent");
+    c.env("ZINSTALL_DEFAULTS", "/dev/null");
     c
 }
 

@@ -163,7 +163,7 @@ paths = ["{host}"]
 
 fn zinstall(w: &World, extra: &[&Path]) -> Output {
     let mut c = Command::new(env!("CARGO_BIN_EXE_zinstall"));
-    c.env("ZINSTALL_DEFAULTS", "/nonexistent")
+    c.env("ZINSTALL_DEFAULTS", "/dev/null")
         .arg("install")
         .arg("--profile")
         .arg(&w.profile)
@@ -178,7 +178,7 @@ fn zinstall(w: &World, extra: &[&Path]) -> Output {
 fn hook(w: &World, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_brand"))
         .env("ZINSTALL_PROFILE", &w.profile)
-        .env("ZINSTALL_DEFAULTS", "/nonexistent")
+        .env("ZINSTALL_DEFAULTS", "/dev/null")
         .args(["-z", "z1", "-R"])
         .arg(&w.zonepath)
         .args(args)
@@ -472,7 +472,7 @@ fn a_killed_install_is_cleaned_and_redone_by_the_next() {
     let w = world(1500);
     // Slow the copy down enough to kill it mid-way: one worker, batch 1.
     let mut c = Command::new(env!("CARGO_BIN_EXE_zinstall"));
-    c.env("ZINSTALL_DEFAULTS", "/nonexistent")
+    c.env("ZINSTALL_DEFAULTS", "/dev/null")
         .args(["install", "--threads", "1", "--batch", "1", "--profile"])
         .arg(&w.profile)
         .arg("--zonepath")
@@ -564,7 +564,7 @@ fn install_works_without_root() {
     let o = tools::tool("setpriv")
         .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
         .arg(env!("CARGO_BIN_EXE_zinstall"))
-        .env("ZINSTALL_DEFAULTS", "/nonexistent")
+        .env("ZINSTALL_DEFAULTS", "/dev/null")
         .args(["install", "--profile"])
         .arg(&w.profile)
         .arg("--log")
@@ -663,7 +663,7 @@ fn linux_profile_root_runs_a_shell_in_chroot() {
     .unwrap();
     let zonepath = d.path().join("zp");
     let o = Command::new(env!("CARGO_BIN_EXE_zinstall"))
-        .env("ZINSTALL_DEFAULTS", "/nonexistent")
+        .env("ZINSTALL_DEFAULTS", "/dev/null")
         .args(["install", "--profile"])
         .arg(&profile)
         .arg("--source-root")
@@ -729,7 +729,7 @@ fn install_reports_json_lines() {
     let w = world(2);
     let run = || {
         let mut c = Command::new(env!("CARGO_BIN_EXE_zinstall"));
-        c.env("ZINSTALL_DEFAULTS", "/nonexistent")
+        c.env("ZINSTALL_DEFAULTS", "/dev/null")
             .args(["install", "--json", "--profile"])
             .arg(&w.profile)
             .arg("--zonepath")

@@ -664,7 +664,7 @@ fn hard_links_to_lower_layers_install_and_provision_alike() {
     let t = text(&o);
     assert!(o.status.success(), "{t}");
     assert!(
-        t.contains("4 files, 3 dirs, 0 symlinks, 5 hard links, 21 bytes"),
+        t.contains("4 files, 3 dirs, 0 symlinks, 5 hard links, 21 B in "),
         "{t}"
     );
     assert!(!d.path().join("zp/root").exists());
@@ -746,4 +746,198 @@ fn hard_links_to_lower_layers_install_and_provision_alike() {
         "{:?}",
         entries(&cache, "tree-")
     );
+}
+
+/// An upper layer that turns a lower symlink or file into a directory
+/// and puts whiteouts inside it, opaque or not, at any depth: install
+/// and provision give what `umoci unpack` gives, and the symlink's
+/// target is never touched. A whiteout beneath a lower symlink the layer
+/// does not replace is refused by both, naming the layer and the member,
+/// not a path of the cache.
+#[test]
+fn whiteouts_in_what_an_upper_layer_made_a_directory() {
+    let d = tmp::Tmp::new();
+    let lay = d.path().join("L");
+    let one = layer_tar(&[
+        Ent::Dir("t/"),
+        Ent::File("t/x", b"x"),
+        Ent::File("t/y", b"y"),
+        Ent::Symlink("s1", "t"),
+        Ent::Symlink("s2", "t"),
+        Ent::Symlink("s3", "t"),
+        Ent::File("f1", b"f"),
+        Ent::File("f2", b"f"),
+        Ent::Dir("n/"),
+        Ent::Symlink("n/s", "../t"),
+    ]);
+    let two = layer_tar(&[
+        // A symlink made a directory, a whiteout inside.
+        Ent::Dir("s1/"),
+        Ent::File("s1/.wh.x", b""),
+        Ent::File("s1/new", b"n"),
+        // ... an opaque one.
+        Ent::Dir("s2/"),
+        Ent::File("s2/.wh..wh..opq", b""),
+        Ent::File("s2/mine", b"m"),
+        // ... a whiteout two levels down.
+        Ent::Dir("s3/"),
+        Ent::Dir("s3/b/"),
+        Ent::File("s3/b/.wh.c", b""),
+        // A file made a directory, whiteouts inside.
+        Ent::Dir("f1/"),
+        Ent::File("f1/.wh.x", b""),
+        Ent::File("f1/z", b"z"),
+        Ent::Dir("f2/"),
+        Ent::File("f2/.wh..wh..opq", b""),
+        // A symlink in a lower directory, opaque.
+        Ent::Dir("n/s/"),
+        Ent::File("n/s/.wh..wh..opq", b""),
+        Ent::File("n/s/k", b"k"),
+    ]);
+    write_layout(&lay, &[one, two], host_arch(), &|_, _| {});
+    let o = install(d.path(), s(&lay), &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    let root = d.path().join("zp/root");
+    let cache = d.path().join("cache");
+    provision(s(&lay), &d.path().join("g"), &cache, "1");
+    let guest = d.path().join("g/guest-0");
+    for r in [&root, &guest] {
+        let names = |p: &str| {
+            let mut v: Vec<String> = fs::read_dir(r.join(p))
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect();
+            v.sort();
+            v
+        };
+        assert_eq!(names("s1"), ["new"], "{}", r.display());
+        assert_eq!(names("s2"), ["mine"], "{}", r.display());
+        assert_eq!(names("s3"), ["b"], "{}", r.display());
+        assert_eq!(names("f1"), ["z"], "{}", r.display());
+        assert!(names("f2").is_empty(), "{}", r.display());
+        assert_eq!(names("n/s"), ["k"], "{}", r.display());
+        // What the symlinks pointed at is untouched.
+        assert_eq!(names("t"), ["x", "y"], "{}", r.display());
+    }
+    // The root directory has no entry in either layer: each unpack
+    // makes it when it runs.
+    run("touch", &["-r", s(&root), s(&guest)]);
+    verify_same(&root, &guest);
+    if zinstall_testkit::require_root() {
+        let theirs = d.path().join("u");
+        run(
+            "umoci",
+            &[
+                "unpack",
+                "--image",
+                &format!("{}:t", lay.display()),
+                s(&theirs),
+            ],
+        );
+        let theirs = theirs.join("rootfs");
+        run("touch", &["-r", s(&guest), s(&theirs)]);
+        verify_same(&theirs, &root);
+        verify_same(&theirs, &guest);
+    }
+
+    // A whiteout beneath a lower symlink this layer leaves a symlink:
+    // refused by both, naming the layer's blob and the member.
+    let bad = d.path().join("Bad");
+    write_layout(
+        &bad,
+        &[
+            layer_tar(&[
+                Ent::Dir("t/"),
+                Ent::File("t/x", b"x"),
+                Ent::Symlink("s", "t"),
+            ]),
+            layer_tar(&[Ent::File("s/.wh.x", b"")]),
+        ],
+        host_arch(),
+        &|_, _| {},
+    );
+    let (layer_blob, _) = {
+        let (_, m) = first_manifest(&bad);
+        let digest = m["layers"][1]["digest"].as_str().unwrap().to_string();
+        (blob_path(&bad, &digest), digest)
+    };
+    let d2 = tmp::Tmp::new();
+    let o = install(d2.path(), s(&bad), &[]);
+    assert!(!o.status.success());
+    let msg = text(&o);
+    assert!(msg.contains("s/.wh.x") && msg.contains("symlink"), "{msg}");
+    let out = d.path().join("gb");
+    let o = zinstall(&[
+        "provision",
+        s(&bad),
+        "--out",
+        s(&out),
+        "--cache",
+        s(&cache),
+        "--keep-identity",
+    ]);
+    assert!(!o.status.success());
+    let msg = text(&o);
+    assert!(
+        msg.contains(s(&layer_blob)) && msg.contains("s/.wh.x"),
+        "{msg}"
+    );
+    assert!(msg.contains("symlink"), "{msg}");
+    assert!(!msg.contains("scratch"), "{msg}");
+    assert!(!out.join("guest-0").exists());
+}
+
+/// A zstd layer of a few KB holding one 256 MiB member of zeros
+/// (not sparse-declared): install and provision write it as a hole, so
+/// it takes no space in the root, the cache or the guest; what it reads
+/// as is the same.
+#[test]
+fn a_zstd_layer_of_zeros_is_written_as_holes() {
+    use std::io::Read;
+    let d = tmp::Tmp::new();
+    let lay = d.path().join("L");
+    let size = 256u64 << 20;
+    write_zstd_layout(&lay, &|w| {
+        let mut b = tar::Builder::new(w);
+        let mut h = tar::Header::new_ustar();
+        h.set_mode(0o644);
+        h.set_mtime(1_700_000_000);
+        h.set_size(size);
+        h.set_cksum();
+        b.append_data(&mut h, "var/zero.img", std::io::repeat(0).take(size))
+            .unwrap();
+        let mut h = tar::Header::new_ustar();
+        h.set_mode(0o644);
+        h.set_size(5);
+        h.set_cksum();
+        b.append_data(&mut h, "etc/after", &b"after"[..]).unwrap();
+        b.finish().unwrap();
+    });
+    let blob = fs::read_dir(lay.join("blobs/sha256"))
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().len())
+        .max()
+        .unwrap();
+    assert!(blob < 1 << 20, "the layer is {blob} bytes");
+    let o = install(d.path(), s(&lay), &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    provision(s(&lay), &d.path().join("g"), &d.path().join("cache"), "1");
+    for r in [d.path().join("zp/root"), d.path().join("g/guest-0")] {
+        let md = fs::metadata(r.join("var/zero.img")).unwrap();
+        assert_eq!(md.len(), size);
+        assert!(
+            md.blocks() * 512 < 1 << 20,
+            "{}: {} bytes allocated",
+            r.display(),
+            md.blocks() * 512
+        );
+        assert_eq!(fs::read(r.join("etc/after")).unwrap(), b"after");
+    }
+    // Nothing anywhere holds those bytes: the root, the cache's layer
+    // and image entries, the guest.
+    let mut allocated = 0;
+    for e in walkdir::WalkDir::new(d.path()) {
+        allocated += e.unwrap().metadata().unwrap().blocks() * 512;
+    }
+    assert!(allocated < 16 << 20, "{allocated} bytes allocated in all");
 }

@@ -15,8 +15,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// Every file whose place is not the same in all three. Columns: the path
-/// pkg/Makefile installs it at (PREFIX=/usr), its path in the IPS
-/// manifest, its path in the .deb (`None`: not shipped there), and why.
+/// pkg/Makefile installs it at here, on Linux (PREFIX=/usr), its path in
+/// the IPS manifest, its path in the .deb (`None`: not shipped there), and
+/// why.
 const DIFFERENCES: &[(&str, Option<&str>, Option<&str>, &str)] = &[
     (
         "usr/share/zinstall/dtrace/statemap.bt",
@@ -25,10 +26,11 @@ const DIFFERENCES: &[(&str, Option<&str>, Option<&str>, &str)] = &[
         "a bpftrace script: illumos has DTrace and statemap.d instead",
     ),
     (
-        "etc/zinstall/profile-linux.toml",
+        "etc/zinstall/profile-zone.toml",
         None,
-        Some("etc/zinstall/profile-linux.toml"),
-        "the profile of a Linux root, of no use on illumos",
+        Some("etc/zinstall/profile-zone.toml"),
+        "on Linux the zone profile goes beside the Linux one, which is \
+         profile.toml; on illumos it is profile.toml",
     ),
     (
         "usr/lib/systemd/system/zinstalld.service",
@@ -48,14 +50,56 @@ const DIFFERENCES: &[(&str, Option<&str>, Option<&str>, &str)] = &[
         Some("usr/share/zsh/vendor-completions/_zinstall"),
         "Debian's zsh searches vendor-completions for packaged functions",
     ),
+    (
+        "usr/share/zinstall/installed",
+        None,
+        None,
+        "pkg/Makefile's record of the directories it made, for uninstall; \
+         packages have their own",
+    ),
 ];
 
-/// Files only the IPS manifest has, with why: pkg/Makefile installs them
-/// only on illumos, and this test runs elsewhere.
-const P5M_ONLY: &[(&str, &str)] = &[(
-    "lib/svc/manifest/system/zinstalld.xml",
-    "the SMF manifest, installed by pkg/Makefile where uname is SunOS",
-)];
+/// Files only the IPS manifest has, the file of the repository each is,
+/// and why: pkg/Makefile installs them only on illumos, and this test
+/// runs elsewhere.
+const P5M_ONLY: &[(&str, &str, &str)] = &[
+    (
+        "lib/svc/manifest/system/zinstalld.xml",
+        "etc/smf/zinstalld.xml",
+        "the SMF manifest",
+    ),
+    (
+        "usr/lib/brand/zinstall/brand",
+        "brand/src/bin/brand.rs",
+        "the zoneadm brand hook: zones are illumos's",
+    ),
+    (
+        "usr/lib/brand/zinstall/config.xml",
+        "etc/brand/zinstall/config.xml",
+        "the brand's zoneadm configuration",
+    ),
+    (
+        "usr/lib/brand/zinstall/platform.xml",
+        "etc/brand/zinstall/platform.xml",
+        "the brand's zoneadm platform",
+    ),
+    (
+        "usr/share/zinstall/dtrace/statemap.d",
+        "dtrace/statemap.d",
+        "a DTrace script",
+    ),
+    (
+        "usr/share/zinstall/dtrace/zinstall.d",
+        "dtrace/zinstall.d",
+        "the USDT provider's definition, for DTrace",
+    ),
+    (
+        "etc/zinstall/profile-linux.toml",
+        "etc/zinstall/profile-linux.toml",
+        "on illumos the Linux profile goes beside the zone one; on Linux \
+         it is profile.toml",
+    ),
+];
 
 /// Files only the .deb has: Debian's own metadata, and the README.
 const DEB_ONLY: &[&str] = &[
@@ -359,11 +403,10 @@ fn makefile_manifest_and_deb_ship_the_same_files() {
     }
     let mut want_p5m = common.clone();
     want_p5m.extend(p5m_paths.iter().map(|s| s.to_string()));
-    want_p5m.extend(P5M_ONLY.iter().map(|(f, _why)| f.to_string()));
-    for (f, _why) in P5M_ONLY {
-        let name = Path::new(f).file_name().unwrap();
-        if !top().join("etc/smf").join(name).is_file() {
-            errors.push(format!("P5M_ONLY names {f}, which etc/smf/ lacks"));
+    want_p5m.extend(P5M_ONLY.iter().map(|(f, _, _why)| f.to_string()));
+    for (f, source, _why) in P5M_ONLY {
+        if !top().join(source).is_file() {
+            errors.push(format!("P5M_ONLY: {f} is {source}, which is missing"));
         }
     }
     compare("pkg/zinstall.p5m", &want_p5m, &p5m_files, &mut errors);
@@ -479,10 +522,179 @@ fn makefile_keeps_edited_configuration() {
     let left: Vec<String> = walk(dest.path()).into_keys().collect();
     assert_eq!(
         left,
-        ["etc/default/zinstall", "etc/default/zinstall.new"],
-        "uninstall left other files, or removed the edited one"
+        ["etc/default/zinstall"],
+        "uninstall left other files (the .new it wrote?), or removed the \
+         edited one"
     );
-    assert!(!dest.path().join("usr/lib/brand/zinstall").exists());
+    // Only the directories holding the kept file stay.
+    assert_eq!(dirs(dest.path()), ["etc", "etc/default"]);
+}
+
+/// Every directory under `root`, relative, sorted.
+fn dirs(root: &Path) -> Vec<String> {
+    let mut v: Vec<String> = walkdir::WalkDir::new(root)
+        .min_depth(1)
+        .into_iter()
+        .map(Result::unwrap)
+        .filter(|e| e.file_type().is_dir())
+        .map(|e| {
+            e.path()
+                .strip_prefix(root)
+                .unwrap()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// True if the ELF file at `path` has a symbol table or debug information
+/// (`.debug_gdb_scripts`, which is loaded, stays when stripped).
+fn has_symbols(path: &Path) -> bool {
+    let o = tools::tool("readelf")
+        .args(["-S", "-W"])
+        .arg(path)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "readelf {}: {o:?}", path.display());
+    let sections = String::from_utf8_lossy(&o.stdout);
+    [" .symtab", " .debug_info", " .debug_line"]
+        .iter()
+        .any(|s| sections.contains(s))
+}
+
+#[test]
+fn make_install_strips_and_uninstall_removes_what_it_made() {
+    let dest = tempfile::tempdir().unwrap();
+    // What was there before: a directory with someone else's file, and an
+    // empty one; both stay.
+    fs::create_dir_all(dest.path().join("usr/bin")).unwrap();
+    fs::write(dest.path().join("usr/bin/other"), "not ours").unwrap();
+    fs::create_dir_all(dest.path().join("usr/share/man/man8")).unwrap();
+    make("install-files", dest.path());
+    let built = Path::new(env!("CARGO_BIN_EXE_zinstall")).parent().unwrap();
+    let mut sizes = Vec::new();
+    for (installed, name) in [
+        ("usr/bin/zinstall", "zinstall"),
+        ("usr/sbin/zinstalld", "zinstalld"),
+    ] {
+        let path = dest.path().join(installed);
+        assert!(!has_symbols(&path), "{installed} is not stripped");
+        let (have, was) = (
+            fs::metadata(&path).unwrap().len(),
+            fs::metadata(built.join(name)).unwrap().len(),
+        );
+        assert!(have < was, "{installed}: {have} bytes, built {was}");
+        sizes.push(format!("{installed} {have} (built {was})"));
+    }
+    eprintln!("installed sizes: {}", sizes.join(", "));
+    // The Linux layout: no zoneadm brand, no DTrace scripts.
+    for absent in [
+        "usr/lib/brand",
+        "usr/share/zinstall/dtrace/statemap.d",
+        "usr/share/zinstall/dtrace/zinstall.d",
+    ] {
+        assert!(!dest.path().join(absent).exists(), "{absent}");
+    }
+    // A second install over an edited file writes a .new.
+    let conf = dest.path().join("etc/zinstall/zinstalld.toml");
+    fs::write(&conf, "# edited\n").unwrap();
+    make("install-files", dest.path());
+    assert!(conf.with_extension("toml.new").exists());
+    fs::remove_file(&conf).unwrap();
+
+    make("uninstall", dest.path());
+    let left: Vec<String> = walk(dest.path()).into_keys().collect();
+    assert_eq!(left, ["usr/bin/other"], "uninstall left files behind");
+    assert_eq!(
+        dirs(dest.path()),
+        [
+            "usr",
+            "usr/bin",
+            "usr/share",
+            "usr/share/man",
+            "usr/share/man/man8"
+        ],
+        "uninstall left directories it made, or removed others"
+    );
+}
+
+/// The .deb's assets: where each goes, from which file of the
+/// repository (relative to the top).
+fn deb_assets() -> BTreeMap<String, String> {
+    let manifest = fs::read_to_string(top().join("brand/Cargo.toml")).unwrap();
+    let doc: toml::Table = toml::from_str(&manifest).unwrap();
+    doc["package"]["metadata"]["deb"]["assets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            let a = a.as_array().unwrap();
+            let source = a[0].as_str().unwrap();
+            let dest = a[1].as_str().unwrap();
+            let name = Path::new(source).file_name().unwrap().to_str().unwrap();
+            let dest = match dest.strip_suffix('/') {
+                Some(dir) => format!("{dir}/{name}"),
+                None => dest.to_string(),
+            };
+            let source = source.strip_prefix("../").unwrap_or(source);
+            (dest, source.to_string())
+        })
+        .collect()
+}
+
+#[test]
+fn the_linux_packages_install_the_linux_profile_as_the_default() {
+    let dest = tempfile::tempdir().unwrap();
+    make("install-files", dest.path());
+    let read = |p: &Path| fs::read_to_string(p).unwrap();
+    let installed = dest.path().join("etc/zinstall/profile.toml");
+    assert_eq!(
+        read(&installed),
+        read(&top().join("etc/zinstall/profile-linux.toml"))
+    );
+    assert_eq!(
+        read(&dest.path().join("etc/zinstall/profile-zone.toml")),
+        read(&top().join("etc/zinstall/profile.toml"))
+    );
+    let deb = deb_assets();
+    assert_eq!(
+        deb["etc/zinstall/profile.toml"],
+        "etc/zinstall/profile-linux.toml"
+    );
+    assert_eq!(
+        deb["etc/zinstall/profile-zone.toml"],
+        "etc/zinstall/profile.toml"
+    );
+    // And it works here: a small Linux root from it, as a user would
+    // install one.
+    let src = dest.path().join("src");
+    fs::create_dir_all(src.join("usr/bin")).unwrap();
+    fs::create_dir_all(src.join("etc")).unwrap();
+    fs::write(src.join("usr/bin/hello"), "#!/bin/sh\necho hi\n").unwrap();
+    fs::write(src.join("etc/hostname"), "box\n").unwrap();
+    let zonepath = dest.path().join("z");
+    let o = Command::new(env!("CARGO_BIN_EXE_zinstall"))
+        .env("ZINSTALL_DEFAULTS", "/dev/null")
+        .args(["install", "--profile"])
+        .arg(&installed)
+        .arg("--source-root")
+        .arg(&src)
+        .arg("--log")
+        .arg(dest.path().join("log"))
+        .arg("--zonepath")
+        .arg(&zonepath)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{o:?}");
+    let root = zonepath.join("root");
+    assert_eq!(read(&root.join("etc/hostname")), "box\n");
+    assert_eq!(
+        fs::read_link(root.join("bin")).unwrap(),
+        Path::new("usr/bin")
+    );
+    assert!(root.join("proc").is_dir());
 }
 
 /// `zinstall X.Y.Z (commit C)`; returns C.

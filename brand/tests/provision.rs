@@ -16,7 +16,7 @@ use tmp::Tmp;
 
 fn zinstall(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_zinstall"))
-        .env("ZINSTALL_DEFAULTS", "/nonexistent")
+        .env("ZINSTALL_DEFAULTS", "/dev/null")
         .args(args)
         .output()
         .unwrap()
@@ -299,7 +299,7 @@ fn rootfs_archives_give_directory_guests() {
     // Guests gone: gc removes the entry.
     fs::remove_dir_all(&out).unwrap();
     let gc = zinstall(&["cache", "gc", "--cache", s(&d.path().join("cache"))]);
-    assert!(text(&gc).contains("removed 1 entries"), "{}", text(&gc));
+    assert!(text(&gc).contains("removed 1 entry ("), "{}", text(&gc));
 }
 
 #[test]
@@ -340,7 +340,7 @@ fn concurrent_provisioning_extracts_once() {
     let children: Vec<_> = (0..4)
         .map(|i| {
             Command::new(env!("CARGO_BIN_EXE_zinstall"))
-                .env("ZINSTALL_DEFAULTS", "/nonexistent")
+                .env("ZINSTALL_DEFAULTS", "/dev/null")
                 .args([
                     "provision",
                     s(&zst),
@@ -383,7 +383,7 @@ fn a_killed_extraction_leaves_no_entry() {
     let gz = d.path().join("big.raw.gz");
     let cache = d.path().join("cache");
     let mut child = Command::new(env!("CARGO_BIN_EXE_zinstall"))
-        .env("ZINSTALL_DEFAULTS", "/nonexistent")
+        .env("ZINSTALL_DEFAULTS", "/dev/null")
         .args([
             "provision",
             s(&gz),
@@ -418,7 +418,7 @@ fn a_killed_extraction_leaves_no_entry() {
     );
     assert_eq!(entries, 0, "a killed build published an entry");
     let gc = zinstall(&["cache", "gc", "--cache", s(&cache)]);
-    assert!(text(&gc).contains("and 1 stale builds"), "{}", text(&gc));
+    assert!(text(&gc).contains("and 1 stale build;"), "{}", text(&gc));
     assert_eq!(fs::read_dir(cache.join("scratch")).unwrap().count(), 0);
 }
 
@@ -866,4 +866,217 @@ fn identity_never_writes_through_a_symlink_in_the_guest() {
     assert_eq!(o.status.code(), Some(1), "{t}");
     assert!(t.contains("etc/ssh") && t.contains("symlink"), "{t}");
     assert!(!out.join("guest-0").exists(), "{t}");
+}
+
+/// The largest file under `dir` (apparent size), and all the bytes
+/// allocated there, as `du` counts them.
+fn largest_and_allocated(dir: &Path) -> (u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    let (mut largest, mut blocks) = (0, 0);
+    for e in walkdir::WalkDir::new(dir).follow_links(false) {
+        let md = e.unwrap().metadata().unwrap();
+        if md.is_file() {
+            largest = largest.max(md.len());
+            blocks += md.blocks() * 512;
+        }
+    }
+    (largest, blocks)
+}
+
+/// Small images that decompress to more than `--max-archive-size`: a
+/// zstd raw disk of zeros, a qcow2 whose tables point 8,192 guest
+/// clusters at one cluster of data, a compressed qcow2 file larger than
+/// the bound. Each is refused naming the bound, before or while it is
+/// written, and nothing larger than the bound is left anywhere, in the
+/// cache or the output.
+#[test]
+fn disk_bombs_are_refused_with_nothing_left() {
+    let d = Tmp::new();
+    let limit = 64u64 << 20;
+    // 1 GiB of zeros, zstd: 33 KB.
+    let zeros = d.path().join("zeros.raw");
+    fs::File::create(&zeros).unwrap().set_len(1 << 30).unwrap();
+    let raw_bomb = d.path().join("bomb.raw.zst");
+    run(tools::tool("zstd").args(["-q", "-1", "-o", s(&raw_bomb), s(&zeros)]));
+    fs::remove_file(&zeros).unwrap();
+    // One 64 KiB cluster of data, mapped at every guest cluster of the
+    // first L2 table: 512 MiB of data from a 400 KB file.
+    let one = d.path().join("one.raw");
+    fs::write(&one, vec![0x41u8; 65536]).unwrap();
+    let alias = d.path().join("alias.qcow2");
+    run(tools::tool("qemu-img").args([
+        "convert",
+        "-q",
+        "-f",
+        "raw",
+        "-O",
+        "qcow2",
+        "-o",
+        "cluster_size=65536",
+        s(&one),
+        s(&alias),
+    ]));
+    run(tools::tool("qemu-img").args(["resize", "-q", s(&alias), "1G"]));
+    {
+        let mut f = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&alias)
+            .unwrap();
+        let be = |b: &[u8]| u64::from_be_bytes(b.try_into().unwrap());
+        let mut h = [0u8; 104];
+        std::io::Read::read_exact(&mut f, &mut h).unwrap();
+        let l1 = be(&h[40..48]);
+        let mut e = [0u8; 8];
+        f.seek(SeekFrom::Start(l1)).unwrap();
+        std::io::Read::read_exact(&mut f, &mut e).unwrap();
+        let l2 = be(&e) & 0x00ff_ffff_ffff_fe00;
+        f.seek(SeekFrom::Start(l2)).unwrap();
+        std::io::Read::read_exact(&mut f, &mut e).unwrap();
+        assert_ne!(be(&e), 0, "the data cluster is mapped");
+        f.seek(SeekFrom::Start(l2)).unwrap();
+        f.write_all(&e.repeat(8192)).unwrap();
+    }
+    assert!(fs::metadata(&alias).unwrap().len() < 1 << 20);
+    // A qcow2 file of 96 MiB, every cluster allocated (zeros), zstd.
+    let big_q = d.path().join("big.qcow2");
+    run(tools::tool("qemu-img").args([
+        "create",
+        "-q",
+        "-f",
+        "qcow2",
+        "-o",
+        "preallocation=full",
+        s(&big_q),
+        "96M",
+    ]));
+    let q_bomb = d.path().join("big.qcow2.zst");
+    run(tools::tool("zstd").args(["-q", "-1", "-o", s(&q_bomb), s(&big_q)]));
+    fs::remove_file(&big_q).unwrap();
+    for bomb in [&raw_bomb, &alias, &q_bomb] {
+        assert!(fs::metadata(bomb).unwrap().len() < 1 << 20, "{bomb:?}");
+    }
+
+    let cache = d.path().join("cache");
+    let out = d.path().join("out");
+    for (image, want) in [
+        (&raw_bomb, "larger than 67108864 bytes"),
+        (&alias, "536870912 bytes of data, more than 67108864"),
+        (&q_bomb, "larger than 67108864 bytes"),
+    ] {
+        let o = zinstall(&[
+            "provision",
+            s(image),
+            "--out",
+            s(&out),
+            "--cache",
+            s(&cache),
+            "--max-archive-size",
+            "64M",
+        ]);
+        let t = text(&o);
+        assert_eq!(o.status.code(), Some(1), "{t}");
+        assert!(t.contains(want) && t.contains("--max-archive-size"), "{t}");
+        assert!(t.contains(s(image)), "names the image: {t}");
+        let (largest, allocated) = largest_and_allocated(&cache);
+        assert!(
+            largest <= limit,
+            "{}: a file of {largest} bytes left",
+            image.display()
+        );
+        assert!(
+            allocated <= limit,
+            "{}: {allocated} bytes left",
+            image.display()
+        );
+        assert!(!out.exists(), "{}: guests made", image.display());
+        assert_eq!(
+            fs::read_dir(cache.join("scratch")).unwrap().count(),
+            0,
+            "{}: scratch left",
+            image.display()
+        );
+    }
+}
+
+/// Device nodes: refused unless asked for with --allow-devices, the
+/// refusal naming the member and the flag (provision takes no profile);
+/// asked for, as root, made in every guest; and a cache entry that holds
+/// them serves only provisions that ask for them too.
+#[test]
+fn device_nodes_are_made_only_when_asked() {
+    let d = Tmp::new();
+    let r = d.path().join("rootfs");
+    fs::create_dir_all(r.join("etc")).unwrap();
+    fs::write(r.join("etc/hostname"), b"x\n").unwrap();
+    let tarball = d.path().join("root.tar");
+    let cache = d.path().join("cache");
+    if zinstall_testkit::is_root() {
+        fs::create_dir_all(r.join("dev")).unwrap();
+        run(tools::tool("mknod").args([
+            "-m",
+            "666",
+            s(&r.join("dev/null")),
+            "c",
+            "1",
+            "3",
+        ]));
+        run(tools::tool("tar").args(["-cf", s(&tarball), "-C", s(&r), "."]));
+    } else {
+        // Not root, no mknod: the tar crate writes the member.
+        let mut b = tar::Builder::new(fs::File::create(&tarball).unwrap());
+        let mut h = tar::Header::new_ustar();
+        h.set_entry_type(tar::EntryType::Char);
+        h.set_mode(0o666);
+        h.set_device_major(1).unwrap();
+        h.set_device_minor(3).unwrap();
+        h.set_size(0);
+        h.set_cksum();
+        b.append_data(&mut h, "dev/null", &[][..]).unwrap();
+        b.finish().unwrap();
+    }
+    let provision = |out: &str, allow: bool| {
+        let out = d.path().join(out);
+        let mut a = vec![
+            "provision",
+            s(&tarball),
+            "--out",
+            s(&out),
+            "--cache",
+            s(&cache),
+            "--keep-identity",
+        ];
+        if allow {
+            a.push("--allow-devices");
+        }
+        (zinstall(&a), out)
+    };
+    let (o, out) = provision("a", false);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{t}");
+    assert!(
+        t.contains("dev/null") && t.contains("--allow-devices"),
+        "{t}"
+    );
+    assert!(!t.contains("profile"), "{t}");
+    assert!(!out.exists());
+    if !zinstall_testkit::require_root() {
+        return;
+    }
+    let (o, out) = provision("b", true);
+    assert!(o.status.success(), "{}", text(&o));
+    let md = fs::symlink_metadata(out.join("guest-0/dev/null")).unwrap();
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    assert!(md.file_type().is_char_device());
+    // (1, 3), as the member says: this host's null device.
+    assert_eq!(md.rdev(), fs::metadata("/dev/null").unwrap().rdev());
+    // The entry holds a device now; without the flag it is not reused.
+    let (o, out) = provision("c", false);
+    let t = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{t}");
+    assert!(
+        t.contains("device nodes") && t.contains("--allow-devices"),
+        "{t}"
+    );
+    assert!(!out.exists());
 }

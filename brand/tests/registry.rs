@@ -167,7 +167,7 @@ fn first_manifest(lay: &Path) -> (String, serde_json::Value) {
 /// identity, to compare with the image.
 fn provision_cmd(image: &str, out: &Path, cache: &Path) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_zinstall"));
-    c.env("ZINSTALL_DEFAULTS", "/nonexistent").args([
+    c.env("ZINSTALL_DEFAULTS", "/dev/null").args([
         "provision",
         image,
         "--out",

@@ -25,7 +25,7 @@ const LIMIT: u64 = 256;
 /// descriptor limit of `LIMIT`.
 fn copy_limited(src: &Path, dst: &Path) {
     let mut c = Command::new(env!("CARGO_BIN_EXE_zinstall"));
-    c.env("ZINSTALL_DEFAULTS", "/nonexistent/zinstall")
+    c.env("ZINSTALL_DEFAULTS", "/dev/null")
         .args(["copy", "-q", "--walkers", "16", "--threads", "2"])
         .args(["--batch", "4"])
         .arg(src)

@@ -201,7 +201,7 @@ impl Zoneadm {
         c.arg("-c")
             .arg(format!("exec {cmd}"))
             .env("ZINSTALL_PROFILE", &self.profile)
-            .env("ZINSTALL_DEFAULTS", "/nonexistent")
+            .env("ZINSTALL_DEFAULTS", "/dev/null")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
@@ -669,7 +669,7 @@ fn arguments_that_are_not_utf8() {
     // No zonepath there: nothing to clean.
     assert_eq!(o.status.code(), Some(NOTCOMPLETE), "{}", text(&o));
     let o = Command::new(env!("CARGO_BIN_EXE_zinstall"))
-        .env("ZINSTALL_DEFAULTS", "/nonexistent")
+        .env("ZINSTALL_DEFAULTS", "/dev/null")
         .args(["uninstall", "--log"])
         .arg(d.path().join("log"))
         .arg("--zonepath")

@@ -386,20 +386,35 @@ pub(crate) fn open_parts(
     Ok(cur)
 }
 
-/// The directories on the path last opened beneath a top directory,
-/// each held open, so the next entry in the same or a nearby directory
-/// (archives come in tree order) costs one `openat` or none, at any
-/// depth. Holds one descriptor per level of the current path.
+/// The directories on the path last opened beneath a top directory, so
+/// the next entry in the same or a nearby directory (archives come in
+/// tree order) costs one `openat` or none, at any depth.
+///
+/// It holds the names of the path's directories, and descriptors of a
+/// bounded few of them: the last [`Chain::RECENT`] levels, and every
+/// `stride`-th level above them, the stride doubling whenever more than
+/// [`Chain::MAX_CHECKPOINTS`] would be held. A level whose descriptor was
+/// let go is opened again from the nearest one held, by name, one
+/// component at a time, never through a symlink, as every open is. A
+/// path thousands of levels deep so holds a few dozen descriptors, not
+/// one per level, and going back up costs at most `stride` opens.
 pub(crate) struct Chain {
     top: Arc<OwnedFd>,
-    open: Vec<(CString, Arc<OwnedFd>)>,
+    open: Vec<(CString, Option<Arc<OwnedFd>>)>,
+    stride: usize,
 }
 
 impl Chain {
+    /// Levels at the end of the path always held open.
+    pub(crate) const RECENT: usize = 8;
+    /// At most this many levels above the recent ones held open.
+    pub(crate) const MAX_CHECKPOINTS: usize = 16;
+
     pub(crate) fn new(top: Arc<OwnedFd>) -> Self {
         Chain {
             top,
             open: Vec::new(),
+            stride: 16,
         }
     }
 
@@ -418,16 +433,55 @@ impl Chain {
             .take_while(|((have, _), want)| have == *want)
             .count();
         self.open.truncate(keep);
-        for (i, c) in parts.iter().enumerate().skip(keep) {
-            let parent = self.open.last().map_or(&self.top, |(_, fd)| fd);
-            let fd =
-                step(parent.as_raw_fd(), c, create).map_err(|f| match f {
-                    StepFail::Met(m) => WalkFail::Met(i, m),
-                    StepFail::Io(op, e) => WalkFail::Io(i, op, e),
-                })?;
-            self.open.push((c.clone(), Arc::new(fd)));
+        // The deepest level still held, to open the rest from.
+        let held = self.open.iter().rposition(|(_, fd)| fd.is_some());
+        let mut cur = match held {
+            Some(i) => self.open[i].1.clone(),
+            None => None,
         }
-        Ok(Arc::clone(self.open.last().map_or(&self.top, |(_, fd)| fd)))
+        .unwrap_or_else(|| Arc::clone(&self.top));
+        let from = held.map_or(0, |i| i + 1);
+        for (i, c) in parts.iter().enumerate().skip(from) {
+            let fd = step(cur.as_raw_fd(), c, create).map_err(|f| match f {
+                StepFail::Met(m) => WalkFail::Met(i, m),
+                StepFail::Io(op, e) => WalkFail::Io(i, op, e),
+            })?;
+            cur = Arc::new(fd);
+            if i < self.open.len() {
+                self.open[i].1 = Some(Arc::clone(&cur));
+            } else {
+                self.open.push((c.clone(), Some(Arc::clone(&cur))));
+            }
+            self.let_go(i);
+        }
+        Ok(cur)
+    }
+
+    /// Having opened level `i`: lets go of the level that fell out of the
+    /// recent ones, unless it is a checkpoint, and thins the checkpoints
+    /// when there are too many.
+    fn let_go(&mut self, i: usize) {
+        let Some(old) = i.checked_sub(Self::RECENT) else {
+            return;
+        };
+        if (old + 1) % self.stride != 0 {
+            self.open[old].1 = None;
+        }
+        if (old + 1) / self.stride > Self::MAX_CHECKPOINTS {
+            self.stride *= 2;
+            let stride = self.stride;
+            for (j, (_, fd)) in self.open[..=old].iter_mut().enumerate() {
+                if (j + 1) % stride != 0 {
+                    *fd = None;
+                }
+            }
+        }
+    }
+
+    /// Descriptors held (for tests).
+    #[cfg(test)]
+    pub(crate) fn held(&self) -> usize {
+        self.open.iter().filter(|(_, fd)| fd.is_some()).count()
     }
 }
 
@@ -586,6 +640,120 @@ pub(crate) fn remove_at(dir: RawFd, name: &CStr, shown: &Path) -> Result<()> {
     at::unlink(dir, name, true).map_err(|e| Error::io(Op::Remove, shown, e))
 }
 
+/// An entry [`walk_tree`] visits.
+pub struct Visit<'a> {
+    /// Its path relative to the top (empty for the top itself); for
+    /// messages and digests, never handed to the kernel.
+    pub rel: &'a Path,
+    /// The directory holding it, open (for the top, the top itself).
+    pub dir: BorrowedFd<'a>,
+    /// Its name in `dir` (`.` for the top).
+    pub name: &'a CStr,
+    /// Its `lstat`.
+    pub stat: &'a libc::stat,
+}
+
+/// A directory on the way down in [`walk_tree`].
+struct Walked {
+    id: (u64, u64),
+    entries: std::vec::IntoIter<(CString, libc::stat)>,
+}
+
+/// Visits the directory `top` and everything beneath it, never following
+/// a symlink: the top first, then depth first, each directory's entries
+/// in the byte order of their names (as walkdir's `sort_by_file_name`).
+/// Each entry is seen through its directory's descriptor and its own
+/// name, so no path handed to the kernel grows with depth, and one
+/// directory is held open at a time: going back up opens `..` and checks
+/// it is the directory it came from (device and inode). `visit` says
+/// whether to go on; its error ends the walk.
+pub fn walk_tree(
+    top: &Path,
+    visit: &mut dyn FnMut(&Visit<'_>) -> io::Result<bool>,
+) -> Result<()> {
+    let mut cur = open_dir_nofollow(top)?;
+    let st = at::fstat(&cur).map_err(|e| Error::io(Op::Stat, top, e))?;
+    let mut rel = PathBuf::new();
+    let shown = |rel: &Path| top.join(rel);
+    let v = Visit {
+        rel: &rel,
+        dir: cur.as_fd(),
+        name: c".",
+        stat: &st,
+    };
+    if !visit(&v).map_err(|e| Error::io(Op::ReadDir, top, e))? {
+        return Ok(());
+    }
+    let entries = |fd: &OwnedFd, rel: &Path| -> Result<Walked> {
+        let st =
+            at::fstat(fd).map_err(|e| Error::io(Op::Stat, shown(rel), e))?;
+        let names = at::read_names(fd)
+            .map_err(|e| Error::io(Op::ReadDir, shown(rel), e))?;
+        let mut v = Vec::with_capacity(names.len());
+        for n in names {
+            if let Some(st) = at::lstat(fd.as_raw_fd(), &n).map_err(|e| {
+                Error::io(
+                    Op::Stat,
+                    shown(&rel.join(std::ffi::OsStr::from_bytes(n.as_bytes()))),
+                    e,
+                )
+            })? {
+                v.push((n, st));
+            }
+        }
+        v.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+        Ok(Walked {
+            id: (st.st_dev as u64, st.st_ino as u64),
+            entries: v.into_iter(),
+        })
+    };
+    let mut stack = vec![entries(&cur, &rel)?];
+    loop {
+        let Some(level) = stack.last_mut() else {
+            return Ok(());
+        };
+        if let Some((name, st)) = level.entries.next() {
+            rel.push(std::ffi::OsStr::from_bytes(name.as_bytes()));
+            let v = Visit {
+                rel: &rel,
+                dir: cur.as_fd(),
+                name: &name,
+                stat: &st,
+            };
+            if !visit(&v).map_err(|e| Error::io(Op::ReadDir, shown(&rel), e))? {
+                return Ok(());
+            }
+            if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
+                rel.pop();
+                continue;
+            }
+            let child = at::open_dir(cur.as_raw_fd(), &name)
+                .map_err(|e| Error::io(Op::Open, shown(&rel), e))?;
+            let walked = entries(&child, &rel)?;
+            if walked.id != (st.st_dev as u64, st.st_ino as u64) {
+                return Err(Error::refused(shown(&rel), Refusal::ChangedType));
+            }
+            stack.push(walked);
+            cur = child;
+            continue;
+        }
+        stack.pop();
+        let Some(parent) = stack.last() else {
+            return Ok(());
+        };
+        let up = at::open_dir(cur.as_raw_fd(), c"..")
+            .map_err(|e| Error::io(Op::Open, shown(&rel), e))?;
+        let st =
+            at::fstat(&up).map_err(|e| Error::io(Op::Stat, shown(&rel), e))?;
+        rel.pop();
+        // Moved meanwhile: `..` is another directory now.
+        if (st.st_dev as u64, st.st_ino as u64) != parent.id {
+            return Err(Error::refused(shown(&rel), Refusal::ChangedType));
+        }
+        cur = up;
+    }
+}
+
 /// One directory on the way down: who it is and what is left to visit.
 struct Level {
     /// Its `(dev, ino)`, to recognise it when coming back up.
@@ -733,6 +901,50 @@ mod test {
     use super::*;
     use std::fs;
     use std::os::unix::fs::{PermissionsExt, symlink};
+
+    /// A path 3,000 levels deep is made and opened through a chain that
+    /// holds a few dozen descriptors; going up and down again reaches
+    /// the same directories.
+    #[test]
+    fn deep_chains_hold_few_descriptors() {
+        let d = zinstall_testkit::Tmp::new();
+        let top = Root::open(d.path()).unwrap();
+        let mut chain = Chain::new(Arc::clone(top.fd()));
+        let parts: Vec<CString> = (0..3000)
+            .map(|i| CString::new(format!("d{}", i % 7)).unwrap())
+            .collect();
+        let ino = |fd: &OwnedFd| at::fstat(fd).unwrap().st_ino;
+        let mut inodes = Vec::new();
+        for k in 1..=parts.len() {
+            let fd = chain.open(&parts[..k], Some(0o755)).unwrap();
+            inodes.push(ino(&fd));
+            assert!(
+                chain.held() <= Chain::RECENT + Chain::MAX_CHECKPOINTS + 1,
+                "{} descriptors at depth {k}",
+                chain.held()
+            );
+        }
+        for k in [1500, 3000, 7, 2999, 1, 3000, 64] {
+            let fd = chain.open(&parts[..k], None).unwrap();
+            assert_eq!(ino(&fd), inodes[k - 1], "depth {k}");
+        }
+        // A symlink deep down is met and named by its level.
+        let fd = chain.open(&parts[..2000], None).unwrap();
+        symlinkat_for_test(&fd, "s");
+        let mut via = parts[..2000].to_vec();
+        via.push(CString::new("s").unwrap());
+        via.push(CString::new("x").unwrap());
+        match chain.open(&via, Some(0o755)) {
+            Err(WalkFail::Met(2000, Met::Symlink)) => {}
+            other => panic!("{:?}", other.map(|_| ())),
+        }
+    }
+
+    fn symlinkat_for_test(dir: &OwnedFd, name: &str) {
+        let name = CString::new(name).unwrap();
+        let target = CString::new("/").unwrap();
+        at::symlink(&target, dir.as_raw_fd(), &name).unwrap();
+    }
 
     #[test]
     fn symlinks_on_the_way_are_refused_and_named() {

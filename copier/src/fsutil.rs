@@ -7,7 +7,7 @@ use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-pub use crate::beneath::remove_tree;
+pub use crate::beneath::{Visit, remove_tree, walk_tree};
 
 /// Flushes the filesystem that holds `f` to stable storage (`syncfs(2)`
 /// where the platform has it).

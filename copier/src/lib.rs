@@ -72,8 +72,10 @@ pub mod verify;
 
 pub use cancel::Cancel;
 pub use defaults::DefaultsFile;
-pub use error::{Error, Met, Op, Refusal, Result};
-pub use plan::{EntryKind, Failure, Listener, OnError, Plan, Progress, Report};
+pub use error::{Error, Met, Op, Refusal, Result, Syntax};
+pub use plan::{
+    EntryKind, Failure, Listener, Metered, OnError, Plan, Progress, Report,
+};
 pub use pool::{Credentials, Pool};
 pub use rules::{Action, Rule, RuleSet};
 pub use stats::{Notice, NoticeKind, Stats, WalkerStats, WorkerStats};

@@ -41,7 +41,7 @@ pub fn unpack_layer(
     root: &Path,
     opts: &UnpackOptions,
 ) -> Result<UnpackReport> {
-    through_layer(image, i, |diff, shown| {
+    through_layer(image, i, opts.progress.as_ref(), |diff, shown| {
         unpack::unpack_from(diff, shown, root, opts)
     })
 }
@@ -57,7 +57,7 @@ pub fn survey_layer(
     opts: &UnpackOptions,
 ) -> Result<UnpackReport> {
     let opts = applying(opts);
-    through_layer(image, i, |diff, shown| {
+    through_layer(image, i, None, |diff, shown| {
         unpack::survey_from(diff, shown, root, &opts)
     })
 }
@@ -71,18 +71,26 @@ fn applying(opts: &UnpackOptions) -> UnpackOptions {
 }
 
 /// Layer `i`'s tar stream, decompressed and checked against its diff_id
-/// as `read` reads it, then against the blob's digest.
+/// as `read` reads it, then against the blob's digest; `progress` hears
+/// how far through the blob it is.
 fn through_layer(
     image: &Image,
     i: usize,
+    progress: Option<&Arc<dyn crate::Progress>>,
     read: impl FnOnce(&mut dyn std::io::Read, &Path) -> Result<UnpackReport>,
 ) -> Result<UnpackReport> {
     let layer = &image.layers[i];
     let shown = image.layer_path(i);
     let mut raw = image.layer(i)?;
+    if let Some(p) = progress {
+        p.begin(Some(layer.size));
+    }
     let r = (|| {
         let stream = zinstall_archive::compress::decompress(
-            BufReader::with_capacity(1 << 20, &mut raw),
+            BufReader::with_capacity(
+                1 << 20,
+                crate::Metered::new(&mut raw, progress.cloned()),
+            ),
             layer.compression,
         )
         .map_err(|e| Error::io(Op::Read, &shown, e))?;
@@ -212,22 +220,60 @@ enum Saved {
 }
 
 /// Before the tree `layer_tree` of a layer with `changes` is copied onto
-/// `root`: removes what its whiteouts remove (beneath the root, never
-/// through a symlink: one on the way is refused) and keeps the metadata
-/// the copy would wrongly change.
+/// `root`: removes what its whiteouts remove and keeps the metadata the
+/// copy would wrongly change. `layer` names the layer in refusals (its
+/// blob, as an install names it), with the member refused.
+///
+/// The outcome is the one applying the layer's tar stream onto `root`
+/// gives ([`Whiteouts::Apply`]):
+///
+/// - A whiteout removes only what lower layers left, beneath the root,
+///   never through a symlink. Where a lower layer left a file on the way
+///   there is nothing of theirs beneath it to remove; where it left a
+///   symlink and this layer's tree has a directory there (this layer
+///   turns the symlink into a directory, with whiteouts inside), the
+///   same. A symlink anywhere else on the way is refused.
+/// - A directory the layer holds entries in but has no entry for must be
+///   a directory below already: a symlink or a file there is refused, as
+///   an install refuses writing through it.
 pub fn prepare_layer(
     root: &Path,
     layer_tree: &Path,
+    layer: &Path,
     changes: &[Change],
 ) -> Result<Kept> {
     let top = Root::open(root)?;
     let mut chain = Chain::new(Arc::clone(top.fd()));
+    let tree_top = Root::open(layer_tree)?;
+    let mut tree = Chain::new(Arc::clone(tree_top.fd()));
     let mut dirs: Vec<(Vec<CString>, Saved)> = Vec::new();
     let mut have = std::collections::HashSet::new();
+    let refuse = |entry: String, reason| Error::Archive {
+        archive: layer.to_path_buf(),
+        entry,
+        reason,
+    };
     let parts_of = |p: &Path| {
         beneath::components(p).ok_or_else(|| {
-            Error::refused(root.join(p), crate::Refusal::NotBeneath)
+            refuse(
+                p.to_string_lossy().into_owned(),
+                crate::ArchiveRefusal::EscapesRoot,
+            )
         })
+    };
+    // The member a change comes from, for messages.
+    let member = |c: &Change| match c {
+        Change::Remove(p) => {
+            let name = p.file_name().unwrap_or_default().to_string_lossy();
+            p.with_file_name(format!(".wh.{name}"))
+                .to_string_lossy()
+                .into_owned()
+        }
+        Change::Opaque(d) => {
+            d.join(".wh..wh..opq").to_string_lossy().into_owned()
+        }
+        Change::Implicit(d) => format!("{}/", d.to_string_lossy()),
+        Change::Link { path, .. } => path.to_string_lossy().into_owned(),
     };
     // First what must be kept, before anything changes it.
     for c in changes {
@@ -238,16 +284,36 @@ pub fn prepare_layer(
             // Its directory is the layer's (an entry, or implicit).
             Change::Link { .. } => continue,
         };
+        let parts = parts_of(dir)?;
         // The layer's own directory entry decides its metadata.
-        if !whole && std::fs::symlink_metadata(layer_tree.join(dir)).is_ok() {
+        if !whole && tree_dir(&mut tree, &parts) {
             continue;
         }
-        let parts = parts_of(dir)?;
         if !have.insert(parts.clone()) {
             continue;
         }
-        let Some(fd) = open_existing(&mut chain, root, &parts)? else {
-            continue;
+        let fd = match chain.open(&parts, None) {
+            Ok(fd) => fd,
+            Err(WalkFail::Io(_, _, e))
+                if e.raw_os_error() == Some(libc::ENOENT) =>
+            {
+                continue;
+            }
+            // Whiteouts beneath a lower file: nothing to keep or remove.
+            Err(WalkFail::Met(_, Met::NotADirectory)) if !whole => continue,
+            Err(WalkFail::Met(_, Met::Symlink)) => {
+                return Err(refuse(
+                    member(c),
+                    crate::ArchiveRefusal::ThroughSymlink,
+                ));
+            }
+            Err(WalkFail::Met(_, Met::NotADirectory)) => {
+                return Err(refuse(
+                    member(c),
+                    crate::ArchiveRefusal::FileOverDirectory,
+                ));
+            }
+            Err(f) => return Err(f.into_error(root, &parts, &root.join(dir))),
         };
         let st = at::fstat(&*fd)
             .map_err(|e| Error::io(Op::Stat, root.join(dir), e))?;
@@ -267,27 +333,55 @@ pub fn prepare_layer(
         ));
     }
     for c in changes {
-        match c {
-            Change::Implicit(_) | Change::Link { .. } => {}
+        let (dir_parts, leaf) = match c {
+            Change::Implicit(_) | Change::Link { .. } => continue,
             Change::Remove(p) => {
-                let parts = parts_of(p)?;
-                let Some((leaf, parent)) = parts.split_last() else {
+                let mut parts = parts_of(p)?;
+                let Some(leaf) = parts.pop() else {
                     continue;
                 };
-                if let Some(fd) = open_existing(&mut chain, root, parent)? {
-                    beneath::remove_at(fd.as_raw_fd(), leaf, &root.join(p))?;
-                }
+                (parts, Some(leaf))
             }
-            Change::Opaque(d) => {
-                let parts = parts_of(d)?;
-                if let Some(fd) = open_existing(&mut chain, root, &parts)? {
-                    let shown = root.join(d);
-                    let names = at::read_names(&*fd)
-                        .map_err(|e| Error::io(Op::ReadDir, &shown, e))?;
-                    for n in names {
-                        let child = shown.join(OsStr::from_bytes(n.as_bytes()));
-                        beneath::remove_at(fd.as_raw_fd(), &n, &child)?;
-                    }
+            Change::Opaque(d) => (parts_of(d)?, None),
+        };
+        let fd = match chain.open(&dir_parts, None) {
+            Ok(fd) => fd,
+            Err(WalkFail::Io(_, _, e))
+                if e.raw_os_error() == Some(libc::ENOENT) =>
+            {
+                continue;
+            }
+            Err(WalkFail::Met(_, Met::NotADirectory)) => continue,
+            // A lower symlink this layer makes a directory: nothing of
+            // the lower layers' is beneath it.
+            Err(WalkFail::Met(i, Met::Symlink))
+                if tree_dir(&mut tree, &dir_parts[..=i]) =>
+            {
+                continue;
+            }
+            Err(WalkFail::Met(_, Met::Symlink)) => {
+                return Err(refuse(
+                    member(c),
+                    crate::ArchiveRefusal::ThroughSymlink,
+                ));
+            }
+            Err(f) => {
+                let shown = shown_of(root, &dir_parts);
+                return Err(f.into_error(root, &dir_parts, &shown));
+            }
+        };
+        let shown = shown_of(root, &dir_parts);
+        match leaf {
+            Some(leaf) => {
+                let target = shown.join(OsStr::from_bytes(leaf.as_bytes()));
+                beneath::remove_at(fd.as_raw_fd(), &leaf, &target)?;
+            }
+            None => {
+                let names = at::read_names(&*fd)
+                    .map_err(|e| Error::io(Op::ReadDir, &shown, e))?;
+                for n in names {
+                    let child = shown.join(OsStr::from_bytes(n.as_bytes()));
+                    beneath::remove_at(fd.as_raw_fd(), &n, &child)?;
                 }
             }
         }
@@ -298,9 +392,24 @@ pub fn prepare_layer(
         let Change::Link { path, target } = c else {
             continue;
         };
-        link_lower(&mut chain, root, layer_tree, path, target)?;
+        link_lower(&mut chain, root, layer, path, target)?;
     }
     Ok(Kept { root: top, dirs })
+}
+
+/// Whether the layer's tree has a directory at `parts` (opened beneath
+/// it, no symlink followed).
+fn tree_dir(tree: &mut Chain, parts: &[CString]) -> bool {
+    tree.open(parts, None).is_ok()
+}
+
+/// `root` joined with `parts`, for messages.
+fn shown_of(root: &Path, parts: &[CString]) -> PathBuf {
+    let mut p = root.to_path_buf();
+    for c in parts {
+        p.push(OsStr::from_bytes(c.as_bytes()));
+    }
+    p
 }
 
 /// Makes the hard link `path` to `target`, a file lower layers left in
@@ -309,12 +418,12 @@ pub fn prepare_layer(
 fn link_lower(
     chain: &mut Chain,
     root: &Path,
-    layer_tree: &Path,
+    layer: &Path,
     path: &Path,
     target: &Path,
 ) -> Result<()> {
     let refused = || Error::Archive {
-        archive: layer_tree.to_path_buf(),
+        archive: layer.to_path_buf(),
         entry: path.to_string_lossy().into_owned(),
         reason: crate::ArchiveRefusal::HardLinkOutside,
     };
@@ -338,9 +447,14 @@ fn link_lower(
         _ => return Err(refused()),
     }
     let shown = root.join(path);
-    let dir = chain
-        .open(parent, Some(0o755))
-        .map_err(|f| f.into_error(root, parent, &shown))?;
+    let dir = chain.open(parent, Some(0o755)).map_err(|f| match f {
+        WalkFail::Met(_, Met::Symlink) => Error::Archive {
+            archive: layer.to_path_buf(),
+            entry: path.to_string_lossy().into_owned(),
+            reason: crate::ArchiveRefusal::ThroughSymlink,
+        },
+        f => f.into_error(root, parent, &shown),
+    })?;
     beneath::remove_at(dir.as_raw_fd(), leaf, &shown)?;
     at::link(tdir.as_raw_fd(), tleaf, dir.as_raw_fd(), leaf)
         .map_err(|e| Error::io(Op::Link, &shown, e))

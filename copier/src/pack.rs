@@ -4,12 +4,15 @@
 //! Members come in name order (the same tree gives the same archive,
 //! byte for byte, but for the times in it). Each keeps its type, mode
 //! with setuid, setgid and sticky, numeric owner, modification time to
-//! the nanosecond, extended attributes (ACLs and file capabilities
-//! included, as `SCHILY.xattr.*` PAX records, which GNU tar, libarchive
-//! and this project's reader restore) and device numbers; a second name
-//! of an inode is a hard link to the first. Symlinks are stored, never
-//! followed, and the walk stays on the source's filesystem. Sockets
-//! cannot be archived and are skipped (counted in
+//! the nanosecond, extended attributes (file capabilities included, as
+//! `SCHILY.xattr.*` PAX records), POSIX ACLs (as `SCHILY.acl.*` text by
+//! numeric id) and device numbers, all of which GNU tar (`--xattrs
+//! --acls`), libarchive and this project's reader restore; a file with
+//! holes is a PAX 1.0 sparse member holding its data only (the holes
+//! found with `SEEK_DATA`/`SEEK_HOLE`), as `tar -S --format=pax` writes
+//! it; a second name of an inode is a hard link to the first. Symlinks
+//! are stored, never followed, and the walk stays on the source's
+//! filesystem. Sockets cannot be archived and are skipped (counted in
 //! [`Stats::skipped`]). A file whose size or times change while it is
 //! read is refused rather than archived torn.
 
@@ -108,7 +111,7 @@ pub fn pack(
             xattrs: crate::verify::read_xattrs(path)?,
             ..Entry::default()
         };
-        let mut body: Option<File> = None;
+        let mut body: Option<(File, Vec<(u64, u64)>)> = None;
         if ft.is_dir() {
             e.kind = WriteKind::Directory;
             stats.dirs += 1;
@@ -136,7 +139,17 @@ pub fn pack(
             if (now.dev(), now.ino()) != (md.dev(), md.ino()) {
                 return Err(Error::refused(path, Refusal::ChangedDuringCopy));
             }
-            body = Some(f);
+            // Fewer blocks than bytes: holes, stored as a sparse member.
+            let data = if md.blocks().saturating_mul(512) < md.len() {
+                data_segments(&f, md.len())
+                    .map_err(|er| Error::io(Op::Seek, path, er))?
+            } else {
+                vec![(0, md.len())]
+            };
+            if data != [(0, md.len())] {
+                e.sparse = Some(data.clone());
+            }
+            body = Some((f, data));
             stats.files += 1;
             stats.bytes += md.len();
         } else if ft.is_fifo() {
@@ -154,9 +167,15 @@ pub fn pack(
         if !ft.is_dir() && !ft.is_symlink() && md.nlink() > 1 {
             links.entry((md.dev(), md.ino())).or_insert(name);
         }
-        match &mut body {
-            Some(f) => {
-                w.append(&e, &mut *f).map_err(|er| {
+        match &body {
+            Some((f, data)) => {
+                let mut rd = Segments {
+                    f,
+                    data,
+                    at: 0,
+                    done: 0,
+                };
+                w.append(&e, &mut rd).map_err(|er| {
                     if er.kind() == std::io::ErrorKind::UnexpectedEof {
                         Error::refused(path, Refusal::ChangedDuringCopy)
                     } else {
@@ -183,4 +202,61 @@ pub fn pack(
     w.finish().map_err(wrote)?;
     stats.elapsed = started.elapsed();
     Ok(stats)
+}
+
+/// The data segments of the file `f` of `len` bytes, found with
+/// `SEEK_DATA`/`SEEK_HOLE` (a filesystem without them reports the whole
+/// file as data).
+fn data_segments(f: &File, len: u64) -> std::io::Result<Vec<(u64, u64)>> {
+    let mut map = Vec::new();
+    let mut off = 0;
+    while off < len {
+        let Some(start) = sys::posix::seek(f, off, true)? else {
+            break;
+        };
+        if start >= len {
+            break;
+        }
+        let end = sys::posix::seek(f, start, false)?.unwrap_or(len).min(len);
+        if end <= start {
+            break;
+        }
+        map.push((start, end - start));
+        off = end;
+    }
+    Ok(map)
+}
+
+/// Reads the data segments of a file in order, by offset: a sparse
+/// member's body.
+struct Segments<'a> {
+    f: &'a File,
+    data: &'a [(u64, u64)],
+    /// The segment being read.
+    at: usize,
+    /// Bytes of it read.
+    done: u64,
+}
+
+impl std::io::Read for Segments<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        use std::os::unix::fs::FileExt;
+        while let Some(&(off, len)) = self.data.get(self.at) {
+            if self.done == len {
+                self.at += 1;
+                self.done = 0;
+                continue;
+            }
+            let want = (len - self.done).min(buf.len() as u64) as usize;
+            let n = self.f.read_at(&mut buf[..want], off + self.done)?;
+            // Shorter than when it was mapped: the writer sees the body
+            // end early and the file is refused as changed.
+            if n == 0 {
+                return Ok(0);
+            }
+            self.done += n as u64;
+            return Ok(n);
+        }
+        Ok(0)
+    }
 }

@@ -118,24 +118,69 @@ impl Stats {
 }
 
 impl fmt::Display for Stats {
-    /// One line: `12 files, 3 dirs, ... 1048576 bytes, 25 ms`.
+    /// One line, in the units of the progress line: `12 files, 3 dirs,
+    /// 1 symlink, 0 hard links, 1.50 MiB in 25 ms (60.00 MiB/s)`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{} files, {} dirs, {} symlinks, {} hard links",
-            self.files, self.dirs, self.symlinks, self.hardlinks
+            "{}, {}, {}, {}",
+            count(self.files, "file", "files"),
+            count(self.dirs, "dir", "dirs"),
+            count(self.symlinks, "symlink", "symlinks"),
+            count(self.hardlinks, "hard link", "hard links"),
         )?;
-        for (n, what) in [
-            (self.redirects, "redirects"),
-            (self.specials, "special files"),
-            (self.skipped, "skipped"),
-            (self.unchanged, "unchanged"),
+        for (n, one, many) in [
+            (self.redirects, "redirect", "redirects"),
+            (self.specials, "special file", "special files"),
+            (self.skipped, "skipped", "skipped"),
+            (self.unchanged, "unchanged", "unchanged"),
         ] {
             if n > 0 {
-                write!(f, ", {n} {what}")?;
+                write!(f, ", {}", count(n, one, many))?;
             }
         }
-        write!(f, ", {} bytes, {} ms", self.bytes, self.elapsed.as_millis())
+        write!(
+            f,
+            ", {} in {}",
+            human_bytes(self.bytes),
+            human_duration(self.elapsed)
+        )?;
+        if self.bytes > 0 && !self.elapsed.is_zero() {
+            let rate = self.bytes as f64 / self.elapsed.as_secs_f64();
+            write!(f, " ({}/s)", human_bytes(rate as u64))?;
+        }
+        Ok(())
+    }
+}
+
+/// `n` with the word that fits it: `1 file`, `2 files`.
+pub fn count(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+/// Bytes as the progress line shows them (binary units, two decimals):
+/// `512 B`, `1.50 KiB`, `3.25 GiB`.
+pub fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    let mut v = n as f64 / 1024.0;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    format!("{v:.2} {}", UNITS[unit])
+}
+
+/// A run's time for a summary: `25 ms`, `3.42 s`, `2 min 5 s`.
+pub fn human_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    match ms {
+        0..=999 => format!("{ms} ms"),
+        1000..=119_999 => format!("{:.2} s", d.as_secs_f64()),
+        _ => format!("{} min {} s", d.as_secs() / 60, d.as_secs() % 60),
     }
 }
 
@@ -253,5 +298,36 @@ impl NoticeBoard {
             .collect();
         v.sort_by(|a, b| a.example.cmp(&b.example));
         v
+    }
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    #[test]
+    fn summaries_speak_as_the_progress_line_does() {
+        assert_eq!(human_bytes(0), "0 B");
+        assert_eq!(human_bytes(1023), "1023 B");
+        assert_eq!(human_bytes(1536), "1.50 KiB");
+        assert_eq!(human_bytes(3 << 30), "3.00 GiB");
+        assert_eq!(human_duration(Duration::from_millis(25)), "25 ms");
+        assert_eq!(human_duration(Duration::from_millis(3420)), "3.42 s");
+        assert_eq!(human_duration(Duration::from_secs(125)), "2 min 5 s");
+        let s = Stats {
+            files: 1,
+            dirs: 2,
+            symlinks: 1,
+            hardlinks: 0,
+            specials: 1,
+            bytes: 3 << 20,
+            elapsed: Duration::from_secs(2),
+            ..Stats::default()
+        };
+        assert_eq!(
+            s.to_string(),
+            "1 file, 2 dirs, 1 symlink, 0 hard links, 1 special file, \
+             3.00 MiB in 2.00 s (1.50 MiB/s)"
+        );
     }
 }

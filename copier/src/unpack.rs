@@ -38,16 +38,14 @@
 //! With one thread (`copy_threads = 1`) the reader does everything itself:
 //! the serial unpack.
 
-use std::collections::HashSet;
 use std::ffi::{CStr, CString};
 use std::fs::File;
-use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::io::{self, Read, Seek, SeekFrom};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::Instant;
 
 use crossbeam_channel::Receiver;
 
@@ -59,7 +57,7 @@ use zinstall_archive::names::{self, Name};
 use zinstall_archive::tar::{self, TarError};
 use zinstall_archive::{ArchiveKind, ArchiveMeta, ArchiveRefusal};
 
-use crate::beneath::{self, Chain, Root, WalkFail};
+use crate::beneath::{Chain, Root, WalkFail};
 use crate::cancel::Cancel;
 use crate::error::{Error, Met, Op, Result};
 use crate::probes;
@@ -71,9 +69,13 @@ use crate::tunables::Tunables;
 mod survey;
 pub use survey::{survey, survey_from};
 mod layered;
+mod paths;
+mod read;
 
 pub use layered::{Change, Whiteouts};
-use layered::{Class, Layered};
+
+use paths::{NodeId, PathTree};
+use read::read_all;
 
 /// From a stream, bodies up to this size go to the pool in memory; larger
 /// ones are streamed by the reader. From a plain tar file every body goes
@@ -112,6 +114,9 @@ pub struct UnpackOptions {
     /// OCI whiteouts: ignored (zinstall layers, plain tarballs), applied
     /// to the root, or recorded (see the `layered` module).
     pub whiteouts: Whiteouts,
+    /// Told how far through the archive file (or OCI blob) the unpack is,
+    /// its length first ([`crate::Progress::begin`]).
+    pub progress: Option<Arc<dyn crate::Progress>>,
 }
 
 impl Default for UnpackOptions {
@@ -126,6 +131,7 @@ impl Default for UnpackOptions {
             pool: None,
             listener: None,
             whiteouts: Whiteouts::Off,
+            progress: None,
         }
     }
 }
@@ -161,16 +167,21 @@ pub fn unpack(
     let compression = compression_of(&head[..n]);
     f.seek(SeekFrom::Start(0))
         .map_err(|e| Error::io(Op::Read, archive, e))?;
+    if let Some(p) = &opts.progress {
+        p.begin(f.metadata().ok().map(|m| m.len()));
+    }
     if compression == Compression::None {
         // A plain tar file: the reader only parses headers and seeks over
         // bodies; workers copy each body from its range of the file in the
         // kernel, so the reader never becomes the bottleneck.
         let body_source =
             f.try_clone().map_err(|e| Error::io(Op::Open, archive, e))?;
+        let f = crate::Metered::new(f, opts.progress.clone());
         let reader = tar::Reader::seekable(f, limits(opts))
             .map_err(|e| Error::io(Op::Read, archive, e))?;
         return run(reader, Some(body_source), archive, root, opts);
     }
+    let f = crate::Metered::new(f, opts.progress.clone());
     let reader =
         decompress(io::BufReader::with_capacity(1 << 20, f), compression)
             .map_err(|e| Error::io(Op::Read, archive, e))?;
@@ -351,6 +362,7 @@ fn run<R: Read>(
                 tx: Box::new(send),
                 batch: Vec::new(),
                 held: 0,
+                dirs: 0,
                 size: batch_size,
             };
             read_all(ctx, input, Some(batcher))
@@ -374,14 +386,14 @@ fn run<R: Read>(
             path: archive.to_path_buf(),
         });
     }
-    // Directory metadata last, children before their parents: in
-    // descending name order a directory follows everything beneath it,
-    // and neighbours share their parents' open descriptors.
-    let mut dirs = outcome.dirs;
-    dirs.sort_by(|a, b| b.0.parts.cmp(&a.0.parts));
+    // Directory metadata last, children before their parents: deepest
+    // first, and in the archive's order within a depth, so neighbours
+    // share their parents' open descriptors.
+    let DirList { tree, mut list } = outcome.dirs;
+    list.sort_by_key(|(id, _)| std::cmp::Reverse(tree.depth(*id)));
     let mut chain = Chain::new(Arc::clone(&ctx.root_fd));
-    for (name, m) in &dirs {
-        ctx.finish_dir(&mut chain, name, m)?;
+    for (id, m) in &list {
+        ctx.finish_dir(&mut chain, &tree.parts(*id), m)?;
     }
     let mut stats = outcome.stats;
     stats.files += ctx.files.load(Ordering::Relaxed);
@@ -440,6 +452,7 @@ fn unpack_with_own_workers<R: Read>(
             tx: Box::new(move |batch| tx.send(batch).is_ok()),
             batch: Vec::new(),
             held: 0,
+            dirs: 0,
             size: batch_size,
         });
         read_all(ctx, input, pool)
@@ -467,17 +480,34 @@ struct Batcher<'a> {
     batch: Vec<FileJob>,
     /// In-memory body bytes in `batch`.
     held: u64,
+    /// Directories whose descriptors the jobs in `batch` hold.
+    dirs: usize,
     size: usize,
 }
+
+/// A batch is sent once its jobs hold this many directories' descriptors:
+/// files one per directory down a deep tree would otherwise pin a
+/// descriptor each until the batch filled.
+const BATCH_DIRS: usize = 8;
 
 impl Batcher<'_> {
     /// Queues `job`; false when the workers are gone.
     fn push(&mut self, job: FileJob) -> bool {
         self.held += job.body.held();
+        if self
+            .batch
+            .last()
+            .is_none_or(|last| !Arc::ptr_eq(&last.dir, &job.dir))
+        {
+            self.dirs += 1;
+        }
         self.batch.push(job);
         // Bodies waiting here count against the byte budget; sending at a
         // quarter of it keeps the reader from waiting on bytes it holds.
-        if self.batch.len() >= self.size || self.held >= BUDGET / 4 {
+        if self.batch.len() >= self.size
+            || self.held >= BUDGET / 4
+            || self.dirs >= BATCH_DIRS
+        {
             return self.flush();
         }
         true
@@ -489,6 +519,7 @@ impl Batcher<'_> {
             return true;
         }
         self.held = 0;
+        self.dirs = 0;
         (self.tx)(std::mem::take(&mut self.batch))
     }
 }
@@ -579,8 +610,32 @@ struct Ctx<'a> {
 struct ReadOutcome {
     stats: Stats,
     meta: Option<ArchiveMeta>,
-    dirs: Vec<(Name, Meta)>,
+    dirs: DirList,
     changes: Vec<Change>,
+}
+
+/// The directory entries whose metadata is applied at the end, each by
+/// its node in a tree of their paths: a constant per directory at any
+/// depth, where a list of full paths grows with the square of it.
+struct DirList {
+    tree: PathTree,
+    list: Vec<(NodeId, Meta)>,
+}
+
+impl Default for DirList {
+    fn default() -> Self {
+        DirList {
+            tree: PathTree::new(),
+            list: Vec::new(),
+        }
+    }
+}
+
+impl DirList {
+    fn push(&mut self, parts: &[CString], meta: Meta) {
+        let id = self.tree.intern(parts);
+        self.list.push((id, meta));
+    }
 }
 
 impl Ctx<'_> {
@@ -773,11 +828,17 @@ impl Ctx<'_> {
         } else {
             (job.leaf.clone(), false)
         };
-        let mut f = at::create_file(dir, &name)
+        let f = at::create_file(dir, &name)
             .map_err(|e| Error::io(Op::Create, &job.shown, e))?;
         let r = match &job.body {
-            Body::Bytes(data) => f
-                .write_all(data)
+            Body::Bytes(data) => write_data(&f, data, 0)
+                .and_then(|end| {
+                    // Ends in zeros left as a hole: the length still.
+                    if end < data.len() as u64 {
+                        f.set_len(data.len() as u64)?;
+                    }
+                    Ok(())
+                })
                 .map_err(|e| Error::io(Op::Write, &job.shown, e)),
             Body::At { segments, size } => segments
                 .iter()
@@ -869,11 +930,11 @@ impl Ctx<'_> {
     fn finish_dir(
         &self,
         chain: &mut Chain,
-        name: &Name,
+        parts: &[CString],
         m: &Meta,
     ) -> Result<()> {
-        let entry = Name::joined(&name.parts).to_string_lossy().into_owned();
-        let Some(leaf) = name.leaf() else {
+        let entry = Name::joined(parts).to_string_lossy().into_owned();
+        let Some((leaf, parent)) = parts.split_last() else {
             // The archive's entry for the root itself.
             let top = self
                 .root_fd
@@ -881,8 +942,8 @@ impl Ctx<'_> {
                 .map_err(|e| Error::io(Op::Open, self.root, e))?;
             return self.finish_fd(&File::from(top), m, self.root);
         };
-        let parent = self.open_dir(chain, name.parent(), &entry, false)?;
-        let shown = self.shown(&name.parts);
+        let parent = self.open_dir(chain, parent, &entry, false)?;
+        let shown = self.shown(parts);
         let fd = at::open_dir(parent.as_raw_fd(), leaf)
             .map_err(|e| Error::io(Op::Open, &shown, e))?;
         self.finish_fd(&File::from(fd), m, &shown)
@@ -947,392 +1008,6 @@ impl Meta {
             xattrs,
         })
     }
-}
-
-/// The reader: decodes members in order and does everything but pooled
-/// file bodies.
-fn read_all<R: Read>(
-    ctx: &Ctx<'_>,
-    mut rd: tar::Reader<R>,
-    mut pool: Option<Batcher<'_>>,
-) -> Result<ReadOutcome> {
-    let started = Instant::now();
-    let mut out = ReadOutcome::default();
-    let seekable = ctx.body_source.is_some();
-    let tar_err = |e: TarError| Error::tar(ctx.archive, e);
-    let mut first = true;
-    let mut subtree = false;
-    let mut queued: HashSet<Vec<u8>> = HashSet::new();
-    let mut chain = Chain::new(Arc::clone(&ctx.root_fd));
-    let mut layered = Layered::new(ctx.opts.whiteouts);
-    // Waits until every queued file is written. False: the pool is gone.
-    let barrier = |pool: &mut Option<Batcher<'_>>,
-                   queued: &mut HashSet<Vec<u8>>|
-     -> bool {
-        let sent = pool.as_mut().is_none_or(Batcher::flush);
-        if sent {
-            ctx.pending.wait_empty();
-            queued.clear();
-        }
-        sent
-    };
-    let mut ended = false;
-    while !ctx.stopped() {
-        let Some(m) = rd.next().map_err(tar_err)? else {
-            ended = true;
-            break;
-        };
-        let shown_entry = m.name_lossy();
-        let mut name =
-            names::check(&m.name).map_err(|r| ctx.refuse(&shown_entry, r))?;
-        if first {
-            first = false;
-            if let Some(meta) =
-                first_member(&mut rd, &m, &name, ctx.opts.expect, ctx.archive)?
-            {
-                out.meta = Some(meta);
-                subtree = true;
-                continue;
-            }
-        }
-        if subtree {
-            if name.parts.first().map(|p| p.as_bytes()) != Some(b"root") {
-                out.stats.skipped += 1;
-                continue;
-            }
-            name.parts.remove(0);
-        }
-        if let Some(lay) = layered.as_mut() {
-            let class = layered::classify(&name.parts).map_err(|why| {
-                ctx.refuse(&shown_entry, ArchiveRefusal::Corrupt(why))
-            })?;
-            match class {
-                Class::Entry => {}
-                Class::Skip => {
-                    out.stats.skipped += 1;
-                    continue;
-                }
-                Class::Opaque => {
-                    // What this layer queued stays; nothing is removed
-                    // from under a worker.
-                    if lay.applying() && !barrier(&mut pool, &mut queued) {
-                        break;
-                    }
-                    lay.opaque(ctx, &mut chain, name.parent(), &shown_entry)?;
-                    continue;
-                }
-                Class::Whiteout(leaf) => {
-                    let mut target = name.parent().to_vec();
-                    target.push(leaf.clone());
-                    if lay.applying()
-                        && lay.made(&target)
-                        && !barrier(&mut pool, &mut queued)
-                    {
-                        break;
-                    }
-                    lay.whiteout(
-                        ctx,
-                        &mut chain,
-                        name.parent(),
-                        &leaf,
-                        &shown_entry,
-                    )?;
-                    continue;
-                }
-            }
-        }
-        let meta = Meta::of(&m).map_err(|why| {
-            ctx.refuse(&shown_entry, ArchiveRefusal::Corrupt(why))
-        })?;
-        let Some(leaf) = name.leaf().cloned() else {
-            // The layer's own `root/` (or `./`): the root directory itself.
-            if m.kind == tar::Kind::Directory {
-                out.dirs.push((name, meta));
-            }
-            continue;
-        };
-        let rel = Name::joined(&name.parts).into_bytes();
-        // A second entry for a path still queued waits for the first.
-        if (queued.contains(&rel) || queued.len() >= MAX_TRACKED)
-            && !barrier(&mut pool, &mut queued)
-        {
-            break;
-        }
-        let parent_parts = name.parent().to_vec();
-        if let Some(lay) = layered.as_mut() {
-            lay.touch(ctx, &mut chain, &parent_parts)?;
-        }
-        let dir =
-            ctx.open_dir(&mut chain, &parent_parts, &shown_entry, true)?;
-        let dfd = dir.as_raw_fd();
-        let shown = ctx.shown(&name.parts);
-        let mut now = existing(dfd, &leaf, &shown)?;
-        if let Some(lay) = layered.as_mut() {
-            // A lower layer's directory becomes a file, or its symlink a
-            // directory: what it left goes. Within one layer, refused.
-            let dir_entry = m.kind == tar::Kind::Directory;
-            if lay.applying()
-                && !lay.made(&name.parts)
-                && ((now == Existing::Dir && !dir_entry)
-                    || (now == Existing::Symlink && dir_entry))
-            {
-                beneath::remove_at(dfd, &leaf, &shown)?;
-                now = Existing::Nothing;
-            }
-            lay.note(&name.parts);
-        }
-        let not_over_dir = || {
-            if now == Existing::Dir {
-                Err(ctx.refuse(&shown_entry, ArchiveRefusal::FileOverDirectory))
-            } else {
-                Ok(())
-            }
-        };
-        if let Some(l) = &ctx.opts.listener {
-            l.entry(Path::new(&shown_entry), &shown, listed_kind(m.kind));
-        }
-        match m.kind {
-            tar::Kind::Directory => {
-                match now {
-                    Existing::Dir => {}
-                    Existing::Symlink => {
-                        return Err(ctx.refuse(
-                            &shown_entry,
-                            ArchiveRefusal::DirectoryOverSymlink,
-                        ));
-                    }
-                    Existing::Other | Existing::Nothing => {
-                        if now == Existing::Other {
-                            at::unlink(dfd, &leaf, false).map_err(|e| {
-                                Error::io(Op::Remove, &shown, e)
-                            })?;
-                        }
-                        // Owner-writable until its metadata is applied last.
-                        at::mkdir(dfd, &leaf, 0o700)
-                            .map_err(|e| Error::io(Op::Mkdir, &shown, e))?;
-                        out.stats.dirs += 1;
-                    }
-                }
-                out.dirs.push((name, meta));
-            }
-            tar::Kind::File => {
-                not_over_dir()?;
-                let replace = now != Existing::Nothing;
-                let body = if seekable {
-                    Some(Body::At {
-                        segments: m.segments(),
-                        size: m.size,
-                    })
-                } else if pool.is_some()
-                    && m.sparse.is_none()
-                    && m.size <= SMALL
-                {
-                    // Held until the worker has written it; the size is
-                    // at most SMALL, whatever the archive says.
-                    ctx.budget.acquire(m.size, BUDGET);
-                    let mut data = Vec::with_capacity(m.size as usize);
-                    if let Err(e) = rd.body().read_to_end(&mut data) {
-                        ctx.budget.release(m.size);
-                        return Err(tar_err(TarError::from_io(e)));
-                    }
-                    Some(Body::Bytes(data))
-                } else {
-                    None
-                };
-                match body {
-                    Some(body) => {
-                        let job = FileJob {
-                            dir,
-                            leaf,
-                            replace,
-                            body,
-                            meta,
-                            shown,
-                            entry: shown_entry,
-                        };
-                        ctx.pending.acquire(1, u64::MAX);
-                        match &mut pool {
-                            Some(pool) => {
-                                queued.insert(rel);
-                                if !pool.push(job) {
-                                    break;
-                                }
-                            }
-                            None => ctx.write_job(job),
-                        }
-                    }
-                    None => {
-                        // Streamed by the reader: one body at a time.
-                        if !barrier(&mut pool, &mut queued) {
-                            break;
-                        }
-                        let target = Target {
-                            dir: dfd,
-                            leaf: &leaf,
-                            replace,
-                            shown: &shown,
-                        };
-                        stream_file(ctx, &mut rd, &m, &target, &meta)?;
-                    }
-                }
-            }
-            tar::Kind::Symlink => {
-                not_over_dir()?;
-                let target = m.link.clone().unwrap_or_default();
-                let target = CString::new(target).map_err(|_| {
-                    ctx.refuse(
-                        &shown_entry,
-                        ArchiveRefusal::Corrupt("NUL in symlink target".into()),
-                    )
-                })?;
-                if target.as_bytes().is_empty() {
-                    return Err(ctx.refuse(
-                        &shown_entry,
-                        ArchiveRefusal::Corrupt(
-                            "symlink without target".into(),
-                        ),
-                    ));
-                }
-                let tmp = if now == Existing::Nothing {
-                    leaf.clone()
-                } else {
-                    ctx.temp_name()
-                };
-                at::symlink(&target, dfd, &tmp)
-                    .map_err(|e| Error::io(Op::Symlink, &shown, e))?;
-                ctx.finish_at(dfd, &tmp, &meta, &shown, true)?;
-                if tmp != leaf {
-                    at::rename(dfd, &tmp, &leaf)
-                        .map_err(|e| Error::io(Op::Rename, &shown, e))?;
-                }
-                out.stats.symlinks += 1;
-                queued.insert(rel);
-            }
-            tar::Kind::HardLink => {
-                not_over_dir()?;
-                let outside = || {
-                    ctx.refuse(&shown_entry, ArchiveRefusal::HardLinkOutside)
-                };
-                let target_raw = m.link.clone().ok_or_else(outside)?;
-                let mut target =
-                    names::check(&target_raw).map_err(|_| outside())?;
-                if subtree {
-                    if target.parts.first().map(|p| p.as_bytes())
-                        != Some(b"root")
-                    {
-                        return Err(outside());
-                    }
-                    target.parts.remove(0);
-                }
-                let Some(tleaf) = target.leaf().cloned() else {
-                    return Err(outside());
-                };
-                // Its target may still be in a worker's hands.
-                if !barrier(&mut pool, &mut queued) {
-                    break;
-                }
-                let found = match ctx.open_dir(
-                    &mut chain,
-                    target.parent(),
-                    &shown_entry,
-                    false,
-                ) {
-                    Ok(tdir) => {
-                        let e = existing(tdir.as_raw_fd(), &tleaf, &shown)?;
-                        Some((tdir, e))
-                    }
-                    Err(_) => None,
-                };
-                let recording = layered.as_ref().is_some_and(|l| !l.applying());
-                let tdir = match found {
-                    Some((tdir, Existing::Other | Existing::Symlink)) => {
-                        Some(tdir)
-                    }
-                    None | Some((_, Existing::Nothing)) if recording => None,
-                    _ => return Err(outside()),
-                };
-                // The chain may have moved to the target's directory.
-                let dir = ctx.open_dir(
-                    &mut chain,
-                    &parent_parts,
-                    &shown_entry,
-                    true,
-                )?;
-                let dfd = dir.as_raw_fd();
-                if now != Existing::Nothing {
-                    at::unlink(dfd, &leaf, false)
-                        .map_err(|e| Error::io(Op::Remove, &shown, e))?;
-                }
-                match (tdir, layered.as_mut()) {
-                    (Some(tdir), _) => {
-                        at::link(tdir.as_raw_fd(), &tleaf, dfd, &leaf)
-                            .map_err(|e| Error::io(Op::Link, &shown, e))?
-                    }
-                    // A layer alone: the target is a lower layer's file,
-                    // linked when the layer is applied (beneath the root
-                    // then, as every write).
-                    (None, Some(lay)) => {
-                        lay.defer_link(&name.parts, &target.parts)
-                    }
-                    (None, None) => return Err(outside()),
-                }
-                out.stats.hardlinks += 1;
-            }
-            tar::Kind::CharDevice
-            | tar::Kind::BlockDevice
-            | tar::Kind::Fifo => {
-                let (typ, dev) = match m.kind {
-                    tar::Kind::CharDevice => (libc::S_IFCHR, true),
-                    tar::Kind::BlockDevice => (libc::S_IFBLK, true),
-                    _ => (libc::S_IFIFO, false),
-                };
-                if dev && !ctx.opts.allow_devices {
-                    return Err(ctx.refuse(
-                        &shown_entry,
-                        ArchiveRefusal::DeviceNotAllowed,
-                    ));
-                }
-                not_over_dir()?;
-                if now != Existing::Nothing {
-                    at::unlink(dfd, &leaf, false)
-                        .map_err(|e| Error::io(Op::Remove, &shown, e))?;
-                }
-                let rdev = crate::sys::posix::makedev(m.dev.0, m.dev.1);
-                at::mknod(dfd, &leaf, typ | 0o600, rdev)
-                    .map_err(|e| Error::io(Op::Mknod, &shown, e))?;
-                // By name: a FIFO cannot be opened without blocking, a
-                // device should not be opened at all.
-                ctx.finish_at(dfd, &leaf, &meta, &shown, false)?;
-                out.stats.specials += 1;
-            }
-            tar::Kind::Other(t) => {
-                return Err(ctx.refuse(
-                    &shown_entry,
-                    ArchiveRefusal::UnsupportedEntryType(format!(
-                        "typeflag {:?}",
-                        t as char
-                    )),
-                ));
-            }
-        }
-    }
-    if let Some(mut pool) = pool {
-        pool.flush();
-    }
-    ctx.pending.wait_empty();
-    if let Some(lay) = layered
-        && ended
-        && !ctx.stopped()
-    {
-        out.changes = lay.finish(ctx, &mut chain, &out.dirs)?;
-    }
-    if ended {
-        // The rest must be zeros, and a compressed stream is read to its
-        // end so its checksums and trailer are verified.
-        rd.finish().map_err(tar_err)?;
-    }
-    out.stats.elapsed = started.elapsed();
-    Ok(out)
 }
 
 /// A member's kind as listings name it.
@@ -1403,10 +1078,18 @@ fn write_segments<R: Read>(
     for &(off, len) in map {
         let mut done = 0;
         while done < len {
-            let want = (len - done).min(buf.len() as u64) as usize;
-            let n = match body.read(&mut buf[..want]) {
+            // Up to the next block boundary of the file, so that whole
+            // blocks of zeros are seen as such whatever the stream's
+            // reads return.
+            let at = off + done;
+            let mut want = (len - done).min(buf.len() as u64);
+            let cut = (at + want) % HOLE_BLOCK;
+            if cut < want {
+                want -= cut;
+            }
+            let want = want as usize;
+            let n = match read_up_to(&mut body, &mut buf[..want]) {
                 Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
                     return Err(Error::tar(ctx.archive, TarError::from_io(e)));
                 }
@@ -1419,15 +1102,92 @@ fn write_segments<R: Read>(
                     },
                 ));
             }
-            f.write_all_at(&buf[..n], off + done)
+            write_data(f, &buf[..n], at)
                 .map_err(|e| Error::io(Op::Write, shown, e))?;
             done += n as u64;
         }
     }
-    let end = map.last().map_or(0, |&(o, l)| o + l);
-    if m.size > end {
-        f.set_len(m.size)
-            .map_err(|e| Error::io(Op::Truncate, shown, e))?;
+    // Ends in a hole, or in zeros left as one.
+    f.set_len(m.size)
+        .map_err(|e| Error::io(Op::Truncate, shown, e))
+}
+
+/// Blocks of zeros this size, at this alignment in the file, are left as
+/// holes: the usual filesystem block.
+const HOLE_BLOCK: u64 = 4096;
+
+/// Writes `data` at offset `at` of `f`, leaving every whole block of
+/// zeros (aligned in the file) unwritten: a hole once the file's length
+/// is set. A member read from a stream is written so, sparse-declared or
+/// not, so that a small compressed archive declaring a huge file of
+/// zeros takes no space: what it reads as is the same. Returns the
+/// offset after the last byte written (`at` if none was).
+fn write_data(f: &File, data: &[u8], at: u64) -> io::Result<u64> {
+    let mut run: Option<usize> = None;
+    let mut written = at;
+    let mut i = 0usize;
+    while i < data.len() {
+        let pos = at + i as u64;
+        let step = (HOLE_BLOCK - pos % HOLE_BLOCK) as usize;
+        let end = (i + step).min(data.len());
+        let whole = end - i == HOLE_BLOCK as usize;
+        if whole && is_zero(&data[i..end]) {
+            if let Some(s) = run.take() {
+                f.write_all_at(&data[s..i], at + s as u64)?;
+                written = at + i as u64;
+            }
+        } else if run.is_none() {
+            run = Some(i);
+        }
+        i = end;
     }
-    Ok(())
+    if let Some(s) = run {
+        f.write_all_at(&data[s..], at + s as u64)?;
+        written = at + data.len() as u64;
+    }
+    Ok(written)
+}
+
+fn is_zero(block: &[u8]) -> bool {
+    // A comparison with a block of zeros is a memcmp: vectorised by libc
+    // whatever the build.
+    static ZEROS: [u8; HOLE_BLOCK as usize] = [0; HOLE_BLOCK as usize];
+    block == &ZEROS[..block.len()]
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    /// Whole aligned blocks of zeros are not written; the file reads the
+    /// same once its length is set, and the end returned says whether
+    /// it must be.
+    #[test]
+    fn zero_blocks_are_left_as_holes() {
+        let d = zinstall_testkit::Tmp::new();
+        let p = d.path().join("f");
+        let mut data = vec![7u8; 100];
+        data.resize(100 + 3 * 4096 + 4096 - 100, 0);
+        data.extend_from_slice(&[9u8; 50]);
+        data.resize(7 * 4096, 0);
+        let f = File::create(&p).unwrap();
+        let end = write_data(&f, &data, 0).unwrap();
+        assert_eq!(end, 5 * 4096);
+        f.set_len(data.len() as u64).unwrap();
+        drop(f);
+        assert_eq!(fs_read(&p), data);
+        let blocks = std::fs::metadata(&p).unwrap().blocks() * 512;
+        assert!(blocks <= 3 * 4096, "{blocks} bytes allocated");
+        // Written from an offset that is not a block boundary: the
+        // partial first block is written whatever it holds.
+        let f = File::create(&p).unwrap();
+        assert_eq!(write_data(&f, &[0u8; 5000], 100).unwrap(), 5100);
+        // Nothing but zeros: nothing written.
+        assert_eq!(write_data(&f, &[0u8; 8192], 8192).unwrap(), 8192);
+    }
+
+    fn fs_read(p: &Path) -> Vec<u8> {
+        std::fs::read(p).unwrap()
+    }
 }

@@ -39,6 +39,7 @@ fn entries_under(root: &Path) -> u64 {
 }
 
 /// Raises the flag once `after` entries are done.
+#[derive(Debug)]
 struct CancelAfter {
     done: AtomicU64,
     after: u64,

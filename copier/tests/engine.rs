@@ -148,13 +148,35 @@ fn merge_replaces_what_differs_and_keeps_what_matches() {
         matches!(
             f.first(),
             Some(Error::Refused {
-                reason: Refusal::Conflict,
+                reason: Refusal::DirectoryInTheWay,
                 ..
             })
         ),
         "{f}"
     );
+    // The message says which is the directory.
+    assert_eq!(
+        f.first().unwrap().to_string(),
+        format!(
+            "{}: a directory, where the source has a non-directory (one is \
+             never replaced by the other)",
+            dst.join("three").display()
+        )
+    );
     assert_eq!(fs::read(dst.join("three/user-data")).unwrap(), b"keep me");
+    // And the reverse: a file where the source has a directory.
+    fs::remove_dir_all(dst.join("a")).unwrap();
+    write(&dst.join("a"), b"a file");
+    let f = Plan::new(&src, &dst).merge(true).run().unwrap_err();
+    assert!(
+        f.errors.iter().any(|e| e.to_string()
+            == format!(
+                "{}: not a directory, where the source has a directory (one \
+                 is never replaced by the other)",
+                dst.join("a").display()
+            )),
+        "{f}"
+    );
 }
 
 fn walk(root: &Path) -> Vec<PathBuf> {

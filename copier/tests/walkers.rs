@@ -369,6 +369,7 @@ fn usr_share_is_copied_identically_by_any_number_of_walkers() {
 }
 
 /// Raises the flag once `after` entries are done.
+#[derive(Debug)]
 struct CancelAfter {
     done: AtomicU64,
     after: u64,

@@ -46,9 +46,9 @@ pub const DEFAULT_SOCKET: &str = "/var/run/zinstall/zinstalld.sock";
 /// The cache's default place, as the CLI's.
 pub const DEFAULT_CACHE: &str = "/var/cache/zinstall";
 /// The default install profile, as the CLI's.
-pub const DEFAULT_PROFILE: &str = "/etc/zinstall/profile.toml";
-/// The defaults file the worker budget comes from.
-pub const DEFAULT_DEFAULTS: &str = "/etc/default/zinstall";
+pub const DEFAULT_PROFILE: &str = zinstall_install::profile::DEFAULT_PATH;
+/// The defaults file the worker budget comes from, as the CLI's.
+pub const DEFAULT_DEFAULTS: &str = zinstall_install::DEFAULTS_FILE;
 
 /// Operations a grant may name for a caller other than root.
 pub const GRANTABLE: &[&str] =
@@ -160,6 +160,10 @@ pub enum ConfigError {
         /// Why.
         source: io::Error,
     },
+    /// The file is not TOML, or not of the types the daemon reads: where
+    /// and why, with the line.
+    #[error("{0}")]
+    Syntax(copier::Syntax),
     /// The file is not what the daemon reads.
     #[error("{}: {why}", path.display())]
     Invalid {
@@ -209,7 +213,15 @@ impl Config {
                 });
             }
         };
-        Config::parse(&text).map_err(|why| ConfigError::Invalid {
+        let raw = toml::from_str(&text).map_err(|e| {
+            ConfigError::Syntax(copier::Syntax::at(
+                path,
+                &text,
+                e.span(),
+                e.message(),
+            ))
+        })?;
+        Config::from_raw(raw).map_err(|why| ConfigError::Invalid {
             path: path.into(),
             why,
         })
@@ -217,7 +229,10 @@ impl Config {
 
     /// Parses a configuration's text.
     pub fn parse(text: &str) -> Result<Config, String> {
-        let raw: Raw = toml::from_str(text).map_err(|e| e.to_string())?;
+        Config::from_raw(toml::from_str(text).map_err(|e| e.to_string())?)
+    }
+
+    fn from_raw(raw: Raw) -> Result<Config, String> {
         let mut c = Config::default();
         if let Some(s) = raw.socket {
             c.socket = absolute("socket", s)?;

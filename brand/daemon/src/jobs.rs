@@ -66,6 +66,16 @@ pub struct Job {
     changed: Condvar,
 }
 
+impl std::fmt::Debug for Job {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Job")
+            .field("id", &self.id)
+            .field("op", &self.op)
+            .field("what", &self.what)
+            .finish_non_exhaustive()
+    }
+}
+
 struct Inner {
     state: State,
     phase: String,

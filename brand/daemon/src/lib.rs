@@ -35,11 +35,11 @@
 
 #![deny(missing_docs)]
 
-pub mod auth;
+mod auth;
 pub mod client;
 pub mod config;
-pub mod jobs;
+mod jobs;
 mod ops;
 pub mod protocol;
 pub mod server;
-pub mod sys;
+mod sys;

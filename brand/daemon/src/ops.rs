@@ -196,6 +196,7 @@ fn install(
         platform: platform("install", &a.platform)?,
         store: Some(zinstall_provision::store_of(&d.config().cache)),
         pull: pull_options(d, job),
+        progress: None,
     }
     .run();
     match r {
@@ -243,6 +244,7 @@ fn pull_options(d: &Daemon, job: &Arc<Job>) -> zinstall_registry::PullOptions {
         events: Some(Arc::new(move |e: &zinstall_registry::Event| {
             events_job.event(format!("INFO: zinstall: {e}"))
         })),
+        progress: None,
         cancel: Some(job.cancel.clone()),
         max_blob_size: None,
     }
@@ -264,6 +266,7 @@ fn provision(
         qemu_img: None,
         tunables: d.tunables(),
         max_archive_bytes: a.max_archive_size.unwrap_or(MAX_ARCHIVE_BYTES),
+        allow_devices: a.allow_devices,
         cancel: Some(job.cancel.clone()),
         pool: Some(d.pool().clone()),
         listener: None,
@@ -276,6 +279,7 @@ fn provision(
         force: a.force,
         platform: platform("provision", &a.platform)?,
         pull: pull_options(d, job),
+        progress: None,
     };
     // One build per image: the cache's build lock is a flock(2) on a file
     // each provision opens for itself, so it orders this daemon's jobs as

@@ -250,6 +250,10 @@ pub struct ProvisionArgs {
     /// CLI's, 64 GiB).
     #[serde(default)]
     pub max_archive_size: Option<u64>,
+    /// Make the image's device nodes (provision is root's alone: it
+    /// cannot be granted).
+    #[serde(default)]
+    pub allow_devices: bool,
 }
 
 fn one() -> usize {

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::io::{self, BufRead, BufReader, Write};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::thread::{self, JoinHandle};
@@ -136,7 +136,14 @@ impl Daemon {
 /// COPY_THREADS and COPY_WALKERS; batch and buffer sizes from the
 /// defaults file.
 fn tunables(config: &Config) -> Result<Tunables, copier::Error> {
-    let file = DefaultsFile::load(&config.defaults)?;
+    // The system's file may be missing; one the configuration names
+    // must be there.
+    let file = if config.defaults == Path::new(crate::config::DEFAULT_DEFAULTS)
+    {
+        DefaultsFile::load(&config.defaults)?
+    } else {
+        DefaultsFile::load_required(&config.defaults)?
+    };
     let mut t = Tunables::from_defaults(&file)?;
     if let Some(n) = config.copy_threads {
         t.copy_threads = n;

@@ -281,8 +281,8 @@ impl fmt::Display for Cause {
             Cause::AlreadyInstalled { zonepath } => write!(
                 f,
                 "{} is already installed (its marker says so and its root \
-                 is kept); to replace it, uninstall it first; to use it, \
-                 attach it",
+                 is kept); to replace it, uninstall it first (zinstall \
+                 uninstall --zonepath, or zoneadm uninstall for a zone)",
                 zonepath.display()
             ),
             Cause::RootNotDirectory { root } => write!(
@@ -340,7 +340,17 @@ impl fmt::Display for Cause {
                 k.as_str(),
                 expected.as_str()
             ),
-            Cause::Step { step, source } => write!(f, "{step}: {source}"),
+            Cause::Step { step, source } => {
+                write!(f, "{step}: {source}")?;
+                if let copier::Error::Archive {
+                    reason: zinstall_archive::ArchiveRefusal::DeviceNotAllowed,
+                    ..
+                } = source.as_ref()
+                {
+                    f.write_str(" (the profile's allow_devices is false)")?;
+                }
+                Ok(())
+            }
             Cause::Pull(e) => write!(f, "pull: {e}"),
             Cause::NoStore { reference } => write!(
                 f,

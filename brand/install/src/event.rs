@@ -9,6 +9,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use copier::stats::{count, human_bytes, human_duration};
 use copier::{Notice, Stats};
 use zinstall_archive::ArchiveKind;
 
@@ -106,15 +107,20 @@ pub enum Event {
     },
 }
 
-/// `N files, N dirs, N linked, N bytes, N ms` for a summary line.
+/// `N files, N dirs, N linked, 1.50 MiB in 25 ms` for a summary line,
+/// in the units of the progress line.
 pub(crate) fn summary(s: &Stats, took: Duration) -> String {
     format!(
-        "{} files, {} dirs, {} linked, {} bytes, {} ms",
-        s.files + s.symlinks + s.hardlinks + s.specials,
-        s.dirs,
+        "{}, {}, {} linked, {} in {}",
+        count(
+            s.files + s.symlinks + s.hardlinks + s.specials,
+            "file",
+            "files"
+        ),
+        count(s.dirs, "dir", "dirs"),
         s.redirects,
-        s.bytes,
-        took.as_millis()
+        human_bytes(s.bytes),
+        human_duration(took)
     )
 }
 
@@ -135,11 +141,11 @@ impl fmt::Display for Event {
             }
             Event::Replicated { tree, stats: s } => write!(
                 f,
-                "replicated {tree}: {} files, {} linked, {} bytes, {} ms",
-                s.files + s.symlinks + s.hardlinks,
+                "replicated {tree}: {}, {} linked, {} in {}",
+                count(s.files + s.symlinks + s.hardlinks, "file", "files"),
                 s.redirects,
-                s.bytes,
-                s.elapsed.as_millis()
+                human_bytes(s.bytes),
+                human_duration(s.elapsed)
             ),
             Event::Unpacking {
                 kind: ArchiveKind::Baseline,
@@ -152,14 +158,17 @@ impl fmt::Display for Event {
                 path,
                 stats: s,
                 took,
-            } => write!(
-                f,
-                "unpacked {}: {} files, {} bytes, {} ms",
-                path.display(),
-                s.files + s.symlinks + s.hardlinks + s.specials,
-                s.bytes,
-                took.as_millis()
-            ),
+            } => {
+                let files = s.files + s.symlinks + s.hardlinks + s.specials;
+                write!(
+                    f,
+                    "unpacked {}: {}, {} in {}",
+                    path.display(),
+                    count(files, "file", "files"),
+                    human_bytes(s.bytes),
+                    human_duration(*took)
+                )
+            }
             Event::CopyingHostFile { path } => {
                 write!(f, "copying {}...", path.display())
             }

@@ -28,6 +28,7 @@
 //!     platform: None,
 //!     store: None,
 //!     pull: Default::default(),
+//!     progress: None,
 //! }
 //! .run()?;
 //! println!("{} bytes", summary.stats.bytes);
@@ -70,6 +71,7 @@
 //! fatal); the next uninstall, or install, cleans it.
 
 #![deny(missing_docs)]
+#![forbid(unsafe_code)]
 
 mod error;
 mod event;
@@ -90,6 +92,12 @@ use zinstall_archive::ArchiveKind;
 pub use error::{Aftermath, Cause, InstallError, Keep, Stage};
 pub use event::Event;
 pub use profile::Profile;
+
+/// The system-wide defaults file (defopen(3C) format) that the CLI, the
+/// brand hook and the daemon read the engine's tunables from. The engine
+/// takes every path from its caller; the system's place for this one is
+/// kept here, below all three.
+pub const DEFAULTS_FILE: &str = "/etc/default/zinstall";
 use state::{State, ZoneLock};
 
 /// One install.
@@ -130,6 +138,10 @@ pub struct Install<'a> {
     pub store: Option<PathBuf>,
     /// How they are pulled.
     pub pull: zinstall_registry::PullOptions,
+    /// Hears how far each step is: a tree's entries and bytes as they
+    /// are copied (its size is not known beforehand), how far through
+    /// each archive or layer blob an unpack is (its length is).
+    pub progress: Option<std::sync::Arc<dyn copier::Progress>>,
 }
 
 /// What an install did.
@@ -653,6 +665,7 @@ impl Install<'_> {
             pool: self.pool.clone(),
             listener: self.listener.clone(),
             whiteouts: Default::default(),
+            progress: self.progress.clone(),
         }
     }
 
@@ -717,6 +730,11 @@ impl Install<'_> {
 
     fn plan(&self, src: &Path, dst: &Path) -> Plan {
         let mut p = Plan::new(src, dst);
+        if let Some(progress) = &self.progress {
+            // A tree: its size is not known before it is walked.
+            progress.begin(None);
+            p = p.progress(std::sync::Arc::clone(progress));
+        }
         if let Some(l) = &self.listener {
             p = p.listener(std::sync::Arc::clone(l));
         }

@@ -7,12 +7,71 @@ use std::sync::Arc;
 use copier::{Action, Rule, RuleSet};
 use serde::Deserialize;
 
-/// The profile shipped as `/etc/zinstall/profile.toml`, used when that
-/// file does not exist.
-pub const DEFAULT: &str = include_str!("../../../etc/zinstall/profile.toml");
+/// The zone profile (`etc/zinstall/profile.toml`): a sparse illumos zone.
+pub const ZONE: &str = include_str!("../../../etc/zinstall/profile.toml");
+
+/// The Linux profile (`etc/zinstall/profile-linux.toml`): a merged-/usr
+/// Linux root filesystem.
+pub const LINUX: &str =
+    include_str!("../../../etc/zinstall/profile-linux.toml");
 
 /// The system's profile.
 pub const DEFAULT_PATH: &str = "/etc/zinstall/profile.toml";
+
+/// The install log, unless the profile names another.
+pub const DEFAULT_LOG: &str = "/var/log/zinstall.log";
+
+/// How the built-in default profile is named in messages.
+pub const BUILT_IN: &str = "(built-in default profile)";
+
+/// This platform's profile, which the packages install as
+/// [`DEFAULT_PATH`] and which is used when that file does not exist; the
+/// other is installed beside it as [`ALTERNATIVE_PATH`].
+#[cfg(any(target_os = "illumos", target_os = "solaris"))]
+pub const DEFAULT: &str = ZONE;
+/// This platform's profile, which the packages install as
+/// [`DEFAULT_PATH`] and which is used when that file does not exist; the
+/// other is installed beside it as [`ALTERNATIVE_PATH`].
+#[cfg(not(any(target_os = "illumos", target_os = "solaris")))]
+pub const DEFAULT: &str = LINUX;
+
+/// Where the packages install the other platform's profile.
+#[cfg(any(target_os = "illumos", target_os = "solaris"))]
+pub const ALTERNATIVE_PATH: &str = "/etc/zinstall/profile-linux.toml";
+/// Where the packages install the other platform's profile.
+#[cfg(not(any(target_os = "illumos", target_os = "solaris")))]
+pub const ALTERNATIVE_PATH: &str = "/etc/zinstall/profile-zone.toml";
+
+/// What [`DEFAULT`] and the profile at [`ALTERNATIVE_PATH`] lay out, for
+/// messages.
+#[cfg(any(target_os = "illumos", target_os = "solaris"))]
+pub const PURPOSES: (&str, &str) =
+    ("a sparse illumos zone", "a Linux root filesystem");
+/// What [`DEFAULT`] and the profile at [`ALTERNATIVE_PATH`] lay out, for
+/// messages.
+#[cfg(not(any(target_os = "illumos", target_os = "solaris")))]
+pub const PURPOSES: (&str, &str) =
+    ("a Linux root filesystem", "a sparse illumos zone");
+
+/// What a user whose install failed on the default profile should know:
+/// which profile that was, and the other one (`shown` is how the profile
+/// names itself, [`Profile::path`]).
+pub fn default_hint(shown: &Path) -> String {
+    let (this, other) = PURPOSES;
+    if shown == Path::new(BUILT_IN) {
+        return format!(
+            "the profile was the built-in default (there is no \
+             {DEFAULT_PATH}), for {this}; for {other} use --profile \
+             {ALTERNATIVE_PATH} (see zinstall(5))"
+        );
+    }
+    format!(
+        "the profile was the default, {}; the packages install \
+         {DEFAULT_PATH} for {this} and {ALTERNATIVE_PATH} for {other} \
+         (choose with --profile; see zinstall(5))",
+        shown.display()
+    )
+}
 
 /// A parsed, checked profile.
 #[derive(Clone, Debug)]
@@ -72,11 +131,29 @@ pub struct ProfileError {
     pub path: PathBuf,
     /// The key or line at fault, and why.
     pub message: String,
+    /// Where the text does not parse as a profile, when that is the
+    /// error: shown with the line and a caret.
+    pub syntax: Option<Box<copier::Syntax>>,
+}
+
+impl ProfileError {
+    fn new(path: &Path, message: String) -> Self {
+        ProfileError {
+            path: path.to_path_buf(),
+            message,
+            syntax: None,
+        }
+    }
 }
 
 impl fmt::Display for ProfileError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "profile {}: {}", self.path.display(), self.message)
+        match &self.syntax {
+            Some(s) => write!(f, "profile {s}"),
+            None => {
+                write!(f, "profile {}: {}", self.path.display(), self.message)
+            }
+        }
     }
 }
 
@@ -171,7 +248,7 @@ fn default_trees() -> Vec<PathBuf> {
 }
 
 fn default_log() -> PathBuf {
-    PathBuf::from("/var/log/zinstall.log")
+    PathBuf::from(DEFAULT_LOG)
 }
 
 fn default_max() -> u64 {
@@ -216,17 +293,14 @@ impl Profile {
     /// Reads `path`; the built-in default if it is the system profile
     /// and does not exist.
     pub fn load(path: &Path) -> Result<Profile, ProfileError> {
-        let err = |message: String| ProfileError {
-            path: path.to_path_buf(),
-            message,
-        };
+        let err = |message: String| ProfileError::new(path, message);
         match read_bounded(path, MAX_PROFILE_BYTES) {
             Ok(text) => Self::parse(path, &text),
             Err(e)
                 if e.kind() == std::io::ErrorKind::NotFound
                     && path == Path::new(DEFAULT_PATH) =>
             {
-                Self::parse(Path::new("(built-in default profile)"), DEFAULT)
+                Self::parse(Path::new(BUILT_IN), DEFAULT)
             }
             Err(e) => Err(err(format!("read: {e}"))),
         }
@@ -234,12 +308,16 @@ impl Profile {
 
     /// Parses and checks a profile's text.
     pub fn parse(path: &Path, text: &str) -> Result<Profile, ProfileError> {
-        let err = |message: String| ProfileError {
-            path: path.to_path_buf(),
-            message,
-        };
-        let raw: Raw = toml::from_str(text)
-            .map_err(|e| err(e.to_string().trim_end().to_string()))?;
+        let err = |message: String| ProfileError::new(path, message);
+        let raw: Raw = toml::from_str(text).map_err(|e| ProfileError {
+            syntax: Some(Box::new(copier::Syntax::at(
+                path,
+                text,
+                e.span(),
+                e.message(),
+            ))),
+            ..err(e.message().to_string())
+        })?;
         for (i, t) in raw.trees.iter().enumerate() {
             let bad = t.is_absolute()
                 || t.components()
@@ -371,9 +449,8 @@ mod test {
         assert!(e.to_string().contains("not a regular file"), "{e}");
         let d = tempfile::tempdir().unwrap();
         let fifo = d.path().join("fifo");
-        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
-        // SAFETY: a valid NUL-terminated path.
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        assert!(made.is_ok_and(|s| s.success()), "mkfifo {}", fifo.display());
         let e = Profile::load(&fifo).unwrap_err();
         assert!(e.to_string().contains("not a regular file"), "{e}");
         let big = d.path().join("big.toml");
@@ -389,7 +466,7 @@ mod test {
 
     #[test]
     fn the_shipped_profiles_parse() {
-        let p = Profile::parse(Path::new("default"), DEFAULT).unwrap();
+        let p = Profile::parse(Path::new("zone"), ZONE).unwrap();
         assert_eq!(
             p.trees,
             [PathBuf::from("usr"), "lib".into(), "sbin".into()]
@@ -411,8 +488,7 @@ mod test {
             p.rules.action(Path::new("lib/svc/method/x"), &mut s),
             &Action::Copy
         );
-        let linux = include_str!("../../../etc/zinstall/profile-linux.toml");
-        let l = Profile::parse(Path::new("linux"), linux).unwrap();
+        let l = Profile::parse(Path::new("linux"), LINUX).unwrap();
         for (name, target) in [
             ("bin", "usr/bin"),
             ("sbin", "usr/sbin"),
@@ -441,7 +517,8 @@ mod test {
             .unwrap_err();
         let s = e.to_string();
         assert!(
-            s.starts_with("profile /p.toml: ") && s.contains("sourceroot"),
+            s.starts_with("profile /p.toml:1:1: unknown field `sourceroot`")
+                && s.ends_with("\n1 | sourceroot = \"/\"\n  | ^^^^^^^^^^"),
             "{s}"
         );
         let e = Profile::parse(

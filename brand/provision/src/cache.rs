@@ -182,6 +182,10 @@ struct Meta {
     /// first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     layers: Vec<String>,
+    /// The payload holds device nodes (built with devices allowed):
+    /// reused only by a provision that allows them too.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    devices: bool,
 }
 
 /// What an entry holds.
@@ -319,6 +323,8 @@ pub struct HashingReader {
     bytes: u64,
     /// The whole file has been hashed (by [`Self::feed`]).
     done: bool,
+    /// Told how far through the file the reads are.
+    progress: Option<std::sync::Arc<dyn copier::Progress>>,
 }
 
 impl Read for HashingReader {
@@ -329,6 +335,9 @@ impl Read for HashingReader {
         let n = self.file.read(buf)?;
         self.hasher.update(&buf[..n]);
         self.bytes += n as u64;
+        if let Some(p) = &self.progress {
+            p.read(n as u64);
+        }
         Ok(n)
     }
 }
@@ -343,6 +352,18 @@ impl HashingReader {
         self.bytes
     }
 
+    /// Tells `progress` the file's length, then how far through it every
+    /// read (or [`Self::feed`]) is.
+    pub fn meter(
+        &mut self,
+        progress: Option<std::sync::Arc<dyn copier::Progress>>,
+    ) {
+        if let Some(p) = &progress {
+            p.begin(self.file.metadata().ok().map(|m| m.len()));
+        }
+        self.progress = progress;
+    }
+
     /// Runs `work`, which reads the image by other means (a qcow2 image
     /// read natively) and hands every byte of the file, in order, to the
     /// sink it is given: the digest is made from the very bytes the work
@@ -353,9 +374,13 @@ impl HashingReader {
     ) -> Result<T, E> {
         assert_eq!(self.bytes, 0, "feed after a read");
         let (hasher, bytes) = (&mut self.hasher, &mut self.bytes);
+        let progress = self.progress.clone();
         let mut sink = |b: &[u8]| {
             hasher.update(b);
             *bytes += b.len() as u64;
+            if let Some(p) = &progress {
+                p.read(b.len() as u64);
+            }
         };
         let value = work(&mut sink)?;
         self.done = true;
@@ -506,6 +531,35 @@ impl Cache {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
                 Err(e) => return Err(Error::io(Op::Mkdir, &p, e)),
+            }
+        }
+        Ok(Cache { root })
+    }
+
+    /// Opens the cache at `root` to read it or collect it: it must be
+    /// there (a cache named by a typo is an error naming it, not a new
+    /// empty cache), and nothing is made.
+    pub fn open(root: impl Into<PathBuf>) -> Result<Self> {
+        let root = root.into();
+        let md =
+            fs::metadata(&root).map_err(|e| Error::io(Op::Open, &root, e))?;
+        if !md.is_dir() {
+            return Err(Error::io(
+                Op::Open,
+                &root,
+                io::Error::from_raw_os_error(libc::ENOTDIR),
+            ));
+        }
+        for sub in ["entries", "index", "scratch"] {
+            if !root.join(sub).is_dir() {
+                return Err(Error::io(
+                    Op::Open,
+                    &root,
+                    io::Error::new(
+                        io::ErrorKind::NotFound,
+                        format!("not a zinstall cache (no {sub}/ in it)"),
+                    ),
+                ));
             }
         }
         Ok(Cache { root })
@@ -807,6 +861,7 @@ impl Cache {
             hasher: Sha256::new(),
             bytes: 0,
             done: false,
+            progress: None,
         };
         build(&mut reader, &scratch.join(kind.payload()))?;
         let mut buf = vec![0u8; HASH_READ];
@@ -904,7 +959,7 @@ impl Cache {
             sync_fs(&dir).map_err(|e| Error::io(Op::Sync, scratch, e))?;
             let immutable = protect(&payload, kind)?;
             let mut flush = flushing.elapsed();
-            let stamp = stamp(&payload, kind)?;
+            let (stamp, devices) = stamp_walk(&payload, kind)?;
             let created = now_secs();
             let source =
                 fs::canonicalize(image).unwrap_or_else(|_| image.to_path_buf());
@@ -918,6 +973,7 @@ impl Cache {
                 stamp: Some(stamp),
                 immutable,
                 layers: layers.to_vec(),
+                devices,
             };
             let meta_path = scratch.join("meta.json");
             let json = serde_json::to_vec_pretty(&meta).map_err(|e| {
@@ -985,6 +1041,16 @@ impl Cache {
                 payload.display()
             )
         }))
+    }
+
+    /// Whether `entry`'s payload holds device nodes, as recorded when it
+    /// was built (an entry without the record holds none: it was built
+    /// when provision made no device nodes).
+    pub fn holds_devices(&self, entry: &Entry) -> bool {
+        fs::read(entry.dir.join("meta.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Meta>(&b).ok())
+            .is_some_and(|m| m.devices)
     }
 
     fn mark_altered(&self, entry: &Entry, why: &str) -> Result<()> {
@@ -1726,30 +1792,27 @@ fn restrict_like(
 }
 
 /// Sets the immutable flag on the payload (every file and directory of a
-/// tree, directories last); false where it cannot be set.
+/// tree); false where it cannot be set.
 fn protect(payload: &Path, kind: EntryKind) -> Result<bool> {
-    let set = |p: &Path| {
-        immutable::set(p, true).map_err(|e| Error::io(Op::Chmod, p, e))
-    };
     match kind {
-        EntryKind::Raw => set(payload),
+        EntryKind::Raw => immutable::set(payload, true)
+            .map_err(|e| Error::io(Op::Chmod, payload, e)),
         EntryKind::Tree | EntryKind::Layer => {
+            // Through each directory's descriptor, one open at a time: a
+            // tree of any depth.
             let mut all = true;
-            for e in walkdir::WalkDir::new(payload)
-                .follow_links(false)
-                .contents_first(true)
-            {
-                let e = e.map_err(|e| {
-                    Error::Fs(copier::Error::walk(Op::ReadDir, payload, e))
-                })?;
-                let t = e.file_type();
-                if (t.is_file() || t.is_dir()) && !set(e.path())? {
+            copier::fsutil::walk_tree(payload, &mut |v| {
+                let t = v.stat.st_mode & libc::S_IFMT;
+                if (t == libc::S_IFREG || t == libc::S_IFDIR)
+                    && !immutable::set_at(v.dir, v.name, true)?
+                {
                     all = false;
                     // Without the flag on one file there is none anywhere
                     // (same filesystem, same process).
-                    break;
+                    return Ok(false);
                 }
-            }
+                Ok(true)
+            })?;
             Ok(all)
         }
     }
@@ -1758,52 +1821,44 @@ fn protect(payload: &Path, kind: EntryKind) -> Result<bool> {
 /// The payload's stamp: inode, size, mtime and ctime (ns); for a tree, a
 /// digest of those of every entry with its relative path.
 fn stamp(payload: &Path, kind: EntryKind) -> Result<String> {
+    stamp_walk(payload, kind).map(|(s, _)| s)
+}
+
+/// The payload's stamp, and whether it holds a device node.
+fn stamp_walk(payload: &Path, kind: EntryKind) -> Result<(String, bool)> {
     match kind {
         EntryKind::Raw => {
             let md = fs::symlink_metadata(payload)
                 .map_err(|e| Error::io(Op::Stat, payload, e))?;
-            Ok(format!("raw:{}", stamp_fields(&md)))
+            Ok((format!("raw:{}", stamp_fields(&md)), false))
         }
         EntryKind::Tree | EntryKind::Layer => {
             // Every entry with its path relative to the payload, in walkdir's
             // order (the order stamps were first recorded in): the payload,
             // then depth first, each directory's entries sorted by name.
-            // Each is stat'ed relative to its directory's descriptor
-            // (std's DirEntry::metadata), not by a path walked from the
-            // top.
+            // Each is stat'ed relative to its directory's descriptor, so a
+            // tree of any depth is stamped.
             use std::os::unix::ffi::OsStrExt;
             let mut h = Sha256::new();
-            let mut add = |rel: &Path, md: &fs::Metadata| {
-                h.update(rel.as_os_str().as_bytes());
-                h.update([0]);
-                h.update(stamp_fields(md).as_bytes());
-                h.update([b'\n']);
-            };
+            let mut devices = false;
             let top = fs::symlink_metadata(payload)
                 .map_err(|e| Error::io(Op::Stat, payload, e))?;
-            add(Path::new(""), &top);
-            let mut stack = Vec::new();
-            if top.is_dir() {
-                stack.push((PathBuf::new(), sorted_entries(payload)?));
+            if !top.is_dir() {
+                h.update([0]);
+                h.update(stamp_fields(&top).as_bytes());
+                h.update([b'\n']);
+                return Ok((format!("tree:{}", hex(&h.finalize())), false));
             }
-            loop {
-                let next = match stack.last_mut() {
-                    None => break,
-                    Some((dir, entries)) => {
-                        entries.next().map(|(name, md)| (dir.join(name), md))
-                    }
-                };
-                let Some((rel, md)) = next else {
-                    stack.pop();
-                    continue;
-                };
-                add(&rel, &md);
-                if md.is_dir() {
-                    let entries = sorted_entries(&payload.join(&rel))?;
-                    stack.push((rel, entries));
-                }
-            }
-            Ok(format!("tree:{}", hex(&h.finalize())))
+            copier::fsutil::walk_tree(payload, &mut |v| {
+                let t = v.stat.st_mode & libc::S_IFMT;
+                devices |= t == libc::S_IFBLK || t == libc::S_IFCHR;
+                h.update(v.rel.as_os_str().as_bytes());
+                h.update([0]);
+                h.update(stat_fields(v.stat).as_bytes());
+                h.update([b'\n']);
+                Ok(true)
+            })?;
+            Ok((format!("tree:{}", hex(&h.finalize())), devices))
         }
     }
 }
@@ -1825,22 +1880,22 @@ fn stamp_fields(md: &fs::Metadata) -> String {
     )
 }
 
-/// The entries of the directory `dir` with their metadata (not following
-/// symlinks), sorted by name.
-fn sorted_entries(
-    dir: &Path,
-) -> Result<std::vec::IntoIter<(std::ffi::OsString, fs::Metadata)>> {
-    let read = |e| Error::io(Op::ReadDir, dir, e);
-    let mut v = Vec::new();
-    for e in fs::read_dir(dir).map_err(read)? {
-        let e = e.map_err(read)?;
-        let md = e
-            .metadata()
-            .map_err(|err| Error::io(Op::Stat, e.path(), err))?;
-        v.push((e.file_name(), md));
-    }
-    v.sort_by(|a, b| a.0.cmp(&b.0));
-    Ok(v.into_iter())
+/// [`stamp_fields`] of an `lstat`, the same text.
+// libc's stat field types differ between platforms.
+#[allow(clippy::unnecessary_cast)]
+fn stat_fields(st: &libc::stat) -> String {
+    format!(
+        "{}:{}:{}.{:09}:{}.{:09}:{:o}:{}:{}",
+        st.st_ino as u64,
+        st.st_size as u64,
+        st.st_mtime as i64,
+        st.st_mtime_nsec as i64,
+        st.st_ctime as i64,
+        st.st_ctime_nsec as i64,
+        st.st_mode as u32,
+        st.st_uid,
+        st.st_gid
+    )
 }
 
 /// Removes a tree (an entry being collected, or scratch) after clearing
@@ -1849,13 +1904,26 @@ fn remove_entry_tree(path: &Path) -> Result<()> {
     if fs::symlink_metadata(path).is_err() {
         return Ok(());
     }
-    for e in walkdir::WalkDir::new(path).follow_links(false) {
-        let Ok(e) = e else { continue };
-        let t = e.file_type();
-        if (t.is_file() || t.is_dir()) && immutable::is_set(e.path()) {
-            immutable::set(e.path(), false)
-                .map_err(|err| Error::io(Op::Chmod, e.path(), err))?;
+    if fs::symlink_metadata(path).is_ok_and(|m| m.is_dir()) {
+        // What cannot be walked is left to remove_tree to report.
+        let mut failed = None;
+        let _walked = copier::fsutil::walk_tree(path, &mut |v| {
+            let t = v.stat.st_mode & libc::S_IFMT;
+            if (t == libc::S_IFREG || t == libc::S_IFDIR)
+                && immutable::is_set_at(v.dir, v.name)
+                && let Err(e) = immutable::set_at(v.dir, v.name, false)
+            {
+                failed = Some(Error::io(Op::Chmod, path.join(v.rel), e));
+                return Ok(false);
+            }
+            Ok(true)
+        });
+        if let Some(e) = failed {
+            return Err(e);
         }
+    } else if immutable::is_set(path) {
+        immutable::set(path, false)
+            .map_err(|err| Error::io(Op::Chmod, path, err))?;
     }
     remove_tree(path).map_err(Error::from)
 }
@@ -1962,18 +2030,21 @@ fn sync_dir(dir: &Path) -> Result<()> {
         .map_err(|e| Error::io(Op::Sync, dir, e))
 }
 
-/// Bytes allocated under `path`, not following symlinks.
+/// Bytes allocated under `path`, not following symlinks, at any depth.
 fn disk_usage(path: &Path) -> Result<u64> {
-    let mut total = 0;
-    for e in walkdir::WalkDir::new(path).follow_links(false) {
-        let e = e.map_err(|e| {
-            Error::Fs(copier::Error::walk(Op::ReadDir, path, e))
-        })?;
-        let md = e.metadata().map_err(|err| {
-            Error::Fs(copier::Error::walk(Op::Stat, e.path(), err))
-        })?;
-        total += md.blocks() * 512;
+    let md =
+        fs::symlink_metadata(path).map_err(|e| Error::io(Op::Stat, path, e))?;
+    if !md.is_dir() {
+        return Ok(md.blocks() * 512);
     }
+    let mut total = 0;
+    copier::fsutil::walk_tree(path, &mut |v| {
+        // libc's stat field types differ between platforms.
+        #[allow(clippy::unnecessary_cast)]
+        let blocks = v.stat.st_blocks as u64;
+        total += blocks * 512;
+        Ok(true)
+    })?;
     Ok(total)
 }
 
@@ -2030,5 +2101,60 @@ mod test {
         fs::write(t.join("a/b/c/f"), b"edited").unwrap();
         assert_ne!(stamp(&t, EntryKind::Tree).unwrap(), now);
         assert_eq!(stamp(&t, EntryKind::Tree).unwrap(), walkdir_stamp(&t));
+    }
+
+    /// A tree 3,000 levels deep (paths past PATH_MAX): stamped, its
+    /// device nodes seen, measured, protected and removed, each through
+    /// directory descriptors.
+    #[test]
+    fn deep_trees_are_stamped_protected_measured_and_removed() {
+        use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+        let d = tempfile::tempdir().unwrap();
+        let t = d.path().join("tree");
+        fs::create_dir(&t).unwrap();
+        let mut dir: OwnedFd = File::open(&t).unwrap().into();
+        let name = c"d";
+        for _ in 0..3000 {
+            // SAFETY: valid descriptors and C strings; the new descriptor
+            // is owned once checked.
+            let fd = unsafe {
+                assert_eq!(
+                    libc::mkdirat(dir.as_raw_fd(), name.as_ptr(), 0o755),
+                    0
+                );
+                libc::openat(
+                    dir.as_raw_fd(),
+                    name.as_ptr(),
+                    libc::O_RDONLY | libc::O_DIRECTORY,
+                )
+            };
+            assert!(fd >= 0);
+            // SAFETY: just opened, owned by nothing else.
+            dir = unsafe { OwnedFd::from_raw_fd(fd) };
+        }
+        // SAFETY: as above.
+        let fd = unsafe {
+            libc::openat(
+                dir.as_raw_fd(),
+                c"deepest".as_ptr(),
+                libc::O_WRONLY | libc::O_CREAT,
+                0o644,
+            )
+        };
+        assert!(fd >= 0);
+        // SAFETY: as above.
+        drop(unsafe { File::from_raw_fd(fd) });
+        drop(dir);
+        let (s1, devices) = stamp_walk(&t, EntryKind::Tree).unwrap();
+        assert!(!devices);
+        assert_eq!(stamp(&t, EntryKind::Tree).unwrap(), s1);
+        assert!(disk_usage(&t).unwrap() >= 3000 * 512);
+        // Not root, or no flag on this filesystem: protect says so.
+        let protected = protect(&t, EntryKind::Tree).unwrap();
+        if protected {
+            assert!(immutable::is_set(&t));
+        }
+        remove_entry_tree(&t).unwrap();
+        assert!(!t.exists());
     }
 }

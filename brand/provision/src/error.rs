@@ -29,8 +29,22 @@ pub enum ImageProblem {
     Unsupported(String),
     /// The image changed (size, mtime or ctime) while it was read.
     ChangedWhileRead,
+    /// The image's tree holds device nodes (its cache entry, named,
+    /// was built by a provision that allowed them), and this provision
+    /// does not allow them.
+    Devices {
+        /// The cache entry.
+        entry: String,
+    },
     /// Decompressed, the image is larger than the bound set.
     TooLarge {
+        /// The bound, bytes.
+        limit: u64,
+    },
+    /// A qcow2 image's clusters hold more data than the bound set.
+    DataTooLarge {
+        /// Bytes of data its tables map.
+        data: u64,
         /// The bound, bytes.
         limit: u64,
     },
@@ -61,10 +75,21 @@ impl fmt::Display for ImageProblem {
             ImageProblem::ChangedWhileRead => f.write_str(
                 "the image changed while it was read; nothing was kept",
             ),
+            ImageProblem::Devices { entry } => write!(
+                f,
+                "holds device nodes (its cache entry {entry} was built \
+                 with them allowed); provision --allow-devices makes \
+                 them, as root"
+            ),
             ImageProblem::TooLarge { limit } => write!(
                 f,
                 "decompressed, it is larger than {limit} bytes (the \
                  --max-archive-size bound)"
+            ),
+            ImageProblem::DataTooLarge { data, limit } => write!(
+                f,
+                "its clusters hold {data} bytes of data, more than {limit} \
+                 (the --max-archive-size bound); nothing was written"
             ),
             ImageProblem::ForeignDisk {
                 format,
@@ -113,6 +138,8 @@ pub enum ProvisionError {
     Qcow2(qcow2::Error),
     /// A guest that already exists (and replacing it was not asked).
     GuestExists(PathBuf),
+    /// Where the guests were to go is there and is not a directory.
+    OutNotDirectory(PathBuf),
     /// A hostname pattern that makes no valid hostname: why.
     BadHostname(String),
     /// More guests than [`ProvisionOptions::MAX_GUESTS`].
@@ -182,7 +209,8 @@ impl ProvisionError {
             }
             ProvisionError::Image { path, .. } => path,
             ProvisionError::Qcow2(e) => &e.path,
-            ProvisionError::GuestExists(p) => p,
+            ProvisionError::GuestExists(p)
+            | ProvisionError::OutNotDirectory(p) => p,
             ProvisionError::Program { program, .. }
             | ProvisionError::ProgramFailed { program, .. } => program,
             ProvisionError::Cleanup { failure, .. } => failure.path(),
@@ -199,7 +227,7 @@ impl ProvisionError {
             ProvisionError::Fs(e) => e.raw_os_error(),
             ProvisionError::Copy(f) => f.first().and_then(|e| e.raw_os_error()),
             ProvisionError::Qcow2(e) => {
-                e.io.as_ref().and_then(|i| i.raw_os_error())
+                e.io_error().and_then(|i| i.raw_os_error())
             }
             ProvisionError::Program { source, .. } => source.raw_os_error(),
             ProvisionError::Cleanup { failure, .. } => failure.raw_os_error(),
@@ -211,7 +239,19 @@ impl ProvisionError {
 impl fmt::Display for ProvisionError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ProvisionError::Fs(e) => write!(f, "{e}"),
+            ProvisionError::Fs(e) => {
+                write!(f, "{e}")?;
+                if let copier::Error::Archive {
+                    reason: zinstall_archive::ArchiveRefusal::DeviceNotAllowed,
+                    ..
+                } = e
+                {
+                    f.write_str(
+                        " (provision --allow-devices makes them, as root)",
+                    )?;
+                }
+                Ok(())
+            }
             ProvisionError::Copy(e) => write!(f, "{e}"),
             ProvisionError::Image { path, problem } => {
                 write!(f, "{}: {problem}", path.display())
@@ -220,6 +260,12 @@ impl fmt::Display for ProvisionError {
             ProvisionError::GuestExists(p) => write!(
                 f,
                 "{}: guest exists already (--force replaces it)",
+                p.display()
+            ),
+            ProvisionError::OutNotDirectory(p) => write!(
+                f,
+                "{}: not a directory; the guests are made inside the \
+                 directory --out names (it is made if missing)",
                 p.display()
             ),
             ProvisionError::BadHostname(why) => f.write_str(why),

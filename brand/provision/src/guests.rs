@@ -48,9 +48,15 @@ pub struct ProvisionOptions {
     pub qemu_img: Option<PathBuf>,
     /// Workers for extraction, conversion and copies.
     pub tunables: Tunables,
-    /// Bound on what an archive may unpack to, and on a compressed qcow2
-    /// image decompressed.
+    /// Bound on what an archive may unpack to, on a compressed disk
+    /// image decompressed, and on the data a qcow2 image's clusters
+    /// write.
     pub max_archive_bytes: u64,
+    /// Make an image's device nodes (a root filesystem's `/dev`); refused
+    /// otherwise, naming the member. Only root can make them: a guest's
+    /// device node is a way into this host's devices for whoever can
+    /// reach the guest's directory, so it is asked for, never assumed.
+    pub allow_devices: bool,
     /// Stops extraction, conversion and copies at their next entry when
     /// raised.
     pub cancel: Option<copier::Cancel>,
@@ -72,6 +78,11 @@ pub struct ProvisionOptions {
     /// How images named by registry reference are pulled (into the
     /// cache's `oci/` store).
     pub pull: zinstall_registry::PullOptions,
+    /// Hears how far each step is: through the image file as the cache
+    /// entry is made (its length is known), through each OCI layer blob,
+    /// and through each directory guest's copy (the first one's size is
+    /// not known; the others' is the first one's).
+    pub progress: Option<std::sync::Arc<dyn copier::Progress>>,
 }
 
 /// What one guest is.
@@ -113,11 +124,12 @@ impl fmt::Display for Guest {
             }
             GuestKind::Disk { virtual_size } => write!(
                 f,
-                "{}: qcow2 overlay, {virtual_size} bytes",
-                self.path.display()
+                "{}: qcow2 overlay, {}",
+                self.path.display(),
+                copier::stats::human_bytes(*virtual_size)
             )?,
         }
-        write!(f, ", {} ms", self.took.as_millis())?;
+        write!(f, ", {}", copier::stats::human_duration(self.took))?;
         let id = &self.identity;
         if let Some(h) = &id.hostname {
             write!(f, "; hostname {h}")?;
@@ -149,18 +161,19 @@ pub struct ProvisionReport {
 
 impl ProvisionOptions {
     /// How an image's archive (or an OCI layer) is unpacked into the
-    /// cache: these knobs, no devices, owners when root.
+    /// cache: these knobs, devices only if allowed, owners when root.
     pub(crate) fn unpack(&self) -> UnpackOptions {
         UnpackOptions {
             tunables: self.tunables,
             expect: None,
-            allow_devices: false,
+            allow_devices: self.allow_devices,
             max_bytes: self.max_archive_bytes,
             preserve_owner: None,
             cancel: self.cancel.clone(),
             pool: self.pool.clone(),
             listener: self.listener.clone(),
             whiteouts: Default::default(),
+            progress: self.progress.clone(),
         }
     }
 
@@ -210,10 +223,25 @@ pub fn provision_in(
             |reader, payload| build(image, kind, reader, payload, opts),
         )?
     };
+    // An entry built with device nodes allowed serves only provisions
+    // that allow them too.
+    if !opts.allow_devices
+        && entry_kind == EntryKind::Tree
+        && cache.holds_devices(&lease.entry)
+    {
+        let entry = lease.entry.name();
+        lease.release();
+        return Err(Error::Image {
+            path: image.to_path_buf(),
+            problem: ImageProblem::Devices { entry },
+        });
+    }
     let replaced = lease.replaced.take();
     let out_existed = fs::symlink_metadata(&opts.out).is_ok();
     let mut made: Vec<PathBuf> = Vec::new();
     let mut guests = Vec::with_capacity(opts.count);
+    // The data of a directory guest, once the first copy counted it.
+    let mut tree_bytes = None;
     let result = (|| -> Result<(), ProvisionError> {
         fs::create_dir_all(&opts.out)
             .map_err(|e| Error::io(Op::Mkdir, &opts.out, e))?;
@@ -239,7 +267,13 @@ pub fn provision_in(
             // From here on the path is this run's to remove on failure,
             // whatever state the guest is left in.
             made.push(path.clone());
-            let kind = make_guest(&path, entry_kind, &lease.entry, opts)?;
+            let kind = make_guest(
+                &path,
+                entry_kind,
+                &lease.entry,
+                opts,
+                &mut tree_bytes,
+            )?;
             let identity = match entry_kind {
                 EntryKind::Tree | EntryKind::Layer => identity::apply(
                     &path,
@@ -356,6 +390,10 @@ fn check_request(
         return Err(ProvisionError::SizeTooLarge(s));
     }
     opts.tunables.validate()?;
+    // Before anything is extracted: the guests need a directory.
+    if fs::metadata(&opts.out).is_ok_and(|m| !m.is_dir()) {
+        return Err(ProvisionError::OutNotDirectory(opts.out.clone()));
+    }
     let kind = detect(image)?;
     if matches!(kind, ImageKind::Tree(_) | ImageKind::Oci) {
         identity::check(&opts.identity, &opts.name)?;
@@ -434,17 +472,39 @@ fn guest_path(opts: &ProvisionOptions, kind: EntryKind, i: usize) -> PathBuf {
     }
 }
 
-/// Makes one guest at `path` (which does not exist).
+/// A directory guest's copy of a tree whose data an earlier copy
+/// counted: the bytes written are how far through it the copy is.
+#[derive(Debug)]
+struct CountedTree(std::sync::Arc<dyn copier::Progress>);
+
+impl copier::Progress for CountedTree {
+    fn advance(&self, entries: u64, bytes: u64) {
+        self.0.advance(entries, bytes);
+        self.0.read(bytes);
+    }
+}
+
+/// Makes one guest at `path` (which does not exist); `tree_bytes` is the
+/// data of a directory guest, once one was copied.
 fn make_guest(
     path: &Path,
     entry_kind: EntryKind,
     entry: &Entry,
     opts: &ProvisionOptions,
+    tree_bytes: &mut Option<u64>,
 ) -> Result<GuestKind, ProvisionError> {
     match entry_kind {
         EntryKind::Tree | EntryKind::Layer => {
             let mut plan =
                 Plan::new(entry.payload(), path).tunables(opts.tunables);
+            if let Some(p) = &opts.progress {
+                let counted = tree_bytes.filter(|b| *b > 0);
+                p.begin(counted);
+                plan = plan.progress(match counted {
+                    Some(_) => std::sync::Arc::new(CountedTree(p.clone())),
+                    None => p.clone(),
+                });
+            }
             if let Some(c) = &opts.cancel {
                 plan = plan.cancel(c.clone());
             }
@@ -456,6 +516,7 @@ fn make_guest(
             }
             let r = plan.run()?;
             let s = &r.stats;
+            *tree_bytes = Some(s.bytes);
             Ok(GuestKind::Tree {
                 reflinked: s.files > 0 && s.reflinked == s.files,
             })
@@ -541,6 +602,7 @@ fn build(
     payload: &Path,
     opts: &ProvisionOptions,
 ) -> Result<(), ProvisionError> {
+    reader.meter(opts.progress.clone());
     match kind {
         ImageKind::Tree(c) => {
             fs::create_dir(payload)
@@ -557,7 +619,13 @@ fn build(
                 .map_err(|e| Error::io(Op::Create, payload, e))?;
             let mut stream = decompress(reader, c)
                 .map_err(|e| Error::io(Op::Read, image, e))?;
-            decompress_into(image, &mut stream, &out, payload, u64::MAX, opts)?;
+            // Compressed, the stream may say anything: bounded. A plain
+            // file's bytes are its size.
+            let limit = match c {
+                Compression::None => u64::MAX,
+                _ => opts.max_archive_bytes,
+            };
+            decompress_into(image, &mut stream, &out, payload, limit, opts)?;
             // A fixed VHD is the disk and a footer, which the guest must
             // not see; compressed, only the stream shows it.
             let len = out
@@ -588,13 +656,16 @@ fn build(
                 opts,
             )?;
             // Its problems are the image's: the scratch copy is gone.
-            let r = convert_qcow2(&inner, payload, opts).map_err(|e| match e {
-                ProvisionError::Qcow2(mut q) if q.path == inner => {
-                    q.path = image.to_path_buf();
-                    ProvisionError::Qcow2(q)
-                }
-                e => e,
-            });
+            let r =
+                convert_qcow2(&inner, image, payload, opts).map_err(
+                    |e| match e {
+                        ProvisionError::Qcow2(mut q) if q.path == inner => {
+                            q.path = image.to_path_buf();
+                            ProvisionError::Qcow2(q)
+                        }
+                        e => e,
+                    },
+                );
             let _scratch = fs::remove_file(&inner);
             r?;
         }
@@ -689,6 +760,7 @@ fn convert_streaming(
 ) -> Result<Qcow2Build, ProvisionError> {
     let img = qcow2::Image::open(image)?;
     img.require_standalone()?;
+    check_data(&img, image, opts.max_archive_bytes)?;
     let out = File::create_new(payload)
         .map_err(|e| Error::io(Op::Create, payload, e))?;
     let co = qcow2::ConvertOptions {
@@ -724,7 +796,8 @@ pub fn build_qcow2_entry(
         sha256: None,
         qemu_img: None,
         tunables: Tunables::default(),
-        max_archive_bytes: 0,
+        max_archive_bytes: u64::MAX,
+        allow_devices: false,
         cancel: None,
         pool: None,
         listener: None,
@@ -732,6 +805,7 @@ pub fn build_qcow2_entry(
         force: false,
         platform: None,
         pull: Default::default(),
+        progress: None,
     };
     let placer = match user_space_only {
         true => Placer(RangeCopier::user_space_only()),
@@ -750,21 +824,41 @@ pub fn build_qcow2_entry(
     Ok((entry, made.unwrap_or_default()))
 }
 
-/// Reads a decompressed qcow2 image at `qcow` into a sparse raw
-/// `payload`.
+/// Reads a decompressed qcow2 image at `qcow` (the image `shown`) into a
+/// sparse raw `payload`.
 fn convert_qcow2(
     qcow: &Path,
+    shown: &Path,
     payload: &Path,
     opts: &ProvisionOptions,
 ) -> Result<(), ProvisionError> {
     let img = qcow2::Image::open(qcow)?;
     img.require_standalone()?;
+    check_data(&img, shown, opts.max_archive_bytes)?;
     let out = File::create_new(payload)
         .map_err(|e| Error::io(Op::Create, payload, e))?;
     let co = qcow2::ConvertOptions {
         threads: convert_threads(opts),
     };
     qcow2::convert_to_raw(&img, &out, &co, &|_| {})?;
+    Ok(())
+}
+
+/// Refuses a qcow2 image whose tables map more data than `limit`, before
+/// anything is written: its clusters may point at the same few bytes of
+/// the file over and over, so a small image could write a huge base.
+fn check_data(
+    img: &qcow2::Image,
+    path: &Path,
+    limit: u64,
+) -> Result<(), ProvisionError> {
+    let data = img.data_bytes()?;
+    if data > limit {
+        return Err(Error::Image {
+            path: path.to_path_buf(),
+            problem: ImageProblem::DataTooLarge { data, limit },
+        });
+    }
     Ok(())
 }
 
@@ -848,6 +942,7 @@ mod test {
             qemu_img: None,
             tunables: Tunables::default(),
             max_archive_bytes: 1 << 30,
+            allow_devices: false,
             cancel: None,
             pool: None,
             listener: None,
@@ -855,6 +950,7 @@ mod test {
             force: false,
             platform: None,
             pull: Default::default(),
+            progress: None,
         }
     }
 

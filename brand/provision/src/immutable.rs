@@ -21,6 +21,52 @@ pub fn set(path: &Path, on: bool) -> io::Result<bool> {
     sys::set(&f, on)
 }
 
+/// [`set`] for the entry `name` of the open directory `dir`, opened
+/// without following a symlink: a tree of any depth is flagged without a
+/// path growing past `PATH_MAX`.
+pub fn set_at(
+    dir: std::os::fd::BorrowedFd<'_>,
+    name: &std::ffi::CStr,
+    on: bool,
+) -> io::Result<bool> {
+    sys::set(&open_at(dir, name)?, on)
+}
+
+/// [`is_set`] for the entry `name` of the open directory `dir`.
+pub fn is_set_at(
+    dir: std::os::fd::BorrowedFd<'_>,
+    name: &std::ffi::CStr,
+) -> bool {
+    open_at(dir, name)
+        .ok()
+        .and_then(|f| sys::get(&f).ok())
+        .is_some_and(|flags| flags & sys::IMMUTABLE != 0)
+}
+
+fn open_at(
+    dir: std::os::fd::BorrowedFd<'_>,
+    name: &std::ffi::CStr,
+) -> io::Result<std::fs::File> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    // SAFETY: a valid descriptor and C string; on success the returned
+    // descriptor is ours.
+    let fd = unsafe {
+        libc::openat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            libc::O_RDONLY
+                | libc::O_NONBLOCK
+                | libc::O_NOFOLLOW
+                | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just opened and is owned by nothing else.
+    Ok(unsafe { std::fs::File::from_raw_fd(fd) })
+}
+
 /// True if `path` carries the immutable flag.
 pub fn is_set(path: &Path) -> bool {
     OpenOptions::new()

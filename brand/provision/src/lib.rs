@@ -27,6 +27,7 @@
 //!     qemu_img: None,
 //!     tunables: copier::Tunables::default(),
 //!     max_archive_bytes: 64 << 30,
+//!     allow_devices: false,
 //!     cancel: None,
 //!     pool: None,
 //!     listener: None,
@@ -34,6 +35,7 @@
 //!     force: false,
 //!     platform: None,
 //!     pull: Default::default(),
+//!     progress: None,
 //! };
 //! let report = provision(Path::new("debian.qcow2"), &opts, &mut |g| {
 //!     eprintln!("made {}", g.path.display());

@@ -131,7 +131,10 @@ pub(crate) fn obtain(
                 }
                 leases.push(lease);
             }
-            build_tree(&leases, payload, opts)?;
+            let names: Vec<std::path::PathBuf> = (0..image.layers.len())
+                .map(|i| image.layer_path(i))
+                .collect();
+            build_tree(&leases, &names, payload, opts)?;
             Ok::<_, Error>(leases.iter().map(|l| l.entry.name()).collect())
         },
     );
@@ -164,14 +167,16 @@ fn build_layer(
 }
 
 /// The image's tree at `payload`: each layer's changes applied, then its
-/// tree copied over (reflink where the filesystem can), lowest first.
+/// tree copied over (reflink where the filesystem can), lowest first;
+/// `names` name the layers in refusals.
 fn build_tree(
     layers: &[Lease],
+    names: &[std::path::PathBuf],
     payload: &Path,
     opts: &ProvisionOptions,
 ) -> Result<()> {
     fs::create_dir(payload).map_err(|e| Error::io(Op::Mkdir, payload, e))?;
-    for lease in layers {
+    for (lease, name) in layers.iter().zip(names) {
         let dir = lease.entry.payload();
         let tree = dir.join("tree");
         let path = dir.join("changes");
@@ -182,7 +187,7 @@ fn build_tree(
                 path: path.clone(),
                 problem: ImageProblem::Corrupt(why),
             })?;
-        let kept = oci::prepare_layer(payload, &tree, &changes)?;
+        let kept = oci::prepare_layer(payload, &tree, name, &changes)?;
         let mut plan = Plan::new(&tree, payload)
             .within(payload)
             .layered(true)

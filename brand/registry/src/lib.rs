@@ -63,6 +63,7 @@
 //! files podman, skopeo and docker keep them in ([`auth`]).
 
 #![deny(missing_docs)]
+#![forbid(unsafe_code)]
 
 pub mod auth;
 mod error;
@@ -226,6 +227,9 @@ pub struct PullOptions {
     /// `--max-archive-size`); a larger blob is refused before it is
     /// fetched. `None`: no bound but the descriptor's own.
     pub max_blob_size: Option<u64>,
+    /// Hears how far each blob's download is: its size first
+    /// ([`copier::Progress::begin`]), then the bytes as they arrive.
+    pub progress: Option<Arc<dyn copier::Progress>>,
 }
 
 impl std::fmt::Debug for PullOptions {
@@ -235,6 +239,7 @@ impl std::fmt::Debug for PullOptions {
             .field("events", &self.events.is_some())
             .field("cancel", &self.cancel.is_some())
             .field("max_blob_size", &self.max_blob_size)
+            .field("progress", &self.progress.is_some())
             .finish()
     }
 }
@@ -250,6 +255,7 @@ pub struct Registry {
     events: Option<Events>,
     watch: Watch,
     max_blob_size: Option<u64>,
+    progress: Option<Arc<dyn copier::Progress>>,
 }
 
 impl Registry {
@@ -265,15 +271,18 @@ impl Registry {
             events: None,
             watch: Watch::default(),
             max_blob_size: None,
+            progress: None,
         }
     }
 
-    /// Takes `opts`' insecure registries, events, cancel flag and bound.
+    /// Takes `opts`' insecure registries, events, cancel flag, bound and
+    /// progress.
     pub fn with(mut self, opts: &PullOptions) -> Registry {
         self.insecure = opts.insecure.clone();
         self.events = opts.events.clone();
         self.watch.cancel = opts.cancel.clone();
         self.max_blob_size = opts.max_blob_size;
+        self.progress = opts.progress.clone();
         self
     }
 
@@ -346,6 +355,7 @@ impl Registry {
             retries: self.retries,
             events: self.events.clone(),
             max_blob_size: self.max_blob_size,
+            progress: self.progress.clone(),
             _in_use: in_use,
         });
         let top = self.resolve(&fetcher, reference)?;
@@ -599,6 +609,7 @@ struct Fetcher {
     retries: u32,
     events: Option<Events>,
     max_blob_size: Option<u64>,
+    progress: Option<Arc<dyn copier::Progress>>,
     /// Keeps gc out of the store while the image is open.
     _in_use: store::InUse,
 }
@@ -841,6 +852,14 @@ impl Fetcher {
         mut have: u64,
     ) -> Result<Digest> {
         let io_err = |op, e| RegistryError::io(op, partial, e);
+        // How far the blob is, from what was kept.
+        let begin = |have: u64| {
+            if let Some(p) = &self.progress {
+                p.begin(Some(size));
+                p.read(have);
+            }
+        };
+        begin(have);
         // What earlier attempts left is hashed first: the digest covers
         // every byte of the blob.
         let mut hasher = Hasher::new(digest.algorithm());
@@ -919,6 +938,7 @@ impl Fetcher {
                         file.set_len(0).map_err(|e| io_err("truncate", e))?;
                         have = 0;
                         hasher = Hasher::new(digest.algorithm());
+                        begin(0);
                     }
                 }
                 _ => {
@@ -971,6 +991,9 @@ impl Fetcher {
                     .map_err(|e| io_err("write", e))?;
                 hasher.update(&chunk);
                 have += chunk.len() as u64;
+                if let Some(p) = &self.progress {
+                    p.read(chunk.len() as u64);
+                }
             }
             if have < size && last.is_empty() {
                 last = format!("read {url}: the body ended early");

@@ -1,6 +1,8 @@
 //! The zinstall brand hook, run by zoneadm as
 //! `/usr/lib/brand/zinstall/brand -z ZONE -R ZONEPATH VERB ...`.
 
+#![forbid(unsafe_code)]
+
 use std::io::Write;
 
 fn main() {
@@ -12,8 +14,7 @@ fn main() {
             std::io::stderr(),
             "ERROR: zinstall: internal error: {info}"
         );
-        // SAFETY: _exit only ends the process; no Rust state is used.
-        unsafe { libc::_exit(i32::from(brand::hook::FATAL)) }
+        brand::sys::exit_now(brand::hook::FATAL)
     }));
     if let Err(e) = copier::probes::register() {
         eprintln!("zinstall brand: USDT probes not registered: {e}");

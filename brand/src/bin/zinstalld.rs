@@ -1,5 +1,7 @@
 //! `zinstalld`: the installer daemon. See zinstalld(8).
 
+#![forbid(unsafe_code)]
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -22,12 +24,10 @@ struct Args {
 }
 
 fn main() -> ExitCode {
+    brand::output::set_program("zinstalld");
     let args = Args::parse();
     if let Err(e) = copier::probes::register() {
-        eprintln!(
-            "zinstalld: note: USDT probes not registered: {}",
-            brand::output::escape(&e.to_string())
-        );
+        brand::output::note(format_args!("USDT probes not registered: {e}"));
     }
     let opts = Options {
         config_required: args.config.is_some(),
@@ -38,11 +38,9 @@ fn main() -> ExitCode {
     match server::run(opts, server::stderr_logger()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            // The daemon's own messages name it, not the CLI.
-            eprintln!(
-                "zinstalld: error: {}",
-                brand::output::escape(&e.to_string())
-            );
+            // The daemon's own messages name it, not the CLI (a
+            // parser's quoted line and caret on lines of their own).
+            brand::output::error(&e);
             ExitCode::from(match e {
                 ServeError::Config(_) | ServeError::Engine(_) => 2,
                 ServeError::Socket { .. } => 1,

@@ -96,7 +96,7 @@ pub fn run(args: &CopyArgs) -> ExitCode {
     let tunables = match args.tunables.resolve() {
         Ok(t) => t,
         Err(e) => {
-            output::error(e);
+            crate::json::fail(args.json, &e, crate::json::fields(&e));
             return ExitCode::from(2);
         }
     };
@@ -105,7 +105,7 @@ pub fn run(args: &CopyArgs) -> ExitCode {
     {
         Ok(r) => r,
         Err(e) => {
-            output::error(e);
+            crate::json::fail(args.json, &e, crate::json::fields(&e));
             return ExitCode::from(2);
         }
     };

@@ -21,6 +21,15 @@ pub struct ImageArgs {
     pub command: ImageCommand,
 }
 
+impl ImageArgs {
+    /// Whether the outcome is asked for as JSON.
+    pub fn json(&self) -> bool {
+        match &self.command {
+            ImageCommand::Create(a) => a.json,
+        }
+    }
+}
+
 /// `zinstall image` subcommands.
 #[derive(Subcommand, Debug)]
 pub enum ImageCommand {
@@ -132,10 +141,11 @@ fn create(args: &CreateArgs) -> ExitCode {
                 }));
             } else {
                 output::out(format_args!(
-                    "packed {} -> {} ({}, {size} bytes): {stats}",
+                    "packed {} -> {} ({}, {}): {stats}",
                     output::show(&args.dir),
                     output::show(&args.out),
-                    c.name()
+                    c.name(),
+                    output::human_bytes(size)
                 ));
             }
             ExitCode::SUCCESS

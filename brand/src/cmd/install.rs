@@ -3,10 +3,11 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use clap::Args;
 
-use crate::output;
+use crate::output::{self, Bar};
 use crate::settings::TunableArgs;
 use zinstall_install::{self as install, Install, Profile, profile};
 
@@ -17,7 +18,7 @@ pub struct InstallArgs {
     #[arg(long, value_name = "DIR")]
     pub zonepath: PathBuf,
     /// The install profile (default /etc/zinstall/profile.toml, or the
-    /// built-in default when that does not exist).
+    /// built-in one for this platform when that does not exist).
     #[arg(long, value_name = "FILE")]
     pub profile: Option<PathBuf>,
     /// Copy the trees from this root instead of the profile's.
@@ -81,7 +82,12 @@ pub fn install(args: &InstallArgs) -> ExitCode {
     let mut profile = match Profile::load(&path) {
         Ok(p) => p,
         Err(e) => {
-            output::error(e);
+            let fields = serde_json::json!({
+                "zonepath": crate::json::path(&args.zonepath),
+                "stage": "BeforeRoot",
+                "path": crate::json::path(&e.path),
+            });
+            crate::json::fail(args.json, &e, fields);
             return ExitCode::from(2);
         }
     };
@@ -94,7 +100,7 @@ pub fn install(args: &InstallArgs) -> ExitCode {
     let tunables = match args.tunables.resolve() {
         Ok(t) => t,
         Err(e) => {
-            output::error(e);
+            crate::json::fail(args.json, &e, crate::json::fields(&e));
             return ExitCode::from(2);
         }
     };
@@ -104,7 +110,15 @@ pub fn install(args: &InstallArgs) -> ExitCode {
     // Made (0700) through a checked descriptor: a zonepath that is a
     // symlink, or that another user could swap, is refused untouched.
     if let Err(e) = install::prepare_zonepath(&args.zonepath) {
-        output::error(e);
+        crate::json::fail(
+            args.json,
+            &e,
+            serde_json::json!({
+                "zonepath": crate::json::path(&args.zonepath),
+                "stage": "BeforeRoot",
+                "errno": e.raw_os_error(),
+            }),
+        );
         return ExitCode::from(1);
     }
     // OS strings: a path given need not be UTF-8.
@@ -117,9 +131,14 @@ pub fn install(args: &InstallArgs) -> ExitCode {
         output::note(w);
     }
     let json = args.json;
-    let mut show = |e: &install::Event| show_event(json, e);
-    let r = job(args, profile, tunables, log, &mut show).run();
-    finish(args, r)
+    let bar = Bar::for_terminal(json || args.verbose, "installing");
+    let mut show = |e: &install::Event| show_event(json, &bar, e);
+    let shown = profile.path.clone();
+    let r = job(args, profile, tunables, log, &mut show, &bar).run();
+    if let Some(b) = &bar {
+        b.finish();
+    }
+    finish(args, &shown, r)
 }
 
 /// The install the arguments describe.
@@ -129,6 +148,7 @@ fn job<'a>(
     tunables: copier::Tunables,
     log: slog::Logger,
     events: &'a mut dyn FnMut(&install::Event),
+    bar: &Option<Arc<Bar>>,
 ) -> Install<'a> {
     Install {
         zone: zone_name(args),
@@ -144,7 +164,8 @@ fn job<'a>(
             .then(|| std::sync::Arc::new(output::Listing) as _),
         platform: args.platform.clone(),
         store: Some(zinstall_provision::store_of(&args.cache)),
-        pull: args.pull.options(),
+        pull: args.pull.options(bar.clone()),
+        progress: bar.clone().map(|b| b as Arc<dyn copier::Progress>),
     }
 }
 
@@ -156,11 +177,24 @@ fn zone_name(args: &InstallArgs) -> String {
     )
 }
 
-fn show_event(json: bool, e: &install::Event) {
+/// Prints a step (above the progress bar), and names it on the bar.
+fn show_event(json: bool, bar: &Option<Arc<Bar>>, e: &install::Event) {
     if json {
         crate::json::print(&serde_json::json!({ "event": e.to_string() }));
-    } else {
-        output::event(e)
+        return;
+    }
+    output::above(bar, || output::event(e));
+    if let Some(b) = bar {
+        match e {
+            install::Event::Replicating { tree } => {
+                b.set_what(&format!("replicating {tree}"));
+            }
+            install::Event::Unpacking { path, .. } => {
+                let name = path.file_name().unwrap_or(path.as_os_str());
+                b.set_what(&format!("unpacking {}", name.to_string_lossy()));
+            }
+            _ => {}
+        }
     }
 }
 
@@ -171,18 +205,27 @@ fn preview(
     tunables: copier::Tunables,
 ) -> ExitCode {
     let json = args.json;
-    let mut show = |e: &install::Event| show_event(json, e);
+    let bar = Bar::for_terminal(json || args.verbose, "walking");
+    let mut show = |e: &install::Event| show_event(json, &bar, e);
     let log = slog::Logger::root(slog::Discard, slog::o!());
-    let r = job(args, profile, tunables, log, &mut show).preview();
-    finish(args, r)
+    let shown = profile.path.clone();
+    let r = job(args, profile, tunables, log, &mut show, &bar).preview();
+    if let Some(b) = &bar {
+        b.finish();
+    }
+    finish(args, &shown, r)
 }
 
 /// Prints the outcome of an install or its preview; the exit status.
 fn finish(
     args: &InstallArgs,
+    shown: &std::path::Path,
     r: Result<install::Summary, install::InstallError>,
 ) -> ExitCode {
     let json = args.json;
+    // A default profile that failed may be the wrong one.
+    let hint = (r.is_err() && args.profile.is_none())
+        .then(|| profile::default_hint(shown));
     if json {
         crate::json::print(&match &r {
             Ok(s) => serde_json::json!({ "result": {
@@ -196,6 +239,7 @@ fn finish(
                 "stage": format!("{:?}", e.stage),
                 "errno": e.raw_os_error(),
                 "message": e.to_string(),
+                "hint": hint,
             }}),
         });
     }
@@ -213,6 +257,9 @@ fn finish(
         Err(e) => {
             if !json {
                 output::error(e);
+                if let Some(h) = hint {
+                    output::note(h);
+                }
             }
             ExitCode::from(1)
         }
@@ -224,7 +271,7 @@ pub fn uninstall(args: &UninstallArgs) -> ExitCode {
     let log_path = args.log.clone().unwrap_or_else(|| {
         Profile::load(std::path::Path::new(profile::DEFAULT_PATH))
             .map(|p| p.log)
-            .unwrap_or_else(|_| "/var/log/zinstall.log".into())
+            .unwrap_or_else(|_| profile::DEFAULT_LOG.into())
     });
     // OS strings: a path given need not be UTF-8.
     let argv: Vec<String> = std::env::args_os()

@@ -12,7 +12,7 @@ use zinstall_provision::cache::{Cache, GcOptions};
 use zinstall_provision::identity::{HostKeys, IdentityOptions, MachineId};
 use zinstall_provision::{self as provision, ProvisionOptions};
 
-use crate::output;
+use crate::output::{self, Bar};
 use crate::settings::TunableArgs;
 
 /// The cache's default place.
@@ -49,10 +49,12 @@ pub struct ProvisionArgs {
     /// Refuse the image unless its SHA-256 is this (hex).
     #[arg(long, value_name = "HEX")]
     pub sha256: Option<String>,
-    /// Make overlays with qemu-img (at this path) instead of natively;
-    /// formats zinstall does not read are converted with it too
-    /// (without it: the qemu-img on PATH).
-    #[arg(long, value_name = "PATH", num_args = 0..=1, default_missing_value = "/usr/bin/qemu-img")]
+    /// Make overlays with qemu-img (--qemu-img=PATH: that one) instead
+    /// of natively; formats zinstall does not read are converted with it
+    /// too (without it: the qemu-img on PATH). The = is required, so
+    /// that the image is not taken for the path.
+    #[arg(long, value_name = "PATH", num_args = 0..=1, require_equals = true,
+          default_missing_value = "/usr/bin/qemu-img")]
     pub qemu_img: Option<PathBuf>,
     /// Refuse archives unpacking to more than this, compressed qcow2
     /// images decompressing to more, and registry blobs declaring more.
@@ -62,6 +64,10 @@ pub struct ProvisionArgs {
     /// multi-platform index (OS/ARCH[/VARIANT]; default: this host's).
     #[arg(long, value_name = "OS/ARCH")]
     pub platform: Option<copier::oci::Platform>,
+    /// Make the image's device nodes (a root filesystem's /dev), as
+    /// root; without it an image holding one is refused, naming it.
+    #[arg(long)]
+    pub allow_devices: bool,
     /// Mode of the cache directory (octal): given, it is also applied to
     /// an existing cache; by default a new cache is made 0700.
     #[arg(long, value_name = "OCTAL", value_parser = parse_mode)]
@@ -83,7 +89,10 @@ pub struct ProvisionArgs {
     pub dry_run: bool,
     /// Directory guests' hostname: {n} is the guest's number, {name} its
     /// name (default {name}).
-    #[arg(long, value_name = "PATTERN")]
+    #[arg(long, value_name = "PATTERN", help = crate::cli::verbatim(
+        "Directory guests' hostname: {n} is the guest's number, {name} its \
+         name (default {name})"
+    ))]
     pub hostname: Option<String>,
     /// Directory guests' /etc/machine-id: a new one each (generate, the
     /// default), `uninitialized` for systemd's first boot (first-boot),
@@ -213,10 +222,14 @@ pub fn provision(args: &ProvisionArgs) -> ExitCode {
     let tunables = match args.tunables.resolve() {
         Ok(t) => t,
         Err(e) => {
-            output::error(e);
+            crate::json::fail(args.json, &e, crate::json::fields(&e));
             return ExitCode::from(2);
         }
     };
+    // No bar for a dry run, which reads no image.
+    let bar = (!args.dry_run)
+        .then(|| Bar::for_terminal(args.json || args.verbose, "provisioning"))
+        .flatten();
     let opts = ProvisionOptions {
         count: args.count,
         out: args.out.clone(),
@@ -227,6 +240,7 @@ pub fn provision(args: &ProvisionArgs) -> ExitCode {
         qemu_img: args.qemu_img.clone(),
         tunables,
         max_archive_bytes: args.max_archive_size,
+        allow_devices: args.allow_devices,
         cancel: None,
         pool: None,
         listener: (args.verbose && !args.json)
@@ -239,7 +253,8 @@ pub fn provision(args: &ProvisionArgs) -> ExitCode {
         ),
         force: args.force,
         platform: args.platform.clone(),
-        pull: args.pull.options(),
+        pull: args.pull.options(bar.clone()),
+        progress: bar.clone().map(|b| b as Arc<dyn copier::Progress>),
     };
     if args.dry_run {
         return match provision::preview(&args.image, &opts) {
@@ -253,7 +268,8 @@ pub fn provision(args: &ProvisionArgs) -> ExitCode {
                 ExitCode::SUCCESS
             }
             Err(e) => {
-                output::error(e);
+                let fields = crate::json::provision_fields(&e);
+                crate::json::fail(args.json, &e, fields);
                 ExitCode::from(1)
             }
         };
@@ -261,15 +277,22 @@ pub fn provision(args: &ProvisionArgs) -> ExitCode {
     let json = args.json;
     let mut on_guest = |g: &provision::Guest| {
         if !json {
-            output::out(format_args!("made {g}"));
+            output::above(&bar, || output::out(format_args!("made {g}")));
+        }
+        if let Some(b) = &bar {
+            b.set_what("copying guests");
         }
     };
-    match provision::provision_in(
+    let r = provision::provision_in(
         &args.image,
         &opts,
         args.cache_mode,
         &mut on_guest,
-    ) {
+    );
+    if let Some(b) = &bar {
+        b.finish();
+    }
+    match r {
         Ok(r) => {
             let v = protocol::provision_json(&args.image, &r);
             if json {
@@ -280,7 +303,8 @@ pub fn provision(args: &ProvisionArgs) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            output::error(e);
+            let fields = crate::json::provision_fields(&e);
+            crate::json::fail(json, &e, fields);
             ExitCode::from(1)
         }
     }
@@ -344,15 +368,18 @@ pub fn print_provision(v: &Value) {
             s(&v["entry"])
         ));
     }
-    let ms = v["build_ms"].as_u64().unwrap_or(0);
+    let took =
+        std::time::Duration::from_millis(v["build_ms"].as_u64().unwrap_or(0));
+    let took = copier::stats::human_duration(took);
     let how = match v["obtained"].as_str() {
-        Some("built") => format!("extracted once in {ms} ms"),
-        Some("rebuilt") => format!("rebuilt in {ms} ms"),
+        Some("built") => format!("extracted once in {took}"),
+        Some("rebuilt") => format!("rebuilt in {took}"),
         _ => "cached".to_string(),
     };
+    let guests = v["guests"].as_array().map_or(0, Vec::len) as u64;
     output::out(format_args!(
-        "provisioned {} guests from {} ({}, {how}): {}",
-        v["guests"].as_array().map_or(0, Vec::len),
+        "provisioned {} from {} ({}, {how}): {}",
+        output::count(guests, "guest", "guests"),
         s(&v["image"]),
         s(&v["kind"]),
         s(&v["payload"])
@@ -464,31 +491,40 @@ pub fn print_gc(v: &Value) {
         ));
     } else if !images.is_empty() || n(&store["partial_removed"]) > 0 {
         output::out(format_args!(
-            "pulled images: {} {} blobs and {} partial downloads ({} \
-             bytes); {} bytes stay",
+            "pulled images: {} {} and {} ({}); {} stay",
             if dry_run { "would remove" } else { "removed" },
-            n(&store["blobs_removed"]),
-            n(&store["partial_removed"]),
-            n(&store["freed"]),
-            n(&store["size_after"])
+            output::count(n(&store["blobs_removed"]), "blob", "blobs"),
+            output::count(
+                n(&store["partial_removed"]),
+                "partial download",
+                "partial downloads"
+            ),
+            human(n(&store["freed"])),
+            human(n(&store["size_after"]))
         ));
     }
     if dry_run {
+        let would = decisions
+            .iter()
+            .filter(|d| d["remove"].as_bool() == Some(true))
+            .count() as u64;
         output::out(format_args!(
-            "would remove {} entries ({} bytes); kept {} in use",
-            decisions
-                .iter()
-                .filter(|d| d["remove"].as_bool() == Some(true))
-                .count(),
-            n(&v["freed"]),
+            "would remove {} ({}); kept {} in use",
+            output::count(would, "entry", "entries"),
+            human(n(&v["freed"])),
             n(&v["kept_in_use"])
         ));
     } else {
+        let removed = v["removed"].as_array().map_or(0, Vec::len) as u64;
         output::out(format_args!(
-            "removed {} entries ({} bytes) and {} stale builds; kept {} in use",
-            v["removed"].as_array().map_or(0, Vec::len),
-            n(&v["freed"]),
-            n(&v["stale_builds_removed"]),
+            "removed {} ({}) and {}; kept {} in use",
+            output::count(removed, "entry", "entries"),
+            human(n(&v["freed"])),
+            output::count(
+                n(&v["stale_builds_removed"]),
+                "stale build",
+                "stale builds"
+            ),
             n(&v["kept_in_use"])
         ));
     }
@@ -496,12 +532,17 @@ pub fn print_gc(v: &Value) {
 
 /// Lists or collects the cache.
 pub fn cache(args: &CacheArgs) -> ExitCode {
-    let cache = match Cache::new(absolute(&args.cache)) {
+    let json = match &args.command {
+        CacheCommand::List { json } | CacheCommand::Gc { json, .. } => *json,
+    };
+    let fail = |e: &zinstall_provision::ProvisionError| {
+        crate::json::fail(json, e, crate::json::provision_fields(e));
+        ExitCode::from(1)
+    };
+    // Listing and collecting make nothing: not even a missing cache.
+    let cache = match Cache::open(absolute(&args.cache)) {
         Ok(c) => c,
-        Err(e) => {
-            output::error(e);
-            return ExitCode::from(1);
-        }
+        Err(e) => return fail(&e),
     };
     match &args.command {
         CacheCommand::List { json } => match cache.list() {
@@ -514,10 +555,7 @@ pub fn cache(args: &CacheArgs) -> ExitCode {
                 }
                 ExitCode::SUCCESS
             }
-            Err(e) => {
-                output::error(e);
-                ExitCode::from(1)
-            }
+            Err(e) => fail(&e),
         },
         CacheCommand::Gc {
             max_size,
@@ -540,10 +578,7 @@ pub fn cache(args: &CacheArgs) -> ExitCode {
                 }
                 ExitCode::SUCCESS
             }
-            Err(e) => {
-                output::error(e);
-                ExitCode::from(1)
-            }
+            Err(e) => fail(&e),
         },
     }
 }

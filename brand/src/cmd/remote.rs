@@ -65,12 +65,14 @@ fn image_arg(p: &Path) -> PathBuf {
 }
 
 /// Flags that have no meaning when the daemon runs the command.
-fn local_only(flags: &[(&str, bool)]) -> Result<(), ExitCode> {
+fn local_only(flags: &[(&str, bool)], json: bool) -> Result<(), ExitCode> {
     for (flag, set) in flags {
         if *set {
-            output::error(format_args!(
-                "{flag} is not available with --daemon"
-            ));
+            crate::json::fail(
+                json,
+                format_args!("{flag} is not available with --daemon"),
+                Value::Null,
+            );
             return Err(ExitCode::from(2));
         }
     }
@@ -93,17 +95,20 @@ fn tunables_set(t: &TunableArgs) -> bool {
 }
 
 /// Sends `call`, drawing progress on `bar` and printing events; returns
-/// the result, or prints the error and returns the exit code.
+/// the result, or prints the error (as JSON with `json`) and returns the
+/// exit code.
 fn call(
     socket: &Path,
     call: Call,
     bar: Option<Arc<Bar>>,
     event: &mut dyn FnMut(&str),
+    json: bool,
 ) -> Result<Value, ExitCode> {
+    let socket_field = serde_json::json!({ "socket": socket });
     let mut client = match Client::connect(socket) {
         Ok(c) => c,
         Err(e) => {
-            output::error(e);
+            crate::json::fail(json, e, socket_field);
             return Err(ExitCode::from(1));
         }
     };
@@ -128,12 +133,22 @@ fn call(
     }
     r.map_err(|e| {
         match e {
+            ClientError::Remote(w) if json => crate::json::fail(
+                true,
+                &w.message,
+                serde_json::json!({
+                    "kind": w.kind,
+                    "op": w.op,
+                    "path": w.path,
+                    "errors": w.errors,
+                }),
+            ),
             ClientError::Remote(w) if !w.errors.is_empty() => {
                 for line in &w.errors {
                     output::error(line);
                 }
             }
-            e => output::error(e),
+            e => crate::json::fail(json, e, socket_field),
         }
         ExitCode::from(1)
     })
@@ -141,19 +156,22 @@ fn call(
 
 /// `zinstall --daemon copy`.
 pub fn copy(socket: &Path, a: &super::copy::CopyArgs) -> ExitCode {
-    if let Err(c) = local_only(&[
-        (TUNABLE_FLAGS, tunables_set(&a.tunables)),
-        ("--statemap", a.statemap.is_some()),
-        ("--cross-fs", a.cross_fs),
-        (LISTING_FLAGS, a.dry_run || a.verbose),
-    ]) {
+    if let Err(c) = local_only(
+        &[
+            (TUNABLE_FLAGS, tunables_set(&a.tunables)),
+            ("--statemap", a.statemap.is_some()),
+            ("--cross-fs", a.cross_fs),
+            (LISTING_FLAGS, a.dry_run || a.verbose),
+        ],
+        a.json,
+    ) {
         return c;
     }
     // The client reads its exclude files, with its own rights.
     let exclude = match super::copy::exclude_patterns(a) {
         Ok(p) => p,
         Err(e) => {
-            output::error(e);
+            crate::json::fail(a.json, &e, crate::json::fields(&e));
             return ExitCode::from(2);
         }
     };
@@ -166,7 +184,8 @@ pub fn copy(socket: &Path, a: &super::copy::CopyArgs) -> ExitCode {
         exclude,
         skip_special: a.skip_special,
     };
-    let result = match call(socket, Call::Copy(args), bar, &mut |_| {}) {
+    let result = match call(socket, Call::Copy(args), bar, &mut |_| {}, a.json)
+    {
         Ok(r) => r,
         Err(c) => return c,
     };
@@ -195,10 +214,13 @@ pub fn copy(socket: &Path, a: &super::copy::CopyArgs) -> ExitCode {
 
 /// `zinstall --daemon install`.
 pub fn install(socket: &Path, a: &super::install::InstallArgs) -> ExitCode {
-    if let Err(c) = local_only(&[
-        (TUNABLE_FLAGS, tunables_set(&a.tunables)),
-        (LISTING_FLAGS, a.dry_run || a.verbose),
-    ]) {
+    if let Err(c) = local_only(
+        &[
+            (TUNABLE_FLAGS, tunables_set(&a.tunables)),
+            (LISTING_FLAGS, a.dry_run || a.verbose),
+        ],
+        a.json,
+    ) {
         return c;
     }
     let args = InstallArgs {
@@ -220,7 +242,7 @@ pub fn install(socket: &Path, a: &super::install::InstallArgs) -> ExitCode {
             output::out(e);
         }
     };
-    match call(socket, Call::Install(args), None, &mut show) {
+    match call(socket, Call::Install(args), None, &mut show, json) {
         Ok(r) => {
             if json {
                 crate::json::print(&serde_json::json!({ "result": r }));
@@ -237,7 +259,13 @@ pub fn uninstall(socket: &Path, a: &super::install::UninstallArgs) -> ExitCode {
         zonepath: absolute(&a.zonepath),
         foreign: a.force,
     };
-    match call(socket, Call::Uninstall(args), None, &mut |e| output::out(e)) {
+    match call(
+        socket,
+        Call::Uninstall(args),
+        None,
+        &mut |e| output::out(e),
+        false,
+    ) {
         Ok(_) => ExitCode::SUCCESS,
         Err(c) => c,
     }
@@ -248,16 +276,19 @@ pub fn provision(
     socket: &Path,
     a: &super::provision::ProvisionArgs,
 ) -> ExitCode {
-    if let Err(c) = local_only(&[
-        (TUNABLE_FLAGS, tunables_set(&a.tunables)),
-        ("--qemu-img", a.qemu_img.is_some()),
-        (LISTING_FLAGS, a.dry_run || a.verbose),
-        ("--cache-mode", a.cache_mode.is_some()),
-        (
-            "--cache (the daemon's cache is its configuration's)",
-            a.cache != Path::new(super::provision::DEFAULT_CACHE),
-        ),
-    ]) {
+    if let Err(c) = local_only(
+        &[
+            (TUNABLE_FLAGS, tunables_set(&a.tunables)),
+            ("--qemu-img", a.qemu_img.is_some()),
+            (LISTING_FLAGS, a.dry_run || a.verbose),
+            ("--cache-mode", a.cache_mode.is_some()),
+            (
+                "--cache (the daemon's cache is its configuration's)",
+                a.cache != Path::new(super::provision::DEFAULT_CACHE),
+            ),
+        ],
+        a.json,
+    ) {
         return c;
     }
     let args = ProvisionArgs {
@@ -274,6 +305,7 @@ pub fn provision(
         force: a.force,
         platform: a.platform.as_ref().map(|p| p.to_string()),
         max_archive_size: Some(a.max_archive_size),
+        allow_devices: a.allow_devices,
     };
     let json = a.json;
     let mut event = |e: &str| {
@@ -281,7 +313,7 @@ pub fn provision(
             output::out(e);
         }
     };
-    match call(socket, Call::Provision(args), None, &mut event) {
+    match call(socket, Call::Provision(args), None, &mut event, json) {
         Ok(r) => {
             if json {
                 crate::json::print(&r);
@@ -302,13 +334,21 @@ pub fn cache_gc(
     search: &[PathBuf],
     json: bool,
 ) -> ExitCode {
-    if let Err(c) = local_only(&[(
-        "--search (the daemon searches where its guests were made)",
-        !search.is_empty(),
-    )]) {
+    if let Err(c) = local_only(
+        &[(
+            "--search (the daemon searches where its guests were made)",
+            !search.is_empty(),
+        )],
+        json,
+    ) {
         return c;
     }
-    match call(socket, Call::CacheGc(args), None, &mut |e| output::out(e)) {
+    let mut event = |e: &str| {
+        if !json {
+            output::out(e);
+        }
+    };
+    match call(socket, Call::CacheGc(args), None, &mut event, json) {
         Ok(r) => {
             if json {
                 crate::json::print(&r);
@@ -324,7 +364,7 @@ pub fn cache_gc(
 /// `zinstall --daemon cache list`: the daemon's cache, printed as the
 /// local command prints its own.
 pub fn cache_list(socket: &Path, json: bool) -> ExitCode {
-    match call(socket, Call::CacheList, None, &mut |_| {}) {
+    match call(socket, Call::CacheList, None, &mut |_| {}, json) {
         Ok(r) => {
             if json {
                 crate::json::print(&r);
@@ -339,7 +379,7 @@ pub fn cache_list(socket: &Path, json: bool) -> ExitCode {
 
 /// `zinstall jobs`.
 pub fn jobs(socket: &Path, a: &JobsArgs) -> ExitCode {
-    let r = match call(socket, Call::Jobs, None, &mut |_| {}) {
+    let r = match call(socket, Call::Jobs, None, &mut |_| {}, a.json) {
         Ok(r) => r,
         Err(c) => return c,
     };
@@ -373,6 +413,7 @@ pub fn cancel(socket: &Path, a: &CancelArgs) -> ExitCode {
         Call::Cancel(JobRef { job: a.job }),
         None,
         &mut |_| {},
+        false,
     ) {
         Ok(j) => {
             output::out(format_args!(

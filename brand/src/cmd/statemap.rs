@@ -30,7 +30,7 @@ pub fn run(args: &StatemapArgs) -> ExitCode {
         Ok(f) => match statemap::parse(BufReader::new(f)) {
             Ok(m) => m,
             Err(e) => {
-                output::error(format_args!("{}: {e}", args.file.display()));
+                output::error(parse_error(&args.file, &e));
                 return ExitCode::from(1);
             }
         },
@@ -66,4 +66,27 @@ pub fn run(args: &StatemapArgs) -> ExitCode {
     output::out(Summary::of(&map));
     output::out(format_args!("wrote {}", out.display()));
     ExitCode::SUCCESS
+}
+
+/// A statemap that does not parse, shown with the line at fault and a
+/// caret (under the column of a JSON error, else the line's start).
+fn parse_error(file: &std::path::Path, e: &statemap::ParseError) -> String {
+    let plain = format!("{}: {e}", file.display());
+    if e.line == 0 {
+        return plain;
+    }
+    use std::io::BufRead;
+    let line = File::open(file).ok().and_then(|f| {
+        BufReader::new(f)
+            .split(b'\n')
+            .nth(e.line - 1)
+            .and_then(Result::ok)
+    });
+    let Some(line) = line else { return plain };
+    let text = String::from_utf8_lossy(&line);
+    let why = e.to_string();
+    let why = why.split_once(": ").map_or(why.as_str(), |w| w.1);
+    let mut s = copier::Syntax::at_line(file, &text, 1, e.column.max(1), why);
+    s.line = e.line;
+    s.to_string()
 }

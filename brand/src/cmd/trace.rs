@@ -105,8 +105,59 @@ fn write(raw: &[u8], path: &Path) -> std::io::Result<TidyReport> {
     Ok(r)
 }
 
+/// Where the kernel's tracing filesystem is mounted, and the older place
+/// under debugfs; bpftrace reads tracepoint formats from either.
+const TRACEFS: &str = "/sys/kernel/tracing";
+const DEBUGFS_TRACING: &str = "/sys/kernel/debug/tracing";
+
+/// Makes sure bpftrace can find the scheduler's tracepoints: tracefs
+/// mounted, by this process (as root) when it is not. Returns what was
+/// done, if anything, to be said.
+fn prepare_tracefs() -> Result<Option<String>, String> {
+    let mounted =
+        |dir: &str| Path::new(dir).join("events").join("sched").is_dir();
+    if mounted(TRACEFS) || mounted(DEBUGFS_TRACING) {
+        return Ok(None);
+    }
+    let how = format!("mount -t tracefs tracefs {TRACEFS}");
+    if !Path::new(TRACEFS).is_dir() {
+        return Err(format!(
+            "{TRACEFS} does not exist: this kernel has no tracefs \
+             (CONFIG_TRACING), which bpftrace needs for the scheduler's \
+             tracepoints; mount sysfs on /sys if it is not"
+        ));
+    }
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if !crate::sys::is_root() {
+        return Err(format!(
+            "tracefs is not mounted on {TRACEFS}, and bpftrace needs it for \
+             the scheduler's tracepoints: as root, run `{how}`, then run \
+             zinstall trace as root (bpftrace needs root too)"
+        ));
+    }
+    let out = Command::new("mount")
+        .args(["-t", "tracefs", "tracefs", TRACEFS])
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("run `{how}`: {e}"))?;
+    if !out.status.success() || !mounted(TRACEFS) {
+        return Err(format!(
+            "tracefs is not mounted on {TRACEFS}, and `{how}` failed \
+             ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(Some(format!(
+        "mounted tracefs on {TRACEFS} for bpftrace ({how})"
+    )))
+}
+
 /// Runs bpftrace with the script on the command; returns its output.
 fn trace(args: &TraceArgs) -> Result<Vec<u8>, String> {
+    if let Some(done) = prepare_tracefs()? {
+        output::note(done);
+    }
     // bpftrace -c splits its command at spaces and knows no quoting: it
     // is given a shell script that execs the real argument vector, at a
     // path without spaces.

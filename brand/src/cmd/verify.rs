@@ -68,17 +68,21 @@ pub fn run(args: &VerifyArgs) -> ExitCode {
     match result {
         Ok(c) if c.is_identical() => {
             output::out(format_args!(
-                "identical: {} entries compared",
-                c.entries_compared
+                "identical: {} compared",
+                output::count(c.entries_compared, "entry", "entries")
             ));
             ExitCode::SUCCESS
         }
         Ok(c) => {
             output::out(c.to_string().trim_end());
             output::out(format_args!(
-                "{} differences in {} entries compared",
-                c.differences.len(),
-                c.entries_compared
+                "{} in {} compared",
+                output::count(
+                    c.differences.len() as u64,
+                    "difference",
+                    "differences"
+                ),
+                output::count(c.entries_compared, "entry", "entries")
             ));
             ExitCode::from(1)
         }

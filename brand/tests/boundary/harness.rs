@@ -53,7 +53,7 @@ impl Daemon {
             format!(
                 "copy_threads = 2\ndefaults = \"{}\"\ncache = \"{}\"\n\
                  socket_mode = \"0666\"\n{extra}",
-                dir.path().join("no-defaults").display(),
+                Path::new("/dev/null").display(),
                 dir.path().join("cache").display(),
             ),
         )

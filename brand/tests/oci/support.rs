@@ -24,7 +24,7 @@ pub fn sha256(b: &[u8]) -> String {
 
 pub fn zinstall(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_zinstall"))
-        .env("ZINSTALL_DEFAULTS", "/nonexistent")
+        .env("ZINSTALL_DEFAULTS", "/dev/null")
         .args(args)
         .output()
         .unwrap()
@@ -284,4 +284,72 @@ pub fn bare_profile(dir: &Path) -> PathBuf {
     )
     .unwrap();
     p
+}
+
+/// A layout at `dir` whose one image (ref `t`) has one zstd layer: the
+/// tar `write_tar` writes, streamed through the `zstd` program (so a
+/// layer of gigabytes never sits in memory).
+pub fn write_zstd_layout(dir: &Path, write_tar: &dyn Fn(&mut dyn Write)) {
+    use std::process::Stdio;
+    fs::create_dir_all(dir.join("blobs/sha256")).unwrap();
+    fs::write(dir.join("oci-layout"), br#"{"imageLayoutVersion":"1.0.0"}"#)
+        .unwrap();
+    let tmp = dir.join("layer.zst");
+    let mut z = tools::tool("zstd")
+        .args(["-q", "-1", "-o"])
+        .arg(&tmp)
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    struct Hashing<W>(W, Sha256);
+    impl<W: Write> Write for Hashing<W> {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            let n = self.0.write(b)?;
+            self.1.update(&b[..n]);
+            Ok(n)
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            self.0.flush()
+        }
+    }
+    let mut w = Hashing(z.stdin.take().unwrap(), Sha256::new());
+    write_tar(&mut w);
+    let diff_id: String =
+        w.1.finalize().iter().map(|x| format!("{x:02x}")).collect();
+    drop(w.0);
+    assert!(z.wait().unwrap().success());
+    let layer = fs::read(&tmp).unwrap();
+    fs::remove_file(&tmp).unwrap();
+    let config = serde_json::to_vec(&json!({
+        "architecture": host_arch(),
+        "os": "linux",
+        "rootfs": {"type": "layers", "diff_ids": [format!("sha256:{diff_id}")]},
+    }))
+    .unwrap();
+    let manifest = serde_json::to_vec(&json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {
+            "mediaType": "application/vnd.oci.image.config.v1+json",
+            "digest": put_blob(dir, &config),
+            "size": config.len(),
+        },
+        "layers": [{
+            "mediaType": "application/vnd.oci.image.layer.v1.tar+zstd",
+            "digest": put_blob(dir, &layer),
+            "size": layer.len(),
+        }],
+    }))
+    .unwrap();
+    let index = json!({
+        "schemaVersion": 2,
+        "manifests": [{
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "digest": put_blob(dir, &manifest),
+            "size": manifest.len(),
+            "annotations": {"org.opencontainers.image.ref.name": "t"},
+        }],
+    });
+    fs::write(dir.join("index.json"), serde_json::to_vec(&index).unwrap())
+        .unwrap();
 }

@@ -104,7 +104,7 @@ impl Tool {
                 walkers,
             } => {
                 let mut c = Command::new(zinstall);
-                c.env("ZINSTALL_DEFAULTS", "/nonexistent/zinstall")
+                c.env("ZINSTALL_DEFAULTS", "/dev/null")
                     .args(["copy", "-q", "--threads"])
                     .arg(threads.to_string())
                     .arg("--batch")
@@ -117,7 +117,7 @@ impl Tool {
             }
             Tool::ZinstallAt { bin, .. } => {
                 let mut c = Command::new(bin);
-                c.env("ZINSTALL_DEFAULTS", "/nonexistent/zinstall")
+                c.env("ZINSTALL_DEFAULTS", "/dev/null")
                     .args(["copy", "-q"])
                     .arg(src)
                     .arg(dst);
@@ -125,7 +125,7 @@ impl Tool {
             }
             Tool::ZinstallNoProbes(bin) => {
                 let mut c = Command::new(bin);
-                c.env("ZINSTALL_DEFAULTS", "/nonexistent")
+                c.env("ZINSTALL_DEFAULTS", "/dev/null")
                     .args(["copy", "-q"])
                     .arg(src)
                     .arg(dst);
@@ -135,7 +135,7 @@ impl Tool {
                 let mut c = Command::new(zinstall);
                 let mut json = dst.as_os_str().to_owned();
                 json.push(".statemap.json");
-                c.env("ZINSTALL_DEFAULTS", "/nonexistent")
+                c.env("ZINSTALL_DEFAULTS", "/dev/null")
                     .args(["copy", "-q", "--statemap"])
                     .arg(json)
                     .arg(src)
@@ -146,7 +146,7 @@ impl Tool {
                 let mut c = Command::new(zinstall);
                 let mut json = dst.as_os_str().to_owned();
                 json.push(".statemap.json");
-                c.env("ZINSTALL_DEFAULTS", "/nonexistent")
+                c.env("ZINSTALL_DEFAULTS", "/dev/null")
                     .arg("trace")
                     .arg("-o")
                     .arg(json)

@@ -257,7 +257,7 @@ fn point(
         c
     };
     let out = cmd
-        .env("ZINSTALL_DEFAULTS", "/nonexistent/zinstall")
+        .env("ZINSTALL_DEFAULTS", "/dev/null")
         .output()
         .map_err(|e| format!("{}: {e}", opts.zinstall.display()))?;
     let _ = fs::remove_dir_all(dst);

@@ -7,7 +7,8 @@
 
 use std::io::Read;
 
-use zinstall_archive::tar::{Limits, NameTable, Reader, acl_from_text, parse_pax, parse_time};
+use zinstall_archive::tar::internals::{acl_from_text, parse_pax, parse_time};
+use zinstall_archive::tar::{Limits, NameTable, Reader};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -135,7 +135,7 @@ pub(crate) fn entry(
         if let Some(there) = &there
             && there.is_dir()
         {
-            return Err(Error::refused(dst, Refusal::Conflict));
+            return Err(Error::refused(dst, Refusal::DirectoryInTheWay));
         }
         if kind == EntryKind::File && there.is_some_and(|t| unchanged(&md, &t))
         {

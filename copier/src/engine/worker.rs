@@ -667,7 +667,10 @@ impl<'s, 'p> Worker<'s, 'p> {
             Ok(None) => Ok(Placement::Direct),
             Ok(Some(st)) if st.st_mode & libc::S_IFMT == libc::S_IFDIR => {
                 if !layered {
-                    return Err(Error::refused(&job.dst, Refusal::Conflict));
+                    return Err(Error::refused(
+                        &job.dst,
+                        Refusal::DirectoryInTheWay,
+                    ));
                 }
                 crate::beneath::remove_at(
                     job.dir.as_raw_fd(),

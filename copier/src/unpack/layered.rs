@@ -34,7 +34,6 @@
 //! to files of lower layers are returned as [`Change`]s to apply when the
 //! layer's tree is later copied onto a root.
 
-use std::collections::{HashMap, HashSet};
 use std::ffi::{CString, OsStr};
 use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
@@ -44,6 +43,7 @@ use zinstall_archive::ArchiveRefusal;
 use zinstall_archive::names::Name;
 
 use super::Ctx;
+use super::paths::{NodeId, PathTree};
 use crate::beneath::{self, Chain, WalkFail};
 use crate::error::{Error, Met, Op, Result};
 use crate::sys::posix::{Times, at};
@@ -141,24 +141,41 @@ pub(crate) fn classify(
     Ok(Class::Entry)
 }
 
-fn rel_of(parts: &[CString]) -> Vec<u8> {
-    Name::joined(parts).into_bytes()
+fn path_of(parts: &[CString]) -> PathBuf {
+    PathBuf::from(OsStr::from_bytes(Name::joined(parts).as_bytes()))
 }
 
-fn path_of(parts: &[CString]) -> PathBuf {
-    PathBuf::from(OsStr::from_bytes(&rel_of(parts)))
+/// What the layered unpack knows of a path, by its node in the layer's
+/// [`PathTree`]: a constant per path, at any depth.
+#[derive(Clone, Copy, Default)]
+struct Info {
+    /// This layer made it, or something beneath it.
+    made: bool,
+    /// The layer has a directory entry for it.
+    entry: bool,
+    /// Recording: a directory above one of this layer's entries.
+    holds: bool,
+    /// Applying: what was there before this layer changed it.
+    seen: Seen,
+}
+
+#[derive(Clone, Copy, Default)]
+enum Seen {
+    /// Not yet changed by this layer.
+    #[default]
+    No,
+    /// Made by this layer.
+    Made,
+    /// A lower layer's directory this layer changes: its times before.
+    Kept(Times),
 }
 
 /// The layered unpack's state.
 pub(crate) struct Layered {
     mode: Whiteouts,
-    /// Paths this layer made, and their ancestors.
-    upper: HashSet<Vec<u8>>,
-    /// Recording: directories above this layer's entries.
-    parents: HashMap<Vec<u8>, Vec<CString>>,
-    /// Applying: directories this layer changed, with their times before
-    /// (`None`: made by this layer).
-    seen: HashMap<Vec<u8>, Option<(Vec<CString>, Times)>>,
+    paths: PathTree,
+    /// By node.
+    info: Vec<Info>,
     /// Recording: the whiteouts, in the archive's order.
     changes: Vec<Change>,
 }
@@ -167,15 +184,42 @@ impl Layered {
     pub(crate) fn new(mode: Whiteouts) -> Option<Layered> {
         (mode != Whiteouts::Off).then(|| Layered {
             mode,
-            upper: HashSet::new(),
-            parents: HashMap::new(),
-            seen: HashMap::new(),
+            paths: PathTree::new(),
+            info: vec![Info::default()],
             changes: Vec::new(),
         })
     }
 
     pub(crate) fn applying(&self) -> bool {
         self.mode == Whiteouts::Apply
+    }
+
+    /// The node of `parts`, interned.
+    fn node(&mut self, parts: &[CString]) -> NodeId {
+        let id = self.paths.intern(parts);
+        if self.info.len() < self.paths.len() {
+            self.info.resize(self.paths.len(), Info::default());
+        }
+        id
+    }
+
+    fn info(&mut self, id: NodeId) -> &mut Info {
+        &mut self.info[id as usize]
+    }
+
+    /// The nodes from the top down to `id`, the top included.
+    fn chain_of(&self, id: NodeId) -> Vec<NodeId> {
+        let mut v = Vec::with_capacity(self.paths.depth(id) as usize + 1);
+        let mut at = id;
+        loop {
+            v.push(at);
+            if at == PathTree::ROOT {
+                break;
+            }
+            at = self.paths.parent(at);
+        }
+        v.reverse();
+        v
     }
 
     /// Recording: the hard link `parts` to `target`, a file this layer
@@ -189,25 +233,40 @@ impl Layered {
 
     /// Whether this layer made `parts` or anything beneath it.
     pub(crate) fn made(&self, parts: &[CString]) -> bool {
-        self.upper.contains(&rel_of(parts))
+        self.paths
+            .find(parts)
+            .is_some_and(|id| self.info[id as usize].made)
     }
 
-    /// Notes an entry of this layer, with its ancestors.
-    pub(crate) fn note(&mut self, parts: &[CString]) {
-        if !self.upper.insert(rel_of(parts)) {
+    /// Notes an entry of this layer, with its ancestors; `dir` if it is
+    /// a directory entry.
+    pub(crate) fn note(&mut self, parts: &[CString], dir: bool) {
+        let id = self.node(parts);
+        if dir {
+            self.info(id).entry = true;
+        }
+        if self.info(id).made {
             return;
         }
-        for k in (0..parts.len()).rev() {
-            let rel = rel_of(&parts[..k]);
-            if self.mode == Whiteouts::Record {
-                self.parents
-                    .entry(rel.clone())
-                    .or_insert_with(|| parts[..k].to_vec());
+        self.info(id).made = true;
+        let recording = self.mode == Whiteouts::Record;
+        let mut at = id;
+        while at != PathTree::ROOT {
+            at = self.paths.parent(at);
+            let i = self.info(at);
+            if recording {
+                i.holds = true;
             }
-            if !self.upper.insert(rel) {
+            if i.made {
                 break;
             }
+            i.made = true;
         }
+    }
+
+    /// The layer's own directory entry for the root (`./`).
+    pub(crate) fn note_root_entry(&mut self) {
+        self.info(PathTree::ROOT).entry = true;
     }
 
     /// Before anything is made in or removed from the directory `parts`
@@ -219,12 +278,16 @@ impl Layered {
         chain: &mut Chain,
         parts: &[CString],
     ) -> Result<()> {
-        if !self.applying() || self.seen.contains_key(&rel_of(parts)) {
+        if !self.applying() {
             return Ok(());
         }
-        for k in 0..=parts.len() {
-            let rel = rel_of(&parts[..k]);
-            if self.seen.contains_key(&rel) {
+        let id = self.node(parts);
+        if !matches!(self.info(id).seen, Seen::No) {
+            return Ok(());
+        }
+        let nodes = self.chain_of(id);
+        for (k, &n) in nodes.iter().enumerate() {
+            if !matches!(self.info(n).seen, Seen::No) {
                 continue;
             }
             match chain.open(&parts[..k], None) {
@@ -232,17 +295,14 @@ impl Layered {
                     let st = at::fstat(&*fd).map_err(|e| {
                         Error::io(Op::Stat, ctx.shown(&parts[..k]), e)
                     })?;
-                    self.seen.insert(
-                        rel,
-                        Some((parts[..k].to_vec(), times_of(&st))),
-                    );
+                    self.info(n).seen = Seen::Kept(times_of(&st));
                 }
                 // Missing: this layer makes it and what is below.
                 Err(WalkFail::Io(_, _, e))
                     if e.raw_os_error() == Some(libc::ENOENT) =>
                 {
-                    for j in k..=parts.len() {
-                        self.seen.insert(rel_of(&parts[..j]), None);
+                    for &below in &nodes[k..] {
+                        self.info(below).seen = Seen::Made;
                     }
                     return Ok(());
                 }
@@ -318,10 +378,14 @@ impl Layered {
             let shown = ctx.shown(&parts);
             let names = at::read_names(&*dir)
                 .map_err(|e| Error::io(Op::ReadDir, &shown, e))?;
+            let here = self.paths.find(&parts);
             for n in names {
+                let made = here
+                    .and_then(|h| self.paths.child(h, &n))
+                    .is_some_and(|c| self.info[c as usize].made);
                 let mut child = parts.clone();
                 child.push(n.clone());
-                if !self.made(&child) {
+                if !made {
                     beneath::remove_at(
                         dir.as_raw_fd(),
                         &n,
@@ -342,39 +406,38 @@ impl Layered {
 
     /// At the end: applying, puts back the times of the directories
     /// changed without an entry; recording, returns the whiteouts and the
-    /// directories made only to hold entries. `dirs` are the layer's
-    /// directory entries.
+    /// directories made only to hold entries.
     pub(crate) fn finish(
         mut self,
         ctx: &Ctx<'_>,
         chain: &mut Chain,
-        dirs: &[(Name, super::Meta)],
     ) -> Result<Vec<Change>> {
-        let entries: HashSet<Vec<u8>> =
-            dirs.iter().map(|(n, _)| rel_of(&n.parts)).collect();
         if self.mode == Whiteouts::Record {
-            let mut implicit: Vec<PathBuf> = self
-                .parents
-                .iter()
-                .filter(|(rel, _)| !entries.contains(*rel))
-                .map(|(_, parts)| path_of(parts))
+            let mut implicit: Vec<PathBuf> = (0..self.info.len())
+                .filter(|&i| self.info[i].holds && !self.info[i].entry)
+                .map(|i| path_of(&self.paths.parts(i as NodeId)))
                 .collect();
             implicit.sort();
             self.changes
                 .extend(implicit.into_iter().map(Change::Implicit));
             return Ok(self.changes);
         }
-        for (rel, kept) in &self.seen {
-            let Some((parts, times)) = kept else { continue };
-            if entries.contains(rel) {
-                continue;
-            }
-            // Removed since, or replaced: nothing to put back.
-            let Ok(fd) = chain.open(parts, None) else {
+        for i in 0..self.info.len() {
+            let Info {
+                seen: Seen::Kept(times),
+                entry: false,
+                ..
+            } = self.info[i]
+            else {
                 continue;
             };
-            at::futimens(&*fd, times)
-                .map_err(|e| Error::io(Op::SetTimes, ctx.shown(parts), e))?;
+            let parts = self.paths.parts(i as NodeId);
+            // Removed since, or replaced: nothing to put back.
+            let Ok(fd) = chain.open(&parts, None) else {
+                continue;
+            };
+            at::futimens(&*fd, &times)
+                .map_err(|e| Error::io(Op::SetTimes, ctx.shown(&parts), e))?;
         }
         Ok(Vec::new())
     }

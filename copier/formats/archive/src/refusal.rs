@@ -16,7 +16,8 @@ pub enum ArchiveRefusal {
     ThroughSymlink,
     /// A hard link to something outside the root or through a symlink.
     HardLinkOutside,
-    /// A device node, and the profile does not allow them.
+    /// A device node, and the caller did not allow them (install: the
+    /// profile's `allow_devices`; provision: `--allow-devices`).
     DeviceNotAllowed,
     /// A non-directory where a directory is.
     FileOverDirectory,
@@ -66,7 +67,7 @@ impl fmt::Display for ArchiveRefusal {
                 "hard link to a target outside the root or through a symlink",
             ),
             ArchiveRefusal::DeviceNotAllowed => {
-                f.write_str("device node not allowed by the profile")
+                f.write_str("device node, and device nodes are not allowed")
             }
             ArchiveRefusal::FileOverDirectory => {
                 f.write_str("would replace a directory with a non-directory")

@@ -12,6 +12,7 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::buf::{PAGE, aligned};
 use super::reader::{Image, Mapping};
 use super::{Error, Result};
 
@@ -45,20 +46,6 @@ pub struct ConvertStats {
     /// (by a [`KernelCopy`]: reflinked or copied in the kernel).
     pub placed: u64,
 }
-
-/// A zeroed buffer of `len` bytes starting on a page boundary, as a
-/// vector and the offset where the aligned part starts. The kernel copies
-/// between user buffers and the page cache several times faster when both
-/// sides are page-aligned (measured: `pwrite` from a `malloc`ed buffer,
-/// 16 bytes past a page, cost 2.4 times as much per byte as qemu-img's
-/// aligned writes).
-pub(crate) fn aligned(len: usize) -> (Vec<u8>, usize) {
-    let v = vec![0u8; len + PAGE];
-    let off = v.as_ptr().align_offset(PAGE).min(PAGE);
-    (v, off)
-}
-
-const PAGE: usize = 4096;
 
 /// One run of guest clusters read in one go.
 const RUN_BYTES: u64 = 4 << 20;

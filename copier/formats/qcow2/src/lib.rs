@@ -36,6 +36,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+mod buf;
 mod convert;
 mod header;
 mod overlay;
@@ -124,17 +125,27 @@ pub enum Problem {
     },
 }
 
-/// An error about one image.
+/// An error about one image: the image, and what went wrong.
 #[derive(Debug)]
 pub struct Error {
     /// The image.
     pub path: PathBuf,
-    /// What was being done, for I/O errors (`read`, `create`, ...).
-    pub op: &'static str,
-    /// The I/O error, if that is what went wrong.
-    pub io: Option<io::Error>,
-    /// Otherwise, the problem.
-    pub problem: Option<Problem>,
+    /// What went wrong.
+    pub kind: ErrorKind,
+}
+
+/// What went wrong with an image: a system call, or the image itself.
+#[derive(Debug)]
+pub enum ErrorKind {
+    /// An I/O operation failed.
+    Io {
+        /// What was being done (`read`, `create`, ...).
+        op: &'static str,
+        /// The system's error.
+        error: io::Error,
+    },
+    /// The image is refused.
+    Problem(Problem),
 }
 
 impl Error {
@@ -146,9 +157,7 @@ impl Error {
     ) -> Self {
         Error {
             path: path.into(),
-            op,
-            io: Some(e),
-            problem: None,
+            kind: ErrorKind::Io { op, error: e },
         }
     }
 
@@ -156,9 +165,23 @@ impl Error {
     pub fn problem(path: impl Into<PathBuf>, p: Problem) -> Self {
         Error {
             path: path.into(),
-            op: "",
-            io: None,
-            problem: Some(p),
+            kind: ErrorKind::Problem(p),
+        }
+    }
+
+    /// The problem, if the image was refused.
+    pub fn refusal(&self) -> Option<&Problem> {
+        match &self.kind {
+            ErrorKind::Problem(p) => Some(p),
+            ErrorKind::Io { .. } => None,
+        }
+    }
+
+    /// The system's error, if an I/O operation failed.
+    pub fn io_error(&self) -> Option<&io::Error> {
+        match &self.kind {
+            ErrorKind::Io { error, .. } => Some(error),
+            ErrorKind::Problem(_) => None,
         }
     }
 }
@@ -233,17 +256,16 @@ impl fmt::Display for Problem {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "qcow2 {}: ", self.path.display())?;
-        match (&self.io, &self.problem) {
-            (Some(e), _) => write!(f, "{}: {e}", self.op),
-            (None, Some(p)) => write!(f, "{p}"),
-            (None, None) => write!(f, "{}", self.op),
+        match &self.kind {
+            ErrorKind::Io { op, error } => write!(f, "{op}: {error}"),
+            ErrorKind::Problem(p) => write!(f, "{p}"),
         }
     }
 }
 
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.io.as_ref().map(|e| e as _)
+        self.io_error().map(|e| e as _)
     }
 }
 

@@ -200,6 +200,36 @@ impl Image {
         self.header.cluster_size()
     }
 
+    /// The most bytes of data a conversion can write: the guest clusters
+    /// that hold data, plain or compressed, times the cluster size (at
+    /// most the virtual size). Unallocated and zero clusters stay holes.
+    /// Found from the L1 and L2 tables alone, before any data is read, so
+    /// an image whose tables point many clusters at the same few host
+    /// bytes (a small file expanding to a huge disk) can be refused before
+    /// anything is written.
+    pub fn data_bytes(&self) -> Result<u64> {
+        let cs = self.cluster_size();
+        let per_l2 = 1u64 << (self.header.cluster_bits - 3);
+        let clusters = self.virtual_size().div_ceil(cs);
+        let mut mapped = 0u64;
+        for (i, &l1e) in self.l1.iter().enumerate() {
+            let l2_off = l1e & OFFSET_MASK;
+            if l2_off == 0 {
+                continue;
+            }
+            let first = i as u64 * per_l2;
+            let n = clusters.saturating_sub(first).min(per_l2) as usize;
+            let l2 = self.l2_table(l2_off)?;
+            mapped += l2[..n.min(l2.len())]
+                .iter()
+                .filter(|&&e| {
+                    e & (1 << 62) != 0 || (e & 1 == 0 && e & OFFSET_MASK != 0)
+                })
+                .count() as u64;
+        }
+        Ok(mapped.saturating_mul(cs).min(self.virtual_size()))
+    }
+
     /// The backing file name and format, if the image has one.
     pub fn backing_file(&self) -> Option<(&str, Option<&str>)> {
         self.header
@@ -381,7 +411,7 @@ impl Image {
         self.file
             .read_exact_at(&mut packed, off)
             .map_err(|e| Error::io(&self.path, "read compressed cluster", e))?;
-        let (mut raw, at) = crate::convert::aligned(cs);
+        let (mut raw, at) = crate::buf::aligned(cs);
         let out = &mut raw[at..at + cs];
         let fail = |why: String| {
             Error::problem(

@@ -146,6 +146,9 @@ pub enum ParseProblem {
 pub struct ParseError {
     /// 1-based line of the offending object (0 when reading failed).
     pub line: usize,
+    /// 1-based column of a JSON syntax error in that line; 0 for errors
+    /// about a whole object.
+    pub column: usize,
     /// What is wrong.
     pub problem: ParseProblem,
 }
@@ -187,6 +190,7 @@ pub fn parse(mut input: impl Read) -> Result<Statemap, ParseError> {
     let mut bytes = Vec::new();
     input.read_to_end(&mut bytes).map_err(|e| ParseError {
         line: 0,
+        column: 0,
         problem: ParseProblem::Json(e.to_string()),
     })?;
     // Line numbers: each object's line is found from its start offset.
@@ -220,9 +224,16 @@ pub fn parse(mut input: impl Read) -> Result<Statemap, ParseError> {
             None => break,
             Some(Ok(v)) => v,
             Some(Err(e)) => {
+                // The position is in the fields, not repeated in the text.
+                let why = e.to_string();
+                let why = why
+                    .rsplit_once(" at line ")
+                    .map_or(why.as_str(), |w| w.0)
+                    .to_string();
                 return Err(ParseError {
                     line: e.line(),
-                    problem: ParseProblem::Json(e.to_string()),
+                    column: e.column(),
+                    problem: ParseProblem::Json(why),
                 });
             }
         };
@@ -233,7 +244,11 @@ pub fn parse(mut input: impl Read) -> Result<Statemap, ParseError> {
                 .take_while(|b| b.is_ascii_whitespace())
                 .count();
         let line = line_of(start);
-        let err = |problem| ParseError { line, problem };
+        let err = |problem| ParseError {
+            line,
+            column: 0,
+            problem,
+        };
         let Value::Object(obj) = value else {
             return Err(err(ParseProblem::Unrecognized(
                 "not an object".into(),
@@ -304,6 +319,7 @@ pub fn parse(mut input: impl Read) -> Result<Statemap, ParseError> {
     }
     map.meta = meta.ok_or(ParseError {
         line: 1,
+        column: 0,
         problem: ParseProblem::Empty,
     })?;
     Ok(map)

@@ -164,6 +164,69 @@ pub fn acl_from_text(
     Ok(Some(out))
 }
 
+/// The text form of an ACL in the kernel's xattr form, as star and
+/// bsdtar write it: comma-separated entries, named entries by their
+/// numeric id with the id again as a fourth field
+/// (`user::rw-,user:1000:rwx:1000,group::r--,mask::rwx,other::r--`).
+/// GNU tar (which drops the fourth field and takes a numeric qualifier
+/// as the id), libarchive and [`acl_from_text`] all read it back to the
+/// same ids, whatever names the extracting host has. `None` if the
+/// value is not a well-formed ACL (an unknown tag, a bad length): the
+/// caller keeps the raw xattr then.
+///
+/// ```
+/// use zinstall_archive::tar::{NameTable, acl_from_text, acl_to_text};
+/// let text = b"user::rw-,user:1000:rwx:1000,group::r--,mask::rwx,other::r--";
+/// let x = acl_from_text(text, &NameTable::empty()).unwrap().unwrap();
+/// assert_eq!(acl_to_text(&x).unwrap(), text);
+/// ```
+pub fn acl_to_text(value: &[u8]) -> Option<Vec<u8>> {
+    let (version, entries) = value.split_first_chunk::<4>()?;
+    if u32::from_le_bytes(*version) != VERSION
+        || entries.is_empty()
+        || entries.len() % 8 != 0
+    {
+        return None;
+    }
+    let mut out = Vec::with_capacity(entries.len() * 3);
+    for e in entries.chunks_exact(8) {
+        let tag = u16::from_le_bytes([e[0], e[1]]);
+        let perm = u16::from_le_bytes([e[2], e[3]]);
+        let id = u32::from_le_bytes([e[4], e[5], e[6], e[7]]);
+        if perm & !7 != 0 {
+            return None;
+        }
+        let word: &[u8] = match tag {
+            USER_OBJ | USER => b"user",
+            GROUP_OBJ | GROUP => b"group",
+            MASK => b"mask",
+            OTHER => b"other",
+            _ => return None,
+        };
+        if !out.is_empty() {
+            out.push(b',');
+        }
+        out.extend_from_slice(word);
+        out.push(b':');
+        let named = matches!(tag, USER | GROUP);
+        if named {
+            if id == UNDEFINED_ID {
+                return None;
+            }
+            out.extend_from_slice(id.to_string().as_bytes());
+        }
+        out.push(b':');
+        for (bit, c) in [(4, b'r'), (2, b'w'), (1, b'x')] {
+            out.push(if perm & bit != 0 { c } else { b'-' });
+        }
+        if named {
+            out.push(b':');
+            out.extend_from_slice(id.to_string().as_bytes());
+        }
+    }
+    Some(out)
+}
+
 /// The permission bits (`0o777`) an access ACL in the kernel's xattr form
 /// gives a file: `user::`, then `mask::` (or `group::` without a mask),
 /// then `other::`, as the kernel sets the mode when the ACL is applied.
@@ -339,6 +402,28 @@ mod test {
         let minimal =
             acl_from_text(b"u::rw,g::r,o::-", &NameTable::empty()).unwrap();
         assert_eq!(acl_mode_bits(&minimal.unwrap()), Some(0o640));
+    }
+
+    #[test]
+    fn text_written_reads_back_exactly() {
+        let v: Vec<u8> = (0..KERNEL.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&KERNEL[i..i + 2], 16).unwrap())
+            .collect();
+        let text = acl_to_text(&v).unwrap();
+        assert_eq!(
+            text,
+            b"user::rw-,user:10:rwx:10,group::r--,group:20:r-x:20,mask::rwx,other::r--"
+        );
+        // Whatever names this host gives 10 and 20.
+        let names = NameTable::parse(b"ten:x:99:99::/:/bin/sh\n", b"");
+        assert_eq!(acl_from_text(&text, &names).unwrap().unwrap(), v);
+        // Not an ACL: no text.
+        assert_eq!(acl_to_text(&v[..10]), None);
+        assert_eq!(acl_to_text(&2u32.to_le_bytes()), None);
+        let mut bad_tag = v.clone();
+        bad_tag[4] = 0x40;
+        assert_eq!(acl_to_text(&bad_tag), None);
     }
 
     #[test]

@@ -63,6 +63,7 @@
 
 mod acl;
 mod header;
+mod member;
 mod pax;
 mod sparse;
 mod write;
@@ -71,15 +72,22 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::io::{self, Read, Seek, SeekFrom};
 
-pub use acl::{NameTable, acl_from_text, acl_mode_bits};
-pub use header::BLOCK;
-pub use pax::{Record, parse_pax, parse_time};
-pub use sparse::check_map;
+pub use acl::NameTable;
+use acl::{acl_from_text, acl_to_text};
+use header::BLOCK;
+use pax::{Record, parse_pax};
+use sparse::check_map;
 pub use write::{Entry, WriteKind, Writer};
 
+/// The record parsers on their own, for the fuzzer: what they take is
+/// untrusted, and the reader's checks are only as good as theirs.
+#[cfg(feature = "internals")]
+pub mod internals {
+    pub use super::acl::acl_from_text;
+    pub use super::pax::{parse_pax, parse_time};
+}
+
 use crate::ArchiveRefusal;
-use header::Format;
-use sparse::SparseError;
 
 /// Bounds on what an archive may declare, checked before allocating.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -616,74 +624,9 @@ impl<R: Read> Reader<R> {
             let typ = block[156];
             match typ {
                 b'x' | b'g' => {
-                    let size = self.stored_size(&block)?;
-                    let is_global = typ == b'g';
-                    let limit = self.limits.max_pax_bytes;
-                    let left = if is_global {
-                        limit.saturating_sub(self.global_bytes)
-                    } else {
-                        limit
-                    };
-                    if size > left {
-                        return Err(self.err(TarErrorKind::Limit {
-                            what: if is_global {
-                                "global PAX header bytes"
-                            } else {
-                                "PAX extended header bytes"
-                            },
-                            limit,
-                        }));
-                    }
-                    let data = self.bytes(size, "PAX extended header")?;
-                    let records = parse_pax(&data)
-                        .map_err(|why| self.err(TarErrorKind::Pax(why)))?;
-                    if is_global {
-                        self.add_globals(&records)?;
-                    } else {
-                        if ext.pax.is_some() {
-                            return Err(self.err(TarErrorKind::Malformed(
-                                "two PAX extended headers for one member"
-                                    .into(),
-                            )));
-                        }
-                        let owned: Vec<(Vec<u8>, Vec<u8>)> = records
-                            .iter()
-                            .map(|r| (r.key.to_vec(), r.value.to_vec()))
-                            .collect();
-                        if let Some((_, p)) =
-                            owned.iter().rev().find(|(k, _)| k == b"path")
-                        {
-                            self.member = lossy(p);
-                        }
-                        ext.pax = Some(owned);
-                    }
+                    self.pax_header(&block, typ == b'g', &mut ext)?
                 }
-                b'L' | b'K' => {
-                    let size = self.stored_size(&block)?;
-                    if size > self.limits.max_name_bytes {
-                        return Err(self.err(TarErrorKind::Limit {
-                            what: "long name bytes",
-                            limit: self.limits.max_name_bytes,
-                        }));
-                    }
-                    let data = self.bytes(size, "GNU long name")?;
-                    let name = header::cstr(&data).to_vec();
-                    let slot = if typ == b'L' {
-                        &mut ext.long_name
-                    } else {
-                        &mut ext.long_link
-                    };
-                    if slot.is_some() {
-                        return Err(self.err(TarErrorKind::Malformed(
-                            "two GNU long names of one kind for one member"
-                                .into(),
-                        )));
-                    }
-                    if typ == b'L' {
-                        self.member = lossy(&name);
-                    }
-                    *slot = Some(name);
-                }
+                b'L' | b'K' => self.long_name(&block, typ == b'L', &mut ext)?,
                 b'V' => {
                     // A GNU volume label names the archive, not a file.
                     if ext.any() {
@@ -710,6 +653,87 @@ impl<R: Read> Reader<R> {
                 _ => return self.member(&block, ext).map(Some),
             }
         }
+    }
+
+    /// A PAX extended header (`x`, for the next member) or a global one
+    /// (`g`, for every member after it), within their byte limits.
+    fn pax_header(
+        &mut self,
+        block: &[u8; BLOCK],
+        is_global: bool,
+        ext: &mut Extensions,
+    ) -> Result<(), TarError> {
+        let size = self.stored_size(block)?;
+        let limit = self.limits.max_pax_bytes;
+        let left = if is_global {
+            limit.saturating_sub(self.global_bytes)
+        } else {
+            limit
+        };
+        if size > left {
+            return Err(self.err(TarErrorKind::Limit {
+                what: if is_global {
+                    "global PAX header bytes"
+                } else {
+                    "PAX extended header bytes"
+                },
+                limit,
+            }));
+        }
+        let data = self.bytes(size, "PAX extended header")?;
+        let records =
+            parse_pax(&data).map_err(|why| self.err(TarErrorKind::Pax(why)))?;
+        if is_global {
+            return self.add_globals(&records);
+        }
+        if ext.pax.is_some() {
+            return Err(self.err(TarErrorKind::Malformed(
+                "two PAX extended headers for one member".into(),
+            )));
+        }
+        let owned: Vec<(Vec<u8>, Vec<u8>)> = records
+            .iter()
+            .map(|r| (r.key.to_vec(), r.value.to_vec()))
+            .collect();
+        if let Some((_, p)) = owned.iter().rev().find(|(k, _)| k == b"path") {
+            self.member = lossy(p);
+        }
+        ext.pax = Some(owned);
+        Ok(())
+    }
+
+    /// A GNU long name (`L`) or long link target (`K`) for the next
+    /// member, at most one of each.
+    fn long_name(
+        &mut self,
+        block: &[u8; BLOCK],
+        is_name: bool,
+        ext: &mut Extensions,
+    ) -> Result<(), TarError> {
+        let size = self.stored_size(block)?;
+        if size > self.limits.max_name_bytes {
+            return Err(self.err(TarErrorKind::Limit {
+                what: "long name bytes",
+                limit: self.limits.max_name_bytes,
+            }));
+        }
+        let data = self.bytes(size, "GNU long name")?;
+        let name = header::cstr(&data).to_vec();
+        let slot = if is_name {
+            &mut ext.long_name
+        } else {
+            &mut ext.long_link
+        };
+        if slot.is_some() {
+            return Err(self.err(TarErrorKind::Malformed(
+                "two GNU long names of one kind for one member".into(),
+            )));
+        }
+        if is_name {
+            self.member = lossy(&name);
+        }
+        *slot = Some(name);
+        Ok(())
     }
 
     fn stored_size(&self, block: &[u8; BLOCK]) -> Result<u64, TarError> {
@@ -770,362 +794,6 @@ impl<R: Read> Reader<R> {
             }));
         }
         Ok(())
-    }
-
-    /// Builds the member of header `block` with its extensions, reads what
-    /// precedes its data (old GNU sparse blocks, a PAX 1.0 map), and sets
-    /// up its body.
-    fn member(
-        &mut self,
-        block: &[u8; BLOCK],
-        ext: Extensions,
-    ) -> Result<Member, TarError> {
-        let format = header::format(block);
-        let typ = block[156];
-        let mut o = Overrides::default();
-        let globals = std::mem::take(&mut self.globals);
-        let applied = globals
-            .iter()
-            .map(|(k, v)| (k.as_slice(), v.as_slice()))
-            .chain(
-                ext.pax
-                    .iter()
-                    .flatten()
-                    .map(|(k, v)| (k.as_slice(), v.as_slice())),
-            )
-            .try_for_each(|(k, v)| o.apply(k, v, &self.limits));
-        self.globals = globals;
-        applied.map_err(|e| match e {
-            ApplyError::Bad(why) => self.err(TarErrorKind::Pax(why)),
-            ApplyError::TooMany => self.err(TarErrorKind::Limit {
-                what: "sparse map entries",
-                limit: self.limits.max_sparse_entries,
-            }),
-        })?;
-        if o.sparse.offset_pending {
-            return Err(self.err(TarErrorKind::Pax(
-                "GNU.sparse.offset without GNU.sparse.numbytes".into(),
-            )));
-        }
-
-        let header_name = header::name(block, format);
-        let name = o
-            .sparse
-            .name
-            .take()
-            .or(o.path.take())
-            .or(ext.long_name)
-            .unwrap_or(header_name);
-        self.member = lossy(&name);
-        if name.is_empty() {
-            return Err(self.err(TarErrorKind::Malformed("empty name".into())));
-        }
-        if name.contains(&0) {
-            return Err(self
-                .err(TarErrorKind::Malformed("NUL byte in the name".into())));
-        }
-
-        let ends_with_slash = name.last() == Some(&b'/');
-        let kind = match typ {
-            b'0' | 0 if ends_with_slash => Kind::Directory,
-            b'0' | 0 | b'7' | b'S' => Kind::File,
-            b'1' => Kind::HardLink,
-            b'2' => Kind::Symlink,
-            b'3' => Kind::CharDevice,
-            b'4' => Kind::BlockDevice,
-            b'5' | b'D' => Kind::Directory,
-            b'6' => Kind::Fifo,
-            other => Kind::Other(other),
-        };
-        let link = match kind {
-            Kind::HardLink | Kind::Symlink => {
-                let l =
-                    o.linkpath.take().or(ext.long_link).unwrap_or_else(|| {
-                        header::cstr(&block[157..257]).to_vec()
-                    });
-                if l.contains(&0) {
-                    return Err(self.err(TarErrorKind::Malformed(
-                        "NUL byte in the link target".into(),
-                    )));
-                }
-                Some(l)
-            }
-            _ => None,
-        };
-
-        let f =
-            |r: std::ops::Range<usize>, n| header::field::<u32>(block, r, n);
-        let mode = f(100..108, "mode").map_err(|e| self.field_err(e))? & 0o7777;
-        let uid = match o.uid {
-            Some(v) => v,
-            None => f(108..116, "uid").map_err(|e| self.field_err(e))?,
-        };
-        let gid = match o.gid {
-            Some(v) => v,
-            None => f(116..124, "gid").map_err(|e| self.field_err(e))?,
-        };
-        let mtime = match o.mtime {
-            Some(t) => t,
-            None => (
-                header::field::<i64>(block, 136..148, "mtime")
-                    .map_err(|e| self.field_err(e))?,
-                0,
-            ),
-        };
-        let atime = match o.atime {
-            Some(t) => Some(t),
-            None if format == Format::Gnu && block[345] != 0 => Some((
-                header::field::<i64>(block, 345..357, "atime")
-                    .map_err(|e| self.field_err(e))?,
-                0,
-            )),
-            None => None,
-        };
-        let (uname, gname) = if format == Format::V7 {
-            (Vec::new(), Vec::new())
-        } else {
-            (
-                header::cstr(&block[265..297]).to_vec(),
-                header::cstr(&block[297..329]).to_vec(),
-            )
-        };
-        let uname = o.uname.take().unwrap_or(uname);
-        let gname = o.gname.take().unwrap_or(gname);
-        let dev = match kind {
-            Kind::CharDevice | Kind::BlockDevice if format != Format::V7 => (
-                match o.devmajor {
-                    Some(v) => v,
-                    None => f(329..337, "devmajor")
-                        .map_err(|e| self.field_err(e))?,
-                },
-                match o.devminor {
-                    Some(v) => v,
-                    None => f(337..345, "devminor")
-                        .map_err(|e| self.field_err(e))?,
-                },
-            ),
-            _ => (0, 0),
-        };
-        let stored = match o.size {
-            Some(s) => s,
-            None => self.stored_size(block)?,
-        };
-        let data_allowed =
-            matches!(kind, Kind::File | Kind::Other(_)) || typ == b'D';
-        if stored > 0 && !data_allowed {
-            // POSIX says these have no data; readers disagree on whether
-            // to skip a declared body, so an archive declaring one is
-            // refused rather than read one way or the other.
-            return Err(self.err(TarErrorKind::Malformed(format!(
-                "{kind:?} member declares a body of {stored} bytes"
-            ))));
-        }
-
-        let xattrs = self.xattrs(&mut o)?;
-        let mode = match xattrs
-            .iter()
-            .find(|(n, _)| n == b"system.posix_acl_access")
-            .and_then(|(_, v)| acl::acl_mode_bits(v))
-        {
-            Some(bits) => mode & 0o7000 | bits,
-            None => mode,
-        };
-
-        // Sparse: the real size and the map's encoding.
-        let sp = &o.sparse;
-        let pax_sparse = sp.any;
-        let version10 = match (sp.major, sp.minor) {
-            (None, None) => false,
-            (Some(1), Some(0)) => true,
-            (major, minor) => {
-                return Err(self.err(TarErrorKind::Unsupported(format!(
-                    "GNU sparse format {}.{}",
-                    major.map_or("?".into(), |v| v.to_string()),
-                    minor.map_or("?".into(), |v| v.to_string())
-                ))));
-            }
-        };
-        let old_gnu = typ == b'S';
-        if (pax_sparse || old_gnu) && kind != Kind::File {
-            return Err(self
-                .err(TarErrorKind::Sparse("sparse map on a non-file".into())));
-        }
-        if pax_sparse && old_gnu {
-            return Err(self.err(TarErrorKind::Sparse(
-                "both an old GNU and a PAX sparse map".into(),
-            )));
-        }
-        if old_gnu && format != Format::Gnu {
-            return Err(self.err(TarErrorKind::Sparse(
-                "sparse typeflag on a header without the GNU magic".into(),
-            )));
-        }
-        let real = if old_gnu {
-            header::field::<u64>(block, 483..495, "realsize")
-                .map_err(|e| self.field_err(e))?
-        } else if pax_sparse {
-            sp.realsize.or(sp.size).ok_or_else(|| {
-                self.err(TarErrorKind::Sparse(
-                    "no GNU.sparse.realsize or .size".into(),
-                ))
-            })?
-        } else {
-            stored
-        };
-        // `GNU.sparse.name` went into `name` above; without it the name
-        // would be the placeholder `GNUSparseFile.NNNN/...`.
-        if pax_sparse && (version10 || sp.map.is_some()) && !sp.had_name {
-            return Err(self.err(TarErrorKind::Sparse(
-                "no GNU.sparse.name: the real name is unknown".into(),
-            )));
-        }
-        // Before anything more is read or allocated for this member.
-        self.count(real.max(stored))?;
-
-        let max_entries = self.limits.max_sparse_entries;
-        let too_many = |s: &Self| {
-            s.err(TarErrorKind::Limit {
-                what: "sparse map entries",
-                limit: max_entries,
-            })
-        };
-        let sparse_err = |s: &Self, e: SparseError| match e {
-            SparseError::Bad(why) => s.err(TarErrorKind::Sparse(why)),
-            SparseError::TooMany => too_many(s),
-        };
-        let mut map_bytes = 0u64;
-        let map = if old_gnu {
-            let mut map = Vec::new();
-            let mut ended = false;
-            sparse::gnu_pairs(
-                &block[386..482],
-                &mut map,
-                &mut ended,
-                max_entries,
-            )
-            .map_err(|e| sparse_err(self, e))?;
-            let mut extended = block[482] != 0;
-            while extended {
-                let ext_block = self.block("sparse extension block")?;
-                let added = sparse::gnu_pairs(
-                    &ext_block[..504],
-                    &mut map,
-                    &mut ended,
-                    max_entries,
-                )
-                .map_err(|e| sparse_err(self, e))?;
-                if added == 0 {
-                    return Err(self.err(TarErrorKind::Sparse(
-                        "empty extension block".into(),
-                    )));
-                }
-                extended = ext_block[504] != 0;
-            }
-            Some(map)
-        } else if version10 {
-            let mut consumed = 0u64;
-            // The reader's own error (truncation) is kept whole.
-            let mut failure = None;
-            let map = sparse::read_map_10(
-                || {
-                    consumed += BLOCK as u64;
-                    if consumed > stored {
-                        return Err(SparseError::Bad(
-                            "map runs past the member's data".into(),
-                        ));
-                    }
-                    self.block("sparse map").map_err(|e| {
-                        failure = Some(e);
-                        SparseError::Bad(String::new())
-                    })
-                },
-                max_entries,
-            );
-            if let Some(e) = failure {
-                return Err(e);
-            }
-            map_bytes = consumed;
-            Some(map.map_err(|e| sparse_err(self, e))?)
-        } else if let Some(text) = &o.sparse.map {
-            Some(
-                sparse::parse_map_01(text, max_entries)
-                    .map_err(|e| sparse_err(self, e))?,
-            )
-        } else if pax_sparse {
-            Some(std::mem::take(&mut o.sparse.pairs))
-        } else {
-            None
-        };
-        let data = stored - map_bytes;
-        let sparse = match map {
-            Some(map) => {
-                if let Some(n) = o.sparse.numblocks
-                    && !version10
-                    && n != map.len() as u64
-                {
-                    return Err(self.err(TarErrorKind::Sparse(format!(
-                        "GNU.sparse.numblocks is {n} but the map has {} entries",
-                        map.len()
-                    ))));
-                }
-                Some(
-                    check_map(&map, real, data)
-                        .map_err(|why| self.err(TarErrorKind::Sparse(why)))?,
-                )
-            }
-            None => None,
-        };
-
-        let data_offset = self.position();
-        if let Some(len) = self.len
-            && data_offset.checked_add(data).is_none_or(|end| end > len)
-        {
-            return Err(self.err(TarErrorKind::Truncated("body")));
-        }
-        self.remaining = data;
-        self.padding = pad(stored);
-        Ok(Member {
-            name,
-            link,
-            kind,
-            mode,
-            uid,
-            gid,
-            uname,
-            gname,
-            mtime,
-            atime,
-            size: real,
-            stored_size: data,
-            sparse,
-            xattrs,
-            dev,
-            data_offset,
-            header_offset: self.header_offset,
-        })
-    }
-
-    /// The member's xattrs, with text ACLs turned into xattrs unless the
-    /// raw `system.posix_acl_*` xattr is there too (it is exact; GNU tar
-    /// with `--xattrs-include='*'` stores both).
-    fn xattrs(&mut self, o: &mut Overrides) -> Result<Xattrs, TarError> {
-        let mut xattrs = std::mem::take(&mut o.xattrs);
-        for (text, name) in [
-            (o.acl_access.take(), &b"system.posix_acl_access"[..]),
-            (o.acl_default.take(), &b"system.posix_acl_default"[..]),
-        ] {
-            let Some(text) = text else { continue };
-            if xattrs.iter().any(|(n, _)| n == name) {
-                continue;
-            }
-            let names = self.names.get_or_insert_with(NameTable::host);
-            if let Some(v) = acl_from_text(&text, names)
-                .map_err(|why| self.err(TarErrorKind::Acl(why)))?
-            {
-                xattrs.push((name.to_vec(), v));
-            }
-        }
-        Ok(xattrs)
     }
 
     /// A reader of the current member's body: exactly its stored bytes

@@ -1,7 +1,20 @@
 //! Writing tar members: a ustar header, preceded by a PAX extended header
 //! whenever a value does not fit ustar exactly (long names and link
-//! targets, large ids and sizes, nanosecond times, extended attributes).
-//! What it writes, this crate's reader and GNU tar read back unchanged.
+//! targets, large ids and sizes, nanosecond times, extended attributes,
+//! ACLs, sparse files). What it writes, this crate's reader, GNU tar and
+//! libarchive (bsdtar) read back unchanged:
+//!
+//! - POSIX ACLs (the `system.posix_acl_access` / `_default` xattrs) go in
+//!   `SCHILY.acl.access` / `SCHILY.acl.default` records, the text GNU tar
+//!   (`--acls`) and libarchive restore, by numeric id
+//!   ([`acl_to_text`](super::acl_to_text)); the raw xattr is written only
+//!   when its value is not an ACL those tools could read.
+//! - A sparse file is a PAX 1.0 sparse member, as `tar -S --format=pax`
+//!   writes it: `GNU.sparse.major=1`, `minor=0`, its real name in
+//!   `GNU.sparse.name` and size in `GNU.sparse.realsize`, the header
+//!   naming a `GNUSparseFile.0/` placeholder, and the body the map (count
+//!   and offset/length pairs in decimal, one a line, padded to a block)
+//!   followed by the data segments.
 
 use std::io::{self, Read, Write};
 
@@ -30,9 +43,14 @@ pub struct Entry {
     pub link: Vec<u8>,
     /// Device numbers (major, minor) of a device node.
     pub dev: (u32, u32),
-    /// Extended attributes, written as `SCHILY.xattr.NAME` records (ACLs
-    /// and file capabilities included).
+    /// Extended attributes, written as `SCHILY.xattr.NAME` records (file
+    /// capabilities included); POSIX ACLs as `SCHILY.acl.*` text.
     pub xattrs: Vec<(Vec<u8>, Vec<u8>)>,
+    /// For a sparse regular file, its data segments `(offset, length)`:
+    /// ascending, not overlapping, within `size` (the real size, holes
+    /// included). The body then yields the segments' bytes only, in
+    /// order.
+    pub sparse: Option<Vec<(u64, u64)>>,
 }
 
 /// The member types a writer makes.
@@ -100,8 +118,9 @@ impl<W: Write> Writer<W> {
     }
 
     /// Writes `e`, then exactly `e.size` bytes of `body` for a regular
-    /// file (a body that ends early is an `UnexpectedEof` error: the
-    /// archive would be corrupt). Other kinds have no body.
+    /// file (for a sparse one, the bytes of its segments); a body that
+    /// ends early is an `UnexpectedEof` error: the archive would be
+    /// corrupt. Other kinds have no body.
     pub fn append(&mut self, e: &Entry, body: impl Read) -> io::Result<()> {
         if e.name.is_empty() || e.name.contains(&0) || e.link.contains(&0) {
             return Err(io::Error::new(
@@ -109,17 +128,39 @@ impl<W: Write> Writer<W> {
                 "a member name or link target is empty or holds NUL",
             ));
         }
-        let size = if e.kind == WriteKind::File { e.size } else { 0 };
+        let map = match (&e.sparse, e.kind) {
+            (Some(map), WriteKind::File) => Some(sparse_map_text(map, e.size)?),
+            _ => None,
+        };
+        // Bytes of data the body yields, and of the member's data area
+        // (the map first, when sparse).
+        let (data, size) = match (&map, e.kind) {
+            (Some((text, data)), _) => (*data, text.len() as u64 + data),
+            (None, WriteKind::File) => (e.size, e.size),
+            _ => (0, 0),
+        };
         let mut name = e.name.clone();
         if e.kind == WriteKind::Directory && !name.ends_with(b"/") {
             name.push(b'/');
         }
         let mut pax: Vec<u8> = Vec::new();
-        let (prefix, short) = match split_ustar_name(&name) {
-            Some(p) => p,
-            None => {
-                record(&mut pax, b"path", &name);
-                (Vec::new(), name[..name.len().min(100)].to_vec())
+        let (prefix, short) = if map.is_some() {
+            record(&mut pax, b"GNU.sparse.major", b"1");
+            record(&mut pax, b"GNU.sparse.minor", b"0");
+            record(&mut pax, b"GNU.sparse.name", &name);
+            record(
+                &mut pax,
+                b"GNU.sparse.realsize",
+                e.size.to_string().as_bytes(),
+            );
+            (Vec::new(), sparse_placeholder(&name))
+        } else {
+            match split_ustar_name(&name) {
+                Some(p) => p,
+                None => {
+                    record(&mut pax, b"path", &name);
+                    (Vec::new(), name[..name.len().min(100)].to_vec())
+                }
             }
         };
         if e.link.len() > 100 {
@@ -141,6 +182,17 @@ impl<W: Write> Writer<W> {
             record(&mut pax, b"mtime", time_text(secs, nanos).as_bytes());
         }
         for (k, v) in &e.xattrs {
+            let acl_key: Option<&[u8]> = match k.as_slice() {
+                b"system.posix_acl_access" => Some(b"SCHILY.acl.access"),
+                b"system.posix_acl_default" => Some(b"SCHILY.acl.default"),
+                _ => None,
+            };
+            if let Some(key) = acl_key
+                && let Some(text) = super::acl_to_text(v)
+            {
+                record(&mut pax, key, &text);
+                continue;
+            }
             let mut key = b"SCHILY.xattr.".to_vec();
             key.extend_from_slice(k);
             record(&mut pax, &key, v);
@@ -179,16 +231,19 @@ impl<W: Write> Writer<W> {
         put(&mut h[345..500], &prefix);
         checksum(&mut h);
         self.write(&h)?;
-        if size > 0 {
-            let n = io::copy(&mut body.take(size), &mut WriteCount(self))?;
-            if n != size {
+        if let Some((text, _)) = &map {
+            self.write(text)?;
+        }
+        if data > 0 {
+            let n = io::copy(&mut body.take(data), &mut WriteCount(self))?;
+            if n != data {
                 return Err(io::Error::new(
                     io::ErrorKind::UnexpectedEof,
-                    format!("body ended after {n} of {size} bytes"),
+                    format!("body ended after {n} of {data} bytes"),
                 ));
             }
-            self.pad(size)?;
         }
+        self.pad(size)?;
         Ok(())
     }
 
@@ -227,6 +282,57 @@ impl<W: Write> Write for WriteCount<'_, W> {
     fn flush(&mut self) -> io::Result<()> {
         self.0.out.flush()
     }
+}
+
+/// A sparse map as PAX 1.0 puts it before the data: the count, then each
+/// offset and length, decimal, one a line, padded with NULs to a block;
+/// a file ending in a hole (or all hole) ends with a zero-length segment
+/// at its real size, as GNU tar writes it. Returns the text and the
+/// bytes of data the segments hold. A map that is not ascending,
+/// overlaps or passes `real` is refused.
+fn sparse_map_text(
+    map: &[(u64, u64)],
+    real: u64,
+) -> io::Result<(Vec<u8>, u64)> {
+    let bad = |why: &str| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("sparse map: {why}"),
+        )
+    };
+    let mut end = 0u64;
+    let mut data = 0u64;
+    for &(off, len) in map {
+        if off < end {
+            return Err(bad("segments overlap or are out of order"));
+        }
+        end = off
+            .checked_add(len)
+            .ok_or_else(|| bad("segment overflows"))?;
+        if end > real {
+            return Err(bad("a segment ends past the real size"));
+        }
+        data += len;
+    }
+    let tail = (end < real || map.is_empty()).then_some((real, 0));
+    let count = map.len() + usize::from(tail.is_some());
+    let mut text = format!("{count}\n").into_bytes();
+    for (off, len) in map.iter().chain(tail.iter()) {
+        text.extend_from_slice(format!("{off}\n{len}\n").as_bytes());
+    }
+    text.resize(text.len().next_multiple_of(BLOCK), 0);
+    Ok((text, data))
+}
+
+/// The header name of a PAX 1.0 sparse member, for readers that know no
+/// sparse files: `GNUSparseFile.0/` and the last part of the real name,
+/// as GNU tar names it (with 0 for its process id, so that an archive
+/// does not depend on the process that wrote it).
+fn sparse_placeholder(name: &[u8]) -> Vec<u8> {
+    let base = name.rsplit(|&b| b == b'/').next().unwrap_or(name);
+    let mut p = b"GNUSparseFile.0/".to_vec();
+    p.extend_from_slice(&base[..base.len().min(100 - p.len())]);
+    p
 }
 
 /// `name` as ustar's (prefix, name) pair, if it fits exactly: a name of
@@ -357,6 +463,92 @@ mod test {
         let m = r.next().unwrap().unwrap();
         assert_eq!((m.kind, m.dev), (Kind::CharDevice, (1, 3)));
         assert!(r.next().unwrap().is_none());
+    }
+
+    /// A sparse file is a PAX 1.0 member: its map and real size read
+    /// back, its data only stored, its real name kept.
+    #[test]
+    fn sparse_files_are_pax_1_0_members() {
+        let name = format!("root/{}/disk.img", "d".repeat(150));
+        let mut w = Writer::new(Vec::new());
+        let mut f = entry(&name, WriteKind::File);
+        f.size = 10 << 20;
+        f.sparse = Some(vec![(4096, 5), (1 << 20, 3)]);
+        w.append(&f, &b"helloabc"[..]).unwrap();
+        // All hole.
+        let mut h = entry("root/empty", WriteKind::File);
+        h.size = 1 << 30;
+        h.sparse = Some(Vec::new());
+        w.append(&h, io::empty()).unwrap();
+        w.append(&entry("root/after", WriteKind::File), io::empty())
+            .unwrap();
+        let bytes = w.finish().unwrap();
+        let text = String::from_utf8_lossy(&bytes);
+        assert!(text.contains("GNU.sparse.major=1\n"), "{text}");
+        assert!(text.contains("GNU.sparse.minor=0\n"));
+        assert!(text.contains("GNUSparseFile.0/disk.img"));
+        // The map ends with GNU tar's zero-length segment at the end.
+        assert!(text.contains("3\n4096\n5\n1048576\n3\n10485760\n0\n"));
+
+        let mut r = Reader::new(&bytes[..], Limits::default());
+        let m = r.next().unwrap().unwrap();
+        assert_eq!(m.name, name.as_bytes());
+        assert_eq!(m.size, 10 << 20);
+        assert_eq!(m.sparse, Some(vec![(4096, 5), (1 << 20, 3)]));
+        let mut body = Vec::new();
+        r.body().read_to_end(&mut body).unwrap();
+        assert_eq!(body, b"helloabc");
+        let m = r.next().unwrap().unwrap();
+        assert_eq!((m.name.as_slice(), m.size), (&b"root/empty"[..], 1 << 30));
+        assert_eq!(m.sparse, Some(Vec::new()));
+        let m = r.next().unwrap().unwrap();
+        assert_eq!(m.name, b"root/after");
+        assert!(r.next().unwrap().is_none());
+
+        // A map that is not one is refused before anything is written.
+        let mut w = Writer::new(Vec::new());
+        for bad in [vec![(10, 5), (12, 1)], vec![(0, 11)]] {
+            let mut f = entry("f", WriteKind::File);
+            f.size = 10;
+            f.sparse = Some(bad);
+            let e = w.append(&f, io::empty()).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+        }
+        assert_eq!(w.written(), 0);
+    }
+
+    /// ACLs are `SCHILY.acl.*` text by id, read back as the same xattr;
+    /// a value that is no ACL stays a raw xattr.
+    #[test]
+    fn acls_are_written_as_text() {
+        let acl = super::super::acl_from_text(
+            b"u::rw,u:1000:rwx,g::r,g:20:r-x,m::rwx,o::r",
+            &super::super::NameTable::empty(),
+        )
+        .unwrap()
+        .unwrap();
+        let mut w = Writer::new(Vec::new());
+        let mut f = entry("f", WriteKind::File);
+        f.xattrs = vec![
+            (b"system.posix_acl_access".to_vec(), acl.clone()),
+            (b"system.posix_acl_default".to_vec(), b"junk".to_vec()),
+        ];
+        w.append(&f, io::empty()).unwrap();
+        let bytes = w.finish().unwrap();
+        let text = String::from_utf8_lossy(&bytes);
+        assert!(text.contains(
+            "SCHILY.acl.access=user::rw-,user:1000:rwx:1000,group::r--,\
+             group:20:r-x:20,mask::rwx,other::r--\n"
+        ));
+        assert!(!text.contains("SCHILY.xattr.system.posix_acl_access"));
+        assert!(text.contains("SCHILY.xattr.system.posix_acl_default=junk"));
+        let mut r = Reader::new(&bytes[..], Limits::default())
+            .with_names(super::super::NameTable::empty());
+        let m = r.next().unwrap().unwrap();
+        assert!(
+            m.xattrs
+                .contains(&(b"system.posix_acl_access".to_vec(), acl))
+        );
     }
 
     #[test]
