@@ -3,6 +3,10 @@
 //! cancel stops every one of them; a dry run walks the same way; a pool
 //! lends walkers from its budget.
 
+// Linux only: the fidelity tree is made with Linux's xattr namespaces and
+// POSIX ACLs (see fidelity.rs).
+#![cfg(target_os = "linux")]
+
 mod common;
 #[path = "../../brand/tests/hostile/fsops.rs"]
 mod fsops;

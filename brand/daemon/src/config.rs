@@ -450,7 +450,7 @@ prefixes = ["/srv//build/"]
             ("socket_mode = \"rw\"", "not an octal mode"),
             ("socket = \"run/x\"", "not an absolute path"),
             ("copy_threads = 0", "not between 1"),
-            ("copy_walkers = 257", "not between 1"),
+            ("copy_walkers = 257", "not between 0 and 256"),
             (
                 "[[grant]]\nusers=[1]\noperations=[\"install\"]",
                 "cannot be granted",
