@@ -125,7 +125,7 @@ impl Default for UnpackOptions {
             tunables: Tunables::default(),
             expect: None,
             allow_devices: false,
-            max_bytes: 64 << 30,
+            max_bytes: zinstall_archive::tar::DEFAULT_MAX_TOTAL_BYTES,
             preserve_owner: None,
             cancel: None,
             pool: None,

@@ -3,23 +3,9 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::config::{Config, normalized};
+use crate::config::Config;
 use crate::protocol::Call;
 use crate::sys::Peer;
-
-/// Refuses a request naming a path that is relative or has `.` or `..`
-/// components: whatever the caller, a path means one place.
-pub fn check_paths(call: &Call) -> Result<(), String> {
-    for p in call.paths() {
-        if normalized(p).is_none() {
-            return Err(format!(
-                "{}: paths must be absolute, without . or .. components",
-                p.display()
-            ));
-        }
-    }
-    Ok(())
-}
 
 /// The grants that give `peer` the operation `op`.
 fn grants_for<'c>(
@@ -57,14 +43,42 @@ pub fn granted_prefix(
         .cloned()
 }
 
+/// Why a call is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// A path is relative or has `.` or `..` components: whatever the
+    /// caller, a path must mean one place.
+    #[error("{}: paths must be absolute, without . or .. components", .0.display())]
+    UncleanPath(PathBuf),
+    /// No grant gives the caller this operation.
+    #[error("uid {uid} is not granted {op}")]
+    NotGranted {
+        /// The caller.
+        uid: u32,
+        /// The operation asked for.
+        op: &'static str,
+    },
+    /// The caller has the operation, but not on this path.
+    #[error("{}: not under a prefix granted to uid {uid} for {op}", path.display())]
+    OutsideGrant {
+        /// The path named.
+        path: PathBuf,
+        /// The caller.
+        uid: u32,
+        /// The operation asked for.
+        op: &'static str,
+    },
+}
+
 /// Allows `call` for `peer`, or says why not.
 pub fn authorize(
     config: &Config,
     peer: &Peer,
     call: &Call,
-) -> Result<(), String> {
-    check_paths(call)?;
-    let paths = call.paths();
+) -> Result<(), Refusal> {
+    if let Some(p) = call.unclean_path() {
+        return Err(Refusal::UncleanPath(p.to_path_buf()));
+    }
     if peer.uid == 0 {
         return Ok(());
     }
@@ -76,16 +90,16 @@ pub fn authorize(
     }
     let grants = grants_for(config, peer, op);
     if grants.is_empty() {
-        return Err(format!("uid {} is not granted {op}", peer.uid));
+        return Err(Refusal::NotGranted { uid: peer.uid, op });
     }
-    for p in paths {
+    for p in call.paths() {
         let under = |prefix: &Path| p.starts_with(prefix);
         if !grants.iter().any(|g| g.prefixes.iter().any(|x| under(x))) {
-            return Err(format!(
-                "{}: not under a prefix granted to uid {} for {op}",
-                p.display(),
-                peer.uid
-            ));
+            return Err(Refusal::OutsideGrant {
+                path: p.clone(),
+                uid: peer.uid,
+                op,
+            });
         }
     }
     Ok(())
@@ -129,19 +143,32 @@ mod test {
         );
         let e = authorize(&c, &peer(7, &[50]), &copy("/srv/b/a", "/srv/bad"))
             .unwrap_err();
-        assert!(e.contains("/srv/bad: not under a prefix"), "{e}");
+        assert_eq!(
+            e,
+            Refusal::OutsideGrant {
+                path: "/srv/bad".into(),
+                uid: 7,
+                op: "copy"
+            }
+        );
+        assert!(
+            e.to_string().contains("/srv/bad: not under a prefix"),
+            "{e}"
+        );
         let e = authorize(&c, &peer(7, &[]), &copy("/srv/b/a", "/srv/b/c"))
             .unwrap_err();
-        assert!(e.contains("not granted copy"), "{e}");
+        assert_eq!(e, Refusal::NotGranted { uid: 7, op: "copy" });
+        assert_eq!(e.to_string(), "uid 7 is not granted copy");
         let e = authorize(&c, &peer(0, &[]), &copy("rel", "/x")).unwrap_err();
-        assert!(e.contains("must be absolute"), "{e}");
+        assert_eq!(e, Refusal::UncleanPath("rel".into()));
+        assert!(e.to_string().contains("must be absolute"), "{e}");
         let e = authorize(
             &c,
             &peer(7, &[50]),
             &copy("/srv/b/../../etc", "/srv/b/c"),
         )
         .unwrap_err();
-        assert!(e.contains("without . or .."), "{e}");
+        assert_eq!(e, Refusal::UncleanPath("/srv/b/../../etc".into()));
         assert!(authorize(&c, &peer(7, &[]), &Call::Version).is_ok());
         assert!(authorize(&c, &peer(7, &[50]), &Call::Jobs).is_err());
         // The deepest prefix decides where a path is resolved from.

@@ -44,7 +44,7 @@ pub const DEFAULT_SOCKET: &str = "/run/zinstall/zinstalld.sock";
 #[cfg(target_os = "illumos")]
 pub const DEFAULT_SOCKET: &str = "/var/run/zinstall/zinstalld.sock";
 /// The cache's default place, as the CLI's.
-pub const DEFAULT_CACHE: &str = "/var/cache/zinstall";
+pub const DEFAULT_CACHE: &str = zinstall_provision::DEFAULT_CACHE;
 /// The default install profile, as the CLI's.
 pub const DEFAULT_PROFILE: &str = zinstall_install::profile::DEFAULT_PATH;
 /// The defaults file the worker budget comes from, as the CLI's.

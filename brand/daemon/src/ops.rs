@@ -10,8 +10,8 @@ use slog::info;
 use copier::{Credentials, Plan};
 use zinstall_install::Install;
 use zinstall_install::profile::Profile;
-use zinstall_provision::ProvisionOptions;
 use zinstall_provision::cache::{Cache, GcOptions};
+use zinstall_provision::{ProvisionOptions, ProvisionRequest};
 
 use crate::auth;
 use crate::config::normalized;
@@ -22,9 +22,6 @@ use crate::protocol::{
 };
 use crate::server::Daemon;
 use crate::sys::Peer;
-
-/// Bound on what an image's archive may unpack to, as the CLI's default.
-const MAX_ARCHIVE_BYTES: u64 = 64 << 30;
 
 /// Runs a job's operation to its end.
 pub fn run(
@@ -256,30 +253,27 @@ fn provision(
     a: &ProvisionArgs,
 ) -> Result<Value, WireError> {
     job.set_phase("provision");
-    let opts = ProvisionOptions {
+    let request = ProvisionRequest {
         count: a.count,
         out: a.out.clone(),
         name: a.name.clone(),
         size: a.size,
-        cache: d.config().cache,
         sha256: a.sha256.clone(),
-        qemu_img: None,
-        tunables: d.tunables(),
-        max_archive_bytes: a.max_archive_size.unwrap_or(MAX_ARCHIVE_BYTES),
+        max_archive_bytes: a.max_archive_size,
         allow_devices: a.allow_devices,
-        cancel: Some(job.cancel.clone()),
-        pool: Some(d.pool().clone()),
-        listener: None,
-        identity: zinstall_provision::identity::IdentityOptions::chosen(
-            a.keep_identity,
-            a.hostname.clone(),
-            a.machine_id,
-            a.ssh_host_keys,
-        ),
+        keep_identity: a.keep_identity,
+        hostname: a.hostname.clone(),
+        machine_id: a.machine_id,
+        ssh_host_keys: a.ssh_host_keys,
         force: a.force,
         platform: platform("provision", &a.platform)?,
+    };
+    let opts = ProvisionOptions {
+        tunables: d.tunables(),
+        cancel: Some(job.cancel.clone()),
+        pool: Some(d.pool().clone()),
         pull: pull_options(d, job),
-        progress: None,
+        ..ProvisionOptions::new(request, d.config().cache)
     };
     // One build per image: the cache's build lock is a flock(2) on a file
     // each provision opens for itself, so it orders this daemon's jobs as

@@ -129,6 +129,17 @@ impl Call {
             _ => Vec::new(),
         }
     }
+
+    /// The first path this call names that is relative or has `.` or `..`
+    /// components. Whatever the caller, a path must mean one place, so a
+    /// request naming such a path is refused before any grant is looked
+    /// at.
+    pub fn unclean_path(&self) -> Option<&Path> {
+        self.paths()
+            .into_iter()
+            .find(|p| crate::config::normalized(p).is_none())
+            .map(PathBuf::as_path)
+    }
 }
 
 /// Whether an image argument is a registry reference

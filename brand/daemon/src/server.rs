@@ -496,8 +496,11 @@ fn serve(d: &Arc<Daemon>, stream: UnixStream, peer: &Peer) {
                 continue;
             }
         };
-        if let Err(why) = auth::check_paths(&request.call) {
-            let why = format!("zinstalld: {why}");
+        if let Some(p) = request.call.unclean_path() {
+            let why = format!(
+                "zinstalld: {}",
+                auth::Refusal::UncleanPath(p.to_path_buf())
+            );
             if send(&mut out, &Reply::error(WireError::new("request", why)))
                 .is_err()
             {
@@ -507,7 +510,7 @@ fn serve(d: &Arc<Daemon>, stream: UnixStream, peer: &Peer) {
         }
         if let Err(why) = auth::authorize(&d.config(), &peer, &request.call) {
             warn!(d.log, "refused"; "uid" => peer.uid, "gid" => peer.gid, "pid" => peer.pid,
-                  "op" => request.call.name(), "why" => &why);
+                  "op" => request.call.name(), "why" => why.to_string());
             let why = format!("zinstalld: {why}");
             if send(&mut out, &Reply::error(WireError::new("denied", why)))
                 .is_err()

@@ -252,7 +252,7 @@ fn default_log() -> PathBuf {
 }
 
 fn default_max() -> u64 {
-    64 << 30
+    zinstall_archive::tar::DEFAULT_MAX_TOTAL_BYTES
 }
 
 /// The most a profile may hold; shipped ones are a few KiB.

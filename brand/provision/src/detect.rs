@@ -12,10 +12,8 @@ use std::path::Path;
 
 use copier::Op;
 use zinstall_archive::compress::read_up_to;
-pub use zinstall_image::{
-    Compression, ForeignFormat, ImageKind, compression_of,
-};
-use zinstall_image::{HEAD, classify};
+pub use zinstall_image::{Compression, ForeignFormat, ImageKind};
+use zinstall_image::{HEAD, classify, compression_of};
 
 use crate::error::{ImageProblem, ProvisionError as Error, Result};
 

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use copier::Op;
 use zinstall_qcow2 as qcow2;
 
-use crate::guests::ProvisionOptions;
+use crate::options::ProvisionOptions;
 
 /// Why an image was rejected.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -180,17 +180,21 @@ pub enum ProvisionError {
 }
 
 /// The provisioning library's result.
-pub type Result<T, E = ProvisionError> = std::result::Result<T, E>;
+pub(crate) type Result<T, E = ProvisionError> = std::result::Result<T, E>;
 
 impl ProvisionError {
     /// A failed filesystem operation `op` on `path`.
-    pub fn io(op: Op, path: impl Into<PathBuf>, source: io::Error) -> Self {
+    pub(crate) fn io(
+        op: Op,
+        path: impl Into<PathBuf>,
+        source: io::Error,
+    ) -> Self {
         ProvisionError::Fs(copier::Error::io(op, path, source))
     }
 
     /// A failed operation `op` on `path` involving a second path
     /// `target` (a rename's destination).
-    pub fn io2(
+    pub(crate) fn io2(
         op: Op,
         path: impl Into<PathBuf>,
         target: impl Into<PathBuf>,

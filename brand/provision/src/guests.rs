@@ -5,85 +5,27 @@
 //! cancelled), every guest this run made is removed, and the output
 //! directory too if this run created it, so that the same command can
 //! simply be run again. Guests that were there before are never touched.
+//!
+//! Here: the run ([`provision`], [`preview`]) and what it reports; how an
+//! image becomes a cache entry is the build module's, how a run is
+//! asked for the options module's.
 
 use std::fmt;
-use std::fs::{self, File};
+use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use copier::fsutil::RangeCopier;
-use copier::unpack::{self, UnpackOptions};
-use copier::{Op, Plan, Tunables};
+use copier::{Op, Plan};
 use zinstall_qcow2 as qcow2;
 
+use crate::build::{build, converter};
 use crate::cache::{
-    Cache, Entry, EntryKind, HashingReader, Obtained, Replaced, WouldObtain,
+    Cache, Entry, EntryKind, Lease, Obtained, Replaced, WouldObtain,
 };
-use crate::detect::{self, Compression, ImageKind, decompress, detect};
+use crate::detect::{ImageKind, detect};
 use crate::error::{ImageProblem, ProvisionError, ProvisionError as Error};
-use crate::identity::{self, GuestIdentity, IdentityOptions};
-use crate::sparse::write_sparse;
-
-/// The mode of every disk guest (a qcow2 overlay), native or made by
-/// `qemu-img`: it holds what the guest writes, so it is its owner's
-/// alone.
-pub const OVERLAY_MODE: u32 = 0o600;
-
-/// How to provision.
-#[derive(Clone, Debug)]
-pub struct ProvisionOptions {
-    /// Guests to make.
-    pub count: usize,
-    /// Where the guests go.
-    pub out: PathBuf,
-    /// Guests are named `NAME-0` ... `NAME-(count-1)`.
-    pub name: String,
-    /// Virtual size of disk guests; never below the base's.
-    pub size: Option<u64>,
-    /// The cache's root directory.
-    pub cache: PathBuf,
-    /// The image's expected SHA-256 (hex), if known.
-    pub sha256: Option<String>,
-    /// Make overlays with this `qemu-img` instead of natively.
-    pub qemu_img: Option<PathBuf>,
-    /// Workers for extraction, conversion and copies.
-    pub tunables: Tunables,
-    /// Bound on what an archive may unpack to, on a compressed disk
-    /// image decompressed, and on the data a qcow2 image's clusters
-    /// write.
-    pub max_archive_bytes: u64,
-    /// Make an image's device nodes (a root filesystem's `/dev`); refused
-    /// otherwise, naming the member. Only root can make them: a guest's
-    /// device node is a way into this host's devices for whoever can
-    /// reach the guest's directory, so it is asked for, never assumed.
-    pub allow_devices: bool,
-    /// Stops extraction, conversion and copies at their next entry when
-    /// raised.
-    pub cancel: Option<copier::Cancel>,
-    /// Do copies and unpacks on this shared pool (a service's worker
-    /// budget); conversions then use one thread.
-    pub pool: Option<copier::Pool>,
-    /// Hears of each entry written: an archive's members unpacked into
-    /// the cache, each directory guest's entries (`-v`).
-    pub listener: Option<std::sync::Arc<dyn copier::Listener>>,
-    /// Each directory guest's own hostname, machine-id and SSH host keys
-    /// ([`IdentityOptions::unique`]), or the image's
-    /// ([`IdentityOptions::keep`]). Disk guests are never changed.
-    pub identity: IdentityOptions,
-    /// Replace a guest already at a guest's path instead of failing.
-    pub force: bool,
-    /// The platform an OCI image must be for (and the one chosen from a
-    /// multi-platform index); `None`: the host's.
-    pub platform: Option<copier::oci::Platform>,
-    /// How images named by registry reference are pulled (into the
-    /// cache's `oci/` store).
-    pub pull: zinstall_registry::PullOptions,
-    /// Hears how far each step is: through the image file as the cache
-    /// entry is made (its length is known), through each OCI layer blob,
-    /// and through each directory guest's copy (the first one's size is
-    /// not known; the others' is the first one's).
-    pub progress: Option<std::sync::Arc<dyn copier::Progress>>,
-}
+use crate::identity::{self, GuestIdentity};
+use crate::options::ProvisionOptions;
 
 /// What one guest is.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -159,30 +101,6 @@ pub struct ProvisionReport {
     pub guests: Vec<Guest>,
 }
 
-impl ProvisionOptions {
-    /// How an image's archive (or an OCI layer) is unpacked into the
-    /// cache: these knobs, devices only if allowed, owners when root.
-    pub(crate) fn unpack(&self) -> UnpackOptions {
-        UnpackOptions {
-            tunables: self.tunables,
-            expect: None,
-            allow_devices: self.allow_devices,
-            max_bytes: self.max_archive_bytes,
-            preserve_owner: None,
-            cancel: self.cancel.clone(),
-            pool: self.pool.clone(),
-            listener: self.listener.clone(),
-            whiteouts: Default::default(),
-            progress: self.progress.clone(),
-        }
-    }
-
-    /// The most guests one provisioning makes. Each is a file or a tree
-    /// and a cache user record; far more than any host runs, and small
-    /// enough that bookkeeping per guest stays small.
-    pub const MAX_GUESTS: usize = 65536;
-}
-
 /// Provisions `opts.count` guests from `image`; `on_guest` hears of each
 /// as it is made. On failure nothing this run made is left (see the
 /// module documentation).
@@ -203,98 +121,23 @@ pub fn provision_in(
     on_guest: &mut dyn FnMut(&Guest),
 ) -> Result<ProvisionReport, ProvisionError> {
     let kind = check_request(image, opts)?;
-    let cache = Cache::with_mode(&opts.cache, cache_mode)?;
-    // Overlays name their base by absolute path.
-    let root = fs::canonicalize(&opts.cache)
-        .map_err(|e| Error::io(Op::Stat, &opts.cache, e))?;
-    let cache = if root == cache.root() {
-        cache
-    } else {
-        Cache::new(root)?
-    };
+    let cache = open_cache(opts, cache_mode)?;
     let entry_kind = entry_kind(kind);
-    let (mut lease, obtained) = if kind == ImageKind::Oci {
-        crate::oci::obtain(&cache, image, opts)?
-    } else {
-        cache.obtain(
-            image,
-            entry_kind,
-            opts.sha256.as_deref(),
-            |reader, payload| build(image, kind, reader, payload, opts),
-        )?
-    };
-    // An entry built with device nodes allowed serves only provisions
-    // that allow them too.
-    if !opts.allow_devices
-        && entry_kind == EntryKind::Tree
-        && cache.holds_devices(&lease.entry)
-    {
-        let entry = lease.entry.name();
-        lease.release();
-        return Err(Error::Image {
-            path: image.to_path_buf(),
-            problem: ImageProblem::Devices { entry },
-        });
-    }
+    let (mut lease, obtained) =
+        lease_entry(&cache, image, kind, entry_kind, opts)?;
     let replaced = lease.replaced.take();
     let out_existed = fs::symlink_metadata(&opts.out).is_ok();
     let mut made: Vec<PathBuf> = Vec::new();
     let mut guests = Vec::with_capacity(opts.count);
-    // The data of a directory guest, once the first copy counted it.
-    let mut tree_bytes = None;
-    let result = (|| -> Result<(), ProvisionError> {
-        fs::create_dir_all(&opts.out)
-            .map_err(|e| Error::io(Op::Mkdir, &opts.out, e))?;
-        for i in 0..opts.count {
-            if opts.cancel.as_ref().is_some_and(|c| c.is_cancelled()) {
-                return Err(ProvisionError::Fs(copier::Error::Cancelled {
-                    path: opts.out.clone(),
-                }));
-            }
-            let t0 = Instant::now();
-            let path = guest_path(opts, entry_kind, i);
-            if fs::symlink_metadata(&path).is_ok() {
-                if !opts.force {
-                    return Err(ProvisionError::GuestExists(path));
-                }
-                let id = file_id(&path);
-                remove_guest(&path)?;
-                // Gone for good, not moved: its base need not stay.
-                if let Some(id) = id {
-                    cache.release_guest(&path, id)?;
-                }
-            }
-            // From here on the path is this run's to remove on failure,
-            // whatever state the guest is left in.
-            made.push(path.clone());
-            let kind = make_guest(
-                &path,
-                entry_kind,
-                &lease.entry,
-                opts,
-                &mut tree_bytes,
-            )?;
-            let identity = match entry_kind {
-                EntryKind::Tree | EntryKind::Layer => identity::apply(
-                    &path,
-                    i,
-                    &format!("{}-{i}", opts.name),
-                    &opts.identity,
-                )?,
-                EntryKind::Raw => GuestIdentity::default(),
-            };
-            let g = Guest {
-                path,
-                kind,
-                identity,
-                took: t0.elapsed(),
-            };
-            cache.add_user(&lease.entry, &g.path)?;
-            on_guest(&g);
-            guests.push(g);
-        }
-        Ok(())
-    })();
+    let result = make_guests(
+        &cache,
+        &lease.entry,
+        entry_kind,
+        opts,
+        &mut made,
+        &mut guests,
+        on_guest,
+    );
     let entry = lease.entry.clone();
     lease.release();
     if let Err(e) = result {
@@ -320,6 +163,118 @@ pub fn provision_in(
         replaced,
         guests,
     })
+}
+
+/// The cache at `opts.cache`, made with `cache_mode` if missing, named
+/// by its canonical path: overlays name their base by absolute path.
+fn open_cache(
+    opts: &ProvisionOptions,
+    cache_mode: Option<u32>,
+) -> Result<Cache, ProvisionError> {
+    let cache = Cache::with_mode(&opts.cache, cache_mode)?;
+    let root = fs::canonicalize(&opts.cache)
+        .map_err(|e| Error::io(Op::Stat, &opts.cache, e))?;
+    if root == cache.root() {
+        Ok(cache)
+    } else {
+        Cache::new(root)
+    }
+}
+
+/// The cache entry the guests of `image` (of `kind`) come from, found
+/// or built, leased for as long as they are made.
+fn lease_entry(
+    cache: &Cache,
+    image: &Path,
+    kind: ImageKind,
+    entry_kind: EntryKind,
+    opts: &ProvisionOptions,
+) -> Result<(Lease, Obtained), ProvisionError> {
+    let (lease, obtained) = if kind == ImageKind::Oci {
+        crate::oci::obtain(cache, image, opts)?
+    } else {
+        cache.obtain(
+            image,
+            entry_kind,
+            opts.sha256.as_deref(),
+            |reader, payload| build(image, kind, reader, payload, opts),
+        )?
+    };
+    // An entry built with device nodes allowed serves only provisions
+    // that allow them too.
+    if !opts.allow_devices
+        && entry_kind == EntryKind::Tree
+        && cache.holds_devices(&lease.entry)
+    {
+        let entry = lease.entry.name();
+        lease.release();
+        return Err(Error::Image {
+            path: image.to_path_buf(),
+            problem: ImageProblem::Devices { entry },
+        });
+    }
+    Ok((lease, obtained))
+}
+
+/// Makes the guests from `entry`, one after another, into `guests`, and
+/// tells `on_guest` of each; every path this run is to remove on
+/// failure goes into `made` before anything is written there.
+fn make_guests(
+    cache: &Cache,
+    entry: &Entry,
+    entry_kind: EntryKind,
+    opts: &ProvisionOptions,
+    made: &mut Vec<PathBuf>,
+    guests: &mut Vec<Guest>,
+    on_guest: &mut dyn FnMut(&Guest),
+) -> Result<(), ProvisionError> {
+    fs::create_dir_all(&opts.out)
+        .map_err(|e| Error::io(Op::Mkdir, &opts.out, e))?;
+    // The data of a directory guest, once the first copy counted it.
+    let mut tree_bytes = None;
+    for i in 0..opts.count {
+        if opts.cancel.as_ref().is_some_and(|c| c.is_cancelled()) {
+            return Err(ProvisionError::Fs(copier::Error::Cancelled {
+                path: opts.out.clone(),
+            }));
+        }
+        let t0 = Instant::now();
+        let path = guest_path(opts, entry_kind, i);
+        if fs::symlink_metadata(&path).is_ok() {
+            if !opts.force {
+                return Err(ProvisionError::GuestExists(path));
+            }
+            let id = file_id(&path);
+            remove_guest(&path)?;
+            // Gone for good, not moved: its base need not stay.
+            if let Some(id) = id {
+                cache.release_guest(&path, id)?;
+            }
+        }
+        // From here on the path is this run's to remove on failure,
+        // whatever state the guest is left in.
+        made.push(path.clone());
+        let kind = make_guest(&path, entry_kind, entry, opts, &mut tree_bytes)?;
+        let identity = match entry_kind {
+            EntryKind::Tree | EntryKind::Layer => identity::apply(
+                &path,
+                i,
+                &format!("{}-{i}", opts.name),
+                &opts.identity,
+            )?,
+            EntryKind::Raw => GuestIdentity::default(),
+        };
+        let g = Guest {
+            path,
+            kind,
+            identity,
+            took: t0.elapsed(),
+        };
+        cache.add_user(entry, &g.path)?;
+        on_guest(&g);
+        guests.push(g);
+    }
+    Ok(())
 }
 
 /// What [`provision`] would do, found without writing anything.
@@ -404,29 +359,6 @@ fn check_request(
         converter(opts, image, kind)?;
     }
     Ok(kind)
-}
-
-/// The `qemu-img` that converts the foreign `image` (see
-/// [`crate::qemu_img::converter`]); without one, the image is refused
-/// naming its format and the conversion to do by hand.
-fn converter(
-    opts: &ProvisionOptions,
-    image: &Path,
-    kind: ImageKind,
-) -> Result<PathBuf, ProvisionError> {
-    let ImageKind::Foreign(format, c) = kind else {
-        unreachable!("only foreign images are converted");
-    };
-    crate::qemu_img::converter(opts.qemu_img.as_deref()).ok_or_else(|| {
-        Error::Image {
-            path: image.to_path_buf(),
-            problem: ImageProblem::ForeignDisk {
-                format: format.name().into(),
-                qemu_format: format.qemu_name().into(),
-                compression: (c != Compression::None).then(|| c.name().into()),
-            },
-        }
-    })
 }
 
 /// The device and inode of the file (a disk guest) at `path`.
@@ -580,378 +512,25 @@ fn undo(
     }
 }
 
-/// Conversion threads: the tunable, but no more than the machine has
-/// cores (more only contend) and at most 8; one beside a shared pool,
-/// whose workers are the budget (a cache entry is built once, while every
-/// guest's copy runs on the pool).
-fn convert_threads(opts: &ProvisionOptions) -> usize {
-    if opts.pool.is_some() {
-        return 1;
-    }
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    opts.tunables.copy_threads.clamp(1, 8).min(cores)
-}
-
-/// Builds a cache entry's payload from the image, reading it once: through
-/// the hashing reader, or for a plain qcow2 image natively, feeding the
-/// digest as it goes.
-fn build(
-    image: &Path,
-    kind: ImageKind,
-    reader: &mut HashingReader,
-    payload: &Path,
-    opts: &ProvisionOptions,
-) -> Result<(), ProvisionError> {
-    reader.meter(opts.progress.clone());
-    match kind {
-        ImageKind::Tree(c) => {
-            fs::create_dir(payload)
-                .map_err(|e| Error::io(Op::Mkdir, payload, e))?;
-            let stream = decompress(
-                std::io::BufReader::with_capacity(1 << 20, reader),
-                c,
-            )
-            .map_err(|e| Error::io(Op::Read, image, e))?;
-            unpack::unpack_from(stream, image, payload, &opts.unpack())?;
-        }
-        ImageKind::Raw(c) => {
-            let out = File::create_new(payload)
-                .map_err(|e| Error::io(Op::Create, payload, e))?;
-            let mut stream = decompress(reader, c)
-                .map_err(|e| Error::io(Op::Read, image, e))?;
-            // Compressed, the stream may say anything: bounded. A plain
-            // file's bytes are its size.
-            let limit = match c {
-                Compression::None => u64::MAX,
-                _ => opts.max_archive_bytes,
-            };
-            decompress_into(image, &mut stream, &out, payload, limit, opts)?;
-            // A fixed VHD is the disk and a footer, which the guest must
-            // not see; compressed, only the stream shows it.
-            let len = out
-                .metadata()
-                .map_err(|e| Error::io(Op::Stat, payload, e))?
-                .len();
-            if let Some(disk) = detect::fixed_vhd_disk_len(&out, len, image)? {
-                out.set_len(disk)
-                    .map_err(|e| Error::io(Op::Truncate, payload, e))?;
-            }
-        }
-        ImageKind::Qcow2 => {
-            // One sequential read of the file feeds the digest; plain
-            // clusters are reflinked or copied in the kernel from the
-            // image file, or written from the same buffers.
-            convert_streaming(image, reader, payload, opts, &Placer::new())?;
-        }
-        ImageKind::CompressedQcow2(c) => {
-            // Decompressed once beside the payload (the scratch directory,
-            // removed with it on failure), read natively, then dropped.
-            let inner = payload.with_file_name("image.qcow2");
-            scratch_copy(
-                image,
-                reader,
-                c,
-                &inner,
-                opts.max_archive_bytes,
-                opts,
-            )?;
-            // Its problems are the image's: the scratch copy is gone.
-            let r =
-                convert_qcow2(&inner, image, payload, opts).map_err(
-                    |e| match e {
-                        ProvisionError::Qcow2(mut q) if q.path == inner => {
-                            q.path = image.to_path_buf();
-                            ProvisionError::Qcow2(q)
-                        }
-                        e => e,
-                    },
-                );
-            let _scratch = fs::remove_file(&inner);
-            r?;
-        }
-        ImageKind::Foreign(format, c) => {
-            // Copied (decompressed) into the scratch directory first: what
-            // qemu-img reads is what was hashed, and it is given nothing
-            // of the host's (see crate::qemu_img).
-            let qemu_img = converter(opts, image, kind)?;
-            let copy = payload.with_file_name("image.foreign");
-            let limit = match c {
-                Compression::None => u64::MAX,
-                _ => opts.max_archive_bytes,
-            };
-            scratch_copy(image, reader, c, &copy, limit, opts)?;
-            let r =
-                crate::qemu_img::convert_to_raw(&crate::qemu_img::Conversion {
-                    qemu_img: &qemu_img,
-                    format,
-                    shown: image,
-                    copy: &copy,
-                    payload,
-                    cancel: opts.cancel.as_ref(),
-                });
-            let _scratch = fs::remove_file(&copy);
-            r?;
-        }
-        // Built layer by layer (crate::oci), never from one stream.
-        ImageKind::Oci => {
-            return Err(Error::Image {
-                path: image.to_path_buf(),
-                problem: ImageProblem::Unsupported(
-                    "an OCI image is not one stream".into(),
-                ),
-            });
-        }
-    }
-    Ok(())
-}
-
-/// A qcow2 image's plain clusters placed by reflink or in-kernel copy
-/// (the copy engine's [`RangeCopier`]).
-struct Placer(RangeCopier);
-
-impl Placer {
-    fn new() -> Self {
-        Placer(RangeCopier::new())
-    }
-}
-
-impl qcow2::KernelCopy for Placer {
-    fn copy(
-        &self,
-        src: &File,
-        src_off: u64,
-        dst: &File,
-        dst_off: u64,
-        len: u64,
-    ) -> std::io::Result<u64> {
-        self.0.copy(src, src_off, dst, dst_off, len)
-    }
-
-    fn finished(&self, dst: &File, off: u64, len: u64) {
-        // The base is flushed before it is published: writing it back
-        // while the conversion goes on leaves the flush less to do. A
-        // failed writeback is reported by that flush.
-        let _hint = copier::fsutil::start_writeback(dst, off, len);
-    }
-}
-
-/// What converting a qcow2 image made: the converter's counts, and of
-/// the bytes it placed, how many were reflinked and how many copied in
-/// the kernel.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Qcow2Build {
-    /// The converter's counts.
-    pub stats: qcow2::ConvertStats,
-    /// Bytes reflinked from the image file.
-    pub cloned: u64,
-    /// Bytes copied in the kernel.
-    pub copied: u64,
-}
-
-/// Converts the qcow2 `image` into the sparse raw `payload`, feeding
-/// every byte of the file read to `reader`'s digest once, with plain
-/// clusters placed by `placer`.
-fn convert_streaming(
-    image: &Path,
-    reader: &mut HashingReader,
-    payload: &Path,
-    opts: &ProvisionOptions,
-    placer: &Placer,
-) -> Result<Qcow2Build, ProvisionError> {
-    let img = qcow2::Image::open(image)?;
-    img.require_standalone()?;
-    check_data(&img, image, opts.max_archive_bytes)?;
-    let out = File::create_new(payload)
-        .map_err(|e| Error::io(Op::Create, payload, e))?;
-    let co = qcow2::ConvertOptions {
-        threads: convert_threads(opts),
-    };
-    let stats = reader.feed(|sink| {
-        qcow2::convert_to_raw_streaming_with(&img, &out, &co, sink, placer)
-            .map_err(ProvisionError::from)
-    })?;
-    Ok(Qcow2Build {
-        stats,
-        cloned: placer.0.cloned(),
-        copied: placer.0.copied(),
-    })
-}
-
-/// Builds a raw cache entry for the qcow2 `image` in `cache` as
-/// [`provision`] does, its plain clusters placed in the kernel (reflink,
-/// else `copy_file_range`) or, with `user_space_only`, all written from
-/// the buffers that read them; says how each byte got there. For tests
-/// and measurements of the two paths.
-pub fn build_qcow2_entry(
-    image: &Path,
-    cache: &Cache,
-    user_space_only: bool,
-) -> Result<(Entry, Qcow2Build), ProvisionError> {
-    let opts = ProvisionOptions {
-        count: 0,
-        out: PathBuf::new(),
-        name: String::new(),
-        size: None,
-        cache: cache.root().to_path_buf(),
-        sha256: None,
-        qemu_img: None,
-        tunables: Tunables::default(),
-        max_archive_bytes: u64::MAX,
-        allow_devices: false,
-        cancel: None,
-        pool: None,
-        listener: None,
-        identity: IdentityOptions::keep(),
-        force: false,
-        platform: None,
-        pull: Default::default(),
-        progress: None,
-    };
-    let placer = match user_space_only {
-        true => Placer(RangeCopier::user_space_only()),
-        false => Placer::new(),
-    };
-    let mut made = None;
-    let (lease, _) =
-        cache.obtain(image, EntryKind::Raw, None, |reader, payload| {
-            made = Some(convert_streaming(
-                image, reader, payload, &opts, &placer,
-            )?);
-            Ok::<_, ProvisionError>(())
-        })?;
-    let entry = lease.entry.clone();
-    lease.release();
-    Ok((entry, made.unwrap_or_default()))
-}
-
-/// Reads a decompressed qcow2 image at `qcow` (the image `shown`) into a
-/// sparse raw `payload`.
-fn convert_qcow2(
-    qcow: &Path,
-    shown: &Path,
-    payload: &Path,
-    opts: &ProvisionOptions,
-) -> Result<(), ProvisionError> {
-    let img = qcow2::Image::open(qcow)?;
-    img.require_standalone()?;
-    check_data(&img, shown, opts.max_archive_bytes)?;
-    let out = File::create_new(payload)
-        .map_err(|e| Error::io(Op::Create, payload, e))?;
-    let co = qcow2::ConvertOptions {
-        threads: convert_threads(opts),
-    };
-    qcow2::convert_to_raw(&img, &out, &co, &|_| {})?;
-    Ok(())
-}
-
-/// Refuses a qcow2 image whose tables map more data than `limit`, before
-/// anything is written: its clusters may point at the same few bytes of
-/// the file over and over, so a small image could write a huge base.
-fn check_data(
-    img: &qcow2::Image,
-    path: &Path,
-    limit: u64,
-) -> Result<(), ProvisionError> {
-    let data = img.data_bytes()?;
-    if data > limit {
-        return Err(Error::Image {
-            path: path.to_path_buf(),
-            problem: ImageProblem::DataTooLarge { data, limit },
-        });
-    }
-    Ok(())
-}
-
-/// Writes the image read through `reader`, decompressed (`c`), sparsely
-/// into the new file `dst` beside the payload (in the scratch directory,
-/// removed with it on failure), refusing more than `limit` bytes.
-fn scratch_copy(
-    image: &Path,
-    reader: &mut HashingReader,
-    c: Compression,
-    dst: &Path,
-    limit: u64,
-    opts: &ProvisionOptions,
-) -> Result<(), ProvisionError> {
-    let out =
-        File::create_new(dst).map_err(|e| Error::io(Op::Create, dst, e))?;
-    let mut stream =
-        decompress(reader, c).map_err(|e| Error::io(Op::Read, image, e))?;
-    decompress_into(image, &mut stream, &out, dst, limit, opts)
-}
-
-/// Writes a decompressed stream sparsely into `out`, refusing more than
-/// `limit` bytes.
-fn decompress_into(
-    image: &Path,
-    stream: &mut dyn std::io::Read,
-    out: &File,
-    out_path: &Path,
-    limit: u64,
-    opts: &ProvisionOptions,
-) -> Result<(), ProvisionError> {
-    // Page-aligned: the kernel copies into the page cache several times
-    // faster from an aligned buffer.
-    let len = opts.tunables.copy_bufsize.max(1 << 20);
-    let mut raw = vec![0u8; len + 4096];
-    let at = raw.as_ptr().align_offset(4096).min(4096);
-    let buf = &mut raw[at..at + len];
-    let mut bounded = std::io::Read::take(stream, limit.saturating_add(1));
-    let (n, _) = write_sparse(&mut bounded, out, buf, |_| {}).map_err(|e| {
-        // A system call's error is the destination's (a full disk);
-        // anything else is the decoder finding the image corrupt or cut
-        // short.
-        if e.raw_os_error().is_some() {
-            Error::io(Op::Write, out_path, e)
-        } else {
-            Error::Image {
-                path: image.to_path_buf(),
-                problem: ImageProblem::Corrupt(e.to_string()),
-            }
-        }
-    })?;
-    if n > limit {
-        return Err(Error::Image {
-            path: image.to_path_buf(),
-            problem: ImageProblem::TooLarge { limit },
-        });
-    }
-    Ok(())
-}
-
 // Shared with the integration tests: a temporary directory removed even
 // with immutable cache entries in it.
 #[cfg(test)]
-#[path = "../../../copier/tests/common/tmp.rs"]
-mod tmp;
-
-#[cfg(test)]
 mod test {
-    use super::*;
+    use zinstall_testkit::Tmp;
 
-    use super::tmp::Tmp;
+    use super::*;
+    use crate::options::ProvisionRequest;
 
     fn opts(dir: &Path) -> ProvisionOptions {
-        ProvisionOptions {
+        let request = ProvisionRequest {
             count: 1,
             out: dir.join("out"),
             name: "g".into(),
-            size: None,
-            cache: dir.join("cache"),
-            sha256: None,
-            qemu_img: None,
-            tunables: Tunables::default(),
-            max_archive_bytes: 1 << 30,
-            allow_devices: false,
-            cancel: None,
-            pool: None,
-            listener: None,
-            identity: IdentityOptions::keep(),
-            force: false,
-            platform: None,
-            pull: Default::default(),
-            progress: None,
-        }
+            max_archive_bytes: Some(1 << 30),
+            keep_identity: true,
+            ..Default::default()
+        };
+        ProvisionOptions::new(request, dir.join("cache"))
     }
 
     /// Absurd counts and sizes are refused before anything is read,

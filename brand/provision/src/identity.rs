@@ -7,134 +7,20 @@
 //! symlink ([`copier::beneath`]): a file is replaced by renaming a new one
 //! over it, so the cached image the guest was copied (or reflinked) from
 //! is never written, and the directories changed keep their times.
+//!
+//! The choices themselves ([`IdentityOptions`], [`MachineId`],
+//! [`HostKeys`]) are options like the others, defined with them and
+//! named here too.
 
 use std::fs;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use crate::error::ProvisionError;
+pub use crate::options::{HostKeys, IdentityOptions, MachineId};
 use copier::beneath::{Dir, Root};
 use copier::{Error as FsError, Op};
-use serde::{Deserialize, Serialize};
-
-use crate::error::ProvisionError;
-
-/// What to do with `/etc/machine-id`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum MachineId {
-    /// A new random ID per guest, as systemd makes one (a v4 UUID in 32
-    /// hex digits): the guests differ from the start and the caller
-    /// learns each guest's ID.
-    Generate,
-    /// `uninitialized`: systemd (247 and later) treats the next boot as
-    /// the first, makes the ID then and runs its first-boot units.
-    FirstBoot,
-    /// As in the image.
-    Keep,
-}
-
-/// What to do with `/etc/ssh/ssh_host_*_key`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum HostKeys {
-    /// New keys of the image's types, made with `ssh-keygen`.
-    Generate,
-    /// Removed, for the guest to make at boot (cloud-init,
-    /// `sshd-keygen`, `ssh-keygen -A`).
-    Remove,
-    /// As in the image.
-    Keep,
-}
-
-impl MachineId {
-    /// `generate`, `first-boot` or `keep`.
-    pub fn parse(s: &str) -> Result<Self, String> {
-        match s {
-            "generate" => Ok(MachineId::Generate),
-            "first-boot" => Ok(MachineId::FirstBoot),
-            "keep" => Ok(MachineId::Keep),
-            _ => Err(format!(
-                "{s:?}: the machine-id is generate, first-boot or keep"
-            )),
-        }
-    }
-}
-
-impl HostKeys {
-    /// `generate`, `remove` or `keep`.
-    pub fn parse(s: &str) -> Result<Self, String> {
-        match s {
-            "generate" => Ok(HostKeys::Generate),
-            "remove" => Ok(HostKeys::Remove),
-            "keep" => Ok(HostKeys::Keep),
-            _ => Err(format!(
-                "{s:?}: SSH host keys are generate, remove or keep"
-            )),
-        }
-    }
-}
-
-/// How each guest is given its identity.
-#[derive(Clone, Debug)]
-pub struct IdentityOptions {
-    /// The hostname: `{n}` is the guest's number, `{name}` its name;
-    /// `None` keeps the image's.
-    pub hostname: Option<String>,
-    /// `/etc/machine-id`.
-    pub machine_id: MachineId,
-    /// SSH host keys.
-    pub host_keys: HostKeys,
-    /// The `ssh-keygen` to make keys with.
-    pub ssh_keygen: PathBuf,
-}
-
-impl IdentityOptions {
-    /// The image's identity, untouched: guests are exact copies.
-    pub fn keep() -> Self {
-        IdentityOptions {
-            hostname: None,
-            machine_id: MachineId::Keep,
-            host_keys: HostKeys::Keep,
-            ssh_keygen: PathBuf::from("ssh-keygen"),
-        }
-    }
-
-    /// Each guest its own: hostname its name, a new machine-id, new host
-    /// keys.
-    pub fn unique() -> Self {
-        IdentityOptions {
-            hostname: Some("{name}".into()),
-            machine_id: MachineId::Generate,
-            host_keys: HostKeys::Generate,
-            ssh_keygen: PathBuf::from("ssh-keygen"),
-        }
-    }
-
-    /// [`unique`](Self::unique) with what a caller chose instead, or
-    /// [`keep`](Self::keep) when it asked to keep the image's identity.
-    pub fn chosen(
-        keep: bool,
-        hostname: Option<String>,
-        machine_id: Option<MachineId>,
-        host_keys: Option<HostKeys>,
-    ) -> Self {
-        let base = if keep { Self::keep() } else { Self::unique() };
-        IdentityOptions {
-            hostname: hostname.or(base.hostname),
-            machine_id: machine_id.unwrap_or(base.machine_id),
-            host_keys: host_keys.unwrap_or(base.host_keys),
-            ssh_keygen: base.ssh_keygen,
-        }
-    }
-
-    /// Whether anything is changed at all.
-    pub fn changes_anything(&self) -> bool {
-        self.hostname.is_some()
-            || self.machine_id != MachineId::Keep
-            || self.host_keys != HostKeys::Keep
-    }
-}
 
 /// What one guest was given.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -155,7 +41,11 @@ const MAX_FILE: u64 = 1 << 20;
 /// The hostname `pattern` gives guest `n` named `name`, checked: labels
 /// of letters, digits and hyphens joined by dots (RFC 1123), at most 64
 /// bytes.
-pub fn hostname(pattern: &str, n: usize, name: &str) -> Result<String, String> {
+pub(crate) fn hostname(
+    pattern: &str,
+    n: usize,
+    name: &str,
+) -> Result<String, String> {
     let h = pattern
         .replace("{n}", &n.to_string())
         .replace("{name}", name);
@@ -183,7 +73,10 @@ pub fn hostname(pattern: &str, n: usize, name: &str) -> Result<String, String> {
 
 /// Checks what [`apply`] will need before any guest is made: the
 /// hostname pattern, and `ssh-keygen` when keys are to be generated.
-pub fn check(opts: &IdentityOptions, name: &str) -> Result<(), ProvisionError> {
+pub(crate) fn check(
+    opts: &IdentityOptions,
+    name: &str,
+) -> Result<(), ProvisionError> {
     if let Some(p) = &opts.hostname {
         hostname(p, 0, &format!("{name}-0"))
             .map_err(ProvisionError::BadHostname)?;
@@ -211,7 +104,7 @@ pub fn check(opts: &IdentityOptions, name: &str) -> Result<(), ProvisionError> {
 
 /// Gives the directory guest at `root`, number `n` named `name`, its own
 /// identity. A guest without `/etc` (not a Unix root) is left as it is.
-pub fn apply(
+pub(crate) fn apply(
     root: &Path,
     n: usize,
     name: &str,

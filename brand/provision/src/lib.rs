@@ -7,7 +7,7 @@
 //! a raw base is written sparsely ([`write_sparse`]); each guest is then a
 //! copy of the tree (reflink where the filesystem can) or a thin qcow2
 //! overlay over the base ([`zinstall_qcow2::create_overlay`], or
-//! [`qemu_img::create_overlay`] when asked).
+//! `qemu-img create` when asked).
 //!
 //! The library prints nothing: [`provision`] tells its caller of each
 //! guest made through a callback, and every failure is a
@@ -15,37 +15,48 @@
 //!
 //! ```no_run
 //! use std::path::Path;
-//! use zinstall_provision::{ProvisionOptions, provision};
+//! use zinstall_provision::{
+//!     DEFAULT_CACHE, ProvisionOptions, ProvisionRequest, provision,
+//! };
 //!
-//! let opts = ProvisionOptions {
+//! let request = ProvisionRequest {
 //!     count: 8,
 //!     out: "/var/lib/guests".into(),
 //!     name: "guest".into(),
-//!     size: None,
-//!     cache: "/var/cache/zinstall".into(),
-//!     sha256: None,
-//!     qemu_img: None,
-//!     tunables: copier::Tunables::default(),
-//!     max_archive_bytes: 64 << 30,
-//!     allow_devices: false,
-//!     cancel: None,
-//!     pool: None,
-//!     listener: None,
-//!     identity: zinstall_provision::identity::IdentityOptions::unique(),
-//!     force: false,
-//!     platform: None,
-//!     pull: Default::default(),
-//!     progress: None,
+//!     ..Default::default()
 //! };
+//! let opts = ProvisionOptions::new(request, DEFAULT_CACHE);
 //! let report = provision(Path::new("debian.qcow2"), &opts, &mut |g| {
 //!     eprintln!("made {}", g.path.display());
 //! })?;
 //! println!("{} guests", report.guests.len());
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
+//!
+//! # Where each part is
+//!
+//! Each module names only those above it in this list, so that none
+//! depends on itself through another:
+//!
+//! | module | what it holds |
+//! |---|---|
+//! | `options` | [`ProvisionOptions`], the [`ProvisionRequest`] a command line or a daemon's client makes, identity choices, [`DEFAULT_CACHE`] and the other defaults and bounds |
+//! | `sys` | every system call Rust cannot check (the crate's only `unsafe`), behind small safe functions |
+//! | `sparse` | [`write_sparse`]: a stream into a sparse file |
+//! | `error` | [`ProvisionError`], [`ImageProblem`] |
+//! | `immutable` | the immutable flag (`chattr +i`) on files and trees |
+//! | `detect` | [`detect`]: what an image is, from its bytes |
+//! | `identity` | each directory guest's own hostname, machine-id and SSH host keys |
+//! | `qemu_img` | running `qemu-img`, fenced in, for overlays when asked and for formats zinstall does not read |
+//! | [`cache`] | the content-addressed cache: layout and locks, obtaining an entry, stamp and protection, guest records, gc |
+//! | `oci` | an OCI image's entry from its layers, each cached once |
+//! | `build` | an image read once into a cache entry's payload |
+//! | `guests` | [`provision`] and [`preview`]: the guests made from an entry, all or nothing |
 
 #![deny(missing_docs)]
+#![deny(unsafe_code)]
 
+mod build;
 pub mod cache;
 mod detect;
 mod error;
@@ -53,22 +64,22 @@ mod guests;
 pub mod identity;
 mod immutable;
 mod oci;
-pub mod qemu_img;
+mod options;
+mod qemu_img;
 mod sparse;
+mod sys;
 
-pub use detect::{
-    Compression, ForeignFormat, ImageKind, compression_of, decompress, detect,
-};
-pub use error::{ImageProblem, ProvisionError, Result};
+pub use detect::{Compression, ImageKind, decompress, detect};
+pub use error::{ImageProblem, ProvisionError};
 pub use guests::{
-    Guest, GuestKind, OVERLAY_MODE, ProvisionOptions, ProvisionPreview,
-    ProvisionReport, Qcow2Build, build_qcow2_entry, preview, provision,
+    Guest, GuestKind, ProvisionPreview, ProvisionReport, preview, provision,
     provision_in,
 };
+pub use options::{DEFAULT_CACHE, ProvisionOptions, ProvisionRequest};
 pub use sparse::write_sparse;
 
 /// Where a cache at `cache_root` keeps the images it pulls from
 /// registries (an OCI layout; install pulls into the same one).
 pub fn store_of(cache_root: &std::path::Path) -> std::path::PathBuf {
-    oci::store_of(cache_root)
+    cache::store_of(cache_root)
 }

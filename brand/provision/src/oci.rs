@@ -9,9 +9,9 @@ use copier::oci::{self, Image, Select};
 use copier::unpack::{UnpackOptions, Whiteouts};
 use copier::{Op, Plan};
 
-use crate::cache::{Cache, EntryKind, Lease, Obtained, WouldObtain};
+use crate::cache::{Cache, EntryKind, Lease, Obtained, WouldObtain, store_of};
 use crate::error::{ImageProblem, ProvisionError as Error, Result};
-use crate::guests::ProvisionOptions;
+use crate::options::ProvisionOptions;
 use zinstall_registry::Registry;
 
 /// Opens and checks the OCI image `arg` (`IMAGE`, `IMAGE:REF`, or a
@@ -77,11 +77,6 @@ pub(crate) fn peek(
         let _best_effort = fs::remove_dir_all(s);
     }
     r
-}
-
-/// Where a cache keeps the images it pulls.
-pub(crate) fn store_of(cache_root: &Path) -> std::path::PathBuf {
-    cache_root.join("oci")
 }
 
 /// The tree entry of the OCI image `arg` (`IMAGE` or `IMAGE:REF`):

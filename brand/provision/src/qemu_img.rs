@@ -29,11 +29,12 @@ use copier::Op;
 
 use crate::detect::ForeignFormat;
 use crate::error::{ImageProblem, ProvisionError as Error, Result};
-use crate::guests::OVERLAY_MODE;
+use crate::options::OVERLAY_MODE;
+use crate::sys;
 
 /// The user and group a conversion runs as when zinstall is root
 /// (`nobody` on Linux).
-pub const SANDBOX_ID: u32 = 65534;
+pub(crate) const SANDBOX_ID: u32 = 65534;
 
 /// Where a descriptor given to `qemu-img` is opened from.
 #[cfg(target_os = "linux")]
@@ -51,7 +52,7 @@ const MAX_OUTPUT: u64 = 1 << 20;
 /// Checks that `qemu_img` can be run: a regular file with an execute
 /// bit. Called before anything is extracted, so that a wrong path is
 /// named at once rather than after a long build.
-pub fn check(qemu_img: &Path, target: &Path) -> Result<()> {
+pub(crate) fn check(qemu_img: &Path, target: &Path) -> Result<()> {
     let md = fs::metadata(qemu_img).map_err(|e| Error::Program {
         program: qemu_img.to_path_buf(),
         target: target.to_path_buf(),
@@ -70,7 +71,7 @@ pub fn check(qemu_img: &Path, target: &Path) -> Result<()> {
 /// The `qemu-img` that converts foreign formats: `given` (`--qemu-img`),
 /// else the first `qemu-img` on `PATH` that can be run; `None` if there
 /// is none.
-pub fn converter(given: Option<&Path>) -> Option<PathBuf> {
+pub(crate) fn converter(given: Option<&Path>) -> Option<PathBuf> {
     if let Some(q) = given {
         return Some(q.to_path_buf());
     }
@@ -85,7 +86,7 @@ pub fn converter(given: Option<&Path>) -> Option<PathBuf> {
 /// [SIZE]`, run by the path given with an empty environment; the overlay
 /// then gets [`OVERLAY_MODE`], like a native one. A failure names the
 /// program and carries its exit status and standard error.
-pub fn create_overlay(
+pub(crate) fn create_overlay(
     qemu_img: &Path,
     overlay: &Path,
     base: &Path,
@@ -149,8 +150,7 @@ pub(crate) fn convert_to_raw(c: &Conversion<'_>) -> Result<u64> {
         File::open(c.copy).map_err(|e| Error::io(Op::Open, c.copy, e))?;
     let out = File::create_new(c.payload)
         .map_err(|e| Error::io(Op::Create, c.payload, e))?;
-    // SAFETY: geteuid cannot fail.
-    let root = unsafe { libc::geteuid() } == 0;
+    let root = sys::effective_ids().0 == 0;
     if root {
         for (f, p) in [(&image, c.copy), (&out, c.payload)] {
             std::os::unix::fs::fchown(f, Some(SANDBOX_ID), Some(SANDBOX_ID))
@@ -310,24 +310,11 @@ fn run(
         // parent).
         cmd.uid(SANDBOX_ID).gid(SANDBOX_ID);
     }
-    let (a, b) = (fds[0].as_raw_fd(), fds[1].as_raw_fd());
-    // SAFETY: between fork and exec the closure only calls fcntl and
-    // dup2, which are async-signal-safe, on descriptors it owns.
-    unsafe {
-        cmd.pre_exec(move || {
-            // Out of the way of 3 and 4 first: either may be one of them.
-            let hi_a = libc::fcntl(a, libc::F_DUPFD_CLOEXEC, 10);
-            let hi_b = libc::fcntl(b, libc::F_DUPFD_CLOEXEC, 10);
-            if hi_a < 0
-                || hi_b < 0
-                || libc::dup2(hi_a, IMAGE_FD) < 0
-                || libc::dup2(hi_b, OUTPUT_FD) < 0
-            {
-                return Err(io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    sys::give_fds(
+        &mut cmd,
+        [fds[0].as_raw_fd(), fds[1].as_raw_fd()],
+        [IMAGE_FD, OUTPUT_FD],
+    );
     let mut child = cmd.spawn().map_err(|e| Error::Program {
         program: program(),
         target: c.payload.to_path_buf(),

@@ -2,21 +2,28 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use clap::{Args, Subcommand};
 use serde_json::Value;
 use zinstall_daemon::protocol;
 use zinstall_provision::cache::{Cache, GcOptions};
-use zinstall_provision::identity::{HostKeys, IdentityOptions, MachineId};
-use zinstall_provision::{self as provision, ProvisionOptions};
+use zinstall_provision::identity::{HostKeys, MachineId};
+use zinstall_provision::{
+    self as provision, ProvisionOptions, ProvisionRequest,
+};
 
 use crate::output::{self, Bar};
 use crate::settings::TunableArgs;
 
-/// The cache's default place.
-pub const DEFAULT_CACHE: &str = "/var/cache/zinstall";
+/// The cache's default place (the provisioning library's).
+pub use zinstall_provision::DEFAULT_CACHE;
+
+/// `--max-archive-size`'s default: the archive library's bound, written
+/// as the flag takes it.
+static DEFAULT_MAX_ARCHIVE_SIZE: LazyLock<String> =
+    LazyLock::new(|| size_text(zinstall_archive::tar::DEFAULT_MAX_TOTAL_BYTES));
 
 /// Arguments of `zinstall provision`.
 #[derive(Args, Debug)]
@@ -58,7 +65,8 @@ pub struct ProvisionArgs {
     pub qemu_img: Option<PathBuf>,
     /// Refuse archives unpacking to more than this, compressed qcow2
     /// images decompressing to more, and registry blobs declaring more.
-    #[arg(long, value_parser = parse_size, default_value = "64G")]
+    #[arg(long, value_parser = parse_size,
+          default_value = DEFAULT_MAX_ARCHIVE_SIZE.as_str())]
     pub max_archive_size: u64,
     /// The platform an OCI image must be for, and the one chosen from a
     /// multi-platform index (OS/ARCH[/VARIANT]; default: this host's).
@@ -111,6 +119,27 @@ pub struct ProvisionArgs {
     /// Replace guests already at the guests' paths.
     #[arg(long)]
     pub force: bool,
+}
+
+impl ProvisionArgs {
+    /// What the flags ask of the provisioning (what `--daemon` sends).
+    fn request(&self) -> ProvisionRequest {
+        ProvisionRequest {
+            count: self.count,
+            out: self.out.clone(),
+            name: self.name.clone(),
+            size: self.size,
+            sha256: self.sha256.clone(),
+            max_archive_bytes: Some(self.max_archive_size),
+            allow_devices: self.allow_devices,
+            keep_identity: self.keep_identity,
+            hostname: self.hostname.clone(),
+            machine_id: self.machine_id,
+            ssh_host_keys: self.ssh_host_keys,
+            force: self.force,
+            platform: self.platform.clone(),
+        }
+    }
 }
 
 /// An octal mode of at most 0777.
@@ -191,6 +220,17 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("{s:?} is too large"))
 }
 
+/// `n` as [`parse_size`] reads it, in the largest unit that divides it
+/// (`64G`).
+fn size_text(n: u64) -> String {
+    for (suffix, shift) in [('T', 40), ('G', 30), ('M', 20), ('K', 10)] {
+        if n != 0 && n.is_multiple_of(1 << shift) {
+            return format!("{}{suffix}", n >> shift);
+        }
+    }
+    n.to_string()
+}
+
 /// A guest count: at least one, at most
 /// [`ProvisionOptions::MAX_GUESTS`].
 pub fn parse_count(s: &str) -> Result<usize, String> {
@@ -231,30 +271,13 @@ pub fn provision(args: &ProvisionArgs) -> ExitCode {
         .then(|| Bar::for_terminal(args.json || args.verbose, "provisioning"))
         .flatten();
     let opts = ProvisionOptions {
-        count: args.count,
-        out: args.out.clone(),
-        name: args.name.clone(),
-        size: args.size,
-        cache: args.cache.clone(),
-        sha256: args.sha256.clone(),
         qemu_img: args.qemu_img.clone(),
         tunables,
-        max_archive_bytes: args.max_archive_size,
-        allow_devices: args.allow_devices,
-        cancel: None,
-        pool: None,
         listener: (args.verbose && !args.json)
             .then(|| Arc::new(output::Listing) as Arc<dyn copier::Listener>),
-        identity: IdentityOptions::chosen(
-            args.keep_identity,
-            args.hostname.clone(),
-            args.machine_id,
-            args.ssh_host_keys,
-        ),
-        force: args.force,
-        platform: args.platform.clone(),
         pull: args.pull.options(bar.clone()),
         progress: bar.clone().map(|b| b as Arc<dyn copier::Progress>),
+        ..ProvisionOptions::new(args.request(), &args.cache)
     };
     if args.dry_run {
         return match provision::preview(&args.image, &opts) {
@@ -614,6 +637,16 @@ mod test {
         assert!(parse_size("1Q").unwrap_err().contains("suffix"));
         assert!(parse_size("x").is_err());
         assert!(parse_size("99999999999T").is_err());
+    }
+
+    /// The bound's default is written as the flag reads it back.
+    #[test]
+    fn sizes_are_written_as_read() {
+        assert_eq!(DEFAULT_MAX_ARCHIVE_SIZE.as_str(), "64G");
+        for n in [0, 1, 1000, 4096, 3 << 20, 64 << 30, 2 << 40, u64::MAX] {
+            assert_eq!(parse_size(&size_text(n)), Ok(n), "{}", size_text(n));
+        }
+        assert_eq!(size_text(1536 << 20), "1536M");
     }
 
     #[test]

@@ -89,6 +89,12 @@ pub mod internals {
 
 use crate::ArchiveRefusal;
 
+/// The default bound on what one archive may hold
+/// ([`Limits::max_total_bytes`]): 64 GiB, more than a root filesystem
+/// holds, and refused before a bomb fills the disk. The unpack's, a
+/// profile's and provisioning's defaults are this one.
+pub const DEFAULT_MAX_TOTAL_BYTES: u64 = 64 << 30;
+
 /// Bounds on what an archive may declare, checked before allocating.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Limits {
@@ -110,7 +116,7 @@ impl Default for Limits {
             max_pax_bytes: 1 << 20,
             max_name_bytes: 64 << 10,
             max_sparse_entries: 1 << 20,
-            max_total_bytes: 64 << 30,
+            max_total_bytes: DEFAULT_MAX_TOTAL_BYTES,
         }
     }
 }

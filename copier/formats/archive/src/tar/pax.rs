@@ -24,14 +24,6 @@ pub struct Record<'a> {
 /// Trailing NUL bytes after the last record are accepted (some writers
 /// pad the data); anything else that is not a whole record is an error.
 /// Pure and allocation-bounded by the input: suitable for fuzzing.
-///
-/// ```
-/// use zinstall_archive::tar::parse_pax;
-/// let data = b"29 SCHILY.xattr.user.a=x\ny\0z\n";
-/// let recs = parse_pax(data).unwrap();
-/// assert_eq!(recs[0].key, b"SCHILY.xattr.user.a");
-/// assert_eq!(recs[0].value, b"x\ny\0z");
-/// ```
 pub fn parse_pax(data: &[u8]) -> Result<Vec<Record<'_>>, String> {
     let mut out = Vec::new();
     let mut pos = 0usize;
@@ -171,6 +163,15 @@ pub fn base64_decode(v: &[u8]) -> Option<Vec<u8>> {
 
 #[cfg(test)]
 mod test {
+    /// A value may hold newlines and NULs: the length decides.
+    #[test]
+    fn a_record_is_as_long_as_it_says() {
+        let recs =
+            super::parse_pax(b"29 SCHILY.xattr.user.a=x\ny\0z\n").unwrap();
+        assert_eq!(recs[0].key, b"SCHILY.xattr.user.a");
+        assert_eq!(recs[0].value, b"x\ny\0z");
+    }
+
     use super::*;
 
     #[test]

@@ -1,0 +1,355 @@
+//! How a provisioning is asked for: [`ProvisionOptions`], built by
+//! [`ProvisionOptions::new`] from the [`ProvisionRequest`] that a command
+//! line and a daemon's client both make; each directory guest's identity
+//! choices; and the defaults and bounds every caller shares.
+//!
+//! A leaf: it names nothing else of the crate, so that every module can
+//! name it.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use copier::Tunables;
+use copier::unpack::UnpackOptions;
+use serde::{Deserialize, Serialize};
+
+/// Where the cache lives unless the caller names another place.
+pub const DEFAULT_CACHE: &str = "/var/cache/zinstall";
+
+/// The mode of every disk guest (a qcow2 overlay), native or made by
+/// `qemu-img`: it holds what the guest writes, so it is its owner's
+/// alone.
+pub(crate) const OVERLAY_MODE: u32 = 0o600;
+
+/// What a caller asks of one provisioning: the choices `zinstall
+/// provision`'s flags and a `zinstalld` client's request both carry.
+/// [`ProvisionOptions::new`] turns it into options, with every default
+/// filled in there.
+#[derive(Clone, Debug, Default)]
+pub struct ProvisionRequest {
+    /// Guests to make.
+    pub count: usize,
+    /// Where the guests go.
+    pub out: PathBuf,
+    /// Guests are named `NAME-0` ... `NAME-(count-1)`.
+    pub name: String,
+    /// Virtual size of disk guests; never below the base's.
+    pub size: Option<u64>,
+    /// The image's expected SHA-256 (hex), if known.
+    pub sha256: Option<String>,
+    /// The bound on what the image may unpack or decompress to (see
+    /// [`ProvisionOptions::max_archive_bytes`]); `None`: the archive
+    /// library's ([`zinstall_archive::tar::DEFAULT_MAX_TOTAL_BYTES`]).
+    pub max_archive_bytes: Option<u64>,
+    /// Make the image's device nodes
+    /// ([`ProvisionOptions::allow_devices`]).
+    pub allow_devices: bool,
+    /// Directory guests keep the image's hostname, machine-id and SSH
+    /// host keys; otherwise each gets its own, except what is chosen
+    /// below.
+    pub keep_identity: bool,
+    /// Directory guests' hostname pattern (`{n}`, `{name}`).
+    pub hostname: Option<String>,
+    /// What to do with `/etc/machine-id`.
+    pub machine_id: Option<MachineId>,
+    /// What to do with the SSH host keys.
+    pub ssh_host_keys: Option<HostKeys>,
+    /// Replace guests already at the guests' paths.
+    pub force: bool,
+    /// The platform an OCI image must be for; `None`: the host's.
+    pub platform: Option<copier::oci::Platform>,
+}
+
+/// How to provision.
+#[derive(Clone, Debug)]
+pub struct ProvisionOptions {
+    /// Guests to make.
+    pub count: usize,
+    /// Where the guests go.
+    pub out: PathBuf,
+    /// Guests are named `NAME-0` ... `NAME-(count-1)`.
+    pub name: String,
+    /// Virtual size of disk guests; never below the base's.
+    pub size: Option<u64>,
+    /// The cache's root directory.
+    pub cache: PathBuf,
+    /// The image's expected SHA-256 (hex), if known.
+    pub sha256: Option<String>,
+    /// Make overlays with this `qemu-img` instead of natively.
+    pub qemu_img: Option<PathBuf>,
+    /// Workers for extraction, conversion and copies.
+    pub tunables: Tunables,
+    /// Bound on what an archive may unpack to, on a compressed disk
+    /// image decompressed, and on the data a qcow2 image's clusters
+    /// write.
+    pub max_archive_bytes: u64,
+    /// Make an image's device nodes (a root filesystem's `/dev`); refused
+    /// otherwise, naming the member. Only root can make them: a guest's
+    /// device node is a way into this host's devices for whoever can
+    /// reach the guest's directory, so it is asked for, never assumed.
+    pub allow_devices: bool,
+    /// Stops extraction, conversion and copies at their next entry when
+    /// raised.
+    pub cancel: Option<copier::Cancel>,
+    /// Do copies and unpacks on this shared pool (a service's worker
+    /// budget); conversions then use one thread.
+    pub pool: Option<copier::Pool>,
+    /// Hears of each entry written: an archive's members unpacked into
+    /// the cache, each directory guest's entries (`-v`).
+    pub listener: Option<Arc<dyn copier::Listener>>,
+    /// Each directory guest's own hostname, machine-id and SSH host keys,
+    /// or the image's. Disk guests are never changed.
+    pub identity: IdentityOptions,
+    /// Replace a guest already at a guest's path instead of failing.
+    pub force: bool,
+    /// The platform an OCI image must be for (and the one chosen from a
+    /// multi-platform index); `None`: the host's.
+    pub platform: Option<copier::oci::Platform>,
+    /// How images named by registry reference are pulled (into the
+    /// cache's `oci/` store).
+    pub pull: zinstall_registry::PullOptions,
+    /// Hears how far each step is: through the image file as the cache
+    /// entry is made (its length is known), through each OCI layer blob,
+    /// and through each directory guest's copy (the first one's size is
+    /// not known; the others' is the first one's).
+    pub progress: Option<Arc<dyn copier::Progress>>,
+}
+
+impl ProvisionOptions {
+    /// The most guests one provisioning makes. Each is a file or a tree
+    /// and a cache user record; far more than any host runs, and small
+    /// enough that bookkeeping per guest stays small.
+    pub const MAX_GUESTS: usize = 65536;
+
+    /// The options for `request`, the cache at `cache`; what a caller
+    /// runs it with (`qemu_img`, `tunables`, `cancel`, `pool`,
+    /// `listener`, `pull`, `progress`) is left at its default for the
+    /// caller to set: none, the built-in tunables, the engine's own
+    /// workers.
+    pub fn new(request: ProvisionRequest, cache: impl Into<PathBuf>) -> Self {
+        let r = request;
+        ProvisionOptions {
+            count: r.count,
+            out: r.out,
+            name: r.name,
+            size: r.size,
+            cache: cache.into(),
+            sha256: r.sha256,
+            qemu_img: None,
+            tunables: Tunables::default(),
+            max_archive_bytes: r
+                .max_archive_bytes
+                .unwrap_or(zinstall_archive::tar::DEFAULT_MAX_TOTAL_BYTES),
+            allow_devices: r.allow_devices,
+            cancel: None,
+            pool: None,
+            listener: None,
+            identity: IdentityOptions::chosen(
+                r.keep_identity,
+                r.hostname,
+                r.machine_id,
+                r.ssh_host_keys,
+            ),
+            force: r.force,
+            platform: r.platform,
+            pull: Default::default(),
+            progress: None,
+        }
+    }
+
+    /// How an image's archive (or an OCI layer) is unpacked into the
+    /// cache: these knobs, devices only if allowed, owners when root.
+    pub(crate) fn unpack(&self) -> UnpackOptions {
+        UnpackOptions {
+            tunables: self.tunables,
+            expect: None,
+            allow_devices: self.allow_devices,
+            max_bytes: self.max_archive_bytes,
+            preserve_owner: None,
+            cancel: self.cancel.clone(),
+            pool: self.pool.clone(),
+            listener: self.listener.clone(),
+            whiteouts: Default::default(),
+            progress: self.progress.clone(),
+        }
+    }
+}
+
+/// What to do with `/etc/machine-id`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MachineId {
+    /// A new random ID per guest, as systemd makes one (a v4 UUID in 32
+    /// hex digits): the guests differ from the start and the caller
+    /// learns each guest's ID.
+    Generate,
+    /// `uninitialized`: systemd (247 and later) treats the next boot as
+    /// the first, makes the ID then and runs its first-boot units.
+    FirstBoot,
+    /// As in the image.
+    Keep,
+}
+
+/// What to do with `/etc/ssh/ssh_host_*_key`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum HostKeys {
+    /// New keys of the image's types, made with `ssh-keygen`.
+    Generate,
+    /// Removed, for the guest to make at boot (cloud-init,
+    /// `sshd-keygen`, `ssh-keygen -A`).
+    Remove,
+    /// As in the image.
+    Keep,
+}
+
+impl MachineId {
+    /// `generate`, `first-boot` or `keep`.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "generate" => Ok(MachineId::Generate),
+            "first-boot" => Ok(MachineId::FirstBoot),
+            "keep" => Ok(MachineId::Keep),
+            _ => Err(format!(
+                "{s:?}: the machine-id is generate, first-boot or keep"
+            )),
+        }
+    }
+}
+
+impl HostKeys {
+    /// `generate`, `remove` or `keep`.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "generate" => Ok(HostKeys::Generate),
+            "remove" => Ok(HostKeys::Remove),
+            "keep" => Ok(HostKeys::Keep),
+            _ => Err(format!(
+                "{s:?}: SSH host keys are generate, remove or keep"
+            )),
+        }
+    }
+}
+
+/// How each guest is given its identity.
+#[derive(Clone, Debug)]
+pub struct IdentityOptions {
+    /// The hostname: `{n}` is the guest's number, `{name}` its name;
+    /// `None` keeps the image's.
+    pub hostname: Option<String>,
+    /// `/etc/machine-id`.
+    pub machine_id: MachineId,
+    /// SSH host keys.
+    pub host_keys: HostKeys,
+    /// The `ssh-keygen` to make keys with.
+    pub ssh_keygen: PathBuf,
+}
+
+impl IdentityOptions {
+    /// The image's identity, untouched: guests are exact copies.
+    pub(crate) fn keep() -> Self {
+        IdentityOptions {
+            hostname: None,
+            machine_id: MachineId::Keep,
+            host_keys: HostKeys::Keep,
+            ssh_keygen: PathBuf::from("ssh-keygen"),
+        }
+    }
+
+    /// Each guest its own: hostname its name, a new machine-id, new host
+    /// keys.
+    pub(crate) fn unique() -> Self {
+        IdentityOptions {
+            hostname: Some("{name}".into()),
+            machine_id: MachineId::Generate,
+            host_keys: HostKeys::Generate,
+            ssh_keygen: PathBuf::from("ssh-keygen"),
+        }
+    }
+
+    /// [`unique`](Self::unique) with what a caller chose instead, or
+    /// [`keep`](Self::keep) when it asked to keep the image's identity.
+    pub(crate) fn chosen(
+        keep: bool,
+        hostname: Option<String>,
+        machine_id: Option<MachineId>,
+        host_keys: Option<HostKeys>,
+    ) -> Self {
+        let base = if keep { Self::keep() } else { Self::unique() };
+        IdentityOptions {
+            hostname: hostname.or(base.hostname),
+            machine_id: machine_id.unwrap_or(base.machine_id),
+            host_keys: host_keys.unwrap_or(base.host_keys),
+            ssh_keygen: base.ssh_keygen,
+        }
+    }
+
+    /// Whether anything is changed at all.
+    pub(crate) fn changes_anything(&self) -> bool {
+        self.hostname.is_some()
+            || self.machine_id != MachineId::Keep
+            || self.host_keys != HostKeys::Keep
+    }
+}
+
+#[cfg(test)]
+mod test {
+    use std::path::Path;
+
+    use super::*;
+
+    /// What is not asked for gets the one default there is: the archive
+    /// library's bound, a unique identity, the engine's own workers.
+    #[test]
+    fn a_request_gets_the_defaults() {
+        let request = ProvisionRequest {
+            count: 3,
+            out: "/guests".into(),
+            name: "vm".into(),
+            ..Default::default()
+        };
+        let o = ProvisionOptions::new(request, DEFAULT_CACHE);
+        assert_eq!((o.count, o.name.as_str()), (3, "vm"));
+        assert_eq!(o.out, Path::new("/guests"));
+        assert_eq!(o.cache, Path::new("/var/cache/zinstall"));
+        assert_eq!(o.max_archive_bytes, 64 << 30);
+        assert_eq!(o.identity.hostname.as_deref(), Some("{name}"));
+        assert_eq!(o.identity.machine_id, MachineId::Generate);
+        assert_eq!(o.identity.host_keys, HostKeys::Generate);
+        assert!(o.qemu_img.is_none() && o.cancel.is_none());
+        assert!(o.pool.is_none() && o.progress.is_none());
+        assert_eq!(o.tunables, Tunables::default());
+    }
+
+    /// What is asked for is what the options say; choices override the
+    /// identity kept, one by one.
+    #[test]
+    fn a_request_is_taken_as_asked() {
+        let request = ProvisionRequest {
+            count: 1,
+            out: "/guests".into(),
+            name: "vm".into(),
+            size: Some(1 << 30),
+            sha256: Some("ab".repeat(32)),
+            max_archive_bytes: Some(1 << 20),
+            allow_devices: true,
+            keep_identity: true,
+            hostname: None,
+            machine_id: Some(MachineId::FirstBoot),
+            ssh_host_keys: None,
+            force: true,
+            platform: Some("linux/arm64".parse().unwrap()),
+        };
+        let o = ProvisionOptions::new(request, "/srv/cache");
+        assert_eq!(o.cache, Path::new("/srv/cache"));
+        assert_eq!(o.size, Some(1 << 30));
+        assert_eq!(o.sha256, Some("ab".repeat(32)));
+        assert_eq!(o.max_archive_bytes, 1 << 20);
+        assert_eq!(o.unpack().max_bytes, 1 << 20);
+        assert!(o.allow_devices && o.unpack().allow_devices && o.force);
+        assert_eq!(o.identity.hostname, None);
+        assert_eq!(o.identity.machine_id, MachineId::FirstBoot);
+        assert_eq!(o.identity.host_keys, HostKeys::Keep);
+        assert_eq!(o.platform.unwrap().to_string(), "linux/arm64");
+    }
+}
