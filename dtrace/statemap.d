@@ -20,7 +20,8 @@
  *	sorts it by time, moves any line that is not a JSON object to
  *	standard error, and names each entity after its thread (its
  *	t_name, or the program's name for an unnamed thread), exactly as
- *	for dtrace/statemap.bt.
+ *	for dtrace/statemap.bt: each walker (walk-N) and each worker
+ *	(copy-N) is a row of its own.
  *
  * STATES (one row per thread)
  *	on-cpu			running in user mode

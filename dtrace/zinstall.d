@@ -14,8 +14,16 @@ provider zinstall {
 	probe walk__start(char *, char *);
 	/* It ends: entries done, errors, nanoseconds. */
 	probe walk__done(uint64_t, uint64_t, uint64_t);
-	/* The walker queued a batch: jobs in it, batches already queued. */
-	probe batch__dispatch(uint64_t, uint64_t);
+	/* A walker queued a batch: walker, jobs in it, batches already
+	 * queued. */
+	probe batch__dispatch(uint32_t, uint64_t, uint64_t);
+	/* A walker starts reading a directory: walker, source path. */
+	probe dir__start(uint32_t, char *);
+	/* It has read it: walker, source path, entries, errno (as
+	 * job-done). */
+	probe dir__done(uint32_t, char *, uint64_t, int32_t);
+	/* A walker found no directory to read and waits: walker. */
+	probe walker__idle(uint32_t);
 	/* A job starts: worker, kind (file, symlink, special, redirect),
 	 * source path. */
 	probe job__start(uint32_t, char *, char *);

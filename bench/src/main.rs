@@ -12,6 +12,7 @@ use zinstall_tune::trees::{self, Shape};
 
 mod archives;
 mod daemon;
+mod model;
 mod oci;
 mod plot;
 
@@ -36,11 +37,12 @@ enum Cmd {
         /// Timed runs per tool.
         #[arg(long, default_value_t = 5)]
         runs: usize,
-        /// Tools, comma-separated: zinstall, zinstall1x1, recorded (with
-        /// --statemap), bpftraced (under zinstall trace, root only),
-        /// noprobes (built without USDT probes), cp, tar, rsync, xcp,
-        /// fcp, serial8k (default: all but recorded, bpftraced and
-        /// noprobes).
+        /// Tools, comma-separated: zinstall, zinstall1x1, zinstall-wN (N
+        /// walkers, the rest default), before (--before's binary),
+        /// recorded (with --statemap), bpftraced (under zinstall trace,
+        /// root only), noprobes (built without USDT probes), cp, tar,
+        /// rsync, xcp, fcp, serial8k (default: all but zinstall-wN,
+        /// recorded, bpftraced and noprobes; before with --before).
         #[arg(long)]
         tools: Option<String>,
         /// Also time the tree with every file empty (the metadata floor).
@@ -53,10 +55,14 @@ enum Cmd {
         /// The zinstall binary.
         #[arg(long)]
         zinstall: Option<PathBuf>,
+        /// Another zinstall binary (the build before a change) to time
+        /// at its defaults beside this one, as `zinstall before`.
+        #[arg(long, value_name = "BIN")]
+        before: Option<PathBuf>,
     },
-    /// How many workers one walker can feed: the walker's entries/s with
-    /// its jobs discarded (walk-only) beside one worker's full copy
-    /// (COPY_THREADS=1), interleaved, on one tree.
+    /// How many workers the walkers can feed: their entries/s with the
+    /// jobs discarded (walk-only, once per --walkers count) beside one
+    /// worker's full copy (COPY_THREADS=1), interleaved, on one tree.
     Walk {
         /// A generated tree (usr, store, sparse) or a directory.
         #[arg(long, default_value = "usr")]
@@ -70,6 +76,9 @@ enum Cmd {
         /// Time only `walk` or only `copy` (to profile one of them).
         #[arg(long)]
         only: Option<String>,
+        /// Walker counts of the walk-only runs (COPY_WALKERS), e.g. 1,2.
+        #[arg(long, default_value = "1")]
+        walkers: String,
         /// Drop the page cache before each run (root only) instead of
         /// warming the source.
         #[arg(long)]
@@ -78,9 +87,34 @@ enum Cmd {
         #[arg(long, default_value = "/var/tmp/zinstall-bench")]
         scratch: PathBuf,
     },
+    /// The walk's critical-path model of a tree: with a walker's cost per
+    /// directory and per entry (from `bench walk`), the time one walker
+    /// takes, the longest chain of directories that must be read one
+    /// after another, and the bounds on W walkers' time and on how many
+    /// workers they feed.
+    Model {
+        /// A generated tree (usr, store, sparse, huge) or a directory.
+        #[arg(long, default_value = "usr")]
+        tree: String,
+        /// Scale of a generated tree.
+        #[arg(long, default_value_t = 1.0)]
+        scale: f64,
+        /// A walker's CPU per directory, in microseconds.
+        #[arg(long)]
+        dir_us: f64,
+        /// A walker's CPU per entry, in microseconds.
+        #[arg(long)]
+        entry_us: f64,
+        /// One worker's copy rate on this tree, entries per second.
+        #[arg(long)]
+        worker_rate: f64,
+        /// Where generated sources go.
+        #[arg(long, default_value = "/var/tmp/zinstall-bench")]
+        scratch: PathBuf,
+    },
     /// Generate a tree.
     Gen {
-        /// usr, store or sparse.
+        /// usr, store, sparse or huge.
         #[arg(long)]
         tree: Shape,
         /// Where (must not exist).
@@ -261,6 +295,15 @@ fn workspace() -> PathBuf {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.command {
+        Cmd::Model {
+            tree,
+            scale,
+            dir_us,
+            entry_us,
+            worker_rate,
+            scratch,
+        } => source(&tree, scale, false, &scratch)
+            .and_then(|src| model::print(&src, dir_us, entry_us, worker_rate)),
         Cmd::Gen {
             tree,
             out,
@@ -373,9 +416,12 @@ fn main() -> ExitCode {
             scale,
             runs,
             only,
+            walkers,
             cold,
             scratch,
-        } => walk_bench(&tree, scale, runs, only.as_deref(), cold, &scratch),
+        } => zinstall_tune::sweep::list(&walkers).and_then(|w| {
+            walk_bench(&tree, scale, runs, only.as_deref(), &w, cold, &scratch)
+        }),
         Cmd::SerialCopy { src, dst } => {
             peers::serial_copy(&src, &dst).map_err(|e| {
                 format!("{} -> {}: {e}", src.display(), dst.display())
@@ -389,6 +435,7 @@ fn main() -> ExitCode {
             floor,
             scratch,
             zinstall,
+            before,
         } => copy_bench(
             &tree,
             scale,
@@ -397,6 +444,7 @@ fn main() -> ExitCode {
             floor,
             &scratch,
             zinstall,
+            before,
         ),
     };
     match r {
@@ -440,6 +488,7 @@ fn source(
     Ok(dir)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn copy_bench(
     tree: &str,
     scale: f64,
@@ -448,6 +497,7 @@ fn copy_bench(
     floor: bool,
     scratch: &Path,
     zinstall: Option<PathBuf>,
+    before: Option<PathBuf>,
 ) -> Result<(), String> {
     fs::create_dir_all(scratch)
         .map_err(|e| format!("{}: {e}", scratch.display()))?;
@@ -460,22 +510,41 @@ fn copy_bench(
         ));
     }
     let bench_bin = std::env::current_exe().map_err(|e| e.to_string())?;
+    let all = if before.is_some() {
+        "zinstall,before,zinstall1x1,cp,tar,rsync,xcp,fcp,serial8k"
+    } else {
+        "zinstall,zinstall1x1,cp,tar,rsync,xcp,fcp,serial8k"
+    };
     let wanted: Vec<String> = tools
-        .unwrap_or("zinstall,zinstall1x1,cp,tar,rsync,xcp,fcp,serial8k")
+        .unwrap_or(all)
         .split(',')
         .map(str::to_string)
         .collect();
     let mut list = Vec::new();
     for t in &wanted {
         match t.as_str() {
-            "zinstall" => list.push(Tool::Zinstall {
-                threads: 8,
-                batch: 128,
-            }),
-            "zinstall1x1" => list.push(Tool::Zinstall {
-                threads: 1,
-                batch: 1,
-            }),
+            "zinstall" => list.push(Tool::zinstall(8, 128)),
+            "zinstall1x1" => list.push(Tool::zinstall(1, 1)),
+            "before" => {
+                let bin = before.clone().ok_or("before: give --before BIN")?;
+                if !bin.is_file() {
+                    return Err(format!("{}: no such binary", bin.display()));
+                }
+                list.push(Tool::ZinstallAt {
+                    bin,
+                    label: "zinstall before 8x128".into(),
+                });
+            }
+            w if w.starts_with("zinstall-w") => {
+                let n = w["zinstall-w".len()..]
+                    .parse()
+                    .map_err(|_| format!("{w}: zinstall-wN, N a number"))?;
+                list.push(Tool::Zinstall {
+                    threads: 8,
+                    batch: 128,
+                    walkers: Some(n),
+                });
+            }
             "recorded" => list.push(Tool::ZinstallRecorded),
             "bpftraced" => list.push(Tool::ZinstallBpftraced),
             "noprobes" => {
@@ -567,6 +636,12 @@ struct WalkRun {
     bytes: u64,
     walker_blocked: std::time::Duration,
     utilization: f64,
+    /// The walkers' CPU time, summed.
+    walker_cpu: std::time::Duration,
+    /// The busiest walker's share of the walkers' CPU time.
+    top_share: f64,
+    /// Time the walkers waited for a directory to read, summed.
+    walker_idle: std::time::Duration,
 }
 
 fn walk_bench(
@@ -574,31 +649,38 @@ fn walk_bench(
     scale: f64,
     runs: usize,
     only: Option<&str>,
+    walkers: &[usize],
     cold: bool,
     scratch: &Path,
 ) -> Result<(), String> {
     use std::time::Instant;
-    let (walk, copy) = ("walk-only", "copy, 1 worker");
-    let names: Vec<&str> = match only {
-        None => vec![walk, copy],
-        Some("walk") => vec![walk],
-        Some("copy") => vec![copy],
-        Some(other) => return Err(format!("--only {other}: walk or copy")),
-    };
+    if walkers.is_empty() {
+        return Err("--walkers: no walker count".into());
+    }
+    let copy = "copy, 1 worker";
+    let walks: Vec<String> =
+        walkers.iter().map(|w| format!("walk-only-w{w}")).collect();
+    let mut names: Vec<&str> = Vec::new();
+    let mut counts: Vec<Option<usize>> = Vec::new();
+    if only != Some("copy") {
+        names.extend(walks.iter().map(String::as_str));
+        counts.extend(walkers.iter().copied().map(Some));
+    }
+    if only != Some("walk") {
+        names.push(copy);
+        counts.push(None);
+    }
+    if let Some(o) = only.filter(|o| !["walk", "copy"].contains(o)) {
+        return Err(format!("--only {o}: walk or copy"));
+    }
     fs::create_dir_all(scratch)
         .map_err(|e| format!("{}: {e}", scratch.display()))?;
     let src = source(tree, scale, false, scratch)?;
     let dst = scratch.join("walk-dst");
-    // One worker for the copy; the walk-only run keeps the same queue
-    // (2 batches of COPY_BATCH) and discards what comes off it.
-    let tunables = copier::Tunables {
-        copy_threads: 1,
-        ..copier::Tunables::default()
-    };
     eprintln!(
         "{}: {runs} runs of {}, {} page cache, destination {}",
         src.display(),
-        names.join(" and "),
+        names.join(", "),
         if cold { "cold" } else { "warm" },
         dst.display()
     );
@@ -615,13 +697,21 @@ fn walk_bench(
                 peers::warm(&src)
                     .map_err(|e| format!("{}: {e}", src.display()))?;
             }
+            // One worker for the copy, and one walker: the copy as it
+            // was timed before there were several. The walk-only runs
+            // discard their batches in the walkers themselves.
+            let tunables = copier::Tunables {
+                copy_threads: 1,
+                copy_walkers: counts[i].unwrap_or(1),
+                ..copier::Tunables::default()
+            };
             let plan = copier::Plan::new(&src, &dst)
                 .tunables(tunables)
-                .walk_only(names[i] == walk);
+                .walk_only(counts[i].is_some());
             let t0 = Instant::now();
             let r = plan.run().map_err(|f| f.to_string())?;
             let took = t0.elapsed();
-            if names[i] == copy {
+            if counts[i].is_none() {
                 peers::verify_copy(&src, &dst)
                     .map_err(|e| format!("{copy} made a wrong copy: {e}"))?;
             }
@@ -630,18 +720,37 @@ fn walk_bench(
                 bytes: r.stats.bytes,
                 walker_blocked: r.stats.walker_blocked,
                 utilization: r.stats.utilization(),
+                walker_cpu: r.stats.walkers.iter().map(|w| w.cpu).sum(),
+                walker_idle: r.stats.walkers.iter().map(|w| w.idle).sum(),
+                top_share: r
+                    .stats
+                    .walkers
+                    .iter()
+                    .map(|w| w.cpu.as_secs_f64())
+                    .fold(0.0, f64::max)
+                    / r.stats
+                        .walkers
+                        .iter()
+                        .map(|w| w.cpu.as_secs_f64())
+                        .sum::<f64>()
+                        .max(1e-9),
             });
             Ok(took)
         },
         &mut |l| eprintln!("{l}"),
     )?;
     let _ = fs::remove_dir_all(&dst);
+    let reference = if names.contains(&copy) {
+        copy
+    } else {
+        names[0]
+    };
     let mut md = format!(
         "### {} ({} page cache, destination on {})\n\n{}",
         src.display(),
         if cold { "cold" } else { "warm" },
         scratch.display(),
-        report::markdown(&samples, copy)
+        report::markdown(&samples, reference)
     );
     let median = |v: &[WalkRun], f: fn(&WalkRun) -> f64| {
         let mut x: Vec<f64> = v.iter().map(f).collect();
@@ -671,20 +780,49 @@ fn walk_bench(
             ));
         }
         md.push_str(&format!(
-            "\n{}: walker blocked on the full queue {:.3} s, its consumer busy \
-             {:.0}% of the wall time (medians).\n",
+            "\n{}: walkers' CPU {:.3} s (the busiest {:.0}% of it), idle \
+             {:.3} s, blocked on the full queue {:.3} s; workers busy {:.0}% \
+             of the wall time (medians).\n",
             s.tool,
+            median(d, |r| r.walker_cpu.as_secs_f64()),
+            100.0 * median(d, |r| r.top_share),
+            median(d, |r| r.walker_idle.as_secs_f64()),
             median(d, |r| r.walker_blocked.as_secs_f64()),
             100.0 * median(d, |r| r.utilization),
         ));
     }
-    if let [w, c] = rates.as_slice() {
-        let (table, ratio) = report::rates(w, c);
-        md.push_str(&format!("\n{table}"));
-        if let Some(x) = ratio {
+    let consumer = names.iter().position(|n| *n == copy).map(|i| &rates[i]);
+    let first_walk = counts.iter().position(Option::is_some).map(|i| &rates[i]);
+    if let Some(c) = consumer {
+        for (r, w) in rates.iter().zip(&counts) {
+            let Some(w) = w else { continue };
+            let (table, ratio) = report::rates(r, c);
+            md.push_str(&format!("\n{table}"));
+            if let Some(x) = ratio {
+                md.push_str(&format!(
+                    "\n{w} walker(s) feed {x:.1} workers: walk-only \
+                     entries/s over one worker's, at the medians.\n"
+                ));
+            }
+        }
+    }
+    if let Some(base) = first_walk {
+        let base_t = base.samples.median().as_secs_f64();
+        md.push_str(&format!(
+            "\n| walk-only | median s | × {} median | speed-up |\n\
+             |---|---:|---:|---:|\n",
+            base.samples.tool
+        ));
+        for (r, w) in rates.iter().zip(&counts) {
+            if w.is_none() {
+                continue;
+            }
+            let t = r.samples.median().as_secs_f64();
             md.push_str(&format!(
-                "\nOne walker feeds {x:.1} workers: walk-only entries/s \
-                 over one worker's, at the medians.\n"
+                "| {} | {t:.3} | {:.3} | {:.2}× |\n",
+                r.samples.tool,
+                t / base_t,
+                base_t / t
             ));
         }
     }
@@ -1242,6 +1380,7 @@ fn sweep_bench(
     let grid = Grid {
         threads: sweep::list(threads)?,
         batches: sweep::list(batch)?,
+        walkers: Vec::new(),
     };
     let mut tools = grid.tools();
     for p in peer_list.split(',').filter(|p| !p.is_empty()) {
@@ -1254,16 +1393,8 @@ fn sweep_bench(
             other => return Err(format!("unknown peer {other}")),
         }
     }
-    if !tools.contains(
-        &(Tool::Zinstall {
-            threads: 1,
-            batch: 1,
-        }),
-    ) {
-        tools.push(Tool::Zinstall {
-            threads: 1,
-            batch: 1,
-        });
+    if !tools.contains(&(Tool::zinstall(1, 1))) {
+        tools.push(Tool::zinstall(1, 1));
     }
     let src = source(tree, scale, false, scratch)?;
     let stamp = std::time::SystemTime::now()
@@ -1299,21 +1430,17 @@ fn sweep_bench(
     for w in &m.wrong {
         md.push_str(&format!("\nNot counted, wrong copy: {w}\n"));
     }
-    if let Some((t, bb, s)) = sweep::best(&m.samples, &grid) {
+    if let Some((p, s)) = sweep::best(&m.samples, &grid) {
         md.push_str(&format!(
-            "\nBest point: COPY_THREADS={t} COPY_BATCH={bb}, median {:.3} s.\n",
+            "\nBest point: COPY_THREADS={} COPY_BATCH={}, median {:.3} s.\n",
+            p.threads,
+            p.batch,
             s.median().as_secs_f64()
         ));
     }
     if floor {
         let empty = source(tree, scale, true, scratch)?;
-        let floor_tools = [
-            Tool::Zinstall {
-                threads: 8,
-                batch: 128,
-            },
-            Tool::Cp,
-        ];
+        let floor_tools = [Tool::zinstall(8, 128), Tool::Cp];
         let mut b = Bench {
             src: &empty,
             dst: scratch.join("dst"),

@@ -95,15 +95,8 @@ impl<DB: DrawingBackend> Draw<DB> for Lines<'_> {
                 .iter()
                 .enumerate()
                 .filter_map(|(i, &t)| {
-                    median(
-                        self.samples,
-                        &Tool::Zinstall {
-                            threads: t,
-                            batch: b,
-                        }
-                        .name(),
-                    )
-                    .map(|m| (i as f64, m))
+                    median(self.samples, &Tool::zinstall(t, b).name())
+                        .map(|m| (i as f64, m))
                 })
                 .collect();
             chart
@@ -169,14 +162,9 @@ impl<DB: DrawingBackend> Draw<DB> for Heat<'_> {
             .map_err(|e| e.to_string())?;
         for (i, &t) in self.grid.threads.iter().enumerate() {
             for (j, &b) in self.grid.batches.iter().enumerate() {
-                let Some(m) = median(
-                    self.samples,
-                    &Tool::Zinstall {
-                        threads: t,
-                        batch: b,
-                    }
-                    .name(),
-                ) else {
+                let Some(m) =
+                    median(self.samples, &Tool::zinstall(t, b).name())
+                else {
                     continue;
                 };
                 let f = if hi > lo { (m - lo) / (hi - lo) } else { 0.0 };
@@ -298,8 +286,8 @@ pub fn sweep_charts(
         })
         .map(|s| (s.tool.clone(), s.median().as_secs_f64()))
         .collect();
-    if let Some((t, b, s)) = zinstall_tune::sweep::best(samples, grid) {
-        let name = format!("zinstall {t}x{b} (best)");
+    if let Some((p, s)) = zinstall_tune::sweep::best(samples, grid) {
+        let name = format!("{} (best)", p.tool().name());
         rows.push((name, s.median().as_secs_f64()));
     }
     rows.sort_by(|a, b| a.1.total_cmp(&b.1));

@@ -257,11 +257,25 @@ pub fn stats_detail(s: &copier::Stats) {
         s.bytes, s.reflinked, s.kernel_copied, s.buffered
     ));
     out(format_args!(
-        "workers: {} busy {:.0}%, walker blocked {}",
+        "workers: {} busy {:.0}%, walkers: {} blocked {}",
         s.workers.len(),
         s.utilization() * 100.0,
+        s.walkers.len(),
         human_duration(s.walker_blocked)
     ));
+    for (i, w) in s.walkers.iter().enumerate() {
+        out(format_args!(
+            "  walker-{i}: {}, {}, {}, {} stolen, busy {} (blocked {}), idle {}, CPU {}",
+            count(w.dirs, "dir", "dirs"),
+            count(w.entries, "entry", "entries"),
+            count(w.batches, "batch", "batches"),
+            w.steals,
+            human_duration(w.busy),
+            human_duration(w.blocked),
+            human_duration(w.idle),
+            human_duration(w.cpu)
+        ));
+    }
     for (i, w) in s.workers.iter().enumerate() {
         out(format_args!(
             "  worker-{i}: {} in {}, {}, busy {}",

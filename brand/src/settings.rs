@@ -18,6 +18,10 @@ pub struct TunableArgs {
     /// Worker threads (COPY_THREADS; default 8).
     #[arg(long, value_name = "N")]
     pub threads: Option<String>,
+    /// Walker threads reading directories (COPY_WALKERS; default 0: one
+    /// per 4 workers, at most one per 4 cores).
+    #[arg(long, value_name = "N")]
+    pub walkers: Option<String>,
     /// Jobs per batch handed to a worker (COPY_BATCH; default 128).
     #[arg(long, value_name = "N")]
     pub batch: Option<String>,
@@ -64,6 +68,7 @@ impl TunableArgs {
         t.apply_env(&env)?;
         for (key, flag, v) in [
             ("COPY_THREADS", "--threads", &self.threads),
+            ("COPY_WALKERS", "--walkers", &self.walkers),
             ("COPY_BATCH", "--batch", &self.batch),
             ("COPY_BUFSIZE", "--bufsize", &self.bufsize),
         ] {

@@ -13,6 +13,7 @@ fn zinstall() -> Command {
     // A defaults file on the test machine must not change the results.
     c.env("ZINSTALL_DEFAULTS", "/dev/null");
     c.env_remove("ZINSTALL_COPY_THREADS")
+        .env_remove("ZINSTALL_COPY_WALKERS")
         .env_remove("ZINSTALL_COPY_BATCH")
         .env_remove("ZINSTALL_COPY_BUFSIZE");
     c
@@ -58,6 +59,8 @@ fn copy_prints_one_summary_line_and_stats_on_request() {
     let (out, _) = text(&o);
     assert!(out.contains("worker-2:"), "{out}");
     assert!(!out.contains("worker-3:"), "{out}");
+    assert!(out.contains("walkers: 1 "), "{out}");
+    assert!(out.contains("  walker-0: 3 dirs, 4 entries"), "{out}");
 
     let o = zinstall()
         .args(["copy", "-q"])
@@ -67,6 +70,75 @@ fn copy_prints_one_summary_line_and_stats_on_request() {
         .unwrap();
     assert!(o.status.success());
     assert!(o.stdout.is_empty());
+}
+
+/// COPY_WALKERS as every knob: flag over environment over file, each
+/// bad value named where it came from; `--stats` has a line per walker.
+#[test]
+fn walkers_come_from_flag_environment_or_file() {
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    for i in 0..12 {
+        fs::create_dir_all(src.join(format!("d{i}/e"))).unwrap();
+        fs::write(src.join(format!("d{i}/e/f")), b"x").unwrap();
+    }
+    let defaults = d.path().join("defaults");
+    fs::write(&defaults, "COPY_WALKERS=3\n").unwrap();
+    let walkers = |args: &[&str], env: Option<&str>, dst: &str| {
+        let mut c = zinstall();
+        c.env("ZINSTALL_DEFAULTS", &defaults)
+            .args(["copy", "--stats"])
+            .args(args)
+            .arg(&src)
+            .arg(d.path().join(dst));
+        if let Some(v) = env {
+            c.env("ZINSTALL_COPY_WALKERS", v);
+        }
+        let o = c.output().unwrap();
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{err}");
+        out.lines().filter(|l| l.starts_with("  walker-")).count()
+    };
+    assert_eq!(walkers(&[], None, "file"), 3);
+    assert_eq!(walkers(&[], Some("5"), "env"), 5);
+    assert_eq!(walkers(&["--walkers", "2"], Some("5"), "flag"), 2);
+    // 0: one per 4 workers, one per 4 cores at most.
+    let auto = copier::Tunables {
+        copy_threads: 9,
+        copy_walkers: 0,
+        ..copier::Tunables::default()
+    };
+    assert_eq!(
+        walkers(&["--walkers", "0", "--threads", "9"], None, "auto"),
+        auto.walkers()
+    );
+    let o = zinstall()
+        .args(["copy", "--walkers", "257"])
+        .arg(&src)
+        .arg(d.path().join("bad"))
+        .output()
+        .unwrap();
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains(
+            "--walkers: COPY_WALKERS=257: out of range (must be 0 to 256)"
+        ),
+        "{err}"
+    );
+    assert!(!d.path().join("bad").exists(), "nothing written");
+    let o = zinstall()
+        .env("ZINSTALL_COPY_WALKERS", "many")
+        .arg("copy")
+        .arg(&src)
+        .arg(d.path().join("bad"))
+        .output()
+        .unwrap();
+    let (_, err) = text(&o);
+    assert!(
+        err.contains("ZINSTALL_COPY_WALKERS: COPY_WALKERS=many"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -94,6 +94,7 @@ fn bpftrace_statemap_of_a_real_copy() {
         .arg("-o")
         .arg(&json)
         .args(["--", zinstall, "copy", "-q", "--threads", "2"])
+        .args(["--walkers", "2"])
         .arg(&src)
         .arg(d.path().join("dst with space"));
     let out = run_bounded(cmd, Duration::from_secs(180));
@@ -123,7 +124,7 @@ fn bpftrace_statemap_of_a_real_copy() {
         "{table}{}",
         String::from_utf8_lossy(&o.stderr)
     );
-    for row in ["copy-0", "copy-1", "zinstall"] {
+    for row in ["copy-0", "copy-1", "walk-0", "walk-1", "zinstall"] {
         assert!(table.lines().any(|l| l.starts_with(row)), "{row}: {table}");
     }
     let map = statemap::parse(BufReader::new(fs::File::open(&json).unwrap()))
@@ -135,15 +136,18 @@ fn bpftrace_statemap_of_a_real_copy() {
         .map(|s| (s.name.as_str(), s.color.as_str()))
         .collect();
     assert_eq!(states, zinstall_statemap::SCHED_STATES);
-    // One row per worker, and the main thread (the walker), by name.
+    // One row per worker, one per walker, and the main thread, by name.
     let mut entities = map.entities();
     entities.sort();
-    assert_eq!(entities, ["copy-0", "copy-1", "zinstall"]);
+    assert_eq!(
+        entities,
+        ["copy-0", "copy-1", "walk-0", "walk-1", "zinstall"]
+    );
     // No gap at the start: the main thread's row starts at zero, each
     // worker's where it was created.
     let first = |e: &str| map.data.iter().find(|d| d.entity == e).unwrap();
     assert_eq!(first("zinstall").time, 0);
-    for w in ["copy-0", "copy-1"] {
+    for w in ["copy-0", "copy-1", "walk-0", "walk-1"] {
         let created = map
             .events
             .iter()
@@ -163,7 +167,7 @@ fn bpftrace_statemap_of_a_real_copy() {
         // Each thread ran and made system calls; each worker ends dead.
         assert!(e.time_in[0] > 0 && e.time_in[1] > 0, "{}: {s}", e.name);
     }
-    for w in ["copy-0", "copy-1"] {
+    for w in ["copy-0", "copy-1", "walk-0", "walk-1"] {
         let last = map.data.iter().rev().find(|d| d.entity == w).unwrap();
         assert_eq!(last.state, 7, "{w} ends dead");
     }
@@ -353,7 +357,7 @@ fn every_defined_probe_is_fired_by_both_binaries() {
         .map(|p| p.name.replace("__", "-"))
         .collect();
     defined.sort();
-    assert_eq!(defined.len(), 11);
+    assert_eq!(defined.len(), 14);
     tools::need("readelf");
     for bin in [env!("CARGO_BIN_EXE_zinstall"), env!("CARGO_BIN_EXE_brand")] {
         let out = tools::tool("readelf").args(["-n", bin]).output().unwrap();

@@ -17,6 +17,7 @@ fn a_tiny_sweep_runs_and_writes_every_row() {
     let grid = Grid {
         threads: vec![1, 2],
         batches: vec![1, 8],
+        walkers: Vec::new(),
     };
     let mut tools = grid.tools();
     tools.push(Tool::Cp);
@@ -43,8 +44,10 @@ fn a_tiny_sweep_runs_and_writes_every_row() {
         "{csv}"
     );
     assert!(csv.lines().any(|l| l.starts_with("usr,cp -a,0,")), "{csv}");
-    let (t, b, _) = sweep::best(&m.samples, &grid).unwrap();
-    assert!(grid.threads.contains(&t) && grid.batches.contains(&b));
+    let (p, _) = sweep::best(&m.samples, &grid).unwrap();
+    assert!(grid.threads.contains(&p.threads));
+    assert!(grid.batches.contains(&p.batch));
+    assert_eq!(p.walkers, None);
     assert_eq!(lines.len(), 10, "one line per timed run");
     assert!(!d.path().join("dst").exists(), "copies are removed");
 }
@@ -100,6 +103,49 @@ fn tune_reports_and_writes_the_defaults_file_keeping_comments() {
     );
 }
 
+/// `zinstall tune --walkers`: walkers swept beside threads and batch, a
+/// row per point, the best written with its walkers.
+#[test]
+fn tune_sweeps_walkers_and_writes_them() {
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("tree");
+    trees::generate(Shape::Usr, &src, 0.02, false).unwrap();
+    let defaults = d.path().join("zinstall");
+    fs::write(&defaults, include_str!("../../etc/default/zinstall")).unwrap();
+    let dest = d.path().join("dest");
+    fs::create_dir(&dest).unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_zinstall"))
+        .args(["tune", "--threads", "2", "--batch", "8"])
+        .args(["--walkers", "1,3", "--runs", "1", "--write", "--dest"])
+        .arg(&dest)
+        .arg("--defaults")
+        .arg(&defaults)
+        .arg(&src)
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    for row in ["| zinstall 2x8 w1 |", "| zinstall 2x8 w3 |"] {
+        assert!(out.contains(row), "{row}: {out}");
+    }
+    assert!(out.contains("best: COPY_THREADS=2 COPY_BATCH=8 COPY_WALKERS="));
+    let text = fs::read_to_string(&defaults).unwrap();
+    let f = copier::DefaultsFile::parse(&defaults, text.as_bytes()).unwrap();
+    let t = copier::Tunables::from_defaults(&f).unwrap();
+    assert!([1, 3].contains(&t.copy_walkers), "{text}");
+    // An empty list is a usage error.
+    let o = Command::new(env!("CARGO_BIN_EXE_zinstall"))
+        .args(["tune", "--walkers", "0"])
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+}
+
 /// `zinstall tune --statemap DIR`: a statemap and its drawing per grid
 /// point, and a table of where the workers' time went.
 #[test]
@@ -143,7 +189,15 @@ fn tune_records_a_statemap_per_point() {
         let json = maps.join(format!("{stem}.statemap.json"));
         let map =
             zinstall_statemap::parse(&fs::read(&json).unwrap()[..]).unwrap();
-        assert_eq!(map.entities().len(), 1 + t, "walker and {t} workers");
+        let named = |p: &str| {
+            map.entities().iter().filter(|e| e.starts_with(p)).count()
+        };
+        assert_eq!(named("worker-"), t, "{t} workers");
+        assert_eq!(
+            named("walker-"),
+            copier::Tunables::default().walkers(),
+            "the default walkers"
+        );
         assert!(maps.join(format!("{stem}.svg")).is_file());
         assert_eq!(
             maps.join(format!("{stem}.sched.json")).is_file(),

@@ -168,24 +168,24 @@ impl DefaultsFile {
     }
 }
 
-/// Sets `COPY_THREADS` and `COPY_BATCH` in a defaults file's text (as
-/// `zinstall tune --write` does), keeping every comment and other line:
-/// a setting line is replaced; a commented-out one (`#COPY_THREADS=8`)
-/// gets the setting after it; otherwise the setting is appended. The text
-/// must parse first (`path` names it in the error): a file with a typo
-/// is refused rather than rewritten with the typo kept.
+/// Sets keys (`COPY_THREADS`, `COPY_BATCH`, ...) in a defaults file's
+/// text (as `zinstall tune --write` does), keeping every comment and
+/// other line: a setting line is replaced; a commented-out one
+/// (`#COPY_THREADS=8`) gets the setting after it; otherwise the setting
+/// is appended. The text must parse first (`path` names it in the
+/// error): a file with a typo is refused rather than rewritten with the
+/// typo kept.
 pub fn rewrite(
     path: &Path,
     text: &str,
-    threads: usize,
-    batch: usize,
+    settings: &[(&str, usize)],
 ) -> Result<String> {
     crate::Tunables::from_defaults(&DefaultsFile::parse(
         path,
         text.as_bytes(),
     )?)?;
     let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
-    for (key, value) in [("COPY_THREADS", threads), ("COPY_BATCH", batch)] {
+    for &(key, value) in settings {
         let setting = format!("{key}={value}");
         let is_key = |l: &str| l.trim_start().starts_with(&format!("{key}="));
         if let Some(i) = lines.iter().position(|l| is_key(l)) {
@@ -355,7 +355,9 @@ mod test {
     fn rewrite_keeps_comments() {
         let shipped = include_str!("../../etc/default/zinstall");
         let p = Path::new("/etc/default/zinstall");
-        let out = rewrite(p, shipped, 4, 32).unwrap();
+        let out =
+            rewrite(p, shipped, &[("COPY_THREADS", 4), ("COPY_BATCH", 32)])
+                .unwrap();
         assert!(out.contains("#COPY_THREADS=8\nCOPY_THREADS=4\n"), "{out}");
         assert!(out.contains("#COPY_BATCH=128\nCOPY_BATCH=32\n"), "{out}");
         let comments =
@@ -366,11 +368,17 @@ mod test {
         let t = crate::Tunables::from_defaults(&f).unwrap();
         assert_eq!((t.copy_threads, t.copy_batch), (4, 32));
         // Run again: replaced in place, not added.
-        let again = rewrite(p, &out, 2, 8).unwrap();
+        let again = rewrite(
+            p,
+            &out,
+            &[("COPY_THREADS", 2), ("COPY_BATCH", 8), ("COPY_WALKERS", 3)],
+        )
+        .unwrap();
         assert_eq!(again.matches("COPY_THREADS=").count(), 2);
         assert!(again.contains("\nCOPY_THREADS=2\n"));
+        assert!(again.contains("#COPY_WALKERS=0\nCOPY_WALKERS=3\n"));
         assert_eq!(
-            rewrite(p, "", 1, 1).unwrap(),
+            rewrite(p, "", &[("COPY_THREADS", 1), ("COPY_BATCH", 1)]).unwrap(),
             "COPY_THREADS=1\nCOPY_BATCH=1\n"
         );
     }
@@ -378,8 +386,9 @@ mod test {
     #[test]
     fn rewrite_refuses_a_file_that_does_not_parse() {
         let p = Path::new("/etc/default/zinstall");
-        let e = rewrite(p, "COPY_THREAD=4\n", 2, 8).unwrap_err();
+        let set = [("COPY_THREADS", 2), ("COPY_BATCH", 8)];
+        let e = rewrite(p, "COPY_THREAD=4\n", &set).unwrap_err();
         assert!(e.to_string().contains("unknown key COPY_THREAD"), "{e}");
-        assert!(rewrite(p, "garbage\n", 2, 8).is_err());
+        assert!(rewrite(p, "garbage\n", &set).is_err());
     }
 }

@@ -156,6 +156,9 @@ pub enum Refusal {
     ChangedDuringCopy,
     /// A file read whole is larger than it may be.
     TooLarge(u64),
+    /// A directory being copied was moved elsewhere while its contents
+    /// were (its parent is no longer the one it was made in).
+    Moved,
     /// A path a privileged process was to work in could have been
     /// redirected by another user (see [`crate::trusted`]): why.
     Untrusted(String),
@@ -200,6 +203,7 @@ impl fmt::Display for Refusal {
                 "changed while it was copied (size or times differ); \
                  copy it again when it is not being written"
             }
+            Refusal::Moved => "moved elsewhere during the copy",
         })
     }
 }

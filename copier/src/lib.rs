@@ -1,10 +1,11 @@
 //! The zinstall copier: a walk that hands batched jobs to a worker pool.
 //!
 //! ```text
-//! source ──walk──▶ jobs ──batch──▶ bounded channel ──▶ N workers ──▶ dest
-//! (dir tree)      (file, symlink,  (COPY_BATCH)       (COPY_THREADS,
-//!                  redirect,                            COPY_BUFSIZE,
-//!                  special)                             reflink/copy_file_range)
+//! source ──W walkers──▶ jobs ──batch──▶ bounded channel ──▶ N workers ──▶ dest
+//! (dir tree,           (file, symlink,  (COPY_BATCH)       (COPY_THREADS,
+//!  COPY_WALKERS         redirect,                           COPY_BUFSIZE,
+//!  threads stealing     special)                            reflink/copy_file_range)
+//!  directories)
 //! ```
 //!
 //! One run is one [`Plan`] (source, destination, [`Tunables`], rules) and
@@ -77,7 +78,7 @@ pub use plan::{
 };
 pub use pool::{Credentials, Pool};
 pub use rules::{Action, Rule, RuleSet};
-pub use stats::{Notice, NoticeKind, Stats, WorkerStats};
+pub use stats::{Notice, NoticeKind, Stats, WalkerStats, WorkerStats};
 pub use trace::{Recording, ThreadState};
 pub use tunables::Tunables;
 pub use zinstall_archive::ArchiveRefusal;

@@ -326,16 +326,17 @@ impl Plan {
         self
     }
 
-    /// A measurement aid, not a copy: the walker does all its work (reads
-    /// every directory, makes and opens each destination directory,
-    /// batches and queues jobs) but one consumer discards the jobs instead
-    /// of doing them, so no file, symlink, hard link or special file is
-    /// written. Directories get their metadata once their discarded
-    /// contents are released, as in a copy. The [`Report`] counts each
-    /// discarded job as the entry it stands for (a file's later names as
-    /// files: the walker does not stat files), with no bytes. What the
-    /// walker alone can sustain is read from the run's time; `bench walk`
-    /// sets it beside one worker's copy rate.
+    /// A measurement aid, not a copy: the walkers do all their work (read
+    /// every directory, make and open each destination directory, batch
+    /// jobs) but discard each batch they fill instead of queuing it for
+    /// workers, so no file, symlink, hard link or special file is
+    /// written, and no worker runs. Directories are left as made (0700),
+    /// without their metadata: in a copy that is the workers' work, done
+    /// as each directory's contents finish. The [`Report`] counts each discarded job
+    /// as the entry it stands for (a file's later names as files: the
+    /// walkers do not stat files), with no bytes. What the walkers alone
+    /// can sustain is read from the run's time; `bench walk` sets it
+    /// beside one worker's copy rate.
     pub fn walk_only(mut self, yes: bool) -> Self {
         self.walk_only = yes;
         self

@@ -8,8 +8,11 @@
 //! queued behind a huge one gets its batches done between the huge one's
 //! (each run keeps at most two batches per pool thread in flight).
 //!
-//! A run given a pool still walks (or reads its archive) in the calling
-//! thread; only the jobs go to the pool.
+//! A run given a pool still walks with threads of its own (or reads its
+//! archive in the calling thread); only the jobs go to the pool. Its
+//! walkers come from the pool's walker budget the same way: a run takes
+//! as many of its `copy_walkers` as the budget has free when it starts,
+//! and at least one, so that no run waits for another's walk.
 
 use std::io;
 use std::sync::{Arc, Condvar, Mutex};
@@ -24,6 +27,36 @@ use crate::error::{Error, Op};
 pub struct Pool {
     threads: Arc<rayon::ThreadPool>,
     size: usize,
+    walkers: Arc<WalkerBudget>,
+}
+
+/// Walker threads the runs on a pool may start between them.
+struct WalkerBudget {
+    size: usize,
+    free: Mutex<usize>,
+}
+
+/// Walkers a run took from a pool's budget; given back when dropped.
+pub(crate) struct Walkers<'a> {
+    budget: Option<&'a WalkerBudget>,
+    taken: usize,
+    count: usize,
+}
+
+impl Walkers<'_> {
+    /// How many walkers the run starts.
+    pub(crate) fn count(&self) -> usize {
+        self.count
+    }
+}
+
+impl Drop for Walkers<'_> {
+    fn drop(&mut self) {
+        if let Some(b) = self.budget {
+            let mut free = b.free.lock().unwrap_or_else(|p| p.into_inner());
+            *free += self.taken;
+        }
+    }
 }
 
 impl Pool {
@@ -45,10 +78,54 @@ impl Pool {
             .map_err(|e| {
                 Error::io(Op::Open, "thread pool", io::Error::other(e))
             })?;
+        let walkers = crate::Tunables {
+            copy_threads: size,
+            copy_walkers: 0,
+            ..crate::Tunables::default()
+        }
+        .walkers();
         Ok(Pool {
             threads: Arc::new(threads),
             size,
+            walkers: Arc::new(WalkerBudget {
+                size: walkers,
+                free: Mutex::new(walkers),
+            }),
         })
+    }
+
+    /// The same pool with a walker budget of `walkers` (at least one; by
+    /// default what `COPY_WALKERS=0` gives its number of workers, see
+    /// [`Tunables::walkers`](crate::Tunables::walkers)): the walker
+    /// threads its runs may start between them.
+    /// Clones made before share the old budget.
+    pub fn with_walkers(mut self, walkers: usize) -> Self {
+        let size = walkers.max(1);
+        self.walkers = Arc::new(WalkerBudget {
+            size,
+            free: Mutex::new(size),
+        });
+        self
+    }
+
+    /// The walker budget.
+    pub fn walkers(&self) -> usize {
+        self.walkers.size
+    }
+
+    /// Takes up to `want` walkers from the budget; a run gets at least
+    /// one even when the budget is spent, so it never waits for
+    /// another's walk to end.
+    pub(crate) fn take_walkers(&self, want: usize) -> Walkers<'_> {
+        let mut free =
+            self.walkers.free.lock().unwrap_or_else(|p| p.into_inner());
+        let taken = want.min(*free);
+        *free -= taken;
+        Walkers {
+            budget: Some(&self.walkers),
+            taken,
+            count: taken.max(1),
+        }
     }
 
     /// How many workers the pool has.
@@ -73,7 +150,10 @@ impl Pool {
 
 impl std::fmt::Debug for Pool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Pool").field("threads", &self.size).finish()
+        f.debug_struct("Pool")
+            .field("threads", &self.size)
+            .field("walkers", &self.walkers.size)
+            .finish()
     }
 }
 
@@ -139,4 +219,32 @@ pub struct Credentials {
     pub gid: u32,
     /// Supplementary groups.
     pub groups: Vec<u32>,
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    #[test]
+    fn runs_share_the_walker_budget_and_give_it_back() {
+        let pool = Pool::new(2).unwrap().with_walkers(3);
+        let a = pool.take_walkers(8);
+        assert_eq!(a.count(), 3, "all the budget");
+        let b = pool.take_walkers(2);
+        assert_eq!(b.count(), 1, "spent: one of its own");
+        drop(b);
+        assert_eq!(pool.take_walkers(2).count(), 1, "a's still out");
+        drop(a);
+        let c = pool.take_walkers(2);
+        assert_eq!(c.count(), 2);
+        assert_eq!(pool.take_walkers(5).count(), 1);
+        drop(c);
+        assert_eq!(pool.take_walkers(5).count(), 3);
+        let auto = crate::Tunables {
+            copy_threads: 16,
+            copy_walkers: 0,
+            ..crate::Tunables::default()
+        };
+        assert_eq!(Pool::new(16).unwrap().walkers(), auto.walkers());
+    }
 }

@@ -36,6 +36,24 @@ pub(crate) mod zinstall {
         }};
     }
     pub(crate) use batch__dispatch;
+    macro_rules! dir__start {
+        ($args:expr) => {{
+            let _ = || $args;
+        }};
+    }
+    pub(crate) use dir__start;
+    macro_rules! dir__done {
+        ($args:expr) => {{
+            let _ = || $args;
+        }};
+    }
+    pub(crate) use dir__done;
+    macro_rules! walker__idle {
+        ($args:expr) => {{
+            let _ = || $args;
+        }};
+    }
+    pub(crate) use walker__idle;
     macro_rules! job__start {
         ($args:expr) => {{
             let _ = || $args;

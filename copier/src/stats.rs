@@ -37,10 +37,12 @@ pub struct Stats {
     pub buffered: u64,
     /// Wall time of the run.
     pub elapsed: Duration,
-    /// Time the walker spent blocked on a full queue.
+    /// Time the walkers spent blocked on a full queue, summed.
     pub walker_blocked: Duration,
     /// One entry per worker.
     pub workers: Vec<WorkerStats>,
+    /// One entry per walker.
+    pub walkers: Vec<WalkerStats>,
 }
 
 /// The load of one worker.
@@ -54,6 +56,27 @@ pub struct WorkerStats {
     pub bytes: u64,
     /// Time spent on jobs (not waiting for batches).
     pub busy: Duration,
+}
+
+/// The load of one walker.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WalkerStats {
+    /// Directories read.
+    pub dirs: u64,
+    /// Entries read from them.
+    pub entries: u64,
+    /// Batches handed to the workers.
+    pub batches: u64,
+    /// Directories taken from another walker or from the top queue.
+    pub steals: u64,
+    /// Time spent reading directories (making them included).
+    pub busy: Duration,
+    /// Of that, time blocked on a full queue.
+    pub blocked: Duration,
+    /// Time spent waiting for a directory to read.
+    pub idle: Duration,
+    /// CPU time the walker's thread used.
+    pub cpu: Duration,
 }
 
 impl Stats {

@@ -1,4 +1,5 @@
-//! The engine's knobs: worker count, batch size, buffer size.
+//! The engine's knobs: worker count, walker count, batch size, buffer
+//! size.
 //!
 //! Each has one default, defined here and nowhere else, and the same name
 //! in three places: `COPY_THREADS` in `/etc/default/zinstall` and the man
@@ -17,6 +18,24 @@ use crate::error::{DefaultsProblem, Error, Result};
 /// 8 workers (batches of 128); beyond that workers mostly wait on the
 /// walker and on filesystem locks. `zinstall tune` finds a machine's own.
 pub const DEFAULT_COPY_THREADS: usize = 8;
+/// Walker threads reading the source tree's directories; 0 (the
+/// default) is one per [`WORKERS_PER_WALKER`] workers, rounded up, and
+/// no more than one per [`CORES_PER_WALKER`] cores ([`Tunables::walkers`]):
+/// one up to 7 cores, and on a wide machine tuned to more workers more
+/// walkers with them.
+pub const DEFAULT_COPY_WALKERS: usize = 0;
+/// Workers one walker is counted on to feed when `COPY_WALKERS` is 0.
+/// One walker reads `/usr/share` about ten times as fast as one worker
+/// copies it, but a package store of small directories only three
+/// times (`bench walk`, bench/README.md "Wide machines"); four covers
+/// trees between the two.
+pub const WORKERS_PER_WALKER: usize = 4;
+/// Cores each walker is counted on to leave the rest of to the workers
+/// when `COPY_WALKERS` is 0: a walker is busy on a CPU all the while
+/// it reads, and on a 2-core machine a second one copied no faster (2
+/// walkers at 8 workers within a few percent of one on `/usr/share`, a
+/// store and a few huge directories, bench/README.md).
+pub const CORES_PER_WALKER: usize = 4;
 /// Jobs per batch handed to a worker. Batching amortises the channel's
 /// synchronisation over many small files; 128 was best in the same sweep.
 pub const DEFAULT_COPY_BATCH: usize = 128;
@@ -26,8 +45,13 @@ pub const DEFAULT_COPY_BATCH: usize = 128;
 pub const DEFAULT_COPY_BUFSIZE: usize = 1 << 20;
 
 /// The accepted range of each knob: (key, min, max).
-const LIMITS: [(&str, u64, u64); 3] = [
+const LIMITS: [(&str, u64, u64); 4] = [
     ("COPY_THREADS", 1, 1024),
+    // 0: one per WORKERS_PER_WALKER workers. A walker reads one
+    // directory at a time: past a few hundred they only wait on each
+    // other (few trees have that many directories to read at once) and
+    // on the kernel's directory locks.
+    ("COPY_WALKERS", 0, 256),
     // 128 was best; past 65536 a batch amortises nothing more and only
     // holds work back from idle workers.
     ("COPY_BATCH", 1, 1 << 16),
@@ -43,6 +67,9 @@ const LIMITS: [(&str, u64, u64); 3] = [
 pub struct Tunables {
     /// Number of worker threads (`COPY_THREADS`).
     pub copy_threads: usize,
+    /// Number of walker threads reading directories (`COPY_WALKERS`);
+    /// 0: one per [`WORKERS_PER_WALKER`] workers ([`Tunables::walkers`]).
+    pub copy_walkers: usize,
     /// Jobs per batch (`COPY_BATCH`).
     pub copy_batch: usize,
     /// Read/write buffer size in bytes, one buffer per worker
@@ -54,6 +81,7 @@ impl Default for Tunables {
     fn default() -> Self {
         Tunables {
             copy_threads: DEFAULT_COPY_THREADS,
+            copy_walkers: DEFAULT_COPY_WALKERS,
             copy_batch: DEFAULT_COPY_BATCH,
             copy_bufsize: DEFAULT_COPY_BUFSIZE,
         }
@@ -62,8 +90,8 @@ impl Default for Tunables {
 
 impl Tunables {
     /// The keys understood in a defaults file, in order.
-    pub const KEYS: [&'static str; 3] =
-        ["COPY_THREADS", "COPY_BATCH", "COPY_BUFSIZE"];
+    pub const KEYS: [&'static str; 4] =
+        ["COPY_THREADS", "COPY_WALKERS", "COPY_BATCH", "COPY_BUFSIZE"];
 
     /// Defaults overridden by the settings of `file`. A key that is not
     /// one of [`Tunables::KEYS`] is an error naming its line (a typo'd
@@ -161,6 +189,7 @@ impl Tunables {
         let n = n as usize;
         match key {
             "COPY_THREADS" => self.copy_threads = n,
+            "COPY_WALKERS" => self.copy_walkers = n,
             "COPY_BATCH" => self.copy_batch = n,
             "COPY_BUFSIZE" => self.copy_bufsize = n,
             _ => {}
@@ -168,11 +197,32 @@ impl Tunables {
         Ok(())
     }
 
+    /// The walker threads a run starts: `copy_walkers`, or for 0 one per
+    /// [`WORKERS_PER_WALKER`] workers, rounded up, and no more than one
+    /// per [`CORES_PER_WALKER`] of this machine's cores.
+    pub fn walkers(&self) -> usize {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        self.walkers_on(cores)
+    }
+
+    /// [`Tunables::walkers`] on a machine of `cores` cores.
+    pub fn walkers_on(&self, cores: usize) -> usize {
+        match self.copy_walkers {
+            0 => self
+                .copy_threads
+                .div_ceil(WORKERS_PER_WALKER)
+                .min(cores / CORES_PER_WALKER)
+                .max(1),
+            n => n,
+        }
+    }
+
     /// Checks that every knob is in range (for values set directly).
     pub fn validate(&self) -> Result<()> {
         let mut copy = *self;
         for (key, v) in Self::KEYS.iter().zip([
             self.copy_threads,
+            self.copy_walkers,
             self.copy_batch,
             self.copy_bufsize,
         ]) {
@@ -280,6 +330,45 @@ mod test {
         t.apply_env(|k| (k == "ZINSTALL_COPY_BATCH").then(|| "9".into()))
             .unwrap();
         assert_eq!((t.copy_threads, t.copy_batch), (3, 9));
+    }
+
+    #[test]
+    fn walkers_default_to_one_per_four_workers_and_four_cores() {
+        let t = |threads, walkers| Tunables {
+            copy_threads: threads,
+            copy_walkers: walkers,
+            ..Tunables::default()
+        };
+        let d = Tunables::default();
+        assert_eq!(
+            (d.walkers_on(2), d.walkers_on(8), d.walkers_on(64)),
+            (1, 2, 2)
+        );
+        assert_eq!(t(1, 0).walkers_on(64), 1);
+        assert_eq!(t(9, 0).walkers_on(64), 3);
+        assert_eq!(t(32, 0).walkers_on(32), 8);
+        assert_eq!(t(32, 0).walkers_on(16), 4);
+        assert_eq!(t(128, 0).walkers_on(128), 32);
+        assert_eq!(t(128, 3).walkers_on(2), 3, "set, it is as set");
+        let f = file("COPY_WALKERS=6\n").unwrap();
+        assert_eq!((f.copy_walkers, f.walkers()), (6, 6));
+        for bad in [
+            "COPY_WALKERS=257\n",
+            "COPY_WALKERS=-1\n",
+            "COPY_WALKERS=two\n",
+        ] {
+            let e = file(bad).unwrap_err().to_string();
+            assert!(e.starts_with("/d:1: COPY_WALKERS="), "{bad}: {e}");
+        }
+        let mut t = Tunables::default();
+        let e = t
+            .apply_env(|k| (k == "ZINSTALL_COPY_WALKERS").then(|| "300".into()))
+            .unwrap_err();
+        assert!(e.to_string().contains("ZINSTALL_COPY_WALKERS"), "{e}");
+        assert!(e.to_string().contains("0 to 256"), "{e}");
+        t.apply_env(|k| (k == "ZINSTALL_COPY_WALKERS").then(|| "4".into()))
+            .unwrap();
+        assert_eq!(t.walkers(), 4);
     }
 
     #[test]

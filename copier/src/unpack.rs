@@ -41,7 +41,7 @@
 use std::ffi::{CStr, CString};
 use std::fs::File;
 use std::io::{self, Read, Seek, SeekFrom};
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -707,7 +707,7 @@ impl Ctx<'_> {
     /// Owner (or a notice), xattrs, mode and times through a descriptor.
     fn finish_fd(&self, f: &File, m: &Meta, shown: &Path) -> Result<()> {
         self.owner(m, shown, || at::fchown(f, m.uid, m.gid))?;
-        self.set_xattrs(&XattrTarget::Fd(f), m, shown)?;
+        self.set_xattrs(&XattrTarget::Fd(f.as_fd()), m, shown)?;
         at::fchmod(f, m.mode & 0o7777)
             .map_err(|e| Error::io(Op::Chmod, shown, e))?;
         at::futimens(f, &m.times).map_err(|e| Error::io(Op::SetTimes, shown, e))

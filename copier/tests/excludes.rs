@@ -35,11 +35,21 @@ fn copy_excluding(src: &Path, dst: &Path, patterns: &[&str]) -> Vec<String> {
     let patterns: Vec<String> =
         patterns.iter().map(|p| p.to_string()).collect();
     let set = rules::excludes(&patterns).unwrap().unwrap();
-    let r = Plan::new(src, dst).rules(set, Path::new("")).run().unwrap();
+    // Several walkers: each matches the names it reads.
+    let walkers = copier::Tunables {
+        copy_walkers: 4,
+        ..copier::Tunables::default()
+    };
+    let r = Plan::new(src, dst)
+        .tunables(walkers)
+        .rules(set, Path::new(""))
+        .run()
+        .unwrap();
     let kept = files(dst);
     // A dry run skips the same entries.
     let set = rules::excludes(&patterns).unwrap().unwrap();
     let dry = Plan::new(src, dst.with_extension("dry"))
+        .tunables(walkers)
         .rules(set, Path::new(""))
         .dry_run(true)
         .run()

@@ -53,7 +53,15 @@ fn each_mount_point_is_named_and_copied_empty_unless_crossing() {
     fs::write(m1.0.join("inside"), "on tmpfs").unwrap();
     fs::write(m2.0.join("inside"), "on tmpfs").unwrap();
 
-    let r = Plan::new(&src, d.path().join("one")).run().unwrap();
+    // Several walkers: whichever meets a mount point names it.
+    let walkers = copier::Tunables {
+        copy_walkers: 4,
+        ..copier::Tunables::default()
+    };
+    let r = Plan::new(&src, d.path().join("one"))
+        .tunables(walkers)
+        .run()
+        .unwrap();
     let mut named = mount_notices(&r.notices);
     named.sort();
     assert_eq!(named, [m2.0.clone(), m1.0.clone()]);
@@ -72,12 +80,14 @@ fn each_mount_point_is_named_and_copied_empty_unless_crossing() {
     );
 
     let r = Plan::new(&src, d.path().join("dry"))
+        .tunables(walkers)
         .dry_run(true)
         .run()
         .unwrap();
     assert_eq!(mount_notices(&r.notices).len(), 2, "{:?}", r.notices);
 
     let r = Plan::new(&src, d.path().join("cross"))
+        .tunables(walkers)
         .cross_fs(true)
         .run()
         .unwrap();

@@ -54,9 +54,11 @@ fn scratch() -> (Tmp, std::path::PathBuf) {
     (d, out)
 }
 
+/// Several walkers: which of them meets a failure must not matter.
 fn tunables() -> Tunables {
     Tunables {
         copy_threads: 2,
+        copy_walkers: 4,
         copy_batch: 1,
         ..Tunables::default()
     }
@@ -177,6 +179,7 @@ fn going_on_a_dry_run_names_every_failure_too() {
     tree(&src);
     let dst = out.join("dry");
     let f = Plan::new(&src, &dst)
+        .tunables(tunables())
         .acting_as(nobody())
         .dry_run(true)
         .on_error(OnError::KeepGoing)

@@ -9,7 +9,7 @@ use zinstall_statemap::{
     self as statemap, ParseProblem, RenderOptions, Summary,
 };
 
-fn record_copy(threads: usize) -> (Vec<u8>, copier::Report) {
+fn record_copy(threads: usize, walkers: usize) -> (Vec<u8>, copier::Report) {
     let d = tempfile::tempdir().unwrap();
     let src = d.path().join("src");
     for i in 0..400 {
@@ -20,6 +20,7 @@ fn record_copy(threads: usize) -> (Vec<u8>, copier::Report) {
     let report = Plan::new(&src, d.path().join("dst"))
         .tunables(Tunables {
             copy_threads: threads,
+            copy_walkers: walkers,
             copy_batch: 16,
             ..Tunables::default()
         })
@@ -35,7 +36,7 @@ fn record_copy(threads: usize) -> (Vec<u8>, copier::Report) {
 
 #[test]
 fn recorder_json_is_a_valid_statemap_of_every_thread() {
-    let (json, report) = record_copy(3);
+    let (json, report) = record_copy(3, 2);
     let text = String::from_utf8(json.clone()).unwrap();
     let first: serde_json::Value =
         serde_json::from_str(text.lines().next().unwrap()).unwrap();
@@ -50,8 +51,8 @@ fn recorder_json_is_a_valid_statemap_of_every_thread() {
     assert_eq!(names, engine, "states as declared, in value order");
     assert_eq!(
         map.entities(),
-        ["walker", "worker-0", "worker-1", "worker-2"],
-        "every thread present, walker first"
+        ["walker-0", "walker-1", "worker-0", "worker-1", "worker-2"],
+        "every thread present, walkers first"
     );
     // Times are monotonic per entity (the parser also refuses otherwise).
     let mut last: HashMap<&str, u64> = HashMap::new();
@@ -63,12 +64,15 @@ fn recorder_json_is_a_valid_statemap_of_every_thread() {
     for line in text.lines().skip(1) {
         assert!(line.starts_with("{\"time\":\""), "{line}");
     }
-    // Workers spent time writing; the walker walked.
+    // Workers spent time writing; the walkers walked.
     let s = Summary::of(&map);
     let idx = |n: &str| names.iter().position(|x| *x == n).unwrap();
-    let walker = &s.entities[0];
-    assert!(walker.time_in[idx("walking")] > 0);
-    let written: u64 = s.entities[1..]
+    let walked: u64 = s.entities[..2]
+        .iter()
+        .map(|e| e.time_in[idx("walking")])
+        .sum();
+    assert!(walked > 0);
+    let written: u64 = s.entities[2..]
         .iter()
         .map(|e| e.time_in[idx("writing")])
         .sum();
@@ -79,6 +83,28 @@ fn recorder_json_is_a_valid_statemap_of_every_thread() {
     }
     assert!(s.utilization > 0.0 && s.utilization <= 1.0);
     assert_eq!(report.stats.workers.len(), 3);
+    assert_eq!(report.stats.walkers.len(), 2);
+}
+
+/// Each walker is one entity of the recorder's statemap, named by its
+/// number, whatever it found to do; and one line of the run's stats.
+#[test]
+fn the_statemap_has_one_entity_per_walker() {
+    for walkers in [1, 2, 4, 16] {
+        let (json, report) = record_copy(2, walkers);
+        let map = statemap::parse(&json[..]).unwrap();
+        let got: Vec<String> = map
+            .entities()
+            .into_iter()
+            .filter(|e| e.starts_with("walker-"))
+            .collect();
+        let want: Vec<String> =
+            (0..walkers).map(|i| format!("walker-{i}")).collect();
+        assert_eq!(got, want, "{walkers} walkers");
+        assert_eq!(report.stats.walkers.len(), walkers);
+        let dirs: u64 = report.stats.walkers.iter().map(|w| w.dirs).sum();
+        assert_eq!(dirs, report.stats.dirs, "every directory read once");
+    }
 }
 
 #[test]
@@ -147,7 +173,7 @@ fn parser_errors_name_the_line() {
 /// Each entity's rectangles add up to its span times the scale.
 #[test]
 fn svg_rectangles_add_up_to_each_entity_time() {
-    let (json, _) = record_copy(8);
+    let (json, _) = record_copy(8, 1);
     let map = statemap::parse(&json[..]).unwrap();
     let opts = RenderOptions::default();
     let mut svg = Vec::new();
@@ -162,7 +188,7 @@ fn svg_rectangles_add_up_to_each_entity_time() {
         .descendants()
         .filter(|n| n.attribute("class") == Some("entity"))
         .collect();
-    assert_eq!(groups.len(), 9, "walker and 8 workers");
+    assert_eq!(groups.len(), 9, "a walker and 8 workers");
     for g in groups {
         let name = g.attribute("data-entity").unwrap();
         let width: f64 = g

@@ -6,6 +6,7 @@
 //! socket_mode = "0660"
 //! socket_group = "zinstall"
 //! # copy_threads = 8          # default: COPY_THREADS of /etc/default/zinstall
+//! # copy_walkers = 2          # default: COPY_WALKERS of /etc/default/zinstall
 //! cache = "/var/cache/zinstall"
 //! # insecure_registries = ["registry.lab:5000"]   # plain HTTP
 //!
@@ -64,6 +65,8 @@ pub struct Config {
     pub socket_group: Option<u32>,
     /// The worker budget; `None`: the defaults file's COPY_THREADS.
     pub copy_threads: Option<usize>,
+    /// The walker budget; `None`: the defaults file's COPY_WALKERS.
+    pub copy_walkers: Option<usize>,
     /// The defaults file (COPY_THREADS, COPY_BATCH, COPY_BUFSIZE).
     pub defaults: PathBuf,
     /// The image cache.
@@ -119,6 +122,7 @@ struct Raw {
     socket_mode: Option<String>,
     socket_group: Option<Id>,
     copy_threads: Option<usize>,
+    copy_walkers: Option<usize>,
     defaults: Option<PathBuf>,
     cache: Option<PathBuf>,
     profile: Option<PathBuf>,
@@ -177,6 +181,7 @@ impl Default for Config {
             socket_mode: 0o660,
             socket_group: None,
             copy_threads: None,
+            copy_walkers: None,
             defaults: DEFAULT_DEFAULTS.into(),
             cache: DEFAULT_CACHE.into(),
             profile: DEFAULT_PROFILE.into(),
@@ -247,6 +252,9 @@ impl Config {
         }
         if let Some(n) = raw.copy_threads {
             c.copy_threads = Some(bounded("copy_threads", n, 1, 1024)?);
+        }
+        if let Some(n) = raw.copy_walkers {
+            c.copy_walkers = Some(bounded("copy_walkers", n, 0, 256)?);
         }
         if let Some(p) = raw.defaults {
             c.defaults = absolute("defaults", p)?;
@@ -422,6 +430,7 @@ mod test {
             r#"
 socket_mode = "0600"
 copy_threads = 3
+copy_walkers = 4
 [[grant]]
 users = [1000, "root"]
 groups = [65534]
@@ -432,6 +441,7 @@ prefixes = ["/srv//build/"]
         .unwrap();
         assert_eq!(c.socket_mode, 0o600);
         assert_eq!(c.copy_threads, Some(3));
+        assert_eq!(c.copy_walkers, Some(4));
         let g = &c.grants[0];
         assert!(g.users.contains(&1000) && g.users.contains(&0));
         assert_eq!(g.prefixes, [PathBuf::from("/srv/build")]);
@@ -440,6 +450,7 @@ prefixes = ["/srv//build/"]
             ("socket_mode = \"rw\"", "not an octal mode"),
             ("socket = \"run/x\"", "not an absolute path"),
             ("copy_threads = 0", "not between 1"),
+            ("copy_walkers = 257", "not between 0 and 256"),
             (
                 "[[grant]]\nusers=[1]\noperations=[\"install\"]",
                 "cannot be granted",

@@ -601,6 +601,16 @@ pub fn stats_json(s: &copier::Stats) -> Value {
             "bytes": w.bytes,
             "busy_ms": w.busy.as_millis() as u64,
         })).collect::<Vec<_>>(),
+        "walkers": s.walkers.iter().map(|w| json!({
+            "dirs": w.dirs,
+            "entries": w.entries,
+            "batches": w.batches,
+            "steals": w.steals,
+            "busy_ms": w.busy.as_millis() as u64,
+            "blocked_ms": w.blocked.as_millis() as u64,
+            "idle_ms": w.idle.as_millis() as u64,
+            "cpu_ms": w.cpu.as_millis() as u64,
+        })).collect::<Vec<_>>(),
     })
 }
 
@@ -623,6 +633,24 @@ pub fn stats_from_json(v: &Value) -> copier::Stats {
                 .collect()
         })
         .unwrap_or_default();
+    let walkers = v
+        .get("walkers")
+        .and_then(Value::as_array)
+        .map(|ws| {
+            ws.iter()
+                .map(|w| copier::WalkerStats {
+                    dirs: n(w, "dirs"),
+                    entries: n(w, "entries"),
+                    batches: n(w, "batches"),
+                    steals: n(w, "steals"),
+                    busy: Duration::from_millis(n(w, "busy_ms")),
+                    blocked: Duration::from_millis(n(w, "blocked_ms")),
+                    idle: Duration::from_millis(n(w, "idle_ms")),
+                    cpu: Duration::from_millis(n(w, "cpu_ms")),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
     copier::Stats {
         files: n(v, "files"),
         dirs: n(v, "dirs"),
@@ -639,6 +667,7 @@ pub fn stats_from_json(v: &Value) -> copier::Stats {
         elapsed: Duration::from_millis(n(v, "ms")),
         walker_blocked: Duration::from_millis(n(v, "walker_blocked_ms")),
         workers,
+        walkers,
     }
 }
 
@@ -822,9 +851,20 @@ mod test {
             bytes: 99,
             redirects: 1,
             elapsed: std::time::Duration::from_millis(12),
+            walkers: vec![copier::WalkerStats {
+                dirs: 2,
+                entries: 7,
+                batches: 1,
+                steals: 1,
+                busy: std::time::Duration::from_millis(5),
+                blocked: std::time::Duration::from_millis(1),
+                idle: std::time::Duration::from_millis(3),
+                cpu: std::time::Duration::from_millis(4),
+            }],
             ..Default::default()
         };
         let back = stats_from_json(&stats_json(&s));
         assert_eq!(back.to_string(), s.to_string());
+        assert_eq!(back.walkers, s.walkers);
     }
 }

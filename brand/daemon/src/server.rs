@@ -131,8 +131,9 @@ impl Daemon {
     }
 }
 
-/// Reads the worker budget: the configuration's `copy_threads`, else the
-/// defaults file's COPY_THREADS; batch and buffer sizes from the
+/// Reads the worker and walker budgets: the configuration's
+/// `copy_threads` and `copy_walkers`, else the defaults file's
+/// COPY_THREADS and COPY_WALKERS; batch and buffer sizes from the
 /// defaults file.
 fn tunables(config: &Config) -> Result<Tunables, copier::Error> {
     // The system's file may be missing; one the configuration names
@@ -147,6 +148,9 @@ fn tunables(config: &Config) -> Result<Tunables, copier::Error> {
     if let Some(n) = config.copy_threads {
         t.copy_threads = n;
     }
+    if let Some(n) = config.copy_walkers {
+        t.copy_walkers = n;
+    }
     t.validate()?;
     Ok(t)
 }
@@ -159,7 +163,8 @@ pub fn run(opts: Options, log: Logger) -> Result<(), ServeError> {
         config.socket = s.clone();
     }
     let tunables = tunables(&config)?;
-    let pool = Pool::new(tunables.copy_threads)?;
+    let pool =
+        Pool::new(tunables.copy_threads)?.with_walkers(tunables.walkers());
     sys::raise_nofile();
     let term = Arc::new(AtomicBool::new(false));
     let hup = Arc::new(AtomicBool::new(false));
@@ -200,7 +205,7 @@ pub fn run(opts: Options, log: Logger) -> Result<(), ServeError> {
         opts,
     });
     info!(log, "listening"; "socket" => %config.socket.display(), "activated" => activated,
-          "workers" => tunables.copy_threads, "pid" => sys::pid(), "version" => &d.opts.version);
+          "workers" => tunables.copy_threads, "walkers" => tunables.walkers(), "pid" => sys::pid(), "version" => &d.opts.version);
     sys::notify("READY=1\nSTATUS=serving");
     while !term.load(Ordering::Relaxed) {
         if hup.swap(false, Ordering::Relaxed) {
@@ -254,6 +259,10 @@ fn reload(d: &Daemon) {
             if c.copy_threads != old.copy_threads {
                 warn!(d.log, "copy_threads changes at the next restart";
                       "running" => d.tunables.copy_threads);
+            }
+            if c.copy_walkers != old.copy_walkers {
+                warn!(d.log, "copy_walkers changes at the next restart";
+                      "running" => d.tunables.copy_walkers);
             }
             *d.config.write().unwrap_or_else(|p| p.into_inner()) = c;
             info!(d.log, "configuration reloaded"; "config" => %d.opts.config.display());
@@ -536,6 +545,7 @@ fn quick(d: &Daemon, peer: &Peer, call: &Call) -> Result<Value, WireError> {
             "version": d.opts.version,
             "protocol": VERSION,
             "workers": d.pool.threads(),
+            "walkers": d.pool.walkers(),
         })),
         Call::Jobs => Ok(Value::Array(
             d.jobs

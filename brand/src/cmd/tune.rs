@@ -1,4 +1,5 @@
-//! `zinstall tune`: find this machine's best COPY_THREADS and COPY_BATCH.
+//! `zinstall tune`: find this machine's best COPY_THREADS and COPY_BATCH
+//! (and COPY_WALKERS, when asked).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -25,6 +26,10 @@ pub struct TuneArgs {
     /// COPY_BATCH values to try.
     #[arg(long, default_value = "8,32,128,512")]
     pub batch: String,
+    /// COPY_WALKERS values to try at every point (default: not swept,
+    /// the built-in default).
+    #[arg(long, value_name = "LIST")]
+    pub walkers: Option<String>,
     /// Timed runs per point.
     #[arg(long, default_value_t = 2)]
     pub runs: usize,
@@ -43,13 +48,26 @@ pub struct TuneArgs {
 
 /// Sweeps, reports, and writes with --write.
 pub fn run(args: &TuneArgs) -> ExitCode {
-    let grid = match (sweep::list(&args.threads), sweep::list(&args.batch)) {
-        (Ok(threads), Ok(batches))
+    let walkers = match args.walkers.as_deref().map(sweep::list) {
+        None => Ok(Vec::new()),
+        Some(Ok(w)) if w.is_empty() => Err("--walkers: empty list".into()),
+        Some(r) => r,
+    };
+    let grid = match (
+        sweep::list(&args.threads),
+        sweep::list(&args.batch),
+        walkers,
+    ) {
+        (Ok(threads), Ok(batches), Ok(walkers))
             if !threads.is_empty() && !batches.is_empty() =>
         {
-            Grid { threads, batches }
+            Grid {
+                threads,
+                batches,
+                walkers,
+            }
         }
-        (Err(e), _) | (_, Err(e)) => {
+        (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
             output::error(e);
             return ExitCode::from(2);
         }
@@ -88,9 +106,19 @@ pub fn run(args: &TuneArgs) -> ExitCode {
             dir.display()
         ));
     }
-    let (t, b, best) = r.best;
+    let (p, best) = r.best;
+    let mut settings =
+        vec![("COPY_THREADS", p.threads), ("COPY_BATCH", p.batch)];
+    if let Some(w) = p.walkers {
+        settings.push(("COPY_WALKERS", w));
+    }
+    let said = settings
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(" ");
     output::out(format_args!(
-        "best: COPY_THREADS={t} COPY_BATCH={b}, median {best:.3} s; {:.2}x the default (8 x 128, {:.3} s){}",
+        "best: {said}, median {best:.3} s; {:.2}x the default (8 x 128, {:.3} s){}",
         best / r.default,
         r.default,
         r.cp.map(|c| format!(", {:.2}x cp -a ({c:.3} s)", best / c))
@@ -109,7 +137,7 @@ pub fn run(args: &TuneArgs) -> ExitCode {
                 return ExitCode::from(1);
             }
         };
-        let new = match copier::defaults::rewrite(&path, &old, t, b) {
+        let new = match copier::defaults::rewrite(&path, &old, &settings) {
             Ok(n) => n,
             Err(e) => {
                 output::error(e);
@@ -124,10 +152,7 @@ pub fn run(args: &TuneArgs) -> ExitCode {
             output::error(format_args!("write {}: {e}", path.display()));
             return ExitCode::from(1);
         }
-        output::out(format_args!(
-            "wrote COPY_THREADS={t} COPY_BATCH={b} to {}",
-            path.display()
-        ));
+        output::out(format_args!("wrote {said} to {}", path.display()));
     }
     ExitCode::SUCCESS
 }

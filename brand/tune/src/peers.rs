@@ -19,6 +19,16 @@ pub enum Tool {
         threads: usize,
         /// COPY_BATCH.
         batch: usize,
+        /// COPY_WALKERS; `None`: the built-in default.
+        walkers: Option<usize>,
+    },
+    /// `zinstall copy` at the default tunables, with another binary (a
+    /// build to compare with, named in tables by `label`).
+    ZinstallAt {
+        /// The binary.
+        bin: PathBuf,
+        /// Its name in tables.
+        label: String,
     },
     /// `zinstall copy` at the default tunables recording a statemap.
     ZinstallRecorded,
@@ -43,12 +53,30 @@ pub enum Tool {
 }
 
 impl Tool {
+    /// `zinstall copy` with `threads` workers and batches of `batch`, the
+    /// other tunables at their defaults.
+    pub fn zinstall(threads: usize, batch: usize) -> Tool {
+        Tool::Zinstall {
+            threads,
+            batch,
+            walkers: None,
+        }
+    }
+
     /// The name in tables.
     pub fn name(&self) -> String {
         match self {
-            Tool::Zinstall { threads, batch } => {
-                format!("zinstall {threads}x{batch}")
-            }
+            Tool::Zinstall {
+                threads,
+                batch,
+                walkers: None,
+            } => format!("zinstall {threads}x{batch}"),
+            Tool::Zinstall {
+                threads,
+                batch,
+                walkers: Some(w),
+            } => format!("zinstall {threads}x{batch} w{w}"),
+            Tool::ZinstallAt { label, .. } => label.clone(),
             Tool::ZinstallRecorded => "zinstall 8x128 --statemap".into(),
             Tool::ZinstallBpftraced => "zinstall 8x128 under bpftrace".into(),
             Tool::ZinstallNoProbes(_) => "zinstall 8x128 without probes".into(),
@@ -70,13 +98,27 @@ impl Tool {
         bench: &Path,
     ) -> Command {
         match self {
-            Tool::Zinstall { threads, batch } => {
+            Tool::Zinstall {
+                threads,
+                batch,
+                walkers,
+            } => {
                 let mut c = Command::new(zinstall);
                 c.env("ZINSTALL_DEFAULTS", "/dev/null")
                     .args(["copy", "-q", "--threads"])
                     .arg(threads.to_string())
                     .arg("--batch")
-                    .arg(batch.to_string())
+                    .arg(batch.to_string());
+                if let Some(w) = walkers {
+                    c.arg("--walkers").arg(w.to_string());
+                }
+                c.arg(src).arg(dst);
+                c
+            }
+            Tool::ZinstallAt { bin, .. } => {
+                let mut c = Command::new(bin);
+                c.env("ZINSTALL_DEFAULTS", "/dev/null")
+                    .args(["copy", "-q"])
                     .arg(src)
                     .arg(dst);
                 c

@@ -99,18 +99,58 @@ pub struct Grid {
     pub threads: Vec<usize>,
     /// COPY_BATCH values.
     pub batches: Vec<usize>,
+    /// COPY_WALKERS values; empty: not swept (the built-in default).
+    pub walkers: Vec<usize>,
+}
+
+/// One point of a [`Grid`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Point {
+    /// COPY_THREADS.
+    pub threads: usize,
+    /// COPY_BATCH.
+    pub batch: usize,
+    /// COPY_WALKERS, if swept.
+    pub walkers: Option<usize>,
+}
+
+impl Point {
+    /// The contender this point is.
+    pub fn tool(&self) -> Tool {
+        Tool::Zinstall {
+            threads: self.threads,
+            batch: self.batch,
+            walkers: self.walkers,
+        }
+    }
 }
 
 impl Grid {
-    /// Every point, threads-major.
-    pub fn tools(&self) -> Vec<Tool> {
+    /// Every point, threads-major, then batch, then walkers.
+    pub fn points(&self) -> Vec<Point> {
+        let walkers: Vec<Option<usize>> = if self.walkers.is_empty() {
+            vec![None]
+        } else {
+            self.walkers.iter().copied().map(Some).collect()
+        };
         let mut v = Vec::new();
         for &threads in &self.threads {
             for &batch in &self.batches {
-                v.push(Tool::Zinstall { threads, batch });
+                for &walkers in &walkers {
+                    v.push(Point {
+                        threads,
+                        batch,
+                        walkers,
+                    });
+                }
             }
         }
         v
+    }
+
+    /// Every point as a contender.
+    pub fn tools(&self) -> Vec<Tool> {
+        self.points().iter().map(Point::tool).collect()
     }
 }
 
@@ -118,22 +158,16 @@ impl Grid {
 pub fn best<'a>(
     samples: &'a [Samples],
     grid: &Grid,
-) -> Option<(usize, usize, &'a Samples)> {
-    let mut out: Option<(usize, usize, &Samples)> = None;
-    for &t in &grid.threads {
-        for &b in &grid.batches {
-            let name = Tool::Zinstall {
-                threads: t,
-                batch: b,
-            }
-            .name();
-            if let Some(s) = samples
-                .iter()
-                .find(|s| s.tool == name && !s.times.is_empty())
-                && out.is_none_or(|(_, _, o)| s.median() < o.median())
-            {
-                out = Some((t, b, s));
-            }
+) -> Option<(Point, &'a Samples)> {
+    let mut out: Option<(Point, &Samples)> = None;
+    for p in grid.points() {
+        let name = p.tool().name();
+        if let Some(s) = samples
+            .iter()
+            .find(|s| s.tool == name && !s.times.is_empty())
+            && out.is_none_or(|(_, o)| s.median() < o.median())
+        {
+            out = Some((p, s));
         }
     }
     out

@@ -9,6 +9,10 @@
 //!   on small machines).
 //! * `sparse`: one large sparse disk image: apparent size `1.6 GiB ×
 //!   scale`, a few hundred MB of data.
+//! * `huge`: a few huge directories: at scale 1 four directories of
+//!   25,000 small files each (a mail spool, a cache, a flat object
+//!   store), about 200 MB: a tree the walk cannot split, since one
+//!   walker reads one directory.
 //! * `empty`: the same tree with every file empty, which times the
 //!   metadata alone (the floor under any copy of that tree).
 
@@ -50,6 +54,8 @@ pub enum Shape {
     Store,
     /// A sparse disk image.
     Sparse,
+    /// A few huge directories.
+    Huge,
 }
 
 impl std::str::FromStr for Shape {
@@ -59,7 +65,8 @@ impl std::str::FromStr for Shape {
             "usr" => Ok(Shape::Usr),
             "store" => Ok(Shape::Store),
             "sparse" => Ok(Shape::Sparse),
-            _ => Err(format!("unknown tree {s:?} (usr, store, sparse)")),
+            "huge" => Ok(Shape::Huge),
+            _ => Err(format!("unknown tree {s:?} (usr, store, sparse, huge)")),
         }
     }
 }
@@ -104,6 +111,17 @@ pub fn generate(
         }
         Shape::Sparse => {
             g.sparse(&root.join("disk.img"), scale)?;
+        }
+        Shape::Huge => {
+            let files = (25_000.0 * scale).round().max(10.0) as usize;
+            for d in 0..4 {
+                let dir = root.join(format!("spool{d}"));
+                g.mkdir(&dir)?;
+                for f in 0..files {
+                    let size = g.rng.range(100, 4096) as usize;
+                    g.sized_file(&dir.join(format!("m{f:06}")), size)?;
+                }
+            }
         }
     }
     Ok(stats)
@@ -162,6 +180,11 @@ impl Gen<'_> {
         // The size is drawn even for empty trees, and contents come from
         // a generator of their own, so the empty twin has the same shape.
         let size = self.size();
+        self.sized_file(p, size)
+    }
+
+    /// A file of `size` bytes (none in an empty tree).
+    fn sized_file(&mut self, p: &Path, size: usize) -> io::Result<()> {
         let n = if self.empty { 0 } else { size };
         self.buf.resize(n, 0);
         Rng::new(self.stats.files ^ 0x5eed).fill(&mut self.buf);
@@ -334,6 +357,17 @@ mod test {
         );
         assert_eq!(e.bytes, 0);
         assert!(a.files > 1000, "{a:?}");
+    }
+
+    #[test]
+    fn huge_is_a_few_huge_directories() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().join("h");
+        let s = generate(Shape::Huge, &root, 0.02, false).unwrap();
+        let c = count(&root);
+        assert_eq!((c.files, c.dirs, c.bytes), (s.files, s.dirs, s.bytes));
+        assert_eq!((s.dirs, s.files), (5, 2000));
+        assert_eq!(fs::read_dir(root.join("spool3")).unwrap().count(), 500);
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use crate::peers::Tool;
 use crate::report::{self, Samples};
-use crate::sweep::{self, Bench, Grid};
+use crate::sweep::{self, Bench, Grid, Point};
 use crate::trees::{self, Shape};
 
 /// What to tune on.
@@ -27,8 +27,8 @@ pub struct TuneOptions {
 
 /// What the sweep found.
 pub struct TuneResult {
-    /// The best point: threads, batch, median seconds.
-    pub best: (usize, usize, f64),
+    /// The best point, and its median in seconds.
+    pub best: (Point, f64),
     /// Median of the default point (8 × 128).
     pub default: f64,
     /// Median of `cp -a`, if it copied right.
@@ -71,10 +71,7 @@ fn run(
         }
     };
     let mut tools = opts.grid.tools();
-    let default = Tool::Zinstall {
-        threads: 8,
-        batch: 128,
-    };
+    let default = Tool::zinstall(8, 128);
     if !tools.contains(&default) {
         tools.push(default.clone());
     }
@@ -89,7 +86,7 @@ fn run(
         log,
     };
     let m = bench.measure(&tools)?;
-    let (t, b, s) = sweep::best(&m.samples, &opts.grid)
+    let (best, s) = sweep::best(&m.samples, &opts.grid)
         .ok_or("no grid point copied right")?;
     let shares = match &opts.statemap {
         Some(dir) => {
@@ -104,7 +101,7 @@ fn run(
             .map(|x: &Samples| x.median().as_secs_f64())
     };
     Ok(TuneResult {
-        best: (t, b, s.median().as_secs_f64()),
+        best: (best, s.median().as_secs_f64()),
         default: med(&default.name()).unwrap_or(f64::NAN),
         cp: med("cp -a"),
         table: report::markdown(&m.samples, "cp -a"),
@@ -185,49 +182,49 @@ fn statemaps(
         "| COPY_THREADS x COPY_BATCH | median s | workers waiting for the walker | on CPU | blocked in I/O | waiting for a CPU |\n\
          |---|---:|---:|---:|---:|---:|\n",
     );
-    for &t in &opts.grid.threads {
-        for &b in &opts.grid.batches {
-            let name = Tool::Zinstall {
-                threads: t,
-                batch: b,
-            }
-            .name();
-            let median = m
-                .samples
-                .iter()
-                .find(|s| s.tool == name && !s.times.is_empty())
-                .map(|s| format!("{:.3}", s.median().as_secs_f64()))
-                .unwrap_or_else(|| "-".into());
-            let stem = dir.join(format!("zinstall-{t}x{b}"));
-            let sh = point(opts, src, dst, &stem, t, b, trace, log)?;
-            let pct = |v: Option<f64>| {
-                v.map_or("-".to_string(), |v| format!("{:.1}%", v * 100.0))
-            };
-            table.push_str(&format!(
-                "| {t} x {b} | {median} | {} | {} | {} | {} |\n",
-                pct(Some(sh.waiting)),
-                pct(sh.on_cpu),
-                pct(sh.io),
-                pct(sh.runnable)
-            ));
-        }
+    for p in opts.grid.points() {
+        let name = p.tool().name();
+        let median = m
+            .samples
+            .iter()
+            .find(|s| s.tool == name && !s.times.is_empty())
+            .map(|s| format!("{:.3}", s.median().as_secs_f64()))
+            .unwrap_or_else(|| "-".into());
+        let (t, b) = (p.threads, p.batch);
+        let (stem, label) = match p.walkers {
+            None => (format!("zinstall-{t}x{b}"), format!("{t} x {b}")),
+            Some(w) => (
+                format!("zinstall-{t}x{b}-w{w}"),
+                format!("{t} x {b}, {w} walkers"),
+            ),
+        };
+        let sh = point(opts, src, dst, &dir.join(stem), p, trace, log)?;
+        let pct = |v: Option<f64>| {
+            v.map_or("-".to_string(), |v| format!("{:.1}%", v * 100.0))
+        };
+        table.push_str(&format!(
+            "| {label} | {median} | {} | {} | {} | {} |\n",
+            pct(Some(sh.waiting)),
+            pct(sh.on_cpu),
+            pct(sh.io),
+            pct(sh.runnable)
+        ));
     }
     fs::write(dir.join("shares.md"), &table)
         .map_err(|e| format!("{}: {e}", dir.display()))?;
     Ok(table)
 }
 
-#[allow(clippy::too_many_arguments)]
 fn point(
     opts: &TuneOptions,
     src: &Path,
     dst: &Path,
     stem: &Path,
-    threads: usize,
-    batch: usize,
+    p: Point,
     trace: bool,
     log: &mut dyn FnMut(&str),
 ) -> Result<WorkerShares, String> {
+    let (threads, batch) = (p.threads, p.batch);
     use std::process::Command;
     use zinstall_statemap as statemap;
     let json = stem.with_extension("statemap.json");
@@ -244,6 +241,10 @@ fn point(
         "--statemap".into(),
         json.clone().into(),
     ];
+    if let Some(w) = p.walkers {
+        copy.push("--walkers".into());
+        copy.push(w.to_string().into());
+    }
     copy.push(src.into());
     copy.push(dst.into());
     let mut cmd = if trace {

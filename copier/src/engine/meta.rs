@@ -12,14 +12,15 @@
 use std::ffi::{CStr, CString};
 use std::fs::{File, Metadata, Permissions};
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::{AsFd, RawFd};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 
-use super::{DirNode, Shared};
+use super::Shared;
+use super::dirs::{DirFds, DirNode};
 use crate::error::{Error, Op, Result};
 use crate::stats::NoticeKind;
-use crate::sys::posix::{self, Times, at};
+use crate::sys::posix::{self, Stat, Times, at};
 use crate::sys::{self, XattrTarget};
 
 /// Owner, xattrs, mode, times of a regular file, through its descriptor.
@@ -31,94 +32,90 @@ pub(crate) fn apply_file(
     src_path: &Path,
     dst_path: &Path,
 ) -> Result<()> {
-    owner(shared, md, dst_path, || {
+    owner(shared, md.uid(), md.gid(), dst_path, || {
         std::os::unix::fs::fchown(dst, Some(md.uid()), Some(md.gid()))
     })?;
     copy_xattrs(
         shared,
-        &XattrTarget::Fd(src),
-        &XattrTarget::Fd(dst),
+        &XattrTarget::Fd(src.as_fd()),
+        &XattrTarget::Fd(dst.as_fd()),
         src_path,
         dst_path,
     )?;
-    dst.set_permissions(Permissions::from_mode(mode(shared, md, dst_path)))
-        .map_err(|e| Error::io(Op::Chmod, dst_path, e))?;
+    dst.set_permissions(Permissions::from_mode(mode(
+        shared,
+        &Stat::of_metadata(md),
+        dst_path,
+    )))
+    .map_err(|e| Error::io(Op::Chmod, dst_path, e))?;
     posix::set_times_fd(dst, &Times::of(md))
         .map_err(|e| Error::io(Op::SetTimes, dst_path, e))
 }
 
 /// The same for an entry named in a directory we hold: symlinks (no
 /// mode), special files. Nothing is followed: not the directory's path
-/// (we hold it), not the entry (`AT_SYMLINK_NOFOLLOW`, `O_PATH`).
+/// (we hold it), not the entry (`AT_SYMLINK_NOFOLLOW`, `O_PATH`). `src`
+/// is the source entry (itself named in its directory, or by path).
 pub(crate) fn apply_at(
     shared: &Shared<'_>,
-    md: &Metadata,
+    md: &Stat,
+    src: &XattrTarget<'_>,
     src_path: &Path,
     dir: RawFd,
     leaf: &CStr,
     dst_path: &Path,
 ) -> Result<()> {
-    owner(shared, md, dst_path, || {
-        at::lchown(dir, leaf, md.uid(), md.gid())
+    owner(shared, md.uid, md.gid, dst_path, || {
+        at::lchown(dir, leaf, md.uid, md.gid)
     })?;
-    let src_c = posix::cstr(src_path)
-        .map_err(|e| Error::io(Op::ListXattr, src_path, e))?;
-    copy_xattrs(
-        shared,
-        &XattrTarget::Path(&src_c),
-        &XattrTarget::At(dir, leaf),
-        src_path,
-        dst_path,
-    )?;
-    if !md.file_type().is_symlink() {
+    copy_xattrs(shared, src, &XattrTarget::At(dir, leaf), src_path, dst_path)?;
+    if !md.is_symlink() {
         sys::chmod_at(dir, leaf, mode(shared, md, dst_path))
             .map_err(|e| Error::io(Op::Chmod, dst_path, e))?;
     }
-    at::set_times(dir, leaf, &Times::of(md))
+    at::set_times(dir, leaf, &md.times)
         .map_err(|e| Error::io(Op::SetTimes, dst_path, e))
 }
 
-/// A finished directory, through the descriptor it was made and filled
-/// through.
-pub(crate) fn apply_dir(shared: &Shared<'_>, d: &DirNode) -> Result<()> {
+/// A finished directory, through its source and destination
+/// descriptors.
+pub(crate) fn apply_dir(
+    shared: &Shared<'_>,
+    d: &DirNode,
+    fds: &DirFds,
+) -> Result<()> {
     let md = &d.md;
-    let dst = File::from(
-        d.fd.try_clone()
-            .map_err(|e| Error::io(Op::Open, &d.dst, e))?,
-    );
-    owner(shared, md, &d.dst, || {
-        std::os::unix::fs::fchown(&dst, Some(md.uid()), Some(md.gid()))
+    let dst = &*fds.dst;
+    owner(shared, md.uid, md.gid, &d.dst, || {
+        at::fchown(dst, md.uid, md.gid)
     })?;
-    let src_c =
-        posix::cstr(&d.src).map_err(|e| Error::io(Op::ListXattr, &d.src, e))?;
     copy_xattrs(
         shared,
-        &XattrTarget::Path(&src_c),
-        &XattrTarget::Fd(&dst),
+        &XattrTarget::Fd(fds.src.as_fd()),
+        &XattrTarget::Fd(dst.as_fd()),
         &d.src,
         &d.dst,
     )?;
-    dst.set_permissions(Permissions::from_mode(mode(shared, md, &d.dst)))
+    at::fchmod(dst, mode(shared, md, &d.dst))
         .map_err(|e| Error::io(Op::Chmod, &d.dst, e))?;
-    posix::set_times_fd(&dst, &Times::of(md))
-        .map_err(|e| Error::io(Op::SetTimes, &d.dst, e))
+    at::futimens(dst, &md.times).map_err(|e| Error::io(Op::SetTimes, &d.dst, e))
 }
 
 /// The mode to give an entry: the source's, but in a run acting as a
 /// caller without the setuid (setgid) bit of an owner (group) the copy
 /// does not keep, as `cp -a` run by the caller clears them: a set-id bit
 /// means "run as this owner", and the owner here is the caller.
-fn mode(shared: &Shared<'_>, md: &Metadata, path: &Path) -> u32 {
-    let mode = md.mode() & 0o7777;
+fn mode(shared: &Shared<'_>, md: &Stat, path: &Path) -> u32 {
+    let mode = md.mode & 0o7777;
     let Some(who) = &shared.plan.credentials else {
         return mode;
     };
     let mut kept = mode;
-    if md.uid() != who.uid {
+    if md.uid != who.uid {
         kept &= !0o4000; // S_ISUID
     }
     // A directory's setgid bit only says that entries take its group.
-    if !md.is_dir() && md.gid() != who.gid && !who.groups.contains(&md.gid()) {
+    if !md.is_dir() && md.gid != who.gid && !who.groups.contains(&md.gid) {
         kept &= !0o2000; // S_ISGID
     }
     if kept != mode {
@@ -137,14 +134,13 @@ fn privileged_xattr(name: &[u8]) -> bool {
 /// without root, notes once that owners were not kept.
 fn owner(
     shared: &Shared<'_>,
-    md: &Metadata,
+    uid: u32,
+    gid: u32,
     path: &Path,
     chown: impl FnOnce() -> io::Result<()>,
 ) -> Result<()> {
     if !shared.preserve_owner {
-        if !shared.is_root
-            && (md.uid() != posix::euid() || md.gid() != posix::egid())
-        {
+        if !shared.is_root && (uid != posix::euid() || gid != posix::egid()) {
             shared.notice(NoticeKind::Ownership, path);
         }
         return Ok(());

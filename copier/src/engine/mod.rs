@@ -1,41 +1,58 @@
-//! The engine: one walker, a bounded queue of batches, a pool of workers.
+//! The engine: walker threads, a bounded queue of batches, a pool of
+//! workers.
 //!
 //! ```text
-//!  caller thread                      copy-0 .. copy-N-1
-//! ┌──────────────┐  Vec<Job> × BATCH  ┌───────────────────────────┐
-//! │ walker       │ ─────────────────▶ │ worker: open, fstat, copy │
-//! │ readdir      │  bounded(2 × N)    │ data, chown, xattrs,      │
-//! │ mkdir        │                    │ chmod, times              │
-//! └──────────────┘                    └───────────────────────────┘
-//!        │ holds 1 on each open dir          │ releases 1 per job
-//!        ▼                                   ▼
+//!  walk-0 .. walk-W-1                  copy-0 .. copy-N-1
+//! ┌────────────────┐ Vec<Job> × BATCH ┌───────────────────────────┐
+//! │ walker: pop or │ ───────────────▶ │ worker: open, fstat, copy │
+//! │ steal a dir,   │ bounded(2 × N)   │ data, chown, xattrs,      │
+//! │ mkdir, readdir │  (one queue)     │ chmod, times              │
+//! └────────────────┘                  └───────────────────────────┘
+//!   ▲ push subdirs │ holds 1 on each dir it reads │ releases 1 per job
+//!   └──────────────┘                               ▼
 //!   DirNode { pending } ── reaches 0 ──▶ directory metadata applied
 //! ```
 //!
 //! Invariants:
 //! * A directory exists before any job inside it is queued: the walker
-//!   creates it (mode 0700, so that its owner can fill it whatever its
-//!   final mode) before it reads the directory's entries.
+//!   that pops it creates it (mode 0700, so that its owner can fill it
+//!   whatever its final mode) and opens it, beneath its parent's
+//!   descriptor, before it reads the directory's entries.
 //! * A directory's own metadata is applied after everything inside it is
 //!   done (see [`dirs`]), so a 0555 directory is filled before it becomes
 //!   0555 and its copied mtime is not clobbered by later creations.
-//! * The walker does no per-file system call beyond what readdir gives;
-//!   opening, `fstat` and everything else happens in the workers, in
-//!   parallel. Hard links are found there too (see [`inodes`]).
-//! * Memory is bounded by the queue (2 × threads batches), the open
-//!   directories on the current path, and the inodes with more than one
-//!   name; not by the size of the tree.
-//! * The first error stops the walk and workers stop at their next job,
-//!   unless the plan goes on past failed entries ([`OnError::KeepGoing`]):
-//!   then a failed job is recorded and the rest go on, a directory that
-//!   cannot be read or made is left out with its contents, and directory
-//!   metadata is applied as usual. Errors about the run itself (its
-//!   destination, its settings, a cancel) stop it either way.
+//! * The walkers do no per-file system call beyond what readdir gives;
+//!   opening (relative to the source directory's descriptor), `fstat` and
+//!   everything else happens in the workers, in parallel. Hard links are
+//!   found there too (see [`inodes`]): the first name a worker claims is
+//!   copied, whichever walker found it and in whatever order.
+//! * Descriptors: a queued directory holds its parent's (shared by all
+//!   its queued siblings) and is opened only when popped, so a wide
+//!   directory costs two descriptors however many subdirectories it has;
+//!   a node keeps none of its own (see [`dirs`]), so a deep chain costs
+//!   none per level. Open: two per directory being read, two per
+//!   directory with queued subdirectories, and the directories of queued
+//!   jobs (bounded by the queue).
+//! * Memory is bounded by the queue (2 × threads batches, and one batch
+//!   being filled per walker), the queued directories, and the inodes
+//!   with more than one name; not by the size of the tree.
+//! * The first error stops every walker (at its next entry, or within
+//!   10 ms if idle) and the workers at their next job, unless the plan
+//!   goes on past failed entries ([`OnError::KeepGoing`]): then a failed
+//!   job is recorded and the rest go on, a directory that cannot be read
+//!   or made is left out with its contents, and directory metadata is
+//!   applied as usual, whichever walkers and workers meet the errors.
+//!   Errors about the run itself (its destination, its settings, a
+//!   cancel) stop every walker either way.
 //!
-//! Walk-only ([`Plan::walk_only`], a measurement aid): the walker is
-//! unchanged, directories included; one worker takes the batches and
-//! discards each job, releasing its directory, so the walker's own rate
-//! can be measured apart from the copying.
+//! Walk-only ([`Plan::walk_only`], a measurement aid): the walkers are
+//! unchanged, directories and batches included, but each walker discards
+//! the batches it fills instead of queuing them, releasing their
+//! directories, and no directory's metadata is applied (the workers'
+//! work in a copy), so the walkers' own rate is measured apart from the
+//! copying and from any consumer's. A dry run is the same walk
+//! with nothing made: the walkers count what a copy would do
+//! ([`preview`]).
 
 mod dirs;
 mod inodes;
@@ -48,6 +65,7 @@ use std::ffi::CString;
 use std::fs;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -68,16 +86,35 @@ pub(crate) use dirs::DirNode;
 /// One unit of work for a worker.
 pub(crate) struct Job {
     pub(crate) kind: JobKind,
+    /// The source and destination paths, for messages only: the entry is
+    /// read as `leaf` in `src_dir` and made as `leaf` in `dir`, never by
+    /// these paths. The walker leaves them empty for an entry of a tree;
+    /// the worker makes them from the directory's ([`Job::name_paths`]).
     pub(crate) src: PathBuf,
-    /// The destination path, for messages only: the entry is made as
-    /// `leaf` in `dir`, never by this path.
     pub(crate) dst: PathBuf,
     /// The destination directory, opened beneath the destination root.
     pub(crate) dir: Arc<OwnedFd>,
-    /// The entry's name in `dir`.
+    /// The entry's name in `dir`, and in `src_dir`.
     pub(crate) leaf: CString,
+    /// The source directory, open; `None` when the source is named by
+    /// `src` itself (a single-file copy).
+    pub(crate) src_dir: Option<Arc<OwnedFd>>,
     /// The directory this entry lives in; released when the job is done.
     pub(crate) parent: Option<Arc<DirNode>>,
+}
+
+impl Job {
+    /// Fills in the paths of an entry queued by a walker, from its
+    /// directory's.
+    pub(crate) fn name_paths(&mut self) {
+        if let Some(p) = &self.parent
+            && self.src.as_os_str().is_empty()
+        {
+            let name = std::ffi::OsStr::from_bytes(self.leaf.to_bytes());
+            self.src = p.src.join(name);
+            self.dst = p.dst.join(name);
+        }
+    }
 }
 
 pub(crate) enum JobKind {
@@ -216,6 +253,18 @@ impl<'p> Shared<'p> {
     }
 }
 
+/// Runs `f` in this thread with the run's identity, if it has one: what
+/// every thread doing the run's work (walkers, workers, pooled batches)
+/// does first, so that the identity is taken in one place. `None` if it
+/// could not be taken (the run has failed).
+pub(crate) fn as_caller<R>(
+    shared: &Shared<'_>,
+    f: impl FnOnce() -> R,
+) -> Option<R> {
+    let _assumed = shared.assume()?;
+    Some(f())
+}
+
 // The engine runs plans; a plan knows nothing of the engine, so the
 // dependency runs one way (plan describes, engine does).
 impl Plan {
@@ -248,7 +297,11 @@ fn run(plan: &Plan) -> Result<Report, Failure> {
     if ready {
         match fs::symlink_metadata(&plan.src) {
             Err(e) => shared.fail(Error::io(Op::Stat, &plan.src, e)),
-            Ok(md) if plan.dry_run => preview::run(&shared, &md, &mut stats),
+            Ok(md) if plan.dry_run => {
+                if let Some(walked) = preview::run(&shared, &md, &mut stats) {
+                    add_walkers(&mut stats, &mut entities, walked);
+                }
+            }
             Ok(md) if md.is_dir() => {
                 run_tree(&shared, &mut stats, &mut entities);
             }
@@ -302,7 +355,7 @@ fn run(plan: &Plan) -> Result<Report, Failure> {
     }
 }
 
-/// Copies a directory tree: the walker here, the workers in a scope.
+/// Copies a directory tree: walkers and workers in a scope.
 fn run_tree(
     shared: &Shared<'_>,
     stats: &mut Stats,
@@ -322,15 +375,15 @@ fn run_tree(
         run_tree_pooled(shared, pool, top, stats, entities);
         return;
     }
-    // The queue is the copy's, whatever consumes it.
     let (tx, rx) =
         crossbeam_channel::bounded::<Vec<Job>>(2 * plan.tunables.copy_threads);
+    // Walk-only: the walkers discard their own batches.
     let threads = if plan.walk_only {
-        1
+        0
     } else {
         plan.tunables.copy_threads
     };
-    let results = thread::scope(|s| {
+    let (walked, done) = thread::scope(|s| {
         let mut handles = Vec::with_capacity(threads);
         for i in 0..threads {
             let rx = rx.clone();
@@ -338,9 +391,7 @@ fn run_tree(
                 .name(format!("copy-{i}"))
                 .spawn_scoped(s, move || {
                     let mut w = worker::Worker::new(shared, i);
-                    if let Some(_assumed) = shared.assume() {
-                        w.run(rx);
-                    }
+                    as_caller(shared, || w.run(rx));
                     w.finish()
                 });
             match h {
@@ -352,21 +403,22 @@ fn run_tree(
             }
         }
         drop(rx);
-        let mut walker = walk::Walker::new(shared, Box::new(tx), top);
-        if !shared.stopped() {
-            walker.walk();
-        }
-        let walked = walker.finish();
+        let walked = walk::run(
+            shared,
+            walk::Mode::Copy,
+            (!plan.walk_only).then_some(&tx as &(dyn walk::Dispatch + Sync)),
+            Some(top),
+            plan.tunables.walkers(),
+        );
+        // Every walker is done: closing the queue lets the workers finish.
+        drop(tx);
         let done: Vec<_> = handles
             .into_iter()
             .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
             .collect();
         (walked, done)
     });
-    let ((walk_stats, walk_trace), done) = results;
-    stats.merge(&walk_stats);
-    stats.walker_blocked = walk_stats.walker_blocked;
-    entities.extend(walk_trace);
+    add_walkers(stats, entities, walked);
     for (s, ws, t) in done {
         stats.merge(&s);
         stats.workers.push(ws);
@@ -374,10 +426,25 @@ fn run_tree(
     }
 }
 
-/// Copies a directory tree with a shared pool's workers: the walker here
-/// queues each batch as a task; each pool thread keeps one worker (its
-/// buffer, counters and trace) for this run and takes the run's identity
-/// for each batch it does.
+/// Adds the walkers' counters, loads and traces to the run's.
+fn add_walkers(
+    stats: &mut Stats,
+    entities: &mut Vec<crate::trace::EntityTrace>,
+    walked: walk::WalkResult,
+) {
+    for (s, ws, t) in walked {
+        stats.merge(&s);
+        stats.walker_blocked += ws.blocked;
+        stats.walkers.push(ws);
+        entities.extend(t);
+    }
+}
+
+/// Copies a directory tree with a shared pool's workers: the walkers
+/// (as many as the pool's walker budget spares, at least one) queue each
+/// batch as a task; each pool thread keeps one worker (its buffer,
+/// counters and trace) for this run and takes the run's identity for
+/// each batch it does.
 fn run_tree_pooled(
     shared: &Shared<'_>,
     pool: &crate::pool::Pool,
@@ -388,7 +455,8 @@ fn run_tree_pooled(
     let slots: Vec<Mutex<Option<worker::Worker<'_, '_>>>> =
         (0..pool.threads()).map(|_| Mutex::new(None)).collect();
     let in_flight = crate::pool::InFlight::default();
-    let (walk_stats, walk_trace) = pool.scope(|scope| {
+    let walkers = pool.take_walkers(shared.plan.tunables.walkers());
+    let walked = pool.scope(|scope| {
         let dispatch = walk::PoolDispatch {
             scope,
             shared,
@@ -397,15 +465,16 @@ fn run_tree_pooled(
             in_flight: &in_flight,
             cap: 2 * pool.threads(),
         };
-        let mut walker = walk::Walker::new(shared, Box::new(dispatch), top);
-        if !shared.stopped() {
-            walker.walk();
-        }
-        walker.finish()
+        walk::run(
+            shared,
+            walk::Mode::Copy,
+            Some(&dispatch),
+            Some(top),
+            walkers.count(),
+        )
     });
-    stats.merge(&walk_stats);
-    stats.walker_blocked = walk_stats.walker_blocked;
-    entities.extend(walk_trace);
+    drop(walkers);
+    add_walkers(stats, entities, walked);
     for slot in &slots {
         let w = slot.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(w) = w {
@@ -456,12 +525,22 @@ fn run_single(
     } else {
         JobKind::Special
     };
+    if plan.walk_only {
+        // Counted as the entry it stands for; nothing written.
+        match kind {
+            JobKind::File => stats.files += 1,
+            JobKind::Symlink => stats.symlinks += 1,
+            _ => stats.specials += 1,
+        }
+        return;
+    }
     let job = Job {
         kind,
         src: plan.src.clone(),
         dst,
         dir,
         leaf,
+        src_dir: None,
         parent: None,
     };
     let mut w = worker::Worker::new(shared, 0);
@@ -622,6 +701,7 @@ mod test {
             dst: dst.to_path_buf(),
             dir: Arc::new(dir.into()),
             leaf: worker::leaf_name(dst.file_name().unwrap()).unwrap(),
+            src_dir: None,
             parent: None,
         });
         drop(w);

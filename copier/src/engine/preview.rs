@@ -1,36 +1,42 @@
 //! A dry run ([`Plan::dry_run`](crate::Plan::dry_run)): the copy's walk
-//! and decisions with every write left out. The source is walked as the
-//! walker walks it (same rules, same mount-point rule) and the
-//! destination is only read: by path, which is safe because nothing is
-//! written through what is found.
+//! and decisions with every write left out. The source is walked by the
+//! same walkers as a copy (same rules, same mount-point rule), which
+//! count each entry here instead of making it; the destination is only
+//! read: by path, which is safe because nothing is written through what
+//! is found.
 
 use std::collections::HashSet;
+use std::ffi::CStr;
 use std::fs;
 use std::io;
+use std::os::fd::RawFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
+use std::sync::Mutex;
 
-use super::{Shared, identity, walk};
+use super::{Shared, walk};
 use crate::error::{Error, Op, Refusal, Result};
 use crate::plan::EntryKind;
-use crate::rules::{self, Action};
 use crate::stats::Stats;
+use crate::sys::posix::{Stat, at};
 
 /// Walks the source, counting into `stats` what the copy would do;
-/// errors go to `shared` as the copy's would.
+/// errors go to `shared` as the copy's would. Returns the walkers'
+/// results for a directory source.
 pub(crate) fn run(
     shared: &Shared<'_>,
     src_md: &fs::Metadata,
     stats: &mut Stats,
-) {
+) -> Option<walk::WalkResult> {
     let r = if src_md.is_dir() {
-        tree(shared, stats)
+        tree(shared).map(Some)
     } else {
-        single(shared, src_md, stats)
+        single(shared, src_md, stats).map(|()| None)
     };
-    if let Err(e) = r {
+    r.unwrap_or_else(|e| {
         shared.fail(e);
-    }
+        None
+    })
 }
 
 /// What is at `path` in the destination, if anything.
@@ -42,7 +48,8 @@ fn existing(path: &Path) -> Result<Option<fs::Metadata>> {
     }
 }
 
-fn tree(shared: &Shared<'_>, stats: &mut Stats) -> Result<()> {
+/// The copy's refusals about the top destination, then the walk.
+fn tree(shared: &Shared<'_>) -> Result<walk::WalkResult> {
     let plan = shared.plan;
     walk::check_destination(plan)?;
     if let Some(md) = existing(&plan.dst)? {
@@ -62,94 +69,81 @@ fn tree(shared: &Shared<'_>, stats: &mut Stats) -> Result<()> {
             }
         }
     }
-    let mut top_dev = None;
-    let mut seen_inodes = HashSet::new();
-    let mut scratch = Vec::new();
-    let mut it = walk::source_walk(plan);
-    while !shared.stopped() {
-        let entry = match it.next() {
-            None => break,
-            Some(Ok(e)) => e,
-            Some(Err(e)) => {
-                shared.entry_failed(Error::walk(Op::ReadDir, &plan.src, e));
-                continue;
-            }
-        };
-        let depth = entry.depth();
-        let (rel, dst) = walk::destination_of(plan, &entry);
-        let (action, rule_path) = walk::rule_for(plan, rel, &mut scratch);
-        let ft = entry.file_type();
-        if depth > 0 && action == Action::Skip {
-            stats.skipped += 1;
-            if ft.is_dir() {
-                it.skip_current_dir();
-            }
-            continue;
-        }
-        let md = match entry.metadata() {
-            Ok(md) => md,
-            Err(e) => {
-                shared.entry_failed(Error::walk(Op::Stat, entry.path(), e));
-                if ft.is_dir() {
-                    it.skip_current_dir();
-                }
-                continue;
-            }
-        };
-        if ft.is_dir() {
-            match top_dev {
-                None => top_dev = Some(md.dev()),
-                Some(dev) => {
-                    walk::note_mount_point(shared, entry.path(), &md, dev);
-                }
-            }
-        }
-        let kind = if ft.is_dir() {
-            EntryKind::Dir
-        } else if ft.is_file() {
-            if rules::link_target(&action, &rule_path).is_some() {
-                EntryKind::Redirect
-            } else if md.nlink() > 1 && !seen_inodes.insert(identity(&md)) {
-                EntryKind::HardLink
-            } else {
-                EntryKind::File
-            }
-        } else if ft.is_symlink() {
-            EntryKind::Symlink
-        } else {
-            EntryKind::Special
-        };
-        if depth > 0 && plan.merge {
-            let there = match existing(&dst) {
-                Ok(t) => t,
-                Err(e) => {
-                    shared.entry_failed(e);
-                    continue;
-                }
-            };
-            if let Some(there) = &there
-                && there.is_dir() != (kind == EntryKind::Dir)
-            {
-                let why = if there.is_dir() {
-                    Refusal::DirectoryInTheWay
-                } else {
-                    Refusal::Conflict
-                };
-                shared.entry_failed(Error::refused(&dst, why));
-                if ft.is_dir() {
-                    it.skip_current_dir();
-                }
-                continue;
-            }
-            if kind == EntryKind::File
-                && there.is_some_and(|t| unchanged(&md, &t))
-            {
-                stats.unchanged += 1;
-                continue;
-            }
-        }
-        count(shared, stats, entry.path(), &dst, kind, &md);
+    Ok(walk::run(
+        shared,
+        walk::Mode::DryRun,
+        None,
+        None,
+        plan.tunables.walkers(),
+    ))
+}
+
+/// A directory a walker is about to read: merging, what is in its place
+/// at the destination must be a directory (the top was checked).
+pub(crate) fn dir(
+    shared: &Shared<'_>,
+    stats: &mut Stats,
+    src: &Path,
+    dst: &Path,
+    md: &Stat,
+    top: bool,
+) -> Result<()> {
+    if !top
+        && shared.plan.merge
+        && let Some(there) = existing(dst)?
+        && !there.is_dir()
+    {
+        return Err(Error::refused(dst, Refusal::Conflict));
     }
+    count(shared, stats, src, dst, EntryKind::Dir, md);
+    Ok(())
+}
+
+/// Anything but a directory, named `at` in its open source directory.
+pub(crate) fn entry(
+    shared: &Shared<'_>,
+    stats: &mut Stats,
+    seen: &Mutex<HashSet<(u64, u64)>>,
+    at: (RawFd, &CStr),
+    src: &Path,
+    dst: &Path,
+    redirect: bool,
+) -> Result<()> {
+    let md = at::stat(at.0, at.1).map_err(|e| Error::io(Op::Stat, src, e))?;
+    let kind = match md.kind() as libc::mode_t {
+        libc::S_IFDIR => return Err(Error::refused(src, Refusal::ChangedType)),
+        libc::S_IFREG if redirect => EntryKind::Redirect,
+        libc::S_IFREG => EntryKind::File,
+        libc::S_IFLNK => EntryKind::Symlink,
+        _ => EntryKind::Special,
+    };
+    // A later name of anything the copy links rather than makes again
+    // (files, symlinks, special files alike).
+    let kind = if kind != EntryKind::Redirect
+        && md.nlink > 1
+        && !seen
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(md.identity())
+    {
+        EntryKind::HardLink
+    } else {
+        kind
+    };
+    if shared.plan.merge {
+        let there = existing(dst)?;
+        if let Some(there) = &there
+            && there.is_dir()
+        {
+            return Err(Error::refused(dst, Refusal::DirectoryInTheWay));
+        }
+        if kind == EntryKind::File && there.is_some_and(|t| unchanged(&md, &t))
+        {
+            stats.unchanged += 1;
+            return Ok(());
+        }
+    }
+    count(shared, stats, src, dst, kind, &md);
     Ok(())
 }
 
@@ -181,19 +175,20 @@ fn single(
     } else {
         EntryKind::Special
     };
-    if kind == EntryKind::File && there.is_some_and(|t| unchanged(md, &t)) {
+    let md = Stat::of_metadata(md);
+    if kind == EntryKind::File && there.is_some_and(|t| unchanged(&md, &t)) {
         stats.unchanged += 1;
         return Ok(());
     }
-    count(shared, stats, &plan.src, &dst, kind, md);
+    count(shared, stats, &plan.src, &dst, kind, &md);
     Ok(())
 }
 
 /// The copy's test for a file it may leave alone when merging.
-fn unchanged(src: &fs::Metadata, dst: &fs::Metadata) -> bool {
+fn unchanged(src: &Stat, dst: &fs::Metadata) -> bool {
     dst.is_file()
-        && dst.len() == src.len()
-        && (dst.mtime(), dst.mtime_nsec()) == (src.mtime(), src.mtime_nsec())
+        && dst.len() == src.size
+        && (dst.mtime(), dst.mtime_nsec()) == src.times.mtime
 }
 
 fn count(
@@ -202,13 +197,14 @@ fn count(
     src: &Path,
     dst: &Path,
     kind: EntryKind,
-    md: &fs::Metadata,
+    md: &Stat,
 ) {
+    let bytes = if kind == EntryKind::File { md.size } else { 0 };
     match kind {
         EntryKind::Dir => stats.dirs += 1,
         EntryKind::File => {
             stats.files += 1;
-            stats.bytes += md.len();
+            stats.bytes += md.size;
         }
         EntryKind::HardLink => stats.hardlinks += 1,
         EntryKind::Symlink => stats.symlinks += 1,
@@ -216,7 +212,7 @@ fn count(
         EntryKind::Redirect => stats.redirects += 1,
     }
     if let Some(p) = &shared.plan.progress {
-        p.advance(1, if kind == EntryKind::File { md.len() } else { 0 });
+        p.advance(1, bytes);
     }
     if let Some(l) = &shared.plan.listener {
         l.entry(src, dst, kind);

@@ -1,26 +1,35 @@
-//! The walker: reads the source tree in depth-first order, creates each
-//! directory, and queues batches of jobs for everything else.
+//! The walkers: `COPY_WALKERS` threads sharing the directories still to
+//! read through work-stealing deques. Each reads a directory relative to
+//! its parent's descriptor, makes and opens it beneath the destination
+//! first (copying), queues its subdirectories and feeds batches of jobs
+//! for everything else into the one queue the workers share.
 
+use std::collections::HashSet;
+use std::ffi::{CStr, CString, OsStr};
 use std::fs;
 use std::io;
-use std::mem;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::sync::atomic::{AtomicUsize, Ordering, fence};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::thread;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Sender, TrySendError};
-use walkdir::WalkDir;
+use crossbeam_deque::{Injector, Steal, Stealer, Worker as DequeWorker};
 
-use super::dirs::{self, DirNode};
+use super::dirs::{self, DirFds, DirNode};
 use super::worker::Worker;
-use super::{Job, JobKind, Shared, identity, new_trace};
+use super::{Job, JobKind, Shared, identity, new_trace, preview};
 use crate::beneath::{self, Root};
 use crate::error::{Error, Op, Refusal, Result};
 use crate::rules::{self, Action};
-use crate::stats::{NoticeKind, Stats};
-use crate::sys::posix::{self, at};
+use crate::stats::{NoticeKind, Stats, WalkerStats};
+use crate::sys::{
+    self,
+    posix::{self, Stat, at},
+};
 use crate::trace::{ThreadState, ThreadTrace};
 
 /// Refuses a destination the copy must not go to: inside the source (the
@@ -118,186 +127,586 @@ pub(crate) fn step_error(f: beneath::StepFail, path: &Path) -> Error {
     }
 }
 
-pub(crate) struct Walker<'s, 'p> {
-    shared: &'s Shared<'p>,
-    /// The top destination directory, until the walk enters it.
-    top: Option<OwnedFd>,
-    tx: Option<Box<dyn Dispatch + 's>>,
-    batch: Vec<Job>,
-    /// Directories on the current path, with their walk depth.
-    stack: Vec<(usize, Arc<DirNode>)>,
-    stats: Stats,
-    trace: ThreadTrace,
-    scratch: Vec<usize>,
+/// What the walkers do with what they find.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// Make each directory at the destination and queue jobs for the
+    /// rest (a copy, or a walk-only run whose consumer discards them).
+    Copy,
+    /// Write nothing: count what a copy would do (a dry run).
+    DryRun,
 }
 
-impl<'s, 'p> Walker<'s, 'p> {
-    pub(crate) fn new(
-        shared: &'s Shared<'p>,
-        tx: Box<dyn Dispatch + 's>,
-        top: OwnedFd,
-    ) -> Self {
-        Walker {
-            shared,
-            top: Some(top),
-            tx: Some(tx),
-            batch: Vec::with_capacity(batch_capacity(shared)),
-            stack: Vec::new(),
-            stats: Stats::default(),
-            trace: new_trace(shared, "walker".to_string()),
-            scratch: Vec::new(),
-        }
-    }
+/// A directory still to read. It holds its parent's descriptors (and a
+/// count on its parent's node) until it is popped: only then is it made
+/// at the destination and opened, so a directory with many
+/// subdirectories queues them without a descriptor each.
+pub(crate) struct DirTask {
+    src: PathBuf,
+    dst: PathBuf,
+    at: TaskAt,
+    parent: Option<Arc<DirNode>>,
+}
 
-    pub(crate) fn walk(&mut self) {
-        let plan = self.shared.plan;
-        let mut it = source_walk(plan);
-        self.trace.enter(ThreadState::Walking);
-        while !self.shared.stopped() {
-            let entry = match it.next() {
-                None => break,
-                Some(Ok(e)) => e,
-                Some(Err(e)) => {
-                    // walkdir goes on past a directory it cannot read.
-                    self.shared.entry_failed(Error::walk(
-                        Op::ReadDir,
-                        &plan.src,
-                        e,
-                    ));
-                    continue;
-                }
-            };
-            let depth = entry.depth();
-            self.leave_dirs(depth);
-            let (rel, dst) = destination_of(plan, &entry);
-            let (action, rule_path) = self.rule(rel);
-            let ft = entry.file_type();
-            if depth > 0 && action == Action::Skip {
-                self.stats.skipped += 1;
-                if ft.is_dir() {
-                    it.skip_current_dir();
-                }
-                continue;
-            }
-            if ft.is_dir() {
-                if let Err(e) = self.enter_dir(&entry, dst, depth) {
-                    if depth == 0 {
-                        self.shared.fail(e);
-                        break;
-                    }
-                    // Without its copy, nothing inside can be written.
-                    self.shared.entry_failed(e);
-                    it.skip_current_dir();
-                }
-                continue;
-            }
-            let kind = if ft.is_file() {
-                match rules::link_target(&action, &rule_path) {
-                    Some(target) => JobKind::Redirect(target),
-                    None => JobKind::File,
-                }
-            } else if ft.is_symlink() {
-                JobKind::Symlink
-            } else {
-                JobKind::Special
-            };
-            let Some((_, parent)) = self.stack.last() else {
-                break;
-            };
-            let parent = Arc::clone(parent);
-            let leaf = match super::worker::leaf_name(entry.file_name()) {
-                Ok(l) => l,
+enum TaskAt {
+    /// The top: the source named by the plan; the destination opened
+    /// already (none in a dry run).
+    Top(Option<OwnedFd>),
+    /// A subdirectory: its name in its parent's open directories.
+    Sub {
+        src_dir: Arc<OwnedFd>,
+        dst_dir: Option<Arc<OwnedFd>>,
+        name: CString,
+    },
+}
+
+/// What the walkers of one run share: the directories still to read, and
+/// how an idle walker learns there is more.
+pub(crate) struct Walk<'s, 'p> {
+    shared: &'s Shared<'p>,
+    mode: Mode,
+    dispatch: Option<&'s (dyn Dispatch + Sync + 's)>,
+    injector: Injector<DirTask>,
+    stealers: Vec<Stealer<DirTask>>,
+    /// Directories queued or being read; the walk is over at zero.
+    pending: AtomicUsize,
+    /// Walkers waiting for a directory to read.
+    sleepers: AtomicUsize,
+    lock: Mutex<()>,
+    wake: Condvar,
+    /// The top source directory's device, for the same-filesystem rule.
+    top_dev: OnceLock<u64>,
+    /// Inodes with several names already counted (dry runs).
+    seen: Mutex<HashSet<(u64, u64)>>,
+}
+
+/// An idle walker looks again this often, whatever wakes it: a cancel
+/// raised outside the run sends no wake-up.
+const IDLE_POLL: Duration = Duration::from_millis(10);
+
+/// The results of a walk: each walker's counters, load and trace.
+pub(crate) type WalkResult =
+    Vec<(Stats, WalkerStats, Option<crate::trace::EntityTrace>)>;
+
+/// Walks the plan's source with `walkers` threads, `walk-0` …, each
+/// taking the run's identity as a worker does. Copying, `top` is the
+/// destination directory, open, and `dispatch` where batches go.
+pub(crate) fn run<'s, 'p>(
+    shared: &'s Shared<'p>,
+    mode: Mode,
+    dispatch: Option<&'s (dyn Dispatch + Sync + 's)>,
+    top: Option<OwnedFd>,
+    walkers: usize,
+) -> WalkResult {
+    let walkers = walkers.max(1);
+    let locals: Vec<DequeWorker<DirTask>> =
+        (0..walkers).map(|_| DequeWorker::new_lifo()).collect();
+    let walk = Walk {
+        shared,
+        mode,
+        dispatch,
+        injector: Injector::new(),
+        stealers: locals.iter().map(DequeWorker::stealer).collect(),
+        pending: AtomicUsize::new(1),
+        sleepers: AtomicUsize::new(0),
+        lock: Mutex::new(()),
+        wake: Condvar::new(),
+        top_dev: OnceLock::new(),
+        seen: Mutex::new(HashSet::new()),
+    };
+    let plan = shared.plan;
+    walk.injector.push(DirTask {
+        src: plan.src.clone(),
+        dst: plan.dst.clone(),
+        at: TaskAt::Top(top),
+        parent: None,
+    });
+    let walk = &walk;
+    thread::scope(|s| {
+        let mut handles = Vec::with_capacity(walkers);
+        for (i, local) in locals.into_iter().enumerate() {
+            let h = thread::Builder::new()
+                .name(format!("walk-{i}"))
+                .spawn_scoped(s, move || {
+                    let mut w = Walker::new(walk, i, local);
+                    super::as_caller(shared, || w.walk());
+                    w.finish()
+                });
+            match h {
+                Ok(h) => handles.push(h),
                 Err(e) => {
-                    self.shared.entry_failed(e);
-                    continue;
+                    shared.fail(Error::io(Op::Open, "thread", e));
+                    break;
                 }
-            };
-            parent.hold();
-            self.queue(Job {
-                kind,
-                src: entry.into_path(),
-                dst,
-                dir: Arc::clone(&parent.fd),
-                leaf,
-                parent: Some(parent),
-            });
-        }
-    }
-
-    /// The rule action for `rel` and the path it was matched as.
-    fn rule(&mut self, rel: &Path) -> (Action, PathBuf) {
-        let plan = self.shared.plan;
-        match &plan.rules {
-            Some(r) if !r.is_empty() => {
-                let p = plan.rule_base.join(rel);
-                (r.action(&p, &mut self.scratch).clone(), p)
             }
-            _ => (Action::Copy, PathBuf::new()),
+        }
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
+    })
+}
+
+impl Walk<'_, '_> {
+    /// Whether a queued directory is there to take.
+    fn has_work(&self) -> bool {
+        !self.injector.is_empty() || self.stealers.iter().any(|s| !s.is_empty())
+    }
+
+    /// One directory read: the walk ends when none is left.
+    fn done_one(&self) {
+        if self.pending.fetch_sub(1, Ordering::SeqCst) == 1 {
+            let _g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
+            self.wake.notify_all();
+        }
+    }
+}
+
+/// One walker thread: reads directories, its own first (newest first, so
+/// the walk goes depth first and a directory's descriptors are let go
+/// soon), then those it steals (oldest first, near the top of the tree,
+/// where the most work hangs).
+struct Walker<'w, 's, 'p> {
+    walk: &'w Walk<'s, 'p>,
+    shared: &'s Shared<'p>,
+    index: usize,
+    local: DequeWorker<DirTask>,
+    batch: Vec<Job>,
+    stats: Stats,
+    load: WalkerStats,
+    trace: ThreadTrace,
+    scratch: Vec<usize>,
+    /// getdents buffer, reused for every directory.
+    buf: Vec<u8>,
+    /// Holds on the directory being read handed to what it queued, out
+    /// of its reserve.
+    given: usize,
+}
+
+impl<'w, 's, 'p> Walker<'w, 's, 'p> {
+    fn new(
+        walk: &'w Walk<'s, 'p>,
+        index: usize,
+        local: DequeWorker<DirTask>,
+    ) -> Self {
+        let shared = walk.shared;
+        Walker {
+            walk,
+            shared,
+            index,
+            local,
+            batch: Vec::with_capacity(batch_capacity(shared)),
+            stats: Stats::default(),
+            load: WalkerStats::default(),
+            trace: new_trace(shared, format!("walker-{index}")),
+            scratch: Vec::new(),
+            buf: Vec::new(),
+            given: 0,
         }
     }
 
-    /// Creates the destination directory and starts tracking it.
-    fn enter_dir(
+    fn walk(&mut self) {
+        while let Some(task) = self.next() {
+            self.trace.enter(ThreadState::Walking);
+            let t0 = Instant::now();
+            self.read(task);
+            self.load.busy += t0.elapsed();
+            self.walk.done_one();
+        }
+        if !self.shared.stopped() {
+            self.send();
+        }
+    }
+
+    /// The next directory to read: this walker's newest, else one taken
+    /// from the others; `None` once every walker is out of work (or the
+    /// run stopped).
+    fn next(&mut self) -> Option<DirTask> {
+        loop {
+            if self.shared.stopped() {
+                return None;
+            }
+            if let Some(t) = self.local.pop() {
+                return Some(t);
+            }
+            if let Some(t) = self.steal() {
+                self.load.steals += 1;
+                return Some(t);
+            }
+            // Nothing here: hand over what is batched before waiting, so
+            // workers are not kept from it.
+            self.send();
+            if self.walk.pending.load(Ordering::SeqCst) == 0 {
+                return None;
+            }
+            self.idle();
+        }
+    }
+
+    fn steal(&self) -> Option<DirTask> {
+        let n = self.walk.stealers.len();
+        loop {
+            let mut retry = false;
+            match self.walk.injector.steal_batch_and_pop(&self.local) {
+                Steal::Success(t) => return Some(t),
+                Steal::Retry => retry = true,
+                Steal::Empty => {}
+            }
+            for k in 1..n {
+                match self.walk.stealers[(self.index + k) % n].steal() {
+                    Steal::Success(t) => return Some(t),
+                    Steal::Retry => retry = true,
+                    Steal::Empty => {}
+                }
+            }
+            if !retry {
+                return None;
+            }
+        }
+    }
+
+    /// Waits until another walker queues a directory, the walk ends, or
+    /// a while passes.
+    fn idle(&mut self) {
+        self.trace.enter(ThreadState::Waiting);
+        let idx = self.index as u32;
+        crate::probes::zinstall::walker__idle!(|| idx);
+        let t0 = Instant::now();
+        let w = self.walk;
+        let g = w.lock.lock().unwrap_or_else(|p| p.into_inner());
+        w.sleepers.fetch_add(1, Ordering::SeqCst);
+        // Pairs with the fence after a push: either the pusher sees this
+        // sleeper and wakes it, or this sees the pushed directory.
+        fence(Ordering::SeqCst);
+        if !w.has_work()
+            && w.pending.load(Ordering::SeqCst) != 0
+            && !self.shared.stopped()
+        {
+            let _timed_out = w.wake.wait_timeout(g, IDLE_POLL);
+        }
+        w.sleepers.fetch_sub(1, Ordering::SeqCst);
+        self.load.idle += t0.elapsed();
+    }
+
+    /// Queues a subdirectory for any walker.
+    fn push(&mut self, task: DirTask) {
+        let w = self.walk;
+        w.pending.fetch_add(1, Ordering::SeqCst);
+        self.local.push(task);
+        fence(Ordering::SeqCst);
+        if w.sleepers.load(Ordering::SeqCst) > 0 {
+            let _g = w.lock.lock().unwrap_or_else(|p| p.into_inner());
+            w.wake.notify_one();
+        }
+    }
+
+    /// Reads one directory: makes it (copying), queues its
+    /// subdirectories and batches the rest. An error about the top stops
+    /// the run; about any other directory it is that entry's (left out
+    /// with its contents, the run going on if the plan says so). The
+    /// count this directory holds (or, not made, the count its parent
+    /// kept for it) is released whatever happens, after the error is
+    /// recorded.
+    fn read(&mut self, task: DirTask) {
+        let idx = self.index as u32;
+        crate::probes::zinstall::dir__start!(|| (
+            idx,
+            task.src.to_string_lossy()
+        ));
+        let top = matches!(task.at, TaskAt::Top(_));
+        let src = task.src.clone();
+        let before = self.load.entries;
+        let (r, hold) = self.read_task(task);
+        let n = self.load.entries - before;
+        crate::probes::zinstall::dir__done!(|| (
+            idx,
+            src.to_string_lossy(),
+            n,
+            crate::probes::errno(&r)
+        ));
+        match r {
+            Err(e) if top => self.shared.fail(e),
+            Err(e) => self.shared.entry_failed(e),
+            Ok(()) => {}
+        }
+        if let Some((node, fds, n)) = hold {
+            dirs::release_n(&node, n, &fds.src, &fds.dst, self.shared);
+        }
+    }
+
+    /// Reads a directory; returns the outcome and the holds to release:
+    /// the directory's own (and what is left of its reserve), or, not
+    /// made, the one its parent kept for it.
+    #[allow(clippy::type_complexity)]
+    fn read_task(
         &mut self,
-        entry: &walkdir::DirEntry,
-        dst: PathBuf,
-        depth: usize,
-    ) -> Result<()> {
-        // lstat now, before walkdir reads the directory and bumps its
-        // access time.
-        self.trace.enter(ThreadState::Mkdir);
-        let md = entry
-            .metadata()
-            .map_err(|e| Error::walk(Op::Stat, entry.path(), e))?;
-        if !md.is_dir() {
-            return Err(Error::refused(entry.path(), Refusal::ChangedType));
-        }
-        if let Some((_, top)) = self.stack.first() {
-            note_mount_point(self.shared, entry.path(), &md, top.md.dev());
-        }
-        let fd = match (depth, self.top.take()) {
-            (0, Some(top)) => top,
-            _ => {
-                let Some((_, parent)) = self.stack.last() else {
-                    return Err(Error::refused(&dst, Refusal::ChangedType));
-                };
-                let leaf = super::worker::leaf_name(entry.file_name())?;
-                make_dir(
-                    parent.fd.as_raw_fd(),
-                    &leaf,
-                    &dst,
-                    self.shared.plan.merge,
-                    self.shared.plan.layered,
-                )?
-            }
-        };
-        self.trace.enter(ThreadState::Walking);
-        self.stats.dirs += 1;
-        if let Some(l) = &self.shared.plan.listener {
-            l.entry(entry.path(), &dst, crate::EntryKind::Dir);
-        }
-        let parent = self.stack.last().map(|(_, d)| Arc::clone(d));
-        let node = DirNode::new(
-            entry.path().to_path_buf(),
+        task: DirTask,
+    ) -> (Result<()>, Option<(Arc<DirNode>, DirFds, usize)>) {
+        let DirTask {
+            src,
             dst,
-            md,
-            Arc::new(fd),
+            at,
             parent,
-        );
-        self.stack.push((depth, node));
-        Ok(())
+        } = task;
+        // The parent's count this task holds, given back if the
+        // directory cannot be made.
+        let parent_hold = match (&at, &parent) {
+            (
+                TaskAt::Sub {
+                    src_dir,
+                    dst_dir: Some(d),
+                    ..
+                },
+                Some(p),
+            ) => Some((
+                Arc::clone(p),
+                DirFds {
+                    src: Arc::clone(src_dir),
+                    dst: Arc::clone(d),
+                },
+                1,
+            )),
+            _ => None,
+        };
+        let made = self.open(&src, &dst, at).and_then(|o| {
+            let id = match (&o.2, &parent) {
+                (Some(d), Some(_)) => at::fstat(&**d)
+                    .map(|st| Stat::of(&st).identity())
+                    .map_err(|e| Error::io(Op::Stat, &dst, e))?,
+                _ => (0, 0),
+            };
+            Ok((o, id))
+        });
+        let ((md, src_fd, dst_fd, mount), id) = match made {
+            Ok(m) => m,
+            Err(e) => return (Err(e), parent_hold),
+        };
+        if self.walk.mode == Mode::Copy {
+            // A dry run counted it as it checked it.
+            self.stats.dirs += 1;
+        }
+        self.load.dirs += 1;
+        let node = dst_fd.map(|dst_fd| {
+            let fds = DirFds {
+                src: Arc::clone(&src_fd),
+                dst: dst_fd,
+            };
+            if let Some(l) = &self.shared.plan.listener {
+                l.entry(&src, &dst, crate::EntryKind::Dir);
+            }
+            let node =
+                DirNode::new(src.clone(), dst.clone(), md, &fds, id, parent);
+            (node, fds)
+        });
+        self.trace.enter(ThreadState::Walking);
+        self.given = 0;
+        let r = if mount {
+            // Another filesystem, not crossed: made, not read (cp -x).
+            Ok(())
+        } else {
+            self.list(&src, &dst, &src_fd, node.as_ref())
+        };
+        let left = dirs::READ_RESERVE - self.given + 1;
+        (r, node.map(|(n, f)| (n, f, left)))
     }
 
-    /// Releases the walker's hold on directories it has left.
-    fn leave_dirs(&mut self, depth: usize) {
-        while let Some((d, _)) = self.stack.last() {
-            if *d < depth {
-                break;
+    /// The source directory's `lstat` and descriptor (never followed),
+    /// the destination directory made and opened (copying; checked,
+    /// dry), and whether it is a mount point not to descend into.
+    #[allow(clippy::type_complexity)]
+    fn open(
+        &mut self,
+        src: &Path,
+        dst: &Path,
+        at: TaskAt,
+    ) -> Result<(Stat, Arc<OwnedFd>, Option<Arc<OwnedFd>>, bool)> {
+        let plan = self.shared.plan;
+        self.trace.enter(ThreadState::Mkdir);
+        match at {
+            TaskAt::Top(dst_fd) => {
+                let fd = open_top_source(src)?;
+                let md = at::fstat(&fd)
+                    .map(|st| Stat::of(&st))
+                    .map_err(|e| Error::io(Op::Stat, src, e))?;
+                let _first = self.walk.top_dev.set(md.dev);
+                if self.walk.mode == Mode::DryRun {
+                    preview::dir(
+                        self.shared,
+                        &mut self.stats,
+                        src,
+                        dst,
+                        &md,
+                        true,
+                    )?;
+                }
+                Ok((md, Arc::new(fd), dst_fd.map(Arc::new), false))
             }
-            if let Some((_, node)) = self.stack.pop() {
-                dirs::release(&node, self.shared);
+            TaskAt::Sub {
+                src_dir,
+                dst_dir,
+                name,
+            } => {
+                let md = at::stat(src_dir.as_raw_fd(), &name)
+                    .map_err(|e| Error::io(Op::Stat, src, e))?;
+                if !md.is_dir() {
+                    return Err(Error::refused(src, Refusal::ChangedType));
+                }
+                let mount = !plan.cross_fs
+                    && self.walk.top_dev.get().is_some_and(|d| *d != md.dev);
+                if mount {
+                    // Copied empty, which must not go unsaid.
+                    self.shared
+                        .notice(NoticeKind::MountPoint(src.to_path_buf()), src);
+                }
+                // Opening it is the first step of reading it: a directory
+                // that cannot be opened is one that cannot be read.
+                let fd =
+                    at::open_dir(src_dir.as_raw_fd(), &name).map_err(|e| {
+                        match e.raw_os_error() {
+                            Some(libc::ELOOP | libc::ENOTDIR) => {
+                                Error::refused(src, Refusal::ChangedType)
+                            }
+                            _ => Error::io(Op::ReadDir, src, e),
+                        }
+                    })?;
+                let dst_fd = match (self.walk.mode, dst_dir) {
+                    (Mode::DryRun, _) => {
+                        preview::dir(
+                            self.shared,
+                            &mut self.stats,
+                            src,
+                            dst,
+                            &md,
+                            false,
+                        )?;
+                        None
+                    }
+                    (Mode::Copy, Some(d)) => Some(Arc::new(make_dir(
+                        d.as_raw_fd(),
+                        &name,
+                        dst,
+                        plan.merge,
+                        plan.layered,
+                    )?)),
+                    (Mode::Copy, None) => {
+                        return Err(Error::refused(dst, Refusal::ChangedType));
+                    }
+                };
+                Ok((md, Arc::new(fd), dst_fd, mount))
             }
         }
+    }
+
+    /// Reads the entries of an open source directory: subdirectories
+    /// queued, the rest batched (or counted, dry).
+    fn list(
+        &mut self,
+        src: &Path,
+        dst: &Path,
+        src_fd: &Arc<OwnedFd>,
+        node: Option<&(Arc<DirNode>, DirFds)>,
+    ) -> Result<()> {
+        let mut buf = std::mem::take(&mut self.buf);
+        let r = sys::read_dir(src_fd.as_raw_fd(), &mut buf, |name, dtype| {
+            if self.shared.stopped() {
+                return Ok(false);
+            }
+            self.load.entries += 1;
+            if let Err(e) = self.entry(src, dst, src_fd, node, name, dtype) {
+                self.shared.entry_failed(e);
+            }
+            Ok(!self.shared.stopped())
+        });
+        self.buf = buf;
+        r.map_err(|e| Error::io(Op::ReadDir, src, e))
+    }
+
+    /// One entry of a directory being read.
+    fn entry(
+        &mut self,
+        src: &Path,
+        dst: &Path,
+        src_fd: &Arc<OwnedFd>,
+        node: Option<&(Arc<DirNode>, DirFds)>,
+        name: &CStr,
+        dtype: u8,
+    ) -> Result<()> {
+        let plan = self.shared.plan;
+        let os = OsStr::from_bytes(name.to_bytes());
+        // Paths cost the walker more than anything else per entry: they
+        // are made here only for rules and directories; a job's are made
+        // by its worker.
+        let ruled = plan.rules.as_ref().is_some_and(|r| !r.is_empty());
+        let (action, rule_path) = if ruled {
+            let p = src.join(os);
+            let rel = p.strip_prefix(&plan.src).unwrap_or(Path::new(""));
+            rule_for(plan, rel, &mut self.scratch)
+        } else {
+            (Action::Copy, PathBuf::new())
+        };
+        if action == Action::Skip {
+            self.stats.skipped += 1;
+            return Ok(());
+        }
+        let kind = match dtype {
+            libc::DT_DIR => libc::S_IFDIR,
+            libc::DT_REG => libc::S_IFREG,
+            libc::DT_LNK => libc::S_IFLNK,
+            libc::DT_UNKNOWN => at::stat(src_fd.as_raw_fd(), name)
+                .map_err(|e| Error::io(Op::Stat, src.join(os), e))?
+                .kind() as libc::mode_t,
+            _ => libc::S_IFIFO,
+        };
+        if kind == libc::S_IFDIR {
+            if node.is_some() {
+                self.given += 1;
+            }
+            self.push(DirTask {
+                src: src.join(os),
+                dst: dst.join(os),
+                at: TaskAt::Sub {
+                    src_dir: Arc::clone(src_fd),
+                    dst_dir: node.map(|(_, f)| Arc::clone(&f.dst)),
+                    name: name.to_owned(),
+                },
+                parent: node.map(|(n, _)| Arc::clone(n)),
+            });
+            return Ok(());
+        }
+        let target = if kind == libc::S_IFREG {
+            rules::link_target(&action, &rule_path)
+        } else {
+            None
+        };
+        let Some((node, fds)) = node else {
+            // A dry run: counted here, nothing queued.
+            return preview::entry(
+                self.shared,
+                &mut self.stats,
+                &self.walk.seen,
+                (src_fd.as_raw_fd(), name),
+                &src.join(os),
+                &dst.join(os),
+                target.is_some(),
+            );
+        };
+        let kind = match (kind, target) {
+            (_, Some(target)) => JobKind::Redirect(target),
+            (libc::S_IFREG, None) => JobKind::File,
+            (libc::S_IFLNK, None) => JobKind::Symlink,
+            _ => JobKind::Special,
+        };
+        self.given += 1;
+        self.queue(Job {
+            kind,
+            src: PathBuf::new(),
+            dst: PathBuf::new(),
+            dir: Arc::clone(&fds.dst),
+            src_dir: Some(Arc::clone(&fds.src)),
+            leaf: name.to_owned(),
+            parent: Some(Arc::clone(node)),
+        });
+        Ok(())
     }
 
     fn queue(&mut self, job: Job) {
@@ -312,9 +721,16 @@ impl<'s, 'p> Walker<'s, 'p> {
             return;
         }
         let cap = batch_capacity(self.shared);
-        let batch = mem::replace(&mut self.batch, Vec::with_capacity(cap));
-        let Some(tx) = &self.tx else { return };
+        let batch = std::mem::replace(&mut self.batch, Vec::with_capacity(cap));
+        self.load.batches += 1;
+        if self.shared.plan.walk_only {
+            self.discard(batch);
+            return;
+        }
+        let Some(tx) = self.walk.dispatch else { return };
+        let idx = self.index as u32;
         crate::probes::zinstall::batch__dispatch!(|| (
+            idx,
             batch.len() as u64,
             tx.queued() as u64
         ));
@@ -322,65 +738,59 @@ impl<'s, 'p> Walker<'s, 'p> {
             self.trace.enter(ThreadState::Blocked);
             let t0 = Instant::now();
             tx.send(batch);
-            self.stats.walker_blocked += t0.elapsed();
+            self.load.blocked += t0.elapsed();
             self.trace.enter(ThreadState::Walking);
         }
     }
 
-    /// Flushes the last batch, releases every directory still open and
-    /// closes the queue so the workers finish.
-    pub(crate) fn finish(
-        mut self,
-    ) -> (Stats, Option<crate::trace::EntityTrace>) {
-        if !self.shared.stopped() {
-            self.send();
+    /// Walk-only: counts each job as the entry it stands for and releases
+    /// its directory, writing nothing.
+    fn discard(&mut self, batch: Vec<Job>) {
+        let n = batch.len() as u64;
+        for job in batch {
+            let count = match job.kind {
+                JobKind::File => &mut self.stats.files,
+                JobKind::Symlink => &mut self.stats.symlinks,
+                JobKind::Special => &mut self.stats.specials,
+                JobKind::Redirect(_) => &mut self.stats.redirects,
+            };
+            *count += 1;
+            if let (Some(p), Some(src)) = (&job.parent, &job.src_dir) {
+                dirs::release(p, src, &job.dir, self.shared);
+            }
         }
+        if let Some(p) = &self.shared.plan.progress {
+            p.advance(n, 0);
+        }
+    }
+
+    /// Drops what is still batched if the run stopped, and gives back the
+    /// walker's counters, load and trace.
+    fn finish(
+        mut self,
+    ) -> (Stats, WalkerStats, Option<crate::trace::EntityTrace>) {
         self.batch.clear();
-        self.leave_dirs(0);
-        self.tx = None;
         self.trace.enter(ThreadState::Waiting);
-        (self.stats, self.trace.finish())
+        self.load.cpu = posix::thread_cpu_time();
+        (self.stats, self.load, self.trace.finish())
     }
 }
 
-/// The source walked as a copy walks it: depth first, no symlink
-/// followed, on one filesystem unless asked.
-pub(crate) fn source_walk(plan: &crate::Plan) -> walkdir::IntoIter {
-    WalkDir::new(&plan.src)
-        .follow_links(false)
-        .same_file_system(!plan.cross_fs)
-        .into_iter()
-}
-
-/// Notes `path`, a directory below the source's top (whose device is
-/// `top_dev`), when another filesystem is mounted on it and the walk
-/// stays on one: it is copied empty, which must not go unsaid.
-pub(crate) fn note_mount_point(
-    shared: &Shared<'_>,
-    path: &Path,
-    md: &fs::Metadata,
-    top_dev: u64,
-) {
-    if !shared.plan.cross_fs && md.dev() != top_dev {
-        shared.notice(NoticeKind::MountPoint(path.to_path_buf()), path);
-    }
-}
-
-/// An entry's path relative to the source, and where it goes.
-pub(crate) fn destination_of<'e>(
-    plan: &crate::Plan,
-    entry: &'e walkdir::DirEntry,
-) -> (&'e Path, PathBuf) {
-    let rel = entry
-        .path()
-        .strip_prefix(&plan.src)
-        .unwrap_or(Path::new(""));
-    let dst = if entry.depth() == 0 {
-        plan.dst.clone()
-    } else {
-        plan.dst.join(rel)
-    };
-    (rel, dst)
+/// The top source directory, by the caller's path (its last component
+/// not followed: the run found a directory there).
+fn open_top_source(src: &Path) -> Result<OwnedFd> {
+    use std::os::unix::fs::OpenOptionsExt;
+    fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(src)
+        .map(OwnedFd::from)
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP | libc::ENOTDIR) => {
+                Error::refused(src, Refusal::ChangedType)
+            }
+            _ => Error::io(Op::ReadDir, src, e),
+        })
 }
 
 /// The rule action for `rel` (relative to the source) and the path it
@@ -451,9 +861,7 @@ impl<'scope, 'p: 'scope> PoolDispatch<'_, 'scope, 'p> {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner());
             let w = slot.get_or_insert_with(|| Worker::new(shared, i));
-            if let Some(_assumed) = shared.assume() {
-                w.run_batch(batch, queued);
-            }
+            super::as_caller(shared, || w.run_batch(batch, queued));
             drop(slot);
             in_flight.leave();
         });

@@ -4,13 +4,15 @@
 // no-ops here are not everywhere.
 #![allow(clippy::unnecessary_cast)]
 
-use std::ffi::CString;
-use std::fs::{self, File, Metadata};
+use std::borrow::Cow;
+use std::ffi::{CStr, CString, OsString};
+use std::fs::{File, Metadata};
 use std::io;
-use std::os::fd::AsRawFd;
-use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileExt, FileTypeExt, MetadataExt};
-use std::path::Path;
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
@@ -24,7 +26,7 @@ use super::{
 use crate::error::{Error, Op, Refusal, Result};
 use crate::probes;
 use crate::stats::{NoticeKind, Stats, WorkerStats};
-use crate::sys::{self, posix, posix::at};
+use crate::sys::{self, XattrTarget, posix, posix::Stat, posix::at};
 use crate::trace::{ThreadState, ThreadTrace};
 
 /// Where a new entry is written, in its directory.
@@ -122,7 +124,8 @@ impl<'s, 'p> Worker<'s, 'p> {
     }
 
     /// Does one job, records its error if any, and releases its directory.
-    pub(crate) fn do_job(&mut self, job: Job) {
+    pub(crate) fn do_job(&mut self, mut job: Job) {
+        job.name_paths();
         let before = self.stats.bytes;
         let left = (
             self.stats.unchanged,
@@ -136,10 +139,6 @@ impl<'s, 'p> Worker<'s, 'p> {
             job.src.to_string_lossy()
         ));
         let r = match &job.kind {
-            _ if self.shared.plan.walk_only => {
-                self.discard(&job.kind);
-                Ok(())
-            }
             JobKind::File => self.copy_file(&job),
             JobKind::Symlink => self.copy_symlink(&job),
             JobKind::Special => self.copy_special(&job),
@@ -161,8 +160,8 @@ impl<'s, 'p> Worker<'s, 'p> {
         self.load.bytes += bytes;
         self.unreported.0 += 1;
         self.unreported.1 += bytes;
-        if let Some(parent) = &job.parent {
-            dirs::release(parent, self.shared);
+        if let (Some(parent), Some(src)) = (&job.parent, &job.src_dir) {
+            dirs::release(parent, src, &job.dir, self.shared);
         }
     }
 
@@ -173,10 +172,7 @@ impl<'s, 'p> Worker<'s, 'p> {
         let Some(l) = &self.shared.plan.listener else {
             return;
         };
-        if self.shared.plan.walk_only
-            || self.stats.unchanged != left.0
-            || self.stats.skipped != left.1
-        {
+        if self.stats.unchanged != left.0 || self.stats.skipped != left.1 {
             return;
         }
         let kind = match &job.kind {
@@ -196,21 +192,11 @@ impl<'s, 'p> Worker<'s, 'p> {
         self.shared.keep_going() && !self.shared.stopped()
     }
 
-    /// Walk-only: counts the entry the job stands for, writes nothing.
-    fn discard(&mut self, kind: &JobKind) {
-        let n = match kind {
-            JobKind::File => &mut self.stats.files,
-            JobKind::Symlink => &mut self.stats.symlinks,
-            JobKind::Special => &mut self.stats.specials,
-            JobKind::Redirect(_) => &mut self.stats.redirects,
-        };
-        *n += 1;
-    }
-
     fn copy_file(&mut self, job: &Job) -> Result<()> {
         self.trace.enter(ThreadState::Reading);
-        let src =
-            sys::open_source(&job.src).map_err(|e| open_error(&job.src, e))?;
+        let (dir, name) = source(job)?;
+        let src = sys::open_source_at(dir, &name)
+            .map_err(|e| open_error(&job.src, e))?;
         let md = src
             .metadata()
             .map_err(|e| Error::io(Op::Stat, &job.src, e))?;
@@ -218,7 +204,7 @@ impl<'s, 'p> Worker<'s, 'p> {
             return Err(Error::refused(&job.src, Refusal::ChangedType));
         }
         if md.nlink() > 1 {
-            match self.claim(&md, job) {
+            match self.claim(identity(&md), md.nlink(), job) {
                 Claim::First(first) => {
                     let r = self.copy_file_body(job, &src, &md);
                     first.done(r.is_ok());
@@ -470,20 +456,22 @@ impl<'s, 'p> Worker<'s, 'p> {
         self.trace.enter(ThreadState::Linking);
         // lstat before readlink: reading a symlink updates its access
         // time, and the copy must get the time from before.
-        let md = fs::symlink_metadata(&job.src)
+        let (dir, name) = source(job)?;
+        let md = at::stat(dir, &name)
             .map_err(|e| Error::io(Op::Stat, &job.src, e))?;
-        if !md.file_type().is_symlink() {
+        if !md.is_symlink() {
             return Err(Error::refused(&job.src, Refusal::ChangedType));
         }
-        let target = fs::read_link(&job.src).map_err(|e| {
+        let target = at::readlink(dir, &name).map_err(|e| {
             if e.raw_os_error() == Some(libc::EINVAL) {
                 Error::refused(&job.src, Refusal::ChangedType)
             } else {
                 Error::io(Op::Readlink, &job.src, e)
             }
         })?;
-        let first = if md.nlink() > 1 {
-            match self.claim(&md, job) {
+        let target = PathBuf::from(OsString::from_vec(target));
+        let first = if md.nlink > 1 {
+            match self.claim(md.identity(), md.nlink, job) {
                 Claim::First(f) => Some(f),
                 Claim::Later(first) => return self.hard_link(&first, job),
                 Claim::Abandoned if self.goes_on() => None,
@@ -508,7 +496,7 @@ impl<'s, 'p> Worker<'s, 'p> {
         &mut self,
         job: &Job,
         target: &Path,
-        md: Option<&Metadata>,
+        md: Option<&Stat>,
     ) -> Result<()> {
         let ctarget = posix::cstr(target)
             .map_err(|e| Error::io2(Op::Symlink, &job.dst, target, e))?;
@@ -527,9 +515,29 @@ impl<'s, 'p> Worker<'s, 'p> {
             .map_err(|e| Error::io2(Op::Symlink, &job.dst, target, e))?;
         if let Some(md) = md {
             self.trace.enter(ThreadState::Metadata);
-            meta::apply_at(self.shared, md, &job.src, dir, name, &job.dst)?;
+            self.apply_at(job, md, name)?;
         }
         finish_placement(job, &place)
+    }
+
+    /// The source's owner, xattrs, mode and times on the entry `name`
+    /// made for `job` in its directory.
+    fn apply_at(&self, job: &Job, md: &Stat, name: &CStr) -> Result<()> {
+        let (sdir, sname) = source(job)?;
+        let src = if job.src_dir.is_some() {
+            XattrTarget::At(sdir, &sname)
+        } else {
+            XattrTarget::Path(&sname)
+        };
+        meta::apply_at(
+            self.shared,
+            md,
+            &src,
+            &job.src,
+            job.dir.as_raw_fd(),
+            name,
+            &job.dst,
+        )
     }
 
     fn redirect(&mut self, job: &Job, target: &Path) -> Result<()> {
@@ -541,18 +549,16 @@ impl<'s, 'p> Worker<'s, 'p> {
 
     fn copy_special(&mut self, job: &Job) -> Result<()> {
         self.trace.enter(ThreadState::Linking);
-        let md = fs::symlink_metadata(&job.src)
+        let (dir, name) = source(job)?;
+        let md = at::stat(dir, &name)
             .map_err(|e| Error::io(Op::Stat, &job.src, e))?;
-        let ft = md.file_type();
-        if !(ft.is_fifo()
-            || ft.is_socket()
-            || ft.is_char_device()
-            || ft.is_block_device())
-        {
+        let special =
+            [libc::S_IFIFO, libc::S_IFSOCK, libc::S_IFCHR, libc::S_IFBLK];
+        if !special.iter().any(|&k| k as u32 == md.kind()) {
             return Err(Error::refused(&job.src, Refusal::ChangedType));
         }
-        let first = if md.nlink() > 1 {
-            match self.claim(&md, job) {
+        let first = if md.nlink > 1 {
+            match self.claim(md.identity(), md.nlink, job) {
                 Claim::First(f) => Some(f),
                 Claim::Later(first) => return self.hard_link(&first, job),
                 Claim::Abandoned if self.goes_on() => None,
@@ -568,12 +574,12 @@ impl<'s, 'p> Worker<'s, 'p> {
         r
     }
 
-    fn make_special(&mut self, job: &Job, md: &Metadata) -> Result<()> {
+    fn make_special(&mut self, job: &Job, md: &Stat) -> Result<()> {
         // Everything above the permission bits is the file type.
-        let type_bits = md.mode() & !0o7777;
+        let type_bits = md.mode & !0o7777;
         let place = self.place(job, |st| {
-            st.st_mode & libc::S_IFMT == type_bits
-                && st.st_rdev as u64 == md.rdev()
+            st.st_mode as u32 & libc::S_IFMT as u32 == type_bits
+                && st.st_rdev as u64 == md.rdev
         })?;
         let name = match &place {
             Placement::Unchanged => {
@@ -584,7 +590,7 @@ impl<'s, 'p> Worker<'s, 'p> {
             Placement::Replace(tmp) => tmp,
         };
         let dir = job.dir.as_raw_fd();
-        if let Err(e) = at::mknod(dir, name, type_bits | 0o600, md.rdev()) {
+        if let Err(e) = at::mknod(dir, name, type_bits | 0o600, md.rdev) {
             if e.raw_os_error() == Some(libc::EPERM) {
                 if self.shared.plan.skip_special {
                     self.shared.notice(NoticeKind::SpecialSkipped, &job.src);
@@ -596,7 +602,7 @@ impl<'s, 'p> Worker<'s, 'p> {
             return Err(Error::io(Op::Mknod, &job.dst, e));
         }
         self.trace.enter(ThreadState::Metadata);
-        meta::apply_at(self.shared, md, &job.src, dir, name, &job.dst)?;
+        self.apply_at(job, md, name)?;
         finish_placement(job, &place)?;
         self.stats.specials += 1;
         Ok(())
@@ -632,15 +638,14 @@ impl<'s, 'p> Worker<'s, 'p> {
         Ok(())
     }
 
-    fn claim(&self, md: &Metadata, job: &Job) -> Claim {
+    fn claim(&self, id: (u64, u64), nlink: u64, job: &Job) -> Claim {
         let sh = self.shared;
         let placed = Placed {
-            dir: std::sync::Arc::clone(&job.dir),
+            dir: Arc::clone(&job.dir),
             leaf: job.leaf.clone(),
             shown: job.dst.clone(),
         };
-        sh.inodes
-            .claim(identity(md), md.nlink(), &placed, || sh.stopped())
+        sh.inodes.claim(id, nlink, &placed, || sh.stopped())
     }
 
     /// Decides where a new entry goes. Without merging, nothing is there
@@ -709,6 +714,17 @@ fn check_unchanged(src: &File, before: &Metadata, path: &Path) -> Result<()> {
         return Err(Error::refused(path, Refusal::ChangedDuringCopy));
     }
     Ok(())
+}
+
+/// Where a job's source is: its directory and its name there, or (a
+/// single source) the working directory and its path.
+fn source(job: &Job) -> Result<(RawFd, Cow<'_, CStr>)> {
+    match &job.src_dir {
+        Some(d) => Ok((d.as_raw_fd(), Cow::Borrowed(job.leaf.as_c_str()))),
+        None => posix::cstr(&job.src)
+            .map(|c| (libc::AT_FDCWD, Cow::Owned(c)))
+            .map_err(|e| Error::io(Op::Open, &job.src, e)),
+    }
 }
 
 /// A name as a C string, for `*at` calls.

@@ -40,6 +40,88 @@ pub(crate) fn open_source(path: &Path) -> io::Result<File> {
     }
 }
 
+/// [`open_source`] for the entry `name` in the directory open as `dir`
+/// (`AT_FDCWD` and a path work too): one name resolved, not a path.
+pub(crate) fn open_source_at(dir: RawFd, name: &CStr) -> io::Result<File> {
+    let base = libc::O_RDONLY
+        | libc::O_NOFOLLOW
+        | libc::O_NONBLOCK
+        | libc::O_NOCTTY
+        | libc::O_CLOEXEC;
+    let open = |flags| {
+        // SAFETY: valid descriptor and C string.
+        let fd = unsafe { libc::openat(dir, name.as_ptr(), flags) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: the kernel just returned this descriptor.
+        Ok(File::from(unsafe { OwnedFd::from_raw_fd(fd) }))
+    };
+    match open(base | libc::O_NOATIME) {
+        Err(e) if e.raw_os_error() == Some(libc::EPERM) => open(base),
+        r => r,
+    }
+}
+
+/// Reads the directory open as `dir` from its start (a descriptor just
+/// opened), handing `f` each entry's name (not `.` or `..`) and its
+/// `d_type` (`DT_UNKNOWN` where the filesystem does not say); `f`
+/// returns whether to go on. `getdents64` itself into `buf`, reused
+/// from one directory to the next: `opendir` would stat the descriptor
+/// and need a duplicate of it to leave it open.
+pub(crate) fn read_dir(
+    dir: RawFd,
+    buf: &mut Vec<u8>,
+    mut f: impl FnMut(&CStr, u8) -> io::Result<bool>,
+) -> io::Result<()> {
+    // Offsets in `struct linux_dirent64`.
+    const RECLEN: usize = 16;
+    const TYPE: usize = 18;
+    const NAME: usize = 19;
+    if buf.len() < 32 << 10 {
+        buf.resize(32 << 10, 0);
+    }
+    loop {
+        // SAFETY: valid descriptor; `buf` has `buf.len()` writable bytes.
+        let n = unsafe {
+            libc::syscall(
+                libc::SYS_getdents64,
+                dir,
+                buf.as_mut_ptr(),
+                buf.len(),
+            )
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if n == 0 {
+            return Ok(());
+        }
+        let got = &buf[..n as usize];
+        let mut at = 0;
+        while at + NAME < got.len() {
+            let reclen =
+                u16::from_ne_bytes([got[at + RECLEN], got[at + RECLEN + 1]])
+                    as usize;
+            let end = (at + reclen).min(got.len());
+            if reclen <= NAME || end <= at + NAME {
+                return Err(io::Error::from_raw_os_error(libc::EIO));
+            }
+            let name = CStr::from_bytes_until_nul(&got[at + NAME..end])
+                .map_err(|_| io::Error::from_raw_os_error(libc::EIO))?;
+            let b = name.to_bytes();
+            if b != b"." && b != b".." && !f(name, got[at + TYPE])? {
+                return Ok(());
+            }
+            at += reclen;
+        }
+    }
+}
+
 /// Clones `src` into `dst` sharing extents. `Ok(false)`: this filesystem
 /// pair cannot (different filesystems, no reflink support); the caller
 /// copies instead. Other errors (ENOSPC, EIO) are returned.
@@ -179,7 +261,7 @@ pub(crate) fn sync_fs(f: &File) -> io::Result<()> {
 /// What an xattr call applies to: an open file, or a path whose final
 /// symlink is not followed.
 pub(crate) enum XattrTarget<'a> {
-    Fd(&'a File),
+    Fd(std::os::fd::BorrowedFd<'a>),
     Path(&'a CStr),
     /// The entry named in an open directory, its final symlink not
     /// followed: for symlinks and special files, which cannot be opened

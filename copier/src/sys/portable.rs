@@ -22,6 +22,30 @@ pub(crate) fn open_source(path: &Path) -> io::Result<File> {
         .open(path)
 }
 
+/// [`open_source`] for the entry `name` in the directory open as `dir`
+/// (`AT_FDCWD` and a path work too).
+pub(crate) fn open_source_at(
+    dir: std::os::fd::RawFd,
+    name: &CStr,
+) -> io::Result<File> {
+    use std::os::fd::FromRawFd;
+    let flags = libc::O_RDONLY
+        | libc::O_NOFOLLOW
+        | libc::O_NONBLOCK
+        | libc::O_NOCTTY
+        | libc::O_CLOEXEC;
+    // SAFETY: valid descriptor and C string.
+    let fd = unsafe { libc::openat(dir, name.as_ptr(), flags) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just returned this descriptor.
+    Ok(unsafe { File::from_raw_fd(fd) })
+}
+
+/// Directory entries through `readdir` (see `posix::at::read_entries`).
+pub(crate) use super::posix::at::read_entries as read_dir;
+
 /// No reflinks here.
 pub(crate) fn clone_file(_src: &File, _dst: &File) -> io::Result<bool> {
     Ok(false)
@@ -82,7 +106,7 @@ pub(crate) fn sync_fs(_f: &File) -> io::Result<()> {
 /// What an xattr call applies to.
 pub(crate) enum XattrTarget<'a> {
     #[allow(dead_code)]
-    Fd(&'a File),
+    Fd(std::os::fd::BorrowedFd<'a>),
     #[allow(dead_code)]
     Path(&'a CStr),
     #[allow(dead_code)]

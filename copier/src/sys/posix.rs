@@ -50,6 +50,77 @@ impl Times {
     }
 }
 
+/// What the engine keeps of a `stat`: type and permission bits, owner,
+/// link count, identity, device number, size and times. Made from
+/// `fstatat` (std makes no `Metadata` from a directory descriptor and a
+/// name) or from a `Metadata`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Stat {
+    pub(crate) mode: u32,
+    pub(crate) uid: u32,
+    pub(crate) gid: u32,
+    pub(crate) nlink: u64,
+    pub(crate) dev: u64,
+    pub(crate) ino: u64,
+    pub(crate) rdev: u64,
+    pub(crate) size: u64,
+    pub(crate) times: Times,
+}
+
+// libc's `stat` field types differ between platforms: casts that are
+// no-ops here are not everywhere.
+#[allow(clippy::unnecessary_cast)]
+impl Stat {
+    pub(crate) fn of(st: &libc::stat) -> Self {
+        Stat {
+            mode: st.st_mode as u32,
+            uid: st.st_uid as u32,
+            gid: st.st_gid as u32,
+            nlink: st.st_nlink as u64,
+            dev: st.st_dev as u64,
+            ino: st.st_ino as u64,
+            rdev: st.st_rdev as u64,
+            size: st.st_size as u64,
+            times: Times {
+                atime: (st.st_atime as i64, st.st_atime_nsec as i64),
+                mtime: (st.st_mtime as i64, st.st_mtime_nsec as i64),
+            },
+        }
+    }
+
+    pub(crate) fn of_metadata(md: &Metadata) -> Self {
+        Stat {
+            mode: md.mode(),
+            uid: md.uid(),
+            gid: md.gid(),
+            nlink: md.nlink(),
+            dev: md.dev(),
+            ino: md.ino(),
+            rdev: md.rdev(),
+            size: md.len(),
+            times: Times::of(md),
+        }
+    }
+
+    /// The type bits (`S_IFMT`).
+    pub(crate) fn kind(&self) -> u32 {
+        self.mode & libc::S_IFMT as u32
+    }
+
+    pub(crate) fn is_dir(&self) -> bool {
+        self.kind() == libc::S_IFDIR as u32
+    }
+
+    pub(crate) fn is_symlink(&self) -> bool {
+        self.kind() == libc::S_IFLNK as u32
+    }
+
+    /// `(dev, ino)`: the identity of a file.
+    pub(crate) fn identity(&self) -> (u64, u64) {
+        (self.dev, self.ino)
+    }
+}
+
 /// `futimens(2)`.
 pub(crate) fn set_times_fd(f: &File, t: &Times) -> io::Result<()> {
     let ts = t.timespecs();
@@ -87,6 +158,21 @@ pub(crate) fn seek(
         return Err(e);
     }
     Ok(Some(r as u64))
+}
+
+/// CPU time the calling thread has used (`CLOCK_THREAD_CPUTIME_ID`).
+pub(crate) fn thread_cpu_time() -> std::time::Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a valid clock id and a timespec to fill.
+    let rc =
+        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return std::time::Duration::ZERO;
+    }
+    std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
 /// The effective user id; decides whether ownership can be kept.
@@ -133,6 +219,15 @@ pub(crate) mod at {
                     | libc::O_CLOEXEC,
             )
         })
+    }
+
+    /// `fstatat(AT_SYMLINK_NOFOLLOW)` as a [`Stat`](super::Stat); a
+    /// missing entry is an error (`ENOENT`).
+    pub(crate) fn stat(dir: RawFd, n: &CStr) -> io::Result<super::Stat> {
+        match lstat(dir, n)? {
+            Some(st) => Ok(super::Stat::of(&st)),
+            None => Err(io::Error::from_raw_os_error(libc::ENOENT)),
+        }
     }
 
     /// Creates a regular file `n` in `dir`; fails if anything is there.
@@ -366,6 +461,75 @@ pub(crate) mod at {
         // SAFETY: `d` is valid and closed once.
         unsafe { libc::closedir(d) };
         result.map(|()| names)
+    }
+
+    /// Reads the directory open as `dir` from its start, handing `f` each
+    /// entry's name (not `.` or `..`) and its `d_type` (`DT_UNKNOWN`
+    /// where the platform or filesystem does not say); `f` returns
+    /// whether to go on. Read through a duplicate, so `dir` stays open
+    /// for opening what is inside.
+    #[cfg_attr(target_os = "linux", allow(dead_code))]
+    pub(crate) fn read_entries(
+        dir: RawFd,
+        _buf: &mut Vec<u8>,
+        mut f: impl FnMut(&CStr, u8) -> io::Result<bool>,
+    ) -> io::Result<()> {
+        // SAFETY: plain dup of an open descriptor.
+        let dup = unsafe { libc::fcntl(dir, libc::F_DUPFD_CLOEXEC, 0) };
+        if dup < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `dup` is ours; on success the DIR owns it.
+        let d = unsafe { libc::fdopendir(dup) };
+        if d.is_null() {
+            let e = io::Error::last_os_error();
+            // SAFETY: fdopendir failed, so `dup` is still ours to close.
+            unsafe { libc::close(dup) };
+            return Err(e);
+        }
+        // SAFETY: `d` is a valid DIR.
+        unsafe { libc::rewinddir(d) };
+        let result = loop {
+            // SAFETY: resetting errno is always allowed.
+            unsafe { *errno_location() = 0 };
+            // SAFETY: `d` is a valid DIR.
+            let ent = unsafe { libc::readdir(d) };
+            if ent.is_null() {
+                // SAFETY: reading errno.
+                let err = unsafe { *errno_location() };
+                break if err == 0 {
+                    Ok(())
+                } else {
+                    Err(io::Error::from_raw_os_error(err))
+                };
+            }
+            // SAFETY: d_name is NUL-terminated within the entry.
+            let name = unsafe { CStr::from_ptr((*ent).d_name.as_ptr()) };
+            let b = name.to_bytes();
+            if b == b"." || b == b".." {
+                continue;
+            }
+            match f(name, entry_type(ent)) {
+                Ok(true) => {}
+                Ok(false) => break Ok(()),
+                Err(e) => break Err(e),
+            }
+        };
+        // SAFETY: `d` is valid and closed once.
+        unsafe { libc::closedir(d) };
+        result
+    }
+
+    /// illumos's `dirent` has no type: the caller stats the entry.
+    #[cfg(any(target_os = "illumos", target_os = "solaris"))]
+    fn entry_type(_ent: *const libc::dirent) -> u8 {
+        0
+    }
+
+    #[cfg(not(any(target_os = "illumos", target_os = "solaris")))]
+    fn entry_type(ent: *const libc::dirent) -> u8 {
+        // SAFETY: `ent` is the entry readdir just returned.
+        unsafe { (*ent).d_type }
     }
 
     #[cfg(any(target_os = "linux", target_os = "android"))]
