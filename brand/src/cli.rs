@@ -176,15 +176,6 @@ pub fn run(cli: &Cli) -> ExitCode {
     }
 }
 
-/// Help text shown as written. clap turns `{n}` anywhere in a help text
-/// into a line break, which would eat a hostname pattern's `{n}`: each
-/// `{` is followed by an empty style (an SGR reset), which breaks the
-/// match and prints as nothing (clap strips it off a terminal, and a
-/// terminal shows nothing for it).
-pub fn verbatim(text: &str) -> clap::builder::StyledStr {
-    clap::builder::StyledStr::from(text.replace('{', "{\u{1b}[0m"))
-}
-
 /// A command line clap refused: printed as clap prints it, or, with
 /// `--json` among the options, as a JSON error object on standard output
 /// (exit 2 either way; help and version go as asked).

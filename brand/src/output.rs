@@ -287,6 +287,15 @@ pub fn stats_detail(s: &copier::Stats) {
     }
 }
 
+/// Help text shown as written. clap turns `{n}` anywhere in a help text
+/// into a line break, which would eat a hostname pattern's `{n}`: each
+/// `{` is followed by an empty style (an SGR reset), which breaks the
+/// match and prints as nothing (clap strips it off a terminal, and a
+/// terminal shows nothing for it).
+pub fn verbatim(text: &str) -> clap::builder::StyledStr {
+    clap::builder::StyledStr::from(text.replace('{', "{\u{1b}[0m"))
+}
+
 #[cfg(test)]
 mod test {
     use super::*;

@@ -173,8 +173,7 @@ fn tune_records_a_statemap_per_point() {
     );
     assert!(out.contains("workers waiting for the walker"), "{out}");
     // As root with bpftrace, the scheduler's view too.
-    // SAFETY: geteuid cannot fail.
-    let traced = unsafe { libc::geteuid() } == 0
+    let traced = zinstall_testkit::is_root()
         && std::env::var_os("PATH").is_some_and(|p| {
             std::env::split_paths(&p).any(|d| d.join("bpftrace").is_file())
         });

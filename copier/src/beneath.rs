@@ -113,32 +113,17 @@ impl Dir {
     pub fn read_file(&self, name: &str, max: u64) -> Result<Vec<u8>> {
         use std::io::Read;
         let (n, shown) = self.name(name)?;
-        // SAFETY: valid descriptor and C string.
-        let fd = unsafe {
-            libc::openat(
-                self.fd.as_raw_fd(),
-                n.as_ptr(),
-                libc::O_RDONLY
-                    | libc::O_NOFOLLOW
-                    | libc::O_NONBLOCK
-                    | libc::O_CLOEXEC,
-            )
-        };
-        if fd < 0 {
-            let e = io::Error::last_os_error();
-            if e.raw_os_error() == Some(libc::ELOOP) {
+        let f = match at::open_read(self.fd.as_raw_fd(), &n) {
+            Ok(f) => f,
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
                 return Err(Error::Beneath {
                     path: shown.clone(),
                     at: shown,
                     met: Met::Symlink,
                 });
             }
-            return Err(Error::io(Op::Open, &shown, e));
-        }
-        // SAFETY: a descriptor just opened and owned here.
-        let f = File::from(unsafe {
-            <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd)
-        });
+            Err(e) => return Err(Error::io(Op::Open, &shown, e)),
+        };
         let st = at::fstat(&f).map_err(|e| Error::io(Op::Stat, &shown, e))?;
         if st.st_mode as u32 & libc::S_IFMT as u32 != libc::S_IFREG as u32 {
             return Err(Error::refused(&shown, Refusal::ChangedType));

@@ -49,6 +49,9 @@
 //! ```
 
 #![deny(missing_docs)]
+// System calls are made in `sys` alone (allowed there), so that every
+// `unsafe` block has one home to review.
+#![deny(unsafe_code)]
 
 pub mod beneath;
 mod cancel;
@@ -63,6 +66,8 @@ mod pool;
 pub mod probes;
 pub mod rules;
 pub mod stats;
+// The one place with `unsafe`: system calls and their buffers.
+#[allow(unsafe_code)]
 mod sys;
 pub mod trace;
 pub mod trusted;

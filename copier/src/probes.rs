@@ -9,6 +9,13 @@
 //! attaches to without registration.
 
 #![allow(missing_docs)]
+// The probe macros expand to the usdt crate's semaphore read and probe
+// site (`asm!`), which are `unsafe`; they are expanded here alone, in the
+// functions below, so the rest of the crate stays under
+// `deny(unsafe_code)`.
+#![allow(unsafe_code)]
+// The macros take only a closure's text (`|| ...`), not a closure's name.
+#![allow(clippy::redundant_closure)]
 
 #[cfg(feature = "usdt-probes")]
 include!(concat!(env!("OUT_DIR"), "/zinstall.rs"));
@@ -122,6 +129,82 @@ pub fn step_start(zone: &str, step: &str) {
 /// `step-done`: an install step ended after `ns` nanoseconds.
 pub fn step_done(zone: &str, step: &str, ns: u64, failed: bool) {
     zinstall::step__done!(|| (zone, step, ns, i32::from(failed)));
+}
+
+// The engine's probes, one function each. Each takes a closure for its
+// arguments, called only while a tracer has the probe enabled. Inlined,
+// so that each stays one probe site in its caller as the macro was.
+
+#[inline(always)]
+pub(crate) fn walk_start<S: AsRef<str>, D: AsRef<str>>(
+    args: impl FnOnce() -> (S, D),
+) {
+    zinstall::walk__start!(|| args());
+}
+
+#[inline(always)]
+pub(crate) fn walk_done(args: impl FnOnce() -> (u64, u64, u64)) {
+    zinstall::walk__done!(|| args());
+}
+
+#[inline(always)]
+pub(crate) fn batch_dispatch(args: impl FnOnce() -> (u32, u64, u64)) {
+    zinstall::batch__dispatch!(|| args());
+}
+
+#[inline(always)]
+pub(crate) fn dir_start<S: AsRef<str>>(args: impl FnOnce() -> (u32, S)) {
+    zinstall::dir__start!(|| args());
+}
+
+#[inline(always)]
+pub(crate) fn dir_done<S: AsRef<str>>(
+    args: impl FnOnce() -> (u32, S, u64, i32),
+) {
+    zinstall::dir__done!(|| args());
+}
+
+#[inline(always)]
+pub(crate) fn walker_idle(walker: u32) {
+    zinstall::walker__idle!(|| walker);
+}
+
+#[inline(always)]
+pub(crate) fn job_start<K: AsRef<str>, S: AsRef<str>>(
+    args: impl FnOnce() -> (u32, K, S),
+) {
+    zinstall::job__start!(|| args());
+}
+
+#[inline(always)]
+pub(crate) fn job_done<K: AsRef<str>, S: AsRef<str>>(
+    args: impl FnOnce() -> (u32, K, S, u64, i32),
+) {
+    zinstall::job__done!(|| args());
+}
+
+#[inline(always)]
+pub(crate) fn worker_idle(worker: u32) {
+    zinstall::worker__idle!(|| worker);
+}
+
+#[inline(always)]
+pub(crate) fn worker_busy(args: impl FnOnce() -> (u32, u64, u64)) {
+    zinstall::worker__busy!(|| args());
+}
+
+#[inline(always)]
+pub(crate) fn archive_entry_start<A: AsRef<str>, E: AsRef<str>>(
+    args: impl FnOnce() -> (A, E),
+) {
+    zinstall::archive__entry__start!(|| args());
+}
+
+#[inline(always)]
+pub(crate) fn archive_entry_done<A: AsRef<str>, E: AsRef<str>>(
+    args: impl FnOnce() -> (A, E, u64, i32),
+) {
+    zinstall::archive__entry__done!(|| args());
 }
 
 /// The errno a probe reports for a result: 0, the system call's, or -1.

@@ -798,17 +798,18 @@ impl Ctx<'_> {
     fn write_job(&self, job: FileJob) {
         let n = job.body.len();
         if !self.stopped() {
-            probes::zinstall::archive__entry__start!(|| (
-                self.archive.to_string_lossy(),
-                job.entry.as_str()
-            ));
+            probes::archive_entry_start(|| {
+                (self.archive.to_string_lossy(), job.entry.as_str())
+            });
             let r = self.write_file(&job);
-            probes::zinstall::archive__entry__done!(|| (
-                self.archive.to_string_lossy(),
-                job.entry.as_str(),
-                n,
-                probes::errno(&r)
-            ));
+            probes::archive_entry_done(|| {
+                (
+                    self.archive.to_string_lossy(),
+                    job.entry.as_str(),
+                    n,
+                    probes::errno(&r),
+                )
+            });
             match r {
                 Ok(()) => {
                     self.files.fetch_add(1, Ordering::Relaxed);

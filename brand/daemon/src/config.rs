@@ -25,12 +25,12 @@
 
 use std::collections::BTreeSet;
 use std::io;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::protocol::Call;
+use crate::protocol::{Call, normalized};
 use crate::sys;
 
 /// Where the configuration is read from unless `--config` says.
@@ -347,34 +347,6 @@ fn absolute(key: &str, p: PathBuf) -> Result<PathBuf, String> {
             p.display()
         )
     })
-}
-
-/// `p` if it is absolute and has no `.` or `..` component (repeated and
-/// trailing slashes are dropped).
-pub fn normalized(p: &Path) -> Option<PathBuf> {
-    if !p.is_absolute() {
-        return None;
-    }
-    let mut out = PathBuf::from("/");
-    for c in p.components() {
-        match c {
-            Component::RootDir => {}
-            Component::Normal(n) => out.push(n),
-            Component::CurDir | Component::ParentDir | Component::Prefix(_) => {
-                return None;
-            }
-        }
-    }
-    // `components` hides a `.` in the middle: look at the bytes too.
-    use std::os::unix::ffi::OsStrExt;
-    if p.as_os_str()
-        .as_bytes()
-        .split(|b| *b == b'/')
-        .any(|c| c == b"." || c == b"..")
-    {
-        return None;
-    }
-    Some(out)
 }
 
 fn uid(at: &str, id: &Id) -> Result<u32, String> {

@@ -34,6 +34,8 @@
 //! ```
 
 #![deny(missing_docs)]
+// System calls only in `sys`.
+#![deny(unsafe_code)]
 
 mod auth;
 pub mod client;
@@ -42,4 +44,6 @@ mod jobs;
 mod ops;
 pub mod protocol;
 pub mod server;
+mod state;
+#[allow(unsafe_code)]
 mod sys;

@@ -14,13 +14,12 @@ use zinstall_provision::cache::{Cache, GcOptions};
 use zinstall_provision::{ProvisionOptions, ProvisionRequest};
 
 use crate::auth;
-use crate::config::normalized;
 use crate::jobs::Job;
 use crate::protocol::{
     Call, CopyArgs, GcArgs, InstallArgs, ProvisionArgs, UninstallArgs,
-    WireError, notices_json, stats_json,
+    WireError, normalized, notices_json, stats_json,
 };
-use crate::server::Daemon;
+use crate::state::Daemon;
 use crate::sys::Peer;
 
 /// Runs a job's operation to its end.

@@ -20,7 +20,7 @@
 //! `kind`, and where there is one the `op` and `path` that failed.
 //! Requests on one connection are served in turn.
 
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -137,9 +137,37 @@ impl Call {
     pub fn unclean_path(&self) -> Option<&Path> {
         self.paths()
             .into_iter()
-            .find(|p| crate::config::normalized(p).is_none())
+            .find(|p| normalized(p).is_none())
             .map(PathBuf::as_path)
     }
+}
+
+/// `p` if it is absolute and has no `.` or `..` component (repeated and
+/// trailing slashes are dropped).
+pub fn normalized(p: &Path) -> Option<PathBuf> {
+    if !p.is_absolute() {
+        return None;
+    }
+    let mut out = PathBuf::from("/");
+    for c in p.components() {
+        match c {
+            Component::RootDir => {}
+            Component::Normal(n) => out.push(n),
+            Component::CurDir | Component::ParentDir | Component::Prefix(_) => {
+                return None;
+            }
+        }
+    }
+    // `components` hides a `.` in the middle: look at the bytes too.
+    use std::os::unix::ffi::OsStrExt;
+    if p.as_os_str()
+        .as_bytes()
+        .split(|b| *b == b'/')
+        .any(|c| c == b"." || c == b"..")
+    {
+        return None;
+    }
+    Some(out)
 }
 
 /// Whether an image argument is a registry reference

@@ -1,71 +1,30 @@
 //! The service: the socket, the accept loop, one thread per connection,
 //! one per job, and the pool every job's workers come from.
 
-use std::collections::HashMap;
 use std::io::{self, BufRead, BufReader, Write};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
-use std::thread::{self, JoinHandle};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use slog::{Logger, error, info, warn};
+use slog::{Logger, info, warn};
 
-use copier::{DefaultsFile, Pool, Tunables};
+use copier::Pool;
 
 use crate::auth;
 use crate::config::{Config, ConfigError};
-use crate::jobs::{Jobs, State};
+use crate::jobs::State;
 use crate::ops;
 use crate::protocol::{
     BadRequest, Call, MAX_LINE, Reply, Request, VERSION, WireError,
 };
+pub use crate::state::Options;
+use crate::state::{self, Daemon};
 use crate::sys::{self, Peer};
-
-/// How to start the service.
-#[derive(Clone, Debug)]
-pub struct Options {
-    /// The configuration file.
-    pub config: PathBuf,
-    /// Whether it must exist (named on the command line).
-    pub config_required: bool,
-    /// The socket, overriding the configuration's.
-    pub socket: Option<PathBuf>,
-    /// The daemon's version string, for `version`.
-    pub version: String,
-}
-
-/// Why the service could not start or stopped abnormally.
-#[derive(Debug, thiserror::Error)]
-pub enum ServeError {
-    /// The configuration.
-    #[error(transparent)]
-    Config(#[from] ConfigError),
-    /// The defaults file or the worker pool.
-    #[error(transparent)]
-    Engine(#[from] copier::Error),
-    /// The socket.
-    #[error("{path}: {op}: {source}", path = path.display())]
-    Socket {
-        /// The socket's path.
-        path: PathBuf,
-        /// What was being done.
-        op: &'static str,
-        /// Why it failed.
-        source: io::Error,
-    },
-}
-
-/// Connections being served: those of callers other than root, in all
-/// and by uid (root's are not counted: never refused).
-#[derive(Default)]
-struct Connections {
-    others: usize,
-    by_uid: HashMap<u32, usize>,
-}
 
 /// One connection's place, given back when dropped.
 struct Place {
@@ -90,69 +49,25 @@ impl Drop for Place {
     }
 }
 
-/// The running service's state, shared by its threads.
-pub struct Daemon {
-    opts: Options,
-    config: RwLock<Config>,
-    tunables: Tunables,
-    pool: Pool,
-    jobs: Jobs,
-    log: Logger,
-    connections: Mutex<Connections>,
-    /// Connections following a job, until its last reply is sent.
-    following: AtomicUsize,
-    stopping: AtomicBool,
-    job_threads: Mutex<Vec<JoinHandle<()>>>,
-}
-
-impl Daemon {
-    /// The configuration in force.
-    pub fn config(&self) -> Config {
-        self.config
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-    }
-
-    /// Each job's knobs: the batch and buffer sizes; its workers are the
-    /// pool's.
-    pub fn tunables(&self) -> Tunables {
-        self.tunables
-    }
-
-    /// The worker budget.
-    pub fn pool(&self) -> &Pool {
-        &self.pool
-    }
-
-    /// The service's log.
-    pub fn log(&self) -> &Logger {
-        &self.log
-    }
-}
-
-/// Reads the worker and walker budgets: the configuration's
-/// `copy_threads` and `copy_walkers`, else the defaults file's
-/// COPY_THREADS and COPY_WALKERS; batch and buffer sizes from the
-/// defaults file.
-fn tunables(config: &Config) -> Result<Tunables, copier::Error> {
-    // The system's file may be missing; one the configuration names
-    // must be there.
-    let file = if config.defaults == Path::new(crate::config::DEFAULT_DEFAULTS)
-    {
-        DefaultsFile::load(&config.defaults)?
-    } else {
-        DefaultsFile::load_required(&config.defaults)?
-    };
-    let mut t = Tunables::from_defaults(&file)?;
-    if let Some(n) = config.copy_threads {
-        t.copy_threads = n;
-    }
-    if let Some(n) = config.copy_walkers {
-        t.copy_walkers = n;
-    }
-    t.validate()?;
-    Ok(t)
+/// Why the service could not start or stopped abnormally.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The configuration.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The defaults file or the worker pool.
+    #[error(transparent)]
+    Engine(#[from] copier::Error),
+    /// The socket.
+    #[error("{path}: {op}: {source}", path = path.display())]
+    Socket {
+        /// The socket's path.
+        path: PathBuf,
+        /// What was being done.
+        op: &'static str,
+        /// Why it failed.
+        source: io::Error,
+    },
 }
 
 /// Runs the service until SIGTERM or SIGINT: then stops accepting,
@@ -162,7 +77,7 @@ pub fn run(opts: Options, log: Logger) -> Result<(), ServeError> {
     if let Some(s) = &opts.socket {
         config.socket = s.clone();
     }
-    let tunables = tunables(&config)?;
+    let tunables = state::tunables(&config)?;
     let pool =
         Pool::new(tunables.copy_threads)?.with_walkers(tunables.walkers());
     sys::raise_nofile();
@@ -192,24 +107,19 @@ pub fn run(opts: Options, log: Logger) -> Result<(), ServeError> {
             op: "set non-blocking",
             source,
         })?;
-    let d = Arc::new(Daemon {
-        config: RwLock::new(config.clone()),
+    let d = Arc::new(Daemon::new(
+        opts,
+        config.clone(),
         tunables,
         pool,
-        jobs: Jobs::new(config.keep_finished),
-        log: log.clone(),
-        connections: Mutex::new(Connections::default()),
-        following: AtomicUsize::new(0),
-        stopping: AtomicBool::new(false),
-        job_threads: Mutex::new(Vec::new()),
-        opts,
-    });
+        log.clone(),
+    ));
     info!(log, "listening"; "socket" => %config.socket.display(), "activated" => activated,
           "workers" => tunables.copy_threads, "walkers" => tunables.walkers(), "pid" => sys::pid(), "version" => &d.opts.version);
     sys::notify("READY=1\nSTATUS=serving");
     while !term.load(Ordering::Relaxed) {
         if hup.swap(false, Ordering::Relaxed) {
-            reload(&d);
+            d.reload();
         }
         match listener.accept() {
             Ok((stream, _)) => accept(&d, stream),
@@ -247,28 +157,6 @@ pub fn run(opts: Options, log: Logger) -> Result<(), ServeError> {
     }
     info!(log, "stopped");
     Ok(())
-}
-
-fn reload(d: &Daemon) {
-    match Config::load(&d.opts.config, d.opts.config_required) {
-        Ok(mut c) => {
-            let old = d.config();
-            // The socket, its place and the worker budget are the
-            // running service's; they change with a restart.
-            c.socket = old.socket.clone();
-            if c.copy_threads != old.copy_threads {
-                warn!(d.log, "copy_threads changes at the next restart";
-                      "running" => d.tunables.copy_threads);
-            }
-            if c.copy_walkers != old.copy_walkers {
-                warn!(d.log, "copy_walkers changes at the next restart";
-                      "running" => d.tunables.copy_walkers);
-            }
-            *d.config.write().unwrap_or_else(|p| p.into_inner()) = c;
-            info!(d.log, "configuration reloaded"; "config" => %d.opts.config.display());
-        }
-        Err(e) => error!(d.log, "configuration not reloaded"; "error" => %e),
-    }
 }
 
 /// Makes the socket: its directory (0755) when missing, a stale socket
@@ -544,8 +432,8 @@ fn quick(d: &Daemon, peer: &Peer, call: &Call) -> Result<Value, WireError> {
         Call::Version => Ok(json!({
             "version": d.opts.version,
             "protocol": VERSION,
-            "workers": d.pool.threads(),
-            "walkers": d.pool.walkers(),
+            "workers": d.pool().threads(),
+            "walkers": d.pool().walkers(),
         })),
         Call::Jobs => Ok(Value::Array(
             d.jobs

@@ -97,7 +97,7 @@ pub struct ProvisionArgs {
     pub dry_run: bool,
     /// Directory guests' hostname: {n} is the guest's number, {name} its
     /// name (default {name}).
-    #[arg(long, value_name = "PATTERN", help = crate::cli::verbatim(
+    #[arg(long, value_name = "PATTERN", help = crate::output::verbatim(
         "Directory guests' hostname: {n} is the guest's number, {name} its \
          name (default {name})"
     ))]

@@ -127,7 +127,6 @@ fn prepare_tracefs() -> Result<Option<String>, String> {
              tracepoints; mount sysfs on /sys if it is not"
         ));
     }
-    // SAFETY: geteuid has no preconditions and cannot fail.
     if !crate::sys::is_root() {
         return Err(format!(
             "tracefs is not mounted on {TRACEFS}, and bpftrace needs it for \

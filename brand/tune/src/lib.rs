@@ -21,9 +21,15 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+#![deny(missing_docs)]
+// System calls only in `sys`.
+#![deny(unsafe_code)]
+
 pub mod peers;
 pub mod report;
 pub mod rng;
 pub mod sweep;
+#[allow(unsafe_code)]
+mod sys;
 pub mod trees;
 pub mod tune;

@@ -296,8 +296,7 @@ pub fn drop_caches() -> Result<(), String> {
 /// `sync(2)`: flushes what a previous run left dirty, so it is not
 /// written back during the next timed run.
 pub fn sync() {
-    // SAFETY: sync takes no arguments.
-    unsafe { libc::sync() };
+    crate::sys::sync();
 }
 
 /// Every path under `root`, parents first.
@@ -372,8 +371,7 @@ pub fn serial_copy(src: &Path, dst: &Path) -> io::Result<()> {
 
 /// Owner (as root) and mtime, without following symlinks.
 fn finish(to: &Path, md: &fs::Metadata) -> io::Result<()> {
-    // SAFETY: geteuid cannot fail.
-    if unsafe { libc::geteuid() } == 0 {
+    if crate::sys::is_root() {
         std::os::unix::fs::lchown(to, Some(md.uid()), Some(md.gid()))?;
         if !md.file_type().is_symlink() {
             fs::set_permissions(

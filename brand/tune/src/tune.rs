@@ -154,11 +154,10 @@ pub fn worker_share(
 
 /// True if this process may run bpftrace: root, with bpftrace on PATH.
 fn can_trace() -> bool {
-    // SAFETY: geteuid cannot fail.
-    let root = unsafe { libc::geteuid() } == 0;
-    root && std::env::var_os("PATH").is_some_and(|p| {
-        std::env::split_paths(&p).any(|d| d.join("bpftrace").is_file())
-    })
+    crate::sys::is_root()
+        && std::env::var_os("PATH").is_some_and(|p| {
+            std::env::split_paths(&p).any(|d| d.join("bpftrace").is_file())
+        })
 }
 
 /// One more copy per grid point, untimed, recording its statemap into

@@ -6,8 +6,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use zinstall_daemon::config::normalized;
-use zinstall_daemon::protocol::Request;
+use zinstall_daemon::protocol::{Request, normalized};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(r) = Request::parse(data) else { return };

@@ -281,10 +281,9 @@ fn run(plan: &Plan) -> Result<Report, Failure> {
     let shared = Shared::new(plan);
     let mut stats = Stats::default();
     let mut entities = Vec::new();
-    crate::probes::zinstall::walk__start!(|| (
-        plan.src.to_string_lossy(),
-        plan.dst.to_string_lossy()
-    ));
+    crate::probes::walk_start(|| {
+        (plan.src.to_string_lossy(), plan.dst.to_string_lossy())
+    });
     if !sys::XATTRS {
         shared.notice(NoticeKind::XattrsUnsupported, &plan.src);
     }
@@ -323,11 +322,13 @@ fn run(plan: &Plan) -> Result<Report, Failure> {
         });
     }
     stats.elapsed = started.elapsed();
-    crate::probes::zinstall::walk__done!(|| (
-        stats.entries(),
-        shared.error_count(),
-        stats.elapsed.as_nanos() as u64
-    ));
+    crate::probes::walk_done(|| {
+        (
+            stats.entries(),
+            shared.error_count(),
+            stats.elapsed.as_nanos() as u64,
+        )
+    });
     let recording = plan.record.then(|| Recording {
         start: shared.clock.wall,
         end_ns: shared.clock.now_ns(),

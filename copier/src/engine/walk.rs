@@ -370,7 +370,7 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
     fn idle(&mut self) {
         self.trace.enter(ThreadState::Waiting);
         let idx = self.index as u32;
-        crate::probes::zinstall::walker__idle!(|| idx);
+        crate::probes::walker_idle(idx);
         let t0 = Instant::now();
         let w = self.walk;
         let g = w.lock.lock().unwrap_or_else(|p| p.into_inner());
@@ -409,21 +409,15 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
     /// recorded.
     fn read(&mut self, task: DirTask) {
         let idx = self.index as u32;
-        crate::probes::zinstall::dir__start!(|| (
-            idx,
-            task.src.to_string_lossy()
-        ));
+        crate::probes::dir_start(|| (idx, task.src.to_string_lossy()));
         let top = matches!(task.at, TaskAt::Top(_));
         let src = task.src.clone();
         let before = self.load.entries;
         let (r, hold) = self.read_task(task);
         let n = self.load.entries - before;
-        crate::probes::zinstall::dir__done!(|| (
-            idx,
-            src.to_string_lossy(),
-            n,
-            crate::probes::errno(&r)
-        ));
+        crate::probes::dir_done(|| {
+            (idx, src.to_string_lossy(), n, crate::probes::errno(&r))
+        });
         match r {
             Err(e) if top => self.shared.fail(e),
             Err(e) => self.shared.entry_failed(e),
@@ -729,11 +723,9 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
         }
         let Some(tx) = self.walk.dispatch else { return };
         let idx = self.index as u32;
-        crate::probes::zinstall::batch__dispatch!(|| (
-            idx,
-            batch.len() as u64,
-            tx.queued() as u64
-        ));
+        crate::probes::batch_dispatch(|| {
+            (idx, batch.len() as u64, tx.queued() as u64)
+        });
         if let Err(batch) = tx.try_send(batch) {
             self.trace.enter(ThreadState::Blocked);
             let t0 = Instant::now();

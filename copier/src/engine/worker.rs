@@ -79,7 +79,7 @@ impl<'s, 'p> Worker<'s, 'p> {
         loop {
             self.trace.enter(ThreadState::Waiting);
             let idx = self.index;
-            probes::zinstall::worker__idle!(|| idx);
+            probes::worker_idle(idx);
             let waited = Instant::now();
             let Ok(batch) = rx.recv() else { break };
             self.run_batch(batch, waited);
@@ -91,11 +91,9 @@ impl<'s, 'p> Worker<'s, 'p> {
     pub(crate) fn run_batch(&mut self, batch: Vec<Job>, waited: Instant) {
         let idx = self.index;
         let t0 = Instant::now();
-        probes::zinstall::worker__busy!(|| (
-            idx,
-            batch.len() as u64,
-            waited.elapsed().as_nanos() as u64
-        ));
+        probes::worker_busy(|| {
+            (idx, batch.len() as u64, waited.elapsed().as_nanos() as u64)
+        });
         self.load.batches += 1;
         for job in batch {
             if self.shared.stopped() {
@@ -133,11 +131,7 @@ impl<'s, 'p> Worker<'s, 'p> {
             self.stats.hardlinks,
         );
         let idx = self.index;
-        probes::zinstall::job__start!(|| (
-            idx,
-            job.kind.name(),
-            job.src.to_string_lossy()
-        ));
+        probes::job_start(|| (idx, job.kind.name(), job.src.to_string_lossy()));
         let r = match &job.kind {
             JobKind::File => self.copy_file(&job),
             JobKind::Symlink => self.copy_symlink(&job),
@@ -145,13 +139,15 @@ impl<'s, 'p> Worker<'s, 'p> {
             JobKind::Redirect(target) => self.redirect(&job, target),
         };
         let bytes = self.stats.bytes - before;
-        probes::zinstall::job__done!(|| (
-            idx,
-            job.kind.name(),
-            job.src.to_string_lossy(),
-            bytes,
-            probes::errno(&r)
-        ));
+        probes::job_done(|| {
+            (
+                idx,
+                job.kind.name(),
+                job.src.to_string_lossy(),
+                bytes,
+                probes::errno(&r),
+            )
+        });
         match r {
             Err(e) => self.shared.entry_failed(e),
             Ok(()) => self.listed(&job, left),

@@ -400,41 +400,75 @@ pub(crate) fn set_xattr(
 /// no openat2 (before 5.6, or filtered); the caller then walks the
 /// components itself.
 pub(crate) fn open_dir_beneath(
-    root: std::os::fd::RawFd,
+    root: RawFd,
     rel: &CStr,
-) -> io::Result<Option<std::os::fd::OwnedFd>> {
-    use std::os::fd::FromRawFd;
+) -> io::Result<Option<OwnedFd>> {
+    openat2(
+        root,
+        rel,
+        libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        libc::RESOLVE_BENEATH
+            | libc::RESOLVE_NO_SYMLINKS
+            | libc::RESOLVE_NO_MAGICLINKS,
+    )
+}
+
+/// Whether this kernel answered openat2 with ENOSYS once: it will again,
+/// so the component walk is taken straight away. A fact about the running
+/// kernel, the same for every caller, so process-wide is its right scope.
+static NO_OPENAT2: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+/// How many times an openat2 the kernel asks to retry (EAGAIN: a rename
+/// or mount elsewhere raced the lookup) is made before the caller takes
+/// its component walk instead; a filesystem under constant renames must
+/// not hold a thread forever.
+const OPENAT2_RETRIES: u32 = 16;
+
+/// `openat2(dir, path, flags, resolve)`; `Ok(None)` when the caller must
+/// do without it: the kernel has none (ENOSYS, remembered), a seccomp
+/// filter refuses it (EPERM), or it kept asking for a retry.
+fn openat2(
+    dir: RawFd,
+    path: &CStr,
+    flags: libc::c_int,
+    resolve: u64,
+) -> io::Result<Option<OwnedFd>> {
+    use std::sync::atomic::Ordering;
+    if NO_OPENAT2.load(Ordering::Relaxed) {
+        return Ok(None);
+    }
     // SAFETY: open_how is plain data; zeroed is valid.
     let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-    how.flags = (libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC) as u64;
-    how.resolve = libc::RESOLVE_BENEATH
-        | libc::RESOLVE_NO_SYMLINKS
-        | libc::RESOLVE_NO_MAGICLINKS;
-    loop {
+    how.flags = flags as u64;
+    how.resolve = resolve;
+    for _ in 0..OPENAT2_RETRIES {
         // SAFETY: valid descriptor, C string and open_how of the right size.
         let fd = unsafe {
             libc::syscall(
                 libc::SYS_openat2,
-                root,
-                rel.as_ptr(),
+                dir,
+                path.as_ptr(),
                 &how as *const libc::open_how,
                 std::mem::size_of::<libc::open_how>(),
             )
         };
         if fd >= 0 {
             // SAFETY: the kernel returned this descriptor.
-            return Ok(Some(unsafe {
-                std::os::fd::OwnedFd::from_raw_fd(fd as i32)
-            }));
+            return Ok(Some(unsafe { OwnedFd::from_raw_fd(fd as i32) }));
         }
         let e = io::Error::last_os_error();
         match e.raw_os_error() {
-            // A rename elsewhere raced the lookup; the kernel asks to retry.
             Some(libc::EAGAIN) => continue,
-            Some(libc::ENOSYS) | Some(libc::EPERM) => return Ok(None),
+            Some(libc::ENOSYS) => {
+                NO_OPENAT2.store(true, Ordering::Relaxed);
+                return Ok(None);
+            }
+            Some(libc::EPERM) => return Ok(None),
             _ => return Err(e),
         }
     }
+    Ok(None)
 }
 
 /// Sets the mode of the entry `name` in `dir` without following it if it
@@ -474,38 +508,15 @@ pub(crate) fn open_dir_same_mount(
     dir: RawFd,
     name: &CStr,
 ) -> io::Result<Option<OwnedFd>> {
-    // SAFETY: open_how is plain data; zeroed is valid.
-    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-    how.flags = (libc::O_RDONLY
-        | libc::O_DIRECTORY
-        | libc::O_CLOEXEC
-        | libc::O_NOFOLLOW) as u64;
-    how.resolve = libc::RESOLVE_BENEATH
-        | libc::RESOLVE_NO_SYMLINKS
-        | libc::RESOLVE_NO_MAGICLINKS
-        | libc::RESOLVE_NO_XDEV;
-    loop {
-        // SAFETY: valid descriptor, C string and open_how of the right size.
-        let fd = unsafe {
-            libc::syscall(
-                libc::SYS_openat2,
-                dir,
-                name.as_ptr(),
-                &how as *const libc::open_how,
-                std::mem::size_of::<libc::open_how>(),
-            )
-        };
-        if fd >= 0 {
-            // SAFETY: the kernel returned this descriptor.
-            return Ok(Some(unsafe { OwnedFd::from_raw_fd(fd as i32) }));
-        }
-        let e = io::Error::last_os_error();
-        match e.raw_os_error() {
-            Some(libc::EAGAIN) => continue,
-            Some(libc::ENOSYS) | Some(libc::EPERM) => return Ok(None),
-            _ => return Err(e),
-        }
-    }
+    openat2(
+        dir,
+        name,
+        libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC | libc::O_NOFOLLOW,
+        libc::RESOLVE_BENEATH
+            | libc::RESOLVE_NO_SYMLINKS
+            | libc::RESOLVE_NO_MAGICLINKS
+            | libc::RESOLVE_NO_XDEV,
+    )
 }
 
 /// A thread's filesystem identity, taken for a run: restored when

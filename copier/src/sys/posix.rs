@@ -221,6 +221,23 @@ pub(crate) mod at {
         })
     }
 
+    /// Opens `n` in `dir` for reading without following a symlink (ELOOP
+    /// if it is one) and without blocking on a fifo or a device.
+    pub(crate) fn open_read(dir: RawFd, n: &CStr) -> io::Result<File> {
+        // SAFETY: valid descriptor and C string.
+        let fd = fd_result(unsafe {
+            libc::openat(
+                dir,
+                n.as_ptr(),
+                libc::O_RDONLY
+                    | libc::O_NOFOLLOW
+                    | libc::O_NONBLOCK
+                    | libc::O_CLOEXEC,
+            )
+        })?;
+        Ok(File::from(fd))
+    }
+
     /// `fstatat(AT_SYMLINK_NOFOLLOW)` as a [`Stat`](super::Stat); a
     /// missing entry is an error (`ENOENT`).
     pub(crate) fn stat(dir: RawFd, n: &CStr) -> io::Result<super::Stat> {
