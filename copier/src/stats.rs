@@ -7,8 +7,15 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
+
 /// Counters of one run.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+///
+/// Serialized (`--json`, the daemon's replies, the log) with times in
+/// whole milliseconds (`ms`, `walker_blocked_ms`, `busy_ms`, ...) and
+/// [`Stats::redirects`] as `linked`; a field missing when read is zero.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct Stats {
     /// Regular files whose data was copied (or cloned).
     pub files: u64,
@@ -19,6 +26,7 @@ pub struct Stats {
     /// Later names of an inode, made as hard links to its first copy.
     pub hardlinks: u64,
     /// Files replaced by a symlink by a link rule.
+    #[serde(rename = "linked")]
     pub redirects: u64,
     /// FIFOs, sockets and device nodes recreated.
     pub specials: u64,
@@ -36,8 +44,10 @@ pub struct Stats {
     /// Files copied through the worker's buffer.
     pub buffered: u64,
     /// Wall time of the run.
+    #[serde(rename = "ms", with = "millis")]
     pub elapsed: Duration,
     /// Time the walkers spent blocked on a full queue, summed.
+    #[serde(rename = "walker_blocked_ms", with = "millis")]
     pub walker_blocked: Duration,
     /// One entry per worker.
     pub workers: Vec<WorkerStats>,
@@ -46,7 +56,8 @@ pub struct Stats {
 }
 
 /// The load of one worker.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct WorkerStats {
     /// Jobs done.
     pub jobs: u64,
@@ -55,11 +66,13 @@ pub struct WorkerStats {
     /// Bytes of file data copied.
     pub bytes: u64,
     /// Time spent on jobs (not waiting for batches).
+    #[serde(rename = "busy_ms", with = "millis")]
     pub busy: Duration,
 }
 
 /// The load of one walker.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct WalkerStats {
     /// Directories read.
     pub dirs: u64,
@@ -70,13 +83,37 @@ pub struct WalkerStats {
     /// Directories taken from another walker or from the top queue.
     pub steals: u64,
     /// Time spent reading directories (making them included).
+    #[serde(rename = "busy_ms", with = "millis")]
     pub busy: Duration,
     /// Of that, time blocked on a full queue.
+    #[serde(rename = "blocked_ms", with = "millis")]
     pub blocked: Duration,
     /// Time spent waiting for a directory to read.
+    #[serde(rename = "idle_ms", with = "millis")]
     pub idle: Duration,
     /// CPU time the walker's thread used.
+    #[serde(rename = "cpu_ms", with = "millis")]
     pub cpu: Duration,
+}
+
+/// A duration as whole milliseconds, the unit the JSON has always used.
+mod millis {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(
+        d: &Duration,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Duration, D::Error> {
+        u64::deserialize(d).map(Duration::from_millis)
+    }
 }
 
 impl Stats {

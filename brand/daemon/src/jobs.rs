@@ -7,7 +7,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
 
-use crate::protocol::{ProgressInfo, WireError};
+use crate::protocol::{ErrorKind, ProgressInfo, WireError};
 
 /// Where a job is.
 #[derive(Clone, Debug, PartialEq)]
@@ -28,7 +28,7 @@ impl State {
             State::Queued => "queued",
             State::Running => "running",
             State::Done(_) => "done",
-            State::Failed(e) if e.kind == "cancelled" => "cancelled",
+            State::Failed(e) if e.kind == ErrorKind::Cancelled => "cancelled",
             State::Failed(_) => "failed",
         }
     }

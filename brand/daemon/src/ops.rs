@@ -16,8 +16,8 @@ use zinstall_provision::{ProvisionOptions, ProvisionRequest};
 use crate::auth;
 use crate::jobs::Job;
 use crate::protocol::{
-    Call, CopyArgs, GcArgs, InstallArgs, ProvisionArgs, UninstallArgs,
-    WireError, normalized, notices_json, stats_json,
+    Call, CopyArgs, ErrorKind, GcArgs, InstallArgs, ProvisionArgs,
+    UninstallArgs, WireError, normalized, notices_json, stats_json,
 };
 use crate::state::Daemon;
 use crate::sys::Peer;
@@ -36,7 +36,7 @@ pub fn run(
         Call::Provision(a) => provision(d, job, a),
         Call::CacheGc(a) => cache_gc(d, job, a),
         _ => Err(WireError::new(
-            "internal",
+            ErrorKind::Internal,
             format!("{} is not a job", call.name()),
         )),
     }
@@ -74,7 +74,7 @@ fn copy(
         let prefix = |p: &Path| {
             auth::granted_prefix(&config, peer, "copy", p).ok_or_else(|| {
                 WireError::new(
-                    "denied",
+                    ErrorKind::Denied,
                     format!(
                         "zinstalld: {}: not under a prefix granted to uid {} \
                          for copy",
@@ -118,7 +118,11 @@ fn install_error(
 ) -> WireError {
     let cancelled = job.cancel.is_cancelled();
     let mut w = WireError::new(
-        if cancelled { "cancelled" } else { "install" },
+        if cancelled {
+            ErrorKind::Cancelled
+        } else {
+            ErrorKind::Install
+        },
         e.to_string(),
     );
     w.path = Some(zonepath.to_path_buf());
@@ -134,7 +138,7 @@ fn install(
     job.set_phase("install");
     let profile_path = a.profile.clone().unwrap_or_else(|| d.config().profile);
     let mut profile = Profile::load(&profile_path).map_err(|e| {
-        let mut w = WireError::new("install", e.to_string());
+        let mut w = WireError::new(ErrorKind::Install, e.to_string());
         w.path = Some(profile_path.clone());
         w
     })?;
@@ -148,7 +152,7 @@ fn install(
     // (never through a symlink, nor under a directory another user could
     // swap it in), so that nobody else walks into the root meanwhile.
     zinstall_install::prepare_zonepath(&a.zonepath).map_err(|e| {
-        let mut w = WireError::new("refused", e.to_string());
+        let mut w = WireError::new(ErrorKind::Refused, e.to_string());
         w.path = Some(a.zonepath.clone());
         w
     })?;
@@ -189,7 +193,7 @@ fn install(
         cancel: Some(job.cancel.clone()),
         pool: Some(d.pool().clone()),
         listener: None,
-        platform: platform("install", &a.platform)?,
+        platform: platform(ErrorKind::Install, &a.platform)?,
         store: Some(zinstall_provision::store_of(&d.config().cache)),
         pull: pull_options(d, job),
         progress: None,
@@ -220,7 +224,7 @@ fn uninstall(
 
 /// The platform a request names, parsed.
 fn platform(
-    kind: &str,
+    kind: ErrorKind,
     p: &Option<String>,
 ) -> Result<Option<copier::oci::Platform>, WireError> {
     p.as_deref()
@@ -265,7 +269,7 @@ fn provision(
         machine_id: a.machine_id,
         ssh_host_keys: a.ssh_host_keys,
         force: a.force,
-        platform: platform("provision", &a.platform)?,
+        platform: platform(ErrorKind::Provision, &a.platform)?,
     };
     let opts = ProvisionOptions {
         tunables: d.tunables(),
@@ -286,9 +290,9 @@ fn provision(
     let r = zinstall_provision::provision(&a.image, &opts, &mut on_guest)
         .map_err(|e| {
             let kind = if job.cancel.is_cancelled() {
-                "cancelled"
+                ErrorKind::Cancelled
             } else {
-                "provision"
+                ErrorKind::Provision
             };
             let mut w = WireError::new(kind, provision_message(&e));
             w.path = Some(a.image.clone());
@@ -361,7 +365,7 @@ fn cache_error(
     d: &Daemon,
     e: &zinstall_provision::ProvisionError,
 ) -> WireError {
-    let mut w = WireError::new("provision", e.to_string());
+    let mut w = WireError::new(ErrorKind::Provision, e.to_string());
     w.path = Some(d.config().cache);
     w
 }

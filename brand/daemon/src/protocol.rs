@@ -286,7 +286,7 @@ pub struct ProvisionArgs {
     pub platform: Option<String>,
     /// The most an image may unpack or decompress to, and a registry
     /// blob may declare, in bytes (as `--max-archive-size`; default the
-    /// CLI's, 64 GiB).
+    /// CLI's, `zinstall_archive::tar::DEFAULT_MAX_TOTAL_BYTES`).
     #[serde(default)]
     pub max_archive_size: Option<u64>,
     /// Make the image's device nodes (provision is root's alone: it
@@ -444,12 +444,68 @@ impl Request {
     }
 }
 
+/// What kind of failure a [`WireError`] is: what a client decides on
+/// (retry later, ask for a grant, report a bug). On the wire, the
+/// kebab-case name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ErrorKind {
+    /// The request was malformed, or named a path that is not absolute
+    /// and clean.
+    Request,
+    /// The caller is not granted the call.
+    Denied,
+    /// The daemon has no room for the connection or the job now.
+    Busy,
+    /// A system call failed (`op` and `path` say which).
+    Io,
+    /// The engine refused an input (a hostile archive, an unsafe path).
+    Refused,
+    /// The job was cancelled.
+    Cancelled,
+    /// An install failed.
+    Install,
+    /// A provision failed.
+    Provision,
+    /// No such job.
+    NotFound,
+    /// The daemon failed in a way that is its own fault.
+    Internal,
+    /// A kind this client does not know (a newer daemon's).
+    #[serde(other)]
+    Unknown,
+}
+
+impl ErrorKind {
+    /// The name the wire carries.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::Request => "request",
+            ErrorKind::Denied => "denied",
+            ErrorKind::Busy => "busy",
+            ErrorKind::Io => "io",
+            ErrorKind::Refused => "refused",
+            ErrorKind::Cancelled => "cancelled",
+            ErrorKind::Install => "install",
+            ErrorKind::Provision => "provision",
+            ErrorKind::NotFound => "not-found",
+            ErrorKind::Internal => "internal",
+            ErrorKind::Unknown => "unknown",
+        }
+    }
+}
+
+impl std::fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A failure as the wire carries it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct WireError {
-    /// `request` (malformed), `denied`, `busy`, `io`, `refused`,
-    /// `cancelled`, `install`, `provision`, `not-found`, `internal`.
-    pub kind: String,
+    /// What kind of failure.
+    pub kind: ErrorKind,
     /// The operation that failed, when a system call did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub op: Option<String>,
@@ -465,9 +521,9 @@ pub struct WireError {
 
 impl WireError {
     /// An error with only a kind and a message.
-    pub fn new(kind: &str, message: impl Into<String>) -> Self {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
         WireError {
-            kind: kind.into(),
+            kind,
             op: None,
             path: None,
             message: message.into(),
@@ -478,12 +534,12 @@ impl WireError {
     /// From the engine's error.
     pub fn from_copier(e: &copier::Error) -> Self {
         let kind = match e {
-            copier::Error::Cancelled { .. } => "cancelled",
-            copier::Error::Io { .. } => "io",
-            _ => "refused",
+            copier::Error::Cancelled { .. } => ErrorKind::Cancelled,
+            copier::Error::Io { .. } => ErrorKind::Io,
+            _ => ErrorKind::Refused,
         };
         WireError {
-            kind: kind.into(),
+            kind,
             op: e.op().map(|o| o.as_str().to_string()),
             path: Some(e.path().to_path_buf()),
             message: e.to_string(),
@@ -496,7 +552,7 @@ impl WireError {
         let mut w = f
             .first()
             .map(Self::from_copier)
-            .unwrap_or_else(|| Self::new("internal", "copy failed"));
+            .unwrap_or_else(|| Self::new(ErrorKind::Internal, "copy failed"));
         w.message = f.to_string();
         w.errors = f.errors.iter().map(|e| e.to_string()).collect();
         w
@@ -606,97 +662,18 @@ impl Reply {
 }
 
 /// An engine run's counts and timings, as `--json` and the log show
-/// them.
+/// them (the serialized [`copier::Stats`]).
 pub fn stats_json(s: &copier::Stats) -> Value {
-    json!({
-        "files": s.files,
-        "dirs": s.dirs,
-        "symlinks": s.symlinks,
-        "hardlinks": s.hardlinks,
-        "linked": s.redirects,
-        "specials": s.specials,
-        "skipped": s.skipped,
-        "unchanged": s.unchanged,
-        "bytes": s.bytes,
-        "reflinked": s.reflinked,
-        "kernel_copied": s.kernel_copied,
-        "buffered": s.buffered,
-        "ms": s.elapsed.as_millis() as u64,
-        "walker_blocked_ms": s.walker_blocked.as_millis() as u64,
-        "workers": s.workers.iter().map(|w| json!({
-            "jobs": w.jobs,
-            "batches": w.batches,
-            "bytes": w.bytes,
-            "busy_ms": w.busy.as_millis() as u64,
-        })).collect::<Vec<_>>(),
-        "walkers": s.walkers.iter().map(|w| json!({
-            "dirs": w.dirs,
-            "entries": w.entries,
-            "batches": w.batches,
-            "steals": w.steals,
-            "busy_ms": w.busy.as_millis() as u64,
-            "blocked_ms": w.blocked.as_millis() as u64,
-            "idle_ms": w.idle.as_millis() as u64,
-            "cpu_ms": w.cpu.as_millis() as u64,
-        })).collect::<Vec<_>>(),
-    })
+    // Numbers, strings and arrays of them: nothing that cannot become a
+    // JSON value.
+    serde_json::to_value(s).unwrap_or(Value::Null)
 }
 
 /// [`stats_json`] read back, for a client printing a daemon's result as
-/// it prints its own. Missing fields are zero.
-pub fn stats_from_json(v: &Value) -> copier::Stats {
-    use std::time::Duration;
-    let n = |v: &Value, k: &str| v.get(k).and_then(Value::as_u64).unwrap_or(0);
-    let workers = v
-        .get("workers")
-        .and_then(Value::as_array)
-        .map(|ws| {
-            ws.iter()
-                .map(|w| copier::WorkerStats {
-                    jobs: n(w, "jobs"),
-                    batches: n(w, "batches"),
-                    bytes: n(w, "bytes"),
-                    busy: Duration::from_millis(n(w, "busy_ms")),
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    let walkers = v
-        .get("walkers")
-        .and_then(Value::as_array)
-        .map(|ws| {
-            ws.iter()
-                .map(|w| copier::WalkerStats {
-                    dirs: n(w, "dirs"),
-                    entries: n(w, "entries"),
-                    batches: n(w, "batches"),
-                    steals: n(w, "steals"),
-                    busy: Duration::from_millis(n(w, "busy_ms")),
-                    blocked: Duration::from_millis(n(w, "blocked_ms")),
-                    idle: Duration::from_millis(n(w, "idle_ms")),
-                    cpu: Duration::from_millis(n(w, "cpu_ms")),
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    copier::Stats {
-        files: n(v, "files"),
-        dirs: n(v, "dirs"),
-        symlinks: n(v, "symlinks"),
-        hardlinks: n(v, "hardlinks"),
-        redirects: n(v, "linked"),
-        specials: n(v, "specials"),
-        skipped: n(v, "skipped"),
-        unchanged: n(v, "unchanged"),
-        bytes: n(v, "bytes"),
-        reflinked: n(v, "reflinked"),
-        kernel_copied: n(v, "kernel_copied"),
-        buffered: n(v, "buffered"),
-        elapsed: Duration::from_millis(n(v, "ms")),
-        walker_blocked: Duration::from_millis(n(v, "walker_blocked_ms")),
-        workers,
-        walkers,
-    }
+/// it prints its own. Missing fields are zero; a field of the wrong type
+/// is an error naming it.
+pub fn stats_from_json(v: &Value) -> Result<copier::Stats, serde_json::Error> {
+    copier::Stats::deserialize(v)
 }
 
 /// What was noticed and not kept, as `--json` shows it.
@@ -872,27 +849,89 @@ mod test {
     }
 
     #[test]
+    fn error_kinds_cross_the_wire_by_name() {
+        let all = [
+            ErrorKind::Request,
+            ErrorKind::Denied,
+            ErrorKind::Busy,
+            ErrorKind::Io,
+            ErrorKind::Refused,
+            ErrorKind::Cancelled,
+            ErrorKind::Install,
+            ErrorKind::Provision,
+            ErrorKind::NotFound,
+            ErrorKind::Internal,
+        ];
+        for k in all {
+            let v = serde_json::to_value(k).unwrap();
+            assert_eq!(v, k.as_str());
+            assert_eq!(serde_json::from_value::<ErrorKind>(v).unwrap(), k);
+        }
+        assert_eq!(ErrorKind::NotFound.as_str(), "not-found");
+        // A newer daemon's kind is read, not refused.
+        let w: WireError =
+            serde_json::from_str(r#"{"kind":"quota","message":"over quota"}"#)
+                .unwrap();
+        assert_eq!(w.kind, ErrorKind::Unknown);
+        assert_eq!(w.message, "over quota");
+    }
+
+    #[test]
     fn stats_survive_the_wire() {
+        use std::time::Duration;
+        // Every field set, each to a different value, so that a field
+        // dropped or crossed on the wire fails the comparison.
         let s = copier::Stats {
-            files: 3,
+            files: 1,
             dirs: 2,
-            bytes: 99,
-            redirects: 1,
-            elapsed: std::time::Duration::from_millis(12),
+            symlinks: 3,
+            hardlinks: 4,
+            redirects: 5,
+            specials: 6,
+            skipped: 7,
+            unchanged: 8,
+            bytes: 9,
+            reflinked: 10,
+            kernel_copied: 11,
+            buffered: 12,
+            elapsed: Duration::from_millis(13),
+            walker_blocked: Duration::from_millis(14),
+            workers: vec![
+                copier::WorkerStats {
+                    jobs: 15,
+                    batches: 16,
+                    bytes: 17,
+                    busy: Duration::from_millis(18),
+                },
+                copier::WorkerStats::default(),
+            ],
             walkers: vec![copier::WalkerStats {
-                dirs: 2,
-                entries: 7,
-                batches: 1,
-                steals: 1,
-                busy: std::time::Duration::from_millis(5),
-                blocked: std::time::Duration::from_millis(1),
-                idle: std::time::Duration::from_millis(3),
-                cpu: std::time::Duration::from_millis(4),
+                dirs: 19,
+                entries: 20,
+                batches: 21,
+                steals: 22,
+                busy: Duration::from_millis(23),
+                blocked: Duration::from_millis(24),
+                idle: Duration::from_millis(25),
+                cpu: Duration::from_millis(26),
             }],
-            ..Default::default()
         };
-        let back = stats_from_json(&stats_json(&s));
-        assert_eq!(back.to_string(), s.to_string());
-        assert_eq!(back.walkers, s.walkers);
+        let v = stats_json(&s);
+        // Through the text, as a client reads it.
+        let line = serde_json::to_string(&v).unwrap();
+        let back = stats_from_json(&serde_json::from_str(&line).unwrap());
+        assert_eq!(back.unwrap(), s);
+        // The names scripts read.
+        assert_eq!(v["linked"], 5);
+        assert_eq!(v["ms"], 13);
+        assert_eq!(v["walker_blocked_ms"], 14);
+        assert_eq!(v["workers"][0]["busy_ms"], 18);
+        assert_eq!(v["walkers"][0]["cpu_ms"], 26);
+        // Missing fields are zero; a wrong type is refused, not zero.
+        let some = stats_from_json(&json!({"files": 3})).unwrap();
+        assert_eq!(some.files, 3);
+        assert_eq!(some.dirs, 0);
+        let e = stats_from_json(&json!({"files": "three"})).unwrap_err();
+        assert!(e.to_string().contains("invalid type"), "{e}");
     }
 }

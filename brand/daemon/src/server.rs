@@ -20,7 +20,7 @@ use crate::config::{Config, ConfigError};
 use crate::jobs::State;
 use crate::ops;
 use crate::protocol::{
-    BadRequest, Call, MAX_LINE, Reply, Request, VERSION, WireError,
+    BadRequest, Call, ErrorKind, MAX_LINE, Reply, Request, VERSION, WireError,
 };
 pub use crate::state::Options;
 use crate::state::{self, Daemon};
@@ -258,7 +258,7 @@ fn accept(d: &Arc<Daemon>, stream: UnixStream) {
         let _told = writeln!(
             s,
             "{}",
-            Reply::error(WireError::new("busy", why)).to_line()
+            Reply::error(WireError::new(ErrorKind::Busy, why)).to_line()
         );
         return;
     }
@@ -350,7 +350,7 @@ fn serve(d: &Arc<Daemon>, stream: UnixStream, peer: &Peer) {
                     let _told = send(
                         &mut out,
                         &Reply::error(WireError::new(
-                            "request",
+                            ErrorKind::Request,
                             format!(
                                 "zinstalld: no whole request within {} s; \
                                  connection closed",
@@ -372,7 +372,7 @@ fn serve(d: &Arc<Daemon>, stream: UnixStream, peer: &Peer) {
                 let sent = send(
                     &mut out,
                     &Reply::error(WireError::new(
-                        "request",
+                        ErrorKind::Request,
                         format!("zinstalld: {e}"),
                     )),
                 );
@@ -389,8 +389,11 @@ fn serve(d: &Arc<Daemon>, stream: UnixStream, peer: &Peer) {
                 "zinstalld: {}",
                 auth::Refusal::UncleanPath(p.to_path_buf())
             );
-            if send(&mut out, &Reply::error(WireError::new("request", why)))
-                .is_err()
+            if send(
+                &mut out,
+                &Reply::error(WireError::new(ErrorKind::Request, why)),
+            )
+            .is_err()
             {
                 return;
             }
@@ -400,8 +403,11 @@ fn serve(d: &Arc<Daemon>, stream: UnixStream, peer: &Peer) {
             warn!(d.log, "refused"; "uid" => peer.uid, "gid" => peer.gid, "pid" => peer.pid,
                   "op" => request.call.name(), "why" => why.to_string());
             let why = format!("zinstalld: {why}");
-            if send(&mut out, &Reply::error(WireError::new("denied", why)))
-                .is_err()
+            if send(
+                &mut out,
+                &Reply::error(WireError::new(ErrorKind::Denied, why)),
+            )
+            .is_err()
             {
                 return;
             }
@@ -448,7 +454,7 @@ fn quick(d: &Daemon, peer: &Peer, call: &Call) -> Result<Value, WireError> {
                 d.jobs.get(r.job).filter(|j| visible(j.owner)).ok_or_else(
                     || {
                         WireError::new(
-                            "not-found",
+                            ErrorKind::NotFound,
                             format!("zinstalld: no job {}", r.job),
                         )
                     },
@@ -461,7 +467,7 @@ fn quick(d: &Daemon, peer: &Peer, call: &Call) -> Result<Value, WireError> {
         }
         Call::CacheList => ops::cache_list(d),
         _ => Err(WireError::new(
-            "internal",
+            ErrorKind::Internal,
             format!("{} is a job", call.name()),
         )),
     }
@@ -492,7 +498,7 @@ fn run_job(
     let spawned = thread::Builder::new().name(format!("job-{}", job.id)).spawn(move || {
         let max = d2.config().max_jobs;
         if !d2.jobs.start(&job2, max) {
-            job2.finish(Err(WireError::new("cancelled", "cancelled while queued")));
+            job2.finish(Err(WireError::new(ErrorKind::Cancelled, "cancelled while queued")));
             return;
         }
         let started = Instant::now();
@@ -501,7 +507,7 @@ fn run_job(
         crate::sys::release_free_memory();
         match &r {
             Ok(_) => info!(d2.log, "job done"; "job" => job2.id, "ms" => started.elapsed().as_millis() as u64),
-            Err(e) => warn!(d2.log, "job failed"; "job" => job2.id, "kind" => &e.kind,
+            Err(e) => warn!(d2.log, "job failed"; "job" => job2.id, "kind" => e.kind.as_str(),
                             "error" => &e.message),
         }
         job2.finish(r);
@@ -515,7 +521,7 @@ fn run_job(
         }
         Err(e) => {
             job.finish(Err(WireError::new(
-                "internal",
+                ErrorKind::Internal,
                 format!("cannot start a job thread: {e}"),
             )));
         }

@@ -189,13 +189,21 @@ pub fn copy(socket: &Path, a: &super::copy::CopyArgs) -> ExitCode {
         Ok(r) => r,
         Err(c) => return c,
     };
-    let stats = stats_from_json(&result["stats"]);
     if a.json {
         let mut v = result.clone();
         v["ok"] = Value::Bool(true);
         crate::json::print(&v);
         return ExitCode::SUCCESS;
     }
+    let stats = match stats_from_json(&result["stats"]) {
+        Ok(s) => s,
+        Err(e) => {
+            output::error(format_args!(
+                "the daemon's reply has stats this zinstall cannot read: {e}"
+            ));
+            return ExitCode::from(1);
+        }
+    };
     for n in result["notices"].as_array().into_iter().flatten() {
         output::note(n["notice"].as_str().unwrap_or_default());
     }

@@ -2,12 +2,50 @@
 //! and writing the winner into the defaults file.
 
 use std::fs;
+use std::io;
 use std::path::{Path, PathBuf};
 
 use crate::peers::Tool;
 use crate::report::{self, Samples};
 use crate::sweep::{self, Bench, Grid, Point};
 use crate::trees::{self, Shape};
+
+/// Why a sweep could not finish.
+#[derive(Debug, thiserror::Error)]
+pub enum TuneError {
+    /// A file or directory of the sweep's.
+    #[error("{}: {op}: {source}", path.display())]
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// On what.
+        path: PathBuf,
+        /// Why it failed.
+        source: io::Error,
+    },
+    /// A contender failed to run or copied wrong.
+    #[error("{0}")]
+    Measure(String),
+    /// Every grid point failed: there is nothing to choose from.
+    #[error("no grid point copied right")]
+    NothingCopiedRight,
+    /// A statemap that could not be read.
+    #[error("{}: {why}", path.display())]
+    Statemap {
+        /// The statemap file.
+        path: PathBuf,
+        /// Why it could not be read.
+        why: String,
+    },
+}
+
+fn io_err(
+    op: &'static str,
+    path: &Path,
+) -> impl FnOnce(io::Error) -> TuneError {
+    let path = path.to_path_buf();
+    move |source| TuneError::Io { op, path, source }
+}
 
 /// What to tune on.
 pub struct TuneOptions {
@@ -44,12 +82,11 @@ pub struct TuneResult {
 pub fn tune(
     opts: &TuneOptions,
     log: &mut dyn FnMut(&str),
-) -> Result<TuneResult, String> {
+) -> Result<TuneResult, TuneError> {
     let work = opts
         .dest
         .join(format!(".zinstall-tune.{}", std::process::id()));
-    fs::create_dir_all(&work)
-        .map_err(|e| format!("{}: {e}", work.display()))?;
+    fs::create_dir_all(&work).map_err(io_err("create directory", &work))?;
     let r = run(opts, &work, log);
     let _ = copier::fsutil::remove_tree(&work);
     r
@@ -59,14 +96,14 @@ fn run(
     opts: &TuneOptions,
     work: &Path,
     log: &mut dyn FnMut(&str),
-) -> Result<TuneResult, String> {
+) -> Result<TuneResult, TuneError> {
     let src = match &opts.tree {
         Some(t) => t.clone(),
         None => {
             let p = work.join("usr");
             log("generating a /usr-like tree (scale 0.5)...");
             trees::generate(Shape::Usr, &p, 0.5, false)
-                .map_err(|e| format!("{}: {e}", p.display()))?;
+                .map_err(io_err("generate a tree", &p))?;
             p
         }
     };
@@ -85,9 +122,9 @@ fn run(
         cold: false,
         log,
     };
-    let m = bench.measure(&tools)?;
+    let m = bench.measure(&tools).map_err(TuneError::Measure)?;
     let (best, s) = sweep::best(&m.samples, &opts.grid)
-        .ok_or("no grid point copied right")?;
+        .ok_or(TuneError::NothingCopiedRight)?;
     let shares = match &opts.statemap {
         Some(dir) => {
             Some(statemaps(opts, &src, &work.join("copy"), dir, &m, log)?)
@@ -171,8 +208,8 @@ fn statemaps(
     dir: &Path,
     m: &sweep::Measured,
     log: &mut dyn FnMut(&str),
-) -> Result<String, String> {
-    fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+) -> Result<String, TuneError> {
+    fs::create_dir_all(dir).map_err(io_err("create directory", dir))?;
     let trace = can_trace();
     if !trace {
         log("statemaps: the recorder's only (tracing needs root and bpftrace)");
@@ -209,8 +246,8 @@ fn statemaps(
             pct(sh.runnable)
         ));
     }
-    fs::write(dir.join("shares.md"), &table)
-        .map_err(|e| format!("{}: {e}", dir.display()))?;
+    let shares = dir.join("shares.md");
+    fs::write(&shares, &table).map_err(io_err("write", &shares))?;
     Ok(table)
 }
 
@@ -222,7 +259,7 @@ fn point(
     p: Point,
     trace: bool,
     log: &mut dyn FnMut(&str),
-) -> Result<WorkerShares, String> {
+) -> Result<WorkerShares, TuneError> {
     let (threads, batch) = (p.threads, p.batch);
     use std::process::Command;
     use zinstall_statemap as statemap;
@@ -258,7 +295,7 @@ fn point(
     let out = cmd
         .env("ZINSTALL_DEFAULTS", "/dev/null")
         .output()
-        .map_err(|e| format!("{}: {e}", opts.zinstall.display()))?;
+        .map_err(io_err("run", &opts.zinstall))?;
     let _ = fs::remove_dir_all(dst);
     if !out.status.success() {
         log(&format!(
@@ -266,18 +303,21 @@ fn point(
             String::from_utf8_lossy(&out.stderr).trim()
         ));
     }
-    let read = |p: &Path| -> Result<statemap::Statemap, String> {
-        let f =
-            fs::File::open(p).map_err(|e| format!("{}: {e}", p.display()))?;
-        statemap::parse(std::io::BufReader::new(f))
-            .map_err(|e| format!("{}: {e}", p.display()))
+    let read = |p: &Path| -> Result<statemap::Statemap, TuneError> {
+        let f = fs::File::open(p).map_err(io_err("open", p))?;
+        statemap::parse(std::io::BufReader::new(f)).map_err(|e| {
+            TuneError::Statemap {
+                path: p.to_path_buf(),
+                why: e.to_string(),
+            }
+        })
     };
-    let draw = |map: &statemap::Statemap, p: &Path| -> Result<(), String> {
+    let draw = |map: &statemap::Statemap, p: &Path| -> Result<(), TuneError> {
         let svg = p.with_extension("svg");
         let mut buf = Vec::new();
         statemap::render_svg(map, &statemap::RenderOptions::default(), &mut buf)
             .and_then(|()| fs::write(&svg, buf))
-            .map_err(|e| format!("{}: {e}", svg.display()))
+            .map_err(io_err("write", &svg))
     };
     let rec = read(&json)?;
     draw(&rec, &stem.with_extension("statemap"))?;
