@@ -24,19 +24,29 @@ const LIMIT: u64 = 256;
 /// `zinstall copy` with 16 walkers, 2 workers, batches of 4, under a
 /// descriptor limit of `LIMIT`.
 fn copy_limited(src: &Path, dst: &Path) {
+    copy_under(
+        LIMIT,
+        &["--walkers", "16", "--threads", "2", "--batch", "4"],
+        src,
+        dst,
+    );
+}
+
+/// `zinstall copy` with `args`, under a descriptor limit of `limit`.
+fn copy_under(limit: u64, args: &[&str], src: &Path, dst: &Path) {
     let mut c = Command::new(env!("CARGO_BIN_EXE_zinstall"));
     c.env("ZINSTALL_DEFAULTS", "/dev/null")
-        .args(["copy", "-q", "--walkers", "16", "--threads", "2"])
-        .args(["--batch", "4"])
+        .args(["copy", "-q"])
+        .args(args)
         .arg(src)
         .arg(dst);
     // SAFETY: setrlimit is async-signal-safe; the closure touches nothing
     // else of the parent.
     unsafe {
-        c.pre_exec(|| {
+        c.pre_exec(move || {
             let r = libc::rlimit {
-                rlim_cur: LIMIT,
-                rlim_max: LIMIT,
+                rlim_cur: limit,
+                rlim_max: limit,
             };
             if libc::setrlimit(libc::RLIMIT_NOFILE, &r) != 0 {
                 return Err(std::io::Error::last_os_error());
@@ -47,7 +57,7 @@ fn copy_limited(src: &Path, dst: &Path) {
     let o = c.output().unwrap();
     assert!(
         o.status.success(),
-        "copy under RLIMIT_NOFILE={LIMIT}: {}",
+        "copy under RLIMIT_NOFILE={limit}: {}",
         String::from_utf8_lossy(&o.stderr)
     );
 }
@@ -114,5 +124,27 @@ fn a_chain_5000_deep_is_copied_within_the_descriptor_limit() {
     copy_limited(&src, &dst);
     let (a, b) = (listing(&src), listing(&dst));
     assert_eq!(a.len(), 5_002, "the chain, its bottom file, the top");
+    assert!(a == b, "the copy of the chain differs");
+}
+
+/// A file in every directory of a deep chain: each job holds its
+/// directory's two descriptors until done, so default batches of 128
+/// filled along the chain held 256 descriptors each, and the batches
+/// queued for the workers thousands (the build before failed this even
+/// under a limit of 1,024). A batch now spans at most 16 directories.
+#[test]
+fn a_chain_with_a_file_at_every_level_stays_within_the_descriptor_limit() {
+    let d = zinstall_testkit::Tmp::new();
+    let src = d.path().join("src");
+    fs::create_dir(&src).unwrap();
+    fsops::mkdir_deep_files(&src, 3_000, "d", true);
+    let dst = d.path().join("dst");
+    copy_under(LIMIT, &["--walkers", "1", "--threads", "2"], &src, &dst);
+    let (a, b) = (listing(&src), listing(&dst));
+    assert_eq!(
+        a.len(),
+        6_002,
+        "the chain, its files, its bottom file, the top"
+    );
     assert!(a == b, "the copy of the chain differs");
 }

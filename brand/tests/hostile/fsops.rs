@@ -239,6 +239,12 @@ fn check(rc: libc::c_int, what: &str) {
 /// `mkdirat` and `openat` (never a path longer than one name), and a file
 /// `bottom` in the deepest.
 pub fn mkdir_deep(base: &Path, depth: usize, name: &str) {
+    mkdir_deep_files(base, depth, name, false);
+}
+
+/// [`mkdir_deep`], with a file `f` in every directory of the chain too
+/// when `files`.
+pub fn mkdir_deep_files(base: &Path, depth: usize, name: &str, files: bool) {
     let n = CString::new(name).unwrap();
     let flags =
         libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
@@ -258,6 +264,23 @@ pub fn mkdir_deep(base: &Path, depth: usize, name: &str) {
         check(next, "openat");
         // SAFETY: just opened, owned here only.
         cur = unsafe { OwnedFd::from_raw_fd(next) };
+        if files {
+            // SAFETY: a valid descriptor and C string.
+            let f = unsafe {
+                libc::openat(
+                    cur.as_raw_fd(),
+                    c"f".as_ptr(),
+                    libc::O_WRONLY
+                        | libc::O_CREAT
+                        | libc::O_EXCL
+                        | libc::O_CLOEXEC,
+                    0o644,
+                )
+            };
+            check(f, "create f");
+            // SAFETY: just opened, owned here only.
+            drop(unsafe { OwnedFd::from_raw_fd(f) });
+        }
     }
     let bottom = CString::new("bottom").unwrap();
     // SAFETY: a valid descriptor and C string.

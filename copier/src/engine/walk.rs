@@ -272,6 +272,9 @@ struct Walker<'w, 's, 'p> {
     index: usize,
     local: DequeWorker<DirTask>,
     batch: Vec<Job>,
+    /// Directories the batch's jobs are in (their descriptors are held
+    /// until the batch is done), counted as they change.
+    batch_dirs: usize,
     stats: Stats,
     load: WalkerStats,
     trace: ThreadTrace,
@@ -296,6 +299,7 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
             index,
             local,
             batch: Vec::with_capacity(batch_capacity(shared)),
+            batch_dirs: 0,
             stats: Stats::default(),
             load: WalkerStats::default(),
             trace: new_trace(shared, format!("walker-{index}")),
@@ -704,8 +708,17 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
     }
 
     fn queue(&mut self, job: Job) {
+        let same_dir = self
+            .batch
+            .last()
+            .is_some_and(|last| Arc::ptr_eq(&last.dir, &job.dir));
+        if !same_dir {
+            self.batch_dirs += 1;
+        }
         self.batch.push(job);
-        if self.batch.len() >= self.shared.plan.tunables.copy_batch {
+        if self.batch.len() >= self.shared.plan.tunables.copy_batch
+            || self.batch_dirs >= MAX_BATCH_DIRS
+        {
             self.send();
         }
     }
@@ -716,6 +729,7 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
         }
         let cap = batch_capacity(self.shared);
         let batch = std::mem::replace(&mut self.batch, Vec::with_capacity(cap));
+        self.batch_dirs = 0;
         self.load.batches += 1;
         if self.shared.plan.walk_only {
             self.discard(batch);
@@ -879,6 +893,13 @@ impl<'scope, 'p: 'scope> Dispatch for PoolDispatch<'_, 'scope, 'p> {
         self.in_flight.len()
     }
 }
+
+/// The most directories one batch has jobs in. Each job holds its
+/// directory's two descriptors until it is done, so a batch filled along
+/// a deep chain of directories with a file or two in each would hold two
+/// descriptors per level; sent at this many, a batch holds at most twice
+/// as many, however the tree is shaped.
+const MAX_BATCH_DIRS: usize = 16;
 
 /// Room for a batch, capped so that a huge COPY_BATCH does not reserve
 /// memory it may never use.
