@@ -435,49 +435,12 @@ pub(crate) mod at {
     /// The names in the directory open as `dir` (without `.` and `..`),
     /// read through a duplicate of the descriptor so `dir` stays usable.
     pub(crate) fn read_names(dir: &impl AsRawFd) -> io::Result<Vec<CString>> {
-        // SAFETY: plain dup of an open descriptor.
-        let dup =
-            unsafe { libc::fcntl(dir.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) };
-        if dup < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `dup` is ours; on success the DIR owns it.
-        let d = unsafe { libc::fdopendir(dup) };
-        if d.is_null() {
-            let e = io::Error::last_os_error();
-            // SAFETY: fdopendir failed, so `dup` is still ours to close.
-            unsafe { libc::close(dup) };
-            return Err(e);
-        }
-        // The duplicate shares the offset: start from the beginning.
-        // SAFETY: `d` is a valid DIR.
-        unsafe { libc::rewinddir(d) };
         let mut names = Vec::new();
-        let result = loop {
-            // errno tells end of directory from failure.
-            // SAFETY: resetting errno is always allowed.
-            unsafe { *errno_location() = 0 };
-            // SAFETY: `d` is a valid DIR.
-            let ent = unsafe { libc::readdir(d) };
-            if ent.is_null() {
-                // SAFETY: reading errno.
-                let err = unsafe { *errno_location() };
-                break if err == 0 {
-                    Ok(())
-                } else {
-                    Err(io::Error::from_raw_os_error(err))
-                };
-            }
-            // SAFETY: d_name is NUL-terminated within the entry.
-            let name = unsafe { CStr::from_ptr((*ent).d_name.as_ptr()) };
-            let b = name.to_bytes();
-            if b != b"." && b != b".." {
-                names.push(name.to_owned());
-            }
-        };
-        // SAFETY: `d` is valid and closed once.
-        unsafe { libc::closedir(d) };
-        result.map(|()| names)
+        read_entries(dir.as_raw_fd(), &mut Vec::new(), |name, _| {
+            names.push(name.to_owned());
+            Ok(true)
+        })?;
+        Ok(names)
     }
 
     /// Reads the directory open as `dir` from its start, handing `f` each
@@ -485,7 +448,6 @@ pub(crate) mod at {
     /// where the platform or filesystem does not say); `f` returns
     /// whether to go on. Read through a duplicate, so `dir` stays open
     /// for opening what is inside.
-    #[cfg_attr(target_os = "linux", allow(dead_code))]
     pub(crate) fn read_entries(
         dir: RawFd,
         _buf: &mut Vec<u8>,
