@@ -24,6 +24,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
+use zinstall_testkit::run::s;
 
 use serde_json::json;
 
@@ -127,10 +128,6 @@ fn a_granted_copy_takes_no_privilege_from_the_daemon() {
         fs::metadata(d.path("rootcopy/suid")).unwrap().mode() & 0o7777,
         0o4755
     );
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
 }
 
 /// A prefix, a directory the caller owns outside it, and a daemon

@@ -6,7 +6,8 @@ mod tools;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
+use zinstall_testkit::run::streams as text;
 
 fn zinstall() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_zinstall"));
@@ -17,13 +18,6 @@ fn zinstall() -> Command {
         .env_remove("ZINSTALL_COPY_BATCH")
         .env_remove("ZINSTALL_COPY_BUFSIZE");
     c
-}
-
-fn text(o: &Output) -> (String, String) {
-    (
-        String::from_utf8_lossy(&o.stdout).into_owned(),
-        String::from_utf8_lossy(&o.stderr).into_owned(),
-    )
 }
 
 use zinstall_testkit::is_root;

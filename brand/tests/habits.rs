@@ -5,7 +5,8 @@
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
+use zinstall_testkit::run::streams as text;
 
 use zinstall_testkit::Tmp;
 
@@ -13,9 +14,7 @@ const NOBODY: u32 = 65534;
 
 /// `zinstall` with no defaults file of the machine's.
 fn zinstall() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_zinstall"));
-    c.env("ZINSTALL_DEFAULTS", "/dev/null");
-    c
+    zinstall_testkit::run::command(env!("CARGO_BIN_EXE_zinstall"))
 }
 
 /// `zinstall` run as nobody (by root, through setpriv).
@@ -30,13 +29,6 @@ fn zinstall_as_nobody() -> Command {
     .arg(env!("CARGO_BIN_EXE_zinstall"))
     .env("ZINSTALL_DEFAULTS", "/dev/null");
     c
-}
-
-fn text(o: &Output) -> (String, String) {
-    (
-        String::from_utf8_lossy(&o.stdout).into_owned(),
-        String::from_utf8_lossy(&o.stderr).into_owned(),
-    )
 }
 
 fn write(path: &Path, data: &str, mode: u32) {

@@ -7,22 +7,13 @@ mod tools;
 use std::fs;
 use std::os::unix::fs::{PermissionsExt, symlink};
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
+use zinstall_testkit::run::text;
 
 use zinstall_testkit::is_root;
 
 fn zinstall() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_zinstall"));
-    c.env("ZINSTALL_DEFAULTS", "/dev/null");
-    c
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
+    zinstall_testkit::run::command(env!("CARGO_BIN_EXE_zinstall"))
 }
 
 /// A tree with what a root holds: modes with special bits, a long name,

@@ -5,6 +5,7 @@
 use std::fs;
 use std::path::Path;
 use std::process::{Command, Output};
+use zinstall_testkit::run::streams as text;
 
 use zinstall_testkit::Tmp;
 
@@ -22,13 +23,6 @@ fn bin(name: &str) -> Command {
 
 fn zinstall() -> Command {
     bin("zinstall")
-}
-
-fn text(o: &Output) -> (String, String) {
-    (
-        String::from_utf8_lossy(&o.stdout).into_owned(),
-        String::from_utf8_lossy(&o.stderr).into_owned(),
-    )
 }
 
 /// A TOML file with an error on its second line.

@@ -9,29 +9,14 @@ use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
+use zinstall_testkit::run::{s, text};
 
 #[path = "../../copier/tests/common/tmp.rs"]
 mod tmp;
 use tmp::Tmp;
 
 fn zinstall(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_zinstall"))
-        .env("ZINSTALL_DEFAULTS", "/dev/null")
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
+    zinstall_testkit::run::output(env!("CARGO_BIN_EXE_zinstall"), args)
 }
 
 fn run(cmd: &mut Command) {

@@ -10,6 +10,7 @@ use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
+use zinstall_testkit::run::{s, text};
 
 use zinstall_testkit::is_root;
 
@@ -18,23 +19,7 @@ mod tmp;
 use tmp::Tmp;
 
 fn zinstall(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_zinstall"))
-        .env("ZINSTALL_DEFAULTS", "/dev/null")
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
+    zinstall_testkit::run::output(env!("CARGO_BIN_EXE_zinstall"), args)
 }
 
 fn run(cmd: &mut Command) -> Output {

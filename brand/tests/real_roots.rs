@@ -24,6 +24,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use zinstall_testkit::run::{s, text};
 
 use zinstall_testkit::{Tmp, require_root, tool};
 
@@ -34,23 +35,7 @@ mod tools;
 mod support;
 
 fn zinstall(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_zinstall"))
-        .env("ZINSTALL_DEFAULTS", "/dev/null")
-        .args(args)
-        .output()
-        .unwrap()
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
+    zinstall_testkit::run::output(env!("CARGO_BIN_EXE_zinstall"), args)
 }
 
 /// Runs `program args`, which must succeed; its stdout.

@@ -39,6 +39,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
+use zinstall_testkit::run::text;
 
 const OK: i32 = 0;
 const USAGE: i32 = 253;
@@ -370,14 +371,6 @@ fn status(o: &Output) -> i32 {
         (None, Some(_)) => FATAL,
         _ => unreachable!(),
     }
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
 }
 
 #[test]

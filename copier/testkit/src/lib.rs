@@ -21,6 +21,7 @@
 #![deny(missing_docs)]
 
 pub mod loopfs;
+pub mod run;
 mod tmp;
 mod tools;
 
