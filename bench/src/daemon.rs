@@ -2,6 +2,9 @@
 //! zinstall processes, interleaved: the seed zone install, and provisions
 //! of one image (each round from an empty cache, so each includes one
 //! build). Wall time, peak threads and peak RSS, sampled from /proc.
+//! Then what a granted copy's own process costs: the seed's `/usr`
+//! copied by an unprivileged caller through its grant (a job process of
+//! its own) against root's copy of it (in the daemon), interleaved.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -102,13 +105,15 @@ fn start(
     dir: &Path,
     cache: &Path,
     budget: usize,
+    extra: &str,
 ) -> Result<Daemon, String> {
     let config = dir.join("zinstalld.toml");
     let socket = dir.join("zinstalld.sock");
     fs::write(
         &config,
         format!(
-            "copy_threads = {budget}\ndefaults = \"/dev/null\"\ncache = \"{}\"\n",
+            "copy_threads = {budget}\ndefaults = \"/dev/null\"\ncache = \"{}\"\n\
+             socket_mode = \"0666\"\n{extra}",
             cache.display()
         ),
     )
@@ -245,6 +250,78 @@ fn table(
     out
 }
 
+/// The unprivileged caller of the granted series.
+const CALLER: u32 = 65534;
+
+/// The seed's `/usr` copied through the daemon by root (in the daemon,
+/// with its pool) and by [`CALLER`] through a grant (in a job process of
+/// its own, as that user), interleaved: the median wall time of each
+/// from the client's start to its end, and their ratio.
+fn granted_copies(
+    runs: usize,
+    bin: &Path,
+    d: &Daemon,
+    seed: &Path,
+    granted: &Path,
+) -> Result<String, String> {
+    fs::create_dir_all(granted).map_err(|e| e.to_string())?;
+    std::os::unix::fs::chown(granted, Some(CALLER), Some(CALLER))
+        .map_err(|e| format!("{}: {e}", granted.display()))?;
+    let mut walls: [Vec<f64>; 2] = Default::default();
+    for run in 0..runs {
+        for k in 0..2 {
+            let who = (k + run) % 2;
+            let dst = granted.join("copy");
+            clear(&dst);
+            peers::sync();
+            peers::warm(seed).map_err(|e| e.to_string())?;
+            let mut cmd = if who == 0 {
+                Command::new(bin.join("zinstall"))
+            } else {
+                let mut c = Command::new("setpriv");
+                c.args([
+                    format!("--reuid={CALLER}"),
+                    format!("--regid={CALLER}"),
+                    "--clear-groups".into(),
+                    "--".into(),
+                ])
+                .arg(bin.join("zinstall"));
+                c
+            };
+            cmd.arg(format!("--daemon={}", d.socket.display()))
+                .arg("copy")
+                .arg(seed.join("usr"))
+                .arg(&dst)
+                .stdout(Stdio::null());
+            let t0 = Instant::now();
+            let o = cmd.output().map_err(|e| e.to_string())?;
+            let wall = t0.elapsed().as_secs_f64();
+            if !o.status.success() {
+                return Err(format!(
+                    "granted series, {}: {}",
+                    ["root", "granted"][who],
+                    String::from_utf8_lossy(&o.stderr)
+                ));
+            }
+            eprintln!(
+                "  run {run} copy of the seed /usr, {:<8} {wall:>7.3} s",
+                ["root", "granted"][who]
+            );
+            walls[who].push(wall);
+        }
+    }
+    clear(&granted.join("copy"));
+    let (root, mine) = (median(&mut walls[0]), median(&mut walls[1]));
+    Ok(format!(
+        "the seed /usr copied through zinstalld ({})\n\n\
+         | median of {runs} | root's copy (in the daemon) | a granted copy (its own process, uid {CALLER}) | granted / root |\n\
+         |---|---|---|---|\n\
+         | wall (s) | {root:.3} | {mine:.3} | {:.2}× |\n",
+        seed.join("usr").display(),
+        mine / root
+    ))
+}
+
 /// `bench daemon`.
 pub fn run(
     runs: usize,
@@ -282,7 +359,16 @@ pub fn run(
     clear(&work);
     fs::create_dir_all(&work).map_err(|e| e.to_string())?;
     let dcache = work.join("dcache");
-    let d = start(bin, &work, &dcache, budget)?;
+    // The granted series' caller: nobody, with a grant over the seed and
+    // its own directory.
+    let granted = work.join("granted");
+    let grant = format!(
+        "[[grant]]\nusers = [{CALLER}]\noperations = [\"copy\"]\n\
+         prefixes = [\"{}\", \"{}\"]\n",
+        seed.display(),
+        granted.display()
+    );
+    let d = start(bin, &work, &dcache, budget, &grant)?;
     let dpid = d.child.id();
     let zp = |who: &str, i: usize| work.join(format!("{who}-z{i}"));
     let out = |who: &str, i: usize| work.join(format!("{who}-g{i}"));
@@ -398,8 +484,10 @@ pub fn run(
             results[i].push(b);
         }
     }
+    let copies = granted_copies(runs, bin, &d, &seed, &granted)?;
     drop(d);
     clear(&work);
+    println!("\n{copies}");
     println!(
         "\n{}\n{}",
         table(

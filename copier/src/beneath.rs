@@ -76,6 +76,14 @@ impl Found {
     }
 }
 
+/// The directory's descriptor, to hand to another process (a service's
+/// job process works beneath it and never opens it by path).
+impl AsFd for Dir {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
 impl Dir {
     /// Where it was when it was opened (for messages).
     pub fn path(&self) -> &Path {

@@ -79,8 +79,14 @@ pub struct Config {
     /// Connections one uid other than root may hold at once, so that no
     /// user can take every place.
     pub max_connections_per_uid: usize,
-    /// Jobs running at once; more wait their turn (`queued`).
+    /// Jobs running at once, in each of two lanes: root's, and every
+    /// other caller's together; more wait their turn (`queued`), root's
+    /// never behind another user's.
     pub max_jobs: usize,
+    /// Jobs one uid other than root may have running and queued at once;
+    /// past it a request is told the daemon is busy, so that no user can
+    /// fill the queue.
+    pub max_jobs_per_uid: usize,
     /// How long a client may take to send a whole request line (from the
     /// moment the daemon waits for it to its newline, however it drips),
     /// and how long a reply may wait for a client that does not read.
@@ -129,6 +135,7 @@ struct Raw {
     max_connections: Option<usize>,
     max_connections_per_uid: Option<usize>,
     max_jobs: Option<usize>,
+    max_jobs_per_uid: Option<usize>,
     io_timeout_secs: Option<u64>,
     keep_finished: Option<usize>,
     #[serde(default)]
@@ -188,6 +195,7 @@ impl Default for Config {
             max_connections: 1024,
             max_connections_per_uid: 32,
             max_jobs: 16,
+            max_jobs_per_uid: 4,
             io_timeout: Duration::from_secs(10),
             keep_finished: 100,
             insecure_registries: Vec::new(),
@@ -274,6 +282,9 @@ impl Config {
         }
         if let Some(n) = raw.max_jobs {
             c.max_jobs = bounded("max_jobs", n, 1, 4096)?;
+        }
+        if let Some(n) = raw.max_jobs_per_uid {
+            c.max_jobs_per_uid = bounded("max_jobs_per_uid", n, 1, 4096)?;
         }
         if let Some(n) = raw.io_timeout_secs {
             c.io_timeout = Duration::from_secs(bounded(

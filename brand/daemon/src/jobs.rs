@@ -85,6 +85,9 @@ struct Inner {
     detached: bool,
     /// When the job ended: its elapsed time stops there.
     ended: Option<Instant>,
+    /// The process running the job, when it runs in one of its own (a
+    /// caller's granted copy).
+    process: Option<u32>,
 }
 
 impl Job {
@@ -127,6 +130,17 @@ impl Job {
             Err(e) => State::Failed(e),
         };
         self.changed.notify_all();
+    }
+
+    /// Records the process the job runs in, while it runs there.
+    pub fn set_process(&self, pid: Option<u32>) {
+        self.lock().process = pid;
+    }
+
+    /// Sets the totals done so far (as a job's process reports them).
+    pub fn set_done(&self, entries: u64, bytes: u64) {
+        self.entries.fetch_max(entries, Ordering::Relaxed);
+        self.bytes.fetch_max(bytes, Ordering::Relaxed);
     }
 
     /// Keeps the job running when its client goes.
@@ -201,6 +215,9 @@ impl Job {
             "elapsed_ms": elapsed.as_millis() as u64,
             "detached": g.detached,
         });
+        if let Some(pid) = g.process {
+            v["process"] = json!(pid);
+        }
         match &g.state {
             State::Done(r) => v["result"] = r.clone(),
             State::Failed(e) => v["error"] = json!(e),
@@ -217,13 +234,11 @@ impl copier::Progress for Job {
     }
 }
 
-/// Every job, by id; and the places among those running at once.
+/// Every job, by id.
 pub struct Jobs {
     next: AtomicU64,
     all: Mutex<BTreeMap<u64, Arc<Job>>>,
     keep_finished: usize,
-    running: Mutex<usize>,
-    freed: Condvar,
 }
 
 impl Jobs {
@@ -233,8 +248,6 @@ impl Jobs {
             next: AtomicU64::new(1),
             all: Mutex::new(BTreeMap::new()),
             keep_finished,
-            running: Mutex::new(0),
-            freed: Condvar::new(),
         }
     }
 
@@ -271,6 +284,7 @@ impl Jobs {
                 dropped: 0,
                 detached: false,
                 ended: None,
+                process: None,
             }),
             changed: Condvar::new(),
         });
@@ -299,31 +313,6 @@ impl Jobs {
     /// Every job, oldest first.
     pub fn list(&self) -> Vec<Arc<Job>> {
         self.table().values().cloned().collect()
-    }
-
-    /// Waits for one of `max` places among running jobs, or until the job
-    /// is cancelled (false).
-    pub fn start(&self, job: &Job, max: usize) -> bool {
-        let mut n = self.running.lock().unwrap_or_else(|p| p.into_inner());
-        while *n >= max {
-            if job.cancel.is_cancelled() {
-                return false;
-            }
-            n = self
-                .freed
-                .wait_timeout(n, Duration::from_millis(100))
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
-        }
-        *n += 1;
-        true
-    }
-
-    /// Gives a place back.
-    pub fn stop(&self) {
-        let mut n = self.running.lock().unwrap_or_else(|p| p.into_inner());
-        *n = n.saturating_sub(1);
-        self.freed.notify_all();
     }
 
     /// Cancels every job not yet ended.

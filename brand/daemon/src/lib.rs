@@ -42,6 +42,8 @@ pub mod client;
 pub mod config;
 mod jobs;
 mod ops;
+pub mod process;
+mod queue;
 pub mod protocol;
 pub mod server;
 mod state;

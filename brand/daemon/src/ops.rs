@@ -7,13 +7,13 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 use slog::info;
 
-use copier::{Credentials, Plan};
+use copier::Plan;
 use zinstall_install::Install;
 use zinstall_install::profile::Profile;
 use zinstall_provision::cache::{Cache, GcOptions};
 use zinstall_provision::{ProvisionOptions, ProvisionRequest};
 
-use crate::auth;
+use crate::config::Config;
 use crate::jobs::Job;
 use crate::protocol::{
     Call, CopyArgs, ErrorKind, GcArgs, InstallArgs, ProvisionArgs,
@@ -28,13 +28,17 @@ pub fn run(
     job: &Arc<Job>,
     call: &Call,
     peer: &Peer,
+    config: &Config,
 ) -> Result<Value, WireError> {
     match call {
-        Call::Copy(a) => copy(d, job, a, peer),
-        Call::Install(a) => install(d, job, a, peer),
+        Call::Copy(a) if peer.uid != 0 => {
+            crate::process::granted_copy(d, job, a, peer, config)
+        }
+        Call::Copy(a) => copy(d, job, a),
+        Call::Install(a) => install(d, job, a, peer, config),
         Call::Uninstall(a) => uninstall(d, job, a),
-        Call::Provision(a) => provision(d, job, a),
-        Call::CacheGc(a) => cache_gc(d, job, a),
+        Call::Provision(a) => provision(d, job, a, config),
+        Call::CacheGc(a) => cache_gc(job, a, config),
         _ => Err(WireError::new(
             ErrorKind::Internal,
             format!("{} is not a job", call.name()),
@@ -42,15 +46,11 @@ pub fn run(
     }
 }
 
-fn copy(
-    d: &Daemon,
-    job: &Arc<Job>,
-    a: &CopyArgs,
-    peer: &Peer,
-) -> Result<Value, WireError> {
+/// Root's copy, in the daemon with its pool. A caller's granted copy
+/// runs in a process of its own ([`crate::process`]).
+fn copy(d: &Daemon, job: &Arc<Job>, a: &CopyArgs) -> Result<Value, WireError> {
     job.set_phase("copy");
-    // The paths reported are the ones used: normalized, and (for a
-    // caller other than root) reached with no symlink followed.
+    // The paths reported are the ones used: normalized.
     let src = normalized(&a.src).unwrap_or_else(|| a.src.clone());
     let dst = normalized(&a.dst).unwrap_or_else(|| a.dst.clone());
     let mut plan = Plan::new(&src, &dst)
@@ -62,51 +62,30 @@ fn copy(
         .merge(a.merge)
         .sync(a.sync)
         .skip_special(a.skip_special);
-    if peer.uid != 0 {
-        // The grant's prefixes were checked on the paths' text; the
-        // paths are now resolved beneath each prefix's descriptor, no
-        // symlink followed (a link inside a prefix cannot lead out of
-        // it, nor a destination swapped for one during the copy: the
-        // engine works from descriptors opened beneath it). And the
-        // kernel checks every open and creation against the caller, with
-        // none of the daemon's capabilities.
-        let config = d.config();
-        let prefix = |p: &Path| {
-            auth::granted_prefix(&config, peer, "copy", p).ok_or_else(|| {
-                WireError::new(
-                    ErrorKind::Denied,
-                    format!(
-                        "zinstalld: {}: not under a prefix granted to uid {} \
-                         for copy",
-                        p.display(),
-                        peer.uid
-                    ),
-                )
-            })
-        };
-        plan = plan
-            .within(prefix(&dst)?)
-            .source_within(prefix(&src)?)
-            .acting_as(Credentials {
-                uid: peer.uid,
-                gid: peer.gid,
-                groups: peer.groups.clone(),
-            });
-    }
     if let Some(rules) = copier::rules::excludes(&a.exclude)
         .map_err(|e| WireError::from_copier(&e))?
     {
         plan = plan.rules(rules, Path::new(""));
     }
     match plan.run() {
-        Ok(r) => Ok(json!({
-            "src": src,
-            "dst": dst,
-            "stats": stats_json(&r.stats),
-            "notices": notices_json(&r.notices),
-        })),
+        Ok(r) => Ok(copy_result(&src, &dst, &r.stats, notices_json(&r.notices))),
         Err(f) => Err(WireError::from_failure(&f)),
     }
+}
+
+/// A copy's result as the wire carries it, wherever it ran.
+pub(crate) fn copy_result(
+    src: &Path,
+    dst: &Path,
+    stats: &copier::Stats,
+    notices: Value,
+) -> Value {
+    json!({
+        "src": src,
+        "dst": dst,
+        "stats": stats_json(stats),
+        "notices": notices,
+    })
 }
 
 /// An install or uninstall's failure; `cancelled` when the job's flag
@@ -134,9 +113,11 @@ fn install(
     job: &Arc<Job>,
     a: &InstallArgs,
     peer: &Peer,
+    config: &Config,
 ) -> Result<Value, WireError> {
     job.set_phase("install");
-    let profile_path = a.profile.clone().unwrap_or_else(|| d.config().profile);
+    let profile_path =
+        a.profile.clone().unwrap_or_else(|| config.profile.clone());
     let mut profile = Profile::load(&profile_path).map_err(|e| {
         let mut w = WireError::new(ErrorKind::Install, e.to_string());
         w.path = Some(profile_path.clone());
@@ -194,8 +175,8 @@ fn install(
         pool: Some(d.pool().clone()),
         listener: None,
         platform: platform(ErrorKind::Install, &a.platform)?,
-        store: Some(zinstall_provision::store_of(&d.config().cache)),
-        pull: pull_options(d, job),
+        store: Some(zinstall_provision::store_of(&config.cache)),
+        pull: pull_options(config, job),
         progress: None,
     }
     .run();
@@ -237,10 +218,13 @@ fn platform(
 
 /// Pulls as the daemon's configuration says, each step a job event; the
 /// job's cancel (and the daemon stopping) ends a pull at once.
-fn pull_options(d: &Daemon, job: &Arc<Job>) -> zinstall_registry::PullOptions {
+fn pull_options(
+    config: &Config,
+    job: &Arc<Job>,
+) -> zinstall_registry::PullOptions {
     let events_job = Arc::clone(job);
     zinstall_registry::PullOptions {
-        insecure: d.config().insecure_registries,
+        insecure: config.insecure_registries.clone(),
         events: Some(Arc::new(move |e: &zinstall_registry::Event| {
             events_job.event(format!("INFO: zinstall: {e}"))
         })),
@@ -254,6 +238,7 @@ fn provision(
     d: &Daemon,
     job: &Arc<Job>,
     a: &ProvisionArgs,
+    config: &Config,
 ) -> Result<Value, WireError> {
     job.set_phase("provision");
     let request = ProvisionRequest {
@@ -275,8 +260,8 @@ fn provision(
         tunables: d.tunables(),
         cancel: Some(job.cancel.clone()),
         pool: Some(d.pool().clone()),
-        pull: pull_options(d, job),
-        ..ProvisionOptions::new(request, d.config().cache)
+        pull: pull_options(config, job),
+        ..ProvisionOptions::new(request, config.cache.clone())
     };
     // One build per image: the cache's build lock is a flock(2) on a file
     // each provision opens for itself, so it orders this daemon's jobs as
@@ -337,19 +322,21 @@ fn provision_message(e: &zinstall_provision::ProvisionError) -> String {
 }
 
 /// The cache's entries, as `zinstall cache list --json` would show them.
-pub fn cache_list(d: &Daemon) -> Result<Value, WireError> {
-    let cache = Cache::new(d.config().cache).map_err(|e| cache_error(d, &e))?;
-    let entries = cache.list().map_err(|e| cache_error(d, &e))?;
+pub fn cache_list(config: &Config) -> Result<Value, WireError> {
+    let cache =
+        Cache::new(config.cache.clone()).map_err(|e| cache_error(config, &e))?;
+    let entries = cache.list().map_err(|e| cache_error(config, &e))?;
     Ok(crate::protocol::cache_list_json(&entries))
 }
 
 fn cache_gc(
-    d: &Daemon,
     job: &Arc<Job>,
     a: &GcArgs,
+    config: &Config,
 ) -> Result<Value, WireError> {
     job.set_phase("cache-gc");
-    let cache = Cache::new(d.config().cache).map_err(|e| cache_error(d, &e))?;
+    let cache =
+        Cache::new(config.cache.clone()).map_err(|e| cache_error(config, &e))?;
     let r = cache
         .gc_with(&GcOptions {
             max_size: a.max_size,
@@ -357,15 +344,15 @@ fn cache_gc(
             search: Vec::new(),
             release_missing: a.release_missing,
         })
-        .map_err(|e| cache_error(d, &e))?;
+        .map_err(|e| cache_error(config, &e))?;
     Ok(crate::protocol::gc_json(&r, a.dry_run))
 }
 
 fn cache_error(
-    d: &Daemon,
+    config: &Config,
     e: &zinstall_provision::ProvisionError,
 ) -> WireError {
     let mut w = WireError::new(ErrorKind::Provision, e.to_string());
-    w.path = Some(d.config().cache);
+    w.path = Some(config.cache.clone());
     w
 }

@@ -143,12 +143,9 @@ pub fn run(opts: Options, log: Logger) -> Result<(), ServeError> {
     let active = d.jobs.active();
     info!(log, "stopping"; "cancelling" => active);
     d.jobs.cancel_all();
-    let threads = std::mem::take(
-        &mut *d.job_threads.lock().unwrap_or_else(|p| p.into_inner()),
-    );
-    for t in threads {
-        let _joined = t.join();
-    }
+    // Queued jobs end as cancelled; running ones end at their next entry
+    // (a job's process at its SIGTERM, or its SIGKILL after a grace).
+    d.queue.close();
     // Each client hears how its job ended before the process goes; one
     // that does not read is not waited for beyond the I/O timeout.
     let deadline = Instant::now() + config.io_timeout;
@@ -399,7 +396,10 @@ fn serve(d: &Arc<Daemon>, stream: UnixStream, peer: &Peer) {
             }
             continue;
         }
-        if let Err(why) = auth::authorize(&d.config(), &peer, &request.call) {
+        // One snapshot of the configuration decides the whole request: a
+        // reload meanwhile changes only the requests after it.
+        let config = d.config();
+        if let Err(why) = auth::authorize(&config, &peer, &request.call) {
             warn!(d.log, "refused"; "uid" => peer.uid, "gid" => peer.gid, "pid" => peer.pid,
                   "op" => request.call.name(), "why" => why.to_string());
             let why = format!("zinstalld: {why}");
@@ -415,11 +415,11 @@ fn serve(d: &Arc<Daemon>, stream: UnixStream, peer: &Peer) {
         }
         let kept = if request.call.is_job() {
             d.following.fetch_add(1, Ordering::SeqCst);
-            let kept = run_job(d, &mut out, &peer, request);
+            let kept = run_job(d, &mut out, &peer, request, &config);
             d.following.fetch_sub(1, Ordering::SeqCst);
             kept
         } else {
-            let reply = match quick(d, &peer, &request.call) {
+            let reply = match quick(d, &peer, &request.call, &config) {
                 Ok(result) => Reply::Ok { v: VERSION, result },
                 Err(e) => Reply::error(e),
             };
@@ -432,7 +432,12 @@ fn serve(d: &Arc<Daemon>, stream: UnixStream, peer: &Peer) {
 }
 
 /// Operations answered at once.
-fn quick(d: &Daemon, peer: &Peer, call: &Call) -> Result<Value, WireError> {
+fn quick(
+    d: &Daemon,
+    peer: &Peer,
+    call: &Call,
+    config: &Config,
+) -> Result<Value, WireError> {
     let visible = |owner: u32| peer.uid == 0 || owner == peer.uid;
     match call {
         Call::Version => Ok(json!({
@@ -461,11 +466,13 @@ fn quick(d: &Daemon, peer: &Peer, call: &Call) -> Result<Value, WireError> {
                 )?;
             if let Call::Cancel(_) = call {
                 job.cancel.cancel();
+                // A queued job ends now; a running one at its next entry.
+                d.queue.cancel_queued(job.id);
                 info!(d.log, "cancel"; "job" => job.id, "uid" => peer.uid, "pid" => peer.pid);
             }
             Ok(job.describe())
         }
-        Call::CacheList => ops::cache_list(d),
+        Call::CacheList => ops::cache_list(config),
         _ => Err(WireError::new(
             ErrorKind::Internal,
             format!("{} is a job", call.name()),
@@ -481,6 +488,7 @@ fn run_job(
     out: &mut UnixStream,
     peer: &Peer,
     request: Request,
+    config: &Config,
 ) -> bool {
     let call = request.call;
     let what = call
@@ -488,44 +496,32 @@ fn run_job(
         .last()
         .map(|p| p.display().to_string())
         .unwrap_or_default();
+    let ticket = match d.queue.admit(peer.uid, config.max_jobs_per_uid) {
+        Ok(t) => t,
+        Err(full) => {
+            info!(d.log, "busy"; "uid" => peer.uid, "pid" => peer.pid, "jobs" => full.held);
+            let why = format!(
+                "zinstalld: busy: uid {} has {} jobs running or queued \
+                 (max_jobs_per_uid); wait for one to end",
+                peer.uid, full.held
+            );
+            return send(out, &Reply::error(WireError::new(ErrorKind::Busy, why)))
+                .is_ok();
+        }
+    };
     let job = d.jobs.add(call.name(), what, peer.uid, peer.pid);
     if request.detach {
         job.detach();
     }
     info!(d.log, "job"; "job" => job.id, "op" => call.name(), "uid" => peer.uid,
           "gid" => peer.gid, "pid" => peer.pid, "detach" => request.detach);
-    let (d2, job2, peer2) = (Arc::clone(d), Arc::clone(&job), peer.clone());
-    let spawned = thread::Builder::new().name(format!("job-{}", job.id)).spawn(move || {
-        let max = d2.config().max_jobs;
-        if !d2.jobs.start(&job2, max) {
-            job2.finish(Err(WireError::new(ErrorKind::Cancelled, "cancelled while queued")));
-            return;
-        }
-        let started = Instant::now();
-        let r = ops::run(&d2, &job2, &call, &peer2);
-        d2.jobs.stop();
-        crate::sys::release_free_memory();
-        match &r {
-            Ok(_) => info!(d2.log, "job done"; "job" => job2.id, "ms" => started.elapsed().as_millis() as u64),
-            Err(e) => warn!(d2.log, "job failed"; "job" => job2.id, "kind" => e.kind.as_str(),
-                            "error" => &e.message),
-        }
-        job2.finish(r);
-    });
-    match spawned {
-        Ok(h) => {
-            let mut threads =
-                d.job_threads.lock().unwrap_or_else(|p| p.into_inner());
-            threads.retain(|t| !t.is_finished());
-            threads.push(h);
-        }
-        Err(e) => {
-            job.finish(Err(WireError::new(
-                ErrorKind::Internal,
-                format!("cannot start a job thread: {e}"),
-            )));
-        }
-    }
+    let (d2, peer2, config2) = (Arc::clone(d), peer.clone(), config.clone());
+    d.queue.submit(
+        ticket,
+        Arc::clone(&job),
+        config.max_jobs,
+        Box::new(move |job| ops::run(&d2, job, &call, &peer2, &config2)),
+    );
     if send(
         out,
         &Reply::Accepted {

@@ -5,15 +5,16 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize};
-use std::sync::{Mutex, RwLock};
-use std::thread::JoinHandle;
+use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::time::Duration;
 
 use slog::{Logger, error, info, warn};
 
 use copier::{DefaultsFile, Pool, Tunables};
 
 use crate::config::Config;
-use crate::jobs::Jobs;
+use crate::jobs::{Jobs, State};
+use crate::queue::Queue;
 
 /// How to start the service.
 #[derive(Clone, Debug)]
@@ -50,7 +51,11 @@ pub(crate) struct Daemon {
     /// Set once the service stops accepting: jobs started after it are
     /// refused.
     pub(crate) stopping: AtomicBool,
-    pub(crate) job_threads: Mutex<Vec<JoinHandle<()>>>,
+    /// Jobs waiting for a place, and the lanes that run them.
+    pub(crate) queue: Arc<Queue>,
+    /// Workers for jobs that run in processes of their own (granted
+    /// copies): each takes some while it runs and gives them back.
+    pub(crate) process_workers: Budget,
 }
 
 impl Daemon {
@@ -63,6 +68,7 @@ impl Daemon {
         pool: Pool,
         log: Logger,
     ) -> Daemon {
+        let ended_log = log.clone();
         Daemon {
             jobs: Jobs::new(config.keep_finished),
             config: RwLock::new(config),
@@ -72,7 +78,17 @@ impl Daemon {
             connections: Mutex::new(Connections::default()),
             following: AtomicUsize::new(0),
             stopping: AtomicBool::new(false),
-            job_threads: Mutex::new(Vec::new()),
+            queue: Arc::new(Queue::new(move |job, took| {
+                crate::sys::release_free_memory();
+                match job.state() {
+                    State::Done(_) => info!(ended_log, "job done"; "job" => job.id,
+                                            "ms" => took.as_millis() as u64),
+                    State::Failed(e) => warn!(ended_log, "job failed"; "job" => job.id,
+                                              "kind" => e.kind.as_str(), "error" => e.message),
+                    _ => {}
+                }
+            })),
+            process_workers: Budget::new(tunables.copy_threads),
             opts,
         }
     }
@@ -150,4 +166,61 @@ pub(crate) fn tunables(config: &Config) -> Result<Tunables, copier::Error> {
     }
     t.validate()?;
     Ok(t)
+}
+
+/// A count of workers shared by jobs that each take some while they run.
+pub(crate) struct Budget {
+    free: Mutex<usize>,
+    freed: Condvar,
+}
+
+/// Workers taken from a [`Budget`], given back when dropped.
+pub(crate) struct Taken<'b> {
+    budget: &'b Budget,
+    /// How many.
+    pub(crate) count: usize,
+}
+
+impl Budget {
+    pub(crate) fn new(total: usize) -> Budget {
+        Budget {
+            free: Mutex::new(total.max(1)),
+            freed: Condvar::new(),
+        }
+    }
+
+    /// Takes up to `want` workers (at least one), waiting while none is
+    /// free; `None` if `cancelled` says to give up meanwhile.
+    pub(crate) fn take(
+        &self,
+        want: usize,
+        cancelled: impl Fn() -> bool,
+    ) -> Option<Taken<'_>> {
+        let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
+        while *free == 0 {
+            if cancelled() {
+                return None;
+            }
+            free = self
+                .freed
+                .wait_timeout(free, Duration::from_millis(100))
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        let count = want.clamp(1, *free);
+        *free -= count;
+        Some(Taken {
+            budget: self,
+            count,
+        })
+    }
+}
+
+impl Drop for Taken<'_> {
+    fn drop(&mut self) {
+        let mut free =
+            self.budget.free.lock().unwrap_or_else(|p| p.into_inner());
+        *free += self.count;
+        self.budget.freed.notify_all();
+    }
 }

@@ -24,6 +24,16 @@ struct Args {
 }
 
 fn main() -> ExitCode {
+    // A granted job's process (see zinstalld(8)): the daemon starts its
+    // own binary again with this first argument, never a user.
+    let child = zinstall_daemon::process::CHILD_ARG;
+    if std::env::args_os().nth(1).is_some_and(|a| a == child) {
+        let rest: Vec<String> = std::env::args_os()
+            .skip(2)
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        return zinstall_daemon::process::child_main(&rest);
+    }
     brand::output::set_program("zinstalld");
     let args = Args::parse();
     if let Err(e) = copier::probes::register() {

@@ -41,3 +41,46 @@ pub(super) fn peer(fd: RawFd) -> io::Result<Peer> {
 
 /// libc's allocator keeps its heap; nothing to hand back here.
 pub(super) fn release_free_memory() {}
+
+pub(super) fn self_exe() -> io::Result<std::path::PathBuf> {
+    std::env::current_exe()
+}
+
+/// illumos has no close_range: the job's process closes what it
+/// inherited first thing (`/proc/self/fd`).
+pub(super) fn cloexec_from(_first: i32) {}
+
+pub(super) fn close_range(_first: i32) -> bool {
+    false
+}
+
+/// Groups, then gids, then uids: `setuid` by root sets the real,
+/// effective and saved uid together, and a process that is not
+/// privilege-aware loses its privileges with uid 0. The limit set is
+/// left as it is.
+pub(super) fn become_caller(who: &super::Identity) -> io::Result<()> {
+    let step = |r: libc::c_int, what: &str| {
+        if r == -1 {
+            let e = io::Error::last_os_error();
+            return Err(io::Error::new(e.kind(), format!("{what}: {e}")));
+        }
+        Ok(())
+    };
+    // SAFETY: the pointer and count describe `who.groups`.
+    step(
+        unsafe {
+            libc::setgroups(who.groups.len() as libc::c_int, who.groups.as_ptr())
+        },
+        "setgroups",
+    )?;
+    // SAFETY: integer arguments.
+    step(unsafe { libc::setgid(who.gid) }, "setgid")?;
+    // SAFETY: integer arguments.
+    step(unsafe { libc::setuid(who.uid) }, "setuid")?;
+    // SAFETY: no arguments.
+    let (uid, euid) = unsafe { (libc::getuid(), libc::geteuid()) };
+    if (uid, euid) != (who.uid, who.uid) {
+        return Err(io::Error::other("the uid did not change"));
+    }
+    Ok(())
+}

@@ -75,3 +75,148 @@ pub(super) fn release_free_memory() {
         libc::malloc_trim(0);
     }
 }
+
+pub(super) fn self_exe() -> io::Result<std::path::PathBuf> {
+    Ok("/proc/self/exe".into())
+}
+
+/// Marks every descriptor from `first` up close-on-exec
+/// (`close_range(CLOSE_RANGE_CLOEXEC)`, Linux 5.11); older kernels leave
+/// them to the job's process, which closes them first thing.
+pub(super) fn cloexec_from(first: i32) {
+    // SAFETY: a system call with integer arguments; async-signal-safe.
+    unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            first as libc::c_uint,
+            libc::c_uint::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        );
+    }
+}
+
+/// Closes every descriptor from `first` up; false when the kernel has no
+/// `close_range` (before 5.9).
+pub(super) fn close_range(first: i32) -> bool {
+    // SAFETY: a system call with integer arguments.
+    unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            first as libc::c_uint,
+            libc::c_uint::MAX,
+            0 as libc::c_uint,
+        ) == 0
+    }
+}
+
+/// The highest capability this kernel knows.
+fn last_cap() -> u32 {
+    std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(63)
+}
+
+fn check(r: libc::c_int, step: &str) -> io::Result<()> {
+    if r == -1 {
+        let e = io::Error::last_os_error();
+        return Err(io::Error::new(e.kind(), format!("{step}: {e}")));
+    }
+    Ok(())
+}
+
+fn caps_error(step: &str, e: caps::errors::CapsError) -> io::Error {
+    io::Error::other(format!("{step}: {e}"))
+}
+
+pub(super) fn become_caller(who: &super::Identity) -> io::Result<()> {
+    use caps::CapSet;
+    let last = last_cap();
+    // The bounding set first: dropping from it takes CAP_SETPCAP, which
+    // goes with root.
+    for cap in 0..=last {
+        // SAFETY: prctl with integer arguments.
+        let r = unsafe {
+            libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0)
+        };
+        // EINVAL: past what this kernel knows.
+        if r == -1 && io::Error::last_os_error().raw_os_error() != Some(libc::EINVAL)
+        {
+            return check(r, "drop the capability bounding set");
+        }
+    }
+    caps::clear(None, CapSet::Ambient)
+        .map_err(|e| caps_error("clear the ambient capabilities", e))?;
+    // SAFETY: the pointer and count describe `who.groups`.
+    check(
+        unsafe { libc::setgroups(who.groups.len(), who.groups.as_ptr()) },
+        "setgroups",
+    )?;
+    // SAFETY: integer arguments.
+    check(unsafe { libc::setresgid(who.gid, who.gid, who.gid) }, "setresgid")?;
+    // Without SECBIT_KEEP_CAPS the kernel empties the permitted and
+    // effective sets as every uid leaves 0; the inheritable set is
+    // emptied here.
+    // SAFETY: integer arguments.
+    check(unsafe { libc::setresuid(who.uid, who.uid, who.uid) }, "setresuid")?;
+    for set in [CapSet::Inheritable, CapSet::Effective, CapSet::Permitted] {
+        caps::clear(None, set).map_err(|e| caps_error("clear capabilities", e))?;
+    }
+    // SAFETY: prctl with integer arguments. The parent-death signal is
+    // set after the uids, whose change resets it.
+    unsafe {
+        check(
+            libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0),
+            "PR_SET_NO_NEW_PRIVS",
+        )?;
+        check(libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0), "PR_SET_DUMPABLE")?;
+        check(
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0),
+            "PR_SET_PDEATHSIG",
+        )?;
+    }
+    verify(who, last)
+}
+
+/// Reads back what [`become_caller`] set: a step the kernel ignored is an
+/// error, not a job run with more than the caller has.
+fn verify(who: &super::Identity, last: u32) -> io::Result<()> {
+    use caps::CapSet;
+    let (mut r, mut e, mut s) = (0, 0, 0);
+    // SAFETY: three valid out-pointers.
+    unsafe { libc::getresuid(&mut r, &mut e, &mut s) };
+    let (mut gr, mut ge, mut gs) = (0, 0, 0);
+    // SAFETY: as above.
+    unsafe { libc::getresgid(&mut gr, &mut ge, &mut gs) };
+    if [r, e, s] != [who.uid; 3] || [gr, ge, gs] != [who.gid; 3] {
+        return Err(io::Error::other(format!(
+            "uids {r},{e},{s} and gids {gr},{ge},{gs} after the change"
+        )));
+    }
+    for set in [
+        CapSet::Effective,
+        CapSet::Permitted,
+        CapSet::Inheritable,
+        CapSet::Ambient,
+    ] {
+        let left = caps::read(None, set)
+            .map_err(|e| caps_error("read capabilities", e))?;
+        if !left.is_empty() {
+            return Err(io::Error::other(format!(
+                "{set:?} capabilities left: {left:?}"
+            )));
+        }
+    }
+    for cap in 0..=last {
+        // SAFETY: prctl with integer arguments.
+        let r = unsafe {
+            libc::prctl(libc::PR_CAPBSET_READ, cap as libc::c_ulong, 0, 0, 0)
+        };
+        if r == 1 {
+            return Err(io::Error::other(format!(
+                "capability {cap} left in the bounding set"
+            )));
+        }
+    }
+    Ok(())
+}

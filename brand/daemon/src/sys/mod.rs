@@ -191,3 +191,153 @@ pub fn raise_nofile() {
         }
     }
 }
+
+/// The running executable, to start a job's process from: on Linux the
+/// kernel's link to the very file running (still right after a package
+/// upgrade replaced it on disk).
+pub fn self_exe() -> io::Result<std::path::PathBuf> {
+    platform::self_exe()
+}
+
+/// Starts `exe` with `args` as a job's process: `fds` become its
+/// descriptors 3, 4, ... in order, its standard streams are `/dev/null`,
+/// its environment is empty, and every other descriptor the daemon holds
+/// is closed before it runs (close-on-exec or not). It starts as root;
+/// it takes the caller's identity itself before it reads its job.
+pub fn spawn_job_process(
+    exe: &std::path::Path,
+    args: &[String],
+    fds: &[std::os::fd::BorrowedFd<'_>],
+) -> io::Result<std::process::Child> {
+    use std::os::unix::process::CommandExt;
+    use std::process::{Command, Stdio};
+    const MAX_FDS: usize = 8;
+    if fds.len() > MAX_FDS {
+        return Err(io::Error::from(io::ErrorKind::InvalidInput));
+    }
+    let mut raw = [-1; MAX_FDS];
+    for (r, f) in raw.iter_mut().zip(fds) {
+        *r = f.as_raw_fd();
+    }
+    let n = fds.len();
+    let mut cmd = Command::new(exe);
+    cmd.arg0("zinstalld-job")
+        .args(args)
+        .env_clear()
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    // SAFETY: between fork and exec the closure only makes system calls
+    // (fcntl, dup2, close, close_range) on a fixed array: no allocation,
+    // no lock.
+    unsafe {
+        cmd.pre_exec(move || place_fds(&raw[..n]));
+    }
+    cmd.spawn()
+}
+
+/// In the forked child: moves `raw` to 3, 4, ... (through copies above
+/// them, so that no move lands on a descriptor not yet moved) and marks
+/// every descriptor above them close-on-exec.
+fn place_fds(raw: &[i32]) -> io::Result<()> {
+    const ABOVE: i32 = 64;
+    let mut moved = [-1; 8];
+    for (m, fd) in moved.iter_mut().zip(raw) {
+        // SAFETY: fcntl on a descriptor this process holds.
+        let t = unsafe { libc::fcntl(*fd, libc::F_DUPFD_CLOEXEC, ABOVE) };
+        if t < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        *m = t;
+    }
+    for (i, m) in moved.iter().take(raw.len()).enumerate() {
+        // SAFETY: dup2 between descriptors; the copy at 3 + i has no
+        // close-on-exec flag, so it is what the new program finds.
+        if unsafe { libc::dup2(*m, 3 + i as i32) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: the copy is ours alone.
+        unsafe { libc::close(*m) };
+    }
+    platform::cloexec_from(3 + raw.len() as i32);
+    Ok(())
+}
+
+/// Takes descriptor `fd`, handed to this process at start, if it is
+/// open.
+pub fn take_fd(fd: i32) -> Option<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: F_GETFD only asks whether the descriptor is open.
+    if unsafe { libc::fcntl(fd, libc::F_GETFD) } < 0 {
+        return None;
+    }
+    // SAFETY: the descriptor is open, was handed to this process by its
+    // parent for this use, and nothing else in the process owns it.
+    let owned = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+    // SAFETY: fcntl on the descriptor just taken.
+    unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+    Some(owned)
+}
+
+/// Closes every descriptor from `first` up: whatever a job's process
+/// inherited beyond what it was handed.
+pub fn close_from(first: i32) {
+    if platform::close_range(first) {
+        return;
+    }
+    let open: Vec<i32> = std::fs::read_dir("/proc/self/fd")
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                .filter(|fd| *fd >= first)
+                .collect()
+        })
+        .unwrap_or_default();
+    for fd in open {
+        // SAFETY: closing a descriptor nothing in this process uses yet
+        // (called first thing in main); the one read_dir held is closed
+        // already, so EBADF at worst.
+        unsafe { libc::close(fd) };
+    }
+}
+
+/// Sends `sig` to the process `pid`.
+pub fn signal(pid: u32, sig: i32) {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return;
+    };
+    // SAFETY: kill takes no pointers.
+    unsafe { libc::kill(pid, sig) };
+}
+
+/// This process's parent.
+pub fn parent_pid() -> u32 {
+    // SAFETY: getppid takes no arguments and cannot fail.
+    unsafe { libc::getppid() as u32 }
+}
+
+/// Who a job's process becomes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Identity {
+    /// Real, effective and saved user id.
+    pub uid: u32,
+    /// Real, effective and saved group id.
+    pub gid: u32,
+    /// Supplementary groups.
+    pub groups: Vec<u32>,
+}
+
+/// Makes this process `who` for good: groups, gids and uids (real,
+/// effective and saved), then no capability or privilege left in any set
+/// (bounding set included), no new privileges through exec, not
+/// traceable by the user it now is, and killed if the daemon dies. Each
+/// is checked after; an error says which step failed. Must run before
+/// the process has a second thread (Linux credentials are per thread).
+pub fn become_caller(who: &Identity) -> io::Result<()> {
+    if who.uid == 0 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "a job's process never runs as root",
+        ));
+    }
+    platform::become_caller(who)
+}

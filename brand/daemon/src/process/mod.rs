@@ -1,0 +1,326 @@
+//! A caller's granted copy runs in a process of its own, with the
+//! caller's whole identity: the model of OpenSSH's privilege separation
+//! and systemd-importd's per-transfer helpers.
+//!
+//! ```text
+//!  zinstalld (root)                          zinstalld-job (the caller)
+//!  opens each granted prefix, no    fd 3  ┌──────────────────────────────┐
+//!  symlink on the way; starts the ──────▶ │ closes all but fds 3, 4, 5;  │
+//!  job's process with the control  fd 4   │ uids, gids, groups: the      │
+//!  socket and the two prefixes     fd 5   │ caller's; no capability in   │
+//!  (nothing else), then sends the         │ any set; no_new_privs; not   │
+//!  order ─────────────────────────────▶   │ traceable; dies with the     │
+//!  ◀──────────── progress, result ─────── │ daemon; only then reads the  │
+//!  cancel: SIGTERM, SIGKILL after 5 s     │ order and copies beneath fds │
+//!                                         └──────────────────────────────┘
+//! ```
+//!
+//! The process's `/proc/self` is its own: a mistake anywhere in path
+//! handling lands on the caller's own rights, not the daemon's, and no
+//! descriptor of the daemon's (other jobs' trees, its socket, its log) is
+//! there to be reached. Its workers come out of the daemon's budget
+//! ([`crate::state::Budget`]). Root's own jobs stay in the daemon.
+//!
+//! Everything the process says is read as a stranger's words: lines of
+//! bounded length, parsed into the types below, nothing else.
+
+mod child;
+
+use std::io::{self, BufRead, BufReader, Write};
+use std::os::fd::AsFd;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use slog::{info, warn};
+
+use copier::beneath::Root;
+
+pub use child::main as child_main;
+
+use crate::auth;
+use crate::config::Config;
+use crate::jobs::Job;
+use crate::protocol::{CopyArgs, ErrorKind, WireError, normalized};
+use crate::state::Daemon;
+use crate::sys::{self, Identity, Peer};
+
+/// The first argument that makes `zinstalld` a job's process.
+pub const CHILD_ARG: &str = "--job-process";
+
+/// The descriptors a job's process is handed, in order.
+const CONTROL_FD: i32 = 3;
+const SRC_ROOT_FD: i32 = 4;
+const DST_ROOT_FD: i32 = 5;
+
+/// The longest line either side sends: a result with its notices and up
+/// to 100 errors of a few paths each.
+const MAX_LINE: usize = 4 << 20;
+
+/// How long a job's process has to end after SIGTERM before SIGKILL.
+const GRACE: Duration = Duration::from_secs(5);
+
+/// What the daemon asks of a job's process, once it is the caller.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Order {
+    /// The paths as the caller named them (normalized): beneath
+    /// `src_root` and `dst_root`, and shown in messages.
+    src: PathBuf,
+    dst: PathBuf,
+    /// The granted prefixes the handed descriptors are, for messages and
+    /// to take the paths relative to.
+    src_root: PathBuf,
+    dst_root: PathBuf,
+    merge: bool,
+    sync: bool,
+    skip_special: bool,
+    exclude: Vec<String>,
+    /// The workers granted, and the run's other knobs.
+    threads: usize,
+    walkers: usize,
+    batch: usize,
+    bufsize: usize,
+}
+
+/// What a job's process says: progress while it works, then one result.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", tag = "say")]
+enum Said {
+    /// Totals so far.
+    Progress { entries: u64, bytes: u64 },
+    /// The copy ended; its result as the wire carries it.
+    Done {
+        src: PathBuf,
+        dst: PathBuf,
+        stats: copier::Stats,
+        notices: Vec<NoticeLine>,
+    },
+    /// The copy failed (or was cancelled).
+    Failed { error: WireError },
+}
+
+/// One notice as the wire carries it (see
+/// [`crate::protocol::notices_json`]).
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NoticeLine {
+    kind: String,
+    notice: String,
+    count: u64,
+    example: String,
+}
+
+/// Runs a caller's granted copy in a job's process and relays its
+/// progress and result.
+pub(crate) fn granted_copy(
+    d: &Daemon,
+    job: &Arc<Job>,
+    a: &CopyArgs,
+    peer: &Peer,
+    config: &Config,
+) -> Result<Value, WireError> {
+    job.set_phase("copy");
+    let src = normalized(&a.src).unwrap_or_else(|| a.src.clone());
+    let dst = normalized(&a.dst).unwrap_or_else(|| a.dst.clone());
+    // The grant's prefixes were checked on the paths' text; each is now
+    // opened by the daemon with no symlink anywhere on its way (a parent
+    // the caller owns cannot swap it for a link), and the job's process
+    // reaches the paths beneath these descriptors alone.
+    let prefix = |p: &Path| {
+        auth::granted_prefix(config, peer, "copy", p).ok_or_else(|| {
+            WireError::new(
+                ErrorKind::Denied,
+                format!(
+                    "zinstalld: {}: not under a prefix granted to uid {} for copy",
+                    p.display(),
+                    peer.uid
+                ),
+            )
+        })
+    };
+    let (src_prefix, dst_prefix) = (prefix(&src)?, prefix(&dst)?);
+    let open = |p: &Path| {
+        let rel = p.strip_prefix("/").unwrap_or(p);
+        Root::open(Path::new("/"))
+            .and_then(|r| r.dir(rel, None))
+            .map_err(|e| WireError::from_copier(&e))
+    };
+    let (src_root, dst_root) = (open(&src_prefix)?, open(&dst_prefix)?);
+    let tunables = d.tunables();
+    let Some(workers) = d
+        .process_workers
+        .take(tunables.copy_threads, || job.cancel.is_cancelled())
+    else {
+        return Err(WireError::new(ErrorKind::Cancelled, "cancelled while queued"));
+    };
+    let order = Order {
+        src,
+        dst,
+        src_root: src_prefix,
+        dst_root: dst_prefix,
+        merge: a.merge,
+        sync: a.sync,
+        skip_special: a.skip_special,
+        exclude: a.exclude.clone(),
+        threads: workers.count,
+        walkers: tunables.walkers().clamp(1, workers.count),
+        batch: tunables.copy_batch,
+        bufsize: tunables.copy_bufsize,
+    };
+    let internal = |what: &str, e: io::Error| {
+        WireError::new(
+            ErrorKind::Internal,
+            format!("zinstalld: {what} a job's process: {e}"),
+        )
+    };
+    let (mut mine, theirs) =
+        UnixStream::pair().map_err(|e| internal("cannot connect", e))?;
+    let who = Identity {
+        uid: peer.uid,
+        gid: peer.gid,
+        groups: peer.groups.clone(),
+    };
+    let args = vec![
+        CHILD_ARG.to_string(),
+        who.uid.to_string(),
+        who.gid.to_string(),
+        who.groups
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(","),
+        sys::pid().to_string(),
+    ];
+    let exe = sys::self_exe().map_err(|e| internal("cannot find", e))?;
+    let mut child = sys::spawn_job_process(
+        &exe,
+        &args,
+        &[theirs.as_fd(), src_root.as_fd(), dst_root.as_fd()],
+    )
+    .map_err(|e| internal("cannot start", e))?;
+    // The process holds its own copies now.
+    drop((theirs, src_root, dst_root));
+    let pid = child.id();
+    job.set_process(Some(pid));
+    info!(d.log(), "job process"; "job" => job.id, "pid" => pid, "uid" => who.uid,
+          "workers" => workers.count);
+    let sent = serde_json::to_vec(&order)
+        .map_err(io::Error::other)
+        .and_then(|mut line| {
+            line.push(b'\n');
+            mine.write_all(&line)
+        });
+    let outcome = match sent {
+        Ok(()) => relay(job, mine, pid),
+        Err(e) => {
+            sys::signal(pid, libc::SIGKILL);
+            Err(internal("cannot send its order to", e))
+        }
+    };
+    let status = child.wait();
+    job.set_process(None);
+    drop(workers);
+    match outcome {
+        Ok(v) => Ok(v),
+        Err(e) if e.kind == ErrorKind::Internal => {
+            warn!(d.log(), "job process failed"; "job" => job.id, "pid" => pid,
+                  "status" => format!("{status:?}"), "error" => &e.message);
+            Err(e)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Reads what the job's process says until it closes its end: progress
+/// to the job, the result returned. A cancelled job's process gets
+/// SIGTERM, then SIGKILL after [`GRACE`].
+fn relay(job: &Job, control: UnixStream, pid: u32) -> Result<Value, WireError> {
+    const TICK: Duration = Duration::from_millis(100);
+    let _timeout = control.set_read_timeout(Some(TICK));
+    let mut r = BufReader::new(control);
+    let mut line = Vec::new();
+    let mut result = None;
+    let mut term_at: Option<Instant> = None;
+    let mut killed = false;
+    let broken = |why: String| {
+        WireError::new(
+            ErrorKind::Internal,
+            format!("zinstalld: job process {pid}: {why}"),
+        )
+    };
+    loop {
+        if job.cancel.is_cancelled() && term_at.is_none() {
+            sys::signal(pid, libc::SIGTERM);
+            term_at = Some(Instant::now());
+        }
+        if !killed && term_at.is_some_and(|t| t.elapsed() > GRACE) {
+            sys::signal(pid, libc::SIGKILL);
+            killed = true;
+        }
+        let buf = match r.fill_buf() {
+            Ok(b) => b,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock
+                        | io::ErrorKind::TimedOut
+                        | io::ErrorKind::Interrupted
+                ) =>
+            {
+                continue;
+            }
+            Err(e) => {
+                sys::signal(pid, libc::SIGKILL);
+                return Err(broken(format!("read: {e}")));
+            }
+        };
+        if buf.is_empty() {
+            break;
+        }
+        let (take, end) = match buf.iter().position(|b| *b == b'\n') {
+            Some(i) => (i + 1, true),
+            None => (buf.len(), false),
+        };
+        line.extend_from_slice(&buf[..take]);
+        r.consume(take);
+        if line.len() > MAX_LINE {
+            sys::signal(pid, libc::SIGKILL);
+            return Err(broken(format!("a line longer than {MAX_LINE} bytes")));
+        }
+        if !end {
+            continue;
+        }
+        let said: Said = match serde_json::from_slice(&line) {
+            Ok(s) => s,
+            Err(e) => {
+                sys::signal(pid, libc::SIGKILL);
+                return Err(broken(format!("unreadable report: {e}")));
+            }
+        };
+        line.clear();
+        match said {
+            Said::Progress { entries, bytes } => job.set_done(entries, bytes),
+            Said::Done {
+                src,
+                dst,
+                stats,
+                notices,
+            } => {
+                let notices = serde_json::to_value(&notices).unwrap_or_default();
+                result = Some(Ok(crate::ops::copy_result(&src, &dst, &stats, notices)));
+            }
+            Said::Failed { error } => result = Some(Err(error)),
+        }
+    }
+    result.unwrap_or_else(|| {
+        if job.cancel.is_cancelled() {
+            Err(WireError::new(ErrorKind::Cancelled, "cancelled"))
+        } else {
+            Err(broken("ended without a result".into()))
+        }
+    })
+}

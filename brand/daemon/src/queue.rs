@@ -1,0 +1,332 @@
+//! Which job runs next: two lanes, root's and everyone else's, each with
+//! `max_jobs` places; in the second, one queue per uid taken in turn, so
+//! that a user with many jobs delays the others by at most one job each
+//! round, and root never waits behind anyone but root. A queued job is
+//! an entry here, not a thread: a lane starts a thread when it gives a
+//! job a place, and that thread goes on with the lane's next job.
+//!
+//! A uid other than root may have `max_jobs_per_uid` jobs running and
+//! queued at once ([`Queue::admit`] says when it has them all).
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::{self, JoinHandle};
+
+use crate::jobs::Job;
+use crate::protocol::{ErrorKind, WireError};
+
+/// What a job does once it has a place; its result ends the job.
+pub(crate) type Work =
+    Box<dyn FnOnce(&Arc<Job>) -> Result<serde_json::Value, WireError> + Send>;
+
+/// A job waiting for a place.
+struct Pending {
+    job: Arc<Job>,
+    work: Work,
+}
+
+#[derive(Default)]
+struct Lane {
+    running: usize,
+    /// Queued jobs by uid (root's lane has only uid 0's).
+    queues: BTreeMap<u32, VecDeque<Pending>>,
+    /// The uids with queued jobs, in the order they are served.
+    turn: VecDeque<u32>,
+}
+
+impl Lane {
+    /// The next job: the front of the queue of the uid whose turn it is.
+    fn next(&mut self) -> Option<Pending> {
+        let uid = self.turn.pop_front()?;
+        let q = self.queues.get_mut(&uid)?;
+        let p = q.pop_front();
+        if q.is_empty() {
+            self.queues.remove(&uid);
+        } else {
+            self.turn.push_back(uid);
+        }
+        p
+    }
+
+    fn push(&mut self, uid: u32, p: Pending) {
+        let q = self.queues.entry(uid).or_default();
+        if q.is_empty() {
+            self.turn.push_back(uid);
+        }
+        q.push_back(p);
+    }
+
+    /// Takes the queued job `id` out, if it is queued here.
+    fn remove(&mut self, id: u64) -> Option<Pending> {
+        let (uid, at) = self.queues.iter().find_map(|(uid, q)| {
+            q.iter().position(|p| p.job.id == id).map(|at| (*uid, at))
+        })?;
+        let q = self.queues.get_mut(&uid)?;
+        let p = q.remove(at);
+        if q.is_empty() {
+            self.queues.remove(&uid);
+            self.turn.retain(|u| *u != uid);
+        }
+        p
+    }
+
+    fn drain(&mut self) -> Vec<Pending> {
+        self.turn.clear();
+        std::mem::take(&mut self.queues)
+            .into_values()
+            .flatten()
+            .collect()
+    }
+}
+
+#[derive(Default)]
+struct Lanes {
+    root: Lane,
+    others: Lane,
+    /// Jobs running or queued, by uid other than root.
+    held: HashMap<u32, usize>,
+    /// Places in each lane, from the configuration in force when the
+    /// last job was queued.
+    max_running: usize,
+    /// Set when the service stops: nothing more starts.
+    closed: bool,
+}
+
+impl Lanes {
+    fn lane(&mut self, uid: u32) -> &mut Lane {
+        if uid == 0 {
+            &mut self.root
+        } else {
+            &mut self.others
+        }
+    }
+
+    fn release(&mut self, uid: u32) {
+        if uid == 0 {
+            return;
+        }
+        if let Some(n) = self.held.get_mut(&uid) {
+            *n -= 1;
+            if *n == 0 {
+                self.held.remove(&uid);
+            }
+        }
+    }
+}
+
+/// The jobs waiting for a place and the lanes' threads.
+#[derive(Default)]
+pub(crate) struct Queue {
+    lanes: Mutex<Lanes>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+    /// Called with each job as it ends, after its result is in.
+    on_end: Option<Arc<dyn Fn(&Job, std::time::Duration) + Send + Sync>>,
+}
+
+/// A place in a uid's share, held from [`Queue::admit`] until its job
+/// ends (or is dropped unqueued).
+pub(crate) struct Ticket {
+    uid: u32,
+    queue: Option<Arc<Queue>>,
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if let Some(q) = self.queue.take() {
+            q.lock().release(self.uid);
+        }
+    }
+}
+
+/// A uid has all the jobs it may have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Full {
+    pub(crate) held: usize,
+}
+
+impl Queue {
+    /// A queue that calls `on_end` for each job that ends.
+    pub(crate) fn new(
+        on_end: impl Fn(&Job, std::time::Duration) + Send + Sync + 'static,
+    ) -> Queue {
+        Queue {
+            on_end: Some(Arc::new(on_end)),
+            ..Queue::default()
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Lanes> {
+        self.lanes.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Counts a job against `uid`'s share, or says it has them all.
+    pub(crate) fn admit(
+        self: &Arc<Self>,
+        uid: u32,
+        max_per_uid: usize,
+    ) -> Result<Ticket, Full> {
+        let mut g = self.lock();
+        if uid != 0 {
+            let held = g.held.entry(uid).or_default();
+            if *held >= max_per_uid {
+                return Err(Full { held: *held });
+            }
+            *held += 1;
+        }
+        Ok(Ticket {
+            uid,
+            queue: Some(Arc::clone(self)),
+        })
+    }
+
+    /// Queues `job`, to run `work` when its lane has a place among
+    /// `max_running`.
+    pub(crate) fn submit(
+        self: &Arc<Self>,
+        mut ticket: Ticket,
+        job: Arc<Job>,
+        max_running: usize,
+        work: Work,
+    ) {
+        // The share is now the queue's to give back, when the job ends.
+        ticket.queue = None;
+        let uid = ticket.uid;
+        let mut g = self.lock();
+        if g.closed {
+            g.release(uid);
+            drop(g);
+            job.finish(Err(cancelled_queued()));
+            return;
+        }
+        g.max_running = max_running.max(1);
+        g.lane(uid).push(uid, Pending { job, work });
+        self.start_more(&mut g, uid);
+    }
+
+    /// Starts threads for queued jobs of `uid`'s lane while it has
+    /// places.
+    fn start_more(self: &Arc<Self>, g: &mut Lanes, uid: u32) {
+        let max = g.max_running;
+        loop {
+            let lane = g.lane(uid);
+            if lane.running >= max {
+                return;
+            }
+            let Some(first) = lane.next() else {
+                return;
+            };
+            lane.running += 1;
+            let q = Arc::clone(self);
+            let id = first.job.id;
+            // Shared with the thread so that a thread that cannot start
+            // leaves the job here to be ended.
+            let pending = Arc::new(Mutex::new(Some(first)));
+            let mine = Arc::clone(&pending);
+            let spawned =
+                thread::Builder::new().name(format!("job-{id}")).spawn(move || {
+                    let first = take(&mine);
+                    q.run_lane(first, uid == 0);
+                });
+            match spawned {
+                Ok(h) => {
+                    let mut t =
+                        self.threads.lock().unwrap_or_else(|p| p.into_inner());
+                    t.retain(|t| !t.is_finished());
+                    t.push(h);
+                }
+                Err(e) => {
+                    // No thread: the job ends here, and its place with it.
+                    g.lane(uid).running -= 1;
+                    if let Some(p) = take(&pending) {
+                        g.release(p.job.owner);
+                        p.job.finish(Err(WireError::new(
+                            ErrorKind::Internal,
+                            format!("zinstalld: cannot start a job thread: {e}"),
+                        )));
+                    }
+                    return;
+                }
+            }
+        }
+    }
+
+    /// A lane's thread: runs its first job, then the lane's next ones
+    /// while there are any.
+    fn run_lane(&self, first: Option<Pending>, root: bool) {
+        let mut next = first;
+        while let Some(Pending { job, work }) = next.take() {
+            let started = std::time::Instant::now();
+            let r = if job.cancel.is_cancelled() {
+                Err(cancelled_queued())
+            } else {
+                work(&job)
+            };
+            // The share is given back before the result is out: a client
+            // that asks again as soon as it hears is not told it is busy.
+            self.lock().release(job.owner);
+            job.finish(r);
+            if let Some(f) = &self.on_end {
+                f(&job, started.elapsed());
+            }
+            let mut g = self.lock();
+            let closed = g.closed;
+            let lane = if root { &mut g.root } else { &mut g.others };
+            next = if closed { None } else { lane.next() };
+            if next.is_none() {
+                lane.running -= 1;
+            }
+        }
+    }
+
+    /// Ends the queued job `id` as cancelled; false if it is not queued
+    /// (running, ended or unknown).
+    pub(crate) fn cancel_queued(&self, id: u64) -> bool {
+        let mut g = self.lock();
+        let p = g.root.remove(id).or_else(|| g.others.remove(id));
+        let Some(p) = p else {
+            return false;
+        };
+        g.release(p.job.owner);
+        drop(g);
+        p.job.finish(Err(cancelled_queued()));
+        true
+    }
+
+    /// Stops starting jobs, ends every queued one as cancelled, and
+    /// waits for the lanes' threads (whose jobs the caller cancelled).
+    pub(crate) fn close(&self) {
+        let queued = {
+            let mut g = self.lock();
+            g.closed = true;
+            let mut q = g.root.drain();
+            q.extend(g.others.drain());
+            for p in &q {
+                g.release(p.job.owner);
+            }
+            q
+        };
+        for p in queued {
+            p.job.finish(Err(cancelled_queued()));
+        }
+        let threads = std::mem::take(
+            &mut *self.threads.lock().unwrap_or_else(|p| p.into_inner()),
+        );
+        for t in threads {
+            let _joined = t.join();
+        }
+    }
+
+    /// Jobs running now, in root's lane and in the others'.
+    pub(crate) fn running(&self) -> (usize, usize) {
+        let g = self.lock();
+        (g.root.running, g.others.running)
+    }
+}
+
+fn cancelled_queued() -> WireError {
+    WireError::new(ErrorKind::Cancelled, "cancelled while queued")
+}
+
+fn take(p: &Mutex<Option<Pending>>) -> Option<Pending> {
+    p.lock().unwrap_or_else(|p| p.into_inner()).take()
+}

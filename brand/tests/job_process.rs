@@ -1,0 +1,483 @@
+//! zinstalld's granted jobs as an attacker meets them: a real daemon on
+//! a real socket, clients as unprivileged uids (`setpriv`). A granted
+//! copy runs in a process of the caller's own (its uids and groups, no
+//! capability, no descriptor but its own), reads only through the
+//! descriptors of its grant however the paths are swapped meanwhile, and
+//! one user's jobs can neither starve root's nor grow the daemon.
+
+#[path = "oci/support.rs"]
+mod support;
+
+#[path = "boundary/harness.rs"]
+mod harness;
+
+use std::ffi::CString;
+use std::fs;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{PermissionsExt, symlink};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use zinstall_testkit::run::s;
+
+use harness::*;
+
+fn chown(p: &Path, uid: u32) {
+    std::os::unix::fs::chown(p, Some(uid), Some(uid)).unwrap();
+}
+
+/// A world-traversable scratch directory under /var/tmp (the callers
+/// must reach it; the test's own temporary directory may not let them).
+fn scratch(name: &str) -> tempfile::TempDir {
+    let t = tempfile::Builder::new()
+        .prefix(name)
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    fs::set_permissions(t.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    t
+}
+
+fn grant(prefix: &Path, extra: &str) -> String {
+    format!(
+        "{extra}\n[[grant]]\nusers = [{CALLER}, {OTHER}]\noperations = [\"copy\", \
+         \"jobs\", \"status\", \"cancel\"]\nprefixes = [\"{}\"]\n",
+        prefix.display()
+    )
+}
+
+/// `dirs` directories of `files` files each under `root`, owned by
+/// `uid`.
+fn tree(root: &Path, dirs: usize, files: usize, uid: u32) {
+    for d in 0..dirs {
+        let dir = root.join(format!("d{d}"));
+        fs::create_dir_all(&dir).unwrap();
+        for f in 0..files {
+            fs::write(dir.join(format!("f{f}")), format!("{d}/{f}")).unwrap();
+        }
+        chown(&dir, uid);
+    }
+    chown(root, uid);
+}
+
+/// The job's state, as root sees it.
+fn job(d: &Daemon, id: u64) -> serde_json::Value {
+    let mut c = d.connect();
+    c.send(&json!({"v": 1, "op": "status", "args": {"job": id}}));
+    c.end()["result"].clone()
+}
+
+/// The fields of /proc/PID/status that say who a process is.
+fn status_of(pid: u32) -> std::collections::HashMap<String, String> {
+    fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            Some((k.to_string(), v.split_whitespace().collect::<Vec<_>>().join(" ")))
+        })
+        .collect()
+}
+
+/// A slow granted copy started by `uid` with extra groups; the job's
+/// process is caught (stopped with SIGSTOP) while it works, and what it
+/// is and holds is read from /proc: the caller's uids, gids and groups
+/// in every slot, no capability in any set, no_new_privs, and no
+/// descriptor but /dev/null, its control socket and what lies under the
+/// grant. Cancelled, it is gone within the grace.
+#[test]
+fn a_granted_copy_runs_in_a_process_that_is_the_caller() {
+    if !zinstall_testkit::require_root() {
+        return;
+    }
+    let base = scratch("zinstall-jobproc");
+    let prefix = base.path().join("grant");
+    fs::create_dir(&prefix).unwrap();
+    chown(&prefix, CALLER);
+    tree(&prefix.join("src"), 200, 100, CALLER);
+    let d = Daemon::start(&grant(&prefix, ""));
+    let client = zinstall_testkit::tool("setpriv")
+        .args([
+            &format!("--reuid={CALLER}"),
+            &format!("--regid={CALLER}"),
+            "--groups=100,4242",
+            "--",
+        ])
+        .arg(env!("CARGO_BIN_EXE_zinstall"))
+        .arg(format!("--daemon={}", d.socket.display()))
+        .args(["copy", s(&prefix.join("src")), s(&prefix.join("dst"))])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    let (id, pid) = loop {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "no job process seen: {}",
+            d.log()
+        );
+        let mut c = d.connect();
+        c.send(&json!({"v": 1, "op": "jobs"}));
+        let jobs = c.end()["result"].clone();
+        let found = jobs.as_array().into_iter().flatten().find_map(|j| {
+            Some((j["job"].as_u64()?, j["process"].as_u64()? as u32))
+        });
+        if let Some(f) = found {
+            break f;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    // SAFETY: stopping a process this test's daemon started.
+    unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
+    let st = status_of(pid);
+    let fds: Vec<(String, String)> = fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            let to = fs::read_link(e.path()).unwrap_or_default();
+            (e.file_name().to_string_lossy().into_owned(), s(&to).to_string())
+        })
+        .collect();
+    // SAFETY: as above.
+    unsafe { libc::kill(pid as i32, libc::SIGCONT) };
+    let me = format!("{CALLER} {CALLER} {CALLER} {CALLER}");
+    assert_eq!(st.get("Uid"), Some(&me), "{st:?}");
+    assert_eq!(st.get("Gid"), Some(&me), "{st:?}");
+    let mut groups: Vec<&str> =
+        st.get("Groups").map(|g| g.split(' ').collect()).unwrap_or_default();
+    groups.sort_unstable();
+    assert_eq!(groups, ["100", "4242"], "{st:?}");
+    for set in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"] {
+        assert_eq!(
+            st.get(set).map(String::as_str),
+            Some("0000000000000000"),
+            "{set}: {st:?}"
+        );
+    }
+    assert_eq!(st.get("NoNewPrivs").map(String::as_str), Some("1"));
+    assert_eq!(st.get("PPid"), Some(&d.child.id().to_string()), "{st:?}");
+    let sockets = fds.iter().filter(|(_, t)| t.starts_with("socket:")).count();
+    assert_eq!(sockets, 1, "{fds:?}");
+    for (fd, to) in &fds {
+        assert!(
+            to == "/dev/null"
+                || to.starts_with("socket:")
+                || Path::new(to).starts_with(&prefix),
+            "descriptor {fd} of the job's process is {to}: {fds:?}"
+        );
+    }
+    // Cancelled: the process ends (SIGTERM, then SIGKILL after 5 s) and
+    // the job says so.
+    let mut c = d.connect();
+    c.send(&json!({"v": 1, "op": "cancel", "args": {"job": id}}));
+    c.end();
+    let t0 = Instant::now();
+    while Path::new(&format!("/proc/{pid}")).exists()
+        && status_of(pid).get("State").is_none_or(|s| !s.starts_with('Z'))
+    {
+        assert!(t0.elapsed() < Duration::from_secs(8), "the job's process lives on");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut client = client;
+    let _ = client.wait();
+    let t0 = Instant::now();
+    loop {
+        let state = job(&d, id)["state"].as_str().unwrap_or("").to_string();
+        if state == "cancelled" {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(10), "job {id} is {state}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Exchanges `a` and `b` (renameat2 RENAME_EXCHANGE).
+fn exchange(a: &Path, b: &Path) -> bool {
+    let (a, b) = (
+        CString::new(a.as_os_str().as_bytes()).unwrap(),
+        CString::new(b.as_os_str().as_bytes()).unwrap(),
+    );
+    // SAFETY: two valid paths; RENAME_EXCHANGE swaps them atomically.
+    unsafe {
+        libc::syscall(
+            libc::SYS_renameat2,
+            libc::AT_FDCWD,
+            a.as_ptr(),
+            libc::AT_FDCWD,
+            b.as_ptr(),
+            libc::RENAME_EXCHANGE,
+        ) == 0
+    }
+}
+
+/// Every regular file's content under `dir`, none of which may contain
+/// `forbidden`.
+fn assert_clean(dir: &Path, forbidden: &[&str], what: &str) {
+    for f in files_in(dir) {
+        let bytes = fs::read(dir.join(&f)).unwrap_or_default();
+        let text = String::from_utf8_lossy(&bytes);
+        for bad in forbidden {
+            assert!(
+                !text.contains(bad),
+                "{what}: {f} holds {bad:?}, read from outside the grant"
+            );
+        }
+    }
+}
+
+/// Swaps `path` with a symlink to `target` thousands of times while the
+/// caller copies each of `sources` again and again into `out`: nothing
+/// read from outside the grant ever arrives.
+fn race(
+    d: &Daemon,
+    path: &Path,
+    target: &Path,
+    sources: &[PathBuf],
+    out: &Path,
+    forbidden: &[&str],
+) {
+    let link = path.with_extension("swap");
+    symlink(target, &link).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let swaps = Arc::new(AtomicUsize::new(0));
+    let swapper = {
+        let (stop, swaps, path, link) =
+            (stop.clone(), swaps.clone(), path.to_path_buf(), link.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                if exchange(&path, &link) {
+                    swaps.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        })
+    };
+    let t0 = Instant::now();
+    let mut runs = 0;
+    while (swaps.load(Ordering::Relaxed) < 3000 || runs < 40)
+        && t0.elapsed() < Duration::from_secs(40)
+    {
+        for src in sources {
+            let dst = out.join(format!("c{runs}"));
+            let _ = d.zinstall_as(CALLER, &["copy", s(src), s(&dst)]);
+            runs += 1;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    swapper.join().unwrap();
+    // Put things back where they were (after an odd number of swaps).
+    if fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
+        exchange(path, &link);
+    }
+    fs::remove_file(&link).unwrap();
+    let swaps = swaps.load(Ordering::Relaxed);
+    assert!(swaps >= 3000 && runs >= 40, "the race was not run: {swaps} swaps, {runs} copies");
+    assert_clean(out, forbidden, &format!("{} swapped", path.display()));
+}
+
+/// A directory of the source path swapped for a symlink to a tree
+/// outside the grant, then to the daemon's — now the job's —
+/// `/proc/self/fd` while root's own copy holds a root-only directory
+/// open: no byte from outside the prefix, nor from under the root-only
+/// directory, arrives.
+#[test]
+fn source_directories_swapped_for_links_yield_nothing_from_outside() {
+    if !zinstall_testkit::require_root() {
+        return;
+    }
+    let base = scratch("zinstall-srcswap");
+    let prefix = base.path().join("grant");
+    let outside = base.path().join("outside");
+    for p in [&prefix, &outside] {
+        fs::create_dir(p).unwrap();
+        chown(p, CALLER);
+    }
+    // Inside: grant/s/a/tree; outside: outside/tree, as the caller could
+    // plant it, holding what the caller must not get through the daemon.
+    let inside = prefix.join("s/a/tree");
+    fs::create_dir_all(&inside).unwrap();
+    fs::write(inside.join("f"), "inside").unwrap();
+    let stolen = outside.join("tree");
+    fs::create_dir(&stolen).unwrap();
+    fs::write(stolen.join("f"), "OUTSIDE").unwrap();
+    fs::set_permissions(&outside, fs::Permissions::from_mode(0o700)).unwrap();
+    chown(&outside, 0);
+    for p in ["s", "s/a"] {
+        chown(&prefix.join(p), CALLER);
+    }
+    let out = prefix.join("out");
+    fs::create_dir(&out).unwrap();
+    chown(&out, CALLER);
+    let d = Daemon::start(&grant(&prefix, ""));
+    race(
+        &d,
+        &prefix.join("s/a"),
+        &outside,
+        &[inside.clone(), inside.join("f")],
+        &out,
+        &["OUTSIDE"],
+    );
+
+    // The same race aimed at /proc/self/fd, while root's copies of a
+    // root-only directory run (the daemon holds it open then).
+    let secret = base.path().join("secret");
+    fs::create_dir(&secret).unwrap();
+    fs::set_permissions(&secret, fs::Permissions::from_mode(0o700)).unwrap();
+    tree(&secret.join("inner"), 50, 40, 0);
+    for e in files_in(&secret) {
+        fs::write(secret.join(&e), "SECRET").unwrap();
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let rooter = {
+        let (stop, secret, sock) =
+            (stop.clone(), secret.clone(), d.socket.clone());
+        let copies = base.path().join("rootcopies");
+        std::thread::spawn(move || {
+            let mut n = 0;
+            while !stop.load(Ordering::Relaxed) {
+                let _ = Command::new(env!("CARGO_BIN_EXE_zinstall"))
+                    .arg(format!("--daemon={}", sock.display()))
+                    .args(["copy", s(&secret), s(&copies.join(n.to_string()))])
+                    .output();
+                n += 1;
+            }
+        })
+    };
+    let sources: Vec<PathBuf> =
+        (3..12).map(|fd| prefix.join(format!("s/a/{fd}"))).collect();
+    let proc_out = prefix.join("out-proc");
+    fs::create_dir(&proc_out).unwrap();
+    chown(&proc_out, CALLER);
+    race(
+        &d,
+        &prefix.join("s/a"),
+        Path::new("/proc/self/fd"),
+        &sources,
+        &proc_out,
+        &["SECRET", "zinstalld", "\"reply\""],
+    );
+    stop.store(true, Ordering::Relaxed);
+    rooter.join().unwrap();
+}
+
+/// The prefix itself, under a directory the caller owns, swapped for a
+/// symlink to outside while copies run: nothing from outside arrives,
+/// and nothing is written there.
+#[test]
+fn a_prefix_swapped_for_a_link_yields_nothing_from_outside() {
+    if !zinstall_testkit::require_root() {
+        return;
+    }
+    let base = scratch("zinstall-prefixswap");
+    let mine = base.path().join("mine");
+    fs::create_dir(&mine).unwrap();
+    chown(&mine, CALLER);
+    let prefix = mine.join("grant");
+    fs::create_dir(&prefix).unwrap();
+    fs::create_dir(prefix.join("tree")).unwrap();
+    fs::write(prefix.join("tree/f"), "inside").unwrap();
+    chown(&prefix.join("tree"), CALLER);
+    chown(&prefix, CALLER);
+    let outside = base.path().join("outside");
+    fs::create_dir_all(outside.join("tree")).unwrap();
+    fs::write(outside.join("tree/f"), "OUTSIDE").unwrap();
+    let out = base.path().join("out");
+    fs::create_dir(&out).unwrap();
+    chown(&out, CALLER);
+    // Copies go from the prefix to a second grant the swap does not touch.
+    let d = Daemon::start(&format!(
+        "{}[[grant]]\nusers = [{CALLER}]\noperations = [\"copy\"]\nprefixes = [\"{}\"]\n",
+        grant(&prefix, ""),
+        out.display()
+    ));
+    race(&d, &prefix, &outside, &[prefix.join("tree")], &out, &["OUTSIDE"]);
+    let planted = files_in(&outside);
+    assert_eq!(planted, ["tree/f"], "written outside: {planted:?}");
+}
+
+/// One uid queueing detached copies as fast as it can: past its share
+/// (max_jobs_per_uid) it is told busy; root's copy meanwhile is not
+/// delayed behind them, another uid's job still runs, and the daemon's
+/// threads stay within its budget.
+#[test]
+fn one_user_flooding_jobs_neither_starves_root_nor_grows_the_daemon() {
+    if !zinstall_testkit::require_root() {
+        return;
+    }
+    let base = scratch("zinstall-flood");
+    let prefix = base.path().join("grant");
+    fs::create_dir(&prefix).unwrap();
+    chown(&prefix, CALLER);
+    tree(&prefix.join("src"), 40, 100, CALLER);
+    let d = Daemon::start(&grant(&prefix, "max_jobs = 2\nmax_jobs_per_uid = 4"));
+    let threads = |d: &Daemon| {
+        fs::read_dir(format!("/proc/{}/task", d.child.id()))
+            .map(|t| t.count())
+            .unwrap_or(0)
+    };
+    let before = threads(&d);
+    const FLOOD: &str = r#"
+import json, socket, sys
+path, n, src, dst = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+accepted = busy = 0
+for i in range(n):
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(path)
+    req = {"v": 1, "op": "copy", "detach": True,
+           "args": {"src": src, "dst": "%s/%d" % (dst, i)}}
+    s.sendall((json.dumps(req) + "\n").encode())
+    r = json.loads(s.makefile().readline())
+    if r.get("reply") == "accepted":
+        accepted += 1
+    elif r.get("error", {}).get("kind") == "busy":
+        busy += 1
+    s.close()
+print(accepted, busy)
+"#;
+    let o = as_uid(CALLER)
+        .args([
+            "python3",
+            "-c",
+            FLOOD,
+            s(&d.socket),
+            "60",
+            s(&prefix.join("src")),
+            s(&prefix),
+        ])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&o.stdout).trim().to_string();
+    assert!(o.status.success(), "{said} {}", text(&o));
+    assert_eq!(said, "4 56", "accepted and busy of 60 detached copies");
+    let during = threads(&d);
+    // Root's copy of an empty directory is not queued behind them.
+    let empty = base.path().join("empty");
+    fs::create_dir(&empty).unwrap();
+    let t0 = Instant::now();
+    let o = d.zinstall(&["copy", s(&empty), s(&base.path().join("rootcopy"))]);
+    let took = t0.elapsed();
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(took < Duration::from_secs(2), "root's copy took {took:?}");
+    // Another uid's copy is served in its turn, not after all of them.
+    let theirs = prefix.join("other");
+    fs::create_dir(&theirs).unwrap();
+    chown(&theirs, OTHER);
+    let t0 = Instant::now();
+    let o = d.zinstall_as(
+        OTHER,
+        &["copy", s(&prefix.join("src/d0")), s(&theirs.join("copy"))],
+    );
+    let other_took = t0.elapsed();
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        during <= before + 2 * 2 + 8,
+        "daemon threads: {before} before, {during} with a flood queued"
+    );
+    assert!(
+        other_took < Duration::from_secs(30),
+        "the other uid's copy took {other_took:?}"
+    );
+}
