@@ -47,6 +47,33 @@ pub struct Root {
     path: PathBuf,
 }
 
+/// A plan's root: a path opened when the run starts, or a [`Root`]
+/// already open (which is never reopened by path).
+#[derive(Debug, Clone)]
+pub(crate) enum RootAt {
+    Path(PathBuf),
+    Open(Root),
+}
+
+impl RootAt {
+    /// The root's path, as given: what the plan's paths start with.
+    pub(crate) fn path(&self) -> &Path {
+        match self {
+            RootAt::Path(p) => p,
+            RootAt::Open(r) => r.path(),
+        }
+    }
+
+    /// The root, open: by its path (its last component not followed),
+    /// or the one already open.
+    pub(crate) fn open(&self) -> Result<Root> {
+        match self {
+            RootAt::Path(p) => Root::open(p),
+            RootAt::Open(r) => Ok(r.clone()),
+        }
+    }
+}
+
 /// A directory opened beneath a [`Root`].
 #[derive(Debug, Clone)]
 pub struct Dir {
@@ -251,12 +278,45 @@ impl Root {
         Root::open(path)
     }
 
-    /// A root over a directory already open (the top of a copy).
-    pub(crate) fn from_fd(fd: OwnedFd, path: &Path) -> Root {
-        Root {
-            fd: Arc::new(fd),
-            path: path.to_path_buf(),
+    /// A root over a directory already open: how a process that is
+    /// handed descriptors (a daemon's per-job child, given its grants)
+    /// uses them without ever opening a root by path. `path` is for
+    /// messages and for taking a plan's paths apart, never opened. A
+    /// descriptor of anything but a directory is refused as a conflict.
+    pub fn from_fd(fd: OwnedFd, path: impl Into<PathBuf>) -> Result<Root> {
+        let path = path.into();
+        let st = at::fstat(&fd).map_err(|e| Error::io(Op::Stat, &path, e))?;
+        if st.st_mode as u32 & libc::S_IFMT as u32 != libc::S_IFDIR as u32 {
+            return Err(Error::refused(&path, Refusal::Conflict));
         }
+        Ok(Root {
+            fd: Arc::new(fd),
+            path,
+        })
+    }
+
+    /// Opens the absolute directory `path` following no symlink in any
+    /// component, from `/` down (`openat2` with `RESOLVE_NO_SYMLINKS`
+    /// where the kernel has it, else one `O_NOFOLLOW` component at a
+    /// time). [`Root::open`] trusts everything above the last component;
+    /// this is for a root whose parents may belong to someone else (a
+    /// grant prefix in a user's directory), who could otherwise put a
+    /// symlink there. A symlink met is an [`Error::Beneath`] naming the
+    /// component; a relative path or one with `..` is refused.
+    pub fn open_no_symlinks(path: &Path) -> Result<Root> {
+        let rel = path
+            .strip_prefix("/")
+            .map_err(|_| Error::refused(path, Refusal::NotBeneath))?;
+        let parts = components(rel)
+            .ok_or_else(|| Error::refused(path, Refusal::NotBeneath))?;
+        let slash = Path::new("/");
+        let top = Arc::new(open_dir_nofollow(slash)?);
+        let fd = open_parts(&top, &parts, None)
+            .map_err(|f| f.into_error(slash, &parts, path))?;
+        Ok(Root {
+            fd,
+            path: path.to_path_buf(),
+        })
     }
 
     /// The root's path, as given.

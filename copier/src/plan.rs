@@ -5,6 +5,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::beneath::{Root, RootAt};
 use crate::cancel::Cancel;
 use crate::error::Error;
 use crate::pool::{Credentials, Pool};
@@ -143,8 +144,8 @@ pub trait Listener: Send + Sync + fmt::Debug {
 pub struct Plan {
     pub(crate) src: PathBuf,
     pub(crate) dst: PathBuf,
-    pub(crate) within: Option<PathBuf>,
-    pub(crate) source_within: Option<PathBuf>,
+    pub(crate) within: Option<RootAt>,
+    pub(crate) source_within: Option<RootAt>,
     pub(crate) tunables: Tunables,
     pub(crate) cross_fs: bool,
     pub(crate) skip_special: bool,
@@ -224,20 +225,47 @@ impl Plan {
     /// symlink at the destination itself is replaced (merging), never
     /// written through. `root` itself must not be a symlink.
     pub fn within(mut self, root: impl Into<PathBuf>) -> Self {
-        self.within = Some(root.into());
+        self.within = Some(RootAt::Path(root.into()));
         self
     }
 
-    /// Read only a source beneath the directory `root`: before the walk,
-    /// every directory from `root` down to the source's parent is opened
-    /// from its parent's descriptor without following a symlink (as the
-    /// run's identity, see [`acting_as`](Plan::acting_as)); a symlink on
-    /// the way is an [`Error::Beneath`] naming it. The source itself may
-    /// be a symlink: it is copied as one, never followed. A service uses
-    /// this (with [`within`](Plan::within)) to hold a caller to the
-    /// directories it was granted.
+    /// As [`within`](Plan::within), with the root already open: the run
+    /// writes beneath this descriptor and never opens the root by its
+    /// path, so a root whose path could be changed meanwhile (its parent
+    /// is someone else's), or one a process was handed as a descriptor
+    /// ([`Root::from_fd`]), stays the directory that was opened. The
+    /// destination's path must still start with the root's
+    /// [path](Root::path), which says where beneath it to write.
+    pub fn within_root(mut self, root: Root) -> Self {
+        self.within = Some(RootAt::Open(root));
+        self
+    }
+
+    /// Read only a source beneath the directory `root`: when the run
+    /// starts, every directory from `root` down to the source's parent is
+    /// opened from its parent's descriptor without following a symlink
+    /// (as the run's identity, see [`acting_as`](Plan::acting_as)); a
+    /// symlink on the way is an [`Error::Beneath`] naming it. The source
+    /// is then read only through that parent's descriptor and its own
+    /// name, never by path again, so a directory swapped for a symlink
+    /// after that cannot take the read elsewhere. The source itself may
+    /// be a symlink: it is copied as one, never followed (a trailing `/`
+    /// does not follow it either). A service uses this (with
+    /// [`within`](Plan::within)) to hold a caller to the directories it
+    /// was granted.
     pub fn source_within(mut self, root: impl Into<PathBuf>) -> Self {
-        self.source_within = Some(root.into());
+        self.source_within = Some(RootAt::Path(root.into()));
+        self
+    }
+
+    /// As [`source_within`](Plan::source_within), with the root already
+    /// open: the source is looked up beneath this descriptor and the
+    /// root is never opened by its path, which someone able to rename
+    /// in its parent could point elsewhere between the opening and the
+    /// run. The source's path must start with the root's
+    /// [path](Root::path).
+    pub fn source_within_root(mut self, root: Root) -> Self {
+        self.source_within = Some(RootAt::Open(root));
         self
     }
 

@@ -165,7 +165,7 @@ pub fn open_dir(path: &Path, create: Option<u32>) -> Result<Root> {
         }
     }
     let (fd, _, _) = stack.pop().expect("never empty");
-    Ok(Root::from_fd(fd, path))
+    Root::from_fd(fd, path)
 }
 
 fn untrusted(path: &Path, why: String) -> Error {

@@ -14,6 +14,15 @@
 //! ```
 //!
 //! Invariants:
+//! * The source is resolved once, when the run starts ([`source`]): the
+//!   directory holding it is opened (beneath
+//!   [`Plan::source_within`]'s root, following no symlink, when there is
+//!   one) and everything read of the source after that — its `lstat`,
+//!   the top directory, a single file, a dry run — goes through that
+//!   descriptor and a single name, then through descriptors of what was
+//!   opened from it. The source's path is text for messages only; it is
+//!   never resolved again, so a directory swapped for a symlink
+//!   meanwhile cannot redirect a read.
 //! * A directory exists before any job inside it is queued: the walker
 //!   that pops it creates it (mode 0700, so that its owner can fill it
 //!   whatever its final mode) and opens it, beneath its parent's
@@ -58,6 +67,7 @@ mod dirs;
 mod inodes;
 mod meta;
 mod preview;
+mod source;
 mod walk;
 mod worker;
 
@@ -78,8 +88,10 @@ use crate::error::{Error, Op, Refusal};
 use crate::plan::{Failure, OnError, Plan, Report};
 use crate::stats::{NoticeBoard, NoticeKind, Stats, WorkerStats};
 use crate::sys;
-use crate::sys::posix::at;
+use crate::sys::posix::{Stat, at};
 use crate::trace::{Clock, Recording, ThreadTrace};
+
+use source::Source;
 
 pub(crate) use dirs::DirNode;
 
@@ -87,18 +99,21 @@ pub(crate) use dirs::DirNode;
 pub(crate) struct Job {
     pub(crate) kind: JobKind,
     /// The source and destination paths, for messages only: the entry is
-    /// read as `leaf` in `src_dir` and made as `leaf` in `dir`, never by
-    /// these paths. The walker leaves them empty for an entry of a tree;
+    /// read as `leaf` (or `src_leaf`) in `src_dir` and made as `leaf` in
+    /// `dir`, never by these paths. The walker leaves them empty for an entry of a tree;
     /// the worker makes them from the directory's ([`Job::name_paths`]).
     pub(crate) src: PathBuf,
     pub(crate) dst: PathBuf,
     /// The destination directory, opened beneath the destination root.
     pub(crate) dir: Arc<OwnedFd>,
-    /// The entry's name in `dir`, and in `src_dir`.
+    /// The entry's name in `dir`, and in `src_dir` unless `src_leaf`
+    /// says otherwise.
     pub(crate) leaf: CString,
-    /// The source directory, open; `None` when the source is named by
-    /// `src` itself (a single-file copy).
-    pub(crate) src_dir: Option<Arc<OwnedFd>>,
+    /// The source directory, open.
+    pub(crate) src_dir: Arc<OwnedFd>,
+    /// The entry's name in `src_dir` when it is not `leaf`: a single
+    /// source copied under another name.
+    pub(crate) src_leaf: Option<CString>,
     /// The directory this entry lives in; released when the job is done.
     pub(crate) parent: Option<Arc<DirNode>>,
 }
@@ -291,20 +306,27 @@ fn run(plan: &Plan) -> Result<Report, Failure> {
     // this thread's; the workers take the identity themselves.
     let assumed = shared.assume();
     let ready = assumed.is_some()
-        && plan.tunables.validate().map_err(|e| shared.fail(e)).is_ok()
-        && source_beneath(plan).map_err(|e| shared.fail(e)).is_ok();
-    if ready {
-        match fs::symlink_metadata(&plan.src) {
-            Err(e) => shared.fail(Error::io(Op::Stat, &plan.src, e)),
+        && plan.tunables.validate().map_err(|e| shared.fail(e)).is_ok();
+    // Resolved once, as the run's identity; read through from here on.
+    let source = ready
+        .then(|| Source::resolve(plan).map_err(|e| shared.fail(e)).ok())
+        .flatten();
+    if let Some(source) = &source {
+        match source.stat(&plan.src) {
+            Err(e) => shared.fail(e),
             Ok(md) if plan.dry_run => {
-                if let Some(walked) = preview::run(&shared, &md, &mut stats) {
+                if let Some(walked) =
+                    preview::run(&shared, source, &md, &mut stats)
+                {
                     add_walkers(&mut stats, &mut entities, walked);
                 }
             }
             Ok(md) if md.is_dir() => {
-                run_tree(&shared, &mut stats, &mut entities);
+                run_tree(&shared, source, &mut stats, &mut entities);
             }
-            Ok(md) => run_single(&shared, &md, &mut stats, &mut entities),
+            Ok(md) => {
+                run_single(&shared, source, &md, &mut stats, &mut entities)
+            }
         }
     }
     if plan.sync
@@ -359,21 +381,24 @@ fn run(plan: &Plan) -> Result<Report, Failure> {
 /// Copies a directory tree: walkers and workers in a scope.
 fn run_tree(
     shared: &Shared<'_>,
+    source: &Source,
     stats: &mut Stats,
     entities: &mut Vec<crate::trace::EntityTrace>,
 ) {
     let plan = shared.plan;
-    let top = match walk::check_destination(plan)
-        .and_then(|()| walk::open_top(plan))
-    {
-        Ok(fd) => fd,
+    let tops = walk::open_top_source(source, &plan.src).and_then(|src| {
+        walk::check_destination(plan, &src)?;
+        Ok((src, walk::open_top(plan)?))
+    });
+    let (top_src, top) = match tops {
+        Ok(fds) => fds,
         Err(e) => {
             shared.fail(e);
             return;
         }
     };
     if let Some(pool) = plan.pool.as_ref().filter(|_| !plan.walk_only) {
-        run_tree_pooled(shared, pool, top, stats, entities);
+        run_tree_pooled(shared, pool, (top_src, top), stats, entities);
         return;
     }
     let (tx, rx) =
@@ -408,7 +433,7 @@ fn run_tree(
             shared,
             walk::Mode::Copy,
             (!plan.walk_only).then_some(&tx as &(dyn walk::Dispatch + Sync)),
-            Some(top),
+            (top_src, Some(top)),
             plan.tunables.walkers(),
         );
         // Every walker is done: closing the queue lets the workers finish.
@@ -449,7 +474,7 @@ fn add_walkers(
 fn run_tree_pooled(
     shared: &Shared<'_>,
     pool: &crate::pool::Pool,
-    top: OwnedFd,
+    tops: (OwnedFd, OwnedFd),
     stats: &mut Stats,
     entities: &mut Vec<crate::trace::EntityTrace>,
 ) {
@@ -470,7 +495,7 @@ fn run_tree_pooled(
             shared,
             walk::Mode::Copy,
             Some(&dispatch),
-            Some(top),
+            (tops.0, Some(tops.1)),
             walkers.count(),
         )
     });
@@ -487,13 +512,15 @@ fn run_tree_pooled(
     }
 }
 
-/// Copies one non-directory source with a single worker, in this thread.
-/// Its directory is opened beneath [`Plan::within`]'s root when there is
-/// one (made if missing, no symlink followed); a directory already at the
-/// destination receives the source under its own name.
+/// Copies one non-directory source with a single worker, in this thread,
+/// read as its name in its resolved directory. Its destination directory
+/// is opened beneath [`Plan::within`]'s root when there is one (made if
+/// missing, no symlink followed); a directory already at the destination
+/// receives the source under its own name.
 fn run_single(
     shared: &Shared<'_>,
-    md: &fs::Metadata,
+    source: &Source,
+    md: &Stat,
     stats: &mut Stats,
     entities: &mut Vec<crate::trace::EntityTrace>,
 ) {
@@ -518,13 +545,10 @@ fn run_single(
             }
         }
     }
-    let ft = md.file_type();
-    let kind = if ft.is_file() {
-        JobKind::File
-    } else if ft.is_symlink() {
-        JobKind::Symlink
-    } else {
-        JobKind::Special
+    let kind = match md.kind() as libc::mode_t {
+        libc::S_IFREG => JobKind::File,
+        libc::S_IFLNK => JobKind::Symlink,
+        _ => JobKind::Special,
     };
     if plan.walk_only {
         // Counted as the entry it stands for; nothing written.
@@ -541,7 +565,8 @@ fn run_single(
         dst,
         dir,
         leaf,
-        src_dir: None,
+        src_dir: Arc::clone(&source.dir),
+        src_leaf: Some(source.leaf.clone()),
         parent: None,
     };
     let mut w = worker::Worker::new(shared, 0);
@@ -565,9 +590,9 @@ fn single_destination(
         Some(root) => {
             let rel = plan
                 .dst
-                .strip_prefix(root)
+                .strip_prefix(root.path())
                 .map_err(|_| Error::refused(&plan.dst, Refusal::NotBeneath))?;
-            let r = Root::open(root)?;
+            let r = root.open()?;
             // Into the root itself, or into a directory that is there.
             let into_dir = match rel.file_name() {
                 None => Some(r.top()),
@@ -620,25 +645,6 @@ fn single_destination(
     }
 }
 
-/// Checks [`Plan::source_within`]: the source's directories, from the
-/// root down, are reached without following a symlink.
-fn source_beneath(plan: &Plan) -> Result<(), Error> {
-    let Some(root) = &plan.source_within else {
-        return Ok(());
-    };
-    let rel = plan
-        .src
-        .strip_prefix(root)
-        .map_err(|_| Error::refused(&plan.src, Refusal::NotBeneath))?;
-    let r = Root::open(root)?;
-    match rel.parent() {
-        Some(parent) if !parent.as_os_str().is_empty() => {
-            r.dir(parent, None).map(drop)
-        }
-        _ => Ok(()),
-    }
-}
-
 /// A caller's directory path, resolved as given (it is theirs); not a
 /// directory is a conflict.
 pub(crate) fn open_followed(path: &Path) -> Result<Root, Error> {
@@ -654,7 +660,7 @@ pub(crate) fn open_followed(path: &Path) -> Result<Root, Error> {
                 Error::io(Op::Open, path, e)
             }
         })?;
-    Ok(Root::from_fd(f.into(), path))
+    Root::from_fd(f.into(), path)
 }
 
 fn sync_destination(dst: &Path) -> Result<(), Error> {
@@ -696,13 +702,17 @@ mod test {
         let shared = Shared::new(&plan);
         let mut w = worker::Worker::new(&shared, 0);
         let dir = fs::File::open(dst.parent().unwrap()).unwrap();
+        let src_dir = fs::File::open(src.parent().unwrap()).unwrap();
         w.do_job(Job {
             kind,
             src: src.to_path_buf(),
             dst: dst.to_path_buf(),
             dir: Arc::new(dir.into()),
             leaf: worker::leaf_name(dst.file_name().unwrap()).unwrap(),
-            src_dir: None,
+            src_dir: Arc::new(src_dir.into()),
+            src_leaf: Some(
+                worker::leaf_name(src.file_name().unwrap()).unwrap(),
+            ),
             parent: None,
         });
         drop(w);

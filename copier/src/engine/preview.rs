@@ -1,7 +1,8 @@
 //! A dry run ([`Plan::dry_run`](crate::Plan::dry_run)): the copy's walk
 //! and decisions with every write left out. The source is walked by the
-//! same walkers as a copy (same rules, same mount-point rule), which
-//! count each entry here instead of making it; the destination is only
+//! same walkers as a copy (same rules, same mount-point rule), through
+//! the same resolved source directory, and they count each entry here
+//! instead of making it; the destination is only
 //! read: by path, which is safe because nothing is written through what
 //! is found.
 
@@ -14,6 +15,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::Mutex;
 
+use super::source::Source;
 use super::{Shared, walk};
 use crate::error::{Error, Op, Refusal, Result};
 use crate::plan::EntryKind;
@@ -25,11 +27,12 @@ use crate::sys::posix::{Stat, at};
 /// results for a directory source.
 pub(crate) fn run(
     shared: &Shared<'_>,
-    src_md: &fs::Metadata,
+    source: &Source,
+    src_md: &Stat,
     stats: &mut Stats,
 ) -> Option<walk::WalkResult> {
     let r = if src_md.is_dir() {
-        tree(shared).map(Some)
+        tree(shared, source).map(Some)
     } else {
         single(shared, src_md, stats).map(|()| None)
     };
@@ -48,10 +51,12 @@ fn existing(path: &Path) -> Result<Option<fs::Metadata>> {
     }
 }
 
-/// The copy's refusals about the top destination, then the walk.
-fn tree(shared: &Shared<'_>) -> Result<walk::WalkResult> {
+/// The copy's refusals about the top destination, then the walk of the
+/// source through its resolved directory.
+fn tree(shared: &Shared<'_>, source: &Source) -> Result<walk::WalkResult> {
     let plan = shared.plan;
-    walk::check_destination(plan)?;
+    let top = walk::open_top_source(source, &plan.src)?;
+    walk::check_destination(plan, &top)?;
     if let Some(md) = existing(&plan.dst)? {
         // The copy opens the top directory following a symlink, as the
         // caller named it.
@@ -73,7 +78,7 @@ fn tree(shared: &Shared<'_>) -> Result<walk::WalkResult> {
         shared,
         walk::Mode::DryRun,
         None,
-        None,
+        (top, None),
         plan.tunables.walkers(),
     ))
 }
@@ -147,11 +152,8 @@ pub(crate) fn entry(
     Ok(())
 }
 
-fn single(
-    shared: &Shared<'_>,
-    md: &fs::Metadata,
-    stats: &mut Stats,
-) -> Result<()> {
+/// A single source, its `lstat` taken through its resolved directory.
+fn single(shared: &Shared<'_>, md: &Stat, stats: &mut Stats) -> Result<()> {
     let plan = shared.plan;
     let dst = match fs::metadata(&plan.dst) {
         Ok(d) if d.is_dir() => {
@@ -167,20 +169,16 @@ fn single(
     if there.is_some() && !plan.merge {
         return Err(Error::refused(&dst, Refusal::Exists));
     }
-    let ft = md.file_type();
-    let kind = if ft.is_file() {
-        EntryKind::File
-    } else if ft.is_symlink() {
-        EntryKind::Symlink
-    } else {
-        EntryKind::Special
+    let kind = match md.kind() as libc::mode_t {
+        libc::S_IFREG => EntryKind::File,
+        libc::S_IFLNK => EntryKind::Symlink,
+        _ => EntryKind::Special,
     };
-    let md = Stat::of_metadata(md);
-    if kind == EntryKind::File && there.is_some_and(|t| unchanged(&md, &t)) {
+    if kind == EntryKind::File && there.is_some_and(|t| unchanged(md, &t)) {
         stats.unchanged += 1;
         return Ok(());
     }
-    count(shared, stats, &plan.src, &dst, kind, &md);
+    count(shared, stats, &plan.src, &dst, kind, md);
     Ok(())
 }
 

@@ -22,7 +22,7 @@ use crossbeam_deque::{Injector, Steal, Stealer, Worker as DequeWorker};
 use super::dirs::{self, DirFds, DirNode};
 use super::worker::Worker;
 use super::{Job, JobKind, Shared, identity, new_trace, preview};
-use crate::beneath::{self, Root};
+use crate::beneath;
 use crate::error::{Error, Op, Refusal, Result};
 use crate::rules::{self, Action};
 use crate::stats::{NoticeKind, Stats, WalkerStats};
@@ -32,12 +32,15 @@ use crate::sys::{
 };
 use crate::trace::{ThreadState, ThreadTrace};
 
-/// Refuses a destination the copy must not go to: inside the source (the
-/// walk would copy its own output), or non-empty without merging.
-pub(crate) fn check_destination(plan: &crate::Plan) -> Result<()> {
-    let src_md = fs::metadata(&plan.src)
+/// Refuses a destination the copy must not go to: inside the source
+/// directory open as `src` (the walk would copy its own output).
+pub(crate) fn check_destination(
+    plan: &crate::Plan,
+    src: &OwnedFd,
+) -> Result<()> {
+    let src_id = at::fstat(src)
+        .map(|st| Stat::of(&st).identity())
         .map_err(|e| Error::io(Op::Stat, &plan.src, e))?;
-    let src_id = identity(&src_md);
     // Identity by (dev, ino), never by comparing path strings: the same
     // directory has many spellings.
     let mut probe = plan.dst.clone();
@@ -71,14 +74,14 @@ pub(crate) fn open_top(plan: &crate::Plan) -> Result<OwnedFd> {
         Some(root) => {
             let rel = plan
                 .dst
-                .strip_prefix(root)
+                .strip_prefix(root.path())
                 .map_err(|_| Error::refused(&plan.dst, Refusal::NotBeneath))?;
-            let r = Root::open(root)?;
+            let r = root.open()?;
             match rel.file_name() {
                 None => r
                     .fd()
                     .try_clone()
-                    .map_err(|e| Error::io(Op::Open, root, e))?,
+                    .map_err(|e| Error::io(Op::Open, root.path(), e))?,
                 Some(leaf) => {
                     let parent = r.dir(
                         rel.parent().unwrap_or(Path::new("")),
@@ -149,9 +152,9 @@ pub(crate) struct DirTask {
 }
 
 enum TaskAt {
-    /// The top: the source named by the plan; the destination opened
-    /// already (none in a dry run).
-    Top(Option<OwnedFd>),
+    /// The top: the source directory and the destination, both opened
+    /// already (no destination in a dry run).
+    Top(OwnedFd, Option<OwnedFd>),
     /// A subdirectory: its name in its parent's open directories.
     Sub {
         src_dir: Arc<OwnedFd>,
@@ -188,14 +191,15 @@ const IDLE_POLL: Duration = Duration::from_millis(10);
 pub(crate) type WalkResult =
     Vec<(Stats, WalkerStats, Option<crate::trace::EntityTrace>)>;
 
-/// Walks the plan's source with `walkers` threads, `walk-0` …, each
-/// taking the run's identity as a worker does. Copying, `top` is the
-/// destination directory, open, and `dispatch` where batches go.
+/// Walks the plan's source, open as `top.0`, with `walkers` threads,
+/// `walk-0` …, each taking the run's identity as a worker does. Copying,
+/// `top.1` is the destination directory, open, and `dispatch` where
+/// batches go.
 pub(crate) fn run<'s, 'p>(
     shared: &'s Shared<'p>,
     mode: Mode,
     dispatch: Option<&'s (dyn Dispatch + Sync + 's)>,
-    top: Option<OwnedFd>,
+    top: (OwnedFd, Option<OwnedFd>),
     walkers: usize,
 ) -> WalkResult {
     let walkers = walkers.max(1);
@@ -218,7 +222,7 @@ pub(crate) fn run<'s, 'p>(
     walk.injector.push(DirTask {
         src: plan.src.clone(),
         dst: plan.dst.clone(),
-        at: TaskAt::Top(top),
+        at: TaskAt::Top(top.0, top.1),
         parent: None,
     });
     let walk = &walk;
@@ -414,7 +418,7 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
     fn read(&mut self, task: DirTask) {
         let idx = self.index as u32;
         crate::probes::dir_start(|| (idx, task.src.to_string_lossy()));
-        let top = matches!(task.at, TaskAt::Top(_));
+        let top = matches!(task.at, TaskAt::Top(..));
         let src = task.src.clone();
         let before = self.load.entries;
         let (r, hold) = self.read_task(task);
@@ -521,8 +525,7 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
         let plan = self.shared.plan;
         self.trace.enter(ThreadState::Mkdir);
         match at {
-            TaskAt::Top(dst_fd) => {
-                let fd = open_top_source(src)?;
+            TaskAt::Top(fd, dst_fd) => {
                 let md = at::fstat(&fd)
                     .map(|st| Stat::of(&st))
                     .map_err(|e| Error::io(Op::Stat, src, e))?;
@@ -700,7 +703,8 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
             src: PathBuf::new(),
             dst: PathBuf::new(),
             dir: Arc::clone(&fds.dst),
-            src_dir: Some(Arc::clone(&fds.src)),
+            src_dir: Arc::clone(&fds.src),
+            src_leaf: None,
             leaf: name.to_owned(),
             parent: Some(Arc::clone(node)),
         });
@@ -761,8 +765,8 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
                 JobKind::Redirect(_) => &mut self.stats.redirects,
             };
             *count += 1;
-            if let (Some(p), Some(src)) = (&job.parent, &job.src_dir) {
-                dirs::release(p, src, &job.dir, self.shared);
+            if let Some(p) = &job.parent {
+                dirs::release(p, &job.src_dir, &job.dir, self.shared);
             }
         }
         if let Some(p) = &self.shared.plan.progress {
@@ -782,21 +786,13 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
     }
 }
 
-/// The top source directory, by the caller's path (its last component
-/// not followed: the run found a directory there).
-fn open_top_source(src: &Path) -> Result<OwnedFd> {
-    use std::os::unix::fs::OpenOptionsExt;
-    fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(src)
-        .map(OwnedFd::from)
-        .map_err(|e| match e.raw_os_error() {
-            Some(libc::ELOOP | libc::ENOTDIR) => {
-                Error::refused(src, Refusal::ChangedType)
-            }
-            _ => Error::io(Op::ReadDir, src, e),
-        })
+/// The top source directory, through the run's resolved source (the
+/// run found a directory there; a symlink there now is not followed).
+pub(crate) fn open_top_source(
+    source: &super::source::Source,
+    shown: &Path,
+) -> Result<OwnedFd> {
+    source.open_dir(shown)
 }
 
 /// The rule action for `rel` (relative to the source) and the path it

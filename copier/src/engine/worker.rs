@@ -4,7 +4,6 @@
 // no-ops here are not everywhere.
 #![allow(clippy::unnecessary_cast)]
 
-use std::borrow::Cow;
 use std::ffi::{CStr, CString, OsString};
 use std::fs::{File, Metadata};
 use std::io;
@@ -156,8 +155,8 @@ impl<'s, 'p> Worker<'s, 'p> {
         self.load.bytes += bytes;
         self.unreported.0 += 1;
         self.unreported.1 += bytes;
-        if let (Some(parent), Some(src)) = (&job.parent, &job.src_dir) {
-            dirs::release(parent, src, &job.dir, self.shared);
+        if let Some(parent) = &job.parent {
+            dirs::release(parent, &job.src_dir, &job.dir, self.shared);
         }
     }
 
@@ -190,8 +189,8 @@ impl<'s, 'p> Worker<'s, 'p> {
 
     fn copy_file(&mut self, job: &Job) -> Result<()> {
         self.trace.enter(ThreadState::Reading);
-        let (dir, name) = source(job)?;
-        let src = sys::open_source_at(dir, &name)
+        let (dir, name) = source(job);
+        let src = sys::open_source_at(dir, name)
             .map_err(|e| open_error(&job.src, e))?;
         let md = src
             .metadata()
@@ -452,13 +451,13 @@ impl<'s, 'p> Worker<'s, 'p> {
         self.trace.enter(ThreadState::Linking);
         // lstat before readlink: reading a symlink updates its access
         // time, and the copy must get the time from before.
-        let (dir, name) = source(job)?;
-        let md = at::stat(dir, &name)
+        let (dir, name) = source(job);
+        let md = at::stat(dir, name)
             .map_err(|e| Error::io(Op::Stat, &job.src, e))?;
         if !md.is_symlink() {
             return Err(Error::refused(&job.src, Refusal::ChangedType));
         }
-        let target = at::readlink(dir, &name).map_err(|e| {
+        let target = at::readlink(dir, name).map_err(|e| {
             if e.raw_os_error() == Some(libc::EINVAL) {
                 Error::refused(&job.src, Refusal::ChangedType)
             } else {
@@ -519,12 +518,8 @@ impl<'s, 'p> Worker<'s, 'p> {
     /// The source's owner, xattrs, mode and times on the entry `name`
     /// made for `job` in its directory.
     fn apply_at(&self, job: &Job, md: &Stat, name: &CStr) -> Result<()> {
-        let (sdir, sname) = source(job)?;
-        let src = if job.src_dir.is_some() {
-            XattrTarget::At(sdir, &sname)
-        } else {
-            XattrTarget::Path(&sname)
-        };
+        let (sdir, sname) = source(job);
+        let src = XattrTarget::At(sdir, sname);
         meta::apply_at(
             self.shared,
             md,
@@ -545,8 +540,8 @@ impl<'s, 'p> Worker<'s, 'p> {
 
     fn copy_special(&mut self, job: &Job) -> Result<()> {
         self.trace.enter(ThreadState::Linking);
-        let (dir, name) = source(job)?;
-        let md = at::stat(dir, &name)
+        let (dir, name) = source(job);
+        let md = at::stat(dir, name)
             .map_err(|e| Error::io(Op::Stat, &job.src, e))?;
         let special =
             [libc::S_IFIFO, libc::S_IFSOCK, libc::S_IFCHR, libc::S_IFBLK];
@@ -712,15 +707,10 @@ fn check_unchanged(src: &File, before: &Metadata, path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Where a job's source is: its directory and its name there, or (a
-/// single source) the working directory and its path.
-fn source(job: &Job) -> Result<(RawFd, Cow<'_, CStr>)> {
-    match &job.src_dir {
-        Some(d) => Ok((d.as_raw_fd(), Cow::Borrowed(job.leaf.as_c_str()))),
-        None => posix::cstr(&job.src)
-            .map(|c| (libc::AT_FDCWD, Cow::Owned(c)))
-            .map_err(|e| Error::io(Op::Open, &job.src, e)),
-    }
+/// Where a job's source is: its directory and its name there.
+fn source(job: &Job) -> (RawFd, &CStr) {
+    let name = job.src_leaf.as_deref().unwrap_or(&job.leaf);
+    (job.src_dir.as_raw_fd(), name)
 }
 
 /// A name as a C string, for `*at` calls.

@@ -63,6 +63,18 @@ pub(crate) fn open_source_at(dir: RawFd, name: &CStr) -> io::Result<File> {
     }
 }
 
+/// Opens the directory `path` as the caller named it (symlinks on the
+/// way followed) for looking names up in it, not for reading it:
+/// `O_PATH` needs only search permission, as a lookup by path would, so
+/// a source in a directory its reader may enter but not list is found.
+pub(crate) fn open_dir_search(path: &Path) -> io::Result<OwnedFd> {
+    OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC)
+        .open(path)
+        .map(OwnedFd::from)
+}
+
 /// Reads the directory open as `dir` from its start (a descriptor just
 /// opened), handing `f` each entry's name (not `.` or `..`) and its
 /// `d_type` (`DT_UNKNOWN` where the filesystem does not say); `f`

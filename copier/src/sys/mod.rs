@@ -6,6 +6,7 @@
 //! | function | Linux (`linux.rs`) | illumos and others (`portable.rs`) |
 //! |---|---|---|
 //! | `open_source`, `open_source_at` | `O_NOATIME` when allowed | plain `open` |
+//! | `open_dir_search` | `O_PATH` (search permission only) | `O_RDONLY` |
 //! | `read_dir` | `getdents64` into a reused buffer | `readdir` on a duplicate (no `d_type` on illumos) |
 //! | `clone_file` | `ioctl(FICLONE)` | unsupported |
 //! | `clone_range` | `ioctl(FICLONERANGE)` | unsupported |
@@ -43,5 +44,6 @@ pub(crate) const XATTRS: bool = cfg!(target_os = "linux");
 pub(crate) use platform::{
     Assumed, XattrTarget, assume, chmod_at, clone_file, clone_range,
     copy_range, get_xattr, list_xattrs, open_dir_beneath, open_dir_same_mount,
-    open_source, open_source_at, read_dir, set_xattr, start_writeback, sync_fs,
+    open_dir_search, open_source, open_source_at, read_dir, set_xattr,
+    start_writeback, sync_fs,
 };

@@ -22,6 +22,17 @@ pub(crate) fn open_source(path: &Path) -> io::Result<File> {
         .open(path)
 }
 
+/// Opens the directory `path` as the caller named it (symlinks on the
+/// way followed), to look names up in it. No `O_PATH` here: opened for
+/// reading.
+pub(crate) fn open_dir_search(path: &Path) -> io::Result<std::os::fd::OwnedFd> {
+    OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
+        .open(path)
+        .map(std::os::fd::OwnedFd::from)
+}
+
 /// [`open_source`] for the entry `name` in the directory open as `dir`
 /// (`AT_FDCWD` and a path work too).
 pub(crate) fn open_source_at(
