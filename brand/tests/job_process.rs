@@ -5,6 +5,9 @@
 //! descriptors of its grant however the paths are swapped meanwhile, and
 //! one user's jobs can neither starve root's nor grow the daemon.
 
+#[path = "../../copier/tests/common/tools.rs"]
+mod tools;
+
 #[path = "oci/support.rs"]
 mod support;
 
@@ -77,7 +80,10 @@ fn status_of(pid: u32) -> std::collections::HashMap<String, String> {
         .lines()
         .filter_map(|l| {
             let (k, v) = l.split_once(':')?;
-            Some((k.to_string(), v.split_whitespace().collect::<Vec<_>>().join(" ")))
+            Some((
+                k.to_string(),
+                v.split_whitespace().collect::<Vec<_>>().join(" "),
+            ))
         })
         .collect()
 }
@@ -139,7 +145,10 @@ fn a_granted_copy_runs_in_a_process_that_is_the_caller() {
         .map(|e| {
             let e = e.unwrap();
             let to = fs::read_link(e.path()).unwrap_or_default();
-            (e.file_name().to_string_lossy().into_owned(), s(&to).to_string())
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                s(&to).to_string(),
+            )
         })
         .collect();
     // SAFETY: as above.
@@ -147,8 +156,10 @@ fn a_granted_copy_runs_in_a_process_that_is_the_caller() {
     let me = format!("{CALLER} {CALLER} {CALLER} {CALLER}");
     assert_eq!(st.get("Uid"), Some(&me), "{st:?}");
     assert_eq!(st.get("Gid"), Some(&me), "{st:?}");
-    let mut groups: Vec<&str> =
-        st.get("Groups").map(|g| g.split(' ').collect()).unwrap_or_default();
+    let mut groups: Vec<&str> = st
+        .get("Groups")
+        .map(|g| g.split(' ').collect())
+        .unwrap_or_default();
     groups.sort_unstable();
     assert_eq!(groups, ["100", "4242"], "{st:?}");
     for set in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"] {
@@ -177,9 +188,14 @@ fn a_granted_copy_runs_in_a_process_that_is_the_caller() {
     c.end();
     let t0 = Instant::now();
     while Path::new(&format!("/proc/{pid}")).exists()
-        && status_of(pid).get("State").is_none_or(|s| !s.starts_with('Z'))
+        && status_of(pid)
+            .get("State")
+            .is_none_or(|s| !s.starts_with('Z'))
     {
-        assert!(t0.elapsed() < Duration::from_secs(8), "the job's process lives on");
+        assert!(
+            t0.elapsed() < Duration::from_secs(8),
+            "the job's process lives on"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     let mut client = client;
@@ -190,7 +206,10 @@ fn a_granted_copy_runs_in_a_process_that_is_the_caller() {
         if state == "cancelled" {
             break;
         }
-        assert!(t0.elapsed() < Duration::from_secs(10), "job {id} is {state}");
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "job {id} is {state}"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
@@ -245,8 +264,12 @@ fn race(
     let stop = Arc::new(AtomicBool::new(false));
     let swaps = Arc::new(AtomicUsize::new(0));
     let swapper = {
-        let (stop, swaps, path, link) =
-            (stop.clone(), swaps.clone(), path.to_path_buf(), link.clone());
+        let (stop, swaps, path, link) = (
+            stop.clone(),
+            swaps.clone(),
+            path.to_path_buf(),
+            link.clone(),
+        );
         std::thread::spawn(move || {
             while !stop.load(Ordering::Relaxed) {
                 if exchange(&path, &link) {
@@ -274,7 +297,10 @@ fn race(
     }
     fs::remove_file(&link).unwrap();
     let swaps = swaps.load(Ordering::Relaxed);
-    assert!(swaps >= 3000 && runs >= 40, "the race was not run: {swaps} swaps, {runs} copies");
+    assert!(
+        swaps >= 3000 && runs >= 40,
+        "the race was not run: {swaps} swaps, {runs} copies"
+    );
     assert_clean(out, forbidden, &format!("{} swapped", path.display()));
 }
 
@@ -393,7 +419,14 @@ fn a_prefix_swapped_for_a_link_yields_nothing_from_outside() {
         grant(&prefix, ""),
         out.display()
     ));
-    race(&d, &prefix, &outside, &[prefix.join("tree")], &out, &["OUTSIDE"]);
+    race(
+        &d,
+        &prefix,
+        &outside,
+        &[prefix.join("tree")],
+        &out,
+        &["OUTSIDE"],
+    );
     let planted = files_in(&outside);
     assert_eq!(planted, ["tree/f"], "written outside: {planted:?}");
 }
@@ -412,7 +445,8 @@ fn one_user_flooding_jobs_neither_starves_root_nor_grows_the_daemon() {
     fs::create_dir(&prefix).unwrap();
     chown(&prefix, CALLER);
     tree(&prefix.join("src"), 40, 100, CALLER);
-    let d = Daemon::start(&grant(&prefix, "max_jobs = 2\nmax_jobs_per_uid = 4"));
+    let d =
+        Daemon::start(&grant(&prefix, "max_jobs = 2\nmax_jobs_per_uid = 4"));
     let threads = |d: &Daemon| {
         fs::read_dir(format!("/proc/{}/task", d.child.id()))
             .map(|t| t.count())
@@ -439,7 +473,8 @@ print(accepted, busy)
 "#;
     let o = as_uid(CALLER)
         .args([
-            "python3",
+            // The system's Python, which other uids may run.
+            "/usr/bin/python3",
             "-c",
             FLOOD,
             s(&d.socket),

@@ -103,9 +103,9 @@ impl Found {
     }
 }
 
-/// The directory's descriptor, to hand to another process (a service's
-/// job process works beneath it and never opens it by path).
-impl AsFd for Dir {
+/// The root's descriptor, to hand to another process (a service's job
+/// process works beneath it and never opens it by path).
+impl AsFd for Root {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
     }

@@ -43,8 +43,8 @@ pub mod config;
 mod jobs;
 mod ops;
 pub mod process;
-mod queue;
 pub mod protocol;
+mod queue;
 pub mod server;
 mod state;
 #[allow(unsafe_code)]

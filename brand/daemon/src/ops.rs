@@ -68,7 +68,9 @@ fn copy(d: &Daemon, job: &Arc<Job>, a: &CopyArgs) -> Result<Value, WireError> {
         plan = plan.rules(rules, Path::new(""));
     }
     match plan.run() {
-        Ok(r) => Ok(copy_result(&src, &dst, &r.stats, notices_json(&r.notices))),
+        Ok(r) => {
+            Ok(copy_result(&src, &dst, &r.stats, notices_json(&r.notices)))
+        }
         Err(f) => Err(WireError::from_failure(&f)),
     }
 }
@@ -323,8 +325,8 @@ fn provision_message(e: &zinstall_provision::ProvisionError) -> String {
 
 /// The cache's entries, as `zinstall cache list --json` would show them.
 pub fn cache_list(config: &Config) -> Result<Value, WireError> {
-    let cache =
-        Cache::new(config.cache.clone()).map_err(|e| cache_error(config, &e))?;
+    let cache = Cache::new(config.cache.clone())
+        .map_err(|e| cache_error(config, &e))?;
     let entries = cache.list().map_err(|e| cache_error(config, &e))?;
     Ok(crate::protocol::cache_list_json(&entries))
 }
@@ -335,8 +337,8 @@ fn cache_gc(
     config: &Config,
 ) -> Result<Value, WireError> {
     job.set_phase("cache-gc");
-    let cache =
-        Cache::new(config.cache.clone()).map_err(|e| cache_error(config, &e))?;
+    let cache = Cache::new(config.cache.clone())
+        .map_err(|e| cache_error(config, &e))?;
     let r = cache
         .gc_with(&GcOptions {
             max_size: a.max_size,

@@ -222,8 +222,9 @@ impl Queue {
             // leaves the job here to be ended.
             let pending = Arc::new(Mutex::new(Some(first)));
             let mine = Arc::clone(&pending);
-            let spawned =
-                thread::Builder::new().name(format!("job-{id}")).spawn(move || {
+            let spawned = thread::Builder::new()
+                .name(format!("job-{id}"))
+                .spawn(move || {
                     let first = take(&mine);
                     q.run_lane(first, uid == 0);
                 });
@@ -241,7 +242,9 @@ impl Queue {
                         g.release(p.job.owner);
                         p.job.finish(Err(WireError::new(
                             ErrorKind::Internal,
-                            format!("zinstalld: cannot start a job thread: {e}"),
+                            format!(
+                                "zinstalld: cannot start a job thread: {e}"
+                            ),
                         )));
                     }
                     return;
@@ -314,12 +317,6 @@ impl Queue {
         for t in threads {
             let _joined = t.join();
         }
-    }
-
-    /// Jobs running now, in root's lane and in the others'.
-    pub(crate) fn running(&self) -> (usize, usize) {
-        let g = self.lock();
-        (g.root.running, g.others.running)
     }
 }
 

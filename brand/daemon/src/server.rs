@@ -505,8 +505,11 @@ fn run_job(
                  (max_jobs_per_uid); wait for one to end",
                 peer.uid, full.held
             );
-            return send(out, &Reply::error(WireError::new(ErrorKind::Busy, why)))
-                .is_ok();
+            return send(
+                out,
+                &Reply::error(WireError::new(ErrorKind::Busy, why)),
+            )
+            .is_ok();
         }
     };
     let job = d.jobs.add(call.name(), what, peer.uid, peer.pid);

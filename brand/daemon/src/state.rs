@@ -81,10 +81,14 @@ impl Daemon {
             queue: Arc::new(Queue::new(move |job, took| {
                 crate::sys::release_free_memory();
                 match job.state() {
-                    State::Done(_) => info!(ended_log, "job done"; "job" => job.id,
-                                            "ms" => took.as_millis() as u64),
-                    State::Failed(e) => warn!(ended_log, "job failed"; "job" => job.id,
-                                              "kind" => e.kind.as_str(), "error" => e.message),
+                    State::Done(_) => {
+                        info!(ended_log, "job done"; "job" => job.id,
+                                            "ms" => took.as_millis() as u64)
+                    }
+                    State::Failed(e) => {
+                        warn!(ended_log, "job failed"; "job" => job.id,
+                                              "kind" => e.kind.as_str(), "error" => e.message)
+                    }
                     _ => {}
                 }
             })),

@@ -40,7 +40,11 @@ pub fn main(args: &[String]) -> ExitCode {
     };
     let (who, parent) = match parse_args(args) {
         Some(a) => a,
-        None => return fail(format!("zinstalld job process: bad arguments {args:?}")),
+        None => {
+            return fail(format!(
+                "zinstalld job process: bad arguments {args:?}"
+            ));
+        }
     };
     if let Err(e) = sys::become_caller(&who) {
         return fail(format!(

@@ -144,10 +144,7 @@ pub(crate) fn granted_copy(
     };
     let (src_prefix, dst_prefix) = (prefix(&src)?, prefix(&dst)?);
     let open = |p: &Path| {
-        let rel = p.strip_prefix("/").unwrap_or(p);
-        Root::open(Path::new("/"))
-            .and_then(|r| r.dir(rel, None))
-            .map_err(|e| WireError::from_copier(&e))
+        Root::open_no_symlinks(p).map_err(|e| WireError::from_copier(&e))
     };
     let (src_root, dst_root) = (open(&src_prefix)?, open(&dst_prefix)?);
     let tunables = d.tunables();
@@ -155,7 +152,10 @@ pub(crate) fn granted_copy(
         .process_workers
         .take(tunables.copy_threads, || job.cancel.is_cancelled())
     else {
-        return Err(WireError::new(ErrorKind::Cancelled, "cancelled while queued"));
+        return Err(WireError::new(
+            ErrorKind::Cancelled,
+            "cancelled while queued",
+        ));
     };
     let order = Order {
         src,
@@ -221,7 +221,7 @@ pub(crate) fn granted_copy(
             Err(internal("cannot send its order to", e))
         }
     };
-    let status = child.wait();
+    let status = reap(&mut child);
     job.set_process(None);
     drop(workers);
     match outcome {
@@ -233,6 +233,23 @@ pub(crate) fn granted_copy(
         }
         Err(e) => Err(e),
     }
+}
+
+/// Waits for a job's process that has closed its end of the control
+/// socket; one that does not end within [`GRACE`] (stopped by its
+/// caller, say) is killed, so that it holds no place.
+fn reap(
+    child: &mut std::process::Child,
+) -> io::Result<std::process::ExitStatus> {
+    let t0 = Instant::now();
+    while t0.elapsed() < GRACE {
+        if let Some(status) = child.try_wait()? {
+            return Ok(status);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _gone = child.kill();
+    child.wait()
 }
 
 /// Reads what the job's process says until it closes its end: progress
@@ -310,8 +327,11 @@ fn relay(job: &Job, control: UnixStream, pid: u32) -> Result<Value, WireError> {
                 stats,
                 notices,
             } => {
-                let notices = serde_json::to_value(&notices).unwrap_or_default();
-                result = Some(Ok(crate::ops::copy_result(&src, &dst, &stats, notices)));
+                let notices =
+                    serde_json::to_value(&notices).unwrap_or_default();
+                result = Some(Ok(crate::ops::copy_result(
+                    &src, &dst, &stats, notices,
+                )));
             }
             Said::Failed { error } => result = Some(Err(error)),
         }

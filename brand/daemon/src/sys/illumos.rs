@@ -69,7 +69,10 @@ pub(super) fn become_caller(who: &super::Identity) -> io::Result<()> {
     // SAFETY: the pointer and count describe `who.groups`.
     step(
         unsafe {
-            libc::setgroups(who.groups.len() as libc::c_int, who.groups.as_ptr())
+            libc::setgroups(
+                who.groups.len() as libc::c_int,
+                who.groups.as_ptr(),
+            )
         },
         "setgroups",
     )?;

@@ -140,7 +140,8 @@ pub(super) fn become_caller(who: &super::Identity) -> io::Result<()> {
             libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0)
         };
         // EINVAL: past what this kernel knows.
-        if r == -1 && io::Error::last_os_error().raw_os_error() != Some(libc::EINVAL)
+        if r == -1
+            && io::Error::last_os_error().raw_os_error() != Some(libc::EINVAL)
         {
             return check(r, "drop the capability bounding set");
         }
@@ -153,14 +154,21 @@ pub(super) fn become_caller(who: &super::Identity) -> io::Result<()> {
         "setgroups",
     )?;
     // SAFETY: integer arguments.
-    check(unsafe { libc::setresgid(who.gid, who.gid, who.gid) }, "setresgid")?;
+    check(
+        unsafe { libc::setresgid(who.gid, who.gid, who.gid) },
+        "setresgid",
+    )?;
     // Without SECBIT_KEEP_CAPS the kernel empties the permitted and
     // effective sets as every uid leaves 0; the inheritable set is
     // emptied here.
     // SAFETY: integer arguments.
-    check(unsafe { libc::setresuid(who.uid, who.uid, who.uid) }, "setresuid")?;
+    check(
+        unsafe { libc::setresuid(who.uid, who.uid, who.uid) },
+        "setresuid",
+    )?;
     for set in [CapSet::Inheritable, CapSet::Effective, CapSet::Permitted] {
-        caps::clear(None, set).map_err(|e| caps_error("clear capabilities", e))?;
+        caps::clear(None, set)
+            .map_err(|e| caps_error("clear capabilities", e))?;
     }
     // SAFETY: prctl with integer arguments. The parent-death signal is
     // set after the uids, whose change resets it.
@@ -169,7 +177,10 @@ pub(super) fn become_caller(who: &super::Identity) -> io::Result<()> {
             libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0),
             "PR_SET_NO_NEW_PRIVS",
         )?;
-        check(libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0), "PR_SET_DUMPABLE")?;
+        check(
+            libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0),
+            "PR_SET_DUMPABLE",
+        )?;
         check(
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0),
             "PR_SET_PDEATHSIG",
