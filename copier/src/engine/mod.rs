@@ -100,8 +100,9 @@ pub(crate) struct Job {
     pub(crate) kind: JobKind,
     /// The source and destination paths, for messages only: the entry is
     /// read as `leaf` (or `src_leaf`) in `src_dir` and made as `leaf` in
-    /// `dir`, never by these paths. The walker leaves them empty for an entry of a tree;
-    /// the worker makes them from the directory's ([`Job::name_paths`]).
+    /// `dir`, never by these paths. The walker leaves them empty for an
+    /// entry of a tree; the worker makes them from the directory's
+    /// ([`Job::name_paths`]).
     pub(crate) src: PathBuf,
     pub(crate) dst: PathBuf,
     /// The destination directory, opened beneath the destination root.
@@ -386,7 +387,7 @@ fn run_tree(
     entities: &mut Vec<crate::trace::EntityTrace>,
 ) {
     let plan = shared.plan;
-    let tops = walk::open_top_source(source, &plan.src).and_then(|src| {
+    let tops = source.open_dir(&plan.src).and_then(|src| {
         walk::check_destination(plan, &src)?;
         Ok((src, walk::open_top(plan)?))
     });

@@ -55,7 +55,7 @@ fn existing(path: &Path) -> Result<Option<fs::Metadata>> {
 /// source through its resolved directory.
 fn tree(shared: &Shared<'_>, source: &Source) -> Result<walk::WalkResult> {
     let plan = shared.plan;
-    let top = walk::open_top_source(source, &plan.src)?;
+    let top = source.open_dir(&plan.src)?;
     walk::check_destination(plan, &top)?;
     if let Some(md) = existing(&plan.dst)? {
         // The copy opens the top directory following a symlink, as the

@@ -786,15 +786,6 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
     }
 }
 
-/// The top source directory, through the run's resolved source (the
-/// run found a directory there; a symlink there now is not followed).
-pub(crate) fn open_top_source(
-    source: &super::source::Source,
-    shown: &Path,
-) -> Result<OwnedFd> {
-    source.open_dir(shown)
-}
-
 /// The rule action for `rel` (relative to the source) and the path it
 /// was matched as; `scratch` is reused between calls.
 pub(crate) fn rule_for(
