@@ -19,6 +19,9 @@ use crate::protocol::{ErrorKind, WireError};
 pub(crate) type Work =
     Box<dyn FnOnce(&Arc<Job>) -> Result<serde_json::Value, WireError> + Send>;
 
+/// Told of each job as it ends, with how long it ran.
+type OnEnd = Arc<dyn Fn(&Job, std::time::Duration) + Send + Sync>;
+
 /// A job waiting for a place.
 struct Pending {
     job: Arc<Job>,
@@ -120,7 +123,7 @@ pub(crate) struct Queue {
     lanes: Mutex<Lanes>,
     threads: Mutex<Vec<JoinHandle<()>>>,
     /// Called with each job as it ends, after its result is in.
-    on_end: Option<Arc<dyn Fn(&Job, std::time::Duration) + Send + Sync>>,
+    on_end: Option<OnEnd>,
 }
 
 /// A place in a uid's share, held from [`Queue::admit`] until its job

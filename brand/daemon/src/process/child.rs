@@ -251,7 +251,7 @@ fn report_progress(
                     cancel.cancel();
                 }
                 ticks += 1;
-                if ticks % 4 == 0 {
+                if ticks.is_multiple_of(4) {
                     tell(
                         &control,
                         &Said::Progress {
