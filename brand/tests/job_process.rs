@@ -103,7 +103,7 @@ fn a_granted_copy_runs_in_a_process_that_is_the_caller() {
     let prefix = base.path().join("grant");
     fs::create_dir(&prefix).unwrap();
     chown(&prefix, CALLER);
-    tree(&prefix.join("src"), 200, 100, CALLER);
+    tree(&prefix.join("src"), 300, 100, CALLER);
     let d = Daemon::start(&grant(&prefix, ""));
     let client = zinstall_testkit::tool("setpriv")
         .args([
@@ -137,6 +137,15 @@ fn a_granted_copy_runs_in_a_process_that_is_the_caller() {
         }
         std::thread::sleep(Duration::from_millis(2));
     };
+    // Once it has copied something, it has read its order: by then it
+    // must be wholly the caller.
+    while job(&d, id)["entries"].as_u64().unwrap_or(0) == 0 {
+        assert!(
+            Path::new(&format!("/proc/{pid}")).exists(),
+            "the job's process ended before it was seen at work"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
     // SAFETY: stopping a process this test's daemon started.
     unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
     let st = status_of(pid);
@@ -170,9 +179,16 @@ fn a_granted_copy_runs_in_a_process_that_is_the_caller() {
         );
     }
     assert_eq!(st.get("NoNewPrivs").map(String::as_str), Some("1"));
+    assert_eq!(st.get("Name").map(String::as_str), Some("zinstalld-job"));
     assert_eq!(st.get("PPid"), Some(&d.child.id().to_string()), "{st:?}");
-    let sockets = fds.iter().filter(|(_, t)| t.starts_with("socket:")).count();
-    assert_eq!(sockets, 1, "{fds:?}");
+    // The control socket (some threads hold their own copy of it), and
+    // no other.
+    let sockets: std::collections::BTreeSet<&str> = fds
+        .iter()
+        .filter(|(_, t)| t.starts_with("socket:"))
+        .map(|(_, t)| t.as_str())
+        .collect();
+    assert_eq!(sockets.len(), 1, "{fds:?}");
     for (fd, to) in &fds {
         assert!(
             to == "/dev/null"
@@ -233,16 +249,26 @@ fn exchange(a: &Path, b: &Path) -> bool {
     }
 }
 
-/// Every regular file's content under `dir`, none of which may contain
-/// `forbidden`.
+/// Every file's content and every symlink's target under `dir`, none of
+/// which may hold any of `forbidden`.
 fn assert_clean(dir: &Path, forbidden: &[&str], what: &str) {
     for f in files_in(dir) {
-        let bytes = fs::read(dir.join(&f)).unwrap_or_default();
+        let p = dir.join(&f);
+        let is_link =
+            fs::symlink_metadata(&p).is_ok_and(|m| m.file_type().is_symlink());
+        // A link's own text, never what it leads to (this test is root).
+        let bytes = if is_link {
+            fs::read_link(&p)
+                .map(|t| t.as_os_str().as_bytes().to_vec())
+                .unwrap_or_default()
+        } else {
+            fs::read(&p).unwrap_or_default()
+        };
         let text = String::from_utf8_lossy(&bytes);
         for bad in forbidden {
             assert!(
                 !text.contains(bad),
-                "{what}: {f} holds {bad:?}, read from outside the grant"
+                "{what}: {f} holds {bad:?}, read from outside the grant: {text}"
             );
         }
     }
@@ -280,7 +306,7 @@ fn race(
     };
     let t0 = Instant::now();
     let mut runs = 0;
-    while (swaps.load(Ordering::Relaxed) < 3000 || runs < 40)
+    while (swaps.load(Ordering::Relaxed) < 3000 || runs < 300)
         && t0.elapsed() < Duration::from_secs(40)
     {
         for src in sources {
@@ -305,10 +331,8 @@ fn race(
 }
 
 /// A directory of the source path swapped for a symlink to a tree
-/// outside the grant, then to the daemon's — now the job's —
-/// `/proc/self/fd` while root's own copy holds a root-only directory
-/// open: no byte from outside the prefix, nor from under the root-only
-/// directory, arrives.
+/// outside the grant (one the caller could read itself): no byte from
+/// outside the prefix arrives.
 #[test]
 fn source_directories_swapped_for_links_yield_nothing_from_outside() {
     if !zinstall_testkit::require_root() {
@@ -326,11 +350,10 @@ fn source_directories_swapped_for_links_yield_nothing_from_outside() {
     let inside = prefix.join("s/a/tree");
     fs::create_dir_all(&inside).unwrap();
     fs::write(inside.join("f"), "inside").unwrap();
+    // Readable by the caller: outside its grant all the same.
     let stolen = outside.join("tree");
     fs::create_dir(&stolen).unwrap();
     fs::write(stolen.join("f"), "OUTSIDE").unwrap();
-    fs::set_permissions(&outside, fs::Permissions::from_mode(0o700)).unwrap();
-    chown(&outside, 0);
     for p in ["s", "s/a"] {
         chown(&prefix.join(p), CALLER);
     }
@@ -346,9 +369,24 @@ fn source_directories_swapped_for_links_yield_nothing_from_outside() {
         &out,
         &["OUTSIDE"],
     );
+}
 
-    // The same race aimed at /proc/self/fd, while root's copies of a
-    // root-only directory run (the daemon holds it open then).
+/// The same race aimed at `/proc/self/fd`, while root's copies of a
+/// root-only directory run (the daemon holds its directories open
+/// then): nothing under the root-only directory, and none of the
+/// daemon's descriptors, reaches the caller.
+#[test]
+fn a_source_swapped_for_proc_self_fd_reaches_nothing_of_the_daemons() {
+    if !zinstall_testkit::require_root() {
+        return;
+    }
+    let base = scratch("zinstall-procswap");
+    let prefix = base.path().join("grant");
+    fs::create_dir_all(prefix.join("s/a")).unwrap();
+    for p in ["", "s", "s/a"] {
+        chown(&prefix.join(p), CALLER);
+    }
+    let d = Daemon::start(&grant(&prefix, ""));
     let secret = base.path().join("secret");
     fs::create_dir(&secret).unwrap();
     fs::set_permissions(&secret, fs::Permissions::from_mode(0o700)).unwrap();
@@ -357,23 +395,35 @@ fn source_directories_swapped_for_links_yield_nothing_from_outside() {
         fs::write(secret.join(&e), "SECRET").unwrap();
     }
     let stop = Arc::new(AtomicBool::new(false));
-    let rooter = {
-        let (stop, secret, sock) =
-            (stop.clone(), secret.clone(), d.socket.clone());
-        let copies = base.path().join("rootcopies");
-        std::thread::spawn(move || {
-            let mut n = 0;
-            while !stop.load(Ordering::Relaxed) {
-                let _ = Command::new(env!("CARGO_BIN_EXE_zinstall"))
-                    .arg(format!("--daemon={}", sock.display()))
-                    .args(["copy", s(&secret), s(&copies.join(n.to_string()))])
-                    .output();
-                n += 1;
-            }
+    let rooters: Vec<_> = (0..2)
+        .map(|r| {
+            let (stop, secret, sock) =
+                (stop.clone(), secret.clone(), d.socket.clone());
+            let copies = base.path().join(format!("rootcopies{r}"));
+            std::thread::spawn(move || {
+                let mut n = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    let dst = copies.join(n.to_string());
+                    let _ = Command::new(env!("CARGO_BIN_EXE_zinstall"))
+                        .arg(format!("--daemon={}", sock.display()))
+                        .args(["copy", s(&secret), s(&dst)])
+                        .output();
+                    let _ = fs::remove_dir_all(&dst);
+                    n += 1;
+                }
+            })
         })
-    };
-    let sources: Vec<PathBuf> =
-        (3..12).map(|fd| prefix.join(format!("s/a/{fd}"))).collect();
+        .collect();
+    // Each descriptor as itself (its link's text is where the daemon's
+    // descriptor points) and as a directory to read a file from.
+    let sources: Vec<PathBuf> = (0..40)
+        .flat_map(|fd| {
+            [
+                prefix.join(format!("s/a/{fd}")),
+                prefix.join(format!("s/a/{fd}/f0")),
+            ]
+        })
+        .collect();
     let proc_out = prefix.join("out-proc");
     fs::create_dir(&proc_out).unwrap();
     chown(&proc_out, CALLER);
@@ -383,10 +433,19 @@ fn source_directories_swapped_for_links_yield_nothing_from_outside() {
         Path::new("/proc/self/fd"),
         &sources,
         &proc_out,
-        &["SECRET", "zinstalld", "\"reply\""],
+        &[
+            "SECRET",
+            "secret",
+            "zinstalld",
+            "socket:",
+            "pipe:",
+            "anon_inode",
+        ],
     );
     stop.store(true, Ordering::Relaxed);
-    rooter.join().unwrap();
+    for r in rooters {
+        r.join().unwrap();
+    }
 }
 
 /// The prefix itself, under a directory the caller owns, swapped for a

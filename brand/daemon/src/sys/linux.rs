@@ -186,7 +186,15 @@ pub(super) fn become_caller(who: &super::Identity) -> io::Result<()> {
             "PR_SET_PDEATHSIG",
         )?;
     }
-    verify(who, last)
+    verify(who, last)?;
+    // What ps and top show: the daemon's binary runs as /proc/self/exe,
+    // whose name would be "exe".
+    // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16
+    // bytes.
+    unsafe {
+        libc::prctl(libc::PR_SET_NAME, c"zinstalld-job".as_ptr(), 0, 0, 0)
+    };
+    Ok(())
 }
 
 /// Reads back what [`become_caller`] set: a step the kernel ignored is an
