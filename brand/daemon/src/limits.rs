@@ -225,9 +225,7 @@ mod test {
         let mut r = RefusalLog::new();
         let t0 = Instant::now();
         let w = Duration::from_secs(10);
-        let logged = (0..1000)
-            .filter(|_| r.refused(7, t0, 5, w).0)
-            .count();
+        let logged = (0..1000).filter(|_| r.refused(7, t0, 5, w).0).count();
         assert_eq!(logged, 5);
         assert!(r.tick(t0 + Duration::from_secs(9), w).is_empty());
         // The next refusal after the window says what the last hid.
@@ -244,11 +242,14 @@ mod test {
         for _ in 0..10 {
             r.refused(7, t0 + w, 5, w);
         }
-        assert_eq!(r.tick(t0 + 2 * w, w), [Summary {
-            uid: 7,
-            count: 6,
-            secs: 10
-        }]);
+        assert_eq!(
+            r.tick(t0 + 2 * w, w),
+            [Summary {
+                uid: 7,
+                count: 6,
+                secs: 10
+            }]
+        );
         assert!(r.windows.is_empty());
     }
 

@@ -410,9 +410,8 @@ pub enum BadRequest {
 struct Wire {
     v: Version,
     op: String,
-    #[serde(default)]
-    #[allow(dead_code)]
-    args: Option<IgnoredAny>,
+    #[serde(default, rename = "args")]
+    _args: Option<IgnoredAny>,
     #[serde(default)]
     detach: bool,
 }
@@ -420,14 +419,15 @@ struct Wire {
 /// The same line read again for the arguments, typed by the operation.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-#[allow(dead_code)]
 struct WireArgs<T> {
-    v: IgnoredAny,
-    op: IgnoredAny,
+    #[serde(rename = "v")]
+    _v: IgnoredAny,
+    #[serde(rename = "op")]
+    _op: IgnoredAny,
     #[serde(default = "Option::default")]
     args: Option<T>,
-    #[serde(default)]
-    detach: IgnoredAny,
+    #[serde(default, rename = "detach")]
+    _detach: IgnoredAny,
 }
 
 /// Arguments of an operation that takes none: `{}` only.
@@ -439,7 +439,9 @@ struct NoArgs {}
 struct Version(u64);
 
 impl<'de> Deserialize<'de> for Version {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+    fn deserialize<D: serde::Deserializer<'de>>(
+        d: D,
+    ) -> Result<Self, D::Error> {
         struct V;
         impl serde::de::Visitor<'_> for V {
             type Value = Version;
@@ -449,7 +451,10 @@ impl<'de> Deserialize<'de> for Version {
             ) -> std::fmt::Result {
                 f.write_str("a protocol version number")
             }
-            fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Version, E> {
+            fn visit_u64<E: serde::de::Error>(
+                self,
+                v: u64,
+            ) -> Result<Version, E> {
                 Ok(Version(v))
             }
         }
@@ -515,8 +520,7 @@ impl Request {
         }
         let w: Wire = serde_json::from_slice(line).map_err(|e| {
             let e = e.to_string();
-            if e.starts_with("invalid type") && e.contains("protocol version")
-            {
+            if e.starts_with("invalid type") && e.contains("protocol version") {
                 BadRequest::Malformed(
                     "\"v\" must be a protocol version number".into(),
                 )
@@ -1024,7 +1028,9 @@ mod test {
         for line in [
             format!("{{{}}}", objects.replace(['{', '}'], "")),
             format!(r#"{{"v":1,"op":"copy","args":[{objects}]}}"#),
-            format!(r#"{{"v":1,"op":"copy","args":{{"src":"/a","dst":"/b","exclude":[{objects}]}}}}"#),
+            format!(
+                r#"{{"v":1,"op":"copy","args":{{"src":"/a","dst":"/b","exclude":[{objects}]}}}}"#
+            ),
             format!(r#"{{"args":[{objects}],"v":1,"op":"jobs"}}"#),
         ] {
             assert!(line.len() < MAX_LINE);
@@ -1055,16 +1061,27 @@ mod test {
         assert_eq!(r.call, Call::Status(JobRef { job: 3 }));
         assert!(r.detach);
         for (line, says) in [
-            (r#"{"v":"1","op":"version"}"#, "must be a protocol version number"),
-            (r#"{"v":-1,"op":"version"}"#, "must be a protocol version number"),
+            (
+                r#"{"v":"1","op":"version"}"#,
+                "must be a protocol version number",
+            ),
+            (
+                r#"{"v":-1,"op":"version"}"#,
+                "must be a protocol version number",
+            ),
             (r#"{"op":"version"}"#, "missing field `v`"),
-            (r#"{"v":1,"op":"version","args":{"x":1}}"#, "takes no arguments"),
+            (
+                r#"{"v":1,"op":"version","args":{"x":1}}"#,
+                "takes no arguments",
+            ),
             (r#"{"v":1,"op":"copy"}"#, "missing field `src`"),
         ] {
             let e = bad(line.as_bytes()).to_string();
             assert!(e.contains(says), "{line}: {e}");
         }
-        assert!(Request::parse(br#"{"v":1,"op":"version","args":null}"#).is_ok());
+        assert!(
+            Request::parse(br#"{"v":1,"op":"version","args":null}"#).is_ok()
+        );
         assert_eq!(clip("abc", 2), "ab…(3 bytes)");
         assert_eq!(clip("aé", 2), "a…(3 bytes)");
         assert_eq!(clip("abc", 3), "abc");

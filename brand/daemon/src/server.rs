@@ -58,13 +58,22 @@ impl Drop for Place {
 /// Logs a refusal of `uid` through `line` unless the uid has had its
 /// share of lines in this window ([`Config::refusal_log_burst`]); a
 /// window of its that ended with refusals unlogged is summed up first.
-fn log_refusal(d: &Daemon, config: &Config, uid: u32, line: impl FnOnce(&Logger)) {
-    let (log, ended) = d.refusals.lock().unwrap_or_else(|p| p.into_inner()).refused(
-        uid,
-        Instant::now(),
-        config.refusal_log_burst,
-        config.refusal_log_window,
-    );
+fn log_refusal(
+    d: &Daemon,
+    config: &Config,
+    uid: u32,
+    line: impl FnOnce(&Logger),
+) {
+    let (log, ended) = d
+        .refusals
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .refused(
+            uid,
+            Instant::now(),
+            config.refusal_log_burst,
+            config.refusal_log_window,
+        );
     if let Some(s) = ended {
         log_summary(&d.log, s);
     }
@@ -318,14 +327,20 @@ fn accept(d: &Arc<Daemon>, stream: UnixStream) {
         })
     };
     if let Some(victim) = made_room {
-        log_refusal(d, &config, victim, |log| {
-            info!(log, "connection closed to make room"; "uid" => victim, "for_uid" => peer.uid)
-        });
+        log_refusal(
+            d,
+            &config,
+            victim,
+            |log| info!(log, "connection closed to make room"; "uid" => victim, "for_uid" => peer.uid),
+        );
     }
     if let Some(why) = busy {
-        log_refusal(d, &config, peer.uid, |log| {
-            info!(log, "busy"; "uid" => peer.uid, "pid" => peer.pid, "why" => &why)
-        });
+        log_refusal(
+            d,
+            &config,
+            peer.uid,
+            |log| info!(log, "busy"; "uid" => peer.uid, "pid" => peer.pid, "why" => &why),
+        );
         let mut s = stream;
         let _told = writeln!(
             s,

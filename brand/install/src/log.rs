@@ -83,7 +83,7 @@ pub enum LogError {
         /// The directory.
         dir: PathBuf,
         /// What the walk to it refused or met.
-        source: copier::Error,
+        source: Box<copier::Error>,
     },
     /// Another user may add, rename or remove entries in its directory.
     #[error("directory {} is {why}, so another user could plant the log", dir.display())]
@@ -140,12 +140,13 @@ pub fn open_file(path: &Path) -> Result<File, LogError> {
     // Every directory on the way is root's or ours alone (or sticky and
     // holding only root's entries), so the path leads where it did when
     // checked.
-    let _dir = copier::trusted::open_dir(dir, Some(0o755)).map_err(|source| {
-        LogError::Directory {
-            dir: dir.to_path_buf(),
-            source,
-        }
-    })?;
+    let _dir =
+        copier::trusted::open_dir(dir, Some(0o755)).map_err(|source| {
+            LogError::Directory {
+                dir: dir.to_path_buf(),
+                source: Box::new(source),
+            }
+        })?;
     let dir_md = std::fs::metadata(dir).map_err(|source| LogError::Io {
         path: dir.to_path_buf(),
         op: "stat",
@@ -334,7 +335,10 @@ mod test {
                 .success()
         );
         let e = open_file(&fifo).unwrap_err();
-        assert!(matches!(e, LogError::Io { .. } | LogError::NotOurs { .. }), "{e}");
+        assert!(
+            matches!(e, LogError::Io { .. } | LogError::NotOurs { .. }),
+            "{e}"
+        );
     }
 
     /// A writable log gets one JSON line per record.
