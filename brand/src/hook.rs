@@ -211,11 +211,9 @@ fn profile_path() -> PathBuf {
 fn open_log(path: &Path, argv: &[OsString]) -> (slog::Logger, Option<String>) {
     use slog::Drain;
     let argv: Vec<String> = argv.iter().map(|a| lossy(a)).collect();
-    match std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-    {
+    // Checked and opened as every install log is: never through a
+    // symlink, never in a directory another user could plant it in.
+    match install::log::open_file(path) {
         Ok(f) => {
             let drain = slog_json::Json::new(f)
                 .set_newlines(true)

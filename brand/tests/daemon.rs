@@ -680,7 +680,8 @@ fn bad_requests_get_errors_and_others_keep_being_served() {
         "src": d.path("nowhere"), "dst": d.path("x")}}));
     assert_eq!(kind(&r), "io", "{r:?}");
     assert!(msg(&r).contains("nowhere"), "{r:?}");
-    // A line over 1 MiB: an error, then the connection is closed.
+    // A line over the limit (256 KiB): an error, then the connection is
+    // closed.
     let mut long = d.connect();
     let _ = long.out.write_all(&vec![b'x'; (1 << 20) + 10]);
     let r = long.reply().unwrap();

@@ -25,6 +25,17 @@ fn grants_for<'c>(
         .collect()
 }
 
+/// Whether any grant names `peer`'s uid or one of its groups: a caller
+/// without one may ask for nothing but `version`. Root needs none.
+pub fn has_grant(config: &Config, peer: &Peer) -> bool {
+    peer.uid == 0
+        || config.grants.iter().any(|g| {
+            g.users.contains(&peer.uid)
+                || g.groups.contains(&peer.gid)
+                || peer.groups.iter().any(|x| g.groups.contains(x))
+        })
+}
+
 /// The longest prefix granted to `peer` for `op` that `path` (normalized)
 /// is under: the directory the path is then resolved beneath, without
 /// following a symlink, so that a link inside the prefix cannot take the
@@ -68,6 +79,23 @@ pub enum Refusal {
         /// The operation asked for.
         op: &'static str,
     },
+}
+
+impl Refusal {
+    /// The refusal with its path cut for a reply or the log
+    /// ([`crate::protocol::clip_path`]).
+    pub fn clipped(self) -> Refusal {
+        use crate::protocol::clip_path;
+        match self {
+            Refusal::UncleanPath(p) => Refusal::UncleanPath(clip_path(&p)),
+            Refusal::OutsideGrant { path, uid, op } => Refusal::OutsideGrant {
+                path: clip_path(&path),
+                uid,
+                op,
+            },
+            r @ Refusal::NotGranted { .. } => r,
+        }
+    }
 }
 
 /// Allows `call` for `peer`, or says why not.

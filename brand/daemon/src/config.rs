@@ -93,6 +93,12 @@ pub struct Config {
     pub io_timeout: Duration,
     /// Finished jobs kept for `jobs` and `status`.
     pub keep_finished: usize,
+    /// Refusals (bad requests, denials, busy) logged per uid in each
+    /// [`Config::refusal_log_window`]; more are counted and summed up in
+    /// one line when the window ends, so that no caller fills the log.
+    pub refusal_log_burst: usize,
+    /// The window [`Config::refusal_log_burst`] counts in.
+    pub refusal_log_window: Duration,
     /// Registries (`HOST[:PORT]`) pulled from over plain HTTP, besides
     /// those on the loopback: the daemon's to decide, not a caller's.
     pub insecure_registries: Vec<String>,
@@ -138,6 +144,8 @@ struct Raw {
     max_jobs_per_uid: Option<usize>,
     io_timeout_secs: Option<u64>,
     keep_finished: Option<usize>,
+    refusal_log_burst: Option<usize>,
+    refusal_log_window_secs: Option<u64>,
     #[serde(default)]
     insecure_registries: Vec<String>,
     #[serde(default)]
@@ -198,6 +206,8 @@ impl Default for Config {
             max_jobs_per_uid: 4,
             io_timeout: Duration::from_secs(10),
             keep_finished: 100,
+            refusal_log_burst: 5,
+            refusal_log_window: Duration::from_secs(10),
             insecure_registries: Vec::new(),
             grants: Vec::new(),
         }
@@ -289,6 +299,17 @@ impl Config {
         if let Some(n) = raw.io_timeout_secs {
             c.io_timeout = Duration::from_secs(bounded(
                 "io_timeout_secs",
+                n as usize,
+                1,
+                3600,
+            )? as u64);
+        }
+        if let Some(n) = raw.refusal_log_burst {
+            c.refusal_log_burst = bounded("refusal_log_burst", n, 0, 10_000)?;
+        }
+        if let Some(n) = raw.refusal_log_window_secs {
+            c.refusal_log_window = Duration::from_secs(bounded(
+                "refusal_log_window_secs",
                 n as usize,
                 1,
                 3600,

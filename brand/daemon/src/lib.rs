@@ -41,6 +41,7 @@ mod auth;
 pub mod client;
 pub mod config;
 mod jobs;
+mod limits;
 mod ops;
 pub mod process;
 pub mod protocol;

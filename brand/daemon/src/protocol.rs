@@ -10,7 +10,11 @@
 //! `op` names the operation ([`Call`]), `args` its arguments (unknown
 //! fields are refused, so a typo never goes unnoticed), `detach` keeps a
 //! long job running when its client goes away. A line is at most
-//! [`MAX_LINE`] bytes.
+//! [`MAX_LINE`] bytes and nests at most [`MAX_DEPTH`] arrays and objects
+//! deep; it is read straight into the typed request, so a line that is
+//! not one is refused at its first wrong byte, field or type, without
+//! anything being built from the rest. Client text an error quotes (an
+//! operation's name, a path, a field) is cut at [`MAX_ECHO`] bytes.
 //!
 //! Replies ([`Reply`]), one per line, each with `v` and `reply`: a quick
 //! operation gets `ok` (with its `result`) or `error`. A long one (copy,
@@ -22,14 +26,53 @@
 
 use std::path::{Component, Path, PathBuf};
 
+use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 /// The protocol version this build speaks.
 pub const VERSION: u32 = 1;
 
-/// The longest request line accepted, newline included.
-pub const MAX_LINE: usize = 1 << 20;
+/// The longest request line accepted, newline included. The largest
+/// request a client makes is a copy with its exclude patterns; 256 KiB
+/// holds thousands of them, and bounds what a connection costs.
+pub const MAX_LINE: usize = 256 << 10;
+
+/// How deep arrays and objects may nest in a request: none needs more
+/// than three levels.
+pub const MAX_DEPTH: usize = 32;
+
+/// The most bytes of a client's text (an operation's name, a path)
+/// quoted back in a reply or the log.
+pub const MAX_ECHO: usize = 200;
+
+/// The most bytes of a parse error's message, which quotes client text
+/// amid its own words.
+const MAX_DETAIL: usize = 512;
+
+/// `s` cut at `max` bytes on a character boundary, the cut marked with
+/// `…` and the original length, so that nothing a client sends is
+/// repeated whole into a reply or the log.
+pub fn clip(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…({} bytes)", &s[..end], s.len())
+}
+
+/// A path cut as [`clip`] cuts text (shown lossily: it is for reading).
+pub fn clip_path(p: &Path) -> PathBuf {
+    use std::os::unix::ffi::OsStrExt;
+    if p.as_os_str().len() <= MAX_ECHO {
+        return p.to_path_buf();
+    }
+    let shown = String::from_utf8_lossy(p.as_os_str().as_bytes());
+    PathBuf::from(clip(&shown, MAX_ECHO))
+}
 
 /// One parsed request.
 #[derive(Clone, Debug, PartialEq)]
@@ -354,72 +397,182 @@ pub enum BadRequest {
     /// Longer than [`MAX_LINE`].
     #[error("request longer than {MAX_LINE} bytes")]
     TooLong,
+    /// Arrays and objects nested deeper than [`MAX_DEPTH`].
+    #[error("malformed request: nested deeper than {MAX_DEPTH} levels")]
+    TooDeep,
 }
 
+/// The request's envelope, read first: its arguments are checked for
+/// JSON and skipped (nothing is built from them) until the operation
+/// says what they must be.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Wire {
-    v: Value,
+    v: Version,
     op: String,
-    #[serde(default)]
-    args: Option<Value>,
+    #[serde(default, rename = "args")]
+    _args: Option<IgnoredAny>,
     #[serde(default)]
     detach: bool,
+}
+
+/// The same line read again for the arguments, typed by the operation.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WireArgs<T> {
+    #[serde(rename = "v")]
+    _v: IgnoredAny,
+    #[serde(rename = "op")]
+    _op: IgnoredAny,
+    #[serde(default = "Option::default")]
+    args: Option<T>,
+    #[serde(default, rename = "detach")]
+    _detach: IgnoredAny,
+}
+
+/// Arguments of an operation that takes none: `{}` only.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NoArgs {}
+
+/// `v`: a whole number, or the request is malformed.
+struct Version(u64);
+
+impl<'de> Deserialize<'de> for Version {
+    fn deserialize<D: serde::Deserializer<'de>>(
+        d: D,
+    ) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = Version;
+            fn expecting(
+                &self,
+                f: &mut std::fmt::Formatter<'_>,
+            ) -> std::fmt::Result {
+                f.write_str("a protocol version number")
+            }
+            fn visit_u64<E: serde::de::Error>(
+                self,
+                v: u64,
+            ) -> Result<Version, E> {
+                Ok(Version(v))
+            }
+        }
+        d.deserialize_u64(V)
+    }
+}
+
+/// Whether arrays and objects in `line` nest deeper than [`MAX_DEPTH`]:
+/// one pass over the bytes, strings skipped, before the parser (whose
+/// own limit is deeper) sees them.
+fn too_deep(line: &[u8]) -> bool {
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for &b in line {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > MAX_DEPTH {
+                    return true;
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    false
 }
 
 impl Request {
     /// Parses one request line (without its newline).
     pub fn parse(line: &[u8]) -> Result<Request, BadRequest> {
-        if line.len() >= MAX_LINE {
-            return Err(BadRequest::TooLong);
-        }
-        let w: Wire = serde_json::from_slice(line)
-            .map_err(|e| BadRequest::Malformed(e.to_string()))?;
-        match w.v.as_u64() {
-            Some(v) if v == u64::from(VERSION) => {}
-            Some(got) => return Err(BadRequest::Version { got }),
-            None => {
-                return Err(BadRequest::Malformed(
-                    "\"v\" must be a protocol version number".into(),
-                ));
-            }
-        }
-        let op = w.op.as_str();
-        let args = w.args.unwrap_or(Value::Object(Default::default()));
-        fn typed<T: serde::de::DeserializeOwned>(
-            op: &str,
-            args: Value,
-        ) -> Result<T, BadRequest> {
-            serde_json::from_value(args).map_err(|e| BadRequest::Args {
-                op: op.into(),
-                why: e.to_string(),
-            })
-        }
-        let none = |args: &Value| -> Result<(), BadRequest> {
-            match args.as_object() {
-                Some(m) if m.is_empty() => Ok(()),
-                _ => Err(BadRequest::Args {
-                    op: op.into(),
-                    why: "takes no arguments".into(),
-                }),
-            }
-        };
-        let call = match op {
-            "version" => none(&args).map(|()| Call::Version)?,
-            "copy" => Call::Copy(typed(op, args)?),
-            "install" => Call::Install(typed(op, args)?),
-            "uninstall" => Call::Uninstall(typed(op, args)?),
-            "provision" => Call::Provision(typed(op, args)?),
-            "cache-list" => none(&args).map(|()| Call::CacheList)?,
-            "cache-gc" => Call::CacheGc(typed(op, args)?),
-            "jobs" => none(&args).map(|()| Call::Jobs)?,
-            "status" => Call::Status(typed(op, args)?),
-            "cancel" => Call::Cancel(typed(op, args)?),
-            _ => return Err(BadRequest::UnknownOp(w.op)),
-        };
+        let w = Request::envelope(line)?;
+        let call = Request::arguments(line, &w.op)?;
         Ok(Request {
             call,
             detach: w.detach,
+        })
+    }
+
+    /// The operation's name a line asks for (cut as [`clip`] cuts it),
+    /// its envelope checked but not its arguments: what the daemon
+    /// looks at before it spends anything on a caller that may ask for
+    /// nothing but `version`.
+    pub fn operation(line: &[u8]) -> Result<String, BadRequest> {
+        Request::envelope(line).map(|w| clip(&w.op, MAX_ECHO))
+    }
+
+    fn envelope(line: &[u8]) -> Result<Wire, BadRequest> {
+        if line.len() >= MAX_LINE {
+            return Err(BadRequest::TooLong);
+        }
+        if too_deep(line) {
+            return Err(BadRequest::TooDeep);
+        }
+        let w: Wire = serde_json::from_slice(line).map_err(|e| {
+            let e = e.to_string();
+            if e.starts_with("invalid type") && e.contains("protocol version") {
+                BadRequest::Malformed(
+                    "\"v\" must be a protocol version number".into(),
+                )
+            } else {
+                BadRequest::Malformed(clip(&e, MAX_DETAIL))
+            }
+        })?;
+        if w.v.0 != u64::from(VERSION) {
+            return Err(BadRequest::Version { got: w.v.0 });
+        }
+        Ok(w)
+    }
+
+    /// The arguments of `op`, read from the line again now that their
+    /// type is known.
+    fn arguments(line: &[u8], op: &str) -> Result<Call, BadRequest> {
+        fn typed<T: serde::de::DeserializeOwned>(
+            op: &str,
+            line: &[u8],
+        ) -> Result<T, BadRequest> {
+            let bad = |e: serde_json::Error| BadRequest::Args {
+                op: op.into(),
+                why: clip(&e.to_string(), MAX_DETAIL),
+            };
+            let w: WireArgs<T> = serde_json::from_slice(line).map_err(bad)?;
+            match w.args {
+                Some(a) => Ok(a),
+                // Missing arguments are `{}`: the fields' defaults, or
+                // the missing field named.
+                None => serde_json::from_slice(b"{}").map_err(bad),
+            }
+        }
+        let none = || -> Result<(), BadRequest> {
+            typed::<NoArgs>(op, line).map(|_| ()).map_err(|_| {
+                BadRequest::Args {
+                    op: op.into(),
+                    why: "takes no arguments".into(),
+                }
+            })
+        };
+        Ok(match op {
+            "version" => none().map(|()| Call::Version)?,
+            "copy" => Call::Copy(typed(op, line)?),
+            "install" => Call::Install(typed(op, line)?),
+            "uninstall" => Call::Uninstall(typed(op, line)?),
+            "provision" => Call::Provision(typed(op, line)?),
+            "cache-list" => none().map(|()| Call::CacheList)?,
+            "cache-gc" => Call::CacheGc(typed(op, line)?),
+            "jobs" => none().map(|()| Call::Jobs)?,
+            "status" => Call::Status(typed(op, line)?),
+            "cancel" => Call::Cancel(typed(op, line)?),
+            _ => return Err(BadRequest::UnknownOp(clip(op, MAX_ECHO))),
         })
     }
 
@@ -846,6 +999,92 @@ mod test {
         ));
         let long = vec![b' '; MAX_LINE];
         assert_eq!(Request::parse(&long).unwrap_err(), BadRequest::TooLong);
+    }
+
+    #[test]
+    fn hostile_lines_are_refused_early_and_echoed_short() {
+        let bad = |s: &[u8]| Request::parse(s).unwrap_err();
+        // A name of 100,000 bytes is quoted by its first 200 and its
+        // length.
+        let name = "é".repeat(50_000);
+        let line = format!(r#"{{"v":1,"op":"{name}"}}"#);
+        let e = bad(line.as_bytes()).to_string();
+        assert!(e.len() < 400, "{}", e.len());
+        assert!(e.contains("…(100000 bytes)"), "{e}");
+        // An unknown field of any size, in the envelope or the arguments.
+        let key = "k".repeat(100_000);
+        for line in [
+            format!(r#"{{"v":1,"{key}":0}}"#),
+            format!(r#"{{"v":1,"op":"copy","args":{{"{key}":0}}}}"#),
+        ] {
+            let e = bad(line.as_bytes()).to_string();
+            assert!(e.contains("unknown field"), "{e}");
+            assert!(e.len() < 700, "{}", e.len());
+        }
+        // Objects by the thousand: refused at the first, whichever way
+        // they come.
+        let objects = r#"{"a":0},"#.repeat(20_000);
+        let objects = objects.trim_end_matches(',');
+        for line in [
+            format!("{{{}}}", objects.replace(['{', '}'], "")),
+            format!(r#"{{"v":1,"op":"copy","args":[{objects}]}}"#),
+            format!(
+                r#"{{"v":1,"op":"copy","args":{{"src":"/a","dst":"/b","exclude":[{objects}]}}}}"#
+            ),
+            format!(r#"{{"args":[{objects}],"v":1,"op":"jobs"}}"#),
+        ] {
+            assert!(line.len() < MAX_LINE);
+            let e = bad(line.as_bytes());
+            assert!(
+                matches!(e, BadRequest::Malformed(_) | BadRequest::Args { .. }),
+                "{e}"
+            );
+        }
+        // Nesting.
+        let deep = format!(
+            r#"{{"v":1,"op":"copy","args":{{"src":"/a","dst":"/b","exclude":{}"x"{}}}}}"#,
+            "[".repeat(40),
+            "]".repeat(40)
+        );
+        assert_eq!(bad(deep.as_bytes()), BadRequest::TooDeep);
+        // Brackets inside strings are text.
+        let r = Request::parse(
+            br#"{"v":1,"op":"copy","args":{"src":"/[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\"{","dst":"/b"}}"#,
+        )
+        .unwrap();
+        assert!(matches!(r.call, Call::Copy(_)));
+        // Arguments before the operation, as a map's order may put them.
+        let r = Request::parse(
+            br#"{"args":{"job":3},"detach":true,"op":"status","v":1}"#,
+        )
+        .unwrap();
+        assert_eq!(r.call, Call::Status(JobRef { job: 3 }));
+        assert!(r.detach);
+        for (line, says) in [
+            (
+                r#"{"v":"1","op":"version"}"#,
+                "must be a protocol version number",
+            ),
+            (
+                r#"{"v":-1,"op":"version"}"#,
+                "must be a protocol version number",
+            ),
+            (r#"{"op":"version"}"#, "missing field `v`"),
+            (
+                r#"{"v":1,"op":"version","args":{"x":1}}"#,
+                "takes no arguments",
+            ),
+            (r#"{"v":1,"op":"copy"}"#, "missing field `src`"),
+        ] {
+            let e = bad(line.as_bytes()).to_string();
+            assert!(e.contains(says), "{line}: {e}");
+        }
+        assert!(
+            Request::parse(br#"{"v":1,"op":"version","args":null}"#).is_ok()
+        );
+        assert_eq!(clip("abc", 2), "ab…(3 bytes)");
+        assert_eq!(clip("aé", 2), "a…(3 bytes)");
+        assert_eq!(clip("abc", 3), "abc");
     }
 
     #[test]

@@ -18,6 +18,7 @@ use copier::Pool;
 use crate::auth;
 use crate::config::{Config, ConfigError};
 use crate::jobs::State;
+use crate::limits::Summary;
 use crate::ops;
 use crate::protocol::{
     BadRequest, Call, ErrorKind, MAX_LINE, Reply, Request, VERSION, WireError,
@@ -26,26 +27,76 @@ pub use crate::state::Options;
 use crate::state::{self, Daemon};
 use crate::sys::{self, Peer};
 
-/// One connection's place, given back when dropped.
+/// One connection's place, given back when dropped (root's take none).
 struct Place {
     d: Arc<Daemon>,
-    uid: u32,
+    slot: Option<u64>,
+}
+
+impl Place {
+    /// Marks the connection as waiting for its next request (it may then
+    /// be closed to make room for another caller), or not.
+    fn idle(&self, idle: bool) {
+        if let Some(id) = self.slot {
+            let mut c =
+                self.d.connections.lock().unwrap_or_else(|p| p.into_inner());
+            c.set_idle(id, idle);
+        }
+    }
 }
 
 impl Drop for Place {
     fn drop(&mut self) {
-        if self.uid == 0 {
-            return;
+        if let Some(id) = self.slot {
+            let mut c =
+                self.d.connections.lock().unwrap_or_else(|p| p.into_inner());
+            c.remove(id);
         }
-        let mut c =
-            self.d.connections.lock().unwrap_or_else(|p| p.into_inner());
-        c.others = c.others.saturating_sub(1);
-        if let Some(n) = c.by_uid.get_mut(&self.uid) {
-            *n -= 1;
-            if *n == 0 {
-                c.by_uid.remove(&self.uid);
-            }
-        }
+    }
+}
+
+/// Logs a refusal of `uid` through `line` unless the uid has had its
+/// share of lines in this window ([`Config::refusal_log_burst`]); a
+/// window of its that ended with refusals unlogged is summed up first.
+fn log_refusal(
+    d: &Daemon,
+    config: &Config,
+    uid: u32,
+    line: impl FnOnce(&Logger),
+) {
+    let (log, ended) = d
+        .refusals
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .refused(
+            uid,
+            Instant::now(),
+            config.refusal_log_burst,
+            config.refusal_log_window,
+        );
+    if let Some(s) = ended {
+        log_summary(&d.log, s);
+    }
+    if log {
+        line(&d.log);
+    }
+}
+
+fn log_summary(log: &Logger, s: Summary) {
+    warn!(log, "… and {} more refusals from uid {} in the last {} s", s.count, s.uid, s.secs;
+          "uid" => s.uid, "count" => s.count, "window_secs" => s.secs);
+}
+
+/// Sums up the refusal windows that ended (from the accept loop, so that
+/// a flood that stopped is still told).
+fn refusal_tick(d: &Daemon) {
+    let mut r = d.refusals.lock().unwrap_or_else(|p| p.into_inner());
+    if r.is_empty() {
+        return;
+    }
+    let window = d.config().refusal_log_window;
+    for s in r.tick(Instant::now(), window) {
+        log_summary(&d.log, s);
     }
 }
 
@@ -121,6 +172,7 @@ pub fn run(opts: Options, log: Logger) -> Result<(), ServeError> {
         if hup.swap(false, Ordering::Relaxed) {
             d.reload();
         }
+        refusal_tick(&d);
         match listener.accept() {
             Ok((stream, _)) => accept(&d, stream),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -208,10 +260,12 @@ fn bind(config: &Config) -> Result<UnixListener, ServeError> {
 }
 
 /// Takes a connection: served on its own thread, or told the daemon is
-/// busy. Root is never refused; another caller is when `max_connections`
-/// of callers other than root are being served, or when its uid holds
-/// `max_connections_per_uid` already, so that no user can keep the
-/// others (or root) out.
+/// busy. Root is never refused; another caller is when its uid holds
+/// `max_connections_per_uid` already, or when `max_connections` of
+/// callers other than root are being served and no uid holds more than
+/// it (else the largest holder's oldest idle connection is closed to make
+/// room), so that no user, nor a few together, can keep the others (or
+/// root) out.
 fn accept(d: &Arc<Daemon>, stream: UnixStream) {
     let config = d.config();
     let _blocking = stream.set_nonblocking(false);
@@ -226,12 +280,20 @@ fn accept(d: &Arc<Daemon>, stream: UnixStream) {
             return;
         }
     };
+    let mut made_room = None;
+    let mut slot = None;
     let busy = {
         let mut c = d.connections.lock().unwrap_or_else(|p| p.into_inner());
-        let mine = c.by_uid.get(&peer.uid).copied().unwrap_or(0);
-        if peer.uid == 0 {
+        let mine = c.held_by(peer.uid);
+        let refused = if peer.uid == 0 {
             None
-        } else if c.others >= config.max_connections {
+        } else if c.len() >= config.max_connections
+            && mine < config.max_connections_per_uid
+            && let Some(victim) = c.make_room(peer.uid, &evicted_line())
+        {
+            made_room = Some(victim);
+            None
+        } else if c.len() >= config.max_connections {
             Some(format!(
                 "zinstalld: busy: {} connections are being served \
                  (max_connections); try again",
@@ -244,13 +306,38 @@ fn accept(d: &Arc<Daemon>, stream: UnixStream) {
                 peer.uid
             ))
         } else {
-            c.others += 1;
-            *c.by_uid.entry(peer.uid).or_default() += 1;
             None
-        }
+        };
+        refused.or_else(|| {
+            if peer.uid == 0 {
+                return None;
+            }
+            // The accept loop's handle on the connection, to close it
+            // should its place be needed while it idles.
+            match stream.try_clone() {
+                Ok(handle) => {
+                    slot = Some(c.add(peer.uid, handle));
+                    None
+                }
+                Err(e) => Some(format!("zinstalld: busy: {e}; try again")),
+            }
+        })
     };
+    if let Some(victim) = made_room {
+        log_refusal(
+            d,
+            &config,
+            victim,
+            |log| info!(log, "connection closed to make room"; "uid" => victim, "for_uid" => peer.uid),
+        );
+    }
     if let Some(why) = busy {
-        info!(d.log, "busy"; "uid" => peer.uid, "pid" => peer.pid, "why" => &why);
+        log_refusal(
+            d,
+            &config,
+            peer.uid,
+            |log| info!(log, "busy"; "uid" => peer.uid, "pid" => peer.pid, "why" => &why),
+        );
         let mut s = stream;
         let _told = writeln!(
             s,
@@ -261,14 +348,14 @@ fn accept(d: &Arc<Daemon>, stream: UnixStream) {
     }
     let place = Place {
         d: Arc::clone(d),
-        uid: peer.uid,
+        slot,
     };
     let d2 = Arc::clone(d);
     let spawned = thread::Builder::new()
         .name("conn".into())
         .stack_size(256 << 10)
         .spawn(move || {
-            serve(&d2, stream, &peer);
+            serve(&d2, stream, &peer, &place);
             drop(place);
         });
     if let Err(e) = spawned {
@@ -324,8 +411,18 @@ fn send(w: &mut UnixStream, reply: &Reply) -> io::Result<()> {
     w.write_all(line.as_bytes())
 }
 
+/// What a connection closed to make room for another caller is told.
+fn evicted_line() -> String {
+    Reply::error(WireError::new(
+        ErrorKind::Busy,
+        "zinstalld: busy: this idle connection was closed to make room \
+         for a caller holding fewer (max_connections); try again",
+    ))
+    .to_line()
+}
+
 /// Serves one connection's requests in turn.
-fn serve(d: &Arc<Daemon>, stream: UnixStream, peer: &Peer) {
+fn serve(d: &Arc<Daemon>, stream: UnixStream, peer: &Peer, place: &Place) {
     let peer = peer.clone();
     let Ok(mut out) = stream.try_clone() else {
         return;
@@ -335,8 +432,14 @@ fn serve(d: &Arc<Daemon>, stream: UnixStream, peer: &Peer) {
         if d.stopping.load(Ordering::Relaxed) {
             return;
         }
-        let deadline = Instant::now() + d.config().io_timeout;
-        let line = match read_request(&mut input, deadline) {
+        // One snapshot of the configuration for everything this request
+        // is checked against: a reload in between cannot mix two.
+        let config = d.config();
+        place.idle(true);
+        let deadline = Instant::now() + config.io_timeout;
+        let line = read_request(&mut input, deadline);
+        place.idle(false);
+        let line = match line {
             Ok(None) => return,
             Ok(Some(l)) => l,
             Err(e) => {
@@ -351,7 +454,7 @@ fn serve(d: &Arc<Daemon>, stream: UnixStream, peer: &Peer) {
                             format!(
                                 "zinstalld: no whole request within {} s; \
                                  connection closed",
-                                d.config().io_timeout.as_secs()
+                                config.io_timeout.as_secs()
                             ),
                         )),
                     );
@@ -359,13 +462,46 @@ fn serve(d: &Arc<Daemon>, stream: UnixStream, peer: &Peer) {
                 return;
             }
         };
-        let request = line.and_then(|l| Request::parse(&l));
+        // A caller without a grant is served `version` alone: for
+        // anything else only the operation's name is read, the
+        // arguments never are.
+        let granted = auth::has_grant(&config, &peer);
+        let request = line.and_then(|l| {
+            if !granted {
+                let op = Request::operation(&l)?;
+                if op != "version" {
+                    return Ok(Err(op));
+                }
+            }
+            Request::parse(&l).map(Ok)
+        });
         let request = match request {
-            Ok(r) => r,
+            Ok(Ok(r)) => r,
+            Ok(Err(op)) => {
+                let why = format!(
+                    "uid {} has no grant: only version is served to it; \
+                     connection closed",
+                    peer.uid
+                );
+                log_refusal(d, &config, peer.uid, |log| {
+                    warn!(log, "refused"; "uid" => peer.uid, "gid" => peer.gid, "pid" => peer.pid,
+                          "op" => &op, "why" => &why)
+                });
+                let _told = send(
+                    &mut out,
+                    &Reply::error(WireError::new(
+                        ErrorKind::Denied,
+                        format!("zinstalld: {why}"),
+                    )),
+                );
+                return;
+            }
             Err(e) => {
                 let too_long = e == BadRequest::TooLong;
-                warn!(d.log, "bad request"; "uid" => peer.uid, "gid" => peer.gid,
-                      "pid" => peer.pid, "error" => %e);
+                log_refusal(d, &config, peer.uid, |log| {
+                    warn!(log, "bad request"; "uid" => peer.uid, "gid" => peer.gid,
+                          "pid" => peer.pid, "error" => %e)
+                });
                 let sent = send(
                     &mut out,
                     &Reply::error(WireError::new(
@@ -374,8 +510,9 @@ fn serve(d: &Arc<Daemon>, stream: UnixStream, peer: &Peer) {
                     )),
                 );
                 // The rest of an overlong line cannot be told from the
-                // next request.
-                if too_long || sent.is_err() {
+                // next request; a caller without a grant gets one
+                // refusal.
+                if too_long || !granted || sent.is_err() {
                     return;
                 }
                 continue;
@@ -384,7 +521,7 @@ fn serve(d: &Arc<Daemon>, stream: UnixStream, peer: &Peer) {
         if let Some(p) = request.call.unclean_path() {
             let why = format!(
                 "zinstalld: {}",
-                auth::Refusal::UncleanPath(p.to_path_buf())
+                auth::Refusal::UncleanPath(p.to_path_buf()).clipped()
             );
             if send(
                 &mut out,
@@ -396,12 +533,12 @@ fn serve(d: &Arc<Daemon>, stream: UnixStream, peer: &Peer) {
             }
             continue;
         }
-        // One snapshot of the configuration decides the whole request: a
-        // reload meanwhile changes only the requests after it.
-        let config = d.config();
         if let Err(why) = auth::authorize(&config, &peer, &request.call) {
-            warn!(d.log, "refused"; "uid" => peer.uid, "gid" => peer.gid, "pid" => peer.pid,
-                  "op" => request.call.name(), "why" => why.to_string());
+            let why = why.clipped();
+            log_refusal(d, &config, peer.uid, |log| {
+                warn!(log, "refused"; "uid" => peer.uid, "gid" => peer.gid, "pid" => peer.pid,
+                      "op" => request.call.name(), "why" => why.to_string())
+            });
             let why = format!("zinstalld: {why}");
             if send(
                 &mut out,
@@ -499,7 +636,12 @@ fn run_job(
     let ticket = match d.queue.admit(peer.uid, config.max_jobs_per_uid) {
         Ok(t) => t,
         Err(full) => {
-            info!(d.log, "busy"; "uid" => peer.uid, "pid" => peer.pid, "jobs" => full.held);
+            log_refusal(
+                d,
+                config,
+                peer.uid,
+                |log| info!(log, "busy"; "uid" => peer.uid, "pid" => peer.pid, "jobs" => full.held),
+            );
             let why = format!(
                 "zinstalld: busy: uid {} has {} jobs running or queued \
                  (max_jobs_per_uid); wait for one to end",

@@ -2,7 +2,6 @@
 //! connections and the jobs: the configuration in force, the worker
 //! budget, the jobs, the connections counted against their limits.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
@@ -31,11 +30,7 @@ pub struct Options {
 
 /// Connections being served: those of callers other than root, in all
 /// and by uid (root's are not counted: never refused).
-#[derive(Default)]
-pub(crate) struct Connections {
-    pub(crate) others: usize,
-    pub(crate) by_uid: HashMap<u32, usize>,
-}
+pub(crate) type Connections = crate::limits::Slots;
 
 /// The running service's state, shared by its threads.
 pub(crate) struct Daemon {
@@ -46,6 +41,8 @@ pub(crate) struct Daemon {
     pub(crate) jobs: Jobs,
     pub(crate) log: Logger,
     pub(crate) connections: Mutex<Connections>,
+    /// Refusals logged and counted per uid.
+    pub(crate) refusals: Mutex<crate::limits::RefusalLog>,
     /// Connections following a job, until its last reply is sent.
     pub(crate) following: AtomicUsize,
     /// Set once the service stops accepting: jobs started after it are
@@ -76,6 +73,7 @@ impl Daemon {
             pool,
             log,
             connections: Mutex::new(Connections::default()),
+            refusals: Mutex::new(crate::limits::RefusalLog::new()),
             following: AtomicUsize::new(0),
             stopping: AtomicBool::new(false),
             queue: Arc::new(Queue::new(move |job, took| {

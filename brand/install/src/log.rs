@@ -6,10 +6,19 @@
 //! `panic = "abort"` that would kill the process between two steps. The
 //! drain here reports the first failure once, naming the file, and then
 //! drops records.
+//!
+//! Root appends to the log by a path a profile or a caller named, so the
+//! file is opened only where nobody else could have decided what is
+//! there ([`open_file`]): its directory reached as a zonepath is
+//! ([`copier::trusted::open_dir`]) and writable by nobody else unless it
+//! is sticky and root's; the file itself never through a symlink, and
+//! only a regular file of root's or the directory owner's, with one link
+//! (or a character device of root's, such as `/dev/null`).
 
 use std::fmt;
-use std::fs::OpenOptions;
-use std::io::BufWriter;
+use std::fs::{File, OpenOptions};
+use std::io::{self, BufWriter};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::panic::{RefUnwindSafe, UnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -57,9 +66,162 @@ where
     }
 }
 
-/// A JSON-lines logger appending to `path`, or, if it cannot be opened
-/// (not root, no such directory), a logger that drops records, with the
-/// reason to tell the user. If writing fails later, `report` hears of it
+/// Why an install log was not opened: the path, and what was refused or
+/// failed.
+#[derive(Debug, thiserror::Error)]
+pub enum LogError {
+    /// The path names no file in a directory.
+    #[error("{}: not a file's path", path.display())]
+    NotAFile {
+        /// The log's path.
+        path: PathBuf,
+    },
+    /// Its directory could not be made or opened, or another user could
+    /// change what is in it on the way there.
+    #[error("directory {}: {source}", dir.display())]
+    Directory {
+        /// The directory.
+        dir: PathBuf,
+        /// What the walk to it refused or met.
+        source: Box<copier::Error>,
+    },
+    /// Another user may add, rename or remove entries in its directory.
+    #[error("directory {} is {why}, so another user could plant the log", dir.display())]
+    OpenDirectory {
+        /// The directory.
+        dir: PathBuf,
+        /// Who may write it.
+        why: String,
+    },
+    /// A symlink is at the log's path.
+    #[error("{} is a symlink, which is never followed for a log", path.display())]
+    Symlink {
+        /// The log's path.
+        path: PathBuf,
+    },
+    /// Something other than a regular file of root's (or the directory
+    /// owner's) with one link is there.
+    #[error("{} {why}", path.display())]
+    NotOurs {
+        /// The log's path.
+        path: PathBuf,
+        /// What it is.
+        why: String,
+    },
+    /// A system call failed.
+    #[error("{}: {op}: {source}", path.display())]
+    Io {
+        /// The log's path.
+        path: PathBuf,
+        /// What was being done.
+        op: &'static str,
+        /// Why it failed.
+        source: io::Error,
+    },
+}
+
+/// Opens the install log `path` for appending
+/// (`O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC`, mode 0640 when made):
+/// its directory is made (0755) when missing and checked as a zonepath
+/// is, so that a link or file another user planted is never written
+/// through.
+pub fn open_file(path: &Path) -> Result<File, LogError> {
+    let io_err = |op: &'static str| {
+        move |source: io::Error| LogError::Io {
+            path: path.to_path_buf(),
+            op,
+            source,
+        }
+    };
+    let path = &std::path::absolute(path).map_err(io_err("resolve"))?;
+    let (Some(dir), Some(_)) = (path.parent(), path.file_name()) else {
+        return Err(LogError::NotAFile { path: path.clone() });
+    };
+    // Every directory on the way is root's or ours alone (or sticky and
+    // holding only root's entries), so the path leads where it did when
+    // checked.
+    let _dir =
+        copier::trusted::open_dir(dir, Some(0o755)).map_err(|source| {
+            LogError::Directory {
+                dir: dir.to_path_buf(),
+                source: Box::new(source),
+            }
+        })?;
+    let dir_md = std::fs::metadata(dir).map_err(|source| LogError::Io {
+        path: dir.to_path_buf(),
+        op: "stat",
+        source,
+    })?;
+    let sticky_root = dir_md.mode() & 0o1000 != 0 && dir_md.uid() == 0;
+    let open_to = if dir_md.mode() & 0o002 != 0 {
+        Some("writable by everyone".to_string())
+    } else if dir_md.mode() & 0o020 != 0 && dir_md.gid() != 0 {
+        Some(format!("writable by group {}", dir_md.gid()))
+    } else {
+        None
+    };
+    if let Some(why) = open_to.filter(|_| !sticky_root) {
+        return Err(LogError::OpenDirectory {
+            dir: dir.to_path_buf(),
+            why,
+        });
+    }
+    let flags = libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NOCTTY;
+    let nofollow = |e: io::Error| {
+        if e.raw_os_error() == Some(libc::ELOOP) {
+            LogError::Symlink { path: path.clone() }
+        } else {
+            io_err("open")(e)
+        }
+    };
+    // Made here, it is ours; found, it must be root's or the directory
+    // owner's (who could replace it anyway). Not blocking, so that a
+    // FIFO planted there cannot hold the install.
+    let (file, made) = match OpenOptions::new()
+        .append(true)
+        .create_new(true)
+        .mode(0o640)
+        .custom_flags(flags)
+        .open(path)
+    {
+        Ok(f) => (f, true),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            let f = OpenOptions::new()
+                .append(true)
+                .custom_flags(flags | libc::O_NONBLOCK)
+                .open(path)
+                .map_err(nofollow)?;
+            (f, false)
+        }
+        Err(e) => return Err(nofollow(e)),
+    };
+    let md = file.metadata().map_err(io_err("stat"))?;
+    let not_ours = |why: String| LogError::NotOurs {
+        path: path.clone(),
+        why,
+    };
+    // A device of root's (`/dev/null`, `/dev/full`) is the
+    // administrator's choice; anything else must be a file.
+    use std::os::unix::fs::FileTypeExt;
+    let device = md.file_type().is_char_device() && md.uid() == 0;
+    if !md.file_type().is_file() && !device {
+        return Err(not_ours("is not a regular file".into()));
+    }
+    if !made && md.uid() != 0 && md.uid() != dir_md.uid() {
+        return Err(not_ours(format!("is owned by uid {}", md.uid())));
+    }
+    if md.nlink() != 1 {
+        return Err(not_ours(format!(
+            "has {} hard links, so it may be another file too",
+            md.nlink()
+        )));
+    }
+    Ok(file)
+}
+
+/// A JSON-lines logger appending to `path` ([`open_file`]), or, if it
+/// cannot be opened (not root, a symlink or an unsafe directory there), a
+/// logger that drops records, with the reason to tell the user. If writing fails later, `report` hears of it
 /// once (naming the file) and the install goes on.
 pub fn open(
     path: &Path,
@@ -74,7 +236,7 @@ fn open_reporting(
     argv: &[String],
     report: Report,
 ) -> (Logger, Option<String>) {
-    match OpenOptions::new().create(true).append(true).open(path) {
+    match open_file(path) {
         Ok(f) => {
             // Buffered and flushed per record: each record goes out in
             // one write, so appends from several processes do not
@@ -135,6 +297,48 @@ mod test {
         assert_eq!(seen.len(), 1, "{seen:?}");
         assert!(seen[0].starts_with("log /dev/full: "), "{}", seen[0]);
         assert!(seen[0].contains("No space left on device"), "{}", seen[0]);
+    }
+
+    /// A symlink at the log's path is refused, naming it; its target is
+    /// untouched, and so is a file planted in a directory others write.
+    #[test]
+    fn a_planted_log_is_never_written_through() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = tempfile::tempdir().unwrap();
+        let target = d.path().join("target");
+        std::fs::write(&target, "keep").unwrap();
+        let link = d.path().join("install.log");
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        let (report, _) = collecting();
+        let (_log, warning) = open_reporting(&link, &[], report);
+        let w = warning.unwrap();
+        assert!(w.contains("is a symlink, which is never followed"), "{w}");
+        assert!(w.contains(&link.display().to_string()), "{w}");
+        assert_eq!(std::fs::read(&target).unwrap(), b"keep");
+        // A missing directory is made; one open to everyone (not sticky)
+        // is refused.
+        let made = d.path().join("logs/install.log");
+        assert!(open_file(&made).is_ok());
+        let open = d.path().join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777))
+            .unwrap();
+        let e = open_file(&open.join("install.log")).unwrap_err();
+        assert!(e.to_string().contains("writable by everyone"), "{e}");
+        // A FIFO is not a log, and does not hold the caller.
+        let fifo = d.path().join("fifo");
+        assert!(
+            std::process::Command::new("mkfifo")
+                .arg(&fifo)
+                .status()
+                .unwrap()
+                .success()
+        );
+        let e = open_file(&fifo).unwrap_err();
+        assert!(
+            matches!(e, LogError::Io { .. } | LogError::NotOurs { .. }),
+            "{e}"
+        );
     }
 
     /// A writable log gets one JSON line per record.

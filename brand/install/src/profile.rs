@@ -18,8 +18,10 @@ pub const LINUX: &str =
 /// The system's profile.
 pub const DEFAULT_PATH: &str = "/etc/zinstall/profile.toml";
 
-/// The install log, unless the profile names another.
-pub const DEFAULT_LOG: &str = "/var/log/zinstall.log";
+/// The install log, unless the profile names another: in a directory of
+/// root's alone (made when missing), so that nobody else can plant a
+/// link or a file where root appends.
+pub const DEFAULT_LOG: &str = "/var/log/zinstall/install.log";
 
 /// How the built-in default profile is named in messages.
 pub const BUILT_IN: &str = "(built-in default profile)";
