@@ -701,6 +701,54 @@ fn an_unreadable_directory_is_named_once() {
     );
 }
 
+/// Run by a user other than root, a copy of a setuid-root and a
+/// setgid-root file is that user's, without the set-id bits (as `cp -a`
+/// by that user ends), said once; the user's own setuid file keeps its
+/// bit.
+#[test]
+fn a_user_copy_drops_set_id_bits_of_owners_it_cannot_keep() {
+    if !zinstall_testkit::require_root() {
+        return;
+    }
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let d = Tmp::new();
+    fs::set_permissions(d.path(), fs::Permissions::from_mode(0o777)).unwrap();
+    let src = d.path().join("src");
+    fs::create_dir(&src).unwrap();
+    for (name, mode) in [("suid", 0o4755), ("sgid", 0o2755), ("mine", 0o4755)] {
+        fs::write(src.join(name), "#!/bin/sh\n").unwrap();
+        if name == "mine" {
+            // Before the mode: chown clears set-id bits.
+            std::os::unix::fs::chown(src.join(name), Some(65534), Some(65534))
+                .unwrap();
+        }
+        fs::set_permissions(src.join(name), fs::Permissions::from_mode(mode))
+            .unwrap();
+    }
+    let dst = d.path().join("dst");
+    let o = zinstall_testkit::tool("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(env!("CARGO_BIN_EXE_zinstall"))
+        .env("ZINSTALL_DEFAULTS", "/dev/null")
+        .arg("copy")
+        .arg(&src)
+        .arg(&dst)
+        .output()
+        .unwrap();
+    let (_, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    let mode = |n: &str| fs::metadata(dst.join(n)).unwrap().mode() & 0o7777;
+    assert_eq!(mode("suid"), 0o755, "{err}");
+    assert_eq!(mode("sgid"), 0o755, "{err}");
+    assert_eq!(mode("mine"), 0o4755, "{err}");
+    assert_eq!(fs::metadata(dst.join("suid")).unwrap().uid(), 65534);
+    assert_eq!(
+        err.matches("setuid/setgid bits not kept").count(),
+        1,
+        "{err}"
+    );
+}
+
 /// `zinstall ARGS` run on a terminal (`script` gives it one); what the
 /// terminal received.
 fn on_a_terminal(args: &[&std::ffi::OsStr]) -> String {

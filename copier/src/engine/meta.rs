@@ -101,13 +101,15 @@ pub(crate) fn apply_dir(
     at::futimens(dst, &md.times).map_err(|e| Error::io(Op::SetTimes, &d.dst, e))
 }
 
-/// The mode to give an entry: the source's, but in a run acting as a
-/// caller without the setuid (setgid) bit of an owner (group) the copy
-/// does not keep, as `cp -a` run by the caller clears them: a set-id bit
-/// means "run as this owner", and the owner here is the caller.
+/// The mode to give an entry: the source's, but without the setuid
+/// (setgid) bit of an owner (group) the copy does not keep — in a run
+/// acting as a caller, one not running as root, or one told not to keep
+/// owners — as `cp -a` clears them when it cannot keep the owner: a
+/// set-id bit means "run as this owner", and the owner here is the
+/// caller.
 fn mode(shared: &Shared<'_>, md: &Stat, path: &Path) -> u32 {
     let mode = md.mode & 0o7777;
-    let Some(who) = &shared.plan.credentials else {
+    let Some(who) = &shared.owner else {
         return mode;
     };
     let mut kept = mode;

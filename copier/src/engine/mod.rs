@@ -169,6 +169,9 @@ pub(crate) struct Shared<'p> {
     pub(crate) no_copy_range: AtomicBool,
     pub(crate) preserve_owner: bool,
     pub(crate) is_root: bool,
+    /// Whom the copies belong to when their owners are not kept (the
+    /// run's caller, or this process); `None` when they are.
+    pub(crate) owner: Option<crate::pool::Credentials>,
     pub(crate) clock: Clock,
     temp_seq: AtomicU64,
 }
@@ -177,6 +180,16 @@ impl<'p> Shared<'p> {
     fn new(plan: &'p Plan) -> Self {
         // A run acting as someone else has none of root's privileges.
         let is_root = sys::posix::euid() == 0 && plan.credentials.is_none();
+        let preserve_owner = plan.preserve_owner.unwrap_or(is_root);
+        let owner = match &plan.credentials {
+            Some(c) => Some(c.clone()),
+            None if preserve_owner && is_root => None,
+            None => Some(crate::pool::Credentials {
+                uid: sys::posix::euid(),
+                gid: sys::posix::egid(),
+                groups: sys::posix::groups(),
+            }),
+        };
         Shared {
             plan,
             quit: AtomicBool::new(false),
@@ -185,8 +198,9 @@ impl<'p> Shared<'p> {
             inodes: inodes::InodeMap::default(),
             no_clone: AtomicBool::new(false),
             no_copy_range: AtomicBool::new(false),
-            preserve_owner: plan.preserve_owner.unwrap_or(is_root),
+            preserve_owner,
             is_root,
+            owner,
             clock: Clock::new(),
             temp_seq: AtomicU64::new(0),
         }

@@ -187,6 +187,16 @@ pub(crate) fn egid() -> u32 {
     unsafe { libc::getegid() }
 }
 
+/// The supplementary groups of this thread (empty if they cannot be
+/// read).
+pub(crate) fn groups() -> Vec<u32> {
+    let mut g = vec![0 as libc::gid_t; 65536];
+    // SAFETY: the buffer holds as many gids as its length says.
+    let n = unsafe { libc::getgroups(g.len() as libc::c_int, g.as_mut_ptr()) };
+    g.truncate(usize::try_from(n).unwrap_or(0));
+    g
+}
+
 /// A directory file descriptor with the `*at` calls the unpacker uses.
 /// Names passed in are single path components: the caller has checked
 /// them, and the kernel never sees a `/` from an archive here.
