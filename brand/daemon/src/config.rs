@@ -18,9 +18,9 @@
 //!
 //! A grant gives the users and groups it names the operations it lists
 //! on paths under its prefixes. Only `copy` of the jobs can be granted:
-//! a granted copy runs as the caller (see
-//! [`copier::Credentials`]), so the daemon reads and writes only what the
-//! caller could. Installs, uninstalls, provisions and cache collection act
+//! a granted copy runs in a process that is the caller (see
+//! [`crate::process`]), so it reads and writes only what the caller
+//! could. Installs, uninstalls, provisions and cache collection act
 //! on zone roots and the shared cache as root, and stay root's.
 
 use std::collections::BTreeSet;

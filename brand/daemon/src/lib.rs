@@ -3,8 +3,11 @@
 //! one log.
 //!
 //! * [`server::run`]: the service (the `zinstalld` binary is a thin
-//!   wrapper): its socket, the accept loop, a thread per connection and
-//!   per job, and one [`copier::Pool`] all jobs' workers come from.
+//!   wrapper): its socket, the accept loop, a thread per connection, the
+//!   job lanes (`queue`), and one [`copier::Pool`] root's jobs' workers
+//!   come from.
+//! * [`process`]: a caller's granted copy, in a process that is the
+//!   caller.
 //! * [`protocol`]: the versioned JSON-lines protocol ([`protocol::Request`],
 //!   [`protocol::Reply`]).
 //! * [`client::Client`]: what `zinstall --daemon` uses.

@@ -31,6 +31,12 @@ struct Pending {
 #[derive(Default)]
 struct Lane {
     running: usize,
+    /// Jobs running, by uid.
+    running_by_uid: HashMap<u32, usize>,
+    /// When each uid with jobs here last had one started (a count of
+    /// starts), so that the uid served longest ago goes first.
+    last_start: HashMap<u32, u64>,
+    starts: u64,
     /// Queued jobs by uid (root's lane has only uid 0's).
     queues: BTreeMap<u32, VecDeque<Pending>>,
     /// The uids with queued jobs, in the order they are served.
@@ -38,9 +44,19 @@ struct Lane {
 }
 
 impl Lane {
-    /// The next job: the front of the queue of the uid whose turn it is.
+    /// The next job, counted as running: the front of the queue of the
+    /// uid with the fewest jobs running and, among those, the one served
+    /// longest ago (a uid just arrived first of all; then in turn), so
+    /// that a user with many jobs delays another by at most one.
     fn next(&mut self) -> Option<Pending> {
-        let uid = self.turn.pop_front()?;
+        let at = (0..self.turn.len()).min_by_key(|i| {
+            let uid = self.turn[*i];
+            (
+                self.running_by_uid.get(&uid).copied().unwrap_or(0),
+                self.last_start.get(&uid).copied().unwrap_or(0),
+            )
+        })?;
+        let uid = self.turn.remove(at)?;
         let q = self.queues.get_mut(&uid)?;
         let p = q.pop_front();
         if q.is_empty() {
@@ -48,7 +64,28 @@ impl Lane {
         } else {
             self.turn.push_back(uid);
         }
+        if p.is_some() {
+            self.running += 1;
+            *self.running_by_uid.entry(uid).or_default() += 1;
+            self.starts += 1;
+            self.last_start.insert(uid, self.starts);
+        }
         p
+    }
+
+    /// A running job of `uid` ended.
+    fn ended(&mut self, uid: u32) {
+        self.running -= 1;
+        if let Some(n) = self.running_by_uid.get_mut(&uid) {
+            *n -= 1;
+            if *n == 0 {
+                self.running_by_uid.remove(&uid);
+                // Nothing of this uid's left: it is forgotten.
+                if !self.queues.contains_key(&uid) {
+                    self.last_start.remove(&uid);
+                }
+            }
+        }
     }
 
     fn push(&mut self, uid: u32, p: Pending) {
@@ -218,7 +255,6 @@ impl Queue {
             let Some(first) = lane.next() else {
                 return;
             };
-            lane.running += 1;
             let q = Arc::clone(self);
             let id = first.job.id;
             // Shared with the thread so that a thread that cannot start
@@ -240,8 +276,8 @@ impl Queue {
                 }
                 Err(e) => {
                     // No thread: the job ends here, and its place with it.
-                    g.lane(uid).running -= 1;
                     if let Some(p) = take(&pending) {
+                        g.lane(uid).ended(p.job.owner);
                         g.release(p.job.owner);
                         p.job.finish(Err(WireError::new(
                             ErrorKind::Internal,
@@ -275,12 +311,15 @@ impl Queue {
                 f(&job, started.elapsed());
             }
             let mut g = self.lock();
-            let closed = g.closed;
+            // Closed, or fewer places since a reload: this thread ends.
+            let (closed, max) = (g.closed, g.max_running);
             let lane = if root { &mut g.root } else { &mut g.others };
-            next = if closed { None } else { lane.next() };
-            if next.is_none() {
-                lane.running -= 1;
-            }
+            lane.ended(job.owner);
+            next = if closed || lane.running >= max {
+                None
+            } else {
+                lane.next()
+            };
         }
     }
 
@@ -329,4 +368,102 @@ fn cancelled_queued() -> WireError {
 
 fn take(p: &Mutex<Option<Pending>>) -> Option<Pending> {
     p.lock().unwrap_or_else(|p| p.into_inner()).take()
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+    use crate::jobs::Jobs;
+    use std::time::Duration;
+
+    /// Runs `jobs` (uid, name) through one place: the order they ran in.
+    fn order(
+        submits: &[(u32, &'static str)],
+        places: usize,
+    ) -> Vec<&'static str> {
+        let q = Arc::new(Queue::default());
+        let table = Jobs::new(100);
+        let ran = Arc::new(Mutex::new(Vec::new()));
+        let mut all = Vec::new();
+        for (uid, name) in submits {
+            let t = q.admit(*uid, 100).unwrap();
+            let job = table.add("copy", (*name).into(), *uid, 1);
+            let ran = Arc::clone(&ran);
+            let name = *name;
+            q.submit(
+                t,
+                Arc::clone(&job),
+                places,
+                Box::new(move |_| {
+                    ran.lock().unwrap().push(name);
+                    std::thread::sleep(Duration::from_millis(30));
+                    Ok(serde_json::Value::Null)
+                }),
+            );
+            all.push(job);
+        }
+        while all.iter().any(|j| !j.state().finished()) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        q.close();
+        Arc::try_unwrap(ran).unwrap().into_inner().unwrap()
+    }
+
+    #[test]
+    fn a_uid_with_many_jobs_delays_another_by_one_at_most() {
+        let ran =
+            order(&[(7, "a1"), (7, "a2"), (7, "a3"), (8, "b1"), (9, "c1")], 1);
+        assert_eq!(ran, ["a1", "b1", "c1", "a2", "a3"]);
+    }
+
+    #[test]
+    fn roots_jobs_have_a_lane_of_their_own() {
+        // One place per lane: root's job runs beside the users', not
+        // after them.
+        let ran = order(&[(7, "a1"), (7, "a2"), (0, "r1")], 1);
+        assert_eq!(ran, ["a1", "r1", "a2"]);
+    }
+
+    #[test]
+    fn shares_are_counted_and_given_back() {
+        let q = Arc::new(Queue::default());
+        let held: Vec<Ticket> =
+            (0..3).map(|_| q.admit(7, 3).unwrap()).collect();
+        assert_eq!(q.admit(7, 3).err(), Some(Full { held: 3 }));
+        assert!(q.admit(8, 3).is_ok(), "another uid has its own share");
+        assert!(q.admit(0, 3).is_ok(), "root is not counted");
+        drop(held);
+        assert!(q.admit(7, 3).is_ok());
+    }
+
+    #[test]
+    fn a_queued_job_cancelled_ends_at_once() {
+        let q = Arc::new(Queue::default());
+        let table = Jobs::new(100);
+        let gate = Arc::new(std::sync::Barrier::new(2));
+        let first = table.add("copy", "first".into(), 7, 1);
+        let g = Arc::clone(&gate);
+        q.submit(
+            q.admit(7, 10).unwrap(),
+            Arc::clone(&first),
+            1,
+            Box::new(move |_| {
+                g.wait();
+                Ok(serde_json::Value::Null)
+            }),
+        );
+        let second = table.add("copy", "second".into(), 8, 1);
+        q.submit(
+            q.admit(8, 10).unwrap(),
+            Arc::clone(&second),
+            1,
+            Box::new(|_| panic!("a cancelled job ran")),
+        );
+        assert!(q.cancel_queued(second.id));
+        assert!(matches!(second.state(), crate::jobs::State::Failed(_)));
+        assert!(!q.cancel_queued(first.id), "a running job is not queued");
+        gate.wait();
+        q.close();
+        assert!(matches!(first.state(), crate::jobs::State::Done(_)));
+    }
 }
