@@ -5,6 +5,9 @@
 //! descriptors of its grant however the paths are swapped meanwhile, and
 //! one user's jobs can neither starve root's nor grow the daemon.
 
+// renameat2 and /proc are Linux's.
+#![cfg(target_os = "linux")]
+
 #[path = "../../copier/tests/common/tools.rs"]
 mod tools;
 
@@ -14,7 +17,6 @@ mod support;
 #[path = "boundary/harness.rs"]
 mod harness;
 
-use std::ffi::CString;
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{PermissionsExt, symlink};
@@ -230,25 +232,6 @@ fn a_granted_copy_runs_in_a_process_that_is_the_caller() {
     }
 }
 
-/// Exchanges `a` and `b` (renameat2 RENAME_EXCHANGE).
-fn exchange(a: &Path, b: &Path) -> bool {
-    let (a, b) = (
-        CString::new(a.as_os_str().as_bytes()).unwrap(),
-        CString::new(b.as_os_str().as_bytes()).unwrap(),
-    );
-    // SAFETY: two valid paths; RENAME_EXCHANGE swaps them atomically.
-    unsafe {
-        libc::syscall(
-            libc::SYS_renameat2,
-            libc::AT_FDCWD,
-            a.as_ptr(),
-            libc::AT_FDCWD,
-            b.as_ptr(),
-            libc::RENAME_EXCHANGE,
-        ) == 0
-    }
-}
-
 /// Every file's content and every symlink's target under `dir`, none of
 /// which may hold any of `forbidden`.
 fn assert_clean(dir: &Path, forbidden: &[&str], what: &str) {
@@ -298,7 +281,7 @@ fn race(
         );
         std::thread::spawn(move || {
             while !stop.load(Ordering::Relaxed) {
-                if exchange(&path, &link) {
+                if zinstall_testkit::exchange(&path, &link) {
                     swaps.fetch_add(1, Ordering::Relaxed);
                 }
             }
@@ -319,7 +302,7 @@ fn race(
     swapper.join().unwrap();
     // Put things back where they were (after an odd number of swaps).
     if fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink()) {
-        exchange(path, &link);
+        zinstall_testkit::exchange(path, &link);
     }
     fs::remove_file(&link).unwrap();
     let swaps = swaps.load(Ordering::Relaxed);

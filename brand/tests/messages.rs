@@ -666,6 +666,20 @@ fn messages_name_the_problem() {
     }
 }
 
+/// `zinstall copy SRC DST` run by nobody (setpriv), with no defaults
+/// file.
+fn copy_as_nobody(src: &Path, dst: &Path) -> std::process::Output {
+    zinstall_testkit::tool("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(env!("CARGO_BIN_EXE_zinstall"))
+        .env("ZINSTALL_DEFAULTS", "/dev/null")
+        .arg("copy")
+        .arg(src)
+        .arg(dst)
+        .output()
+        .unwrap()
+}
+
 #[test]
 fn an_unreadable_directory_is_named_once() {
     if !zinstall_testkit::require_root() {
@@ -679,15 +693,7 @@ fn an_unreadable_directory_is_named_once() {
     fs::write(src.join("locked/x"), "x").unwrap();
     fs::set_permissions(src.join("locked"), fs::Permissions::from_mode(0o700))
         .unwrap();
-    let o = zinstall_testkit::tool("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-        .arg(env!("CARGO_BIN_EXE_zinstall"))
-        .env("ZINSTALL_DEFAULTS", "/dev/null")
-        .arg("copy")
-        .arg(&src)
-        .arg(d.path().join("dst"))
-        .output()
-        .unwrap();
+    let o = copy_as_nobody(&src, &d.path().join("dst"));
     let (_, err) = text(&o);
     assert_eq!(o.status.code(), Some(1), "{err}");
     let errors: Vec<&str> =
@@ -726,15 +732,7 @@ fn a_user_copy_drops_set_id_bits_of_owners_it_cannot_keep() {
             .unwrap();
     }
     let dst = d.path().join("dst");
-    let o = zinstall_testkit::tool("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-        .arg(env!("CARGO_BIN_EXE_zinstall"))
-        .env("ZINSTALL_DEFAULTS", "/dev/null")
-        .arg("copy")
-        .arg(&src)
-        .arg(&dst)
-        .output()
-        .unwrap();
+    let o = copy_as_nobody(&src, &dst);
     let (_, err) = text(&o);
     assert!(o.status.success(), "{err}");
     let mode = |n: &str| fs::metadata(dst.join(n)).unwrap().mode() & 0o7777;

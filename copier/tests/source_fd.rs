@@ -6,9 +6,10 @@
 //! never reopened by path. Plain runs (no root) keep their meaning for
 //! every spelling of a source.
 
-use std::ffi::CString;
+// renameat2 and /proc are Linux's.
+#![cfg(target_os = "linux")]
+
 use std::fs;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -44,25 +45,6 @@ fn tunables() -> Tunables {
     }
 }
 
-/// `renameat2(a, b, RENAME_EXCHANGE)`: both names stay, their inodes
-/// trade places atomically.
-fn exchange(a: &Path, b: &Path) -> bool {
-    let a = CString::new(a.as_os_str().as_bytes()).unwrap();
-    let b = CString::new(b.as_os_str().as_bytes()).unwrap();
-    // SAFETY: valid C strings; plain system call.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_renameat2,
-            libc::AT_FDCWD,
-            a.as_ptr(),
-            libc::AT_FDCWD,
-            b.as_ptr(),
-            libc::RENAME_EXCHANGE,
-        )
-    };
-    rc == 0
-}
-
 /// A thread exchanging two names until stopped.
 struct Swapper {
     stop: Arc<AtomicBool>,
@@ -77,7 +59,11 @@ impl Swapper {
         let (s, n) = (Arc::clone(&stop), Arc::clone(&swaps));
         let handle = std::thread::spawn(move || {
             while !s.load(Ordering::Relaxed) {
-                assert!(exchange(&a, &b), "exchange {}", a.display());
+                assert!(
+                    zinstall_testkit::exchange(&a, &b),
+                    "exchange {}",
+                    a.display()
+                );
                 n.fetch_add(1, Ordering::Relaxed);
                 // A moment in each state, so that lookups get through
                 // (some runs copy) as often as they meet the symlink.

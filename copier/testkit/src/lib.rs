@@ -86,3 +86,29 @@ pub fn require_root() -> bool {
 pub fn require(cond: bool, what: &str) -> bool {
     cond || unmet(what)
 }
+
+/// `renameat2(a, b, RENAME_EXCHANGE)`: both names stay, their inodes
+/// trade places atomically (how the race tests swap a directory and a
+/// symlink under a running copy). False if the kernel refused.
+#[cfg(target_os = "linux")]
+pub fn exchange(a: &std::path::Path, b: &std::path::Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let (Ok(a), Ok(b)) = (
+        std::ffi::CString::new(a.as_os_str().as_bytes()),
+        std::ffi::CString::new(b.as_os_str().as_bytes()),
+    ) else {
+        return false;
+    };
+    // SAFETY: two valid C strings; a plain system call.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_renameat2,
+            libc::AT_FDCWD,
+            a.as_ptr(),
+            libc::AT_FDCWD,
+            b.as_ptr(),
+            libc::RENAME_EXCHANGE,
+        )
+    };
+    rc == 0
+}
