@@ -322,6 +322,16 @@ fn granted_copies(
     ))
 }
 
+/// The series `bench daemon` runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Series {
+    /// N installs and N provisions through the daemon against N
+    /// processes.
+    Jobs,
+    /// A granted copy (its own process) against root's (in the daemon).
+    Granted,
+}
+
 /// `bench daemon`.
 pub fn run(
     runs: usize,
@@ -329,6 +339,7 @@ pub fn run(
     budget: usize,
     scratch: &Path,
     bin: &Path,
+    series: &[Series],
 ) -> Result<(), String> {
     for b in ["zinstall", "zinstalld"] {
         if !bin.join(b).is_file() {
@@ -380,7 +391,12 @@ pub fn run(
         "provisions, zinstalld",
         "provisions, processes",
     ];
-    for run in 0..runs {
+    let job_runs = if series.contains(&Series::Jobs) {
+        runs
+    } else {
+        0
+    };
+    for run in 0..job_runs {
         for k in 0..4 {
             let i = (k + run) % 4;
             for c in 0..clients {
@@ -484,10 +500,17 @@ pub fn run(
             results[i].push(b);
         }
     }
-    let copies = granted_copies(runs, bin, &d, &seed, &granted)?;
+    let copies = if series.contains(&Series::Granted) {
+        granted_copies(runs, bin, &d, &seed, &granted)?
+    } else {
+        String::new()
+    };
     drop(d);
     clear(&work);
     println!("\n{copies}");
+    if job_runs == 0 {
+        return Ok(());
+    }
     println!(
         "\n{}\n{}",
         table(

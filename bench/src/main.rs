@@ -266,6 +266,10 @@ enum Cmd {
         /// The directory holding zinstall and zinstalld.
         #[arg(long)]
         bin: Option<PathBuf>,
+        /// Which series to run: `jobs` (the installs and provisions) and
+        /// `granted` (a granted copy's own process against root's copy).
+        #[arg(long, value_delimiter = ',', default_value = "jobs,granted")]
+        series: Vec<daemon::Series>,
     },
     /// An OCI image of a real tree in three layers (made with umoci, upper
     /// layers deleting some of the lower ones'), installed by zinstall
@@ -379,12 +383,14 @@ fn main() -> ExitCode {
             budget,
             scratch,
             bin,
+            series,
         } => daemon::run(
             runs,
             clients,
             budget,
             &scratch,
             &bin.unwrap_or_else(|| workspace().join("target/release")),
+            &series,
         ),
         Cmd::Sweep {
             tree,
