@@ -166,10 +166,11 @@ fn run(
         Ok(None) => {}
         Err(e) => return failed(&e),
     }
-    let stop = Arc::new(AtomicBool::new(false));
-    let reporter = report_progress(control, &counted, &cancel, &stop);
+    let (stop, stopped) = std::sync::mpsc::channel::<()>();
+    let reporter = report_progress(control, &counted, &cancel, stopped);
     let r = plan.run();
-    stop.store(true, Ordering::Relaxed);
+    // The reporter ends at once when its channel closes.
+    drop(stop);
     let _joined = reporter.map(|h| h.join());
     tell(
         control,
@@ -206,7 +207,7 @@ fn report_progress(
     control: &Arc<Mutex<UnixStream>>,
     counted: &Arc<Counted>,
     cancel: &Cancel,
-    stop: &Arc<AtomicBool>,
+    stopped: std::sync::mpsc::Receiver<()>,
 ) -> Option<std::thread::JoinHandle<()>> {
     let term = Arc::new(AtomicBool::new(false));
     for sig in [
@@ -223,30 +224,25 @@ fn report_progress(
         .unwrap_or_else(|p| p.into_inner())
         .try_clone()
     {
-        let (term, stop) = (Arc::clone(&term), Arc::clone(stop));
+        let term = Arc::clone(&term);
         let _watcher = std::thread::Builder::new()
             .name("control".into())
             .spawn(move || {
                 let mut b = [0u8; 64];
                 let _read = watch.read(&mut b);
-                if !stop.load(Ordering::Relaxed) {
-                    term.store(true, Ordering::Relaxed);
-                }
+                term.store(true, Ordering::Relaxed);
             });
     }
-    let (control, counted, cancel, stop) = (
-        Arc::clone(control),
-        Arc::clone(counted),
-        cancel.clone(),
-        Arc::clone(stop),
-    );
+    let (control, counted, cancel) =
+        (Arc::clone(control), Arc::clone(counted), cancel.clone());
     std::thread::Builder::new()
         .name("progress".into())
         .spawn(move || {
             const TICK: Duration = Duration::from_millis(50);
             let mut ticks = 0u32;
-            while !stop.load(Ordering::Relaxed) {
-                std::thread::sleep(TICK);
+            while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                stopped.recv_timeout(TICK)
+            {
                 if term.load(Ordering::Relaxed) {
                     cancel.cancel();
                 }
