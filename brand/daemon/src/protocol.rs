@@ -224,6 +224,44 @@ pub fn is_reference(p: &Path) -> bool {
         })
 }
 
+/// The most exclude patterns one request may carry: thousands of short
+/// patterns in one line would otherwise cost many times the line in
+/// memory (a string each) before the request is refused.
+pub const MAX_EXCLUDES: usize = 4096;
+
+/// Reads a list of patterns, refusing the one past [`MAX_EXCLUDES`]
+/// before it is built.
+fn bounded_excludes<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Vec<String>, D::Error> {
+    struct Patterns;
+    impl<'de> serde::de::Visitor<'de> for Patterns {
+        type Value = Vec<String>;
+        fn expecting(
+            &self,
+            f: &mut std::fmt::Formatter<'_>,
+        ) -> std::fmt::Result {
+            write!(f, "a list of at most {MAX_EXCLUDES} patterns")
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(
+            self,
+            mut seq: A,
+        ) -> Result<Vec<String>, A::Error> {
+            let mut out = Vec::new();
+            while let Some(p) = seq.next_element::<String>()? {
+                if out.len() == MAX_EXCLUDES {
+                    return Err(serde::de::Error::custom(format!(
+                        "more than {MAX_EXCLUDES} exclude patterns"
+                    )));
+                }
+                out.push(p);
+            }
+            Ok(out)
+        }
+    }
+    d.deserialize_seq(Patterns)
+}
+
 /// `copy`: like `zinstall copy SRC DST`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -239,8 +277,9 @@ pub struct CopyArgs {
     #[serde(default)]
     pub sync: bool,
     /// Skip what these exclude patterns match (as `--exclude` reads
-    /// them: a name at any depth, or a path with a `/`).
-    #[serde(default)]
+    /// them: a name at any depth, or a path with a `/`); at most
+    /// [`MAX_EXCLUDES`].
+    #[serde(default, deserialize_with = "bounded_excludes")]
     pub exclude: Vec<String>,
     /// Skip special files that cannot be made for lack of privilege,
     /// with a notice (as `--skip-special`).
@@ -1040,6 +1079,24 @@ mod test {
                 "{e}"
             );
         }
+        // Patterns by the thousand: refused past MAX_EXCLUDES, as they
+        // come, not after a string was made of each.
+        let patterns = r#""a","#.repeat(MAX_EXCLUDES + 1);
+        let line = format!(
+            r#"{{"v":1,"op":"copy","args":{{"src":"/a","dst":"/b","exclude":[{}]}}}}"#,
+            patterns.trim_end_matches(',')
+        );
+        let e = bad(line.as_bytes());
+        assert!(
+            e.to_string().contains(&format!("more than {MAX_EXCLUDES}")),
+            "{e}"
+        );
+        let fine = r#""a","#.repeat(MAX_EXCLUDES);
+        let line = format!(
+            r#"{{"v":1,"op":"copy","args":{{"src":"/a","dst":"/b","exclude":[{}]}}}}"#,
+            fine.trim_end_matches(',')
+        );
+        assert!(Request::parse(line.as_bytes()).is_ok());
         // Nesting.
         let deep = format!(
             r#"{{"v":1,"op":"copy","args":{{"src":"/a","dst":"/b","exclude":{}"x"{}}}}}"#,
