@@ -181,8 +181,6 @@ fn run(
     );
     match r {
         Ok(r) => Said::Done {
-            src: order.src,
-            dst: order.dst,
             notices: r
                 .notices
                 .iter()

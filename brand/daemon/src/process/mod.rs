@@ -92,10 +92,8 @@ struct Order {
 enum Said {
     /// Totals so far.
     Progress { entries: u64, bytes: u64 },
-    /// The copy ended; its result as the wire carries it.
+    /// The copy ended: what it did and what it did not keep.
     Done {
-        src: PathBuf,
-        dst: PathBuf,
         stats: copier::Stats,
         notices: Vec<NoticeLine>,
     },
@@ -158,8 +156,8 @@ pub(crate) fn granted_copy(
         ));
     };
     let order = Order {
-        src,
-        dst,
+        src: src.clone(),
+        dst: dst.clone(),
         src_root: src_prefix,
         dst_root: dst_prefix,
         merge: a.merge,
@@ -215,7 +213,9 @@ pub(crate) fn granted_copy(
             mine.write_all(&line)
         });
     let outcome = match sent {
-        Ok(()) => relay(job, mine, pid),
+        Ok(()) => relay(job, mine, pid).map(|(stats, notices)| {
+            crate::ops::copy_result(&src, &dst, &stats, notices)
+        }),
         Err(e) => {
             sys::signal(pid, libc::SIGKILL);
             Err(internal("cannot send its order to", e))
@@ -256,7 +256,11 @@ fn reap(
 /// Reads what the job's process says until it closes its end: progress
 /// to the job, the result returned. A cancelled job's process gets
 /// SIGTERM, then SIGKILL after [`GRACE`].
-fn relay(job: &Job, control: UnixStream, pid: u32) -> Result<Value, WireError> {
+fn relay(
+    job: &Job,
+    control: UnixStream,
+    pid: u32,
+) -> Result<(copier::Stats, Value), WireError> {
     const TICK: Duration = Duration::from_millis(100);
     let _timeout = control.set_read_timeout(Some(TICK));
     let mut r = BufReader::new(control);
@@ -322,17 +326,10 @@ fn relay(job: &Job, control: UnixStream, pid: u32) -> Result<Value, WireError> {
         line.clear();
         match said {
             Said::Progress { entries, bytes } => job.set_done(entries, bytes),
-            Said::Done {
-                src,
-                dst,
-                stats,
-                notices,
-            } => {
+            Said::Done { stats, notices } => {
                 let notices =
                     serde_json::to_value(&notices).unwrap_or_default();
-                result = Some(Ok(crate::ops::copy_result(
-                    &src, &dst, &stats, notices,
-                )));
+                result = Some(Ok((stats, notices)));
             }
             Said::Failed { error } => result = Some(Err(error)),
         }
