@@ -75,7 +75,6 @@ use std::ffi::CString;
 use std::fs;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -84,6 +83,7 @@ use std::thread;
 use std::time::Instant;
 
 use crate::beneath::Root;
+use crate::descriptors::{Descriptors, Slot};
 use crate::error::{Error, Op, Refusal};
 use crate::plan::{Failure, OnError, Plan, Report};
 use crate::stats::{NoticeBoard, NoticeKind, Stats, WorkerStats};
@@ -93,7 +93,7 @@ use crate::trace::{Clock, Recording, ThreadTrace};
 
 use source::Source;
 
-pub(crate) use dirs::DirNode;
+pub(crate) use dirs::{DirFds, DirNode};
 
 /// One unit of work for a worker.
 pub(crate) struct Job {
@@ -112,6 +112,9 @@ pub(crate) struct Job {
     pub(crate) leaf: CString,
     /// The source directory, open.
     pub(crate) src_dir: Arc<OwnedFd>,
+    /// The descriptor budget's slot `dir` and `src_dir` hold, if they
+    /// are a walked directory's.
+    pub(crate) hold: Option<Arc<Slot>>,
     /// The entry's name in `src_dir` when it is not `leaf`: a single
     /// source copied under another name.
     pub(crate) src_leaf: Option<CString>,
@@ -126,9 +129,16 @@ impl Job {
         if let Some(p) = &self.parent
             && self.src.as_os_str().is_empty()
         {
-            let name = std::ffi::OsStr::from_bytes(self.leaf.to_bytes());
-            self.src = p.src.join(name);
-            self.dst = p.dst.join(name);
+            (self.src, self.dst) = p.paths_of(&self.leaf);
+        }
+    }
+
+    /// Its directory's descriptors, to release it with.
+    pub(crate) fn fds(&self) -> DirFds {
+        DirFds {
+            src: Arc::clone(&self.src_dir),
+            dst: Arc::clone(&self.dir),
+            hold: self.hold.clone(),
         }
     }
 }
@@ -171,6 +181,9 @@ pub(crate) struct Shared<'p> {
     pub(crate) is_root: bool,
     pub(crate) clock: Clock,
     temp_seq: AtomicU64,
+    /// The descriptor budget: the pool's, shared with its other runs,
+    /// or the run's own.
+    pub(crate) fds: Descriptors,
 }
 
 impl<'p> Shared<'p> {
@@ -189,6 +202,13 @@ impl<'p> Shared<'p> {
             is_root,
             clock: Clock::new(),
             temp_seq: AtomicU64::new(0),
+            fds: match &plan.pool {
+                Some(pool) => pool.descriptors().clone(),
+                None => Descriptors::for_threads(
+                    plan.tunables.copy_threads,
+                    plan.tunables.walkers(),
+                ),
+            },
         }
     }
 
@@ -345,6 +365,9 @@ fn run(plan: &Plan) -> Result<Report, Failure> {
         });
     }
     stats.elapsed = started.elapsed();
+    stats.fd_limit = shared.fds.limit();
+    stats.fd_budget = shared.fds.total() as u64;
+    stats.fd_peak = shared.fds.peak() as u64;
     crate::probes::walk_done(|| {
         (
             stats.entries(),
@@ -567,6 +590,7 @@ fn run_single(
         dir,
         leaf,
         src_dir: Arc::clone(&source.dir),
+        hold: None,
         src_leaf: Some(source.leaf.clone()),
         parent: None,
     };
@@ -711,6 +735,7 @@ mod test {
             dir: Arc::new(dir.into()),
             leaf: worker::leaf_name(dst.file_name().unwrap()).unwrap(),
             src_dir: Arc::new(src_dir.into()),
+            hold: None,
             src_leaf: Some(
                 worker::leaf_name(src.file_name().unwrap()).unwrap(),
             ),
