@@ -153,6 +153,10 @@ impl Stats {
         self.reflinked += o.reflinked;
         self.kernel_copied += o.kernel_copied;
         self.buffered += o.buffered;
+        // Runs one after another: the largest of each.
+        self.fd_limit = self.fd_limit.max(o.fd_limit);
+        self.fd_budget = self.fd_budget.max(o.fd_budget);
+        self.fd_peak = self.fd_peak.max(o.fd_peak);
     }
 
     /// Share of the run's wall time the workers were busy, 0.0 to 1.0.

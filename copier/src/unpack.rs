@@ -343,6 +343,11 @@ fn run<R: Read>(
         body_source,
     };
     let batch_size = opts.tunables.copy_batch.max(1);
+    // The pool's, shared with its other runs, or the unpack's own.
+    let fds = match &opts.pool {
+        Some(pool) => pool.descriptors().clone(),
+        None => Descriptors::for_threads(opts.tunables.copy_threads, 1),
+    };
     let reader_result = if let Some(pool) = &opts.pool {
         let in_flight = crate::pool::InFlight::default();
         let cap = 2 * pool.threads();
@@ -363,13 +368,13 @@ fn run<R: Read>(
                 held: 0,
                 dirs: 0,
                 size: batch_size,
-                fds: pool.descriptors().clone(),
+                fds: fds.clone(),
                 stopped: Box::new(|| ctx.stopped()),
             };
             read_all(ctx, input, Some(batcher))
         })
     } else {
-        unpack_with_own_workers(&ctx, input, batch_size)
+        unpack_with_own_workers(&ctx, input, batch_size, &fds)
     };
     let outcome = match reader_result {
         Ok(o) => o,
@@ -397,6 +402,9 @@ fn run<R: Read>(
         ctx.finish_dir(&mut chain, &tree.parts(*id), m)?;
     }
     let mut stats = outcome.stats;
+    stats.fd_limit = fds.limit();
+    stats.fd_budget = fds.total() as u64;
+    stats.fd_peak = fds.peak() as u64;
     stats.files += ctx.files.load(Ordering::Relaxed);
     stats.bytes += ctx.bytes_written.load(Ordering::Relaxed);
     let notices = ctx.notices.into_vec();
@@ -424,6 +432,7 @@ fn unpack_with_own_workers<R: Read>(
     ctx: &Ctx<'_>,
     input: tar::Reader<R>,
     batch_size: usize,
+    fds: &Descriptors,
 ) -> Result<ReadOutcome> {
     let workers = if ctx.opts.tunables.copy_threads > 1 {
         ctx.opts.tunables.copy_threads
@@ -453,7 +462,7 @@ fn unpack_with_own_workers<R: Read>(
             held: 0,
             dirs: 0,
             size: batch_size,
-            fds: Descriptors::for_threads(workers, 1),
+            fds: fds.clone(),
             stopped: Box::new(|| ctx.stopped()),
         });
         read_all(ctx, input, pool)

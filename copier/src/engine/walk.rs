@@ -273,7 +273,8 @@ impl Walk<'_, '_> {
     fn pinned(&self, node: &Arc<DirNode>) {
         let mut pins = self.pins.lock().unwrap_or_else(|p| p.into_inner());
         pins.push_back(Arc::downgrade(node));
-        if pins.len() > 64 && pins.len() > 2 * self.swept.load(Ordering::Relaxed)
+        if pins.len() > 64
+            && pins.len() > 2 * self.swept.load(Ordering::Relaxed)
         {
             pins.retain(|w| w.upgrade().is_some_and(|n| n.pinned()));
             self.swept.store(pins.len(), Ordering::Relaxed);
@@ -692,7 +693,14 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
             })?;
         let dst_fd = match (self.walk.mode, dst_dir) {
             (Mode::DryRun, _) => {
-                preview::dir(self.shared, &mut self.stats, src, dst, &md, false)?;
+                preview::dir(
+                    self.shared,
+                    &mut self.stats,
+                    src,
+                    dst,
+                    &md,
+                    false,
+                )?;
                 None
             }
             (Mode::Copy, Some(d)) => Some(Arc::new(make_dir(
@@ -1062,9 +1070,7 @@ fn make_dir(
         }
         Err(e) => return Err(Error::io(Op::Mkdir, dst, e)),
     }
-    let full = |f: &beneath::StepFail| {
-        matches!(f, beneath::StepFail::Io(_, e) if descriptors::exhausted(e))
-    };
+    let full = |f: &beneath::StepFail| matches!(f, beneath::StepFail::Io(_, e) if descriptors::exhausted(e));
     let step = || beneath::step(parent, leaf, None);
     shared.fds.retrying(step, full).map_err(|f| match f {
         beneath::StepFail::Met(crate::error::Met::NotADirectory) => {
