@@ -22,10 +22,11 @@
 //! directories held open across entries: each walked directory's source
 //! and destination, from when a walker opens it until nothing (its
 //! reading, queued jobs in it, its queued subdirectories) needs it. The
-//! floor is what the walkers need to make progress (see the deadlock
-//! argument in the engine's module documentation); under a limit
-//! too low for it the run still goes on, and an `EMFILE` then is waited
-//! out as any other spent budget.
+//! walk goes on with any budget of two (see the deadlock argument in the
+//! engine's module documentation); the floor lets each walker have a
+//! directory open and the next one taken. Under a limit too low for the
+//! reserve and the floor the run still goes on, and an `EMFILE` then is
+//! waited out as any other spent budget.
 //!
 //! Slots are taken before a descriptor is opened and given back when it
 //! is closed; taking one waits while the budget is spent, never fails.
@@ -46,9 +47,8 @@ pub const BASE_RESERVE: usize = 32;
 /// opens for a moment while it holds its share of the budget.
 pub const PER_THREAD: usize = 6;
 
-/// Descriptors each walker needs for the walk to make progress: the
-/// source and destination of a parent directory and of the directory it
-/// opens in it.
+/// The budget's floor per walker: the source and destination of the
+/// directory it reads and of the next one it opens.
 pub const PER_WALKER: usize = 4;
 
 /// Used when the limit cannot be read.

@@ -97,7 +97,7 @@ pub struct WalkerStats {
     /// Of that, time blocked on a full queue.
     #[serde(rename = "blocked_ms", with = "millis")]
     pub blocked: Duration,
-    /// Of that, time waiting for the descriptor budget.
+    /// Of the busy time, time waiting for the descriptor budget.
     #[serde(rename = "fd_wait_ms", with = "millis")]
     pub fd_wait: Duration,
     /// Time spent waiting for a directory to read.

@@ -10,7 +10,10 @@
 //! └────────────────┘                  └───────────────────────────┘
 //!   ▲ push subdirs │ holds 1 on each dir it reads │ releases 1 per job
 //!   └──────────────┘                               ▼
-//!   DirNode { pending } ── reaches 0 ──▶ directory metadata applied
+//!   DirNode { name, parent, pending } ── 0 ──▶ directory metadata applied
+//!
+//!   descriptor budget: a walker takes 2 per directory it opens (waiting
+//!   while it is spent); they come back when nothing holds the directory
 //! ```
 //!
 //! Invariants:
@@ -35,13 +38,42 @@
 //!   everything else happens in the workers, in parallel. Hard links are
 //!   found there too (see [`inodes`]): the first name a worker claims is
 //!   copied, whichever walker found it and in whatever order.
-//! * Descriptors: a queued directory holds its parent's (shared by all
-//!   its queued siblings) and is opened only when popped, so a wide
-//!   directory costs two descriptors however many subdirectories it has;
-//!   a node keeps none of its own (see [`dirs`]), so a deep chain costs
-//!   none per level. Open: two per directory being read, two per
-//!   directory with queued subdirectories, and the directories of queued
-//!   jobs (bounded by the queue).
+//! * Descriptors: a walker takes two slots of the run's descriptor
+//!   budget ([`crate::descriptors`]: the pool's, shared by every run on
+//!   it, or the run's own) before it opens a directory and its
+//!   destination, and the slots go back when both are closed: when the
+//!   walker has read it, its queued jobs are done and its queued
+//!   subdirectories have been taken. A queued directory holds no
+//!   descriptor of its own, only a count on its parent's node, which
+//!   keeps the parent pinned open until its last queued subdirectory is
+//!   taken; a node keeps none otherwise (see [`dirs`]), so a deep chain
+//!   costs none per level. A pinned directory may be let go of when the
+//!   budget is spent (oldest first); its subdirectories then reopen it
+//!   beneath its nearest ancestor still open (the top always is), checked
+//!   to be the directory recorded. A hard link's first directory is not
+//!   held for the later names either: they reopen it from its node. Every
+//!   other descriptor is open for a moment in one thread (a job's files,
+//!   a finished directory's `..`, such a reopening) and comes out of the
+//!   reserve the budget leaves below the limit. `EMFILE` or `ENFILE`,
+//!   should another part of the process take what the budget left, is
+//!   waited out and the open retried once descriptors are given back,
+//!   never reported.
+//! * Waiting for descriptors cannot deadlock. Only walkers wait for the
+//!   budget, and a waiting walker holds no descriptor and nothing the
+//!   workers need: it takes its slots before it takes its parent's
+//!   descriptors, and hands over the batch it was filling before it
+//!   waits. Everything else that holds descriptors gives them back
+//!   without waiting for the budget: workers never wait for it (their
+//!   descriptors are in the reserve), so every queued batch is done and
+//!   its jobs release their directories; a walker reading a directory
+//!   waits only for room in the queue, which the workers make, then lets
+//!   it go; and a waiting walker lets go of every pin. So while walkers
+//!   wait, the directories held fall to none, and the budget (at least
+//!   one directory's two) lets one of them go on. Across the runs on one
+//!   pool the same holds, whatever the number of runs: the workers are
+//!   the pool's, which wait for no budget, and each run's waiting
+//!   walkers let go of their own run's pins, while a run that is not
+//!   waiting is finishing directories.
 //! * Memory is bounded by the queue (2 × threads batches, and one batch
 //!   being filled per walker), the queued directories, and the inodes
 //!   with more than one name; not by the size of the tree.

@@ -488,8 +488,8 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
     /// source and destination). While the budget is spent the walker
     /// hands over its batch (its jobs hold descriptors), lets go of
     /// pinned directories, oldest first, and waits for descriptors to
-    /// be given back, holding no more than its parent's descriptors;
-    /// `None` if the run stopped meanwhile.
+    /// be given back, holding none itself; `None` if the run stopped
+    /// meanwhile.
     fn slot(&mut self, n: usize) -> Option<Slot> {
         let shared = self.shared;
         let budget = &shared.fds;
@@ -526,6 +526,16 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
         dst: &Path,
     ) -> (Result<()>, Option<(Arc<DirNode>, Option<DirFds>, usize)>) {
         let DirTask { at, parent } = task;
+        // Slots first, waiting if need be with no descriptor held: the
+        // parent's are taken only once the walker has its slots.
+        let slot = match (&at, &parent) {
+            (TaskAt::Sub(_), Some(_)) => match self.slot(2) {
+                Some(s) => Some(s),
+                // The run stopped meanwhile.
+                None => return (Ok(()), parent.map(|p| (p, None, 1))),
+            },
+            _ => None,
+        };
         // The parent's descriptors, taken before its pin may go: still
         // open, or reopened beneath its nearest open ancestor.
         let parent_fds = match (&at, &parent) {
@@ -547,23 +557,19 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
         let parent_hold = parent
             .as_ref()
             .map(|p| (Arc::clone(p), parent_fds.clone(), 1));
-        let made = self.open(src, dst, at, parent_fds.as_ref()).and_then(|o| {
-            let id = match (&o, &parent) {
-                (Some(o), Some(_)) => match &o.3 {
-                    Some(d) => at::fstat(&**d)
-                        .map(|st| Stat::of(&st).identity())
-                        .map_err(|e| Error::io(Op::Stat, dst, e))?,
-                    None => (0, 0),
-                },
+        let made = self.open(src, dst, at, parent_fds.as_ref(), slot);
+        let made = made.and_then(|o| {
+            let id = match (&o.3, &parent) {
+                (Some(d), Some(_)) => at::fstat(&**d)
+                    .map(|st| Stat::of(&st).identity())
+                    .map_err(|e| Error::io(Op::Stat, dst, e))?,
                 _ => (0, 0),
             };
             Ok((o, id))
         });
         drop(parent_fds);
         let ((md, name, src_fd, dst_fd, mount, hold), id) = match made {
-            Ok((Some(o), id)) => (o, id),
-            // The run stopped while the walker waited for descriptors.
-            Ok((None, _)) => return (Ok(()), parent_hold),
+            Ok(m) => m,
             Err(e) => return (Err(e), parent_hold),
         };
         drop(parent_hold);
@@ -602,9 +608,8 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
     /// The source directory's `lstat`, name and descriptor (never
     /// followed), the destination directory made and opened (copying;
     /// checked, dry), whether it is a mount point not to descend into,
-    /// and the budget slot its descriptors hold (copying a
-    /// subdirectory); `None` if the run stopped while waiting for
-    /// descriptors.
+    /// and the budget slot its descriptors hold (`slot`, taken for a
+    /// subdirectory of a copy).
     #[allow(clippy::type_complexity)]
     fn open(
         &mut self,
@@ -612,16 +617,15 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
         dst: &Path,
         at: TaskAt,
         parent: Option<&DirFds>,
-    ) -> Result<
-        Option<(
-            Stat,
-            CString,
-            Arc<OwnedFd>,
-            Option<Arc<OwnedFd>>,
-            bool,
-            Option<Slot>,
-        )>,
-    > {
+        slot: Option<Slot>,
+    ) -> Result<(
+        Stat,
+        CString,
+        Arc<OwnedFd>,
+        Option<Arc<OwnedFd>>,
+        bool,
+        Option<Slot>,
+    )> {
         let plan = self.shared.plan;
         self.trace.enter(ThreadState::Mkdir);
         let (src_dir, dst_dir, name) = match at {
@@ -640,14 +644,14 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
                         true,
                     )?;
                 }
-                return Ok(Some((
+                return Ok((
                     md,
                     CString::default(),
                     Arc::new(fd),
                     dst_fd.map(Arc::new),
                     false,
                     None,
-                )));
+                ));
             }
             TaskAt::Sub(name) => match parent {
                 Some(p) => (Arc::clone(&p.src), Some(&p.dst), name),
@@ -667,15 +671,6 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
             self.shared
                 .notice(NoticeKind::MountPoint(src.to_path_buf()), src);
         }
-        // Taken before anything is opened: a walker holds at most its
-        // parent's descriptors while it waits.
-        let slot = match dst_dir {
-            Some(_) => match self.slot(2) {
-                Some(s) => Some(s),
-                None => return Ok(None),
-            },
-            None => None,
-        };
         let shared = self.shared;
         let fds = &shared.fds;
         // Opening it is the first step of reading it: a directory that
@@ -715,7 +710,7 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
                 return Err(Error::refused(dst, Refusal::ChangedType));
             }
         };
-        Ok(Some((md, name, Arc::new(fd), dst_fd, mount, slot)))
+        Ok((md, name, Arc::new(fd), dst_fd, mount, slot))
     }
 
     /// Reads the entries of an open source directory: subdirectories
