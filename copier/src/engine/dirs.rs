@@ -34,7 +34,7 @@
 use std::ffi::{CStr, CString, OsStr};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
@@ -149,33 +149,40 @@ impl DirNode {
     /// The source and destination paths, made by walking up to the top:
     /// for messages, rules and listeners, never to open anything.
     pub(crate) fn paths(&self) -> (PathBuf, PathBuf) {
-        let mut names: Vec<&CStr> = Vec::new();
-        let mut cur = self;
-        let (mut src, mut dst) = loop {
-            if let Some((_, s, d)) = &cur.top {
-                break (s.clone(), d.clone());
-            }
-            names.push(&cur.name);
-            match &cur.parent {
-                Some(p) => cur = p,
-                None => break (PathBuf::new(), PathBuf::new()),
-            }
-        };
-        for n in names.iter().rev() {
-            let n = OsStr::from_bytes(n.to_bytes());
-            src.push(n);
-            dst.push(n);
-        }
-        (src, dst)
+        self.paths_with(None)
     }
 
     /// The paths of `name` in this directory.
     pub(crate) fn paths_of(&self, name: &CStr) -> (PathBuf, PathBuf) {
-        let (mut src, mut dst) = self.paths();
-        let n = OsStr::from_bytes(name.to_bytes());
-        src.push(n);
-        dst.push(n);
-        (src, dst)
+        self.paths_with(Some(name))
+    }
+
+    /// The paths, with `leaf` below them; each made in one allocation,
+    /// as every job's are.
+    fn paths_with(&self, leaf: Option<&CStr>) -> (PathBuf, PathBuf) {
+        let mut names: Vec<&CStr> = Vec::with_capacity(16);
+        names.extend(leaf);
+        let mut cur = self;
+        let (top_src, top_dst) = loop {
+            if let Some((_, s, d)) = &cur.top {
+                break (s.as_path(), d.as_path());
+            }
+            names.push(&cur.name);
+            match &cur.parent {
+                Some(p) => cur = p,
+                None => break (Path::new(""), Path::new("")),
+            }
+        };
+        let below: usize = names.iter().map(|n| n.to_bytes().len() + 1).sum();
+        let make = |top: &Path| {
+            let mut p = PathBuf::with_capacity(top.as_os_str().len() + below);
+            p.push(top);
+            for n in names.iter().rev() {
+                p.push(OsStr::from_bytes(n.to_bytes()));
+            }
+            p
+        };
+        (make(top_src), make(top_dst))
     }
 
     /// Counts a subdirectory queued in this directory, open as `fds`,

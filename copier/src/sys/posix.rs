@@ -586,6 +586,8 @@ pub(crate) fn makedev(major: u32, minor: u32) -> u64 {
 }
 
 /// The soft and hard limits on open descriptors (`RLIMIT_NOFILE`).
+// rlim_t is u64 here, not everywhere.
+#[allow(clippy::unnecessary_cast)]
 pub(crate) fn nofile_limits() -> io::Result<(u64, u64)> {
     let mut r = libc::rlimit {
         rlim_cur: 0,
@@ -597,6 +599,7 @@ pub(crate) fn nofile_limits() -> io::Result<(u64, u64)> {
 }
 
 /// Sets the soft limit on open descriptors, the hard one kept.
+#[allow(clippy::unnecessary_cast)]
 pub(crate) fn set_nofile_soft(soft: u64) -> io::Result<()> {
     let (_, hard) = nofile_limits()?;
     let r = libc::rlimit {
