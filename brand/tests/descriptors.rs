@@ -10,6 +10,9 @@
 //! counts from `--json`: the limit the budget was derived from, the
 //! budget, and the most of it held at once.
 
+// Linux only: peak memory from wait4, scratch trees on loop-mounted ext4.
+#![cfg(target_os = "linux")]
+
 use std::ffi::OsStr;
 use std::fs;
 use std::os::unix::process::CommandExt;
@@ -58,7 +61,7 @@ fn hard_limit() -> u64 {
     };
     // SAFETY: r is a valid rlimit to fill.
     assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) }, 0);
-    r.rlim_max as u64
+    r.rlim_max
 }
 
 /// Runs `zinstall ARGS` with descriptor limits `soft` and `hard`.
@@ -79,8 +82,8 @@ fn zinstall<S: AsRef<OsStr>>(
     unsafe {
         cmd.pre_exec(move || {
             let r = libc::rlimit {
-                rlim_cur: soft as libc::rlim_t,
-                rlim_max: hard as libc::rlim_t,
+                rlim_cur: soft,
+                rlim_max: hard,
             };
             if libc::setrlimit(libc::RLIMIT_NOFILE, &r) != 0 {
                 return Err(std::io::Error::last_os_error());
