@@ -297,6 +297,8 @@ fn workspace() -> PathBuf {
 }
 
 fn main() -> ExitCode {
+    // The binaries measured raise theirs too: the same limits for both.
+    let _kept = copier::descriptors::raise_limit();
     let cli = Cli::parse();
     let r = match cli.command {
         Cmd::Model {

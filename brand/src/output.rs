@@ -263,15 +263,20 @@ pub fn stats_detail(s: &copier::Stats) {
         s.walkers.len(),
         human_duration(s.walker_blocked)
     ));
+    out(format_args!(
+        "descriptors: limit {}, budget {}, at most {} held",
+        s.fd_limit, s.fd_budget, s.fd_peak
+    ));
     for (i, w) in s.walkers.iter().enumerate() {
         out(format_args!(
-            "  walker-{i}: {}, {}, {}, {} stolen, busy {} (blocked {}), idle {}, CPU {}",
+            "  walker-{i}: {}, {}, {}, {} stolen, busy {} (blocked {}, waiting for descriptors {}), idle {}, CPU {}",
             count(w.dirs, "dir", "dirs"),
             count(w.entries, "entry", "entries"),
             count(w.batches, "batch", "batches"),
             w.steals,
             human_duration(w.busy),
             human_duration(w.blocked),
+            human_duration(w.fd_wait),
             human_duration(w.idle),
             human_duration(w.cpu)
         ));

@@ -623,11 +623,11 @@ fn measured(
 /// depth over the peak at the smaller one, per level added. Provision
 /// copies the layer's tree with the engine's walk, which reads each
 /// directory relative to its parent's descriptor and holds none per
-/// level (a batch of jobs spans at most 16 directories), so the same
-/// descriptor limit holds for it. Its memory grows faster: each directory
-/// still being copied keeps its source and destination paths, so the cost
-/// of a level grows with its depth (about 11 KB a level between 1,000 and
-/// 3,000 here); the bound is set above that to catch anything worse.
+/// level, within its descriptor budget, so the same descriptor limit
+/// holds for it. A directory still being copied keeps its name and a
+/// link to its parent, not its paths, so a level costs a constant there
+/// too (brand/tests/descriptors.rs holds it to 2 KB a level); the bound
+/// here is the looser one of when each level kept its paths.
 #[test]
 fn deep_trees_install_and_provision_in_bounded_memory() {
     let d = Tmp::new();

@@ -2,13 +2,11 @@
 //! however deep a chain: `zinstall copy` run under a low RLIMIT_NOFILE
 //! copies a directory of 100,000 entries and a chain 5,000 deep.
 //!
-//! What may be open at once (copier/src/engine/mod.rs): two descriptors
-//! per directory being read, two per directory with subdirectories still
-//! queued, and those of the directories of queued jobs, which the queue
-//! bounds. With 16 walkers, 2 workers and batches of 4 that is at most
-//! 16 × 2 + 2 + (2 × 2 + 16 + 2) × 4 × 2 + 2 × 2 ≈ 220, under 256, while
-//! opening each queued directory when it is queued would take 10,000
-//! for the wide tree, and keeping each directory open until its
+//! What may be open at once (copier/src/engine/mod.rs): the run's
+//! descriptor budget, derived from the limit less a reserve for what each
+//! thread opens for a moment (copier/src/descriptors.rs), and the
+//! reserve. Opening each queued directory when it is queued would take
+//! 10,000 for the wide tree, and keeping each directory open until its
 //! metadata is applied 10,000 for the chain.
 
 use std::fs;

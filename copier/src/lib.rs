@@ -56,6 +56,7 @@
 pub mod beneath;
 mod cancel;
 pub mod defaults;
+pub mod descriptors;
 mod engine;
 pub mod error;
 pub mod fsutil;
@@ -77,6 +78,7 @@ pub mod verify;
 
 pub use cancel::Cancel;
 pub use defaults::DefaultsFile;
+pub use descriptors::Descriptors;
 pub use error::{Error, Met, Op, Refusal, Result, Syntax};
 pub use plan::{
     EntryKind, Failure, Listener, Metered, OnError, Plan, Progress, Report,

@@ -12,11 +12,14 @@
 //! archive in the calling thread); only the jobs go to the pool. Its
 //! walkers come from the pool's walker budget the same way: a run takes
 //! as many of its `copy_walkers` as the budget has free when it starts,
-//! and at least one, so that no run waits for another's walk.
+//! and at least one, so that no run waits for another's walk. Its
+//! directories come from the pool's descriptor budget
+//! ([`Pool::descriptors`]), which every run on the pool shares.
 
 use std::io;
 use std::sync::{Arc, Condvar, Mutex};
 
+use crate::descriptors::Descriptors;
 use crate::error::{Error, Op};
 
 /// A fixed set of worker threads shared by the runs given it
@@ -28,6 +31,7 @@ pub struct Pool {
     threads: Arc<rayon::ThreadPool>,
     size: usize,
     walkers: Arc<WalkerBudget>,
+    descriptors: Descriptors,
 }
 
 /// Walker threads the runs on a pool may start between them.
@@ -91,6 +95,7 @@ impl Pool {
                 size: walkers,
                 free: Mutex::new(walkers),
             }),
+            descriptors: Descriptors::for_threads(size, walkers),
         })
     }
 
@@ -105,7 +110,22 @@ impl Pool {
             size,
             free: Mutex::new(size),
         });
+        self.descriptors = Descriptors::for_threads(self.size, size);
         self
+    }
+
+    /// The same pool with this descriptor budget, shared by every run
+    /// on it (by default one derived from the soft limit when the pool
+    /// was made, see [`Descriptors::for_threads`]). Clones made before
+    /// share the old budget.
+    pub fn with_descriptors(mut self, descriptors: Descriptors) -> Self {
+        self.descriptors = descriptors;
+        self
+    }
+
+    /// The descriptor budget its runs share.
+    pub fn descriptors(&self) -> &Descriptors {
+        &self.descriptors
     }
 
     /// The walker budget.

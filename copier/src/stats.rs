@@ -49,6 +49,15 @@ pub struct Stats {
     /// Time the walkers spent blocked on a full queue, summed.
     #[serde(rename = "walker_blocked_ms", with = "millis")]
     pub walker_blocked: Duration,
+    /// The soft limit on open descriptors (`RLIMIT_NOFILE`) the run's
+    /// descriptor budget was derived from.
+    pub fd_limit: u64,
+    /// The descriptor budget: directories the run (with a pool, every
+    /// run on it) may hold open at once, source and destination each
+    /// counting one (see [`Descriptors`](crate::Descriptors)).
+    pub fd_budget: u64,
+    /// The most of the budget held at once.
+    pub fd_peak: u64,
     /// One entry per worker.
     pub workers: Vec<WorkerStats>,
     /// One entry per walker.
@@ -88,6 +97,9 @@ pub struct WalkerStats {
     /// Of that, time blocked on a full queue.
     #[serde(rename = "blocked_ms", with = "millis")]
     pub blocked: Duration,
+    /// Of the busy time, time waiting for the descriptor budget.
+    #[serde(rename = "fd_wait_ms", with = "millis")]
+    pub fd_wait: Duration,
     /// Time spent waiting for a directory to read.
     #[serde(rename = "idle_ms", with = "millis")]
     pub idle: Duration,
@@ -141,6 +153,10 @@ impl Stats {
         self.reflinked += o.reflinked;
         self.kernel_copied += o.kernel_copied;
         self.buffered += o.buffered;
+        // Runs one after another: the largest of each.
+        self.fd_limit = self.fd_limit.max(o.fd_limit);
+        self.fd_budget = self.fd_budget.max(o.fd_budget);
+        self.fd_peak = self.fd_peak.max(o.fd_peak);
     }
 
     /// Share of the run's wall time the workers were busy, 0.0 to 1.0.

@@ -59,6 +59,7 @@ use zinstall_archive::{ArchiveKind, ArchiveMeta, ArchiveRefusal};
 
 use crate::beneath::{Chain, Root, WalkFail};
 use crate::cancel::Cancel;
+use crate::descriptors::{Descriptors, Slot};
 use crate::error::{Error, Met, Op, Result};
 use crate::probes;
 use crate::stats::{Notice, NoticeBoard, NoticeKind, Stats};
@@ -342,6 +343,11 @@ fn run<R: Read>(
         body_source,
     };
     let batch_size = opts.tunables.copy_batch.max(1);
+    // The pool's, shared with its other runs, or the unpack's own.
+    let fds = match &opts.pool {
+        Some(pool) => pool.descriptors().clone(),
+        None => Descriptors::for_threads(opts.tunables.copy_threads, 1),
+    };
     let reader_result = if let Some(pool) = &opts.pool {
         let in_flight = crate::pool::InFlight::default();
         let cap = 2 * pool.threads();
@@ -351,9 +357,7 @@ fn run<R: Read>(
             let send = move |batch: Vec<FileJob>| {
                 in_flight.enter(cap);
                 scope.spawn(move |_| {
-                    for job in batch {
-                        ctx.write_job(job);
-                    }
+                    ctx.write_batch(batch);
                     in_flight.leave();
                 });
                 true
@@ -364,11 +368,13 @@ fn run<R: Read>(
                 held: 0,
                 dirs: 0,
                 size: batch_size,
+                fds: fds.clone(),
+                stopped: Box::new(|| ctx.stopped()),
             };
             read_all(ctx, input, Some(batcher))
         })
     } else {
-        unpack_with_own_workers(&ctx, input, batch_size)
+        unpack_with_own_workers(&ctx, input, batch_size, &fds)
     };
     let outcome = match reader_result {
         Ok(o) => o,
@@ -396,6 +402,9 @@ fn run<R: Read>(
         ctx.finish_dir(&mut chain, &tree.parts(*id), m)?;
     }
     let mut stats = outcome.stats;
+    stats.fd_limit = fds.limit();
+    stats.fd_budget = fds.total() as u64;
+    stats.fd_peak = fds.peak() as u64;
     stats.files += ctx.files.load(Ordering::Relaxed);
     stats.bytes += ctx.bytes_written.load(Ordering::Relaxed);
     let notices = ctx.notices.into_vec();
@@ -423,6 +432,7 @@ fn unpack_with_own_workers<R: Read>(
     ctx: &Ctx<'_>,
     input: tar::Reader<R>,
     batch_size: usize,
+    fds: &Descriptors,
 ) -> Result<ReadOutcome> {
     let workers = if ctx.opts.tunables.copy_threads > 1 {
         ctx.opts.tunables.copy_threads
@@ -438,9 +448,7 @@ fn unpack_with_own_workers<R: Read>(
                 .name(format!("unpack-{i}"))
                 .spawn_scoped(s, move || {
                     for batch in rx {
-                        for job in batch {
-                            ctx.write_job(job);
-                        }
+                        ctx.write_batch(batch);
                     }
                 });
             if let Err(e) = spawned {
@@ -454,6 +462,8 @@ fn unpack_with_own_workers<R: Read>(
             held: 0,
             dirs: 0,
             size: batch_size,
+            fds: fds.clone(),
+            stopped: Box::new(|| ctx.stopped()),
         });
         read_all(ctx, input, pool)
     })
@@ -468,6 +478,9 @@ struct FileJob {
     meta: Meta,
     shown: PathBuf,
     entry: String,
+    /// The budget's slot for `dir`, on the first job in a batch to hold
+    /// it: given back when the batch is done.
+    hold: Option<Slot>,
 }
 
 /// The reader's side of the pool: files go to the workers in batches of
@@ -483,6 +496,12 @@ struct Batcher<'a> {
     /// Directories whose descriptors the jobs in `batch` hold.
     dirs: usize,
     size: usize,
+    /// The descriptor budget: each directory a batch holds takes one
+    /// slot, so the batches in flight hold no more than it (a directory
+    /// in two batches counts twice, on the safe side).
+    fds: Descriptors,
+    /// Whether the unpack has stopped.
+    stopped: Box<dyn Fn() -> bool + 'a>,
 }
 
 /// A batch is sent once its jobs hold this many directories' descriptors:
@@ -492,7 +511,7 @@ const BATCH_DIRS: usize = 8;
 
 impl Batcher<'_> {
     /// Queues `job`; false when the workers are gone.
-    fn push(&mut self, job: FileJob) -> bool {
+    fn push(&mut self, mut job: FileJob) -> bool {
         self.held += job.body.held();
         if self
             .batch
@@ -500,6 +519,10 @@ impl Batcher<'_> {
             .is_none_or(|last| !Arc::ptr_eq(&last.dir, &job.dir))
         {
             self.dirs += 1;
+            match self.slot() {
+                Some(s) => job.hold = Some(s),
+                None => return false,
+            }
         }
         self.batch.push(job);
         // Bodies waiting here count against the byte budget; sending at a
@@ -511,6 +534,28 @@ impl Batcher<'_> {
             return self.flush();
         }
         true
+    }
+
+    /// A slot for a directory joining the batch. While the budget is
+    /// spent the reader sends what it holds and waits for the workers to
+    /// give slots back (they never wait for one, so they always can);
+    /// `None` once the unpack stopped or the workers are gone.
+    fn slot(&mut self) -> Option<Slot> {
+        if let Some(s) = self.fds.try_take(1) {
+            return Some(s);
+        }
+        if !self.flush() {
+            return None;
+        }
+        loop {
+            if (self.stopped)() {
+                return None;
+            }
+            if let Some(s) = self.fds.try_take(1) {
+                return Some(s);
+            }
+            self.fds.wait(std::time::Duration::from_millis(10));
+        }
     }
 
     /// Sends what is queued; false when the workers are gone.
@@ -795,6 +840,16 @@ impl Ctx<'_> {
     }
 
     /// Writes one file (in a worker, or in the reader when serial).
+    /// Writes a batch's files; its descriptor slots are given back once
+    /// all of them are done (its later jobs hold the directories too).
+    fn write_batch(&self, batch: Vec<FileJob>) {
+        let mut holds = Vec::new();
+        for mut job in batch {
+            holds.extend(job.hold.take());
+            self.write_job(job);
+        }
+    }
+
     fn write_job(&self, job: FileJob) {
         let n = job.body.len();
         if !self.stopped() {

@@ -1192,6 +1192,9 @@ mod test {
             buffered: 12,
             elapsed: Duration::from_millis(13),
             walker_blocked: Duration::from_millis(14),
+            fd_limit: 27,
+            fd_budget: 28,
+            fd_peak: 29,
             workers: vec![
                 copier::WorkerStats {
                     jobs: 15,
@@ -1208,6 +1211,7 @@ mod test {
                 steals: 22,
                 busy: Duration::from_millis(23),
                 blocked: Duration::from_millis(24),
+                fd_wait: Duration::from_millis(30),
                 idle: Duration::from_millis(25),
                 cpu: Duration::from_millis(26),
             }],

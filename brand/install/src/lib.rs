@@ -811,6 +811,10 @@ fn add(total: &mut Stats, s: &Stats) {
     total.specials += s.specials;
     total.skipped += s.skipped;
     total.bytes += s.bytes;
+    // The steps run one after another: their largest descriptor counts.
+    total.fd_limit = total.fd_limit.max(s.fd_limit);
+    total.fd_budget = total.fd_budget.max(s.fd_budget);
+    total.fd_peak = total.fd_peak.max(s.fd_peak);
 }
 
 /// One archive to unpack.

@@ -16,6 +16,10 @@ fn main() {
         );
         brand::sys::exit_now(brand::hook::FATAL)
     }));
+    // As Go's runtime and systemd do: a caller's low default (zoneadm's
+    // 256 on illumos) must not bound how wide a tree can be copied. A
+    // limit that cannot be raised is the one the budget is derived from.
+    let _kept = copier::descriptors::raise_limit();
     if let Err(e) = copier::probes::register() {
         eprintln!("zinstall brand: USDT probes not registered: {e}");
     }

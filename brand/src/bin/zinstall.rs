@@ -8,6 +8,10 @@ use brand::cli::{self, Cli};
 use clap::Parser;
 
 fn main() -> ExitCode {
+    // As Go's runtime and systemd do: a caller's low default (zoneadm's
+    // 256 on illumos) must not bound how wide a tree can be copied. A
+    // limit that cannot be raised is the one the budget is derived from.
+    let _kept = copier::descriptors::raise_limit();
     // Probes only matter to a tracer; failing to register them is said,
     // not fatal.
     if let Err(e) = copier::probes::register() {

@@ -24,6 +24,10 @@ struct Args {
 }
 
 fn main() -> ExitCode {
+    // Before anything else, a job's process included. As Go's runtime and systemd do: a caller's low default (zoneadm's
+    // 256 on illumos) must not bound how wide a tree can be copied. A
+    // limit that cannot be raised is the one the budget is derived from.
+    let _kept = copier::descriptors::raise_limit();
     // A granted job's process (see zinstalld(8)): the daemon starts its
     // own binary again with this first argument, never a user.
     let child = zinstall_daemon::process::CHILD_ARG;

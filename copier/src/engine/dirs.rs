@@ -14,30 +14,45 @@
 //! metadata failed still lets its parent finish.
 //!
 //! A node does not keep its directory open: its descriptors belong to
-//! what uses them (the walker reading it, the jobs in it, its queued
-//! subdirectories, which are made and opened in it), so however deep a
-//! tree is, a chain of directories waiting for their last subdirectory
-//! holds none. A node finalized after all of those are gone is reopened
-//! from the subdirectory that completed it (`..` of the source and of the
-//! destination directory, never following a symlink), and used only if it
-//! is the very directory recorded when it was made: a directory moved
-//! meanwhile is an error, not a way elsewhere.
+//! what uses them (the walker reading it, the jobs in it, and, while it
+//! has subdirectories queued, a pin the walk may let go of when the
+//! descriptor budget is spent), so however deep a tree is, a chain of
+//! directories waiting for their last subdirectory holds none. A node
+//! finalized after all of those are gone is reopened from the
+//! subdirectory that completed it (`..` of the source and of the
+//! destination directory, never following a symlink); one needed again
+//! for a queued subdirectory or a hard link is reopened beneath its
+//! nearest ancestor still open (the top is, for the whole run), one name
+//! at a time. Either is used only if it is the very directory recorded
+//! when it was made: a directory moved meanwhile is an error, not a way
+//! elsewhere.
+//!
+//! A node keeps its name and a link to its parent, not its paths: memory
+//! per level is constant however deep the tree. A path, for a message or
+//! a rule, is made when needed by walking up to the top ([`DirNode::paths`]).
 
+use std::ffi::{CStr, CString, OsStr};
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::path::PathBuf;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, Mutex, Weak};
 
 use super::Shared;
 use super::meta;
+use crate::beneath;
+use crate::descriptors::Slot;
 use crate::error::{Error, Op, Refusal, Result};
 use crate::sys::posix::{Stat, at};
 
-/// The open source and destination directory of a node.
+/// The open source and destination directory of a node, and the budget
+/// slot they hold (none for the top, or for a directory reopened for a
+/// moment: those come out of the reserve).
 #[derive(Clone)]
 pub(crate) struct DirFds {
     pub(crate) src: Arc<OwnedFd>,
     pub(crate) dst: Arc<OwnedFd>,
+    pub(crate) hold: Option<Arc<Slot>>,
 }
 
 /// Holds a walker takes on a directory it is about to read, beyond its
@@ -50,74 +65,236 @@ pub(crate) const READ_RESERVE: usize = 1 << (usize::BITS - 2);
 
 /// A directory whose metadata is applied when its contents are done.
 pub(crate) struct DirNode {
-    pub(crate) src: PathBuf,
-    pub(crate) dst: PathBuf,
+    /// Its name in its parent (empty for the top).
+    name: CString,
     /// The source's `lstat`, taken before the walk read it, so the access
     /// time is the one before our own readdir.
     pub(crate) md: Stat,
-    /// The descriptors, while anything else holds them.
-    src_fd: Weak<OwnedFd>,
-    dst_fd: Weak<OwnedFd>,
     /// `(dev, ino)` of the destination directory made.
     dst_id: (u64, u64),
-    /// The top directory's descriptors, kept for the whole run: there is
-    /// no directory to reopen it from.
-    top: Option<DirFds>,
+    open: Mutex<Open>,
+    /// The top directory's descriptors and paths, kept for the whole
+    /// run: there is no directory to reopen it from.
+    top: Option<(DirFds, PathBuf, PathBuf)>,
     pending: AtomicUsize,
     parent: Option<Arc<DirNode>>,
+}
+
+/// A node's descriptors: while anything else holds them, and while it
+/// has subdirectories queued, unless the walk let go of them.
+struct Open {
+    src: Weak<OwnedFd>,
+    dst: Weak<OwnedFd>,
+    hold: Weak<Slot>,
+    pin: Option<DirFds>,
+    queued: usize,
+}
+
+impl Open {
+    fn live(&self) -> Option<DirFds> {
+        if let Some(p) = &self.pin {
+            return Some(p.clone());
+        }
+        Some(DirFds {
+            src: self.src.upgrade()?,
+            dst: self.dst.upgrade()?,
+            hold: self.hold.upgrade(),
+        })
+    }
+
+    fn set(&mut self, fds: &DirFds) {
+        self.src = Arc::downgrade(&fds.src);
+        self.dst = Arc::downgrade(&fds.dst);
+        self.hold = fds.hold.as_ref().map_or_else(Weak::new, Arc::downgrade);
+    }
 }
 
 impl DirNode {
     /// A node held by the walker reading it: once, and
     /// [`READ_RESERVE`] times for what it will queue. `parent`'s hold
-    /// for it was taken when it was queued, and passes to it.
+    /// for it was taken when it was queued, and passes to it. The top
+    /// (no parent) is given its paths.
     pub(crate) fn new(
-        src: PathBuf,
-        dst: PathBuf,
+        name: &CStr,
         md: Stat,
         fds: &DirFds,
         dst_id: (u64, u64),
         parent: Option<Arc<DirNode>>,
+        top_paths: Option<(PathBuf, PathBuf)>,
     ) -> Arc<Self> {
-        let top = parent.is_none().then(|| fds.clone());
+        let top = top_paths.map(|(s, d)| (fds.clone(), s, d));
+        let mut open = Open {
+            src: Weak::new(),
+            dst: Weak::new(),
+            hold: Weak::new(),
+            pin: None,
+            queued: 0,
+        };
+        open.set(fds);
         Arc::new(DirNode {
-            src,
-            dst,
+            name: name.to_owned(),
             md,
-            src_fd: Arc::downgrade(&fds.src),
-            dst_fd: Arc::downgrade(&fds.dst),
             dst_id,
+            open: Mutex::new(open),
             top,
             pending: AtomicUsize::new(1 + READ_RESERVE),
             parent,
         })
     }
 
+    fn lock(&self) -> std::sync::MutexGuard<'_, Open> {
+        self.open.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The source and destination paths, made by walking up to the top:
+    /// for messages, rules and listeners, never to open anything.
+    pub(crate) fn paths(&self) -> (PathBuf, PathBuf) {
+        self.paths_with(None)
+    }
+
+    /// The paths of `name` in this directory.
+    pub(crate) fn paths_of(&self, name: &CStr) -> (PathBuf, PathBuf) {
+        self.paths_with(Some(name))
+    }
+
+    /// The paths, with `leaf` below them; each made in one allocation,
+    /// as every job's are.
+    fn paths_with(&self, leaf: Option<&CStr>) -> (PathBuf, PathBuf) {
+        let mut names: Vec<&CStr> = Vec::with_capacity(16);
+        names.extend(leaf);
+        let mut cur = self;
+        let (top_src, top_dst) = loop {
+            if let Some((_, s, d)) = &cur.top {
+                break (s.as_path(), d.as_path());
+            }
+            names.push(&cur.name);
+            match &cur.parent {
+                Some(p) => cur = p,
+                None => break (Path::new(""), Path::new("")),
+            }
+        };
+        let below: usize = names.iter().map(|n| n.to_bytes().len() + 1).sum();
+        let make = |top: &Path| {
+            let mut p = PathBuf::with_capacity(top.as_os_str().len() + below);
+            p.push(top);
+            for n in names.iter().rev() {
+                p.push(OsStr::from_bytes(n.to_bytes()));
+            }
+            p
+        };
+        (make(top_src), make(top_dst))
+    }
+
+    /// Counts a subdirectory queued in this directory, open as `fds`,
+    /// which stay open for it (pinned) until it is taken; true if this
+    /// pinned them, for the walk to let go of when descriptors run short.
+    pub(crate) fn queue_sub(&self, fds: &DirFds) -> bool {
+        let mut o = self.lock();
+        o.queued += 1;
+        if o.pin.is_some() {
+            return false;
+        }
+        o.pin = Some(fds.clone());
+        true
+    }
+
+    /// A queued subdirectory taken: its parent's descriptors if still
+    /// open; unpinned once no subdirectory is queued.
+    pub(crate) fn take_sub(&self) -> Option<DirFds> {
+        let mut o = self.lock();
+        let live = o.live();
+        o.queued = o.queued.saturating_sub(1);
+        if o.queued == 0 {
+            o.pin = None;
+        }
+        live
+    }
+
+    /// Lets go of the pin: the descriptors close once nothing else
+    /// holds them, and a subdirectory queued later reopens them.
+    pub(crate) fn unpin(&self) {
+        let pin = self.lock().pin.take();
+        drop(pin);
+    }
+
+    /// Whether the node is pinned now.
+    pub(crate) fn pinned(&self) -> bool {
+        self.lock().pin.is_some()
+    }
+
+    /// The directory's descriptors: the top's, still open, or reopened
+    /// beneath its nearest ancestor still open, one name at a time.
+    pub(crate) fn open_fds(self: &Arc<Self>) -> Result<DirFds> {
+        let mut below = Vec::new();
+        let mut cur = Arc::clone(self);
+        let mut fds = loop {
+            if let Some((t, ..)) = &cur.top {
+                break t.clone();
+            }
+            if let Some(f) = cur.lock().live() {
+                break f;
+            }
+            let Some(p) = cur.parent.clone() else {
+                return Err(self.lost());
+            };
+            below.push(cur);
+            cur = p;
+        };
+        for n in below.iter().rev() {
+            fds = n.reopen_in(&fds)?;
+        }
+        Ok(fds)
+    }
+
+    /// Opens this directory in its parent's descriptors `parent`,
+    /// if it is still the one recorded.
+    fn reopen_in(&self, parent: &DirFds) -> Result<DirFds> {
+        let shown = || self.paths();
+        let src = at::open_dir(parent.src.as_raw_fd(), &self.name)
+            .map_err(|e| Error::io(Op::Open, shown().0, e))?;
+        check_id(&src, self.md.identity(), || shown().0)?;
+        let dst = beneath::step(parent.dst.as_raw_fd(), &self.name, None)
+            .map_err(|f| super::walk::step_error(f, &shown().1))?;
+        check_id(&dst, self.dst_id, || shown().1)?;
+        let fds = DirFds {
+            src: Arc::new(src),
+            dst: Arc::new(dst),
+            hold: None,
+        };
+        self.lock().set(&fds);
+        Ok(fds)
+    }
+
+    /// The error for a directory none of whose ancestors could be
+    /// opened (that error is recorded).
+    fn lost(&self) -> Error {
+        Error::io(
+            Op::Open,
+            self.paths().1,
+            std::io::Error::other("its subdirectory could not be reopened"),
+        )
+    }
+
     /// This node's descriptors: still held elsewhere, or reopened as `..`
     /// of a subdirectory's (`below`).
     fn fds(&self, below: Option<&DirFds>) -> Result<DirFds> {
-        if let Some(t) = &self.top {
+        if let Some((t, ..)) = &self.top {
             return Ok(t.clone());
         }
-        if let (Some(src), Some(dst)) =
-            (self.src_fd.upgrade(), self.dst_fd.upgrade())
-        {
-            return Ok(DirFds { src, dst });
+        if let Some(f) = self.lock().live() {
+            return Ok(f);
         }
         let Some(below) = below else {
             // Its subdirectory could not be reopened (that error is
             // recorded); nothing else leads here.
-            return Err(Error::io(
-                Op::Open,
-                &self.dst,
-                std::io::Error::other("its subdirectory could not be reopened"),
-            ));
+            return Err(self.lost());
         };
-        let src = self.reopen(&below.src, self.md.identity(), &self.src)?;
-        let dst = self.reopen(&below.dst, self.dst_id, &self.dst)?;
+        let src = self.reopen(&below.src, self.md.identity(), true)?;
+        let dst = self.reopen(&below.dst, self.dst_id, false)?;
         Ok(DirFds {
             src: Arc::new(src),
             dst: Arc::new(dst),
+            hold: None,
         })
     }
 
@@ -126,36 +303,49 @@ impl DirNode {
         &self,
         child: &OwnedFd,
         id: (u64, u64),
-        shown: &std::path::Path,
+        source: bool,
     ) -> Result<OwnedFd> {
+        let shown = || {
+            let (s, d) = self.paths();
+            if source { s } else { d }
+        };
         let fd = at::open_dir(child.as_raw_fd(), c"..")
-            .map_err(|e| Error::io(Op::Open, shown, e))?;
-        let st = at::fstat(&fd).map_err(|e| Error::io(Op::Stat, shown, e))?;
-        if Stat::of(&st).identity() != id {
-            return Err(Error::refused(shown, Refusal::Moved));
-        }
+            .map_err(|e| Error::io(Op::Open, shown(), e))?;
+        check_id(&fd, id, shown)?;
         Ok(fd)
     }
 }
 
+/// Refuses `fd` unless it is the directory `id` names.
+fn check_id(
+    fd: &OwnedFd,
+    id: (u64, u64),
+    shown: impl Fn() -> PathBuf,
+) -> Result<()> {
+    let st = at::fstat(fd).map_err(|e| Error::io(Op::Stat, shown(), e))?;
+    if Stat::of(&st).identity() != id {
+        return Err(Error::refused(shown(), Refusal::Moved));
+    }
+    Ok(())
+}
+
 /// Releases one hold on `node`, whose descriptors the caller holds
-/// (`src`, `dst`); finalizes every directory whose count reaches zero,
-/// walking up the tree (iteratively: trees can be deep).
+/// (`fds` gives them, if it could open them: called only when they are
+/// needed); finalizes every directory whose count reaches zero, walking
+/// up the tree (iteratively: trees can be deep).
 pub(crate) fn release(
     node: &Arc<DirNode>,
-    src: &Arc<OwnedFd>,
-    dst: &Arc<OwnedFd>,
+    fds: impl FnOnce() -> Option<DirFds>,
     shared: &Shared<'_>,
 ) {
-    release_n(node, 1, src, dst, shared);
+    release_n(node, 1, fds, shared);
 }
 
 /// [`release`] of `n` holds at once.
 pub(crate) fn release_n(
     node: &Arc<DirNode>,
     n: usize,
-    src: &Arc<OwnedFd>,
-    dst: &Arc<OwnedFd>,
+    fds: impl FnOnce() -> Option<DirFds>,
     shared: &Shared<'_>,
 ) {
     // AcqRel: the finalizer must see that every release before it
@@ -165,10 +355,7 @@ pub(crate) fn release_n(
         return;
     }
     let mut cur = Arc::clone(node);
-    let mut own = Some(DirFds {
-        src: Arc::clone(src),
-        dst: Arc::clone(dst),
-    });
+    let mut own = fds();
     let mut below: Option<DirFds> = None;
     let mut first = true;
     loop {

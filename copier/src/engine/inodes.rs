@@ -15,21 +15,35 @@ use std::collections::hash_map::Entry;
 use std::ffi::CString;
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::Duration;
+
+use super::DirNode;
 
 #[derive(Default)]
 pub(crate) struct InodeMap {
     map: Mutex<HashMap<(u64, u64), Group>>,
 }
 
-/// Where an entry was written: its directory, held open, and its name
-/// there; the path only names it in messages.
+/// Where an entry was written: its directory and its name there; the
+/// path only names it in messages.
 #[derive(Clone)]
 pub(crate) struct Placed {
-    pub(crate) dir: Arc<OwnedFd>,
+    pub(crate) dir: PlacedDir,
     pub(crate) leaf: CString,
     pub(crate) shown: PathBuf,
+}
+
+/// The directory of a first name. A walked directory is not held open
+/// for the later names (they may be anywhere in the tree, any time
+/// later, and a group waiting for them must not hold the descriptor
+/// budget): it is used if still open, else reopened from its node.
+#[derive(Clone)]
+pub(crate) enum PlacedDir {
+    /// A single job's directory, held open.
+    Open(Arc<OwnedFd>),
+    /// A walked directory.
+    Walked(Weak<OwnedFd>, Arc<DirNode>),
 }
 
 pub(crate) struct Slot {

@@ -86,19 +86,22 @@ pub(crate) fn apply_dir(
 ) -> Result<()> {
     let md = &d.md;
     let dst = &*fds.dst;
-    owner(shared, md.uid, md.gid, &d.dst, || {
+    // Made here, not kept: a node holds no paths.
+    let (src_path, dst_path) = d.paths();
+    owner(shared, md.uid, md.gid, &dst_path, || {
         at::fchown(dst, md.uid, md.gid)
     })?;
     copy_xattrs(
         shared,
         &XattrTarget::Fd(fds.src.as_fd()),
         &XattrTarget::Fd(dst.as_fd()),
-        &d.src,
-        &d.dst,
+        &src_path,
+        &dst_path,
     )?;
-    at::fchmod(dst, mode(shared, md, &d.dst))
-        .map_err(|e| Error::io(Op::Chmod, &d.dst, e))?;
-    at::futimens(dst, &md.times).map_err(|e| Error::io(Op::SetTimes, &d.dst, e))
+    at::fchmod(dst, mode(shared, md, &dst_path))
+        .map_err(|e| Error::io(Op::Chmod, &dst_path, e))?;
+    at::futimens(dst, &md.times)
+        .map_err(|e| Error::io(Op::SetTimes, &dst_path, e))
 }
 
 /// The mode to give an entry: the source's, but without the setuid

@@ -10,7 +10,10 @@
 //! └────────────────┘                  └───────────────────────────┘
 //!   ▲ push subdirs │ holds 1 on each dir it reads │ releases 1 per job
 //!   └──────────────┘                               ▼
-//!   DirNode { pending } ── reaches 0 ──▶ directory metadata applied
+//!   DirNode { name, parent, pending } ── 0 ──▶ directory metadata applied
+//!
+//!   descriptor budget: a walker takes 2 per directory it opens (waiting
+//!   while it is spent); they come back when nothing holds the directory
 //! ```
 //!
 //! Invariants:
@@ -35,13 +38,42 @@
 //!   everything else happens in the workers, in parallel. Hard links are
 //!   found there too (see [`inodes`]): the first name a worker claims is
 //!   copied, whichever walker found it and in whatever order.
-//! * Descriptors: a queued directory holds its parent's (shared by all
-//!   its queued siblings) and is opened only when popped, so a wide
-//!   directory costs two descriptors however many subdirectories it has;
-//!   a node keeps none of its own (see [`dirs`]), so a deep chain costs
-//!   none per level. Open: two per directory being read, two per
-//!   directory with queued subdirectories, and the directories of queued
-//!   jobs (bounded by the queue).
+//! * Descriptors: a walker takes two slots of the run's descriptor
+//!   budget ([`crate::descriptors`]: the pool's, shared by every run on
+//!   it, or the run's own) before it opens a directory and its
+//!   destination, and the slots go back when both are closed: when the
+//!   walker has read it, its queued jobs are done and its queued
+//!   subdirectories have been taken. A queued directory holds no
+//!   descriptor of its own, only a count on its parent's node, which
+//!   keeps the parent pinned open until its last queued subdirectory is
+//!   taken; a node keeps none otherwise (see [`dirs`]), so a deep chain
+//!   costs none per level. A pinned directory may be let go of when the
+//!   budget is spent (oldest first); its subdirectories then reopen it
+//!   beneath its nearest ancestor still open (the top always is), checked
+//!   to be the directory recorded. A hard link's first directory is not
+//!   held for the later names either: they reopen it from its node. Every
+//!   other descriptor is open for a moment in one thread (a job's files,
+//!   a finished directory's `..`, such a reopening) and comes out of the
+//!   reserve the budget leaves below the limit. `EMFILE` or `ENFILE`,
+//!   should another part of the process take what the budget left, is
+//!   waited out and the open retried once descriptors are given back,
+//!   never reported.
+//! * Waiting for descriptors cannot deadlock. Only walkers wait for the
+//!   budget, and a waiting walker holds no descriptor and nothing the
+//!   workers need: it takes its slots before it takes its parent's
+//!   descriptors, and hands over the batch it was filling before it
+//!   waits. Everything else that holds descriptors gives them back
+//!   without waiting for the budget: workers never wait for it (their
+//!   descriptors are in the reserve), so every queued batch is done and
+//!   its jobs release their directories; a walker reading a directory
+//!   waits only for room in the queue, which the workers make, then lets
+//!   it go; and a waiting walker lets go of every pin. So while walkers
+//!   wait, the directories held fall to none, and the budget (at least
+//!   one directory's two) lets one of them go on. Across the runs on one
+//!   pool the same holds, whatever the number of runs: the workers are
+//!   the pool's, which wait for no budget, and each run's waiting
+//!   walkers let go of their own run's pins, while a run that is not
+//!   waiting is finishing directories.
 //! * Memory is bounded by the queue (2 × threads batches, and one batch
 //!   being filled per walker), the queued directories, and the inodes
 //!   with more than one name; not by the size of the tree.
@@ -75,7 +107,6 @@ use std::ffi::CString;
 use std::fs;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -84,6 +115,7 @@ use std::thread;
 use std::time::Instant;
 
 use crate::beneath::Root;
+use crate::descriptors::{Descriptors, Slot};
 use crate::error::{Error, Op, Refusal};
 use crate::plan::{Failure, OnError, Plan, Report};
 use crate::stats::{NoticeBoard, NoticeKind, Stats, WorkerStats};
@@ -93,7 +125,7 @@ use crate::trace::{Clock, Recording, ThreadTrace};
 
 use source::Source;
 
-pub(crate) use dirs::DirNode;
+pub(crate) use dirs::{DirFds, DirNode};
 
 /// One unit of work for a worker.
 pub(crate) struct Job {
@@ -112,6 +144,9 @@ pub(crate) struct Job {
     pub(crate) leaf: CString,
     /// The source directory, open.
     pub(crate) src_dir: Arc<OwnedFd>,
+    /// The descriptor budget's slot `dir` and `src_dir` hold, if they
+    /// are a walked directory's.
+    pub(crate) hold: Option<Arc<Slot>>,
     /// The entry's name in `src_dir` when it is not `leaf`: a single
     /// source copied under another name.
     pub(crate) src_leaf: Option<CString>,
@@ -126,9 +161,16 @@ impl Job {
         if let Some(p) = &self.parent
             && self.src.as_os_str().is_empty()
         {
-            let name = std::ffi::OsStr::from_bytes(self.leaf.to_bytes());
-            self.src = p.src.join(name);
-            self.dst = p.dst.join(name);
+            (self.src, self.dst) = p.paths_of(&self.leaf);
+        }
+    }
+
+    /// Its directory's descriptors, to release it with.
+    pub(crate) fn fds(&self) -> DirFds {
+        DirFds {
+            src: Arc::clone(&self.src_dir),
+            dst: Arc::clone(&self.dir),
+            hold: self.hold.clone(),
         }
     }
 }
@@ -174,6 +216,9 @@ pub(crate) struct Shared<'p> {
     pub(crate) owner: Option<crate::pool::Credentials>,
     pub(crate) clock: Clock,
     temp_seq: AtomicU64,
+    /// The descriptor budget: the pool's, shared with its other runs,
+    /// or the run's own.
+    pub(crate) fds: Descriptors,
 }
 
 impl<'p> Shared<'p> {
@@ -203,6 +248,13 @@ impl<'p> Shared<'p> {
             owner,
             clock: Clock::new(),
             temp_seq: AtomicU64::new(0),
+            fds: match &plan.pool {
+                Some(pool) => pool.descriptors().clone(),
+                None => Descriptors::for_threads(
+                    plan.tunables.copy_threads,
+                    plan.tunables.walkers(),
+                ),
+            },
         }
     }
 
@@ -359,6 +411,9 @@ fn run(plan: &Plan) -> Result<Report, Failure> {
         });
     }
     stats.elapsed = started.elapsed();
+    stats.fd_limit = shared.fds.limit();
+    stats.fd_budget = shared.fds.total() as u64;
+    stats.fd_peak = shared.fds.peak() as u64;
     crate::probes::walk_done(|| {
         (
             stats.entries(),
@@ -581,6 +636,7 @@ fn run_single(
         dir,
         leaf,
         src_dir: Arc::clone(&source.dir),
+        hold: None,
         src_leaf: Some(source.leaf.clone()),
         parent: None,
     };
@@ -725,6 +781,7 @@ mod test {
             dir: Arc::new(dir.into()),
             leaf: worker::leaf_name(dst.file_name().unwrap()).unwrap(),
             src_dir: Arc::new(src_dir.into()),
+            hold: None,
             src_leaf: Some(
                 worker::leaf_name(src.file_name().unwrap()).unwrap(),
             ),

@@ -4,7 +4,7 @@
 //! first (copying), queues its subdirectories and feeds batches of jobs
 //! for everything else into the one queue the workers share.
 
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
 use std::ffi::{CStr, CString, OsStr};
 use std::fs;
 use std::io;
@@ -12,7 +12,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering, fence};
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -23,6 +23,7 @@ use super::dirs::{self, DirFds, DirNode};
 use super::worker::Worker;
 use super::{Job, JobKind, Shared, identity, new_trace, preview};
 use crate::beneath;
+use crate::descriptors::{self, Slot};
 use crate::error::{Error, Op, Refusal, Result};
 use crate::rules::{self, Action};
 use crate::stats::{NoticeKind, Stats, WalkerStats};
@@ -140,13 +141,13 @@ pub(crate) enum Mode {
     DryRun,
 }
 
-/// A directory still to read. It holds its parent's descriptors (and a
-/// count on its parent's node) until it is popped: only then is it made
-/// at the destination and opened, so a directory with many
-/// subdirectories queues them without a descriptor each.
+/// A directory still to read. Copying, it holds a count on its parent's
+/// node, whose descriptors stay pinned open for it until it is popped
+/// (unless the walk lets go of them for want of descriptors, see
+/// [`Walk::evict`]): only then is it made at the destination and
+/// opened, so a directory with many subdirectories queues them without
+/// a descriptor each.
 pub(crate) struct DirTask {
-    src: PathBuf,
-    dst: PathBuf,
     at: TaskAt,
     parent: Option<Arc<DirNode>>,
 }
@@ -155,11 +156,15 @@ enum TaskAt {
     /// The top: the source directory and the destination, both opened
     /// already (no destination in a dry run).
     Top(OwnedFd, Option<OwnedFd>),
-    /// A subdirectory: its name in its parent's open directories.
-    Sub {
+    /// A subdirectory of a copy: its name in its parent's node.
+    Sub(CString),
+    /// A subdirectory of a dry run: its parent's open source directory,
+    /// its name there, and its paths (a dry run keeps no nodes).
+    Dry {
         src_dir: Arc<OwnedFd>,
-        dst_dir: Option<Arc<OwnedFd>>,
         name: CString,
+        src: PathBuf,
+        dst: PathBuf,
     },
 }
 
@@ -181,6 +186,12 @@ pub(crate) struct Walk<'s, 'p> {
     top_dev: OnceLock<u64>,
     /// Inodes with several names already counted (dry runs).
     seen: Mutex<HashSet<(u64, u64)>>,
+    /// Directories pinned open for their queued subdirectories, oldest
+    /// first: let go of when a walker waits for descriptors.
+    pins: Mutex<VecDeque<Weak<DirNode>>>,
+    /// Length of `pins` after it was last swept of nodes no longer
+    /// pinned.
+    swept: AtomicUsize,
 }
 
 /// An idle walker looks again this often, whatever wakes it: a cancel
@@ -217,11 +228,10 @@ pub(crate) fn run<'s, 'p>(
         wake: Condvar::new(),
         top_dev: OnceLock::new(),
         seen: Mutex::new(HashSet::new()),
+        pins: Mutex::new(VecDeque::new()),
+        swept: AtomicUsize::new(0),
     };
-    let plan = shared.plan;
     walk.injector.push(DirTask {
-        src: plan.src.clone(),
-        dst: plan.dst.clone(),
         at: TaskAt::Top(top.0, top.1),
         parent: None,
     });
@@ -255,6 +265,39 @@ impl Walk<'_, '_> {
     /// Whether a queued directory is there to take.
     fn has_work(&self) -> bool {
         !self.injector.is_empty() || self.stealers.iter().any(|s| !s.is_empty())
+    }
+
+    /// Records `node` as pinned for its queued subdirectories; sweeps
+    /// out nodes no longer pinned whenever the record doubled, so that it
+    /// stays as long as the pins are, not as the tree.
+    fn pinned(&self, node: &Arc<DirNode>) {
+        let mut pins = self.pins.lock().unwrap_or_else(|p| p.into_inner());
+        pins.push_back(Arc::downgrade(node));
+        if pins.len() > 64
+            && pins.len() > 2 * self.swept.load(Ordering::Relaxed)
+        {
+            pins.retain(|w| w.upgrade().is_some_and(|n| n.pinned()));
+            self.swept.store(pins.len(), Ordering::Relaxed);
+        }
+    }
+
+    /// Lets go of the oldest pin (nearest the top, so the cheapest to
+    /// reopen); false if there is none.
+    fn evict(&self) -> bool {
+        loop {
+            let oldest = self
+                .pins
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .pop_front();
+            let Some(w) = oldest else { return false };
+            if let Some(n) = w.upgrade()
+                && n.pinned()
+            {
+                n.unpin();
+                return true;
+            }
+        }
     }
 
     /// One directory read: the walk ends when none is left.
@@ -417,11 +460,16 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
     /// recorded.
     fn read(&mut self, task: DirTask) {
         let idx = self.index as u32;
-        crate::probes::dir_start(|| (idx, task.src.to_string_lossy()));
+        let plan = self.shared.plan;
         let top = matches!(task.at, TaskAt::Top(..));
-        let src = task.src.clone();
+        let (src, dst) = match (&task.at, &task.parent) {
+            (TaskAt::Sub(name), Some(p)) => p.paths_of(name),
+            (TaskAt::Dry { src, dst, .. }, _) => (src.clone(), dst.clone()),
+            _ => (plan.src.clone(), plan.dst.clone()),
+        };
+        crate::probes::dir_start(|| (idx, src.to_string_lossy()));
         let before = self.load.entries;
-        let (r, hold) = self.read_task(task);
+        let (r, hold) = self.read_task(task, &src, &dst);
         let n = self.load.entries - before;
         crate::probes::dir_done(|| {
             (idx, src.to_string_lossy(), n, crate::probes::errno(&r))
@@ -432,8 +480,39 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
             Ok(()) => {}
         }
         if let Some((node, fds, n)) = hold {
-            dirs::release_n(&node, n, &fds.src, &fds.dst, self.shared);
+            dirs::release_n(&node, n, || fds, self.shared);
         }
+    }
+
+    /// Descriptor slots for a directory about to be opened (`n`: its
+    /// source and destination). While the budget is spent the walker
+    /// hands over its batch (its jobs hold descriptors), lets go of
+    /// pinned directories, oldest first, and waits for descriptors to
+    /// be given back, holding none itself; `None` if the run stopped
+    /// meanwhile.
+    fn slot(&mut self, n: usize) -> Option<Slot> {
+        let shared = self.shared;
+        let budget = &shared.fds;
+        if let Some(s) = budget.try_take(n) {
+            return Some(s);
+        }
+        self.send();
+        self.trace.enter(ThreadState::Blocked);
+        let t0 = Instant::now();
+        let s = loop {
+            if self.shared.stopped() {
+                break None;
+            }
+            if let Some(s) = budget.try_take(n) {
+                break Some(s);
+            }
+            if !self.walk.evict() {
+                budget.wait(IDLE_POLL);
+            }
+        };
+        self.load.fd_wait += t0.elapsed();
+        self.trace.enter(ThreadState::Mkdir);
+        s
     }
 
     /// Reads a directory; returns the outcome and the holds to release:
@@ -443,61 +522,75 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
     fn read_task(
         &mut self,
         task: DirTask,
-    ) -> (Result<()>, Option<(Arc<DirNode>, DirFds, usize)>) {
-        let DirTask {
-            src,
-            dst,
-            at,
-            parent,
-        } = task;
-        // The parent's count this task holds, given back if the
-        // directory cannot be made.
-        let parent_hold = match (&at, &parent) {
-            (
-                TaskAt::Sub {
-                    src_dir,
-                    dst_dir: Some(d),
-                    ..
-                },
-                Some(p),
-            ) => Some((
-                Arc::clone(p),
-                DirFds {
-                    src: Arc::clone(src_dir),
-                    dst: Arc::clone(d),
-                },
-                1,
-            )),
+        src: &Path,
+        dst: &Path,
+    ) -> (Result<()>, Option<(Arc<DirNode>, Option<DirFds>, usize)>) {
+        let DirTask { at, parent } = task;
+        // Slots first, waiting if need be with no descriptor held: the
+        // parent's are taken only once the walker has its slots.
+        let slot = match (&at, &parent) {
+            (TaskAt::Sub(_), Some(_)) => match self.slot(2) {
+                Some(s) => Some(s),
+                // The run stopped meanwhile.
+                None => return (Ok(()), parent.map(|p| (p, None, 1))),
+            },
             _ => None,
         };
-        let made = self.open(&src, &dst, at).and_then(|o| {
-            let id = match (&o.2, &parent) {
+        // The parent's descriptors, taken before its pin may go: still
+        // open, or reopened beneath its nearest open ancestor.
+        let parent_fds = match (&at, &parent) {
+            (TaskAt::Sub(_), Some(p)) => match p.take_sub() {
+                Some(f) => Some(Ok(f)),
+                None => Some(p.open_fds()),
+            },
+            _ => None,
+        };
+        let parent_fds = match parent_fds.transpose() {
+            Ok(f) => f,
+            Err(e) => {
+                let hold = parent.map(|p| (p, None, 1));
+                return (Err(e), hold);
+            }
+        };
+        // The count on the parent this task holds, given back if the
+        // directory cannot be made.
+        let parent_hold = parent
+            .as_ref()
+            .map(|p| (Arc::clone(p), parent_fds.clone(), 1));
+        let made = self.open(src, dst, at, parent_fds.as_ref(), slot);
+        let made = made.and_then(|o| {
+            let id = match (&o.3, &parent) {
                 (Some(d), Some(_)) => at::fstat(&**d)
                     .map(|st| Stat::of(&st).identity())
-                    .map_err(|e| Error::io(Op::Stat, &dst, e))?,
+                    .map_err(|e| Error::io(Op::Stat, dst, e))?,
                 _ => (0, 0),
             };
             Ok((o, id))
         });
-        let ((md, src_fd, dst_fd, mount), id) = match made {
+        drop(parent_fds);
+        let ((md, name, src_fd, dst_fd, mount, hold), id) = match made {
             Ok(m) => m,
             Err(e) => return (Err(e), parent_hold),
         };
+        drop(parent_hold);
         if self.walk.mode == Mode::Copy {
             // A dry run counted it as it checked it.
             self.stats.dirs += 1;
         }
         self.load.dirs += 1;
+        let is_top = parent.is_none();
         let node = dst_fd.map(|dst_fd| {
             let fds = DirFds {
                 src: Arc::clone(&src_fd),
                 dst: dst_fd,
+                hold: hold.map(Arc::new),
             };
             if let Some(l) = &self.shared.plan.listener {
-                l.entry(&src, &dst, crate::EntryKind::Dir);
+                l.entry(src, dst, crate::EntryKind::Dir);
             }
-            let node =
-                DirNode::new(src.clone(), dst.clone(), md, &fds, id, parent);
+            let top_paths =
+                is_top.then(|| (src.to_path_buf(), dst.to_path_buf()));
+            let node = DirNode::new(&name, md, &fds, id, parent, top_paths);
             (node, fds)
         });
         self.trace.enter(ThreadState::Walking);
@@ -506,25 +599,36 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
             // Another filesystem, not crossed: made, not read (cp -x).
             Ok(())
         } else {
-            self.list(&src, &dst, &src_fd, node.as_ref())
+            self.list(src, dst, &src_fd, node.as_ref())
         };
         let left = dirs::READ_RESERVE - self.given + 1;
-        (r, node.map(|(n, f)| (n, f, left)))
+        (r, node.map(|(n, f)| (n, Some(f), left)))
     }
 
-    /// The source directory's `lstat` and descriptor (never followed),
-    /// the destination directory made and opened (copying; checked,
-    /// dry), and whether it is a mount point not to descend into.
+    /// The source directory's `lstat`, name and descriptor (never
+    /// followed), the destination directory made and opened (copying;
+    /// checked, dry), whether it is a mount point not to descend into,
+    /// and the budget slot its descriptors hold (`slot`, taken for a
+    /// subdirectory of a copy).
     #[allow(clippy::type_complexity)]
     fn open(
         &mut self,
         src: &Path,
         dst: &Path,
         at: TaskAt,
-    ) -> Result<(Stat, Arc<OwnedFd>, Option<Arc<OwnedFd>>, bool)> {
+        parent: Option<&DirFds>,
+        slot: Option<Slot>,
+    ) -> Result<(
+        Stat,
+        CString,
+        Arc<OwnedFd>,
+        Option<Arc<OwnedFd>>,
+        bool,
+        Option<Slot>,
+    )> {
         let plan = self.shared.plan;
         self.trace.enter(ThreadState::Mkdir);
-        match at {
+        let (src_dir, dst_dir, name) = match at {
             TaskAt::Top(fd, dst_fd) => {
                 let md = at::fstat(&fd)
                     .map(|st| Stat::of(&st))
@@ -540,62 +644,73 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
                         true,
                     )?;
                 }
-                Ok((md, Arc::new(fd), dst_fd.map(Arc::new), false))
+                return Ok((
+                    md,
+                    CString::default(),
+                    Arc::new(fd),
+                    dst_fd.map(Arc::new),
+                    false,
+                    None,
+                ));
             }
-            TaskAt::Sub {
-                src_dir,
-                dst_dir,
-                name,
-            } => {
-                let md = at::stat(src_dir.as_raw_fd(), &name)
-                    .map_err(|e| Error::io(Op::Stat, src, e))?;
-                if !md.is_dir() {
-                    return Err(Error::refused(src, Refusal::ChangedType));
-                }
-                let mount = !plan.cross_fs
-                    && self.walk.top_dev.get().is_some_and(|d| *d != md.dev);
-                if mount {
-                    // Copied empty, which must not go unsaid.
-                    self.shared
-                        .notice(NoticeKind::MountPoint(src.to_path_buf()), src);
-                }
-                // Opening it is the first step of reading it: a directory
-                // that cannot be opened is one that cannot be read.
-                let fd =
-                    at::open_dir(src_dir.as_raw_fd(), &name).map_err(|e| {
-                        match e.raw_os_error() {
-                            Some(libc::ELOOP | libc::ENOTDIR) => {
-                                Error::refused(src, Refusal::ChangedType)
-                            }
-                            _ => Error::io(Op::ReadDir, src, e),
-                        }
-                    })?;
-                let dst_fd = match (self.walk.mode, dst_dir) {
-                    (Mode::DryRun, _) => {
-                        preview::dir(
-                            self.shared,
-                            &mut self.stats,
-                            src,
-                            dst,
-                            &md,
-                            false,
-                        )?;
-                        None
-                    }
-                    (Mode::Copy, Some(d)) => Some(Arc::new(make_dir(
-                        d.as_raw_fd(),
-                        &name,
-                        dst,
-                        plan.merge,
-                        plan.layered,
-                    )?)),
-                    (Mode::Copy, None) => {
-                        return Err(Error::refused(dst, Refusal::ChangedType));
-                    }
-                };
-                Ok((md, Arc::new(fd), dst_fd, mount))
-            }
+            TaskAt::Sub(name) => match parent {
+                Some(p) => (Arc::clone(&p.src), Some(&p.dst), name),
+                None => return Err(Error::refused(dst, Refusal::ChangedType)),
+            },
+            TaskAt::Dry { src_dir, name, .. } => (src_dir, None, name),
+        };
+        let md = at::stat(src_dir.as_raw_fd(), &name)
+            .map_err(|e| Error::io(Op::Stat, src, e))?;
+        if !md.is_dir() {
+            return Err(Error::refused(src, Refusal::ChangedType));
         }
+        let mount = !plan.cross_fs
+            && self.walk.top_dev.get().is_some_and(|d| *d != md.dev);
+        if mount {
+            // Copied empty, which must not go unsaid.
+            self.shared
+                .notice(NoticeKind::MountPoint(src.to_path_buf()), src);
+        }
+        let shared = self.shared;
+        let fds = &shared.fds;
+        // Opening it is the first step of reading it: a directory that
+        // cannot be opened is one that cannot be read.
+        let fd = fds
+            .retrying(
+                || at::open_dir(src_dir.as_raw_fd(), &name),
+                descriptors::exhausted,
+            )
+            .map_err(|e| match e.raw_os_error() {
+                Some(libc::ELOOP | libc::ENOTDIR) => {
+                    Error::refused(src, Refusal::ChangedType)
+                }
+                _ => Error::io(Op::ReadDir, src, e),
+            })?;
+        let dst_fd = match (self.walk.mode, dst_dir) {
+            (Mode::DryRun, _) => {
+                preview::dir(
+                    self.shared,
+                    &mut self.stats,
+                    src,
+                    dst,
+                    &md,
+                    false,
+                )?;
+                None
+            }
+            (Mode::Copy, Some(d)) => Some(Arc::new(make_dir(
+                self.shared,
+                d.as_raw_fd(),
+                &name,
+                dst,
+                plan.merge,
+                plan.layered,
+            )?)),
+            (Mode::Copy, None) => {
+                return Err(Error::refused(dst, Refusal::ChangedType));
+            }
+        };
+        Ok((md, name, Arc::new(fd), dst_fd, mount, slot))
     }
 
     /// Reads the entries of an open source directory: subdirectories
@@ -659,19 +774,28 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
             _ => libc::S_IFIFO,
         };
         if kind == libc::S_IFDIR {
-            if node.is_some() {
-                self.given += 1;
-            }
-            self.push(DirTask {
-                src: src.join(os),
-                dst: dst.join(os),
-                at: TaskAt::Sub {
-                    src_dir: Arc::clone(src_fd),
-                    dst_dir: node.map(|(_, f)| Arc::clone(&f.dst)),
-                    name: name.to_owned(),
+            let task = match node {
+                Some((n, fds)) => {
+                    self.given += 1;
+                    if n.queue_sub(fds) {
+                        self.walk.pinned(n);
+                    }
+                    DirTask {
+                        at: TaskAt::Sub(name.to_owned()),
+                        parent: Some(Arc::clone(n)),
+                    }
+                }
+                None => DirTask {
+                    at: TaskAt::Dry {
+                        src_dir: Arc::clone(src_fd),
+                        name: name.to_owned(),
+                        src: src.join(os),
+                        dst: dst.join(os),
+                    },
+                    parent: None,
                 },
-                parent: node.map(|(n, _)| Arc::clone(n)),
-            });
+            };
+            self.push(task);
             return Ok(());
         }
         let target = if kind == libc::S_IFREG {
@@ -704,6 +828,7 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
             dst: PathBuf::new(),
             dir: Arc::clone(&fds.dst),
             src_dir: Arc::clone(&fds.src),
+            hold: fds.hold.clone(),
             src_leaf: None,
             leaf: name.to_owned(),
             parent: Some(Arc::clone(node)),
@@ -766,7 +891,7 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
             };
             *count += 1;
             if let Some(p) = &job.parent {
-                dirs::release(p, &job.src_dir, &job.dir, self.shared);
+                dirs::release(p, || Some(job.fds()), self.shared);
             }
         }
         if let Some(p) = &self.shared.plan.progress {
@@ -914,6 +1039,7 @@ fn make_root(dst: &Path) -> Result<()> {
 /// so its owner can fill it whatever its final mode. Merging, a directory
 /// already there is used; a symlink there is never followed.
 fn make_dir(
+    shared: &Shared<'_>,
     parent: std::os::fd::RawFd,
     leaf: &std::ffi::CStr,
     dst: &Path,
@@ -939,7 +1065,9 @@ fn make_dir(
         }
         Err(e) => return Err(Error::io(Op::Mkdir, dst, e)),
     }
-    beneath::step(parent, leaf, None).map_err(|f| match f {
+    let full = |f: &beneath::StepFail| matches!(f, beneath::StepFail::Io(_, e) if descriptors::exhausted(e));
+    let step = || beneath::step(parent, leaf, None);
+    shared.fds.retrying(step, full).map_err(|f| match f {
         beneath::StepFail::Met(crate::error::Met::NotADirectory) => {
             Error::refused(dst, Refusal::Conflict)
         }

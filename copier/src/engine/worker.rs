@@ -17,11 +17,12 @@ use std::time::Instant;
 
 use crossbeam_channel::Receiver;
 
-use super::inodes::{Claim, Placed};
+use super::inodes::{Claim, Placed, PlacedDir};
 use super::{
     Job, JobKind, Shared, ThreadResult, dirs, identity, meta, new_trace,
     open_error,
 };
+use crate::descriptors;
 use crate::error::{Error, Op, Refusal, Result};
 use crate::probes;
 use crate::stats::{NoticeKind, Stats, WorkerStats};
@@ -156,7 +157,7 @@ impl<'s, 'p> Worker<'s, 'p> {
         self.unreported.0 += 1;
         self.unreported.1 += bytes;
         if let Some(parent) = &job.parent {
-            dirs::release(parent, &job.src_dir, &job.dir, self.shared);
+            dirs::release(parent, || Some(job.fds()), self.shared);
         }
     }
 
@@ -190,7 +191,10 @@ impl<'s, 'p> Worker<'s, 'p> {
     fn copy_file(&mut self, job: &Job) -> Result<()> {
         self.trace.enter(ThreadState::Reading);
         let (dir, name) = source(job);
-        let src = sys::open_source_at(dir, name)
+        let src = self
+            .shared
+            .fds
+            .retrying(|| sys::open_source_at(dir, name), descriptors::exhausted)
             .map_err(|e| open_error(&job.src, e))?;
         let md = src
             .metadata()
@@ -237,7 +241,10 @@ impl<'s, 'p> Worker<'s, 'p> {
         };
         self.trace.enter(ThreadState::Writing);
         let dir = job.dir.as_raw_fd();
-        let dst = at::create_file(dir, name)
+        let dst = self
+            .shared
+            .fds
+            .retrying(|| at::create_file(dir, name), descriptors::exhausted)
             .map_err(|e| Error::io(Op::Create, &job.dst, e))?;
         let r = self.copy_data(src, &dst, md, &job.src, &job.dst).and_then(
             |(m, n)| {
@@ -602,7 +609,14 @@ impl<'s, 'p> Worker<'s, 'p> {
     /// A later name of an inode already copied to `first`.
     fn hard_link(&mut self, first: &Placed, job: &Job) -> Result<()> {
         self.trace.enter(ThreadState::Linking);
-        let first_id = at::lstat(first.dir.as_raw_fd(), &first.leaf)
+        let first_dir = match &first.dir {
+            PlacedDir::Open(d) => Arc::clone(d),
+            PlacedDir::Walked(d, node) => match d.upgrade() {
+                Some(d) => d,
+                None => node.open_fds()?.dst,
+            },
+        };
+        let first_id = at::lstat(first_dir.as_raw_fd(), &first.leaf)
             .ok()
             .flatten()
             .map(|st| (st.st_dev as u64, st.st_ino as u64));
@@ -618,7 +632,7 @@ impl<'s, 'p> Worker<'s, 'p> {
             Placement::Replace(tmp) => tmp,
         };
         at::link(
-            first.dir.as_raw_fd(),
+            first_dir.as_raw_fd(),
             &first.leaf,
             job.dir.as_raw_fd(),
             name,
@@ -631,8 +645,14 @@ impl<'s, 'p> Worker<'s, 'p> {
 
     fn claim(&self, id: (u64, u64), nlink: u64, job: &Job) -> Claim {
         let sh = self.shared;
+        let dir = match &job.parent {
+            Some(node) => {
+                PlacedDir::Walked(Arc::downgrade(&job.dir), Arc::clone(node))
+            }
+            None => PlacedDir::Open(Arc::clone(&job.dir)),
+        };
         let placed = Placed {
-            dir: Arc::clone(&job.dir),
+            dir,
             leaf: job.leaf.clone(),
             shown: job.dst.clone(),
         };

@@ -594,3 +594,28 @@ pub(crate) fn makedev(major: u32, minor: u32) -> u64 {
     let d = unsafe { libc::makedev(major, minor) };
     d as u64
 }
+
+/// The soft and hard limits on open descriptors (`RLIMIT_NOFILE`).
+// rlim_t is u64 here, not everywhere.
+#[allow(clippy::unnecessary_cast)]
+pub(crate) fn nofile_limits() -> io::Result<(u64, u64)> {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: r is a valid rlimit for getrlimit to fill.
+    check(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) })?;
+    Ok((r.rlim_cur as u64, r.rlim_max as u64))
+}
+
+/// Sets the soft limit on open descriptors, the hard one kept.
+#[allow(clippy::unnecessary_cast)]
+pub(crate) fn set_nofile_soft(soft: u64) -> io::Result<()> {
+    let (_, hard) = nofile_limits()?;
+    let r = libc::rlimit {
+        rlim_cur: soft as libc::rlim_t,
+        rlim_max: hard as libc::rlim_t,
+    };
+    // SAFETY: r is a valid rlimit.
+    check(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &r) })
+}

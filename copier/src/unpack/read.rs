@@ -383,6 +383,7 @@ impl<R: Read> Reading<'_, '_, '_, R> {
             meta: e.meta,
             shown: e.shown,
             entry: e.entry,
+            hold: None,
         };
         ctx.pending.acquire(1, u64::MAX);
         match &mut self.pool {

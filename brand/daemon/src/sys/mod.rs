@@ -175,21 +175,11 @@ pub fn chown_group(path: &std::path::Path, gid: u32) -> io::Result<()> {
 }
 
 /// Raises the soft limit on open descriptors to the hard one: each
-/// connection holds one, each job several.
+/// connection holds one, each job several. The binary has done so at
+/// start already ([`copier::descriptors::raise_limit`]); this is for a
+/// server run in a process that has not.
 pub fn raise_nofile() {
-    let mut r = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: r is a valid rlimit to fill, then to set.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) == 0
-            && r.rlim_cur < r.rlim_max
-        {
-            r.rlim_cur = r.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &r);
-        }
-    }
+    let _kept = copier::descriptors::raise_limit();
 }
 
 /// The running executable, to start a job's process from: on Linux the

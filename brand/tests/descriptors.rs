@@ -1,0 +1,439 @@
+//! No copy fails for want of descriptors, and memory stays flat in depth.
+//!
+//! zoneadm starts the brand hook with illumos' default soft limit of 256
+//! descriptors. Each binary raises its soft limit to the hard one first;
+//! where the hard limit is that low too, every run takes the directories
+//! it holds open out of a budget below the limit and waits for it rather
+//! than failing with EMFILE (see copier's `descriptors` module). Each
+//! case runs the built `zinstall` in a child process under its own
+//! `RLIMIT_NOFILE`, never this harness's, and reads the run's descriptor
+//! counts from `--json`: the limit the budget was derived from, the
+//! budget, and the most of it held at once.
+
+// Linux only: peak memory from wait4, scratch trees on loop-mounted ext4.
+#![cfg(target_os = "linux")]
+
+use std::ffi::OsStr;
+use std::fs;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
+use zinstall_testkit::{Kind, LoopFs, Tmp};
+
+#[path = "hostile/fsops.rs"]
+mod fsops;
+
+#[path = "../../copier/tests/common/tools.rs"]
+mod tools;
+
+#[path = "oci/support.rs"]
+mod support;
+
+/// zoneadm's default soft limit on illumos.
+const ZONEADM_SOFT: u64 = 256;
+
+/// A real tree: tens of thousands of entries, wide and a dozen levels
+/// deep.
+const SHARE: &str = "/usr/share";
+
+/// A journaled ext4 of its own for generated trees: making and removing
+/// tens of thousands of files on the root filesystem here takes minutes.
+fn scratch() -> Option<LoopFs> {
+    LoopFs::require(Kind::Ext4, 2 << 30)
+}
+
+/// What a child run gave: whether it succeeded, its output, and its
+/// peak resident memory in KiB (the kernel's count, from `wait4`).
+struct Run {
+    ok: bool,
+    out: String,
+    max_rss_kib: u64,
+}
+
+/// This process's hard limit on descriptors: the children's, unless a
+/// case lowers it.
+fn hard_limit() -> u64 {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: r is a valid rlimit to fill.
+    assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) }, 0);
+    r.rlim_max
+}
+
+/// Runs `zinstall ARGS` with descriptor limits `soft` and `hard`.
+fn zinstall<S: AsRef<OsStr>>(
+    dir: &Path,
+    args: &[S],
+    soft: u64,
+    hard: u64,
+) -> Run {
+    let log = dir.join("zinstall.log");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_zinstall"));
+    cmd.env("ZINSTALL_DEFAULTS", "/dev/null")
+        .args(args)
+        .stdout(fs::File::create(&log).unwrap())
+        .stderr(fs::File::options().append(true).open(&log).unwrap());
+    // SAFETY: setrlimit is async-signal-safe; nothing else runs between
+    // fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            let r = libc::rlimit {
+                rlim_cur: soft,
+                rlim_max: hard,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &r) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    // Reaped by wait4 below, which also gives its peak memory.
+    #[allow(clippy::zombie_processes)]
+    let child = cmd.spawn().unwrap();
+    let mut status = 0;
+    // SAFETY: rusage is plain data; wait4 fills it for our own child.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    let pid = child.id() as libc::pid_t;
+    // SAFETY: waits for the child just spawned.
+    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
+    assert_eq!(r, pid);
+    Run {
+        ok: libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        out: fs::read_to_string(&log).unwrap(),
+        max_rss_kib: ru.ru_maxrss as u64,
+    }
+}
+
+/// The `stats` of the last `--json` line with them.
+fn stats(out: &str) -> Value {
+    out.lines()
+        .rev()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find_map(|v| {
+            v.get("stats")
+                .or_else(|| v.get("result")?.get("stats"))
+                .cloned()
+        })
+        .unwrap_or_else(|| panic!("no stats in: {out}"))
+}
+
+/// The run's descriptor counts: limit, budget, most held; the most held
+/// never past the budget, nor the budget past the limit.
+fn descriptors(out: &str) -> (u64, u64, u64) {
+    let s = stats(out);
+    let n = |k: &str| s[k].as_u64().unwrap_or_else(|| panic!("{k}: {s}"));
+    let (limit, budget, peak) = (n("fd_limit"), n("fd_budget"), n("fd_peak"));
+    assert!(peak > 0 && peak <= budget, "{peak} held, budget {budget}");
+    assert!(budget < limit, "budget {budget}, limit {limit}");
+    (limit, budget, peak)
+}
+
+/// `zinstall verify A B` succeeds: the trees are equal.
+fn verify(dir: &Path, a: &Path, b: &Path) {
+    let o = zinstall(
+        dir,
+        &[OsStr::new("verify"), a.as_os_str(), b.as_os_str()],
+        1024,
+        hard_limit(),
+    );
+    assert!(
+        o.ok,
+        "{} and {} differ: {}",
+        a.display(),
+        b.display(),
+        o.out
+    );
+}
+
+/// `find DIR -printf` of depth, type, mode, modification time and size
+/// of every entry, sorted: find descends by descriptor, so it lists
+/// trees deeper than a path can name.
+fn listing(dir: &Path) -> Vec<String> {
+    let o = zinstall_testkit::tool("find")
+        .arg(dir)
+        .args(["-printf", "%d %y %m %T@ %s %P\\n"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let mut v: Vec<String> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    v.sort();
+    v
+}
+
+/// A tree shaped like /usr/share, smaller in bytes: 20 top
+/// directories of 15 of 10, each of those with 12 files and a symlink,
+/// and a branch 12 levels deep: 3,300 directories and 42,000 entries in
+/// all.
+fn share_like(root: &Path) {
+    for a in 0..20 {
+        for b in 0..15 {
+            for c in 0..10 {
+                let dir = root.join(format!("a{a}/b{b}/c{c}"));
+                fs::create_dir_all(&dir).unwrap();
+                for f in 0..12 {
+                    fs::write(
+                        dir.join(format!("f{f}")),
+                        format!("{a}{b}{c}{f}"),
+                    )
+                    .unwrap();
+                }
+                std::os::unix::fs::symlink("f0", dir.join("l")).unwrap();
+            }
+        }
+    }
+    let mut deep = root.join("deep");
+    for i in 0..12 {
+        deep.push(format!("l{i}"));
+        fs::create_dir_all(&deep).unwrap();
+        fs::write(deep.join("f"), b"x").unwrap();
+    }
+}
+
+/// A wide and deep tree under zoneadm's soft limit, the hard one left as
+/// it is: the limit is raised, and the copy is whole with 1, 4 and 16
+/// walkers.
+#[test]
+fn a_large_tree_is_copied_whole_under_a_soft_limit_of_256() {
+    let Some(d) = scratch() else { return };
+    let src = d.path().join("src");
+    share_like(&src);
+    let hard = hard_limit();
+    for walkers in ["1", "4", "16"] {
+        let dst = d.path().join(format!("copy-{walkers}"));
+        let o = zinstall(
+            d.path(),
+            &[
+                OsStr::new("copy"),
+                OsStr::new("--json"),
+                OsStr::new("--walkers"),
+                OsStr::new(walkers),
+                src.as_os_str(),
+                dst.as_os_str(),
+            ],
+            ZONEADM_SOFT,
+            hard,
+        );
+        assert!(o.ok, "{walkers} walkers: {}", o.out);
+        assert!(!o.out.contains("Too many open files"), "{}", o.out);
+        let (limit, ..) = descriptors(&o.out);
+        assert_eq!(limit, hard, "the soft limit raised to the hard one");
+        verify(d.path(), &src, &dst);
+        fs::remove_dir_all(&dst).unwrap();
+    }
+}
+
+/// 10,000 directories of 3 files each, 16 walkers, soft and hard limit
+/// both 256 (nothing to raise): the budget holds the walk below it.
+#[test]
+fn a_tree_10000_wide_is_copied_under_a_hard_limit_of_256() {
+    let Some(d) = scratch() else { return };
+    let src = d.path().join("src");
+    for i in 0..10_000 {
+        let dir = src.join(format!("d{i}"));
+        fs::create_dir_all(&dir).unwrap();
+        for f in 0..3 {
+            fs::write(dir.join(format!("f{f}")), format!("{i}/{f}")).unwrap();
+        }
+    }
+    let dst = d.path().join("dst");
+    let o = zinstall(
+        d.path(),
+        &[
+            OsStr::new("copy"),
+            OsStr::new("--json"),
+            OsStr::new("--walkers"),
+            OsStr::new("16"),
+            src.as_os_str(),
+            dst.as_os_str(),
+        ],
+        ZONEADM_SOFT,
+        ZONEADM_SOFT,
+    );
+    assert!(o.ok, "{}", o.out);
+    let (limit, budget, _) = descriptors(&o.out);
+    assert_eq!(limit, ZONEADM_SOFT);
+    assert!(budget < ZONEADM_SOFT);
+    verify(d.path(), &src, &dst);
+}
+
+/// A chain 5,000 deep with a file at every level, within 64 descriptors
+/// and 64 MiB: a directory node keeps a name and a parent link, not its
+/// paths, so memory per level is constant (paths kept per level made it
+/// grow with the square of the depth).
+#[test]
+fn a_chain_5000_deep_is_copied_within_64_descriptors_and_64_mib() {
+    let Some(d) = scratch() else { return };
+    let src = d.path().join("src");
+    fs::create_dir(&src).unwrap();
+    fsops::mkdir_deep_files(&src, 5_000, "d", true);
+    let dst = d.path().join("dst");
+    let o = zinstall(
+        d.path(),
+        &[
+            OsStr::new("copy"),
+            OsStr::new("--json"),
+            src.as_os_str(),
+            dst.as_os_str(),
+        ],
+        64,
+        64,
+    );
+    assert!(o.ok, "{}", o.out);
+    descriptors(&o.out);
+    assert!(
+        o.max_rss_kib < 64 * 1024,
+        "peak resident memory {} KiB",
+        o.max_rss_kib
+    );
+    let (a, b) = (listing(&src), listing(&dst));
+    assert_eq!(
+        a.len(),
+        10_002,
+        "the chain, its files, the bottom file, the top"
+    );
+    assert!(a == b, "the copy of the chain differs");
+}
+
+/// A profile installing nothing from the host: only the image.
+fn profile(dir: &Path) -> std::path::PathBuf {
+    let p = dir.join("profile.toml");
+    fs::write(
+        &p,
+        format!(
+            "source_root = \"/\"\ntrees = []\nlog = \"{}\"\n",
+            dir.join("install.log").display()
+        ),
+    )
+    .unwrap();
+    p
+}
+
+/// `zinstall install` of a tarball of /usr/share under zoneadm's soft
+/// limit: whole, with the limit raised.
+#[test]
+fn a_tarball_of_usr_share_installs_under_a_soft_limit_of_256() {
+    let d = Tmp::new();
+    let tarball = d.path().join("share.tar");
+    let st = zinstall_testkit::tool("tar")
+        .args(["--numeric-owner", "-C", SHARE, "-cf"])
+        .arg(&tarball)
+        .arg(".")
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let zp = d.path().join("zone");
+    let o = zinstall(
+        d.path(),
+        &[
+            OsStr::new("install"),
+            OsStr::new("--json"),
+            OsStr::new("--profile"),
+            profile(d.path()).as_os_str(),
+            OsStr::new("--zonepath"),
+            zp.as_os_str(),
+            tarball.as_os_str(),
+        ],
+        ZONEADM_SOFT,
+        hard_limit(),
+    );
+    assert!(o.ok, "{}", o.out);
+    assert!(!o.out.contains("Too many open files"), "{}", o.out);
+    let (limit, ..) = descriptors(&o.out);
+    assert_eq!(limit, hard_limit(), "the soft limit raised to the hard one");
+    let root = zp.join("root");
+    for p in walkdir::WalkDir::new(SHARE)
+        .min_depth(1)
+        .into_iter()
+        .step_by(97)
+    {
+        let p = p.unwrap();
+        let rel = p.path().strip_prefix(SHARE).unwrap();
+        assert!(
+            fs::symlink_metadata(root.join(rel)).is_ok(),
+            "{} not installed",
+            rel.display()
+        );
+    }
+}
+
+/// An OCI image of one layer: a chain of `depth` directories `d/d/...`
+/// with a file every 100 levels.
+fn deep_image(dir: &Path, depth: usize) -> std::path::PathBuf {
+    let mut b = tar::Builder::new(Vec::new());
+    let mut path = String::new();
+    for i in 0..depth {
+        path.push_str("d/");
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(tar::EntryType::Directory);
+        h.set_mode(0o755);
+        h.set_mtime(1_700_000_000);
+        h.set_size(0);
+        b.append_data(&mut h, &path, &[][..]).unwrap();
+        if i % 100 == 0 {
+            let mut h = tar::Header::new_gnu();
+            h.set_mode(0o644);
+            h.set_mtime(1_700_000_000);
+            h.set_size(3);
+            b.append_data(&mut h, format!("{path}f"), &b"abc"[..])
+                .unwrap();
+        }
+    }
+    let lay = dir.join(format!("deep-{depth}"));
+    support::write_layout(
+        &lay,
+        &[b.into_inner().unwrap()],
+        support::host_arch(),
+        &|_, _| {},
+    );
+    lay
+}
+
+/// Provisioning images 1,000 and 3,000 levels deep under zoneadm's soft
+/// limit: whole, in memory that grows by a small constant per level (it
+/// grew by about 11 KB a level while each directory being copied kept
+/// its paths).
+#[test]
+fn a_3000_deep_image_provisions_under_a_soft_limit_of_256_in_flat_memory() {
+    let d = Tmp::new();
+    let mut peaks = Vec::new();
+    for depth in [1_000, 3_000] {
+        let lay = deep_image(d.path(), depth);
+        let out = d.path().join(format!("g-{depth}"));
+        let o = zinstall(
+            d.path(),
+            &[
+                OsStr::new("provision"),
+                lay.as_os_str(),
+                OsStr::new("--out"),
+                out.as_os_str(),
+                OsStr::new("--cache"),
+                d.path().join("cache").as_os_str(),
+                OsStr::new("--keep-identity"),
+            ],
+            ZONEADM_SOFT,
+            hard_limit(),
+        );
+        assert!(o.ok, "provision {depth} deep: {}", o.out);
+        let found = Command::new("find")
+            .arg(out.join("guest-0"))
+            .args(["-mindepth", &depth.to_string(), "-type", "d", "-name", "d"])
+            .output()
+            .unwrap();
+        assert!(found.status.success(), "find {depth} deep");
+        let lines = String::from_utf8_lossy(&found.stdout).lines().count();
+        assert_eq!(lines, 1, "provision {depth} deep: the bottom directory");
+        peaks.push(o.max_rss_kib);
+    }
+    let per_level = peaks[1].saturating_sub(peaks[0]) * 1024 / 2_000;
+    assert!(
+        per_level <= 2048,
+        "peaks of {peaks:?} KiB at 1,000 and 3,000 levels: {per_level} bytes a level"
+    );
+}
