@@ -129,9 +129,10 @@ pub fn run(opts: Options, log: Logger) -> Result<(), ServeError> {
         config.socket = s.clone();
     }
     let tunables = state::tunables(&config)?;
+    // Before the pool, whose descriptor budget is derived from the limit.
+    sys::raise_nofile();
     let pool =
         Pool::new(tunables.copy_threads)?.with_walkers(tunables.walkers());
-    sys::raise_nofile();
     let term = Arc::new(AtomicBool::new(false));
     let hup = Arc::new(AtomicBool::new(false));
     for (sig, flag) in [
