@@ -149,24 +149,6 @@ fn verify(dir: &Path, a: &Path, b: &Path) {
     );
 }
 
-/// `find DIR -printf` of depth, type, mode, modification time and size
-/// of every entry, sorted: find descends by descriptor, so it lists
-/// trees deeper than a path can name.
-fn listing(dir: &Path) -> Vec<String> {
-    let o = zinstall_testkit::tool("find")
-        .arg(dir)
-        .args(["-printf", "%d %y %m %T@ %s %P\\n"])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let mut v: Vec<String> = String::from_utf8_lossy(&o.stdout)
-        .lines()
-        .map(str::to_string)
-        .collect();
-    v.sort();
-    v
-}
-
 /// A tree shaped like /usr/share, smaller in bytes: 20 top
 /// directories of 15 of 10, each of those with 12 files and a symlink,
 /// and a branch 12 levels deep: 3,300 directories and 42,000 entries in
@@ -292,27 +274,16 @@ fn a_chain_5000_deep_is_copied_within_64_descriptors_and_64_mib() {
         "peak resident memory {} KiB",
         o.max_rss_kib
     );
-    let (a, b) = (listing(&src), listing(&dst));
+    let (a, b) = (
+        zinstall_testkit::listing(&src),
+        zinstall_testkit::listing(&dst),
+    );
     assert_eq!(
         a.len(),
         10_002,
         "the chain, its files, the bottom file, the top"
     );
     assert!(a == b, "the copy of the chain differs");
-}
-
-/// A profile installing nothing from the host: only the image.
-fn profile(dir: &Path) -> std::path::PathBuf {
-    let p = dir.join("profile.toml");
-    fs::write(
-        &p,
-        format!(
-            "source_root = \"/\"\ntrees = []\nlog = \"{}\"\n",
-            dir.join("install.log").display()
-        ),
-    )
-    .unwrap();
-    p
 }
 
 /// `zinstall install` of a tarball of /usr/share under zoneadm's soft
@@ -335,7 +306,7 @@ fn a_tarball_of_usr_share_installs_under_a_soft_limit_of_256() {
             OsStr::new("install"),
             OsStr::new("--json"),
             OsStr::new("--profile"),
-            profile(d.path()).as_os_str(),
+            support::bare_profile(d.path()).as_os_str(),
             OsStr::new("--zonepath"),
             zp.as_os_str(),
             tarball.as_os_str(),
@@ -363,38 +334,6 @@ fn a_tarball_of_usr_share_installs_under_a_soft_limit_of_256() {
     }
 }
 
-/// An OCI image of one layer: a chain of `depth` directories `d/d/...`
-/// with a file every 100 levels.
-fn deep_image(dir: &Path, depth: usize) -> std::path::PathBuf {
-    let mut b = tar::Builder::new(Vec::new());
-    let mut path = String::new();
-    for i in 0..depth {
-        path.push_str("d/");
-        let mut h = tar::Header::new_gnu();
-        h.set_entry_type(tar::EntryType::Directory);
-        h.set_mode(0o755);
-        h.set_mtime(1_700_000_000);
-        h.set_size(0);
-        b.append_data(&mut h, &path, &[][..]).unwrap();
-        if i % 100 == 0 {
-            let mut h = tar::Header::new_gnu();
-            h.set_mode(0o644);
-            h.set_mtime(1_700_000_000);
-            h.set_size(3);
-            b.append_data(&mut h, format!("{path}f"), &b"abc"[..])
-                .unwrap();
-        }
-    }
-    let lay = dir.join(format!("deep-{depth}"));
-    support::write_layout(
-        &lay,
-        &[b.into_inner().unwrap()],
-        support::host_arch(),
-        &|_, _| {},
-    );
-    lay
-}
-
 /// Provisioning images 1,000 and 3,000 levels deep under zoneadm's soft
 /// limit: whole, in memory that grows by a small constant per level (it
 /// grew by about 11 KB a level while each directory being copied kept
@@ -404,7 +343,7 @@ fn a_3000_deep_image_provisions_under_a_soft_limit_of_256_in_flat_memory() {
     let d = Tmp::new();
     let mut peaks = Vec::new();
     for depth in [1_000, 3_000] {
-        let lay = deep_image(d.path(), depth);
+        let lay = support::deep_image(d.path(), depth);
         let out = d.path().join(format!("g-{depth}"));
         let o = zinstall(
             d.path(),

@@ -539,38 +539,6 @@ fn gnu_tar_and_bsdtar_restore_a_zinstall_layer() {
     }
 }
 
-/// An OCI image of one layer: a chain of `depth` directories `d/d/...`
-/// with a file every 100 levels.
-fn deep_image(dir: &Path, depth: usize) -> PathBuf {
-    let mut b = tar::Builder::new(Vec::new());
-    let mut path = String::new();
-    for i in 0..depth {
-        path.push_str("d/");
-        let mut h = tar::Header::new_gnu();
-        h.set_entry_type(tar::EntryType::Directory);
-        h.set_mode(0o755);
-        h.set_mtime(1_700_000_000);
-        h.set_size(0);
-        b.append_data(&mut h, &path, &[][..]).unwrap();
-        if i % 100 == 0 {
-            let mut h = tar::Header::new_gnu();
-            h.set_mode(0o644);
-            h.set_mtime(1_700_000_000);
-            h.set_size(3);
-            b.append_data(&mut h, format!("{path}f"), &b"abc"[..])
-                .unwrap();
-        }
-    }
-    let lay = dir.join(format!("deep-{depth}"));
-    support::write_layout(
-        &lay,
-        &[b.into_inner().unwrap()],
-        support::host_arch(),
-        &|_, _| {},
-    );
-    lay
-}
-
 /// Runs zinstall with `args`, at most `nofile` descriptors open; its
 /// success, its output, and its peak resident memory in KiB (the
 /// kernel's count, from `wait4`).
@@ -645,7 +613,7 @@ fn deep_trees_install_and_provision_in_bounded_memory() {
     };
     let mut peaks = Vec::new();
     for depth in [1000, 3000] {
-        let lay = deep_image(d.path(), depth);
+        let lay = support::deep_image(d.path(), depth);
         let zp = d.path().join(format!("zp-{depth}"));
         let (ok, out, kib) = measured(
             d.path(),
@@ -670,7 +638,7 @@ fn deep_trees_install_and_provision_in_bounded_memory() {
     );
     let mut peaks = Vec::new();
     for depth in [1000, 3000] {
-        let lay = deep_image(d.path(), depth);
+        let lay = support::deep_image(d.path(), depth);
         let out = d.path().join(format!("g-{depth}"));
         let (ok, log, kib) = measured(
             d.path(),

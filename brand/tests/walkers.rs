@@ -60,24 +60,6 @@ fn copy_under(limit: u64, args: &[&str], src: &Path, dst: &Path) {
     );
 }
 
-/// `find DIR -printf` of depth, type, mode, modification time and size
-/// of every entry, sorted: find descends by descriptor, so it lists
-/// trees deeper than a path can name.
-fn listing(dir: &Path) -> Vec<String> {
-    let o = zinstall_testkit::tool("find")
-        .arg(dir)
-        .args(["-printf", "%d %y %m %T@ %s %P\\n"])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let mut v: Vec<String> = String::from_utf8_lossy(&o.stdout)
-        .lines()
-        .map(str::to_string)
-        .collect();
-    v.sort();
-    v
-}
-
 #[test]
 fn a_directory_of_100k_entries_is_copied_within_the_descriptor_limit() {
     // A journaled ext4 of its own (inodes for two trees of 105,000):
@@ -120,7 +102,10 @@ fn a_chain_5000_deep_is_copied_within_the_descriptor_limit() {
     fsops::mkdir_deep(&src, 5_000, "d");
     let dst = d.path().join("dst");
     copy_limited(&src, &dst);
-    let (a, b) = (listing(&src), listing(&dst));
+    let (a, b) = (
+        zinstall_testkit::listing(&src),
+        zinstall_testkit::listing(&dst),
+    );
     assert_eq!(a.len(), 5_002, "the chain, its bottom file, the top");
     assert!(a == b, "the copy of the chain differs");
 }
@@ -138,7 +123,10 @@ fn a_chain_with_a_file_at_every_level_stays_within_the_descriptor_limit() {
     fsops::mkdir_deep_files(&src, 3_000, "d", true);
     let dst = d.path().join("dst");
     copy_under(LIMIT, &["--walkers", "1", "--threads", "2"], &src, &dst);
-    let (a, b) = (listing(&src), listing(&dst));
+    let (a, b) = (
+        zinstall_testkit::listing(&src),
+        zinstall_testkit::listing(&dst),
+    );
     assert_eq!(
         a.len(),
         6_002,

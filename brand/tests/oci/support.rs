@@ -353,3 +353,30 @@ pub fn write_zstd_layout(dir: &Path, write_tar: &dyn Fn(&mut dyn Write)) {
     fs::write(dir.join("index.json"), serde_json::to_vec(&index).unwrap())
         .unwrap();
 }
+
+/// An OCI image of one layer: a chain of `depth` directories `d/d/...`
+/// with a file every 100 levels.
+pub fn deep_image(dir: &Path, depth: usize) -> PathBuf {
+    let mut b = tar::Builder::new(Vec::new());
+    let mut path = String::new();
+    for i in 0..depth {
+        path.push_str("d/");
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(tar::EntryType::Directory);
+        h.set_mode(0o755);
+        h.set_mtime(1_700_000_000);
+        h.set_size(0);
+        b.append_data(&mut h, &path, &[][..]).unwrap();
+        if i % 100 == 0 {
+            let mut h = tar::Header::new_gnu();
+            h.set_mode(0o644);
+            h.set_mtime(1_700_000_000);
+            h.set_size(3);
+            b.append_data(&mut h, format!("{path}f"), &b"abc"[..])
+                .unwrap();
+        }
+    }
+    let lay = dir.join(format!("deep-{depth}"));
+    write_layout(&lay, &[b.into_inner().unwrap()], host_arch(), &|_, _| {});
+    lay
+}

@@ -112,3 +112,21 @@ pub fn exchange(a: &std::path::Path, b: &std::path::Path) -> bool {
     };
     rc == 0
 }
+
+/// `find DIR -printf` of depth, type, mode, modification time and size
+/// of every entry, sorted: find descends by descriptor, so it lists
+/// trees deeper than a path can name.
+pub fn listing(dir: &std::path::Path) -> Vec<String> {
+    let o = tool("find")
+        .arg(dir)
+        .args(["-printf", "%d %y %m %T@ %s %P\\n"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let mut v: Vec<String> = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    v.sort();
+    v
+}
