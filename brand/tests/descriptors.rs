@@ -15,7 +15,6 @@
 
 use std::ffi::OsStr;
 use std::fs;
-use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::Command;
 
@@ -71,40 +70,17 @@ fn zinstall<S: AsRef<OsStr>>(
     soft: u64,
     hard: u64,
 ) -> Run {
-    let log = dir.join("zinstall.log");
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_zinstall"));
-    cmd.env("ZINSTALL_DEFAULTS", "/dev/null")
-        .args(args)
-        .stdout(fs::File::create(&log).unwrap())
-        .stderr(fs::File::options().append(true).open(&log).unwrap());
-    // SAFETY: setrlimit is async-signal-safe; nothing else runs between
-    // fork and exec.
-    unsafe {
-        cmd.pre_exec(move || {
-            let r = libc::rlimit {
-                rlim_cur: soft,
-                rlim_max: hard,
-            };
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &r) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    // Reaped by wait4 below, which also gives its peak memory.
-    #[allow(clippy::zombie_processes)]
-    let child = cmd.spawn().unwrap();
-    let mut status = 0;
-    // SAFETY: rusage is plain data; wait4 fills it for our own child.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    let pid = child.id() as libc::pid_t;
-    // SAFETY: waits for the child just spawned.
-    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
-    assert_eq!(r, pid);
+    cmd.env("ZINSTALL_DEFAULTS", "/dev/null").args(args);
+    let r = zinstall_testkit::run::limited(
+        &mut cmd,
+        Some((soft, hard)),
+        &dir.join("zinstall.log"),
+    );
     Run {
-        ok: libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
-        out: fs::read_to_string(&log).unwrap(),
-        max_rss_kib: ru.ru_maxrss as u64,
+        ok: r.ok,
+        out: r.out,
+        max_rss_kib: r.max_rss_kib,
     }
 }
 

@@ -547,42 +547,14 @@ fn measured(
     args: &[&str],
     nofile: Option<u64>,
 ) -> (bool, String, u64) {
-    use std::os::unix::process::CommandExt;
-    let log = dir.join("measured.log");
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_zinstall"));
-    cmd.env("ZINSTALL_DEFAULTS", "/dev/null")
-        .args(args)
-        .stdout(fs::File::create(&log).unwrap())
-        .stderr(fs::File::options().append(true).open(&log).unwrap());
-    // SAFETY: setrlimit is async-signal-safe; nothing else runs between
-    // fork and exec.
-    if let Some(nofile) = nofile {
-        unsafe {
-            cmd.pre_exec(move || {
-                let r = libc::rlimit {
-                    rlim_cur: nofile,
-                    rlim_max: nofile,
-                };
-                if libc::setrlimit(libc::RLIMIT_NOFILE, &r) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-    }
-    // Reaped by wait4 below, which also gives its peak memory (std's
-    // wait does not).
-    #[allow(clippy::zombie_processes)]
-    let child = cmd.spawn().unwrap();
-    let mut status = 0;
-    // SAFETY: rusage is plain data; wait4 fills it for our own child.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    let pid = child.id() as libc::pid_t;
-    // SAFETY: waits for the child just spawned.
-    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
-    assert_eq!(r, pid);
-    let ok = libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0;
-    (ok, fs::read_to_string(&log).unwrap(), ru.ru_maxrss as u64)
+    cmd.env("ZINSTALL_DEFAULTS", "/dev/null").args(args);
+    let r = zinstall_testkit::run::limited(
+        &mut cmd,
+        nofile.map(|n| (n, n)),
+        &dir.join("measured.log"),
+    );
+    (r.ok, r.out, r.max_rss_kib)
 }
 
 /// Trees thousands of levels deep, as OCI images: installed with at most

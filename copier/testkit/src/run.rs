@@ -40,3 +40,60 @@ pub fn streams(o: &Output) -> (String, String) {
 pub fn s(p: &Path) -> &str {
     p.to_str().expect("a UTF-8 test path")
 }
+
+/// A program run by [`limited`].
+#[cfg(target_os = "linux")]
+pub struct Limited {
+    /// Whether it exited 0.
+    pub ok: bool,
+    /// What it wrote: standard output, then standard error.
+    pub out: String,
+    /// Its peak resident memory in KiB (the kernel's count, from
+    /// `wait4`).
+    pub max_rss_kib: u64,
+}
+
+/// Runs `cmd` with its descriptor limit set to `nofile` (soft, hard)
+/// when given, its output to `log` (Linux: `wait4`).
+#[cfg(target_os = "linux")]
+pub fn limited(
+    cmd: &mut std::process::Command,
+    nofile: Option<(u64, u64)>,
+    log: &std::path::Path,
+) -> Limited {
+    use std::os::unix::process::CommandExt;
+    cmd.stdout(std::fs::File::create(log).unwrap())
+        .stderr(std::fs::File::options().append(true).open(log).unwrap());
+    if let Some((soft, hard)) = nofile {
+        // SAFETY: setrlimit is async-signal-safe; nothing else runs
+        // between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                let r = libc::rlimit {
+                    rlim_cur: soft,
+                    rlim_max: hard,
+                };
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &r) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+    // Reaped by wait4 below, which also gives its peak memory (std's
+    // wait does not).
+    #[allow(clippy::zombie_processes)]
+    let child = cmd.spawn().unwrap();
+    let mut status = 0;
+    // SAFETY: rusage is plain data; wait4 fills it for our own child.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    let pid = child.id() as libc::pid_t;
+    // SAFETY: waits for the child just spawned.
+    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
+    assert_eq!(r, pid);
+    Limited {
+        ok: libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        out: std::fs::read_to_string(log).unwrap(),
+        max_rss_kib: ru.ru_maxrss as u64,
+    }
+}
