@@ -9,6 +9,7 @@
 pub mod cli;
 mod cmd;
 pub mod hook;
+pub mod interrupt;
 mod json;
 pub mod output;
 mod pull;

@@ -229,13 +229,27 @@ pub fn event(e: &zinstall_install::Event) {
     out(format_args!("INFO: zinstall: {e}"));
 }
 
-/// Prints lines on stdout, ignoring a closed pipe (`| head` is fine).
-/// Each line is escaped on its own, so multi-line text keeps its lines.
+/// Prints lines on stdout. Each line is escaped on its own, so
+/// multi-line text keeps its lines. A closed stdout (`| head` read
+/// enough) stops the running command, as ripgrep stops
+/// ([`crate::interrupt::stdout_closed`]); nothing more is printed there.
 pub fn out(msg: impl std::fmt::Display) {
+    if crate::interrupt::reason()
+        == Some(crate::interrupt::Reason::StdoutClosed)
+    {
+        return;
+    }
     let text = msg.to_string();
     let mut stdout = std::io::stdout().lock();
     for line in text.split('\n') {
-        let _ = writeln!(stdout, "{}", escape(line));
+        if let Err(e) =
+            writeln!(stdout, "{}", escape(line)).and_then(|()| stdout.flush())
+        {
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                crate::interrupt::stdout_closed();
+            }
+            return;
+        }
     }
 }
 

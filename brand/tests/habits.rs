@@ -370,3 +370,49 @@ fn excludes_match_names_at_any_depth_and_paths_from_the_source() {
     );
     assert!(!d.path().join("none").exists());
 }
+
+#[test]
+fn cp_and_rsync_spellings_are_taken() {
+    let d = Tmp::new();
+    let src = d.path().join("src");
+    for f in [
+        "var/cache/apt/a.deb",
+        "var/cache/x",
+        "var/cached",
+        "etc/motd",
+    ] {
+        write(&src.join(f), "x", 0o644);
+    }
+    // `-a` and `-aH`, as typed after cp and rsync; rsync's `dir/***`.
+    let dst = d.path().join("dst");
+    let o = zinstall()
+        .args(["copy", "-aH", "--exclude", "var/cache/***"])
+        .arg(&src)
+        .arg(&dst)
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}{err}");
+    assert_eq!(files(&dst), ["etc/motd", "var/cached"]);
+    assert!(!dst.join("var/cache").exists());
+    let o = zinstall()
+        .args(["copy", "--archive"])
+        .arg(&src)
+        .arg(d.path().join("long"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{:?}", text(&o));
+    assert_eq!(files(&d.path().join("long")).len(), 4);
+
+    // `***` other than at the end: an error naming it, nothing copied.
+    let o = zinstall()
+        .args(["copy", "-a", "--exclude", "var/***/apt"])
+        .arg(&src)
+        .arg(d.path().join("bad"))
+        .output()
+        .unwrap();
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("var/***/apt"), "{err}");
+    assert!(!d.path().join("bad").exists());
+}

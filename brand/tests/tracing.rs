@@ -377,3 +377,31 @@ fn every_defined_probe_is_fired_by_both_binaries() {
         assert_eq!(fired, defined, "{bin}");
     }
 }
+
+/// bpftrace complains when it cannot raise RLIMIT_MEMLOCK itself; started
+/// by `zinstall trace`, even under a small locked-memory limit, it has
+/// nothing to complain about (the limit was raised for it) or the
+/// complaint is noise on a kernel that charges BPF memory to the cgroup
+/// and is not shown.
+#[test]
+fn trace_under_a_small_memlock_limit_prints_no_bpftrace_error() {
+    if !zinstall_testkit::require_root() {
+        return;
+    }
+    assert!(tracefs_ready(), "no tracefs at /sys/kernel/tracing");
+    let d = tempfile::tempdir().unwrap();
+    let json = d.path().join("true.json");
+    let mut cmd = tools::tool("prlimit");
+    cmd.arg("--memlock=8192:8192")
+        .arg(env!("CARGO_BIN_EXE_zinstall"))
+        .env("ZINSTALL_DEFAULTS", "/dev/null")
+        .arg("trace")
+        .arg("-o")
+        .arg(&json)
+        .args(["--", "true"]);
+    let out = run_bounded(cmd, Duration::from_secs(120));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "zinstall trace failed: {err}");
+    assert!(!err.contains("RLIMIT_MEMLOCK"), "{err}");
+    assert!(json.exists(), "no statemap written: {err}");
+}

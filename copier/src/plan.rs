@@ -163,6 +163,7 @@ pub struct Plan {
     pub(crate) credentials: Option<Credentials>,
     pub(crate) listener: Option<Arc<dyn Listener>>,
     pub(crate) dry_run: bool,
+    pub(crate) dry_run_empty: bool,
     pub(crate) on_error: OnError,
 }
 
@@ -212,6 +213,7 @@ impl Plan {
             credentials: None,
             listener: None,
             dry_run: false,
+            dry_run_empty: false,
             on_error: OnError::Stop,
         }
     }
@@ -402,6 +404,14 @@ impl Plan {
     /// directory is made, nothing is synced.
     pub fn dry_run(mut self, yes: bool) -> Self {
         self.dry_run = yes;
+        self
+    }
+
+    /// In a dry run, take the destination as missing, whatever is there
+    /// now: what a caller that removes it before the real run will see
+    /// (an install that cleans up an interrupted one first).
+    pub fn dry_run_as_if_empty(mut self, yes: bool) -> Self {
+        self.dry_run_empty = yes;
         self
     }
 

@@ -62,9 +62,15 @@ impl Rule {
     /// pattern without `/` matches a name at any depth (`*.log` drops
     /// `x.log` and `a/b/x.log`); one with `/` is anchored at the top
     /// (`/cache` and `var/cache` drop only that path). A trailing `/`
-    /// is dropped first and matches files and directories alike.
+    /// is dropped first and matches files and directories alike. rsync's
+    /// `dir/***` (the directory and everything in it) is `dir`, since
+    /// nothing beneath a skipped directory is visited.
     pub fn exclude(pattern: &str) -> Rule {
         let p = pattern.trim_end_matches('/');
+        let p = match p.strip_suffix("/***") {
+            Some(dir) if !dir.trim_matches('/').is_empty() => dir,
+            _ => p,
+        };
         let glob = match p.strip_prefix('/') {
             Some(anchored) => anchored.trim_start_matches('/').to_string(),
             None if p.contains('/') => p.to_string(),
@@ -129,6 +135,20 @@ pub fn excludes(
         return Err(Error::Rule {
             pattern: p.clone(),
             message: "an empty exclude pattern matches nothing".to_string(),
+        });
+    }
+    // `***` is rsync's "this directory and all beneath it" only at the
+    // end; anywhere else a glob would take it for `**` plus a literal
+    // `*` and silently match nothing the user meant.
+    if let Some(p) = patterns
+        .iter()
+        .find(|p| Rule::exclude(p).pattern.contains("***"))
+    {
+        return Err(Error::Rule {
+            pattern: p.clone(),
+            message: "`***` is understood only at the end, as `DIR/***` \
+                      (DIR and everything in it)"
+                .to_string(),
         });
     }
     let set = RuleSet::new(patterns.iter().map(|p| Rule::exclude(p))).map_err(
@@ -279,6 +299,21 @@ mod test {
             Path::new("/system/usr/bin/ls")
         );
         assert_eq!(link_target(&Action::Copy, p), None);
+    }
+
+    #[test]
+    fn rsync_triple_star_excludes_the_directory_and_all_in_it() {
+        let set = excludes(&["var/cache/***".to_string()]).unwrap().unwrap();
+        let mut s = Vec::new();
+        let mut a = |p: &str| set.action(Path::new(p), &mut s).clone();
+        assert_eq!(a("var/cache"), Action::Skip);
+        assert_eq!(a("var/cache/apt/x.deb"), Action::Skip);
+        assert_eq!(a("var/cached"), Action::Copy);
+        let set = excludes(&["*.d/***".to_string()]).unwrap().unwrap();
+        let mut a = |p: &str| set.action(Path::new(p), &mut s).clone();
+        assert_eq!(a("etc/rc.d"), Action::Skip);
+        let e = excludes(&["a/***/b".to_string()]).unwrap_err();
+        assert!(e.to_string().contains("a/***/b"), "{e}");
     }
 
     #[test]

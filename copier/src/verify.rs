@@ -42,6 +42,10 @@ pub struct CompareOptions {
     /// That files with holes in A have no more allocated in B (default:
     /// no).
     pub sparse: bool,
+    /// Descend into directories on other filesystems than the tree's top
+    /// (default: no, as a copy does not: a mount point is compared as
+    /// the directory it is, not what is mounted on it).
+    pub cross_fs: bool,
 }
 
 impl Default for CompareOptions {
@@ -53,6 +57,7 @@ impl Default for CompareOptions {
             atime: true,
             xattrs: true,
             sparse: false,
+            cross_fs: false,
         }
     }
 }
@@ -223,8 +228,8 @@ pub fn compare(
     b: &Path,
     opts: &CompareOptions,
 ) -> Result<Comparison> {
-    let mut wa = sorted_walk(a);
-    let mut wb = sorted_walk(b);
+    let mut wa = sorted_walk(a, opts.cross_fs);
+    let mut wb = sorted_walk(b, opts.cross_fs);
     let mut cmp = Comparer {
         opts,
         out: Comparison::default(),
@@ -284,9 +289,10 @@ pub fn compare(
 
 type Walk = walkdir::IntoIter;
 
-fn sorted_walk(root: &Path) -> Walk {
+fn sorted_walk(root: &Path, cross_fs: bool) -> Walk {
     WalkDir::new(root)
         .follow_links(false)
+        .same_file_system(!cross_fs)
         .sort_by_file_name()
         .into_iter()
 }

@@ -134,11 +134,13 @@ fn install(
     // As the CLI: the zonepath is made 0700 through a checked descriptor
     // (never through a symlink, nor under a directory another user could
     // swap it in), so that nobody else walks into the root meanwhile.
-    zinstall_install::prepare_zonepath(&a.zonepath).map_err(|e| {
-        let mut w = WireError::new(ErrorKind::Refused, e.to_string());
-        w.path = Some(a.zonepath.clone());
-        w
-    })?;
+    let platform = platform(ErrorKind::Install, &a.platform)?;
+    let zonepath =
+        zinstall_install::prepare_zonepath(&a.zonepath).map_err(|e| {
+            let mut w = WireError::new(ErrorKind::Refused, e.to_string());
+            w.path = Some(a.zonepath.clone());
+            w
+        })?;
     let zone = a.zone.clone().unwrap_or_else(|| {
         a.zonepath
             .file_name()
@@ -176,12 +178,25 @@ fn install(
         cancel: Some(job.cancel.clone()),
         pool: Some(d.pool().clone()),
         listener: None,
-        platform: platform(ErrorKind::Install, &a.platform)?,
+        platform,
         store: Some(zinstall_provision::store_of(&config.cache)),
         pull: pull_options(config, job),
         progress: None,
     }
     .run();
+    if r.is_err() && zonepath.made {
+        drop(zonepath.dir);
+        job.event(match zinstall_install::discard_zonepath(&a.zonepath) {
+            Ok(()) => format!(
+                "NOTE: removed {}, which this install made",
+                a.zonepath.display()
+            ),
+            Err(e) => format!(
+                "NOTE: {} is left, although this install made it: {e}",
+                a.zonepath.display()
+            ),
+        });
+    }
     match r {
         Ok(s) => Ok(json!({
             "zonepath": a.zonepath,

@@ -54,6 +54,14 @@ pub enum Cause {
         /// The root.
         root: PathBuf,
     },
+    /// The zonepath holds entries zinstall does not make, and no marker
+    /// says an install of zinstall's is there: an unrelated directory.
+    ForeignZonepath {
+        /// The zonepath.
+        zonepath: PathBuf,
+        /// One of the entries found (the first read).
+        entry: std::ffi::OsString,
+    },
     /// `ZONEPATH/root` has content and no marker says zinstall made it.
     ForeignRoot {
         /// The root.
@@ -290,6 +298,14 @@ impl fmt::Display for Cause {
                 "{} is not a directory (a symlink is never followed); \
                  remove it first",
                 root.display()
+            ),
+            Cause::ForeignZonepath { zonepath, entry } => write!(
+                f,
+                "{} is not empty (it holds {}) and has no zinstall marker: \
+                 it is not a zonepath zinstall made, so nothing in it was \
+                 touched; give a new or empty directory",
+                zonepath.display(),
+                std::path::Path::new(entry).display()
             ),
             Cause::ForeignRoot {
                 root,

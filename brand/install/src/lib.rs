@@ -247,7 +247,11 @@ impl Install<'_> {
 
     fn preview_with(&mut self) -> Result<Summary, InstallError> {
         let root = self.zonepath.join("root");
-        if self.check_state(&root)? == Some(State::Installing) {
+        // An interrupted install's partial root is removed before the
+        // real run writes: the preview takes the root as empty, as that
+        // run will find it.
+        let interrupted = self.check_state(&root)? == Some(State::Installing);
+        if interrupted {
             (self.events)(&Event::CleaningInterrupted);
         }
         let archives = self.preflight()?;
@@ -290,6 +294,7 @@ impl Install<'_> {
                 .rules(std::sync::Arc::clone(&self.profile.rules), t)
                 .skip_special(true)
                 .dry_run(true)
+                .dry_run_as_if_empty(interrupted)
                 .run()
                 .map_err(copy_err(format!("replicate {name}")))
                 .map_err(InstallError::before)?;
@@ -361,6 +366,7 @@ impl Install<'_> {
                 .plan(f, &dst)
                 .merge(true)
                 .dry_run(true)
+                .dry_run_as_if_empty(interrupted)
                 .run()
                 .map_err(copy_err(format!("host file {}", f.display())))
                 .map_err(InstallError::before)?;
@@ -1067,23 +1073,82 @@ pub fn open_zonepath(
     })
 }
 
+/// A zonepath [`prepare_zonepath`] opened.
+pub struct Zonepath {
+    /// Its directory, held while the install runs.
+    pub dir: copier::beneath::Root,
+    /// True if this call made it (it was missing): a failed install
+    /// removes it again ([`discard_zonepath`]).
+    pub made: bool,
+}
+
 /// Makes the zonepath (0700) if missing and sets it to 0700 through its
 /// descriptor, so that nobody else walks into the root while it is being
 /// filled: what `zinstall install` and zinstalld do before an install.
 /// Checked as [`open_zonepath`] says; nothing is made or changed when the
-/// path is refused (a symlink, an unsafe directory on the way).
-pub fn prepare_zonepath(
-    zonepath: &Path,
-) -> Result<copier::beneath::Root, InstallError> {
+/// path is refused (a symlink, an unsafe directory on the way), nor when
+/// an existing zonepath holds anything but zinstall's own entries and
+/// `root` with no marker (an unrelated directory given by mistake).
+pub fn prepare_zonepath(zonepath: &Path) -> Result<Zonepath, InstallError> {
     let fail = |source: copier::Error| {
         InstallError::refused(Cause::Step {
             step: "zonepath".into(),
             source: Box::new(source),
         })
     };
-    let z = copier::trusted::open_dir(zonepath, Some(0o700)).map_err(fail)?;
-    z.set_mode(0o700).map_err(fail)?;
-    Ok(z)
+    let existed = fs::symlink_metadata(zonepath).is_ok();
+    let dir = copier::trusted::open_dir(zonepath, Some(0o700)).map_err(fail)?;
+    if existed {
+        check_unrelated(zonepath)?;
+    }
+    dir.set_mode(0o700).map_err(fail)?;
+    Ok(Zonepath {
+        dir,
+        made: !existed,
+    })
+}
+
+/// Refuses an existing zonepath that holds entries zinstall does not
+/// make and no marker. Read by path: [`copier::trusted::open_dir`] has
+/// just checked that only root could have redirected it.
+fn check_unrelated(zonepath: &Path) -> Result<(), InstallError> {
+    let marked = read_marker(zonepath).map_err(InstallError::refused)?;
+    if marked.is_some() {
+        return Ok(());
+    }
+    let entries = fs::read_dir(zonepath).map_err(|source| {
+        InstallError::refused(Cause::RootUnreadable {
+            root: zonepath.to_path_buf(),
+            source,
+        })
+    })?;
+    for e in entries {
+        let e = e.map_err(|source| {
+            InstallError::refused(Cause::RootUnreadable {
+                root: zonepath.to_path_buf(),
+                source,
+            })
+        })?;
+        let name = e.file_name();
+        // `root` is judged by the install itself (empty, or refused as
+        // foreign); the lock and the marker's leftovers are zinstall's.
+        let ours = name == "root"
+            || name.to_str().is_some_and(|n| n.starts_with(".zinstall."));
+        if !ours {
+            return Err(InstallError::refused(Cause::ForeignZonepath {
+                zonepath: zonepath.to_path_buf(),
+                entry: name,
+            }));
+        }
+    }
+    Ok(())
+}
+
+/// After a failed install, removes the zonepath [`prepare_zonepath`]
+/// made, if nothing is left in it. Returns whether it was removed; an
+/// error says why it is left.
+pub fn discard_zonepath(zonepath: &Path) -> std::io::Result<()> {
+    fs::remove_dir(zonepath)
 }
 
 /// Checks that an existing root is one this profile makes: the state

@@ -22,6 +22,15 @@ pub struct CopyArgs {
     pub dst: PathBuf,
     #[command(flatten)]
     pub tunables: TunableArgs,
+    /// Accepted as cp -a and rsync -a users type it; changes nothing:
+    /// owners, modes, times, ACLs, xattrs, links and holes are always
+    /// kept.
+    #[arg(long, short = 'a')]
+    pub archive: bool,
+    /// Accepted as rsync -H users type it; changes nothing: hard links
+    /// are always kept.
+    #[arg(long, short = 'H')]
+    pub hard_links: bool,
     /// Copy into a non-empty destination, replacing entries that differ.
     #[arg(long)]
     pub merge: bool,
@@ -113,7 +122,11 @@ pub fn run(args: &CopyArgs) -> ExitCode {
         args.quiet || args.json || args.verbose,
         if args.dry_run { "walking" } else { "copying" },
     );
+    if let Err(e) = crate::interrupt::watch_signals() {
+        output::note(format_args!("signals not handled: {e}"));
+    }
     let mut plan = Plan::new(&args.src, &args.dst)
+        .cancel(crate::interrupt::cancel())
         .on_error(OnError::KeepGoing)
         .dry_run(args.dry_run)
         .tunables(tunables)
@@ -158,6 +171,7 @@ pub fn run(args: &CopyArgs) -> ExitCode {
                 }))
                 .collect()),
             "more_errors": failed.map_or(0, |f| f.more_errors),
+            "stopped": crate::interrupt::reason().map(|r| r.to_string()),
         }));
     } else {
         for n in &report.notices {
@@ -174,6 +188,12 @@ pub fn run(args: &CopyArgs) -> ExitCode {
             output::error(e);
             return ExitCode::from(1);
         }
+    }
+    if let (Some(_), Some(why)) = (failed, crate::interrupt::reason()) {
+        if !args.json {
+            stopped(args, why, report);
+        }
+        return ExitCode::from(why.exit_status());
     }
     if let Some(f) = failed {
         if !args.json {
@@ -206,4 +226,22 @@ pub fn run(args: &CopyArgs) -> ExitCode {
         }
     }
     ExitCode::SUCCESS
+}
+
+/// Says what a copy stopped by a signal or a closed output left, and how
+/// to finish it.
+fn stopped(args: &CopyArgs, why: crate::interrupt::Reason, r: &copier::Report) {
+    if args.dry_run {
+        output::error(format_args!("{why}: dry run stopped"));
+        return;
+    }
+    output::error(format_args!(
+        "{why}: copy stopped; {} holds what was copied so far ({}), its \
+         directories not yet given their modes and times; `zinstall copy \
+         --merge {} {}` finishes it",
+        output::show(&args.dst),
+        r.stats,
+        output::show(&args.src),
+        output::show(&args.dst),
+    ));
 }

@@ -109,18 +109,21 @@ pub fn install(args: &InstallArgs) -> ExitCode {
     }
     // Made (0700) through a checked descriptor: a zonepath that is a
     // symlink, or that another user could swap, is refused untouched.
-    if let Err(e) = install::prepare_zonepath(&args.zonepath) {
-        crate::json::fail(
-            args.json,
-            &e,
-            serde_json::json!({
-                "zonepath": crate::json::path(&args.zonepath),
-                "stage": "BeforeRoot",
-                "errno": e.raw_os_error(),
-            }),
-        );
-        return ExitCode::from(1);
-    }
+    let zonepath = match install::prepare_zonepath(&args.zonepath) {
+        Ok(z) => z,
+        Err(e) => {
+            crate::json::fail(
+                args.json,
+                &e,
+                serde_json::json!({
+                    "zonepath": crate::json::path(&args.zonepath),
+                    "stage": "BeforeRoot",
+                    "errno": e.raw_os_error(),
+                }),
+            );
+            return ExitCode::from(1);
+        }
+    };
     // OS strings: a path given need not be UTF-8.
     let argv: Vec<String> = std::env::args_os()
         .map(|a| a.to_string_lossy().into_owned())
@@ -130,6 +133,9 @@ pub fn install(args: &InstallArgs) -> ExitCode {
     if let Some(w) = warning {
         output::note(w);
     }
+    if let Err(e) = crate::interrupt::watch_signals() {
+        output::note(format_args!("signals not handled: {e}"));
+    }
     let json = args.json;
     let bar = Bar::for_terminal(json || args.verbose, "installing");
     let mut show = |e: &install::Event| show_event(json, &bar, e);
@@ -137,6 +143,21 @@ pub fn install(args: &InstallArgs) -> ExitCode {
     let r = job(args, profile, tunables, log, &mut show, &bar).run();
     if let Some(b) = &bar {
         b.finish();
+    }
+    if r.is_err() && zonepath.made {
+        // What this install made, it removes again (once empty: a root
+        // that could not be cleaned keeps it).
+        drop(zonepath.dir);
+        match install::discard_zonepath(&args.zonepath) {
+            Ok(()) => output::note(format_args!(
+                "removed {}, which this install made",
+                output::show(&args.zonepath)
+            )),
+            Err(e) => output::note(format_args!(
+                "{} is left, although this install made it: {e}",
+                output::show(&args.zonepath)
+            )),
+        }
     }
     finish(args, &shown, r)
 }
@@ -158,7 +179,7 @@ fn job<'a>(
         tunables,
         log,
         events,
-        cancel: None,
+        cancel: Some(crate::interrupt::cancel()),
         pool: None,
         listener: (args.verbose && !args.json)
             .then(|| std::sync::Arc::new(output::Listing) as _),
@@ -255,13 +276,21 @@ fn finish(
             ExitCode::SUCCESS
         }
         Err(e) => {
+            let stopped = crate::interrupt::reason();
             if !json {
-                output::error(e);
-                if let Some(h) = hint {
+                match stopped {
+                    Some(why) => output::error(format_args!(
+                        "{why}: install stopped: {e}"
+                    )),
+                    None => output::error(e),
+                }
+                if let (Some(h), None) = (hint, stopped) {
                     output::note(h);
                 }
             }
-            ExitCode::from(1)
+            stopped.map_or(ExitCode::from(1), |why| {
+                ExitCode::from(why.exit_status())
+            })
         }
     }
 }

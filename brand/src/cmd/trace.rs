@@ -199,6 +199,10 @@ fn trace_in(args: &TraceArgs, dir: &Path) -> Result<Vec<u8>, String> {
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default()
         .as_secs();
+    #[cfg(target_os = "linux")]
+    let memlock_unlimited = crate::sys::raise_memlock();
+    #[cfg(not(target_os = "linux"))]
+    let memlock_unlimited = true;
     let mut child = Command::new(&args.bpftrace)
         .arg("-q")
         .arg("-c")
@@ -207,7 +211,7 @@ fn trace_in(args: &TraceArgs, dir: &Path) -> Result<Vec<u8>, String> {
         .arg(start.to_string())
         .stdin(Stdio::inherit())
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
+        .stderr(Stdio::piped())
         .spawn()
         .map_err(|e| {
             if e.kind() == std::io::ErrorKind::NotFound {
@@ -219,9 +223,18 @@ fn trace_in(args: &TraceArgs, dir: &Path) -> Result<Vec<u8>, String> {
                 format!("run {}: {e}", args.bpftrace.display())
             }
         })?;
+    let quiet_memlock =
+        !memlock_unlimited && memlock_is_moot(crate::sys::kernel_release());
+    let relay = child
+        .stderr
+        .take()
+        .map(|e| std::thread::spawn(move || relay_stderr(e, quiet_memlock)));
     let mut raw = Vec::new();
     let read = child.stdout.take().map(|mut o| o.read_to_end(&mut raw));
     let status = child.wait().map_err(|e| format!("bpftrace: {e}"))?;
+    if let Some(r) = relay {
+        let _ = r.join();
+    }
     if let Some(Err(e)) = read {
         return Err(format!("reading bpftrace's output: {e}"));
     }
@@ -229,6 +242,49 @@ fn trace_in(args: &TraceArgs, dir: &Path) -> Result<Vec<u8>, String> {
         return Err(format!("bpftrace failed ({status})"));
     }
     Ok(raw)
+}
+
+/// bpftrace's complaint when it cannot raise RLIMIT_MEMLOCK itself.
+const MEMLOCK_COMPLAINT: &str = "couldn't set RLIMIT_MEMLOCK";
+
+/// True if a kernel of `release` charges BPF maps and programs to the
+/// memory cgroup instead of RLIMIT_MEMLOCK (Linux 5.11 and later), so
+/// that bpftrace's failure to raise the limit changes nothing.
+fn memlock_is_moot(release: Option<String>) -> bool {
+    let Some(release) = release else {
+        return false;
+    };
+    let mut parts = release
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|p| p.parse::<u32>().unwrap_or(0));
+    let major = parts.next().unwrap_or(0);
+    let minor = parts.next().unwrap_or(0);
+    (major, minor) >= (5, 11)
+}
+
+/// Copies bpftrace's standard error to ours, line by line; with
+/// `quiet_memlock`, without its RLIMIT_MEMLOCK complaint, which on this
+/// kernel is noise: the limit was raised as far as this process may, and
+/// the kernel does not use it for BPF.
+fn relay_stderr(from: impl Read, quiet_memlock: bool) {
+    use std::io::{BufRead, Write};
+    let mut lines = std::io::BufReader::new(from);
+    let mut line = Vec::new();
+    let stderr = std::io::stderr();
+    loop {
+        line.clear();
+        match lines.read_until(b'\n', &mut line) {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+        let complaint = line
+            .windows(MEMLOCK_COMPLAINT.len())
+            .any(|w| w == MEMLOCK_COMPLAINT.as_bytes());
+        if quiet_memlock && complaint {
+            continue;
+        }
+        let _ = stderr.lock().write_all(&line);
+    }
 }
 
 /// `s` as one word for sh: in single quotes, each `'` as `'\''`.

@@ -15,9 +15,22 @@ pub struct VerifyArgs {
     pub a: PathBuf,
     /// The copy.
     pub b: PathBuf,
-    /// Do not compare access times.
-    #[arg(long)]
+    /// Also compare access times of files (not by default: reading a
+    /// tree to pack or compare it changes them, and not every tool that
+    /// makes a tree keeps them).
+    #[arg(long, overrides_with = "no_atime")]
+    pub atime: bool,
+    /// Do not compare access times (the default).
+    #[arg(long, hide = true, overrides_with = "atime")]
     pub no_atime: bool,
+    /// Stay on A's and B's filesystems, as `zinstall copy` does (the
+    /// default): a mount point is compared, not what is mounted on it.
+    #[arg(long, short = 'x', overrides_with = "cross_fs")]
+    pub one_file_system: bool,
+    /// Descend into directories on other filesystems (as `zinstall copy
+    /// --cross-fs`). The last of -x and --cross-fs given wins.
+    #[arg(long, overrides_with = "one_file_system")]
+    pub cross_fs: bool,
     /// Do not compare owners (compared by default when run as root).
     #[arg(long)]
     pub no_owner: bool,
@@ -34,9 +47,10 @@ pub struct VerifyArgs {
 pub fn run(args: &VerifyArgs) -> ExitCode {
     let mut opts = CompareOptions {
         sparse: args.sparse,
+        atime: args.atime,
+        cross_fs: args.cross_fs,
         ..Default::default()
     };
-    opts.atime &= !args.no_atime;
     opts.owner &= !args.no_owner;
     let result = verify::compare(&args.a, &args.b, &opts);
     if args.json {

@@ -18,7 +18,7 @@ use std::sync::Mutex;
 use super::source::Source;
 use super::{Shared, walk};
 use crate::error::{Error, Op, Refusal, Result};
-use crate::plan::EntryKind;
+use crate::plan::{EntryKind, Plan};
 use crate::stats::Stats;
 use crate::sys::posix::{Stat, at};
 
@@ -42,8 +42,12 @@ pub(crate) fn run(
     })
 }
 
-/// What is at `path` in the destination, if anything.
-fn existing(path: &Path) -> Result<Option<fs::Metadata>> {
+/// What is at `path` in the destination, if anything (nothing, when the
+/// plan says to take the destination as empty).
+fn existing(plan: &Plan, path: &Path) -> Result<Option<fs::Metadata>> {
+    if plan.dry_run_empty {
+        return Ok(None);
+    }
     match fs::symlink_metadata(path) {
         Ok(md) => Ok(Some(md)),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
@@ -57,7 +61,7 @@ fn tree(shared: &Shared<'_>, source: &Source) -> Result<walk::WalkResult> {
     let plan = shared.plan;
     let top = source.open_dir(&plan.src)?;
     walk::check_destination(plan, &top)?;
-    if let Some(md) = existing(&plan.dst)? {
+    if let Some(md) = existing(plan, &plan.dst)? {
         // The copy opens the top directory following a symlink, as the
         // caller named it.
         let md = fs::metadata(&plan.dst)
@@ -95,7 +99,7 @@ pub(crate) fn dir(
 ) -> Result<()> {
     if !top
         && shared.plan.merge
-        && let Some(there) = existing(dst)?
+        && let Some(there) = existing(shared.plan, dst)?
         && !there.is_dir()
     {
         return Err(Error::refused(dst, Refusal::Conflict));
@@ -136,7 +140,7 @@ pub(crate) fn entry(
         kind
     };
     if shared.plan.merge {
-        let there = existing(dst)?;
+        let there = existing(shared.plan, dst)?;
         if let Some(there) = &there
             && there.is_dir()
         {
@@ -165,7 +169,7 @@ fn single(shared: &Shared<'_>, md: &Stat, stats: &mut Stats) -> Result<()> {
         }
         _ => plan.dst.clone(),
     };
-    let there = existing(&dst)?;
+    let there = existing(plan, &dst)?;
     if there.is_some() && !plan.merge {
         return Err(Error::refused(&dst, Refusal::Exists));
     }

@@ -1,0 +1,119 @@
+//! What stops a run started from the command line: SIGINT (Ctrl-C),
+//! SIGTERM and SIGHUP, and a standard output that was closed under a
+//! listing (`zinstall copy -v … | head`). Each raises one
+//! [`copier::Cancel`] the running command holds, so that a copy stops at
+//! its next entry and says what it left, and an install removes what it
+//! made, as a failed install does. A second signal ends the process at
+//! once, as the default action would have.
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicI32, Ordering};
+
+use copier::Cancel;
+
+/// Why the run was stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reason {
+    /// A signal (its number).
+    Signal(i32),
+    /// Standard output was closed.
+    StdoutClosed,
+}
+
+impl Reason {
+    /// The exit status a shell shows for a process ended by the signal
+    /// (128 + its number; SIGPIPE's for a closed output).
+    pub fn exit_status(self) -> u8 {
+        let n = match self {
+            Reason::Signal(s) => s,
+            Reason::StdoutClosed => libc::SIGPIPE,
+        };
+        u8::try_from(128 + n).unwrap_or(1)
+    }
+}
+
+impl std::fmt::Display for Reason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Reason::Signal(s) => f.write_str(match *s {
+                libc::SIGINT => "interrupted (SIGINT)",
+                libc::SIGTERM => "terminated (SIGTERM)",
+                libc::SIGHUP => "hung up (SIGHUP)",
+                _ => "stopped by a signal",
+            }),
+            Reason::StdoutClosed => f.write_str("standard output was closed"),
+        }
+    }
+}
+
+struct Watch {
+    cancel: Cancel,
+    /// 0: not stopped; a signal's number; -1: stdout closed.
+    reason: AtomicI32,
+}
+
+/// The process's one watch: signals are the process's, so is this.
+static WATCH: OnceLock<Watch> = OnceLock::new();
+
+const STDOUT_CLOSED: i32 = -1;
+
+fn watch() -> &'static Watch {
+    WATCH.get_or_init(|| Watch {
+        cancel: Cancel::new(),
+        reason: AtomicI32::new(0),
+    })
+}
+
+/// Starts watching for SIGINT, SIGTERM and SIGHUP (a thread of its own
+/// waits for them). Called once by a command that writes, before it
+/// starts; an error is said and the command runs unwatched, as before.
+pub fn watch_signals() -> std::io::Result<()> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals =
+        signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])?;
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            for s in signals.forever() {
+                let w = watch();
+                if w.reason.load(Ordering::Relaxed) > 0 {
+                    // Asked twice: do what the signal would have done.
+                    let _ = signal_hook::low_level::emulate_default_handler(s);
+                }
+                let _ = w.reason.compare_exchange(
+                    0,
+                    s,
+                    Ordering::Relaxed,
+                    Ordering::Relaxed,
+                );
+                w.cancel.cancel();
+            }
+        })?;
+    Ok(())
+}
+
+/// The flag the running command gives its run.
+pub fn cancel() -> Cancel {
+    watch().cancel.clone()
+}
+
+/// Standard output was closed: the run stops, as for a signal.
+pub fn stdout_closed() {
+    let w = watch();
+    let _ = w.reason.compare_exchange(
+        0,
+        STDOUT_CLOSED,
+        Ordering::Relaxed,
+        Ordering::Relaxed,
+    );
+    w.cancel.cancel();
+}
+
+/// Why the run was stopped, if it was.
+pub fn reason() -> Option<Reason> {
+    match watch().reason.load(Ordering::Relaxed) {
+        0 => None,
+        STDOUT_CLOSED => Some(Reason::StdoutClosed),
+        s => Some(Reason::Signal(s)),
+    }
+}

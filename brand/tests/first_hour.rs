@@ -1,0 +1,407 @@
+//! What a new user does in the first hour, tried as they would: Ctrl-C
+//! in the middle of a copy and of an install, a listing piped to `head`,
+//! an unrelated directory given as a zonepath, a dry run after an
+//! interrupted install, an install that fails in a zonepath it made.
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use zinstall_testkit::Tmp;
+use zinstall_testkit::run::streams as text;
+
+fn zinstall() -> Command {
+    zinstall_testkit::run::command(env!("CARGO_BIN_EXE_zinstall"))
+}
+
+/// A tree of `n` small files in directories of 100, big enough that a
+/// copy of it is still running when the test signals it.
+fn tree(root: &Path, n: usize) {
+    for i in 0..n {
+        let d = root.join(format!("d{:03}", i / 100));
+        if i % 100 == 0 {
+            fs::create_dir_all(&d).unwrap();
+        }
+        fs::write(d.join(format!("f{i}")), format!("file {i}\n").repeat(40))
+            .unwrap();
+    }
+}
+
+/// Sends `signal` to `child` as soon as `started` is true, and waits.
+fn signal_when(
+    mut child: Child,
+    signal: &str,
+    started: impl Fn() -> bool,
+) -> std::process::Output {
+    let t0 = Instant::now();
+    while !started() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "the run never started"
+        );
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the run ended before it could be signalled: {:?}",
+            child.wait_with_output().map(|o| text(&o))
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let k = zinstall_testkit::tool("kill")
+        .arg(format!("-{signal}"))
+        .arg(child.id().to_string())
+        .status()
+        .unwrap();
+    assert!(k.success());
+    child.wait_with_output().unwrap()
+}
+
+fn names(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+fn entries(dir: &Path) -> usize {
+    walkdir::WalkDir::new(dir).into_iter().count()
+}
+
+#[test]
+fn ctrl_c_stops_a_copy_that_merge_then_finishes() {
+    let d = Tmp::new();
+    let src = d.path().join("src");
+    tree(&src, 10_000);
+    let dst = d.path().join("dst");
+    for (signal, status) in [("INT", 130), ("TERM", 143), ("HUP", 129)] {
+        let _ = fs::remove_dir_all(&dst);
+        let child = zinstall()
+            .args(["copy", "--threads", "1", "--walkers", "1"])
+            .arg(&src)
+            .arg(&dst)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let o = signal_when(child, signal, || {
+            fs::read_dir(&dst).is_ok_and(|mut r| r.next().is_some())
+        });
+        let (out, err) = text(&o);
+        assert_eq!(o.status.code(), Some(status), "{signal}: {out}{err}");
+        assert!(err.contains("copy stopped"), "{signal}: {err}");
+        assert!(err.contains("--merge"), "{signal}: {err}");
+        assert!(entries(&dst) < entries(&src), "{signal}: not stopped");
+    }
+    // What the message says finishes it does.
+    let o = zinstall()
+        .args(["copy", "-q", "--merge"])
+        .arg(&src)
+        .arg(&dst)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{:?}", text(&o));
+    let c = copier::verify::compare(
+        &src,
+        &dst,
+        &copier::verify::CompareOptions::default(),
+    )
+    .unwrap();
+    assert!(c.is_identical(), "{c}");
+}
+
+#[test]
+fn a_closed_stdout_stops_a_listing_copy() {
+    let d = Tmp::new();
+    let src = d.path().join("src");
+    tree(&src, 20_000);
+    let dst = d.path().join("dst");
+    let mut child = zinstall()
+        .args(["copy", "-v", "--threads", "1"])
+        .arg(&src)
+        .arg(&dst)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // `| head -1`: one line read, then the pipe closed.
+    let mut out = child.stdout.take().unwrap();
+    let mut first = [0u8; 64];
+    std::io::Read::read(&mut out, &mut first).unwrap();
+    drop(out);
+    let o = child.wait_with_output().unwrap();
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(141), "{err}");
+    assert!(err.contains("standard output was closed"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(entries(&dst) < entries(&src), "the copy went on");
+}
+
+/// A profile that replicates `tree` from `dir`.
+fn tree_profile(dir: &Path, tree: &str) -> std::path::PathBuf {
+    let p = dir.join("profile.toml");
+    fs::write(
+        &p,
+        format!(
+            "source_root = \"{}\"\ntrees = [\"{tree}\"]\nlog = \"{}\"\n",
+            dir.display(),
+            dir.join("install.log").display()
+        ),
+    )
+    .unwrap();
+    p
+}
+
+#[test]
+fn ctrl_c_stops_an_install_which_removes_what_it_made() {
+    if !zinstall_testkit::require_root() {
+        return;
+    }
+    let d = Tmp::new();
+    tree(&d.path().join("big"), 10_000);
+    let profile = tree_profile(d.path(), "big");
+    let zonepath = d.path().join("zones/z1");
+    let root = zonepath.join("root/big");
+    let child = zinstall()
+        .args(["install", "--threads", "1", "--profile"])
+        .arg(&profile)
+        .arg("--zonepath")
+        .arg(&zonepath)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let o = signal_when(child, "INT", || {
+        fs::read_dir(&root).is_ok_and(|mut r| r.next().is_some())
+    });
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(130), "{out}{err}");
+    assert!(
+        err.contains("interrupted (SIGINT): install stopped"),
+        "{err}"
+    );
+    // The root, the marker, the lock and the zonepath the install made:
+    // all gone.
+    assert!(!zonepath.exists(), "{err}");
+    assert!(err.contains("which this install made"), "{err}");
+    assert!(d.path().join("zones").exists());
+}
+
+#[test]
+fn an_unrelated_directory_is_not_taken_as_a_zonepath() {
+    if !zinstall_testkit::require_root() {
+        return;
+    }
+    let d = Tmp::new();
+    fs::create_dir(d.path().join("empty")).unwrap();
+    let profile = tree_profile(d.path(), "empty");
+    let mine = d.path().join("projects");
+    fs::create_dir(&mine).unwrap();
+    fs::set_permissions(&mine, fs::Permissions::from_mode(0o755)).unwrap();
+    fs::write(mine.join("notes.txt"), "mine\n").unwrap();
+    let o = zinstall()
+        .arg("install")
+        .arg("--profile")
+        .arg(&profile)
+        .arg("--zonepath")
+        .arg(&mine)
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}{err}");
+    assert!(
+        err.contains(&format!("{} is not empty", mine.display()))
+            && err.contains("notes.txt")
+            && err.contains("no zinstall marker"),
+        "{err}"
+    );
+    // Untouched: its mode, its one file, nothing added.
+    let mode = fs::metadata(&mine).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode, 0o755);
+    assert_eq!(names(&mine), ["notes.txt"]);
+
+    // An empty directory, and one with an empty `root`, are fine.
+    let empty = d.path().join("ready");
+    fs::create_dir_all(empty.join("root")).unwrap();
+    let o = zinstall()
+        .args(["install", "--profile"])
+        .arg(&profile)
+        .arg("--zonepath")
+        .arg(&empty)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{:?}", text(&o));
+    assert!(empty.join("root/empty").is_dir());
+}
+
+#[test]
+fn a_dry_run_after_an_interrupted_install_tells_the_truth() {
+    if !zinstall_testkit::require_root() {
+        return;
+    }
+    let d = Tmp::new();
+    tree(&d.path().join("big"), 10_000);
+    let profile = tree_profile(d.path(), "big");
+    let zonepath = d.path().join("z");
+    let root = zonepath.join("root/big");
+    // Killed outright: nothing of the install's runs, its marker stays.
+    let child = zinstall()
+        .args(["install", "--threads", "1", "--profile"])
+        .arg(&profile)
+        .arg("--zonepath")
+        .arg(&zonepath)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let o = signal_when(child, "KILL", || {
+        fs::read_dir(&root).is_ok_and(|mut r| r.next().is_some())
+    });
+    assert_eq!(o.status.code(), None);
+    assert!(zonepath.join(".zinstall.state").exists());
+    let o = zinstall()
+        .args(["install", "--dry-run", "--profile"])
+        .arg(&profile)
+        .arg("--zonepath")
+        .arg(&zonepath)
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}{err}");
+    assert!(!format!("{out}{err}").contains("--merge"), "{out}{err}");
+    assert!(out.contains("would install into"), "{out}");
+    assert!(out.contains("10000 files"), "{out}");
+    // And the install it previews does what it said.
+    let o = zinstall()
+        .args(["install", "--profile"])
+        .arg(&profile)
+        .arg("--zonepath")
+        .arg(&zonepath)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{:?}", text(&o));
+    assert_eq!(entries(&root), entries(&d.path().join("big")));
+}
+
+#[test]
+fn a_failed_install_removes_the_zonepath_it_made() {
+    if !zinstall_testkit::require_root() {
+        return;
+    }
+    let d = Tmp::new();
+    fs::create_dir(d.path().join("empty")).unwrap();
+    let profile = tree_profile(d.path(), "empty");
+    // Not a tar: the install fails after it made the zonepath.
+    let bad = d.path().join("bad.tar");
+    fs::write(&bad, vec![b'x'; 4096]).unwrap();
+    let zonepath = d.path().join("new/z");
+    let o = zinstall()
+        .arg("install")
+        .arg("--profile")
+        .arg(&profile)
+        .arg("--zonepath")
+        .arg(&zonepath)
+        .arg(&bad)
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}{err}");
+    assert!(!zonepath.exists(), "{err}");
+    assert!(
+        err.contains(&format!(
+            "removed {}, which this install made",
+            zonepath.display()
+        )),
+        "{err}"
+    );
+    // One it did not make stays, empty, as it was.
+    let given = d.path().join("given");
+    fs::create_dir(&given).unwrap();
+    let o = zinstall()
+        .arg("install")
+        .arg("--profile")
+        .arg(&profile)
+        .arg("--zonepath")
+        .arg(&given)
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{:?}", text(&o));
+    assert!(given.is_dir());
+    assert_eq!(names(&given), Vec::<String>::new());
+}
+
+#[test]
+fn verify_compares_what_copy_keeps() {
+    if !zinstall_testkit::require_root() {
+        return;
+    }
+    let d = Tmp::new();
+    let a = d.path().join("a");
+    fs::create_dir_all(a.join("mnt")).unwrap();
+    fs::write(a.join("file"), "x\n").unwrap();
+    let b = d.path().join("b");
+    let o = zinstall()
+        .args(["copy", "-q"])
+        .arg(&a)
+        .arg(&b)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{:?}", text(&o));
+    // Read since: its access time moves, as packing or comparing it
+    // would move it.
+    let later = std::time::SystemTime::now() + Duration::from_secs(3600);
+    fs::File::options()
+        .write(true)
+        .open(a.join("file"))
+        .unwrap()
+        .set_times(fs::FileTimes::new().set_accessed(later))
+        .unwrap();
+    // A filesystem mounted in A after the copy: copy would not cross it.
+    let m = zinstall_testkit::tool("mount")
+        .args(["-t", "tmpfs", "tmpfs"])
+        .arg(a.join("mnt"))
+        .status()
+        .unwrap();
+    assert!(m.success(), "mount tmpfs");
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _mounted = Unmount(a.join("mnt"));
+    fs::write(a.join("mnt/on-tmpfs"), "y\n").unwrap();
+    // The mount point's own metadata is what B's directory has.
+    let b_mnt = fs::metadata(a.join("mnt")).unwrap();
+    fs::set_permissions(b.join("mnt"), b_mnt.permissions()).unwrap();
+    fs::File::open(b.join("mnt"))
+        .unwrap()
+        .set_modified(b_mnt.modified().unwrap())
+        .unwrap();
+    std::os::unix::fs::chown(b.join("mnt"), Some(0), Some(0)).unwrap();
+
+    let verify = |extra: &[&str]| {
+        zinstall()
+            .arg("verify")
+            .args(extra)
+            .arg(&a)
+            .arg(&b)
+            .output()
+            .unwrap()
+    };
+    let o = verify(&[]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}{err}");
+    assert!(out.starts_with("identical"), "{out}");
+    let o = verify(&["--atime"]);
+    let (out, _) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(out.contains("file: atime"), "{out}");
+    let o = verify(&["--cross-fs"]);
+    let (out, _) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}");
+    assert!(out.contains("mnt/on-tmpfs"), "{out}");
+}
