@@ -405,3 +405,81 @@ fn verify_compares_what_copy_keeps() {
     assert_eq!(o.status.code(), Some(1), "{out}");
     assert!(out.contains("mnt/on-tmpfs"), "{out}");
 }
+
+#[test]
+fn an_image_install_on_linux_is_the_image_alone() {
+    if !zinstall_testkit::require_root() {
+        return;
+    }
+    let d = Tmp::new();
+    tree(&d.path().join("host"), 10);
+    let image_tree = d.path().join("image");
+    fs::create_dir_all(image_tree.join("etc")).unwrap();
+    fs::write(image_tree.join("etc/os-release"), "ID=test\n").unwrap();
+    let image = d.path().join("rootfs.tar");
+    let t = zinstall_testkit::tool("tar")
+        .arg("-C")
+        .arg(&image_tree)
+        .arg("-cf")
+        .arg(&image)
+        .arg(".")
+        .status()
+        .unwrap();
+    assert!(t.success());
+    let profile = |over: Option<bool>| {
+        let p = d.path().join(format!("profile-{over:?}.toml"));
+        let mut text = format!(
+            "source_root = \"{}\"\ntrees = [\"host\"]\nlog = \"{}\"\n",
+            d.path().display(),
+            d.path().join("install.log").display()
+        );
+        if let Some(o) = over {
+            text.push_str(&format!("images_over_host = {o}\n"));
+        }
+        text.push_str("[[link]]\npath = \"bin\"\ntarget = \"usr/bin\"\n");
+        fs::write(&p, text).unwrap();
+        p
+    };
+    let install = |profile: &Path, zonepath: &Path| {
+        zinstall()
+            .arg("install")
+            .arg("--profile")
+            .arg(profile)
+            .arg("--zonepath")
+            .arg(zonepath)
+            .arg(&image)
+            .output()
+            .unwrap()
+    };
+    // The default on Linux, and the packaged Linux profile's setting.
+    for (p, name) in [(profile(None), "default"), (profile(Some(false)), "false")]
+    {
+        let z = d.path().join(format!("alone-{name}"));
+        let o = install(&p, &z);
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{out}{err}");
+        assert!(out.contains("laying out the images alone"), "{out}");
+        assert_eq!(names(&z.join("root")), ["etc"]);
+        assert_eq!(names(&z.join("root/etc")), ["os-release"]);
+    }
+    let z = d.path().join("over");
+    let o = install(&profile(Some(true)), &z);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}{err}");
+    assert!(out.contains("laying the images over the host's /host"), "{out}");
+    assert_eq!(names(&z.join("root")), ["bin", "etc", "host"]);
+    // Without an image, the profile's host parts are the install.
+    let z = d.path().join("host-only");
+    let o = zinstall()
+        .arg("install")
+        .arg("--profile")
+        .arg(profile(None))
+        .arg("--zonepath")
+        .arg(&z)
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}{err}");
+    assert!(!out.contains("images"), "{out}");
+    assert_eq!(names(&z.join("root")), ["bin", "host"]);
+}

@@ -26,6 +26,20 @@ pub enum Event {
     },
     /// The partial root of an interrupted install is being removed.
     CleaningInterrupted,
+    /// Images were given and the profile says to lay them out alone:
+    /// what it makes of the host is left out.
+    ImagesAlone {
+        /// The profile.
+        profile: PathBuf,
+    },
+    /// Images were given and the profile lays them over what it makes
+    /// of the host.
+    ImagesOverHost {
+        /// The host trees copied first, as `/usr`.
+        trees: Vec<String>,
+        /// The profile.
+        profile: PathBuf,
+    },
     /// The profile's links and mount points are being made.
     LayingOut,
     /// A host tree is being copied.
@@ -133,6 +147,24 @@ impl fmt::Display for Event {
             Event::CleaningInterrupted => {
                 f.write_str("cleaning up an interrupted install...")
             }
+            Event::ImagesAlone { profile } => write!(
+                f,
+                "laying out the images alone: the host trees, links and \
+                 mount points of {} are for installs without an image \
+                 (images_over_host = true lays the images over them)",
+                profile.display()
+            ),
+            Event::ImagesOverHost { trees, profile } => write!(
+                f,
+                "laying the images over the host's {} ({}: images_over_host \
+                 = true)",
+                if trees.is_empty() {
+                    "baseline, links and mount points".to_string()
+                } else {
+                    format!("{} and the profile's links", trees.join(", "))
+                },
+                profile.display()
+            ),
             Event::LayingOut => {
                 f.write_str("laying out links and mount points...")
             }

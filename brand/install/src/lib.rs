@@ -162,6 +162,7 @@ impl Install<'_> {
             zone: self.zone.clone(),
             zonepath: zonepath.clone(),
         });
+        self.choose_host_parts();
         info!(self.log, "install"; "zone" => &self.zone, "zonepath" => %zonepath.display(),
               "profile" => %self.profile.path.display(),
               "images" => slog::Serde(images_list(&self.images)));
@@ -223,6 +224,7 @@ impl Install<'_> {
     /// counts it. Takes no lock and writes no log record: a dry run
     /// leaves the zonepath as it found it.
     pub fn preview(&mut self) -> Result<Summary, InstallError> {
+        self.choose_host_parts();
         // A registry image's manifest and config are fetched into a store
         // of the preview's own, removed after: a dry run writes nothing
         // into the cache, and downloads no layer.
@@ -243,6 +245,27 @@ impl Install<'_> {
         self.store = kept;
         let _best_effort = std::fs::remove_dir_all(&scratch);
         r
+    }
+
+    /// Given images, keeps or drops what the profile makes of the host
+    /// ([`Profile::images_over_host`]), and says which.
+    fn choose_host_parts(&mut self) {
+        if self.images.is_empty() || !self.profile.has_host_parts() {
+            return;
+        }
+        let profile = self.profile.path.clone();
+        if self.profile.images_over_host {
+            let trees = self
+                .profile
+                .trees
+                .iter()
+                .map(|t| format!("/{}", t.display()))
+                .collect();
+            (self.events)(&Event::ImagesOverHost { trees, profile });
+        } else {
+            self.profile = self.profile.for_images();
+            (self.events)(&Event::ImagesAlone { profile });
+        }
     }
 
     fn preview_with(&mut self) -> Result<Summary, InstallError> {

@@ -103,6 +103,40 @@ pub struct Profile {
     pub max_archive_bytes: u64,
     /// Whether archives may make device nodes.
     pub allow_devices: bool,
+    /// An install given images lays them over what the profile makes
+    /// of the host (trees, links, mount points, baseline, host files):
+    /// the zone brand's way. When false, an install given images lays
+    /// out the images alone, as a Linux user giving an image expects;
+    /// the profile's host parts serve installs given no image.
+    pub images_over_host: bool,
+}
+
+impl Profile {
+    /// This profile as an install given images uses it: unchanged when
+    /// [`images_over_host`](Profile::images_over_host), else without its
+    /// host trees, links, mount points, baseline and host files.
+    pub fn for_images(&self) -> Profile {
+        if self.images_over_host {
+            return self.clone();
+        }
+        Profile {
+            trees: Vec::new(),
+            baseline: None,
+            host_files: Vec::new(),
+            links: Vec::new(),
+            dirs: Vec::new(),
+            ..self.clone()
+        }
+    }
+
+    /// True if the profile makes anything of the host.
+    pub fn has_host_parts(&self) -> bool {
+        !self.trees.is_empty()
+            || self.baseline.is_some()
+            || !self.host_files.is_empty()
+            || !self.links.is_empty()
+            || !self.dirs.is_empty()
+    }
 }
 
 /// Where the baseline comes from.
@@ -174,6 +208,8 @@ struct Raw {
     max_archive_bytes: u64,
     #[serde(default)]
     allow_devices: bool,
+    #[serde(default = "default_images_over_host")]
+    images_over_host: bool,
     #[serde(default, rename = "rule")]
     rules: Vec<RawRule>,
     #[serde(default)]
@@ -251,6 +287,12 @@ fn default_trees() -> Vec<PathBuf> {
 
 fn default_log() -> PathBuf {
     PathBuf::from(DEFAULT_LOG)
+}
+
+/// The zone brand keeps its baseline and replicated trees under the
+/// images it is given; a Linux install of an image is the image.
+fn default_images_over_host() -> bool {
+    cfg!(any(target_os = "illumos", target_os = "solaris"))
 }
 
 fn default_max() -> u64 {
@@ -434,6 +476,7 @@ impl Profile {
             dirs: raw.dirs.into_iter().map(|d| (d.path, d.mode)).collect(),
             max_archive_bytes: raw.max_archive_bytes,
             allow_devices: raw.allow_devices,
+            images_over_host: raw.images_over_host,
         })
     }
 }
