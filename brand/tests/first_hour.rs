@@ -452,7 +452,8 @@ fn an_image_install_on_linux_is_the_image_alone() {
             .unwrap()
     };
     // The default on Linux, and the packaged Linux profile's setting.
-    for (p, name) in [(profile(None), "default"), (profile(Some(false)), "false")]
+    for (p, name) in
+        [(profile(None), "default"), (profile(Some(false)), "false")]
     {
         let z = d.path().join(format!("alone-{name}"));
         let o = install(&p, &z);
@@ -466,7 +467,10 @@ fn an_image_install_on_linux_is_the_image_alone() {
     let o = install(&profile(Some(true)), &z);
     let (out, err) = text(&o);
     assert!(o.status.success(), "{out}{err}");
-    assert!(out.contains("laying the images over the host's /host"), "{out}");
+    assert!(
+        out.contains("laying the images over the host's /host"),
+        "{out}"
+    );
     assert_eq!(names(&z.join("root")), ["bin", "etc", "host"]);
     // Without an image, the profile's host parts are the install.
     let z = d.path().join("host-only");

@@ -405,3 +405,101 @@ fn trace_under_a_small_memlock_limit_prints_no_bpftrace_error() {
     assert!(!err.contains("RLIMIT_MEMLOCK"), "{err}");
     assert!(json.exists(), "no statemap written: {err}");
 }
+
+/// No entity has two states at one time in any statemap zinstall writes:
+/// the reference renderer (oxidecomputer/statemap) panics on such a
+/// map ("RefCell already borrowed"), and probes on two CPUs of a busy
+/// machine write them. A raw trace full of them, as bpftrace would give
+/// it, is tidied to one state per entity per nanosecond, the later line
+/// winning; the engine's own recorder, run on a machine kept busy,
+/// writes none.
+#[test]
+fn statemaps_never_give_an_entity_two_states_at_one_time() {
+    fn no_twins(map: &statemap::Statemap, what: &str) {
+        let mut seen = std::collections::HashSet::new();
+        for d in &map.data {
+            assert!(
+                seen.insert((d.entity.clone(), d.time)),
+                "{what}: {} has two states at {}",
+                d.entity,
+                d.time
+            );
+        }
+    }
+    let d = tempfile::tempdir().unwrap();
+    // Raw bpftrace-like output: 8 threads, ticks of 0..=3 ns, so that
+    // many transitions share a time; the later line at a time says 2.
+    let mut raw = String::from(
+        "{\"start\":[5,0],\"title\":\"t\",\"states\":{\"a\":{\"value\":0},\"b\":{\"value\":1},\"c\":{\"value\":2}}}\n",
+    );
+    let mut twins = 0;
+    for e in 0..8u64 {
+        let mut t = 0u64;
+        for i in 0..20_000u64 {
+            let step = (i * 7 + e * 13) % 4;
+            t += step;
+            if step == 0 && i > 0 {
+                twins += 1;
+            }
+            let state = if step == 0 { 2 } else { i % 2 };
+            raw.push_str(&format!(
+                "{{\"time\":\"{t}\",\"entity\":\"{}\",\"state\":{state}}}\n",
+                100 + e
+            ));
+        }
+    }
+    assert!(twins > 1000);
+    let raw_path = d.path().join("raw.json");
+    fs::write(&raw_path, &raw).unwrap();
+    let tidied = d.path().join("tidy.json");
+    let o = Command::new(env!("CARGO_BIN_EXE_zinstall"))
+        .args(["trace", "--tidy"])
+        .arg(&raw_path)
+        .arg("-o")
+        .arg(&tidied)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let map = statemap::parse(BufReader::new(fs::File::open(&tidied).unwrap()))
+        .unwrap();
+    no_twins(&map, "tidied trace");
+    assert_eq!(map.data.len(), 8 * 20_000 - twins);
+    // Where two were written, the later one stands.
+    assert!(map.data.iter().filter(|d| d.state == 2).count() >= twins);
+
+    // The recorder, with workers and walkers contending for 2 CPUs with
+    // spinning threads.
+    let src = d.path().join("src");
+    tree(&src, 3000);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let spinners: Vec<_> = (0..2)
+        .map(|_| {
+            let stop = std::sync::Arc::clone(&stop);
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    std::hint::spin_loop();
+                }
+            })
+        })
+        .collect();
+    let recorded = d.path().join("rec.json");
+    let o = Command::new(env!("CARGO_BIN_EXE_zinstall"))
+        .env("ZINSTALL_DEFAULTS", "/dev/null")
+        .args(["copy", "-q", "--threads", "8", "--walkers", "4"])
+        .arg("--statemap")
+        .arg(&recorded)
+        .arg(&src)
+        .arg(d.path().join("dst"))
+        .output();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for s in spinners {
+        s.join().unwrap();
+    }
+    let o = o.unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let map =
+        statemap::parse(BufReader::new(fs::File::open(&recorded).unwrap()))
+            .unwrap();
+    assert!(map.data.len() > 100);
+    no_twins(&map, "recorded copy");
+}

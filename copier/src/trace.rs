@@ -126,10 +126,19 @@ impl ThreadTrace {
             && self.current != Some(state)
         {
             self.current = Some(state);
-            buf.push(Transition {
+            let t = Transition {
                 time_ns: self.clock.now_ns(),
                 state: state as u32,
-            });
+            };
+            // Two states of one thread at one nanosecond (a coarse clock,
+            // or a state held for less than its tick): the later one is
+            // the state from then on. Statemap renderers take a second
+            // state at the same time as an error (oxidecomputer/statemap
+            // panics on it).
+            match buf.last_mut() {
+                Some(last) if last.time_ns == t.time_ns => *last = t,
+                _ => buf.push(t),
+            }
         }
     }
 

@@ -26,6 +26,9 @@ pub struct TidyReport {
     pub data: usize,
     /// Entities renamed from a thread id to a name: `(id, name)`.
     pub renamed: Vec<(String, String)>,
+    /// State changes dropped because a later one of the same entity had
+    /// the same time.
+    pub collapsed: usize,
 }
 
 /// Reads raw tracer output and writes a statemap to `out`. Fails only if
@@ -112,6 +115,34 @@ pub fn tidy(raw: &[u8], mut out: impl Write) -> io::Result<TidyReport> {
         ));
     };
     timed.sort_by_key(|(t, n, _)| (*t, *n));
+    let before = timed.len();
+    // One state per entity per nanosecond: where a tracer wrote two
+    // (probes on two CPUs at one clock reading), the later line wins,
+    // as it would have an instant later. Renderers refuse two at one
+    // time (oxidecomputer/statemap panics on it).
+    let mut last_state: HashMap<(String, u64), usize> = HashMap::new();
+    for (i, (time, _, obj)) in timed.iter().enumerate() {
+        if obj.contains_key("state")
+            && let Some(Value::String(entity)) = obj.get("entity")
+        {
+            last_state.insert((entity.clone(), *time), i);
+        }
+    }
+    let timed: Vec<_> = timed
+        .into_iter()
+        .enumerate()
+        .filter(|(i, (time, _, obj))| {
+            !obj.contains_key("state")
+                || match obj.get("entity") {
+                    Some(Value::String(entity)) => {
+                        last_state.get(&(entity.clone(), *time)) == Some(i)
+                    }
+                    _ => true,
+                }
+        })
+        .map(|(_, t)| t)
+        .collect();
+    report.collapsed = before - timed.len();
     // Names: a name shared by several ids becomes NAME/ID for each.
     let mut uses: HashMap<&str, usize> = HashMap::new();
     for (_, name) in names.values() {
@@ -205,15 +236,15 @@ Lost 3 events
         let r = tidy(raw, &mut out).unwrap();
         assert_eq!(r.lost, 10);
         assert_eq!(r.diagnostics.len(), 3, "{:?}", r.diagnostics);
-        assert_eq!(r.data, 4);
+        assert_eq!(r.data, 3);
+        assert_eq!(r.collapsed, 1);
         let text = String::from_utf8(out).unwrap();
         let map = crate::parse(text.as_bytes()).unwrap();
         assert_eq!(map.entities(), ["copy-0/11", "copy-0/12"]);
         let times: Vec<u64> = map.data.iter().map(|d| d.time).collect();
-        assert_eq!(times, [10, 12, 12, 30]);
-        // Equal times keep their order: state 0 then 1.
-        assert_eq!(map.data[1].state, 0);
-        assert_eq!(map.data[2].state, 1);
+        assert_eq!(times, [10, 12, 30]);
+        // Two states of one entity at one time: the later line wins.
+        assert_eq!(map.data[1].state, 1);
         assert_eq!(map.events[0].target.as_deref(), Some("copy-0/11"));
         assert_eq!(map.descriptions["copy-0/12"], "thread 12");
         assert!(!text.contains("\"name\""), "{text}");

@@ -47,6 +47,15 @@ pub fn write_json(
         let ent = &rec.entities[e];
         let t = ent.transitions[cursors[e]];
         cursors[e] += 1;
+        // One state per entity per nanosecond, the later one: renderers
+        // refuse (or crash on) two at one time.
+        if ent
+            .transitions
+            .get(cursors[e])
+            .is_some_and(|next| next.time_ns == t.time_ns)
+        {
+            continue;
+        }
         writeln!(
             out,
             "{{\"time\":\"{}\",\"entity\":{},\"state\":{}}}",
