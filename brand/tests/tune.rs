@@ -132,6 +132,10 @@ fn tune_sweeps_walkers_and_writes_them() {
     for row in ["| zinstall 2x8 w1 |", "| zinstall 2x8 w3 |"] {
         assert!(out.contains(row), "{row}: {out}");
     }
+    // One run a point: the best is one sample, and --write says so.
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("warning: one run per point"), "{err}");
+    assert!(err.contains("written despite the warnings above"), "{err}");
     assert!(out.contains("best: COPY_THREADS=2 COPY_BATCH=8 COPY_WALKERS="));
     let text = fs::read_to_string(&defaults).unwrap();
     let f = copier::DefaultsFile::parse(&defaults, text.as_bytes()).unwrap();
@@ -210,4 +214,48 @@ fn tune_records_a_statemap_per_point() {
     }
     assert!(maps.join("shares.md").is_file());
     assert_eq!(fs::read_dir(&dest).unwrap().count(), 0);
+}
+
+/// A sweep on a machine kept busy by other work warns that its best
+/// point measures the load.
+#[test]
+fn tune_on_a_busy_machine_warns() {
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("tree");
+    trees::generate(Shape::Usr, &src, 0.02, false).unwrap();
+    let dest = d.path().join("dest");
+    fs::create_dir(&dest).unwrap();
+    // Every CPU spinning, in this process: not the sweep's.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let cpus = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let spinners: Vec<_> = (0..cpus)
+        .map(|_| {
+            let stop = std::sync::Arc::clone(&stop);
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    std::hint::spin_loop();
+                }
+            })
+        })
+        .collect();
+    let o = Command::new(env!("CARGO_BIN_EXE_zinstall"))
+        .env("ZINSTALL_DEFAULTS", "/dev/null")
+        .args(["tune", "--threads", "1,2", "--batch", "8", "--runs", "3"])
+        .arg("--dest")
+        .arg(&dest)
+        .arg(&src)
+        .output();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for s in spinners {
+        s.join().unwrap();
+    }
+    let o = o.unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains("warning: other processes used")
+            && err.contains("of the CPUs during the sweep"),
+        "{err}"
+    );
+    assert!(!err.contains("one run per point"), "{err}");
 }

@@ -124,6 +124,9 @@ pub fn run(args: &TuneArgs) -> ExitCode {
         r.cp.map(|c| format!(", {:.2}x cp -a ({c:.3} s)", best / c))
             .unwrap_or_default()
     ));
+    for w in &r.warnings {
+        output::note(format_args!("warning: {w}"));
+    }
     if args.write {
         let path = args
             .defaults
@@ -153,6 +156,14 @@ pub fn run(args: &TuneArgs) -> ExitCode {
             return ExitCode::from(1);
         }
         output::out(format_args!("wrote {said} to {}", path.display()));
+        if !r.warnings.is_empty() {
+            output::note(format_args!(
+                "written despite the warnings above: run zinstall tune \
+                 --write again on a quiet machine, or restore {}'s \
+                 previous settings",
+                path.display()
+            ));
+        }
     }
     ExitCode::SUCCESS
 }

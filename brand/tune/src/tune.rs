@@ -76,6 +76,78 @@ pub struct TuneResult {
     /// With [`TuneOptions::statemap`]: per point, where the workers'
     /// time went, as a Markdown table.
     pub shares: Option<String>,
+    /// Why the best point may be noise rather than this machine's best
+    /// (one run per point, runs that spread widely, a machine busy with
+    /// other work); empty when nothing says so.
+    pub warnings: Vec<String>,
+}
+
+/// Runs of one point that spread more than this share of their median
+/// say more about the machine's noise than about the point.
+pub const NOISY_SPREAD: f64 = 0.25;
+
+/// Other processes using more than this share of the CPUs during the
+/// sweep make the times the load's, not the copies'.
+pub const BUSY_SHARE: f64 = 0.25;
+
+/// What makes a sweep's best point doubtful: `runs` per point, the
+/// best's and the default's samples, and the best point's runnable share
+/// (time its workers waited for a CPU, if traced). The load of other
+/// processes is judged by [`tune`] around the whole sweep.
+pub fn noise_warnings(
+    runs: usize,
+    best: &Samples,
+    default: Option<&Samples>,
+    runnable: Option<f64>,
+) -> Vec<String> {
+    let mut w = Vec::new();
+    if runs < 2 {
+        w.push(
+            "one run per point: each time is a single sample, and the best \
+             may be luck; use --runs 5 or more before --write"
+                .to_string(),
+        );
+    }
+    let spread = |s: &Samples| {
+        let m = s.median().as_secs_f64();
+        (s.times.len() > 1 && m > 0.0)
+            .then(|| (s.max() - s.min()).as_secs_f64() / m)
+    };
+    for (what, s) in std::iter::once(("the best point", best))
+        .chain(default.map(|d| ("the default", d)))
+    {
+        if let Some(x) = spread(s).filter(|x| *x > NOISY_SPREAD) {
+            w.push(format!(
+                "{what}'s runs spread by {:.0}% of their median ({:.3} to \
+                 {:.3} s): the machine is noisy",
+                x * 100.0,
+                s.min().as_secs_f64(),
+                s.max().as_secs_f64()
+            ));
+        }
+    }
+    if let Some(d) = default {
+        let (b, dm) = (best.median().as_secs_f64(), d.median().as_secs_f64());
+        let gap = (dm - b).abs();
+        let noise = (best.max() - best.min())
+            .max(d.max() - d.min())
+            .as_secs_f64();
+        if best.tool != d.tool && runs > 1 && gap < noise {
+            w.push(format!(
+                "the best and the default differ by {gap:.3} s, less than \
+                 their runs spread ({noise:.3} s): the difference may be \
+                 noise"
+            ));
+        }
+    }
+    if let Some(r) = runnable.filter(|r| *r > 0.5) {
+        w.push(format!(
+            "the best point's workers waited for a CPU {:.0}% of their \
+             life: the machine is oversubscribed",
+            r * 100.0
+        ));
+    }
+    w
 }
 
 /// Runs the sweep. Nothing is kept under `dest` afterwards.
@@ -87,8 +159,19 @@ pub fn tune(
         .dest
         .join(format!(".zinstall-tune.{}", std::process::id()));
     fs::create_dir_all(&work).map_err(io_err("create directory", &work))?;
-    let r = run(opts, &work, log);
+    let load = crate::sys::CpuLoad::now();
+    let mut r = run(opts, &work, log);
     let _ = copier::fsutil::remove_tree(&work);
+    if let (Ok(r), Some(load)) = (&mut r, load)
+        && let Some(o) = load.others_share().filter(|o| *o > BUSY_SHARE)
+    {
+        r.warnings.push(format!(
+            "other processes used {:.0}% of the CPUs during the sweep: the \
+             times measure the load as much as the copies; tune on a quiet \
+             machine",
+            o * 100.0
+        ));
+    }
     r
 }
 
@@ -131,6 +214,17 @@ fn run(
         }
         None => None,
     };
+    let samples_of = |name: &str| {
+        m.samples
+            .iter()
+            .find(|x| x.tool == name && !x.times.is_empty())
+    };
+    let runnable = shares
+        .as_ref()
+        .and_then(|(_, per)| per.iter().find(|(p, _)| *p == best))
+        .and_then(|(_, sh)| sh.runnable);
+    let warnings =
+        noise_warnings(opts.runs, s, samples_of(&default.name()), runnable);
     let med = |name: &str| {
         m.samples
             .iter()
@@ -142,7 +236,8 @@ fn run(
         default: med(&default.name()).unwrap_or(f64::NAN),
         cp: med("cp -a"),
         table: report::markdown(&m.samples, "cp -a"),
-        shares,
+        shares: shares.map(|(table, _)| table),
+        warnings,
     })
 }
 
@@ -208,8 +303,9 @@ fn statemaps(
     dir: &Path,
     m: &sweep::Measured,
     log: &mut dyn FnMut(&str),
-) -> Result<String, TuneError> {
+) -> Result<(String, Vec<(Point, WorkerShares)>), TuneError> {
     fs::create_dir_all(dir).map_err(io_err("create directory", dir))?;
+    let mut per_point = Vec::new();
     let trace = can_trace();
     if !trace {
         log("statemaps: the recorder's only (tracing needs root and bpftrace)");
@@ -235,6 +331,7 @@ fn statemaps(
             ),
         };
         let sh = point(opts, src, dst, &dir.join(stem), p, trace, log)?;
+        per_point.push((p, sh));
         let pct = |v: Option<f64>| {
             v.map_or("-".to_string(), |v| format!("{:.1}%", v * 100.0))
         };
@@ -248,7 +345,7 @@ fn statemaps(
     }
     let shares = dir.join("shares.md");
     fs::write(&shares, &table).map_err(io_err("write", &shares))?;
-    Ok(table)
+    Ok((table, per_point))
 }
 
 fn point(
@@ -343,4 +440,35 @@ fn point(
         json.display()
     ));
     Ok(shares)
+}
+
+#[cfg(test)]
+mod noise_test {
+    use super::*;
+    use std::time::Duration;
+
+    fn samples(tool: &str, ms: &[u64]) -> Samples {
+        Samples {
+            tool: tool.into(),
+            times: ms.iter().map(|m| Duration::from_millis(*m)).collect(),
+        }
+    }
+
+    #[test]
+    fn quiet_runs_raise_nothing_and_noisy_ones_are_named() {
+        let best = samples("zinstall 4x64", &[100, 102, 101, 99, 100]);
+        let default = samples("zinstall 8x128", &[130, 131, 129, 130, 132]);
+        assert!(noise_warnings(5, &best, Some(&default), Some(0.1)).is_empty());
+        let w = noise_warnings(1, &samples("a", &[100]), None, None);
+        assert!(w[0].starts_with("one run per point"), "{w:?}");
+        let noisy = samples("zinstall 4x64", &[100, 160, 90, 100, 140]);
+        let w = noise_warnings(5, &noisy, Some(&default), None);
+        assert!(w.iter().any(|x| x.contains("spread by 70%")), "{w:?}");
+        assert!(w.iter().any(|x| x.contains("may be noise")), "{w:?}");
+        let w = noise_warnings(5, &best, Some(&default), Some(0.75));
+        assert!(
+            w.iter().any(|x| x.contains("waited for a CPU 75%")),
+            "{w:?}"
+        );
+    }
 }
