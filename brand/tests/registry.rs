@@ -659,3 +659,74 @@ fn gc_collects_pulled_images_nothing_uses() {
         .collect();
     assert!(left.is_empty(), "blobs left: {left:?}");
 }
+
+/// A short name (`img:v1`) is resolved as podman resolves it, by
+/// containers-registries.conf(5): an alias, else the one search
+/// registry; the install says what it stood for. With neither, the
+/// message says how to write it in full instead of "no such file".
+#[test]
+fn short_names_resolve_by_registries_conf() {
+    let d = tmp::Tmp::new();
+    let lay = d.path().join("L");
+    image(&lay, 3);
+    let reg = Registry::start(d.path());
+    reg.push(&lay, "test/img:v1");
+    let conf = d.path().join("registries.conf");
+    let run = |conf: &Path, image: &str, zone: &str| {
+        Command::new(env!("CARGO_BIN_EXE_zinstall"))
+            .env("ZINSTALL_DEFAULTS", "/dev/null")
+            .env("CONTAINERS_REGISTRIES_CONF", conf)
+            .args(["install", "--zonepath"])
+            .arg(d.path().join(zone))
+            .arg("--profile")
+            .arg(bare_profile(d.path()))
+            .arg("--cache")
+            .arg(d.path().join("cache"))
+            .arg(image)
+            .current_dir(d.path())
+            .output()
+            .unwrap()
+    };
+    // An alias in a drop-in file overrides the main file's.
+    fs::write(&conf, "[aliases]\n\"img\" = \"example.invalid/img\"\n").unwrap();
+    fs::create_dir(d.path().join("registries.conf.d")).unwrap();
+    fs::write(
+        d.path().join("registries.conf.d/50-test.conf"),
+        format!("[aliases]\n\"img\" = \"{}/test/img\"\n", reg.host()),
+    )
+    .unwrap();
+    let o = run(&conf, "img:v1", "z1");
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(
+        out.contains(&format!(
+            "short name img:v1 is {}/test/img:v1",
+            reg.host()
+        )) && out.contains("50-test.conf"),
+        "{out}"
+    );
+    assert_guest(&d.path().join("z1/root"), 3);
+    // The one unqualified-search registry.
+    let conf2 = d.path().join("search.conf");
+    fs::write(
+        &conf2,
+        format!("unqualified-search-registries = [\"{}\"]\n", reg.host()),
+    )
+    .unwrap();
+    let o = run(&conf2, "test/img:v1", "z2");
+    let out = text(&o);
+    assert!(o.status.success(), "{out}");
+    assert!(out.contains("one unqualified-search registry"), "{out}");
+    assert_guest(&d.path().join("z2/root"), 3);
+    // Neither: what to write instead, nothing made.
+    let o = run(&d.path().join("none.conf"), "debian:12", "z3");
+    let out = text(&o);
+    assert!(!o.status.success());
+    assert!(
+        out.contains("docker.io/library/debian:12")
+            && out.contains("docker://debian:12")
+            && !out.contains("No such file or directory"),
+        "{out}"
+    );
+    assert!(!d.path().join("z3").exists());
+}

@@ -69,6 +69,7 @@ pub mod auth;
 mod error;
 mod http;
 mod reference;
+pub mod shortnames;
 pub mod store;
 mod transfer;
 
@@ -107,6 +108,15 @@ const CHUNK: usize = 1 << 20;
 /// What a pull is doing, for progress and logs.
 #[derive(Clone, Debug)]
 pub enum Event {
+    /// A short name (`debian:12`) was resolved to a full reference.
+    ShortName {
+        /// The name as given.
+        name: String,
+        /// The reference it stands for.
+        reference: String,
+        /// What said so.
+        how: String,
+    },
     /// A tag was resolved to the manifest (or index) digest it names.
     Resolved {
         /// The reference as given.
@@ -156,6 +166,11 @@ pub enum Event {
 impl std::fmt::Display for Event {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
+            Event::ShortName {
+                name,
+                reference,
+                how,
+            } => write!(f, "short name {name} is {reference} (by {how})"),
             Event::Resolved { reference, digest } => {
                 write!(f, "resolved {reference} to {digest}")
             }
@@ -338,6 +353,13 @@ impl Registry {
         reference: &Reference,
         select: &Select,
     ) -> Result<Image> {
+        if let Some((name, how)) = &reference.short_name {
+            self.emit(Event::ShortName {
+                name: name.clone(),
+                reference: reference.to_string(),
+                how: how.clone(),
+            });
+        }
         self.prepare_store()?;
         let in_use = store::InUse::take(&self.store)?;
         let credentials =
@@ -1055,7 +1077,10 @@ impl Fetch for Fetcher {
 ///
 /// A text whose first component names a host (`HOST.DOMAIN/...`,
 /// `HOST:PORT/...`, `localhost/...`) but is no valid reference is an
-/// error saying why, and that no such file exists either.
+/// error saying why, and that no such file exists either. A short name
+/// with a tag or digest (`debian:12`) is resolved by the system's
+/// registries.conf ([`shortnames`]), or is an error saying how to write
+/// it in full.
 pub fn reference_of(arg: &Path) -> Option<Result<Reference>> {
     if fs::symlink_metadata(arg).is_ok() {
         return None;
@@ -1063,6 +1088,13 @@ pub fn reference_of(arg: &Path) -> Option<Result<Reference>> {
     let s = arg.to_str()?;
     if s.starts_with("docker://") || Reference::looks_like(s) {
         return Some(Reference::parse(s));
+    }
+    if shortnames::looks_short(s) {
+        return Some(shortnames::ShortNames::system().and_then(|names| {
+            let (mut r, how) = names.resolve(s)?;
+            r.short_name = Some((s.to_string(), how));
+            Ok(r)
+        }));
     }
     let host = s.split_once('/').map(|(h, _)| h)?;
     if !host.starts_with('.')

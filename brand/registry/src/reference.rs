@@ -18,6 +18,9 @@ pub struct Reference {
     /// The manifest's digest, if one was given; it then decides, the tag
     /// is only a name.
     pub digest: Option<Digest>,
+    /// The short name this was resolved from (`debian:12`), and how
+    /// (crate::shortnames); `None` when given in full.
+    pub short_name: Option<(String, String)>,
 }
 
 /// Repository paths, tags and hosts are short; anything longer is not a
@@ -116,6 +119,7 @@ impl Reference {
             repository,
             tag: tag.map(str::to_string),
             digest,
+            short_name: None,
         })
     }
 
@@ -136,6 +140,7 @@ impl Reference {
             repository: self.repository.clone(),
             tag: None,
             digest: Some(digest.clone()),
+            short_name: self.short_name.clone(),
         }
     }
 
