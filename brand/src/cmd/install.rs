@@ -282,9 +282,17 @@ fn finish(
                     Some(why) => output::error(format_args!(
                         "{why}: install stopped: {e}"
                     )),
-                    None => output::error(e),
+                    None => output::error(&e),
                 }
                 if let (Some(h), None) = (hint, stopped) {
+                    output::note(h);
+                }
+                let msg = e.to_string();
+                if let Some(h) = super::provision::cache_hint(
+                    &args.cache,
+                    e.raw_os_error(),
+                    &msg,
+                ) {
                     output::note(h);
                 }
             }

@@ -277,8 +277,12 @@ pub fn provision(args: &ProvisionArgs) -> ExitCode {
             .then(|| Arc::new(output::Listing) as Arc<dyn copier::Listener>),
         pull: args.pull.options(bar.clone()),
         progress: bar.clone().map(|b| b as Arc<dyn copier::Progress>),
+        cancel: Some(crate::interrupt::cancel()),
         ..ProvisionOptions::new(args.request(), &args.cache)
     };
+    if let Err(e) = crate::interrupt::watch_signals() {
+        output::note(format_args!("signals not handled: {e}"));
+    }
     if args.dry_run {
         return match provision::preview(&args.image, &opts) {
             Ok(p) => {
@@ -327,10 +331,56 @@ pub fn provision(args: &ProvisionArgs) -> ExitCode {
         }
         Err(e) => {
             let fields = crate::json::provision_fields(&e);
-            crate::json::fail(json, &e, fields);
-            ExitCode::from(1)
+            let hint =
+                cache_hint(&args.cache, e.raw_os_error(), &e.to_string());
+            if let (Some(h), false) = (&hint, json) {
+                // After the error, as every hint.
+                let e = &e;
+                crate::json::fail(json, e, fields);
+                output::note(h);
+                return ExitCode::from(1);
+            }
+            match crate::interrupt::reason() {
+                Some(why) => {
+                    crate::json::fail(
+                        json,
+                        format_args!("{why}: provision stopped: {e}"),
+                        fields,
+                    );
+                    ExitCode::from(why.exit_status())
+                }
+                None => {
+                    crate::json::fail(json, &e, fields);
+                    ExitCode::from(1)
+                }
+            }
         }
     }
+}
+
+/// A hint for an error on the cache that the caller may not write: the
+/// default cache is root's.
+pub(crate) fn cache_hint(
+    cache: &std::path::Path,
+    errno: Option<i32>,
+    message: &str,
+) -> Option<String> {
+    let denied = matches!(
+        errno,
+        Some(libc::EACCES) | Some(libc::EPERM) | Some(libc::EROFS)
+    );
+    let shown = cache.display().to_string();
+    let on_cache = message.contains(&shown)
+        || cache.ancestors().skip(1).any(|a| {
+            a.parent().is_some()
+                && message.contains(&format!("mkdir {}:", a.display()))
+        });
+    (denied && on_cache).then(|| {
+        format!(
+            "the cache {shown} is not yours to write: run as root, give \
+             --cache DIR of your own, or ask zinstalld (--daemon) to do it"
+        )
+    })
 }
 
 /// What a dry run found, as `--dry-run --json` prints it.
@@ -560,6 +610,11 @@ pub fn cache(args: &CacheArgs) -> ExitCode {
     };
     let fail = |e: &zinstall_provision::ProvisionError| {
         crate::json::fail(json, e, crate::json::provision_fields(e));
+        if let (Some(h), false) =
+            (cache_hint(&args.cache, e.raw_os_error(), &e.to_string()), json)
+        {
+            output::note(h);
+        }
         ExitCode::from(1)
     };
     // Listing and collecting make nothing: not even a missing cache.
