@@ -34,11 +34,29 @@ pub struct Cli {
     pub command: Command,
     /// Have zinstalld run the command, at its socket (default
     /// /run/zinstall/zinstalld.sock; also ZINSTALL_DAEMON): copy,
-    /// install, uninstall, provision and cache, with the same output
-    /// (other commands refuse it).
-    #[arg(long, global = true, value_name = "SOCKET", num_args = 0..=1,
+    /// install, uninstall, provision, cache, jobs and cancel, with the
+    /// same output (other commands refuse it). Also taken after each of
+    /// those commands.
+    #[arg(long, value_name = "SOCKET", num_args = 0..=1,
           require_equals = true)]
     pub daemon: Option<Option<PathBuf>>,
+}
+
+impl Cli {
+    /// `--daemon` as given before the command or after it.
+    fn daemon(&self) -> Option<Option<PathBuf>> {
+        let after = match &self.command {
+            Command::Copy(a) => &a.remote.daemon,
+            Command::Install(a) => &a.remote.daemon,
+            Command::Uninstall(a) => &a.remote.daemon,
+            Command::Provision(a) => &a.remote.daemon,
+            Command::Cache(a) => &a.daemon,
+            Command::Jobs(a) => &a.remote.daemon,
+            Command::Cancel(a) => &a.remote.daemon,
+            _ => &None,
+        };
+        after.clone().or_else(|| self.daemon.clone())
+    }
 }
 
 /// The subcommands.
@@ -102,7 +120,8 @@ pub fn run(cli: &Cli) -> ExitCode {
     let command = &cli.command;
     use cmd::provision::CacheCommand;
     use cmd::remote;
-    if let Some(sock) = remote::socket(&cli.daemon) {
+    let daemon = cli.daemon();
+    if let Some(sock) = remote::socket(&daemon) {
         match command {
             Command::Copy(a) => return remote::copy(&sock, a),
             Command::Install(a) => return remote::install(&sock, a),
@@ -158,10 +177,10 @@ pub fn run(cli: &Cli) -> ExitCode {
     }
     match command {
         Command::Jobs(a) => {
-            remote::jobs(&remote::socket_or_default(&cli.daemon), a)
+            remote::jobs(&remote::socket_or_default(&daemon), a)
         }
         Command::Cancel(a) => {
-            remote::cancel(&remote::socket_or_default(&cli.daemon), a)
+            remote::cancel(&remote::socket_or_default(&daemon), a)
         }
         Command::Copy(a) => cmd::copy::run(a),
         Command::Install(a) => cmd::install::install(a),
@@ -191,6 +210,30 @@ pub fn usage_error(e: clap::Error, args: &[std::ffi::OsString]) -> ExitCode {
             | ErrorKind::DisplayVersion
             | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
     );
+    // `--daemon` after a command zinstalld does not run: said as the
+    // flag before it is, not with clap's tip to quote it.
+    if e.kind() == ErrorKind::UnknownArgument
+        && let Some(clap::error::ContextValue::String(arg)) =
+            e.get(clap::error::ContextKind::InvalidArg)
+        && (arg == "--daemon" || arg.starts_with("--daemon="))
+    {
+        let name = args
+            .get(1..)
+            .into_iter()
+            .flatten()
+            .find(|a| !a.to_string_lossy().starts_with('-'))
+            .map_or_else(String::new, |a| a.to_string_lossy().into_owned());
+        crate::json::fail(
+            json,
+            format_args!(
+                "--daemon does not apply to {name}, which always runs here; \
+                 the daemon runs copy, install, uninstall, provision, cache, \
+                 jobs and cancel"
+            ),
+            serde_json::json!({ "kind": "usage" }),
+        );
+        return ExitCode::from(2);
+    }
     if !json || shown {
         e.exit()
     }

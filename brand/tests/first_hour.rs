@@ -487,3 +487,62 @@ fn an_image_install_on_linux_is_the_image_alone() {
     assert!(!out.contains("images"), "{out}");
     assert_eq!(names(&z.join("root")), ["bin", "host"]);
 }
+
+#[test]
+fn only_commands_the_daemon_runs_offer_daemon() {
+    let help = |cmd: &[&str]| {
+        let o = zinstall().args(cmd).arg("--help").output().unwrap();
+        assert!(o.status.success(), "{cmd:?}");
+        text(&o).0
+    };
+    for cmd in [
+        &["copy"][..],
+        &["install"],
+        &["uninstall"],
+        &["provision"],
+        &["cache", "list"],
+        &["jobs"],
+        &["cancel"],
+    ] {
+        assert!(help(cmd).contains("--daemon"), "{cmd:?}");
+    }
+    for (cmd, operands) in [
+        (&["verify"][..], &["a", "b"][..]),
+        (&["statemap"], &["a"]),
+        (&["trace"], &["--", "true"]),
+        (&["tune"], &[]),
+        (&["image", "create"], &["a", "b.tar"]),
+    ] {
+        assert!(!help(cmd).contains("--daemon"), "{cmd:?}");
+        // Given anyway, before or after the command: refused, saying why.
+        let name = cmd[0];
+        let after = zinstall()
+            .args(cmd)
+            .arg("--daemon=/nonexistent")
+            .args(operands)
+            .output()
+            .unwrap();
+        let before = zinstall()
+            .arg("--daemon=/nonexistent")
+            .args(cmd)
+            .args(operands)
+            .output()
+            .unwrap();
+        for o in [after, before] {
+            let (_, err) = text(&o);
+            assert_eq!(o.status.code(), Some(2), "{cmd:?}: {err}");
+            assert!(
+                err.contains(&format!("--daemon does not apply to {name}")),
+                "{cmd:?}: {err}"
+            );
+            assert!(!err.contains("tip:"), "{err}");
+        }
+    }
+    // After a command it runs, it is taken: here, no daemon answers.
+    let o = zinstall()
+        .args(["copy", "--daemon=/nonexistent/sock", "a", "b"])
+        .output()
+        .unwrap();
+    let (_, err) = text(&o);
+    assert!(err.contains("/nonexistent/sock: connect"), "{err}");
+}

@@ -55,11 +55,18 @@ fn clap_flags() -> Flags {
             (s.get_name().to_string(), flags)
         })
         .collect();
-    let global = cli
+    // The top level's own flags (`--daemon`, also taken after the
+    // commands it applies to) are documented once, under Global options.
+    let global: BTreeSet<String> = cli
         .get_arguments()
-        .filter(|a| a.is_global_set() && !a.is_hide_set())
-        .filter_map(|a| a.get_long().map(|l| format!("--{l}")))
+        .filter(|a| !a.is_hide_set())
+        .filter_map(|a| a.get_long())
+        .filter(|l| !["help", "version"].contains(l))
+        .map(|l| format!("--{l}"))
         .collect();
+    for flags in all.values_mut() {
+        flags.retain(|f| !global.contains(f));
+    }
     all.insert("global".into(), global);
     all
 }

@@ -16,6 +16,8 @@ use crate::settings::TunableArgs;
 /// Arguments of `zinstall copy`.
 #[derive(Args, Debug)]
 pub struct CopyArgs {
+    #[command(flatten)]
+    pub remote: crate::cmd::remote::DaemonArg,
     /// Source: a directory, file, symlink or special file.
     pub src: PathBuf,
     /// Destination: created if missing; must be empty unless --merge.

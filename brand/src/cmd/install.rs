@@ -14,6 +14,8 @@ use zinstall_install::{self as install, Install, Profile, profile};
 /// Arguments of `zinstall install`.
 #[derive(Args, Debug)]
 pub struct InstallArgs {
+    #[command(flatten)]
+    pub remote: crate::cmd::remote::DaemonArg,
     /// The zonepath: created (0700) if missing; the root is ZONEPATH/root.
     #[arg(long, value_name = "DIR")]
     pub zonepath: PathBuf,
@@ -62,6 +64,8 @@ pub struct InstallArgs {
 /// Arguments of `zinstall uninstall`.
 #[derive(Args, Debug)]
 pub struct UninstallArgs {
+    #[command(flatten)]
+    pub remote: crate::cmd::remote::DaemonArg,
     /// The zonepath whose root to remove.
     #[arg(long, value_name = "DIR")]
     pub zonepath: PathBuf,

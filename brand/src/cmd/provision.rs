@@ -28,6 +28,8 @@ static DEFAULT_MAX_ARCHIVE_SIZE: LazyLock<String> =
 /// Arguments of `zinstall provision`.
 #[derive(Args, Debug)]
 pub struct ProvisionArgs {
+    #[command(flatten)]
+    pub remote: crate::cmd::remote::DaemonArg,
     /// A rootfs archive (tar, tar.gz, tar.zst, tar.xz), an OCI image
     /// (layout directory or oci-archive; IMAGE:REF names one in its
     /// index) or a disk image (raw or qcow2; VMDK, VDI, VHD, VHDX, QED,
@@ -160,6 +162,12 @@ pub struct CacheArgs {
     /// The image cache.
     #[arg(long, value_name = "DIR", default_value = DEFAULT_CACHE, global = true)]
     pub cache: PathBuf,
+    /// Have zinstalld do this, at its socket (default
+    /// /run/zinstall/zinstalld.sock; also ZINSTALL_DAEMON), with the same
+    /// output. The = is required.
+    #[arg(long, value_name = "SOCKET", num_args = 0..=1, require_equals = true,
+          global = true)]
+    pub daemon: Option<Option<PathBuf>>,
 }
 
 /// What to do with the cache.
@@ -610,9 +618,10 @@ pub fn cache(args: &CacheArgs) -> ExitCode {
     };
     let fail = |e: &zinstall_provision::ProvisionError| {
         crate::json::fail(json, e, crate::json::provision_fields(e));
-        if let (Some(h), false) =
-            (cache_hint(&args.cache, e.raw_os_error(), &e.to_string()), json)
-        {
+        if let (Some(h), false) = (
+            cache_hint(&args.cache, e.raw_os_error(), &e.to_string()),
+            json,
+        ) {
             output::note(h);
         }
         ExitCode::from(1)

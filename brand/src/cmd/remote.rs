@@ -23,6 +23,8 @@ pub struct JobsArgs {
     /// Print the jobs as one JSON array.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub remote: DaemonArg,
 }
 
 /// Arguments of `zinstall cancel`.
@@ -30,6 +32,19 @@ pub struct JobsArgs {
 pub struct CancelArgs {
     /// The job's id, as `zinstall jobs` shows it.
     pub job: u64,
+    #[command(flatten)]
+    pub remote: DaemonArg,
+}
+
+/// `--daemon[=SOCKET]`, on the commands zinstalld runs (and only there,
+/// so that no other command's help offers it).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct DaemonArg {
+    /// Have zinstalld run this, at its socket (default
+    /// /run/zinstall/zinstalld.sock; also ZINSTALL_DAEMON), with the same
+    /// output. The = is required.
+    #[arg(long, value_name = "SOCKET", num_args = 0..=1, require_equals = true)]
+    pub daemon: Option<Option<PathBuf>>,
 }
 
 /// The daemon's socket: `--daemon[=SOCKET]`, else `ZINSTALL_DAEMON`;
