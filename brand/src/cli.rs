@@ -88,6 +88,26 @@ pub enum Command {
     Cancel(cmd::remote::CancelArgs),
 }
 
+impl Command {
+    /// The command's name, as typed.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Command::Copy(_) => "copy",
+            Command::Install(_) => "install",
+            Command::Uninstall(_) => "uninstall",
+            Command::Provision(_) => "provision",
+            Command::Cache(_) => "cache",
+            Command::Statemap(_) => "statemap",
+            Command::Trace(_) => "trace",
+            Command::Tune(_) => "tune",
+            Command::Verify(_) => "verify",
+            Command::Image(_) => "image",
+            Command::Jobs(_) => "jobs",
+            Command::Cancel(_) => "cancel",
+        }
+    }
+}
+
 /// `zinstall completions SHELL`, the packagers' command that writes a
 /// completion script (pkg/Makefile installs them), read before clap
 /// parses: a hidden subcommand of [`Cli`] would be offered by the
@@ -118,6 +138,7 @@ pub fn completions_request(args: &[std::ffi::OsString]) -> Option<ExitCode> {
 /// Runs the command the arguments name.
 pub fn run(cli: &Cli) -> ExitCode {
     let command = &cli.command;
+    crate::json::set_command(command.name());
     use cmd::provision::CacheCommand;
     use cmd::remote;
     let daemon = cli.daemon();
@@ -200,6 +221,16 @@ pub fn run(cli: &Cli) -> ExitCode {
 /// (exit 2 either way; help and version go as asked).
 pub fn usage_error(e: clap::Error, args: &[std::ffi::OsString]) -> ExitCode {
     use clap::error::ErrorKind;
+    // The outcome names the command the line was for, when it names one.
+    if let Some(name) = args.get(1).and_then(|a| a.to_str()) {
+        let known = Cli::command()
+            .get_subcommands()
+            .map(|s| s.get_name().to_string())
+            .find(|s| s == name);
+        if let Some(n) = known {
+            crate::json::set_command(&n);
+        }
+    }
     let json = args
         .iter()
         .take_while(|a| *a != "--")

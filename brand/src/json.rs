@@ -1,9 +1,80 @@
-//! `--json` output: one JSON object on standard output per command, with
-//! the fields the log records carry, for scripts.
+//! `--json` output, for scripts: one schema for every command, told by
+//! its `schema` number (zinstall(8), JSON OUTPUT). The last line on
+//! standard output is the outcome,
+//!
+//! ```text
+//! {"schema":1,"command":"copy","ok":true,"result":{...}}
+//! {"schema":1,"command":"copy","ok":false,"result":{...},"error":{"message":...}}
+//! ```
+//!
+//! `result` is what the command did (also when it failed part way, where
+//! it has something to say), `error` why it failed: `message`, and where
+//! known `path`, `op`, `errno`, `kind`. Commands that report steps as
+//! they go (install) print `{"schema":1,"command":...,"event":TEXT}`
+//! lines before it.
 
 use std::path::Path;
+use std::sync::OnceLock;
 
-use serde_json::Value;
+use serde_json::{Map, Value};
+
+/// The version of the schema; raised when a field changes meaning or
+/// goes (new fields may come without).
+pub const SCHEMA: u64 = 1;
+
+/// The command running, as its outcome names it.
+static COMMAND: OnceLock<String> = OnceLock::new();
+
+/// Names the command the outcome is of (once, before it runs).
+pub fn set_command(name: &str) {
+    let _ = COMMAND.set(name.to_string());
+}
+
+fn head() -> Map<String, Value> {
+    let mut m = Map::new();
+    m.insert("schema".into(), SCHEMA.into());
+    m.insert(
+        "command".into(),
+        Value::String(COMMAND.get().map_or("zinstall", String::as_str).into()),
+    );
+    m
+}
+
+/// Prints the outcome of a command that succeeded.
+pub fn result(r: Value) {
+    outcome(true, Some(r), None);
+}
+
+/// Prints an outcome: whether the command did what was asked, what it
+/// did, and why it failed.
+pub fn outcome(ok: bool, result: Option<Value>, error: Option<Value>) {
+    let mut m = head();
+    m.insert("ok".into(), ok.into());
+    if let Some(r) = result {
+        m.insert("result".into(), r);
+    }
+    if let Some(e) = error {
+        m.insert("error".into(), e);
+    }
+    print(&Value::Object(m));
+}
+
+/// Prints a step as it happens.
+pub fn event(text: &str) {
+    let mut m = head();
+    m.insert("event".into(), Value::String(text.into()));
+    print(&Value::Object(m));
+}
+
+/// An error object: `message`, and `fields`' members that are not null.
+pub fn error(message: impl std::fmt::Display, fields: Value) -> Value {
+    let mut error = Map::new();
+    error.insert("message".into(), Value::String(message.to_string()));
+    if let Value::Object(m) = fields {
+        error.extend(m.into_iter().filter(|(_, v)| !v.is_null()));
+    }
+    Value::Object(error)
+}
 
 /// An engine run's counts and timings (the daemon sends the same).
 pub fn stats(s: &copier::Stats) -> Value {
@@ -21,26 +92,21 @@ pub fn path(p: &Path) -> Value {
 }
 
 /// Prints `v` as one line.
-pub fn print(v: &Value) {
+fn print(v: &Value) {
     crate::output::out(v);
 }
 
 /// Reports a failure the way the command was asked to: with `--json`,
-/// `{"error": {"message": ..., FIELDS}}` on standard output (with
-/// `fields`' members: path, op, errno...), so that a script reads an
-/// object whatever went wrong and however early; otherwise the message
-/// on standard error.
+/// the outcome with `ok` false and the `error` (`message` and `fields`'
+/// members: path, op, errno...) on standard output, so that a script
+/// reads an object whatever went wrong and however early; otherwise the
+/// message on standard error.
 pub fn fail(json: bool, message: impl std::fmt::Display, fields: Value) {
     if !json {
         crate::output::error(message);
         return;
     }
-    let mut error = serde_json::Map::new();
-    error.insert("message".into(), Value::String(message.to_string()));
-    if let Value::Object(m) = fields {
-        error.extend(m.into_iter().filter(|(_, v)| !v.is_null()));
-    }
-    print(&serde_json::json!({ "error": error }));
+    outcome(false, None, Some(error(message, fields)));
 }
 
 /// The fields an engine error carries: path, operation, errno.

@@ -349,11 +349,15 @@ fn copy_excludes_globs_and_reports_json() {
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines.len(), 1, "one JSON object: {out}");
     let v: serde_json::Value = serde_json::from_str(lines[0]).unwrap();
+    assert_eq!(v["schema"], 1, "{v}");
+    assert_eq!(v["command"], "copy", "{v}");
     assert_eq!(v["ok"], true, "{v}");
-    assert_eq!(v["stats"]["files"], 2, "{v}");
-    assert_eq!(v["stats"]["skipped"], 2, "{v}");
-    assert_eq!(v["stats"]["bytes"], 100_005, "{v}");
-    assert!(v["errors"].as_array().unwrap().is_empty(), "{v}");
+    assert!(v.get("error").is_none(), "{v}");
+    let r = &v["result"];
+    assert_eq!(r["stats"]["files"], 2, "{v}");
+    assert_eq!(r["stats"]["skipped"], 2, "{v}");
+    assert_eq!(r["stats"]["bytes"], 100_005, "{v}");
+    assert!(r["errors"].as_array().unwrap().is_empty(), "{v}");
 
     // A failure is in the object too, with the path and the operation.
     let o = zinstall()
@@ -366,10 +370,11 @@ fn copy_excludes_globs_and_reports_json() {
     assert_eq!(o.status.code(), Some(1));
     let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(v["ok"], false, "{v}");
-    let e = &v["errors"][0];
-    assert!(e["path"].as_str().unwrap().ends_with("missing"), "{v}");
-    assert_eq!(e["errno"], libc::ENOENT, "{v}");
-    assert!(e["op"].is_string(), "{v}");
+    for e in [&v["result"]["errors"][0], &v["error"]] {
+        assert!(e["path"].as_str().unwrap().ends_with("missing"), "{v}");
+        assert_eq!(e["errno"], libc::ENOENT, "{v}");
+        assert!(e["op"].is_string(), "{v}");
+    }
 
     // A glob that does not compile is refused before anything is copied.
     let o = zinstall()
@@ -408,6 +413,9 @@ fn verify_reports_json() {
     let (out, err) = text(&o);
     assert_eq!(o.status.code(), Some(1), "{out}{err}");
     let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!((&v["command"], &v["ok"]), (&"verify".into(), &false.into()));
+    assert_eq!(v["error"]["kind"], "differences", "{v}");
+    let v = &v["result"];
     assert_eq!(v["identical"], false, "{v}");
     let diffs = v["differences"].as_array().unwrap();
     assert!(
@@ -451,7 +459,10 @@ fn copy_json(args: &[&str], src: &Path, dst: &Path) -> serde_json::Value {
         .unwrap();
     let (out, err) = text(&o);
     assert!(o.status.success(), "{out}{err}");
-    serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"))
+    let v: serde_json::Value =
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(v["ok"], true, "{v}");
+    v["result"].clone()
 }
 
 #[test]

@@ -546,3 +546,104 @@ fn only_commands_the_daemon_runs_offer_daemon() {
     let (_, err) = text(&o);
     assert!(err.contains("/nonexistent/sock: connect"), "{err}");
 }
+
+/// Every `--json` outcome has one shape: `schema`, `command`, `ok`, and
+/// `result` or `error` (zinstall(8), JSON OUTPUT), from a copy, an
+/// install, a provision, a verify, an image, the cache and a usage error
+/// alike.
+#[test]
+fn every_json_outcome_has_one_schema() {
+    let d = Tmp::new();
+    let src = d.path().join("src");
+    tree(&src, 20);
+    let tar = d.path().join("l.tar");
+    let cache = d.path().join("cache");
+    let zonepath = d.path().join("z");
+    fs::create_dir(d.path().join("none")).unwrap();
+    let profile = tree_profile(d.path(), "none");
+    let s = |p: &Path| p.to_str().unwrap().to_string();
+    let runs: Vec<(&str, bool, Vec<String>)> = vec![
+        (
+            "copy",
+            true,
+            vec!["copy".into(), s(&src), s(&d.path().join("c"))],
+        ),
+        (
+            "verify",
+            true,
+            vec!["verify".into(), s(&src), s(&d.path().join("c"))],
+        ),
+        (
+            "image",
+            true,
+            vec!["image".into(), "create".into(), s(&src), s(&tar)],
+        ),
+        (
+            "install",
+            true,
+            vec![
+                "install".into(),
+                "--profile".into(),
+                s(&profile),
+                "--zonepath".into(),
+                s(&zonepath),
+                s(&tar),
+            ],
+        ),
+        (
+            "provision",
+            true,
+            vec![
+                "provision".into(),
+                s(&tar),
+                "--cache".into(),
+                s(&cache),
+                "--out".into(),
+                s(&d.path().join("guests")),
+            ],
+        ),
+        (
+            "cache",
+            true,
+            vec!["cache".into(), "list".into(), "--cache".into(), s(&cache)],
+        ),
+        (
+            "copy",
+            false,
+            vec![
+                "copy".into(),
+                s(&d.path().join("missing")),
+                s(&d.path().join("m")),
+            ],
+        ),
+        ("verify", false, vec!["verify".into(), "--bogus".into()]),
+    ];
+    for (command, ok, args) in runs {
+        let o = zinstall().args(&args).arg("--json").output().unwrap();
+        let (out, err) = text(&o);
+        assert_eq!(o.status.success(), ok, "{args:?}: {out}{err}");
+        let last = out
+            .lines()
+            .last()
+            .unwrap_or_else(|| panic!("{args:?}: {err}"));
+        let v: serde_json::Value = serde_json::from_str(last).unwrap();
+        assert_eq!(v["schema"], 1, "{v}");
+        assert_eq!(v["command"], command, "{v}");
+        assert_eq!(v["ok"], ok, "{v}");
+        if ok {
+            assert!(v["result"].is_object() || v["result"].is_array(), "{v}");
+            assert!(v.get("error").is_none(), "{v}");
+        } else {
+            assert!(v["error"]["message"].is_string(), "{v}");
+        }
+        // Every line before the last is an event of the same command.
+        for l in out.lines().rev().skip(1) {
+            let e: serde_json::Value = serde_json::from_str(l).unwrap();
+            assert_eq!(
+                (&e["schema"], &e["command"]),
+                (&1.into(), &command.into())
+            );
+            assert!(e["event"].is_string(), "{e}");
+        }
+    }
+}

@@ -103,6 +103,13 @@ fn copy_goes_on_past_unreadable_files_and_names_each() {
     assert_eq!(o.status.code(), Some(1));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["ok"], false);
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("and 1 more")
+    );
+    let v = &v["result"];
     assert_eq!(v["stats"]["files"], 3);
     let mut failed: Vec<(String, String)> = v["errors"]
         .as_array()
@@ -247,7 +254,7 @@ fn copy_names_each_mount_point_it_does_not_cross() {
         .unwrap();
     assert!(o.status.success());
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    let mut mounts: Vec<&str> = v["notices"]
+    let mut mounts: Vec<&str> = v["result"]["notices"]
         .as_array()
         .unwrap()
         .iter()

@@ -91,7 +91,7 @@ fn a_packed_tree_installs_back_identical() {
         assert!(o.status.success(), "{name}: {}", text(&o));
         let v: serde_json::Value = serde_json::from_slice(&o.stdout)
             .unwrap_or_else(|e| panic!("{e}: {}", text(&o)));
-        assert_eq!(v["stats"]["hardlinks"], 1, "{v}");
+        assert_eq!(v["result"]["stats"]["hardlinks"], 1, "{v}");
         let zp = d.path().join(format!("zp-{name}"));
         let o = zinstall()
             .args(["install", "--profile"])

@@ -120,6 +120,8 @@ fn world(files_per_dir: usize) -> World {
             r#"source_root = "{src}"
 trees = ["usr", "lib", "sbin"]
 log = "{log}"
+# A zone's way: layers over the replicated trees.
+images_over_host = true
 
 [[rule]]
 pattern = "usr/bin/**"

@@ -788,7 +788,7 @@ fn progress_shows_how_far_where_the_size_is_known() {
     fs::write(
         &profile,
         format!(
-            "source_root = {:?}\ntrees = [\"d\"]\nlog = {:?}\n",
+            "source_root = {:?}\ntrees = [\"d\"]\nlog = {:?}\nimages_over_host = true\n",
             src,
             d.path().join("log")
         ),

@@ -494,7 +494,8 @@ fn provision_caches_shared_layers_once() {
     // layers, its guests, when last used; the base layer in both.
     let o = zinstall(&["cache", "--cache", s(&cache), "list", "--json"]);
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    let all = v.as_array().unwrap();
+    assert_eq!(v["command"], "cache", "{v}");
+    let all = v["result"].as_array().unwrap();
     let base = all
         .iter()
         .find(|e| e["name"] == base_entry.as_str())

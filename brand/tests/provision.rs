@@ -522,10 +522,14 @@ fn a_full_cache_disk_is_a_clean_error() {
     assert_eq!(entries, 0);
 }
 
+/// The `result` of a `--json` outcome (zinstall(8), JSON OUTPUT).
 fn json_of(o: &Output) -> serde_json::Value {
     assert!(o.status.success(), "{}", text(o));
     let out = String::from_utf8_lossy(&o.stdout);
-    serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"))
+    let v: serde_json::Value = serde_json::from_str(out.trim())
+        .unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!((&v["schema"], &v["ok"]), (&1.into(), &true.into()), "{v}");
+    v["result"].clone()
 }
 
 #[test]
@@ -730,7 +734,7 @@ fn directory_guests_get_their_own_identity_and_nothing_else_differs() {
     let v: serde_json::Value =
         serde_json::from_str(String::from_utf8_lossy(&o.stdout).trim())
             .unwrap_or_else(|e| panic!("{e}: {}", text(&o)));
-    let mut differ: Vec<String> = v["differences"]
+    let mut differ: Vec<String> = v["result"]["differences"]
         .as_array()
         .unwrap()
         .iter()

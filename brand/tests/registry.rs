@@ -571,7 +571,7 @@ fn gc_collects_pulled_images_nothing_uses() {
         let o = zinstall(&a);
         assert!(o.status.success(), "{}", text(&o));
         let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-        v["store"].clone()
+        v["result"]["store"].clone()
     };
     let fate = |v: &serde_json::Value, digest: &str| {
         let d = v["decisions"]

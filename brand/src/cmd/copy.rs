@@ -155,10 +155,27 @@ pub fn run(args: &CopyArgs) -> ExitCode {
         Err(f) => (&*f.report, Some(f)),
     };
     if args.json {
-        crate::json::print(&json!({
+        let error = failed.map(|f| {
+            let n = f.errors.len() as u64 + f.more_errors;
+            let message = match (crate::interrupt::reason(), f.errors.first()) {
+                (Some(why), _) => format!("{why}: copy stopped"),
+                (None, Some(e)) if n == 1 => e.to_string(),
+                (None, Some(e)) => format!("{e} (and {} more)", n - 1),
+                (None, None) => "the copy failed".to_string(),
+            };
+            let first = f.errors.first();
+            crate::json::error(
+                message,
+                json!({
+                    "path": first.map(|e| crate::json::path(e.path())),
+                    "op": first.and_then(|e| e.op()).map(|o| o.as_str()),
+                    "errno": first.and_then(|e| e.raw_os_error()),
+                }),
+            )
+        });
+        let result = json!({
             "src": crate::json::path(&args.src),
             "dst": crate::json::path(&args.dst),
-            "ok": failed.is_none(),
             "dry_run": args.dry_run,
             "stats": crate::json::stats(&report.stats),
             "notices": crate::json::notices(&report.notices),
@@ -174,7 +191,8 @@ pub fn run(args: &CopyArgs) -> ExitCode {
                 .collect()),
             "more_errors": failed.map_or(0, |f| f.more_errors),
             "stopped": crate::interrupt::reason().map(|r| r.to_string()),
-        }));
+        });
+        crate::json::outcome(failed.is_none(), Some(result), error);
     } else {
         for n in &report.notices {
             output::note(n);

@@ -132,7 +132,7 @@ fn create(args: &CreateArgs) -> ExitCode {
         Ok(stats) => {
             let size = fs::metadata(&args.out).map(|m| m.len()).unwrap_or(0);
             if args.json {
-                crate::json::print(&serde_json::json!({
+                crate::json::result(serde_json::json!({
                     "archive": crate::json::path(&args.out),
                     "kind": kind.as_str(),
                     "compression": c.name(),

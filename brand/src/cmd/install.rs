@@ -205,7 +205,7 @@ fn zone_name(args: &InstallArgs) -> String {
 /// Prints a step (above the progress bar), and names it on the bar.
 fn show_event(json: bool, bar: &Option<Arc<Bar>>, e: &install::Event) {
     if json {
-        crate::json::print(&serde_json::json!({ "event": e.to_string() }));
+        crate::json::event(&e.to_string());
         return;
     }
     output::above(bar, || output::event(e));
@@ -252,21 +252,29 @@ fn finish(
     let hint = (r.is_err() && args.profile.is_none())
         .then(|| profile::default_hint(shown));
     if json {
-        crate::json::print(&match &r {
-            Ok(s) => serde_json::json!({ "result": {
+        match &r {
+            Ok(s) => crate::json::result(serde_json::json!({
                 "zonepath": crate::json::path(&args.zonepath),
                 "dry_run": args.dry_run,
                 "stats": crate::json::stats(&s.stats),
                 "notices": crate::json::notices(&s.notices),
-            }}),
-            Err(e) => serde_json::json!({ "error": {
-                "zonepath": crate::json::path(&args.zonepath),
-                "stage": format!("{:?}", e.stage),
-                "errno": e.raw_os_error(),
-                "message": e.to_string(),
-                "hint": hint,
-            }}),
-        });
+            })),
+            Err(e) => crate::json::outcome(
+                false,
+                None,
+                Some(crate::json::error(
+                    e,
+                    serde_json::json!({
+                        "zonepath": crate::json::path(&args.zonepath),
+                        "stage": format!("{:?}", e.stage),
+                        "errno": e.raw_os_error(),
+                        "hint": hint,
+                        "stopped": crate::interrupt::reason()
+                            .map(|r| r.to_string()),
+                    }),
+                )),
+            ),
+        }
     }
     match r {
         Ok(s) => {

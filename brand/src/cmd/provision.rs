@@ -296,7 +296,7 @@ pub fn provision(args: &ProvisionArgs) -> ExitCode {
             Ok(p) => {
                 let v = preview_json(&args.image, &p);
                 if args.json {
-                    crate::json::print(&v);
+                    crate::json::result(v);
                 } else {
                     print_preview(&v);
                 }
@@ -331,7 +331,7 @@ pub fn provision(args: &ProvisionArgs) -> ExitCode {
         Ok(r) => {
             let v = protocol::provision_json(&args.image, &r);
             if json {
-                crate::json::print(&v);
+                crate::json::result(v);
             } else {
                 print_provision(&v);
             }
@@ -636,7 +636,7 @@ pub fn cache(args: &CacheArgs) -> ExitCode {
             Ok(entries) => {
                 let v = protocol::cache_list_json(&entries);
                 if *json {
-                    crate::json::print(&v);
+                    crate::json::result(v);
                 } else {
                     print_cache_list(&v);
                 }
@@ -659,7 +659,7 @@ pub fn cache(args: &CacheArgs) -> ExitCode {
             Ok(r) => {
                 let v = protocol::gc_json(&r, *dry_run);
                 if *json {
-                    crate::json::print(&v);
+                    crate::json::result(v);
                 } else {
                     print_gc(&v);
                 }

@@ -205,9 +205,7 @@ pub fn copy(socket: &Path, a: &super::copy::CopyArgs) -> ExitCode {
         Err(c) => return c,
     };
     if a.json {
-        let mut v = result.clone();
-        v["ok"] = Value::Bool(true);
-        crate::json::print(&v);
+        crate::json::result(result);
         return ExitCode::SUCCESS;
     }
     let stats = match stats_from_json(&result["stats"]) {
@@ -260,7 +258,7 @@ pub fn install(socket: &Path, a: &super::install::InstallArgs) -> ExitCode {
         // The daemon sends each step as the hook prints it.
         if json {
             let text = e.strip_prefix("INFO: zinstall: ").unwrap_or(e);
-            crate::json::print(&serde_json::json!({ "event": text }));
+            crate::json::event(text);
         } else {
             output::out(e);
         }
@@ -268,7 +266,7 @@ pub fn install(socket: &Path, a: &super::install::InstallArgs) -> ExitCode {
     match call(socket, Call::Install(args), None, &mut show, json) {
         Ok(r) => {
             if json {
-                crate::json::print(&serde_json::json!({ "result": r }));
+                crate::json::result(r);
             }
             ExitCode::SUCCESS
         }
@@ -339,7 +337,7 @@ pub fn provision(
     match call(socket, Call::Provision(args), None, &mut event, json) {
         Ok(r) => {
             if json {
-                crate::json::print(&r);
+                crate::json::result(r);
             } else {
                 super::provision::print_provision(&r);
             }
@@ -374,7 +372,7 @@ pub fn cache_gc(
     match call(socket, Call::CacheGc(args), None, &mut event, json) {
         Ok(r) => {
             if json {
-                crate::json::print(&r);
+                crate::json::result(r);
             } else {
                 super::provision::print_gc(&r);
             }
@@ -390,7 +388,7 @@ pub fn cache_list(socket: &Path, json: bool) -> ExitCode {
     match call(socket, Call::CacheList, None, &mut |_| {}, json) {
         Ok(r) => {
             if json {
-                crate::json::print(&r);
+                crate::json::result(r);
             } else {
                 super::provision::print_cache_list(&r);
             }
@@ -407,7 +405,7 @@ pub fn jobs(socket: &Path, a: &JobsArgs) -> ExitCode {
         Err(c) => return c,
     };
     if a.json {
-        crate::json::print(&r);
+        crate::json::result(r);
         return ExitCode::SUCCESS;
     }
     output::out(

@@ -63,16 +63,22 @@ pub fn run(args: &VerifyArgs) -> ExitCode {
                     "difference": d.kind.to_string(),
                 })).collect::<Vec<_>>(),
             }),
-            Err(e) => serde_json::json!({
-                "error": {
-                    "path": crate::json::path(e.path()),
-                    "op": e.op().map(|o| o.as_str()),
-                    "errno": e.raw_os_error(),
-                    "message": e.to_string(),
-                }
-            }),
+            Err(e) => {
+                crate::json::fail(true, e, crate::json::fields(e));
+                return ExitCode::from(2);
+            }
         };
-        crate::json::print(&v);
+        let n = result.as_ref().map_or(0, |c| c.differences.len());
+        crate::json::outcome(
+            n == 0,
+            Some(v),
+            (n > 0).then(|| {
+                crate::json::error(
+                    format!("{n} difference{}", if n == 1 { "" } else { "s" }),
+                    serde_json::json!({ "kind": "differences" }),
+                )
+            }),
+        );
         return match result {
             Ok(c) if c.is_identical() => ExitCode::SUCCESS,
             Ok(_) => ExitCode::from(1),
