@@ -59,7 +59,7 @@ impl<R: Read> Reader<R> {
         let mut o = self.overrides(&ext)?;
         let name = self.member_name(block, format, &mut o, ext.long_name)?;
         // Reported once the member's name is known.
-        for q in std::mem::take(&mut o.notes) {
+        for q in ext.repeated.into_iter().chain(std::mem::take(&mut o.notes)) {
             self.quirk(q);
         }
         let kind = kind_of(typ, name.last() == Some(&b'/'));

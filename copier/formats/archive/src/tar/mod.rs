@@ -914,13 +914,13 @@ impl<R: Read> Reader<R> {
         } else {
             &mut ext.long_link
         };
-        let repeated = slot.is_some();
+        if slot.is_some() {
+            // Said once the member's name is known.
+            ext.repeated.push(QuirkKind::RepeatedLongName { link: !is_name });
+        }
         *slot = Some(name);
         if is_name && let Some(n) = &ext.long_name {
             self.member = lossy(n);
-        }
-        if repeated {
-            self.quirk(QuirkKind::RepeatedLongName { link: !is_name });
         }
         Ok(())
     }
@@ -1144,6 +1144,8 @@ struct Extensions {
     pax: Option<Vec<(Vec<u8>, Vec<u8>)>>,
     long_name: Option<Vec<u8>>,
     long_link: Option<Vec<u8>>,
+    /// Long names or links given more than once.
+    repeated: Vec<QuirkKind>,
 }
 
 impl Extensions {
