@@ -105,7 +105,8 @@ fn an_image_with_an_empty_layer_installs() {
     assert_eq!(fs::read(root.join("etc/third")).unwrap(), b"3\n");
     let n = notices(&o);
     assert!(
-        n.iter().any(|(_, what)| what.contains("archive has no members")),
+        n.iter()
+            .any(|(_, what)| what.contains("archive has no members")),
         "{n:?}"
     );
 }

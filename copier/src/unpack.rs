@@ -3,10 +3,16 @@
 //!
 //! # What stays outside
 //!
-//! Every name is checked before anything is done with it: an absolute
-//! name, or one with a `..` component anywhere, is refused (the long names
-//! of PAX and GNU headers included: the checked name is the one the entry
-//! ends up with). Directories on the way to an entry are opened beneath
+//! Every name is checked before anything is done with it: one with a `..`
+//! component anywhere is refused (the long names of PAX and GNU headers
+//! included: the checked name is the one the entry ends up with). An
+//! absolute name loses its leading slashes first, as GNU tar's do, and
+//! lands beneath the root.
+//!
+//! What GNU tar and bsdtar read past (bytes after the end, a body on a
+//! hard link, an ACL without a mask, ...; see the reader's
+//! [`tar::QuirkKind`]) is read as GNU tar reads it, each with a notice
+//! ([`NoticeKind::ArchiveQuirk`]) naming the member and what was done. Directories on the way to an entry are opened beneath
 //! the root's descriptor, on Linux with `openat2(RESOLVE_BENEATH |
 //! RESOLVE_NO_SYMLINKS)`, elsewhere one component at a time with
 //! `O_NOFOLLOW`: no symlink is ever followed, so a symlink the archive

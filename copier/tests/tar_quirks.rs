@@ -225,8 +225,10 @@ fn xattrs(p: &Path) -> Vec<(String, Vec<u8>)> {
 /// when a member needs one) the modification time.
 fn tree(root: &Path) -> Vec<String> {
     fn walk(root: &Path, at: &Path, out: &mut Vec<String>) {
-        let mut children: Vec<_> =
-            fs::read_dir(at).unwrap().map(|e| e.unwrap().path()).collect();
+        let mut children: Vec<_> = fs::read_dir(at)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
         children.sort();
         for p in children {
             let m = fs::symlink_metadata(&p).unwrap();
@@ -244,7 +246,11 @@ fn tree(root: &Path) -> Vec<String> {
                     m.mtime_nsec()
                 )
             };
-            let mode = if ft.is_symlink() { 0 } else { m.mode() & 0o7777 };
+            let mode = if ft.is_symlink() {
+                0
+            } else {
+                m.mode() & 0o7777
+            };
             out.push(format!(
                 "{rel}: {what} mode {mode:o} owner {}:{} links {} size {} xattrs {:?}",
                 m.uid(),
@@ -268,11 +274,9 @@ fn quirks(r: &UnpackReport) -> Vec<(String, u64, String)> {
     r.notices
         .iter()
         .filter_map(|n| match &n.kind {
-            NoticeKind::ArchiveQuirk(what) => Some((
-                what.clone(),
-                n.count,
-                n.example.display().to_string(),
-            )),
+            NoticeKind::ArchiveQuirk(what) => {
+                Some((what.clone(), n.count, n.example.display().to_string()))
+            }
             _ => None,
         })
         .collect()
@@ -290,7 +294,13 @@ fn quirk(r: &UnpackReport, what: &str) -> (String, u64, String) {
 
 #[track_caller]
 fn same(a: &Path, b: &Path) {
-    assert_eq!(tree(a), tree(b), "{} and {} differ", a.display(), b.display());
+    assert_eq!(
+        tree(a),
+        tree(b),
+        "{} and {} differ",
+        a.display(),
+        b.display()
+    );
 }
 
 /// A small tree GNU tar archives: two files in a directory.
@@ -334,7 +344,11 @@ fn what_follows_the_end_marker_is_ignored_and_named() {
     let one = gnu_archive(&s, "one", &[("etc/a", "a\n"), ("etc/b", "b\n")]);
     let two = gnu_archive(&s, "two", &[("usr/second", "2\n")]);
     let cases: [(&str, Vec<u8>, &str); 3] = [
-        ("stray", [&one[..], b"\n"].concat(), "non-zero data after the end"),
+        (
+            "stray",
+            [&one[..], b"\n"].concat(),
+            "non-zero data after the end",
+        ),
         (
             "garbage",
             [&one[..], b"non-zero data"].concat(),
@@ -402,12 +416,7 @@ fn bodies_on_hard_links_and_directories_are_skipped() {
                 "b.txt".into()
             )
         );
-        assert_eq!(
-            quirk(&r, "directory declares").2,
-            "d/",
-            "{:?}",
-            quirks(&r)
-        );
+        assert_eq!(quirk(&r, "directory declares").2, "d/", "{:?}", quirks(&r));
     }
 }
 
@@ -503,7 +512,8 @@ fn unusual_sparse_members_extract_as_gnu_tar_does() {
             .status()
             .unwrap();
         assert!(st.success());
-        let bytes = without_pax_record(&fs::read(&made).unwrap(), b"GNU.sparse.name");
+        let bytes =
+            without_pax_record(&fs::read(&made).unwrap(), b"GNU.sparse.name");
         let archive = s.write(&format!("noname-{version}.tar"), &bytes);
         let (z, r) = zinstall(&s, &archive);
         let (g, _) = gnu_tar(&s, &archive, 0);
@@ -521,12 +531,12 @@ fn unusual_sparse_members_extract_as_gnu_tar_does() {
     // reads this one as zinstall does.
     let mut h = header(b"old", b'S', 4, b"");
     h[257..265].copy_from_slice(b"ustar  \0");
-    for (i, (off, len)) in [(10u64, 2u64), (100, 2), (300, 0)].iter().enumerate()
+    for (i, (off, len)) in
+        [(10u64, 2u64), (100, 2), (300, 0)].iter().enumerate()
     {
         let at = 386 + 24 * i;
         h[at..at + 12].copy_from_slice(format!("{off:011o}\0").as_bytes());
-        h[at + 12..at + 24]
-            .copy_from_slice(format!("{len:011o}\0").as_bytes());
+        h[at + 12..at + 24].copy_from_slice(format!("{len:011o}\0").as_bytes());
     }
     h[482] = 1;
     h[483..495].copy_from_slice(format!("{:011o}\0", 300).as_bytes());
@@ -557,8 +567,7 @@ fn empty_archives_unpack_to_nothing_with_a_notice() {
     let s = Scene::new();
     let gnu_empty = s.dir.join("gnu-empty.tar");
     let label = s.dir.join("label.tar");
-    for (out, extra) in [(&gnu_empty, &[][..]), (&label, &["-V", "a label"])]
-    {
+    for (out, extra) in [(&gnu_empty, &[][..]), (&label, &["-V", "a label"])] {
         let st = tool("tar")
             .arg("-cf")
             .arg(out)
@@ -572,7 +581,9 @@ fn empty_archives_unpack_to_nothing_with_a_notice() {
     let docker = s.write("docker.tar", &[0u8; 1024]);
     let empty_x = s.write(
         "empty-pax.tar",
-        &Ar::default().raw(header(b"PaxHeader", b'x', 0, b""), b"").end(),
+        &Ar::default()
+            .raw(header(b"PaxHeader", b'x', 0, b""), b"")
+            .end(),
     );
     for archive in [docker, gnu_empty, label, empty_x] {
         let (z, r) = zinstall(&s, &archive);
@@ -651,7 +662,10 @@ fn absolute_names_land_beneath_the_root() {
     fs::write(src.join("passwd"), b"the source, untouched\n").unwrap();
     let (z, r) = zinstall(&s, &archive);
     let (g, err) = gnu_tar(&s, &archive, 0);
-    assert!(err.contains("Removing leading `/' from member names"), "{err}");
+    assert!(
+        err.contains("Removing leading `/' from member names"),
+        "{err}"
+    );
     same(&g, &z);
     let inside = z.join(src.strip_prefix("/").unwrap());
     assert_eq!(
@@ -671,10 +685,7 @@ fn absolute_names_land_beneath_the_root() {
         quirk(&r, "leading `/' removed from member names");
     assert!(count >= 4, "{count}");
     assert!(example.starts_with('/'), "{example}");
-    assert_eq!(
-        quirk(&r, "leading `/' removed from hard link targets").1,
-        1
-    );
+    assert_eq!(quirk(&r, "leading `/' removed from hard link targets").1, 1);
 
     // Still refused: `..` after the slash, a hard link out, a write
     // through an absolute symlink the archive planted.
@@ -718,7 +729,11 @@ fn setfacl(s: &Scene, text: &str) -> (u32, Vec<(String, Vec<u8>)>) {
     let p = s.dir.join("acl-reference");
     let _ = fs::remove_file(&p);
     fs::write(&p, b"").unwrap();
-    let st = tool("setfacl").args(["--set", text]).arg(&p).status().unwrap();
+    let st = tool("setfacl")
+        .args(["--set", text])
+        .arg(&p)
+        .status()
+        .unwrap();
     assert!(st.success(), "setfacl --set {text}");
     (fs::metadata(&p).unwrap().mode() & 0o7777, xattrs(&p))
 }
@@ -768,7 +783,9 @@ fn acl_quirks_are_mended_as_setfacl_would() {
     assert!(what.contains("dropped"), "{what}");
     assert_eq!(example, "unknown");
     assert!(
-        !quirks(&r).iter().any(|q| q.0.contains("no-such-user-either")),
+        !quirks(&r)
+            .iter()
+            .any(|q| q.0.contains("no-such-user-either")),
         "an entry with an id is kept"
     );
     assert_eq!(quirk(&r, "Solaris ACL header").2, "solaris");
@@ -777,7 +794,9 @@ fn acl_quirks_are_mended_as_setfacl_would() {
     let (g, err) = gnu_tar(&s, &archive, 0);
     assert!(err.contains("Unknown file type 'A'"), "{err}");
     let solaris = |t: Vec<String>| {
-        t.into_iter().filter(|l| l.starts_with("solaris:")).collect::<Vec<_>>()
+        t.into_iter()
+            .filter(|l| l.starts_with("solaris:"))
+            .collect::<Vec<_>>()
     };
     assert_eq!(solaris(tree(&g)), solaris(tree(&z)));
     assert_eq!(solaris(tree(&z)).len(), 1);

@@ -19,6 +19,18 @@
 //! before anything is written. A stream that ends inside a member is an
 //! error ("truncated"), never a short file.
 //!
+//! # Quirks
+//!
+//! What GNU tar and bsdtar read past, this reader reads too, as GNU tar
+//! reads it, and says so: each is a [`Quirk`] naming the member (taken
+//! with [`Reader::take_quirks`]), never silence. Bytes after the end
+//! marker, a second archive there, bodies on hard links and directories,
+//! repeated GNU long names, unusual sparse layouts, empty PAX headers,
+//! PAX times with junk, ACLs without a mask or naming unknown users,
+//! Solaris ACL headers and Red Hat's SELinux keyword: see
+//! [`QuirkKind`]. Nothing here touches what a member's name may be: the
+//! caller checks names ([`crate::names`]).
+//!
 //! # Use
 //!
 //! ```
@@ -42,7 +54,7 @@
 //!     }
 //!     // Bodies not read are skipped by the next call.
 //! }
-//! r.finish()?; // the rest of the stream must be zeros
+//! r.finish()?; // the rest of the stream read, to its end
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
@@ -916,7 +928,8 @@ impl<R: Read> Reader<R> {
         };
         if slot.is_some() {
             // Said once the member's name is known.
-            ext.repeated.push(QuirkKind::RepeatedLongName { link: !is_name });
+            ext.repeated
+                .push(QuirkKind::RepeatedLongName { link: !is_name });
         }
         *slot = Some(name);
         if is_name && let Some(n) = &ext.long_name {
