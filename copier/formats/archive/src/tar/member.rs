@@ -72,10 +72,11 @@ impl<R: Read> Reader<R> {
         let data_allowed =
             matches!(kind, Kind::File | Kind::Other(_)) || typ == b'D';
         // Old archivers (xmcd-era) gave hard links and directories the
-        // size of the file: GNU tar skips such a body, and so does this
-        // reader (bsdtar writes a pax hard link's body into the linked
-        // file; GNU tar's reading is the one followed). Other kinds with
-        // a body are refused: no writer is known to make them.
+        // size of the file. GNU tar and bsdtar take such a body for
+        // headers and find the next one past it ("Skipping to next
+        // header"): the tree they make is the body skipped, which this
+        // reader does directly. Other kinds with a body are refused: no
+        // writer is known to make them.
         let skipped = match kind {
             Kind::HardLink if stored > 0 => Some("hard link"),
             Kind::Directory if stored > 0 && typ != b'D' => Some("directory"),

@@ -1065,14 +1065,14 @@ impl<R: Read> Reader<R> {
             let Some(i) = buf[..n].iter().position(|&b| b != 0) else {
                 continue;
             };
-            let off = at + i as u64;
-            first_data = Some(off);
+            first_data = Some(at + i as u64);
             // A header at a block boundary: another archive.
             let block_start = i - i % BLOCK;
             if let Ok(block) = <[u8; BLOCK]>::try_from(
                 &buf[block_start..][..BLOCK.min(n - block_start)],
             ) && header::check_sum(&block).is_ok()
             {
+                first_data = Some(at + block_start as u64);
                 next_member = Some(lossy(header::cstr(&block[..100])));
             }
         }

@@ -411,6 +411,7 @@ fn what_follows_the_end_is_read_and_noted() {
             next_member: "second".into()
         }
     );
+    assert_eq!(q[0].offset, bytes.len() as u64);
     // What follows still counts against the total.
     let limits = Limits {
         max_total_bytes: 4096,
