@@ -270,11 +270,16 @@ pub enum NoticeKind {
     /// crossing filesystems, it was copied as an empty directory. One
     /// notice per mount point.
     MountPoint(PathBuf),
+    /// An archive quirk GNU tar and bsdtar read past (bytes after the
+    /// end, an absolute name, a mask-less ACL, ...): what was met and
+    /// what was done, the example naming the member (or the archive).
+    ArchiveQuirk(String),
 }
 
 impl NoticeKind {
     /// A short name for machine-readable output: `ownership`, `xattr`,
-    /// `special_skipped`, `set_id`, `xattrs_unsupported`, `mount_point`.
+    /// `special_skipped`, `set_id`, `xattrs_unsupported`, `mount_point`,
+    /// `archive_quirk`.
     pub fn name(&self) -> &'static str {
         match self {
             NoticeKind::Ownership => "ownership",
@@ -283,6 +288,7 @@ impl NoticeKind {
             NoticeKind::SetId => "set_id",
             NoticeKind::XattrsUnsupported => "xattrs_unsupported",
             NoticeKind::MountPoint(_) => "mount_point",
+            NoticeKind::ArchiveQuirk(_) => "archive_quirk",
         }
     }
 }
@@ -308,6 +314,7 @@ impl fmt::Display for Notice {
                 "extended attributes not copied (not supported on this \
                  platform)"
             )?,
+            NoticeKind::ArchiveQuirk(what) => write!(f, "{what}")?,
             NoticeKind::MountPoint(path) => {
                 return write!(
                     f,

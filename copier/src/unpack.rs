@@ -3,10 +3,16 @@
 //!
 //! # What stays outside
 //!
-//! Every name is checked before anything is done with it: an absolute
-//! name, or one with a `..` component anywhere, is refused (the long names
-//! of PAX and GNU headers included: the checked name is the one the entry
-//! ends up with). Directories on the way to an entry are opened beneath
+//! Every name is checked before anything is done with it: one with a `..`
+//! component anywhere is refused (the long names of PAX and GNU headers
+//! included: the checked name is the one the entry ends up with). An
+//! absolute name loses its leading slashes first, as GNU tar's do, and
+//! lands beneath the root.
+//!
+//! What GNU tar and bsdtar read past (bytes after the end, a body on a
+//! hard link, an ACL without a mask, ...; see the reader's
+//! [`tar::QuirkKind`]) is read as GNU tar reads it, each with a notice
+//! ([`NoticeKind::ArchiveQuirk`]) naming the member and what was done. Directories on the way to an entry are opened beneath
 //! the root's descriptor, on Linux with `openat2(RESOLVE_BENEATH |
 //! RESOLVE_NO_SYMLINKS)`, elsewhere one component at a time with
 //! `O_NOFOLLOW`: no symlink is ever followed, so a symlink the archive
@@ -198,6 +204,50 @@ fn limits(opts: &UnpackOptions) -> tar::Limits {
     }
 }
 
+/// A reader's quirk as a notice: what was done, and the member (or, for
+/// the archive as a whole, the archive and the offset).
+fn quirk_notice(archive: &Path, q: tar::Quirk) -> (NoticeKind, PathBuf) {
+    if q.member.is_empty() {
+        (
+            NoticeKind::ArchiveQuirk(format!(
+                "at offset {}: {}",
+                q.offset, q.kind
+            )),
+            archive.to_path_buf(),
+        )
+    } else {
+        (
+            NoticeKind::ArchiveQuirk(q.kind.to_string()),
+            PathBuf::from(q.member),
+        )
+    }
+}
+
+/// A member name without its leading slashes (noticed, once counted per
+/// member, as GNU tar warns once per archive): beneath the root, as GNU
+/// tar extracts it. `what` is `member names` or `hard link targets`.
+fn relative<'a>(
+    raw: &'a [u8],
+    what: &str,
+    notice: impl FnOnce(NoticeKind, &Path),
+) -> &'a [u8] {
+    let (rest, stripped) = names::strip_leading_slashes(raw);
+    if stripped {
+        notice(
+            NoticeKind::ArchiveQuirk(format!(
+                "leading `/' removed from {what}"
+            )),
+            Path::new(&names::show(raw)),
+        );
+    }
+    rest
+}
+
+/// What an archive with no member at all does: GNU tar extracts nothing
+/// and succeeds, and so does the unpack, saying so. A zinstall archive
+/// must carry its `zinstall.json`.
+const NO_MEMBERS: &str = "archive has no members: nothing unpacked";
+
 /// The most `zinstall.json` may hold.
 const MAX_META: u64 = 64 << 10;
 
@@ -220,13 +270,13 @@ pub fn peek_kind(archive: &Path) -> Result<Option<ArchiveKind>> {
     };
     let mut rd = tar::Reader::new(reader, tar::Limits::default());
     let Some(m) = rd.next().map_err(|e| Error::tar(archive, e))? else {
-        return Err(refuse(
-            "",
-            ArchiveRefusal::Corrupt("empty archive".into()),
-        ));
+        // No members (Docker's empty layer is 1,024 zero bytes): a plain
+        // tarball, which unpacks to nothing, as GNU tar extracts it.
+        return Ok(None);
     };
+    let (raw, _) = names::strip_leading_slashes(&m.name);
     let name =
-        names::check(&m.name).map_err(|r| refuse(&names::show(&m.name), r))?;
+        names::check(raw).map_err(|r| refuse(&names::show(&m.name), r))?;
     Ok(first_member(&mut rd, &m, &name, None, archive)?.map(|m| m.kind))
 }
 
@@ -718,6 +768,14 @@ impl Ctx<'_> {
 
     fn notice(&self, kind: NoticeKind, path: &Path) {
         self.notices.add(kind, path);
+    }
+
+    /// The reader's quirks since the last call, each a notice.
+    fn reader_quirks<R: Read>(&self, rd: &mut tar::Reader<R>) {
+        for q in rd.take_quirks() {
+            let (kind, path) = quirk_notice(self.archive, q);
+            self.notice(kind, &path);
+        }
     }
 
     fn temp_name(&self) -> CString {

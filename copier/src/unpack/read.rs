@@ -20,11 +20,12 @@ use zinstall_archive::tar::{self, TarError};
 use super::layered::{Class, Layered};
 use super::{
     BUDGET, Batcher, Body, Ctx, Existing, FileJob, MAX_TRACKED, Meta,
-    ReadOutcome, SMALL, Target, existing, first_member, listed_kind,
-    stream_file,
+    NO_MEMBERS, ReadOutcome, SMALL, Target, existing, first_member,
+    listed_kind, relative, stream_file,
 };
 use crate::beneath::{self, Chain};
 use crate::error::{Error, Op, Result};
+use crate::stats::NoticeKind;
 use crate::sys::posix::at;
 
 /// Whether the loop goes on after a member.
@@ -112,14 +113,21 @@ pub(super) fn read_all<R: Read>(
     let mut first = true;
     let mut ended = false;
     while !ctx.stopped() {
-        let Some(m) = r.rd.next().map_err(|e| Error::tar(ctx.archive, e))?
-        else {
+        let next = r.rd.next();
+        ctx.reader_quirks(&mut r.rd);
+        let Some(m) = next.map_err(|e| Error::tar(ctx.archive, e))? else {
             ended = true;
             break;
         };
         if let Flow::Stop = r.member(m, std::mem::take(&mut first))? {
             break;
         }
+    }
+    if ended && first {
+        if ctx.opts.expect.is_some() {
+            return Err(ctx.refuse("", ArchiveRefusal::MissingMetadata));
+        }
+        ctx.notice(NoticeKind::ArchiveQuirk(NO_MEMBERS.into()), ctx.archive);
     }
     r.finish(ended, started)
 }
@@ -145,8 +153,8 @@ impl<R: Read> Reading<'_, '_, '_, R> {
     fn member(&mut self, m: tar::Member, first: bool) -> Result<Flow> {
         let ctx = self.ctx;
         let entry = m.name_lossy();
-        let mut name =
-            names::check(&m.name).map_err(|r| ctx.refuse(&entry, r))?;
+        let raw = relative(&m.name, "member names", |k, p| ctx.notice(k, p));
+        let mut name = names::check(raw).map_err(|r| ctx.refuse(&entry, r))?;
         if first
             && let Some(meta) = first_member(
                 &mut self.rd,
@@ -441,7 +449,9 @@ impl<R: Read> Reading<'_, '_, '_, R> {
         e.not_over_dir(ctx)?;
         let outside = || ctx.refuse(&e.entry, ArchiveRefusal::HardLinkOutside);
         let target_raw = e.m.link.clone().ok_or_else(outside)?;
-        let mut target = names::check(&target_raw).map_err(|_| outside())?;
+        let target_raw =
+            relative(&target_raw, "hard link targets", |k, p| ctx.notice(k, p));
+        let mut target = names::check(target_raw).map_err(|_| outside())?;
         if self.subtree {
             if target.parts.first().map(|p| p.as_bytes()) != Some(b"root") {
                 return Err(outside());
@@ -533,7 +543,9 @@ impl<R: Read> Reading<'_, '_, '_, R> {
             self.out.changes = lay.finish(ctx, &mut self.chain)?;
         }
         if ended {
-            self.rd.finish().map_err(|e| Error::tar(ctx.archive, e))?;
+            let rest = self.rd.read_rest();
+            ctx.reader_quirks(&mut self.rd);
+            rest.map_err(|e| Error::tar(ctx.archive, e))?;
         }
         self.out.stats.elapsed = started.elapsed();
         Ok(self.out)

@@ -14,9 +14,13 @@ use zinstall_archive::compress::{
 use zinstall_archive::names::{self, Name};
 use zinstall_archive::tar::{self, TarError};
 
-use super::{UnpackOptions, UnpackReport, first_member, limits};
+use super::{
+    NO_MEMBERS, UnpackOptions, UnpackReport, first_member, limits,
+    quirk_notice, relative,
+};
 use crate::error::{Error, Op, Result};
 use crate::plan::EntryKind;
+use crate::stats::{NoticeBoard, NoticeKind};
 
 /// Reads `archive` to its end as [`unpack`](super::unpack) would into
 /// `root`, writing nothing: every member's name, kind, size and the
@@ -67,15 +71,29 @@ pub fn survey_from(
     let stats = &mut report.stats;
     let mut first = true;
     let mut subtree = false;
-    while let Some(m) = rd.next().map_err(tar_err)? {
+    let board = NoticeBoard::default();
+    let notice = |k, p: &Path| board.add(k, p);
+    let quirks = |rd: &mut tar::Reader<_>| {
+        for q in rd.take_quirks() {
+            let (k, p) = quirk_notice(archive, q);
+            notice(k, &p);
+        }
+    };
+    loop {
+        let next = rd.next();
+        quirks(&mut rd);
+        let Some(m) = next.map_err(tar_err)? else {
+            break;
+        };
         if opts.cancel.as_ref().is_some_and(|c| c.is_cancelled()) {
             return Err(Error::Cancelled {
                 path: archive.to_path_buf(),
             });
         }
         let shown_entry = m.name_lossy();
+        let raw = relative(&m.name, "member names", notice);
         let mut name =
-            names::check(&m.name).map_err(|r| refuse(&shown_entry, r))?;
+            names::check(raw).map_err(|r| refuse(&shown_entry, r))?;
         if first {
             first = false;
             if let Some(meta) =
@@ -126,6 +144,7 @@ pub fn survey_from(
             }
             tar::Kind::HardLink => {
                 let target = m.link.as_deref().unwrap_or_default();
+                let target = relative(target, "hard link targets", notice);
                 names::check(target).map_err(|r| refuse(&shown_entry, r))?;
                 stats.hardlinks += 1;
                 EntryKind::HardLink
@@ -158,7 +177,16 @@ pub fn survey_from(
             l.entry(Path::new(&shown_entry), &shown(root, &name), kind);
         }
     }
-    rd.finish().map_err(tar_err)?;
+    if first {
+        if opts.expect.is_some() {
+            return Err(refuse("", ArchiveRefusal::MissingMetadata));
+        }
+        notice(NoticeKind::ArchiveQuirk(NO_MEMBERS.into()), archive);
+    }
+    let rest = rd.read_rest();
+    quirks(&mut rd);
+    rest.map_err(tar_err)?;
+    report.notices = board.into_vec();
     report.stats.elapsed = started.elapsed();
     Ok(report)
 }

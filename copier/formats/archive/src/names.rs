@@ -59,6 +59,16 @@ pub fn check(raw: &[u8]) -> Result<Name, ArchiveRefusal> {
     Ok(Name { parts })
 }
 
+/// A name with its leading slashes removed, and whether it had any.
+/// GNU tar extracts `/etc/passwd` as `etc/passwd` beneath the directory
+/// it extracts into ("Removing leading `/' from member names"), and so
+/// does the unpack: beneath a root that is safe. `..` is still for
+/// [`check`] to refuse.
+pub fn strip_leading_slashes(raw: &[u8]) -> (&[u8], bool) {
+    let n = raw.iter().take_while(|&&b| b == b'/').count();
+    (&raw[n..], n > 0)
+}
+
 /// The name shown in messages.
 pub fn show(raw: &[u8]) -> String {
     OsStr::from_bytes(raw).to_string_lossy().into_owned()
@@ -85,5 +95,12 @@ mod test {
         assert_eq!(check(b"root/../../etc"), Err(ArchiveRefusal::DotDot));
         assert_eq!(check(b"root/a/.."), Err(ArchiveRefusal::DotDot));
         assert_eq!(parts("root/..."), ["root", "..."]);
+        assert_eq!(
+            strip_leading_slashes(b"//etc/passwd"),
+            (&b"etc/passwd"[..], true)
+        );
+        assert_eq!(strip_leading_slashes(b"etc/x"), (&b"etc/x"[..], false));
+        let (rest, _) = strip_leading_slashes(b"/../etc");
+        assert_eq!(check(rest), Err(ArchiveRefusal::DotDot));
     }
 }

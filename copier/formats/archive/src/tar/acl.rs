@@ -16,14 +16,20 @@
 //! name on this host may be someone else). Without one, a numeric
 //! qualifier is the id. Only a bare name is looked up, in a [`NameTable`]
 //! (the host's `/etc/passwd` and `/etc/group` by default, as GNU tar and
-//! bsdtar do when they extract); a name it does not know is an error, not
-//! a dropped entry.
+//! bsdtar do when they extract); an entry whose name it does not know is
+//! dropped, with a quirk saying so, as GNU tar warns and goes on.
+//!
+//! Named entries without a mask (as star may write them) get the mask
+//! `setfacl` computes: the union of the permissions of the group class
+//! (named users, the owning group, named groups).
 //!
 //! The result is the kernel's `posix_acl_xattr` layout: a little-endian
 //! `u32` version 2, then `u16 tag, u16 perm, u32 id` entries sorted by tag
 //! then id, `u32::MAX` as the id of the unnamed entries.
 
 use std::collections::HashMap;
+
+use super::QuirkKind;
 
 const USER_OBJ: u16 = 0x01;
 const USER: u16 = 0x02;
@@ -100,9 +106,20 @@ impl NameTable {
 /// Turns a text ACL (GNU tar's or star/bsdtar's) into the value of a
 /// `system.posix_acl_access` or `system.posix_acl_default` xattr. Bare
 /// names are resolved through `names`. An empty text gives `None`.
+#[cfg(any(test, feature = "internals"))]
 pub fn acl_from_text(
     text: &[u8],
     names: &NameTable,
+) -> Result<Option<Vec<u8>>, String> {
+    acl_from_text_noting(text, names, &mut Vec::new())
+}
+
+/// [`acl_from_text`], with what it mended (a computed mask, dropped
+/// entries) pushed to `notes`.
+pub(super) fn acl_from_text_noting(
+    text: &[u8],
+    names: &NameTable,
+    notes: &mut Vec<QuirkKind>,
 ) -> Result<Option<Vec<u8>>, String> {
     let mut entries: Vec<(u16, u16, u32)> = Vec::new();
     for raw in text.split(|&b| b == b',' || b == b'\n') {
@@ -114,7 +131,12 @@ pub fn acl_from_text(
         if entry.is_empty() {
             continue;
         }
-        entries.push(parse_entry(entry, names)?);
+        match parse_entry(entry, names)? {
+            Some(e) => entries.push(e),
+            None => notes.push(QuirkKind::AclEntryDropped {
+                entry: String::from_utf8_lossy(entry).into_owned(),
+            }),
+        }
     }
     if entries.is_empty() {
         return Ok(None);
@@ -134,7 +156,13 @@ pub fn acl_from_text(
         return Err("ACL has more than one mask entry".into());
     }
     if (count(USER) > 0 || count(GROUP) > 0) && count(MASK) == 0 {
-        return Err("ACL with named entries has no mask entry".into());
+        let perm = entries
+            .iter()
+            .filter(|e| matches!(e.0, USER | GROUP_OBJ | GROUP))
+            .fold(0, |acc, e| acc | e.1);
+        entries.push((MASK, perm, UNDEFINED_ID));
+        entries.sort_by_key(|&(tag, _, id)| (tag, id));
+        notes.push(QuirkKind::AclMaskComputed);
     }
     if entries.windows(2).any(|w| {
         (w[0].0, w[0].2) == (w[1].0, w[1].2)
@@ -232,10 +260,12 @@ pub fn acl_mode_bits(value: &[u8]) -> Option<u32> {
     Some(user? << 6 | mask.or(group)? << 3 | other?)
 }
 
+/// One entry; `None` for a named entry whose name is unknown here and
+/// that gives no id.
 fn parse_entry(
     entry: &[u8],
     names: &NameTable,
-) -> Result<(u16, u16, u32), String> {
+) -> Result<Option<(u16, u16, u32)>, String> {
     let show = || String::from_utf8_lossy(entry).into_owned();
     let fields: Vec<&[u8]> = entry.split(|&b| b == b':').collect();
     let tag_word = fields[0];
@@ -256,11 +286,11 @@ fn parse_entry(
         } else {
             OTHER
         };
-        return Ok((
+        return Ok(Some((
             tag,
             parse_perms(perms).ok_or_else(|| bad_perms(&show()))?,
             UNDEFINED_ID,
-        ));
+        )));
     };
     let (qualifier, perms, id_field) = match fields.as_slice() {
         [_, q, p] => (*q, *p, None),
@@ -269,11 +299,11 @@ fn parse_entry(
     };
     let perm = parse_perms(perms).ok_or_else(|| bad_perms(&show()))?;
     if qualifier.is_empty() {
-        return Ok((
+        return Ok(Some((
             if is_user { USER_OBJ } else { GROUP_OBJ },
             perm,
             UNDEFINED_ID,
-        ));
+        )));
     }
     let numeric = |v: &[u8]| {
         std::str::from_utf8(v)
@@ -293,18 +323,14 @@ fn parse_entry(
                 } else {
                     names.gid(qualifier)
                 };
-                found.ok_or_else(|| {
-                    format!(
-                        "ACL entry {:?}: no id given and {} {:?} is unknown here",
-                        show(),
-                        if is_user { "user" } else { "group" },
-                        String::from_utf8_lossy(qualifier)
-                    )
-                })?
+                match found {
+                    Some(id) => id,
+                    None => return Ok(None),
+                }
             }
         },
     };
-    Ok((if is_user { USER } else { GROUP }, perm, id))
+    Ok(Some((if is_user { USER } else { GROUP }, perm, id)))
 }
 
 fn bad_perms(entry: &str) -> String {
@@ -370,8 +396,23 @@ mod test {
             NameTable::parse(b"uucp:x:10:10::/:/bin/sh\n", b"dialout:x:20:\n");
         let text = b"user::rw-\nuser:uucp:rwx\ngroup::r--\ngroup:dialout:r-x\nmask::rwx\nother::r--\n";
         assert_eq!(hex(&acl_from_text(text, &names).unwrap().unwrap()), KERNEL);
-        // Unknown name, no id: refused.
-        assert!(acl_from_text(text, &NameTable::empty()).is_err());
+        // Unknown names, no ids: those entries dropped, each said.
+        let mut notes = Vec::new();
+        let v = acl_from_text_noting(text, &NameTable::empty(), &mut notes)
+            .unwrap()
+            .unwrap();
+        assert_eq!(v.len(), 4 + 4 * 8);
+        assert_eq!(
+            notes,
+            [
+                QuirkKind::AclEntryDropped {
+                    entry: "user:uucp:rwx".into()
+                },
+                QuirkKind::AclEntryDropped {
+                    entry: "group:dialout:r-x".into()
+                }
+            ]
+        );
     }
 
     #[test]
@@ -425,12 +466,28 @@ mod test {
         assert_eq!(acl_to_text(&bad_tag), None);
     }
 
+    /// Named entries without a mask: the mask setfacl computes (the
+    /// group class's union), as `setfacl -m u:10:rwx,g:20:r-x` on a 0644
+    /// file gives.
+    #[test]
+    fn a_missing_mask_is_computed() {
+        let mut notes = Vec::new();
+        let v = acl_from_text_noting(
+            b"user::rw-,user:10:rwx,group::r--,group:20:r-x,other::r--",
+            &NameTable::empty(),
+            &mut notes,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(hex(&v), KERNEL);
+        assert_eq!(notes, [QuirkKind::AclMaskComputed]);
+    }
+
     #[test]
     fn invalid_acls() {
         let e = NameTable::empty();
         for bad in [
             &b"user::rw-,group::r--"[..],
-            b"user::rw-,group::r--,other::r--,user:10:rwx",
             b"user::rw-,group::r--,other::r--,user:10:rwx,user:10:r,mask::rwx",
             b"user::rw-,group::r--,other::r--,other::r--",
             b"user::rwq,group::r--,other::r--",

@@ -9,8 +9,8 @@ use std::io::Read;
 use super::header::{self, BLOCK, Format};
 use super::sparse::{self, SparseError};
 use super::{
-    ApplyError, Extensions, Kind, Member, Overrides, Reader, TarError,
-    TarErrorKind, Xattrs, acl, acl_from_text, check_map, lossy, pad,
+    ApplyError, Extensions, Kind, Member, Overrides, QuirkKind, Reader,
+    TarError, TarErrorKind, Xattrs, acl, check_map, lossy, pad,
 };
 use crate::tar::NameTable;
 
@@ -58,6 +58,10 @@ impl<R: Read> Reader<R> {
         let typ = block[156];
         let mut o = self.overrides(&ext)?;
         let name = self.member_name(block, format, &mut o, ext.long_name)?;
+        // Reported once the member's name is known.
+        for q in ext.repeated.into_iter().chain(std::mem::take(&mut o.notes)) {
+            self.quirk(q);
+        }
         let kind = kind_of(typ, name.last() == Some(&b'/'));
         let link = self.link(block, kind, &mut o, ext.long_link)?;
         let attrs = self.attributes(block, format, kind, &mut o)?;
@@ -67,10 +71,18 @@ impl<R: Read> Reader<R> {
         };
         let data_allowed =
             matches!(kind, Kind::File | Kind::Other(_)) || typ == b'D';
-        if stored > 0 && !data_allowed {
-            // POSIX says these have no data; readers disagree on whether
-            // to skip a declared body, so an archive declaring one is
-            // refused rather than read one way or the other.
+        // Old archivers (xmcd-era) gave hard links and directories the
+        // size of the file. GNU tar and bsdtar take such a body for
+        // headers and find the next one past it ("Skipping to next
+        // header"): the tree they make is the body skipped, which this
+        // reader does directly. Other kinds with a body are refused: no
+        // writer is known to make them.
+        let skipped = match kind {
+            Kind::HardLink if stored > 0 => Some("hard link"),
+            Kind::Directory if stored > 0 && typ != b'D' => Some("directory"),
+            _ => None,
+        };
+        if stored > 0 && !data_allowed && skipped.is_none() {
             return Err(self.err(TarErrorKind::Malformed(format!(
                 "{kind:?} member declares a body of {stored} bytes"
             ))));
@@ -84,7 +96,16 @@ impl<R: Read> Reader<R> {
             Some(bits) => attrs.mode & 0o7000 | bits,
             None => attrs.mode,
         };
-        let layout = self.layout(block, typ, format, kind, &mut o, stored)?;
+        let kept = if skipped.is_some() { 0 } else { stored };
+        let layout = self.layout(block, typ, format, kind, &mut o, kept)?;
+        if let Some(what) = skipped {
+            // Counted as any body, then passed over as padding.
+            self.count(stored)?;
+            self.quirk(QuirkKind::BodySkipped {
+                what,
+                bytes: stored,
+            });
+        }
         let data_offset = self.position();
         if let Some(len) = self.len
             && data_offset
@@ -95,6 +116,9 @@ impl<R: Read> Reader<R> {
         }
         self.remaining = layout.data;
         self.padding = pad(stored);
+        if skipped.is_some() {
+            self.padding = self.padding.saturating_add(stored);
+        }
         Ok(Member {
             name,
             link,
@@ -281,9 +305,13 @@ impl<R: Read> Reader<R> {
                 continue;
             }
             let names = self.names.get_or_insert_with(NameTable::host);
-            if let Some(v) = acl_from_text(&text, names)
-                .map_err(|why| self.err(TarErrorKind::Acl(why)))?
-            {
+            let mut notes = Vec::new();
+            let v = acl::acl_from_text_noting(&text, names, &mut notes)
+                .map_err(|why| self.err(TarErrorKind::Acl(why)))?;
+            for q in notes {
+                self.quirk(q);
+            }
+            if let Some(v) = v {
                 xattrs.push((name.to_vec(), v));
             }
         }
@@ -319,14 +347,14 @@ impl<R: Read> Reader<R> {
             }
             SparseFormat::None => stored,
         };
-        // `GNU.sparse.name` went into the name; without it the name would
-        // be the placeholder `GNUSparseFile.NNNN/...`.
+        // `GNU.sparse.name` went into the name; without it the name is
+        // the placeholder `GNUSparseFile.NNNN/...` GNU tar wrote.
         let needs_name = matches!(how, SparseFormat::Pax10)
             || matches!(how, SparseFormat::Pax0) && sp.map.is_some();
         if needs_name && !sp.had_name {
-            return Err(self.err(TarErrorKind::Sparse(
-                "no GNU.sparse.name: the real name is unknown".into(),
-            )));
+            // GNU tar extracts it under the name it has (path, long name
+            // or header): so does this reader, and says so.
+            self.quirk(QuirkKind::SparseWithoutName);
         }
         // Before anything more is read or allocated for this member.
         self.count(real.max(stored))?;
@@ -447,12 +475,19 @@ impl<R: Read> Reader<R> {
                 max_entries,
             )
             .map_err(|e| self.sparse_err(e))?;
-            if added == 0 {
-                return Err(self.err(TarErrorKind::Sparse(
-                    "empty extension block".into(),
-                )));
-            }
             extended = ext_block[504] != 0;
+            if added == 0 {
+                // GNU tar stops reading the map at a block with no pair
+                // (what follows is data); one that says another block
+                // follows would be read otherwise by libarchive, so it
+                // is refused.
+                if extended {
+                    return Err(self.err(TarErrorKind::Sparse(
+                        "empty extension block followed by another".into(),
+                    )));
+                }
+                self.quirk(QuirkKind::EmptySparseExtension);
+            }
         }
         Ok(map)
     }

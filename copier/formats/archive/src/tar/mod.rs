@@ -6,7 +6,7 @@
 //! and links, PAX local and global extended headers cut by their length
 //! prefix (values may hold newlines and NULs), xattrs in their SCHILY and
 //! LIBARCHIVE spellings, text POSIX ACLs (turned into the kernel's xattr
-//! form, see [`acl_from_text`]), and GNU sparse files in every encoding
+//! form), and GNU sparse files in every encoding
 //! (old GNU `S`, PAX 0.0, 0.1 and 1.0). A member reports its real name,
 //! real size and, when sparse, a checked map.
 //!
@@ -18,6 +18,18 @@
 //! its real size), so a small archive declaring a huge tree is refused
 //! before anything is written. A stream that ends inside a member is an
 //! error ("truncated"), never a short file.
+//!
+//! # Quirks
+//!
+//! What GNU tar and bsdtar read past, this reader reads too, as GNU tar
+//! reads it, and says so: each is a [`Quirk`] naming the member (taken
+//! with [`Reader::take_quirks`]), never silence. Bytes after the end
+//! marker, a second archive there, bodies on hard links and directories,
+//! repeated GNU long names, unusual sparse layouts, empty PAX headers,
+//! PAX times with junk, ACLs without a mask or naming unknown users,
+//! Solaris ACL headers and Red Hat's SELinux keyword: see
+//! [`QuirkKind`]. Nothing here touches what a member's name may be: the
+//! caller checks names ([`crate::names`]).
 //!
 //! # Use
 //!
@@ -42,7 +54,7 @@
 //!     }
 //!     // Bodies not read are skipped by the next call.
 //! }
-//! r.finish()?; // the rest of the stream must be zeros
+//! r.finish()?; // the rest of the stream read, to its end
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
@@ -73,7 +85,9 @@ use std::fmt;
 use std::io::{self, Read, Seek, SeekFrom};
 
 pub use acl::NameTable;
-use acl::{acl_from_text, acl_to_text};
+#[cfg(test)]
+use acl::acl_from_text;
+use acl::acl_to_text;
 use header::BLOCK;
 use pax::{Record, parse_pax};
 use sparse::check_map;
@@ -263,8 +277,6 @@ pub enum TarErrorKind {
         /// The limit.
         limit: u64,
     },
-    /// Non-zero bytes after the end of the archive.
-    TrailingData,
 }
 
 /// An error naming the member (when there is one) and its offset.
@@ -310,9 +322,6 @@ impl fmt::Display for TarErrorKind {
             TarErrorKind::Unsupported(why) => write!(f, "unsupported: {why}"),
             TarErrorKind::Limit { what, limit } => {
                 write!(f, "{what} exceed the limit of {limit}")
-            }
-            TarErrorKind::TrailingData => {
-                f.write_str("non-zero data after the end of the archive")
             }
         }
     }
@@ -420,6 +429,149 @@ impl TarError {
     }
 }
 
+/// Something GNU tar and bsdtar read without failing that this reader
+/// read too, and what it did about it: told to the caller (the unpack
+/// makes a notice of each), never silently.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Quirk {
+    /// The member it concerns (lossy), empty for the archive as a whole.
+    pub member: String,
+    /// Offset of the member's first header, or of the bytes concerned.
+    pub offset: u64,
+    /// What was met and done.
+    pub kind: QuirkKind,
+}
+
+/// The quirks a [`Reader`] takes, each with what it did.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum QuirkKind {
+    /// Non-zero bytes after the end-of-archive marker, not a tar header:
+    /// ignored, as GNU tar and bsdtar ignore them.
+    TrailingData {
+        /// Bytes read after the end marker (zeros included).
+        bytes: u64,
+    },
+    /// Another archive follows the end marker (`cat a.tar b.tar`): not
+    /// read, as GNU tar without `-i` does not read it.
+    ConcatenatedArchive {
+        /// The name in the first header that was not read.
+        next_member: String,
+    },
+    /// A hard link or directory declaring a body: the body is skipped.
+    BodySkipped {
+        /// `hard link` or `directory`.
+        what: &'static str,
+        /// Bytes skipped.
+        bytes: u64,
+    },
+    /// Two or more GNU long names (`L`) or long links (`K`) for one
+    /// member: the last is used, as GNU tar uses it.
+    RepeatedLongName {
+        /// A long link target rather than a long name.
+        link: bool,
+    },
+    /// A PAX sparse member without `GNU.sparse.name`: extracted under
+    /// the name its header gives, as GNU tar extracts it.
+    SparseWithoutName,
+    /// An old GNU sparse extension block holding no pairs: read as the
+    /// end of the map, as GNU tar reads it.
+    EmptySparseExtension,
+    /// A PAX header with no records and no member after it, before the
+    /// end of the archive: ignored.
+    EmptyPaxHeader,
+    /// A PAX time with junk after the number or more than 9 fraction
+    /// digits: its parsable prefix is used (to the nanosecond).
+    TimeJunk {
+        /// The keyword, `mtime` or `atime`.
+        key: String,
+        /// The value as the archive has it.
+        value: String,
+    },
+    /// An access or default ACL with named entries and no mask: the mask
+    /// is computed as `setfacl` computes it (the union of the group
+    /// class's permissions).
+    AclMaskComputed,
+    /// An ACL entry naming a user or group unknown here and giving no
+    /// numeric id: dropped.
+    AclEntryDropped {
+        /// The entry as the archive has it.
+        entry: String,
+    },
+    /// A Solaris/star ACL header (typeflag `A`): skipped, as GNU tar and
+    /// bsdtar skip it.
+    SolarisAcl,
+    /// The Red Hat PAX keyword `RHT.security.selinux`: read as the
+    /// `security.selinux` xattr, as bsdtar reads it.
+    SelinuxLabel,
+}
+
+impl fmt::Display for QuirkKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            QuirkKind::TrailingData { bytes } => write!(
+                f,
+                "{bytes} bytes with non-zero data after the end of the \
+                 archive ignored"
+            ),
+            QuirkKind::ConcatenatedArchive { next_member } => write!(
+                f,
+                "a second archive after the end of the archive not read \
+                 (its first member: {next_member:?}); GNU tar reads it \
+                 only with -i"
+            ),
+            QuirkKind::BodySkipped { what, bytes } => {
+                write!(f, "{what} declares a body of {bytes} bytes: skipped")
+            }
+            QuirkKind::RepeatedLongName { link } => write!(
+                f,
+                "several GNU long {} records for one member: the last used",
+                if *link { "link" } else { "name" }
+            ),
+            QuirkKind::SparseWithoutName => f.write_str(
+                "PAX sparse member without GNU.sparse.name: extracted under \
+                 its header name",
+            ),
+            QuirkKind::EmptySparseExtension => f.write_str(
+                "empty GNU sparse extension block read as the end of the map",
+            ),
+            QuirkKind::EmptyPaxHeader => f.write_str(
+                "empty PAX header before the end of the archive ignored",
+            ),
+            QuirkKind::TimeJunk { key, value } => write!(
+                f,
+                "PAX {key}={value:?} is not a plain time: its leading \
+                 number used"
+            ),
+            QuirkKind::AclMaskComputed => f.write_str(
+                "ACL with named entries and no mask: mask computed as \
+                 setfacl does",
+            ),
+            QuirkKind::AclEntryDropped { entry } => write!(
+                f,
+                "ACL entry {entry:?} names no id and no one known here: \
+                 dropped"
+            ),
+            QuirkKind::SolarisAcl => {
+                f.write_str("Solaris ACL header (typeflag A) skipped")
+            }
+            QuirkKind::SelinuxLabel => f.write_str(
+                "RHT.security.selinux read as the security.selinux xattr",
+            ),
+        }
+    }
+}
+
+impl fmt::Display for Quirk {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.member.is_empty() {
+            write!(f, "at offset {}: {}", self.offset, self.kind)
+        } else {
+            write!(f, "member {:?}: {}", self.member, self.kind)
+        }
+    }
+}
+
 /// Skips `n` bytes by seeking (only for [`Reader::seekable`]).
 type SeekFn<R> = fn(&mut R, u64) -> io::Result<u64>;
 
@@ -448,6 +600,8 @@ pub struct Reader<R> {
     total: u64,
     done: bool,
     failed: bool,
+    /// Quirks met and not yet taken by the caller.
+    quirks: Vec<Quirk>,
 }
 
 impl<R: Read> Reader<R> {
@@ -473,6 +627,7 @@ impl<R: Read> Reader<R> {
             total: 0,
             done: false,
             failed: false,
+            quirks: Vec::new(),
         }
     }
 
@@ -492,6 +647,21 @@ impl<R: Read> Reader<R> {
     /// The stream underneath.
     pub fn into_inner(self) -> R {
         self.inner
+    }
+
+    /// The quirks met since the last call (in [`Reader::next`] and
+    /// [`Reader::read_rest`]), in order.
+    pub fn take_quirks(&mut self) -> Vec<Quirk> {
+        std::mem::take(&mut self.quirks)
+    }
+
+    /// Notes a quirk of the current member.
+    fn quirk(&mut self, kind: QuirkKind) {
+        self.quirks.push(Quirk {
+            member: self.member.clone(),
+            offset: self.header_offset,
+            kind,
+        });
     }
 
     fn err(&self, kind: TarErrorKind) -> TarError {
@@ -606,7 +776,16 @@ impl<R: Read> Reader<R> {
             let mut block = [0u8; BLOCK];
             let got = self.fill(&mut block)?;
             if got == 0 || (got == BLOCK && header::is_zero(&block)) {
-                if ext.any() {
+                // An empty PAX header says nothing: before the end marker
+                // it is no sign of a lost member (GNU tar and bsdtar end
+                // there quietly).
+                let empty_pax = got == BLOCK
+                    && ext.long_name.is_none()
+                    && ext.long_link.is_none()
+                    && ext.pax.as_ref().is_some_and(Vec::is_empty);
+                if empty_pax {
+                    self.quirk(QuirkKind::EmptyPaxHeader);
+                } else if ext.any() {
                     return Err(self.err(TarErrorKind::Truncated(
                         "member after its extended headers",
                     )));
@@ -644,6 +823,22 @@ impl<R: Read> Reader<R> {
                     self.count(size)?;
                     self.skip(size, "volume label")?;
                     self.skip(pad(size), "volume label")?;
+                    first_offset = None;
+                }
+                b'A' => {
+                    // A Solaris ACL header (star, Solaris tar) for the
+                    // member after it: GNU tar and bsdtar skip it as an
+                    // unknown extended header, and so does this reader.
+                    let size = self.stored_size(&block)?;
+                    self.count(size)?;
+                    let was = std::mem::replace(
+                        &mut self.member,
+                        lossy(header::cstr(&block[..100])),
+                    );
+                    self.skip(size, "Solaris ACL header")?;
+                    self.skip(pad(size), "Solaris ACL header")?;
+                    self.quirk(QuirkKind::SolarisAcl);
+                    self.member = was;
                     first_offset = None;
                 }
                 b'M' | b'N' => {
@@ -709,7 +904,8 @@ impl<R: Read> Reader<R> {
     }
 
     /// A GNU long name (`L`) or long link target (`K`) for the next
-    /// member, at most one of each.
+    /// member. Of two of a kind (Android's tar writes them) the last is
+    /// used, as GNU tar uses it.
     fn long_name(
         &mut self,
         block: &[u8; BLOCK],
@@ -731,14 +927,14 @@ impl<R: Read> Reader<R> {
             &mut ext.long_link
         };
         if slot.is_some() {
-            return Err(self.err(TarErrorKind::Malformed(
-                "two GNU long names of one kind for one member".into(),
-            )));
-        }
-        if is_name {
-            self.member = lossy(&name);
+            // Said once the member's name is known.
+            ext.repeated
+                .push(QuirkKind::RepeatedLongName { link: !is_name });
         }
         *slot = Some(name);
+        if is_name && let Some(n) = &ext.long_name {
+            self.member = lossy(n);
+        }
         Ok(())
     }
 
@@ -825,29 +1021,74 @@ impl<R: Read> Reader<R> {
     }
 
     /// After [`Reader::next`] returned `None`: reads the rest of the
-    /// stream, which must be zeros (tar pads to its record size), so a
-    /// decompressor beneath reaches its end and checks its trailer. The
-    /// bytes read count against the total limit.
+    /// stream, so a decompressor beneath reaches its end and checks its
+    /// trailer, and returns the stream. See [`Reader::read_rest`].
     pub fn finish(mut self) -> Result<R, TarError> {
+        self.read_rest()?;
+        Ok(self.inner)
+    }
+
+    /// After [`Reader::next`] returned `None`: reads the rest of the
+    /// stream to its end, counting it against the total limit (a bomb
+    /// hidden after the end marker is still refused), so a decompressor
+    /// beneath checks its trailer.
+    ///
+    /// Zeros there are tar's padding. Anything else is noted as a quirk
+    /// and not read as members: GNU tar and bsdtar stop at the first end
+    /// marker too (a Maven-built tarball ends with a stray byte, `cat
+    /// a.tar b.tar` makes an archive whose second half only `tar -i`
+    /// reads). Reading on past an end marker would make an archive mean
+    /// something other than what GNU tar extracts from it, so it is not
+    /// done; the quirk names the second archive's first member.
+    pub fn read_rest(&mut self) -> Result<(), TarError> {
         if !self.done {
             return Err(self.err(TarErrorKind::Malformed(
-                "finish called before the end of the archive".into(),
+                "the rest read before the end of the archive".into(),
             )));
         }
         self.member.clear();
-        let mut buf = vec![0u8; 64 << 10];
+        // Whole blocks, so that a header after the marker is seen whole.
+        let mut buf = vec![0u8; 128 * BLOCK];
+        let start = self.position();
+        let mut first_data: Option<u64> = None;
+        let mut next_member = None;
         loop {
             let at = self.position();
             let n = self.fill(&mut buf)?;
             if n == 0 {
-                return Ok(self.inner);
+                break;
             }
             self.count(n as u64)?;
-            if buf[..n].iter().any(|&b| b != 0) {
-                self.header_offset = at;
-                return Err(self.err(TarErrorKind::TrailingData));
+            if first_data.is_some() {
+                continue;
+            }
+            let Some(i) = buf[..n].iter().position(|&b| b != 0) else {
+                continue;
+            };
+            first_data = Some(at + i as u64);
+            // A header at a block boundary: another archive.
+            let block_start = i - i % BLOCK;
+            if let Ok(block) = <[u8; BLOCK]>::try_from(
+                &buf[block_start..][..BLOCK.min(n - block_start)],
+            ) && header::check_sum(&block).is_ok()
+            {
+                first_data = Some(at + block_start as u64);
+                next_member = Some(lossy(header::cstr(&block[..100])));
             }
         }
+        if let Some(off) = first_data {
+            self.header_offset = off;
+            let kind = match next_member {
+                Some(next_member) => {
+                    QuirkKind::ConcatenatedArchive { next_member }
+                }
+                None => QuirkKind::TrailingData {
+                    bytes: self.position() - start,
+                },
+            };
+            self.quirk(kind);
+        }
+        Ok(())
     }
 }
 
@@ -916,6 +1157,8 @@ struct Extensions {
     pax: Option<Vec<(Vec<u8>, Vec<u8>)>>,
     long_name: Option<Vec<u8>>,
     long_link: Option<Vec<u8>>,
+    /// Long names or links given more than once.
+    repeated: Vec<QuirkKind>,
 }
 
 impl Extensions {
@@ -946,6 +1189,8 @@ struct Overrides {
     acl_access: Option<Vec<u8>>,
     acl_default: Option<Vec<u8>>,
     sparse: SparseRecords,
+    /// Quirks the records showed, for the reader to report.
+    notes: Vec<QuirkKind>,
 }
 
 #[derive(Default)]
@@ -1021,7 +1266,15 @@ impl Overrides {
                 let t = if empty {
                     None
                 } else {
-                    Some(pax::parse_time(v).ok_or_else(|| bad("not a time"))?)
+                    let (t, exact) = pax::parse_time_prefix(v)
+                        .ok_or_else(|| bad("not a time"))?;
+                    if !exact {
+                        self.notes.push(QuirkKind::TimeJunk {
+                            key: lossy(key),
+                            value: lossy(v),
+                        });
+                    }
+                    Some(t)
                 };
                 if key == b"mtime" {
                     self.mtime = t;
@@ -1040,6 +1293,13 @@ impl Overrides {
             }
             b"SCHILY.acl.default" => {
                 self.acl_default = (!empty).then(|| v.to_vec())
+            }
+            // Red Hat's tar stores the label under its own keyword;
+            // bsdtar reads it as the xattr, and so does this reader (GNU
+            // tar reads only the SCHILY spelling and drops it).
+            b"RHT.security.selinux" => {
+                self.set_xattr(b"security.selinux".to_vec(), v.to_vec())?;
+                self.notes.push(QuirkKind::SelinuxLabel);
             }
             _ if key.starts_with(b"SCHILY.xattr.") => {
                 self.set_xattr(

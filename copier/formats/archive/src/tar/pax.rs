@@ -128,6 +128,35 @@ pub fn parse_time(v: &[u8]) -> Option<(i64, u32)> {
     }
 }
 
+/// A PAX time read as bsdtar reads it: the longest prefix that is a
+/// time (`-`, digits, then `.` and digits), the fraction cut at
+/// nanoseconds. The flag says whether that was all of the value (no
+/// junk after it, at most 9 fraction digits). `None` when no prefix is
+/// a time.
+pub fn parse_time_prefix(v: &[u8]) -> Option<((i64, u32), bool)> {
+    let sign = usize::from(v.first() == Some(&b'-'));
+    let int = v[sign..].iter().take_while(|b| b.is_ascii_digit()).count();
+    if int == 0 {
+        return None;
+    }
+    let mut end = sign + int;
+    let mut frac = 0;
+    if v.get(end) == Some(&b'.') {
+        frac = v[end + 1..]
+            .iter()
+            .take_while(|b| b.is_ascii_digit())
+            .count();
+        if frac > 0 {
+            end += 1 + frac;
+        }
+    }
+    // At most 9 fraction digits go to parse_time: the rest are below a
+    // nanosecond.
+    let kept = if frac > 9 { end - (frac - 9) } else { end };
+    let t = parse_time(&v[..kept])?;
+    Some((t, end == v.len() && frac <= 9))
+}
+
 /// Decodes libarchive's URL-encoding of xattr names (`%XX` escapes).
 pub fn url_decode(v: &[u8]) -> Option<Vec<u8>> {
     let hex = |b: u8| (b as char).to_digit(16).map(|d| d as u8);
@@ -228,6 +257,27 @@ mod test {
             assert_eq!(parse_time(bad), None, "{bad:?}");
         }
         assert_eq!(parse_time(b"9223372036854775808"), None);
+    }
+
+    #[test]
+    fn time_prefixes() {
+        assert_eq!(parse_time_prefix(b"1.5"), Some(((1, 500_000_000), true)));
+        assert_eq!(
+            parse_time_prefix(b"1350244992.02396010XYZ"),
+            Some(((1350244992, 23_960_100), false))
+        );
+        assert_eq!(
+            parse_time_prefix(b"1.1234567899"),
+            Some(((1, 123_456_789), false))
+        );
+        assert_eq!(parse_time_prefix(b"7."), Some(((7, 0), false)));
+        assert_eq!(
+            parse_time_prefix(b"-1.25x"),
+            Some(((-2, 750_000_000), false))
+        );
+        for bad in [&b""[..], b"-", b"x1", b".5", b"-x"] {
+            assert_eq!(parse_time_prefix(bad), None, "{bad:?}");
+        }
     }
 
     #[test]
