@@ -1,7 +1,8 @@
 //! The three ways zinstall is shipped name the same files: pkg/Makefile's
 //! install layout (run here with the binaries this test was built with),
-//! the IPS manifest pkg/zinstall.p5m, and the Debian package's assets in
-//! brand/Cargo.toml. Where they differ on purpose, `DIFFERENCES` says so.
+//! the IPS manifest pkg/zinstall.p5m, and the Debian package's files as
+//! pkg/Makefile stages them for dpkg-deb (`make deb-stage`, run here with
+//! the same binaries). Where they differ on purpose, `DIFFERENCES` says so.
 //! Also: `--version` names the commit, and the Makefile keeps edited
 //! configuration.
 
@@ -104,8 +105,20 @@ const P5M_ONLY: &[(&str, &str, &str)] = &[
 /// Files only the .deb has: Debian's own metadata, and the README.
 const DEB_ONLY: &[&str] = &[
     "usr/share/doc/zinstall/README.md",
+    "usr/share/doc/zinstall/copyright",
+    "usr/share/doc/zinstall/changelog.Debian.gz",
     "usr/share/lintian/overrides/zinstall",
 ];
+
+/// Where the .deb has a file pkg/Makefile installs at `path`: man pages
+/// are gzipped there, as Debian wants them.
+fn in_deb(path: &str) -> String {
+    if path.starts_with("usr/share/man/") {
+        format!("{path}.gz")
+    } else {
+        path.to_string()
+    }
+}
 
 fn top() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -117,6 +130,23 @@ fn top() -> PathBuf {
 /// Runs `make -C pkg TARGET DESTDIR=dest PREFIX=/usr` with the binaries
 /// cargo built for this test.
 fn make(target: &str, dest: &Path) -> std::process::Output {
+    make_with(
+        target,
+        &[format!("DESTDIR={}", dest.display()), "PREFIX=/usr".into()],
+    )
+}
+
+/// Runs `make -C pkg deb-stage DEB_STAGE=stage`: the .deb's files, as
+/// `make deb` gives them to dpkg-deb, from the binaries cargo built for
+/// this test.
+fn deb_stage(stage: &Path) -> BTreeMap<String, u32> {
+    make_with("deb-stage", &[format!("DEB_STAGE={}", stage.display())]);
+    walk(stage)
+}
+
+/// Runs `make -C pkg TARGET ARGS...` with BIN_DIR the directory of the
+/// binaries cargo built for this test.
+fn make_with(target: &str, args: &[String]) -> std::process::Output {
     let zinstall = Path::new(env!("CARGO_BIN_EXE_zinstall"));
     let bin_dir = zinstall.parent().expect("binary in a directory");
     assert_eq!(
@@ -128,8 +158,7 @@ fn make(target: &str, dest: &Path) -> std::process::Output {
         .arg("-C")
         .arg(top().join("pkg"))
         .arg(target)
-        .arg(format!("DESTDIR={}", dest.display()))
-        .arg("PREFIX=/usr")
+        .args(args)
         .arg(format!("BIN_DIR={}", bin_dir.display()))
         .env_remove("MAKEFLAGS")
         .env_remove("MFLAGS")
@@ -238,54 +267,6 @@ fn parse_p5m(text: &str) -> Vec<Action> {
         logical.clear();
     }
     actions
-}
-
-/// The .deb's files from `[package.metadata.deb]` assets, as cargo-deb
-/// places them (a destination ending in `/` takes the source's name),
-/// and the units its `systemd-units` names (`UNIT.service` and
-/// `UNIT.socket` in `unit-scripts`, into `usr/lib/systemd/system`).
-fn deb_files() -> BTreeSet<String> {
-    let manifest = fs::read_to_string(top().join("brand/Cargo.toml")).unwrap();
-    let doc: toml::Table =
-        toml::from_str(&manifest).expect("brand/Cargo.toml parses");
-    let deb = &doc["package"]["metadata"]["deb"];
-    let assets = deb["assets"]
-        .as_array()
-        .expect("[package.metadata.deb] assets is an array");
-    let mut units = BTreeSet::new();
-    if let Some(u) = deb.get("systemd-units") {
-        let name = u["unit-name"].as_str().expect("systemd-units names a unit");
-        let dir = top()
-            .join("brand")
-            .join(u["unit-scripts"].as_str().expect("and its directory"));
-        for kind in ["service", "socket"] {
-            let file = format!("{name}.{kind}");
-            if dir.join(&file).is_file() {
-                units.insert(format!("usr/lib/systemd/system/{file}"));
-            }
-        }
-    }
-    let mut files: BTreeSet<String> = assets
-        .iter()
-        .map(|a| {
-            let a = a.as_array().expect("an asset is [source, dest, mode]");
-            let source = a[0].as_str().unwrap();
-            let dest = a[1].as_str().unwrap();
-            match dest.strip_suffix('/') {
-                Some(dir) => {
-                    let name = Path::new(source)
-                        .file_name()
-                        .unwrap()
-                        .to_str()
-                        .unwrap();
-                    format!("{dir}/{name}")
-                }
-                None => dest.to_string(),
-            }
-        })
-        .collect();
-    files.extend(units);
-    files
 }
 
 /// The differences as three lists, one per way of shipping.
@@ -435,16 +416,42 @@ fn makefile_manifest_and_deb_ship_the_same_files() {
         }
     }
 
-    let deb = deb_files();
-    let mut want_deb = common.clone();
-    want_deb.extend(deb_paths.iter().map(|s| s.to_string()));
+    let scratch = tempfile::tempdir().unwrap();
+    let deb = deb_stage(&scratch.path().join("stage"));
+    let mut want_deb: BTreeSet<String> =
+        common.iter().map(|f| in_deb(f)).collect();
+    want_deb.extend(deb_paths.iter().map(|s| in_deb(s)));
     want_deb.extend(DEB_ONLY.iter().map(|s| s.to_string()));
+    let deb_files: BTreeSet<String> = deb.keys().cloned().collect();
     compare(
-        "the .deb's assets (brand/Cargo.toml)",
+        "the .deb's files (make deb-stage)",
         &want_deb,
-        &deb,
+        &deb_files,
         &mut errors,
     );
+    // The same modes as install-files gives them; Debian's own files
+    // are plain.
+    for (f, mode) in &installed {
+        let in_deb = DIFFERENCES
+            .iter()
+            .find(|d| d.0 == f)
+            .map_or(Some(f.as_str()), |d| d.2)
+            .map(in_deb);
+        if let Some(m) = in_deb.and_then(|p| deb.get(&p))
+            && m != mode
+        {
+            errors.push(format!(
+                "{f}: pkg/Makefile installs it {mode:04o}, the .deb has {m:04o}"
+            ));
+        }
+    }
+    for f in DEB_ONLY {
+        if let Some(m) = deb.get(*f)
+            && *m != 0o644
+        {
+            errors.push(format!("{f}: the .deb has it {m:04o}, not 0644"));
+        }
+    }
 
     assert!(
         errors.is_empty(),
@@ -549,16 +556,21 @@ fn dirs(root: &Path) -> Vec<String> {
     v
 }
 
-/// True if the ELF file at `path` has a symbol table or debug information
-/// (`.debug_gdb_scripts`, which is loaded, stays when stripped).
-fn has_symbols(path: &Path) -> bool {
+/// `readelf -S -W` of the ELF file at `path`: its section headers.
+fn sections(path: &Path) -> String {
     let o = tools::tool("readelf")
         .args(["-S", "-W"])
         .arg(path)
         .output()
         .unwrap();
     assert!(o.status.success(), "readelf {}: {o:?}", path.display());
-    let sections = String::from_utf8_lossy(&o.stdout);
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// True if the ELF file at `path` has a symbol table or debug information
+/// (`.debug_gdb_scripts`, which is loaded, stays when stripped).
+fn has_symbols(path: &Path) -> bool {
+    let sections = sections(path);
     [" .symtab", " .debug_info", " .debug_line"]
         .iter()
         .any(|s| sections.contains(s))
@@ -620,28 +632,99 @@ fn make_install_strips_and_uninstall_removes_what_it_made() {
     );
 }
 
-/// The .deb's assets: where each goes, from which file of the
-/// repository (relative to the top).
-fn deb_assets() -> BTreeMap<String, String> {
-    let manifest = fs::read_to_string(top().join("brand/Cargo.toml")).unwrap();
-    let doc: toml::Table = toml::from_str(&manifest).unwrap();
-    doc["package"]["metadata"]["deb"]["assets"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| {
-            let a = a.as_array().unwrap();
-            let source = a[0].as_str().unwrap();
-            let dest = a[1].as_str().unwrap();
-            let name = Path::new(source).file_name().unwrap().to_str().unwrap();
-            let dest = match dest.strip_suffix('/') {
-                Some(dir) => format!("{dir}/{name}"),
-                None => dest.to_string(),
-            };
-            let source = source.strip_prefix("../").unwrap_or(source);
-            (dest, source.to_string())
-        })
-        .collect()
+/// The bytes a gzip member holds, and whether its header is as `gzip -n`
+/// writes it: no file name, no time.
+fn gunzip(path: &Path) -> (Vec<u8>, bool) {
+    use std::io::Read;
+    let raw =
+        fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert!(
+        raw.len() > 10 && raw[..2] == [0x1f, 0x8b],
+        "{} is not gzip",
+        path.display()
+    );
+    let no_name = raw[3] & 0x08 == 0 && raw[4..8] == [0, 0, 0, 0];
+    let mut out = Vec::new();
+    flate2::read::GzDecoder::new(&raw[..])
+        .read_to_end(&mut out)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    (out, no_name)
+}
+
+#[test]
+fn the_deb_stage_holds_debian_files_and_gzipped_man_pages() {
+    let scratch = tempfile::tempdir().unwrap();
+    let stage = scratch.path().join("stage");
+    let files = deb_stage(&stage);
+    let mut man_pages = 0;
+    for f in files.keys().filter(|f| f.starts_with("usr/share/man/")) {
+        let name = Path::new(f).file_name().unwrap().to_str().unwrap();
+        let source = name
+            .strip_suffix(".gz")
+            .unwrap_or_else(|| panic!("{f} is not gzipped"));
+        let (text, no_name) = gunzip(&stage.join(f));
+        assert_eq!(
+            text,
+            fs::read(top().join("man").join(source)).unwrap(),
+            "{f}"
+        );
+        assert!(no_name, "{f}: not gzip -n (a name or time in the header)");
+        man_pages += 1;
+    }
+    assert_eq!(man_pages, 4, "{files:?}");
+    let (changelog, no_name) =
+        gunzip(&stage.join("usr/share/doc/zinstall/changelog.Debian.gz"));
+    assert_eq!(
+        changelog,
+        fs::read(top().join("pkg/debian/changelog")).unwrap()
+    );
+    assert!(no_name, "changelog.Debian.gz: not gzip -n");
+    for (shipped, source) in [
+        ("usr/share/doc/zinstall/copyright", "pkg/debian/copyright"),
+        ("usr/share/doc/zinstall/README.md", "README.md"),
+        (
+            "usr/share/lintian/overrides/zinstall",
+            "pkg/debian/lintian-overrides",
+        ),
+    ] {
+        assert_eq!(
+            fs::read(stage.join(shipped)).unwrap(),
+            fs::read(top().join(source)).unwrap(),
+            "{shipped}"
+        );
+    }
+    // Stripped as dh_strip strips, USDT probes kept.
+    let built = Path::new(env!("CARGO_BIN_EXE_zinstall")).parent().unwrap();
+    for (bin, name) in [
+        ("usr/bin/zinstall", "zinstall"),
+        ("usr/sbin/zinstalld", "zinstalld"),
+    ] {
+        let path = stage.join(bin);
+        assert!(!has_symbols(&path), "{bin} is not stripped");
+        let shipped = sections(&path);
+        assert!(!shipped.contains(" .comment "), "{bin} keeps .comment");
+        if sections(&built.join(name)).contains(" .note.stapsdt ") {
+            assert!(
+                shipped.contains(" .note.stapsdt "),
+                "{bin} lost its USDT probes"
+            );
+        }
+    }
+    let zsh = fs::read_to_string(
+        stage.join("usr/share/zsh/vendor-completions/_zinstall"),
+    )
+    .unwrap();
+    assert!(zsh.contains("#compdef zinstall"));
+    // dpkg records what a package installs; install-files' own record
+    // would be a stray file.
+    assert!(!files.contains_key("usr/share/zinstall/installed"));
+    assert!(!stage.join("DEBIAN").exists(), "deb-stage wrote DEBIAN/");
+    // A second run starts from an empty stage: nothing of the first run,
+    // nor anything left there, is kept (install-files would keep an
+    // edited conffile and write a .new beside it).
+    fs::write(stage.join("etc/default/zinstall"), "# edited\n").unwrap();
+    fs::write(stage.join("stray"), "").unwrap();
+    assert_eq!(deb_stage(&stage), files);
 }
 
 #[test]
@@ -658,14 +741,15 @@ fn the_linux_packages_install_the_linux_profile_as_the_default() {
         read(&dest.path().join("etc/zinstall/profile-zone.toml")),
         read(&top().join("etc/zinstall/profile.toml"))
     );
-    let deb = deb_assets();
+    let stage = dest.path().join("deb-stage");
+    deb_stage(&stage);
     assert_eq!(
-        deb["etc/zinstall/profile.toml"],
-        "etc/zinstall/profile-linux.toml"
+        read(&stage.join("etc/zinstall/profile.toml")),
+        read(&top().join("etc/zinstall/profile-linux.toml"))
     );
     assert_eq!(
-        deb["etc/zinstall/profile-zone.toml"],
-        "etc/zinstall/profile.toml"
+        read(&stage.join("etc/zinstall/profile-zone.toml")),
+        read(&top().join("etc/zinstall/profile.toml"))
     );
     // And it works here: a small Linux root from it, as a user would
     // install one.
