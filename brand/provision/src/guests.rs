@@ -11,7 +11,7 @@
 //! asked for the options module's.
 
 use std::fmt;
-use std::fs;
+use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -99,6 +99,10 @@ pub struct ProvisionReport {
     pub replaced: Option<Replaced>,
     /// The guests, in order.
     pub guests: Vec<Guest>,
+    /// What was noticed and accepted building the entry (a qcow2 image
+    /// read as it is though left dirty, a backing format probed, a
+    /// conversion by qemu-img), each naming the file.
+    pub notices: Vec<String>,
 }
 
 /// Provisions `opts.count` guests from `image`; `on_guest` hears of each
@@ -123,8 +127,9 @@ pub fn provision_in(
     let kind = check_request(image, opts)?;
     let cache = open_cache(opts, cache_mode)?;
     let entry_kind = entry_kind(kind);
+    let mut notices = Vec::new();
     let (mut lease, obtained) =
-        lease_entry(&cache, image, kind, entry_kind, opts)?;
+        lease_entry(&cache, image, kind, entry_kind, opts, &mut notices)?;
     let replaced = lease.replaced.take();
     let out_existed = fs::symlink_metadata(&opts.out).is_ok();
     let mut made: Vec<PathBuf> = Vec::new();
@@ -162,6 +167,7 @@ pub fn provision_in(
         obtained,
         replaced,
         guests,
+        notices,
     })
 }
 
@@ -189,15 +195,38 @@ fn lease_entry(
     kind: ImageKind,
     entry_kind: EntryKind,
     opts: &ProvisionOptions,
+    notices: &mut Vec<String>,
 ) -> Result<(Lease, Obtained), ProvisionError> {
     let (lease, obtained) = if kind == ImageKind::Oci {
         crate::oci::obtain(cache, image, opts)?
     } else {
-        cache.obtain(
+        // A qcow2 image is opened first, with the files it names: their
+        // identities are part of its own, and the build reads the very
+        // files opened.
+        let qcow = match kind {
+            ImageKind::Qcow2 => Some(crate::build::open_qcow2(image, opts)?),
+            _ => None,
+        };
+        let also: Vec<File> = match &qcow {
+            Some(crate::build::Qcow2Input::Native(img)) => img
+                .files()
+                .iter()
+                .skip(1)
+                .map(|(p, f)| {
+                    f.try_clone().map_err(|e| Error::io(Op::Open, p, e))
+                })
+                .collect::<Result<_, _>>()?,
+            _ => Vec::new(),
+        };
+        let also: Vec<&File> = also.iter().collect();
+        cache.obtain_with(
             image,
+            &also,
             entry_kind,
             opts.sha256.as_deref(),
-            |reader, payload| build(image, kind, reader, payload, opts),
+            |reader, payload| {
+                build(image, kind, qcow, reader, payload, opts, notices)
+            },
         )?
     };
     // An entry built with device nodes allowed serves only provisions

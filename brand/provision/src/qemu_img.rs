@@ -1,5 +1,7 @@
 //! Running `qemu-img`: for overlays instead of the native writer, when
-//! asked, and to convert the disk formats zinstall does not read itself.
+//! asked, to convert the disk formats zinstall does not read itself, and
+//! when asked (`--qemu-img`), qcow2 images the native reader refuses for
+//! a feature it lacks (not for being corrupt or hostile).
 //!
 //! A conversion reads an image from elsewhere with `qemu-img`'s parsers,
 //! so it is fenced in:
@@ -127,12 +129,37 @@ pub(crate) fn create_overlay(
         .map_err(|e| Error::io(copier::Op::Chmod, overlay, e))
 }
 
+/// What `qemu-img` converts.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Format {
+    /// A format zinstall does not read.
+    Foreign(ForeignFormat),
+    /// A qcow2 image the native reader refused for a feature it lacks.
+    Qcow2,
+}
+
+impl Format {
+    fn name(self) -> &'static str {
+        match self {
+            Format::Foreign(f) => f.name(),
+            Format::Qcow2 => "qcow2",
+        }
+    }
+
+    fn qemu_name(self) -> &'static str {
+        match self {
+            Format::Foreign(f) => f.qemu_name(),
+            Format::Qcow2 => "qcow2",
+        }
+    }
+}
+
 /// What converting a foreign image is given.
 pub(crate) struct Conversion<'a> {
     /// The `qemu-img` to run.
     pub qemu_img: &'a Path,
     /// The image's format.
-    pub format: ForeignFormat,
+    pub format: Format,
     /// The image as the caller named it, for messages.
     pub shown: &'a Path,
     /// zinstall's private copy of its (decompressed) bytes.

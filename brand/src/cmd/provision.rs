@@ -63,6 +63,11 @@ pub struct ProvisionArgs {
     #[arg(long, value_name = "PATH", num_args = 0..=1, require_equals = true,
           default_missing_value = "/usr/bin/qemu-img")]
     pub qemu_img: Option<PathBuf>,
+    /// Follow a qcow2 image's backing and data file names that are
+    /// absolute or have `..` when they lead beneath DIR. Names beside
+    /// the image are always followed; symlinks never are.
+    #[arg(long, value_name = "DIR")]
+    pub backing_dir: Option<PathBuf>,
     /// Refuse archives unpacking to more than this, compressed qcow2
     /// images decompressing to more, and registry blobs declaring more.
     #[arg(long, value_parser = parse_size,
@@ -272,6 +277,7 @@ pub fn provision(args: &ProvisionArgs) -> ExitCode {
         .flatten();
     let opts = ProvisionOptions {
         qemu_img: args.qemu_img.clone(),
+        backing_dir: args.backing_dir.clone(),
         tunables,
         listener: (args.verbose && !args.json)
             .then(|| Arc::new(output::Listing) as Arc<dyn copier::Listener>),
@@ -321,6 +327,9 @@ pub fn provision(args: &ProvisionArgs) -> ExitCode {
             if json {
                 crate::json::print(&v);
             } else {
+                for n in &r.notices {
+                    output::note(n);
+                }
                 print_provision(&v);
             }
             ExitCode::SUCCESS
