@@ -57,8 +57,9 @@ pub struct ProvisionArgs {
     #[arg(long, value_name = "HEX")]
     pub sha256: Option<String>,
     /// Make overlays with qemu-img (--qemu-img=PATH: that one) instead
-    /// of natively; formats zinstall does not read are converted with it
-    /// too (without it: the qemu-img on PATH). The = is required, so
+    /// of natively; qcow2 images the native reader lacks a feature for
+    /// are converted with it, formats zinstall does not read too (without
+    /// it: the qemu-img on PATH). The = is required, so
     /// that the image is not taken for the path.
     #[arg(long, value_name = "PATH", num_args = 0..=1, require_equals = true,
           default_missing_value = "/usr/bin/qemu-img")]
