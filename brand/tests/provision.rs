@@ -1279,6 +1279,18 @@ fn qcow2_images_the_reader_lacks_a_feature_for_go_to_qemu_img_when_asked() {
         "1M",
     ]));
     let luks = d.path().join("luks.qcow2");
+    let opts = format!(
+        "driver=qcow2,file.filename={},encrypt.key-secret=sec0",
+        s(&luks)
+    );
+    run(tools::tool("qemu-io").args([
+        "--object",
+        "secret,id=sec0,data=abc",
+        "--image-opts",
+        &opts,
+        "-c",
+        "write -P 0x5a 64k 128k",
+    ]));
     for extra in [&[][..], &["--qemu-img"][..]] {
         let mut a = vec![
             "provision",
@@ -1291,11 +1303,48 @@ fn qcow2_images_the_reader_lacks_a_feature_for_go_to_qemu_img_when_asked() {
         a.extend_from_slice(extra);
         let o = zinstall(&a);
         assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+        let t = text(&o);
         assert!(
-            text(&o).contains("LUKS")
-                && text(&o).contains("encrypt.key-secret=sec0"),
-            "{}",
-            text(&o)
+            t.contains("LUKS") && t.contains("encrypt.key-secret=sec0"),
+            "{t}"
         );
+        assert!(t.contains("--secret-file"), "{t}");
     }
+    // With its key in a file: decrypted by qemu-img, fenced.
+    let key = d.path().join("key");
+    fs::write(&key, b"abc").unwrap();
+    let want = d.path().join("want.raw");
+    run(tools::tool("qemu-img").args([
+        "convert",
+        "--object",
+        "secret,id=sec0,data=abc",
+        "--image-opts",
+        &opts,
+        "-O",
+        "raw",
+        s(&want),
+    ]));
+    let want = fs::read(&want).unwrap();
+    assert!(want[64 << 10..192 << 10].iter().all(|&b| b == 0x5a));
+    let (v, got, _) =
+        provision_one(&luks, &cache, &out, &["--secret-file", s(&key)]);
+    assert!(got == want, "the guest is not the decrypted image");
+    assert!(v["notices"].to_string().contains("converted by"), "{v}");
+    // A wrong key: qemu-img's refusal, though the image's base is in
+    // the cache.
+    let wrong = d.path().join("wrong");
+    fs::write(&wrong, b"abd").unwrap();
+    let a = [
+        "provision",
+        s(&luks),
+        "--cache",
+        s(&cache),
+        "--out",
+        s(&out),
+        "--secret-file",
+        s(&wrong),
+    ];
+    let o = zinstall(&a);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("qemu-img"), "{}", text(&o));
 }

@@ -55,13 +55,37 @@ pub(crate) fn open_qcow2(
     match qcow2::Image::open_chain(image, &chain) {
         Ok(img) => Ok(Qcow2Input::Native(Box::new(img))),
         Err(e) => {
-            // Only the image itself, and not for its key: qemu-img is
-            // given the image alone, and no key.
-            let fallback = e.path == image
-                && e.refusal().is_some_and(|p| {
-                    p.is_unsupported()
-                        && !matches!(p, qcow2::Problem::Encrypted(_))
-                });
+            // Only the image itself: qemu-img is given the image alone.
+            let problem = e.refusal().filter(|_| e.path == image);
+            let encrypted =
+                matches!(problem, Some(qcow2::Problem::Encrypted(_)));
+            if encrypted {
+                // Its key, given to qemu-img; without one, refused saying
+                // how to give it.
+                if opts.secret_file.is_none() {
+                    return Err(Error::Image {
+                        path: image.to_path_buf(),
+                        problem: ImageProblem::Unsupported(format!(
+                            "{}; or pass --secret-file KEYFILE (the \
+                             passphrase, exactly) to have qemu-img decrypt it",
+                            e.refusal()
+                                .map_or(String::new(), |p| p.to_string())
+                        )),
+                    });
+                }
+                let q = crate::qemu_img::converter(opts.qemu_img.as_deref())
+                    .ok_or_else(|| Error::Image {
+                        path: image.to_path_buf(),
+                        problem: ImageProblem::Unsupported(
+                            "encrypted, and there is no qemu-img on PATH to \
+                             decrypt it (install it, or name it with \
+                             --qemu-img)"
+                                .into(),
+                        ),
+                    })?;
+                return Ok(Qcow2Input::QemuImg(q, e));
+            }
+            let fallback = problem.is_some_and(|p| p.is_unsupported());
             match (&opts.qemu_img, fallback) {
                 (Some(q), true) => Ok(Qcow2Input::QemuImg(q.clone(), e)),
                 (None, true) => Err(Error::Image {
@@ -165,6 +189,12 @@ pub(crate) fn build(
                             copy: &copy,
                             payload,
                             cancel: opts.cancel.as_ref(),
+                            secret: match why.refusal() {
+                                Some(qcow2::Problem::Encrypted(_)) => {
+                                    opts.secret_file.as_deref()
+                                }
+                                _ => None,
+                            },
                         },
                     );
                     let _scratch = fs::remove_file(&copy);
@@ -221,6 +251,7 @@ pub(crate) fn build(
                     copy: &copy,
                     payload,
                     cancel: opts.cancel.as_ref(),
+                    secret: None,
                 });
             let _scratch = fs::remove_file(&copy);
             r?;

@@ -216,6 +216,21 @@ fn lease_entry(
                     f.try_clone().map_err(|e| Error::io(Op::Open, p, e))
                 })
                 .collect::<Result<_, _>>()?,
+            // An encrypted image's entry is found again only with the
+            // same key file, unchanged: another key is tried by qemu-img.
+            Some(crate::build::Qcow2Input::QemuImg(_, e))
+                if matches!(
+                    e.refusal(),
+                    Some(qcow2::Problem::Encrypted(_))
+                ) =>
+            {
+                match &opts.secret_file {
+                    Some(k) => vec![
+                        File::open(k).map_err(|e| Error::io(Op::Open, k, e))?,
+                    ],
+                    None => Vec::new(),
+                }
+            }
             _ => Vec::new(),
         };
         let also: Vec<&File> = also.iter().collect();

@@ -84,6 +84,9 @@ pub struct ProvisionOptions {
     /// [`zinstall_qcow2::ChainOptions`]); without it only names beside
     /// the image are followed.
     pub backing_dir: Option<PathBuf>,
+    /// The key of an encrypted qcow2 image: a file holding exactly the
+    /// passphrase, given to `qemu-img`, which decrypts the image.
+    pub secret_file: Option<PathBuf>,
     /// Workers for extraction, conversion and copies.
     pub tunables: Tunables,
     /// Bound on what an archive may unpack to, on a compressed disk
@@ -144,6 +147,7 @@ impl ProvisionOptions {
             sha256: r.sha256,
             qemu_img: None,
             backing_dir: None,
+            secret_file: None,
             tunables: Tunables::default(),
             max_archive_bytes: r
                 .max_archive_bytes

@@ -69,6 +69,11 @@ pub struct ProvisionArgs {
     /// the image are always followed; symlinks never are.
     #[arg(long, value_name = "DIR")]
     pub backing_dir: Option<PathBuf>,
+    /// The key of an encrypted qcow2 image: FILE holds exactly its
+    /// passphrase; qemu-img (--qemu-img, or the one on PATH) decrypts the
+    /// image with it.
+    #[arg(long, value_name = "FILE")]
+    pub secret_file: Option<PathBuf>,
     /// Refuse archives unpacking to more than this, compressed qcow2
     /// images decompressing to more, and registry blobs declaring more.
     #[arg(long, value_parser = parse_size,
@@ -279,6 +284,7 @@ pub fn provision(args: &ProvisionArgs) -> ExitCode {
     let opts = ProvisionOptions {
         qemu_img: args.qemu_img.clone(),
         backing_dir: args.backing_dir.clone(),
+        secret_file: args.secret_file.clone(),
         tunables,
         listener: (args.verbose && !args.json)
             .then(|| Arc::new(output::Listing) as Arc<dyn copier::Listener>),

@@ -224,11 +224,12 @@ impl Cache {
         self.obtain_with(image, &[], kind, expected, build)
     }
 
-    /// [`Self::obtain`] for an image that also reads the files `also`
-    /// (a qcow2 image's data file and backing chain, opened): their
-    /// identities are part of the image's, so that an entry is found
-    /// again only while none of them has changed either. `build` must
-    /// feed their bytes to the digest after the image's.
+    /// [`Self::obtain`] for an image that also depends on the files
+    /// `also` (a qcow2 image's data file and backing chain, whose bytes
+    /// `build` feeds to the digest after the image's; an encrypted
+    /// image's key file): their identities are part of the image's, so
+    /// that an entry is found again only while none of them has changed
+    /// either.
     pub fn obtain_with<E: From<Error>>(
         &self,
         image: &Path,
