@@ -1149,7 +1149,22 @@ fn qcow2_chains_provision_their_flattened_image() {
     assert!(got == want, "the guest is not the flattened chain: {err}");
     assert_eq!(v["obtained"], "built");
     let first = v["entry"].as_str().unwrap().to_string();
-    // The same chain again: the entry is found.
+    // The same chain again: the entry is found (and a dry run says so).
+    let dry = |want: &str| {
+        let a = [
+            "provision",
+            s(&top),
+            "--json",
+            "--dry-run",
+            "--cache",
+            s(&cache),
+            "--out",
+            s(&out),
+        ];
+        let v = json_of(&zinstall(&a));
+        assert_eq!(v["cache"], want, "{v}");
+    };
+    dry("reuse");
     let (v, _, _) = provision_one(&top, &cache, &out, &[]);
     assert_eq!(v["obtained"], "reused");
     assert_eq!(v["entry"], first.as_str());
@@ -1157,6 +1172,7 @@ fn qcow2_chains_provision_their_flattened_image() {
     // content, though the top file is unchanged.
     let before = fs::metadata(&top).unwrap();
     qemu_io_in(&dir.join("mid.qcow2"), &["write -P 0x3c 20M 64k"]);
+    dry("build");
     let want = raw_of(&top, &d.path().join("want2.raw"));
     assert!(fs::metadata(&top).unwrap().len() == before.len());
     let (v, got, _) = provision_one(&top, &cache, &out, &[]);

@@ -187,6 +187,35 @@ fn open_cache(
     }
 }
 
+/// The files besides a qcow2 image that its entry depends on: its data
+/// file and backing chain as opened, or an encrypted image's key file.
+fn chain_files(
+    qcow: Option<&crate::build::Qcow2Input>,
+    opts: &ProvisionOptions,
+) -> Result<Vec<File>, ProvisionError> {
+    Ok(match qcow {
+        Some(crate::build::Qcow2Input::Native(img)) => img
+            .files()
+            .iter()
+            .skip(1)
+            .map(|(p, f)| f.try_clone().map_err(|e| Error::io(Op::Open, p, e)))
+            .collect::<Result<_, _>>()?,
+        // An encrypted image's entry is found again only with the
+        // same key file, unchanged: another key is tried by qemu-img.
+        Some(crate::build::Qcow2Input::QemuImg(_, e))
+            if matches!(e.refusal(), Some(qcow2::Problem::Encrypted(_))) =>
+        {
+            match &opts.secret_file {
+                Some(k) => {
+                    vec![File::open(k).map_err(|e| Error::io(Op::Open, k, e))?]
+                }
+                None => Vec::new(),
+            }
+        }
+        _ => Vec::new(),
+    })
+}
+
 /// The cache entry the guests of `image` (of `kind`) come from, found
 /// or built, leased for as long as they are made.
 fn lease_entry(
@@ -207,32 +236,7 @@ fn lease_entry(
             ImageKind::Qcow2 => Some(crate::build::open_qcow2(image, opts)?),
             _ => None,
         };
-        let also: Vec<File> = match &qcow {
-            Some(crate::build::Qcow2Input::Native(img)) => img
-                .files()
-                .iter()
-                .skip(1)
-                .map(|(p, f)| {
-                    f.try_clone().map_err(|e| Error::io(Op::Open, p, e))
-                })
-                .collect::<Result<_, _>>()?,
-            // An encrypted image's entry is found again only with the
-            // same key file, unchanged: another key is tried by qemu-img.
-            Some(crate::build::Qcow2Input::QemuImg(_, e))
-                if matches!(
-                    e.refusal(),
-                    Some(qcow2::Problem::Encrypted(_))
-                ) =>
-            {
-                match &opts.secret_file {
-                    Some(k) => vec![
-                        File::open(k).map_err(|e| Error::io(Op::Open, k, e))?,
-                    ],
-                    None => Vec::new(),
-                }
-            }
-            _ => Vec::new(),
-        };
+        let also = chain_files(qcow.as_ref(), opts)?;
         let also: Vec<&File> = also.iter().collect();
         cache.obtain_with(
             image,
@@ -354,7 +358,15 @@ pub fn preview(
     let would = if kind == ImageKind::Oci {
         crate::oci::peek(&root, image, opts)?
     } else {
-        Cache::peek(&root, image, entry_kind, opts.sha256.as_deref())?
+        // A qcow2 image's chain is part of its identity: opened (its
+        // headers and L1 tables read, no data).
+        let qcow = match kind {
+            ImageKind::Qcow2 => Some(crate::build::open_qcow2(image, opts)?),
+            _ => None,
+        };
+        let also = chain_files(qcow.as_ref(), opts)?;
+        let also: Vec<&File> = also.iter().collect();
+        Cache::peek(&root, image, &also, entry_kind, opts.sha256.as_deref())?
     };
     let mut guests = Vec::with_capacity(opts.count);
     for i in 0..opts.count {

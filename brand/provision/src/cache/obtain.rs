@@ -152,6 +152,7 @@ impl Cache {
     pub(crate) fn peek(
         root: &Path,
         image: &Path,
+        also: &[&File],
         kind: EntryKind,
         expected: Option<&str>,
     ) -> Result<WouldObtain> {
@@ -160,7 +161,9 @@ impl Cache {
         let cache = Cache {
             root: root.to_path_buf(),
         };
-        let index = root.join("index").join(identity_key(&md, kind));
+        let index = root
+            .join("index")
+            .join(chained_identity(image, &md, also, kind)?);
         let name = match fs::read_to_string(&index) {
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
