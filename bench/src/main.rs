@@ -192,6 +192,10 @@ enum Cmd {
         /// whatever ran before it. 0: start at once.
         #[arg(long, default_value_t = 3.0)]
         settle: f64,
+        /// Busy processes (`yes > /dev/null`) kept running through the
+        /// qcow2 runs: the machine under load. 0: quiet.
+        #[arg(long, default_value_t = 0)]
+        load: usize,
     },
     /// Sweep COPY_THREADS x COPY_BATCH on a tree, with the peers in the
     /// same run; CSV, Markdown and charts (SVG, PNG).
@@ -338,6 +342,7 @@ fn main() -> ExitCode {
             qcow2_data,
             other,
             settle,
+            load,
         } => {
             let z = zinstall
                 .unwrap_or_else(|| workspace().join("target/release/zinstall"));
@@ -347,6 +352,7 @@ fn main() -> ExitCode {
                 data: qcow2_data,
                 other,
                 settle: std::time::Duration::from_secs_f64(settle.max(0.0)),
+                load,
             };
             if qcow2_only {
                 qcow2_bench(&z, &q, &scratch)
@@ -1063,12 +1069,16 @@ struct Qcow2Bench {
     data: f64,
     other: Option<PathBuf>,
     settle: std::time::Duration,
+    load: usize,
 }
 
 /// A qcow2 image of `gib` GiB with `data` of it written by qemu-io in
 /// 1 MiB extents spread evenly, from a deterministic pattern that is half
 /// text and half noise (compresses about as a system disk does); then
-/// its zlib- and zstd-compressed copies made by qemu-img convert -c.
+/// its zlib- and zstd-compressed copies made by qemu-img convert -c; and
+/// a chain: an overlay over the plain image (its backing file named
+/// beside it, format qcow2) where another 5% of the disk is written,
+/// spread over it, and 2% zeroed.
 fn qcow2_images(
     q: &Qcow2Bench,
     scratch: &Path,
@@ -1131,6 +1141,41 @@ fn qcow2_images(
         }
         out.push((label.to_string(), img));
     }
+    let chain = scratch.join(format!("{stem}-chain.qcow2"));
+    if !chain.exists() {
+        let size = q.gib << 30;
+        let pat = scratch.join("q-pattern.bin");
+        let mut cmds = String::new();
+        let extents = ((size as f64 * 0.05) as u64 >> 20).max(1);
+        let step = (size / extents) & !0xffff;
+        for i in 0..extents {
+            // Offset from the base's extents, so that some overlap them.
+            let at = i * step + step / 3;
+            cmds.push_str(&format!(
+                "write -q -s {} {} 1M\n",
+                pat.display(),
+                at & !0xffff
+            ));
+        }
+        let zeros = ((size as f64 * 0.02) as u64 >> 20).max(1);
+        let zstep = (size / zeros) & !0xffff;
+        for i in 0..zeros {
+            cmds.push_str(&format!("write -q -z {} 1M\n", i * zstep));
+        }
+        let cmdfile = scratch.join("q-chain-cmds.txt");
+        fs::write(&cmdfile, cmds).map_err(|e| e.to_string())?;
+        let base = plain.file_name().unwrap().to_string_lossy().into_owned();
+        let tmp = scratch.join(format!("{stem}-chain.partial"));
+        sh(&format!(
+            "cd {0} && qemu-img create -q -f qcow2 -F qcow2 -b {1} {2} && qemu-io -f qcow2 {2} < {3} > /dev/null && mv {2} {4}",
+            scratch.display(),
+            base,
+            tmp.display(),
+            cmdfile.display(),
+            chain.display()
+        ))?;
+    }
+    out.push(("qcow2 chain of 2".to_string(), chain));
     Ok(out)
 }
 
@@ -1158,6 +1203,29 @@ fn qcow2_bench(z: &Path, q: &Qcow2Bench, scratch: &Path) -> Result<(), String> {
             work.display()
         ))
     };
+    // The load: busy processes for the whole comparison, stopped (by
+    // their own handles) when it ends, however it ends.
+    struct Load(Vec<std::process::Child>);
+    impl Drop for Load {
+        fn drop(&mut self) {
+            for c in &mut self.0 {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+    let mut load = Load(Vec::new());
+    for _ in 0..q.load {
+        load.0.push(
+            std::process::Command::new("yes")
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .map_err(|e| format!("yes: {e}"))?,
+        );
+    }
+    if q.load > 0 {
+        eprintln!("under load: {} busy processes (yes > /dev/null)", q.load);
+    }
     let mut tables = String::new();
     for (label, img) in &images {
         let mut names: Vec<String> =
@@ -1249,10 +1317,15 @@ fn qcow2_bench(z: &Path, q: &Qcow2Bench, scratch: &Path) -> Result<(), String> {
         synced.extend(pick(QEMU_SYNC));
         bare.extend(pick(QEMU));
         let _ = tables.write_fmt(format_args!(
-            "\n{label} ({}, {} GiB, {:.0}% data)\n\nwith the flush to disk:\n\n{}\nwithout it:\n\n{}",
+            "\n{label} ({}, {} GiB, {:.0}% data{})\n\nwith the flush to disk:\n\n{}\nwithout it:\n\n{}",
             img.display(),
             q.gib,
             q.data * 100.0,
+            if q.load > 0 {
+                format!(", {} busy processes", q.load)
+            } else {
+                String::new()
+            },
             report::markdown(&synced, QEMU_SYNC),
             report::markdown(&bare, QEMU)
         ));

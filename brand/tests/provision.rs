@@ -450,7 +450,7 @@ fn bad_images_leave_nothing_behind() {
         (vec![s(&cut)], "corrupt image"),
         (vec![s(&bad_gz)], "corrupt"),
         (vec![s(&zst), "--sha256", &wrong], "checksum mismatch"),
-        (vec![s(&backed)], "backing file of its own"),
+        (vec![s(&backed)], "refused: an absolute name"),
     ];
     for (args, want) in cases {
         let mut a = vec!["provision", "--out", s(&out), "--cache", s(&cache)];
@@ -1068,4 +1068,303 @@ fn device_nodes_are_made_only_when_asked() {
         "{t}"
     );
     assert!(!out.exists());
+}
+
+fn qemu_io_in(img: &Path, cmds: &[&str]) {
+    let mut c = tools::tool("qemu-io");
+    c.args(["-f", "qcow2"]);
+    for cmd in cmds {
+        c.args(["-c", cmd]);
+    }
+    run(c.arg(img));
+}
+
+/// `qemu-img create -q ARGS` in `dir` (relative backing names).
+fn create_in(dir: &Path, args: &[&str]) {
+    run(tools::tool("qemu-img")
+        .current_dir(dir)
+        .arg("create")
+        .arg("-q")
+        .args(args));
+}
+
+/// Provisions one guest of `image` into `out` and returns the JSON
+/// report, the guest's disk as raw, and the standard error.
+fn provision_one(
+    image: &Path,
+    cache: &Path,
+    out: &Path,
+    extra: &[&str],
+) -> (serde_json::Value, Vec<u8>, String) {
+    let _ = fs::remove_dir_all(out);
+    let mut a = vec!["provision", s(image), "--json", "--name", "g"];
+    a.extend(["--cache", s(cache), "--out", s(out)]);
+    a.extend(extra.iter().copied());
+    let o = zinstall(&a);
+    let v = json_of(&o);
+    let raw = out.with_extension("raw");
+    let _ = fs::remove_file(&raw);
+    let got = raw_of(&out.join("g-0.qcow2"), &raw);
+    (v, got, String::from_utf8_lossy(&o.stderr).into_owned())
+}
+
+#[test]
+fn qcow2_chains_provision_their_flattened_image() {
+    let d = Tmp::new();
+    let dir = d.path().join("images");
+    fs::create_dir(&dir).unwrap();
+    let (cache, out) = (d.path().join("cache"), d.path().join("out"));
+    create_in(&dir, &["-f", "raw", "base.raw", "64M"]);
+    fs::copy(disk(d.path()), dir.join("base.raw")).unwrap();
+    create_in(
+        &dir,
+        &["-f", "qcow2", "-F", "raw", "-b", "base.raw", "mid.qcow2"],
+    );
+    qemu_io_in(
+        &dir.join("mid.qcow2"),
+        &["write -P 0x5a 0 64k", "write -z 9M 1M"],
+    );
+    create_in(
+        &dir,
+        &[
+            "-f",
+            "qcow2",
+            "-o",
+            "lazy_refcounts=on",
+            "-F",
+            "qcow2",
+            "-b",
+            "mid.qcow2",
+            "top.qcow2",
+            "80M",
+        ],
+    );
+    let top = dir.join("top.qcow2");
+    qemu_io_in(
+        &top,
+        &[
+            "write -P 0x6b 40M 64k",
+            "write -z 0 4k",
+            "write -P 0x7c 70M 1M",
+        ],
+    );
+    let want = raw_of(&top, &d.path().join("want.raw"));
+    let (v, got, err) = provision_one(&top, &cache, &out, &[]);
+    assert!(got == want, "the guest is not the flattened chain: {err}");
+    assert_eq!(v["obtained"], "built");
+    let first = v["entry"].as_str().unwrap().to_string();
+    // The same chain again: the entry is found (and a dry run says so).
+    let dry = |want: &str| {
+        let a = [
+            "provision",
+            s(&top),
+            "--json",
+            "--dry-run",
+            "--cache",
+            s(&cache),
+            "--out",
+            s(&out),
+        ];
+        let v = json_of(&zinstall(&a));
+        assert_eq!(v["cache"], want, "{v}");
+    };
+    dry("reuse");
+    let (v, _, _) = provision_one(&top, &cache, &out, &[]);
+    assert_eq!(v["obtained"], "reused");
+    assert_eq!(v["entry"], first.as_str());
+    // A write into the chain's middle image: another entry, of the new
+    // content, though the top file is unchanged.
+    let before = fs::metadata(&top).unwrap();
+    qemu_io_in(&dir.join("mid.qcow2"), &["write -P 0x3c 20M 64k"]);
+    dry("build");
+    let want = raw_of(&top, &d.path().join("want2.raw"));
+    assert!(fs::metadata(&top).unwrap().len() == before.len());
+    let (v, got, _) = provision_one(&top, &cache, &out, &[]);
+    assert_eq!(v["obtained"], "built");
+    assert_ne!(
+        v["entry"],
+        first.as_str(),
+        "the cache key ignores the chain"
+    );
+    assert!(got == want, "the guest has the old chain's content");
+    // Dirty lazy refcounts: read as they are, with a notice naming the
+    // image; the image is not changed.
+    let f = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&top)
+        .unwrap();
+    let mut b = [0u8; 1];
+    std::os::unix::fs::FileExt::read_exact_at(&f, &mut b, 79).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&f, &[b[0] | 1], 79).unwrap();
+    drop(f);
+    let image_bytes = fs::read(&top).unwrap();
+    let (v, got, _) = provision_one(&top, &cache, &out, &[]);
+    assert!(got == want);
+    let notices = v["notices"].to_string();
+    assert!(
+        notices.contains("dirty") && notices.contains(s(&top)),
+        "{v}"
+    );
+    assert!(
+        fs::read(&top).unwrap() == image_bytes,
+        "the image was changed"
+    );
+    // Told on the terminal too, when the entry is built.
+    let cache2 = d.path().join("cache2");
+    let mut a = vec!["provision", s(&top), "--name", "h"];
+    a.extend(["--cache", s(&cache2), "--out", s(&out)]);
+    let o = zinstall(&a);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).contains("note: ") && text(&o).contains("dirty"),
+        "{}",
+        text(&o)
+    );
+    // An absolute backing name: refused, unless beneath --backing-dir.
+    create_in(
+        &dir,
+        &[
+            "-f",
+            "qcow2",
+            "-F",
+            "raw",
+            "-b",
+            s(&dir.join("base.raw")),
+            "abs.qcow2",
+        ],
+    );
+    let abs = dir.join("abs.qcow2");
+    let a = ["provision", s(&abs), "--cache", s(&cache), "--out", s(&out)];
+    let o = zinstall(&a);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        text(&o).contains(s(&abs)) && text(&o).contains("absolute name"),
+        "{}",
+        text(&o)
+    );
+    let want = raw_of(&abs, &d.path().join("want3.raw"));
+    let (_, got, _) =
+        provision_one(&abs, &cache, &out, &["--backing-dir", s(&dir)]);
+    assert!(got == want);
+}
+
+#[test]
+fn qcow2_images_the_reader_lacks_a_feature_for_go_to_qemu_img_when_asked() {
+    let d = Tmp::new();
+    let (cache, out) = (d.path().join("cache"), d.path().join("out"));
+    let img = d.path().join("future.qcow2");
+    create_in(d.path(), &["-f", "qcow2", "future.qcow2", "8M"]);
+    qemu_io_in(&img, &["write -P 0x5a 0 64k"]);
+    // Incompatible feature bit 20, which no reader knows yet.
+    let f = fs::OpenOptions::new().write(true).open(&img).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(
+        &f,
+        &(1u64 << 20).to_be_bytes(),
+        72,
+    )
+    .unwrap();
+    drop(f);
+    let base = ["provision", s(&img), "--cache", s(&cache), "--out", s(&out)];
+    let o = zinstall(&base);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        text(&o).contains("unknown incompatible features")
+            && text(&o).contains("pass --qemu-img"),
+        "{}",
+        text(&o)
+    );
+    // Asked, qemu-img is run on it (and refuses it too, in its words).
+    let mut a = base.to_vec();
+    a.push("--qemu-img");
+    let o = zinstall(&a);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        text(&o).contains("qemu-img") && text(&o).contains("nsupported"),
+        "{}",
+        text(&o)
+    );
+    // A LUKS image: refused saying how to decrypt it, with or without
+    // --qemu-img.
+    run(tools::tool("qemu-img").current_dir(d.path()).args([
+        "create",
+        "-q",
+        "-f",
+        "qcow2",
+        "--object",
+        "secret,id=sec0,data=abc",
+        "-o",
+        "encrypt.format=luks,encrypt.key-secret=sec0,encrypt.iter-time=10",
+        "luks.qcow2",
+        "1M",
+    ]));
+    let luks = d.path().join("luks.qcow2");
+    let opts = format!(
+        "driver=qcow2,file.filename={},encrypt.key-secret=sec0",
+        s(&luks)
+    );
+    run(tools::tool("qemu-io").args([
+        "--object",
+        "secret,id=sec0,data=abc",
+        "--image-opts",
+        &opts,
+        "-c",
+        "write -P 0x5a 64k 128k",
+    ]));
+    for extra in [&[][..], &["--qemu-img"][..]] {
+        let mut a = vec![
+            "provision",
+            s(&luks),
+            "--cache",
+            s(&cache),
+            "--out",
+            s(&out),
+        ];
+        a.extend_from_slice(extra);
+        let o = zinstall(&a);
+        assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+        let t = text(&o);
+        assert!(
+            t.contains("LUKS") && t.contains("encrypt.key-secret=sec0"),
+            "{t}"
+        );
+        assert!(t.contains("--secret-file"), "{t}");
+    }
+    // With its key in a file: decrypted by qemu-img, fenced.
+    let key = d.path().join("key");
+    fs::write(&key, b"abc").unwrap();
+    let want = d.path().join("want.raw");
+    run(tools::tool("qemu-img").args([
+        "convert",
+        "--object",
+        "secret,id=sec0,data=abc",
+        "--image-opts",
+        &opts,
+        "-O",
+        "raw",
+        s(&want),
+    ]));
+    let want = fs::read(&want).unwrap();
+    assert!(want[64 << 10..192 << 10].iter().all(|&b| b == 0x5a));
+    let (v, got, _) =
+        provision_one(&luks, &cache, &out, &["--secret-file", s(&key)]);
+    assert!(got == want, "the guest is not the decrypted image");
+    assert!(v["notices"].to_string().contains("converted by"), "{v}");
+    // A wrong key: qemu-img's refusal, though the image's base is in
+    // the cache.
+    let wrong = d.path().join("wrong");
+    fs::write(&wrong, b"abd").unwrap();
+    let a = [
+        "provision",
+        s(&luks),
+        "--cache",
+        s(&cache),
+        "--out",
+        s(&out),
+        "--secret-file",
+        s(&wrong),
+    ];
+    let o = zinstall(&a);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("qemu-img"), "{}", text(&o));
 }

@@ -903,6 +903,7 @@ pub fn provision_json(
         "sha256": r.entry.sha256,
         "obtained": obtained,
         "build_ms": build_ms,
+        "notices": r.notices,
         "replaced": r.replaced.as_ref().map(|o| json!({
             "entry": o.old.name(),
             "why": o.why,

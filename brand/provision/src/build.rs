@@ -31,15 +31,89 @@ fn convert_threads(opts: &ProvisionOptions) -> usize {
     opts.tunables.copy_threads.clamp(1, 8).min(cores)
 }
 
+/// A qcow2 image as [`open_qcow2`] found it.
+pub(crate) enum Qcow2Input {
+    /// Opened natively, with its chain.
+    Native(Box<qcow2::Image>),
+    /// Refused by the native reader for a feature it lacks, to be
+    /// converted by this `qemu-img` (asked for with `--qemu-img`).
+    QemuImg(PathBuf, qcow2::Error),
+}
+
+/// Opens the qcow2 `image` with its backing chain and data file, before
+/// its entry is obtained (the files it reads are part of its identity);
+/// an image refused for a feature the native reader lacks goes to the
+/// `qemu-img` the caller asked for, or is refused saying to ask for it.
+pub(crate) fn open_qcow2(
+    image: &Path,
+    opts: &ProvisionOptions,
+) -> Result<Qcow2Input, ProvisionError> {
+    let chain = qcow2::ChainOptions {
+        backing_dir: opts.backing_dir.clone(),
+        ..Default::default()
+    };
+    match qcow2::Image::open_chain(image, &chain) {
+        Ok(img) => Ok(Qcow2Input::Native(Box::new(img))),
+        Err(e) => {
+            // Only the image itself: qemu-img is given the image alone.
+            let problem = e.refusal().filter(|_| e.path == image);
+            let encrypted =
+                matches!(problem, Some(qcow2::Problem::Encrypted(_)));
+            if encrypted {
+                // Its key, given to qemu-img; without one, refused saying
+                // how to give it.
+                if opts.secret_file.is_none() {
+                    return Err(Error::Image {
+                        path: image.to_path_buf(),
+                        problem: ImageProblem::Unsupported(format!(
+                            "{}; or pass --secret-file KEYFILE (the \
+                             passphrase, exactly) to have qemu-img decrypt it",
+                            e.refusal()
+                                .map_or(String::new(), |p| p.to_string())
+                        )),
+                    });
+                }
+                let q = crate::qemu_img::converter(opts.qemu_img.as_deref())
+                    .ok_or_else(|| Error::Image {
+                        path: image.to_path_buf(),
+                        problem: ImageProblem::Unsupported(
+                            "encrypted, and there is no qemu-img on PATH to \
+                             decrypt it (install it, or name it with \
+                             --qemu-img)"
+                                .into(),
+                        ),
+                    })?;
+                return Ok(Qcow2Input::QemuImg(q, e));
+            }
+            let fallback = problem.is_some_and(|p| p.is_unsupported());
+            match (&opts.qemu_img, fallback) {
+                (Some(q), true) => Ok(Qcow2Input::QemuImg(q.clone(), e)),
+                (None, true) => Err(Error::Image {
+                    path: image.to_path_buf(),
+                    problem: ImageProblem::Unsupported(format!(
+                        "{}; pass --qemu-img to have qemu-img convert it",
+                        e.refusal().map_or(String::new(), |p| p.to_string())
+                    )),
+                }),
+                _ => Err(e.into()),
+            }
+        }
+    }
+}
+
 /// Builds a cache entry's payload from the image, reading it once: through
 /// the hashing reader, or for a plain qcow2 image natively, feeding the
-/// digest as it goes.
+/// digest as it goes (with its data file and backing chain after it).
+/// `qcow` is the qcow2 image already opened ([`open_qcow2`]; opened here
+/// if `None`). What was noticed and accepted goes to `notices`.
 pub(crate) fn build(
     image: &Path,
     kind: ImageKind,
+    qcow: Option<Qcow2Input>,
     reader: &mut HashingReader,
     payload: &Path,
     opts: &ProvisionOptions,
+    notices: &mut Vec<String>,
 ) -> Result<(), ProvisionError> {
     reader.meter(opts.progress.clone());
     match kind {
@@ -77,10 +151,62 @@ pub(crate) fn build(
             }
         }
         ImageKind::Qcow2 => {
-            // One sequential read of the file feeds the digest; plain
-            // clusters are reflinked or copied in the kernel from the
-            // image file, or written from the same buffers.
-            convert_streaming(image, reader, payload, opts, &Placer::new())?;
+            let qcow = match qcow {
+                Some(q) => q,
+                None => open_qcow2(image, opts)?,
+            };
+            match qcow {
+                Qcow2Input::Native(img) => {
+                    notices.extend(img.notices());
+                    // One sequential read of the file feeds the digest;
+                    // plain clusters are reflinked or copied in the kernel
+                    // from the image file, or written from the same
+                    // buffers.
+                    convert_streaming(
+                        &img,
+                        image,
+                        reader,
+                        payload,
+                        opts,
+                        &Placer::new(),
+                    )?;
+                }
+                Qcow2Input::QemuImg(qemu_img, why) => {
+                    let copy = payload.with_file_name("image.foreign");
+                    scratch_copy(
+                        image,
+                        reader,
+                        Compression::None,
+                        &copy,
+                        u64::MAX,
+                        opts,
+                    )?;
+                    let r = crate::qemu_img::convert_to_raw(
+                        &crate::qemu_img::Conversion {
+                            qemu_img: &qemu_img,
+                            format: crate::qemu_img::Format::Qcow2,
+                            shown: image,
+                            copy: &copy,
+                            payload,
+                            cancel: opts.cancel.as_ref(),
+                            secret: match why.refusal() {
+                                Some(qcow2::Problem::Encrypted(_)) => {
+                                    opts.secret_file.as_deref()
+                                }
+                                _ => None,
+                            },
+                        },
+                    );
+                    let _scratch = fs::remove_file(&copy);
+                    r?;
+                    notices.push(format!(
+                        "{}: not read natively ({}); converted by {}",
+                        image.display(),
+                        why.refusal().map_or(String::new(), |p| p.to_string()),
+                        qemu_img.display()
+                    ));
+                }
+            }
         }
         ImageKind::CompressedQcow2(c) => {
             // Decompressed once beside the payload (the scratch directory,
@@ -95,16 +221,14 @@ pub(crate) fn build(
                 opts,
             )?;
             // Its problems are the image's: the scratch copy is gone.
-            let r =
-                convert_qcow2(&inner, image, payload, opts).map_err(
-                    |e| match e {
-                        ProvisionError::Qcow2(mut q) if q.path == inner => {
-                            q.path = image.to_path_buf();
-                            ProvisionError::Qcow2(q)
-                        }
-                        e => e,
-                    },
-                );
+            let r = convert_qcow2(&inner, image, payload, opts, notices)
+                .map_err(|e| match e {
+                    ProvisionError::Qcow2(mut q) if q.path == inner => {
+                        q.path = image.to_path_buf();
+                        ProvisionError::Qcow2(q)
+                    }
+                    e => e,
+                });
             let _scratch = fs::remove_file(&inner);
             r?;
         }
@@ -122,11 +246,12 @@ pub(crate) fn build(
             let r =
                 crate::qemu_img::convert_to_raw(&crate::qemu_img::Conversion {
                     qemu_img: &qemu_img,
-                    format,
+                    format: crate::qemu_img::Format::Foreign(format),
                     shown: image,
                     copy: &copy,
                     payload,
                     cancel: opts.cancel.as_ref(),
+                    secret: None,
                 });
             let _scratch = fs::remove_file(&copy);
             r?;
@@ -201,36 +326,38 @@ impl qcow2::KernelCopy for Placer {
 /// every byte of the file read to `reader`'s digest once, with plain
 /// clusters placed by `placer`.
 fn convert_streaming(
+    img: &qcow2::Image,
     image: &Path,
     reader: &mut HashingReader,
     payload: &Path,
     opts: &ProvisionOptions,
     placer: &Placer,
 ) -> Result<qcow2::ConvertStats, ProvisionError> {
-    let img = qcow2::Image::open(image)?;
-    img.require_standalone()?;
-    check_data(&img, image, opts.max_archive_bytes)?;
+    check_data(img, image, opts.max_archive_bytes)?;
     let out = File::create_new(payload)
         .map_err(|e| Error::io(Op::Create, payload, e))?;
     let co = qcow2::ConvertOptions {
         threads: convert_threads(opts),
     };
     reader.feed(|sink| {
-        qcow2::convert_to_raw_streaming_with(&img, &out, &co, sink, placer)
+        qcow2::convert_to_raw_streaming_with(img, &out, &co, sink, placer)
             .map_err(ProvisionError::from)
     })
 }
 
 /// Reads a decompressed qcow2 image at `qcow` (the image `shown`) into a
-/// sparse raw `payload`.
+/// sparse raw `payload`. Its copy is in scratch, away from the files it
+/// may name: it must stand alone.
 fn convert_qcow2(
     qcow: &Path,
     shown: &Path,
     payload: &Path,
     opts: &ProvisionOptions,
+    notices: &mut Vec<String>,
 ) -> Result<(), ProvisionError> {
     let img = qcow2::Image::open(qcow)?;
     img.require_standalone()?;
+    notices.extend(img.notices());
     check_data(&img, shown, opts.max_archive_bytes)?;
     let out = File::create_new(payload)
         .map_err(|e| Error::io(Op::Create, payload, e))?;
@@ -437,8 +564,9 @@ mod qcow2_placement {
         let mut stats = None;
         let (lease, _) = cache
             .obtain(image, EntryKind::Raw, None, |reader, payload| {
+                let img = qcow2::Image::open(image)?;
                 stats = Some(convert_streaming(
-                    image, reader, payload, &opts, &placer,
+                    &img, image, reader, payload, &opts, &placer,
                 )?);
                 Ok::<_, ProvisionError>(())
             })

@@ -11,7 +11,7 @@
 //! asked for the options module's.
 
 use std::fmt;
-use std::fs;
+use std::fs::{self, File};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -99,6 +99,10 @@ pub struct ProvisionReport {
     pub replaced: Option<Replaced>,
     /// The guests, in order.
     pub guests: Vec<Guest>,
+    /// What was noticed and accepted building the entry (a qcow2 image
+    /// read as it is though left dirty, a backing format probed, a
+    /// conversion by qemu-img), each naming the file.
+    pub notices: Vec<String>,
 }
 
 /// Provisions `opts.count` guests from `image`; `on_guest` hears of each
@@ -123,8 +127,9 @@ pub fn provision_in(
     let kind = check_request(image, opts)?;
     let cache = open_cache(opts, cache_mode)?;
     let entry_kind = entry_kind(kind);
+    let mut notices = Vec::new();
     let (mut lease, obtained) =
-        lease_entry(&cache, image, kind, entry_kind, opts)?;
+        lease_entry(&cache, image, kind, entry_kind, opts, &mut notices)?;
     let replaced = lease.replaced.take();
     let out_existed = fs::symlink_metadata(&opts.out).is_ok();
     let mut made: Vec<PathBuf> = Vec::new();
@@ -162,6 +167,7 @@ pub fn provision_in(
         obtained,
         replaced,
         guests,
+        notices,
     })
 }
 
@@ -181,6 +187,35 @@ fn open_cache(
     }
 }
 
+/// The files besides a qcow2 image that its entry depends on: its data
+/// file and backing chain as opened, or an encrypted image's key file.
+fn chain_files(
+    qcow: Option<&crate::build::Qcow2Input>,
+    opts: &ProvisionOptions,
+) -> Result<Vec<File>, ProvisionError> {
+    Ok(match qcow {
+        Some(crate::build::Qcow2Input::Native(img)) => img
+            .files()
+            .iter()
+            .skip(1)
+            .map(|(p, f)| f.try_clone().map_err(|e| Error::io(Op::Open, p, e)))
+            .collect::<Result<_, _>>()?,
+        // An encrypted image's entry is found again only with the
+        // same key file, unchanged: another key is tried by qemu-img.
+        Some(crate::build::Qcow2Input::QemuImg(_, e))
+            if matches!(e.refusal(), Some(qcow2::Problem::Encrypted(_))) =>
+        {
+            match &opts.secret_file {
+                Some(k) => {
+                    vec![File::open(k).map_err(|e| Error::io(Op::Open, k, e))?]
+                }
+                None => Vec::new(),
+            }
+        }
+        _ => Vec::new(),
+    })
+}
+
 /// The cache entry the guests of `image` (of `kind`) come from, found
 /// or built, leased for as long as they are made.
 fn lease_entry(
@@ -189,15 +224,28 @@ fn lease_entry(
     kind: ImageKind,
     entry_kind: EntryKind,
     opts: &ProvisionOptions,
+    notices: &mut Vec<String>,
 ) -> Result<(Lease, Obtained), ProvisionError> {
     let (lease, obtained) = if kind == ImageKind::Oci {
         crate::oci::obtain(cache, image, opts)?
     } else {
-        cache.obtain(
+        // A qcow2 image is opened first, with the files it names: their
+        // identities are part of its own, and the build reads the very
+        // files opened.
+        let qcow = match kind {
+            ImageKind::Qcow2 => Some(crate::build::open_qcow2(image, opts)?),
+            _ => None,
+        };
+        let also = chain_files(qcow.as_ref(), opts)?;
+        let also: Vec<&File> = also.iter().collect();
+        cache.obtain_with(
             image,
+            &also,
             entry_kind,
             opts.sha256.as_deref(),
-            |reader, payload| build(image, kind, reader, payload, opts),
+            |reader, payload| {
+                build(image, kind, qcow, reader, payload, opts, notices)
+            },
         )?
     };
     // An entry built with device nodes allowed serves only provisions
@@ -310,7 +358,15 @@ pub fn preview(
     let would = if kind == ImageKind::Oci {
         crate::oci::peek(&root, image, opts)?
     } else {
-        Cache::peek(&root, image, entry_kind, opts.sha256.as_deref())?
+        // A qcow2 image's chain is part of its identity: opened (its
+        // headers and L1 tables read, no data).
+        let qcow = match kind {
+            ImageKind::Qcow2 => Some(crate::build::open_qcow2(image, opts)?),
+            _ => None,
+        };
+        let also = chain_files(qcow.as_ref(), opts)?;
+        let also: Vec<&File> = also.iter().collect();
+        Cache::peek(&root, image, &also, entry_kind, opts.sha256.as_deref())?
     };
     let mut guests = Vec::with_capacity(opts.count);
     for i in 0..opts.count {

@@ -75,8 +75,18 @@ pub struct ProvisionOptions {
     pub cache: PathBuf,
     /// The image's expected SHA-256 (hex), if known.
     pub sha256: Option<String>,
-    /// Make overlays with this `qemu-img` instead of natively.
+    /// Make overlays with this `qemu-img` instead of natively; it also
+    /// converts a qcow2 image the native reader refuses for a feature it
+    /// lacks.
     pub qemu_img: Option<PathBuf>,
+    /// A directory beneath which a qcow2 image's backing and data file
+    /// names may lead when they are absolute or have `..` (see
+    /// [`zinstall_qcow2::ChainOptions`]); without it only names beside
+    /// the image are followed.
+    pub backing_dir: Option<PathBuf>,
+    /// The key of an encrypted qcow2 image: a file holding exactly the
+    /// passphrase, given to `qemu-img`, which decrypts the image.
+    pub secret_file: Option<PathBuf>,
     /// Workers for extraction, conversion and copies.
     pub tunables: Tunables,
     /// Bound on what an archive may unpack to, on a compressed disk
@@ -136,6 +146,8 @@ impl ProvisionOptions {
             cache: cache.into(),
             sha256: r.sha256,
             qemu_img: None,
+            backing_dir: None,
+            secret_file: None,
             tunables: Tunables::default(),
             max_archive_bytes: r
                 .max_archive_bytes

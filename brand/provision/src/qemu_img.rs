@@ -1,5 +1,7 @@
 //! Running `qemu-img`: for overlays instead of the native writer, when
-//! asked, and to convert the disk formats zinstall does not read itself.
+//! asked, to convert the disk formats zinstall does not read itself, and
+//! when asked (`--qemu-img`), qcow2 images the native reader refuses for
+//! a feature it lacks (not for being corrupt or hostile).
 //!
 //! A conversion reads an image from elsewhere with `qemu-img`'s parsers,
 //! so it is fenced in:
@@ -14,7 +16,10 @@
 //!   open other files (a backing file, a VMDK extent outside the file),
 //!   is encrypted, or is larger than a guest can be is refused;
 //! - its environment is empty, its output bounded, and a cancel kills
-//!   it.
+//!   it;
+//! - an encrypted qcow2 image is converted only with a key the caller
+//!   names (`--secret-file`): the file is opened by zinstall and given
+//!   as a descriptor too, read by `qemu-img` as a `secret` object.
 
 use std::fs::{self, File};
 use std::io::{self, Read};
@@ -42,9 +47,11 @@ const FD_DIR: &str = "/proc/self/fd";
 #[cfg(not(target_os = "linux"))]
 const FD_DIR: &str = "/dev/fd";
 
-/// The descriptors the image and the output have in `qemu-img`.
+/// The descriptors the image, the output and the key have in
+/// `qemu-img`.
 const IMAGE_FD: RawFd = 3;
 const OUTPUT_FD: RawFd = 4;
+const SECRET_FD: RawFd = 5;
 
 /// Most of `qemu-img info`'s JSON read, and of its standard error kept.
 const MAX_OUTPUT: u64 = 1 << 20;
@@ -127,12 +134,37 @@ pub(crate) fn create_overlay(
         .map_err(|e| Error::io(copier::Op::Chmod, overlay, e))
 }
 
+/// What `qemu-img` converts.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Format {
+    /// A format zinstall does not read.
+    Foreign(ForeignFormat),
+    /// A qcow2 image the native reader refused for a feature it lacks.
+    Qcow2,
+}
+
+impl Format {
+    fn name(self) -> &'static str {
+        match self {
+            Format::Foreign(f) => f.name(),
+            Format::Qcow2 => "qcow2",
+        }
+    }
+
+    fn qemu_name(self) -> &'static str {
+        match self {
+            Format::Foreign(f) => f.qemu_name(),
+            Format::Qcow2 => "qcow2",
+        }
+    }
+}
+
 /// What converting a foreign image is given.
 pub(crate) struct Conversion<'a> {
     /// The `qemu-img` to run.
     pub qemu_img: &'a Path,
     /// The image's format.
-    pub format: ForeignFormat,
+    pub format: Format,
     /// The image as the caller named it, for messages.
     pub shown: &'a Path,
     /// zinstall's private copy of its (decompressed) bytes.
@@ -141,6 +173,9 @@ pub(crate) struct Conversion<'a> {
     pub payload: &'a Path,
     /// Kills the conversion when raised.
     pub cancel: Option<&'a copier::Cancel>,
+    /// The key of an encrypted qcow2 image: a file whose bytes are the
+    /// passphrase.
+    pub secret: Option<&'a Path>,
 }
 
 /// Converts the private copy into the sparse raw payload (see the module
@@ -150,6 +185,12 @@ pub(crate) fn convert_to_raw(c: &Conversion<'_>) -> Result<u64> {
         File::open(c.copy).map_err(|e| Error::io(Op::Open, c.copy, e))?;
     let out = File::create_new(c.payload)
         .map_err(|e| Error::io(Op::Create, c.payload, e))?;
+    // Opened here, as the caller: the sandbox user need not be able to.
+    let secret = match c.secret {
+        Some(p) => File::open(p).map_err(|e| Error::io(Op::Open, p, e))?,
+        None => File::open("/dev/null")
+            .map_err(|e| Error::io(Op::Open, Path::new("/dev/null"), e))?,
+    };
     let root = sys::effective_ids().0 == 0;
     if root {
         for (f, p) in [(&image, c.copy), (&out, c.payload)] {
@@ -157,7 +198,7 @@ pub(crate) fn convert_to_raw(c: &Conversion<'_>) -> Result<u64> {
                 .map_err(|e| Error::io(Op::Chown, p, e))?;
         }
     }
-    let r = info_and_convert(c, &image, &out, root);
+    let r = info_and_convert(c, [&image, &out, &secret], root);
     if root {
         // The payload is root's again before it is published.
         std::os::unix::fs::fchown(&out, Some(0), Some(0))
@@ -168,41 +209,36 @@ pub(crate) fn convert_to_raw(c: &Conversion<'_>) -> Result<u64> {
 
 fn info_and_convert(
     c: &Conversion<'_>,
-    image: &File,
-    out: &File,
+    fds: [&File; 3],
     root: bool,
 ) -> Result<u64> {
+    let [_, out, _] = fds;
     let src = format!("{FD_DIR}/{IMAGE_FD}");
     let dst = format!("{FD_DIR}/{OUTPUT_FD}");
     let fmt = c.format.qemu_name();
-    let info = run(
-        c,
-        &["info", "--output=json", "-f", fmt, &src],
-        [image, image],
-        root,
-    )?;
+    // With a key: the image named by options, its key a secret object
+    // read from the key's descriptor.
+    let object = format!("secret,id=sec0,file={FD_DIR}/{SECRET_FD}");
+    let opts = format!(
+        "driver={fmt},file.driver=file,file.filename={src},\
+         encrypt.key-secret=sec0"
+    );
+    let source: Vec<&str> = match c.secret {
+        Some(_) => vec!["--object", &object, "--image-opts", &opts],
+        None => vec!["-f", fmt, &src],
+    };
+    let mut args = vec!["info", "--output=json"];
+    args.extend(&source);
+    let info = run(c, &args, fds, root)?;
     let size = checked_size(c, &info, &src)?;
     // qemu-img writes into the disk made at its size (-n): only the
     // data; holes stay holes (--target-is-zero).
     out.set_len(size)
         .map_err(|e| Error::io(Op::Truncate, c.payload, e))?;
-    run(
-        c,
-        &[
-            "convert",
-            "-q",
-            "-n",
-            "--target-is-zero",
-            "-f",
-            fmt,
-            "-O",
-            "raw",
-            &src,
-            &dst,
-        ],
-        [image, out],
-        root,
-    )?;
+    let mut args = vec!["convert", "-q", "-n", "--target-is-zero"];
+    args.extend(&source);
+    args.extend(["-O", "raw", &dst]);
+    run(c, &args, fds, root)?;
     let len = out
         .metadata()
         .map_err(|e| Error::io(Op::Stat, c.payload, e))?
@@ -245,7 +281,9 @@ fn checked_size(c: &Conversion<'_>, info: &[u8], src: &str) -> Result<u64> {
             ),
         ));
     }
-    if v.get("encrypted").and_then(|e| e.as_bool()) == Some(true) {
+    if v.get("encrypted").and_then(|e| e.as_bool()) == Some(true)
+        && c.secret.is_none()
+    {
         return Err(refused(c, "it is encrypted".into()));
     }
     let data = v.get("format-specific").and_then(|f| f.get("data"));
@@ -288,14 +326,14 @@ fn checked_size(c: &Conversion<'_>, info: &[u8], src: &str) -> Result<u64> {
     Ok(size)
 }
 
-/// Runs `qemu-img ARGS` with `fds` as its descriptors 3 and 4, as the
+/// Runs `qemu-img ARGS` with `fds` as its descriptors 3, 4 and 5, as the
 /// sandbox user when `root`, its environment empty; kills it when the
 /// conversion is cancelled. Returns its standard output (at most
 /// [`MAX_OUTPUT`]); a failure carries its standard error.
 fn run(
     c: &Conversion<'_>,
     args: &[&str],
-    fds: [&File; 2],
+    fds: [&File; 3],
     root: bool,
 ) -> Result<Vec<u8>> {
     let program = || c.qemu_img.to_path_buf();
@@ -312,8 +350,8 @@ fn run(
     }
     sys::give_fds(
         &mut cmd,
-        [fds[0].as_raw_fd(), fds[1].as_raw_fd()],
-        [IMAGE_FD, OUTPUT_FD],
+        fds.map(|f| f.as_raw_fd()),
+        [IMAGE_FD, OUTPUT_FD, SECRET_FD],
     );
     let mut child = cmd.spawn().map_err(|e| Error::Program {
         program: program(),

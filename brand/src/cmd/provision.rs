@@ -59,12 +59,23 @@ pub struct ProvisionArgs {
     #[arg(long, value_name = "HEX")]
     pub sha256: Option<String>,
     /// Make overlays with qemu-img (--qemu-img=PATH: that one) instead
-    /// of natively; formats zinstall does not read are converted with it
-    /// too (without it: the qemu-img on PATH). The = is required, so
+    /// of natively; qcow2 images the native reader lacks a feature for
+    /// are converted with it, formats zinstall does not read too (without
+    /// it: the qemu-img on PATH). The = is required, so
     /// that the image is not taken for the path.
     #[arg(long, value_name = "PATH", num_args = 0..=1, require_equals = true,
           default_missing_value = "/usr/bin/qemu-img")]
     pub qemu_img: Option<PathBuf>,
+    /// Follow a qcow2 image's backing and data file names that are
+    /// absolute or have `..` when they lead beneath DIR. Names beside
+    /// the image are always followed; symlinks never are.
+    #[arg(long, value_name = "DIR")]
+    pub backing_dir: Option<PathBuf>,
+    /// The key of an encrypted qcow2 image: FILE holds exactly its
+    /// passphrase; qemu-img (--qemu-img, or the one on PATH) decrypts the
+    /// image with it.
+    #[arg(long, value_name = "FILE")]
+    pub secret_file: Option<PathBuf>,
     /// Refuse archives unpacking to more than this, compressed qcow2
     /// images decompressing to more, and registry blobs declaring more.
     #[arg(long, value_parser = parse_size,
@@ -280,6 +291,8 @@ pub fn provision(args: &ProvisionArgs) -> ExitCode {
         .flatten();
     let opts = ProvisionOptions {
         qemu_img: args.qemu_img.clone(),
+        backing_dir: args.backing_dir.clone(),
+        secret_file: args.secret_file.clone(),
         tunables,
         listener: (args.verbose && !args.json)
             .then(|| Arc::new(output::Listing) as Arc<dyn copier::Listener>),
@@ -333,6 +346,9 @@ pub fn provision(args: &ProvisionArgs) -> ExitCode {
             if json {
                 crate::json::result(v);
             } else {
+                for n in &r.notices {
+                    output::note(n);
+                }
                 print_provision(&v);
             }
             ExitCode::SUCCESS

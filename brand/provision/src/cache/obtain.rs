@@ -152,6 +152,7 @@ impl Cache {
     pub(crate) fn peek(
         root: &Path,
         image: &Path,
+        also: &[&File],
         kind: EntryKind,
         expected: Option<&str>,
     ) -> Result<WouldObtain> {
@@ -160,7 +161,9 @@ impl Cache {
         let cache = Cache {
             root: root.to_path_buf(),
         };
-        let index = root.join("index").join(identity_key(&md, kind));
+        let index = root
+            .join("index")
+            .join(chained_identity(image, &md, also, kind)?);
         let name = match fs::read_to_string(&index) {
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
@@ -221,21 +224,40 @@ impl Cache {
         expected: Option<&str>,
         build: impl FnOnce(&mut HashingReader, &Path) -> Result<(), E>,
     ) -> Result<(Lease, Obtained), E> {
+        self.obtain_with(image, &[], kind, expected, build)
+    }
+
+    /// [`Self::obtain`] for an image that also depends on the files
+    /// `also` (a qcow2 image's data file and backing chain, whose bytes
+    /// `build` feeds to the digest after the image's; an encrypted
+    /// image's key file): their identities are part of the image's, so
+    /// that an entry is found again only while none of them has changed
+    /// either.
+    pub fn obtain_with<E: From<Error>>(
+        &self,
+        image: &Path,
+        also: &[&File],
+        kind: EntryKind,
+        expected: Option<&str>,
+        build: impl FnOnce(&mut HashingReader, &Path) -> Result<(), E>,
+    ) -> Result<(Lease, Obtained), E> {
         let md =
             fs::metadata(image).map_err(|e| Error::io(Op::Stat, image, e))?;
-        let identity = identity_key(&md, kind);
+        let identity = chained_identity(image, &md, also, kind)?;
         let id_lock =
             self.lock_file(&self.root.join("index"), &identity, false)?;
-        let r =
-            self.obtain_locked(image, &md, kind, expected, &identity, build);
+        let r = self
+            .obtain_locked(image, &md, also, kind, expected, &identity, build);
         let _unlocked = id_lock.flock_unlock();
         r
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn obtain_locked<E: From<Error>>(
         &self,
         image: &Path,
         md: &fs::Metadata,
+        also: &[&File],
         kind: EntryKind,
         expected: Option<&str>,
         identity: &str,
@@ -265,8 +287,11 @@ impl Cache {
         };
         // The digest is of what was read: an image written to meanwhile
         // may have given the payload other bytes than those hashed.
-        match fs::metadata(image) {
-            Ok(now) if identity_key(&now, kind) == identity => {}
+        let now = fs::metadata(image)
+            .map_err(|e| Error::io(Op::Stat, image, e))
+            .and_then(|now| chained_identity(image, &now, also, kind));
+        match now {
+            Ok(now) if now == identity => {}
             _ => {
                 return fail(
                     Error::Image {
@@ -614,6 +639,23 @@ fn check_expected(
 
 /// Names an image file by what identifies its content without reading
 /// it: a change to the file changes its size, mtime or ctime.
+/// [`identity_key`] of an image that also reads the files `also`: theirs
+/// folded into its own, in order.
+fn chained_identity(
+    image: &Path,
+    md: &fs::Metadata,
+    also: &[&File],
+    kind: EntryKind,
+) -> Result<String> {
+    let mut identity = identity_key(md, kind);
+    for f in also {
+        let m = f.metadata().map_err(|e| Error::io(Op::Stat, image, e))?;
+        let both = format!("{identity}+{}", identity_key(&m, kind));
+        identity = hex(&Sha256::digest(both.as_bytes())[..16]);
+    }
+    Ok(identity)
+}
+
 pub(super) fn identity_key(md: &fs::Metadata, kind: EntryKind) -> String {
     let id = format!(
         "{}:{}:{}:{}.{}:{}.{}:{}",

@@ -74,11 +74,15 @@ pub(crate) fn open_nofollow_at(
 /// Makes `cmd`'s child find the descriptors `fds` (open in this process,
 /// and still open when it is spawned) as its descriptors `at`, and no
 /// others of this process's but those std passes (0, 1 and 2).
-pub(crate) fn give_fds(cmd: &mut Command, fds: [RawFd; 2], at: [RawFd; 2]) {
+pub(crate) fn give_fds<const N: usize>(
+    cmd: &mut Command,
+    fds: [RawFd; N],
+    at: [RawFd; N],
+) {
     let pre_exec = move || {
         // Out of the way of the targets first: a source may be one of
         // them. Close-on-exec: only the dup2 copies reach the program.
-        let mut high = [0; 2];
+        let mut high = [0; N];
         for (h, fd) in high.iter_mut().zip(fds) {
             // SAFETY: fcntl on a descriptor the parent keeps open
             // until the spawn returns.

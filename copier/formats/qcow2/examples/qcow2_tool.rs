@@ -12,8 +12,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     match args.get(1).map(String::as_str) {
         Some("convert") if args.len() >= 4 => {
             let t0 = Instant::now();
-            let img = Image::open(Path::new(&args[2]))?;
-            img.require_standalone()?;
+            let img = Image::open_chain(Path::new(&args[2]), &Default::default())?;
             let out = std::fs::File::create_new(&args[3])?;
             let threads = args.get(4).and_then(|t| t.parse().ok()).unwrap_or(4);
             let st = qcow2::convert_to_raw(&img, &out, &ConvertOptions { threads }, &|_| {})?;

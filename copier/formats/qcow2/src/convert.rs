@@ -6,7 +6,10 @@
 //! contiguous (read with one `pread` of up to 4 MiB), inflates compressed
 //! clusters, and writes only the 4 KiB blocks that are not all zeros.
 //! Unallocated and zero clusters are never touched: they stay holes in the
-//! output, whose length is set to the virtual size first.
+//! output, whose length is set to the virtual size first. Unallocated
+//! clusters of an image with a backing file, and clusters of mixed
+//! subclusters, are read through the chain a cluster at a time and
+//! written the same way.
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -135,6 +138,8 @@ fn convert_range(
     );
     let len = raw.len() - PAGE;
     let buf = &mut raw[at..at + len];
+    // A cluster read through the chain.
+    let mut one = Vec::new();
     // The current run: first guest cluster, first host offset, clusters.
     let mut run: Option<(u64, u64, u64)> = None;
     let mut n = start;
@@ -171,7 +176,17 @@ fn convert_range(
                     st.written +=
                         write_nonzero(img, dst, &c.bytes()[..take], n * cs)?;
                 }
-                Mapping::Unallocated | Mapping::Zero => st.hole_clusters += 1,
+                Mapping::Zero => st.hole_clusters += 1,
+                Mapping::Unallocated if !img.has_backing() => {
+                    st.hole_clusters += 1
+                }
+                Mapping::Unallocated | Mapping::Sub { .. } => {
+                    st.data_clusters += 1;
+                    let take = cs.min(size - n * cs) as usize;
+                    one.resize(take, 0);
+                    img.read_mapped(n, m, 0, &mut one)?;
+                    st.written += write_nonzero(img, dst, &one, n * cs)?;
+                }
             }
             n += 1;
         }
@@ -379,7 +394,9 @@ impl Drop for Chunk {
 }
 
 /// Converts `img` into `dst` like [`convert_to_raw`], and hands every
-/// byte of the image *file*, front to back, to `sink` (for a digest):
+/// byte of the image *file*, front to back, to `sink` (for a digest),
+/// then every byte of each other file it reads (its data file, its
+/// backing chain: [`Image::files`] in order):
 /// the file is read once, in large sequential reads. One thread reads;
 /// the sink and the writer take each buffer at the same time. The writer
 /// finds the 4 KiB blocks of plain clusters that are not all zeros in
@@ -395,7 +412,13 @@ pub fn convert_to_raw_streaming_with(
     sink: &mut (dyn FnMut(&[u8]) + Send),
     kernel: &dyn KernelCopy,
 ) -> Result<ConvertStats> {
-    let Some((runs, compressed, mut st)) = file_order_map(img)? else {
+    // A chain, a data file or subclusters: read in guest order, the
+    // sink fed from the files beside.
+    let mapped = match img.is_plain() {
+        true => file_order_map(img)?,
+        false => None,
+    };
+    let Some((runs, compressed, mut st)) = mapped else {
         return convert_beside_stream(img, dst, opts, sink);
     };
     let size = img.virtual_size();
@@ -572,6 +595,7 @@ fn file_order_map(
                 compressed.push((n, off, len));
             }
             Mapping::Unallocated | Mapping::Zero => st.hole_clusters += 1,
+            Mapping::Sub { .. } => return Ok(None),
         }
         if data.len() + compressed.len() > MAX_MAPPED {
             return Ok(None);
@@ -663,6 +687,19 @@ fn convert_beside_stream(
                 let n = img.read_file_at(buf, at)?;
                 sink(&buf[..n]);
                 at += n as u64;
+            }
+            for (path, file) in img.other_files() {
+                let mut at = 0u64;
+                loop {
+                    let n = file
+                        .read_at(buf, at)
+                        .map_err(|e| Error::io(path, "read", e))?;
+                    if n == 0 {
+                        break;
+                    }
+                    sink(&buf[..n]);
+                    at += n as u64;
+                }
             }
             Ok(())
         });

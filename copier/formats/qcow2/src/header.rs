@@ -14,6 +14,10 @@ const INCOMPAT_KNOWN: u64 = 0x1f;
 
 const EXT_END: u32 = 0;
 const EXT_BACKING_FORMAT: u32 = 0xe279_2aca;
+const EXT_DATA_FILE: u32 = 0x4441_5441;
+
+/// Autoclear bit 1: the external data file is a valid raw image too.
+pub(crate) const AUTOCLEAR_DATA_FILE_RAW: u64 = 1 << 1;
 
 /// The fields of a qcow2 header this crate uses.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -38,6 +42,8 @@ pub struct Header {
     pub nb_snapshots: u32,
     /// Incompatible feature bits.
     pub incompatible: u64,
+    /// Autoclear feature bits.
+    pub autoclear: u64,
     /// log2 of refcount bits.
     pub refcount_order: u32,
     /// 0 deflate, 1 zstd.
@@ -46,9 +52,26 @@ pub struct Header {
     pub backing_file: Option<String>,
     /// The backing file's format, if recorded.
     pub backing_format: Option<String>,
+    /// The external data file's name, if recorded.
+    pub data_file: Option<String>,
 }
 
 impl Header {
+    /// Whether L2 entries are extended (128 bits, with subclusters).
+    pub fn extended_l2(&self) -> bool {
+        self.incompatible & INCOMPAT_EXTENDED_L2 != 0
+    }
+
+    /// Whether the data is in an external file.
+    pub fn external_data(&self) -> bool {
+        self.incompatible & INCOMPAT_EXTERNAL_DATA != 0
+    }
+
+    /// log2 of the entries in one L2 table.
+    pub fn l2_bits(&self) -> u32 {
+        self.cluster_bits - 3 - u32::from(self.extended_l2())
+    }
+
     /// Cluster size in bytes.
     pub fn cluster_size(&self) -> u64 {
         1 << self.cluster_bits
@@ -74,12 +97,14 @@ impl Header {
         let cluster = 1usize << cluster_bits;
         let (mut incompatible, mut refcount_order, mut header_length) =
             (0, 4, 72);
+        let mut autoclear = 0;
         let mut compression_type = 0;
         if version == 3 {
             if head.len() < 104 {
                 return corrupt("v3 header truncated".into());
             }
             incompatible = be64(head, 72);
+            autoclear = be64(head, 88);
             refcount_order = be32(head, 96);
             header_length = be32(head, 100) as usize;
             // QEMU's bounds: the v3 fields, and no more than cluster 0.
@@ -119,6 +144,7 @@ impl Header {
         // Header extensions: type, length, data padded to 8 bytes. Each
         // takes at least 8 bytes of cluster 0, so the loop is bounded.
         let mut backing_format = None;
+        let mut data_file = None;
         let mut at = header_length.max(72);
         while version == 3 && at.saturating_add(8) <= head.len() {
             let (kind, len) = (be32(head, at), be32(head, at + 4) as usize);
@@ -135,6 +161,8 @@ impl Header {
             if kind == EXT_BACKING_FORMAT {
                 backing_format =
                     Some(String::from_utf8_lossy(data).into_owned());
+            } else if kind == EXT_DATA_FILE {
+                data_file = Some(String::from_utf8_lossy(data).into_owned());
             }
             at = at + 8 + len.next_multiple_of(8);
         }
@@ -149,16 +177,20 @@ impl Header {
             refcount_table_clusters: be32(head, 56),
             nb_snapshots: be32(head, 60),
             incompatible,
+            autoclear,
             refcount_order,
             compression_type,
             backing_file,
             backing_format,
+            data_file,
         })
     }
 
     /// Refuses what this reader must not read: unknown incompatible
-    /// features, encryption, external data, unclean images, subclusters,
-    /// unknown compression.
+    /// features, encryption, unknown compression. A dirty or
+    /// corrupt-marked image is read as it is (refcounts are not needed to
+    /// read, and every table is checked anyway), as `qemu-img convert`
+    /// does; [`crate::Image::notices`] says so.
     pub fn check_readable(&self, path: &Path) -> Result<()> {
         let refuse = |p| Err(Error::problem(path, p));
         let unknown = self.incompatible & !INCOMPAT_KNOWN;
@@ -166,16 +198,13 @@ impl Header {
             return refuse(Problem::UnknownFeatures(unknown));
         }
         if self.crypt_method != 0 {
-            return refuse(Problem::Encrypted);
+            return refuse(Problem::Encrypted(self.crypt_method));
         }
-        if self.incompatible & INCOMPAT_EXTERNAL_DATA != 0 {
-            return refuse(Problem::ExternalData);
-        }
-        if self.incompatible & (INCOMPAT_DIRTY | INCOMPAT_CORRUPT) != 0 {
-            return refuse(Problem::Dirty);
-        }
-        if self.incompatible & INCOMPAT_EXTENDED_L2 != 0 {
-            return refuse(Problem::ExtendedL2);
+        if self.extended_l2() && self.cluster_bits < 14 {
+            return refuse(Problem::Corrupt(format!(
+                "extended L2 entries with {}-byte clusters (at least 16 KiB)",
+                self.cluster_size()
+            )));
         }
         let zstd = self.incompatible & INCOMPAT_COMPRESSION != 0;
         if (zstd && self.compression_type != 1)

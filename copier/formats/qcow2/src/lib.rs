@@ -52,7 +52,7 @@ pub use convert::{
 };
 pub use header::Header;
 pub use overlay::{MAX_OVERLAY_SIZE, create_overlay};
-pub use reader::Image;
+pub use reader::{ChainOptions, Image, MAX_CHAIN};
 
 /// Why an image was refused or could not be read.
 #[derive(Debug)]
@@ -64,14 +64,37 @@ pub enum Problem {
     Version(u32),
     /// Incompatible feature bits this reader does not know (their mask).
     UnknownFeatures(u64),
-    /// The image is encrypted.
-    Encrypted,
-    /// The data lives in an external file.
+    /// The image is encrypted (the `crypt_method`: 1 AES, 2 LUKS).
+    Encrypted(u32),
+    /// The data lives in an external file, and the image was opened
+    /// alone ([`Image::open`]; [`Image::open_chain`] reads it), or the
+    /// header names no such file.
     ExternalData,
-    /// The image was not closed cleanly (dirty bit) or is marked corrupt.
-    Dirty,
-    /// Extended L2 entries (subclusters).
-    ExtendedL2,
+    /// A backing file or data file name that is not followed: absolute,
+    /// with `..`, through a symlink, or not a regular file.
+    NameRefused {
+        /// `backing file` or `data file`.
+        what: &'static str,
+        /// The name as recorded in the image.
+        name: String,
+        /// Why it is refused.
+        why: String,
+    },
+    /// A backing chain longer than [`MAX_CHAIN`] images.
+    ChainTooDeep {
+        /// The images of the chain opened, from the top.
+        chain: Vec<PathBuf>,
+    },
+    /// A backing chain that comes back to an image already in it.
+    ChainLoop {
+        /// The images of the chain opened, from the top; the last one
+        /// names an earlier one as its backing file.
+        chain: Vec<PathBuf>,
+        /// The backing file name that closes the loop.
+        name: String,
+    },
+    /// A backing file in a format other than qcow2 or raw.
+    BackingFormat(String),
     /// A cluster size outside 512 B to 2 MiB.
     ClusterBits(u32),
     /// The image has a backing file of its own.
@@ -194,19 +217,42 @@ impl fmt::Display for Problem {
             Problem::UnknownFeatures(m) => {
                 write!(f, "unknown incompatible features {m:#x}")
             }
-            Problem::Encrypted => {
-                write!(f, "encrypted images are not supported")
-            }
-            Problem::ExternalData => {
-                write!(f, "images with an external data file are not supported")
-            }
-            Problem::Dirty => write!(
+            Problem::Encrypted(m) => write!(
                 f,
-                "image is marked dirty or corrupt (run qemu-img check -r all)"
+                "encrypted ({}); reading it needs its key: decrypt a copy \
+                 first with qemu-img convert --object \
+                 secret,id=sec0,file=KEYFILE --image-opts \
+                 driver=qcow2,file.filename=IMAGE,encrypt.key-secret=sec0 \
+                 -O qcow2 PLAIN.qcow2",
+                match m {
+                    1 => "legacy AES",
+                    2 => "LUKS",
+                    _ => "unknown method",
+                }
             ),
-            Problem::ExtendedL2 => {
-                write!(f, "extended L2 entries (subclusters) are not supported")
+            Problem::ExternalData => write!(
+                f,
+                "its data is in an external data file, which is not opened \
+                 here (or the header names none)"
+            ),
+            Problem::NameRefused { what, name, why } => {
+                write!(f, "{what} {name:?} refused: {why}")
             }
+            Problem::ChainTooDeep { chain } => write!(
+                f,
+                "backing chain deeper than {MAX_CHAIN} images: {}",
+                show_chain(chain)
+            ),
+            Problem::ChainLoop { chain, name } => write!(
+                f,
+                "backing chain loops: {} names {name:?}, already in the chain",
+                show_chain(chain)
+            ),
+            Problem::BackingFormat(fmt) => write!(
+                f,
+                "backing file format {fmt:?} is not read natively (qcow2 and \
+                 raw are); flatten the image first (qemu-img convert -O qcow2)"
+            ),
             Problem::ClusterBits(b) => {
                 write!(f, "unsupported cluster_bits {b}")
             }
@@ -250,6 +296,27 @@ impl fmt::Display for Problem {
                 write!(f, "qemu-img failed ({status}): {stderr}")
             }
         }
+    }
+}
+
+fn show_chain(chain: &[PathBuf]) -> String {
+    chain
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(" -> ")
+}
+
+impl Problem {
+    /// Whether the image is refused for a feature this reader lacks
+    /// (`qemu-img` may read it), not for being corrupt or hostile.
+    pub fn is_unsupported(&self) -> bool {
+        matches!(
+            self,
+            Problem::Version(_)
+                | Problem::UnknownFeatures(_)
+                | Problem::Encrypted(_)
+        )
     }
 }
 
@@ -300,10 +367,14 @@ pub fn max_virtual_size(cluster_bits: u32) -> u64 {
     MAX_L1_ENTRIES.saturating_mul(cs * (cs / 8))
 }
 
-/// L1 entries a virtual size needs (`None` past [`MAX_L1_ENTRIES`]).
-pub(crate) fn l1_entries_for(size: u64, cluster_bits: u32) -> Option<u64> {
-    let cs = 1u64 << cluster_bits;
-    let n = size.div_ceil(cs * (cs / 8));
+/// L1 entries a virtual size needs with `cluster_bits` and L2 tables of
+/// `1 << l2_bits` entries (`None` past [`MAX_L1_ENTRIES`]).
+pub(crate) fn l1_entries_for(
+    size: u64,
+    cluster_bits: u32,
+    l2_bits: u32,
+) -> Option<u64> {
+    let n = size.div_ceil(1u64 << (cluster_bits + l2_bits));
     (n <= MAX_L1_ENTRIES).then_some(n)
 }
 

@@ -304,7 +304,7 @@ fn bad_images_are_refused_with_the_reason() {
     patch(&img, &p("crypt.qcow2"), 32, &1u32.to_be_bytes());
     assert!(matches!(
         refusal(&p("crypt.qcow2")).refusal(),
-        Some(&Problem::Encrypted)
+        Some(&Problem::Encrypted(1))
     ));
     // Truncated right after the header: the L1 table is gone.
     fs::copy(&img, p("short.qcow2")).unwrap();
@@ -565,7 +565,10 @@ fn header_fields_at_their_extremes_are_read_or_refused() {
         ("refcount clusters max", u32s(56, u32::MAX), Read),
         ("snapshots max", u32s(60, u32::MAX), Read),
         ("snapshots offset max", u64s(64, u64::MAX), Read),
-        ("incompatible dirty", u64s(72, 1), Refused("dirty")),
+        ("incompatible dirty", u64s(72, 1), Read),
+        ("incompatible corrupt", u64s(72, 2), Read),
+        ("incompatible external data", u64s(72, 4), Refused("external data file")),
+        ("incompatible extended L2", u64s(72, 1 << 4), Either),
         ("incompatible max", u64s(72, u64::MAX), Refused("unknown incompatible")),
         ("incompatible zstd bit", u64s(72, 1 << 3), Refused("compression type")),
         ("compatible max", u64s(80, u64::MAX), Read),
@@ -866,4 +869,507 @@ fn a_failing_kernel_copy_is_reported() {
     );
     let t = e.to_string();
     assert!(t.contains(s(&img)) && t.contains("os error 28"), "{t}");
+}
+
+/// `qemu-io -f FMT -c CMD ...` on `img`, which must succeed.
+fn qemu_io(img: &Path, fmt: &str, cmds: &[&str]) {
+    let mut c = zinstall_testkit::tool("qemu-io");
+    // qemu opens a relative data file name from its working directory.
+    c.current_dir(img.parent().unwrap());
+    c.args(["-f", fmt]);
+    for cmd in cmds {
+        c.args(["-c", cmd]);
+    }
+    let o = c.arg(img).output().unwrap();
+    assert!(o.status.success(), "qemu-io {cmds:?}: {o:?}");
+}
+
+/// `qemu-img create -q ARGS` run in `dir` (relative names are the
+/// image's, as a user would make them).
+fn create_in(dir: &Path, args: &[&str]) {
+    let o = zinstall_testkit::tool("qemu-img")
+        .current_dir(dir)
+        .arg("create")
+        .arg("-q")
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "qemu-img create {args:?}: {o:?}");
+}
+
+/// Opens `img` with its chain and converts it natively (threads 3, and
+/// streaming: the sink gets every file's bytes in chain order); both
+/// must equal `qemu-img convert -O raw` run in the image's directory,
+/// byte for byte. Returns the image.
+fn chain_matches_qemu_img(img: &Path, opts: &qcow2::ChainOptions) -> Image {
+    let dir = img.parent().unwrap();
+    let want = dir.join("want.raw");
+    let _ = fs::remove_file(&want);
+    let o = zinstall_testkit::tool("qemu-img")
+        .current_dir(dir)
+        .args(["convert", "-O", "raw", s(img), s(&want)])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "qemu-img convert {img:?}: {o:?}");
+    let want = fs::read(&want).unwrap();
+    let image = Image::open_chain(img, opts).unwrap();
+    let got = dir.join("got.raw");
+    let _ = fs::remove_file(&got);
+    let f = File::create_new(&got).unwrap();
+    qcow2::convert_to_raw(&image, &f, &ConvertOptions { threads: 3 }, &|_| {})
+        .unwrap();
+    assert!(
+        fs::read(&got).unwrap() == want,
+        "{img:?}: differs from qemu-img"
+    );
+    fs::remove_file(&got).unwrap();
+    let f = File::create_new(&got).unwrap();
+    let mut fed = Vec::new();
+    qcow2::convert_to_raw_streaming(
+        &image,
+        &f,
+        &ConvertOptions { threads: 2 },
+        &mut |b| fed.extend_from_slice(b),
+    )
+    .unwrap();
+    assert!(
+        fs::read(&got).unwrap() == want,
+        "{img:?}: streaming differs"
+    );
+    let mut all = Vec::new();
+    for (_, mut file) in image.files() {
+        std::io::Read::read_to_end(&mut file, &mut all).unwrap();
+    }
+    assert!(
+        fed == all,
+        "{img:?}: the sink got other bytes than the files'"
+    );
+    fs::remove_file(&got).unwrap();
+    image
+}
+
+fn chain_refusal(img: &Path, opts: &qcow2::ChainOptions) -> qcow2::Error {
+    Image::open_chain(img, opts).unwrap_err()
+}
+
+#[test]
+fn backing_chains_read_like_qemu_img() {
+    zinstall_testkit::need("qemu-img");
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path();
+    let opts = qcow2::ChainOptions::default();
+    create_in(dir, &["-f", "qcow2", "base.qcow2", "64M"]);
+    qemu_io(
+        &dir.join("base.qcow2"),
+        "qcow2",
+        &[
+            "write -P 0x11 0 256k",
+            "write -P 0x12 1M 64k",
+            "write -P 0x13 60M 4M",
+        ],
+    );
+    create_in(
+        dir,
+        &[
+            "-f",
+            "qcow2",
+            "-F",
+            "qcow2",
+            "-b",
+            "base.qcow2",
+            "mid.qcow2",
+        ],
+    );
+    // A zero cluster over the base's data, and a partial one.
+    qemu_io(
+        &dir.join("mid.qcow2"),
+        "qcow2",
+        &[
+            "write -P 0x22 64k 64k",
+            "write -z 1M 64k",
+            "write -z 192k 32k",
+        ],
+    );
+    // Larger than the chain under it: past 64 MiB reads zeros.
+    create_in(
+        dir,
+        &[
+            "-f",
+            "qcow2",
+            "-F",
+            "qcow2",
+            "-b",
+            "mid.qcow2",
+            "top.qcow2",
+            "80M",
+        ],
+    );
+    qemu_io(
+        &dir.join("top.qcow2"),
+        "qcow2",
+        &[
+            "write -P 0x33 132k 4k",
+            "write -z 0 64k",
+            "write -P 0x44 70M 64k",
+            "write -P 0x45 63M 2M",
+        ],
+    );
+    let top = chain_matches_qemu_img(&dir.join("top.qcow2"), &opts);
+    let mut got = vec![0u8; 70 << 20];
+    top.read_at(&mut got, 0).unwrap();
+    // The zero clusters do not fall through to the base.
+    assert!(got[..64 << 10].iter().all(|&b| b == 0));
+    assert!(got[1 << 20..(1 << 20) + (64 << 10)].iter().all(|&b| b == 0));
+    assert!(got[(128 << 10)..(132 << 10)].iter().all(|&b| b == 0x11));
+    assert!(got[(64 << 10)..(128 << 10)].iter().all(|&b| b == 0x22));
+    assert!(got[(66 << 20)..].iter().all(|&b| b == 0));
+    assert_eq!(top.files().len(), 3);
+    // A raw base under two qcow2 levels.
+    let raw = pattern(dir);
+    create_in(
+        dir,
+        &["-f", "qcow2", "-F", "raw", "-b", "src.raw", "r1.qcow2"],
+    );
+    qemu_io(
+        &dir.join("r1.qcow2"),
+        "qcow2",
+        &["write -z 0 1M", "write -P 0x66 3M 100k"],
+    );
+    create_in(
+        dir,
+        &[
+            "-f", "qcow2", "-F", "qcow2", "-b", "r1.qcow2", "r2.qcow2", "65M",
+        ],
+    );
+    qemu_io(&dir.join("r2.qcow2"), "qcow2", &["write -P 0x77 2M 64k"]);
+    let r2 = chain_matches_qemu_img(&dir.join("r2.qcow2"), &opts);
+    assert!(r2.data_bytes().unwrap() <= 65 << 20);
+    assert!(fs::metadata(&raw).unwrap().len() == 64 << 20);
+    // An image alone still says it has a backing file.
+    assert!(matches!(
+        Image::open(&dir.join("r2.qcow2"))
+            .unwrap()
+            .require_standalone()
+            .unwrap_err()
+            .refusal(),
+        Some(Problem::HasBacking(_))
+    ));
+}
+
+#[test]
+fn dirty_subcluster_and_data_file_images_read_like_qemu_img() {
+    zinstall_testkit::need("qemu-img");
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path();
+    let opts = qcow2::ChainOptions::default();
+    // Lazy refcounts left dirty: the bit set by hand, as a crash leaves
+    // it.
+    create_in(
+        dir,
+        &[
+            "-f",
+            "qcow2",
+            "-o",
+            "lazy_refcounts=on",
+            "dirty.qcow2",
+            "8M",
+        ],
+    );
+    let dirty = dir.join("dirty.qcow2");
+    qemu_io(
+        &dirty,
+        "qcow2",
+        &["write -P 0x5a 0 64k", "write -P 0x5b 5M 1M"],
+    );
+    let f = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&dirty)
+        .unwrap();
+    let mut b = [0u8; 1];
+    f.read_exact_at(&mut b, 79).unwrap();
+    f.write_all_at(&[b[0] | 1], 79).unwrap();
+    drop(f);
+    let before = fs::read(&dirty).unwrap();
+    let img = chain_matches_qemu_img(&dirty, &opts);
+    let notices = img.notices();
+    assert!(
+        notices
+            .iter()
+            .any(|n| n.contains("dirty") && n.contains(s(&dirty))),
+        "{notices:?}"
+    );
+    assert!(fs::read(&dirty).unwrap() == before, "the image was changed");
+    // Extended L2: subcluster writes and zeroes, alone and over a base.
+    create_in(dir, &["-f", "qcow2", "base.qcow2", "8M"]);
+    qemu_io(&dir.join("base.qcow2"), "qcow2", &["write -P 0x11 0 1M"]);
+    create_in(
+        dir,
+        &[
+            "-f",
+            "qcow2",
+            "-o",
+            "extended_l2=on",
+            "-F",
+            "qcow2",
+            "-b",
+            "base.qcow2",
+            "ext.qcow2",
+        ],
+    );
+    let ext = dir.join("ext.qcow2");
+    qemu_io(
+        &ext,
+        "qcow2",
+        &[
+            "write -P 0x66 2k 2k",
+            "write -z 8k 2k",
+            "write -P 0x5a 68k 4k",
+            "write -z 256k 8k",
+            "write -P 0x67 512k 64k",
+            "write -z 640k 64k",
+            "write -P 0x68 2M 6k",
+        ],
+    );
+    let e = chain_matches_qemu_img(&ext, &opts);
+    let mut got = vec![0u8; 12 << 10];
+    e.read_at(&mut got, 0).unwrap();
+    assert!(got[..2048].iter().all(|&b| b == 0x11), "falls through");
+    assert!(got[2048..4096].iter().all(|&b| b == 0x66));
+    assert!(got[8192..10240].iter().all(|&b| b == 0), "zero subcluster");
+    assert!(got[10240..].iter().all(|&b| b == 0x11));
+    create_in(
+        dir,
+        &[
+            "-f",
+            "qcow2",
+            "-o",
+            "extended_l2=on,cluster_size=16k",
+            "ext16.qcow2",
+            "4M",
+        ],
+    );
+    qemu_io(
+        &dir.join("ext16.qcow2"),
+        "qcow2",
+        &["write -P 0x21 1536 512", "write -P 0x22 1M 9k"],
+    );
+    chain_matches_qemu_img(&dir.join("ext16.qcow2"), &opts);
+    // External data files, plain and raw.
+    for (name, o) in [
+        ("data.qcow2", "data_file=data.bin"),
+        ("rawdata.qcow2", "data_file=raw.bin,data_file_raw=on"),
+    ] {
+        create_in(dir, &["-f", "qcow2", "-o", o, name, "4M"]);
+        qemu_io(
+            &dir.join(name),
+            "qcow2",
+            &[
+                "write -P 0x31 0 64k",
+                "write -z 64k 64k",
+                "write -P 0x32 1M 100k",
+            ],
+        );
+        let i = chain_matches_qemu_img(&dir.join(name), &opts);
+        assert_eq!(i.files().len(), 2, "{name}");
+    }
+    // A data file with subclusters over a backing file.
+    create_in(
+        dir,
+        &[
+            "-f",
+            "qcow2",
+            "-o",
+            "extended_l2=on,data_file=xd.bin",
+            "-F",
+            "qcow2",
+            "-b",
+            "base.qcow2",
+            "xd.qcow2",
+        ],
+    );
+    qemu_io(
+        &dir.join("xd.qcow2"),
+        "qcow2",
+        &["write -P 0x41 4k 2k", "write -z 16k 2k"],
+    );
+    chain_matches_qemu_img(&dir.join("xd.qcow2"), &opts);
+    // LUKS: refused, saying how to give the key.
+    let o = zinstall_testkit::tool("qemu-img")
+        .current_dir(dir)
+        .args([
+            "create",
+            "-q",
+            "-f",
+            "qcow2",
+            "--object",
+            "secret,id=sec0,data=abc",
+            "-o",
+            "encrypt.format=luks,encrypt.key-secret=sec0,encrypt.iter-time=10",
+            "luks.qcow2",
+            "1M",
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{o:?}");
+    let e = chain_refusal(&dir.join("luks.qcow2"), &opts);
+    assert!(matches!(e.refusal(), Some(Problem::Encrypted(2))), "{e}");
+    assert!(e.refusal().unwrap().is_unsupported());
+    let m = e.to_string();
+    assert!(
+        m.contains("LUKS") && m.contains("encrypt.key-secret=sec0"),
+        "{m}"
+    );
+}
+
+#[test]
+fn hostile_backing_names_are_refused_naming_the_file() {
+    zinstall_testkit::need("qemu-img");
+    let d = tempfile::tempdir().unwrap();
+    let dir = d.path();
+    let none = qcow2::ChainOptions::default();
+    let allowed = qcow2::ChainOptions {
+        backing_dir: Some(dir.to_path_buf()),
+        ..Default::default()
+    };
+    create_in(dir, &["-f", "raw", "base.raw", "1M"]);
+    fs::write(dir.join("base.raw"), vec![0x42u8; 1 << 20]).unwrap();
+    let refused = |img: &Path, opts: &qcow2::ChainOptions, what: &str| {
+        let e = chain_refusal(img, opts);
+        let m = e.to_string();
+        assert!(m.contains(s(img)) && m.contains(what), "{m}");
+        e
+    };
+    // Absolute: refused, unless beneath the allowed directory.
+    let abs = dir.join("abs.qcow2");
+    create_in(
+        dir,
+        &[
+            "-f",
+            "qcow2",
+            "-F",
+            "raw",
+            "-b",
+            s(&dir.join("base.raw")),
+            "abs.qcow2",
+        ],
+    );
+    refused(&abs, &none, "absolute");
+    chain_matches_qemu_img(&abs, &allowed);
+    // `..`: likewise.
+    fs::create_dir(dir.join("sub")).unwrap();
+    create_in(
+        &dir.join("sub"),
+        &["-f", "qcow2", "-F", "raw", "-b", "../base.raw", "up.qcow2"],
+    );
+    let up = dir.join("sub/up.qcow2");
+    refused(&up, &none, "..");
+    chain_matches_qemu_img(&up, &allowed);
+    // Outside the allowed directory: refused even so.
+    let inner = qcow2::ChainOptions {
+        backing_dir: Some(dir.join("sub")),
+        ..Default::default()
+    };
+    refused(&up, &inner, "..");
+    refused(&abs, &inner, "absolute");
+    // A symlink out of the directory, and one beside it: never followed.
+    let out = tempfile::tempdir().unwrap();
+    fs::write(out.path().join("secret.raw"), b"secret").unwrap();
+    std::os::unix::fs::symlink(
+        out.path().join("secret.raw"),
+        dir.join("link.raw"),
+    )
+    .unwrap();
+    create_in(
+        dir,
+        &[
+            "-f", "qcow2", "-F", "raw", "-b", "base.raw", "ln.qcow2", "1M",
+        ],
+    );
+    let ln = dir.join("ln.qcow2");
+    rebase(&ln, "link.raw", "raw");
+    let e = refused(&ln, &allowed, "symlink");
+    assert!(matches!(
+        e.refusal(),
+        Some(Problem::NameRefused {
+            what: "backing file",
+            ..
+        })
+    ));
+    fs::create_dir(dir.join("real")).unwrap();
+    fs::copy(dir.join("base.raw"), dir.join("real/base.raw")).unwrap();
+    std::os::unix::fs::symlink("real", dir.join("dirlink")).unwrap();
+    rebase(&ln, "dirlink/base.raw", "raw");
+    refused(&ln, &allowed, "symlink");
+    // A data file name follows the same rules.
+    create_in(
+        dir,
+        &[
+            "-f",
+            "qcow2",
+            "-o",
+            &format!("data_file={}", dir.join("d.bin").display()),
+            "absdata.qcow2",
+            "1M",
+        ],
+    );
+    let e = refused(&dir.join("absdata.qcow2"), &none, "absolute");
+    assert!(matches!(
+        e.refusal(),
+        Some(Problem::NameRefused {
+            what: "data file",
+            ..
+        })
+    ));
+    // A loop: A -> B -> A.
+    create_in(
+        dir,
+        &["-f", "qcow2", "-F", "raw", "-b", "base.raw", "a.qcow2"],
+    );
+    create_in(
+        dir,
+        &["-f", "qcow2", "-F", "qcow2", "-b", "a.qcow2", "b.qcow2"],
+    );
+    rebase(&dir.join("a.qcow2"), "b.qcow2", "qcow2");
+    let e = refused(&dir.join("a.qcow2"), &none, "loops");
+    assert!(matches!(e.refusal(), Some(Problem::ChainLoop { .. })));
+    assert!(e.to_string().contains("b.qcow2"), "{e}");
+    // The deepest chain read, and one image more.
+    let mut prev = ("base.raw".to_string(), "raw");
+    for i in 1..=qcow2::MAX_CHAIN {
+        let name = format!("c{i}.qcow2");
+        create_in(dir, &["-f", "qcow2", "-F", prev.1, "-b", &prev.0, &name]);
+        qemu_io(
+            &dir.join(&name),
+            "qcow2",
+            &[&format!("write -P {i} {}k 4k", i * 32)],
+        );
+        prev = (name, "qcow2");
+    }
+    let deepest = dir.join(format!("c{}.qcow2", qcow2::MAX_CHAIN - 1));
+    assert_eq!(
+        chain_matches_qemu_img(&deepest, &none).files().len(),
+        qcow2::MAX_CHAIN
+    );
+    let deeper = dir.join(format!("c{}.qcow2", qcow2::MAX_CHAIN));
+    let e = refused(&deeper, &none, "deeper than 16");
+    assert!(
+        e.to_string().contains("c1.qcow2 -> ")
+            && e.to_string().contains("base.raw"),
+        "{e}"
+    );
+    // A format other than qcow2 or raw.
+    rebase(&ln, "base.raw", "vmdk");
+    let e = refused(&ln, &none, "vmdk");
+    assert!(matches!(e.refusal(), Some(Problem::BackingFormat(_))));
+}
+
+/// Rewrites `img`'s backing file name and format, unchecked.
+fn rebase(img: &Path, name: &str, fmt: &str) {
+    let o = zinstall_testkit::tool("qemu-img")
+        .current_dir(img.parent().unwrap())
+        .args(["rebase", "-u", "-f", "qcow2", "-F", fmt, "-b", name, s(img)])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "rebase {img:?} {name}: {o:?}");
 }
