@@ -117,6 +117,32 @@ pub enum Error {
         /// Its media type.
         media_type: String,
     },
+    /// A layer whose bytes are not compressed as its media type says:
+    /// gzip bytes in a `tar+zstd` layer, a plain tar in a `tar+gzip`
+    /// one, or a compression OCI has no media type for (bzip2, xz, lz4).
+    /// Refused rather than read by its magic: the media type is what
+    /// other runtimes and registries go by, so such an image would
+    /// install here and fail everywhere else.
+    #[error(
+        "{}: layer {digest}: media type {media_type} says {declared}, but \
+         the blob is {found}{}",
+        image.display(),
+        layer_advice(*.is_oci)
+    )]
+    LayerCompression {
+        /// The image.
+        image: PathBuf,
+        /// The layer.
+        digest: String,
+        /// Its media type.
+        media_type: String,
+        /// The compression the media type says.
+        declared: String,
+        /// The compression the blob's first bytes say.
+        found: String,
+        /// Whether `found` is one an OCI media type names.
+        is_oci: bool,
+    },
     /// A blob the image lacked could not be fetched.
     #[error("{}: fetching {digest}: {source}", image.display())]
     Fetch {
@@ -143,6 +169,16 @@ pub enum Error {
     },
 }
 
+/// What to do about a layer not compressed as its media type says.
+fn layer_advice(is_oci: bool) -> &'static str {
+    if is_oci {
+        "; rebuild the layer or correct its media type"
+    } else {
+        ", which no OCI layer media type names (tar, tar+gzip, tar+zstd): \
+         recompress the layer with gzip or zstd"
+    }
+}
+
 impl Error {
     /// The image the error is about.
     pub fn image(&self) -> &std::path::Path {
@@ -152,6 +188,7 @@ impl Error {
             | Error::Mismatch { image, .. }
             | Error::TooLarge { image, .. }
             | Error::MediaType { image, .. }
+            | Error::LayerCompression { image, .. }
             | Error::Fetch { image, .. }
             | Error::Platform { image, .. } => image,
         }
