@@ -23,7 +23,6 @@ use zinstall_testkit::{require_root, tool};
 mod tools;
 
 #[path = "oci/support.rs"]
-#[allow(dead_code)]
 mod support;
 
 fn zinstall(args: &[&str]) -> Output {

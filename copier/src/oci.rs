@@ -125,7 +125,7 @@ fn layer_head(
     blob: &mut impl std::io::Read,
     shown: &Path,
 ) -> Result<Vec<u8>> {
-    use zinstall_archive::compress::{self, Compression};
+    use zinstall_archive::compress;
     let layer = &image.layers[i];
     let mut head = vec![0u8; compress::MAGIC_LEN];
     let n = compress::read_up_to(blob, &mut head)
@@ -138,12 +138,8 @@ fn layer_head(
             image: image.path.clone(),
             digest: layer.digest.to_string(),
             media_type: layer.media_type.clone(),
-            declared: layer.compression.name().into(),
-            found: found.name().into(),
-            is_oci: matches!(
-                found,
-                Compression::None | Compression::Gzip | Compression::Zstd
-            ),
+            declared: layer.compression,
+            found,
         }));
     }
     Ok(head)

@@ -192,13 +192,13 @@ pub fn unpack(
 
 /// The error for `archive`, whose tar reader refused it with `e`: when
 /// `archive` is compressed and its stream is itself corrupt or truncated
-/// (read again to its end, at most `limit` bytes), that error, since a
-/// stream decoded before its checksum is reached gives the tar reader
-/// damaged headers; `e` otherwise.
+/// (read again to its end, at most `limit` bytes), the stream's fault at
+/// the same member, since a stream decoded before its checksum is
+/// reached gives the tar reader damaged headers; `e` otherwise.
 fn blame_stream(e: Error, archive: &Path, limit: u64) -> Error {
-    if !matches!(e, Error::Archive { .. }) {
+    let Error::Archive { entry, .. } = &e else {
         return e;
-    }
+    };
     let Ok((f, c)) = open_archive(archive) else {
         return e;
     };
@@ -207,11 +207,21 @@ fn blame_stream(e: Error, archive: &Path, limit: u64) -> Error {
     }
     let checked = decompress(io::BufReader::with_capacity(1 << 20, f), c)
         .and_then(|d| io::copy(&mut d.take(limit), &mut io::sink()));
-    match checked {
-        Err(fault) if fault.raw_os_error().is_none() => {
-            Error::io(Op::Read, archive, fault)
+    let reason = match checked {
+        Err(fault) if fault.kind() == io::ErrorKind::UnexpectedEof => {
+            ArchiveRefusal::Truncated {
+                what: format!("compressed stream ({fault})"),
+            }
         }
-        _ => e,
+        Err(fault) if fault.raw_os_error().is_none() => {
+            ArchiveRefusal::Corrupt(fault.to_string())
+        }
+        _ => return e,
+    };
+    Error::Archive {
+        archive: archive.to_path_buf(),
+        entry: entry.clone(),
+        reason,
     }
 }
 

@@ -8,7 +8,9 @@ use std::io::{self, Read};
 
 use libfuzzer_sys::fuzz_target;
 
-use zinstall_archive::compress::{Compression, compression_of, decompress, detect};
+use zinstall_archive::compress::{
+    Compression, compression_of, decompress, detect,
+};
 
 fuzz_target!(|raw: &[u8]| {
     let told = compression_of(raw);
@@ -17,7 +19,12 @@ fuzz_target!(|raw: &[u8]| {
     if raw.len() < 64 {
         assert_eq!(told, sought);
     }
-    for c in [told, Compression::Gzip, Compression::Lz4, Compression::Bzip2] {
+    for c in [
+        told,
+        Compression::Gzip,
+        Compression::Lz4,
+        Compression::Bzip2,
+    ] {
         match decompress(raw, c) {
             Ok(d) => {
                 assert!(c.is_read());
@@ -38,10 +45,9 @@ fuzz_target!(|raw: &[u8]| {
                     assert!(log.take().is_empty());
                 }
             }
-            Err(e) => assert!(
-                !c.is_read() || c == Compression::Zstd,
-                "{c:?}: {e}"
-            ),
+            Err(e) => {
+                assert!(!c.is_read() || c == Compression::Zstd, "{c:?}: {e}")
+            }
         }
     }
 });

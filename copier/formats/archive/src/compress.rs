@@ -350,7 +350,7 @@ fn is_lzma_alone(head: &[u8]) -> bool {
     size.copy_from_slice(&head[5..13]);
     let size = u64::from_le_bytes(size);
     let power = dict.is_power_of_two()
-        || (dict % 3 == 0 && (dict / 3).is_power_of_two());
+        || (dict.is_multiple_of(3) && (dict / 3).is_power_of_two());
     lc + lp <= 4
         && dict >= 4096
         && power

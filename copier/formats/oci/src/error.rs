@@ -5,6 +5,8 @@ use std::fmt;
 use std::io;
 use std::path::PathBuf;
 
+use zinstall_archive::compress::Compression;
+
 /// How a blob differs from its descriptor.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -124,10 +126,12 @@ pub enum Error {
     /// other runtimes and registries go by, so such an image would
     /// install here and fail everywhere else.
     #[error(
-        "{}: layer {digest}: media type {media_type} says {declared}, but \
-         the blob is {found}{}",
+        "{}: layer {digest}: media type {media_type} says {}, but the blob \
+         is {}{}",
         image.display(),
-        layer_advice(*.is_oci)
+        .declared.name(),
+        .found.name(),
+        layer_advice(*.found)
     )]
     LayerCompression {
         /// The image.
@@ -137,11 +141,9 @@ pub enum Error {
         /// Its media type.
         media_type: String,
         /// The compression the media type says.
-        declared: String,
+        declared: Compression,
         /// The compression the blob's first bytes say.
-        found: String,
-        /// Whether `found` is one an OCI media type names.
-        is_oci: bool,
+        found: Compression,
     },
     /// A blob the image lacked could not be fetched.
     #[error("{}: fetching {digest}: {source}", image.display())]
@@ -170,8 +172,11 @@ pub enum Error {
 }
 
 /// What to do about a layer not compressed as its media type says.
-fn layer_advice(is_oci: bool) -> &'static str {
-    if is_oci {
+fn layer_advice(found: Compression) -> &'static str {
+    if matches!(
+        found,
+        Compression::None | Compression::Gzip | Compression::Zstd
+    ) {
         "; rebuild the layer or correct its media type"
     } else {
         ", which no OCI layer media type names (tar, tar+gzip, tar+zstd): \
