@@ -452,7 +452,8 @@ impl<R: BufRead> Peeked<R> {
         Ok(&self.front[..n.min(self.front.len())])
     }
 
-    /// Reads and discards the rest; the count of bytes.
+    /// Reads and discards the rest: how many bytes, and whether `check`
+    /// held for every piece of them.
     fn skip_rest(
         &mut self,
         check: impl Fn(&[u8]) -> bool,
@@ -528,20 +529,23 @@ impl<R: BufRead> GzipMembers<R> {
     }
 
     /// Between members: starts the next one; false at the end, having
-    /// read and logged anything after the last member.
+    /// read and logged anything after the last member. An error leaves
+    /// the input where it was.
     fn next_member(&mut self) -> io::Result<bool> {
-        let Some(mut input) = self.input.take() else {
+        let Some(input) = self.input.as_mut() else {
             return Ok(false);
         };
         let head = input.peek(2)?;
         if head.is_empty() && self.started {
+            self.input = None;
             return Ok(false);
         }
         // The first member is read whatever it starts with: its header
         // is checked by the decoder.
         if !self.started || head == GZIP {
             self.started = true;
-            self.member = Some(flate2::bufread::GzDecoder::new(input));
+            self.member =
+                self.input.take().map(flate2::bufread::GzDecoder::new);
             return Ok(true);
         }
         let at = input.taken;
@@ -551,6 +555,7 @@ impl<R: BufRead> GzipMembers<R> {
         } else {
             Ignored::GzipGarbage { at, len }
         });
+        self.input = None;
         Ok(false)
     }
 }
@@ -566,8 +571,10 @@ impl<R: BufRead> Read for GzipMembers<R> {
                 if n > 0 {
                     return Ok(n);
                 }
-                // The member's trailer (CRC32, ISIZE) is checked.
-                let m = self.member.take().expect("a member is being read");
+            }
+            // The member's trailer (CRC32, ISIZE) is checked: on to the
+            // input after it.
+            if let Some(m) = self.member.take() {
                 self.input = Some(m.into_inner());
             }
             if !self.next_member()? {
