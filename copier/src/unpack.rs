@@ -190,13 +190,21 @@ pub fn unpack(
     Ok(report)
 }
 
-/// The error for `archive`, whose tar reader refused it with `e`: when
-/// `archive` is compressed and its stream is itself corrupt or truncated
-/// (read again to its end, at most `limit` bytes), the stream's fault at
+/// The error for `archive`, whose tar reader found it corrupt or
+/// truncated (`e`): when `archive` is compressed and its stream is
+/// itself corrupt or truncated (read again to its end, at most `limit`
+/// bytes, as many as the unpack itself may read), the stream's fault at
 /// the same member, since a stream decoded before its checksum is
 /// reached gives the tar reader damaged headers; `e` otherwise.
 fn blame_stream(e: Error, archive: &Path, limit: u64) -> Error {
-    let Error::Archive { entry, .. } = &e else {
+    // Only what damaged data gives: a name or size refusal stands, and a
+    // bomb refused on its sizes is not decoded again.
+    let Error::Archive {
+        entry,
+        reason: ArchiveRefusal::Corrupt(_) | ArchiveRefusal::Truncated { .. },
+        ..
+    } = &e
+    else {
         return e;
     };
     let Ok((f, c)) = open_archive(archive) else {
