@@ -23,7 +23,7 @@
 //! The API:
 //! * [`Plan`] → [`Plan::run`] → [`Report`] or [`Failure`]: one copy;
 //!   [`RuleSet`] (link, copy, skip by glob), [`Progress`] to watch it.
-//! * [`unpack`]: a tar layer (plain, gzip, zstd, xz) applied beneath a
+//! * [`unpack`]: a tar layer (plain, gzip, zstd, xz, bzip2, lz4) applied beneath a
 //!   root by the same kind of writer; [`pack`]: a tree made a layer.
 //! * [`oci`]: OCI images (layout directories, oci-archives): layers
 //!   checked against their digests and applied with their whiteouts.

@@ -86,11 +86,13 @@ fn through_layer(
         p.begin(Some(layer.size));
     }
     let r = (|| {
+        let mut blob = BufReader::with_capacity(
+            1 << 20,
+            crate::Metered::new(&mut raw, progress.cloned()),
+        );
+        let head = layer_head(image, i, &mut blob, &shown)?;
         let stream = zinstall_archive::compress::decompress(
-            BufReader::with_capacity(
-                1 << 20,
-                crate::Metered::new(&mut raw, progress.cloned()),
-            ),
+            std::io::Read::chain(&head[..], blob),
             layer.compression,
         )
         .map_err(|e| Error::io(Op::Read, &shown, e))?;
@@ -111,6 +113,36 @@ fn through_layer(
     // explains whatever else went wrong with it.
     raw.finish()?;
     r
+}
+
+/// The first bytes of layer `i`'s blob, read from `blob`, whose
+/// compression must be the one its media type says: a blob that is
+/// something else is refused naming both, before any of it is read as
+/// tar.
+fn layer_head(
+    image: &Image,
+    i: usize,
+    blob: &mut impl std::io::Read,
+    shown: &Path,
+) -> Result<Vec<u8>> {
+    use zinstall_archive::compress;
+    let layer = &image.layers[i];
+    let mut head = vec![0u8; compress::MAGIC_LEN];
+    let n = compress::read_up_to(blob, &mut head)
+        .map_err(|e| Error::io(Op::Read, shown, e))?;
+    head.truncate(n);
+    let found = compress::compression_of(&head);
+    // An empty blob is left to the tar reader, which says so.
+    if found != layer.compression && n > 0 {
+        return Err(Error::Oci(zinstall_oci::Error::LayerCompression {
+            image: image.path.clone(),
+            digest: layer.digest.to_string(),
+            media_type: layer.media_type.clone(),
+            declared: layer.compression,
+            found,
+        }));
+    }
+    Ok(head)
 }
 
 /// Applies every layer of `image` onto `root` in order, whiteouts and

@@ -266,6 +266,10 @@ pub enum NoticeKind {
     /// them in attribute directories, which are not copied yet): said
     /// once per run rather than dropping them without a word.
     XattrsUnsupported,
+    /// The compressed stream had bytes after its end that its tool
+    /// ignores too (zeros or garbage after the last gzip member): read
+    /// and ignored, as said. The example is the archive.
+    StreamTrailer(String),
     /// Another filesystem is mounted on this directory of the source; not
     /// crossing filesystems, it was copied as an empty directory. One
     /// notice per mount point.
@@ -287,8 +291,23 @@ impl NoticeKind {
             NoticeKind::SpecialSkipped => "special_skipped",
             NoticeKind::SetId => "set_id",
             NoticeKind::XattrsUnsupported => "xattrs_unsupported",
+            NoticeKind::StreamTrailer(_) => "stream_trailer",
             NoticeKind::MountPoint(_) => "mount_point",
             NoticeKind::ArchiveQuirk(_) => "archive_quirk",
+        }
+    }
+}
+
+impl Notice {
+    /// The notice that `archive`'s decoder ignored `what`.
+    pub fn stream(
+        what: zinstall_archive::compress::Ignored,
+        archive: &Path,
+    ) -> Notice {
+        Notice {
+            kind: NoticeKind::StreamTrailer(what.to_string()),
+            count: 1,
+            example: archive.to_path_buf(),
         }
     }
 }
@@ -322,6 +341,9 @@ impl fmt::Display for Notice {
                      empty directory (not crossing filesystems)",
                     path.display()
                 );
+            }
+            NoticeKind::StreamTrailer(what) => {
+                return write!(f, "{}: {what}", self.example.display());
             }
         }
         match self.count {

@@ -46,7 +46,7 @@
 
 use std::ffi::{CStr, CString};
 use std::fs::File;
-use std::io::{self, Read, Seek, SeekFrom};
+use std::io::{self, Read};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -55,9 +55,7 @@ use std::sync::{Arc, Condvar, Mutex};
 
 use crossbeam_channel::Receiver;
 
-use zinstall_archive::compress::{
-    self, Compression, compression_of, decompress, read_up_to,
-};
+use zinstall_archive::compress::{self, Compression, decompress, read_up_to};
 use zinstall_archive::meta;
 use zinstall_archive::names::{self, Name};
 use zinstall_archive::tar::{self, TarError};
@@ -159,21 +157,15 @@ pub struct UnpackReport {
     pub changes: Vec<Change>,
 }
 
-/// Unpacks the archive file `archive` (tar, tar.gz, tar.zst or tar.xz,
-/// told by content) into the existing directory `root`.
+/// Unpacks the archive file `archive` (a tar, plain or compressed, told
+/// by content: see [`compress`]) into the existing directory `root`;
+/// what the decoder ignored after the stream's end is a notice.
 pub fn unpack(
     archive: &Path,
     root: &Path,
     opts: &UnpackOptions,
 ) -> Result<UnpackReport> {
-    let mut f =
-        File::open(archive).map_err(|e| Error::io(Op::Open, archive, e))?;
-    let mut head = [0u8; compress::MAGIC_LEN];
-    let n = read_up_to(&mut f, &mut head)
-        .map_err(|e| Error::io(Op::Read, archive, e))?;
-    let compression = compression_of(&head[..n]);
-    f.seek(SeekFrom::Start(0))
-        .map_err(|e| Error::io(Op::Read, archive, e))?;
+    let (f, compression) = open_archive(archive)?;
     if let Some(p) = &opts.progress {
         p.begin(f.metadata().ok().map(|m| m.len()));
     }
@@ -192,7 +184,77 @@ pub fn unpack(
     let reader =
         decompress(io::BufReader::with_capacity(1 << 20, f), compression)
             .map_err(|e| Error::io(Op::Read, archive, e))?;
-    unpack_from(reader, archive, root, opts)
+    let ignored = reader.ignored();
+    let mut report = unpack_from(reader, archive, root, opts)
+        .map_err(|e| blame_stream(e, archive, opts.max_bytes))?;
+    report.notices.extend(
+        ignored
+            .take()
+            .into_iter()
+            .map(|i| Notice::stream(i, archive)),
+    );
+    Ok(report)
+}
+
+/// The error for `archive`, whose tar reader found it corrupt or
+/// truncated (`e`): when `archive` is compressed and its stream is
+/// itself corrupt or truncated (read again to its end, at most `limit`
+/// bytes, as many as the unpack itself may read), the stream's fault at
+/// the same member, since a stream decoded before its checksum is
+/// reached gives the tar reader damaged headers; `e` otherwise.
+fn blame_stream(e: Error, archive: &Path, limit: u64) -> Error {
+    // Only what damaged data gives: a name or size refusal stands, and a
+    // bomb refused on its sizes is not decoded again.
+    let Error::Archive {
+        entry,
+        reason: ArchiveRefusal::Corrupt(_) | ArchiveRefusal::Truncated { .. },
+        ..
+    } = &e
+    else {
+        return e;
+    };
+    let Ok((f, c)) = open_archive(archive) else {
+        return e;
+    };
+    if c == Compression::None {
+        return e;
+    }
+    let checked = decompress(io::BufReader::with_capacity(1 << 20, f), c)
+        .and_then(|d| io::copy(&mut d.take(limit), &mut io::sink()));
+    let reason = match checked {
+        Err(fault) if fault.kind() == io::ErrorKind::UnexpectedEof => {
+            ArchiveRefusal::Truncated {
+                what: format!("compressed stream ({fault})"),
+            }
+        }
+        Err(fault) if fault.raw_os_error().is_none() => {
+            ArchiveRefusal::Corrupt(fault.to_string())
+        }
+        _ => return e,
+    };
+    Error::Archive {
+        archive: archive.to_path_buf(),
+        entry: entry.clone(),
+        reason,
+    }
+}
+
+/// Opens `archive` and tells its compression; one zinstall does not read
+/// is refused, naming the command that converts it, before anything is
+/// read as tar.
+fn open_archive(archive: &Path) -> Result<(File, Compression)> {
+    let mut f =
+        File::open(archive).map_err(|e| Error::io(Op::Open, archive, e))?;
+    let compression = compress::detect(&mut f)
+        .map_err(|e| Error::io(Op::Read, archive, e))?;
+    if let Some(reason) = compression.refusal(archive) {
+        return Err(Error::Archive {
+            archive: archive.to_path_buf(),
+            entry: String::new(),
+            reason,
+        });
+    }
+    Ok((f, compression))
 }
 
 /// The reader's bounds for `opts`: declared sizes count against
@@ -254,14 +316,14 @@ const MAX_META: u64 = 64 << 10;
 /// What a zinstall archive says it is, from its first member, reading
 /// nothing more; `None` if the first member is not `zinstall.json`.
 pub fn peek_kind(archive: &Path) -> Result<Option<ArchiveKind>> {
-    let mut f =
-        File::open(archive).map_err(|e| Error::io(Op::Open, archive, e))?;
-    let mut head = [0u8; compress::MAGIC_LEN];
-    let n = read_up_to(&mut f, &mut head)
-        .map_err(|e| Error::io(Op::Read, archive, e))?;
-    f.seek(SeekFrom::Start(0))
-        .map_err(|e| Error::io(Op::Read, archive, e))?;
-    let reader = decompress(f, compression_of(&head[..n]))
+    peek(archive).map_err(|e| {
+        blame_stream(e, archive, zinstall_archive::tar::DEFAULT_MAX_TOTAL_BYTES)
+    })
+}
+
+fn peek(archive: &Path) -> Result<Option<ArchiveKind>> {
+    let (f, compression) = open_archive(archive)?;
+    let reader = decompress(f, compression)
         .map_err(|e| Error::io(Op::Read, archive, e))?;
     let refuse = |entry: &str, reason| Error::Archive {
         archive: archive.to_path_buf(),

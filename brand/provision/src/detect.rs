@@ -13,7 +13,7 @@ use std::path::Path;
 use copier::Op;
 use zinstall_archive::compress::read_up_to;
 pub use zinstall_image::{Compression, ForeignFormat, ImageKind};
-use zinstall_image::{HEAD, classify, compression_of};
+use zinstall_image::{HEAD, classify};
 
 use crate::error::{ImageProblem, ProvisionError as Error, Result};
 
@@ -47,12 +47,20 @@ pub fn detect(path: &Path) -> Result<ImageKind> {
     if let Ok(Some(_)) = copier::oci::sniff(&oci) {
         return Ok(ImageKind::Oci);
     }
-    let f = File::open(path).map_err(|e| Error::io(Op::Open, path, e))?;
+    let mut f = File::open(path).map_err(|e| Error::io(Op::Open, path, e))?;
+    let c = zinstall_archive::compress::detect(&mut f)
+        .map_err(|e| Error::io(Op::Read, path, e))?;
+    if let Some(refusal) = c.refusal(path) {
+        // Told by the same table as the unpacker's, refused the same way.
+        return Err(Error::Image {
+            path: path.to_path_buf(),
+            problem: ImageProblem::Unsupported(refusal.to_string()),
+        });
+    }
     let mut head = [0u8; HEAD];
     let n = read_up_to(&mut &f, &mut head)
         .map_err(|e| Error::io(Op::Read, path, e))?;
     let head = &head[..n];
-    let c = compression_of(head);
     if c == Compression::None {
         let kind = tell(path, head, c)?;
         if kind == ImageKind::Raw(c) {
@@ -171,5 +179,20 @@ mod test {
                 .unwrap_err()
                 .to_string();
         assert!(e.contains("/images/x.zip") && e.contains("zip"), "{e}");
+    }
+
+    /// A compression that is not read is refused by the image's name
+    /// with the command that converts it, before anything is built.
+    #[test]
+    fn unread_compressions_name_their_converter() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("root.tar.lz");
+        std::fs::write(&p, b"LZIP\x01\x0c\0\0\0\0\0\0").unwrap();
+        let e = detect(&p).unwrap_err().to_string();
+        assert!(
+            e.contains("lzip")
+                && e.contains(&format!("lzip -dc {}", p.display())),
+            "{e}"
+        );
     }
 }

@@ -30,11 +30,12 @@ static DEFAULT_MAX_ARCHIVE_SIZE: LazyLock<String> =
 pub struct ProvisionArgs {
     #[command(flatten)]
     pub remote: crate::cmd::remote::DaemonArg,
-    /// A rootfs archive (tar, tar.gz, tar.zst, tar.xz), an OCI image
-    /// (layout directory or oci-archive; IMAGE:REF names one in its
-    /// index) or a disk image (raw or qcow2; VMDK, VDI, VHD, VHDX, QED,
-    /// Parallels through qemu-img; plain or compressed with gzip, zstd or
-    /// xz), told by content; or REGISTRY/REPO:TAG or
+    /// A rootfs archive (tar, tar.gz, tar.zst, tar.xz, tar.bz2,
+    /// tar.lz4), an OCI image (layout directory or oci-archive; IMAGE:REF
+    /// names one in its index) or a disk image (raw or qcow2; VMDK, VDI,
+    /// VHD, VHDX, QED, Parallels through qemu-img; plain or compressed
+    /// with gzip, zstd, xz, bzip2 or lz4), told by content; or
+    /// REGISTRY/REPO:TAG or
     /// REGISTRY/REPO@sha256:..., pulled into the cache.
     pub image: PathBuf,
     #[command(flatten)]

@@ -14,6 +14,8 @@ fuzz_target!(|raw: &[u8]| {
         Compression::Gzip,
         Compression::Zstd,
         Compression::Xz,
+        Compression::Bzip2,
+        Compression::Lz4,
     ] {
         let Ok(kind) = classify(raw, c) else {
             continue;

@@ -9,8 +9,10 @@
 //!
 //! * [`tar::Reader`]: members in order, with PAX, GNU long names, every
 //!   GNU sparse form, xattrs and ACLs, bounded by [`tar::Limits`].
-//! * [`compress`]: gzip, zstd (with skippable frames) and xz, told by
-//!   their magic bytes and read to their checked end.
+//! * [`compress`]: gzip, zstd, xz, bzip2 and lz4 told by their magic
+//!   bytes and read to their checked end; legacy lzma, lzip, lzop,
+//!   compress and legacy lz4 told and refused with the command that
+//!   converts them.
 //! * [`names`]: a member's name made into checked components, or the
 //!   reason it is refused ([`ArchiveRefusal`]).
 //! * [`ArchiveMeta`]: a zinstall layer's or baseline's first member.
@@ -24,8 +26,9 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
-/// Telling and decoding compressed archives and images (gzip, zstd, xz),
-/// read to their end so that trailers are checked.
+/// Telling compressed archives and images apart (the one table of magic
+/// numbers) and decoding gzip, zstd, xz, bzip2 and lz4, read to their end
+/// so that trailers are checked.
 pub mod compress;
 /// The first member of a zinstall layer or baseline: `zinstall.json`.
 pub mod meta;

@@ -44,6 +44,15 @@ pub enum ArchiveRefusal {
         /// The part being read when the data ran out.
         what: String,
     },
+    /// The archive is compressed in a format zinstall recognises but
+    /// does not read (legacy lzma, lzip, lzop, compress, legacy lz4):
+    /// refused before any of it is read as tar.
+    UnreadCompression {
+        /// The format, e.g. `lzip`.
+        format: String,
+        /// The command that converts the file into one zinstall reads.
+        convert: String,
+    },
     /// A bound on declared sizes or counts was hit, checked before
     /// anything was allocated or written.
     LimitExceeded {
@@ -91,6 +100,12 @@ impl fmt::Display for ArchiveRefusal {
             ArchiveRefusal::Truncated { what } => {
                 write!(f, "archive truncated in the {what}")
             }
+            ArchiveRefusal::UnreadCompression { format, convert } => write!(
+                f,
+                "compressed with {format}, which zinstall does not read \
+                 (it reads gzip, zstd, xz, bzip2 and lz4); convert it first: \
+                 {convert}"
+            ),
             ArchiveRefusal::LimitExceeded { what, limit } => {
                 write!(f, "{what} exceed the limit of {limit}")
             }

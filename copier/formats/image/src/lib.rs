@@ -1,7 +1,10 @@
 //! What an image is, told by its content, never by its name.
 //!
 //! The caller reads the first [`HEAD`] bytes of an image; if they are a
-//! compression zinstall decodes (gzip, zstd, xz), it reads the first
+//! compression zinstall decodes (gzip, zstd, xz, bzip2, lz4: see
+//! [`zinstall_archive::compress`], the one table of magic numbers; the
+//! others it knows are refused naming the command that converts them),
+//! it reads the first
 //! [`HEAD`] bytes of the decompressed stream too, and [`classify`] says
 //! what is inside:
 //!
@@ -12,7 +15,7 @@
 //! | qcow2, compressed | [`ImageKind::CompressedQcow2`]: decompressed once, then read natively |
 //! | VMDK (one file), VDI, dynamic VHD, VHDX, QED, Parallels, Bochs, cloop | [`ImageKind::Foreign`]: converted by `qemu-img`, or refused naming the format |
 //! | LUKS, a VMDK descriptor whose data is in other files | refused, saying why |
-//! | bzip2, lz4, lzip, zip, 7z, a second compression layer | refused, naming the format |
+//! | zip, 7z, a second compression layer | refused, naming the format |
 //! | anything else (an MBR or GPT disk, a filesystem, an ISO 9660 image) | [`ImageKind::Raw`] |
 //!
 //! An OCI image (a layout directory or a tar of one) is told by the
@@ -81,12 +84,7 @@ impl ImageKind {
             ImageKind::Oci => ("oci", Compression::None),
             ImageKind::Foreign(f, c) => (f.qemu_name(), c),
         };
-        match c {
-            Compression::None => what.to_string(),
-            Compression::Gzip => format!("{what}.gz"),
-            Compression::Zstd => format!("{what}.zst"),
-            Compression::Xz => format!("{what}.xz"),
-        }
+        format!("{what}{}", c.suffix())
     }
 }
 
@@ -208,19 +206,10 @@ fn foreign_disk(head: &[u8]) -> Option<Foreign> {
     }
 }
 
-/// A compression or archive zinstall does not decode.
+/// An archive format that is not a compressed stream; compressions are
+/// told by [`compression_of`].
 fn foreign_container(head: &[u8]) -> Option<&'static str> {
-    if head.len() >= 10
-        && head.starts_with(b"BZh")
-        && (b'1'..=b'9').contains(&head[3])
-        && head[4..10] == [0x31, 0x41, 0x59, 0x26, 0x53, 0x59]
-    {
-        Some("bzip2")
-    } else if head.starts_with(&[0x04, 0x22, 0x4d, 0x18]) {
-        Some("lz4")
-    } else if head.starts_with(b"LZIP") {
-        Some("lzip")
-    } else if head.starts_with(b"PK\x03\x04") {
+    if head.starts_with(b"PK\x03\x04") {
         Some("zip")
     } else if head.starts_with(b"7z\xbc\xaf\x27\x1c") {
         Some("7z")
@@ -253,6 +242,14 @@ pub fn classify(head: &[u8], c: Compression) -> Result<ImageKind, Unsupported> {
         None => {}
     }
     let inner = compression_of(head);
+    if inner != Compression::None && c == Compression::None {
+        // The caller decompresses what is read before classifying: this
+        // is one that is not.
+        return Err(Unsupported(format!(
+            "compressed with {}; decompress it first",
+            inner.name()
+        )));
+    }
     if inner != Compression::None {
         return Err(Unsupported(format!(
             "{} inside {}: compressed twice; decompress the outer layer \
@@ -268,8 +265,8 @@ pub fn classify(head: &[u8], c: Compression) -> Result<ImageKind, Unsupported> {
             format!(" inside {}", c.name())
         };
         return Err(Unsupported(format!(
-            "{what}{inside}: zinstall decompresses gzip, zstd and xz; \
-             decompress it first"
+            "{what}{inside}: an archive, not a disk image or a tar: \
+             unpack it and make a tar of it first"
         )));
     }
     Ok(ImageKind::Raw(c))
@@ -346,7 +343,8 @@ mod test {
         for (head, want) in [
             (&b"LUKS\xba\xbe\0\x02"[..], "LUKS"),
             (b"# Disk DescriptorFile\nversion=1", "other files"),
-            (&bz[..], "bzip2"),
+            (&bz[..], "compressed with bzip2"),
+            (b"LZIP\x01\x0c", "lzip"),
             (b"PK\x03\x04", "zip"),
         ] {
             let e = kind(head).unwrap_err().to_string();
@@ -363,6 +361,7 @@ mod test {
             ImageKind::Foreign(ForeignFormat::Vmdk, Compression::Zstd)
         );
         assert_eq!(vmdk_zst.describe(), "vmdk.zst");
+        assert_eq!(ImageKind::Tree(Compression::Bzip2).describe(), "tar.bz2");
         assert_eq!(
             kind(&[0u8; 512]).unwrap(),
             ImageKind::Raw(Compression::None)

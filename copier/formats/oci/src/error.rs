@@ -5,6 +5,8 @@ use std::fmt;
 use std::io;
 use std::path::PathBuf;
 
+use zinstall_archive::compress::Compression;
+
 /// How a blob differs from its descriptor.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -117,6 +119,32 @@ pub enum Error {
         /// Its media type.
         media_type: String,
     },
+    /// A layer whose bytes are not compressed as its media type says:
+    /// gzip bytes in a `tar+zstd` layer, a plain tar in a `tar+gzip`
+    /// one, or a compression OCI has no media type for (bzip2, xz, lz4).
+    /// Refused rather than read by its magic: the media type is what
+    /// other runtimes and registries go by, so such an image would
+    /// install here and fail everywhere else.
+    #[error(
+        "{}: layer {digest}: media type {media_type} says {}, but the blob \
+         is {}{}",
+        image.display(),
+        .declared.name(),
+        .found.name(),
+        layer_advice(*.found)
+    )]
+    LayerCompression {
+        /// The image.
+        image: PathBuf,
+        /// The layer.
+        digest: String,
+        /// Its media type.
+        media_type: String,
+        /// The compression the media type says.
+        declared: Compression,
+        /// The compression the blob's first bytes say.
+        found: Compression,
+    },
     /// A blob the image lacked could not be fetched.
     #[error("{}: fetching {digest}: {source}", image.display())]
     Fetch {
@@ -143,6 +171,19 @@ pub enum Error {
     },
 }
 
+/// What to do about a layer not compressed as its media type says.
+fn layer_advice(found: Compression) -> &'static str {
+    if matches!(
+        found,
+        Compression::None | Compression::Gzip | Compression::Zstd
+    ) {
+        "; rebuild the layer or correct its media type"
+    } else {
+        ", which no OCI layer media type names (tar, tar+gzip, tar+zstd): \
+         recompress the layer with gzip or zstd"
+    }
+}
+
 impl Error {
     /// The image the error is about.
     pub fn image(&self) -> &std::path::Path {
@@ -152,6 +193,7 @@ impl Error {
             | Error::Mismatch { image, .. }
             | Error::TooLarge { image, .. }
             | Error::MediaType { image, .. }
+            | Error::LayerCompression { image, .. }
             | Error::Fetch { image, .. }
             | Error::Platform { image, .. } => image,
         }

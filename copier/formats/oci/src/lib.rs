@@ -28,7 +28,10 @@
 //!   must be the platform asked for.
 //! * Layers must be tar, tar+gzip or tar+zstd (the Docker gzip type is
 //!   the same format); anything else — non-distributable, encrypted,
-//!   foreign — is refused naming its media type. There must be one
+//!   foreign — is refused naming its media type. A blob whose first
+//!   bytes are not the compression its media type says (bzip2 or xz
+//!   included, which no layer media type names) is refused naming both
+//!   ([`Error::LayerCompression`]). There must be one
 //!   `rootfs.diff_ids` entry per layer.
 //! * A layer blob's size is checked when it is opened; its digest as it
 //!   is read ([`BlobReader`]), and its uncompressed stream's against its
