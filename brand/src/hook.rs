@@ -263,7 +263,7 @@ fn cmd_install(
         return NOTCOMPLETE;
     }
     let profile = match Profile::load(&profile_path()) {
-        Ok(p) => p,
+        Ok(p) => p.for_zone_brand(),
         Err(e) => {
             fail(e);
             return before_root(zonepath);
@@ -359,7 +359,7 @@ fn cmd_attach(zonepath: &Path, rest: &[OsString], argv: &[OsString]) -> u8 {
         return OK;
     }
     let profile = match Profile::load(&profile_path()) {
-        Ok(p) => p,
+        Ok(p) => p.for_zone_brand(),
         Err(e) => {
             fail(e);
             return FATAL;

@@ -4,10 +4,15 @@
 //! [`copier::Cancel`] the running command holds, so that a copy stops at
 //! its next entry and says what it left, and an install removes what it
 //! made, as a failed install does. A second signal ends the process at
-//! once, as the default action would have.
+//! once (exit status 1).
+//!
+//! The handlers only store into atomics (signal-hook's `flag` module):
+//! no thread waits for signals, so a traced run has no thread of this
+//! module's.
 
+use std::sync::Arc;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use copier::Cancel;
 
@@ -48,47 +53,36 @@ impl std::fmt::Display for Reason {
 
 struct Watch {
     cancel: Cancel,
-    /// 0: not stopped; a signal's number; -1: stdout closed.
-    reason: AtomicI32,
+    /// 0: not stopped; a signal's number; [`STDOUT_CLOSED`].
+    reason: Arc<AtomicUsize>,
 }
 
 /// The process's one watch: signals are the process's, so is this.
 static WATCH: OnceLock<Watch> = OnceLock::new();
 
-const STDOUT_CLOSED: i32 = -1;
+const STDOUT_CLOSED: usize = usize::MAX;
 
 fn watch() -> &'static Watch {
     WATCH.get_or_init(|| Watch {
         cancel: Cancel::new(),
-        reason: AtomicI32::new(0),
+        reason: Arc::new(AtomicUsize::new(0)),
     })
 }
 
-/// Starts watching for SIGINT, SIGTERM and SIGHUP (a thread of its own
-/// waits for them). Called once by a command that writes, before it
-/// starts; an error is said and the command runs unwatched, as before.
+/// Starts watching for SIGINT, SIGTERM and SIGHUP. Called once by a
+/// command that writes, before it starts; an error is said by the
+/// caller and the command runs unwatched, as before.
 pub fn watch_signals() -> std::io::Result<()> {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
-    let mut signals =
-        signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])?;
-    std::thread::Builder::new()
-        .name("signals".into())
-        .spawn(move || {
-            for s in signals.forever() {
-                let w = watch();
-                if w.reason.load(Ordering::Relaxed) > 0 {
-                    // Asked twice: do what the signal would have done.
-                    let _ = signal_hook::low_level::emulate_default_handler(s);
-                }
-                let _ = w.reason.compare_exchange(
-                    0,
-                    s,
-                    Ordering::Relaxed,
-                    Ordering::Relaxed,
-                );
-                w.cancel.cancel();
-            }
-        })?;
+    use signal_hook::flag;
+    let w = watch();
+    for s in [SIGINT, SIGTERM, SIGHUP] {
+        // In this order: a signal that finds the flag already raised
+        // ends the process; otherwise it names itself and raises it.
+        flag::register_conditional_shutdown(s, 1, w.cancel.flag())?;
+        flag::register_usize(s, Arc::clone(&w.reason), s as usize)?;
+        flag::register(s, w.cancel.flag())?;
+    }
     Ok(())
 }
 
@@ -114,6 +108,6 @@ pub fn reason() -> Option<Reason> {
     match watch().reason.load(Ordering::Relaxed) {
         0 => None,
         STDOUT_CLOSED => Some(Reason::StdoutClosed),
-        s => Some(Reason::Signal(s)),
+        s => Some(Reason::Signal(i32::try_from(s).unwrap_or(0))),
     }
 }

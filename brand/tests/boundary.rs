@@ -637,7 +637,7 @@ fn a_dripping_or_silent_registry_is_cancelled_and_stopped_promptly() {
     let o = d.zinstall(&["cache", "list", "--json"]);
     assert_eq!(
         String::from_utf8_lossy(&o.stdout).trim(),
-        "[]",
+        r#"{"command":"cache","ok":true,"result":[],"schema":1}"#,
         "{}",
         text(&o)
     );

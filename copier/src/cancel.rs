@@ -28,4 +28,11 @@ impl Cancel {
     pub fn is_cancelled(&self) -> bool {
         self.0.load(Ordering::Relaxed)
     }
+
+    /// The flag itself, for what can only store into an atomic: a signal
+    /// handler (`signal_hook::flag::register`) raises it by storing
+    /// `true`.
+    pub fn flag(&self) -> Arc<AtomicBool> {
+        Arc::clone(&self.0)
+    }
 }

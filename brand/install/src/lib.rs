@@ -254,7 +254,7 @@ impl Install<'_> {
             return;
         }
         let profile = self.profile.path.clone();
-        if self.profile.images_over_host {
+        if self.profile.lays_images_over_host() {
             let trees = self
                 .profile
                 .trees

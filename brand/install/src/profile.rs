@@ -107,8 +107,9 @@ pub struct Profile {
     /// of the host (trees, links, mount points, baseline, host files):
     /// the zone brand's way. When false, an install given images lays
     /// out the images alone, as a Linux user giving an image expects;
-    /// the profile's host parts serve installs given no image.
-    pub images_over_host: bool,
+    /// the profile's host parts serve installs given no image. `None`:
+    /// the profile does not say ([`Profile::lays_images_over_host`]).
+    pub images_over_host: Option<bool>,
 }
 
 impl Profile {
@@ -116,7 +117,7 @@ impl Profile {
     /// [`images_over_host`](Profile::images_over_host), else without its
     /// host trees, links, mount points, baseline and host files.
     pub fn for_images(&self) -> Profile {
-        if self.images_over_host {
+        if self.lays_images_over_host() {
             return self.clone();
         }
         Profile {
@@ -127,6 +128,21 @@ impl Profile {
             dirs: Vec::new(),
             ..self.clone()
         }
+    }
+
+    /// Whether images go over the host's parts: as the profile says, else
+    /// as the zone brand does on illumos, and alone elsewhere.
+    pub fn lays_images_over_host(&self) -> bool {
+        self.images_over_host
+            .unwrap_or_else(default_images_over_host)
+    }
+
+    /// The profile as the zone brand's hook uses it: images over the
+    /// host's parts unless the profile says otherwise, whatever the
+    /// platform (zoneadm installs a zone, not an image).
+    pub fn for_zone_brand(mut self) -> Profile {
+        self.images_over_host.get_or_insert(true);
+        self
     }
 
     /// True if the profile makes anything of the host.
@@ -208,8 +224,7 @@ struct Raw {
     max_archive_bytes: u64,
     #[serde(default)]
     allow_devices: bool,
-    #[serde(default = "default_images_over_host")]
-    images_over_host: bool,
+    images_over_host: Option<bool>,
     #[serde(default, rename = "rule")]
     rules: Vec<RawRule>,
     #[serde(default)]

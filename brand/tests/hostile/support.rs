@@ -293,7 +293,8 @@ impl Zone {
                 .join(", ")
         };
         let mut text = format!(
-            "source_root = {:?}\ntrees = [{}]\nlog = {:?}\n",
+            "source_root = {:?}\ntrees = [{}]\nlog = {:?}\n\
+             images_over_host = true\n",
             self.src.display().to_string(),
             list(spec.trees.iter().map(|s| s.to_string()).collect()),
             self.d.path().join("install.log").display().to_string(),
