@@ -154,6 +154,28 @@ fn tree_profile(dir: &Path, tree: &str) -> std::path::PathBuf {
     p
 }
 
+/// An install with `profile` into `zonepath`, sent `signal` as soon as
+/// `root` (a tree it copies) has an entry.
+fn signal_install(
+    profile: &Path,
+    zonepath: &Path,
+    signal: &str,
+    root: &Path,
+) -> std::process::Output {
+    let child = zinstall()
+        .args(["install", "--threads", "1", "--profile"])
+        .arg(profile)
+        .arg("--zonepath")
+        .arg(zonepath)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    signal_when(child, signal, || {
+        fs::read_dir(root).is_ok_and(|mut r| r.next().is_some())
+    })
+}
+
 #[test]
 fn ctrl_c_stops_an_install_which_removes_what_it_made() {
     if !zinstall_testkit::require_root() {
@@ -164,18 +186,7 @@ fn ctrl_c_stops_an_install_which_removes_what_it_made() {
     let profile = tree_profile(d.path(), "big");
     let zonepath = d.path().join("zones/z1");
     let root = zonepath.join("root/big");
-    let child = zinstall()
-        .args(["install", "--threads", "1", "--profile"])
-        .arg(&profile)
-        .arg("--zonepath")
-        .arg(&zonepath)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let o = signal_when(child, "INT", || {
-        fs::read_dir(&root).is_ok_and(|mut r| r.next().is_some())
-    });
+    let o = signal_install(&profile, &zonepath, "INT", &root);
     let (out, err) = text(&o);
     assert_eq!(o.status.code(), Some(130), "{out}{err}");
     assert!(
@@ -247,18 +258,7 @@ fn a_dry_run_after_an_interrupted_install_tells_the_truth() {
     let zonepath = d.path().join("z");
     let root = zonepath.join("root/big");
     // Killed outright: nothing of the install's runs, its marker stays.
-    let child = zinstall()
-        .args(["install", "--threads", "1", "--profile"])
-        .arg(&profile)
-        .arg("--zonepath")
-        .arg(&zonepath)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let o = signal_when(child, "KILL", || {
-        fs::read_dir(&root).is_ok_and(|mut r| r.next().is_some())
-    });
+    let o = signal_install(&profile, &zonepath, "KILL", &root);
     assert_eq!(o.status.code(), None);
     assert!(zonepath.join(".zinstall.state").exists());
     let o = zinstall()

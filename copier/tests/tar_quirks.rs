@@ -12,9 +12,7 @@
 // Linux only: ACLs and xattrs are compared as Linux stores them.
 #![cfg(target_os = "linux")]
 
-use std::ffi::CString;
 use std::fs;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -189,35 +187,12 @@ fn bsdtar(s: &Scene, archive: &Path) -> PathBuf {
     root
 }
 
-/// The xattrs of `p` (not following it), sorted.
+/// The xattrs of `p` (not following it), sorted, names as text.
 fn xattrs(p: &Path) -> Vec<(String, Vec<u8>)> {
-    let c = CString::new(p.as_os_str().as_bytes()).unwrap();
-    let mut names = vec![0u8; 65536];
-    // SAFETY: a valid path and a buffer of the length given.
-    let n = unsafe {
-        libc::llistxattr(c.as_ptr(), names.as_mut_ptr().cast(), names.len())
-    };
-    assert!(n >= 0, "llistxattr {}", p.display());
-    names.truncate(n as usize);
-    let mut out = Vec::new();
-    for name in names.split(|&b| b == 0).filter(|n| !n.is_empty()) {
-        let cn = CString::new(name).unwrap();
-        let mut v = vec![0u8; 65536];
-        // SAFETY: valid strings and a buffer of the length given.
-        let n = unsafe {
-            libc::lgetxattr(
-                c.as_ptr(),
-                cn.as_ptr(),
-                v.as_mut_ptr().cast(),
-                v.len(),
-            )
-        };
-        assert!(n >= 0, "lgetxattr {} {cn:?}", p.display());
-        v.truncate(n as usize);
-        out.push((String::from_utf8_lossy(name).into_owned(), v));
-    }
-    out.sort();
-    out
+    zinstall_testkit::xattrs(p)
+        .into_iter()
+        .map(|(n, v)| (String::from_utf8_lossy(&n).into_owned(), v))
+        .collect()
 }
 
 /// Every entry beneath `root`: type, mode, owner, links, size, content,

@@ -14,7 +14,6 @@
 // NFSv4 ACLs, which these fixtures do not make.
 #![cfg(target_os = "linux")]
 
-use std::ffi::CString;
 use std::fs::{self, File};
 use std::io::{self, Read};
 use std::os::unix::ffi::OsStrExt;
@@ -57,39 +56,9 @@ fn run(cmd: &mut Command) -> Vec<u8> {
     out.stdout
 }
 
-fn cpath(p: &Path) -> CString {
-    CString::new(p.as_os_str().as_bytes()).unwrap()
-}
-
 /// The xattrs of `p` as the kernel returns them, sorted by name.
 fn xattrs_of(p: &Path) -> Vec<(Vec<u8>, Vec<u8>)> {
-    let c = cpath(p);
-    let mut names = vec![0u8; 65536];
-    // SAFETY: valid path and buffer of the given length.
-    let n = unsafe {
-        libc::llistxattr(c.as_ptr(), names.as_mut_ptr().cast(), names.len())
-    };
-    assert!(n >= 0, "llistxattr {}", p.display());
-    names.truncate(n as usize);
-    let mut out = Vec::new();
-    for name in names.split(|&b| b == 0).filter(|n| !n.is_empty()) {
-        let cn = CString::new(name).unwrap();
-        let mut v = vec![0u8; 65536];
-        // SAFETY: valid strings and buffer.
-        let n = unsafe {
-            libc::lgetxattr(
-                c.as_ptr(),
-                cn.as_ptr(),
-                v.as_mut_ptr().cast(),
-                v.len(),
-            )
-        };
-        assert!(n >= 0, "lgetxattr {} {cn:?}", p.display());
-        v.truncate(n as usize);
-        out.push((name.to_vec(), v));
-    }
-    out.sort();
-    out
+    zinstall_testkit::xattrs(p)
 }
 
 /// The source tree, and what went into it.

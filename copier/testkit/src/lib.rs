@@ -130,3 +130,38 @@ pub fn listing(dir: &std::path::Path) -> Vec<String> {
     v.sort();
     v
 }
+
+/// The extended attributes of `p` (not following a symlink), by name,
+/// as the kernel returns them.
+#[cfg(target_os = "linux")]
+pub fn xattrs(p: &std::path::Path) -> Vec<(Vec<u8>, Vec<u8>)> {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    let c = CString::new(p.as_os_str().as_bytes()).unwrap();
+    let mut names = vec![0u8; 65536];
+    // SAFETY: a valid path and a buffer of the length given.
+    let n = unsafe {
+        libc::llistxattr(c.as_ptr(), names.as_mut_ptr().cast(), names.len())
+    };
+    assert!(n >= 0, "llistxattr {}", p.display());
+    names.truncate(n as usize);
+    let mut out = Vec::new();
+    for name in names.split(|&b| b == 0).filter(|n| !n.is_empty()) {
+        let cn = CString::new(name).unwrap();
+        let mut v = vec![0u8; 65536];
+        // SAFETY: valid strings and a buffer of the length given.
+        let n = unsafe {
+            libc::lgetxattr(
+                c.as_ptr(),
+                cn.as_ptr(),
+                v.as_mut_ptr().cast(),
+                v.len(),
+            )
+        };
+        assert!(n >= 0, "lgetxattr {} {cn:?}", p.display());
+        v.truncate(n as usize);
+        out.push((name.to_vec(), v));
+    }
+    out.sort();
+    out
+}
