@@ -150,6 +150,9 @@ fn a_granted_copy_runs_in_a_process_that_is_the_caller() {
     }
     // SAFETY: stopping a process this test's daemon started.
     unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
+    // kill returns before every thread has stopped: until then a worker
+    // may still open or close a descriptor under the listing below.
+    wait_stopped(pid);
     let st = status_of(pid);
     let fds: Vec<(String, String)> = fs::read_dir(format!("/proc/{pid}/fd"))
         .unwrap()
@@ -558,4 +561,31 @@ print(accepted, busy)
         other_took < Duration::from_secs(30),
         "the other uid's copy took {other_took:?}"
     );
+}
+
+/// Waits until every thread of `pid` is stopped (state `T`), for at most
+/// 10 s.
+fn wait_stopped(pid: u32) {
+    let t0 = std::time::Instant::now();
+    loop {
+        let all = fs::read_dir(format!("/proc/{pid}/task"))
+            .map(|tasks| {
+                tasks.flatten().all(|t| {
+                    fs::read_to_string(t.path().join("stat")).is_ok_and(|st| {
+                        // The state follows the parenthesised name.
+                        st.rsplit_once(") ")
+                            .is_some_and(|(_, rest)| rest.starts_with('T'))
+                    })
+                })
+            })
+            .unwrap_or(false);
+        if all {
+            return;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "the job's process {pid} did not stop"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }
