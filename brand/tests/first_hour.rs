@@ -647,3 +647,52 @@ fn every_json_outcome_has_one_schema() {
         }
     }
 }
+
+/// A cache the caller may not write: the error, then what to do.
+#[test]
+fn a_cache_not_yours_gets_a_hint() {
+    if !zinstall_testkit::require_root() {
+        return;
+    }
+    let d = Tmp::new();
+    fs::set_permissions(d.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let src = d.path().join("src");
+    tree(&src, 3);
+    let tar = d.path().join("r.tar");
+    let t = zinstall_testkit::tool("tar")
+        .arg("-C")
+        .arg(&src)
+        .arg("-cf")
+        .arg(&tar)
+        .arg(".")
+        .status()
+        .unwrap();
+    assert!(t.success());
+    fs::set_permissions(&tar, fs::Permissions::from_mode(0o644)).unwrap();
+    let out = d.path().join("out");
+    fs::create_dir(&out).unwrap();
+    std::os::unix::fs::chown(&out, Some(65534), Some(65534)).unwrap();
+    let cache = d.path().join("cache");
+    let o = zinstall_testkit::tool("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(env!("CARGO_BIN_EXE_zinstall"))
+        .env("ZINSTALL_DEFAULTS", "/dev/null")
+        .arg("provision")
+        .arg(&tar)
+        .arg("--cache")
+        .arg(&cache)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("Permission denied"), "{err}");
+    assert!(
+        err.contains(&format!(
+            "the cache {} is not yours to write: run as root, give --cache DIR",
+            cache.display()
+        )),
+        "{err}"
+    );
+}

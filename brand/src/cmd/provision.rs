@@ -356,16 +356,7 @@ pub fn provision(args: &ProvisionArgs) -> ExitCode {
         }
         Err(e) => {
             let fields = crate::json::provision_fields(&e);
-            let hint =
-                cache_hint(&args.cache, e.raw_os_error(), &e.to_string());
-            if let (Some(h), false) = (&hint, json) {
-                // After the error, as every hint.
-                let e = &e;
-                crate::json::fail(json, e, fields);
-                output::note(h);
-                return ExitCode::from(1);
-            }
-            match crate::interrupt::reason() {
+            let status = match crate::interrupt::reason() {
                 Some(why) => {
                     crate::json::fail(
                         json,
@@ -378,7 +369,15 @@ pub fn provision(args: &ProvisionArgs) -> ExitCode {
                     crate::json::fail(json, &e, fields);
                     ExitCode::from(1)
                 }
+            };
+            // After the error, as every hint.
+            if let (Some(h), false) = (
+                cache_hint(&args.cache, e.raw_os_error(), &e.to_string()),
+                json,
+            ) {
+                output::note(h);
             }
+            status
         }
     }
 }
