@@ -310,6 +310,7 @@ fn cmd_install(
             ..Default::default()
         },
         progress: None,
+        sync: true,
     };
     match job.run() {
         Ok(_) => OK,

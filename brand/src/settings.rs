@@ -29,6 +29,10 @@ pub struct TunableArgs {
     /// 1048576).
     #[arg(long, value_name = "BYTES")]
     pub bufsize: Option<String>,
+    /// When written data starts back to the disk: sync (in runs that
+    /// flush at the end), always or never (COPY_WRITEBACK; default sync).
+    #[arg(long, value_name = "WHEN")]
+    pub writeback: Option<String>,
     /// Defaults file to read instead of /etc/default/zinstall (also
     /// ZINSTALL_DEFAULTS); it must exist (/dev/null: none).
     #[arg(long, value_name = "FILE")]
@@ -71,6 +75,7 @@ impl TunableArgs {
             ("COPY_WALKERS", "--walkers", &self.walkers),
             ("COPY_BATCH", "--batch", &self.batch),
             ("COPY_BUFSIZE", "--bufsize", &self.bufsize),
+            ("COPY_WRITEBACK", "--writeback", &self.writeback),
         ] {
             if let Some(v) = v {
                 t.set(key, v, Path::new(flag), 0)?;

@@ -240,6 +240,11 @@ pub enum DefaultsProblem {
     },
     /// A value that is not a number.
     NotANumber,
+    /// A word that is not one of the key's values.
+    NotOneOf {
+        /// The values the key takes.
+        choices: &'static [&'static str],
+    },
     /// A number outside the accepted range.
     OutOfRange {
         /// Smallest accepted value.
@@ -608,6 +613,11 @@ impl fmt::Display for DefaultsMsg<'_> {
             DefaultsProblem::NotANumber => {
                 write!(f, "{key}={value}: not a number")
             }
+            DefaultsProblem::NotOneOf { choices } => write!(
+                f,
+                "{key}={value}: must be one of {}",
+                choices.join(", ")
+            ),
             DefaultsProblem::OutOfRange { min, max } => write!(
                 f,
                 "{key}={value}: out of range (must be {min} to {max})"

@@ -75,6 +75,7 @@ pub mod trusted;
 pub mod tunables;
 pub mod unpack;
 pub mod verify;
+mod writeback;
 
 pub use cancel::Cancel;
 pub use defaults::DefaultsFile;
@@ -87,5 +88,5 @@ pub use pool::{Credentials, Pool};
 pub use rules::{Action, Rule, RuleSet};
 pub use stats::{Notice, NoticeKind, Stats, WalkerStats, WorkerStats};
 pub use trace::{Recording, ThreadState};
-pub use tunables::Tunables;
+pub use tunables::{Tunables, Writeback};
 pub use zinstall_archive::ArchiveRefusal;

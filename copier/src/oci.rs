@@ -96,15 +96,25 @@ fn through_layer(
             layer.compression,
         )
         .map_err(|e| Error::io(Op::Read, &shown, e))?;
-        let mut diff = zinstall_oci::DiffReader::new(
-            stream,
-            &image.path,
-            &layer.digest,
-            &layer.diff_id,
-        );
-        let report = read(&mut diff, &shown)?;
-        diff.finish()?;
-        Ok(report)
+        // The blob read, its digest summed and decompressed on a thread
+        // of its own, ahead of the tar reader.
+        std::thread::scope(|s| {
+            let ahead = zinstall_archive::ahead::read_ahead(
+                s,
+                crate::unpack::DECOMPRESS_THREAD,
+                stream,
+            )
+            .map_err(|e| Error::io(Op::Read, &shown, e))?;
+            let mut diff = zinstall_oci::DiffReader::new(
+                ahead,
+                &image.path,
+                &layer.digest,
+                &layer.diff_id,
+            );
+            let report = read(&mut diff, &shown)?;
+            diff.finish()?;
+            Ok(report)
+        })
     })();
     if let Err(Error::Cancelled { .. }) = &r {
         return r;

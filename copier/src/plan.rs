@@ -152,6 +152,7 @@ pub struct Plan {
     pub(crate) merge: bool,
     pub(crate) layered: bool,
     pub(crate) sync: bool,
+    pub(crate) durable: bool,
     pub(crate) preserve_owner: Option<bool>,
     pub(crate) rules: Option<Arc<RuleSet>>,
     pub(crate) rule_base: PathBuf,
@@ -202,6 +203,7 @@ impl Plan {
             merge: false,
             layered: false,
             sync: false,
+            durable: false,
             preserve_owner: None,
             rules: None,
             rule_base: PathBuf::new(),
@@ -310,6 +312,16 @@ impl Plan {
     pub fn layered(mut self, yes: bool) -> Self {
         self.layered = yes;
         self.merge |= yes;
+        self
+    }
+
+    /// The caller flushes the destination's filesystem after the run (an
+    /// install of several steps flushes once, at its end): with
+    /// `COPY_WRITEBACK=sync` ([`crate::Writeback`]) each file's data
+    /// starts back to the disk as soon as it is written, as when the run
+    /// syncs itself.
+    pub fn durable(mut self, yes: bool) -> Self {
+        self.durable = yes;
         self
     }
 
@@ -444,6 +456,7 @@ impl fmt::Debug for Plan {
             .field("merge", &self.merge)
             .field("layered", &self.layered)
             .field("sync", &self.sync)
+            .field("durable", &self.durable)
             .field("rules", &self.rules.is_some())
             .field("walk_only", &self.walk_only)
             .field("dry_run", &self.dry_run)

@@ -1,5 +1,5 @@
 //! The engine's knobs: worker count, walker count, batch size, buffer
-//! size.
+//! size, early writeback.
 //!
 //! Each has one default, defined here and nowhere else, and the same name
 //! in three places: `COPY_THREADS` in `/etc/default/zinstall` and the man
@@ -43,6 +43,71 @@ pub const DEFAULT_COPY_BATCH: usize = 128;
 /// `std::fs::copy`-sized buffers (8 KiB) cost a system call pair per 8 KiB;
 /// 1 MiB made zone installs several times faster.
 pub const DEFAULT_COPY_BUFSIZE: usize = 1 << 20;
+/// When written data is sent to the disk as soon as a file is done:
+/// only in runs that flush the destination at the end, where it turns
+/// the final flush into a wait for the tail (bench/README.md, "Durable
+/// copies").
+pub const DEFAULT_COPY_WRITEBACK: Writeback = Writeback::Sync;
+
+/// When a run starts writing each file's data back to the disk as soon
+/// as it is written (`sync_file_range(2)` on Linux; illumos has no such
+/// call and leaves it to the final flush).
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    PartialEq,
+    Eq,
+    Default,
+    serde::Serialize,
+    serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum Writeback {
+    /// In runs that flush the destination at the end (`--sync`, installs,
+    /// the provision cache): the flush then waits only for the last
+    /// files, not for everything the run wrote.
+    #[default]
+    Sync,
+    /// In every run: the page cache holds little dirty data at any time,
+    /// which spares other writers on the same disk a burst at the end.
+    Always,
+    /// Never: the kernel writes back when it chooses.
+    Never,
+}
+
+impl Writeback {
+    /// The values `COPY_WRITEBACK` takes, in the order of the variants.
+    pub const NAMES: [&'static str; 3] = ["sync", "always", "never"];
+
+    /// The value's name in a defaults file.
+    pub fn name(self) -> &'static str {
+        match self {
+            Writeback::Sync => "sync",
+            Writeback::Always => "always",
+            Writeback::Never => "never",
+        }
+    }
+
+    /// Whether a run that does (`syncs`) or does not flush at the end
+    /// starts writeback early.
+    pub fn early(self, syncs: bool) -> bool {
+        match self {
+            Writeback::Sync => syncs,
+            Writeback::Always => true,
+            Writeback::Never => false,
+        }
+    }
+
+    fn parse(text: &str) -> Option<Writeback> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "sync" => Some(Writeback::Sync),
+            "always" => Some(Writeback::Always),
+            "never" => Some(Writeback::Never),
+            _ => None,
+        }
+    }
+}
 
 /// The accepted range of each knob: (key, min, max).
 const LIMITS: [(&str, u64, u64); 4] = [
@@ -75,6 +140,8 @@ pub struct Tunables {
     /// Read/write buffer size in bytes, one buffer per worker
     /// (`COPY_BUFSIZE`).
     pub copy_bufsize: usize,
+    /// When written data starts back to the disk (`COPY_WRITEBACK`).
+    pub copy_writeback: Writeback,
 }
 
 impl Default for Tunables {
@@ -84,14 +151,20 @@ impl Default for Tunables {
             copy_walkers: DEFAULT_COPY_WALKERS,
             copy_batch: DEFAULT_COPY_BATCH,
             copy_bufsize: DEFAULT_COPY_BUFSIZE,
+            copy_writeback: DEFAULT_COPY_WRITEBACK,
         }
     }
 }
 
 impl Tunables {
     /// The keys understood in a defaults file, in order.
-    pub const KEYS: [&'static str; 4] =
-        ["COPY_THREADS", "COPY_WALKERS", "COPY_BATCH", "COPY_BUFSIZE"];
+    pub const KEYS: [&'static str; 5] = [
+        "COPY_THREADS",
+        "COPY_WALKERS",
+        "COPY_BATCH",
+        "COPY_BUFSIZE",
+        "COPY_WRITEBACK",
+    ];
 
     /// Defaults overridden by the settings of `file`. A key that is not
     /// one of [`Tunables::KEYS`] is an error naming its line (a typo'd
@@ -166,6 +239,14 @@ impl Tunables {
             value: text.to_string(),
             problem,
         };
+        if key == "COPY_WRITEBACK" {
+            self.copy_writeback = Writeback::parse(text).ok_or_else(|| {
+                err(DefaultsProblem::NotOneOf {
+                    choices: &Writeback::NAMES,
+                })
+            })?;
+            return Ok(());
+        }
         // A size may carry a binary unit: 64K, 1M, 1MiB.
         let (digits, unit) = match key {
             "COPY_BUFSIZE" => split_unit(text.trim()),
@@ -220,7 +301,8 @@ impl Tunables {
     /// Checks that every knob is in range (for values set directly).
     pub fn validate(&self) -> Result<()> {
         let mut copy = *self;
-        for (key, v) in Self::KEYS.iter().zip([
+        // The numeric knobs; a Writeback is one of its values by type.
+        for (key, v) in Self::KEYS[..4].iter().zip([
             self.copy_threads,
             self.copy_walkers,
             self.copy_batch,

@@ -55,6 +55,7 @@ use std::sync::{Arc, Condvar, Mutex};
 
 use crossbeam_channel::Receiver;
 
+use zinstall_archive::ahead::read_ahead;
 use zinstall_archive::compress::{self, Compression, decompress, read_up_to};
 use zinstall_archive::meta;
 use zinstall_archive::names::{self, Name};
@@ -79,6 +80,7 @@ mod read;
 
 pub use layered::{Change, Whiteouts};
 
+use crate::writeback::FileWriteback;
 use paths::{NodeId, PathTree};
 use read::read_all;
 
@@ -122,6 +124,12 @@ pub struct UnpackOptions {
     /// Told how far through the archive file (or OCI blob) the unpack is,
     /// its length first ([`crate::Progress::begin`]).
     pub progress: Option<Arc<dyn crate::Progress>>,
+    /// The caller flushes the root's filesystem once the unpack is done
+    /// (an install, the provision cache): with `COPY_WRITEBACK=sync`
+    /// ([`crate::Writeback`]) each file's data then starts back to the
+    /// disk as soon as it is written, so that the flush waits only for
+    /// the last files.
+    pub durable: bool,
 }
 
 impl Default for UnpackOptions {
@@ -137,6 +145,7 @@ impl Default for UnpackOptions {
             listener: None,
             whiteouts: Whiteouts::Off,
             progress: None,
+            durable: false,
         }
     }
 }
@@ -185,8 +194,14 @@ pub fn unpack(
         decompress(io::BufReader::with_capacity(1 << 20, f), compression)
             .map_err(|e| Error::io(Op::Read, archive, e))?;
     let ignored = reader.ignored();
-    let mut report = unpack_from(reader, archive, root, opts)
-        .map_err(|e| blame_stream(e, archive, opts.max_bytes))?;
+    // Decompressed on a thread of its own: the reader parses and
+    // dispatches while the next chunks are decoded.
+    let mut report = std::thread::scope(|s| {
+        let ahead = read_ahead(s, DECOMPRESS_THREAD, reader)
+            .map_err(|e| Error::io(Op::Read, archive, e))?;
+        unpack_from(ahead, archive, root, opts)
+    })
+    .map_err(|e| blame_stream(e, archive, opts.max_bytes))?;
     report.notices.extend(
         ignored
             .take()
@@ -195,6 +210,10 @@ pub fn unpack(
     );
     Ok(report)
 }
+
+/// The name of the thread decompressing an archive or layer ahead of
+/// its reader, as statemaps and `top -H` show it.
+pub const DECOMPRESS_THREAD: &str = "decompress";
 
 /// The error for `archive`, whose tar reader found it corrupt or
 /// truncated (`e`): when `archive` is compressed and its stream is
@@ -245,6 +264,7 @@ fn blame_stream(e: Error, archive: &Path, limit: u64) -> Error {
 fn open_archive(archive: &Path) -> Result<(File, Compression)> {
     let mut f =
         File::open(archive).map_err(|e| Error::io(Op::Open, archive, e))?;
+    crate::sys::advise_sequential(&f);
     let compression = compress::detect(&mut f)
         .map_err(|e| Error::io(Op::Read, archive, e))?;
     if let Some(reason) = compression.refusal(archive) {
@@ -1006,6 +1026,7 @@ impl Ctx<'_> {
         };
         let f = at::create_file(dir, &name)
             .map_err(|e| Error::io(Op::Create, &job.shown, e))?;
+        let mut wb = FileWriteback::new(&f, self.early_writeback());
         let r = match &job.body {
             Body::Bytes(data) => write_data(&f, data, 0)
                 .and_then(|end| {
@@ -1019,7 +1040,7 @@ impl Ctx<'_> {
             Body::At { segments, size } => segments
                 .iter()
                 .try_for_each(|&(at, len, from)| {
-                    self.copy_body(&f, from, len, at, &job.shown)
+                    self.copy_body(&f, from, len, at, &job.shown, &mut wb)
                 })
                 .and_then(|()| {
                     let end =
@@ -1033,7 +1054,10 @@ impl Ctx<'_> {
                     }
                 }),
         }
-        .and_then(|()| self.finish_fd(&f, &job.meta, &job.shown));
+        .and_then(|()| {
+            wb.done();
+            self.finish_fd(&f, &job.meta, &job.shown)
+        });
         drop(f);
         if let Err(e) = r {
             let _already_failing = at::unlink(dir, &name, false);
@@ -1058,6 +1082,7 @@ impl Ctx<'_> {
         len: u64,
         at: u64,
         shown: &Path,
+        wb: &mut FileWriteback<'_>,
     ) -> Result<()> {
         let Some(src) = &self.body_source else {
             return Err(Error::io(
@@ -1076,11 +1101,15 @@ impl Ctx<'_> {
         };
         let mut done = 0;
         while done < len {
-            match sys::copy_range(src, f, offset + done, at + done, len - done)
+            let step = wb.step(len - done);
+            match sys::copy_range(src, f, offset + done, at + done, step)
                 .map_err(|e| Error::io(Op::CopyFileRange, shown, e))?
             {
                 Some(0) => return Err(truncated()),
-                Some(n) => done += n,
+                Some(n) => {
+                    done += n;
+                    wb.written(at + done);
+                }
                 None => break,
             }
         }
@@ -1099,8 +1128,15 @@ impl Ctx<'_> {
             f.write_all_at(&buf[..n], at + done)
                 .map_err(|e| Error::io(Op::Write, shown, e))?;
             done += n as u64;
+            wb.written(at + done);
         }
         Ok(())
+    }
+
+    /// Whether this unpack starts each file's writeback as soon as its
+    /// data is written ([`crate::Writeback`]).
+    fn early_writeback(&self) -> bool {
+        self.opts.tunables.copy_writeback.early(self.opts.durable)
     }
 
     fn finish_dir(
@@ -1224,8 +1260,11 @@ fn stream_file<R: Read>(
     };
     let f = at::create_file(t.dir, &name)
         .map_err(|e| Error::io(Op::Create, t.shown, e))?;
-    let r = write_segments(ctx, rd, m, &f, t.shown)
-        .and_then(|()| ctx.finish_fd(&f, meta, t.shown));
+    let mut wb = FileWriteback::new(&f, ctx.early_writeback());
+    let r = write_segments(ctx, rd, m, &f, t.shown, &mut wb).and_then(|()| {
+        wb.done();
+        ctx.finish_fd(&f, meta, t.shown)
+    });
     drop(f);
     if let Err(err) = r {
         let _already_failing = at::unlink(t.dir, &name, false);
@@ -1246,6 +1285,7 @@ fn write_segments<R: Read>(
     m: &tar::Member,
     f: &File,
     shown: &Path,
+    wb: &mut FileWriteback<'_>,
 ) -> Result<()> {
     let whole = [(0, m.stored_size)];
     let map: &[(u64, u64)] = m.sparse.as_deref().unwrap_or(&whole);
@@ -1281,6 +1321,7 @@ fn write_segments<R: Read>(
             write_data(f, &buf[..n], at)
                 .map_err(|e| Error::io(Op::Write, shown, e))?;
             done += n as u64;
+            wb.written(off + done);
         }
     }
     // Ends in a hole, or in zeros left as one.

@@ -182,6 +182,7 @@ fn install(
         store: Some(zinstall_provision::store_of(&config.cache)),
         pull: pull_options(config, job),
         progress: None,
+        sync: true,
     }
     .run();
     if r.is_err() && zonepath.made {

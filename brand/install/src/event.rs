@@ -26,6 +26,9 @@ pub enum Event {
     },
     /// The partial root of an interrupted install is being removed.
     CleaningInterrupted,
+    /// Everything is laid out; the root's filesystem is being flushed to
+    /// the disk before the install is marked complete.
+    Flushing,
     /// Images were given and the profile says to lay them out alone:
     /// what it makes of the host is left out.
     ImagesAlone {
@@ -165,6 +168,7 @@ impl fmt::Display for Event {
                 },
                 profile.display()
             ),
+            Event::Flushing => f.write_str("flushing the root to disk..."),
             Event::LayingOut => {
                 f.write_str("laying out links and mount points...")
             }

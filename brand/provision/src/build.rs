@@ -125,7 +125,18 @@ pub(crate) fn build(
                 c,
             )
             .map_err(|e| Error::io(Op::Read, image, e))?;
-            unpack::unpack_from(stream, image, payload, &opts.unpack())?;
+            // Read, summed and decompressed ahead of the tar reader, on a
+            // thread of its own.
+            std::thread::scope(|s| {
+                let ahead = zinstall_archive::ahead::read_ahead(
+                    s,
+                    unpack::DECOMPRESS_THREAD,
+                    stream,
+                )
+                .map_err(|e| Error::io(Op::Read, image, e))?;
+                unpack::unpack_from(ahead, image, payload, &opts.unpack())
+                    .map_err(Error::from)
+            })?;
         }
         ImageKind::Raw(c) => {
             let out = File::create_new(payload)

@@ -19,9 +19,9 @@ use crate::error::{ImageProblem, ProvisionError as Error, Result};
 
 /// A decompressing reader over `r` (see [`zinstall_archive::compress`]).
 pub fn decompress<'a>(
-    r: impl Read + 'a,
+    r: impl Read + Send + 'a,
     c: Compression,
-) -> io::Result<Box<dyn Read + 'a>> {
+) -> io::Result<Box<dyn Read + Send + 'a>> {
     Ok(Box::new(zinstall_archive::compress::decompress(r, c)?))
 }
 

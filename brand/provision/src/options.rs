@@ -183,6 +183,8 @@ impl ProvisionOptions {
             listener: self.listener.clone(),
             whiteouts: Default::default(),
             progress: self.progress.clone(),
+            // The cache flushes the entry before it publishes it.
+            durable: true,
         }
     }
 }

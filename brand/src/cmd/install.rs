@@ -59,6 +59,10 @@ pub struct InstallArgs {
     /// zonepath, lock or log record is made.
     #[arg(long, short = 'n')]
     pub dry_run: bool,
+    /// Do not flush the root to the disk before marking the install
+    /// complete (for scratch roots nobody needs after a crash).
+    #[arg(long)]
+    pub no_sync: bool,
 }
 
 /// Arguments of `zinstall uninstall`.
@@ -191,6 +195,7 @@ fn job<'a>(
         store: Some(zinstall_provision::store_of(&args.cache)),
         pull: args.pull.options(bar.clone()),
         progress: bar.clone().map(|b| b as Arc<dyn copier::Progress>),
+        sync: !args.no_sync,
     }
 }
 

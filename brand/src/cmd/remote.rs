@@ -99,13 +99,16 @@ const LISTING_FLAGS: &str =
     "--dry-run, --verbose (run without --daemon to preview or list)";
 
 /// The tunable flags, refused together with why.
-const TUNABLE_FLAGS: &str = "--threads, --batch, --bufsize, --defaults \
+const TUNABLE_FLAGS: &str = "--threads, --walkers, --batch, --bufsize, \
+     --writeback, --defaults \
      (the daemon's configuration and worker budget decide)";
 
 fn tunables_set(t: &TunableArgs) -> bool {
     t.threads.is_some()
+        || t.walkers.is_some()
         || t.batch.is_some()
         || t.bufsize.is_some()
+        || t.writeback.is_some()
         || t.defaults.is_some()
 }
 
@@ -239,6 +242,9 @@ pub fn install(socket: &Path, a: &super::install::InstallArgs) -> ExitCode {
         &[
             (TUNABLE_FLAGS, tunables_set(&a.tunables)),
             (LISTING_FLAGS, a.dry_run || a.verbose),
+            // The daemon's installs always reach the disk before they
+            // are marked complete.
+            ("--no-sync", a.no_sync),
         ],
         a.json,
     ) {

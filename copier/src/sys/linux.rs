@@ -261,6 +261,37 @@ pub(crate) fn start_writeback(f: &File, off: u64, len: u64) -> io::Result<()> {
     Ok(())
 }
 
+/// Waits until the dirty pages of `f` in `off..off + len` are on the
+/// disk, starting what has not started
+/// (`SYNC_FILE_RANGE_WAIT_BEFORE | WRITE | WAIT_AFTER`).
+pub(crate) fn wait_writeback(f: &File, off: u64, len: u64) -> io::Result<()> {
+    // SAFETY: plain syscall on an open fd.
+    let rc = unsafe {
+        libc::sync_file_range(
+            f.as_raw_fd(),
+            off as libc::off64_t,
+            len as libc::off64_t,
+            libc::SYNC_FILE_RANGE_WAIT_BEFORE
+                | libc::SYNC_FILE_RANGE_WRITE
+                | libc::SYNC_FILE_RANGE_WAIT_AFTER,
+        )
+    };
+    if rc == -1 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Tells the kernel `f` is read from start to end
+/// (`POSIX_FADV_SEQUENTIAL`): twice the read-ahead, so that a cold
+/// archive does not stall its reader. Only a hint.
+pub(crate) fn advise_sequential(f: &File) {
+    // SAFETY: plain syscall on an open fd; the result is only a hint.
+    let _hint = unsafe {
+        libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_SEQUENTIAL)
+    };
+}
+
 /// `syncfs(2)`: one flush of the destination filesystem.
 pub(crate) fn sync_fs(f: &File) -> io::Result<()> {
     // SAFETY: plain syscall on an open fd.

@@ -148,6 +148,7 @@ fn run(
         copy_walkers: order.walkers,
         copy_batch: order.batch,
         copy_bufsize: order.bufsize,
+        copy_writeback: order.writeback,
     };
     let cancel = Cancel::new();
     let counted = Arc::new(Counted::default());

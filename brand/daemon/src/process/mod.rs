@@ -84,6 +84,7 @@ struct Order {
     walkers: usize,
     batch: usize,
     bufsize: usize,
+    writeback: copier::Writeback,
 }
 
 /// What a job's process says: progress while it works, then one result.
@@ -168,6 +169,7 @@ pub(crate) fn granted_copy(
         walkers: tunables.walkers().clamp(1, workers.count),
         batch: tunables.copy_batch,
         bufsize: tunables.copy_bufsize,
+        writeback: tunables.copy_writeback,
     };
     let internal = |what: &str, e: io::Error| {
         WireError::new(

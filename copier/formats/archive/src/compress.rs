@@ -685,7 +685,7 @@ impl<R: BufRead> Read for Lz4Frames<R> {
 
 /// A decompressing reader; see the module documentation.
 pub struct Decoder<'a> {
-    inner: Box<dyn Read + 'a>,
+    inner: Box<dyn Read + Send + 'a>,
     format: Compression,
     ignored: IgnoredLog,
 }
@@ -694,11 +694,11 @@ pub struct Decoder<'a> {
 /// bytes through). A format that is not read is an `Unsupported` error
 /// naming it and the command that decompresses it.
 pub fn decompress<'a>(
-    r: impl Read + 'a,
+    r: impl Read + Send + 'a,
     c: Compression,
 ) -> io::Result<Decoder<'a>> {
     let ignored = IgnoredLog::default();
-    let inner: Box<dyn Read + 'a> = match c {
+    let inner: Box<dyn Read + Send + 'a> = match c {
         Compression::None => Box::new(r),
         Compression::Gzip => {
             Box::new(GzipMembers::new(io::BufReader::new(r), ignored.clone()))

@@ -26,6 +26,8 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+/// A stream read and decompressed ahead on a thread of its own.
+pub mod ahead;
 /// Telling compressed archives and images apart (the one table of magic
 /// numbers) and decoding gzip, zstd, xz, bzip2 and lz4, read to their end
 /// so that trailers are checked.
