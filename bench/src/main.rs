@@ -15,6 +15,7 @@ mod daemon;
 mod model;
 mod oci;
 mod plot;
+mod unpack;
 
 #[derive(Parser, Debug)]
 #[command(name = "bench", about = "zinstall benchmarks")]
@@ -37,8 +38,9 @@ enum Cmd {
         /// Timed runs per tool.
         #[arg(long, default_value_t = 5)]
         runs: usize,
-        /// Tools, comma-separated: zinstall, zinstall1x1, zinstall-wN (N
-        /// walkers, the rest default), before (--before's binary),
+        /// Tools, comma-separated: zinstall, zinstall-sync (with --sync),
+        /// zinstall1x1, zinstall-wN (N walkers, the rest default), before
+        /// (--before's binary),
         /// recorded (with --statemap), bpftraced (under zinstall trace,
         /// root only), noprobes (built without USDT probes), cp, tar,
         /// rsync, xcp, fcp, serial8k (default: all but zinstall-wN,
@@ -127,9 +129,14 @@ enum Cmd {
         #[arg(long)]
         empty: bool,
     },
-    /// Time unpacking a layer of FILES × SIZE bytes: zinstall with its
-    /// workers, zinstall with one, and GNU tar -xf.
+    /// Time unpacking a tar (a layer of FILES × SIZE bytes, or of --tree),
+    /// plain and compressed: zinstall with its workers (and with one,
+    /// --serial) against GNU tar -xf, each also to the end of a sync -f.
     Unpack {
+        /// Tar this directory (e.g. /usr/share) instead of a generated
+        /// layer.
+        #[arg(long)]
+        tree: Option<PathBuf>,
         /// Files in the layer.
         #[arg(long, default_value_t = 10_000)]
         files: usize,
@@ -142,9 +149,13 @@ enum Cmd {
         /// Workers for the parallel runs.
         #[arg(long, default_value_t = 8)]
         threads: usize,
-        /// Compress the layer: none, gz or zst.
+        /// Compressions, comma-separated, each timed in the same run:
+        /// none, gz, zst.
         #[arg(long, default_value = "none")]
         compress: String,
+        /// Also zinstall with one worker.
+        #[arg(long)]
+        serial: bool,
         /// Where the layer and the roots go.
         #[arg(long, default_value = "/var/tmp/zinstall-bench")]
         scratch: PathBuf,
@@ -323,13 +334,25 @@ fn main() -> ExitCode {
             .map(|s| println!("{}: {s:?}", out.display()))
             .map_err(|e| format!("{}: {e}", out.display())),
         Cmd::Unpack {
+            tree,
             files,
             size,
             runs,
             threads,
             compress,
+            serial,
             scratch,
-        } => unpack_bench(files, size, runs, threads, &compress, &scratch),
+        } => unpack::UnpackBench {
+            tree: tree.as_deref(),
+            files,
+            size,
+            runs,
+            threads,
+            compress: &compress,
+            serial,
+            scratch: &scratch,
+        }
+        .run(),
         Cmd::Provision {
             guests,
             runs,
@@ -525,9 +548,9 @@ fn copy_bench(
     }
     let bench_bin = std::env::current_exe().map_err(|e| e.to_string())?;
     let all = if before.is_some() {
-        "zinstall,before,zinstall1x1,cp,tar,rsync,xcp,fcp,serial8k"
+        "zinstall,zinstall-sync,before,zinstall1x1,cp,tar,rsync,xcp,fcp,serial8k"
     } else {
-        "zinstall,zinstall1x1,cp,tar,rsync,xcp,fcp,serial8k"
+        "zinstall,zinstall-sync,zinstall1x1,cp,tar,rsync,xcp,fcp,serial8k"
     };
     let wanted: Vec<String> = tools
         .unwrap_or(all)
@@ -539,6 +562,7 @@ fn copy_bench(
         match t.as_str() {
             "zinstall" => list.push(Tool::zinstall(8, 128)),
             "zinstall1x1" => list.push(Tool::zinstall(1, 1)),
+            "zinstall-sync" => list.push(Tool::ZinstallSync),
             "before" => {
                 let bin = before.clone().ok_or("before: give --before BIN")?;
                 if !bin.is_file() {
@@ -610,17 +634,29 @@ fn copy_bench(
             bench: &bench_bin,
             runs,
             cold: false,
+            durable: true,
             log: &mut log,
         };
-        let zinstall_tune::sweep::Measured { mut samples, wrong } =
-            b.measure(&list)?;
+        let zinstall_tune::sweep::Measured {
+            mut samples,
+            wrong,
+            mut durable,
+        } = b.measure(&list)?;
         samples.retain(|s| !s.times.is_empty());
+        durable.retain(|s| !s.times.is_empty());
         let reference = if samples.iter().any(|s| s.tool == "cp -a") {
             "cp -a"
         } else {
             "zinstall 8x128"
         };
         let mut table = report::markdown(&samples, reference);
+        // The same runs, each to the end of a flush of its copy: what an
+        // install that must survive a power cut waits for.
+        table.push_str(&format!(
+            "\nTo the disk (each run, then `sync -f` of its copy):\n\n{}",
+            report::markdown(&durable, &peers::durable_name(reference))
+        ));
+        samples.extend(durable);
         for w in &wrong {
             table.push_str(&format!("\nNot counted, wrong copy: {w}\n"));
         }
@@ -855,90 +891,7 @@ fn walk_bench(
     Ok(())
 }
 
-fn unpack_bench(
-    files: usize,
-    size: usize,
-    runs: usize,
-    threads: usize,
-    compress: &str,
-    scratch: &Path,
-) -> Result<(), String> {
-    use copier::unpack::{self as archive, UnpackOptions};
-    use std::time::Instant;
-    use zinstall_archive::ArchiveKind;
-    fs::create_dir_all(scratch).map_err(|e| e.to_string())?;
-    let layer = scratch.join(format!("layer-{files}x{size}.tar"));
-    if !layer.exists() {
-        let tmp = layer.with_extension("partial");
-        archives::layer_tar(&tmp, files, size)
-            .map_err(|e| format!("{}: {e}", tmp.display()))?;
-        fs::rename(&tmp, &layer).map_err(|e| e.to_string())?;
-    }
-    let layer = match compress {
-        "none" => layer,
-        "gz" | "zst" => {
-            let c = layer.with_extension(format!("tar.{compress}"));
-            if !c.exists() {
-                let cmd = if compress == "gz" {
-                    "gzip -1 -c"
-                } else {
-                    "zstd -q -T0 -3 -c"
-                };
-                sh(&format!(
-                    "{cmd} {} > {}.partial && mv {1}.partial {1}",
-                    layer.display(),
-                    c.display()
-                ))?;
-            }
-            c
-        }
-        other => return Err(format!("--compress {other}: none, gz or zst")),
-    };
-    let parallel = format!("zinstall {threads} workers");
-    let names = [parallel.as_str(), "zinstall 1 worker", "tar -xf"];
-    let dst = scratch.join("unpack-dst");
-    let samples = report::interleaved(
-        &names,
-        runs,
-        |i| {
-            let _ = fs::remove_dir_all(&dst);
-            fs::create_dir_all(&dst).map_err(|e| e.to_string())?;
-            peers::sync();
-            peers::warm(&layer).map_err(|e| e.to_string())?;
-            let t0 = Instant::now();
-            if i == 2 {
-                let mut c = std::process::Command::new("tar");
-                c.arg("-xf").arg(&layer).arg("-C").arg(&dst);
-                peers::time(c)?;
-            } else {
-                let t = if i == 0 { threads } else { 1 };
-                let opts = UnpackOptions {
-                    tunables: copier::Tunables {
-                        copy_threads: t,
-                        ..copier::Tunables::default()
-                    },
-                    expect: Some(ArchiveKind::Layer),
-                    ..UnpackOptions::default()
-                };
-                let root = dst.join("root");
-                fs::create_dir(&root).map_err(|e| e.to_string())?;
-                archive::unpack(&layer, &root, &opts)
-                    .map_err(|e| e.to_string())?;
-            }
-            Ok(t0.elapsed())
-        },
-        &mut |l| eprintln!("{l}"),
-    )?;
-    let _ = fs::remove_dir_all(&dst);
-    println!(
-        "\nunpack {} ({files} x {size} bytes)\n\n{}",
-        layer.display(),
-        report::markdown(&samples, "tar -xf")
-    );
-    Ok(())
-}
-
-fn sh(cmd: &str) -> Result<std::time::Duration, String> {
+pub(crate) fn sh(cmd: &str) -> Result<std::time::Duration, String> {
     let mut c = std::process::Command::new("sh");
     c.arg("-c").arg(cmd);
     peers::time(c)
@@ -1498,6 +1451,7 @@ fn sweep_bench(
         bench: &me,
         runs,
         cold,
+        durable: false,
         log: &mut log,
     };
     let m = b.measure(&tools)?;
@@ -1529,6 +1483,7 @@ fn sweep_bench(
             bench: &me,
             runs,
             cold,
+            durable: false,
             log: &mut log,
         };
         let f = b.measure(&floor_tools)?;

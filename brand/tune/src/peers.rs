@@ -30,6 +30,9 @@ pub enum Tool {
         /// Its name in tables.
         label: String,
     },
+    /// `zinstall copy --sync` at the default tunables: the copy flushed
+    /// by zinstall itself, each file's writeback started as it is done.
+    ZinstallSync,
     /// `zinstall copy` at the default tunables recording a statemap.
     ZinstallRecorded,
     /// `zinstall copy` at the default tunables under `zinstall trace`
@@ -77,6 +80,7 @@ impl Tool {
                 walkers: Some(w),
             } => format!("zinstall {threads}x{batch} w{w}"),
             Tool::ZinstallAt { label, .. } => label.clone(),
+            Tool::ZinstallSync => "zinstall 8x128 --sync".into(),
             Tool::ZinstallRecorded => "zinstall 8x128 --statemap".into(),
             Tool::ZinstallBpftraced => "zinstall 8x128 under bpftrace".into(),
             Tool::ZinstallNoProbes(_) => "zinstall 8x128 without probes".into(),
@@ -127,6 +131,14 @@ impl Tool {
                 let mut c = Command::new(bin);
                 c.env("ZINSTALL_DEFAULTS", "/dev/null")
                     .args(["copy", "-q"])
+                    .arg(src)
+                    .arg(dst);
+                c
+            }
+            Tool::ZinstallSync => {
+                let mut c = Command::new(zinstall);
+                c.env("ZINSTALL_DEFAULTS", "/dev/null")
+                    .args(["copy", "-q", "--sync"])
                     .arg(src)
                     .arg(dst);
                 c
@@ -291,6 +303,20 @@ pub fn drop_caches() -> Result<(), String> {
     fs::write("/proc/sys/vm/drop_caches", b"3\n").map_err(|e| {
         format!("dropping caches needs root: /proc/sys/vm/drop_caches: {e}")
     })
+}
+
+/// `syncfs(2)` of the filesystem holding `path` (what `sync -f PATH`
+/// does): the time a copy takes to be on the disk, after its own.
+pub fn sync_fs(path: &Path) -> Result<(), String> {
+    File::open(path)
+        .and_then(|f| copier::fsutil::sync_fs(&f))
+        .map_err(|e| format!("sync -f {}: {e}", path.display()))
+}
+
+/// The name of `tool`'s durable time in tables: its own time and the
+/// flush of what it wrote.
+pub fn durable_name(tool: &str) -> String {
+    format!("{tool}; sync -f")
 }
 
 /// `sync(2)`: flushes what a previous run left dirty, so it is not

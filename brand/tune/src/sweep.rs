@@ -21,6 +21,9 @@ pub struct Bench<'a> {
     /// Drop the page cache before each run instead of warming the source
     /// (root only).
     pub cold: bool,
+    /// Also time each run to the end of a `syncfs` of its copy (`sync
+    /// -f`): the durable time, in [`Measured::durable`].
+    pub durable: bool,
     /// Progress lines.
     pub log: &'a mut dyn FnMut(&str),
 }
@@ -32,6 +35,9 @@ pub struct Measured {
     pub samples: Vec<Samples>,
     /// `tool: difference` for each tool whose copy was wrong.
     pub wrong: Vec<String>,
+    /// With [`Bench::durable`]: each tool's time to the end of the flush
+    /// of its copy, named by [`peers::durable_name`]; empty otherwise.
+    pub durable: Vec<Samples>,
 }
 
 impl Bench<'_> {
@@ -43,6 +49,13 @@ impl Bench<'_> {
             .iter()
             .map(|t| Samples {
                 tool: t.name(),
+                times: Vec::new(),
+            })
+            .collect();
+        let mut durable: Vec<Samples> = tools
+            .iter()
+            .map(|t| Samples {
+                tool: peers::durable_name(&t.name()),
                 times: Vec::new(),
             })
             .collect();
@@ -66,6 +79,13 @@ impl Bench<'_> {
                     self.zinstall,
                     self.bench,
                 ))?;
+                let flushed = if self.durable {
+                    let t0 = std::time::Instant::now();
+                    peers::sync_fs(&self.dst)?;
+                    Some(t + t0.elapsed())
+                } else {
+                    None
+                };
                 if let Err(e) = peers::verify_copy(self.src, &self.dst) {
                     (self.log)(&format!(
                         "  {} made a wrong copy, its times are dropped: {e}",
@@ -79,16 +99,29 @@ impl Bench<'_> {
                     bad[i] = true;
                     continue;
                 }
+                let also = flushed.map_or(String::new(), |d| {
+                    format!(", {:.3} s with sync -f", d.as_secs_f64())
+                });
                 (self.log)(&format!(
-                    "  run {run} {:<24} {:>8.3} s",
+                    "  run {run} {:<24} {:>8.3} s{also}",
                     tools[i].name(),
                     t.as_secs_f64()
                 ));
                 samples[i].times.push(t);
+                if let Some(d) = flushed {
+                    durable[i].times.push(d);
+                }
             }
         }
         let _ = fs::remove_dir_all(&self.dst);
-        Ok(Measured { samples, wrong })
+        if !self.durable {
+            durable.clear();
+        }
+        Ok(Measured {
+            samples,
+            wrong,
+            durable,
+        })
     }
 }
 

@@ -203,6 +203,7 @@ fn run(
         bench: &opts.zinstall,
         runs: opts.runs,
         cold: false,
+        durable: false,
         log,
     };
     let m = bench.measure(&tools).map_err(TuneError::Measure)?;

@@ -25,7 +25,7 @@ pub mod run;
 mod tmp;
 mod tools;
 
-pub use loopfs::{Kind, LoopFs, shares_extents};
+pub use loopfs::{Kind, LoopFs, delayed_extents, shares_extents};
 pub use tmp::Tmp;
 pub use tools::{have, need, package, tool};
 

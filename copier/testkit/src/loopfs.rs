@@ -135,14 +135,40 @@ const FS_IOC_FIEMAP: libc::c_ulong = 0xC020_660B;
 const FIEMAP_FLAG_SYNC: u32 = 1;
 const FIEMAP_EXTENT_SHARED: u32 = 0x2000;
 
+const FIEMAP_EXTENT_DELALLOC: u32 = 0x4;
+
 /// True if every extent of `path` is shared with another file (a
 /// reflink), as FIEMAP reports it.
 pub fn shares_extents(path: &Path) -> bool {
+    let m = fiemap(path, FIEMAP_FLAG_SYNC);
+    let n = m.mapped_extents as usize;
+    n > 0
+        && m.extents[..n.min(32)]
+            .iter()
+            .all(|e| e.flags & FIEMAP_EXTENT_SHARED != 0)
+}
+
+/// How many of `path`'s extents are still only in the page cache, their
+/// blocks not yet allocated (delayed allocation: ext4, XFS): data that
+/// has not started back to the disk. Read without flushing the file.
+/// `(delayed, all)`.
+pub fn delayed_extents(path: &Path) -> (usize, usize) {
+    let m = fiemap(path, 0);
+    let n = (m.mapped_extents as usize).min(32);
+    let delayed = m.extents[..n]
+        .iter()
+        .filter(|e| e.flags & FIEMAP_EXTENT_DELALLOC != 0)
+        .count();
+    (delayed, n)
+}
+
+/// `FS_IOC_FIEMAP` of `path` with `flags`, up to 32 extents.
+fn fiemap(path: &Path, flags: u32) -> Fiemap {
     let f = File::open(path).unwrap();
     let mut m = Fiemap {
         start: 0,
         length: u64::MAX,
-        flags: FIEMAP_FLAG_SYNC,
+        flags,
         mapped_extents: 0,
         extent_count: 32,
         reserved: 0,
@@ -157,9 +183,5 @@ pub fn shares_extents(path: &Path) -> bool {
         path.display(),
         std::io::Error::last_os_error()
     );
-    let n = m.mapped_extents as usize;
-    n > 0
-        && m.extents[..n.min(32)]
-            .iter()
-            .all(|e| e.flags & FIEMAP_EXTENT_SHARED != 0)
+    m
 }
