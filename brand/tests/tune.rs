@@ -21,6 +21,7 @@ fn a_tiny_sweep_runs_and_writes_every_row() {
     };
     let mut tools = grid.tools();
     tools.push(Tool::Cp);
+    tools.push(Tool::ZinstallSync);
     let zinstall = std::path::PathBuf::from(env!("CARGO_BIN_EXE_zinstall"));
     let mut lines = Vec::new();
     let mut log = |l: &str| lines.push(l.to_string());
@@ -31,14 +32,25 @@ fn a_tiny_sweep_runs_and_writes_every_row() {
         bench: &zinstall,
         runs: 2,
         cold: false,
+        durable: true,
         log: &mut log,
     };
     let m = b.measure(&tools).unwrap();
     assert!(m.wrong.is_empty(), "{:?}", m.wrong);
-    assert_eq!(m.samples.len(), 5);
+    assert_eq!(m.samples.len(), 6);
     assert!(m.samples.iter().all(|s| s.times.len() == 2));
+    // Each run also to the end of its flush: never sooner than the run.
+    assert_eq!(m.durable.len(), 6);
+    for (plain, durable) in m.samples.iter().zip(&m.durable) {
+        assert_eq!(durable.tool, format!("{}; sync -f", plain.tool));
+        assert_eq!(durable.times.len(), 2);
+        for (p, d) in plain.times.iter().zip(&durable.times) {
+            assert!(d >= p, "{}: {d:?} < {p:?}", durable.tool);
+        }
+    }
+    assert!(m.samples.iter().any(|s| s.tool == "zinstall 8x128 --sync"));
     let csv = report::csv("usr", &m.samples);
-    assert_eq!(csv.lines().count(), 1 + 5 * 2);
+    assert_eq!(csv.lines().count(), 1 + 6 * 2);
     assert!(
         csv.lines().any(|l| l.starts_with("usr,zinstall 2x8,1,")),
         "{csv}"
@@ -48,7 +60,11 @@ fn a_tiny_sweep_runs_and_writes_every_row() {
     assert!(grid.threads.contains(&p.threads));
     assert!(grid.batches.contains(&p.batch));
     assert_eq!(p.walkers, None);
-    assert_eq!(lines.len(), 10, "one line per timed run");
+    assert_eq!(lines.len(), 12, "one line per timed run");
+    assert!(
+        lines.iter().all(|l| l.contains("with sync -f")),
+        "{lines:?}"
+    );
     assert!(!d.path().join("dst").exists(), "copies are removed");
 }
 
