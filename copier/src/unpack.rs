@@ -80,7 +80,7 @@ mod read;
 
 pub use layered::{Change, Whiteouts};
 
-use crate::writeback::FileWriteback;
+use crate::writeback::Flusher;
 use paths::{NodeId, PathTree};
 use read::read_all;
 
@@ -473,6 +473,16 @@ fn run<R: Read>(
         bytes_written: AtomicU64::new(0),
         files: AtomicU64::new(0),
         body_source,
+        flusher: match opts.tunables.copy_writeback.early(opts.durable) {
+            true => Some(
+                root_dir
+                    .fd()
+                    .try_clone()
+                    .and_then(|fd| Flusher::start(File::from(fd)))
+                    .map_err(|e| Error::io(Op::Sync, root, e))?,
+            ),
+            false => None,
+        },
     };
     let batch_size = opts.tunables.copy_batch.max(1);
     // The pool's, shared with its other runs, or the unpack's own.
@@ -515,6 +525,12 @@ fn run<R: Read>(
             ReadOutcome::default()
         }
     };
+    // Every file is written: the flush under way is waited for, and one
+    // that failed fails the unpack (the caller's final flush might not
+    // see it again).
+    if let Some(Err(e)) = ctx.flusher.as_ref().map(Flusher::finish) {
+        ctx.fail(Error::io(Op::Sync, root, e));
+    }
     if let Some(e) = ctx.error.lock().unwrap_or_else(|p| p.into_inner()).take()
     {
         return Err(e);
@@ -781,6 +797,9 @@ struct Ctx<'a> {
     files: AtomicU64,
     /// The plain tar file bodies are copied from, when seekable.
     body_source: Option<File>,
+    /// Flushes the root's filesystem as the unpack goes, when it will be
+    /// flushed at its end ([`crate::Writeback`]).
+    flusher: Option<Flusher>,
 }
 
 #[derive(Default)]
@@ -1009,6 +1028,9 @@ impl Ctx<'_> {
                 Ok(()) => {
                     self.files.fetch_add(1, Ordering::Relaxed);
                     self.bytes_written.fetch_add(n, Ordering::Relaxed);
+                    if let Some(f) = &self.flusher {
+                        f.wrote(n);
+                    }
                 }
                 Err(e) => self.fail(e),
             }
@@ -1026,7 +1048,6 @@ impl Ctx<'_> {
         };
         let f = at::create_file(dir, &name)
             .map_err(|e| Error::io(Op::Create, &job.shown, e))?;
-        let mut wb = FileWriteback::new(&f, self.early_writeback());
         let r = match &job.body {
             Body::Bytes(data) => write_data(&f, data, 0)
                 .and_then(|end| {
@@ -1040,7 +1061,7 @@ impl Ctx<'_> {
             Body::At { segments, size } => segments
                 .iter()
                 .try_for_each(|&(at, len, from)| {
-                    self.copy_body(&f, from, len, at, &job.shown, &mut wb)
+                    self.copy_body(&f, from, len, at, &job.shown)
                 })
                 .and_then(|()| {
                     let end =
@@ -1054,10 +1075,7 @@ impl Ctx<'_> {
                     }
                 }),
         }
-        .and_then(|()| {
-            wb.done();
-            self.finish_fd(&f, &job.meta, &job.shown)
-        });
+        .and_then(|()| self.finish_fd(&f, &job.meta, &job.shown));
         drop(f);
         if let Err(e) = r {
             let _already_failing = at::unlink(dir, &name, false);
@@ -1082,7 +1100,6 @@ impl Ctx<'_> {
         len: u64,
         at: u64,
         shown: &Path,
-        wb: &mut FileWriteback<'_>,
     ) -> Result<()> {
         let Some(src) = &self.body_source else {
             return Err(Error::io(
@@ -1101,15 +1118,11 @@ impl Ctx<'_> {
         };
         let mut done = 0;
         while done < len {
-            let step = wb.step(len - done);
-            match sys::copy_range(src, f, offset + done, at + done, step)
+            match sys::copy_range(src, f, offset + done, at + done, len - done)
                 .map_err(|e| Error::io(Op::CopyFileRange, shown, e))?
             {
                 Some(0) => return Err(truncated()),
-                Some(n) => {
-                    done += n;
-                    wb.written(at + done);
-                }
+                Some(n) => done += n,
                 None => break,
             }
         }
@@ -1128,15 +1141,8 @@ impl Ctx<'_> {
             f.write_all_at(&buf[..n], at + done)
                 .map_err(|e| Error::io(Op::Write, shown, e))?;
             done += n as u64;
-            wb.written(at + done);
         }
         Ok(())
-    }
-
-    /// Whether this unpack starts each file's writeback as soon as its
-    /// data is written ([`crate::Writeback`]).
-    fn early_writeback(&self) -> bool {
-        self.opts.tunables.copy_writeback.early(self.opts.durable)
     }
 
     fn finish_dir(
@@ -1260,11 +1266,8 @@ fn stream_file<R: Read>(
     };
     let f = at::create_file(t.dir, &name)
         .map_err(|e| Error::io(Op::Create, t.shown, e))?;
-    let mut wb = FileWriteback::new(&f, ctx.early_writeback());
-    let r = write_segments(ctx, rd, m, &f, t.shown, &mut wb).and_then(|()| {
-        wb.done();
-        ctx.finish_fd(&f, meta, t.shown)
-    });
+    let r = write_segments(ctx, rd, m, &f, t.shown)
+        .and_then(|()| ctx.finish_fd(&f, meta, t.shown));
     drop(f);
     if let Err(err) = r {
         let _already_failing = at::unlink(t.dir, &name, false);
@@ -1276,6 +1279,9 @@ fn stream_file<R: Read>(
     }
     ctx.files.fetch_add(1, Ordering::Relaxed);
     ctx.bytes_written.fetch_add(m.size, Ordering::Relaxed);
+    if let Some(f) = &ctx.flusher {
+        f.wrote(m.size);
+    }
     Ok(())
 }
 
@@ -1285,7 +1291,6 @@ fn write_segments<R: Read>(
     m: &tar::Member,
     f: &File,
     shown: &Path,
-    wb: &mut FileWriteback<'_>,
 ) -> Result<()> {
     let whole = [(0, m.stored_size)];
     let map: &[(u64, u64)] = m.sparse.as_deref().unwrap_or(&whole);
@@ -1321,7 +1326,6 @@ fn write_segments<R: Read>(
             write_data(f, &buf[..n], at)
                 .map_err(|e| Error::io(Op::Write, shown, e))?;
             done += n as u64;
-            wb.written(off + done);
         }
     }
     // Ends in a hole, or in zeros left as one.

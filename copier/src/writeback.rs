@@ -1,80 +1,145 @@
-//! Early writeback: each file's data sent to the disk as soon as it is
-//! written ([`crate::Writeback`]), so that a run's final flush waits only
-//! for the last files instead of for everything the run wrote, and the
-//! disk writes while the run still reads and creates.
+//! Early writeback: the data a run writes sent to the disk while the run
+//! goes on ([`crate::Writeback`]), so that a run that must end on the
+//! disk (`--sync`, an install, the provision cache) waits at its end only
+//! for the last of it, and the disk works while the run still reads and
+//! creates.
 //!
-//! A large file is started chunk by chunk as it is written, and the
-//! writer waits for the chunk before the previous one: one file never
-//! holds more than about three chunks dirty or in flight, so a long copy
-//! meets neither the kernel's dirty limits nor a stall when it reaches
-//! them.
+//! A flusher thread calls `syncfs(2)` on the destination's filesystem
+//! once a step's worth of data (64 MiB, each file counting a block more
+//! for its inode and entry) has been written since its last flush began,
+//! or a quarter second has passed with anything written. One `syncfs`
+//! writes back every dirty inode of the filesystem in one pass, in the
+//! kernel's flusher, with its batching and block allocation across
+//! files; file-by-file `sync_file_range(2)` from the workers measured
+//! slower than no early writeback at all (bench/README.md, "Durable
+//! installs"), as each worker then waits on the allocation and the
+//! device queue of every small file it writes. The workers never wait
+//! on the flusher: while it flushes, they write the next step. The dirty
+//! data of a run stays within about two steps plus what the disk falls
+//! behind, far from the kernel's dirty limits.
 //!
-//! Errors are not reported here: these calls only hint. A page that
-//! cannot be written is reported by the run's final flush (`syncfs(2)`
-//! returns the filesystem's writeback errors), and a run that does not
-//! flush never promised it.
+//! illumos has `syncfs(2)` too, so the same holds there.
 
 use std::fs::File;
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use crate::sys;
 
-/// Bytes of one file started back at a time: long sequential writes for
-/// the disk, and little dirty data per file.
-pub(crate) const CHUNK: u64 = 8 << 20;
+/// Bytes written that start a flush.
+pub(crate) const STEP: u64 = 64 << 20;
+/// The longest written data waits for a flush.
+pub(crate) const PERIOD: Duration = Duration::from_millis(250);
+/// What a file counts besides its data: its inode and directory entry
+/// are written back too, and a tree of empty files is all metadata.
+const PER_FILE: u64 = 4096;
+/// How often the flusher looks at the time while data trickles in.
+const TICK: Duration = Duration::from_millis(25);
 
-/// The early writeback of one file as it is written.
-pub(crate) struct FileWriteback<'f> {
-    file: &'f File,
-    on: bool,
-    /// Everything below this offset has been started.
-    started: u64,
-    /// Everything below this offset is on the disk.
-    waited: u64,
+/// The name of the flusher thread, as statemaps show it.
+pub const FLUSH_THREAD: &str = "flush";
+
+struct Inner {
+    /// Bytes written since the last flush began.
+    pending: AtomicU64,
+    stop: Mutex<bool>,
+    wake: Condvar,
+    /// The first flush that failed: the run reports it.
+    failed: Mutex<Option<io::Error>>,
 }
 
-impl<'f> FileWriteback<'f> {
-    /// The writeback of `file`; `on` false makes every call a no-op.
-    pub(crate) fn new(file: &'f File, on: bool) -> Self {
-        FileWriteback {
-            file,
-            on,
-            started: 0,
-            waited: 0,
+/// A run's flusher; see the module documentation.
+pub(crate) struct Flusher {
+    inner: Arc<Inner>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Flusher {
+    /// Starts flushing the filesystem that holds `fs` (any descriptor on
+    /// it: the destination's top directory).
+    pub(crate) fn start(fs: File) -> io::Result<Flusher> {
+        let inner = Arc::new(Inner {
+            pending: AtomicU64::new(0),
+            stop: Mutex::new(false),
+            wake: Condvar::new(),
+            failed: Mutex::new(None),
+        });
+        let shared = Arc::clone(&inner);
+        let thread = std::thread::Builder::new()
+            .name(FLUSH_THREAD.into())
+            .spawn(move || flush_loop(&shared, &fs))?;
+        Ok(Flusher {
+            inner,
+            thread: Mutex::new(Some(thread)),
+        })
+    }
+
+    /// A file of `bytes` has been written.
+    pub(crate) fn wrote(&self, bytes: u64) {
+        let add = bytes.saturating_add(PER_FILE);
+        let before = self.inner.pending.fetch_add(add, Ordering::Relaxed);
+        if before < STEP && before.saturating_add(add) >= STEP {
+            self.inner.wake.notify_one();
         }
     }
 
-    /// The most a writer should write in one call: one chunk when the
-    /// writeback follows it, anything otherwise.
-    pub(crate) fn step(&self, left: u64) -> u64 {
-        if self.on { left.min(CHUNK) } else { left }
+    /// Stops the flusher, once the flush under way (if any) is done;
+    /// returns the first flush's error, if one failed.
+    pub(crate) fn finish(&self) -> io::Result<()> {
+        *lock(&self.inner.stop) = true;
+        self.inner.wake.notify_one();
+        if let Some(t) = lock(&self.thread).take() {
+            // A panic in a flush is a failed flush.
+            if t.join().is_err() {
+                return Err(io::Error::other("the flusher thread panicked"));
+            }
+        }
+        match lock(&self.inner.failed).take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
+}
 
-    /// The file's data is written up to `end` (offsets only grow): starts
-    /// a chunk's worth or more, and waits for what was started two chunks
-    /// before.
-    pub(crate) fn written(&mut self, end: u64) {
-        if !self.on || end < self.started.saturating_add(CHUNK) {
+impl Drop for Flusher {
+    fn drop(&mut self) {
+        let _reported_by_finish = self.finish();
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn flush_loop(inner: &Inner, fs: &File) {
+    let mut last = Instant::now();
+    loop {
+        {
+            let mut stop = lock(&inner.stop);
+            loop {
+                if *stop {
+                    return;
+                }
+                let p = inner.pending.load(Ordering::Relaxed);
+                if p >= STEP || (p > 0 && last.elapsed() >= PERIOD) {
+                    break;
+                }
+                stop = inner
+                    .wake
+                    .wait_timeout(stop, TICK)
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0;
+            }
+        }
+        inner.pending.store(0, Ordering::Relaxed);
+        last = Instant::now();
+        if let Err(e) = sys::sync_fs(fs) {
+            lock(&inner.failed).get_or_insert(e);
+            // The final flush says the same; no use hammering the disk.
             return;
-        }
-        let _hint =
-            sys::start_writeback(self.file, self.started, end - self.started);
-        self.started = end;
-        let behind = self.started.saturating_sub(2 * CHUNK);
-        if behind > self.waited {
-            let _hint = sys::wait_writeback(
-                self.file,
-                self.waited,
-                behind - self.waited,
-            );
-            self.waited = behind;
-        }
-    }
-
-    /// The file is written: starts the rest of it (a length of 0 is "to
-    /// the end of the file").
-    pub(crate) fn done(self) {
-        if self.on {
-            let _hint = sys::start_writeback(self.file, self.started, 0);
         }
     }
 }

@@ -122,6 +122,7 @@ use crate::stats::{NoticeBoard, NoticeKind, Stats, WorkerStats};
 use crate::sys;
 use crate::sys::posix::{Stat, at};
 use crate::trace::{Clock, Recording, ThreadTrace};
+use crate::writeback::Flusher;
 
 use source::Source;
 
@@ -219,6 +220,9 @@ pub(crate) struct Shared<'p> {
     /// The descriptor budget: the pool's, shared with its other runs,
     /// or the run's own.
     pub(crate) fds: Descriptors,
+    /// Flushes the destination as the run goes, when it will be flushed
+    /// at its end ([`crate::Writeback`]); started with the tree's copy.
+    flusher: std::sync::OnceLock<Flusher>,
 }
 
 impl<'p> Shared<'p> {
@@ -255,6 +259,41 @@ impl<'p> Shared<'p> {
                     plan.tunables.walkers(),
                 ),
             },
+            flusher: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// A file of `bytes` has been written into the destination.
+    pub(crate) fn wrote(&self, bytes: u64) {
+        if let Some(f) = self.flusher.get() {
+            f.wrote(bytes);
+        }
+    }
+
+    /// Starts flushing the destination whose top directory is `top` as
+    /// the run goes, if the run will be flushed at its end.
+    fn start_flusher(&self, top: &OwnedFd) -> Result<(), Error> {
+        let plan = self.plan;
+        let early = plan
+            .tunables
+            .copy_writeback
+            .early(plan.sync || plan.durable);
+        if !early || plan.walk_only || plan.dry_run {
+            return Ok(());
+        }
+        // The top may be a search-only (O_PATH) descriptor, which
+        // syncfs(2) does not take.
+        let f = at::open_dir(top.as_raw_fd(), c".")
+            .and_then(|fd| Flusher::start(fs::File::from(fd)))
+            .map_err(|e| Error::io(Op::Sync, &plan.dst, e))?;
+        let _first = self.flusher.set(f);
+        Ok(())
+    }
+
+    /// Waits for the flush under way; one that failed fails the run.
+    fn finish_flusher(&self) {
+        if let Some(Err(e)) = self.flusher.get().map(Flusher::finish) {
+            self.fail(Error::io(Op::Sync, &self.plan.dst, e));
         }
     }
 
@@ -390,6 +429,7 @@ fn run(plan: &Plan) -> Result<Report, Failure> {
             }
             Ok(md) if md.is_dir() => {
                 run_tree(&shared, source, &mut stats, &mut entities);
+                shared.finish_flusher();
             }
             Ok(md) => {
                 run_single(&shared, source, &md, &mut stats, &mut entities)
@@ -467,6 +507,10 @@ fn run_tree(
             return;
         }
     };
+    if let Err(e) = shared.start_flusher(&top) {
+        shared.fail(e);
+        return;
+    }
     if let Some(pool) = plan.pool.as_ref().filter(|_| !plan.walk_only) {
         run_tree_pooled(shared, pool, (top_src, top), stats, entities);
         return;

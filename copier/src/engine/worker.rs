@@ -28,7 +28,6 @@ use crate::probes;
 use crate::stats::{NoticeKind, Stats, WorkerStats};
 use crate::sys::{self, XattrTarget, posix, posix::Stat, posix::at};
 use crate::trace::{ThreadState, ThreadTrace};
-use crate::writeback::FileWriteback;
 
 /// Where a new entry is written, in its directory.
 enum Placement {
@@ -185,15 +184,6 @@ impl<'s, 'p> Worker<'s, 'p> {
         l.entry(&job.src, &job.dst, kind);
     }
 
-    /// Whether this run starts each file's writeback as soon as its data
-    /// is written ([`crate::Writeback`]).
-    fn early_writeback(&self) -> bool {
-        let plan = self.shared.plan;
-        plan.tunables
-            .copy_writeback
-            .early(plan.sync || plan.durable)
-    }
-
     /// True if the run goes on past a failed entry and has not stopped.
     fn goes_on(&self) -> bool {
         self.shared.keep_going() && !self.shared.stopped()
@@ -257,14 +247,8 @@ impl<'s, 'p> Worker<'s, 'p> {
             .fds
             .retrying(|| at::create_file(dir, name), descriptors::exhausted)
             .map_err(|e| Error::io(Op::Create, &job.dst, e))?;
-        let early = self.early_writeback();
-        let mut wb = FileWriteback::new(&dst, early);
-        let r = self
-            .copy_data(src, &dst, md, &job.src, &job.dst, &mut wb)
-            .and_then(|(m, n)| {
-                if m != Method::Clone {
-                    wb.done();
-                }
+        let r = self.copy_data(src, &dst, md, &job.src, &job.dst).and_then(
+            |(m, n)| {
                 check_unchanged(src, md, &job.src)?;
                 self.trace.enter(ThreadState::Metadata);
                 meta::apply_file(
@@ -276,7 +260,8 @@ impl<'s, 'p> Worker<'s, 'p> {
                     &job.dst,
                 )?;
                 Ok((m, n))
-            });
+            },
+        );
         let (method, copied) = match r {
             Ok(m) => m,
             Err(e) => {
@@ -288,6 +273,9 @@ impl<'s, 'p> Worker<'s, 'p> {
         };
         drop(dst);
         finish_placement(job, &place)?;
+        if method != Method::Clone {
+            self.shared.wrote(copied);
+        }
         self.stats.files += 1;
         self.stats.bytes += copied;
         match method {
@@ -313,7 +301,6 @@ impl<'s, 'p> Worker<'s, 'p> {
         md: &Metadata,
         src_path: &Path,
         dst_path: &Path,
-        wb: &mut FileWriteback<'_>,
     ) -> Result<(Method, u64)> {
         let len = md.len();
         if md.blocks() == 0 {
@@ -324,7 +311,7 @@ impl<'s, 'p> Worker<'s, 'p> {
                     .map_err(|e| Error::io(Op::Truncate, dst_path, e))?;
                 return Ok((Method::Buffered, len));
             }
-            let n = self.copy_to_end(src, dst, src_path, dst_path, wb)?;
+            let n = self.copy_to_end(src, dst, src_path, dst_path)?;
             return Ok((Method::Buffered, n));
         }
         let sh = self.shared;
@@ -352,8 +339,8 @@ impl<'s, 'p> Worker<'s, 'p> {
                     .map_err(|e| Error::io(Op::Seek, src_path, e))?
                     .unwrap_or(len)
                     .min(len);
-                let (k, reached) = self
-                    .copy_range(src, dst, start, end, src_path, dst_path, wb)?;
+                let (k, reached) =
+                    self.copy_range(src, dst, start, end, src_path, dst_path)?;
                 kernel |= k;
                 if reached < end {
                     return Err(Error::refused(
@@ -368,7 +355,7 @@ impl<'s, 'p> Worker<'s, 'p> {
                 .map_err(|e| Error::io(Op::Truncate, dst_path, e))?;
         } else {
             let (k, reached) =
-                self.copy_range(src, dst, 0, len, src_path, dst_path, wb)?;
+                self.copy_range(src, dst, 0, len, src_path, dst_path)?;
             if reached < len {
                 // Shorter than its size said: it shrank under us.
                 return Err(Error::refused(
@@ -395,15 +382,13 @@ impl<'s, 'p> Worker<'s, 'p> {
         dst: &File,
         src_path: &Path,
         dst_path: &Path,
-        wb: &mut FileWriteback<'_>,
     ) -> Result<u64> {
-        self.buffered(src, dst, 0, u64::MAX, src_path, dst_path, wb)
+        self.buffered(src, dst, 0, u64::MAX, src_path, dst_path)
     }
 
     /// Copies `[start, end)` to the same offsets. Returns whether the
     /// kernel did it, and where the copy stopped: before `end` if the
     /// source shrank under us.
-    #[allow(clippy::too_many_arguments)]
     fn copy_range(
         &mut self,
         src: &File,
@@ -412,18 +397,14 @@ impl<'s, 'p> Worker<'s, 'p> {
         end: u64,
         src_path: &Path,
         dst_path: &Path,
-        wb: &mut FileWriteback<'_>,
     ) -> Result<(bool, u64)> {
         let sh = self.shared;
         let mut off = start;
         if !sh.no_copy_range.load(Ordering::Relaxed) {
             while off < end {
-                match sys::copy_range(src, dst, off, off, wb.step(end - off)) {
+                match sys::copy_range(src, dst, off, off, end - off) {
                     Ok(Some(0)) => return Ok((true, off)),
-                    Ok(Some(n)) => {
-                        off += n;
-                        wb.written(off);
-                    }
+                    Ok(Some(n)) => off += n,
                     Ok(None) => {
                         sh.no_copy_range.store(true, Ordering::Relaxed);
                         break;
@@ -442,14 +423,12 @@ impl<'s, 'p> Worker<'s, 'p> {
                 return Ok((true, off));
             }
         }
-        let reached =
-            self.buffered(src, dst, off, end, src_path, dst_path, wb)?;
+        let reached = self.buffered(src, dst, off, end, src_path, dst_path)?;
         Ok((false, reached))
     }
 
     /// Copies `[off, end)` through the worker's buffer, stopping early at
     /// the end of the source; returns where it stopped.
-    #[allow(clippy::too_many_arguments)]
     fn buffered(
         &mut self,
         src: &File,
@@ -458,7 +437,6 @@ impl<'s, 'p> Worker<'s, 'p> {
         end: u64,
         src_path: &Path,
         dst_path: &Path,
-        wb: &mut FileWriteback<'_>,
     ) -> Result<u64> {
         if self.buf.is_empty() {
             self.buf = vec![0; self.shared.plan.tunables.copy_bufsize];
@@ -476,7 +454,6 @@ impl<'s, 'p> Worker<'s, 'p> {
             dst.write_all_at(&self.buf[..n], off)
                 .map_err(|e| Error::io(Op::Write, dst_path, e))?;
             off += n as u64;
-            wb.written(off);
         }
         Ok(off)
     }

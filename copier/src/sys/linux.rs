@@ -261,27 +261,6 @@ pub(crate) fn start_writeback(f: &File, off: u64, len: u64) -> io::Result<()> {
     Ok(())
 }
 
-/// Waits until the dirty pages of `f` in `off..off + len` are on the
-/// disk, starting what has not started
-/// (`SYNC_FILE_RANGE_WAIT_BEFORE | WRITE | WAIT_AFTER`).
-pub(crate) fn wait_writeback(f: &File, off: u64, len: u64) -> io::Result<()> {
-    // SAFETY: plain syscall on an open fd.
-    let rc = unsafe {
-        libc::sync_file_range(
-            f.as_raw_fd(),
-            off as libc::off64_t,
-            len as libc::off64_t,
-            libc::SYNC_FILE_RANGE_WAIT_BEFORE
-                | libc::SYNC_FILE_RANGE_WRITE
-                | libc::SYNC_FILE_RANGE_WAIT_AFTER,
-        )
-    };
-    if rc == -1 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
 /// Tells the kernel `f` is read from start to end
 /// (`POSIX_FADV_SEQUENTIAL`): twice the read-ahead, so that a cold
 /// archive does not stall its reader. Only a hint.

@@ -12,7 +12,6 @@
 //! | `clone_range` | `ioctl(FICLONERANGE)` | unsupported |
 //! | `copy_range` | `copy_file_range(2)` | unsupported |
 //! | `start_writeback` | `sync_file_range(SYNC_FILE_RANGE_WRITE)` | nothing |
-//! | `wait_writeback` | `sync_file_range(WAIT_BEFORE \| WRITE \| WAIT_AFTER)` | nothing |
 //! | `advise_sequential` | `posix_fadvise(POSIX_FADV_SEQUENTIAL)` | nothing |
 //! | `sync_fs` | `syncfs(2)` | `syncfs(2)` on illumos, else `sync(2)` |
 //! | xattrs (`XATTRS`) | `*xattr(2)` | none listed, said once as a notice (see `portable.rs`) |
@@ -47,5 +46,5 @@ pub(crate) use platform::{
     Assumed, XattrTarget, advise_sequential, assume, chmod_at, clone_file,
     clone_range, copy_range, get_xattr, list_xattrs, open_dir_beneath,
     open_dir_same_mount, open_dir_search, open_source, open_source_at,
-    read_dir, set_xattr, start_writeback, sync_fs, wait_writeback,
+    read_dir, set_xattr, start_writeback, sync_fs,
 };

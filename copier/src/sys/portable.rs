@@ -82,15 +82,6 @@ pub(crate) fn start_writeback(
     Ok(())
 }
 
-/// Writeback starts at the final flush here: nothing to wait for.
-pub(crate) fn wait_writeback(
-    _f: &File,
-    _off: u64,
-    _len: u64,
-) -> io::Result<()> {
-    Ok(())
-}
-
 /// Read-ahead is the system's own here.
 pub(crate) fn advise_sequential(_f: &File) {}
 
