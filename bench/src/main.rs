@@ -39,7 +39,7 @@ enum Cmd {
         #[arg(long, default_value_t = 5)]
         runs: usize,
         /// Tools, comma-separated: zinstall, zinstall-sync (with --sync),
-        /// zinstall1x1, zinstall-wN (N walkers, the rest default), before
+        /// zinstall-always (--writeback always), zinstall1x1, zinstall-wN (N walkers, the rest default), before
         /// (--before's binary),
         /// recorded (with --statemap), bpftraced (under zinstall trace,
         /// root only), noprobes (built without USDT probes), cp, tar,
@@ -156,6 +156,11 @@ enum Cmd {
         /// Also zinstall with one worker.
         #[arg(long)]
         serial: bool,
+        /// zinstall's COPY_WRITEBACK values, comma-separated, each timed
+        /// as a contender of its own (sync: flushed as it goes, as an
+        /// install is).
+        #[arg(long, default_value = "sync")]
+        writeback: String,
         /// Where the layer and the roots go.
         #[arg(long, default_value = "/var/tmp/zinstall-bench")]
         scratch: PathBuf,
@@ -341,6 +346,7 @@ fn main() -> ExitCode {
             threads,
             compress,
             serial,
+            writeback,
             scratch,
         } => unpack::UnpackBench {
             tree: tree.as_deref(),
@@ -350,6 +356,7 @@ fn main() -> ExitCode {
             threads,
             compress: &compress,
             serial,
+            writeback: &writeback,
             scratch: &scratch,
         }
         .run(),
@@ -563,6 +570,7 @@ fn copy_bench(
             "zinstall" => list.push(Tool::zinstall(8, 128)),
             "zinstall1x1" => list.push(Tool::zinstall(1, 1)),
             "zinstall-sync" => list.push(Tool::ZinstallSync),
+            "zinstall-always" => list.push(Tool::ZinstallAlways),
             "before" => {
                 let bin = before.clone().ok_or("before: give --before BIN")?;
                 if !bin.is_file() {

@@ -27,6 +27,8 @@ pub struct UnpackBench<'a> {
     pub compress: &'a str,
     /// Also zinstall with one worker.
     pub serial: bool,
+    /// zinstall's COPY_WRITEBACK values, each a contender of its own.
+    pub writeback: &'a str,
     pub scratch: &'a Path,
 }
 
@@ -36,6 +38,7 @@ struct Contender {
     archive: PathBuf,
     /// zinstall's workers, or `None` for GNU tar with this flag.
     threads: Option<usize>,
+    writeback: copier::Writeback,
     tar_flag: &'static str,
 }
 
@@ -44,6 +47,13 @@ impl UnpackBench<'_> {
         let scratch = self.scratch;
         fs::create_dir_all(scratch).map_err(|e| e.to_string())?;
         let (plain, expect) = self.plain_tar()?;
+        let mut writebacks = Vec::new();
+        for w in self.writeback.split(',') {
+            let mut t = copier::Tunables::default();
+            t.set("COPY_WRITEBACK", w, Path::new("--writeback"), 0)
+                .map_err(|e| e.to_string())?;
+            writebacks.push(t.copy_writeback);
+        }
         let mut contenders = Vec::new();
         for c in self.compress.split(',') {
             let (archive, tar_flag, suffix) = match c {
@@ -61,17 +71,25 @@ impl UnpackBench<'_> {
             let workers =
                 std::iter::once(self.threads).chain(self.serial.then_some(1));
             for t in workers {
-                contenders.push(Contender {
-                    name: format!("zinstall {t} workers {suffix}"),
-                    archive: archive.clone(),
-                    threads: Some(t),
-                    tar_flag,
-                });
+                for w in &writebacks {
+                    let also = match writebacks.len() {
+                        1 => String::new(),
+                        _ => format!(", writeback {}", w.name()),
+                    };
+                    contenders.push(Contender {
+                        name: format!("zinstall {t} workers {suffix}{also}"),
+                        archive: archive.clone(),
+                        threads: Some(t),
+                        writeback: *w,
+                        tar_flag,
+                    });
+                }
             }
             contenders.push(Contender {
                 name: format!("tar {tar_flag} -xf {suffix}").replace("  ", " "),
                 archive,
                 threads: None,
+                writeback: copier::Writeback::Never,
                 tar_flag,
             });
         }
@@ -104,6 +122,7 @@ impl UnpackBench<'_> {
                         let opts = UnpackOptions {
                             tunables: copier::Tunables {
                                 copy_threads: t,
+                                copy_writeback: c.writeback,
                                 ..copier::Tunables::default()
                             },
                             expect,

@@ -43,15 +43,15 @@ pub const DEFAULT_COPY_BATCH: usize = 128;
 /// `std::fs::copy`-sized buffers (8 KiB) cost a system call pair per 8 KiB;
 /// 1 MiB made zone installs several times faster.
 pub const DEFAULT_COPY_BUFSIZE: usize = 1 << 20;
-/// When written data is sent to the disk as soon as a file is done:
-/// only in runs that flush the destination at the end, where it turns
-/// the final flush into a wait for the tail (bench/README.md, "Durable
-/// copies").
+/// When written data starts back to the disk: only in runs that flush
+/// the destination at the end, where flushing as the run goes turns the
+/// final flush into a wait for the tail (bench/README.md, "Durable
+/// installs").
 pub const DEFAULT_COPY_WRITEBACK: Writeback = Writeback::Sync;
 
-/// When a run starts writing each file's data back to the disk as soon
-/// as it is written (`sync_file_range(2)` on Linux; illumos has no such
-/// call and leaves it to the final flush).
+/// When a run flushes what it has written as it goes (a flusher thread
+/// calling `syncfs(2)` every 64 MiB or quarter second; see the
+/// `writeback` module).
 #[derive(
     Clone,
     Copy,
@@ -65,7 +65,7 @@ pub const DEFAULT_COPY_WRITEBACK: Writeback = Writeback::Sync;
 #[serde(rename_all = "lowercase")]
 pub enum Writeback {
     /// In runs that flush the destination at the end (`--sync`, installs,
-    /// the provision cache): the flush then waits only for the last
+    /// the provision cache): the final flush then waits only for the last
     /// files, not for everything the run wrote.
     #[default]
     Sync,

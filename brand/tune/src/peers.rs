@@ -33,6 +33,9 @@ pub enum Tool {
     /// `zinstall copy --sync` at the default tunables: the copy flushed
     /// by zinstall itself, each file's writeback started as it is done.
     ZinstallSync,
+    /// `zinstall copy --writeback always` at the default tunables: the
+    /// copy flushed as it goes, without a flush at its end.
+    ZinstallAlways,
     /// `zinstall copy` at the default tunables recording a statemap.
     ZinstallRecorded,
     /// `zinstall copy` at the default tunables under `zinstall trace`
@@ -81,6 +84,7 @@ impl Tool {
             } => format!("zinstall {threads}x{batch} w{w}"),
             Tool::ZinstallAt { label, .. } => label.clone(),
             Tool::ZinstallSync => "zinstall 8x128 --sync".into(),
+            Tool::ZinstallAlways => "zinstall 8x128 --writeback always".into(),
             Tool::ZinstallRecorded => "zinstall 8x128 --statemap".into(),
             Tool::ZinstallBpftraced => "zinstall 8x128 under bpftrace".into(),
             Tool::ZinstallNoProbes(_) => "zinstall 8x128 without probes".into(),
@@ -139,6 +143,14 @@ impl Tool {
                 let mut c = Command::new(zinstall);
                 c.env("ZINSTALL_DEFAULTS", "/dev/null")
                     .args(["copy", "-q", "--sync"])
+                    .arg(src)
+                    .arg(dst);
+                c
+            }
+            Tool::ZinstallAlways => {
+                let mut c = Command::new(zinstall);
+                c.env("ZINSTALL_DEFAULTS", "/dev/null")
+                    .args(["copy", "-q", "--writeback", "always"])
                     .arg(src)
                     .arg(dst);
                 c
