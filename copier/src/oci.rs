@@ -96,22 +96,29 @@ fn through_layer(
             layer.compression,
         )
         .map_err(|e| Error::io(Op::Read, &shown, e))?;
-        // The blob read, its digest summed and decompressed on a thread
-        // of its own, ahead of the tar reader.
+        // The blob read, its digest summed, decompressed and its diff_id
+        // summed on a thread of its own, ahead of the tar reader.
         std::thread::scope(|s| {
-            let ahead = zinstall_archive::ahead::read_ahead(
-                s,
-                crate::unpack::DECOMPRESS_THREAD,
+            let diff = zinstall_oci::DiffReader::new(
                 stream,
-            )
-            .map_err(|e| Error::io(Op::Read, &shown, e))?;
-            let mut diff = zinstall_oci::DiffReader::new(
-                ahead,
                 &image.path,
                 &layer.digest,
                 &layer.diff_id,
             );
-            let report = read(&mut diff, &shown)?;
+            let (mut ahead, diff) = zinstall_archive::ahead::read_ahead(
+                s,
+                crate::unpack::DECOMPRESS_THREAD,
+                diff,
+            )
+            .map_err(|e| Error::io(Op::Read, &shown, e))?;
+            let report = read(&mut ahead, &shown);
+            // The thread stops and hands the stream back; what it read
+            // and the tar reader did not need was summed all the same,
+            // and the rest is read and summed here.
+            drop(ahead);
+            let mut diff =
+                diff.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+            let report = report?;
             diff.finish()?;
             Ok(report)
         })

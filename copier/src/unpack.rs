@@ -197,7 +197,7 @@ pub fn unpack(
     // Decompressed on a thread of its own: the reader parses and
     // dispatches while the next chunks are decoded.
     let mut report = std::thread::scope(|s| {
-        let ahead = read_ahead(s, DECOMPRESS_THREAD, reader)
+        let (ahead, _decoder) = read_ahead(s, DECOMPRESS_THREAD, reader)
             .map_err(|e| Error::io(Op::Read, archive, e))?;
         unpack_from(ahead, archive, root, opts)
     })

@@ -128,7 +128,7 @@ pub(crate) fn build(
             // Read, summed and decompressed ahead of the tar reader, on a
             // thread of its own.
             std::thread::scope(|s| {
-                let ahead = zinstall_archive::ahead::read_ahead(
+                let (ahead, _stream) = zinstall_archive::ahead::read_ahead(
                     s,
                     unpack::DECOMPRESS_THREAD,
                     stream,

@@ -16,7 +16,7 @@
 
 use std::io::{self, Read};
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
-use std::thread::{self, Scope};
+use std::thread::{self, Scope, ScopedJoinHandle};
 
 /// Bytes per chunk: enough that the handover costs nothing next to the
 /// decompression, little enough to stay in the cache.
@@ -42,27 +42,35 @@ pub struct Ahead {
     ended: bool,
 }
 
-/// Starts reading `r` ahead on a thread named `name` in `scope`.
+/// Starts reading `r` ahead on a thread named `name` in `scope`. The
+/// thread hands `r` back when it stops (at the stream's end, an error,
+/// or once the [`Ahead`] is dropped): what it kept count of (a digest of
+/// what it read) is the caller's again once joined.
 pub fn read_ahead<'scope, R>(
     scope: &'scope Scope<'scope, '_>,
     name: &str,
     mut r: R,
-) -> io::Result<Ahead>
+) -> io::Result<(Ahead, ScopedJoinHandle<'scope, R>)>
 where
     R: Read + Send + 'scope,
 {
     let (tx, rx) = mpsc::sync_channel::<Msg>(DEPTH);
     let (back, returned) = mpsc::channel::<Vec<u8>>();
-    thread::Builder::new()
-        .name(name.to_string())
-        .spawn_scoped(scope, move || fill(&mut r, &tx, &returned))?;
-    Ok(Ahead {
+    let handle = thread::Builder::new().name(name.to_string()).spawn_scoped(
+        scope,
+        move || {
+            fill(&mut r, &tx, &returned);
+            r
+        },
+    )?;
+    let ahead = Ahead {
         rx,
         back,
         chunk: Vec::new(),
         pos: 0,
         ended: false,
-    })
+    };
+    Ok((ahead, handle))
 }
 
 /// The thread: reads chunk after chunk until the end, an error, or a
@@ -159,7 +167,7 @@ mod test {
         // Several chunks and a partial last one, read in odd sizes.
         let data = pattern(CHUNK * (DEPTH + 3) + 12_345);
         let got = thread::scope(|s| {
-            let mut a = read_ahead(
+            let (mut a, _) = read_ahead(
                 s,
                 "test",
                 Trickle {
@@ -187,7 +195,7 @@ mod test {
     fn an_error_reaches_the_reader_after_the_data_before_it() {
         let data = pattern(CHUNK + 10);
         thread::scope(|s| {
-            let mut a = read_ahead(
+            let (mut a, _) = read_ahead(
                 s,
                 "test",
                 Trickle {
@@ -216,10 +224,13 @@ mod test {
             }
         }
         thread::scope(|s| {
-            let mut a = read_ahead(s, "test", Endless).unwrap();
+            let (mut a, handle) = read_ahead(s, "test", Endless).unwrap();
             let mut b = [0u8; 10];
             a.read_exact(&mut b).unwrap();
             assert_eq!(b, [1; 10]);
+            drop(a);
+            // The stream comes back once the thread sees the reader go.
+            let _stream: Endless = handle.join().unwrap();
         });
     }
 
@@ -234,7 +245,7 @@ mod test {
         let mut seen: Option<io::Result<usize>> = None;
         let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             thread::scope(|s| {
-                let mut a = read_ahead(s, "test", Panics).unwrap();
+                let (mut a, _) = read_ahead(s, "test", Panics).unwrap();
                 let mut got = Vec::new();
                 seen = Some(a.read_to_end(&mut got));
             })
