@@ -257,7 +257,10 @@ fn install_applies_every_rule_baseline_layers_and_host_files() {
         .lines()
         .filter(|l| l.contains("\"msg\":\"step\""))
         .count();
-    assert_eq!(steps, 3 + 3 + 1, "{log}");
+    // Three trees, three archives, the host file, and the flush.
+    assert_eq!(steps, 3 + 3 + 1 + 1, "{log}");
+    assert!(log.contains("\"step\":\"flush\""), "{log}");
+    assert!(out.contains("flushing the root to disk"), "{out}");
     for l in log.lines() {
         let v: serde_json::Value = serde_json::from_str(l).unwrap();
         assert!(v["argv"].as_str().unwrap().contains("install"));

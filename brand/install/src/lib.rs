@@ -29,6 +29,7 @@
 //!     store: None,
 //!     pull: Default::default(),
 //!     progress: None,
+//!     sync: true,
 //! }
 //! .run()?;
 //! println!("{} bytes", summary.stats.bytes);
@@ -49,7 +50,8 @@
 //! 4. replicate each tree with the profile's link and prune rules;
 //! 5. unpack the baseline, then each image layer in order;
 //! 6. copy the host files;
-//! 7. mark the zonepath `installed`.
+//! 7. flush the root's filesystem to the disk ([`Install::sync`]);
+//! 8. mark the zonepath `installed`.
 //!
 //! # Failures and zoneadm's exit codes
 //!
