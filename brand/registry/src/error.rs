@@ -129,6 +129,10 @@ pub enum RegistryError {
     /// image is (platform, media types, digests).
     #[error(transparent)]
     Image(#[from] zinstall_oci::Error),
+    /// The trust policy refused the image, could not be read, or its
+    /// signatures could not be fetched: nothing of the image was kept.
+    #[error(transparent)]
+    Policy(#[from] crate::policy::PolicyError),
 }
 
 impl RegistryError {
