@@ -138,7 +138,20 @@ fn verify(args: &VerifyArgs) -> ExitCode {
     let shown = reference.to_string();
     if args.json {
         let v = crate::json::verdict(&shown, &digest.to_string(), &verdict);
-        crate::json::outcome(verdict.accepted(), Some(v), None);
+        // A rejection is the command's failure: `error` says why, as the
+        // schema has every failure do.
+        let error = verdict.refusal.as_ref().map(|(req, why, detail)| {
+            crate::json::error(
+                format_args!(
+                    "{shown}: rejected by {} scope {:?} requirement {req}: \
+                     {why}: {detail}",
+                    verdict.policy.display(),
+                    verdict.scope
+                ),
+                serde_json::json!({"kind": "rejected"}),
+            )
+        });
+        crate::json::outcome(verdict.accepted(), Some(v), error);
     } else {
         match &verdict.refusal {
             None => println!(
