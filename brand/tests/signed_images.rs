@@ -449,10 +449,22 @@ impl World {
         }
         let (sk, said) = self.skopeo_accepts(policy, repo_tag);
         assert_eq!(sk, accepted, "{case}: skopeo's verdict differs: {said}");
+        // And for the same reason, as skopeo words it.
+        let skopeo_says = match failed {
+            "" => "",
+            "wrong key" => "Invalid GPG signature",
+            "no signature" => "no signature exists",
+            "identity mismatch" => "Signature for identity",
+            "digest mismatch" => "Signature for digest",
+            "rejected by rule" => "is rejected by policy",
+            other => panic!("{case}: no skopeo wording for {other}"),
+        };
+        assert!(said.contains(skopeo_says), "{case}: skopeo says {said}");
         eprintln!(
-            "VERDICT {case}: zinstall {verdict} ({}) skopeo {}",
+            "VERDICT {case}: zinstall {verdict} ({}) skopeo {} ({})",
             result["failed"].as_str().unwrap_or("-"),
-            if sk { "accepted" } else { "rejected" }
+            if sk { "accepted" } else { "rejected" },
+            said.trim().lines().last().unwrap_or("-")
         );
     }
 
@@ -935,6 +947,26 @@ fn the_daemon_enforces_its_own_policy() {
         })
         .count();
     assert_eq!(blobs, 0, "a refused pull left blobs in the daemon's cache");
+    // No caller brings a policy of its own to the daemon.
+    let anything = w.policy(
+        "anything",
+        &json!({"default": [{"type": "insecureAcceptAnything"}]}),
+    );
+    let o = Command::new(env!("CARGO_BIN_EXE_zinstall"))
+        .arg(format!("--daemon={}", socket.display()))
+        .args([
+            "provision",
+            &format!("{host}/signed/unsigned:v1"),
+            "--out",
+            s(&refused),
+        ])
+        .args(["--policy", s(&anything)])
+        .env_remove("ZINSTALL_DAEMON")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("--policy"), "{}", text(&o));
+    assert!(!refused.exists());
     let out = dir.join("guest");
     let v = call("signed/app:v1", &out);
     assert_eq!(v["reply"], "done", "{v}");
