@@ -22,6 +22,8 @@ pub mod payload;
 pub mod registries_d;
 pub mod rules;
 pub mod sigstore;
+#[cfg(test)]
+mod tests;
 
 use std::path::{Path, PathBuf};
 
