@@ -134,19 +134,12 @@ pub fn policy_fields(e: &zinstall_registry::policy::PolicyError) -> Value {
         P::BadPolicy { path: p, .. } | P::BadRegistriesD { path: p, .. } => {
             serde_json::json!({ "path": path(p) })
         }
-        P::Refused {
-            reference,
-            policy,
-            scope,
-            requirement,
-            why,
-            ..
-        } => serde_json::json!({
-            "reference": reference,
-            "policy": path(policy),
-            "scope": scope,
-            "requirement": requirement,
-            "failed": why.as_str(),
+        P::Refused(r) => serde_json::json!({
+            "reference": r.reference,
+            "policy": path(&r.policy),
+            "scope": r.scope,
+            "requirement": r.requirement,
+            "failed": r.why.as_str(),
         }),
         P::Fetch { url, .. } => serde_json::json!({ "url": url }),
         _ => Value::Null,

@@ -401,8 +401,8 @@ impl World {
         ]);
         let v: Value = String::from_utf8_lossy(&o.stdout)
             .lines()
-            .filter_map(|l| serde_json::from_str(l).ok())
-            .last()
+            .rev()
+            .find_map(|l| serde_json::from_str(l).ok())
             .unwrap_or_else(|| panic!("no JSON: {}", text(&o)));
         (o.status.code().unwrap(), v)
     }

@@ -61,26 +61,8 @@ pub enum PolicyError {
         why: String,
     },
     /// The image is refused by the policy.
-    #[error(
-        "{reference}: refused by {} scope {scope:?} requirement {requirement}: \
-         {why}: {detail}",
-        policy.display()
-    )]
-    Refused {
-        /// The image, as named.
-        reference: String,
-        /// The policy file.
-        policy: PathBuf,
-        /// The scope whose requirements applied (`default` for the
-        /// global default, `docker:""` for the transport's).
-        scope: String,
-        /// The requirement that refused it.
-        requirement: String,
-        /// What failed.
-        why: Failed,
-        /// How, in words: the key, the identities, the digests.
-        detail: String,
-    },
+    #[error("{0}")]
+    Refused(Box<Refusal>),
     /// Signatures could not be fetched (a lookaside store that answers
     /// with an error other than "not found", a file that cannot be read).
     #[error("{url}: {why}")]
@@ -90,6 +72,39 @@ pub enum PolicyError {
         /// What went wrong.
         why: String,
     },
+}
+
+/// An image the policy refused: which rule, and what failed.
+#[derive(Debug)]
+pub struct Refusal {
+    /// The image, as named.
+    pub reference: String,
+    /// The policy file.
+    pub policy: PathBuf,
+    /// The scope whose requirements applied (`default` for the global
+    /// default, `docker:""` for the transport's).
+    pub scope: String,
+    /// The requirement that refused it.
+    pub requirement: String,
+    /// What failed.
+    pub why: Failed,
+    /// How, in words: the key, the identities, the digests.
+    pub detail: String,
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}: refused by {} scope {:?} requirement {}: {}: {}",
+            self.reference,
+            self.policy.display(),
+            self.scope,
+            self.requirement,
+            self.why,
+            self.detail
+        )
+    }
 }
 
 /// What made a requirement refuse an image.
@@ -188,14 +203,16 @@ impl Verdict {
     pub fn into_result(self, reference: &str) -> Result<Verdict, PolicyError> {
         match self.refusal {
             None => Ok(self),
-            Some((requirement, why, detail)) => Err(PolicyError::Refused {
-                reference: reference.to_string(),
-                policy: self.policy,
-                scope: self.scope,
-                requirement,
-                why,
-                detail,
-            }),
+            Some((requirement, why, detail)) => {
+                Err(PolicyError::Refused(Box::new(Refusal {
+                    reference: reference.to_string(),
+                    policy: self.policy,
+                    scope: self.scope,
+                    requirement,
+                    why,
+                    detail,
+                })))
+            }
         }
     }
 }
