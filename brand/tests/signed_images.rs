@@ -976,3 +976,63 @@ fn the_daemon_enforces_its_own_policy() {
         "{v}"
     );
 }
+
+/// An install profile's `policy` judges the images an install pulls;
+/// `--policy` names another instead. A refused install leaves no image
+/// in the root.
+#[test]
+fn the_install_profile_names_the_policy() {
+    let w = World::new();
+    let host = w.reg.host();
+    w.push("two", "signed/unsigned:v1", false);
+    let strict = w.scoped("strict", "signed", w.signed_by(&w.key));
+    let anything = w.policy(
+        "anything",
+        &json!({"default": [{"type": "insecureAcceptAnything"}]}),
+    );
+    let profile = w.path("profile.toml");
+    fs::write(
+        &profile,
+        format!(
+            "source_root = \"/\"\ntrees = []\nlog = \"{}\"\npolicy = \"{}\"\n",
+            w.path("install.log").display(),
+            strict.display()
+        ),
+    )
+    .unwrap();
+    let install = |zonepath: &Path, extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_zinstall"))
+            .env("ZINSTALL_DEFAULTS", "/dev/null")
+            .args([
+                "install",
+                "--zonepath",
+                s(zonepath),
+                "--profile",
+                s(&profile),
+            ])
+            .args([
+                "--cache",
+                s(&w.path("cache")),
+                "--registries.d",
+                s(&w.regd),
+            ])
+            .args(extra)
+            .arg(format!("{host}/signed/unsigned:v1"))
+            .output()
+            .unwrap()
+    };
+    let z = w.path("z1");
+    let o = install(&z, &[]);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        text(&o).contains(&format!("refused by {}", strict.display()))
+            && text(&o).contains("no signature"),
+        "{}",
+        text(&o)
+    );
+    assert!(!z.join("root/etc/seed").exists());
+    let z = w.path("z2");
+    let o = install(&z, &["--policy", s(&anything)]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(fs::read(z.join("root/etc/seed")).unwrap(), b"two");
+}
