@@ -5,7 +5,8 @@
 use std::io::Read;
 
 use pgp::composed::{Message, PublicOrSecret, SignedPublicKey};
-use pgp::types::KeyDetails;
+use pgp::packet::SignatureType;
+use pgp::types::{KeyDetails, VerifyingKey};
 
 use super::Failed;
 use super::payload::MAX_PAYLOAD;
@@ -14,6 +15,47 @@ use super::payload::MAX_PAYLOAD;
 pub struct Keyring {
     keys: Vec<SignedPublicKey>,
     sources: String,
+}
+
+/// Whether `key`'s primary key has been revoked by itself.
+fn revoked(key: &SignedPublicKey) -> bool {
+    key.details.revocation_signatures.iter().any(|sig| {
+        sig.typ() == Some(SignatureType::KeyRevocation)
+            && sig.verify_key(&key.primary_key).is_ok()
+    })
+}
+
+/// The keys of `key` that may make signatures, as gpg takes them: the
+/// primary key unless revoked; each subkey bound to it (with the
+/// subkey's own back-signature when it signs) and not revoked.
+fn signing_keys(key: &SignedPublicKey) -> Vec<&dyn VerifyingKey> {
+    if revoked(key) {
+        return Vec::new();
+    }
+    let mut out: Vec<&dyn VerifyingKey> = vec![key];
+    for sub in &key.public_subkeys {
+        let bound = sub.signatures.iter().any(|sig| {
+            sig.typ() == Some(SignatureType::SubkeyBinding)
+                && sig.key_flags().sign()
+                && sig
+                    .verify_subkey_binding(&key.primary_key, &sub.key)
+                    .is_ok()
+                && sig.embedded_signature().is_some_and(|back| {
+                    back.verify_primary_key_binding(&sub.key, &key.primary_key)
+                        .is_ok()
+                })
+        });
+        let revoked = sub.signatures.iter().any(|sig| {
+            sig.typ() == Some(SignatureType::SubkeyRevocation)
+                && sig
+                    .verify_subkey_binding(&key.primary_key, &sub.key)
+                    .is_ok()
+        });
+        if bound && !revoked {
+            out.push(sub);
+        }
+    }
+    out
 }
 
 impl Keyring {
@@ -88,9 +130,7 @@ impl Keyring {
             return Err(malformed("the message is not signed".into()));
         }
         for key in &self.keys {
-            if msg.verify(key).is_ok()
-                || key.public_subkeys.iter().any(|sk| msg.verify(sk).is_ok())
-            {
+            if signing_keys(key).into_iter().any(|k| msg.verify(k).is_ok()) {
                 return Ok(data);
             }
         }

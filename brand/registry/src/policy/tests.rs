@@ -42,6 +42,28 @@ fn a_published_simple_signing_signature_verifies() {
     assert!(right.verify(&bent).is_err());
 }
 
+#[test]
+fn signatures_by_subkeys_count_unless_revoked() {
+    let ring = |bytes: &[u8]| {
+        gpg::Keyring::parse(&[("ring".to_string(), bytes.to_vec())]).unwrap()
+    };
+    let with_subkey =
+        ring(include_bytes!("testdata/public-key-with-subkey.gpg"));
+    with_subkey
+        .verify(include_bytes!("testdata/subkey.signature"))
+        .unwrap();
+    let revoked = ring(include_bytes!(
+        "testdata/public-key-with-revoked-subkey.gpg"
+    ));
+    assert_eq!(
+        revoked
+            .verify(include_bytes!("testdata/subkey-revoked.signature"))
+            .unwrap_err()
+            .0,
+        Failed::WrongKey
+    );
+}
+
 const COSIGN_PUB: &str = "-----BEGIN PUBLIC KEY-----
 MFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEFNLqFhf4fiN6o/glAuYnq2jYUeL0
 vRuLu/z39pmbVwS9ff5AYnlwaP9sxREajdLY9ynM6G1sy6AAmb7Z63TsLg==
