@@ -3,10 +3,11 @@
 //! data), verified with rPGP against the policy's keyrings.
 
 use std::io::Read;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use pgp::composed::{Message, PublicOrSecret, SignedPublicKey};
-use pgp::packet::SignatureType;
-use pgp::types::{KeyDetails, VerifyingKey};
+use pgp::packet::{Signature, SignatureType};
+use pgp::types::{KeyDetails, Timestamp, VerifyingKey};
 
 use super::Failed;
 use super::payload::MAX_PAYLOAD;
@@ -25,11 +26,42 @@ fn revoked(key: &SignedPublicKey) -> bool {
     })
 }
 
+/// Whether `lifetime` from `from` has run out (a zero or absent
+/// lifetime never does).
+fn run_out(from: Timestamp, lifetime: Option<pgp::types::Duration>) -> bool {
+    let Some(d) = lifetime else {
+        return false;
+    };
+    let d: std::time::Duration = d.into();
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |n| n.as_secs());
+    d.as_secs() != 0 && u64::from(from.as_secs()) + d.as_secs() < now
+}
+
+/// The key expiration time of the newest of `sigs` (self-signatures).
+fn newest_expiry<'a>(
+    sigs: impl Iterator<Item = &'a Signature>,
+) -> Option<pgp::types::Duration> {
+    sigs.filter(|s| s.created().is_some())
+        .max_by_key(|s| s.created().map(Timestamp::as_secs))
+        .and_then(Signature::key_expiration_time)
+}
+
 /// The keys of `key` that may make signatures, as gpg takes them: the
-/// primary key unless revoked; each subkey bound to it (with the
-/// subkey's own back-signature when it signs) and not revoked.
+/// primary key unless revoked or expired; each subkey bound to it (with
+/// the subkey's own back-signature when it signs), neither revoked nor
+/// expired.
 fn signing_keys(key: &SignedPublicKey) -> Vec<&dyn VerifyingKey> {
-    if revoked(key) {
+    let self_sigs = key
+        .details
+        .users
+        .iter()
+        .flat_map(|u| u.signatures.iter())
+        .chain(key.details.direct_signatures.iter());
+    if revoked(key)
+        || run_out(key.primary_key.created_at(), newest_expiry(self_sigs))
+    {
         return Vec::new();
     }
     let mut out: Vec<&dyn VerifyingKey> = vec![key];
@@ -51,7 +83,15 @@ fn signing_keys(key: &SignedPublicKey) -> Vec<&dyn VerifyingKey> {
                     .verify_subkey_binding(&key.primary_key, &sub.key)
                     .is_ok()
         });
-        if bound && !revoked {
+        let expired = run_out(
+            sub.key.created_at(),
+            newest_expiry(
+                sub.signatures
+                    .iter()
+                    .filter(|s| s.typ() == Some(SignatureType::SubkeyBinding)),
+            ),
+        );
+        if bound && !revoked && !expired {
             out.push(sub);
         }
     }
@@ -130,7 +170,21 @@ impl Keyring {
             return Err(malformed("the message is not signed".into()));
         }
         for key in &self.keys {
-            if signing_keys(key).into_iter().any(|k| msg.verify(k).is_ok()) {
+            for k in signing_keys(key) {
+                let Ok(sig) = msg.verify(k) else {
+                    continue;
+                };
+                if let Some(made) = sig.created()
+                    && run_out(made, sig.signature_expiration_time())
+                {
+                    return Err((
+                        Failed::Expired,
+                        format!(
+                            "the signature by {:X} has expired",
+                            key.fingerprint()
+                        ),
+                    ));
+                }
                 return Ok(data);
             }
         }

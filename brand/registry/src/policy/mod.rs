@@ -116,8 +116,11 @@ pub enum Failed {
     KeyUnreadable,
     /// No signature of the requirement's kind exists for the image.
     NoSignature,
-    /// No signature is by a key the requirement names.
+    /// No signature is by a key the requirement names (or by one that
+    /// is revoked or expired).
     WrongKey,
+    /// A signature by a trusted key that has expired.
+    Expired,
     /// A signature by a trusted key whose payload is not a signature
     /// claim (containers-signature(5)).
     Malformed,
@@ -136,6 +139,7 @@ impl Failed {
             Failed::KeyUnreadable => "key unreadable",
             Failed::NoSignature => "no signature",
             Failed::WrongKey => "wrong key",
+            Failed::Expired => "expired signature",
             Failed::Malformed => "malformed signature",
             Failed::DigestMismatch => "digest mismatch",
             Failed::IdentityMismatch => "identity mismatch",

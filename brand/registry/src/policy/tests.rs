@@ -35,6 +35,13 @@ fn a_published_simple_signing_signature_verifies() {
         Failed::IdentityMismatch
     );
     assert_eq!(wrong.verify(sig).unwrap_err().0, Failed::WrongKey);
+    assert_eq!(
+        right
+            .verify(include_bytes!("testdata/expired.signature"))
+            .unwrap_err()
+            .0,
+        Failed::Expired
+    );
     // One byte changed in the signed data: no key made that.
     let mut bent = sig.to_vec();
     let n = bent.len();
