@@ -1036,3 +1036,107 @@ fn the_install_profile_names_the_policy() {
     assert!(o.status.success(), "{}", text(&o));
     assert_eq!(fs::read(z.join("root/etc/seed")).unwrap(), b"two");
 }
+
+/// Signatures served over HTTP (a lookaside `http://` URL, here
+/// python3's http.server on the signatures skopeo wrote): found as from
+/// a directory, a missing one (404) meaning no more signatures; the
+/// verdicts equal skopeo's.
+#[test]
+fn an_http_lookaside_serves_signatures() {
+    let w = World::new();
+    let host = w.reg.host();
+    w.push("one", "signed/app:v1", true);
+    w.push("two", "signed/unsigned:v1", false);
+    let port = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut server = tools::tool("python3")
+        .args([
+            "-m",
+            "http.server",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--directory",
+        ])
+        .arg(&w.sigs)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    struct Kill<'a>(&'a mut Child);
+    impl Drop for Kill<'_> {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _kill = Kill(&mut server);
+    let t0 = Instant::now();
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "http.server did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let regd = w.path("registries-http.d");
+    fs::create_dir_all(&regd).unwrap();
+    fs::write(
+        regd.join("http.yaml"),
+        format!("docker:\n  {host}/signed:\n    lookaside: http://127.0.0.1:{port}\n"),
+    )
+    .unwrap();
+    let policy = w.scoped("http", "signed", w.signed_by(&w.key));
+    for (image, accepted) in
+        [("signed/app:v1", true), ("signed/unsigned:v1", false)]
+    {
+        let o = zinstall(&[
+            "image",
+            "verify",
+            "--json",
+            "--policy",
+            s(&policy),
+            "--registries.d",
+            s(&regd),
+            &format!("{host}/{image}"),
+        ]);
+        let v: Value = serde_json::from_slice(&o.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", text(&o)));
+        assert_eq!(
+            v["result"]["verdict"],
+            if accepted { "accepted" } else { "rejected" },
+            "{image}: {v}"
+        );
+        if !accepted {
+            assert_eq!(v["result"]["failed"], "no signature", "{v}");
+        }
+        let out = w.path("skopeo-http-out");
+        let _ = fs::remove_dir_all(&out);
+        let sk = tools::tool("skopeo")
+            .args([
+                "--policy",
+                s(&policy),
+                "--registries.d",
+                s(&regd),
+                "copy",
+                "--quiet",
+            ])
+            .arg("--src-tls-verify=false")
+            .arg(format!("docker://{host}/{image}"))
+            .arg(format!("dir:{}", out.display()))
+            .output()
+            .unwrap();
+        assert_eq!(
+            sk.status.success(),
+            accepted,
+            "{image}: skopeo: {}",
+            text(&sk)
+        );
+        eprintln!(
+            "VERDICT http lookaside {image}: zinstall and skopeo accepted={accepted}"
+        );
+    }
+}
