@@ -92,9 +92,20 @@ fn check(
             "payload larger than {MAX_PAYLOAD} bytes"
         )));
     }
-    let claim: Claim = serde_json::from_slice(payload).map_err(|e| {
-        malformed(format!("payload is not a signature claim: {e}"))
-    })?;
+    let not_claim =
+        |e: String| malformed(format!("payload is not a signature claim: {e}"));
+    let value: serde_json::Value = serde_json::from_slice(payload)
+        .map_err(|e| not_claim(e.to_string()))?;
+    // Exactly `critical` and `optional` (which may be null), as the
+    // format has it.
+    if value
+        .as_object()
+        .is_none_or(|o| !o.contains_key("optional"))
+    {
+        return Err(not_claim("no \"optional\" member".into()));
+    }
+    let claim: Claim =
+        serde_json::from_value(value).map_err(|e| not_claim(e.to_string()))?;
     let c = claim.critical;
     if c.kind != kind {
         return Err(malformed(format!(
@@ -177,6 +188,13 @@ mod tests {
         let extra = br#"{"critical":{"type":"atomic container signature","image":{"docker-manifest-digest":"sha256:aa"},"identity":{"docker-reference":"h/a:1"},"x":1},"optional":{}}"#;
         assert_eq!(
             check_simple(extra, "sha256:aa", &img, &id).unwrap_err().0,
+            Failed::Malformed
+        );
+        let no_optional = br#"{"critical":{"type":"atomic container signature","image":{"docker-manifest-digest":"sha256:aa"},"identity":{"docker-reference":"h/a:1"}}}"#;
+        assert_eq!(
+            check_simple(no_optional, "sha256:aa", &img, &id)
+                .unwrap_err()
+                .0,
             Failed::Malformed
         );
     }
