@@ -10,6 +10,8 @@
 //!   blobs/sha256/HEX          blobs, whole and checked
 //!   partial/sha256-HEX        a download in progress or broken: flock
 //!                             held by the one process fetching it
+//!   trust/ALGO-HEX.json       what the trust policy accepted, on which
+//!                             signatures
 //!   use.lock                  flock: shared while an image is open,
 //!                             exclusive while gc collects ([`store`])
 //! ```
@@ -23,6 +25,14 @@
 //! bytes is refused naming the digest, and what it sent is thrown away.
 //! The image is then opened and checked like any layout (platform, media
 //! types, digests again as blobs are read).
+//!
+//! **Who made it is judged first.** With a trust policy
+//! ([`PullOptions::trust`], containers-policy.json(5): [`policy`]), the
+//! manifest's digest and its signatures are judged before the manifest is
+//! kept or any other blob fetched; a refusal leaves nothing in the store.
+//! What was accepted, by which policy and on which signatures, is
+//! recorded (`trust/ALGO-HEX.json`), and an image already in the store is
+//! judged again by the current policy each time it is opened.
 //!
 //! **Only what is read is fetched.** The image's blobs are fetched when
 //! the image reads them ([`zinstall_oci::Fetch`]): index, manifest and
@@ -213,9 +223,8 @@ impl std::fmt::Display for Event {
             }
             Event::Unverified { reference } => write!(
                 f,
-                "{reference}: no trust policy (no {} and none named): \
-                 only digests are checked, not who signed the image",
-                policy::SYSTEM_POLICY
+                "{reference}: no trust policy: only digests are checked, \
+                 not who signed the image"
             ),
             Event::Trusted {
                 reference,
