@@ -200,9 +200,7 @@ impl<'a> Fetched<'a> {
     fn lookaside(
         &self,
     ) -> std::result::Result<Vec<(String, Vec<u8>)>, PolicyError> {
-        let Some(base) = self.registries_d.lookaside(&self.image) else {
-            return Ok(Vec::new());
-        };
+        let base = self.registries_d.lookaside(&self.image);
         let mut out = Vec::new();
         for n in 1..=MAX_SIGNATURES {
             let url = signature_url(&base, &self.image, &self.digest, n);

@@ -112,29 +112,34 @@ impl RegistriesD {
         Ok(out)
     }
 
-    /// The section that applies to `image`: its most specific docker
-    /// scope, else `default-docker`.
-    pub fn section(&self, image: &DockerRef) -> Option<&Section> {
+    /// The sections that name `image`, most specific first (the
+    /// reference, its repository, each namespace, `*.DOMAIN`), then
+    /// `default-docker`: each setting is taken from the first that has
+    /// it, as containers/image takes it.
+    fn sections<'a>(
+        &'a self,
+        image: &DockerRef,
+    ) -> impl Iterator<Item = &'a Section> + 'a {
         scopes_of(image)
-            .iter()
-            .filter(|s| !s.starts_with("*."))
-            .find_map(|s| self.docker.get(s))
-            .or(self.default_docker.as_ref())
+            .into_iter()
+            .filter_map(|s| self.docker.get(&s))
+            .chain(self.default_docker.as_ref())
     }
 
-    /// Where `image`'s simple-signing signatures are read, if anywhere.
-    pub fn lookaside(&self, image: &DockerRef) -> Option<String> {
-        match self.section(image) {
-            Some(s) => s.lookaside.clone().or_else(|| s.sigstore.clone()),
+    /// Where `image`'s simple-signing signatures are read: the first
+    /// `lookaside` (or its older name `sigstore`) configured for it, else
+    /// root's built-in store.
+    pub fn lookaside(&self, image: &DockerRef) -> String {
+        self.sections(image)
+            .find_map(|s| s.lookaside.clone().or_else(|| s.sigstore.clone()))
             // zinstall runs as root: root's built-in store.
-            None => Some(DEFAULT_LOOKASIDE.to_string()),
-        }
+            .unwrap_or_else(|| DEFAULT_LOOKASIDE.to_string())
     }
 
     /// Whether sigstore attachments are read for `image`.
     pub fn use_sigstore_attachments(&self, image: &DockerRef) -> bool {
-        self.section(image)
-            .and_then(|s| s.use_sigstore_attachments)
+        self.sections(image)
+            .find_map(|s| s.use_sigstore_attachments)
             .unwrap_or(false)
     }
 }
@@ -153,4 +158,49 @@ pub fn signature_url(
         "{}/{path}@{algo}={hex}/signature-{n}",
         base.trim_end_matches('/')
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_setting_comes_from_the_most_specific_section_having_it() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("a.yaml"),
+            "docker:\n  reg.example.com:\n    lookaside: file:///sigs\n  \
+             reg.example.com/ns/app:\n    use-sigstore-attachments: true\n  \
+             '*.example.com':\n    sigstore: https://other/sigs\n",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("b.yaml"),
+            "default-docker:\n  lookaside: file:///default\n",
+        )
+        .unwrap();
+        let d = RegistriesD::read(dir.path()).unwrap();
+        let r = |s: &str| DockerRef::parse(s).unwrap();
+        assert_eq!(d.lookaside(&r("reg.example.com/ns/app:1")), "file:///sigs");
+        assert!(d.use_sigstore_attachments(&r("reg.example.com/ns/app:1")));
+        assert!(!d.use_sigstore_attachments(&r("reg.example.com/ns/other:1")));
+        assert_eq!(d.lookaside(&r("x.example.com/a:1")), "https://other/sigs");
+        assert_eq!(d.lookaside(&r("quay.io/a:1")), "file:///default");
+        assert_eq!(
+            signature_url(
+                "file:///sigs/",
+                &r("reg.example.com/ns/app:1"),
+                "sha256:ab",
+                2
+            ),
+            "file:///sigs/ns/app@sha256=ab/signature-2"
+        );
+        std::fs::write(
+            dir.path().join("c.yaml"),
+            "docker:\n  reg.example.com:\n    lookaside: file:///again\n",
+        )
+        .unwrap();
+        let e = RegistriesD::read(dir.path()).unwrap_err().to_string();
+        assert!(e.contains("c.yaml") && e.contains("a.yaml"), "{e}");
+    }
 }
