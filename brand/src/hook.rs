@@ -276,6 +276,18 @@ fn cmd_install(
             return before_root(zonepath);
         }
     };
+    // Images pulled for zoneadm are judged by the profile's trust policy,
+    // else the system's, as `zinstall install` judges them.
+    let trust = match zinstall_registry::policy::Trust::load(
+        profile.policy.as_deref(),
+        None,
+    ) {
+        Ok(t) => t.map(std::sync::Arc::new),
+        Err(e) => {
+            fail(e);
+            return before_root(zonepath);
+        }
+    };
     let (log, warning) = open_log(&profile.log, argv);
     if let Some(w) = warning {
         println!("INFO: zinstall: note: {}", crate::output::escape(&w));
@@ -307,6 +319,7 @@ fn cmd_install(
                     )
                 },
             )),
+            trust,
             ..Default::default()
         },
         progress: None,

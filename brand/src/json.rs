@@ -125,3 +125,44 @@ pub fn provision_fields(e: &zinstall_provision::ProvisionError) -> Value {
         "errno": e.raw_os_error(),
     })
 }
+
+/// The fields of a trust policy error: the policy file, and for a
+/// refusal the scope, the requirement and what failed.
+pub fn policy_fields(e: &zinstall_registry::policy::PolicyError) -> Value {
+    use zinstall_registry::policy::PolicyError as P;
+    match e {
+        P::BadPolicy { path: p, .. } | P::BadRegistriesD { path: p, .. } => {
+            serde_json::json!({ "path": path(p) })
+        }
+        P::Refused(r) => serde_json::json!({
+            "reference": r.reference,
+            "policy": path(&r.policy),
+            "scope": r.scope,
+            "requirement": r.requirement,
+            "failed": r.why.as_str(),
+        }),
+        P::Fetch { url, .. } => serde_json::json!({ "url": url }),
+        _ => Value::Null,
+    }
+}
+
+/// A trust policy's verdict on an image: `accepted`, the policy, the
+/// scope and its requirements, and for a refusal the requirement, what
+/// failed and how.
+pub fn verdict(
+    reference: &str,
+    digest: &str,
+    v: &zinstall_registry::policy::Verdict,
+) -> Value {
+    serde_json::json!({
+        "reference": reference,
+        "digest": digest,
+        "verdict": if v.accepted() { "accepted" } else { "rejected" },
+        "policy": path(&v.policy),
+        "scope": v.scope,
+        "requirements": v.requirements,
+        "requirement": v.refusal.as_ref().map(|r| r.0.clone()),
+        "failed": v.refusal.as_ref().map(|r| r.1.as_str()),
+        "detail": v.refusal.as_ref().map(|r| r.2.clone()),
+    })
+}

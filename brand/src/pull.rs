@@ -1,9 +1,11 @@
 //! How `install` and `provision` pull images named by registry
 //! reference: the options they share, and the progress they print.
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use clap::Args;
+use zinstall_registry::policy::{PolicyError, Trust};
 use zinstall_registry::{Event, PullOptions};
 
 use crate::output::Bar;
@@ -15,13 +17,28 @@ pub struct PullArgs {
     /// loopback always are. Repeatable.
     #[arg(long, value_name = "HOST[:PORT]")]
     pub insecure_registry: Vec<String>,
+    /// The trust policy (containers-policy.json(5)) every pulled image
+    /// must satisfy before a layer is fetched (default: the profile's
+    /// `policy`, else $HOME/.config/containers/policy.json or
+    /// /etc/containers/policy.json, as podman reads it).
+    #[arg(long, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
+    /// Where signatures are looked for (containers-registries.d(5);
+    /// default /etc/containers/registries.d, as podman reads it).
+    #[arg(long = "registries.d", value_name = "DIR")]
+    pub registries_d: Option<PathBuf>,
 }
 
 impl PullArgs {
     /// The library's options, with each pull's steps printed on standard
     /// error (standard output stays the command's result), above `bar`,
     /// which shows each blob's download.
-    pub fn options(&self, bar: Option<Arc<Bar>>) -> PullOptions {
+    /// `trust` is what [`trust`](PullArgs::trust) read.
+    pub fn options(
+        &self,
+        bar: Option<Arc<Bar>>,
+        trust: Option<Arc<Trust>>,
+    ) -> PullOptions {
         let above = bar.clone();
         PullOptions {
             insecure: self.insecure_registry.clone(),
@@ -34,7 +51,20 @@ impl PullArgs {
                 }
             })),
             progress: bar.map(|b| b as Arc<dyn copier::Progress>),
+            trust,
             ..PullOptions::default()
         }
+    }
+
+    /// The trust policy: `--policy`, else `fallback` (a profile's
+    /// `policy`), else the system's, with `--registries.d` or the
+    /// system's. `None`: there is none at all; digests are checked,
+    /// signatures are not, and each pull says so.
+    pub fn trust(
+        &self,
+        fallback: Option<&Path>,
+    ) -> Result<Option<Arc<Trust>>, PolicyError> {
+        let named = self.policy.as_deref().or(fallback);
+        Ok(Trust::load(named, self.registries_d.as_deref())?.map(Arc::new))
     }
 }

@@ -102,6 +102,13 @@ pub struct Config {
     /// Registries (`HOST[:PORT]`) pulled from over plain HTTP, besides
     /// those on the loopback: the daemon's to decide, not a caller's.
     pub insecure_registries: Vec<String>,
+    /// The trust policy (containers-policy.json(5)) every image the
+    /// daemon pulls must satisfy, for every caller; `None`: the system's
+    /// (as podman finds it). No request relaxes it.
+    pub policy: Option<PathBuf>,
+    /// Where signatures are looked for (containers-registries.d(5));
+    /// `None`: the system's.
+    pub registries_d: Option<PathBuf>,
     /// What callers other than root may do.
     pub grants: Vec<Grant>,
 }
@@ -148,6 +155,9 @@ struct Raw {
     refusal_log_window_secs: Option<u64>,
     #[serde(default)]
     insecure_registries: Vec<String>,
+    policy: Option<PathBuf>,
+    #[serde(rename = "registries_d")]
+    registries_d: Option<PathBuf>,
     #[serde(default)]
     grant: Vec<RawGrant>,
 }
@@ -209,6 +219,8 @@ impl Default for Config {
             refusal_log_burst: 5,
             refusal_log_window: Duration::from_secs(10),
             insecure_registries: Vec::new(),
+            policy: None,
+            registries_d: None,
             grants: Vec::new(),
         }
     }
@@ -316,6 +328,12 @@ impl Config {
             )? as u64);
         }
         c.insecure_registries = raw.insecure_registries;
+        if let Some(p) = raw.policy {
+            c.policy = Some(absolute("policy", p)?);
+        }
+        if let Some(p) = raw.registries_d {
+            c.registries_d = Some(absolute("registries_d", p)?);
+        }
         if let Some(n) = raw.keep_finished {
             c.keep_finished = bounded("keep_finished", n, 0, 100_000)?;
         }

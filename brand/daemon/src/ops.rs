@@ -135,6 +135,7 @@ fn install(
     // (never through a symlink, nor under a directory another user could
     // swap it in), so that nobody else walks into the root meanwhile.
     let platform = platform(ErrorKind::Install, &a.platform)?;
+    let pull = pull_options(config, job, ErrorKind::Install)?;
     let zonepath =
         zinstall_install::prepare_zonepath(&a.zonepath).map_err(|e| {
             let mut w = WireError::new(ErrorKind::Refused, e.to_string());
@@ -180,7 +181,7 @@ fn install(
         listener: None,
         platform,
         store: Some(zinstall_provision::store_of(&config.cache)),
-        pull: pull_options(config, job),
+        pull,
         progress: None,
         sync: true,
     }
@@ -235,13 +236,23 @@ fn platform(
 }
 
 /// Pulls as the daemon's configuration says, each step a job event; the
-/// job's cancel (and the daemon stopping) ends a pull at once.
+/// job's cancel (and the daemon stopping) ends a pull at once. The trust
+/// policy is the daemon's (read for each job, so that a changed policy
+/// applies to the next), whoever asks: no request field names or relaxes
+/// it.
 fn pull_options(
     config: &Config,
     job: &Arc<Job>,
-) -> zinstall_registry::PullOptions {
+    kind: ErrorKind,
+) -> Result<zinstall_registry::PullOptions, WireError> {
+    let trust = zinstall_registry::policy::Trust::load(
+        config.policy.as_deref(),
+        config.registries_d.as_deref(),
+    )
+    .map_err(|e| WireError::new(kind, e.to_string()))?
+    .map(Arc::new);
     let events_job = Arc::clone(job);
-    zinstall_registry::PullOptions {
+    Ok(zinstall_registry::PullOptions {
         insecure: config.insecure_registries.clone(),
         events: Some(Arc::new(move |e: &zinstall_registry::Event| {
             events_job.event(format!("INFO: zinstall: {e}"))
@@ -249,7 +260,8 @@ fn pull_options(
         progress: None,
         cancel: Some(job.cancel.clone()),
         max_blob_size: None,
-    }
+        trust,
+    })
 }
 
 fn provision(
@@ -278,7 +290,7 @@ fn provision(
         tunables: d.tunables(),
         cancel: Some(job.cancel.clone()),
         pool: Some(d.pool().clone()),
-        pull: pull_options(config, job),
+        pull: pull_options(config, job, ErrorKind::Provision)?,
         ..ProvisionOptions::new(request, config.cache.clone())
     };
     // One build per image: the cache's build lock is a flock(2) on a file

@@ -110,6 +110,10 @@ pub struct Profile {
     /// the profile's host parts serve installs given no image. `None`:
     /// the profile does not say ([`Profile::lays_images_over_host`]).
     pub images_over_host: Option<bool>,
+    /// The trust policy (containers-policy.json(5)) images pulled for
+    /// this profile's installs must satisfy, unless `--policy` names
+    /// another; `None`: the system's.
+    pub policy: Option<PathBuf>,
 }
 
 impl Profile {
@@ -225,6 +229,7 @@ struct Raw {
     #[serde(default)]
     allow_devices: bool,
     images_over_host: Option<bool>,
+    policy: Option<PathBuf>,
     #[serde(default, rename = "rule")]
     rules: Vec<RawRule>,
     #[serde(default)]
@@ -492,6 +497,7 @@ impl Profile {
             max_archive_bytes: raw.max_archive_bytes,
             allow_devices: raw.allow_devices,
             images_over_host: raw.images_over_host,
+            policy: raw.policy,
         })
     }
 }

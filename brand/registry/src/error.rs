@@ -129,6 +129,18 @@ pub enum RegistryError {
     /// image is (platform, media types, digests).
     #[error(transparent)]
     Image(#[from] zinstall_oci::Error),
+    /// The trust policy refused the image, could not be read, or its
+    /// signatures could not be fetched: nothing of the image was kept.
+    #[error(transparent)]
+    Policy(Box<crate::policy::PolicyError>),
+}
+
+impl From<crate::policy::PolicyError> for RegistryError {
+    fn from(e: crate::policy::PolicyError) -> Self {
+        // Boxed: a refusal carries several names, and every Result of the
+        // crate would otherwise be as large.
+        RegistryError::Policy(Box::new(e))
+    }
 }
 
 impl RegistryError {

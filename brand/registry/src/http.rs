@@ -143,6 +143,23 @@ impl Remote {
         })
     }
 
+    /// GET `url` from another server (a signature lookaside store):
+    /// with this agent's TLS and timeouts, never the registry's
+    /// credentials, given up on as [`get_watched`](Remote::get_watched)
+    /// is.
+    pub(crate) fn get_elsewhere(
+        self: &Arc<Self>,
+        url: &str,
+    ) -> Result<Response<Body>> {
+        let (me, u) = (Arc::clone(self), url.to_string());
+        self.watch.call("GET", url, REQUEST_DEADLINE, move || {
+            me.agent
+                .get(&u)
+                .call()
+                .map_err(|e| http_error("GET", &u, e))
+        })
+    }
+
     /// Where blobs come from: the registry and repository, as a partial
     /// download's `.from` file records it.
     pub(crate) fn origin(&self) -> String {

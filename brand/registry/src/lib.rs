@@ -10,6 +10,8 @@
 //!   blobs/sha256/HEX          blobs, whole and checked
 //!   partial/sha256-HEX        a download in progress or broken: flock
 //!                             held by the one process fetching it
+//!   trust/ALGO-HEX.json       what the trust policy accepted, on which
+//!                             signatures
 //!   use.lock                  flock: shared while an image is open,
 //!                             exclusive while gc collects ([`store`])
 //! ```
@@ -23,6 +25,14 @@
 //! bytes is refused naming the digest, and what it sent is thrown away.
 //! The image is then opened and checked like any layout (platform, media
 //! types, digests again as blobs are read).
+//!
+//! **Who made it is judged first.** With a trust policy
+//! ([`PullOptions::trust`], containers-policy.json(5): [`policy`]), the
+//! manifest's digest and its signatures are judged before the manifest is
+//! kept or any other blob fetched; a refusal leaves nothing in the store.
+//! What was accepted, by which policy and on which signatures, is
+//! recorded (`trust/ALGO-HEX.json`), and an image already in the store is
+//! judged again by the current policy each time it is opened.
 //!
 //! **Only what is read is fetched.** The image's blobs are fetched when
 //! the image reads them ([`zinstall_oci::Fetch`]): index, manifest and
@@ -68,8 +78,10 @@
 pub mod auth;
 mod error;
 mod http;
+pub mod policy;
 mod reference;
 pub mod shortnames;
+mod signatures;
 pub mod store;
 mod transfer;
 
@@ -152,6 +164,26 @@ pub enum Event {
         /// Why.
         why: String,
     },
+    /// No trust policy applies: only digests are checked (there is no
+    /// policy file, and none was named).
+    Unverified {
+        /// The image.
+        reference: String,
+    },
+    /// The trust policy accepted the image's manifest, before any of its
+    /// layers was fetched.
+    Trusted {
+        /// The image.
+        reference: String,
+        /// Its manifest digest.
+        digest: String,
+        /// The policy file.
+        policy: String,
+        /// The scope that applied.
+        scope: String,
+        /// Its requirements, described.
+        requirements: Vec<String>,
+    },
     /// A blob is in the store, checked.
     Fetched {
         /// The blob.
@@ -189,6 +221,22 @@ impl std::fmt::Display for Event {
             Event::Discarded { digest, bytes, why } => {
                 write!(f, "discarded {} kept for {digest}: {why}", Size(*bytes))
             }
+            Event::Unverified { reference } => write!(
+                f,
+                "{reference}: no trust policy: only digests are checked, \
+                 not who signed the image"
+            ),
+            Event::Trusted {
+                reference,
+                digest,
+                policy,
+                scope,
+                requirements,
+            } => write!(
+                f,
+                "{reference}: {digest} accepted by {policy} scope {scope:?} ({})",
+                requirements.join(", ")
+            ),
             Event::Fetched {
                 digest,
                 bytes,
@@ -245,6 +293,10 @@ pub struct PullOptions {
     /// Hears how far each blob's download is: its size first
     /// ([`copier::Progress::begin`]), then the bytes as they arrive.
     pub progress: Option<Arc<dyn copier::Progress>>,
+    /// The trust policy each image's manifest must satisfy before any
+    /// layer is fetched; `None`: digests are checked, signatures are not
+    /// (an [`Event::Unverified`] says so).
+    pub trust: Option<Arc<policy::Trust>>,
 }
 
 impl std::fmt::Debug for PullOptions {
@@ -255,6 +307,7 @@ impl std::fmt::Debug for PullOptions {
             .field("cancel", &self.cancel.is_some())
             .field("max_blob_size", &self.max_blob_size)
             .field("progress", &self.progress.is_some())
+            .field("trust", &self.trust.as_ref().map(|t| &t.policy.path))
             .finish()
     }
 }
@@ -271,6 +324,7 @@ pub struct Registry {
     watch: Watch,
     max_blob_size: Option<u64>,
     progress: Option<Arc<dyn copier::Progress>>,
+    trust: Option<Arc<policy::Trust>>,
 }
 
 impl Registry {
@@ -287,6 +341,7 @@ impl Registry {
             watch: Watch::default(),
             max_blob_size: None,
             progress: None,
+            trust: None,
         }
     }
 
@@ -298,6 +353,13 @@ impl Registry {
         self.watch.cancel = opts.cancel.clone();
         self.max_blob_size = opts.max_blob_size;
         self.progress = opts.progress.clone();
+        self.trust = opts.trust.clone();
+        self
+    }
+
+    /// The trust policy images must satisfy.
+    pub fn trust(mut self, trust: Option<Arc<policy::Trust>>) -> Registry {
+        self.trust = trust;
         self
     }
 
@@ -361,25 +423,12 @@ impl Registry {
             });
         }
         self.prepare_store()?;
-        let in_use = store::InUse::take(&self.store)?;
-        let credentials =
-            auth::find(&reference.registry, &self.auth_files, &self.helpers)?;
-        let insecure = self.insecure.iter().any(|h| h == &reference.registry);
-        let remote = Arc::new(Remote::new(
-            reference,
-            insecure,
-            credentials,
-            self.watch.clone(),
-        ));
-        let fetcher = Arc::new(Fetcher {
-            remote,
-            store: self.store.clone(),
-            retries: self.retries,
-            events: self.events.clone(),
-            max_blob_size: self.max_blob_size,
-            progress: self.progress.clone(),
-            _in_use: in_use,
-        });
+        let fetcher = self.fetcher(reference)?;
+        if self.trust.is_none() {
+            self.emit(Event::Unverified {
+                reference: reference.to_string(),
+            });
+        }
         let top = self.resolve(&fetcher, reference)?;
         let digest = Digest::parse(top.digest().as_ref()).map_err(|why| {
             RegistryError::BadReference {
@@ -402,6 +451,113 @@ impl Registry {
             fetcher,
         )?;
         Ok(image)
+    }
+
+    /// Whether the trust policy accepts the image `reference` names,
+    /// and the rule that decided: its manifest is fetched (never
+    /// stored) and its signatures looked at; nothing is written.
+    /// `Ok(None)`: no trust policy is set.
+    pub fn verify(
+        &self,
+        reference: &Reference,
+    ) -> Result<Option<(Digest, policy::Verdict)>> {
+        let Some(trust) = &self.trust else {
+            return Ok(None);
+        };
+        let fetcher = self.fetcher_with(reference, None)?;
+        let (_, _, digest) = self.fetch_manifest(&fetcher, reference)?;
+        let image = identity_of(reference);
+        let mut sigs = signatures::Fetched::new(
+            Arc::clone(&fetcher.remote),
+            image.clone(),
+            digest.to_string(),
+            &trust.registries_d,
+            None,
+        );
+        let verdict =
+            trust
+                .policy
+                .evaluate(&image, &digest.to_string(), &mut sigs)?;
+        Ok(Some((digest, verdict)))
+    }
+
+    /// Judges manifest `digest` of `r` by the trust policy, before
+    /// anything of the image is kept: a refusal is an error naming the
+    /// rule; an acceptance is recorded with the signatures it rests on.
+    /// A digest already in the store is judged on the signatures
+    /// recorded with it, fetched only if the current policy asks for a
+    /// kind not recorded.
+    fn check_trust(
+        &self,
+        f: &Fetcher,
+        r: &Reference,
+        digest: &Digest,
+        cached: bool,
+    ) -> Result<()> {
+        let Some(trust) = &self.trust else {
+            return Ok(());
+        };
+        let image = identity_of(r);
+        let stored = if cached {
+            signatures::read_record(&self.store, &digest.to_string())
+        } else {
+            None
+        };
+        let mut sigs = signatures::Fetched::new(
+            Arc::clone(&f.remote),
+            image.clone(),
+            digest.to_string(),
+            &trust.registries_d,
+            stored,
+        );
+        let verdict = trust
+            .policy
+            .evaluate(&image, &digest.to_string(), &mut sigs)?
+            .into_result(&r.to_string())?;
+        sigs.record(
+            &self.store,
+            &r.to_string(),
+            &trust.policy.digest,
+            &verdict,
+        )?;
+        self.emit(Event::Trusted {
+            reference: r.to_string(),
+            digest: digest.to_string(),
+            policy: verdict.policy.display().to_string(),
+            scope: verdict.scope.clone(),
+            requirements: verdict.requirements.clone(),
+        });
+        Ok(())
+    }
+
+    fn fetcher(&self, reference: &Reference) -> Result<Arc<Fetcher>> {
+        let in_use = store::InUse::take(&self.store)?;
+        self.fetcher_with(reference, Some(in_use))
+    }
+
+    fn fetcher_with(
+        &self,
+        reference: &Reference,
+        in_use: Option<store::InUse>,
+    ) -> Result<Arc<Fetcher>> {
+        let credentials =
+            auth::find(&reference.registry, &self.auth_files, &self.helpers)?;
+        let insecure = self.insecure.iter().any(|h| h == &reference.registry);
+        let remote = Arc::new(Remote::new(
+            reference,
+            insecure,
+            credentials,
+            self.watch.clone(),
+        ));
+        Ok(Arc::new(Fetcher {
+            remote,
+            store: self.store.clone(),
+            retries: self.retries,
+            events: self.events.clone(),
+            max_blob_size: self.max_blob_size,
+            progress: self.progress.clone(),
+            _in_use: in_use,
+        }))
     }
 
     fn emit(&self, e: Event) {
@@ -440,8 +596,47 @@ impl Registry {
             && let Some(found) = self.recorded(d)?
             && fs::symlink_metadata(self.store.join(d.blob_path())).is_ok()
         {
+            self.check_trust(f, r, d, true)?;
             return Ok(found);
         }
+        let (bytes, media_type, digest) = self.fetch_manifest(f, r)?;
+        let mismatch = |why: String| RegistryError::Mismatch {
+            reference: r.to_string(),
+            what: "manifest",
+            digest: digest.to_string(),
+            why,
+        };
+        if r.digest.is_none() {
+            self.emit(Event::Resolved {
+                reference: r.to_string(),
+                digest: digest.to_string(),
+            });
+        }
+        // Who made it is judged before anything of it is kept.
+        self.check_trust(f, r, &digest, false)?;
+        f.store_bytes(&digest, &bytes)?;
+        let desc = Descriptor::new(
+            MediaType::from(media_type.as_str()),
+            bytes.len() as u64,
+            oci_spec::image::Digest::try_from(digest.to_string().as_str())
+                .map_err(|e| mismatch(e.to_string()))?,
+        );
+        let mut names = vec![r.with_digest(&digest).to_string()];
+        if r.digest.is_none() {
+            names.push(r.to_string());
+        }
+        self.record(&desc, &names)?;
+        Ok(desc)
+    }
+
+    /// The manifest (or index) `r` names: its bytes, checked against the
+    /// digest asked for and the one the registry declares, its media
+    /// type and its digest.
+    fn fetch_manifest(
+        &self,
+        f: &Fetcher,
+        r: &Reference,
+    ) -> Result<(Vec<u8>, String, Digest)> {
         let url = f.remote.manifest_url(&r.manifest_ref());
         let (bytes, media_type, header_digest) = f.retrying(&url, || {
             let resp =
@@ -506,25 +701,7 @@ impl Registry {
             .ok_or_else(|| {
                 mismatch("not an image manifest or index".to_string())
             })?;
-        if r.digest.is_none() {
-            self.emit(Event::Resolved {
-                reference: r.to_string(),
-                digest: digest.to_string(),
-            });
-        }
-        f.store_bytes(&digest, &bytes)?;
-        let desc = Descriptor::new(
-            MediaType::from(media_type.as_str()),
-            bytes.len() as u64,
-            oci_spec::image::Digest::try_from(digest.to_string().as_str())
-                .map_err(|e| mismatch(e.to_string()))?,
-        );
-        let mut names = vec![r.with_digest(&digest).to_string()];
-        if r.digest.is_none() {
-            names.push(r.to_string());
-        }
-        self.record(&desc, &names)?;
-        Ok(desc)
+        Ok((bytes, media_type, digest))
     }
 
     /// The descriptor recorded in the store's index for `digest`.
@@ -590,6 +767,20 @@ impl Registry {
     }
 }
 
+/// The identity the trust policy judges `r` by: tagged, or by digest
+/// when a digest was given (it decides what is pulled).
+fn identity_of(r: &Reference) -> policy::DockerRef {
+    policy::DockerRef {
+        name: format!("{}/{}", r.registry, r.repository),
+        tag: if r.digest.is_some() {
+            None
+        } else {
+            r.tag.clone()
+        },
+        digest: r.digest.as_ref().map(ToString::to_string),
+    }
+}
+
 fn is_manifest_type(m: &str) -> bool {
     MANIFEST_TYPES.split(',').any(|t| t.trim() == m)
 }
@@ -632,8 +823,9 @@ struct Fetcher {
     events: Option<Events>,
     max_blob_size: Option<u64>,
     progress: Option<Arc<dyn copier::Progress>>,
-    /// Keeps gc out of the store while the image is open.
-    _in_use: store::InUse,
+    /// Keeps gc out of the store while the image is open (`None` when
+    /// only a manifest is looked at, nothing stored).
+    _in_use: Option<store::InUse>,
 }
 
 impl Fetcher {

@@ -230,6 +230,7 @@ fn gc_locked(
                 Err(e) => return Err(RegistryError::io("remove", p, e)),
             }
         }
+        forget_trust_records(store)?;
     }
     report.decisions = images
         .into_iter()
@@ -241,6 +242,37 @@ fn gc_locked(
             why: why.unwrap_or_default(),
         })
         .collect();
+    Ok(())
+}
+
+/// Removes the trust records (`trust/ALGO-HEX.json`) of manifests no
+/// longer in the store: a record outliving its image would say nothing
+/// true of a later pull of another.
+fn forget_trust_records(store: &Path) -> Result<()> {
+    let dir = store.join("trust");
+    let entries = match fs::read_dir(&dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(RegistryError::io("read", &dir, e)),
+    };
+    for e in entries.filter_map(std::result::Result::ok) {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some((algo, hex)) =
+            name.strip_suffix(".json").and_then(|n| n.split_once('-'))
+        else {
+            continue;
+        };
+        if fs::symlink_metadata(store.join("blobs").join(algo).join(hex))
+            .is_err()
+        {
+            let p = e.path();
+            match fs::remove_file(&p) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(RegistryError::io("remove", &p, e)),
+            }
+        }
+    }
     Ok(())
 }
 

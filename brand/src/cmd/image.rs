@@ -1,4 +1,6 @@
 //! `zinstall image create DIR OUT`: a tree made a zinstall layer.
+//! `zinstall image verify REF`: whether the trust policy accepts an
+//! image in a registry, and the rule that decided.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::BufWriter;
@@ -26,6 +28,7 @@ impl ImageArgs {
     pub fn json(&self) -> bool {
         match &self.command {
             ImageCommand::Create(a) => a.json,
+            ImageCommand::Verify(a) => a.json,
         }
     }
 }
@@ -36,6 +39,25 @@ pub enum ImageCommand {
     /// Pack a tree into a zinstall layer (or baseline): zinstall.json,
     /// then the tree under root/, with every attribute copy keeps.
     Create(CreateArgs),
+    /// Judge an image in a registry by the trust policy
+    /// (containers-policy.json(5)) as a pull would, before any layer:
+    /// print the verdict and the rule (scope, requirement) that decided
+    /// it. Exit 0 accepted, 1 rejected, 2 when it cannot be judged.
+    Verify(VerifyArgs),
+}
+
+/// Arguments of `zinstall image verify`.
+#[derive(Args, Debug)]
+pub struct VerifyArgs {
+    /// The image: REGISTRY/REPO:TAG or REGISTRY/REPO@sha256:HEX.
+    pub reference: String,
+    /// Policy, registries.d and plain-HTTP registries, as a pull takes
+    /// them.
+    #[command(flatten)]
+    pub pull: crate::pull::PullArgs,
+    /// Print the verdict as one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// What `zinstall.json` says.
@@ -70,6 +92,86 @@ pub struct CreateArgs {
 pub fn run(args: &ImageArgs) -> ExitCode {
     match &args.command {
         ImageCommand::Create(a) => create(a),
+        ImageCommand::Verify(a) => verify(a),
+    }
+}
+
+fn verify(args: &VerifyArgs) -> ExitCode {
+    let reference = match zinstall_registry::Reference::parse(&args.reference) {
+        Ok(r) => r,
+        Err(e) => {
+            crate::json::fail(args.json, &e, serde_json::Value::Null);
+            return ExitCode::from(2);
+        }
+    };
+    let trust = match args.pull.trust(None) {
+        Ok(Some(t)) => t,
+        Ok(None) => {
+            crate::json::fail(
+                args.json,
+                format_args!(
+                    "no trust policy: {} does not exist and --policy names \
+                     none",
+                    zinstall_registry::policy::SYSTEM_POLICY
+                ),
+                serde_json::Value::Null,
+            );
+            return ExitCode::from(2);
+        }
+        Err(e) => {
+            crate::json::fail(args.json, &e, crate::json::policy_fields(&e));
+            return ExitCode::from(2);
+        }
+    };
+    // Nothing is stored: the store is never made.
+    let registry = zinstall_registry::Registry::new(Path::new("/nonexistent"))
+        .insecure(args.pull.insecure_registry.clone())
+        .trust(Some(trust));
+    let (digest, verdict) = match registry.verify(&reference) {
+        Ok(Some(v)) => v,
+        Ok(None) => unreachable!("a trust policy was given"),
+        Err(e) => {
+            crate::json::fail(args.json, &e, serde_json::Value::Null);
+            return ExitCode::from(2);
+        }
+    };
+    let shown = reference.to_string();
+    if args.json {
+        let v = crate::json::verdict(&shown, &digest.to_string(), &verdict);
+        // A rejection is the command's failure: `error` says why, as the
+        // schema has every failure do.
+        let error = verdict.refusal.as_ref().map(|(req, why, detail)| {
+            crate::json::error(
+                format_args!(
+                    "{shown}: rejected by {} scope {:?} requirement {req}: \
+                     {why}: {detail}",
+                    verdict.policy.display(),
+                    verdict.scope
+                ),
+                serde_json::json!({"kind": "rejected"}),
+            )
+        });
+        crate::json::outcome(verdict.accepted(), Some(v), error);
+    } else {
+        match &verdict.refusal {
+            None => println!(
+                "{shown}: accepted ({digest}) by {} scope {:?}: {}",
+                verdict.policy.display(),
+                verdict.scope,
+                verdict.requirements.join(", ")
+            ),
+            Some((req, why, detail)) => println!(
+                "{shown}: rejected ({digest}) by {} scope {:?} requirement \
+                 {req}: {why}: {detail}",
+                verdict.policy.display(),
+                verdict.scope,
+            ),
+        }
+    }
+    if verdict.accepted() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
     }
 }
 

@@ -112,8 +112,17 @@ pub fn install(args: &InstallArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // A policy that cannot be read refuses every pull: found before
+    // anything is made.
+    let trust = match args.pull.trust(profile.policy.as_deref()) {
+        Ok(t) => t,
+        Err(e) => {
+            crate::json::fail(args.json, &e, crate::json::policy_fields(&e));
+            return ExitCode::from(2);
+        }
+    };
     if args.dry_run {
-        return preview(args, profile, tunables);
+        return preview(args, profile, tunables, trust);
     }
     // Made (0700) through a checked descriptor: a zonepath that is a
     // symlink, or that another user could swap, is refused untouched.
@@ -148,7 +157,7 @@ pub fn install(args: &InstallArgs) -> ExitCode {
     let bar = Bar::for_terminal(json || args.verbose, "installing");
     let mut show = |e: &install::Event| show_event(json, &bar, e);
     let shown = profile.path.clone();
-    let r = job(args, profile, tunables, log, &mut show, &bar).run();
+    let r = job(args, profile, tunables, log, &mut show, &bar, trust).run();
     if let Some(b) = &bar {
         b.finish();
     }
@@ -178,6 +187,7 @@ fn job<'a>(
     log: slog::Logger,
     events: &'a mut dyn FnMut(&install::Event),
     bar: &Option<Arc<Bar>>,
+    trust: Option<Arc<zinstall_registry::policy::Trust>>,
 ) -> Install<'a> {
     Install {
         zone: zone_name(args),
@@ -193,7 +203,7 @@ fn job<'a>(
             .then(|| std::sync::Arc::new(output::Listing) as _),
         platform: args.platform.clone(),
         store: Some(zinstall_provision::store_of(&args.cache)),
-        pull: args.pull.options(bar.clone()),
+        pull: args.pull.options(bar.clone(), trust),
         progress: bar.clone().map(|b| b as Arc<dyn copier::Progress>),
         sync: !args.no_sync,
     }
@@ -233,13 +243,14 @@ fn preview(
     args: &InstallArgs,
     profile: Profile,
     tunables: copier::Tunables,
+    trust: Option<Arc<zinstall_registry::policy::Trust>>,
 ) -> ExitCode {
     let json = args.json;
     let bar = Bar::for_terminal(json || args.verbose, "walking");
     let mut show = |e: &install::Event| show_event(json, &bar, e);
     let log = slog::Logger::root(slog::Discard, slog::o!());
     let shown = profile.path.clone();
-    let r = job(args, profile, tunables, log, &mut show, &bar).preview();
+    let r = job(args, profile, tunables, log, &mut show, &bar, trust).preview();
     if let Some(b) = &bar {
         b.finish();
     }

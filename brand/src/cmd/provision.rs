@@ -286,6 +286,13 @@ pub fn provision(args: &ProvisionArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let trust = match args.pull.trust(None) {
+        Ok(t) => t,
+        Err(e) => {
+            crate::json::fail(args.json, &e, crate::json::policy_fields(&e));
+            return ExitCode::from(2);
+        }
+    };
     // No bar for a dry run, which reads no image.
     let bar = (!args.dry_run)
         .then(|| Bar::for_terminal(args.json || args.verbose, "provisioning"))
@@ -297,7 +304,7 @@ pub fn provision(args: &ProvisionArgs) -> ExitCode {
         tunables,
         listener: (args.verbose && !args.json)
             .then(|| Arc::new(output::Listing) as Arc<dyn copier::Listener>),
-        pull: args.pull.options(bar.clone()),
+        pull: args.pull.options(bar.clone(), trust),
         progress: bar.clone().map(|b| b as Arc<dyn copier::Progress>),
         cancel: Some(crate::interrupt::cancel()),
         ..ProvisionOptions::new(args.request(), &args.cache)

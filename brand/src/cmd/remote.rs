@@ -94,6 +94,14 @@ fn local_only(flags: &[(&str, bool)], json: bool) -> Result<(), ExitCode> {
     Ok(())
 }
 
+/// The trust policy flags: the daemon judges every pull by its own.
+const POLICY_FLAGS: &str = "--policy, --registries.d (the daemon's trust \
+                            policy is its configuration's)";
+
+fn policy_set(p: &crate::pull::PullArgs) -> bool {
+    p.policy.is_some() || p.registries_d.is_some()
+}
+
 /// The dry-run and listing flags, refused together with why.
 const LISTING_FLAGS: &str =
     "--dry-run, --verbose (run without --daemon to preview or list)";
@@ -245,6 +253,7 @@ pub fn install(socket: &Path, a: &super::install::InstallArgs) -> ExitCode {
             // The daemon's installs always reach the disk before they
             // are marked complete.
             ("--no-sync", a.no_sync),
+            (POLICY_FLAGS, policy_set(&a.pull)),
         ],
         a.json,
     ) {
@@ -308,6 +317,7 @@ pub fn provision(
             (TUNABLE_FLAGS, tunables_set(&a.tunables)),
             ("--qemu-img", a.qemu_img.is_some()),
             (LISTING_FLAGS, a.dry_run || a.verbose),
+            (POLICY_FLAGS, policy_set(&a.pull)),
             ("--cache-mode", a.cache_mode.is_some()),
             (
                 "--cache (the daemon's cache is its configuration's)",

@@ -39,6 +39,7 @@ pub fn package(program: &str) -> &'static str {
         "docker-registry" => "docker-registry",
         "strace" => "strace",
         "python3" => "python3",
+        "gpg" => "gnupg",
         "systemd-analyze" => "systemd",
         _ => "coreutils",
     }

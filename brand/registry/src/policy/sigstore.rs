@@ -1,0 +1,63 @@
+//! `sigstoreSigned` with a public key: an ECDSA P-256 signature (ASN.1
+//! DER, base64 in the attachment's `dev.cosignproject.cosign/signature`
+//! annotation) over the payload's bytes with SHA-256, as cosign makes
+//! them.
+
+use base64::Engine;
+use p256::ecdsa::signature::Verifier;
+use p256::ecdsa::{DerSignature, VerifyingKey};
+use p256::pkcs8::DecodePublicKey;
+
+use super::Failed;
+
+/// Media type of a sigstore signature layer.
+pub const SIMPLESIGNING_TYPE: &str =
+    "application/vnd.dev.cosign.simplesigning.v1+json";
+
+/// The annotation holding the signature.
+pub const SIGNATURE_ANNOTATION: &str = "dev.cosignproject.cosign/signature";
+
+/// A sigstore public key.
+pub struct Key {
+    key: VerifyingKey,
+    source: String,
+}
+
+impl Key {
+    /// Reads a PEM `PUBLIC KEY` (as `cosign generate-key-pair` writes
+    /// `cosign.pub`).
+    pub fn parse(source: &str, pem: &[u8]) -> Result<Key, String> {
+        let text = std::str::from_utf8(pem)
+            .map_err(|_| format!("{source}: not a PEM public key"))?;
+        let key =
+            VerifyingKey::from_public_key_pem(text.trim()).map_err(|e| {
+                format!("{source}: not an ECDSA P-256 public key: {e}")
+            })?;
+        Ok(Key {
+            key,
+            source: source.to_string(),
+        })
+    }
+
+    /// Whether `signature` (base64 DER) is this key's over `payload`.
+    pub fn verify(
+        &self,
+        payload: &[u8],
+        signature: &str,
+    ) -> Result<(), (Failed, String)> {
+        let der = base64::engine::general_purpose::STANDARD
+            .decode(signature.trim())
+            .map_err(|e| {
+                (Failed::Malformed, format!("signature is not base64: {e}"))
+            })?;
+        let sig = DerSignature::try_from(der.as_slice()).map_err(|e| {
+            (Failed::Malformed, format!("not an ECDSA signature: {e}"))
+        })?;
+        self.key.verify(payload, &sig).map_err(|_| {
+            (
+                Failed::WrongKey,
+                format!("not signed by the key in {}", self.source),
+            )
+        })
+    }
+}
