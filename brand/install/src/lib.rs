@@ -76,8 +76,10 @@
 mod error;
 mod event;
 pub mod log;
+pub mod manifest;
 pub mod profile;
 pub mod state;
+pub mod update;
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -461,6 +463,7 @@ impl Install<'_> {
         });
         match r {
             Ok(s) => {
+                self.record_manifest(&root);
                 write_marker(&self.zonepath, State::Installed)
                     .map_err(InstallError::partial)?;
                 Ok(s)
@@ -1334,6 +1337,16 @@ pub fn uninstall(
             InstallError::partial(Cause::Step {
                 step: format!("remove {}", root.display()),
                 source: Box::new(source),
+            })
+        })?;
+        update::clear(zonepath).map_err(|e| {
+            InstallError::partial(Cause::Step {
+                step: "remove the roots and manifests of updates".into(),
+                source: Box::new(copier::Error::io(
+                    copier::Op::Remove,
+                    zonepath,
+                    std::io::Error::other(e.to_string()),
+                )),
             })
         })?;
         clear_marker(zonepath).map_err(InstallError::partial)?;
