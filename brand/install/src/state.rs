@@ -258,9 +258,12 @@ pub fn clear(zonepath: &Path) -> io::Result<()> {
     for e in entries {
         let e = e?;
         let name = e.file_name();
+        // The manifest goes with the marker: it describes the root the
+        // marker says is installed.
         let is_tmp = name.to_str().is_some_and(|n| {
             n.strip_prefix(&prefix)
                 .is_some_and(|pid| pid.bytes().all(|b| b.is_ascii_digit()))
+                || n.starts_with(crate::manifest::MANIFEST)
         });
         if is_tmp && !e.file_type()?.is_dir() {
             fs::remove_file(e.path())?;

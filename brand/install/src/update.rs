@@ -342,6 +342,8 @@ impl Update<'_> {
             .ino();
         write_journal(&zp, &Journal::Update(old_ino))?;
         let new_path = zp.join(ROOT_NEW);
+        // A leftover the journal did not name is not built on.
+        remove_if(&new_path)?;
         let new_root = copier::beneath::Root::create(&new_path, 0o700)?;
         let mut links = HashMap::new();
         clone_tree(
@@ -353,6 +355,7 @@ impl Update<'_> {
             report,
         )?;
         (self.stage)("cloned");
+        let mut written = HashMap::new();
         apply(
             &plan,
             &wants,
@@ -360,6 +363,7 @@ impl Update<'_> {
             new_root.as_fd(),
             &new_path,
             report,
+            &mut written,
         )?;
         // The root's own directory, as the old one was.
         let top = fs::symlink_metadata(&root).map_err(io_at("stat", &root))?;
@@ -382,6 +386,7 @@ impl Update<'_> {
             &wants,
             &plan,
             &links,
+            &written,
             &trees,
             given,
             new_root.as_fd(),
@@ -980,6 +985,21 @@ fn xattrs_fd(
     Ok(Vec::new())
 }
 
+/// An entry of the old root linked into the new one: its inode and
+/// change time before the link and after.
+struct Linked {
+    before: (u64, i64, i64),
+    after: (u64, i64, i64),
+}
+
+/// A file the update wrote: its content's hash, and its inode and
+/// change time when done (none for a hard-link group's, which later
+/// links move).
+struct Written {
+    hash: String,
+    stat: Option<(u64, i64, i64)>,
+}
+
 /// Makes `new` hold what `old` holds: directories anew with their
 /// attributes, every other entry a hard link to the old one. Records
 /// each linked entry's inode and change time before the link (the
@@ -990,7 +1010,7 @@ fn clone_tree(
     new: BorrowedFd<'_>,
     rel: &mut Vec<u8>,
     new_path: &Path,
-    links: &mut HashMap<Vec<u8>, (u64, i64, i64)>,
+    links: &mut HashMap<Vec<u8>, Linked>,
     report: &mut Report,
 ) -> Result<(), UpdateError> {
     let here = new_path.join(OsStr::from_bytes(rel));
@@ -1054,10 +1074,6 @@ fn clone_tree(
                 &at,
             )?;
         } else {
-            links.insert(
-                rel.clone(),
-                (st.st_ino, st.st_ctime as i64, st.st_ctime_nsec as i64),
-            );
             rustix::fs::linkat(
                 old,
                 name.as_c_str(),
@@ -1066,6 +1082,30 @@ fn clone_tree(
                 AtFlags::empty(),
             )
             .map_err(errno_at("link", &at))?;
+            // The link moved the change time: the one after it is what
+            // the new manifest records (a later link to the same inode
+            // moves it again, which only makes the next update hash).
+            let now = rustix::fs::statat(
+                new,
+                name.as_c_str(),
+                AtFlags::SYMLINK_NOFOLLOW,
+            )
+            .map_err(errno_at("stat", &at))?;
+            links.insert(
+                rel.clone(),
+                Linked {
+                    before: (
+                        st.st_ino,
+                        st.st_ctime as i64,
+                        st.st_ctime_nsec as i64,
+                    ),
+                    after: (
+                        now.st_ino,
+                        now.st_ctime as i64,
+                        now.st_ctime_nsec as i64,
+                    ),
+                },
+            );
         }
         report.shared += 1;
         rel.truncate(len);
@@ -1083,6 +1123,7 @@ fn apply(
     new: BorrowedFd<'_>,
     new_path: &Path,
     report: &mut Report,
+    written: &mut HashMap<Vec<u8>, Written>,
 ) -> Result<(), UpdateError> {
     let mut touched: BTreeSet<Vec<u8>> = BTreeSet::new();
     let parent = |rel: &[u8]| -> Vec<u8> {
@@ -1180,11 +1221,25 @@ fn apply(
                 let mut out = fs::File::from(fd);
                 let src =
                     fs::File::open(&w.src).map_err(io_at("open", &w.src))?;
-                report.bytes +=
+                let (n, hash) =
                     copy_data(src, &mut out).map_err(io_at("write", &at))?;
+                report.bytes += n;
                 set_owner_mode(out.as_fd(), e.u, e.g, e.m, &at)?;
                 set_xattrs_fd(out.as_fd(), &xattrs_of(&w.src)?, &at)?;
                 set_times_fd(out.as_fd(), w.atime, e.t, &at)?;
+                let st =
+                    rustix::fs::fstat(&out).map_err(errno_at("stat", &at))?;
+                written.insert(
+                    w.rel.clone(),
+                    Written {
+                        hash,
+                        stat: w.inode.is_none().then_some((
+                            st.st_ino,
+                            st.st_ctime as i64,
+                            st.st_ctime_nsec as i64,
+                        )),
+                    },
+                );
                 if let Some(n) = w.inode {
                     first.insert(n, w.rel.clone());
                 }
@@ -1314,9 +1369,15 @@ fn unlink_any(
     }
 }
 
-fn copy_data(mut src: fs::File, out: &mut fs::File) -> io::Result<u64> {
+fn copy_data(
+    mut src: fs::File,
+    out: &mut fs::File,
+) -> io::Result<(u64, String)> {
     let mut buf = vec![0u8; 256 << 10];
     let mut total = 0u64;
+    // Hashed as it is copied: the new manifest's hash, without a second
+    // read.
+    let mut h = twox_hash::XxHash3_128::new();
     loop {
         let n = match src.read(&mut buf) {
             Ok(0) => break,
@@ -1324,10 +1385,11 @@ fn copy_data(mut src: fs::File, out: &mut fs::File) -> io::Result<u64> {
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e),
         };
+        h.write(&buf[..n]);
         out.write_all(&buf[..n])?;
         total += n as u64;
     }
-    Ok(total)
+    Ok((total, format!("{:032x}", h.finish_128())))
 }
 
 /// The manifest of the new root: the old entries carried over, the
@@ -1338,7 +1400,8 @@ fn new_manifest(
     old: &Manifest,
     wants: &[Want],
     plan: &Plan,
-    links: &HashMap<Vec<u8>, (u64, i64, i64)>,
+    links: &HashMap<Vec<u8>, Linked>,
+    written: &HashMap<Vec<u8>, Written>,
     trees: &[String],
     images: Vec<manifest::ImageRecord>,
     new: BorrowedFd<'_>,
@@ -1347,12 +1410,12 @@ fn new_manifest(
     let by_path = old.by_path();
     let want_paths: HashSet<&[u8]> =
         wants.iter().map(|w| w.rel.as_slice()).collect();
-    let mut out: Vec<(Entry, bool)> = Vec::new();
+    let mut out: Vec<Entry> = Vec::new();
     // Carried: what the trees did not lay out, and what they laid out
     // unchanged. Known content only if it was unchanged since hashed.
-    let fresh = |e: &Entry| {
-        let p = e.path();
-        e.i.is_some() && links.get(&p).is_some_and(|now| Some(*now) == e.i)
+    let fresh = |e: &mut Entry| {
+        let now = links.get(&e.path()).filter(|l| Some(l.before) == e.i);
+        e.i = now.map(|l| l.after);
     };
     let removed: HashSet<&[u8]> =
         plan.remove.iter().map(|(p, _)| p.as_slice()).collect();
@@ -1369,11 +1432,8 @@ fn new_manifest(
             continue;
         }
         let mut e = e.clone();
-        let known = fresh(&e);
-        if !known {
-            e.i = None;
-        }
-        out.push((e, known));
+        fresh(&mut e);
+        out.push(e);
     }
     let max_group = old
         .entries
@@ -1390,23 +1450,23 @@ fn new_manifest(
     }
     for (i, w) in wants.iter().enumerate() {
         let mut e = w.entry.clone();
-        let written = plan.ops[i] != Op::Same && !plan.kept.contains(&i);
         if plan.ops[i] == Op::Same {
             // Unchanged: the old entry, hash and group as recorded.
             if let Some(m) = by_path.get(&w.rel) {
                 let mut m = (*m).clone();
                 m.o = e.o.clone();
-                let known = fresh(&m);
-                if !known {
-                    m.i = None;
-                }
-                out.push((m, known));
+                fresh(&mut m);
+                out.push(m);
                 continue;
             }
         }
-        if e.k == 'f' {
-            // Written: the source's content; kept: the source's still
-            // (the zone's file is its own edit of it).
+        e.i = None;
+        if let Some(done) = written.get(&w.rel) {
+            e.h = Some(done.hash.clone());
+            e.i = done.stat;
+        } else if e.k == 'f' {
+            // Kept (or linked to a group's first): the source's content
+            // still, the zone's file being its own edit of it.
             e.h = Some(
                 manifest::hash_file(&w.src).map_err(io_at("hash", &w.src))?,
             );
@@ -1417,27 +1477,10 @@ fn new_manifest(
             let next = max_group + groups.len() as u64;
             e.n = Some(*groups.entry(n).or_insert(next));
         }
-        e.i = None;
         e.z = plan.kept.contains(&i);
-        out.push((e, written));
+        out.push(e);
     }
-    // The inode and change time as they are now, for entries whose
-    // content is the recorded one.
-    let mut entries = Vec::with_capacity(out.len());
-    for (mut e, known) in out {
-        if known && e.k == 'f' {
-            let rel = e.path();
-            let at = new_path.join(OsStr::from_bytes(&rel));
-            let (d, n) = parent_of(new, &rel, false)
-                .map_err(io_at("open the parent of", &at))?;
-            let st =
-                rustix::fs::statat(&d, n.as_c_str(), AtFlags::SYMLINK_NOFOLLOW)
-                    .map_err(errno_at("stat", &at))?;
-            e.i =
-                Some((st.st_ino, st.st_ctime as i64, st.st_ctime_nsec as i64));
-        }
-        entries.push(e);
-    }
+    let mut entries = out;
     entries.sort_by_key(Entry::path);
     let root_ino = rustix::fs::fstat(new)
         .map_err(errno_at("stat", new_path))?
