@@ -39,6 +39,10 @@
 //! complete. Which one the journal tells by the root's inode; the next
 //! update, rollback, attach or uninstall finishes or cleans up.
 
+// libc's `stat` field types differ between platforms: casts that are
+// no-ops here are not everywhere.
+#![allow(clippy::unnecessary_cast)]
+
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::ffi::{CStr, CString, OsStr};
 use std::fs;
@@ -53,6 +57,9 @@ use rustix::fs::{AtFlags, Mode, OFlags};
 use crate::manifest::{self, Entry, Manifest};
 use crate::profile::Profile;
 use crate::state::{self, State, ZoneLock};
+
+/// Extended attributes: names and values.
+type Xattrs = Vec<(Vec<u8>, Vec<u8>)>;
 
 /// The journal of an update or rollback under way, in the zonepath.
 pub const JOURNAL: &str = ".zinstall.update";
@@ -943,20 +950,17 @@ fn set_xattrs_fd(
 }
 
 #[cfg(target_os = "linux")]
-fn xattrs_of(p: &Path) -> Result<Vec<(Vec<u8>, Vec<u8>)>, UpdateError> {
+fn xattrs_of(p: &Path) -> Result<Xattrs, UpdateError> {
     manifest::xattrs(p).map_err(io_at("read xattrs of", p))
 }
 
 #[cfg(not(target_os = "linux"))]
-fn xattrs_of(_: &Path) -> Result<Vec<(Vec<u8>, Vec<u8>)>, UpdateError> {
+fn xattrs_of(_: &Path) -> Result<Xattrs, UpdateError> {
     Ok(Vec::new())
 }
 
 #[cfg(target_os = "linux")]
-fn xattrs_fd(
-    fd: BorrowedFd<'_>,
-    at: &Path,
-) -> Result<Vec<(Vec<u8>, Vec<u8>)>, UpdateError> {
+fn xattrs_fd(fd: BorrowedFd<'_>, at: &Path) -> Result<Xattrs, UpdateError> {
     let mut names = vec![0u8; 64 << 10];
     let n = match rustix::fs::flistxattr(fd, &mut names[..]) {
         Ok(n) => n,
@@ -978,10 +982,7 @@ fn xattrs_fd(
 }
 
 #[cfg(not(target_os = "linux"))]
-fn xattrs_fd(
-    _: BorrowedFd<'_>,
-    _: &Path,
-) -> Result<Vec<(Vec<u8>, Vec<u8>)>, UpdateError> {
+fn xattrs_fd(_: BorrowedFd<'_>, _: &Path) -> Result<Xattrs, UpdateError> {
     Ok(Vec::new())
 }
 
