@@ -739,3 +739,54 @@ fn uninstall_removes_what_updates_leave() {
         .collect();
     assert!(left.is_empty(), "{left:?}");
 }
+
+#[test]
+fn a_symlink_the_zone_planted_is_never_written_through() {
+    if !require() {
+        return;
+    }
+    let w = World::new();
+    let zp = w.zonepath("zp");
+    w.install(&zp);
+    let root = zp.join("root");
+    // The zone swaps an installed directory for a symlink out of the
+    // root; the host then changes a file beneath it.
+    let outside = w.d.path().join("outside");
+    fs::create_dir(&outside).unwrap();
+    fs::write(outside.join("mod"), "the host's own file\n").unwrap();
+    fs::rename(root.join("usr/bin"), w.d.path().join("moved-bin")).unwrap();
+    symlink(&outside, root.join("usr/bin")).unwrap();
+    let before = w.keep_copy(&root, "before");
+    write(
+        &w.src.join("usr/bin/mod"),
+        "version 2, longer\n",
+        0o755,
+        1_700_000_000,
+    );
+    // The zone's change is its own: kept and named.
+    let o = ok(w.update(&zp, &[]));
+    assert!(text(&o).1.contains("kept /usr/bin/mod"), "{:?}", text(&o));
+    assert_eq!(
+        fs::read_to_string(outside.join("mod")).unwrap(),
+        "the host's own file\n"
+    );
+    // Forced, the write is refused at the symlink, never made through it.
+    let before = w.keep_copy(&root, "before2");
+    let o = w.update(&zp, &["--force"]);
+    assert_eq!(o.status.code(), Some(1), "{:?}", text(&o));
+    assert!(
+        text(&o).1.contains("usr/bin"),
+        "the error names where: {:?}",
+        text(&o)
+    );
+    assert_eq!(
+        fs::read_to_string(outside.join("mod")).unwrap(),
+        "the host's own file\n"
+    );
+    assert_eq!(fs::read_dir(&outside).unwrap().count(), 1);
+    // Nothing switched, nothing left beside the root.
+    assert_same(&before, &root);
+    assert!(
+        !zp.join("root.new").exists() && !zp.join(".zinstall.update").exists()
+    );
+}

@@ -349,60 +349,73 @@ impl Update<'_> {
             .ino();
         write_journal(&zp, &Journal::Update(old_ino))?;
         let new_path = zp.join(ROOT_NEW);
-        // A leftover the journal did not name is not built on.
-        remove_if(&new_path)?;
-        let new_root = copier::beneath::Root::create(&new_path, 0o700)?;
-        let mut links = HashMap::new();
-        clone_tree(
-            old_root.as_fd(),
-            new_root.as_fd(),
-            &mut Vec::new(),
-            &new_path,
-            &mut links,
-            report,
-        )?;
-        (self.stage)("cloned");
-        let mut written = HashMap::new();
-        apply(
-            &plan,
-            &wants,
-            old_root.as_fd(),
-            new_root.as_fd(),
-            &new_path,
-            report,
-            &mut written,
-        )?;
-        // The root's own directory, as the old one was.
-        let top = fs::symlink_metadata(&root).map_err(io_at("stat", &root))?;
-        set_owner_mode(
-            new_root.as_fd(),
-            top.uid(),
-            top.gid(),
-            top.mode() & 0o7777,
-            &new_path,
-        )?;
-        set_times_fd(
-            new_root.as_fd(),
-            (top.atime(), top.atime_nsec()),
-            (top.mtime(), top.mtime_nsec()),
-            &new_path,
-        )?;
-        (self.stage)("applied");
-        let m = new_manifest(
-            &old,
-            &wants,
-            &plan,
-            &links,
-            &written,
-            &trees,
-            given,
-            new_root.as_fd(),
-            &new_path,
-        )?;
-        manifest::write(&zp, manifest::MANIFEST_NEW, &m)?;
-        let f = fs::File::open(&new_path).map_err(io_at("open", &new_path))?;
-        copier::fsutil::sync_fs(&f).map_err(io_at("flush", &new_path))?;
-        (self.stage)("recorded");
+        let built = (|| -> Result<(), UpdateError> {
+            // A leftover the journal did not name is not built on.
+            remove_if(&new_path)?;
+            let new_root = copier::beneath::Root::create(&new_path, 0o700)?;
+            let mut links = HashMap::new();
+            clone_tree(
+                old_root.as_fd(),
+                new_root.as_fd(),
+                &mut Vec::new(),
+                &new_path,
+                &mut links,
+                report,
+            )?;
+            (self.stage)("cloned");
+            let mut written = HashMap::new();
+            apply(
+                &plan,
+                &wants,
+                old_root.as_fd(),
+                new_root.as_fd(),
+                &new_path,
+                report,
+                &mut written,
+            )?;
+            // The root's own directory, as the old one was.
+            let top =
+                fs::symlink_metadata(&root).map_err(io_at("stat", &root))?;
+            set_owner_mode(
+                new_root.as_fd(),
+                top.uid(),
+                top.gid(),
+                top.mode() & 0o7777,
+                &new_path,
+            )?;
+            set_times_fd(
+                new_root.as_fd(),
+                (top.atime(), top.atime_nsec()),
+                (top.mtime(), top.mtime_nsec()),
+                &new_path,
+            )?;
+            (self.stage)("applied");
+            let m = new_manifest(
+                &old,
+                &wants,
+                &plan,
+                &links,
+                &written,
+                &trees,
+                given,
+                new_root.as_fd(),
+                &new_path,
+            )?;
+            manifest::write(&zp, manifest::MANIFEST_NEW, &m)?;
+            let f =
+                fs::File::open(&new_path).map_err(io_at("open", &new_path))?;
+            copier::fsutil::sync_fs(&f).map_err(io_at("flush", &new_path))?;
+            (self.stage)("recorded");
+            Ok(())
+        })();
+        if let Err(e) = built {
+            // Not switched: the old root is in place; what was built
+            // beside it goes (a rerun would remove it too).
+            let _already_failing = remove_if(&new_path)
+                .and_then(|()| remove_if(&zp.join(manifest::MANIFEST_NEW)))
+                .and_then(|()| remove_if(&zp.join(JOURNAL)));
+            return Err(e);
+        }
         let zdir = copier::beneath::Root::open(&zp)?;
         exchange(zdir.as_fd(), "root", ROOT_NEW, &zp)?;
         (self.stage)("switched");
