@@ -49,7 +49,8 @@
 //! 4. replicate each tree with the profile's link and prune rules;
 //! 5. unpack the baseline, then each image layer in order;
 //! 6. copy the host files;
-//! 7. mark the zonepath `installed`.
+//! 7. record what was laid out ([`manifest`]), for [`update`];
+//!    mark the zonepath `installed`.
 //!
 //! # Failures and zoneadm's exit codes
 //!

@@ -23,6 +23,12 @@
 //! zoneadm's own state is *incomplete* or *installed*: every exit that
 //! lets zoneadm clean the zonepath (254) removes it first, so zoneadm's
 //! `cleanup_zonepath()` meets only `root` and can destroy the zonepath.
+//!
+//! Beside it, `ZONEPATH/.zinstall.manifest` records what the install laid
+//! out ([`crate::manifest`]), written just before the marker says
+//! installed and removed with it; an update ([`crate::update`]) keeps its
+//! journal in `ZONEPATH/.zinstall.update` and the previous root in
+//! `ZONEPATH/root.prev`.
 
 use std::fs::{self, File, OpenOptions};
 
