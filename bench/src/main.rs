@@ -16,6 +16,7 @@ mod model;
 mod oci;
 mod plot;
 mod unpack;
+mod update;
 
 #[derive(Parser, Debug)]
 #[command(name = "bench", about = "zinstall benchmarks")]
@@ -267,6 +268,25 @@ enum Cmd {
         #[arg(long)]
         zinstall: Option<PathBuf>,
     },
+    /// zinstall update after a percentage of a tree's files changed,
+    /// against a fresh install and rsync -aH --delete --link-dest.
+    Update {
+        /// Timed runs of each.
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+        /// The tree (installed as usr/share).
+        #[arg(long, default_value = "/usr/share")]
+        tree: PathBuf,
+        /// Percentage of its files changed, removed or added.
+        #[arg(long, default_value_t = 1.0)]
+        percent: f64,
+        /// Where sources and zonepaths go.
+        #[arg(long, default_value = "/var/tmp/zinstall-bench")]
+        scratch: PathBuf,
+        /// The zinstall binary.
+        #[arg(long)]
+        zinstall: Option<PathBuf>,
+    },
     /// Eight concurrent seed installs, and eight provisions of one image,
     /// through one zinstalld against eight zinstall processes: wall time,
     /// peak threads, peak RSS.
@@ -404,6 +424,20 @@ fn main() -> ExitCode {
             scratch,
             zinstall,
         } => install_bench(runs, &scratch, zinstall),
+        Cmd::Update {
+            runs,
+            tree,
+            percent,
+            scratch,
+            zinstall,
+        } => update::bench(
+            runs,
+            &tree,
+            percent,
+            &scratch,
+            &zinstall
+                .unwrap_or_else(|| workspace().join("target/release/zinstall")),
+        ),
         Cmd::Oci {
             runs,
             tree,

@@ -68,6 +68,11 @@ pub enum Command {
     Install(cmd::install::InstallArgs),
     /// Remove an installed root.
     Uninstall(cmd::install::UninstallArgs),
+    /// Bring an installed root in line with the profile's trees: only
+    /// what changed is written, switched in whole; the zone's changes kept.
+    Update(cmd::update::UpdateArgs),
+    /// Switch back to the root before the last update.
+    Rollback(cmd::update::RollbackArgs),
     /// Make guests (directory roots or qcow2 disks) from one cached image.
     Provision(cmd::provision::ProvisionArgs),
     /// List or collect the image cache.
@@ -95,6 +100,8 @@ impl Command {
             Command::Copy(_) => "copy",
             Command::Install(_) => "install",
             Command::Uninstall(_) => "uninstall",
+            Command::Update(_) => "update",
+            Command::Rollback(_) => "rollback",
             Command::Provision(_) => "provision",
             Command::Cache(_) => "cache",
             Command::Statemap(_) => "statemap",
@@ -181,6 +188,8 @@ pub fn run(cli: &Cli) -> ExitCode {
         Command::Trace(_) => Some(("trace", false)),
         Command::Tune(_) => Some(("tune", false)),
         Command::Verify(a) => Some(("verify", a.json)),
+        Command::Update(a) => Some(("update", a.json)),
+        Command::Rollback(a) => Some(("rollback", a.json)),
         Command::Image(a) => Some(("image", a.json())),
         _ => None,
     };
@@ -206,6 +215,8 @@ pub fn run(cli: &Cli) -> ExitCode {
         Command::Copy(a) => cmd::copy::run(a),
         Command::Install(a) => cmd::install::install(a),
         Command::Uninstall(a) => cmd::install::uninstall(a),
+        Command::Update(a) => cmd::update::run(a),
+        Command::Rollback(a) => cmd::update::rollback(a),
         Command::Provision(a) => cmd::provision::provision(a),
         Command::Cache(a) => cmd::provision::cache(a),
         Command::Statemap(a) => cmd::statemap::run(a),

@@ -15,7 +15,7 @@
 //! |---|---|
 //! | `install [-x nodataset] [IMAGE...]` | lays out `ZONEPATH/root` from the profile (see `install`) |
 //! | `uninstall [-F] [-x foreign]` | removes a root zinstall made (the marker says so), or one with nothing in it; `-x foreign` also one it did not make; `-F` is zoneadm's and means nothing more |
-//! | `attach [ARG...]` | checks the root against the profile; adopts an unmarked root that matches |
+//! | `attach [ARG...]` | checks the root against the profile; adopts an unmarked root that matches; with `-u` or `-U`, updates it from the profile's trees |
 //! | `verify_cfg XMLFILE` | checks the zone's configuration: exclusive IP, our brand |
 //! | `verify_adm SUBCMD ...` | 0; zoneadm asks before nearly every subcommand |
 //! | `query ...` | prints nothing, 0, whatever the query (no implicit datasets) |
@@ -364,10 +364,19 @@ fn cmd_uninstall(zonepath: &Path, foreign: bool, argv: &[OsString]) -> u8 {
     }
 }
 
-/// `attach [-n MANIFEST] [-u] [ARG...]`. zoneadm runs it without `-F`
-/// (a forced attach skips the hook); a dry run (`-n`) passes `-` as the
-/// zonepath and has no root to check. Any failure leaves the zone
-/// configured and nothing changed.
+/// `attach [-n MANIFEST] [-u | -U] [ARG...]`. zoneadm runs it without
+/// `-F` (a forced attach skips the hook) and hands over the attach
+/// command's own arguments as they were typed; a dry run (`-n`) passes
+/// `-` as the zonepath and has no root to check. Any failure leaves the
+/// zone configured and the root it had.
+///
+/// `-u` (update on attach, as the ipkg brand's `zoneadm attach -u` brings
+/// a zone's software in line with the global zone's) and `-U` (which
+/// ipkg uses to update everything; here the same, the profile's trees
+/// being all a zone takes from the host) run an update
+/// ([`zinstall_install::update`]) after the checks: only what changed
+/// in the host's trees is written, the zone's own changes are kept and
+/// named, and the root is switched whole.
 fn cmd_attach(zonepath: &Path, rest: &[OsString], argv: &[OsString]) -> u8 {
     if zonepath == Path::new("-") || rest.iter().any(|a| a == "-n") {
         return OK;
@@ -381,10 +390,53 @@ fn cmd_attach(zonepath: &Path, rest: &[OsString], argv: &[OsString]) -> u8 {
     };
     let (log, _) = open_log(&profile.log, argv);
     let mut show = |e: &install::Event| crate::output::event(e);
-    match install::attach(zonepath, &profile, &log, &mut show) {
-        Ok(()) => OK,
+    let update = rest.iter().any(|a| a == "-u" || a == "-U");
+    if let Err(e) = install::attach(zonepath, &profile, &log, &mut show) {
+        fail(&e);
+        return FATAL;
+    }
+    if !update {
+        return OK;
+    }
+    slog::info!(log, "attach -u: update");
+    let mut stage = |_: &str| {};
+    let r = install::update::Update {
+        zonepath: zonepath.to_path_buf(),
+        profile,
+        images: Vec::new(),
+        force: false,
+        dry_run: false,
+        stage: &mut stage,
+    }
+    .run();
+    match r {
+        Ok(r) => {
+            let out = crate::output::out;
+            if let Some(what) = r.recovered {
+                out(format!("INFO: zinstall: {what}"));
+            }
+            for k in &r.kept {
+                out(format!(
+                    "INFO: zinstall: kept {}: {}",
+                    crate::output::show(&k.path),
+                    k.why
+                ));
+            }
+            out(format!(
+                "INFO: zinstall: updated {}: {} added, {} removed, {} \
+                 changed, {} kept, {} bytes written",
+                crate::output::show(&zonepath.join("root")),
+                r.added.len(),
+                r.removed.len(),
+                r.changed.len(),
+                r.kept.len(),
+                r.bytes
+            ));
+            OK
+        }
         Err(e) => {
-            fail(&e);
+            slog::error!(log, "attach -u: update failed"; "error" => %e);
+            fail(format!("attach -u: {e}"));
             FATAL
         }
     }

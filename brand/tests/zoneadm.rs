@@ -380,8 +380,9 @@ fn install_then_uninstall_with_and_without_f() {
     let (st, out) = z.install(&[app.to_str().unwrap()]);
     assert_eq!(st, OK, "{out}");
     assert_eq!(z.state, ZState::Installed);
-    // Only the root and the marker; no lock left behind.
-    assert_eq!(z.own_files(), [".zinstall.state"]);
+    // Only the root, the marker and the manifest of what the install
+    // laid out (for an update); no lock left behind.
+    assert_eq!(z.own_files(), [".zinstall.manifest", ".zinstall.state"]);
     // Without -F and a terminal, zoneadm refuses before the hook.
     assert!(z.uninstall(&[]).is_none());
     z.check_kept();
@@ -557,7 +558,7 @@ fn reinstall_after_a_killed_install() {
     assert_eq!(st, OK, "{out}");
     assert!(out.contains("interrupted install"), "{out}");
     assert!(!z.zonepath.join("root/usr/half").exists());
-    assert_eq!(z.own_files(), [".zinstall.state"]);
+    assert_eq!(z.own_files(), [".zinstall.manifest", ".zinstall.state"]);
 }
 
 #[test]

@@ -51,7 +51,8 @@
 //! 5. unpack the baseline, then each image layer in order;
 //! 6. copy the host files;
 //! 7. flush the root's filesystem to the disk ([`Install::sync`]);
-//! 8. mark the zonepath `installed`.
+//! 8. record what was laid out ([`manifest`]), for [`update`];
+//!    mark the zonepath `installed`.
 //!
 //! # Failures and zoneadm's exit codes
 //!
@@ -78,8 +79,10 @@
 mod error;
 mod event;
 pub mod log;
+pub mod manifest;
 pub mod profile;
 pub mod state;
+pub mod update;
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -463,6 +466,7 @@ impl Install<'_> {
         });
         match r {
             Ok(s) => {
+                self.record_manifest(&root);
                 write_marker(&self.zonepath, State::Installed)
                     .map_err(InstallError::partial)?;
                 Ok(s)
@@ -1336,6 +1340,16 @@ pub fn uninstall(
             InstallError::partial(Cause::Step {
                 step: format!("remove {}", root.display()),
                 source: Box::new(source),
+            })
+        })?;
+        update::clear(zonepath).map_err(|e| {
+            InstallError::partial(Cause::Step {
+                step: "remove the roots and manifests of updates".into(),
+                source: Box::new(copier::Error::io(
+                    copier::Op::Remove,
+                    zonepath,
+                    std::io::Error::other(e.to_string()),
+                )),
             })
         })?;
         clear_marker(zonepath).map_err(InstallError::partial)?;

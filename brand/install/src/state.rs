@@ -23,6 +23,12 @@
 //! zoneadm's own state is *incomplete* or *installed*: every exit that
 //! lets zoneadm clean the zonepath (254) removes it first, so zoneadm's
 //! `cleanup_zonepath()` meets only `root` and can destroy the zonepath.
+//!
+//! Beside it, `ZONEPATH/.zinstall.manifest` records what the install laid
+//! out ([`crate::manifest`]), written just before the marker says
+//! installed and removed with it; an update ([`crate::update`]) keeps its
+//! journal in `ZONEPATH/.zinstall.update` and the previous root in
+//! `ZONEPATH/root.prev`.
 
 use std::fs::{self, File, OpenOptions};
 
@@ -258,9 +264,12 @@ pub fn clear(zonepath: &Path) -> io::Result<()> {
     for e in entries {
         let e = e?;
         let name = e.file_name();
+        // The manifest goes with the marker: it describes the root the
+        // marker says is installed.
         let is_tmp = name.to_str().is_some_and(|n| {
             n.strip_prefix(&prefix)
                 .is_some_and(|pid| pid.bytes().all(|b| b.is_ascii_digit()))
+                || n.starts_with(crate::manifest::MANIFEST)
         });
         if is_tmp && !e.file_type()?.is_dir() {
             fs::remove_file(e.path())?;

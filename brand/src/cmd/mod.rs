@@ -8,4 +8,5 @@ pub mod remote;
 pub mod statemap;
 pub mod trace;
 pub mod tune;
+pub mod update;
 pub mod verify;

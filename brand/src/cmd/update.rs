@@ -1,0 +1,236 @@
+//! `zinstall update` and `zinstall rollback`: bring an installed root in
+//! line with the profile's trees as they are now, writing only what
+//! changed, switched in whole; and switch back.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+
+use crate::output;
+use zinstall_install::update::{self, Report, Update};
+use zinstall_install::{Profile, profile};
+
+/// Arguments of `zinstall update`.
+#[derive(Args, Debug)]
+pub struct UpdateArgs {
+    /// The zonepath of an installed root (ZONEPATH/root).
+    #[arg(long, value_name = "DIR")]
+    pub zonepath: PathBuf,
+    /// The install profile (default /etc/zinstall/profile.toml, or the
+    /// built-in one for this platform when that does not exist).
+    #[arg(long, value_name = "FILE")]
+    pub profile: Option<PathBuf>,
+    /// Copy the trees from this root instead of the profile's.
+    #[arg(long, value_name = "DIR")]
+    pub source_root: Option<PathBuf>,
+    /// The images the root was installed with (they must be the same).
+    pub images: Vec<PathBuf>,
+    /// Overwrite files the zone changed since the install, and update a
+    /// root installed before zinstall recorded what it laid out.
+    #[arg(long)]
+    pub force: bool,
+    /// Say what would be added, removed, changed and kept; write
+    /// nothing.
+    #[arg(long, short = 'n')]
+    pub dry_run: bool,
+    /// Print the counts: entries added, removed, changed and kept, bytes
+    /// written.
+    #[arg(long)]
+    pub stats: bool,
+    /// Print the outcome as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Arguments of `zinstall rollback`.
+#[derive(Args, Debug)]
+pub struct RollbackArgs {
+    /// The zonepath whose root to switch back to the one before the last
+    /// update.
+    #[arg(long, value_name = "DIR")]
+    pub zonepath: PathBuf,
+    /// Print the outcome as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// A stage to stop at, for the tests of an update killed at each: named
+/// by `ZINSTALL_UPDATE_PAUSE`, said on standard error, then waited at
+/// until the process is killed.
+fn pause_at(stage: &str) {
+    if std::env::var("ZINSTALL_UPDATE_PAUSE").is_ok_and(|s| s == stage) {
+        output::note(format_args!("update paused at {stage}"));
+        loop {
+            std::thread::sleep(std::time::Duration::from_secs(3600));
+        }
+    }
+}
+
+/// Updates; exit 0, 1 on failure, 2 for a bad profile.
+pub fn run(args: &UpdateArgs) -> ExitCode {
+    let path = args
+        .profile
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(profile::DEFAULT_PATH));
+    let mut profile = match Profile::load(&path) {
+        Ok(p) => p,
+        Err(e) => {
+            crate::json::fail(
+                args.json,
+                &e,
+                serde_json::json!({ "path": crate::json::path(&e.path) }),
+            );
+            return ExitCode::from(2);
+        }
+    };
+    if let Some(s) = &args.source_root {
+        profile.source_root = s.clone();
+    }
+    run_with(args, profile, false)
+}
+
+/// Updates with `profile` (the hook's `attach -u` gives the zone brand's).
+pub fn run_with(args: &UpdateArgs, profile: Profile, quiet: bool) -> ExitCode {
+    let mut stage = |s: &str| pause_at(s);
+    let r = Update {
+        zonepath: args.zonepath.clone(),
+        profile,
+        images: args.images.clone(),
+        force: args.force,
+        dry_run: args.dry_run,
+        stage: &mut stage,
+    }
+    .run();
+    match r {
+        Ok(report) => {
+            if args.json {
+                crate::json::result(report_json(&args.zonepath, &report));
+            } else {
+                show(&report, args.stats, quiet);
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            crate::json::fail(
+                args.json,
+                format_args!("update {}: {e}", output::show(&args.zonepath)),
+                serde_json::json!({ "zonepath": crate::json::path(&args.zonepath) }),
+            );
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// The report as text: one line per path, then the counts.
+fn show(r: &Report, stats: bool, quiet: bool) {
+    if let Some(what) = r.recovered {
+        output::note(what);
+    }
+    let verb = |done: &'static str, would: &'static str| {
+        if r.dry_run { would } else { done }
+    };
+    if !quiet || r.dry_run {
+        for c in &r.added {
+            output::out(format_args!(
+                "{} {}",
+                verb("added", "would add"),
+                output::show(&c.path)
+            ));
+        }
+        for c in &r.removed {
+            output::out(format_args!(
+                "{} {}",
+                verb("removed", "would remove"),
+                output::show(&c.path)
+            ));
+        }
+        for c in &r.changed {
+            output::out(format_args!(
+                "{} {} ({})",
+                verb("changed", "would change"),
+                output::show(&c.path),
+                c.what.join(", ")
+            ));
+        }
+    }
+    // The zone's changes are always named: they are what the update
+    // did not do.
+    for k in &r.kept {
+        output::note(format_args!(
+            "kept {}: {} (--force replaces it)",
+            output::show(&k.path),
+            k.why
+        ));
+    }
+    if stats || r.dry_run {
+        output::out(format_args!(
+            "{}: {} added, {} removed, {} changed, {} kept, {} bytes written, {} entries shared",
+            verb("updated", "would update"),
+            r.added.len(),
+            r.removed.len(),
+            r.changed.len(),
+            r.kept.len(),
+            r.bytes,
+            r.shared
+        ));
+    }
+}
+
+fn report_json(zonepath: &std::path::Path, r: &Report) -> serde_json::Value {
+    let changes = |v: &[update::Change]| -> Vec<serde_json::Value> {
+        v.iter()
+            .map(|c| serde_json::json!({ "path": crate::json::path(&c.path), "what": c.what }))
+            .collect()
+    };
+    serde_json::json!({
+        "zonepath": crate::json::path(zonepath),
+        "dry_run": r.dry_run,
+        "recovered": r.recovered,
+        "added": changes(&r.added),
+        "removed": changes(&r.removed),
+        "changed": changes(&r.changed),
+        "kept": r.kept.iter().map(|k| serde_json::json!({
+            "path": crate::json::path(&k.path), "why": k.why,
+        })).collect::<Vec<_>>(),
+        "stats": {
+            "added": r.added.len(),
+            "removed": r.removed.len(),
+            "changed": r.changed.len(),
+            "kept": r.kept.len(),
+            "bytes": r.bytes,
+            "shared": r.shared,
+        },
+    })
+}
+
+/// Rolls back; exit 0 or 1.
+pub fn rollback(args: &RollbackArgs) -> ExitCode {
+    match update::rollback(&args.zonepath) {
+        Ok(recovered) => {
+            if args.json {
+                crate::json::result(serde_json::json!({
+                    "zonepath": crate::json::path(&args.zonepath),
+                    "recovered": recovered,
+                }));
+            } else {
+                if let Some(what) = recovered {
+                    output::note(what);
+                }
+                output::out(format_args!(
+                    "rolled back {}: the root before the last update is in place",
+                    output::show(&args.zonepath.join("root"))
+                ));
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            crate::json::fail(
+                args.json,
+                format_args!("rollback {}: {e}", output::show(&args.zonepath)),
+                serde_json::json!({ "zonepath": crate::json::path(&args.zonepath) }),
+            );
+            ExitCode::from(1)
+        }
+    }
+}
