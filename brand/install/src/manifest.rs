@@ -370,6 +370,8 @@ pub fn record(
         .same_file_system(true)
         .min_depth(1)
         .sort_by_file_name();
+    // The walk lists; the attributes and contents are read in parallel.
+    let mut listed = Vec::new();
     for item in walk {
         let item = item.map_err(|e| {
             let path = e.path().unwrap_or(root).to_path_buf();
@@ -381,22 +383,34 @@ pub fn record(
                     .unwrap_or_else(|| io::Error::other("loop")),
             }
         })?;
-        let full = item.path();
-        let rel = full
-            .strip_prefix(root)
-            .map(|r| r.as_os_str().as_bytes().to_vec())
-            .unwrap_or_default();
         let md = item.metadata().map_err(|e| ManifestError::Io {
             op: "stat",
-            path: full.to_path_buf(),
+            path: item.path().to_path_buf(),
             source: e
                 .into_io_error()
                 .unwrap_or_else(|| io::Error::other("stat")),
         })?;
-        let origin = origin_of(&rel, trees);
-        let mut e = entry_of(&rel, full, &md, origin)
-            .map_err(io_err("read attributes of", full))?;
-        e.i = Some((md.ino(), md.ctime(), md.ctime_nsec()));
+        listed.push((item.into_path(), md));
+    }
+    let read: Vec<Result<Entry, ManifestError>> = listed
+        .par_iter()
+        .map(|(full, md)| {
+            let rel = full
+                .strip_prefix(root)
+                .map(|r| r.as_os_str().as_bytes().to_vec())
+                .unwrap_or_default();
+            let origin = origin_of(&rel, trees);
+            let mut e = entry_of(&rel, full, md, origin)
+                .map_err(io_err("read attributes of", full))?;
+            e.i = Some((md.ino(), md.ctime(), md.ctime_nsec()));
+            if e.k == 'f' {
+                e.h = Some(hash_file(full).map_err(io_err("hash", full))?);
+            }
+            Ok(e)
+        })
+        .collect();
+    for (r, (_, md)) in read.into_iter().zip(&listed) {
+        let e = r?;
         if !md.is_dir() && md.nlink() > 1 {
             inodes
                 .entry((md.dev(), md.ino()))
@@ -412,20 +426,6 @@ pub fn record(
         for &i in g {
             entries[i].n = Some(n as u64);
         }
-    }
-    let hashes: Vec<(usize, io::Result<String>)> = entries
-        .par_iter()
-        .enumerate()
-        .filter(|(_, e)| e.k == 'f')
-        .map(|(i, e)| {
-            let rel = e.path();
-            let full = root.join(std::ffi::OsStr::from_bytes(&rel));
-            (i, hash_file(&full))
-        })
-        .collect();
-    for (i, h) in hashes {
-        let full = root.join(std::ffi::OsStr::from_bytes(&entries[i].path()));
-        entries[i].h = Some(h.map_err(io_err("hash", &full))?);
     }
     Ok(Manifest {
         header: Header {
@@ -603,20 +603,27 @@ pub fn file_digest(path: &Path) -> io::Result<String> {
     Ok(format!("sha256:{}", hex(&h.finalize())))
 }
 
-/// The digest an image argument is recorded with: `sha256:` of an
-/// archive's bytes, of an OCI layout's `index.json`; a registry
-/// reference as given (`ref:` and the reference), which names a version
-/// when it has a digest.
+/// What an image argument is recorded as, to tell at an update whether
+/// it is the one installed: an archive by its size and modification
+/// time (as rsync tells files apart; reading it through for a digest
+/// cost an install of `/usr/share` as much as its unpack), an OCI
+/// layout by the `sha256:` of its `index.json`, a registry reference as
+/// given (`ref:` and the reference), which names a version when it has
+/// a digest.
 pub fn image_digest(arg: &Path) -> String {
-    let file = if arg.is_dir() {
-        arg.join("index.json")
-    } else {
-        arg.to_path_buf()
-    };
-    match file_digest(&file) {
-        Ok(d) => d,
-        Err(_) => format!("ref:{}", arg.display()),
+    if arg.is_dir() {
+        if let Ok(d) = file_digest(&arg.join("index.json")) {
+            return d;
+        }
+    } else if let Ok(md) = fs::metadata(arg) {
+        return format!(
+            "file:{}:{}.{:09}",
+            md.size(),
+            md.mtime(),
+            md.mtime_nsec()
+        );
     }
+    format!("ref:{}", arg.display())
 }
 
 impl crate::Install<'_> {
@@ -633,15 +640,22 @@ impl crate::Install<'_> {
                 String::from_utf8_lossy(t.as_os_str().as_bytes()).into_owned()
             })
             .collect();
-        let images = self
-            .images
-            .iter()
-            .map(|i| ImageRecord {
-                arg: i.display().to_string(),
-                digest: image_digest(i),
-            })
-            .collect();
-        match record(root, &trees, images).and_then(|m| {
+        // The images' digests (each archive read through) beside the
+        // walk of the root.
+        let (images, recorded) = rayon::join(
+            || {
+                self.images
+                    .iter()
+                    .map(|i| ImageRecord {
+                        arg: i.display().to_string(),
+                        digest: image_digest(i),
+                    })
+                    .collect()
+            },
+            || record(root, &trees, Vec::new()),
+        );
+        match recorded.and_then(|mut m| {
+            m.header.images = images;
             write(&self.zonepath, MANIFEST, &m).map(|()| m.entries.len())
         }) {
             Ok(n) => slog::info!(self.log, "manifest recorded"; "entries" => n,
