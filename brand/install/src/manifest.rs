@@ -222,9 +222,19 @@ pub fn unhex(s: &str) -> Option<Vec<u8>> {
 }
 
 /// XXH3-128 of everything `r` reads, hex.
-pub fn hash_reader(mut r: impl Read) -> io::Result<String> {
+pub fn hash_reader(r: impl Read) -> io::Result<String> {
+    hash_copy(r, &mut io::sink()).map(|(_, h)| h)
+}
+
+/// Copies everything `r` reads into `out`, hashing it as it goes (the
+/// manifest's hash without a second read); the bytes and the hash.
+pub fn hash_copy(
+    mut r: impl Read,
+    out: &mut impl Write,
+) -> io::Result<(u64, String)> {
     let mut h = twox_hash::XxHash3_128::new();
     let mut buf = vec![0u8; 256 << 10];
+    let mut total = 0u64;
     loop {
         let n = match r.read(&mut buf) {
             Ok(0) => break,
@@ -233,8 +243,10 @@ pub fn hash_reader(mut r: impl Read) -> io::Result<String> {
             Err(e) => return Err(e),
         };
         h.write(&buf[..n]);
+        out.write_all(&buf[..n])?;
+        total += n as u64;
     }
-    Ok(format!("{:032x}", h.finish_128()))
+    Ok((total, format!("{:032x}", h.finish_128())))
 }
 
 /// XXH3-128 of the file at `path` (never through a symlink).

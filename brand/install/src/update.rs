@@ -1383,27 +1383,8 @@ fn unlink_any(
     }
 }
 
-fn copy_data(
-    mut src: fs::File,
-    out: &mut fs::File,
-) -> io::Result<(u64, String)> {
-    let mut buf = vec![0u8; 256 << 10];
-    let mut total = 0u64;
-    // Hashed as it is copied: the new manifest's hash, without a second
-    // read.
-    let mut h = twox_hash::XxHash3_128::new();
-    loop {
-        let n = match src.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
-        h.write(&buf[..n]);
-        out.write_all(&buf[..n])?;
-        total += n as u64;
-    }
-    Ok((total, format!("{:032x}", h.finish_128())))
+fn copy_data(src: fs::File, out: &mut fs::File) -> io::Result<(u64, String)> {
+    manifest::hash_copy(src, out)
 }
 
 /// The manifest of the new root: the old entries carried over, the
