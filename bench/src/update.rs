@@ -148,65 +148,81 @@ pub fn bench(
         "update, nothing changed",
     ];
     let mut bytes = 0u64;
+    let mut flushed: Vec<Vec<std::time::Duration>> =
+        vec![Vec::new(); names.len()];
     let samples = report::interleaved(
         &names,
         runs,
-        |i| match i {
-            0 => {
-                run_ok(install(&p_old, &zp))?;
-                peers::sync();
-                let mut c = zinstall(z);
-                c.args(["update", "--json", "--profile"])
-                    .arg(&p_new)
-                    .arg("--zonepath")
-                    .arg(&zp);
-                let t0 = Instant::now();
-                let o = c.output().map_err(|e| e.to_string())?;
-                let took = t0.elapsed();
-                if !o.status.success() {
-                    return Err(String::from_utf8_lossy(&o.stdout).into());
+        |i| {
+            let t = match i {
+                0 => {
+                    run_ok(install(&p_old, &zp))?;
+                    peers::sync();
+                    let mut c = zinstall(z);
+                    c.args(["update", "--json", "--profile"])
+                        .arg(&p_new)
+                        .arg("--zonepath")
+                        .arg(&zp);
+                    let t1 = Instant::now();
+                    let o = c.output().map_err(|e| e.to_string())?;
+                    let took = t1.elapsed();
+                    if !o.status.success() {
+                        return Err(String::from_utf8_lossy(&o.stdout).into());
+                    }
+                    let text = String::from_utf8_lossy(&o.stdout);
+                    bytes = text
+                        .split("\"bytes\":")
+                        .nth(1)
+                        .and_then(|s| {
+                            s.split(|c: char| !c.is_ascii_digit())
+                                .next()?
+                                .parse()
+                                .ok()
+                        })
+                        .unwrap_or(0);
+                    Ok(took)
                 }
-                let text = String::from_utf8_lossy(&o.stdout);
-                bytes = text
-                    .split("\"bytes\":")
-                    .nth(1)
-                    .and_then(|s| {
-                        s.split(|c: char| !c.is_ascii_digit())
-                            .next()?
-                            .parse()
-                            .ok()
-                    })
-                    .unwrap_or(0);
-                Ok(took)
-            }
-            1 => {
-                let c = install(&p_new, &fresh);
-                peers::sync();
-                peers::time(c)
-            }
-            2 => {
-                let _ = fs::remove_dir_all(&linked);
-                fs::create_dir_all(linked.join("usr")).map_err(io)?;
-                peers::sync();
-                let mut c = Command::new("rsync");
-                c.arg("-aH")
-                    .arg("--delete")
-                    .arg(format!(
-                        "--link-dest={}/",
-                        anchor.join("root").join(name).display()
-                    ))
-                    .arg(format!("{}/", new.join(name).display()))
-                    .arg(format!("{}/", linked.join(name).display()));
-                peers::time(c)
-            }
-            _ => {
-                let mut c = zinstall(z);
-                c.args(["update", "--profile"])
-                    .arg(&p_new)
-                    .arg("--zonepath")
-                    .arg(&zp);
-                peers::time(c)
-            }
+                1 => {
+                    let c = install(&p_new, &fresh);
+                    peers::sync();
+                    peers::time(c)
+                }
+                2 => {
+                    let _ = fs::remove_dir_all(&linked);
+                    fs::create_dir_all(linked.join("usr")).map_err(io)?;
+                    peers::sync();
+                    let mut c = Command::new("rsync");
+                    c.arg("-aH")
+                        .arg("--delete")
+                        .arg(format!(
+                            "--link-dest={}/",
+                            anchor.join("root").join(name).display()
+                        ))
+                        .arg(format!("{}/", new.join(name).display()))
+                        .arg(format!("{}/", linked.join(name).display()));
+                    peers::time(c)
+                }
+                _ => {
+                    let mut c = zinstall(z);
+                    c.args(["update", "--profile"])
+                        .arg(&p_new)
+                        .arg("--zonepath")
+                        .arg(&zp);
+                    peers::time(c)
+                }
+            }?;
+            // To the disk: its own time and the flush of what it left dirty
+            // (an update flushes before it switches; the others do not).
+            let s0 = Instant::now();
+            peers::sync_fs(&base)?;
+            let d = t + s0.elapsed();
+            eprintln!(
+                "    {:<24} {:>8.3} s with sync -f",
+                names[i],
+                d.as_secs_f64()
+            );
+            flushed[i].push(d);
+            Ok(t)
         },
         &mut |l| eprintln!("{l}"),
     )?;
@@ -217,6 +233,22 @@ pub fn bench(
         report::markdown(&samples, "fresh install")
     );
     println!("{}", report::markdown(&samples, "rsync --link-dest"));
+    let durable: Vec<report::Samples> = names
+        .iter()
+        .zip(flushed)
+        .map(|(n, times)| report::Samples {
+            tool: peers::durable_name(n),
+            times,
+        })
+        .collect();
+    println!(
+        "To the disk (each run, then `sync -f` of what it wrote):\n\n{}",
+        report::markdown(&durable, &peers::durable_name("fresh install"))
+    );
+    println!(
+        "{}",
+        report::markdown(&durable, &peers::durable_name("rsync --link-dest"))
+    );
     let _ = fs::remove_dir_all(&base);
     Ok(())
 }

@@ -49,6 +49,8 @@ impl Cli {
             Command::Copy(a) => &a.remote.daemon,
             Command::Install(a) => &a.remote.daemon,
             Command::Uninstall(a) => &a.remote.daemon,
+            Command::Update(a) => &a.remote.daemon,
+            Command::Rollback(a) => &a.remote.daemon,
             Command::Provision(a) => &a.remote.daemon,
             Command::Cache(a) => &a.daemon,
             Command::Jobs(a) => &a.remote.daemon,
@@ -154,6 +156,8 @@ pub fn run(cli: &Cli) -> ExitCode {
             Command::Copy(a) => return remote::copy(&sock, a),
             Command::Install(a) => return remote::install(&sock, a),
             Command::Uninstall(a) => return remote::uninstall(&sock, a),
+            Command::Update(a) => return remote::update(&sock, a),
+            Command::Rollback(a) => return remote::rollback(&sock, a),
             Command::Provision(a) => return remote::provision(&sock, a),
             Command::Cache(a) => {
                 return match &a.command {
@@ -188,8 +192,6 @@ pub fn run(cli: &Cli) -> ExitCode {
         Command::Trace(_) => Some(("trace", false)),
         Command::Tune(_) => Some(("tune", false)),
         Command::Verify(a) => Some(("verify", a.json)),
-        Command::Update(a) => Some(("update", a.json)),
-        Command::Rollback(a) => Some(("rollback", a.json)),
         Command::Image(a) => Some(("image", a.json())),
         _ => None,
     };
@@ -198,8 +200,8 @@ pub fn run(cli: &Cli) -> ExitCode {
             json,
             format_args!(
                 "--daemon does not apply to {name}, which always runs here; \
-                 the daemon runs copy, install, uninstall, provision, cache, \
-                 jobs and cancel"
+                 the daemon runs copy, install, uninstall, update, rollback, \
+                 provision, cache, jobs and cancel"
             ),
             serde_json::json!({ "kind": "usage" }),
         );

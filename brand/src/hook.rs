@@ -407,6 +407,7 @@ fn cmd_attach(zonepath: &Path, rest: &[OsString], argv: &[OsString]) -> u8 {
         force: false,
         dry_run: false,
         stage: &mut stage,
+        cancel: None,
     }
     .run();
     match r {

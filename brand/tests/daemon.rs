@@ -787,6 +787,79 @@ fn the_cli_through_the_daemon_prints_what_it_prints_alone() {
 }
 
 #[test]
+fn the_daemon_updates_and_rolls_back_roots_for_root_alone() {
+    if !zinstall_testkit::require_root() {
+        return;
+    }
+    let d = Daemon::start(
+        "[[grant]]\nusers = [65534]\noperations = [\"copy\", \"jobs\"]\n\
+         prefixes = [\"/var/tmp\"]\n",
+    );
+    let src = d.path("src");
+    tree(&src, 2, 3);
+    let zp = d.path("zone");
+    let zps = zp.to_str().unwrap();
+    let o = d.zinstall(&["install", "--zonepath", zps]);
+    assert!(o.status.success(), "{}", text(&o));
+    let root = zp.join("root");
+    // The source moves on: one file rewritten, one removed, one added.
+    write(&src.join("usr/d0/f0"), b"rewritten, longer than before");
+    fs::remove_file(src.join("usr/d1/f2")).unwrap();
+    write(&src.join("usr/d1/new"), b"added");
+    // Not root: refused before anything is read, whatever the grant.
+    let o = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(env!("CARGO_BIN_EXE_zinstall"))
+        .arg(format!("--daemon={}", d.socket.display()))
+        .args(["update", "--zonepath", zps])
+        .output()
+        .unwrap();
+    fails_saying(&o, 1, "not granted update");
+    // A dry run through the daemon says what a local one says.
+    let o = d.zinstall(&["update", "--dry-run", "--zonepath", zps]);
+    assert!(o.status.success(), "{}", text(&o));
+    let said = String::from_utf8_lossy(&o.stdout).into_owned();
+    for line in [
+        "would add /usr/d1/new",
+        "would remove /usr/d1/f2",
+        "would change /usr/d0/f0 (content",
+        "would update: 1 added, 1 removed,",
+    ] {
+        assert!(said.contains(line), "{line:?} in {said}");
+    }
+    assert_eq!(fs::read(root.join("usr/d0/f0")).unwrap(), b"0/0");
+    // The update, its outcome typed as the local command prints it.
+    let o = d.zinstall(&["update", "--json", "--zonepath", zps]);
+    assert!(o.status.success(), "{}", text(&o));
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(r["ok"], true, "{r}");
+    let stats = &r["result"]["stats"];
+    assert_eq!(
+        (&stats["added"], &stats["removed"], &stats["bytes"]),
+        (&json!(1), &json!(1), &json!(29 + 5)),
+        "{r}"
+    );
+    assert_eq!(
+        fs::read(root.join("usr/d0/f0")).unwrap(),
+        b"rewritten, longer than before"
+    );
+    assert_eq!(fs::read(root.join("usr/d1/new")).unwrap(), b"added");
+    assert!(!root.join("usr/d1/f2").exists());
+    assert!(d.log().contains("\"op\":\"update\""), "{}", d.log());
+    // And back.
+    let o = d.zinstall(&["rollback", "--zonepath", zps]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("rolled back"),
+        "{}",
+        text(&o)
+    );
+    assert_eq!(fs::read(root.join("usr/d0/f0")).unwrap(), b"0/0");
+    assert_eq!(fs::read(root.join("usr/d1/f2")).unwrap(), b"1/2");
+    assert!(!root.join("usr/d1/new").exists());
+}
+
+#[test]
 fn a_second_daemon_on_a_live_socket_is_refused() {
     let d = Daemon::start("");
     let o = Command::new(env!("CARGO_BIN_EXE_zinstalld"))

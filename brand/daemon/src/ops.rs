@@ -17,7 +17,8 @@ use crate::config::Config;
 use crate::jobs::Job;
 use crate::protocol::{
     Call, CopyArgs, ErrorKind, GcArgs, InstallArgs, ProvisionArgs,
-    UninstallArgs, WireError, normalized, notices_json, stats_json,
+    RollbackArgs, UninstallArgs, UpdateArgs, UpdateReply, WireError,
+    normalized, notices_json, stats_json,
 };
 use crate::state::Daemon;
 use crate::sys::Peer;
@@ -37,6 +38,8 @@ pub fn run(
         Call::Copy(a) => copy(d, job, a),
         Call::Install(a) => install(d, job, a, peer, config),
         Call::Uninstall(a) => uninstall(d, job, a),
+        Call::Update(a) => update(job, a, config),
+        Call::Rollback(a) => rollback(job, a),
         Call::Provision(a) => provision(d, job, a, config),
         Call::CacheGc(a) => cache_gc(job, a, config),
         _ => Err(WireError::new(
@@ -220,6 +223,77 @@ fn uninstall(
     zinstall_install::uninstall(&a.zonepath, a.foreign, d.log(), &mut events)
         .map(|()| json!({ "zonepath": a.zonepath }))
         .map_err(|e| install_error(job, &a.zonepath, &e))
+}
+
+/// An update's or a rollback's failure as the wire carries it.
+fn update_error(
+    job: &Job,
+    zonepath: &Path,
+    e: &zinstall_install::update::UpdateError,
+) -> WireError {
+    let kind = match e {
+        zinstall_install::update::UpdateError::Cancelled => {
+            ErrorKind::Cancelled
+        }
+        _ if job.cancel.is_cancelled() => ErrorKind::Cancelled,
+        _ => ErrorKind::Install,
+    };
+    let mut w = WireError::new(kind, e.to_string());
+    w.path = Some(zonepath.to_path_buf());
+    w
+}
+
+/// Root's update, as `zinstall update`: each stage a job event and the
+/// job's phase; the job's cancel stops it before the switch.
+fn update(
+    job: &Arc<Job>,
+    a: &UpdateArgs,
+    config: &Config,
+) -> Result<Value, WireError> {
+    job.set_phase("update");
+    let profile_path =
+        a.profile.clone().unwrap_or_else(|| config.profile.clone());
+    let mut profile = Profile::load(&profile_path).map_err(|e| {
+        let mut w = WireError::new(ErrorKind::Install, e.to_string());
+        w.path = Some(profile_path.clone());
+        w
+    })?;
+    if let Some(s) = &a.source_root {
+        profile.source_root = s.clone();
+    }
+    let mut stage = |s: &str| {
+        job.set_phase(s);
+        job.event(format!("INFO: zinstall: update: {s}"));
+    };
+    let r = zinstall_install::update::Update {
+        zonepath: a.zonepath.clone(),
+        profile,
+        images: a.images.clone(),
+        force: a.force,
+        dry_run: a.dry_run,
+        stage: &mut stage,
+        cancel: Some(job.cancel.clone()),
+    }
+    .run();
+    match r {
+        Ok(report) => {
+            serde_json::to_value(UpdateReply::of(&a.zonepath, &report))
+                .map_err(|e| WireError::new(ErrorKind::Internal, e.to_string()))
+        }
+        Err(e) => Err(update_error(job, &a.zonepath, &e)),
+    }
+}
+
+/// Root's rollback, as `zinstall rollback`.
+fn rollback(job: &Arc<Job>, a: &RollbackArgs) -> Result<Value, WireError> {
+    job.set_phase("rollback");
+    match zinstall_install::update::rollback(&a.zonepath) {
+        Ok(recovered) => Ok(json!({
+            "zonepath": a.zonepath.to_string_lossy(),
+            "recovered": recovered,
+        })),
+        Err(e) => Err(update_error(job, &a.zonepath, &e)),
+    }
 }
 
 /// The platform a request names, parsed.

@@ -94,6 +94,10 @@ pub enum Call {
     Install(InstallArgs),
     /// Remove an installed root (a job).
     Uninstall(UninstallArgs),
+    /// Bring an installed root in line with its source (a job).
+    Update(UpdateArgs),
+    /// Switch an updated root back to the one before (a job).
+    Rollback(RollbackArgs),
     /// Make guests from one cached image (a job).
     Provision(ProvisionArgs),
     /// The cache's entries.
@@ -116,6 +120,8 @@ impl Call {
             Call::Copy(_) => "copy",
             Call::Install(_) => "install",
             Call::Uninstall(_) => "uninstall",
+            Call::Update(_) => "update",
+            Call::Rollback(_) => "rollback",
             Call::Provision(_) => "provision",
             Call::CacheList => "cache-list",
             Call::CacheGc(_) => "cache-gc",
@@ -131,6 +137,8 @@ impl Call {
         "copy",
         "install",
         "uninstall",
+        "update",
+        "rollback",
         "provision",
         "cache-list",
         "cache-gc",
@@ -146,6 +154,8 @@ impl Call {
             Call::Copy(_)
                 | Call::Install(_)
                 | Call::Uninstall(_)
+                | Call::Update(_)
+                | Call::Rollback(_)
                 | Call::Provision(_)
                 | Call::CacheGc(_)
         )
@@ -167,6 +177,14 @@ impl Call {
                 v
             }
             Call::Uninstall(a) => vec![&a.zonepath],
+            Call::Update(a) => {
+                let mut v = vec![&a.zonepath];
+                v.extend(a.images.iter().filter(|p| !is_reference(p)));
+                v.extend(a.profile.iter());
+                v.extend(a.source_root.iter());
+                v
+            }
+            Call::Rollback(a) => vec![&a.zonepath],
             Call::Provision(a) if is_reference(&a.image) => vec![&a.out],
             Call::Provision(a) => vec![&a.image, &a.out],
             _ => Vec::new(),
@@ -323,6 +341,139 @@ pub struct UninstallArgs {
     /// Remove a root that has content and no install marker.
     #[serde(default)]
     pub foreign: bool,
+}
+
+/// `update`: like `zinstall update --zonepath ZONEPATH`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateArgs {
+    /// The zonepath of an installed root, absolute.
+    pub zonepath: PathBuf,
+    /// The profile (default: the daemon's).
+    #[serde(default)]
+    pub profile: Option<PathBuf>,
+    /// The images the root was installed with.
+    #[serde(default)]
+    pub images: Vec<PathBuf>,
+    /// Copy the trees from this root instead of the profile's.
+    #[serde(default)]
+    pub source_root: Option<PathBuf>,
+    /// Overwrite the zone's changes; update a root without a manifest.
+    #[serde(default)]
+    pub force: bool,
+    /// Say what would change; write nothing.
+    #[serde(default)]
+    pub dry_run: bool,
+}
+
+/// `rollback`: like `zinstall rollback --zonepath ZONEPATH`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RollbackArgs {
+    /// The zonepath, absolute.
+    pub zonepath: PathBuf,
+}
+
+/// One path an update added, removed or changed, and what changed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct UpdateChange {
+    /// The path as the zone sees it (`/usr/...`).
+    pub path: String,
+    /// What changed (`content`, `mode`, `owner`, `times`, ...); empty
+    /// for an addition or a removal.
+    #[serde(default)]
+    pub what: Vec<String>,
+}
+
+/// A path an update left as the zone has it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct UpdateKept {
+    /// The path as the zone sees it.
+    pub path: String,
+    /// Why it was kept.
+    pub why: String,
+}
+
+/// An update's counts.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct UpdateCounts {
+    /// Entries added.
+    pub added: u64,
+    /// Entries removed.
+    pub removed: u64,
+    /// Entries changed.
+    pub changed: u64,
+    /// Entries kept as the zone has them.
+    pub kept: u64,
+    /// Bytes of content written.
+    pub bytes: u64,
+    /// Entries shared with the old root or made without content.
+    pub shared: u64,
+}
+
+/// What an update did (or, dry, would do): the reply of `update`, and
+/// what `zinstall update --json` prints, wherever it ran.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct UpdateReply {
+    /// The zonepath.
+    pub zonepath: String,
+    /// Nothing was written.
+    pub dry_run: bool,
+    /// An interrupted update or rollback finished or undone first.
+    #[serde(default)]
+    pub recovered: Option<String>,
+    /// Entries added.
+    pub added: Vec<UpdateChange>,
+    /// Entries removed.
+    pub removed: Vec<UpdateChange>,
+    /// Entries changed.
+    pub changed: Vec<UpdateChange>,
+    /// Entries the zone changed, left as they are.
+    pub kept: Vec<UpdateKept>,
+    /// The counts.
+    pub stats: UpdateCounts,
+}
+
+impl UpdateReply {
+    /// The reply for `report`, an update of `zonepath`.
+    pub fn of(
+        zonepath: &Path,
+        report: &zinstall_install::update::Report,
+    ) -> UpdateReply {
+        let lossy = |p: &Path| p.to_string_lossy().into_owned();
+        let changes = |v: &[zinstall_install::update::Change]| {
+            v.iter()
+                .map(|c| UpdateChange {
+                    path: lossy(&c.path),
+                    what: c.what.iter().map(|w| w.to_string()).collect(),
+                })
+                .collect()
+        };
+        UpdateReply {
+            zonepath: lossy(zonepath),
+            dry_run: report.dry_run,
+            recovered: report.recovered.map(str::to_string),
+            added: changes(&report.added),
+            removed: changes(&report.removed),
+            changed: changes(&report.changed),
+            kept: report
+                .kept
+                .iter()
+                .map(|k| UpdateKept {
+                    path: lossy(&k.path),
+                    why: k.why.to_string(),
+                })
+                .collect(),
+            stats: UpdateCounts {
+                added: report.added.len() as u64,
+                removed: report.removed.len() as u64,
+                changed: report.changed.len() as u64,
+                kept: report.kept.len() as u64,
+                bytes: report.bytes,
+                shared: report.shared,
+            },
+        }
+    }
 }
 
 /// `provision`: like `zinstall provision IMAGE`.
@@ -605,6 +756,8 @@ impl Request {
             "copy" => Call::Copy(typed(op, line)?),
             "install" => Call::Install(typed(op, line)?),
             "uninstall" => Call::Uninstall(typed(op, line)?),
+            "update" => Call::Update(typed(op, line)?),
+            "rollback" => Call::Rollback(typed(op, line)?),
             "provision" => Call::Provision(typed(op, line)?),
             "cache-list" => none().map(|()| Call::CacheList)?,
             "cache-gc" => Call::CacheGc(typed(op, line)?),
@@ -622,6 +775,8 @@ impl Request {
             Call::Copy(a) => json!(a),
             Call::Install(a) => json!(a),
             Call::Uninstall(a) => json!(a),
+            Call::Update(a) => json!(a),
+            Call::Rollback(a) => json!(a),
             Call::Provision(a) => json!(a),
             Call::CacheGc(a) => json!(a),
             Call::Status(a) | Call::Cancel(a) => json!(a),
@@ -655,7 +810,7 @@ pub enum ErrorKind {
     Refused,
     /// The job was cancelled.
     Cancelled,
-    /// An install failed.
+    /// An install, uninstall, update or rollback failed.
     Install,
     /// A provision failed.
     Provision,

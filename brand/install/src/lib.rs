@@ -458,15 +458,38 @@ impl Install<'_> {
         let archives = self.preflight()?;
         write_marker(&self.zonepath, State::Installing)
             .map_err(InstallError::before)?;
+        // The manifest is recorded from the page cache while the flush
+        // waits on the disk.
+        let mut recorded = None;
         let r = self.lay_out(&root, &archives).and_then(|s| {
-            if self.sync {
-                self.flush(&root)?;
-            }
-            Ok(s)
+            let (trees, images) =
+                (self.profile.trees.clone(), self.images.clone());
+            let (flushed, pending) = std::thread::scope(|scope| {
+                let pending = std::thread::Builder::new()
+                    .name("manifest".into())
+                    .spawn_scoped(scope, || {
+                        manifest::pending(&root, &trees, &images)
+                    });
+                let flushed =
+                    if self.sync { self.flush(&root) } else { Ok(()) };
+                (flushed, pending.map(|h| h.join()))
+            });
+            recorded = Some(match pending {
+                Ok(Ok(p)) => p,
+                // No thread to spare: recorded here.
+                Err(_) => manifest::pending(&root, &trees, &images),
+                Ok(Err(_)) => manifest::Pending::failed(
+                    &root,
+                    "the recording thread panicked",
+                ),
+            });
+            flushed.map(|()| s)
         });
         match r {
             Ok(s) => {
-                self.record_manifest(&root);
+                if let Some(p) = recorded {
+                    self.save_manifest(p);
+                }
                 write_marker(&self.zonepath, State::Installed)
                     .map_err(InstallError::partial)?;
                 Ok(s)

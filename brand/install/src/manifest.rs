@@ -103,12 +103,13 @@ pub struct Entry {
 }
 
 impl Entry {
-    /// The path's bytes.
-    pub fn path(&self) -> Vec<u8> {
+    /// The path's bytes (borrowed unless the path is stored in hex).
+    pub fn path(&self) -> std::borrow::Cow<'_, [u8]> {
+        use std::borrow::Cow;
         match (&self.p, &self.px) {
-            (Some(p), _) => p.as_bytes().to_vec(),
-            (None, Some(x)) => unhex(x).unwrap_or_default(),
-            (None, None) => Vec::new(),
+            (Some(p), _) => Cow::Borrowed(p.as_bytes()),
+            (None, Some(x)) => Cow::Owned(unhex(x).unwrap_or_default()),
+            (None, None) => Cow::Borrowed(&[]),
         }
     }
 
@@ -164,7 +165,7 @@ pub struct Manifest {
 
 impl Manifest {
     /// The entries by path.
-    pub fn by_path(&self) -> HashMap<Vec<u8>, &Entry> {
+    pub fn by_path(&self) -> HashMap<std::borrow::Cow<'_, [u8]>, &Entry> {
         self.entries.iter().map(|e| (e.path(), e)).collect()
     }
 }
@@ -232,21 +233,29 @@ pub fn hash_copy(
     mut r: impl Read,
     out: &mut impl Write,
 ) -> io::Result<(u64, String)> {
-    let mut h = twox_hash::XxHash3_128::new();
-    let mut buf = vec![0u8; 256 << 10];
-    let mut total = 0u64;
-    loop {
-        let n = match r.read(&mut buf) {
-            Ok(0) => break,
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
-        h.write(&buf[..n]);
-        out.write_all(&buf[..n])?;
-        total += n as u64;
+    // One buffer per thread: a fresh zeroed one per file cost more than
+    // reading the file (tens of thousands of small files per root).
+    thread_local! {
+        static BUF: std::cell::RefCell<Vec<u8>> =
+            std::cell::RefCell::new(vec![0u8; 256 << 10]);
     }
-    Ok((total, format!("{:032x}", h.finish_128())))
+    BUF.with(|b| {
+        let mut buf = b.borrow_mut();
+        let mut h = twox_hash::XxHash3_128::new();
+        let mut total = 0u64;
+        loop {
+            let n = match r.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            h.write(&buf[..n]);
+            out.write_all(&buf[..n])?;
+            total += n as u64;
+        }
+        Ok((total, format!("{:032x}", h.finish_128())))
+    })
 }
 
 /// XXH3-128 of the file at `path` (never through a symlink).
@@ -263,19 +272,7 @@ pub fn hash_file(path: &Path) -> io::Result<String> {
 pub fn xattrs_digest(path: &Path) -> io::Result<Option<String>> {
     #[cfg(target_os = "linux")]
     {
-        let mut pairs = xattrs(path)?;
-        if pairs.is_empty() {
-            return Ok(None);
-        }
-        pairs.sort();
-        let mut h = twox_hash::XxHash3_128::new();
-        for (n, v) in &pairs {
-            h.write(&(n.len() as u64).to_le_bytes());
-            h.write(n);
-            h.write(&(v.len() as u64).to_le_bytes());
-            h.write(v);
-        }
-        Ok(Some(format!("{:032x}", h.finish_128())))
+        Ok(digest_of(xattrs(path)?))
     }
     #[cfg(not(target_os = "linux"))]
     {
@@ -284,26 +281,123 @@ pub fn xattrs_digest(path: &Path) -> io::Result<Option<String>> {
     }
 }
 
+/// The digest of extended attributes (names and values, in any order):
+/// `None` for none.
+pub fn digest_of(mut pairs: Vec<(Vec<u8>, Vec<u8>)>) -> Option<String> {
+    if pairs.is_empty() {
+        return None;
+    }
+    pairs.sort();
+    let mut h = twox_hash::XxHash3_128::new();
+    for (n, v) in &pairs {
+        h.write(&(n.len() as u64).to_le_bytes());
+        h.write(n);
+        h.write(&(v.len() as u64).to_le_bytes());
+        h.write(v);
+    }
+    Some(format!("{:032x}", h.finish_128()))
+}
+
+/// The extended attributes of what `fd` is open on, names and values
+/// (none where the platform lists none).
+pub fn xattrs_fd(
+    fd: std::os::fd::BorrowedFd<'_>,
+) -> io::Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    #[cfg(target_os = "linux")]
+    {
+        let names = match read_sized(|b| rustix::fs::flistxattr(fd, b)) {
+            Ok(n) => n,
+            Err(rustix::io::Errno::NOTSUP) => return Ok(Vec::new()),
+            Err(e) => return Err(e.into()),
+        };
+        let mut out = Vec::new();
+        for name in names.split(|&b| b == 0).filter(|n| !n.is_empty()) {
+            let c = std::ffi::CString::new(name).map_err(io::Error::other)?;
+            let v = read_sized(|b| rustix::fs::fgetxattr(fd, &c, b))?;
+            out.push((name.to_vec(), v));
+        }
+        Ok(out)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = fd;
+        Ok(Vec::new())
+    }
+}
+
+/// What `call` reads into a buffer it is given (an xattr list or value):
+/// a small buffer first, the largest the kernel allows only when the
+/// first is too short. Zeroing 64 KiB per entry cost more than the calls
+/// on a root of tens of thousands of entries.
+#[cfg(target_os = "linux")]
+pub(crate) fn read_sized(
+    mut call: impl FnMut(&mut [u8]) -> rustix::io::Result<usize>,
+) -> rustix::io::Result<Vec<u8>> {
+    let mut small = [0u8; 1024];
+    match call(&mut small) {
+        Ok(n) => return Ok(small[..n].to_vec()),
+        Err(rustix::io::Errno::RANGE) => {}
+        Err(e) => return Err(e),
+    }
+    let mut big = vec![0u8; 64 << 10];
+    let n = call(&mut big)?;
+    big.truncate(n);
+    Ok(big)
+}
+
 /// The extended attributes of `path` (not followed), names and values.
 #[cfg(target_os = "linux")]
 pub fn xattrs(path: &Path) -> io::Result<Vec<(Vec<u8>, Vec<u8>)>> {
     use rustix::fs::{lgetxattr, llistxattr};
-    let mut names = vec![0u8; 64 << 10];
-    let n = match llistxattr(path, &mut names[..]) {
+    let names = match read_sized(|b| llistxattr(path, b)) {
         Ok(n) => n,
         Err(e) if e == rustix::io::Errno::NOTSUP => return Ok(Vec::new()),
         Err(e) => return Err(e.into()),
     };
-    names.truncate(n);
     let mut out = Vec::new();
     for name in names.split(|&b| b == 0).filter(|n| !n.is_empty()) {
         let cname = std::ffi::CString::new(name).map_err(io::Error::other)?;
-        let mut v = vec![0u8; 64 << 10];
-        let n = lgetxattr(path, cname.as_c_str(), &mut v[..])?;
-        v.truncate(n);
+        let v = read_sized(|b| lgetxattr(path, cname.as_c_str(), b))?;
         out.push((name.to_vec(), v));
     }
     Ok(out)
+}
+
+/// The entry for `rel` (bytes) as `st` (an `fstatat` without following)
+/// says: no content hash, no xattr digest, no symlink target.
+// The stat fields' types differ between platforms.
+#[allow(clippy::unnecessary_cast)]
+fn entry_of_stat(rel: &[u8], st: &rustix::fs::Stat) -> Entry {
+    use rustix::fs::FileType;
+    let k = match FileType::from_raw_mode(st.st_mode as _) {
+        FileType::Directory => 'd',
+        FileType::RegularFile => 'f',
+        FileType::Symlink => 'l',
+        FileType::CharacterDevice => 'c',
+        FileType::BlockDevice => 'b',
+        FileType::Fifo => 'p',
+        _ => 's',
+    };
+    let mut e = Entry {
+        p: None,
+        px: None,
+        k,
+        m: st.st_mode as u32 & 0o7777,
+        u: st.st_uid,
+        g: st.st_gid,
+        t: (st.st_mtime as i64, st.st_mtime_nsec as i64),
+        s: if k == 'f' { st.st_size as u64 } else { 0 },
+        h: None,
+        l: None,
+        r: matches!(k, 'c' | 'b').then_some(st.st_rdev as u64),
+        n: None,
+        x: None,
+        o: None,
+        i: None,
+        z: false,
+    };
+    e.set_path(rel);
+    e
 }
 
 /// The entry for `rel` (bytes) as `md` says, without the content hash.
@@ -366,71 +460,49 @@ pub fn origin_of(rel: &[u8], trees: &[String]) -> Option<String> {
         .cloned()
 }
 
+/// One entry recorded, with what groups hard links.
+struct Recorded {
+    entry: Entry,
+    /// Device and inode of a non-directory with other names.
+    linked: Option<(u64, u64)>,
+}
+
 /// Walks `root` (never following a symlink, never leaving its
-/// filesystem) and records every entry; files are hashed in parallel.
+/// filesystem) and records every entry. Everything is reached through
+/// descriptors opened beneath the root without following a symlink
+/// (what the zone's root holds decides nothing about where a read
+/// goes), and directories are read and their files hashed in parallel.
 pub fn record(
     root: &Path,
     trees: &[String],
     images: Vec<ImageRecord>,
 ) -> Result<Manifest, ManifestError> {
-    use rayon::prelude::*;
-    let top = fs::symlink_metadata(root).map_err(io_err("stat", root))?;
-    let mut entries = Vec::new();
+    use std::os::fd::AsFd;
+    let top = rustix::fs::open(
+        root,
+        rustix::fs::OFlags::RDONLY
+            | rustix::fs::OFlags::DIRECTORY
+            | rustix::fs::OFlags::NOFOLLOW
+            | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .map_err(|e| io_err("open", root)(e.into()))?;
+    let st =
+        rustix::fs::fstat(&top).map_err(|e| io_err("stat", root)(e.into()))?;
+    let walk = Walk {
+        root,
+        trees,
+        dev: st.st_dev as u64,
+    };
+    let mut all = walk.dir(top.as_fd(), b"")?;
+    all.sort_by(|a, b| a.entry.path().cmp(&b.entry.path()));
     let mut inodes: HashMap<(u64, u64), Vec<usize>> = HashMap::new();
-    let walk = walkdir::WalkDir::new(root)
-        .follow_links(false)
-        .same_file_system(true)
-        .min_depth(1)
-        .sort_by_file_name();
-    // The walk lists; the attributes and contents are read in parallel.
-    let mut listed = Vec::new();
-    for item in walk {
-        let item = item.map_err(|e| {
-            let path = e.path().unwrap_or(root).to_path_buf();
-            ManifestError::Io {
-                op: "walk",
-                path,
-                source: e
-                    .into_io_error()
-                    .unwrap_or_else(|| io::Error::other("loop")),
-            }
-        })?;
-        let md = item.metadata().map_err(|e| ManifestError::Io {
-            op: "stat",
-            path: item.path().to_path_buf(),
-            source: e
-                .into_io_error()
-                .unwrap_or_else(|| io::Error::other("stat")),
-        })?;
-        listed.push((item.into_path(), md));
-    }
-    let read: Vec<Result<Entry, ManifestError>> = listed
-        .par_iter()
-        .map(|(full, md)| {
-            let rel = full
-                .strip_prefix(root)
-                .map(|r| r.as_os_str().as_bytes().to_vec())
-                .unwrap_or_default();
-            let origin = origin_of(&rel, trees);
-            let mut e = entry_of(&rel, full, md, origin)
-                .map_err(io_err("read attributes of", full))?;
-            e.i = Some((md.ino(), md.ctime(), md.ctime_nsec()));
-            if e.k == 'f' {
-                e.h = Some(hash_file(full).map_err(io_err("hash", full))?);
-            }
-            Ok(e)
-        })
-        .collect();
-    for (r, (_, md)) in read.into_iter().zip(&listed) {
-        let e = r?;
-        if !md.is_dir() && md.nlink() > 1 {
-            inodes
-                .entry((md.dev(), md.ino()))
-                .or_default()
-                .push(entries.len());
+    for (i, r) in all.iter().enumerate() {
+        if let Some(k) = r.linked {
+            inodes.entry(k).or_default().push(i);
         }
-        entries.push(e);
     }
+    let mut entries: Vec<Entry> = all.into_iter().map(|r| r.entry).collect();
     let mut groups: Vec<Vec<usize>> =
         inodes.into_values().filter(|v| v.len() > 1).collect();
     groups.sort();
@@ -442,13 +514,162 @@ pub fn record(
     Ok(Manifest {
         header: Header {
             version: VERSION,
-            root_ino: top.ino(),
+            root_ino: st.st_ino as u64,
             trees: trees.to_vec(),
             images,
             entries: entries.len() as u64,
         },
         entries,
     })
+}
+
+/// The walk of [`record`].
+struct Walk<'a> {
+    root: &'a Path,
+    trees: &'a [String],
+    /// The root's filesystem: a mount point beneath is recorded, not
+    /// entered.
+    dev: u64,
+}
+
+// The stat fields' types differ between platforms.
+#[allow(clippy::unnecessary_cast)]
+impl Walk<'_> {
+    /// Where `rel` is, for an error.
+    fn at(&self, rel: &[u8]) -> PathBuf {
+        self.root.join(std::ffi::OsStr::from_bytes(rel))
+    }
+
+    /// Every entry beneath `dir` (at `rel`), its subdirectories in
+    /// parallel, each opening its own descriptor when it starts.
+    fn dir(
+        &self,
+        dir: std::os::fd::BorrowedFd<'_>,
+        rel: &[u8],
+    ) -> Result<Vec<Recorded>, ManifestError> {
+        use rayon::prelude::*;
+        let names = rustix::fs::Dir::read_from(dir)
+            .map_err(|e| io_err("read", &self.at(rel))(e.into()))?
+            .map(|e| e.map(|e| e.file_name().to_owned()))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| io_err("read", &self.at(rel))(e.into()))?;
+        let per_name = names
+            .par_iter()
+            .filter(|n| n.to_bytes() != b"." && n.to_bytes() != b"..")
+            .map(|name| self.entry(dir, rel, name))
+            .collect::<Result<Vec<Vec<Recorded>>, ManifestError>>()?;
+        Ok(per_name.into_iter().flatten().collect())
+    }
+
+    /// The entry `name` of `dir`, and everything beneath it.
+    fn entry(
+        &self,
+        dir: std::os::fd::BorrowedFd<'_>,
+        parent: &[u8],
+        name: &std::ffi::CStr,
+    ) -> Result<Vec<Recorded>, ManifestError> {
+        use rustix::fs::{AtFlags, Mode, OFlags};
+        use std::os::fd::AsFd;
+        let mut rel = parent.to_vec();
+        if !rel.is_empty() {
+            rel.push(b'/');
+        }
+        rel.extend_from_slice(name.to_bytes());
+        let at = || self.at(&rel);
+        let st = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW)
+            .map_err(|e| io_err("stat", &at())(e.into()))?;
+        let mut e = entry_of_stat(&rel, &st);
+        e.o = origin_of(&rel, self.trees);
+        e.i = Some((
+            st.st_ino as u64,
+            st.st_ctime as i64,
+            st.st_ctime_nsec as i64,
+        ));
+        let open = |flags: OFlags| {
+            rustix::fs::openat(
+                dir,
+                name,
+                flags | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK,
+                Mode::empty(),
+            )
+            .map_err(|e| io_err("open", &at())(e.into()))
+        };
+        let mut below = Vec::new();
+        match e.k {
+            'f' => {
+                let fd = open(OFlags::RDONLY)?;
+                e.x = digest_of(
+                    xattrs_fd(fd.as_fd())
+                        .map_err(io_err("read xattrs of", &at()))?,
+                );
+                e.h = Some(
+                    hash_reader(File::from(fd))
+                        .map_err(io_err("hash", &at()))?,
+                );
+            }
+            'd' => {
+                let fd = open(OFlags::RDONLY | OFlags::DIRECTORY)?;
+                e.x = digest_of(
+                    xattrs_fd(fd.as_fd())
+                        .map_err(io_err("read xattrs of", &at()))?,
+                );
+                if st.st_dev as u64 == self.dev {
+                    below = self.dir(fd.as_fd(), &rel)?;
+                }
+            }
+            'l' => {
+                let target = rustix::fs::readlinkat(dir, name, Vec::new())
+                    .map_err(|e| io_err("read link", &at())(e.into()))?;
+                e.l = Some(hex(target.as_bytes()));
+                e.x = symlink_xattrs(dir, name, &at())
+                    .map_err(io_err("read xattrs of", &at()))?;
+            }
+            _ => {
+                // A device, FIFO or socket is never opened (that could
+                // block or act); its xattrs are read through its parent.
+                e.x = symlink_xattrs(dir, name, &at())
+                    .map_err(io_err("read xattrs of", &at()))?;
+            }
+        }
+        let linked = (e.k != 'd' && st.st_nlink > 1)
+            .then_some((st.st_dev as u64, st.st_ino as u64));
+        below.insert(0, Recorded { entry: e, linked });
+        Ok(below)
+    }
+}
+
+/// The digest of the xattrs of `name` in `dir`, not followed: through
+/// the directory's descriptor (`/proc/self/fd`), since a symlink or a
+/// device cannot be opened for its own; by its path `full` where /proc
+/// is not mounted.
+#[cfg(target_os = "linux")]
+fn symlink_xattrs(
+    dir: std::os::fd::BorrowedFd<'_>,
+    name: &std::ffi::CStr,
+    full: &Path,
+) -> io::Result<Option<String>> {
+    use std::os::fd::AsRawFd;
+    let mut p = format!("/proc/self/fd/{}/", dir.as_raw_fd()).into_bytes();
+    p.extend_from_slice(name.to_bytes());
+    match xattrs(Path::new(std::ffi::OsStr::from_bytes(&p))) {
+        Ok(x) => Ok(digest_of(x)),
+        Err(e)
+            if e.kind() == io::ErrorKind::NotFound
+                && !Path::new("/proc/self/fd").is_dir() =>
+        {
+            Ok(digest_of(xattrs(full)?))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn symlink_xattrs(
+    _: std::os::fd::BorrowedFd<'_>,
+    _: &std::ffi::CStr,
+    _: &Path,
+) -> io::Result<Option<String>> {
+    Ok(None)
 }
 
 /// Writes `m` to `zonepath/name` atomically and durably.
@@ -471,14 +692,20 @@ pub fn write(
             .create_new(true)
             .mode(0o600)
             .open(&tmp)?;
-        let mut z = zstd::stream::Encoder::new(io::BufWriter::new(f), 3)?;
+        // The JSON writer's many small writes are gathered before the
+        // encoder: one compression call per write cost more than the
+        // walk. Level 1: the manifest is written on every install.
+        let mut z = io::BufWriter::with_capacity(
+            256 << 10,
+            zstd::stream::Encoder::new(f, 1)?,
+        );
         serde_json::to_writer(&mut z, &m.header)?;
         z.write_all(b"\n")?;
         for e in &m.entries {
             serde_json::to_writer(&mut z, e)?;
             z.write_all(b"\n")?;
         }
-        let f = z.finish()?.into_inner().map_err(|e| e.into_error())?;
+        let f = z.into_inner().map_err(|e| e.into_error())?.finish()?;
         f.sync_all()?;
         fs::rename(&tmp, &path)?;
         File::open(zonepath)?.sync_all()
@@ -638,40 +865,70 @@ pub fn image_digest(arg: &Path) -> String {
     format!("ref:{}", arg.display())
 }
 
+/// What an install laid out, recorded (not yet written): made on a
+/// thread of its own while the install's flush waits on the disk.
+pub(crate) struct Pending {
+    recorded: Result<Manifest, ManifestError>,
+    took: std::time::Duration,
+}
+
+impl Pending {
+    /// A recording that failed for `why`.
+    pub(crate) fn failed(root: &Path, why: &str) -> Pending {
+        Pending {
+            recorded: Err(ManifestError::Invalid {
+                path: root.to_path_buf(),
+                why: why.into(),
+            }),
+            took: std::time::Duration::ZERO,
+        }
+    }
+}
+
+/// Records the root at `root` for an install of `trees` from `images`:
+/// the images' identities beside the walk of the root.
+pub(crate) fn pending(
+    root: &Path,
+    trees: &[PathBuf],
+    images: &[PathBuf],
+) -> Pending {
+    let t0 = std::time::Instant::now();
+    let trees: Vec<String> = trees
+        .iter()
+        .map(|t| String::from_utf8_lossy(t.as_os_str().as_bytes()).into_owned())
+        .collect();
+    let (images, recorded) = rayon::join(
+        || {
+            images
+                .iter()
+                .map(|i| ImageRecord {
+                    arg: i.display().to_string(),
+                    digest: image_digest(i),
+                })
+                .collect()
+        },
+        || record(root, &trees, Vec::new()),
+    );
+    Pending {
+        recorded: recorded.map(|mut m| {
+            m.header.images = images;
+            m
+        }),
+        took: t0.elapsed(),
+    }
+}
+
 impl crate::Install<'_> {
-    /// Records what the install laid out, before it is marked complete.
+    /// Writes what the install laid out, before it is marked complete.
     /// A failure is logged and the install goes on: the zone works, and
     /// an update of it says that it needs `--force`.
-    pub(crate) fn record_manifest(&mut self, root: &Path) {
+    pub(crate) fn save_manifest(&mut self, p: Pending) {
         let t0 = std::time::Instant::now();
-        let trees: Vec<String> = self
-            .profile
-            .trees
-            .iter()
-            .map(|t| {
-                String::from_utf8_lossy(t.as_os_str().as_bytes()).into_owned()
-            })
-            .collect();
-        // The images' digests (each archive read through) beside the
-        // walk of the root.
-        let (images, recorded) = rayon::join(
-            || {
-                self.images
-                    .iter()
-                    .map(|i| ImageRecord {
-                        arg: i.display().to_string(),
-                        digest: image_digest(i),
-                    })
-                    .collect()
-            },
-            || record(root, &trees, Vec::new()),
-        );
-        match recorded.and_then(|mut m| {
-            m.header.images = images;
+        match p.recorded.and_then(|m| {
             write(&self.zonepath, MANIFEST, &m).map(|()| m.entries.len())
         }) {
             Ok(n) => slog::info!(self.log, "manifest recorded"; "entries" => n,
-                                 "ms" => t0.elapsed().as_millis() as u64),
+                                 "ms" => (p.took + t0.elapsed()).as_millis() as u64),
             Err(e) => {
                 slog::error!(self.log, "manifest not recorded; an update of this root needs --force";
                                    "error" => %e)

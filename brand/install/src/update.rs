@@ -145,6 +145,9 @@ pub enum UpdateError {
     /// The root could not be opened beneath its zonepath.
     #[error("{0}")]
     Copier(#[from] copier::Error),
+    /// Cancelled before the switch: the old root is in place, untouched.
+    #[error("cancelled; the root is as it was")]
+    Cancelled,
 }
 
 fn io_at(
@@ -225,6 +228,9 @@ pub struct Update<'a> {
     /// Hears the name of each stage as it is reached (`cloned`,
     /// `applied`, `recorded`, `switched`, `settled`).
     pub stage: &'a mut dyn FnMut(&str),
+    /// Raised, the update stops before the switch and removes what it
+    /// built (after the switch it finishes).
+    pub cancel: Option<copier::Cancel>,
 }
 
 /// What the new source makes at one path.
@@ -236,6 +242,9 @@ struct Want {
     /// Source inode of a file with other names in the tree.
     inode: Option<(u64, u64)>,
     atime: (i64, i64),
+    /// A file that a link rule makes a symlink of (its owner, times and
+    /// xattrs are the symlink's own, not the source's).
+    redirect: bool,
 }
 
 /// What is to be done at a path.
@@ -330,7 +339,13 @@ impl Update<'_> {
         {
             return Err(UpdateError::ImagesOverTrees);
         }
+        let cancel = self.cancel.clone();
+        let stop = || match &cancel {
+            Some(c) if c.is_cancelled() => Err(UpdateError::Cancelled),
+            _ => Ok(()),
+        };
         let wants = self.wants()?;
+        stop()?;
         let root = zp.join("root");
         let old_root = copier::beneath::Root::open(&root)?;
         let plan =
@@ -353,14 +368,12 @@ impl Update<'_> {
             // A leftover the journal did not name is not built on.
             remove_if(&new_path)?;
             let new_root = copier::beneath::Root::create(&new_path, 0o700)?;
-            let mut links = HashMap::new();
-            clone_tree(
+            report.shared += clone_tree(
                 old_root.as_fd(),
                 new_root.as_fd(),
-                &mut Vec::new(),
+                b"",
                 &new_path,
-                &mut links,
-                report,
+                cancel.as_ref(),
             )?;
             (self.stage)("cloned");
             let mut written = HashMap::new();
@@ -394,7 +407,6 @@ impl Update<'_> {
                 &old,
                 &wants,
                 &plan,
-                &links,
                 &written,
                 &trees,
                 given,
@@ -406,7 +418,7 @@ impl Update<'_> {
                 fs::File::open(&new_path).map_err(io_at("open", &new_path))?;
             copier::fsutil::sync_fs(&f).map_err(io_at("flush", &new_path))?;
             (self.stage)("recorded");
-            Ok(())
+            stop()
         })();
         if let Err(e) = built {
             // Not switched: the old root is in place; what was built
@@ -423,9 +435,16 @@ impl Update<'_> {
     }
 
     /// Every entry the profile's trees make now, with its attributes.
+    /// The walk lists names and applies the rules; the attributes are
+    /// read in parallel.
     fn wants(&self) -> Result<Vec<Want>, UpdateError> {
-        let mut out = Vec::new();
+        use rayon::prelude::*;
+        // Path, path in the root, tree, and the symlink a link rule
+        // makes of it.
+        let mut listed: Vec<(PathBuf, PathBuf, usize, Option<PathBuf>)> =
+            Vec::new();
         let mut scratch = Vec::new();
+        let mut tree_names = Vec::new();
         for t in &self.profile.trees {
             let top = self.profile.source_root.join(t);
             let md = fs::metadata(&top)
@@ -433,11 +452,15 @@ impl Update<'_> {
             if !md.is_dir() {
                 return Err(UpdateError::TreeMissing { tree: top });
             }
-            let tree =
-                String::from_utf8_lossy(t.as_os_str().as_bytes()).into_owned();
+            tree_names.push(
+                String::from_utf8_lossy(t.as_os_str().as_bytes()).into_owned(),
+            );
+            let tree = tree_names.len() - 1;
+            // A mount point is listed, not entered: copied empty, as the
+            // install does.
             let mut it = walkdir::WalkDir::new(&top)
                 .follow_links(false)
-                .sort_by_file_name()
+                .same_file_system(true)
                 .into_iter();
             while let Some(item) = it.next() {
                 let item = item.map_err(|e| UpdateError::Io {
@@ -447,16 +470,14 @@ impl Update<'_> {
                         .into_io_error()
                         .unwrap_or_else(|| io::Error::other("loop")),
                 })?;
-                let src = item.path().to_path_buf();
-                let inner = src.strip_prefix(&top).unwrap_or(Path::new(""));
+                let ft = item.file_type();
+                let inner =
+                    item.path().strip_prefix(&top).unwrap_or(Path::new(""));
                 let rel = if inner.as_os_str().is_empty() {
                     t.clone()
                 } else {
                     t.join(inner)
                 };
-                let md =
-                    fs::symlink_metadata(&src).map_err(io_at("stat", &src))?;
-                let ft = md.file_type();
                 let action = if item.depth() == 0 {
                     &copier::Action::Copy
                 } else {
@@ -472,15 +493,31 @@ impl Update<'_> {
                     // The install skips sockets, FIFOs and devices.
                     continue;
                 }
+                let link = if ft.is_file() {
+                    copier::rules::link_target(action, &rel)
+                } else {
+                    None
+                };
+                listed.push((item.into_path(), rel, tree, link));
+            }
+        }
+        let mut out = listed
+            .into_par_iter()
+            .map(|(src, rel, tree, link)| -> Result<Want, UpdateError> {
+                let md =
+                    fs::symlink_metadata(&src).map_err(io_at("stat", &src))?;
                 let relb = rel.as_os_str().as_bytes().to_vec();
-                let mut entry =
-                    manifest::entry_of(&relb, &src, &md, Some(tree.clone()))
-                        .map_err(io_at("read attributes of", &src))?;
+                let mut entry = manifest::entry_of(
+                    &relb,
+                    &src,
+                    &md,
+                    Some(tree_names[tree].clone()),
+                )
+                .map_err(io_at("read attributes of", &src))?;
                 let mut inode = None;
-                if ft.is_file() {
-                    if let Some(target) =
-                        copier::rules::link_target(action, &rel)
-                    {
+                let redirect = md.is_file() && link.is_some();
+                if md.is_file() {
+                    if let Some(target) = link {
                         // A link rule makes a symlink of it.
                         entry.k = 'l';
                         entry.s = 0;
@@ -491,27 +528,20 @@ impl Update<'_> {
                         inode = Some((md.dev(), md.ino()));
                     }
                 }
-                if ft.is_dir() && md.dev() != md_dev(&top) {
-                    // A mount point: copied empty, as the install does.
-                    it.skip_current_dir();
-                }
-                out.push(Want {
+                Ok(Want {
                     rel: relb,
                     src,
                     entry,
                     inode,
                     atime: (md.atime(), md.atime_nsec()),
-                });
-            }
-        }
+                    redirect,
+                })
+            })
+            .collect::<Result<Vec<Want>, UpdateError>>()?;
         out.sort_by(|a, b| a.rel.cmp(&b.rel));
         out.dedup_by(|a, b| a.rel == b.rel);
         Ok(out)
     }
-}
-
-fn md_dev(p: &Path) -> u64 {
-    fs::metadata(p).map(|m| m.dev()).unwrap_or(0)
 }
 
 /// The images' digests, as the manifest records them.
@@ -617,10 +647,10 @@ fn diff(
     let by_path = old.by_path();
     // Hard-link groups: the set of paths of each, old and new.
     let mut old_groups: HashMap<u64, BTreeSet<&[u8]>> = HashMap::new();
-    let paths: Vec<Vec<u8>> = old.entries.iter().map(Entry::path).collect();
+    let paths: Vec<_> = old.entries.iter().map(Entry::path).collect();
     for (e, p) in old.entries.iter().zip(&paths) {
         if let Some(n) = e.n {
-            old_groups.entry(n).or_default().insert(p.as_slice());
+            old_groups.entry(n).or_default().insert(p.as_ref());
         }
     }
     let mut new_groups: HashMap<(u64, u64), BTreeSet<&[u8]>> = HashMap::new();
@@ -644,7 +674,7 @@ fn diff(
     let mut ops = Vec::with_capacity(wants.len());
     let mut whats: Vec<Vec<&'static str>> = Vec::with_capacity(wants.len());
     for w in wants {
-        let Some(m) = by_path.get(&w.rel) else {
+        let Some(m) = by_path.get(w.rel.as_slice()) else {
             ops.push(Op::Add);
             whats.push(Vec::new());
             continue;
@@ -663,16 +693,19 @@ fn diff(
             if m.m != n.m && n.k != 'l' {
                 what.push("mode");
             }
-            if (m.u, m.g) != (n.u, n.g) && !is_redirect(w) {
+            if (m.u, m.g) != (n.u, n.g) && !w.redirect {
                 what.push("owner");
             }
-            if m.t != n.t && !is_redirect(w) {
+            if m.t != n.t && !w.redirect {
                 what.push("times");
             }
-            if m.x != n.x && !is_redirect(w) {
+            if m.x != n.x && !w.redirect {
                 what.push("xattrs");
             }
-            if n.k == 'f' && members_old(&w.rel, m) != members_new(w) {
+            // Alone before and now (most files): no sets to compare.
+            let grouped = m.n.is_some() || w.inode.is_some();
+            if n.k == 'f' && grouped && members_old(&w.rel, m) != members_new(w)
+            {
                 what.push("links");
             }
             if (m.k == 'c' || m.k == 'b') && m.r != n.r {
@@ -715,7 +748,7 @@ fn diff(
             .o
             .as_ref()
             .is_some_and(|o| trees.contains(o) || old.header.trees.contains(o));
-        if !ours || want_paths.contains(p.as_slice()) {
+        if !ours || want_paths.contains(p.as_ref()) {
             continue;
         }
         if m.k != 'd' && !force {
@@ -727,7 +760,7 @@ fn diff(
                         path: shown(p),
                         why: "changed in the zone since it was installed; the new source removes it",
                     });
-                    blocked.insert(p.clone());
+                    blocked.insert(p.to_vec());
                     continue;
                 }
             }
@@ -736,7 +769,7 @@ fn diff(
             path: shown(p),
             what: Vec::new(),
         });
-        remove.push((p.clone(), m.k));
+        remove.push((p.to_vec(), m.k));
     }
     for (i, w) in wants.iter().enumerate() {
         let what = std::mem::take(&mut whats[i]);
@@ -758,7 +791,7 @@ fn diff(
                 });
             }
             Op::Change | Op::Replace => {
-                let m = by_path[&w.rel];
+                let m = by_path[w.rel.as_slice()];
                 if m.k != 'd' && !force {
                     let why = match zone_state(root, m) {
                         Zone::AsInstalled => None,
@@ -806,12 +839,6 @@ fn diff(
     remove.sort_by(|a, b| b.0.cmp(&a.0));
     remove.dedup();
     Ok(Plan { ops, kept, remove })
-}
-
-fn is_redirect(w: &Want) -> bool {
-    w.entry.k == 'l'
-        && !fs::symlink_metadata(&w.src)
-            .is_ok_and(|m| m.file_type().is_symlink())
 }
 
 fn exists(root: BorrowedFd<'_>, rel: &[u8]) -> bool {
@@ -923,13 +950,11 @@ fn set_xattrs_fd(
     src: &[(Vec<u8>, Vec<u8>)],
     at: &Path,
 ) -> Result<(), UpdateError> {
-    let mut names = vec![0u8; 64 << 10];
-    let n = match rustix::fs::flistxattr(fd, &mut names[..]) {
+    let names = match manifest::read_sized(|b| rustix::fs::flistxattr(fd, b)) {
         Ok(n) => n,
-        Err(rustix::io::Errno::NOTSUP) => 0,
+        Err(rustix::io::Errno::NOTSUP) => Vec::new(),
         Err(e) => return Err(errno_at("list xattrs of", at)(e)),
     };
-    names.truncate(n);
     for name in names.split(|&b| b == 0).filter(|n| !n.is_empty()) {
         if !src.iter().any(|(s, _)| s == name) {
             let c = CString::new(name).map_err(|e| {
@@ -972,38 +997,8 @@ fn xattrs_of(_: &Path) -> Result<Xattrs, UpdateError> {
     Ok(Vec::new())
 }
 
-#[cfg(target_os = "linux")]
 fn xattrs_fd(fd: BorrowedFd<'_>, at: &Path) -> Result<Xattrs, UpdateError> {
-    let mut names = vec![0u8; 64 << 10];
-    let n = match rustix::fs::flistxattr(fd, &mut names[..]) {
-        Ok(n) => n,
-        Err(rustix::io::Errno::NOTSUP) => return Ok(Vec::new()),
-        Err(e) => return Err(errno_at("list xattrs of", at)(e)),
-    };
-    names.truncate(n);
-    let mut out = Vec::new();
-    for name in names.split(|&b| b == 0).filter(|n| !n.is_empty()) {
-        let c = CString::new(name)
-            .map_err(|e| io_at("read xattr of", at)(io::Error::other(e)))?;
-        let mut v = vec![0u8; 64 << 10];
-        let n = rustix::fs::fgetxattr(fd, c.as_c_str(), &mut v[..])
-            .map_err(errno_at("read xattr of", at))?;
-        v.truncate(n);
-        out.push((name.to_vec(), v));
-    }
-    Ok(out)
-}
-
-#[cfg(not(target_os = "linux"))]
-fn xattrs_fd(_: BorrowedFd<'_>, _: &Path) -> Result<Xattrs, UpdateError> {
-    Ok(Vec::new())
-}
-
-/// An entry of the old root linked into the new one: its inode and
-/// change time before the link and after.
-struct Linked {
-    before: (u64, i64, i64),
-    after: (u64, i64, i64),
+    manifest::xattrs_fd(fd).map_err(io_at("read xattrs of", at))
 }
 
 /// A file the update wrote: its content's hash, and its inode and
@@ -1015,51 +1010,82 @@ struct Written {
 }
 
 /// Makes `new` hold what `old` holds: directories anew with their
-/// attributes, every other entry a hard link to the old one. Records
-/// each linked entry's inode and change time before the link (the
-/// manifest's "unchanged since hashed" check carries over only if they
-/// matched).
+/// attributes, every other entry a hard link to the old one; returns how
+/// many entries it made. Subdirectories are cloned in parallel, each
+/// opening its own pair of descriptors when it starts (so a directory of
+/// thousands holds two, not thousands). A linked entry is neither stated
+/// before nor after: the link moves its change time, so the manifest
+/// keeps no stamp for it and a later update hashes it if it must know
+/// whether the zone changed it.
 fn clone_tree(
     old: BorrowedFd<'_>,
     new: BorrowedFd<'_>,
-    rel: &mut Vec<u8>,
+    rel: &[u8],
     new_path: &Path,
-    links: &mut HashMap<Vec<u8>, Linked>,
-    report: &mut Report,
-) -> Result<(), UpdateError> {
+    cancel: Option<&copier::Cancel>,
+) -> Result<u64, UpdateError> {
+    use rayon::prelude::*;
+    use rustix::fs::FileType;
+    if cancel.is_some_and(copier::Cancel::is_cancelled) {
+        return Err(UpdateError::Cancelled);
+    }
     let here = new_path.join(OsStr::from_bytes(rel));
     let top_dev = rustix::fs::fstat(old)
         .map_err(errno_at("stat", &here))?
         .st_dev;
     let dir =
         rustix::fs::Dir::read_from(old).map_err(errno_at("read", &here))?;
-    let mut names = Vec::new();
+    let mut subdirs = Vec::new();
+    let mut made = 0u64;
     for e in dir {
         let e = e.map_err(errno_at("read", &here))?;
-        let n = e.file_name();
-        if n.to_bytes() != b"." && n.to_bytes() != b".." {
-            names.push(n.to_owned());
+        let name = e.file_name();
+        if name.to_bytes() == b"." || name.to_bytes() == b".." {
+            continue;
         }
+        let at = || here.join(OsStr::from_bytes(name.to_bytes()));
+        // The entry's type where the directory says it (illumos's does
+        // not), else from a stat.
+        #[cfg(not(any(target_os = "illumos", target_os = "solaris")))]
+        let listed = e.file_type();
+        #[cfg(any(target_os = "illumos", target_os = "solaris"))]
+        let listed = FileType::Unknown;
+        let is_dir = match listed {
+            FileType::Directory => true,
+            FileType::Unknown => {
+                let st =
+                    rustix::fs::statat(old, name, AtFlags::SYMLINK_NOFOLLOW)
+                        .map_err(errno_at("stat", at()))?;
+                FileType::from_raw_mode(st.st_mode as _) == FileType::Directory
+            }
+            _ => false,
+        };
+        if is_dir {
+            subdirs.push(name.to_owned());
+        } else {
+            rustix::fs::linkat(old, name, new, name, AtFlags::empty())
+                .map_err(errno_at("link", at()))?;
+        }
+        made += 1;
     }
-    for name in names {
-        let at = here.join(OsStr::from_bytes(name.to_bytes()));
-        let st =
-            rustix::fs::statat(old, name.as_c_str(), AtFlags::SYMLINK_NOFOLLOW)
-                .map_err(errno_at("stat", &at))?;
-        let len = rel.len();
-        if !rel.is_empty() {
-            rel.push(b'/');
-        }
-        rel.extend_from_slice(name.to_bytes());
-        if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
+    let below = subdirs
+        .par_iter()
+        .map(|name| -> Result<u64, UpdateError> {
+            let at = here.join(OsStr::from_bytes(name.to_bytes()));
+            let st = rustix::fs::statat(
+                old,
+                name.as_c_str(),
+                AtFlags::SYMLINK_NOFOLLOW,
+            )
+            .map_err(errno_at("stat", &at))?;
             rustix::fs::mkdirat(
                 new,
                 name.as_c_str(),
                 Mode::from_raw_mode(0o700),
             )
             .map_err(errno_at("make", &at))?;
-            let sub_new = open_dir(new, &name).map_err(io_at("open", &at))?;
-            let sub_old = open_dir(old, &name).map_err(io_at("open", &at))?;
+            let sub_new = open_dir(new, name).map_err(io_at("open", &at))?;
+            let sub_old = open_dir(old, name).map_err(io_at("open", &at))?;
             set_owner_mode(
                 sub_new.as_fd(),
                 st.st_uid,
@@ -1071,60 +1097,32 @@ fn clone_tree(
             if !x.is_empty() {
                 set_xattrs_fd(sub_new.as_fd(), &x, &at)?;
             }
-            if st.st_dev == top_dev {
+            let mut sub_rel = rel.to_vec();
+            if !sub_rel.is_empty() {
+                sub_rel.push(b'/');
+            }
+            sub_rel.extend_from_slice(name.to_bytes());
+            let n = if st.st_dev == top_dev {
                 clone_tree(
                     sub_old.as_fd(),
                     sub_new.as_fd(),
-                    rel,
+                    &sub_rel,
                     new_path,
-                    links,
-                    report,
-                )?;
-            }
+                    cancel,
+                )?
+            } else {
+                0
+            };
             set_times_fd(
                 sub_new.as_fd(),
                 (st.st_atime as i64, st.st_atime_nsec as i64),
                 (st.st_mtime as i64, st.st_mtime_nsec as i64),
                 &at,
             )?;
-        } else {
-            rustix::fs::linkat(
-                old,
-                name.as_c_str(),
-                new,
-                name.as_c_str(),
-                AtFlags::empty(),
-            )
-            .map_err(errno_at("link", &at))?;
-            // The link moved the change time: the one after it is what
-            // the new manifest records (a later link to the same inode
-            // moves it again, which only makes the next update hash).
-            let now = rustix::fs::statat(
-                new,
-                name.as_c_str(),
-                AtFlags::SYMLINK_NOFOLLOW,
-            )
-            .map_err(errno_at("stat", &at))?;
-            links.insert(
-                rel.clone(),
-                Linked {
-                    before: (
-                        st.st_ino,
-                        st.st_ctime as i64,
-                        st.st_ctime_nsec as i64,
-                    ),
-                    after: (
-                        now.st_ino,
-                        now.st_ctime as i64,
-                        now.st_ctime_nsec as i64,
-                    ),
-                },
-            );
-        }
-        report.shared += 1;
-        rel.truncate(len);
-    }
-    Ok(())
+            Ok(n)
+        })
+        .collect::<Result<Vec<u64>, UpdateError>>()?;
+    Ok(made + below.iter().sum::<u64>())
 }
 
 /// Writes the plan into the new root: removals deepest first, then each
@@ -1267,7 +1265,7 @@ fn apply(
                     name.as_c_str(),
                 )
                 .map_err(errno_at("make symlink", &at))?;
-                if !is_redirect(w) {
+                if !w.redirect {
                     use rustix::fs::{Gid, Uid};
                     rustix::fs::chownat(
                         &dir,
@@ -1395,7 +1393,6 @@ fn new_manifest(
     old: &Manifest,
     wants: &[Want],
     plan: &Plan,
-    links: &HashMap<Vec<u8>, Linked>,
     written: &HashMap<Vec<u8>, Written>,
     trees: &[String],
     images: Vec<manifest::ImageRecord>,
@@ -1407,11 +1404,9 @@ fn new_manifest(
         wants.iter().map(|w| w.rel.as_slice()).collect();
     let mut out: Vec<Entry> = Vec::new();
     // Carried: what the trees did not lay out, and what they laid out
-    // unchanged. Known content only if it was unchanged since hashed.
-    let fresh = |e: &mut Entry| {
-        let now = links.get(&e.path()).filter(|l| Some(l.before) == e.i);
-        e.i = now.map(|l| l.after);
-    };
+    // unchanged. Linked into the new root, they have no stamp: whether
+    // the zone changed one is known by its hash (see clone_tree).
+    let fresh = |e: &mut Entry| e.i = None;
     let removed: HashSet<&[u8]> =
         plan.remove.iter().map(|(p, _)| p.as_slice()).collect();
     for e in &old.entries {
@@ -1421,8 +1416,8 @@ fn new_manifest(
             .as_ref()
             .is_some_and(|o| trees.contains(o) || old.header.trees.contains(o));
         if ours
-            || want_paths.contains(p.as_slice())
-            || removed.contains(p.as_slice())
+            || want_paths.contains(p.as_ref())
+            || removed.contains(p.as_ref())
         {
             continue;
         }
@@ -1447,7 +1442,7 @@ fn new_manifest(
         let mut e = w.entry.clone();
         if plan.ops[i] == Op::Same {
             // Unchanged: the old entry, hash and group as recorded.
-            if let Some(m) = by_path.get(&w.rel) {
+            if let Some(m) = by_path.get(w.rel.as_slice()) {
                 let mut m = (*m).clone();
                 m.o = e.o.clone();
                 fresh(&mut m);
@@ -1476,7 +1471,7 @@ fn new_manifest(
         out.push(e);
     }
     let mut entries = out;
-    entries.sort_by_key(Entry::path);
+    entries.sort_by(|a, b| a.path().cmp(&b.path()));
     let root_ino = rustix::fs::fstat(new)
         .map_err(errno_at("stat", new_path))?
         .st_ino;

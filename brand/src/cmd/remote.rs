@@ -11,7 +11,8 @@ use zinstall_daemon::client::{Client, ClientError, DAEMON_ENV};
 use zinstall_daemon::config::DEFAULT_SOCKET;
 use zinstall_daemon::protocol::{
     Call, CopyArgs, GcArgs, InstallArgs, JobRef, ProgressInfo, ProvisionArgs,
-    Request, UninstallArgs, stats_from_json,
+    Request, RollbackArgs, UninstallArgs, UpdateArgs, UpdateReply,
+    stats_from_json,
 };
 
 use crate::output::{self, Bar};
@@ -303,6 +304,61 @@ pub fn uninstall(socket: &Path, a: &super::install::UninstallArgs) -> ExitCode {
         false,
     ) {
         Ok(_) => ExitCode::SUCCESS,
+        Err(c) => c,
+    }
+}
+
+/// `zinstall --daemon update`: root's, like install. The stages are
+/// shown as the daemon reaches them; the outcome as the local command
+/// prints it.
+pub fn update(socket: &Path, a: &super::update::UpdateArgs) -> ExitCode {
+    let args = UpdateArgs {
+        zonepath: absolute(&a.zonepath),
+        profile: a.profile.as_deref().map(absolute),
+        images: a.images.iter().map(|p| image_arg(p)).collect(),
+        source_root: a.source_root.as_deref().map(absolute),
+        force: a.force,
+        dry_run: a.dry_run,
+    };
+    let json = a.json;
+    // The stages are the job's phase (`zinstall jobs`); the output is
+    // the local command's.
+    let mut quiet = |_: &str| {};
+    let reply = match call(socket, Call::Update(args), None, &mut quiet, json) {
+        Ok(r) => r,
+        Err(c) => return c,
+    };
+    match serde_json::from_value::<UpdateReply>(reply) {
+        Ok(r) => {
+            super::update::print(&r, a, false);
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            crate::json::fail(
+                json,
+                format_args!(
+                    "zinstalld: an update reply this zinstall cannot read: {e}"
+                ),
+                Value::Null,
+            );
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// `zinstall --daemon rollback`.
+pub fn rollback(socket: &Path, a: &super::update::RollbackArgs) -> ExitCode {
+    let args = RollbackArgs {
+        zonepath: absolute(&a.zonepath),
+    };
+    let json = a.json;
+    let mut quiet = |_: &str| {};
+    match call(socket, Call::Rollback(args), None, &mut quiet, json) {
+        Ok(r) => {
+            let recovered = r.get("recovered").and_then(Value::as_str);
+            super::update::print_rollback(&a.zonepath, recovered, json);
+            ExitCode::SUCCESS
+        }
         Err(c) => c,
     }
 }

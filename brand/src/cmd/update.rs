@@ -7,8 +7,10 @@ use std::process::ExitCode;
 
 use clap::Args;
 
+use crate::cmd::remote::DaemonArg;
 use crate::output;
-use zinstall_install::update::{self, Report, Update};
+use zinstall_daemon::protocol::UpdateReply;
+use zinstall_install::update::{self, Update};
 use zinstall_install::{Profile, profile};
 
 /// Arguments of `zinstall update`.
@@ -41,6 +43,8 @@ pub struct UpdateArgs {
     /// Print the outcome as one JSON object.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub remote: DaemonArg,
 }
 
 /// Arguments of `zinstall rollback`.
@@ -53,6 +57,8 @@ pub struct RollbackArgs {
     /// Print the outcome as one JSON object.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub remote: DaemonArg,
 }
 
 /// A stage to stop at, for the tests of an update killed at each: named
@@ -100,15 +106,12 @@ pub fn run_with(args: &UpdateArgs, profile: Profile, quiet: bool) -> ExitCode {
         force: args.force,
         dry_run: args.dry_run,
         stage: &mut stage,
+        cancel: None,
     }
     .run();
     match r {
         Ok(report) => {
-            if args.json {
-                crate::json::result(report_json(&args.zonepath, &report));
-            } else {
-                show(&report, args.stats, quiet);
-            }
+            print(&UpdateReply::of(&args.zonepath, &report), args, quiet);
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -122,9 +125,17 @@ pub fn run_with(args: &UpdateArgs, profile: Profile, quiet: bool) -> ExitCode {
     }
 }
 
-/// The report as text: one line per path, then the counts.
-fn show(r: &Report, stats: bool, quiet: bool) {
-    if let Some(what) = r.recovered {
+/// The outcome, wherever the update ran: one JSON object with `--json`,
+/// else one line per path, then the counts.
+pub fn print(r: &UpdateReply, args: &UpdateArgs, quiet: bool) {
+    if args.json {
+        match serde_json::to_value(r) {
+            Ok(v) => crate::json::result(v),
+            Err(e) => output::note(format_args!("update: {e}")),
+        }
+        return;
+    }
+    if let Some(what) = &r.recovered {
         output::note(what);
     }
     let verb = |done: &'static str, would: &'static str| {
@@ -135,21 +146,21 @@ fn show(r: &Report, stats: bool, quiet: bool) {
             output::out(format_args!(
                 "{} {}",
                 verb("added", "would add"),
-                output::show(&c.path)
+                output::escape(&c.path)
             ));
         }
         for c in &r.removed {
             output::out(format_args!(
                 "{} {}",
                 verb("removed", "would remove"),
-                output::show(&c.path)
+                output::escape(&c.path)
             ));
         }
         for c in &r.changed {
             output::out(format_args!(
                 "{} {} ({})",
                 verb("changed", "would change"),
-                output::show(&c.path),
+                output::escape(&c.path),
                 c.what.join(", ")
             ));
         }
@@ -159,69 +170,52 @@ fn show(r: &Report, stats: bool, quiet: bool) {
     for k in &r.kept {
         output::note(format_args!(
             "kept {}: {} (--force replaces it)",
-            output::show(&k.path),
+            output::escape(&k.path),
             k.why
         ));
     }
-    if stats || r.dry_run {
+    if args.stats || r.dry_run {
+        let n = &r.stats;
         output::out(format_args!(
             "{}: {} added, {} removed, {} changed, {} kept, {} bytes written, {} entries shared",
             verb("updated", "would update"),
-            r.added.len(),
-            r.removed.len(),
-            r.changed.len(),
-            r.kept.len(),
-            r.bytes,
-            r.shared
+            n.added,
+            n.removed,
+            n.changed,
+            n.kept,
+            n.bytes,
+            n.shared
         ));
     }
 }
 
-fn report_json(zonepath: &std::path::Path, r: &Report) -> serde_json::Value {
-    let changes = |v: &[update::Change]| -> Vec<serde_json::Value> {
-        v.iter()
-            .map(|c| serde_json::json!({ "path": crate::json::path(&c.path), "what": c.what }))
-            .collect()
-    };
-    serde_json::json!({
-        "zonepath": crate::json::path(zonepath),
-        "dry_run": r.dry_run,
-        "recovered": r.recovered,
-        "added": changes(&r.added),
-        "removed": changes(&r.removed),
-        "changed": changes(&r.changed),
-        "kept": r.kept.iter().map(|k| serde_json::json!({
-            "path": crate::json::path(&k.path), "why": k.why,
-        })).collect::<Vec<_>>(),
-        "stats": {
-            "added": r.added.len(),
-            "removed": r.removed.len(),
-            "changed": r.changed.len(),
-            "kept": r.kept.len(),
-            "bytes": r.bytes,
-            "shared": r.shared,
-        },
-    })
+/// A rollback's outcome, wherever it ran.
+pub fn print_rollback(
+    zonepath: &std::path::Path,
+    recovered: Option<&str>,
+    json: bool,
+) {
+    if json {
+        crate::json::result(serde_json::json!({
+            "zonepath": crate::json::path(zonepath),
+            "recovered": recovered,
+        }));
+    } else {
+        if let Some(what) = recovered {
+            output::note(what);
+        }
+        output::out(format_args!(
+            "rolled back {}: the root before the last update is in place",
+            output::show(&zonepath.join("root"))
+        ));
+    }
 }
 
 /// Rolls back; exit 0 or 1.
 pub fn rollback(args: &RollbackArgs) -> ExitCode {
     match update::rollback(&args.zonepath) {
         Ok(recovered) => {
-            if args.json {
-                crate::json::result(serde_json::json!({
-                    "zonepath": crate::json::path(&args.zonepath),
-                    "recovered": recovered,
-                }));
-            } else {
-                if let Some(what) = recovered {
-                    output::note(what);
-                }
-                output::out(format_args!(
-                    "rolled back {}: the root before the last update is in place",
-                    output::show(&args.zonepath.join("root"))
-                ));
-            }
+            print_rollback(&args.zonepath, recovered, args.json);
             ExitCode::SUCCESS
         }
         Err(e) => {
