@@ -97,6 +97,9 @@ impl UnpackBench<'_> {
             contenders.iter().map(|c| c.name.as_str()).collect();
         let dst = scratch.join("unpack-dst");
         let mut flushed: Vec<Vec<Duration>> = vec![Vec::new(); names.len()];
+        // CPU time (user and system) of each run: this process's for
+        // zinstall, the child's for tar.
+        let mut cpu: Vec<Vec<Duration>> = vec![Vec::new(); names.len()];
         let samples = report::interleaved(
             &names,
             self.runs,
@@ -106,6 +109,7 @@ impl UnpackBench<'_> {
                 fs::create_dir_all(&dst).map_err(|e| e.to_string())?;
                 peers::sync();
                 peers::warm(&c.archive).map_err(|e| e.to_string())?;
+                let cpu0 = cpu_time();
                 let t0 = Instant::now();
                 match c.threads {
                     None => {
@@ -136,6 +140,8 @@ impl UnpackBench<'_> {
                     }
                 }
                 let t = t0.elapsed();
+                let used = cpu_time();
+                cpu[i].push((used.0 + used.1).saturating_sub(cpu0.0 + cpu0.1));
                 peers::sync_fs(&dst)?;
                 let d = t0.elapsed();
                 eprintln!(
@@ -167,6 +173,23 @@ impl UnpackBench<'_> {
             report::markdown(&samples, reference),
             report::markdown(&durable, &peers::durable_name(reference))
         );
+        println!(
+            "CPU time of each run (user and system, all threads), median, \
+             and the cores it kept busy (CPU time / wall time):\n\n\
+             | tool | CPU s | cores busy |\n|---|---:|---:|"
+        );
+        for ((n, c), w) in names.iter().zip(&cpu).zip(&samples) {
+            let c = report::Samples {
+                tool: n.to_string(),
+                times: c.clone(),
+            }
+            .median();
+            println!(
+                "| {n} | {:.3} | {:.2} |",
+                c.as_secs_f64(),
+                c.as_secs_f64() / w.median().as_secs_f64().max(1e-9)
+            );
+        }
         Ok(())
     }
 
@@ -222,4 +245,20 @@ fn compressed(plain: &Path, ext: &str, cmd: &str) -> Result<PathBuf, String> {
         ))?;
     }
     Ok(c)
+}
+
+/// CPU time used so far: this process's (every thread) and its waited-for
+/// children's, each user plus system.
+fn cpu_time() -> (Duration, Duration) {
+    let of = |who: libc::c_int| {
+        // SAFETY: getrusage fills the struct it is given.
+        let mut r: libc::rusage = unsafe { std::mem::zeroed() };
+        unsafe { libc::getrusage(who, &mut r) };
+        let tv = |t: libc::timeval| {
+            Duration::from_secs(t.tv_sec as u64)
+                + Duration::from_micros(t.tv_usec as u64)
+        };
+        tv(r.ru_utime) + tv(r.ru_stime)
+    };
+    (of(libc::RUSAGE_SELF), of(libc::RUSAGE_CHILDREN))
 }

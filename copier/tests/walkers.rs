@@ -233,6 +233,10 @@ fn hostile_tree(root: &Path) {
             Some(65534),
         )
         .unwrap();
+    } else {
+        zinstall_testkit::unmet(
+            "root, for the unreadable modes and owned links",
+        );
     }
     // Old times on every directory, deepest first.
     let mut dirs = Vec::new();

@@ -261,6 +261,10 @@ pub fn build_fidelity_tree(root: &Path) -> FixtureInfo {
         fs::create_dir(&closed).unwrap();
         write(&closed.join("secret"), b"closed");
         mode(&closed, 0o000);
+    } else {
+        zinstall_testkit::unmet(
+            "root, for a 0000 directory only root can copy",
+        );
     }
     // Times with nanoseconds, some before 1970, directories last and
     // bottom-up since creating entries changes a directory's mtime.
