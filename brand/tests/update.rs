@@ -529,6 +529,47 @@ fn a_root_without_a_manifest_is_updated_only_with_force() {
     ok(w.update(&zp, &[]));
 }
 
+#[test]
+fn a_root_deeper_than_the_walk_goes_is_installed_unrecorded_and_refused_whole()
+{
+    if !require() {
+        return;
+    }
+    let w = World::new();
+    // 200 directories deep: past the manifest's 128, well short of
+    // PATH_MAX.
+    let deep = w.src.join(format!("usr/{}leaf", "d/".repeat(200)));
+    write(&deep, "deep\n", 0o644, 1_600_000_000);
+    let zp = w.zonepath("zp");
+    w.install(&zp);
+    assert!(zp.join("root/usr/d").is_dir());
+    // Not recorded, said in the log; the zone works.
+    assert!(!zp.join(".zinstall.manifest").exists());
+    let log = fs::read_to_string(w.d.path().join("install.log")).unwrap();
+    assert!(
+        log.contains("manifest not recorded")
+            && log.contains("directories deep"),
+        "{log}"
+    );
+    let o = w.update(&zp, &[]);
+    assert_eq!(o.status.code(), Some(1), "{:?}", text(&o));
+    assert!(text(&o).1.contains("no manifest"), "{:?}", text(&o));
+    // Forced, the clone refuses the depth, not the stack: the root is
+    // the old one and nothing is left beside it.
+    w.change_everything();
+    let before = zinstall_testkit::listing(&zp.join("root"));
+    let o = w.update(&zp, &["--force"]);
+    assert_eq!(o.status.code(), Some(1), "{:?}", text(&o));
+    assert!(text(&o).1.contains("directories deep"), "{:?}", text(&o));
+    assert_eq!(zinstall_testkit::listing(&zp.join("root")), before);
+    let left: Vec<_> = fs::read_dir(&zp)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("root.") || n.starts_with(".zinstall.update"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
 /// Runs an update that stops at `stage` (`ZINSTALL_UPDATE_PAUSE`) and
 /// kills it there with SIGKILL.
 fn kill_at(w: &World, zp: &Path, stage: &str) {

@@ -45,6 +45,10 @@ pub const MAX_FILE: u64 = 1 << 30;
 pub const MAX_LINE: u64 = 64 << 10;
 /// The most entries read back.
 pub const MAX_ENTRIES: usize = 50_000_000;
+/// The deepest a recorded (or updated) root goes: each level of the walk
+/// holds a descriptor and a stack frame, so a deeper root is not recorded
+/// (an update of it then needs `--force`, and is refused past this depth).
+pub const MAX_DEPTH: usize = 128;
 /// The format's version, in the header.
 const VERSION: u32 = 1;
 
@@ -182,6 +186,16 @@ pub enum ManifestError {
         path: PathBuf,
         /// The system's error.
         source: io::Error,
+    },
+    /// The root is deeper than [`MAX_DEPTH`] directories.
+    #[error(
+        "{}: more than {MAX_DEPTH} directories deep; not recorded (an \
+         update of this root needs --force)",
+        path.display()
+    )]
+    TooDeep {
+        /// The first directory past the limit.
+        path: PathBuf,
     },
     /// The file is not a manifest this version reads.
     #[error("{}: {why}", path.display())]
@@ -494,7 +508,10 @@ pub fn record(
         trees,
         dev: st.st_dev as u64,
     };
-    let mut all = walk.dir(top.as_fd(), b"")?;
+    let mut all = match deep_pool() {
+        Some(pool) => pool.install(|| walk.dir(top.as_fd(), b"", 1))?,
+        None => walk.dir(top.as_fd(), b"", 1)?,
+    };
     all.sort_by(|a, b| a.entry.path().cmp(&b.entry.path()));
     let mut inodes: HashMap<(u64, u64), Vec<usize>> = HashMap::new();
     for (i, r) in all.iter().enumerate() {
@@ -523,6 +540,20 @@ pub fn record(
     })
 }
 
+/// A pool for a walk that recurses one frame per directory level: its
+/// threads get stacks for [`MAX_DEPTH`] levels with room to spare (the
+/// global pool's are 2 MiB). `None` if it cannot be made: the caller's
+/// pool then.
+pub(crate) fn deep_pool() -> Option<rayon::ThreadPool> {
+    let n = std::thread::available_parallelism().map_or(2, |n| n.get().min(8));
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(n)
+        .stack_size(32 << 20)
+        .thread_name(|i| format!("manifest-{i}"))
+        .build()
+        .ok()
+}
+
 /// The walk of [`record`].
 struct Walk<'a> {
     root: &'a Path,
@@ -546,6 +577,7 @@ impl Walk<'_> {
         &self,
         dir: std::os::fd::BorrowedFd<'_>,
         rel: &[u8],
+        depth: usize,
     ) -> Result<Vec<Recorded>, ManifestError> {
         use rayon::prelude::*;
         let names = rustix::fs::Dir::read_from(dir)
@@ -556,7 +588,7 @@ impl Walk<'_> {
         let per_name = names
             .par_iter()
             .filter(|n| n.to_bytes() != b"." && n.to_bytes() != b"..")
-            .map(|name| self.entry(dir, rel, name))
+            .map(|name| self.entry(dir, rel, name, depth))
             .collect::<Result<Vec<Vec<Recorded>>, ManifestError>>()?;
         Ok(per_name.into_iter().flatten().collect())
     }
@@ -567,6 +599,7 @@ impl Walk<'_> {
         dir: std::os::fd::BorrowedFd<'_>,
         parent: &[u8],
         name: &std::ffi::CStr,
+        depth: usize,
     ) -> Result<Vec<Recorded>, ManifestError> {
         use rustix::fs::{AtFlags, Mode, OFlags};
         use std::os::fd::AsFd;
@@ -614,7 +647,10 @@ impl Walk<'_> {
                         .map_err(io_err("read xattrs of", &at()))?,
                 );
                 if st.st_dev as u64 == self.dev {
-                    below = self.dir(fd.as_fd(), &rel)?;
+                    if depth >= MAX_DEPTH {
+                        return Err(ManifestError::TooDeep { path: at() });
+                    }
+                    below = self.dir(fd.as_fd(), &rel, depth + 1)?;
                 }
             }
             'l' => {

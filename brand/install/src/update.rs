@@ -145,6 +145,17 @@ pub enum UpdateError {
     /// The root could not be opened beneath its zonepath.
     #[error("{0}")]
     Copier(#[from] copier::Error),
+    /// The root is deeper than the update goes.
+    #[error(
+        "{}: more than {} directories deep; an update does not go this \
+         deep (reinstall instead)",
+        path.display(),
+        manifest::MAX_DEPTH
+    )]
+    TooDeep {
+        /// The first directory past the limit.
+        path: PathBuf,
+    },
     /// Cancelled before the switch: the old root is in place, untouched.
     #[error("cancelled; the root is as it was")]
     Cancelled,
@@ -368,13 +379,20 @@ impl Update<'_> {
             // A leftover the journal did not name is not built on.
             remove_if(&new_path)?;
             let new_root = copier::beneath::Root::create(&new_path, 0o700)?;
-            report.shared += clone_tree(
-                old_root.as_fd(),
-                new_root.as_fd(),
-                b"",
-                &new_path,
-                cancel.as_ref(),
-            )?;
+            let clone = || {
+                clone_tree(
+                    old_root.as_fd(),
+                    new_root.as_fd(),
+                    b"",
+                    &new_path,
+                    cancel.as_ref(),
+                    1,
+                )
+            };
+            report.shared += match manifest::deep_pool() {
+                Some(pool) => pool.install(clone)?,
+                None => clone()?,
+            };
             (self.stage)("cloned");
             let mut written = HashMap::new();
             apply(
@@ -1023,6 +1041,7 @@ fn clone_tree(
     rel: &[u8],
     new_path: &Path,
     cancel: Option<&copier::Cancel>,
+    depth: usize,
 ) -> Result<u64, UpdateError> {
     use rayon::prelude::*;
     use rustix::fs::FileType;
@@ -1102,6 +1121,9 @@ fn clone_tree(
                 sub_rel.push(b'/');
             }
             sub_rel.extend_from_slice(name.to_bytes());
+            if depth >= manifest::MAX_DEPTH {
+                return Err(UpdateError::TooDeep { path: at });
+            }
             let n = if st.st_dev == top_dev {
                 clone_tree(
                     sub_old.as_fd(),
@@ -1109,6 +1131,7 @@ fn clone_tree(
                     &sub_rel,
                     new_path,
                     cancel,
+                    depth + 1,
                 )?
             } else {
                 0
