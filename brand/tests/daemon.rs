@@ -37,6 +37,10 @@ fn tree(root: &Path, dirs: usize, files: usize) {
     }
 }
 
+/// A grant of copy and jobs to uid 65534 under /var/tmp.
+const NOBODY_COPIES: &str = "[[grant]]\nusers = [65534]\noperations = \
+                             [\"copy\", \"jobs\"]\nprefixes = [\"/var/tmp\"]\n";
+
 struct Daemon {
     child: Child,
     dir: tempfile::TempDir,
@@ -163,6 +167,17 @@ impl Daemon {
             .arg(format!("--daemon={}", self.socket.display()))
             .args(args)
             .env_remove("ZINSTALL_DAEMON")
+            .output()
+            .unwrap()
+    }
+
+    /// `zinstall --daemon=SOCKET ARGS` as uid and gid 65534, no groups.
+    fn zinstall_as_nobody(&self, args: &[&str]) -> Output {
+        Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .arg(env!("CARGO_BIN_EXE_zinstall"))
+            .arg(format!("--daemon={}", self.socket.display()))
+            .args(args)
             .output()
             .unwrap()
     }
@@ -449,10 +464,7 @@ fn an_unprivileged_client_gets_only_what_it_is_granted() {
     if !zinstall_testkit::require_root() {
         return;
     }
-    let d = Daemon::start(
-        "[[grant]]\nusers = [65534]\noperations = [\"copy\", \"jobs\"]\n\
-         prefixes = [\"/var/tmp\"]\n",
-    );
+    let d = Daemon::start(NOBODY_COPIES);
     let src = d.path("src");
     tree(&src, 2, 3);
     let secret = src.join("usr/d1/secret");
@@ -461,15 +473,7 @@ fn an_unprivileged_client_gets_only_what_it_is_granted() {
     let out = d.path("nobody");
     fs::create_dir(&out).unwrap();
     std::os::unix::fs::chown(&out, Some(65534), Some(65534)).unwrap();
-    let as_nobody = |args: &[&str]| {
-        Command::new("setpriv")
-            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-            .arg(env!("CARGO_BIN_EXE_zinstall"))
-            .arg(format!("--daemon={}", d.socket.display()))
-            .args(args)
-            .output()
-            .unwrap()
-    };
+    let as_nobody = |args: &[&str]| d.zinstall_as_nobody(args);
     // Granted copy, but the kernel checks it as uid 65534.
     let dst = out.join("copy");
     let o = as_nobody(&["copy", src.to_str().unwrap(), dst.to_str().unwrap()]);
@@ -791,10 +795,7 @@ fn the_daemon_updates_and_rolls_back_roots_for_root_alone() {
     if !zinstall_testkit::require_root() {
         return;
     }
-    let d = Daemon::start(
-        "[[grant]]\nusers = [65534]\noperations = [\"copy\", \"jobs\"]\n\
-         prefixes = [\"/var/tmp\"]\n",
-    );
+    let d = Daemon::start(NOBODY_COPIES);
     let src = d.path("src");
     tree(&src, 2, 3);
     let zp = d.path("zone");
@@ -807,13 +808,7 @@ fn the_daemon_updates_and_rolls_back_roots_for_root_alone() {
     fs::remove_file(src.join("usr/d1/f2")).unwrap();
     write(&src.join("usr/d1/new"), b"added");
     // Not root: refused before anything is read, whatever the grant.
-    let o = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-        .arg(env!("CARGO_BIN_EXE_zinstall"))
-        .arg(format!("--daemon={}", d.socket.display()))
-        .args(["update", "--zonepath", zps])
-        .output()
-        .unwrap();
+    let o = d.zinstall_as_nobody(&["update", "--zonepath", zps]);
     fails_saying(&o, 1, "not granted update");
     // A dry run through the daemon says what a local one says.
     let o = d.zinstall(&["update", "--dry-run", "--zonepath", zps]);

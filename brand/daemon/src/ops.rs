@@ -113,6 +113,25 @@ fn install_error(
     w
 }
 
+/// The profile a request names (else the daemon's), with the source
+/// root it gives.
+fn profile(
+    named: &Option<std::path::PathBuf>,
+    source_root: &Option<std::path::PathBuf>,
+    config: &Config,
+) -> Result<Profile, WireError> {
+    let path = named.clone().unwrap_or_else(|| config.profile.clone());
+    let mut profile = Profile::load(&path).map_err(|e| {
+        let mut w = WireError::new(ErrorKind::Install, e.to_string());
+        w.path = Some(path.clone());
+        w
+    })?;
+    if let Some(s) = source_root {
+        profile.source_root = s.clone();
+    }
+    Ok(profile)
+}
+
 fn install(
     d: &Daemon,
     job: &Arc<Job>,
@@ -121,16 +140,7 @@ fn install(
     config: &Config,
 ) -> Result<Value, WireError> {
     job.set_phase("install");
-    let profile_path =
-        a.profile.clone().unwrap_or_else(|| config.profile.clone());
-    let mut profile = Profile::load(&profile_path).map_err(|e| {
-        let mut w = WireError::new(ErrorKind::Install, e.to_string());
-        w.path = Some(profile_path.clone());
-        w
-    })?;
-    if let Some(s) = &a.source_root {
-        profile.source_root = s.clone();
-    }
+    let mut profile = profile(&a.profile, &a.source_root, config)?;
     if let Some(l) = &a.log {
         profile.log = l.clone();
     }
@@ -251,16 +261,7 @@ fn update(
     config: &Config,
 ) -> Result<Value, WireError> {
     job.set_phase("update");
-    let profile_path =
-        a.profile.clone().unwrap_or_else(|| config.profile.clone());
-    let mut profile = Profile::load(&profile_path).map_err(|e| {
-        let mut w = WireError::new(ErrorKind::Install, e.to_string());
-        w.path = Some(profile_path.clone());
-        w
-    })?;
-    if let Some(s) = &a.source_root {
-        profile.source_root = s.clone();
-    }
+    let profile = profile(&a.profile, &a.source_root, config)?;
     let mut stage = |s: &str| {
         job.set_phase(s);
         job.event(format!("INFO: zinstall: update: {s}"));
