@@ -65,6 +65,14 @@ fn setfattr(p: &Path, name: &str, value: &str) {
     assert!(o.status.success(), "{:?}", text(&o));
 }
 
+/// The file at `p` holds `want`.
+#[track_caller]
+fn assert_text(p: &Path, want: &str) {
+    let got = fs::read_to_string(p)
+        .unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    assert_eq!(got, want, "{}", p.display());
+}
+
 fn chown(p: &Path, uid: u32, gid: u32) {
     std::os::unix::fs::lchown(p, Some(uid), Some(gid)).unwrap();
 }
@@ -363,18 +371,9 @@ fn the_zones_changes_are_kept_and_named_and_force_overwrites_them() {
         err.contains("kept /usr/bin/added: the zone's own entry"),
         "{err}"
     );
-    assert_eq!(
-        fs::read_to_string(root.join("usr/bin/mod")).unwrap(),
-        "edited in the zone\n"
-    );
-    assert_eq!(
-        fs::read_to_string(root.join("usr/bin/own")).unwrap(),
-        "the zone's own\n"
-    );
-    assert_eq!(
-        fs::read_to_string(root.join("usr/share/old/zone-data")).unwrap(),
-        "kept\n"
-    );
+    assert_text(&root.join("usr/bin/mod"), "edited in the zone\n");
+    assert_text(&root.join("usr/bin/own"), "the zone's own\n");
+    assert_text(&root.join("usr/share/old/zone-data"), "kept\n");
     // Everything else as a fresh install has it.
     let fresh = w.fresh("fresh");
     let mut d = differences(&fresh, &root);
@@ -410,18 +409,9 @@ fn the_zones_changes_are_kept_and_named_and_force_overwrites_them() {
     );
     // --force: the host's.
     ok(w.update(&zp, &["--force"]));
-    assert_eq!(
-        fs::read_to_string(root.join("usr/bin/mod")).unwrap(),
-        "version 3\n"
-    );
-    assert_eq!(
-        fs::read_to_string(root.join("usr/bin/added")).unwrap(),
-        "new file\n"
-    );
-    assert_eq!(
-        fs::read_to_string(root.join("usr/bin/own")).unwrap(),
-        "the zone's own\n"
-    );
+    assert_text(&root.join("usr/bin/mod"), "version 3\n");
+    assert_text(&root.join("usr/bin/added"), "new file\n");
+    assert_text(&root.join("usr/bin/own"), "the zone's own\n");
 }
 
 #[test]
@@ -807,10 +797,7 @@ fn a_symlink_the_zone_planted_is_never_written_through() {
     // The zone's change is its own: kept and named.
     let o = ok(w.update(&zp, &[]));
     assert!(text(&o).1.contains("kept /usr/bin/mod"), "{:?}", text(&o));
-    assert_eq!(
-        fs::read_to_string(outside.join("mod")).unwrap(),
-        "the host's own file\n"
-    );
+    assert_text(&outside.join("mod"), "the host's own file\n");
     assert_same(&before, &root);
     // Forced, the write is refused at the symlink, never made through it.
     let o = w.update(&zp, &["--force"]);
@@ -820,10 +807,7 @@ fn a_symlink_the_zone_planted_is_never_written_through() {
         "the error names where: {:?}",
         text(&o)
     );
-    assert_eq!(
-        fs::read_to_string(outside.join("mod")).unwrap(),
-        "the host's own file\n"
-    );
+    assert_text(&outside.join("mod"), "the host's own file\n");
     assert_eq!(fs::read_dir(&outside).unwrap().count(), 1);
     // Nothing switched, nothing left beside the root.
     assert_same(&before, &root);

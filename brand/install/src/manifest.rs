@@ -843,21 +843,7 @@ pub fn read(
 
 /// Removes every manifest of the zonepath and their temporaries.
 pub fn clear(zonepath: &Path) -> io::Result<()> {
-    let entries = match fs::read_dir(zonepath) {
-        Ok(d) => d,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(e),
-    };
-    for e in entries {
-        let e = e?;
-        let name = e.file_name();
-        if name.to_str().is_some_and(|n| n.starts_with(MANIFEST))
-            && !e.file_type()?.is_dir()
-        {
-            fs::remove_file(e.path())?;
-        }
-    }
-    Ok(())
+    crate::state::remove_files_where(zonepath, |n| n.starts_with(MANIFEST))
 }
 
 /// The digest of an image argument as the install applied it.

@@ -256,6 +256,21 @@ pub fn clear(zonepath: &Path) -> io::Result<()> {
         _ => {}
     }
     let prefix = format!("{STATE}.");
+    // The manifest goes with the marker: it describes the root the
+    // marker says is installed.
+    remove_files_where(zonepath, |n| {
+        n.strip_prefix(&prefix)
+            .is_some_and(|pid| pid.bytes().all(|b| b.is_ascii_digit()))
+            || n.starts_with(crate::manifest::MANIFEST)
+    })
+}
+
+/// Removes every file (not directory) in `zonepath` whose name `pick`
+/// takes; no zonepath, nothing to do.
+pub(crate) fn remove_files_where(
+    zonepath: &Path,
+    pick: impl Fn(&str) -> bool,
+) -> io::Result<()> {
     let entries = match fs::read_dir(zonepath) {
         Ok(d) => d,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
@@ -263,15 +278,8 @@ pub fn clear(zonepath: &Path) -> io::Result<()> {
     };
     for e in entries {
         let e = e?;
-        let name = e.file_name();
-        // The manifest goes with the marker: it describes the root the
-        // marker says is installed.
-        let is_tmp = name.to_str().is_some_and(|n| {
-            n.strip_prefix(&prefix)
-                .is_some_and(|pid| pid.bytes().all(|b| b.is_ascii_digit()))
-                || n.starts_with(crate::manifest::MANIFEST)
-        });
-        if is_tmp && !e.file_type()?.is_dir() {
+        if e.file_name().to_str().is_some_and(&pick) && !e.file_type()?.is_dir()
+        {
             fs::remove_file(e.path())?;
         }
     }
