@@ -40,6 +40,14 @@ fn head() -> Map<String, Value> {
     m
 }
 
+/// One of the daemon's typed replies as JSON (what the daemon would send
+/// for the same command).
+pub fn typed(r: &impl serde::Serialize) -> Value {
+    // Strings, numbers, and lists and structs of them: nothing that
+    // cannot become a JSON value.
+    serde_json::to_value(r).unwrap_or(Value::Null)
+}
+
 /// Prints the outcome of a command that succeeded.
 pub fn result(r: Value) {
     outcome(true, Some(r), None);

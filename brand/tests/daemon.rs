@@ -960,3 +960,59 @@ fn the_daemon_makes_device_nodes_only_when_asked() {
             .is_char_device()
     );
 }
+
+/// A daemon whose replies lack a field this zinstall reads (another
+/// version's): `jobs`, `cancel`, `copy` and `cache list` each fail naming
+/// the field, instead of printing zeros and empty strings.
+#[test]
+fn a_reply_this_zinstall_cannot_read_is_an_error_not_zeros() {
+    use std::os::unix::net::UnixListener;
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("other-version.sock");
+    let listener = UnixListener::bind(&socket).unwrap();
+    // Each result as a daemon that renamed one field would send it.
+    let replies = [
+        json!({"v": 1, "reply": "ok", "result": [{"job": 3, "op": "copy",
+            "what": "/a", "uid": 0, "pid": 1, "status": "running",
+            "phase": "copy", "entries": 5, "bytes": 6, "started": 1,
+            "elapsed_ms": 2, "detached": false}]}),
+        json!({"v": 1, "reply": "ok", "result": {"job": 3, "op": "copy",
+            "what": "/a", "uid": 0, "pid": 1, "state": "running",
+            "phase": "copy", "entries": 5, "bytes": 6, "started": 1,
+            "elapsed": 2, "detached": false}}),
+        json!({"v": 1, "reply": "ok", "result": [{"kind": "tree"}]}),
+    ];
+    let cases: [(&[&str], &str); 3] = [
+        (&["jobs"], "missing field `state`"),
+        (&["cancel", "3"], "missing field `elapsed_ms`"),
+        (&["cache", "list"], "missing field `name`"),
+    ];
+    let server = std::thread::spawn(move || {
+        for reply in replies {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut line = String::new();
+            BufReader::new(&s).read_line(&mut line).unwrap();
+            s.write_all(format!("{reply}\n").as_bytes()).unwrap();
+        }
+    });
+    let mut ran = 0;
+    for (args, says) in cases {
+        let o = Command::new(env!("CARGO_BIN_EXE_zinstall"))
+            .arg(format!("--daemon={}", socket.display()))
+            .args(args)
+            .env_remove("ZINSTALL_DAEMON")
+            .output()
+            .unwrap();
+        let t = text(&o);
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {t}");
+        assert!(
+            t.contains("is not one this zinstall reads"),
+            "{args:?}: {t}"
+        );
+        assert!(t.contains(says), "{args:?}: {t}");
+        assert!(!t.contains("JOB    OP"), "{args:?}: printed a table: {t}");
+        ran += 1;
+    }
+    assert_eq!(ran, 3);
+    server.join().unwrap();
+}

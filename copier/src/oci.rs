@@ -16,7 +16,6 @@
 //! The result is the one applying the layer's tar stream gives.
 
 use std::ffi::{CString, OsStr};
-use std::io::BufReader;
 use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
@@ -86,10 +85,8 @@ fn through_layer(
         p.begin(Some(layer.size));
     }
     let r = (|| {
-        let mut blob = BufReader::with_capacity(
-            1 << 20,
-            crate::Metered::new(&mut raw, progress.cloned()),
-        );
+        // Unbuffered: the decoder buffers what it reads.
+        let mut blob = crate::Metered::new(&mut raw, progress.cloned());
         let head = layer_head(image, i, &mut blob, &shown)?;
         let stream = zinstall_archive::compress::decompress(
             std::io::Read::chain(&head[..], blob),

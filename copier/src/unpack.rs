@@ -35,9 +35,10 @@
 //! is read into memory and handed to the worker pool, which creates,
 //! writes and finishes files in parallel; bodies in flight are bounded by
 //! a shared byte budget, so memory stays flat whatever the archive. A
-//! larger body is written by the reader itself, streaming, since the
-//! stream cannot be read ahead of it anyway. A hard link waits until every
-//! queued file is written, so its target exists. Directory metadata is
+//! larger body goes to a worker too, as it is read: the reader hands it
+//! over in chunks through a short channel, so the writing (the costly
+//! part) is a worker's while the reader reads on. A hard link whose target
+//! is still queued waits until every queued file is written. Directory metadata is
 //! applied last, deepest first, so that a read-only directory does not
 //! stop its own contents.
 //!
@@ -85,9 +86,12 @@ use paths::{NodeId, PathTree};
 use read::read_all;
 
 /// From a stream, bodies up to this size go to the pool in memory; larger
-/// ones are streamed by the reader. From a plain tar file every body goes
-/// to the pool as a range of the file.
+/// ones in chunks of this size as they are read. From a plain tar file
+/// every body goes to the pool as a range of the file.
 const SMALL: u64 = 1 << 20;
+/// Chunks of a large body read ahead of its worker: with the one being
+/// read and the one being written, the memory a large body holds.
+const CHUNKS_AHEAD: usize = 4;
 /// Bytes of bodies in flight at most (a few per worker).
 const BUDGET: u64 = 64 << 20;
 /// Paths remembered between two barriers, to keep a later entry for the
@@ -190,9 +194,8 @@ pub fn unpack(
         return run(reader, Some(body_source), archive, root, opts);
     }
     let f = crate::Metered::new(f, opts.progress.clone());
-    let reader =
-        decompress(io::BufReader::with_capacity(1 << 20, f), compression)
-            .map_err(|e| Error::io(Op::Read, archive, e))?;
+    let reader = decompress(f, compression)
+        .map_err(|e| Error::io(Op::Read, archive, e))?;
     let ignored = reader.ignored();
     // Decompressed on a thread of its own: the reader parses and
     // dispatches while the next chunks are decoded.
@@ -238,7 +241,7 @@ fn blame_stream(e: Error, archive: &Path, limit: u64) -> Error {
     if c == Compression::None {
         return e;
     }
-    let checked = decompress(io::BufReader::with_capacity(1 << 20, f), c)
+    let checked = decompress(f, c)
         .and_then(|d| io::copy(&mut d.take(limit), &mut io::sink()));
     let reason = match checked {
         Err(fault) if fault.kind() == io::ErrorKind::UnexpectedEof => {
@@ -468,6 +471,7 @@ fn run<R: Read>(
         error: Mutex::new(None),
         notices: NoticeBoard::default(),
         budget: Gate::default(),
+        spare: Spare::default(),
         pending: Gate::default(),
         temp: AtomicU64::new(0),
         bytes_written: AtomicU64::new(0),
@@ -719,7 +723,8 @@ impl Batcher<'_> {
 
 /// Where a file's bytes are.
 enum Body {
-    /// Read by the reader from a stream.
+    /// Read by the reader from a stream, into a buffer of [`Spare`]'s
+    /// (whose whole capacity the budget counts).
     Bytes(Vec<u8>),
     /// Ranges of the plain tar file: `(offset in the file being written,
     /// length, offset in the archive)`, and the file's real size (larger
@@ -728,22 +733,101 @@ enum Body {
         segments: Vec<(u64, u64, u64)>,
         size: u64,
     },
+    /// Read by the reader while the worker writes it: `size` bytes in
+    /// chunks, in order. Fewer means the reader stopped (and says why).
+    Chunks { rx: Receiver<Vec<u8>>, size: u64 },
 }
 
 impl Body {
     fn len(&self) -> u64 {
         match self {
             Body::Bytes(b) => b.len() as u64,
-            Body::At { size, .. } => *size,
+            Body::At { size, .. } | Body::Chunks { size, .. } => *size,
         }
     }
 
-    /// Bytes of the in-memory budget this body holds.
+    /// Bytes of the in-memory budget this body holds (a chunked body's
+    /// are bounded by its channel instead: its reader waits on its worker
+    /// alone, never on the budget other jobs hold).
     fn held(&self) -> u64 {
         match self {
-            Body::Bytes(b) => b.len() as u64,
-            Body::At { .. } => 0,
+            Body::Bytes(b) => Spare::class(b.len()) as u64,
+            Body::At { .. } | Body::Chunks { .. } => 0,
         }
+    }
+}
+
+/// Body buffers the workers are done with, for the reader to fill again:
+/// a fresh one per body costs its pages' faults and zeroing, more than
+/// the copy into it. Buffers come in size classes (powers of two from
+/// 4 KiB to [`SMALL`]), so any spare one of a class fits a body of it;
+/// what is kept is bounded by the byte budget.
+#[derive(Default)]
+struct Spare {
+    kept: Mutex<(Vec<Vec<Vec<u8>>>, u64)>,
+}
+
+impl Spare {
+    const LEAST: usize = 4 << 10;
+
+    /// The capacity of the buffer a body of `len` bytes is read into.
+    fn class(len: usize) -> usize {
+        match len {
+            0 => 0,
+            _ => len.max(Self::LEAST).next_power_of_two(),
+        }
+    }
+
+    fn index(class: usize) -> usize {
+        (class.trailing_zeros() - Self::LEAST.trailing_zeros()) as usize
+    }
+
+    /// A buffer of `len`'s class, holding what it last held: the caller
+    /// sizes it and reads over all of it.
+    fn take(&self, len: usize) -> Vec<u8> {
+        let class = Self::class(len);
+        if class == 0 {
+            return Vec::new();
+        }
+        let mut g = self.kept.lock().unwrap_or_else(|p| p.into_inner());
+        let (lists, bytes) = &mut *g;
+        if let Some(b) = lists.get_mut(Self::index(class)).and_then(Vec::pop) {
+            *bytes -= class as u64;
+            return b;
+        }
+        drop(g);
+        Vec::with_capacity(class)
+    }
+
+    /// Keeps `b` for another body, within the budget. Its bytes stay:
+    /// the next body is read over them, and `resize` then zeroes only
+    /// what it adds past them.
+    fn give(&self, b: Vec<u8>) {
+        let class = b.capacity();
+        if !class.is_power_of_two()
+            || !(Self::LEAST..=SMALL as usize).contains(&class)
+        {
+            return;
+        }
+        let i = Self::index(class);
+        let mut g = self.kept.lock().unwrap_or_else(|p| p.into_inner());
+        let (lists, bytes) = &mut *g;
+        // Full: room is made in the class holding the most, so what is
+        // kept follows the sizes being read now.
+        while *bytes + class as u64 > BUDGET {
+            let most = (0..lists.len())
+                .filter(|&j| j != i)
+                .max_by_key(|&j| lists[j].len() << j);
+            match most.and_then(|j| lists[j].pop()) {
+                Some(dropped) => *bytes -= dropped.capacity() as u64,
+                None => return,
+            }
+        }
+        if lists.len() <= i {
+            lists.resize_with(i + 1, Vec::new);
+        }
+        lists[i].push(b);
+        *bytes += class as u64;
     }
 }
 
@@ -791,6 +875,7 @@ struct Ctx<'a> {
     error: Mutex<Option<Error>>,
     notices: NoticeBoard,
     budget: Gate,
+    spare: Spare,
     pending: Gate,
     temp: AtomicU64,
     bytes_written: AtomicU64,
@@ -1025,7 +1110,10 @@ impl Ctx<'_> {
                 )
             });
             match r {
-                Ok(()) => {
+                // A chunked body its reader stopped feeding: the reader
+                // says why.
+                Ok(false) => {}
+                Ok(true) => {
                     self.files.fetch_add(1, Ordering::Relaxed);
                     self.bytes_written.fetch_add(n, Ordering::Relaxed);
                     if let Some(f) = &self.flusher {
@@ -1036,10 +1124,15 @@ impl Ctx<'_> {
             }
         }
         self.budget.release(job.body.held());
+        if let Body::Bytes(b) = job.body {
+            self.spare.give(b);
+        }
         self.pending.release(1);
     }
 
-    fn write_file(&self, job: &FileJob) -> Result<()> {
+    /// Creates and writes a job's file; false (and nothing left) when a
+    /// chunked body ended short.
+    fn write_file(&self, job: &FileJob) -> Result<bool> {
         let dir = job.dir.as_raw_fd();
         let (name, temp) = if job.replace {
             (self.temp_name(), true)
@@ -1055,9 +1148,13 @@ impl Ctx<'_> {
                     if end < data.len() as u64 {
                         f.set_len(data.len() as u64)?;
                     }
-                    Ok(())
+                    Ok(true)
                 })
                 .map_err(|e| Error::io(Op::Write, &job.shown, e)),
+            Body::Chunks { rx, size } => {
+                write_chunks(&f, rx, *size, &self.spare)
+                    .map_err(|e| Error::io(Op::Write, &job.shown, e))
+            }
             Body::At { segments, size } => segments
                 .iter()
                 .try_for_each(|&(at, len, from)| {
@@ -1073,13 +1170,24 @@ impl Ctx<'_> {
                     } else {
                         Ok(())
                     }
-                }),
+                })
+                .map(|()| true),
         }
-        .and_then(|()| self.finish_fd(&f, &job.meta, &job.shown));
+        .and_then(|whole| match whole {
+            true => self.finish_fd(&f, &job.meta, &job.shown).map(|()| true),
+            false => Ok(false),
+        });
         drop(f);
-        if let Err(e) = r {
-            let _already_failing = at::unlink(dir, &name, false);
-            return Err(e);
+        match r {
+            Ok(true) => {}
+            Ok(false) => {
+                let _abandoned = at::unlink(dir, &name, false);
+                return Ok(false);
+            }
+            Err(e) => {
+                let _already_failing = at::unlink(dir, &name, false);
+                return Err(e);
+            }
         }
         if temp {
             at::rename(dir, &name, &job.leaf).map_err(|e| {
@@ -1087,7 +1195,7 @@ impl Ctx<'_> {
                 Error::io(Op::Rename, &job.shown, e)
             })?;
         }
-        Ok(())
+        Ok(true)
     }
 
     /// Copies `len` bytes at `offset` of the tar file into `f` at `at`:
@@ -1331,6 +1439,40 @@ fn write_segments<R: Read>(
     // Ends in a hole, or in zeros left as one.
     f.set_len(m.size)
         .map_err(|e| Error::io(Op::Truncate, shown, e))
+}
+
+/// Writes a chunked body as its chunks arrive, zeros left as holes;
+/// false when they stop short of `size`.
+fn write_chunks(
+    f: &File,
+    rx: &Receiver<Vec<u8>>,
+    size: u64,
+    spare: &Spare,
+) -> io::Result<bool> {
+    let mut at = 0u64;
+    let mut end = 0u64;
+    for chunk in rx {
+        if chunk.len() as u64 > size - at {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "more bytes than the member's size",
+            ));
+        }
+        let written = write_data(f, &chunk, at)?;
+        if written > at {
+            end = written;
+        }
+        at += chunk.len() as u64;
+        spare.give(chunk);
+    }
+    if at < size {
+        return Ok(false);
+    }
+    // Ends in zeros left as a hole.
+    if end < size {
+        f.set_len(size)?;
+    }
+    Ok(true)
 }
 
 /// Blocks of zeros this size, at this alignment in the file, are left as

@@ -683,3 +683,100 @@ fn the_layers_own_root_entry_sets_the_roots_metadata() {
     assert_eq!(md.permissions().mode() & 0o7777, 0o750);
     assert_eq!(md.mtime(), 1_600_000_000);
 }
+
+/// `len` bytes that differ with their position (so a chunk out of order or
+/// repeated shows), with a run of zeros from `zeros.0` to `zeros.1`.
+fn patterned(len: usize, zeros: (usize, usize)) -> Vec<u8> {
+    (0..len)
+        .map(|i| match (zeros.0..zeros.1).contains(&i) {
+            true => 0,
+            false => (i / 7 % 251) as u8 + 1,
+        })
+        .collect()
+}
+
+/// Bodies over 1 MiB read from a stream go to a worker in chunks while
+/// the reader reads on: every byte in its place (zeros kept as holes, a
+/// file ending in zeros its full length), a second entry for the same
+/// path replacing the first, a hard link to a body still being written
+/// finding it whole, whatever the worker count.
+#[test]
+fn large_bodies_from_a_stream_are_written_whole() {
+    const MIB: usize = 1 << 20;
+    let big = patterned(5 * MIB / 2 + 3, (MIB - 100, 2 * MIB + 4096 * 3));
+    let tail_zeros = patterned(2 * MIB + 1, (MIB + 12_288, 2 * MIB + 1));
+    let replaced = patterned(3 * MIB, (0, 0));
+    let mut t = Tar::meta("layer");
+    t.dir("root/", 0o755).dir("root/d/", 0o755);
+    t.file("root/d/big", &big, 0o644);
+    t.link(tar::EntryType::Link, "root/d/big.link", "root/d/big");
+    t.file("root/d/tail", &tail_zeros, 0o600);
+    t.file("root/d/twice", &replaced, 0o644);
+    for i in 0..50 {
+        t.file(
+            &format!("root/d/small{i}"),
+            format!("{i}").as_bytes(),
+            0o644,
+        );
+    }
+    t.file("root/d/twice", &big[..MIB + 1], 0o640);
+    let data = zstd::encode_all(&t.bytes()[..], 1).unwrap();
+    for threads in [1, 2, 8] {
+        let s = scene();
+        let r = s.unpack(&data, &layer_opts(threads)).unwrap();
+        let d = s.root.join("d");
+        assert!(fs::read(d.join("big")).unwrap() == big, "{threads}: big");
+        assert!(fs::read(d.join("tail")).unwrap() == tail_zeros, "{threads}");
+        assert!(fs::read(d.join("twice")).unwrap()[..] == big[..MIB + 1]);
+        let twice = fs::metadata(d.join("twice")).unwrap();
+        assert_eq!(twice.mode() & 0o777, 0o640, "{threads}: the second entry");
+        let (b, l) = (
+            fs::metadata(d.join("big")).unwrap(),
+            fs::metadata(d.join("big.link")).unwrap(),
+        );
+        assert_eq!((b.ino(), b.nlink()), (l.ino(), 2), "{threads}");
+        // The zeros are holes: fewer blocks than the length needs.
+        let tail = fs::metadata(d.join("tail")).unwrap();
+        assert!(
+            tail.blocks() * 512 < tail.len() - (MIB as u64) / 2,
+            "{threads}: {} blocks for {} bytes",
+            tail.blocks(),
+            tail.len()
+        );
+        assert_eq!(r.stats.files, 54, "{threads}: {:?}", r.stats);
+        assert_eq!(fs::read_dir(&d).unwrap().count(), 54, "{threads}");
+        s.assert_outside_untouched();
+    }
+}
+
+/// A stream that ends inside a large body is refused as truncated, and
+/// the body written so far is not left behind under any name.
+#[test]
+fn a_stream_cut_inside_a_large_body_leaves_no_part_of_it() {
+    const MIB: usize = 1 << 20;
+    let mut t = Tar::meta("layer");
+    t.dir("root/", 0o755);
+    t.file("root/first", b"whole", 0o644);
+    t.file("root/big", &patterned(4 * MIB, (0, 0)), 0o644);
+    let tar = t.bytes();
+    // Cut after 2.5 MiB of the body: two chunks handed over, the third
+    // short.
+    let cut = tar.len() - 3 * 512 - 3 * MIB / 2;
+    let data = zstd::encode_all(&tar[..cut], 1).unwrap();
+    for threads in [1, 4] {
+        let s = scene();
+        let e = s.unpack(&data, &layer_opts(threads)).unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("truncated"), "{threads}: {msg}");
+        assert!(msg.contains(s.archive.to_str().unwrap()), "{msg}");
+        let left: Vec<_> = fs::read_dir(&s.root)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert!(
+            !left.iter().any(|n| n != "first"),
+            "{threads}: left {left:?}"
+        );
+        s.assert_outside_untouched();
+    }
+}

@@ -5,9 +5,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
-use crate::protocol::{ErrorKind, ProgressInfo, WireError};
+use crate::protocol::{ErrorKind, JobInfo, ProgressInfo, WireError};
 
 /// Where a job is.
 #[derive(Clone, Debug, PartialEq)]
@@ -197,33 +197,32 @@ impl Job {
         }
     }
 
-    /// What `jobs` and `status` show.
-    pub fn describe(&self) -> Value {
+    /// What `jobs`, `status` and `cancel` show.
+    pub fn describe(&self) -> JobInfo {
         let elapsed = self.elapsed();
         let g = self.lock();
-        let mut v = json!({
-            "job": self.id,
-            "op": self.op,
-            "what": self.what,
-            "uid": self.owner,
-            "pid": self.pid,
-            "state": g.state.name(),
-            "phase": g.phase,
-            "entries": self.entries.load(Ordering::Relaxed),
-            "bytes": self.bytes.load(Ordering::Relaxed),
-            "started": self.started_unix,
-            "elapsed_ms": elapsed.as_millis() as u64,
-            "detached": g.detached,
-        });
-        if let Some(pid) = g.process {
-            v["process"] = json!(pid);
+        let (result, error) = match &g.state {
+            State::Done(r) => (Some(r.clone()), None),
+            State::Failed(e) => (None, Some(e.clone())),
+            State::Queued | State::Running => (None, None),
+        };
+        JobInfo {
+            job: self.id,
+            op: self.op.to_string(),
+            what: self.what.clone(),
+            uid: self.owner,
+            pid: self.pid,
+            state: g.state.name().to_string(),
+            phase: g.phase.clone(),
+            entries: self.entries.load(Ordering::Relaxed),
+            bytes: self.bytes.load(Ordering::Relaxed),
+            started: self.started_unix,
+            elapsed_ms: elapsed.as_millis() as u64,
+            detached: g.detached,
+            process: g.process,
+            result,
+            error,
         }
-        match &g.state {
-            State::Done(r) => v["result"] = r.clone(),
-            State::Failed(e) => v["error"] = json!(e),
-            _ => {}
-        }
-        v
     }
 }
 

@@ -49,6 +49,7 @@ mod ops;
 pub mod process;
 pub mod protocol;
 mod queue;
+pub mod replies;
 pub mod server;
 mod state;
 #[allow(unsafe_code)]

@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 use slog::info;
 
 use copier::Plan;
@@ -16,9 +16,10 @@ use zinstall_provision::{ProvisionOptions, ProvisionRequest};
 use crate::config::Config;
 use crate::jobs::Job;
 use crate::protocol::{
-    Call, CopyArgs, ErrorKind, GcArgs, InstallArgs, ProvisionArgs,
+    CacheEntryReply, Call, CopyArgs, CopyReply, ErrorKind, GcArgs, GcReply,
+    InstallArgs, InstallReply, NoticeInfo, ProvisionArgs, ProvisionReply,
     RollbackArgs, UninstallArgs, UpdateArgs, UpdateReply, WireError,
-    normalized, notices_json, stats_json,
+    ZonepathReply, normalized, reply_value,
 };
 use crate::state::Daemon;
 use crate::sys::Peer;
@@ -71,9 +72,7 @@ fn copy(d: &Daemon, job: &Arc<Job>, a: &CopyArgs) -> Result<Value, WireError> {
         plan = plan.rules(rules, Path::new(""));
     }
     match plan.run() {
-        Ok(r) => {
-            Ok(copy_result(&src, &dst, &r.stats, notices_json(&r.notices)))
-        }
+        Ok(r) => copy_result(&src, &dst, r.stats, NoticeInfo::of(&r.notices)),
         Err(f) => Err(WireError::from_failure(&f)),
     }
 }
@@ -82,14 +81,14 @@ fn copy(d: &Daemon, job: &Arc<Job>, a: &CopyArgs) -> Result<Value, WireError> {
 pub(crate) fn copy_result(
     src: &Path,
     dst: &Path,
-    stats: &copier::Stats,
-    notices: Value,
-) -> Value {
-    json!({
-        "src": src,
-        "dst": dst,
-        "stats": stats_json(stats),
-        "notices": notices,
+    stats: copier::Stats,
+    notices: Vec<NoticeInfo>,
+) -> Result<Value, WireError> {
+    reply_value(&CopyReply {
+        src: src.to_string_lossy().into_owned(),
+        dst: dst.to_string_lossy().into_owned(),
+        stats,
+        notices,
     })
 }
 
@@ -213,11 +212,11 @@ fn install(
         });
     }
     match r {
-        Ok(s) => Ok(json!({
-            "zonepath": a.zonepath,
-            "stats": stats_json(&s.stats),
-            "notices": notices_json(&s.notices),
-        })),
+        Ok(s) => reply_value(&InstallReply {
+            zonepath: a.zonepath.to_string_lossy().into_owned(),
+            notices: NoticeInfo::of(&s.notices),
+            stats: s.stats,
+        }),
         Err(e) => Err(install_error(job, &a.zonepath, &e)),
     }
 }
@@ -231,8 +230,11 @@ fn uninstall(
     let mut events =
         |e: &zinstall_install::Event| job.event(format!("INFO: zinstall: {e}"));
     zinstall_install::uninstall(&a.zonepath, a.foreign, d.log(), &mut events)
-        .map(|()| json!({ "zonepath": a.zonepath }))
-        .map_err(|e| install_error(job, &a.zonepath, &e))
+        .map_err(|e| install_error(job, &a.zonepath, &e))?;
+    reply_value(&ZonepathReply {
+        zonepath: a.zonepath.to_string_lossy().into_owned(),
+        recovered: None,
+    })
 }
 
 /// An update's or a rollback's failure as the wire carries it.
@@ -289,10 +291,10 @@ fn update(
 fn rollback(job: &Arc<Job>, a: &RollbackArgs) -> Result<Value, WireError> {
     job.set_phase("rollback");
     match zinstall_install::update::rollback(&a.zonepath) {
-        Ok(recovered) => Ok(json!({
-            "zonepath": a.zonepath.to_string_lossy(),
-            "recovered": recovered,
-        })),
+        Ok(recovered) => reply_value(&ZonepathReply {
+            zonepath: a.zonepath.to_string_lossy().into_owned(),
+            recovered: recovered.map(str::to_string),
+        }),
         Err(e) => Err(update_error(job, &a.zonepath, &e)),
     }
 }
@@ -392,7 +394,7 @@ fn provision(
         info!(d.log(), "cache entry altered"; "entry" => old.old.name(), "why" => &old.why,
               "rebuilt" => r.entry.name());
     }
-    Ok(crate::protocol::provision_json(&a.image, &r))
+    reply_value(&ProvisionReply::of(&a.image, &r))
 }
 
 /// A provision's failure as the daemon's client should read it: the
@@ -431,7 +433,7 @@ pub fn cache_list(config: &Config) -> Result<Value, WireError> {
     let cache = Cache::new(config.cache.clone())
         .map_err(|e| cache_error(config, &e))?;
     let entries = cache.list().map_err(|e| cache_error(config, &e))?;
-    Ok(crate::protocol::cache_list_json(&entries))
+    reply_value(&CacheEntryReply::list(&entries))
 }
 
 fn cache_gc(
@@ -450,7 +452,7 @@ fn cache_gc(
             release_missing: a.release_missing,
         })
         .map_err(|e| cache_error(config, &e))?;
-    Ok(crate::protocol::gc_json(&r, a.dry_run))
+    reply_value(&GcReply::of(&r, a.dry_run))
 }
 
 fn cache_error(

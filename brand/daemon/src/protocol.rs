@@ -30,6 +30,12 @@ use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+pub use crate::replies::{
+    CacheEntryReply, CopyReply, GcEntryDecision, GcReply, GuestInfo,
+    InstallReply, JobInfo, NoticeInfo, ProvisionReply, ReplacedInfo,
+    StoreGcInfo, StoreImageDecision, ZonepathReply, reply_value,
+};
+
 /// The protocol version this build speaks.
 pub const VERSION: u32 = 1;
 
@@ -1025,135 +1031,7 @@ pub fn stats_from_json(v: &Value) -> Result<copier::Stats, serde_json::Error> {
 
 /// What was noticed and not kept, as `--json` shows it.
 pub fn notices_json(n: &[copier::Notice]) -> Value {
-    n.iter()
-        .map(|n| {
-            json!({
-                "kind": n.kind.name(),
-                "notice": n.to_string(),
-                "count": n.count,
-                "example": n.example.to_string_lossy(),
-            })
-        })
-        .collect()
-}
-
-/// A provisioning's outcome, as `zinstall provision --json` prints it and
-/// the daemon returns it.
-pub fn provision_json(
-    image: &std::path::Path,
-    r: &zinstall_provision::ProvisionReport,
-) -> Value {
-    use zinstall_provision::GuestKind;
-    use zinstall_provision::cache::Obtained;
-    let (obtained, build_ms) = match r.obtained {
-        Obtained::Built(t) => ("built", Some(t.as_millis() as u64)),
-        Obtained::Rebuilt(t) => ("rebuilt", Some(t.as_millis() as u64)),
-        Obtained::Reused => ("reused", None),
-    };
-    json!({
-        "image": image,
-        "kind": r.image.describe(),
-        "entry": r.entry.name(),
-        "payload": r.entry.payload(),
-        "sha256": r.entry.sha256,
-        "obtained": obtained,
-        "build_ms": build_ms,
-        "notices": r.notices,
-        "replaced": r.replaced.as_ref().map(|o| json!({
-            "entry": o.old.name(),
-            "why": o.why,
-        })),
-        "guests": r.guests.iter().map(|g| {
-            let mut v = json!({
-                "path": g.path,
-                "ms": g.took.as_millis() as u64,
-                "shown": g.to_string(),
-                "hostname": g.identity.hostname,
-                "machine_id": g.identity.machine_id,
-                "ssh_host_keys": g.identity.host_keys,
-            });
-            match g.kind {
-                GuestKind::Tree { reflinked } => {
-                    v["kind"] = "tree".into();
-                    v["reflinked"] = reflinked.into();
-                }
-                GuestKind::Disk { virtual_size } => {
-                    v["kind"] = "qcow2".into();
-                    v["virtual_size"] = virtual_size.into();
-                }
-            }
-            v
-        }).collect::<Vec<_>>(),
-    })
-}
-
-/// The cache's entries, oldest first, as `zinstall cache list --json`
-/// prints them and the daemon returns them.
-pub fn cache_list_json(
-    entries: &[zinstall_provision::cache::EntryInfo],
-) -> Value {
-    entries
-        .iter()
-        .map(|e| {
-            let state = match (&e.altered, e.immutable) {
-                (Some(_), _) => "altered",
-                (None, true) => "immutable",
-                (None, false) => "stamped",
-            };
-            json!({
-                "kind": e.entry.kind.as_str(),
-                "name": e.entry.name(),
-                "sha256": e.entry.sha256,
-                "generation": e.entry.generation,
-                "payload": e.entry.payload(),
-                "size": e.size,
-                "created": e.created,
-                "last_used": e.last_used,
-                "source": e.source,
-                "guests": e.users,
-                "layers": e.layers,
-                "used_by": e.used_by,
-                "state": state,
-                "altered": e.altered,
-                "immutable": e.immutable,
-            })
-        })
-        .collect()
-}
-
-/// What `cache gc` decided and did, as `zinstall cache gc --json` prints
-/// it and the daemon returns it.
-pub fn gc_json(
-    r: &zinstall_provision::cache::GcReport,
-    dry_run: bool,
-) -> Value {
-    json!({
-        "dry_run": dry_run,
-        "removed": r.removed.iter().map(|e| e.name()).collect::<Vec<_>>(),
-        "freed": r.freed,
-        "stale_builds_removed": r.scratch_removed,
-        "kept_in_use": r.kept_in_use,
-        "decisions": r.decisions.iter().map(|g| json!({
-            "entry": g.entry.name(),
-            "size": g.size,
-            "remove": g.remove,
-            "why": g.why,
-        })).collect::<Vec<_>>(),
-        "store": json!({
-            "busy": r.store.busy,
-            "freed": r.store.freed,
-            "blobs_removed": r.store.blobs_removed,
-            "partial_removed": r.store.partial_removed,
-            "size_after": r.store.size_after,
-            "decisions": r.store.decisions.iter().map(|d| json!({
-                "image": d.image.digest,
-                "names": d.image.names,
-                "size": d.image.size,
-                "remove": d.remove,
-                "why": d.why,
-            })).collect::<Vec<_>>(),
-        }),
-    })
+    serde_json::to_value(NoticeInfo::of(n)).unwrap_or(Value::Null)
 }
 
 #[cfg(test)]
@@ -1389,5 +1267,71 @@ mod test {
         assert_eq!(some.dirs, 0);
         let e = stats_from_json(&json!({"files": "three"})).unwrap_err();
         assert!(e.to_string().contains("invalid type"), "{e}");
+    }
+
+    /// The typed replies read back what the daemon sends; a field the
+    /// other side lacks or renamed is an error naming it, never a zero or
+    /// an empty string.
+    #[test]
+    fn typed_replies_round_trip_and_a_missing_field_is_an_error() {
+        let job = JobInfo {
+            job: 7,
+            op: "copy".into(),
+            what: "/srv/a".into(),
+            uid: 1000,
+            pid: 4242,
+            state: "running".into(),
+            phase: "copy".into(),
+            entries: 10,
+            bytes: 20,
+            started: 1_700_000_000,
+            elapsed_ms: 30,
+            detached: false,
+            process: Some(99),
+            result: None,
+            error: None,
+        };
+        let line = serde_json::to_string(&vec![job.clone()]).unwrap();
+        let back: Vec<JobInfo> = serde_json::from_str(&line).unwrap();
+        assert_eq!(back, vec![job.clone()]);
+        let mut v = serde_json::to_value(&job).unwrap();
+        // Optional fields are left out when empty, as before.
+        assert!(v.get("result").is_none() && v.get("error").is_none());
+        let state = v.as_object_mut().unwrap().remove("state").unwrap();
+        v["status"] = state;
+        let e = serde_json::from_value::<JobInfo>(v).unwrap_err();
+        assert!(e.to_string().contains("missing field `state`"), "{e}");
+
+        let copy = CopyReply {
+            src: "/a".into(),
+            dst: "/b".into(),
+            stats: copier::Stats {
+                files: 3,
+                ..Default::default()
+            },
+            notices: vec![NoticeInfo {
+                kind: "xattr".into(),
+                notice: "1 xattr not kept".into(),
+                count: 1,
+                example: "/a/x".into(),
+            }],
+        };
+        let v = reply_value(&copy).unwrap();
+        assert_eq!(v["stats"]["files"], 3);
+        assert_eq!(v["notices"][0]["notice"], "1 xattr not kept");
+        let back: CopyReply = serde_json::from_value(v.clone()).unwrap();
+        assert_eq!(back, copy);
+        let mut v = v;
+        v.as_object_mut().unwrap().remove("notices");
+        let e = serde_json::from_value::<CopyReply>(v).unwrap_err();
+        assert!(e.to_string().contains("missing field `notices`"), "{e}");
+
+        let rb = ZonepathReply {
+            zonepath: "/zones/z".into(),
+            recovered: Some("root.new".into()),
+        };
+        let back: ZonepathReply =
+            serde_json::from_value(reply_value(&rb).unwrap()).unwrap();
+        assert_eq!(back, rb);
     }
 }

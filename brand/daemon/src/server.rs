@@ -21,7 +21,8 @@ use crate::jobs::State;
 use crate::limits::Summary;
 use crate::ops;
 use crate::protocol::{
-    BadRequest, Call, ErrorKind, MAX_LINE, Reply, Request, VERSION, WireError,
+    BadRequest, Call, ErrorKind, JobInfo, MAX_LINE, Reply, Request, VERSION,
+    WireError, reply_value,
 };
 pub use crate::state::Options;
 use crate::state::{self, Daemon};
@@ -584,14 +585,16 @@ fn quick(
             "workers": d.pool().threads(),
             "walkers": d.pool().walkers(),
         })),
-        Call::Jobs => Ok(Value::Array(
-            d.jobs
+        Call::Jobs => {
+            let jobs: Vec<JobInfo> = d
+                .jobs
                 .list()
                 .iter()
                 .filter(|j| visible(j.owner))
                 .map(|j| j.describe())
-                .collect(),
-        )),
+                .collect();
+            reply_value(&jobs)
+        }
         Call::Status(r) | Call::Cancel(r) => {
             let job =
                 d.jobs.get(r.job).filter(|j| visible(j.owner)).ok_or_else(
@@ -608,7 +611,7 @@ fn quick(
                 d.queue.cancel_queued(job.id);
                 info!(d.log, "cancel"; "job" => job.id, "uid" => peer.uid, "pid" => peer.pid);
             }
-            Ok(job.describe())
+            reply_value(&job.describe())
         }
         Call::CacheList => ops::cache_list(config),
         _ => Err(WireError::new(

@@ -7,7 +7,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use clap::{Args, Subcommand};
 use serde_json::Value;
-use zinstall_daemon::protocol;
+use zinstall_daemon::replies::{CacheEntryReply, GcReply, ProvisionReply};
 use zinstall_provision::cache::{Cache, GcOptions};
 use zinstall_provision::identity::{HostKeys, MachineId};
 use zinstall_provision::{
@@ -350,14 +350,14 @@ pub fn provision(args: &ProvisionArgs) -> ExitCode {
     }
     match r {
         Ok(r) => {
-            let v = protocol::provision_json(&args.image, &r);
+            let reply = ProvisionReply::of(&args.image, &r);
             if json {
-                crate::json::result(v);
+                crate::json::result(crate::json::typed(&reply));
             } else {
                 for n in &r.notices {
                     output::note(n);
                 }
-                print_provision(&v);
+                print_provision(&reply);
             }
             ExitCode::SUCCESS
         }
@@ -460,39 +460,33 @@ fn print_preview(v: &Value) {
     }
 }
 
-/// A provisioning's outcome ([`protocol::provision_json`]) as text: the
-/// note of an altered entry, then one summary line.
-pub fn print_provision(v: &Value) {
-    let s = |v: &Value| v.as_str().unwrap_or_default().to_string();
-    if let Some(old) = v["replaced"].as_object() {
+/// A provisioning's outcome as text: the note of an altered entry, then
+/// one summary line.
+pub fn print_provision(r: &ProvisionReply) {
+    if let Some(old) = &r.replaced {
         output::note(format_args!(
             "cache entry {} was altered ({}); rebuilt as {}",
-            s(&old["entry"]),
-            s(&old["why"]),
-            s(&v["entry"])
+            old.entry, old.why, r.entry
         ));
     }
-    let took =
-        std::time::Duration::from_millis(v["build_ms"].as_u64().unwrap_or(0));
+    let took = std::time::Duration::from_millis(r.build_ms.unwrap_or(0));
     let took = copier::stats::human_duration(took);
-    let how = match v["obtained"].as_str() {
-        Some("built") => format!("extracted once in {took}"),
-        Some("rebuilt") => format!("rebuilt in {took}"),
+    let how = match r.obtained.as_str() {
+        "built" => format!("extracted once in {took}"),
+        "rebuilt" => format!("rebuilt in {took}"),
         _ => "cached".to_string(),
     };
-    let guests = v["guests"].as_array().map_or(0, Vec::len) as u64;
     output::out(format_args!(
         "provisioned {} from {} ({}, {how}): {}",
-        output::count(guests, "guest", "guests"),
-        s(&v["image"]),
-        s(&v["kind"]),
-        s(&v["payload"])
+        output::count(r.guests.len() as u64, "guest", "guests"),
+        r.image,
+        r.kind,
+        r.payload
     ));
 }
 
-/// The cache's entries ([`protocol::cache_list_json`]) as a table.
-pub fn print_cache_list(v: &Value) {
-    let s = |v: &Value| v.as_str().unwrap_or_default().to_string();
+/// The cache's entries as a table.
+pub fn print_cache_list(entries: &[CacheEntryReply]) {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
@@ -500,136 +494,105 @@ pub fn print_cache_list(v: &Value) {
     output::out(
         "kind  sha256          size        age   used  guests  state      source",
     );
-    for e in v.as_array().into_iter().flatten() {
-        let sha = s(&e["sha256"]);
-        let generation = match e["generation"].as_u64().unwrap_or(0) {
+    for e in entries {
+        let generation = match e.generation {
             0 => String::new(),
             g => format!(".{g}"),
         };
-        let guests = e["guests"].as_array().map_or(&[][..], Vec::as_slice);
         output::out(format_args!(
             "{:<5} {:<14}  {:>9}  {:>5}  {:>5}  {:>6}  {:<9}  {}",
-            s(&e["kind"]),
-            format!("{}{generation}", sha.get(..12).unwrap_or(&sha)),
-            human(e["size"].as_u64().unwrap_or(0)),
-            age(now.saturating_sub(e["created"].as_u64().unwrap_or(now))),
-            age(now.saturating_sub(e["last_used"].as_u64().unwrap_or(now))),
-            guests.len(),
-            s(&e["state"]),
-            s(&e["source"])
+            e.kind,
+            format!("{}{generation}", e.sha256.get(..12).unwrap_or(&e.sha256)),
+            human(e.size),
+            age(now.saturating_sub(e.created)),
+            age(now.saturating_sub(e.last_used)),
+            e.guests.len(),
+            e.state,
+            e.source
         ));
-        if let Some(why) = e["altered"].as_str() {
+        if let Some(why) = &e.altered {
             output::out(format_args!("      altered: {why}"));
         }
-        for u in guests {
-            output::out(format_args!("      used by {}", s(u)));
+        for u in &e.guests {
+            output::out(format_args!("      used by {u}"));
         }
-        let names = |k: &str| {
-            e[k].as_array()
-                .map(|v| v.iter().map(s).collect::<Vec<_>>())
-                .unwrap_or_default()
-        };
-        let layers = names("layers");
-        if !layers.is_empty() {
+        if !e.layers.is_empty() {
             output::out(format_args!(
                 "      {} layers: {}",
-                layers.len(),
-                layers.join(" ")
+                e.layers.len(),
+                e.layers.join(" ")
             ));
         }
-        let used_by = names("used_by");
-        if !used_by.is_empty() {
-            let shared = if used_by.len() > 1 { ", shared" } else { "" };
+        if !e.used_by.is_empty() {
+            let n = e.used_by.len();
+            let shared = if n > 1 { ", shared" } else { "" };
             output::out(format_args!(
-                "      in {} image{}{shared}: {}",
-                used_by.len(),
-                if used_by.len() == 1 { "" } else { "s" },
-                used_by.join(" ")
+                "      in {n} image{}{shared}: {}",
+                if n == 1 { "" } else { "s" },
+                e.used_by.join(" ")
             ));
         }
     }
 }
 
-/// What gc decided ([`protocol::gc_json`]), one line per entry and a
-/// total.
-pub fn print_gc(v: &Value) {
-    let s = |v: &Value| v.as_str().unwrap_or_default().to_string();
-    let n = |v: &Value| v.as_u64().unwrap_or(0);
-    let dry_run = v["dry_run"].as_bool() == Some(true);
-    let fate = |d: &Value| match (d["remove"].as_bool() == Some(true), dry_run)
-    {
+/// What gc decided, one line per entry and a total.
+pub fn print_gc(r: &GcReply) {
+    let fate = |remove: bool| match (remove, r.dry_run) {
         (true, true) => "would remove",
         (true, false) => "removed",
         (false, _) => "kept",
     };
-    let decisions = v["decisions"].as_array().map_or(&[][..], Vec::as_slice);
-    for d in decisions {
-        output::out(format_args!(
-            "{} {}: {}",
-            fate(d),
-            s(&d["entry"]),
-            s(&d["why"])
-        ));
+    for d in &r.decisions {
+        output::out(format_args!("{} {}: {}", fate(d.remove), d.entry, d.why));
     }
-    let store = &v["store"];
-    let images = store["decisions"].as_array().map_or(&[][..], Vec::as_slice);
-    for d in images {
-        let names: Vec<String> = d["names"]
-            .as_array()
-            .map_or(&[][..], Vec::as_slice)
-            .iter()
-            .map(s)
-            .collect();
+    let store = &r.store;
+    for d in &store.decisions {
         output::out(format_args!(
             "{} pulled image {} ({}): {}",
-            fate(d),
-            s(&d["image"]),
-            names.join(", "),
-            s(&d["why"])
+            fate(d.remove),
+            d.image,
+            d.names.join(", "),
+            d.why
         ));
     }
-    if store["busy"].as_bool() == Some(true) {
+    if store.busy {
         output::out(format_args!(
             "left the pulled images alone: a pull, install or provision \
              is reading them now"
         ));
-    } else if !images.is_empty() || n(&store["partial_removed"]) > 0 {
+    } else if !store.decisions.is_empty() || store.partial_removed > 0 {
         output::out(format_args!(
             "pulled images: {} {} and {} ({}); {} stay",
-            if dry_run { "would remove" } else { "removed" },
-            output::count(n(&store["blobs_removed"]), "blob", "blobs"),
+            if r.dry_run { "would remove" } else { "removed" },
+            output::count(store.blobs_removed, "blob", "blobs"),
             output::count(
-                n(&store["partial_removed"]),
+                store.partial_removed,
                 "partial download",
                 "partial downloads"
             ),
-            human(n(&store["freed"])),
-            human(n(&store["size_after"]))
+            human(store.freed),
+            human(store.size_after)
         ));
     }
-    if dry_run {
-        let would = decisions
-            .iter()
-            .filter(|d| d["remove"].as_bool() == Some(true))
-            .count() as u64;
+    if r.dry_run {
+        let would = r.decisions.iter().filter(|d| d.remove).count() as u64;
         output::out(format_args!(
             "would remove {} ({}); kept {} in use",
             output::count(would, "entry", "entries"),
-            human(n(&v["freed"])),
-            n(&v["kept_in_use"])
+            human(r.freed),
+            r.kept_in_use
         ));
     } else {
-        let removed = v["removed"].as_array().map_or(0, Vec::len) as u64;
         output::out(format_args!(
             "removed {} ({}) and {}; kept {} in use",
-            output::count(removed, "entry", "entries"),
-            human(n(&v["freed"])),
+            output::count(r.removed.len() as u64, "entry", "entries"),
+            human(r.freed),
             output::count(
-                n(&v["stale_builds_removed"]),
+                r.stale_builds_removed,
                 "stale build",
                 "stale builds"
             ),
-            n(&v["kept_in_use"])
+            r.kept_in_use
         ));
     }
 }
@@ -657,11 +620,11 @@ pub fn cache(args: &CacheArgs) -> ExitCode {
     match &args.command {
         CacheCommand::List { json } => match cache.list() {
             Ok(entries) => {
-                let v = protocol::cache_list_json(&entries);
+                let list = CacheEntryReply::list(&entries);
                 if *json {
-                    crate::json::result(v);
+                    crate::json::result(crate::json::typed(&list));
                 } else {
-                    print_cache_list(&v);
+                    print_cache_list(&list);
                 }
                 ExitCode::SUCCESS
             }
@@ -680,11 +643,11 @@ pub fn cache(args: &CacheArgs) -> ExitCode {
             release_missing: *release_missing,
         }) {
             Ok(r) => {
-                let v = protocol::gc_json(&r, *dry_run);
+                let reply = GcReply::of(&r, *dry_run);
                 if *json {
-                    crate::json::result(v);
+                    crate::json::result(crate::json::typed(&reply));
                 } else {
-                    print_gc(&v);
+                    print_gc(&reply);
                 }
                 ExitCode::SUCCESS
             }

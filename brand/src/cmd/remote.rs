@@ -10,9 +10,9 @@ use serde_json::Value;
 use zinstall_daemon::client::{Client, ClientError, DAEMON_ENV};
 use zinstall_daemon::config::DEFAULT_SOCKET;
 use zinstall_daemon::protocol::{
-    Call, CopyArgs, GcArgs, InstallArgs, JobRef, ProgressInfo, ProvisionArgs,
-    Request, RollbackArgs, UninstallArgs, UpdateArgs, UpdateReply,
-    stats_from_json,
+    CacheEntryReply, Call, CopyArgs, CopyReply, GcArgs, GcReply, InstallArgs,
+    JobInfo, JobRef, ProgressInfo, ProvisionArgs, ProvisionReply, Request,
+    RollbackArgs, UninstallArgs, UpdateArgs, UpdateReply, ZonepathReply,
 };
 
 use crate::output::{self, Bar};
@@ -220,17 +220,12 @@ pub fn copy(socket: &Path, a: &super::copy::CopyArgs) -> ExitCode {
         crate::json::result(result);
         return ExitCode::SUCCESS;
     }
-    let stats = match stats_from_json(&result["stats"]) {
-        Ok(s) => s,
-        Err(e) => {
-            output::error(format_args!(
-                "the daemon's reply has stats this zinstall cannot read: {e}"
-            ));
-            return ExitCode::from(1);
-        }
+    let CopyReply { stats, notices, .. } = match typed(result, "copy") {
+        Ok(r) => r,
+        Err(c) => return c,
     };
-    for n in result["notices"].as_array().into_iter().flatten() {
-        output::note(n["notice"].as_str().unwrap_or_default());
+    for n in notices {
+        output::note(n.notice);
     }
     if !a.quiet {
         output::out(format_args!(
@@ -354,11 +349,14 @@ pub fn rollback(socket: &Path, a: &super::update::RollbackArgs) -> ExitCode {
     let json = a.json;
     let mut quiet = |_: &str| {};
     match call(socket, Call::Rollback(args), None, &mut quiet, json) {
-        Ok(r) => {
-            let recovered = r.get("recovered").and_then(Value::as_str);
-            super::update::print_rollback(&a.zonepath, recovered, json);
-            ExitCode::SUCCESS
-        }
+        Ok(r) => match typed::<ZonepathReply>(r, "rollback") {
+            Ok(r) => {
+                let recovered = r.recovered.as_deref();
+                super::update::print_rollback(&a.zonepath, recovered, json);
+                ExitCode::SUCCESS
+            }
+            Err(c) => c,
+        },
         Err(c) => c,
     }
 }
@@ -400,23 +398,12 @@ pub fn provision(
         max_archive_size: Some(a.max_archive_size),
         allow_devices: a.allow_devices,
     };
-    let json = a.json;
-    let mut event = |e: &str| {
-        if !json {
-            output::out(e);
-        }
-    };
-    match call(socket, Call::Provision(args), None, &mut event, json) {
-        Ok(r) => {
-            if json {
-                crate::json::result(r);
-            } else {
-                super::provision::print_provision(&r);
-            }
-            ExitCode::SUCCESS
-        }
-        Err(c) => c,
-    }
+    shown::<ProvisionReply>(
+        socket,
+        Call::Provision(args),
+        a.json,
+        super::provision::print_provision,
+    )
 }
 
 /// `zinstall --daemon cache gc`: collection by the daemon, printed as
@@ -436,38 +423,51 @@ pub fn cache_gc(
     ) {
         return c;
     }
-    let mut event = |e: &str| {
-        if !json {
-            output::out(e);
-        }
-    };
-    match call(socket, Call::CacheGc(args), None, &mut event, json) {
-        Ok(r) => {
-            if json {
-                crate::json::result(r);
-            } else {
-                super::provision::print_gc(&r);
-            }
-            ExitCode::SUCCESS
-        }
-        Err(c) => c,
-    }
+    shown::<GcReply>(
+        socket,
+        Call::CacheGc(args),
+        json,
+        super::provision::print_gc,
+    )
 }
 
 /// `zinstall --daemon cache list`: the daemon's cache, printed as the
 /// local command prints its own.
 pub fn cache_list(socket: &Path, json: bool) -> ExitCode {
-    match call(socket, Call::CacheList, None, &mut |_| {}, json) {
-        Ok(r) => {
-            if json {
-                crate::json::result(r);
-            } else {
-                super::provision::print_cache_list(&r);
-            }
-            ExitCode::SUCCESS
+    shown::<Vec<CacheEntryReply>>(socket, Call::CacheList, json, |l| {
+        super::provision::print_cache_list(l)
+    })
+}
+
+/// Runs `call` in the daemon, its events shown as they come (unless
+/// `json`), and its result read as `T`: printed by `print`, or as the
+/// local command's `--json` prints it.
+fn shown<T: serde::Serialize + serde::de::DeserializeOwned>(
+    socket: &Path,
+    call_: Call,
+    json: bool,
+    print: impl FnOnce(&T),
+) -> ExitCode {
+    let what = call_.name();
+    let mut event = |e: &str| {
+        if !json {
+            output::out(e);
         }
-        Err(c) => c,
+    };
+    let r = match call(socket, call_, None, &mut event, json) {
+        Ok(r) => r,
+        Err(c) => return c,
+    };
+    let reply: T = match typed(r, what) {
+        Ok(r) => r,
+        Err(c) => return c,
+    };
+    if json {
+        crate::json::result(crate::json::typed(&reply));
+    } else {
+        print(&reply);
     }
+    ExitCode::SUCCESS
 }
 
 /// `zinstall jobs`.
@@ -480,20 +480,17 @@ pub fn jobs(socket: &Path, a: &JobsArgs) -> ExitCode {
         crate::json::result(r);
         return ExitCode::SUCCESS;
     }
+    let jobs: Vec<JobInfo> = match typed(r, "jobs") {
+        Ok(j) => j,
+        Err(c) => return c,
+    };
     output::out(
         "JOB    OP         STATE      PHASE      UID    ENTRIES        BYTES  WHAT",
     );
-    for j in r.as_array().into_iter().flatten() {
+    for j in jobs {
         output::out(format_args!(
             "{:<6} {:<10} {:<10} {:<10} {:<6} {:>7} {:>12}  {}",
-            j["job"].as_u64().unwrap_or(0),
-            j["op"].as_str().unwrap_or_default(),
-            j["state"].as_str().unwrap_or_default(),
-            j["phase"].as_str().unwrap_or_default(),
-            j["uid"].as_u64().unwrap_or(0),
-            j["entries"].as_u64().unwrap_or(0),
-            j["bytes"].as_u64().unwrap_or(0),
-            j["what"].as_str().unwrap_or_default(),
+            j.job, j.op, j.state, j.phase, j.uid, j.entries, j.bytes, j.what,
         ));
     }
     ExitCode::SUCCESS
@@ -508,14 +505,30 @@ pub fn cancel(socket: &Path, a: &CancelArgs) -> ExitCode {
         &mut |_| {},
         false,
     ) {
-        Ok(j) => {
-            output::out(format_args!(
-                "job {} cancelled ({} when asked)",
-                a.job,
-                j["state"].as_str().unwrap_or_default()
-            ));
-            ExitCode::SUCCESS
-        }
+        Ok(j) => match typed::<JobInfo>(j, "cancel") {
+            Ok(j) => {
+                output::out(format_args!(
+                    "job {} cancelled ({} when asked)",
+                    a.job, j.state
+                ));
+                ExitCode::SUCCESS
+            }
+            Err(c) => c,
+        },
         Err(c) => c,
     }
+}
+
+/// The daemon's reply to `what` read as its type; one this zinstall
+/// cannot read is an error saying so (a daemon of another version).
+fn typed<T: serde::de::DeserializeOwned>(
+    v: Value,
+    what: &str,
+) -> Result<T, ExitCode> {
+    serde_json::from_value(v).map_err(|e| {
+        output::error(format_args!(
+            "zinstalld's reply to {what} is not one this zinstall reads: {e}"
+        ));
+        ExitCode::from(1)
+    })
 }

@@ -19,9 +19,9 @@ use zinstall_archive::tar::{self, TarError};
 
 use super::layered::{Class, Layered};
 use super::{
-    BUDGET, Batcher, Body, Ctx, Existing, FileJob, MAX_TRACKED, Meta,
-    NO_MEMBERS, ReadOutcome, SMALL, Target, existing, first_member,
-    listed_kind, relative, stream_file,
+    BUDGET, Batcher, Body, CHUNKS_AHEAD, Ctx, Existing, FileJob, MAX_TRACKED,
+    Meta, NO_MEMBERS, ReadOutcome, SMALL, Spare, Target, existing,
+    first_member, listed_kind, relative, stream_file,
 };
 use crate::beneath::{self, Chain};
 use crate::error::{Error, Op, Result};
@@ -52,6 +52,20 @@ struct Entry {
 }
 
 impl Entry {
+    /// The pool's job for this file, with its body.
+    fn job(self, replace: bool, body: Body) -> FileJob {
+        FileJob {
+            dir: self.dir,
+            leaf: self.leaf,
+            replace,
+            body,
+            meta: self.meta,
+            shown: self.shown,
+            entry: self.entry,
+            hold: None,
+        }
+    }
+
     fn dfd(&self) -> RawFd {
         self.dir.as_raw_fd()
     }
@@ -86,9 +100,55 @@ struct Reading<'c, 'x, 'p, R> {
     queued: HashSet<u64>,
     queued_key: RandomState,
     chain: Chain,
+    /// What this unpack made: directories it created, and every path it
+    /// placed, by the same hash. In a directory it created, nothing can
+    /// be there but what it placed, so the look at what is there (a
+    /// `stat` per entry) is skipped for a new name. A false match only
+    /// costs that look; a miss cannot happen (every `*at` call that
+    /// makes something refuses an existing name).
+    made: Made,
     layered: Option<Layered>,
     /// The archive is a zinstall layer: its tree is under `root/`.
     subtree: bool,
+}
+
+/// Paths tracked in [`Made`] at most: past them, every entry is looked
+/// at again (16 MiB of hashes, whatever the archive's length).
+const MAX_MADE: usize = 1 << 20;
+
+#[derive(Default)]
+struct Made {
+    dirs: HashSet<u64>,
+    placed: HashSet<u64>,
+    /// Past [`MAX_MADE`]: nothing is tracked any more.
+    full: bool,
+}
+
+impl Made {
+    /// Whether `rel`, in the directory `parent`, is known to be free.
+    fn free(&self, parent: u64, rel: u64) -> bool {
+        !self.full && self.dirs.contains(&parent) && !self.placed.contains(&rel)
+    }
+
+    fn placed(&mut self, rel: u64) {
+        if self.full {
+            return;
+        }
+        if self.placed.len() + self.dirs.len() >= MAX_MADE {
+            *self = Made {
+                full: true,
+                ..Made::default()
+            };
+            return;
+        }
+        self.placed.insert(rel);
+    }
+
+    fn dir(&mut self, rel: u64) {
+        if !self.full {
+            self.dirs.insert(rel);
+        }
+    }
 }
 
 /// Reads every member of `rd` and makes it beneath the root, file bodies
@@ -107,6 +167,7 @@ pub(super) fn read_all<R: Read>(
         queued: HashSet::new(),
         queued_key: RandomState::new(),
         chain: Chain::new(Arc::clone(&ctx.root_fd)),
+        made: Made::default(),
         layered: Layered::new(ctx.opts.whiteouts),
         subtree: false,
     };
@@ -135,6 +196,18 @@ pub(super) fn read_all<R: Read>(
 impl<R: Read> Reading<'_, '_, '_, R> {
     fn tar_err(&self, e: TarError) -> Error {
         Error::tar(self.ctx.archive, e)
+    }
+
+    /// What a path is tracked by while queued.
+    fn rel(&self, parts: &[CString]) -> u64 {
+        use std::hash::{BuildHasher, Hasher};
+        let mut h = self.queued_key.build_hasher();
+        // Each component with its NUL: no component holds one, so no two
+        // paths write the same bytes.
+        for p in parts {
+            h.write(p.as_bytes_with_nul());
+        }
+        h.finish()
     }
 
     /// Waits until every queued file is written; false if the pool is
@@ -275,10 +348,7 @@ impl<R: Read> Reading<'_, '_, '_, R> {
         leaf: CString,
     ) -> Result<Option<Entry>> {
         let ctx = self.ctx;
-        let rel = std::hash::BuildHasher::hash_one(
-            &self.queued_key,
-            Name::joined(&name.parts).as_bytes(),
-        );
+        let rel = self.rel(&name.parts);
         // A second entry for a path still queued waits for the first (two
         // paths of one hash wait too: harmless).
         if (self.queued.contains(&rel) || self.queued.len() >= MAX_TRACKED)
@@ -291,7 +361,11 @@ impl<R: Read> Reading<'_, '_, '_, R> {
         }
         let dir = ctx.open_dir(&mut self.chain, name.parent(), &entry, true)?;
         let shown = ctx.shown(&name.parts);
-        let mut now = existing(dir.as_raw_fd(), &leaf, &shown)?;
+        let mut now = match self.made.free(self.rel(name.parent()), rel) {
+            true => Existing::Nothing,
+            false => existing(dir.as_raw_fd(), &leaf, &shown)?,
+        };
+        self.made.placed(rel);
         if let Some(lay) = self.layered.as_mut() {
             // A lower layer's directory becomes a file, or its symlink a
             // directory: what it left goes. Within one layer, refused.
@@ -333,6 +407,7 @@ impl<R: Read> Reading<'_, '_, '_, R> {
                 e.unlink_existing()?;
                 at::mkdir(e.dfd(), &e.leaf, 0o700)
                     .map_err(|err| Error::io(Op::Mkdir, &e.shown, err))?;
+                self.made.dir(e.rel);
                 self.out.stats.dirs += 1;
             }
         }
@@ -352,16 +427,19 @@ impl<R: Read> Reading<'_, '_, '_, R> {
                 segments: e.m.segments(),
                 size: e.m.size,
             })
-        } else if self.pool.is_some()
-            && e.m.sparse.is_none()
-            && e.m.size <= SMALL
-        {
+        } else if self.pool.is_some() && e.m.sparse.is_none() {
+            if e.m.size > SMALL {
+                return self.chunked(e, replace);
+            }
             // Held until the worker has written it; the size is at most
             // SMALL, whatever the archive says.
-            ctx.budget.acquire(e.m.size, BUDGET);
-            let mut data = Vec::with_capacity(e.m.size as usize);
-            if let Err(err) = self.rd.body().read_to_end(&mut data) {
-                ctx.budget.release(e.m.size);
+            let len = e.m.size as usize;
+            let held = Spare::class(len) as u64;
+            ctx.budget.acquire(held, BUDGET);
+            let mut data = ctx.spare.take(len);
+            data.resize(len, 0);
+            if let Err(err) = self.rd.body().read_exact(&mut data) {
+                ctx.budget.release(held);
                 return Err(self.tar_err(TarError::from_io(err)));
             }
             Some(Body::Bytes(data))
@@ -383,25 +461,65 @@ impl<R: Read> Reading<'_, '_, '_, R> {
             return Ok(Flow::Go);
         };
         let rel = e.rel;
-        let job = FileJob {
-            dir: e.dir,
-            leaf: e.leaf,
-            replace,
-            body,
-            meta: e.meta,
-            shown: e.shown,
-            entry: e.entry,
-            hold: None,
-        };
+        match self.queue(rel, e.job(replace, body)) {
+            true => Ok(Flow::Go),
+            false => Ok(Flow::Stop),
+        }
+    }
+
+    /// Hands `job` to the pool (or writes it here, serial); false when the
+    /// pool is gone.
+    fn queue(&mut self, rel: u64, job: FileJob) -> bool {
+        let ctx = self.ctx;
+        let held = job.body.held();
         ctx.pending.acquire(1, u64::MAX);
-        match &mut self.pool {
-            Some(pool) => {
-                self.queued.insert(rel);
-                if !pool.push(job) {
-                    return Ok(Flow::Stop);
-                }
+        let Some(pool) = &mut self.pool else {
+            ctx.write_job(job);
+            return true;
+        };
+        self.queued.insert(rel);
+        if pool.push(job) {
+            return true;
+        }
+        // Dropped unwritten: what it counted is given back.
+        ctx.pending.release(1);
+        ctx.budget.release(held);
+        false
+    }
+
+    /// A large body: its job goes to a worker first, then the body after
+    /// it in chunks as the reader reads them, so the worker writes one
+    /// chunk while the reader reads the next.
+    fn chunked(&mut self, e: Entry, replace: bool) -> Result<Flow> {
+        let ctx = self.ctx;
+        let (tx, rx) = crossbeam_channel::bounded(CHUNKS_AHEAD);
+        let size = e.m.size;
+        let rel = e.rel;
+        let job = e.job(replace, Body::Chunks { rx, size });
+        // Sent at once, ahead of what follows.
+        let sent = self.pool.as_mut().is_some_and(Batcher::flush)
+            && self.queue(rel, job)
+            && self.pool.as_mut().is_some_and(Batcher::flush);
+        if !sent {
+            return Ok(Flow::Stop);
+        }
+        let mut body = self.rd.body();
+        let mut left = size;
+        while left > 0 {
+            if ctx.stopped() {
+                return Ok(Flow::Stop);
             }
-            None => ctx.write_job(job),
+            let want = left.min(SMALL);
+            let mut chunk = ctx.spare.take(want as usize);
+            chunk.resize(want as usize, 0);
+            if let Err(err) = body.read_exact(&mut chunk) {
+                return Err(Error::tar(ctx.archive, TarError::from_io(err)));
+            }
+            left -= want;
+            // Its worker stopped: it failed, and said why.
+            if tx.send(chunk).is_err() {
+                return Ok(Flow::Stop);
+            }
         }
         Ok(Flow::Go)
     }
@@ -461,8 +579,9 @@ impl<R: Read> Reading<'_, '_, '_, R> {
         let Some(tleaf) = target.leaf().cloned() else {
             return Err(outside());
         };
-        // Its target may still be in a worker's hands.
-        if !self.barrier() {
+        // Its target may still be in a worker's hands: then every queued
+        // file is waited for.
+        if self.queued.contains(&self.rel(&target.parts)) && !self.barrier() {
             return Ok(Flow::Stop);
         }
         let found = match ctx.open_dir(

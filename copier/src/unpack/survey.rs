@@ -41,11 +41,8 @@ pub fn survey(
         .map_err(|e| Error::io(Op::Read, archive, e))?;
     f.seek(SeekFrom::Start(0))
         .map_err(|e| Error::io(Op::Read, archive, e))?;
-    let reader = decompress(
-        io::BufReader::with_capacity(1 << 20, f),
-        compression_of(&head[..n]),
-    )
-    .map_err(|e| Error::io(Op::Read, archive, e))?;
+    let reader = decompress(f, compression_of(&head[..n]))
+        .map_err(|e| Error::io(Op::Read, archive, e))?;
     survey_from(reader, archive, root, opts)
 }
 

@@ -14,10 +14,8 @@ use std::time::Duration;
 use copier::beneath::Root;
 use copier::{Cancel, OnError, Plan, Tunables};
 
-use super::{
-    CONTROL_FD, DST_ROOT_FD, MAX_LINE, NoticeLine, Order, SRC_ROOT_FD, Said,
-};
-use crate::protocol::{ErrorKind, WireError};
+use super::{CONTROL_FD, DST_ROOT_FD, MAX_LINE, Order, SRC_ROOT_FD, Said};
+use crate::protocol::{ErrorKind, NoticeInfo, WireError};
 use crate::sys::{self, Identity};
 
 /// Runs the job's process; `args` follow [`super::CHILD_ARG`].
@@ -182,16 +180,7 @@ fn run(
     );
     match r {
         Ok(r) => Said::Done {
-            notices: r
-                .notices
-                .iter()
-                .map(|n| NoticeLine {
-                    kind: n.kind.name().to_string(),
-                    notice: n.to_string(),
-                    count: n.count,
-                    example: n.example.to_string_lossy().into_owned(),
-                })
-                .collect(),
+            notices: NoticeInfo::of(&r.notices),
             stats: r.stats,
         },
         Err(f) => Said::Failed {

@@ -44,7 +44,7 @@ pub use child::main as child_main;
 use crate::auth;
 use crate::config::Config;
 use crate::jobs::Job;
-use crate::protocol::{CopyArgs, ErrorKind, WireError, normalized};
+use crate::protocol::{CopyArgs, ErrorKind, NoticeInfo, WireError, normalized};
 use crate::state::Daemon;
 use crate::sys::{self, Identity, Peer};
 
@@ -96,21 +96,10 @@ enum Said {
     /// The copy ended: what it did and what it did not keep.
     Done {
         stats: copier::Stats,
-        notices: Vec<NoticeLine>,
+        notices: Vec<NoticeInfo>,
     },
     /// The copy failed (or was cancelled).
     Failed { error: WireError },
-}
-
-/// One notice as the wire carries it (see
-/// [`crate::protocol::notices_json`]).
-#[derive(Debug, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct NoticeLine {
-    kind: String,
-    notice: String,
-    count: u64,
-    example: String,
 }
 
 /// Runs a caller's granted copy in a job's process and relays its
@@ -215,8 +204,8 @@ pub(crate) fn granted_copy(
             mine.write_all(&line)
         });
     let outcome = match sent {
-        Ok(()) => relay(job, mine, pid).map(|(stats, notices)| {
-            crate::ops::copy_result(&src, &dst, &stats, notices)
+        Ok(()) => relay(job, mine, pid).and_then(|(stats, notices)| {
+            crate::ops::copy_result(&src, &dst, stats, notices)
         }),
         Err(e) => {
             sys::signal(pid, libc::SIGKILL);
@@ -262,7 +251,7 @@ fn relay(
     job: &Job,
     control: UnixStream,
     pid: u32,
-) -> Result<(copier::Stats, Value), WireError> {
+) -> Result<(copier::Stats, Vec<NoticeInfo>), WireError> {
     const TICK: Duration = Duration::from_millis(100);
     let _timeout = control.set_read_timeout(Some(TICK));
     let mut r = BufReader::new(control);
@@ -329,8 +318,6 @@ fn relay(
         match said {
             Said::Progress { entries, bytes } => job.set_done(entries, bytes),
             Said::Done { stats, notices } => {
-                let notices =
-                    serde_json::to_value(&notices).unwrap_or_default();
                 result = Some(Ok((stats, notices)));
             }
             Said::Failed { error } => result = Some(Err(error)),

@@ -683,6 +683,13 @@ impl<R: BufRead> Read for Lz4Frames<R> {
     }
 }
 
+/// Compressed bytes read from the source at a time. Each decoder buffers
+/// its input once, with this many bytes (libzstd's own input size), so
+/// a caller passes the source unbuffered: a second buffer would copy
+/// every byte once more, and one larger than a core's cache would send
+/// them through memory between the read and the decoding.
+pub const STREAM_BUFFER: usize = 128 << 10;
+
 /// A decompressing reader; see the module documentation.
 pub struct Decoder<'a> {
     inner: Box<dyn Read + Send + 'a>,
@@ -691,7 +698,7 @@ pub struct Decoder<'a> {
 }
 
 /// A decoder of `r` compressed as `c` (`Compression::None` passes the
-/// bytes through). A format that is not read is an `Unsupported` error
+/// bytes through), reading `r` [`STREAM_BUFFER`] bytes at a time. A format that is not read is an `Unsupported` error
 /// naming it and the command that decompresses it.
 pub fn decompress<'a>(
     r: impl Read + Send + 'a,
@@ -699,18 +706,27 @@ pub fn decompress<'a>(
 ) -> io::Result<Decoder<'a>> {
     let ignored = IgnoredLog::default();
     let inner: Box<dyn Read + Send + 'a> = match c {
-        Compression::None => Box::new(r),
+        Compression::None => {
+            Box::new(io::BufReader::with_capacity(STREAM_BUFFER, r))
+        }
         Compression::Gzip => {
-            Box::new(GzipMembers::new(io::BufReader::new(r), ignored.clone()))
+            let r = io::BufReader::with_capacity(STREAM_BUFFER, r);
+            Box::new(GzipMembers::new(r, ignored.clone()))
         }
         // Multi-frame by default; libzstd skips skippable frames and
         // verifies content checksums.
         Compression::Zstd => Box::new(zstd::stream::read::Decoder::new(r)?),
         Compression::Xz => {
-            Box::new(liblzma::read::XzDecoder::new_multi_decoder(r))
+            Box::new(liblzma::bufread::XzDecoder::new_multi_decoder(
+                io::BufReader::with_capacity(STREAM_BUFFER, r),
+            ))
         }
-        Compression::Bzip2 => Box::new(bzip2::read::MultiBzDecoder::new(r)),
-        Compression::Lz4 => Box::new(Lz4Frames::new(io::BufReader::new(r))),
+        Compression::Bzip2 => Box::new(bzip2::bufread::MultiBzDecoder::new(
+            io::BufReader::with_capacity(STREAM_BUFFER, r),
+        )),
+        Compression::Lz4 => Box::new(Lz4Frames::new(
+            io::BufReader::with_capacity(STREAM_BUFFER, r),
+        )),
         Compression::Lz4Legacy
         | Compression::Lzma
         | Compression::Lzip
