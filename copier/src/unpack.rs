@@ -12,7 +12,8 @@
 //! What GNU tar and bsdtar read past (bytes after the end, a body on a
 //! hard link, an ACL without a mask, ...; see the reader's
 //! [`tar::QuirkKind`]) is read as GNU tar reads it, each with a notice
-//! ([`NoticeKind::ArchiveQuirk`]) naming the member and what was done. Directories on the way to an entry are opened beneath
+//! ([`NoticeKind::ArchiveQuirk`]) naming the member and what was done.
+//! Directories on the way to an entry are opened beneath
 //! the root's descriptor, on Linux with `openat2(RESOLVE_BENEATH |
 //! RESOLVE_NO_SYMLINKS)`, elsewhere one component at a time with
 //! `O_NOFOLLOW`: no symlink is ever followed, so a symlink the archive
@@ -38,9 +39,9 @@
 //! larger body goes to a worker too, as it is read: the reader hands it
 //! over in chunks through a short channel, so the writing (the costly
 //! part) is a worker's while the reader reads on. A hard link whose target
-//! is still queued waits until every queued file is written. Directory metadata is
-//! applied last, deepest first, so that a read-only directory does not
-//! stop its own contents.
+//! is still queued waits until every queued file is written. Directory
+//! metadata is applied last, deepest first, so that a read-only directory
+//! does not stop its own contents.
 //!
 //! With one thread (`copy_threads = 1`) the reader does everything itself:
 //! the serial unpack.

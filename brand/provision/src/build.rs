@@ -120,11 +120,9 @@ pub(crate) fn build(
         ImageKind::Tree(c) => {
             fs::create_dir(payload)
                 .map_err(|e| Error::io(Op::Mkdir, payload, e))?;
-            let stream = decompress(
-                std::io::BufReader::with_capacity(1 << 20, reader),
-                c,
-            )
-            .map_err(|e| Error::io(Op::Read, image, e))?;
+            // Unbuffered: the decoder buffers what it reads.
+            let stream = decompress(reader, c)
+                .map_err(|e| Error::io(Op::Read, image, e))?;
             // Read, summed and decompressed ahead of the tar reader, on a
             // thread of its own.
             std::thread::scope(|s| {
