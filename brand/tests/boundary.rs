@@ -7,14 +7,11 @@
 //! blobs that claim a terabyte, partial downloads poisoned by another
 //! registry.
 
-#[path = "../../copier/tests/common/tools.rs"]
-mod tools;
+use zinstall_testkit::tools;
 
-#[path = "oci/support.rs"]
-mod support;
+use crate::oci::support;
 
-#[path = "boundary/harness.rs"]
-mod harness;
+pub(crate) mod harness;
 
 use std::collections::BTreeSet;
 use std::fs;

@@ -1,7 +1,6 @@
 //! `zinstall` as a user runs it: exit codes, messages, summaries.
 
-#[path = "../../copier/tests/common/tools.rs"]
-mod tools;
+use zinstall_testkit::tools;
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;

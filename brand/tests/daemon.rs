@@ -14,8 +14,7 @@ use zinstall_testkit::run::text;
 
 use serde_json::{Value, json};
 
-#[path = "../../copier/tests/common/tools.rs"]
-mod tools;
+use zinstall_testkit::tools;
 
 /// The worker budget the tests give the daemon.
 const BUDGET: usize = 3;

@@ -21,14 +21,9 @@ use std::process::Command;
 use serde_json::Value;
 use zinstall_testkit::{Kind, LoopFs, Tmp};
 
-#[path = "hostile/fsops.rs"]
-mod fsops;
+use zinstall_testkit::fsops;
 
-#[path = "../../copier/tests/common/tools.rs"]
-mod tools;
-
-#[path = "oci/support.rs"]
-mod support;
+use crate::oci::support;
 
 /// zoneadm's default soft limit on illumos.
 const ZONEADM_SOFT: u64 = 256;

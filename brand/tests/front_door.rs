@@ -6,14 +6,7 @@
 //! grant gets one refusal; a few uids together cannot keep every other
 //! one out; and the install log is never written through a link.
 
-#[path = "../../copier/tests/common/tools.rs"]
-mod tools;
-
-#[path = "oci/support.rs"]
-mod support;
-
-#[path = "boundary/harness.rs"]
-mod harness;
+use crate::boundary::harness;
 
 use std::fs;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -159,7 +152,13 @@ fn holding(d: &Daemon, uid: u32, n: usize) -> Child {
 fn client_command(d: &Daemon, uid: u32) -> Command {
     let mut c = as_uid(uid);
     c.arg(std::env::current_exe().unwrap())
-        .args(["--exact", "client", "--ignored", "--nocapture", "--quiet"])
+        .args([
+            "--exact",
+            "front_door::client",
+            "--ignored",
+            "--nocapture",
+            "--quiet",
+        ])
         .args(["--test-threads", "1"])
         .env(SOCKET, &d.socket);
     c

@@ -8,11 +8,8 @@
 //! through no symlink). These tests drive the binaries only, so that they
 //! hold whatever the engine does inside.
 
-#[path = "hostile/fsops.rs"]
-mod fsops;
-#[path = "hostile/sentinel.rs"]
-mod sentinel;
-#[path = "hostile/support.rs"]
+use zinstall_testkit::fsops;
+use zinstall_testkit::sentinel;
 mod support;
 
 use std::fs;

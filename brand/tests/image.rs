@@ -1,8 +1,7 @@
 //! `zinstall image create`: a tree packed into a layer comes back
 //! identical through `zinstall install`, and GNU tar reads it too.
 
-#[path = "../../copier/tests/common/tools.rs"]
-mod tools;
+use zinstall_testkit::tools;
 
 use std::fs;
 use std::os::unix::fs::{PermissionsExt, symlink};

@@ -1,8 +1,7 @@
 //! Installs as users run them: the Linux command and the zoneadm hook,
 //! on generated source roots, baselines and layers.
 
-#[path = "../../copier/tests/common/tools.rs"]
-mod tools;
+use zinstall_testkit::tools;
 
 use std::fs;
 use std::io::Write;

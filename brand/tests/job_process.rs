@@ -8,14 +8,7 @@
 // renameat2 and /proc are Linux's.
 #![cfg(target_os = "linux")]
 
-#[path = "../../copier/tests/common/tools.rs"]
-mod tools;
-
-#[path = "oci/support.rs"]
-mod support;
-
-#[path = "boundary/harness.rs"]
-mod harness;
+use crate::boundary::harness;
 
 use std::fs;
 use std::os::unix::ffi::OsStrExt;

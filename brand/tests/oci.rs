@@ -3,14 +3,9 @@
 //! installed by zinstall and compared with `umoci unpack`; hand-made
 //! layouts for what umoci never writes, and hostile ones.
 
-#[path = "../../copier/tests/common/tools.rs"]
-mod tools;
+use zinstall_testkit::tmp;
 
-#[path = "../../copier/tests/common/tmp.rs"]
-mod tmp;
-
-#[path = "oci/support.rs"]
-mod support;
+pub(crate) mod support;
 
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt, symlink};

@@ -6,8 +6,7 @@
 //! Also: `--version` names the commit, and the Makefile keeps edited
 //! configuration.
 
-#[path = "../../copier/tests/common/tools.rs"]
-mod tools;
+use zinstall_testkit::tools;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;

@@ -1,8 +1,7 @@
 //! `zinstall provision` and `zinstall cache` end to end, with real
 //! qemu-img, real archives, and several processes at once.
 
-#[path = "../../copier/tests/common/tools.rs"]
-mod tools;
+use zinstall_testkit::tools;
 
 use std::fs;
 use std::io::{Seek, SeekFrom, Write};
@@ -11,9 +10,8 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 use zinstall_testkit::run::{s, text};
 
-#[path = "../../copier/tests/common/tmp.rs"]
-mod tmp;
 use tmp::Tmp;
+use zinstall_testkit::tmp;
 
 fn zinstall(args: &[&str]) -> Output {
     zinstall_testkit::run::output(env!("CARGO_BIN_EXE_zinstall"), args)

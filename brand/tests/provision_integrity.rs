@@ -3,8 +3,7 @@
 //! leaves nothing behind when it fails. Real images made by qemu-img,
 //! compared by `qemu-img compare`.
 
-#[path = "../../copier/tests/common/tools.rs"]
-mod tools;
+use zinstall_testkit::tools;
 
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -14,9 +13,8 @@ use zinstall_testkit::run::{s, text};
 
 use zinstall_testkit::is_root;
 
-#[path = "../../copier/tests/common/tmp.rs"]
-mod tmp;
 use tmp::Tmp;
+use zinstall_testkit::tmp;
 
 fn zinstall(args: &[&str]) -> Output {
     zinstall_testkit::run::output(env!("CARGO_BIN_EXE_zinstall"), args)

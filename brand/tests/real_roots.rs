@@ -28,11 +28,7 @@ use zinstall_testkit::run::{s, text};
 
 use zinstall_testkit::{Tmp, require_root, tool};
 
-#[path = "../../copier/tests/common/tools.rs"]
-mod tools;
-
-#[path = "oci/support.rs"]
-mod support;
+use crate::oci::support;
 
 fn zinstall(args: &[&str]) -> Output {
     zinstall_testkit::run::output(env!("CARGO_BIN_EXE_zinstall"), args)

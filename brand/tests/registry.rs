@@ -11,15 +11,11 @@
 // NFSv4 ACLs, which these fixtures do not make.
 #![cfg(target_os = "linux")]
 
-#[path = "../../copier/tests/common/mod.rs"]
-mod common;
-use common::tools;
+use zinstall_testkit::tools;
 
-#[path = "../../copier/tests/common/tmp.rs"]
-mod tmp;
+use zinstall_testkit::tmp;
 
-#[path = "oci/support.rs"]
-mod support;
+use crate::oci::support;
 
 use std::fs;
 use std::io::{Read, Write};
@@ -138,7 +134,7 @@ fn free_port() -> u16 {
 /// 8 MiB file, so a transfer can be cut in the middle of a blob. Returns
 /// the layer blobs' digests, lowest first.
 fn image(lay: &Path, seed: u64) -> Vec<String> {
-    let big = common::pseudo_random(8 << 20, seed);
+    let big = zinstall_testkit::pseudo_random(8 << 20, seed);
     let base = layer_tar(&[
         Ent::Dir("etc/"),
         Ent::File("etc/os-release", b"ID=test\n"),
@@ -205,7 +201,7 @@ fn assert_guest(guest: &Path, seed: u64) {
     );
     assert!(
         fs::read(guest.join("srv/big")).unwrap()
-            == common::pseudo_random(8 << 20, seed),
+            == zinstall_testkit::pseudo_random(8 << 20, seed),
         "{}: srv/big differs from the image's",
         guest.display()
     );

@@ -7,8 +7,7 @@
 //! xmllint are both present, xmllint validates too. systemd-analyze
 //! verifies the units where it is installed.
 
-#[path = "../../copier/tests/common/tools.rs"]
-mod tools;
+use zinstall_testkit::tools;
 
 use std::collections::BTreeSet;
 use std::fs;

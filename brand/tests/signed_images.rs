@@ -12,15 +12,11 @@
 // them.
 #![cfg(target_os = "linux")]
 
-#[path = "../../copier/tests/common/mod.rs"]
-mod common;
-use common::tools;
+use zinstall_testkit::tools;
 
-#[path = "../../copier/tests/common/tmp.rs"]
-mod tmp;
+use zinstall_testkit::tmp;
 
-#[path = "oci/support.rs"]
-mod support;
+use crate::oci::support;
 
 use std::fs;
 use std::io::{BufRead, BufReader, Read, Write};

@@ -4,11 +4,9 @@
 //! install, saying so. (Each quirk of the tar reader is compared with GNU
 //! tar in copier/tests/tar_quirks.rs.)
 
-#[path = "../../copier/tests/common/tools.rs"]
-mod tools;
+use zinstall_testkit::tools;
 
-#[path = "oci/support.rs"]
-mod support;
+use crate::oci::support;
 
 use std::fs;
 use std::path::Path;

@@ -1,8 +1,7 @@
 //! Observability as a performance engineer uses it: the bpftrace statemap
 //! script against a real copy, and the recorder through the CLI.
 
-#[path = "../../copier/tests/common/tools.rs"]
-mod tools;
+use zinstall_testkit::tools;
 
 use std::fs;
 use std::io::BufReader;

@@ -14,8 +14,7 @@ use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::Command;
 
-#[path = "hostile/fsops.rs"]
-mod fsops;
+use zinstall_testkit::fsops;
 
 const LIMIT: u64 = 256;
 

@@ -8,10 +8,8 @@
 //! The sentinel and filesystem helpers are the brand's hostile-test
 //! helpers (std and libc only), shared rather than copied.
 
-#[path = "../../brand/tests/hostile/fsops.rs"]
-mod fsops;
-#[path = "../../brand/tests/hostile/sentinel.rs"]
-mod sentinel;
+use zinstall_testkit::fsops;
+use zinstall_testkit::sentinel;
 
 use std::fs;
 use std::os::unix::fs::symlink;

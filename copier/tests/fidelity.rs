@@ -8,15 +8,15 @@
 // NFSv4 ACLs, which these fixtures do not make.
 #![cfg(target_os = "linux")]
 
-mod common;
+use crate::common;
 
 use std::fs;
 use std::os::unix::fs::{PermissionsExt, symlink};
 use std::path::Path;
 
-use common::loopfs::{self, Kind, LoopFs};
 use common::{assert_same_tree, build_fidelity_tree, copy_tree, is_root};
 use copier::verify::{self, CompareOptions, DiffKind};
+use zinstall_testkit::loopfs::{self, Kind, LoopFs};
 
 #[test]
 fn round_trip_for_every_thread_and_batch_setting() {
@@ -57,13 +57,13 @@ fn capability_acl_owner_and_devices_survive() {
     copy_tree(&src, &dst, 4, 16);
     let rel = |p: &Path| dst.join(p.strip_prefix(&src).unwrap());
     let cap = rel(info.cap_file.as_ref().unwrap());
-    let out = common::tools::tool("getcap").arg(&cap).output().unwrap();
+    let out = zinstall_testkit::tool("getcap").arg(&cap).output().unwrap();
     assert!(
         String::from_utf8_lossy(&out.stdout).contains("cap_net_raw=ep"),
         "{}",
         String::from_utf8_lossy(&out.stdout)
     );
-    let out = common::tools::tool("getfacl")
+    let out = zinstall_testkit::tool("getfacl")
         .args(["-c", "-d"])
         .arg(dst.join("a/b"))
         .output()
@@ -150,7 +150,7 @@ fn comparison_notices_each_difference() {
         &|dst| {
             let p = dst.join(&one);
             let t = fs::metadata(&p).unwrap();
-            let st = common::tools::tool("setfattr")
+            let st = zinstall_testkit::tool("setfattr")
                 .args(["-x", "user.binary"])
                 .arg(&p)
                 .status()
@@ -231,7 +231,7 @@ fn comparison_notices_each_difference() {
             &|dst| {
                 let p = dst.join(&cap);
                 let t = fs::metadata(&p).unwrap();
-                let st = common::tools::tool("setcap")
+                let st = zinstall_testkit::tool("setcap")
                     .arg("-r")
                     .arg(&p)
                     .status()
@@ -286,7 +286,7 @@ fn reflink_where_the_filesystem_shares_extents() {
         for i in 0..5 {
             fs::write(
                 src.join(format!("sub/f{i}")),
-                common::pseudo_random((i + 1) << 20, i as u64),
+                zinstall_testkit::pseudo_random((i + 1) << 20, i as u64),
             )
             .unwrap();
         }

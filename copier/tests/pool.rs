@@ -8,7 +8,7 @@
 // NFSv4 ACLs, which these fixtures do not make.
 #![cfg(target_os = "linux")]
 
-mod common;
+use crate::common;
 
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -138,7 +138,8 @@ fn an_unpack_on_a_pool_matches_one_with_its_own_workers() {
     let d = tempfile::tempdir().unwrap();
     let src = d.path().join("src");
     tree(&src, 10, 30);
-    fs::write(src.join("big"), common::pseudo_random(3 << 20, 7)).unwrap();
+    fs::write(src.join("big"), zinstall_testkit::pseudo_random(3 << 20, 7))
+        .unwrap();
     let archive = d.path().join("layer.tar");
     let mut b = tar::Builder::new(fs::File::create(&archive).unwrap());
     b.append_dir_all(".", &src).unwrap();

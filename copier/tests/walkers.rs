@@ -7,19 +7,17 @@
 // POSIX ACLs (see fidelity.rs).
 #![cfg(target_os = "linux")]
 
-mod common;
-#[path = "../../brand/tests/hostile/fsops.rs"]
-mod fsops;
-#[path = "../../brand/tests/hostile/sentinel.rs"]
-mod sentinel;
+use crate::common;
+use zinstall_testkit::fsops;
+use zinstall_testkit::sentinel;
 
 use std::ffi::OsStr;
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
 
 use common::{build_fidelity_tree, is_root, set_times};
 use copier::verify::{self, CompareOptions};
@@ -31,18 +29,6 @@ use sentinel::Sentinel;
 use zinstall_testkit::Tmp;
 
 const WALKERS: [usize; 4] = [1, 2, 4, 16];
-
-/// The tests counting this process's walker and worker threads run
-/// alone (write); the others beside each other (read).
-static ALONE: RwLock<()> = RwLock::new(());
-
-fn beside() -> std::sync::RwLockReadGuard<'static, ()> {
-    ALONE.read().unwrap_or_else(|p| p.into_inner())
-}
-
-fn alone() -> std::sync::RwLockWriteGuard<'static, ()> {
-    ALONE.write().unwrap_or_else(|p| p.into_inner())
-}
 
 fn tunables(walkers: usize) -> Tunables {
     Tunables {
@@ -121,7 +107,6 @@ fn linked_across(root: &Path, dirs: usize, files: usize) -> u64 {
 
 #[test]
 fn the_fidelity_tree_is_copied_identically_by_any_number_of_walkers() {
-    let _serial = beside();
     let d = Tmp::new();
     let src = d.path().join("src");
     build_fidelity_tree(&src);
@@ -256,7 +241,6 @@ fn hostile_tree(root: &Path) {
 
 #[test]
 fn a_hostile_tree_is_copied_identically_by_any_number_of_walkers() {
-    let _serial = beside();
     let d = Tmp::new();
     let src = d.path().join("src");
     hostile_tree(&src);
@@ -278,7 +262,6 @@ fn a_hostile_tree_is_copied_identically_by_any_number_of_walkers() {
 /// sentinel is untouched.
 #[test]
 fn source_directories_swapped_for_symlinks_are_never_followed() {
-    let _serial = beside();
     let d = Tmp::new();
     let outside = d.path().join("outside");
     let s = Sentinel::dir(&outside);
@@ -347,7 +330,6 @@ fn source_directories_swapped_for_symlinks_are_never_followed() {
 /// read /usr/share meanwhile.
 #[test]
 fn usr_share_is_copied_identically_by_any_number_of_walkers() {
-    let _serial = beside();
     let src = Path::new("/usr/share");
     if !zinstall_testkit::require(src.is_dir(), "/usr/share") {
         return;
@@ -436,7 +418,10 @@ fn stopped_early(f: &Failure, dst: &Path, total: u64) {
 
 #[test]
 fn the_first_error_stops_every_walker() {
-    let _serial = alone();
+    // It counts this process's threads: no other test may run in it.
+    if !zinstall_testkit::alone() {
+        return;
+    }
     let d = Tmp::new();
     let src = d.path().join("src");
     let total = big_tree(&src);
@@ -467,7 +452,10 @@ fn the_first_error_stops_every_walker() {
 
 #[test]
 fn a_cancel_stops_every_walker() {
-    let _serial = alone();
+    // It counts this process's threads: no other test may run in it.
+    if !zinstall_testkit::alone() {
+        return;
+    }
     let d = Tmp::new();
     let src = d.path().join("src");
     let total = big_tree(&src);
@@ -495,7 +483,6 @@ fn a_cancel_stops_every_walker() {
 /// A dry run walks with the same walkers and counts what the copy does.
 #[test]
 fn a_dry_run_with_walkers_counts_what_the_copy_does() {
-    let _serial = beside();
     let d = Tmp::new();
     let src = d.path().join("src");
     hostile_tree(&src);
@@ -538,7 +525,6 @@ fn a_dry_run_with_walkers_counts_what_the_copy_does() {
 /// gets the budget; a run finding it spent still walks, with one.
 #[test]
 fn a_pool_lends_walkers_from_its_budget() {
-    let _serial = beside();
     let d = Tmp::new();
     let src = d.path().join("src");
     for i in 0..40 {
@@ -578,7 +564,6 @@ fn listing(dir: &Path) -> String {
 /// descriptor reopened from the directory below it).
 #[test]
 fn a_chain_deeper_than_a_path_is_copied() {
-    let _serial = beside();
     let d = Tmp::new();
     let src = d.path().join("src");
     fs::create_dir(&src).unwrap();

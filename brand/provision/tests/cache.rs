@@ -18,9 +18,8 @@ use zinstall_provision::cache::{
 };
 use zinstall_provision::{ImageProblem, ProvisionError as Error};
 
-#[path = "../../../copier/tests/common/tmp.rs"]
-mod tmp;
 use tmp::Tmp;
+use zinstall_testkit::tmp;
 
 /// Copies the image into the payload file, slowly if asked, counting
 /// builds in `counter`.
@@ -91,7 +90,7 @@ fn spawn_child(root: &Path, img: &Path, delay_ms: u64) -> Child {
     Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "child_entry_point",
+            "cache::child_entry_point",
             "--ignored",
             "--nocapture",
             "--test-threads=1",

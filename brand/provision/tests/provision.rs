@@ -1,8 +1,7 @@
 //! Images as provisioning meets them: kinds told by content, and raw
 //! bases written sparsely.
 
-#[path = "../../../copier/tests/common/tools.rs"]
-mod tools;
+use zinstall_testkit::tools;
 
 use std::fs::{self, File};
 use std::io::{Seek, SeekFrom, Write};
@@ -12,9 +11,8 @@ use std::process::Command;
 
 use zinstall_provision::{self as provision, Compression, ImageKind};
 
-#[path = "../../../copier/tests/common/tmp.rs"]
-mod tmp;
 use tmp::Tmp;
+use zinstall_testkit::tmp;
 
 /// A 32 MiB raw disk with 3 MiB of data at scattered offsets.
 fn raw_disk(dir: &Path) -> PathBuf {

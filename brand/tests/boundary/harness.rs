@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::support;
+use crate::oci::support;
 
 /// Unprivileged uids the clients run as (nobody, and one beside it).
 pub const CALLER: u32 = 65534;

@@ -13,7 +13,7 @@ use std::process::{Command, Output};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use super::tools;
+use zinstall_testkit::tools;
 
 pub fn sha256(b: &[u8]) -> String {
     Sha256::digest(b)

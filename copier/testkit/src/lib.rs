@@ -20,10 +20,12 @@
 
 #![deny(missing_docs)]
 
+pub mod fsops;
 pub mod loopfs;
 pub mod run;
-mod tmp;
-mod tools;
+pub mod sentinel;
+pub mod tmp;
+pub mod tools;
 
 pub use loopfs::{Kind, LoopFs, delayed_extents, shares_extents};
 pub use tmp::Tmp;
@@ -51,6 +53,59 @@ fn test_name() -> String {
         .name()
         .unwrap_or("(unnamed test)")
         .to_string()
+}
+
+/// Set in the process [`alone`] starts for one test.
+const ALONE: &str = "ZINSTALL_TEST_ALONE";
+
+/// Runs the calling test again in a process of its own, where no other
+/// test runs, and returns false once it passed there; in that process it
+/// returns true, and the test's body runs. For tests that look at the
+/// whole process (its threads, its descriptors), which every test of one
+/// test binary shares:
+///
+/// ```ignore
+/// if !zinstall_testkit::alone() {
+///     return;
+/// }
+/// ```
+#[track_caller]
+pub fn alone() -> bool {
+    if std::env::var_os(ALONE).is_some() {
+        return true;
+    }
+    let name = test_name();
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let out = std::process::Command::new(&exe)
+        .args([name.as_str(), "--exact", "--nocapture", "--test-threads=1"])
+        .env(ALONE, &name)
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e}", exe.display()));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{name}, run alone, failed:\n{text}");
+    // A name libtest did not match would run nothing and pass.
+    assert!(
+        text.contains("test result: ok. 1 passed"),
+        "{name}, run alone, ran no test:\n{text}"
+    );
+    false
+}
+
+/// Seeded bytes (xorshift), the same on every run.
+pub fn pseudo_random(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
 }
 
 /// Reports a prerequisite this machine lacks: a panic naming it under CI

@@ -3,9 +3,6 @@
 
 #![allow(dead_code)]
 
-pub mod loopfs;
-pub mod tools;
-
 use std::ffi::{CString, OsStr};
 use std::fs::{self, File};
 use std::io::{Seek, SeekFrom, Write};
@@ -17,7 +14,7 @@ use std::process::Command;
 use copier::verify::{self, CompareOptions};
 use copier::{Plan, Report, Tunables};
 
-pub use zinstall_testkit::is_root;
+pub use zinstall_testkit::{is_root, pseudo_random};
 
 fn cstr(p: &Path) -> CString {
     CString::new(p.as_os_str().as_bytes()).unwrap()
@@ -104,19 +101,6 @@ pub struct FixtureInfo {
     pub cap_file: Option<PathBuf>,
     pub owned_file: Option<PathBuf>,
     pub char_dev: Option<PathBuf>,
-}
-
-/// Seeded bytes (xorshift), the same on every run.
-pub fn pseudo_random(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 /// Builds under `root` every kind of entry and attribute a root can hold.
@@ -240,12 +224,14 @@ pub fn build_fidelity_tree(root: &Path) -> FixtureInfo {
         let ping = root.join("a/ping");
         write(&ping, b"\x7fELF not really");
         mode(&ping, 0o755);
-        run(tools::tool("setcap").arg("cap_net_raw+ep").arg(&ping));
+        run(zinstall_testkit::tool("setcap")
+            .arg("cap_net_raw+ep")
+            .arg(&ping));
         info.cap_file = Some(ping);
-        run(tools::tool("setfacl")
+        run(zinstall_testkit::tool("setfacl")
             .args(["-m", "u:1234:r--"])
             .arg(root.join("a/big")));
-        run(tools::tool("setfacl")
+        run(zinstall_testkit::tool("setfacl")
             .args(["-d", "-m", "g:5678:rwx"])
             .arg(root.join("a/b")));
         set_xattr(&root.join("empty"), "trusted.zinstall", b"t");

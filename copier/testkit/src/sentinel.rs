@@ -2,11 +2,6 @@
 //! does to the root may change. Their whole state (names, types, contents,
 //! link targets, modes, owners, link counts, modification and change
 //! times) is snapshotted when made and compared on demand.
-//!
-//! Only std and libc, so that the copier's library tests can include this
-//! file too (`#[path]`).
-
-#![allow(dead_code)]
 
 use std::collections::BTreeMap;
 use std::fs;

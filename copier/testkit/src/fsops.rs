@@ -1,11 +1,7 @@
-//! Filesystem setup for hostile-input tests that needs nothing but std
-//! and libc, so that the copier's library tests can include this file too
-//! (`#[path]`): privilege and tool checks, walking beneath a root without
-//! following symlinks, symlink targets aimed out of a root, a collector of
-//! many cases, mounts that are always undone, deep trees made with
-//! `mkdirat`, and racing threads.
-
-#![allow(dead_code)]
+//! Filesystem setup for hostile-input tests: privilege and tool checks,
+//! walking beneath a root without following symlinks, symlink targets
+//! aimed out of a root, a collector of many cases, mounts that are always
+//! undone, deep trees made with `mkdirat`, and racing threads.
 
 use std::ffi::CString;
 use std::fs;
@@ -18,12 +14,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 
-#[allow(unused_imports)]
-pub use zinstall_testkit::is_root;
+pub use crate::is_root;
 
-/// True if the test may run; else see `zinstall_testkit::unmet`.
+/// True if the test may run; else see `crate::unmet`.
 pub fn needs_root() -> bool {
-    zinstall_testkit::require_root()
+    crate::require_root()
 }
 
 /// Fails, naming the Debian package, if `tool` cannot be run.
@@ -324,6 +319,7 @@ impl Racer {
         }
     }
 
+    /// Stops the racing thread and returns how many swaps it did.
     pub fn stop(mut self) -> u64 {
         self.stop.store(true, Ordering::Relaxed);
         self.handle.take().unwrap().join().unwrap()

@@ -1,0 +1,4 @@
+//! The provisioning library's integration tests, one binary.
+
+mod cache;
+mod provision;

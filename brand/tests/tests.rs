@@ -1,0 +1,32 @@
+//! zinstall's integration tests, one binary: each module drives the built
+//! commands, the daemon or the packaged files on real files.
+
+mod boundary;
+mod brand_files;
+mod cli;
+mod compressions;
+mod daemon;
+mod descriptors;
+mod first_hour;
+mod front_door;
+mod habits;
+mod hostile;
+mod image;
+mod install;
+mod job_process;
+mod manpages;
+mod messages;
+mod oci;
+mod packaging;
+mod provision;
+mod provision_integrity;
+mod real_roots;
+mod registry;
+mod service_files;
+mod signed_images;
+mod tar_quirks;
+mod tracing;
+mod tune;
+mod update;
+mod walkers;
+mod zoneadm;
