@@ -1,0 +1,475 @@
+//! The install's steps, under the zonepath's lock: the root made, the
+//! trees replicated, the archives unpacked, the host files copied, the
+//! root flushed and recorded ([`crate::manifest`]), the marker moved
+//! along; and a failure's partial root removed.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use copier::beneath::Root;
+use copier::unpack;
+use copier::{Plan, Stats};
+use slog::{error, info};
+use zinstall_archive::ArchiveKind;
+
+use crate::error::{Aftermath, Cause, InstallError, Stage};
+use crate::event::Event;
+use crate::manifest::{self, MANIFEST, Pending};
+use crate::plan::{Archive, Install};
+use crate::profile::Profile;
+use crate::state::{self, State, ZoneLock};
+use crate::summary::{Summary, add, merge_notices};
+use crate::zonepath::{open_zonepath, settle, write_marker};
+
+impl Install<'_> {
+    /// Runs the install; see the crate docs for the steps and failures.
+    pub fn run(&mut self) -> Result<Summary, InstallError> {
+        let started = Instant::now();
+        let zonepath = self.zonepath.clone();
+        (self.events)(&Event::Installing {
+            zone: self.zone.clone(),
+            zonepath: zonepath.clone(),
+        });
+        self.choose_host_parts();
+        info!(self.log, "install"; "zone" => &self.zone, "zonepath" => %zonepath.display(),
+              "profile" => %self.profile.path.display(),
+              "images" => slog::Serde(images_list(&self.images)));
+        // Held to the end: the zonepath checked is the one worked in.
+        let r = open_zonepath(&zonepath).and_then(|held| {
+            let r = match ZoneLock::take(&zonepath) {
+                Ok(lock) => {
+                    let r = self.run_locked();
+                    // Nothing of ours may stay where zoneadm will clean.
+                    let r = match r {
+                        Err(mut e) if e.zoneadm_status() == 254 => {
+                            if let Err(source) = state::clear(&zonepath) {
+                                e.stage = Stage::Partial;
+                                e.aftermath =
+                                    Some(Box::new(Aftermath::MarkerKept {
+                                        path: zonepath.join(state::STATE),
+                                        source,
+                                    }));
+                            }
+                            Err(e)
+                        }
+                        other => other,
+                    };
+                    lock.release();
+                    r
+                }
+                Err(e @ state::LockError::Held { .. }) => {
+                    Err(InstallError::refused(Cause::Lock(e)))
+                }
+                Err(e) => Err(InstallError::before(Cause::Lock(e))),
+            };
+            drop(held);
+            r.map_err(|e| settle(&zonepath, e))
+        });
+        match &r {
+            Ok(s) => {
+                let took = started.elapsed();
+                (self.events)(&Event::Complete {
+                    zone: self.zone.clone(),
+                    stats: s.stats.clone(),
+                    took,
+                });
+                let t = &s.stats;
+                info!(self.log, "install complete"; "ms" => took.as_millis() as u64,
+                      "files" => t.files + t.symlinks + t.hardlinks + t.specials,
+                      "dirs" => t.dirs, "linked" => t.redirects, "bytes" => t.bytes);
+            }
+            Err(e) => error!(self.log, "install failed"; "error" => %e),
+        }
+        r
+    }
+
+    fn run_locked(&mut self) -> Result<Summary, InstallError> {
+        let root = self.zonepath.join("root");
+        let st = self.check_state(&root)?;
+        match st {
+            Some(State::Installed) | None => {}
+            Some(State::Installing) => {
+                (self.events)(&Event::CleaningInterrupted);
+                info!(self.log, "cleaning interrupted install");
+                copier::fsutil::remove_tree(&root).map_err(|source| {
+                    InstallError::partial(Cause::Step {
+                        step: "cleaning up after an interrupted install".into(),
+                        source: Box::new(source),
+                    })
+                })?;
+            }
+        }
+        let archives = self.preflight()?;
+        write_marker(&self.zonepath, State::Installing)
+            .map_err(InstallError::before)?;
+        // The manifest is recorded from the page cache while the flush
+        // waits on the disk.
+        let mut recorded = None;
+        let r = self.lay_out(&root, &archives).and_then(|s| {
+            let (trees, images) =
+                (self.profile.trees.clone(), self.images.clone());
+            let (flushed, pending) = std::thread::scope(|scope| {
+                let pending = std::thread::Builder::new()
+                    .name("manifest".into())
+                    .spawn_scoped(scope, || {
+                        manifest::pending(&root, &trees, &images)
+                    });
+                let flushed =
+                    if self.sync { self.flush(&root) } else { Ok(()) };
+                (flushed, pending.map(|h| h.join()))
+            });
+            recorded = Some(match pending {
+                Ok(Ok(p)) => p,
+                // No thread to spare: recorded here.
+                Err(_) => manifest::pending(&root, &trees, &images),
+                Ok(Err(_)) => manifest::Pending::failed(
+                    &root,
+                    "the recording thread panicked",
+                ),
+            });
+            flushed.map(|()| s)
+        });
+        match r {
+            Ok(s) => {
+                if let Some(p) = recorded {
+                    self.save_manifest(p);
+                }
+                write_marker(&self.zonepath, State::Installed)
+                    .map_err(InstallError::partial)?;
+                Ok(s)
+            }
+            Err(cause) => {
+                // Leave nothing half-done behind: remove what was written.
+                let cleaned =
+                    copier::fsutil::remove_tree(&root).and_then(|()| {
+                        state::clear(&self.zonepath).map_err(|e| {
+                            copier::Error::io(
+                                copier::Op::Remove,
+                                self.zonepath.join(state::STATE),
+                                e,
+                            )
+                        })
+                    });
+                let stage = match &cleaned {
+                    Ok(()) => Stage::Cleaned,
+                    Err(e) => {
+                        error!(self.log, "cleanup failed"; "error" => %e);
+                        Stage::Partial
+                    }
+                };
+                Err(InstallError::new(stage, cause))
+            }
+        }
+    }
+
+    /// Steps 3 to 6.
+    fn lay_out(
+        &mut self,
+        root: &Path,
+        archives: &[Archive],
+    ) -> Result<Summary, Cause> {
+        let mut sum = Summary::default();
+        let step_err = |step: &str| {
+            let step = step.to_string();
+            move |source| Cause::Step {
+                step,
+                source: Box::new(source),
+            }
+        };
+        // Made or opened without following a symlink at ZONEPATH/root;
+        // everything below goes through Plan::within / unpack, which open
+        // every directory beneath it the same way.
+        let top = Root::create(root, 0o755).map_err(step_err("make root"))?;
+        top.set_mode(0o755).map_err(step_err("make root"))?;
+        if !self.profile.links.is_empty() || !self.profile.dirs.is_empty() {
+            (self.events)(&Event::LayingOut);
+            let t0 = self.step_start("layout");
+            let r = layout(&self.profile, root, self.pool.as_ref());
+            self.step_done("layout", t0, r.is_err());
+            add(&mut sum.stats, &r?);
+        }
+        let trees = self.profile.trees.clone();
+        for t in &trees {
+            let name = format!("/{}", t.display());
+            let src = self.profile.source_root.join(t);
+            let dst = root.join(t);
+            (self.events)(&Event::Replicating { tree: name.clone() });
+            let step = format!("replicate {name}");
+            let t0 = self.step_start(&step);
+            let r = self
+                .plan(&src, &dst)
+                .within(root)
+                .tunables(self.tunables)
+                .rules(std::sync::Arc::clone(&self.profile.rules), t)
+                .skip_special(true)
+                .run();
+            self.step_done(&step, t0, r.is_err());
+            let report = r.map_err(|source| Cause::Copy {
+                step: step.clone(),
+                source,
+            })?;
+            let s = &report.stats;
+            (self.events)(&Event::Replicated {
+                tree: name.clone(),
+                stats: s.clone(),
+            });
+            info!(self.log, "replicated"; "tree" => &name, "files" => s.files, "symlinks" => s.symlinks,
+                  "linked" => s.redirects, "skipped" => s.skipped, "bytes" => s.bytes,
+                  "ms" => s.elapsed.as_millis() as u64);
+            merge_notices(&mut sum.notices, &report.notices);
+            add(&mut sum.stats, s);
+        }
+        for a in archives {
+            if let Some(image) = &a.oci {
+                self.apply_oci(image, root, &mut sum)?;
+                continue;
+            }
+            let (path, kind) = (a.path.clone(), a.kind);
+            (self.events)(&Event::Unpacking {
+                path: path.clone(),
+                kind,
+            });
+            let step = format!("unpack {}", path.display());
+            let t0 = self.step_start(&step);
+            let opts = self.unpack_options(a);
+            let r = unpack::unpack(&path, root, &opts);
+            self.step_done(&step, t0, r.is_err());
+            // The engine's error names the archive and the member.
+            let r = r.map_err(|source| Cause::Step {
+                step: "unpack".into(),
+                source: Box::new(source),
+            })?;
+            let s = &r.stats;
+            let took = t0.elapsed();
+            (self.events)(&Event::Unpacked {
+                path: path.clone(),
+                stats: s.clone(),
+                took,
+            });
+            info!(self.log, "unpacked"; "archive" => %path.display(), "files" => s.files,
+                  "bytes" => s.bytes, "ms" => took.as_millis() as u64);
+            merge_notices(&mut sum.notices, &r.notices);
+            add(&mut sum.stats, s);
+        }
+        let host_files = self.profile.host_files.clone();
+        for f in &host_files {
+            (self.events)(&Event::CopyingHostFile { path: f.clone() });
+            let rel = f.strip_prefix("/").unwrap_or(f);
+            let dst = root.join(rel);
+            let step = format!("host file {}", f.display());
+            let t0 = self.step_start(&step);
+            let src = match host_source(f, root) {
+                Some(real) => {
+                    (self.events)(&Event::HostFileByContent {
+                        path: f.clone(),
+                        real: real.clone(),
+                    });
+                    real
+                }
+                None => f.clone(),
+            };
+            // Beneath the root: a symlink an image planted on the way
+            // (etc -> /host/dir) is refused and named; one at the file's
+            // own name is replaced, never written through.
+            let r = self.plan(&src, &dst).within(root).merge(true).run();
+            self.step_done(&step, t0, r.is_err());
+            let r = r.map_err(|source| Cause::Copy {
+                step: step.clone(),
+                source,
+            })?;
+            merge_notices(&mut sum.notices, &r.notices);
+            add(&mut sum.stats, &r.stats);
+        }
+        for n in &sum.notices {
+            (self.events)(&Event::Notice(n.clone()));
+        }
+        Ok(sum)
+    }
+
+    /// Flushes the root's filesystem: each file's writeback started as
+    /// it was written (`COPY_WRITEBACK`), so this waits for the tail.
+    fn flush(&mut self, root: &Path) -> Result<(), Cause> {
+        (self.events)(&Event::Flushing);
+        let t0 = self.step_start("flush");
+        let r = std::fs::File::open(root)
+            .and_then(|f| copier::fsutil::sync_fs(&f))
+            .map_err(|e| Cause::Step {
+                step: "flush".into(),
+                source: Box::new(copier::Error::io(copier::Op::Sync, root, e)),
+            });
+        self.step_done("flush", t0, r.is_err());
+        r
+    }
+
+    /// Applies an OCI image's layers in order, whiteouts and all; each
+    /// layer is one unpack step, checked against its digest and diff_id.
+    fn apply_oci(
+        &mut self,
+        image: &copier::oci::Image,
+        root: &Path,
+        sum: &mut Summary,
+    ) -> Result<(), Cause> {
+        for i in 0..image.layers.len() {
+            let path = image.layer_path(i);
+            (self.events)(&Event::Unpacking {
+                path: path.clone(),
+                kind: ArchiveKind::Layer,
+            });
+            let step = format!("unpack {}", path.display());
+            let t0 = self.step_start(&step);
+            let opts = self.oci_unpack_options();
+            let r = copier::oci::unpack_layer(image, i, root, &opts);
+            self.step_done(&step, t0, r.is_err());
+            let r = r.map_err(|source| Cause::Step {
+                step: "unpack".into(),
+                source: Box::new(source),
+            })?;
+            let took = t0.elapsed();
+            (self.events)(&Event::Unpacked {
+                path: path.clone(),
+                stats: r.stats.clone(),
+                took,
+            });
+            info!(self.log, "unpacked"; "archive" => %path.display(), "files" => r.stats.files,
+                  "bytes" => r.stats.bytes, "ms" => took.as_millis() as u64);
+            merge_notices(&mut sum.notices, &r.notices);
+            add(&mut sum.stats, &r.stats);
+        }
+        Ok(())
+    }
+
+    fn step_start(&self, step: &str) -> Instant {
+        copier::probes::step_start(&self.zone, step);
+        Instant::now()
+    }
+
+    fn step_done(&self, step: &str, t0: Instant, failed: bool) {
+        let ns = t0.elapsed().as_nanos() as u64;
+        copier::probes::step_done(&self.zone, step, ns, failed);
+        info!(self.log, "step"; "step" => step, "ms" => ns / 1_000_000, "failed" => failed);
+    }
+
+    /// Writes what the install laid out, before it is marked complete.
+    /// A failure is logged and the install goes on: the zone works, and
+    /// an update of it says that it needs `--force`.
+    fn save_manifest(&mut self, p: Pending) {
+        let t0 = std::time::Instant::now();
+        match p.recorded.and_then(|m| {
+            manifest::write(&self.zonepath, MANIFEST, &m)
+                .map(|()| m.entries.len())
+        }) {
+            Ok(n) => slog::info!(self.log, "manifest recorded"; "entries" => n,
+                                 "ms" => (p.took + t0.elapsed()).as_millis() as u64),
+            Err(e) => {
+                slog::error!(self.log, "manifest not recorded; an update of this root needs --force";
+                                   "error" => %e)
+            }
+        }
+    }
+}
+
+/// The images as a list of strings: a JSON array in the log.
+fn images_list(images: &[PathBuf]) -> Vec<String> {
+    images.iter().map(|p| p.display().to_string()).collect()
+}
+
+/// The profile's links and mount points: made in a private directory
+/// with their exact modes, then merged into the root by the same writer
+/// as everything else (never through a symlink in the root).
+fn layout(
+    p: &Profile,
+    root: &Path,
+    pool: Option<&copier::Pool>,
+) -> Result<Stats, Cause> {
+    let staging = private_dir().map_err(|source| Cause::Layout {
+        what: "staging directory".into(),
+        source,
+    })?;
+    let made = (|| -> Result<Stats, Cause> {
+        use std::os::unix::fs::{PermissionsExt, symlink};
+        let top = staging.join("root");
+        let failed =
+            |what: String| move |source| Cause::Layout { what, source };
+        fs::create_dir(&top)
+            .and_then(|()| {
+                fs::set_permissions(&top, fs::Permissions::from_mode(0o755))
+            })
+            .map_err(failed(top.display().to_string()))?;
+        for (path, mode) in &p.dirs {
+            let d = top.join(path);
+            fs::create_dir_all(&d)
+                .and_then(|()| {
+                    fs::set_permissions(&d, fs::Permissions::from_mode(*mode))
+                })
+                .map_err(failed(format!("dir {}", path.display())))?;
+        }
+        for (path, target) in &p.links {
+            let l = top.join(path);
+            let what = || format!("link {}", path.display());
+            if let Some(parent) = l.parent() {
+                fs::create_dir_all(parent).map_err(failed(what()))?;
+            }
+            symlink(target, &l).map_err(failed(what()))?;
+        }
+        let mut plan = Plan::new(&top, root).within(root).merge(true);
+        if let Some(pool) = pool {
+            plan = plan.pool(pool.clone());
+        }
+        let r = plan.run().map_err(|source| Cause::Copy {
+            step: "layout".into(),
+            source,
+        })?;
+        Ok(r.stats)
+    })();
+    let _gone = fs::remove_dir_all(&staging);
+    made
+}
+
+/// A new directory only this process uses, under the temporary
+/// directory (mode 0700, made with a name no one else has).
+fn private_dir() -> std::io::Result<PathBuf> {
+    use std::os::unix::fs::DirBuilderExt;
+    let base = std::env::temp_dir();
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    for i in 0..100u32 {
+        let d = base
+            .join(format!("zinstall-layout.{}.{t}.{i}", std::process::id()));
+        match fs::DirBuilder::new().mode(0o700).create(&d) {
+            Ok(()) => return Ok(d),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Err(std::io::Error::other(
+        "no free name for a private directory",
+    ))
+}
+
+/// A host file that is a symlink whose target the root lacks (such as
+/// `/etc/os-release` → `../usr/lib/os-release` in a root without
+/// `usr/lib`) is copied by content: the file it resolves to on the host.
+/// `None`: copy the host file as it is (a file, or a link that works in
+/// the root, or one dangling on the host too).
+fn host_source(f: &Path, root: &Path) -> Option<PathBuf> {
+    let md = fs::symlink_metadata(f).ok()?;
+    if !md.file_type().is_symlink() {
+        return None;
+    }
+    let target = fs::read_link(f).ok()?;
+    let rel = f.strip_prefix("/").unwrap_or(f);
+    let in_root = match target.strip_prefix("/") {
+        Ok(abs) => root.join(abs),
+        Err(_) => root
+            .join(rel.parent().unwrap_or(Path::new("")))
+            .join(&target),
+    };
+    // Only read: what the root holds decides between a link and a copy.
+    if in_root.exists() {
+        return None;
+    }
+    fs::canonicalize(f).ok()
+}

@@ -1,0 +1,43 @@
+//! What an install did: its totals, summed step by step, and the
+//! engine's notices, one per kind. A leaf: the steps and the dry run
+//! both add into it.
+
+use copier::Stats;
+
+/// What an install did.
+#[derive(Clone, Debug, Default)]
+pub struct Summary {
+    /// Everything copied, linked and unpacked.
+    pub stats: Stats,
+    /// Notices from the engine, one per kind for the whole install.
+    pub notices: Vec<copier::Notice>,
+}
+
+/// Adds `from` to `into`, one notice per kind: counts summed, the first
+/// example kept.
+pub(crate) fn merge_notices(
+    into: &mut Vec<copier::Notice>,
+    from: &[copier::Notice],
+) {
+    for n in from {
+        match into.iter_mut().find(|m| m.kind == n.kind) {
+            Some(m) => m.count += n.count,
+            None => into.push(n.clone()),
+        }
+    }
+}
+
+pub(crate) fn add(total: &mut Stats, s: &Stats) {
+    total.files += s.files;
+    total.dirs += s.dirs;
+    total.symlinks += s.symlinks;
+    total.hardlinks += s.hardlinks;
+    total.redirects += s.redirects;
+    total.specials += s.specials;
+    total.skipped += s.skipped;
+    total.bytes += s.bytes;
+    // The steps run one after another: their largest descriptor counts.
+    total.fd_limit = total.fd_limit.max(s.fd_limit);
+    total.fd_budget = total.fd_budget.max(s.fd_budget);
+    total.fd_peak = total.fd_peak.max(s.fd_peak);
+}

@@ -1,0 +1,120 @@
+//! Why an update or rollback stopped, and the helpers that put the
+//! path and operation on a system call's error.
+
+use std::io;
+use std::path::PathBuf;
+
+use super::names::ROOT_PREV;
+use crate::manifest;
+use crate::state;
+
+/// Why an update or rollback stopped.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum UpdateError {
+    /// Another process holds the zonepath, or the lock failed.
+    #[error("{0}")]
+    Lock(#[from] state::LockError),
+    /// The zonepath is not an installed zone.
+    #[error("{}: not installed (the marker says {state})", zonepath.display())]
+    NotInstalled {
+        /// The zonepath.
+        zonepath: PathBuf,
+        /// What the marker says.
+        state: &'static str,
+    },
+    /// No manifest: the install predates them, so the zone's changes
+    /// cannot be told from the install's.
+    #[error(
+        "{}: no manifest of what the install laid out (installed before \
+         zinstall recorded one), so the zone's own changes cannot be told \
+         from the install's; --force updates anyway, replacing every file \
+         of the profile's trees and keeping every other entry",
+        zonepath.display()
+    )]
+    NoManifest {
+        /// The zonepath.
+        zonepath: PathBuf,
+    },
+    /// The images differ from those installed.
+    #[error(
+        "the images differ from those installed ({installed} now {given}); \
+         an update replaces the profile's trees only: reinstall to change \
+         images"
+    )]
+    ImagesChanged {
+        /// The digests recorded.
+        installed: String,
+        /// The digests given.
+        given: String,
+    },
+    /// Images were laid over the trees: their entries cannot be told
+    /// from the trees'.
+    #[error(
+        "the install laid images over the profile's trees, whose entries \
+         the manifest cannot tell from the images': reinstall to update it"
+    )]
+    ImagesOverTrees,
+    /// A tree of the profile is missing on the host.
+    #[error("tree {} is missing", tree.display())]
+    TreeMissing {
+        /// The tree.
+        tree: PathBuf,
+    },
+    /// Nothing to roll back to.
+    #[error("{}: no previous root ({ROOT_PREV}) to roll back to", zonepath.display())]
+    NoPrevious {
+        /// The zonepath.
+        zonepath: PathBuf,
+    },
+    /// The manifest could not be read or written.
+    #[error("{0}")]
+    Manifest(#[from] manifest::ManifestError),
+    /// A system call failed.
+    #[error("{op} {}: {source}", path.display())]
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// Where.
+        path: PathBuf,
+        /// The system's error.
+        source: io::Error,
+    },
+    /// The root could not be opened beneath its zonepath.
+    #[error("{0}")]
+    Copier(#[from] copier::Error),
+    /// The root is deeper than the update goes.
+    #[error(
+        "{}: more than {} directories deep; an update does not go this \
+         deep (reinstall instead)",
+        path.display(),
+        manifest::MAX_DEPTH
+    )]
+    TooDeep {
+        /// The first directory past the limit.
+        path: PathBuf,
+    },
+    /// Cancelled before the switch: the old root is in place, untouched.
+    #[error("cancelled; the root is as it was")]
+    Cancelled,
+}
+
+pub(super) fn io_at(
+    op: &'static str,
+    path: impl Into<PathBuf>,
+) -> impl FnOnce(io::Error) -> UpdateError {
+    let path = path.into();
+    move |source| UpdateError::Io { op, path, source }
+}
+
+pub(super) fn errno_at(
+    op: &'static str,
+    path: impl Into<PathBuf>,
+) -> impl FnOnce(rustix::io::Errno) -> UpdateError {
+    let path = path.into();
+    move |e| UpdateError::Io {
+        op,
+        path,
+        source: e.into(),
+    }
+}

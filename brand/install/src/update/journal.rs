@@ -1,0 +1,234 @@
+//! The journal of an update or rollback under way, and what reads it:
+//! an interrupted one finished or undone, a rollback, an update's files
+//! removed at uninstall.
+
+use std::fs;
+use std::io::{self, Read, Write};
+use std::os::fd::AsFd;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::Path;
+
+use super::error::{UpdateError, io_at};
+use super::names::{JOURNAL, ROOT_NEW, ROOT_PREV, SWAP};
+use super::switch::{exchange, undo_swap};
+use crate::manifest;
+use crate::state::ZoneLock;
+use crate::zonepath::open_zonepath;
+
+/// What the journal says is under way.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Journal {
+    /// An update; the old root's inode.
+    Update(u64),
+    /// A rollback; the root's inode before it.
+    Rollback(u64),
+}
+
+pub(super) fn write_journal(
+    zonepath: &Path,
+    j: &Journal,
+) -> Result<(), UpdateError> {
+    let text = match j {
+        Journal::Update(i) => format!("update {i}\n"),
+        Journal::Rollback(i) => format!("rollback {i}\n"),
+    };
+    let path = zonepath.join(JOURNAL);
+    let tmp = zonepath.join(format!("{JOURNAL}.{}", std::process::id()));
+    let r = (|| -> io::Result<()> {
+        match fs::remove_file(&tmp) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+            _ => {}
+        }
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)?;
+        f.write_all(text.as_bytes())?;
+        f.sync_all()?;
+        fs::rename(&tmp, &path)?;
+        fs::File::open(zonepath)?.sync_all()
+    })();
+    r.map_err(io_at("write", path))
+}
+
+fn read_journal(zonepath: &Path) -> Result<Option<Journal>, UpdateError> {
+    let path = zonepath.join(JOURNAL);
+    let f = match fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(&path)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io_at("read", path)(e)),
+    };
+    let mut s = String::new();
+    f.take(256)
+        .read_to_string(&mut s)
+        .map_err(io_at("read", &path))?;
+    let bad = || UpdateError::Io {
+        op: "read",
+        path: path.clone(),
+        source: io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("not a journal: {s:?}"),
+        ),
+    };
+    let (word, ino) = s.trim().split_once(' ').ok_or_else(bad)?;
+    let ino: u64 = ino.parse().map_err(|_| bad())?;
+    match word {
+        "update" => Ok(Some(Journal::Update(ino))),
+        "rollback" => Ok(Some(Journal::Rollback(ino))),
+        _ => Err(bad()),
+    }
+}
+
+fn ino_of(p: &Path) -> Option<u64> {
+    fs::symlink_metadata(p).ok().map(|m| m.ino())
+}
+
+pub(super) fn remove_if(p: &Path) -> Result<(), UpdateError> {
+    match fs::symlink_metadata(p) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(io_at("stat", p)(e)),
+        Ok(m) if m.is_dir() => {
+            copier::fsutil::remove_tree(p).map_err(UpdateError::Copier)
+        }
+        Ok(_) => fs::remove_file(p).map_err(io_at("remove", p)),
+    }
+}
+
+/// Finishes or undoes an update or rollback a kill interrupted; says
+/// which. Called with the zonepath's lock held.
+pub fn recover(zonepath: &Path) -> Result<Option<&'static str>, UpdateError> {
+    let root = zonepath.join("root");
+    undo_swap(zonepath)?;
+    let Some(j) = read_journal(zonepath)? else {
+        return Ok(None);
+    };
+    let now = ino_of(&root);
+    let done = match j {
+        Journal::Update(old) if now == Some(old) => {
+            remove_if(&zonepath.join(ROOT_NEW))?;
+            remove_if(&zonepath.join(manifest::MANIFEST_NEW))?;
+            fs::remove_file(zonepath.join(JOURNAL))
+                .map_err(io_at("remove", zonepath.join(JOURNAL)))?;
+            "an interrupted update was undone: the old root is in place"
+        }
+        Journal::Update(_) => {
+            finish_update(zonepath, &mut |_| {})?;
+            "an interrupted update was finished: the new root is in place"
+        }
+        Journal::Rollback(old) => {
+            if now != Some(old) {
+                settle_manifests(zonepath)?;
+            }
+            fs::remove_file(zonepath.join(JOURNAL))
+                .map_err(io_at("remove", zonepath.join(JOURNAL)))?;
+            if now == Some(old) {
+                "an interrupted rollback was undone"
+            } else {
+                "an interrupted rollback was finished"
+            }
+        }
+    };
+    Ok(Some(done))
+}
+
+/// After the exchange: the manifests follow the roots, the old root
+/// becomes `root.prev`, the journal goes. Each step can be redone.
+pub(super) fn finish_update(
+    zonepath: &Path,
+    stage: &mut dyn FnMut(&str),
+) -> Result<(), UpdateError> {
+    let m = zonepath.join(manifest::MANIFEST);
+    let mnew = zonepath.join(manifest::MANIFEST_NEW);
+    let mprev = zonepath.join(manifest::MANIFEST_PREV);
+    if mnew.exists() {
+        if m.exists() {
+            fs::rename(&m, &mprev).map_err(io_at("rename", &m))?;
+        }
+        fs::rename(&mnew, &m).map_err(io_at("rename", &mnew))?;
+    }
+    stage("settled");
+    let new = zonepath.join(ROOT_NEW);
+    if fs::symlink_metadata(&new).is_ok() {
+        remove_if(&zonepath.join(ROOT_PREV))?;
+        fs::rename(&new, zonepath.join(ROOT_PREV))
+            .map_err(io_at("rename", &new))?;
+    }
+    fs::File::open(zonepath)
+        .and_then(|d| d.sync_all())
+        .map_err(io_at("sync", zonepath))?;
+    fs::remove_file(zonepath.join(JOURNAL))
+        .map_err(io_at("remove", zonepath.join(JOURNAL)))
+}
+
+/// Makes `.zinstall.manifest` the one describing `root` (its header
+/// names the root's inode), exchanging it with the previous one if a
+/// rollback stopped between the two.
+fn settle_manifests(zonepath: &Path) -> Result<(), UpdateError> {
+    let root = ino_of(&zonepath.join("root"));
+    let cur = manifest::read(zonepath, manifest::MANIFEST)?
+        .map(|m| m.header.root_ino);
+    if cur == root {
+        return Ok(());
+    }
+    let prev = manifest::read(zonepath, manifest::MANIFEST_PREV)?
+        .map(|m| m.header.root_ino);
+    if prev == root {
+        let zdir = copier::beneath::Root::open(zonepath)?;
+        exchange(
+            zdir.as_fd(),
+            manifest::MANIFEST,
+            manifest::MANIFEST_PREV,
+            zonepath,
+        )?;
+    }
+    Ok(())
+}
+
+/// Switches back to the root before the last update: `root` and
+/// `root.prev` exchanged, and their manifests. Rolling back twice
+/// returns to the updated root.
+pub fn rollback(zonepath: &Path) -> Result<Option<&'static str>, UpdateError> {
+    let _held = open_zonepath(zonepath).map_err(|e| UpdateError::Io {
+        op: "open zonepath",
+        path: zonepath.to_path_buf(),
+        source: io::Error::other(e.to_string()),
+    })?;
+    let lock = ZoneLock::take(zonepath)?;
+    let r = (|| {
+        let recovered = recover(zonepath)?;
+        let prev = zonepath.join(ROOT_PREV);
+        if !fs::symlink_metadata(&prev).is_ok_and(|m| m.is_dir()) {
+            return Err(UpdateError::NoPrevious {
+                zonepath: zonepath.to_path_buf(),
+            });
+        }
+        let root = zonepath.join("root");
+        let ino = fs::symlink_metadata(&root)
+            .map_err(io_at("stat", &root))?
+            .ino();
+        write_journal(zonepath, &Journal::Rollback(ino))?;
+        let zdir = copier::beneath::Root::open(zonepath)?;
+        exchange(zdir.as_fd(), "root", ROOT_PREV, zonepath)?;
+        settle_manifests(zonepath)?;
+        fs::remove_file(zonepath.join(JOURNAL))
+            .map_err(io_at("remove", zonepath.join(JOURNAL)))?;
+        Ok(recovered)
+    })();
+    lock.release();
+    r
+}
+
+/// Removes what updates leave in a zonepath (`root.new`, `root.prev`,
+/// the journal, the manifests): part of an uninstall.
+pub fn clear(zonepath: &Path) -> Result<(), UpdateError> {
+    undo_swap(zonepath)?;
+    remove_if(&zonepath.join(ROOT_NEW))?;
+    remove_if(&zonepath.join(ROOT_PREV))?;
+    remove_if(&zonepath.join(SWAP))?;
+    remove_if(&zonepath.join(JOURNAL))?;
+    manifest::clear(zonepath).map_err(io_at("remove manifests in", zonepath))
+}
