@@ -17,7 +17,7 @@ use crate::settings::TunableArgs;
 #[derive(Args, Debug)]
 pub struct CopyArgs {
     #[command(flatten)]
-    pub remote: crate::cmd::remote::DaemonArg,
+    pub remote: crate::cmd::daemon_arg::DaemonArg,
     /// Source: a directory, file, symlink or special file.
     pub src: PathBuf,
     /// Destination: created if missing; must be empty unless --merge.

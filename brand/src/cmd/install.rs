@@ -15,7 +15,7 @@ use zinstall_install::{self as install, Install, Profile, profile};
 #[derive(Args, Debug)]
 pub struct InstallArgs {
     #[command(flatten)]
-    pub remote: crate::cmd::remote::DaemonArg,
+    pub remote: crate::cmd::daemon_arg::DaemonArg,
     /// The zonepath: created (0700) if missing; the root is ZONEPATH/root.
     #[arg(long, value_name = "DIR")]
     pub zonepath: PathBuf,
@@ -69,7 +69,7 @@ pub struct InstallArgs {
 #[derive(Args, Debug)]
 pub struct UninstallArgs {
     #[command(flatten)]
-    pub remote: crate::cmd::remote::DaemonArg,
+    pub remote: crate::cmd::daemon_arg::DaemonArg,
     /// The zonepath whose root to remove.
     #[arg(long, value_name = "DIR")]
     pub zonepath: PathBuf,

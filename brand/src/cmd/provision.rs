@@ -29,7 +29,7 @@ static DEFAULT_MAX_ARCHIVE_SIZE: LazyLock<String> =
 #[derive(Args, Debug)]
 pub struct ProvisionArgs {
     #[command(flatten)]
-    pub remote: crate::cmd::remote::DaemonArg,
+    pub remote: crate::cmd::daemon_arg::DaemonArg,
     /// A rootfs archive (tar, tar.gz, tar.zst, tar.xz, tar.bz2,
     /// tar.lz4), an OCI image (layout directory or oci-archive; IMAGE:REF
     /// names one in its index) or a disk image (raw or qcow2; VMDK, VDI,

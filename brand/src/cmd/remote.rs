@@ -7,8 +7,7 @@ use std::sync::Arc;
 
 use clap::Args;
 use serde_json::Value;
-use zinstall_daemon::client::{Client, ClientError, DAEMON_ENV};
-use zinstall_daemon::config::DEFAULT_SOCKET;
+use zinstall_daemon::client::{Client, ClientError};
 use zinstall_daemon::protocol::{
     CacheEntryReply, Call, CopyArgs, CopyReply, GcArgs, GcReply, InstallArgs,
     JobInfo, JobRef, ProgressInfo, ProvisionArgs, ProvisionReply, Request,
@@ -17,6 +16,8 @@ use zinstall_daemon::protocol::{
 
 use crate::output::{self, Bar};
 use crate::settings::TunableArgs;
+
+pub use super::daemon_arg::{DaemonArg, socket, socket_or_default};
 
 /// Arguments of `zinstall jobs`.
 #[derive(Args, Debug)]
@@ -35,34 +36,6 @@ pub struct CancelArgs {
     pub job: u64,
     #[command(flatten)]
     pub remote: DaemonArg,
-}
-
-/// `--daemon[=SOCKET]`, on the commands zinstalld runs (and only there,
-/// so that no other command's help offers it).
-#[derive(clap::Args, Debug, Clone, Default)]
-pub struct DaemonArg {
-    /// Have zinstalld run this, at its socket (default
-    /// /run/zinstall/zinstalld.sock; also ZINSTALL_DAEMON), with the same
-    /// output. The = is required.
-    #[arg(long, value_name = "SOCKET", num_args = 0..=1, require_equals = true)]
-    pub daemon: Option<Option<PathBuf>>,
-}
-
-/// The daemon's socket: `--daemon[=SOCKET]`, else `ZINSTALL_DAEMON`;
-/// `None`: run in this process.
-pub fn socket(flag: &Option<Option<PathBuf>>) -> Option<PathBuf> {
-    match flag {
-        Some(Some(p)) => Some(p.clone()),
-        Some(None) => Some(DEFAULT_SOCKET.into()),
-        None => std::env::var_os(DAEMON_ENV)
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from),
-    }
-}
-
-/// The socket for `jobs` and `cancel`, which only the daemon answers.
-pub fn socket_or_default(flag: &Option<Option<PathBuf>>) -> PathBuf {
-    socket(flag).unwrap_or_else(|| DEFAULT_SOCKET.into())
 }
 
 /// A path the daemon can use: absolute, from this process's directory.

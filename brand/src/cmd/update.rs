@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 
-use crate::cmd::remote::DaemonArg;
+use crate::cmd::daemon_arg::DaemonArg;
 use crate::output;
 use zinstall_daemon::protocol::UpdateReply;
 use zinstall_install::update::{self, Update};

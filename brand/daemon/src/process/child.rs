@@ -14,7 +14,9 @@ use std::time::Duration;
 use copier::beneath::Root;
 use copier::{Cancel, OnError, Plan, Tunables};
 
-use super::{CONTROL_FD, DST_ROOT_FD, MAX_LINE, Order, SRC_ROOT_FD, Said};
+use super::wire::{
+    CONTROL_FD, DST_ROOT_FD, MAX_LINE, Order, SRC_ROOT_FD, Said,
+};
 use crate::protocol::{ErrorKind, NoticeInfo, WireError};
 use crate::sys::{self, Identity};
 

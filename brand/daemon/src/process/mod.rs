@@ -22,24 +22,25 @@
 //! ([`crate::state::Budget`]). Root's own jobs stay in the daemon.
 //!
 //! Everything the process says is read as a stranger's words: lines of
-//! bounded length, parsed into the types below, nothing else.
+//! bounded length, parsed into the types of `wire`, nothing else.
 
 mod child;
+mod wire;
 
 use std::io::{self, BufRead, BufReader, Write};
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use slog::{info, warn};
 
 use copier::beneath::Root;
 
 pub use child::main as child_main;
+pub use wire::CHILD_ARG;
 
 use crate::auth;
 use crate::config::Config;
@@ -47,60 +48,10 @@ use crate::jobs::Job;
 use crate::protocol::{CopyArgs, ErrorKind, NoticeInfo, WireError, normalized};
 use crate::state::Daemon;
 use crate::sys::{self, Identity, Peer};
-
-/// The first argument that makes `zinstalld` a job's process.
-pub const CHILD_ARG: &str = "--job-process";
-
-/// The descriptors a job's process is handed, in order.
-const CONTROL_FD: i32 = 3;
-const SRC_ROOT_FD: i32 = 4;
-const DST_ROOT_FD: i32 = 5;
-
-/// The longest line either side sends: a result with its notices and up
-/// to 100 errors of a few paths each.
-const MAX_LINE: usize = 4 << 20;
+use wire::{MAX_LINE, Order, Said};
 
 /// How long a job's process has to end after SIGTERM before SIGKILL.
 const GRACE: Duration = Duration::from_secs(5);
-
-/// What the daemon asks of a job's process, once it is the caller.
-#[derive(Debug, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Order {
-    /// The paths as the caller named them (normalized): beneath
-    /// `src_root` and `dst_root`, and shown in messages.
-    src: PathBuf,
-    dst: PathBuf,
-    /// The granted prefixes the handed descriptors are, for messages and
-    /// to take the paths relative to.
-    src_root: PathBuf,
-    dst_root: PathBuf,
-    merge: bool,
-    sync: bool,
-    skip_special: bool,
-    exclude: Vec<String>,
-    /// The workers granted, and the run's other knobs.
-    threads: usize,
-    walkers: usize,
-    batch: usize,
-    bufsize: usize,
-    writeback: copier::Writeback,
-}
-
-/// What a job's process says: progress while it works, then one result.
-#[derive(Debug, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case", tag = "say")]
-enum Said {
-    /// Totals so far.
-    Progress { entries: u64, bytes: u64 },
-    /// The copy ended: what it did and what it did not keep.
-    Done {
-        stats: copier::Stats,
-        notices: Vec<NoticeInfo>,
-    },
-    /// The copy failed (or was cancelled).
-    Failed { error: WireError },
-}
 
 /// Runs a caller's granted copy in a job's process and relays its
 /// progress and result.

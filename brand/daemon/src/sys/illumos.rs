@@ -3,7 +3,7 @@
 use std::io;
 use std::os::fd::RawFd;
 
-use super::Peer;
+use super::credentials::Peer;
 
 /// illumos has no abstract sockets.
 pub(super) fn abstract_addr(
@@ -58,7 +58,9 @@ pub(super) fn close_range(_first: i32) -> bool {
 /// effective and saved uid together, and a process that is not
 /// privilege-aware loses its privileges with uid 0. The limit set is
 /// left as it is.
-pub(super) fn become_caller(who: &super::Identity) -> io::Result<()> {
+pub(super) fn become_caller(
+    who: &super::credentials::Identity,
+) -> io::Result<()> {
     let step = |r: libc::c_int, what: &str| {
         if r == -1 {
             let e = io::Error::last_os_error();

@@ -4,7 +4,7 @@
 use std::io;
 use std::os::fd::RawFd;
 
-use super::Peer;
+use super::credentials::Peer;
 
 /// An abstract socket address (`NOTIFY_SOCKET=@name`).
 pub(super) fn abstract_addr(
@@ -129,7 +129,9 @@ fn caps_error(step: &str, e: caps::errors::CapsError) -> io::Error {
     io::Error::other(format!("{step}: {e}"))
 }
 
-pub(super) fn become_caller(who: &super::Identity) -> io::Result<()> {
+pub(super) fn become_caller(
+    who: &super::credentials::Identity,
+) -> io::Result<()> {
     use caps::CapSet;
     let last = last_cap();
     // The bounding set first: dropping from it takes CAP_SETPCAP, which
@@ -199,7 +201,7 @@ pub(super) fn become_caller(who: &super::Identity) -> io::Result<()> {
 
 /// Reads back what [`become_caller`] set: a step the kernel ignored is an
 /// error, not a job run with more than the caller has.
-fn verify(who: &super::Identity, last: u32) -> io::Result<()> {
+fn verify(who: &super::credentials::Identity, last: u32) -> io::Result<()> {
     use caps::CapSet;
     let (mut r, mut e, mut s) = (0, 0, 0);
     // SAFETY: three valid out-pointers.

@@ -21,18 +21,8 @@ mod illumos;
 #[cfg(not(target_os = "linux"))]
 use illumos as platform;
 
-/// Who is at the other end of a connection, as the kernel says.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Peer {
-    /// Effective user id.
-    pub uid: u32,
-    /// Effective group id.
-    pub gid: u32,
-    /// Supplementary groups.
-    pub groups: Vec<u32>,
-    /// Process id (0 when the kernel does not say).
-    pub pid: i32,
-}
+mod credentials;
+pub use credentials::{Identity, Peer};
 
 /// The credentials of the process that connected `sock`.
 pub fn peer(sock: &impl AsRawFd) -> io::Result<Peer> {
@@ -303,17 +293,6 @@ pub fn signal(pid: u32, sig: i32) {
 pub fn parent_pid() -> u32 {
     // SAFETY: getppid takes no arguments and cannot fail.
     unsafe { libc::getppid() as u32 }
-}
-
-/// Who a job's process becomes.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Identity {
-    /// Real, effective and saved user id.
-    pub uid: u32,
-    /// Real, effective and saved group id.
-    pub gid: u32,
-    /// Supplementary groups.
-    pub groups: Vec<u32>,
 }
 
 /// Makes this process `who` for good: groups, gids and uids (real,

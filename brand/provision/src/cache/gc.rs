@@ -12,8 +12,7 @@ use std::time::UNIX_EPOCH;
 use copier::Op;
 use copier::fsutil::Flock;
 
-use super::Cache;
-use super::layout::{Entry, EntryKind, Meta, store_of};
+use super::layout::{Cache, Entry, EntryKind, Meta, store_of};
 use super::protect::remove_entry_tree;
 use crate::error::{ProvisionError as Error, Result};
 use crate::sys;

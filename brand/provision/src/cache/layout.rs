@@ -17,7 +17,6 @@ use serde::{Deserialize, Serialize};
 use copier::Op;
 use copier::fsutil::Flock;
 
-use super::Cache;
 use crate::error::{ProvisionError as Error, Result};
 
 /// The cache root's mode unless configured: only its owner enters.
@@ -134,6 +133,12 @@ impl Entry {
     pub(super) fn content_name(&self) -> String {
         format!("{}-{}", self.kind.as_str(), self.sha256)
     }
+}
+
+/// The cache under one root directory.
+#[derive(Clone, Debug)]
+pub struct Cache {
+    pub(super) root: PathBuf,
 }
 
 impl Cache {

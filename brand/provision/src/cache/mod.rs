@@ -158,8 +158,6 @@
 //!   files);
 //! - `gc`: listing the entries and collecting those nobody uses.
 
-use std::path::PathBuf;
-
 mod gc;
 mod layout;
 mod obtain;
@@ -168,26 +166,22 @@ mod users;
 
 pub use gc::{EntryInfo, GcDecision, GcOptions, GcReport};
 pub(crate) use layout::store_of;
-pub use layout::{Entry, EntryKind};
+pub use layout::{Cache, Entry, EntryKind};
 pub use obtain::{HashingReader, Lease, Obtained, Replaced, WouldObtain};
-
-/// The cache under one root directory.
-#[derive(Clone, Debug)]
-pub struct Cache {
-    root: PathBuf,
-}
 
 #[cfg(test)]
 mod test {
     use std::fs;
     use std::os::unix::fs::MetadataExt;
-    use std::path::PathBuf;
+    use std::path::{Path, PathBuf};
 
     use sha2::{Digest, Sha256};
 
+    use super::gc::disk_usage;
     use super::layout::{Entry, EntryKind, Meta, UserRecord};
     use super::obtain::identity_key;
-    use super::protect::stamp;
+    use super::protect::{protect, remove_entry_tree, stamp, stamp_walk};
+    use crate::immutable;
 
     /// What the cache writes, byte for byte: `meta.json`, a guest
     /// record and a release, an image file's identity key, an entry's
@@ -288,5 +282,36 @@ mod test {
         };
         assert_eq!(entry.name(), format!("layer-{sha}.2"));
         assert_eq!(entry.content_name(), format!("layer-{sha}"));
+    }
+
+    /// A tree 3,000 levels deep (paths past PATH_MAX): stamped, its
+    /// device nodes seen, measured, protected and removed, each through
+    /// directory descriptors.
+    #[test]
+    fn deep_trees_are_stamped_protected_measured_and_removed() {
+        let d = tempfile::tempdir().unwrap();
+        let t = d.path().join("tree");
+        fs::create_dir(&t).unwrap();
+        // Made one component at a time beneath the top's descriptor, as
+        // the engine makes an archive's directories.
+        let deep = ["d"; 3000].join("/");
+        let deepest = copier::beneath::Root::open(&t)
+            .unwrap()
+            .dir(Path::new(&deep), Some(0o755))
+            .unwrap();
+        deepest.replace_file("deepest", b"", 0o644, None).unwrap();
+        assert_eq!(deepest.names().unwrap(), ["deepest"]);
+        drop(deepest);
+        let (s1, devices) = stamp_walk(&t, EntryKind::Tree).unwrap();
+        assert!(!devices);
+        assert_eq!(stamp(&t, EntryKind::Tree).unwrap(), s1);
+        assert!(disk_usage(&t).unwrap() >= 3000 * 512);
+        // Not root, or no flag on this filesystem: protect says so.
+        let protected = protect(&t, EntryKind::Tree).unwrap();
+        if protected {
+            assert!(immutable::is_set(&t));
+        }
+        remove_entry_tree(&t).unwrap();
+        assert!(!t.exists());
     }
 }

@@ -14,9 +14,8 @@ use sha2::{Digest, Sha256};
 use copier::Op;
 use copier::fsutil::{Flock, sync_fs};
 
-use super::Cache;
 use super::layout::{
-    Entry, EntryKind, Meta, append_line, hex, now_secs, sync_dir,
+    Cache, Entry, EntryKind, Meta, append_line, hex, now_secs, sync_dir,
     thread_number, write_atomic,
 };
 use super::protect::{protect, remove_entry_tree, restrict_like, stamp_walk};

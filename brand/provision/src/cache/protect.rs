@@ -12,8 +12,7 @@ use sha2::{Digest, Sha256};
 use copier::Op;
 use copier::fsutil::remove_tree;
 
-use super::Cache;
-use super::layout::{Entry, EntryKind, Meta, hex, write_atomic};
+use super::layout::{Cache, Entry, EntryKind, Meta, hex, write_atomic};
 use crate::error::{ProvisionError as Error, Result};
 use crate::{immutable, sys};
 
@@ -256,7 +255,6 @@ mod test {
     use sha2::{Digest, Sha256};
 
     use super::*;
-    use crate::cache::gc::disk_usage;
 
     /// A tree stamp as entries built before were stamped: walkdir's order
     /// and paths. Stamps recorded then must still match.
@@ -307,36 +305,5 @@ mod test {
         fs::write(t.join("a/b/c/f"), b"edited").unwrap();
         assert_ne!(stamp(&t, EntryKind::Tree).unwrap(), now);
         assert_eq!(stamp(&t, EntryKind::Tree).unwrap(), walkdir_stamp(&t));
-    }
-
-    /// A tree 3,000 levels deep (paths past PATH_MAX): stamped, its
-    /// device nodes seen, measured, protected and removed, each through
-    /// directory descriptors.
-    #[test]
-    fn deep_trees_are_stamped_protected_measured_and_removed() {
-        let d = tempfile::tempdir().unwrap();
-        let t = d.path().join("tree");
-        fs::create_dir(&t).unwrap();
-        // Made one component at a time beneath the top's descriptor, as
-        // the engine makes an archive's directories.
-        let deep = ["d"; 3000].join("/");
-        let deepest = copier::beneath::Root::open(&t)
-            .unwrap()
-            .dir(Path::new(&deep), Some(0o755))
-            .unwrap();
-        deepest.replace_file("deepest", b"", 0o644, None).unwrap();
-        assert_eq!(deepest.names().unwrap(), ["deepest"]);
-        drop(deepest);
-        let (s1, devices) = stamp_walk(&t, EntryKind::Tree).unwrap();
-        assert!(!devices);
-        assert_eq!(stamp(&t, EntryKind::Tree).unwrap(), s1);
-        assert!(disk_usage(&t).unwrap() >= 3000 * 512);
-        // Not root, or no flag on this filesystem: protect says so.
-        let protected = protect(&t, EntryKind::Tree).unwrap();
-        if protected {
-            assert!(immutable::is_set(&t));
-        }
-        remove_entry_tree(&t).unwrap();
-        assert!(!t.exists());
     }
 }

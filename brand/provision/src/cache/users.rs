@@ -11,8 +11,7 @@ use std::path::{Path, PathBuf};
 
 use copier::Op;
 
-use super::Cache;
-use super::layout::{Entry, EntryKind, UserRecord, append_line};
+use super::layout::{Cache, Entry, EntryKind, UserRecord, append_line};
 use crate::error::{ProvisionError as Error, Result};
 
 impl Cache {

@@ -9,8 +9,8 @@ use pgp::composed::{Message, PublicOrSecret, SignedPublicKey};
 use pgp::packet::{Signature, SignatureType};
 use pgp::types::{KeyDetails, Timestamp, VerifyingKey};
 
-use super::Failed;
 use super::payload::MAX_PAYLOAD;
+use super::verdict::Failed;
 
 /// The public keys of a `signedBy` requirement.
 pub struct Keyring {

@@ -4,8 +4,8 @@
 
 use serde::Deserialize;
 
-use super::Failed;
 use super::identity::{DockerRef, SignedIdentity};
+use super::verdict::Failed;
 
 /// `critical.type` of a simple-signing signature.
 pub const SIMPLE_TYPE: &str = "atomic container signature";

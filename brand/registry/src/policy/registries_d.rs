@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::PolicyError;
 use super::identity::DockerRef;
 use super::rules::scopes_of;
+use super::verdict::PolicyError;
 
 /// Where signatures are when no section applies: root's built-in
 /// store (containers-registries.d(5), "Built-in Defaults").

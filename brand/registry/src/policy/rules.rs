@@ -8,10 +8,9 @@ use base64::Engine;
 use serde::Deserialize;
 
 use super::identity::{DockerRef, SignedIdentity};
-use super::{
-    Failed, PolicyError, SigRejection, Signatures, Verdict, gpg, payload,
-    sigstore,
-};
+use super::signature_source::Signatures;
+use super::verdict::{Failed, PolicyError, SigRejection, Verdict};
+use super::{gpg, payload, sigstore};
 
 /// The largest policy file read.
 const MAX_POLICY: u64 = 4 << 20;

@@ -8,7 +8,7 @@ use p256::ecdsa::signature::Verifier;
 use p256::ecdsa::{DerSignature, VerifyingKey};
 use p256::pkcs8::DecodePublicKey;
 
-use super::Failed;
+use super::verdict::Failed;
 
 /// Media type of a sigstore signature layer.
 pub const SIMPLESIGNING_TYPE: &str =

@@ -7,7 +7,6 @@ use std::sync::Arc;
 use serde_json::Value;
 use slog::info;
 
-use copier::Plan;
 use zinstall_install::Install;
 use zinstall_install::profile::Profile;
 use zinstall_provision::cache::{Cache, GcOptions};
@@ -16,13 +15,16 @@ use zinstall_provision::{ProvisionOptions, ProvisionRequest};
 use crate::config::Config;
 use crate::jobs::Job;
 use crate::protocol::{
-    CacheEntryReply, Call, CopyArgs, CopyReply, ErrorKind, GcArgs, GcReply,
-    InstallArgs, InstallReply, NoticeInfo, ProvisionArgs, ProvisionReply,
-    RollbackArgs, UninstallArgs, UpdateArgs, UpdateReply, WireError,
-    ZonepathReply, normalized, reply_value,
+    CacheEntryReply, Call, ErrorKind, GcArgs, GcReply, InstallArgs,
+    InstallReply, NoticeInfo, ProvisionArgs, ProvisionReply, RollbackArgs,
+    UninstallArgs, UpdateArgs, UpdateReply, WireError, ZonepathReply,
+    reply_value,
 };
 use crate::state::Daemon;
 use crate::sys::Peer;
+
+mod copy;
+pub(crate) use copy::copy_result;
 
 /// Runs a job's operation to its end.
 pub fn run(
@@ -36,7 +38,7 @@ pub fn run(
         Call::Copy(a) if peer.uid != 0 => {
             crate::process::granted_copy(d, job, a, peer, config)
         }
-        Call::Copy(a) => copy(d, job, a),
+        Call::Copy(a) => copy::copy(d, job, a),
         Call::Install(a) => install(d, job, a, peer, config),
         Call::Uninstall(a) => uninstall(d, job, a),
         Call::Update(a) => update(job, a, config),
@@ -48,48 +50,6 @@ pub fn run(
             format!("{} is not a job", call.name()),
         )),
     }
-}
-
-/// Root's copy, in the daemon with its pool. A caller's granted copy
-/// runs in a process of its own ([`crate::process`]).
-fn copy(d: &Daemon, job: &Arc<Job>, a: &CopyArgs) -> Result<Value, WireError> {
-    job.set_phase("copy");
-    // The paths reported are the ones used: normalized.
-    let src = normalized(&a.src).unwrap_or_else(|| a.src.clone());
-    let dst = normalized(&a.dst).unwrap_or_else(|| a.dst.clone());
-    let mut plan = Plan::new(&src, &dst)
-        .on_error(copier::OnError::KeepGoing)
-        .tunables(d.tunables())
-        .pool(d.pool().clone())
-        .cancel(job.cancel.clone())
-        .progress(Arc::clone(job) as Arc<dyn copier::Progress>)
-        .merge(a.merge)
-        .sync(a.sync)
-        .skip_special(a.skip_special);
-    if let Some(rules) = copier::rules::excludes(&a.exclude)
-        .map_err(|e| WireError::from_copier(&e))?
-    {
-        plan = plan.rules(rules, Path::new(""));
-    }
-    match plan.run() {
-        Ok(r) => copy_result(&src, &dst, r.stats, NoticeInfo::of(&r.notices)),
-        Err(f) => Err(WireError::from_failure(&f)),
-    }
-}
-
-/// A copy's result as the wire carries it, wherever it ran.
-pub(crate) fn copy_result(
-    src: &Path,
-    dst: &Path,
-    stats: copier::Stats,
-    notices: Vec<NoticeInfo>,
-) -> Result<Value, WireError> {
-    reply_value(&CopyReply {
-        src: src.to_string_lossy().into_owned(),
-        dst: dst.to_string_lossy().into_owned(),
-        stats,
-        notices,
-    })
 }
 
 /// An install or uninstall's failure; `cancelled` when the job's flag

@@ -1,0 +1,62 @@
+//! Copies: root's, run in the daemon with its pool, and the reply every
+//! copy gives (a caller's granted copy, in its own process, gives the same),
+//! apart so that `process` can shape its reply without naming `ops`.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use copier::Plan;
+
+use crate::jobs::Job;
+use crate::protocol::{
+    CopyArgs, CopyReply, NoticeInfo, WireError, normalized, reply_value,
+};
+use crate::state::Daemon;
+
+/// Root's copy, in the daemon with its pool. A caller's granted copy
+/// runs in a process of its own ([`crate::process`]).
+pub(super) fn copy(
+    d: &Daemon,
+    job: &Arc<Job>,
+    a: &CopyArgs,
+) -> Result<Value, WireError> {
+    job.set_phase("copy");
+    // The paths reported are the ones used: normalized.
+    let src = normalized(&a.src).unwrap_or_else(|| a.src.clone());
+    let dst = normalized(&a.dst).unwrap_or_else(|| a.dst.clone());
+    let mut plan = Plan::new(&src, &dst)
+        .on_error(copier::OnError::KeepGoing)
+        .tunables(d.tunables())
+        .pool(d.pool().clone())
+        .cancel(job.cancel.clone())
+        .progress(Arc::clone(job) as Arc<dyn copier::Progress>)
+        .merge(a.merge)
+        .sync(a.sync)
+        .skip_special(a.skip_special);
+    if let Some(rules) = copier::rules::excludes(&a.exclude)
+        .map_err(|e| WireError::from_copier(&e))?
+    {
+        plan = plan.rules(rules, Path::new(""));
+    }
+    match plan.run() {
+        Ok(r) => copy_result(&src, &dst, r.stats, NoticeInfo::of(&r.notices)),
+        Err(f) => Err(WireError::from_failure(&f)),
+    }
+}
+
+/// A copy's result as the wire carries it, wherever it ran.
+pub(crate) fn copy_result(
+    src: &Path,
+    dst: &Path,
+    stats: copier::Stats,
+    notices: Vec<NoticeInfo>,
+) -> Result<Value, WireError> {
+    reply_value(&CopyReply {
+        src: src.to_string_lossy().into_owned(),
+        dst: dst.to_string_lossy().into_owned(),
+        stats,
+        notices,
+    })
+}
