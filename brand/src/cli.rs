@@ -2,9 +2,9 @@
 //! the shell completions it writes, and the test that holds zinstall(8)
 //! to it.
 
+use crate::exit::Exit;
 use std::io::Write;
 use std::path::PathBuf;
-use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};
 
@@ -122,7 +122,7 @@ impl Command {
 /// parses: a hidden subcommand of [`Cli`] would be offered by the
 /// completions themselves and by clap's typo tips. `None` for any other
 /// command line.
-pub fn completions_request(args: &[std::ffi::OsString]) -> Option<ExitCode> {
+pub fn completions_request(args: &[std::ffi::OsString]) -> Option<Exit> {
     if args.get(1).is_none_or(|a| a != "completions") {
         return None;
     }
@@ -139,13 +139,13 @@ pub fn completions_request(args: &[std::ffi::OsString]) -> Option<ExitCode> {
             crate::output::error(
                 "usage: zinstall completions bash|zsh|fish|elvish|powershell",
             );
-            ExitCode::from(2)
+            Exit::Usage
         }
     })
 }
 
 /// Runs the command the arguments name.
-pub fn run(cli: &Cli) -> ExitCode {
+pub fn run(cli: &Cli) -> Exit {
     let command = &cli.command;
     crate::json::set_command(command.name());
     use cmd::provision::CacheCommand;
@@ -205,7 +205,7 @@ pub fn run(cli: &Cli) -> ExitCode {
             ),
             serde_json::json!({ "kind": "usage" }),
         );
-        return ExitCode::from(2);
+        return Exit::Usage;
     }
     match command {
         Command::Jobs(a) => {
@@ -232,7 +232,7 @@ pub fn run(cli: &Cli) -> ExitCode {
 /// A command line clap refused: printed as clap prints it, or, with
 /// `--json` among the options, as a JSON error object on standard output
 /// (exit 2 either way; help and version go as asked).
-pub fn usage_error(e: clap::Error, args: &[std::ffi::OsString]) -> ExitCode {
+pub fn usage_error(e: clap::Error, args: &[std::ffi::OsString]) -> Exit {
     use clap::error::ErrorKind;
     // The outcome names the command the line was for, when it names one.
     if let Some(name) = args.get(1).and_then(|a| a.to_str()) {
@@ -276,7 +276,7 @@ pub fn usage_error(e: clap::Error, args: &[std::ffi::OsString]) -> ExitCode {
             ),
             serde_json::json!({ "kind": "usage" }),
         );
-        return ExitCode::from(2);
+        return Exit::Usage;
     }
     if !json || shown {
         e.exit()
@@ -291,11 +291,11 @@ pub fn usage_error(e: clap::Error, args: &[std::ffi::OsString]) -> ExitCode {
         .join(" ");
     let message = message.strip_prefix("error: ").unwrap_or(&message);
     crate::json::fail(true, message, serde_json::json!({ "kind": "usage" }));
-    ExitCode::from(2)
+    Exit::Usage
 }
 
 /// Writes the completion script for `shell` to standard output.
-fn completions(shell: clap_complete::Shell) -> ExitCode {
+fn completions(shell: clap_complete::Shell) -> Exit {
     let mut script = Vec::new();
     clap_complete::generate(
         shell,
@@ -305,12 +305,12 @@ fn completions(shell: clap_complete::Shell) -> ExitCode {
     );
     let mut out = std::io::stdout().lock();
     match out.write_all(&script).and_then(|()| out.flush()) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) => Exit::Ok,
         Err(e) => {
             crate::output::error(format_args!(
                 "writing the {shell} completions to standard output: {e}"
             ));
-            ExitCode::FAILURE
+            Exit::Failed
         }
     }
 }

@@ -8,6 +8,7 @@
 
 pub mod cli;
 mod cmd;
+pub mod exit;
 pub mod hook;
 pub mod interrupt;
 mod json;

@@ -19,10 +19,11 @@ fn main() -> ExitCode {
     }
     let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
     if let Some(done) = cli::completions_request(&args) {
-        return done;
+        return done.into();
     }
     match Cli::try_parse_from(&args) {
         Ok(cli) => cli::run(&cli),
         Err(e) => cli::usage_error(e, &args),
     }
+    .into()
 }

@@ -5,6 +5,8 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use brand::exit::Exit;
+
 use clap::Parser;
 use zinstall_daemon::config::DEFAULT_CONFIG;
 use zinstall_daemon::server::{self, Options, ServeError};
@@ -36,7 +38,11 @@ fn main() -> ExitCode {
             .skip(2)
             .map(|a| a.to_string_lossy().into_owned())
             .collect();
-        return zinstall_daemon::process::child_main(&rest);
+        return match zinstall_daemon::process::child_main(&rest) {
+            Ok(()) => Exit::Ok,
+            Err(_) => Exit::Usage,
+        }
+        .into();
     }
     brand::output::set_program("zinstalld");
     let args = Args::parse();
@@ -50,15 +56,16 @@ fn main() -> ExitCode {
         version: brand::cli::VERSION.to_string(),
     };
     match server::run(opts, server::stderr_logger()) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) => Exit::Ok.into(),
         Err(e) => {
             // The daemon's own messages name it, not the CLI (a
             // parser's quoted line and caret on lines of their own).
             brand::output::error(&e);
-            ExitCode::from(match e {
-                ServeError::Config(_) | ServeError::Engine(_) => 2,
-                ServeError::Socket { .. } => 1,
-            })
+            match e {
+                ServeError::Config(_) | ServeError::Engine(_) => Exit::Usage,
+                ServeError::Socket { .. } => Exit::Failed,
+            }
+            .into()
         }
     }
 }

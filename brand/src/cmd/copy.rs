@@ -1,7 +1,7 @@
 //! `zinstall copy SRC DST`: a faithful, parallel `cp -a`.
 
+use crate::exit::Exit;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Args;
@@ -103,12 +103,12 @@ pub fn exclude_patterns(args: &CopyArgs) -> copier::Result<Vec<String>> {
 }
 
 /// Runs the copy; exit 0 on success, 1 on any error.
-pub fn run(args: &CopyArgs) -> ExitCode {
+pub fn run(args: &CopyArgs) -> Exit {
     let tunables = match args.tunables.resolve() {
         Ok(t) => t,
         Err(e) => {
             crate::json::fail(args.json, &e, crate::json::fields(&e));
-            return ExitCode::from(2);
+            return Exit::Usage;
         }
     };
     let rules = match exclude_patterns(args)
@@ -117,7 +117,7 @@ pub fn run(args: &CopyArgs) -> ExitCode {
         Ok(r) => r,
         Err(e) => {
             crate::json::fail(args.json, &e, crate::json::fields(&e));
-            return ExitCode::from(2);
+            return Exit::Usage;
         }
     };
     let bar = Bar::for_terminal(
@@ -206,14 +206,14 @@ pub fn run(args: &CopyArgs) -> ExitCode {
         );
         if let Err(e) = crate::statemap::save(rec, &title, path) {
             output::error(e);
-            return ExitCode::from(1);
+            return Exit::Failed;
         }
     }
     if let (Some(_), Some(why)) = (failed, crate::interrupt::reason()) {
         if !args.json {
             stopped(args, why, report);
         }
-        return ExitCode::from(why.exit_status());
+        return Exit::Interrupted(why);
     }
     if let Some(f) = failed {
         if !args.json {
@@ -231,7 +231,7 @@ pub fn run(args: &CopyArgs) -> ExitCode {
                 ));
             }
         }
-        return ExitCode::from(1);
+        return Exit::Failed;
     }
     if !args.quiet && !args.json {
         output::out(format_args!(
@@ -245,7 +245,7 @@ pub fn run(args: &CopyArgs) -> ExitCode {
             output::stats_detail(&report.stats);
         }
     }
-    ExitCode::SUCCESS
+    Exit::Ok
 }
 
 /// Says what a copy stopped by a signal or a closed output left, and how

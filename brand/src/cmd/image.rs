@@ -2,11 +2,11 @@
 //! `zinstall image verify REF`: whether the trust policy accepts an
 //! image in a registry, and the rule that decided.
 
+use crate::exit::Exit;
 use std::fs::{self, File, OpenOptions};
 use std::io::BufWriter;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 
 use clap::{Args, Subcommand, ValueEnum};
 use copier::pack::{PackOptions, pack};
@@ -89,19 +89,19 @@ pub struct CreateArgs {
 }
 
 /// Runs `zinstall image`.
-pub fn run(args: &ImageArgs) -> ExitCode {
+pub fn run(args: &ImageArgs) -> Exit {
     match &args.command {
         ImageCommand::Create(a) => create(a),
         ImageCommand::Verify(a) => verify(a),
     }
 }
 
-fn verify(args: &VerifyArgs) -> ExitCode {
+fn verify(args: &VerifyArgs) -> Exit {
     let reference = match zinstall_registry::Reference::parse(&args.reference) {
         Ok(r) => r,
         Err(e) => {
             crate::json::fail(args.json, &e, serde_json::Value::Null);
-            return ExitCode::from(2);
+            return Exit::Usage;
         }
     };
     let trust = match args.pull.trust(None) {
@@ -116,11 +116,11 @@ fn verify(args: &VerifyArgs) -> ExitCode {
                 ),
                 serde_json::Value::Null,
             );
-            return ExitCode::from(2);
+            return Exit::Usage;
         }
         Err(e) => {
             crate::json::fail(args.json, &e, crate::json::policy_fields(&e));
-            return ExitCode::from(2);
+            return Exit::Usage;
         }
     };
     // Nothing is stored: the store is never made.
@@ -132,7 +132,7 @@ fn verify(args: &VerifyArgs) -> ExitCode {
         Ok(None) => unreachable!("a trust policy was given"),
         Err(e) => {
             crate::json::fail(args.json, &e, serde_json::Value::Null);
-            return ExitCode::from(2);
+            return Exit::Usage;
         }
     };
     let shown = reference.to_string();
@@ -169,20 +169,20 @@ fn verify(args: &VerifyArgs) -> ExitCode {
         }
     }
     if verdict.accepted() {
-        ExitCode::SUCCESS
+        Exit::Ok
     } else {
-        ExitCode::from(1)
+        Exit::Failed
     }
 }
 
-fn create(args: &CreateArgs) -> ExitCode {
+fn create(args: &CreateArgs) -> Exit {
     let Some(c) = compression_for_name(&args.out) else {
         output::error(format_args!(
             "{}: the name must end in .tar, .tar.gz, .tar.zst or .tar.xz \
              (it says the compression)",
             args.out.display()
         ));
-        return ExitCode::from(2);
+        return Exit::Usage;
     };
     let kind = match args.kind {
         Kind::Layer => ArchiveKind::Layer,
@@ -193,7 +193,7 @@ fn create(args: &CreateArgs) -> ExitCode {
             "{}: exists already; nothing was written",
             args.out.display()
         ));
-        return ExitCode::from(1);
+        return Exit::Failed;
     }
     // Written beside OUT under a name of its own, renamed into place
     // once whole: a failed or killed run leaves no archive that looks
@@ -209,7 +209,7 @@ fn create(args: &CreateArgs) -> ExitCode {
         Ok(f) => f,
         Err(e) => {
             output::error(format_args!("create {}: {e}", partial.display()));
-            return ExitCode::from(1);
+            return Exit::Failed;
         }
     };
     let r = write_archive(args, f, c, kind);
@@ -250,12 +250,12 @@ fn create(args: &CreateArgs) -> ExitCode {
                     output::human_bytes(size)
                 ));
             }
-            ExitCode::SUCCESS
+            Exit::Ok
         }
         Err(msg) => {
             let _gone = fs::remove_file(&partial);
             output::error(msg);
-            ExitCode::from(1)
+            Exit::Failed
         }
     }
 }

@@ -1,8 +1,8 @@
 //! `zinstall install` and `zinstall uninstall`: the brand's install on
 //! Linux (or anywhere), by the same code the zoneadm hook runs.
 
+use crate::exit::Exit;
 use std::path::PathBuf;
-use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Args;
@@ -82,7 +82,7 @@ pub struct UninstallArgs {
 }
 
 /// Installs; exit 0, or 1 with the error (and 2 for bad settings).
-pub fn install(args: &InstallArgs) -> ExitCode {
+pub fn install(args: &InstallArgs) -> Exit {
     let path = args
         .profile
         .clone()
@@ -96,7 +96,7 @@ pub fn install(args: &InstallArgs) -> ExitCode {
                 "path": crate::json::path(&e.path),
             });
             crate::json::fail(args.json, &e, fields);
-            return ExitCode::from(2);
+            return Exit::Usage;
         }
     };
     if let Some(s) = &args.source_root {
@@ -109,7 +109,7 @@ pub fn install(args: &InstallArgs) -> ExitCode {
         Ok(t) => t,
         Err(e) => {
             crate::json::fail(args.json, &e, crate::json::fields(&e));
-            return ExitCode::from(2);
+            return Exit::Usage;
         }
     };
     // A policy that cannot be read refuses every pull: found before
@@ -118,7 +118,7 @@ pub fn install(args: &InstallArgs) -> ExitCode {
         Ok(t) => t,
         Err(e) => {
             crate::json::fail(args.json, &e, crate::json::policy_fields(&e));
-            return ExitCode::from(2);
+            return Exit::Usage;
         }
     };
     if args.dry_run {
@@ -138,7 +138,7 @@ pub fn install(args: &InstallArgs) -> ExitCode {
                     "errno": e.raw_os_error(),
                 }),
             );
-            return ExitCode::from(1);
+            return Exit::Failed;
         }
     };
     // OS strings: a path given need not be UTF-8.
@@ -244,7 +244,7 @@ fn preview(
     profile: Profile,
     tunables: copier::Tunables,
     trust: Option<Arc<zinstall_registry::policy::Trust>>,
-) -> ExitCode {
+) -> Exit {
     let json = args.json;
     let bar = Bar::for_terminal(json || args.verbose, "walking");
     let mut show = |e: &install::Event| show_event(json, &bar, e);
@@ -262,7 +262,7 @@ fn finish(
     args: &InstallArgs,
     shown: &std::path::Path,
     r: Result<install::Summary, install::InstallError>,
-) -> ExitCode {
+) -> Exit {
     let json = args.json;
     // A default profile that failed may be the wrong one.
     let hint = (r.is_err() && args.profile.is_none())
@@ -301,7 +301,7 @@ fn finish(
                     s.stats
                 ));
             }
-            ExitCode::SUCCESS
+            Exit::Ok
         }
         Err(e) => {
             let stopped = crate::interrupt::reason();
@@ -324,15 +324,13 @@ fn finish(
                     output::note(h);
                 }
             }
-            stopped.map_or(ExitCode::from(1), |why| {
-                ExitCode::from(why.exit_status())
-            })
+            stopped.map_or(Exit::Failed, Exit::Interrupted)
         }
     }
 }
 
 /// Uninstalls; exit 0 or 1.
-pub fn uninstall(args: &UninstallArgs) -> ExitCode {
+pub fn uninstall(args: &UninstallArgs) -> Exit {
     let log_path = args.log.clone().unwrap_or_else(|| {
         Profile::load(std::path::Path::new(profile::DEFAULT_PATH))
             .map(|p| p.log)
@@ -349,10 +347,10 @@ pub fn uninstall(args: &UninstallArgs) -> ExitCode {
     }
     let mut show = |e: &install::Event| output::event(e);
     match install::uninstall(&args.zonepath, args.force, &log, &mut show) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) => Exit::Ok,
         Err(e) => {
             output::error(e);
-            ExitCode::from(1)
+            Exit::Failed
         }
     }
 }

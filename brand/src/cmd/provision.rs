@@ -1,7 +1,7 @@
 //! `zinstall provision` and `zinstall cache`.
 
+use crate::exit::Exit;
 use std::path::PathBuf;
-use std::process::ExitCode;
 use std::sync::{Arc, LazyLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -278,19 +278,19 @@ pub fn parse_virtual_size(s: &str) -> Result<u64, String> {
 }
 
 /// Provisions; exit 0, 1 on failure, 2 on bad settings.
-pub fn provision(args: &ProvisionArgs) -> ExitCode {
+pub fn provision(args: &ProvisionArgs) -> Exit {
     let tunables = match args.tunables.resolve() {
         Ok(t) => t,
         Err(e) => {
             crate::json::fail(args.json, &e, crate::json::fields(&e));
-            return ExitCode::from(2);
+            return Exit::Usage;
         }
     };
     let trust = match args.pull.trust(None) {
         Ok(t) => t,
         Err(e) => {
             crate::json::fail(args.json, &e, crate::json::policy_fields(&e));
-            return ExitCode::from(2);
+            return Exit::Usage;
         }
     };
     // No bar for a dry run, which reads no image.
@@ -321,12 +321,12 @@ pub fn provision(args: &ProvisionArgs) -> ExitCode {
                 } else {
                     print_preview(&v);
                 }
-                ExitCode::SUCCESS
+                Exit::Ok
             }
             Err(e) => {
                 let fields = crate::json::provision_fields(&e);
                 crate::json::fail(args.json, &e, fields);
-                ExitCode::from(1)
+                Exit::Failed
             }
         };
     }
@@ -359,7 +359,7 @@ pub fn provision(args: &ProvisionArgs) -> ExitCode {
                 }
                 print_provision(&reply);
             }
-            ExitCode::SUCCESS
+            Exit::Ok
         }
         Err(e) => {
             let fields = crate::json::provision_fields(&e);
@@ -370,11 +370,11 @@ pub fn provision(args: &ProvisionArgs) -> ExitCode {
                         format_args!("{why}: provision stopped: {e}"),
                         fields,
                     );
-                    ExitCode::from(why.exit_status())
+                    Exit::Interrupted(why)
                 }
                 None => {
                     crate::json::fail(json, &e, fields);
-                    ExitCode::from(1)
+                    Exit::Failed
                 }
             };
             // After the error, as every hint.
@@ -598,7 +598,7 @@ pub fn print_gc(r: &GcReply) {
 }
 
 /// Lists or collects the cache.
-pub fn cache(args: &CacheArgs) -> ExitCode {
+pub fn cache(args: &CacheArgs) -> Exit {
     let json = match &args.command {
         CacheCommand::List { json } | CacheCommand::Gc { json, .. } => *json,
     };
@@ -610,7 +610,7 @@ pub fn cache(args: &CacheArgs) -> ExitCode {
         ) {
             output::note(h);
         }
-        ExitCode::from(1)
+        Exit::Failed
     };
     // Listing and collecting make nothing: not even a missing cache.
     let cache = match Cache::open(absolute(&args.cache)) {
@@ -626,7 +626,7 @@ pub fn cache(args: &CacheArgs) -> ExitCode {
                 } else {
                     print_cache_list(&list);
                 }
-                ExitCode::SUCCESS
+                Exit::Ok
             }
             Err(e) => fail(&e),
         },
@@ -649,7 +649,7 @@ pub fn cache(args: &CacheArgs) -> ExitCode {
                 } else {
                     print_gc(&reply);
                 }
-                ExitCode::SUCCESS
+                Exit::Ok
             }
             Err(e) => fail(&e),
         },

@@ -1,8 +1,8 @@
 //! `zinstall --daemon`: the same commands, run by zinstalld, with the same
 //! progress bar and output; and `zinstall jobs`, `zinstall cancel`.
 
+use crate::exit::Exit;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Args;
@@ -54,7 +54,7 @@ fn image_arg(p: &Path) -> PathBuf {
 }
 
 /// Flags that have no meaning when the daemon runs the command.
-fn local_only(flags: &[(&str, bool)], json: bool) -> Result<(), ExitCode> {
+fn local_only(flags: &[(&str, bool)], json: bool) -> Result<(), Exit> {
     for (flag, set) in flags {
         if *set {
             crate::json::fail(
@@ -62,7 +62,7 @@ fn local_only(flags: &[(&str, bool)], json: bool) -> Result<(), ExitCode> {
                 format_args!("{flag} is not available with --daemon"),
                 Value::Null,
             );
-            return Err(ExitCode::from(2));
+            return Err(Exit::Usage);
         }
     }
     Ok(())
@@ -103,13 +103,13 @@ fn call(
     bar: Option<Arc<Bar>>,
     event: &mut dyn FnMut(&str),
     json: bool,
-) -> Result<Value, ExitCode> {
+) -> Result<Value, Exit> {
     let socket_field = serde_json::json!({ "socket": socket });
     let mut client = match Client::connect(socket) {
         Ok(c) => c,
         Err(e) => {
             crate::json::fail(json, e, socket_field);
-            return Err(ExitCode::from(1));
+            return Err(Exit::Failed);
         }
     };
     let mut seen = (0, 0);
@@ -150,12 +150,12 @@ fn call(
             }
             e => crate::json::fail(json, e, socket_field),
         }
-        ExitCode::from(1)
+        Exit::Failed
     })
 }
 
 /// `zinstall --daemon copy`.
-pub fn copy(socket: &Path, a: &super::copy::CopyArgs) -> ExitCode {
+pub fn copy(socket: &Path, a: &super::copy::CopyArgs) -> Exit {
     if let Err(c) = local_only(
         &[
             (TUNABLE_FLAGS, tunables_set(&a.tunables)),
@@ -172,7 +172,7 @@ pub fn copy(socket: &Path, a: &super::copy::CopyArgs) -> ExitCode {
         Ok(p) => p,
         Err(e) => {
             crate::json::fail(a.json, &e, crate::json::fields(&e));
-            return ExitCode::from(2);
+            return Exit::Usage;
         }
     };
     let bar = Bar::for_terminal(a.quiet || a.json, "copying");
@@ -191,7 +191,7 @@ pub fn copy(socket: &Path, a: &super::copy::CopyArgs) -> ExitCode {
     };
     if a.json {
         crate::json::result(result);
-        return ExitCode::SUCCESS;
+        return Exit::Ok;
     }
     let CopyReply { stats, notices, .. } = match typed(result, "copy") {
         Ok(r) => r,
@@ -210,11 +210,11 @@ pub fn copy(socket: &Path, a: &super::copy::CopyArgs) -> ExitCode {
             output::stats_detail(&stats);
         }
     }
-    ExitCode::SUCCESS
+    Exit::Ok
 }
 
 /// `zinstall --daemon install`.
-pub fn install(socket: &Path, a: &super::install::InstallArgs) -> ExitCode {
+pub fn install(socket: &Path, a: &super::install::InstallArgs) -> Exit {
     if let Err(c) = local_only(
         &[
             (TUNABLE_FLAGS, tunables_set(&a.tunables)),
@@ -252,14 +252,14 @@ pub fn install(socket: &Path, a: &super::install::InstallArgs) -> ExitCode {
             if json {
                 crate::json::result(r);
             }
-            ExitCode::SUCCESS
+            Exit::Ok
         }
         Err(c) => c,
     }
 }
 
 /// `zinstall --daemon uninstall`.
-pub fn uninstall(socket: &Path, a: &super::install::UninstallArgs) -> ExitCode {
+pub fn uninstall(socket: &Path, a: &super::install::UninstallArgs) -> Exit {
     let args = UninstallArgs {
         zonepath: absolute(&a.zonepath),
         foreign: a.force,
@@ -271,7 +271,7 @@ pub fn uninstall(socket: &Path, a: &super::install::UninstallArgs) -> ExitCode {
         &mut |e| output::out(e),
         false,
     ) {
-        Ok(_) => ExitCode::SUCCESS,
+        Ok(_) => Exit::Ok,
         Err(c) => c,
     }
 }
@@ -279,7 +279,7 @@ pub fn uninstall(socket: &Path, a: &super::install::UninstallArgs) -> ExitCode {
 /// `zinstall --daemon update`: root's, like install. The stages are
 /// shown as the daemon reaches them; the outcome as the local command
 /// prints it.
-pub fn update(socket: &Path, a: &super::update::UpdateArgs) -> ExitCode {
+pub fn update(socket: &Path, a: &super::update::UpdateArgs) -> Exit {
     let args = UpdateArgs {
         zonepath: absolute(&a.zonepath),
         profile: a.profile.as_deref().map(absolute),
@@ -299,7 +299,7 @@ pub fn update(socket: &Path, a: &super::update::UpdateArgs) -> ExitCode {
     match serde_json::from_value::<UpdateReply>(reply) {
         Ok(r) => {
             super::update::print(&r, a, false);
-            ExitCode::SUCCESS
+            Exit::Ok
         }
         Err(e) => {
             crate::json::fail(
@@ -309,13 +309,13 @@ pub fn update(socket: &Path, a: &super::update::UpdateArgs) -> ExitCode {
                 ),
                 Value::Null,
             );
-            ExitCode::from(1)
+            Exit::Failed
         }
     }
 }
 
 /// `zinstall --daemon rollback`.
-pub fn rollback(socket: &Path, a: &super::update::RollbackArgs) -> ExitCode {
+pub fn rollback(socket: &Path, a: &super::update::RollbackArgs) -> Exit {
     let args = RollbackArgs {
         zonepath: absolute(&a.zonepath),
     };
@@ -326,7 +326,7 @@ pub fn rollback(socket: &Path, a: &super::update::RollbackArgs) -> ExitCode {
             Ok(r) => {
                 let recovered = r.recovered.as_deref();
                 super::update::print_rollback(&a.zonepath, recovered, json);
-                ExitCode::SUCCESS
+                Exit::Ok
             }
             Err(c) => c,
         },
@@ -335,10 +335,7 @@ pub fn rollback(socket: &Path, a: &super::update::RollbackArgs) -> ExitCode {
 }
 
 /// `zinstall --daemon provision`.
-pub fn provision(
-    socket: &Path,
-    a: &super::provision::ProvisionArgs,
-) -> ExitCode {
+pub fn provision(socket: &Path, a: &super::provision::ProvisionArgs) -> Exit {
     if let Err(c) = local_only(
         &[
             (TUNABLE_FLAGS, tunables_set(&a.tunables)),
@@ -386,7 +383,7 @@ pub fn cache_gc(
     args: GcArgs,
     search: &[PathBuf],
     json: bool,
-) -> ExitCode {
+) -> Exit {
     if let Err(c) = local_only(
         &[(
             "--search (the daemon searches where its guests were made)",
@@ -406,7 +403,7 @@ pub fn cache_gc(
 
 /// `zinstall --daemon cache list`: the daemon's cache, printed as the
 /// local command prints its own.
-pub fn cache_list(socket: &Path, json: bool) -> ExitCode {
+pub fn cache_list(socket: &Path, json: bool) -> Exit {
     shown::<Vec<CacheEntryReply>>(socket, Call::CacheList, json, |l| {
         super::provision::print_cache_list(l)
     })
@@ -420,7 +417,7 @@ fn shown<T: serde::Serialize + serde::de::DeserializeOwned>(
     call_: Call,
     json: bool,
     print: impl FnOnce(&T),
-) -> ExitCode {
+) -> Exit {
     let what = call_.name();
     let mut event = |e: &str| {
         if !json {
@@ -440,18 +437,18 @@ fn shown<T: serde::Serialize + serde::de::DeserializeOwned>(
     } else {
         print(&reply);
     }
-    ExitCode::SUCCESS
+    Exit::Ok
 }
 
 /// `zinstall jobs`.
-pub fn jobs(socket: &Path, a: &JobsArgs) -> ExitCode {
+pub fn jobs(socket: &Path, a: &JobsArgs) -> Exit {
     let r = match call(socket, Call::Jobs, None, &mut |_| {}, a.json) {
         Ok(r) => r,
         Err(c) => return c,
     };
     if a.json {
         crate::json::result(r);
-        return ExitCode::SUCCESS;
+        return Exit::Ok;
     }
     let jobs: Vec<JobInfo> = match typed(r, "jobs") {
         Ok(j) => j,
@@ -466,11 +463,11 @@ pub fn jobs(socket: &Path, a: &JobsArgs) -> ExitCode {
             j.job, j.op, j.state, j.phase, j.uid, j.entries, j.bytes, j.what,
         ));
     }
-    ExitCode::SUCCESS
+    Exit::Ok
 }
 
 /// `zinstall cancel ID`.
-pub fn cancel(socket: &Path, a: &CancelArgs) -> ExitCode {
+pub fn cancel(socket: &Path, a: &CancelArgs) -> Exit {
     match call(
         socket,
         Call::Cancel(JobRef { job: a.job }),
@@ -484,7 +481,7 @@ pub fn cancel(socket: &Path, a: &CancelArgs) -> ExitCode {
                     "job {} cancelled ({} when asked)",
                     a.job, j.state
                 ));
-                ExitCode::SUCCESS
+                Exit::Ok
             }
             Err(c) => c,
         },
@@ -497,11 +494,11 @@ pub fn cancel(socket: &Path, a: &CancelArgs) -> ExitCode {
 fn typed<T: serde::de::DeserializeOwned>(
     v: Value,
     what: &str,
-) -> Result<T, ExitCode> {
+) -> Result<T, Exit> {
     serde_json::from_value(v).map_err(|e| {
         output::error(format_args!(
             "zinstalld's reply to {what} is not one this zinstall reads: {e}"
         ));
-        ExitCode::from(1)
+        Exit::Failed
     })
 }

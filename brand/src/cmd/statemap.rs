@@ -1,9 +1,9 @@
 //! `zinstall statemap FILE`: draw a statemap and summarize it.
 
+use crate::exit::Exit;
 use std::fs::File;
 use std::io::{BufReader, BufWriter};
 use std::path::PathBuf;
-use std::process::ExitCode;
 
 use clap::Args;
 use zinstall_statemap::{self as statemap, RenderOptions, Summary};
@@ -25,18 +25,18 @@ pub struct StatemapArgs {
 }
 
 /// Renders and summarizes; exit 1 if the file cannot be read.
-pub fn run(args: &StatemapArgs) -> ExitCode {
+pub fn run(args: &StatemapArgs) -> Exit {
     let map = match File::open(&args.file) {
         Ok(f) => match statemap::parse(BufReader::new(f)) {
             Ok(m) => m,
             Err(e) => {
                 output::error(parse_error(&args.file, &e));
-                return ExitCode::from(1);
+                return Exit::Failed;
             }
         },
         Err(e) => {
             output::error(format_args!("open {}: {e}", args.file.display()));
-            return ExitCode::from(1);
+            return Exit::Failed;
         }
     };
     let out = args
@@ -61,11 +61,11 @@ pub fn run(args: &StatemapArgs) -> ExitCode {
     });
     if let Err(e) = written {
         output::error(format_args!("write {}: {e}", out.display()));
-        return ExitCode::from(1);
+        return Exit::Failed;
     }
     output::out(Summary::of(&map));
     output::out(format_args!("wrote {}", out.display()));
-    ExitCode::SUCCESS
+    Exit::Ok
 }
 
 /// A statemap that does not parse, shown with the line at fault and a

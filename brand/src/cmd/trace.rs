@@ -7,7 +7,9 @@ use std::io::{BufWriter, Read};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode, Stdio};
+use std::process::{Command, Stdio};
+
+use crate::exit::Exit;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use clap::Args;
@@ -46,24 +48,24 @@ pub struct TraceArgs {
 }
 
 /// Traces the command (or tidies a saved trace) into a statemap.
-pub fn run(args: &TraceArgs) -> ExitCode {
+pub fn run(args: &TraceArgs) -> Exit {
     let raw = match (&args.tidy, args.command.is_empty()) {
         (Some(raw), _) => match fs::read(raw) {
             Ok(b) => b,
             Err(e) => {
                 output::error(format_args!("read {}: {e}", raw.display()));
-                return ExitCode::from(1);
+                return Exit::Failed;
             }
         },
         (None, true) => {
             output::error("nothing to trace: zinstall trace -- COMMAND ...");
-            return ExitCode::from(2);
+            return Exit::Usage;
         }
         (None, false) => match trace(args) {
             Ok(b) => b,
             Err(e) => {
                 output::error(e);
-                return ExitCode::from(1);
+                return Exit::Failed;
             }
         },
     };
@@ -84,15 +86,11 @@ pub fn run(args: &TraceArgs) -> ExitCode {
                 r.data,
                 r.renamed.len()
             ));
-            if r.lost > 0 {
-                ExitCode::from(1)
-            } else {
-                ExitCode::SUCCESS
-            }
+            if r.lost > 0 { Exit::Failed } else { Exit::Ok }
         }
         Err(e) => {
             output::error(format_args!("write {}: {e}", args.output.display()));
-            ExitCode::from(1)
+            Exit::Failed
         }
     }
 }

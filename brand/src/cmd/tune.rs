@@ -1,8 +1,8 @@
 //! `zinstall tune`: find this machine's best COPY_THREADS and COPY_BATCH
 //! (and COPY_WALKERS, when asked).
 
+use crate::exit::Exit;
 use std::path::PathBuf;
-use std::process::ExitCode;
 
 use clap::Args;
 use zinstall_tune::sweep::{self, Grid};
@@ -47,7 +47,7 @@ pub struct TuneArgs {
 }
 
 /// Sweeps, reports, and writes with --write.
-pub fn run(args: &TuneArgs) -> ExitCode {
+pub fn run(args: &TuneArgs) -> Exit {
     let walkers = match args.walkers.as_deref().map(sweep::list) {
         None => Ok(Vec::new()),
         Some(Ok(w)) if w.is_empty() => Err("--walkers: empty list".into()),
@@ -69,18 +69,18 @@ pub fn run(args: &TuneArgs) -> ExitCode {
         }
         (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => {
             output::error(e);
-            return ExitCode::from(2);
+            return Exit::Usage;
         }
         _ => {
             output::error("empty grid");
-            return ExitCode::from(2);
+            return Exit::Usage;
         }
     };
     let zinstall = match std::env::current_exe() {
         Ok(p) => p,
         Err(e) => {
             output::error(format_args!("finding this program: {e}"));
-            return ExitCode::from(1);
+            return Exit::Failed;
         }
     };
     let opts = TuneOptions {
@@ -96,7 +96,7 @@ pub fn run(args: &TuneArgs) -> ExitCode {
         Ok(r) => r,
         Err(e) => {
             output::error(e);
-            return ExitCode::from(1);
+            return Exit::Failed;
         }
     };
     output::out(&r.table);
@@ -137,14 +137,14 @@ pub fn run(args: &TuneArgs) -> ExitCode {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
             Err(e) => {
                 output::error(format_args!("read {}: {e}", path.display()));
-                return ExitCode::from(1);
+                return Exit::Failed;
             }
         };
         let new = match copier::defaults::rewrite(&path, &old, &settings) {
             Ok(n) => n,
             Err(e) => {
                 output::error(e);
-                return ExitCode::from(1);
+                return Exit::Failed;
             }
         };
         let tmp = path.with_extension(format!("tune.{}", std::process::id()));
@@ -153,7 +153,7 @@ pub fn run(args: &TuneArgs) -> ExitCode {
         if let Err(e) = written {
             let _ = std::fs::remove_file(&tmp);
             output::error(format_args!("write {}: {e}", path.display()));
-            return ExitCode::from(1);
+            return Exit::Failed;
         }
         output::out(format_args!("wrote {said} to {}", path.display()));
         if !r.warnings.is_empty() {
@@ -165,5 +165,5 @@ pub fn run(args: &TuneArgs) -> ExitCode {
             ));
         }
     }
-    ExitCode::SUCCESS
+    Exit::Ok
 }

@@ -2,8 +2,8 @@
 //! line with the profile's trees as they are now, writing only what
 //! changed, switched in whole; and switch back.
 
+use crate::exit::Exit;
 use std::path::PathBuf;
-use std::process::ExitCode;
 
 use clap::Args;
 
@@ -74,7 +74,7 @@ fn pause_at(stage: &str) {
 }
 
 /// Updates; exit 0, 1 on failure, 2 for a bad profile.
-pub fn run(args: &UpdateArgs) -> ExitCode {
+pub fn run(args: &UpdateArgs) -> Exit {
     let path = args
         .profile
         .clone()
@@ -87,7 +87,7 @@ pub fn run(args: &UpdateArgs) -> ExitCode {
                 &e,
                 serde_json::json!({ "path": crate::json::path(&e.path) }),
             );
-            return ExitCode::from(2);
+            return Exit::Usage;
         }
     };
     if let Some(s) = &args.source_root {
@@ -97,7 +97,7 @@ pub fn run(args: &UpdateArgs) -> ExitCode {
 }
 
 /// Updates with `profile` (the hook's `attach -u` gives the zone brand's).
-pub fn run_with(args: &UpdateArgs, profile: Profile, quiet: bool) -> ExitCode {
+pub fn run_with(args: &UpdateArgs, profile: Profile, quiet: bool) -> Exit {
     let mut stage = |s: &str| pause_at(s);
     let r = Update {
         zonepath: args.zonepath.clone(),
@@ -112,7 +112,7 @@ pub fn run_with(args: &UpdateArgs, profile: Profile, quiet: bool) -> ExitCode {
     match r {
         Ok(report) => {
             print(&UpdateReply::of(&args.zonepath, &report), args, quiet);
-            ExitCode::SUCCESS
+            Exit::Ok
         }
         Err(e) => {
             crate::json::fail(
@@ -120,7 +120,7 @@ pub fn run_with(args: &UpdateArgs, profile: Profile, quiet: bool) -> ExitCode {
                 format_args!("update {}: {e}", output::show(&args.zonepath)),
                 serde_json::json!({ "zonepath": crate::json::path(&args.zonepath) }),
             );
-            ExitCode::from(1)
+            Exit::Failed
         }
     }
 }
@@ -212,11 +212,11 @@ pub fn print_rollback(
 }
 
 /// Rolls back; exit 0 or 1.
-pub fn rollback(args: &RollbackArgs) -> ExitCode {
+pub fn rollback(args: &RollbackArgs) -> Exit {
     match update::rollback(&args.zonepath) {
         Ok(recovered) => {
             print_rollback(&args.zonepath, recovered, args.json);
-            ExitCode::SUCCESS
+            Exit::Ok
         }
         Err(e) => {
             crate::json::fail(
@@ -224,7 +224,7 @@ pub fn rollback(args: &RollbackArgs) -> ExitCode {
                 format_args!("rollback {}: {e}", output::show(&args.zonepath)),
                 serde_json::json!({ "zonepath": crate::json::path(&args.zonepath) }),
             );
-            ExitCode::from(1)
+            Exit::Failed
         }
     }
 }

@@ -1,7 +1,7 @@
 //! `zinstall verify A B`: compare two trees on every attribute.
 
+use crate::exit::Exit;
 use std::path::PathBuf;
-use std::process::ExitCode;
 
 use clap::Args;
 use copier::verify::{self, CompareOptions};
@@ -44,7 +44,7 @@ pub struct VerifyArgs {
 }
 
 /// Exit 0 if identical, 1 if they differ, 2 if they cannot be read.
-pub fn run(args: &VerifyArgs) -> ExitCode {
+pub fn run(args: &VerifyArgs) -> Exit {
     let mut opts = CompareOptions {
         sparse: args.sparse,
         atime: args.atime,
@@ -65,7 +65,7 @@ pub fn run(args: &VerifyArgs) -> ExitCode {
             }),
             Err(e) => {
                 crate::json::fail(true, e, crate::json::fields(e));
-                return ExitCode::from(2);
+                return Exit::Usage;
             }
         };
         let n = result.as_ref().map_or(0, |c| c.differences.len());
@@ -80,9 +80,9 @@ pub fn run(args: &VerifyArgs) -> ExitCode {
             }),
         );
         return match result {
-            Ok(c) if c.is_identical() => ExitCode::SUCCESS,
-            Ok(_) => ExitCode::from(1),
-            Err(_) => ExitCode::from(2),
+            Ok(c) if c.is_identical() => Exit::Ok,
+            Ok(_) => Exit::Failed,
+            Err(_) => Exit::Usage,
         };
     }
     match result {
@@ -91,7 +91,7 @@ pub fn run(args: &VerifyArgs) -> ExitCode {
                 "identical: {} compared",
                 output::count(c.entries_compared, "entry", "entries")
             ));
-            ExitCode::SUCCESS
+            Exit::Ok
         }
         Ok(c) => {
             output::out(c.to_string().trim_end());
@@ -104,11 +104,11 @@ pub fn run(args: &VerifyArgs) -> ExitCode {
                 ),
                 output::count(c.entries_compared, "entry", "entries")
             ));
-            ExitCode::from(1)
+            Exit::Failed
         }
         Err(e) => {
             output::error(e);
-            ExitCode::from(2)
+            Exit::Usage
         }
     }
 }

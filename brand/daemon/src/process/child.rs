@@ -6,7 +6,6 @@
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
-use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -20,12 +19,20 @@ use super::wire::{
 use crate::protocol::{ErrorKind, NoticeInfo, WireError};
 use crate::sys::{self, Identity};
 
-/// Runs the job's process; `args` follow [`super::CHILD_ARG`].
-pub fn main(args: &[String]) -> ExitCode {
+/// The job's process could not start its job: the daemon's hand-off
+/// (control socket, arguments, identity, descriptors, order) was not as
+/// the daemon makes it, or the daemon was gone. Whatever could be said
+/// was said on the control socket.
+#[derive(Debug)]
+pub struct NotStarted;
+
+/// Runs the job's process; `args` follow [`super::CHILD_ARG`]. The job's
+/// own result, success or failure, is told on the control socket.
+pub fn main(args: &[String]) -> Result<(), NotStarted> {
     // Whatever else was inherited goes before anything is read.
     sys::close_from(DST_ROOT_FD + 1);
     let Some(control) = sys::take_fd(CONTROL_FD) else {
-        return ExitCode::from(2);
+        return Err(NotStarted);
     };
     let control = UnixStream::from(control);
     let said = Arc::new(Mutex::new(control));
@@ -36,7 +43,7 @@ pub fn main(args: &[String]) -> ExitCode {
                 error: WireError::new(ErrorKind::Internal, message),
             },
         );
-        ExitCode::from(2)
+        Err(NotStarted)
     };
     let (who, parent) = match parse_args(args) {
         Some(a) => a,
@@ -54,7 +61,7 @@ pub fn main(args: &[String]) -> ExitCode {
     }
     // The parent-death signal was set after the daemon may have gone.
     if sys::parent_pid() != parent {
-        return ExitCode::from(2);
+        return Err(NotStarted);
     }
     let (Some(src_fd), Some(dst_fd)) =
         (sys::take_fd(SRC_ROOT_FD), sys::take_fd(DST_ROOT_FD))
@@ -67,7 +74,7 @@ pub fn main(args: &[String]) -> ExitCode {
     };
     let result = run(order, src_fd, dst_fd, &said);
     tell(&said, &result);
-    ExitCode::SUCCESS
+    Ok(())
 }
 
 /// `UID GID GROUPS PARENT`, GROUPS comma-separated (maybe empty).

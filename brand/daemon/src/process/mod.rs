@@ -39,7 +39,7 @@ use slog::{info, warn};
 
 use copier::beneath::Root;
 
-pub use child::main as child_main;
+pub use child::{NotStarted, main as child_main};
 pub use wire::CHILD_ARG;
 
 use crate::auth;
