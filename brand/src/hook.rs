@@ -205,32 +205,12 @@ fn profile_path() -> PathBuf {
         .map_or_else(|| PathBuf::from(profile::DEFAULT_PATH), PathBuf::from)
 }
 
-/// The structured log, as `install::log::open` makes it, except that a
-/// record that cannot be written (a full disk, `/dev/full`) is dropped:
-/// the log never decides the hook's exit status.
+/// The structured log, as every install's ([`install::log::open`]): a
+/// record that cannot be written (a full disk, `/dev/full`) is said once
+/// and then dropped, so the log never decides the hook's exit status.
 fn open_log(path: &Path, argv: &[OsString]) -> (slog::Logger, Option<String>) {
-    use slog::Drain;
     let argv: Vec<String> = argv.iter().map(|a| lossy(a)).collect();
-    // Checked and opened as every install log is: never through a
-    // symlink, never in a directory another user could plant it in.
-    match install::log::open_file(path) {
-        Ok(f) => {
-            let drain = slog_json::Json::new(f)
-                .set_newlines(true)
-                .add_default_keys()
-                .build();
-            let drain = std::sync::Mutex::new(drain).ignore_res();
-            let log = slog::Logger::root(
-                drain,
-                slog::o!("pid" => std::process::id(), "argv" => argv.join(" ")),
-            );
-            (log, None)
-        }
-        Err(e) => (
-            slog::Logger::root(slog::Discard, slog::o!()),
-            Some(format!("log {} not written: {e}", path.display())),
-        ),
-    }
+    install::log::open(path, &argv, |m| crate::output::note(m))
 }
 
 fn cmd_install(

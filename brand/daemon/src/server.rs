@@ -5,8 +5,8 @@ use std::io::{self, BufRead, BufReader, Write};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -755,17 +755,4 @@ fn gone(d: &Daemon, job: &crate::jobs::Job) -> bool {
         job.cancel.cancel();
     }
     false
-}
-
-/// The service's log: JSON lines on standard error, which the service
-/// manager keeps (journald, SMF's log file).
-pub fn stderr_logger() -> Logger {
-    let drain = slog_json::Json::new(io::stderr())
-        .set_newlines(true)
-        .add_default_keys()
-        .build();
-    Logger::root(
-        slog::IgnoreResult::new(Mutex::new(drain)),
-        slog::o!("service" => "zinstalld"),
-    )
 }

@@ -219,10 +219,34 @@ pub fn open_file(path: &Path) -> Result<File, LogError> {
     Ok(file)
 }
 
+/// The one way a zinstall log is written: JSON lines with the time and
+/// level, buffered and flushed per record, so that each record goes out
+/// in one write and appends from several processes do not interleave
+/// within a line.
+fn json_lines<W: io::Write>(out: W) -> slog_json::Json<BufWriter<W>> {
+    slog_json::Json::new(BufWriter::new(out))
+        .set_newlines(true)
+        .set_flush(true)
+        .add_default_keys()
+        .build()
+}
+
+/// A service's log: JSON lines on standard error, which the service
+/// manager keeps (journald, SMF's log file), every record naming
+/// `service`. A record that cannot be written is dropped: there is
+/// nowhere else to say so.
+pub fn to_stderr(service: &'static str) -> Logger {
+    Logger::root(
+        slog::IgnoreResult::new(Mutex::new(json_lines(io::stderr()))),
+        o!("service" => service),
+    )
+}
+
 /// A JSON-lines logger appending to `path` ([`open_file`]), or, if it
 /// cannot be opened (not root, a symlink or an unsafe directory there), a
-/// logger that drops records, with the reason to tell the user. If writing fails later, `report` hears of it
-/// once (naming the file) and the install goes on.
+/// logger that drops records, with the reason to tell the user. If
+/// writing fails later, `report` hears of it once (naming the file) and
+/// the install goes on.
 pub fn open(
     path: &Path,
     argv: &[String],
@@ -238,16 +262,8 @@ fn open_reporting(
 ) -> (Logger, Option<String>) {
     match open_file(path) {
         Ok(f) => {
-            // Buffered and flushed per record: each record goes out in
-            // one write, so appends from several processes do not
-            // interleave within a line.
-            let drain = slog_json::Json::new(BufWriter::new(f))
-                .set_newlines(true)
-                .set_flush(true)
-                .add_default_keys()
-                .build();
             let drain = Tolerant {
-                inner: Mutex::new(drain),
+                inner: Mutex::new(json_lines(f)),
                 path: path.to_path_buf(),
                 failed: AtomicBool::new(false),
                 report,

@@ -55,7 +55,7 @@ fn main() -> ExitCode {
         socket: args.socket,
         version: brand::cli::VERSION.to_string(),
     };
-    match server::run(opts, server::stderr_logger()) {
+    match server::run(opts, zinstall_install::log::to_stderr("zinstalld")) {
         Ok(()) => Exit::Ok.into(),
         Err(e) => {
             // The daemon's own messages name it, not the CLI (a
