@@ -42,52 +42,12 @@ use std::path::PathBuf;
 use zinstall_archive::ArchiveRefusal;
 use zinstall_archive::names::Name;
 
-use super::Ctx;
+use super::ctx::Ctx;
+use super::options::{Change, Whiteouts};
 use super::paths::{NodeId, PathTree};
 use crate::beneath::{self, Chain, WalkFail};
 use crate::error::{Error, Met, Op, Result};
 use crate::sys::posix::{Times, at};
-
-/// How an unpack treats OCI whiteouts (`.wh.` names).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Whiteouts {
-    /// As ordinary names: zinstall's own layers and plain rootfs
-    /// tarballs.
-    #[default]
-    Off,
-    /// Applied to what lower layers left in the root: an OCI layer
-    /// unpacked onto a root.
-    Apply,
-    /// Recorded, not applied: an OCI layer unpacked alone into an empty
-    /// directory; the report's `changes` say what to apply.
-    Record,
-}
-
-/// What a layer changes that its tree alone does not show: paths are
-/// relative to the root.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Change {
-    /// Remove this path, with everything beneath it, left by lower
-    /// layers (`.wh.NAME`).
-    Remove(PathBuf),
-    /// Remove everything lower layers left in this directory
-    /// (`.wh..wh..opq`).
-    Opaque(PathBuf),
-    /// A directory the layer holds entries in but has no entry for: a
-    /// lower layer's directory there keeps its metadata.
-    Implicit(PathBuf),
-    /// A hard link `path` of this layer to `target`, a file this layer
-    /// does not hold (a lower layer's, as `install` links it): made when
-    /// the layer is applied onto a root, before its tree is copied there,
-    /// so that it shares the lower layer's file even if this layer
-    /// replaces that file later in its archive.
-    Link {
-        /// The link's path.
-        path: PathBuf,
-        /// The file it links to.
-        target: PathBuf,
-    },
-}
 
 /// What a member is, to the layered unpack.
 pub(crate) enum Class {

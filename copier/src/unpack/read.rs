@@ -17,16 +17,21 @@ use zinstall_archive::ArchiveRefusal;
 use zinstall_archive::names::{self, Name};
 use zinstall_archive::tar::{self, TarError};
 
+use super::batch::Batcher;
+use super::budget::{BUDGET, CHUNKS_AHEAD, SMALL, Spare};
+use super::ctx::{Ctx, ReadOutcome};
+use super::job::{Body, Existing, FileJob, Meta, Target, existing};
 use super::layered::{Class, Layered};
-use super::{
-    BUDGET, Batcher, Body, CHUNKS_AHEAD, Ctx, Existing, FileJob, MAX_TRACKED,
-    Meta, NO_MEMBERS, ReadOutcome, SMALL, Spare, Target, existing,
-    first_member, listed_kind, relative, stream_file,
-};
+use super::members::{NO_MEMBERS, first_member, listed_kind, relative};
+use super::write::stream_file;
 use crate::beneath::{self, Chain};
 use crate::error::{Error, Op, Result};
 use crate::stats::NoticeKind;
 use crate::sys::posix::at;
+
+/// Paths remembered between two barriers, to keep a later entry for the
+/// same path from overtaking an earlier one still queued.
+const MAX_TRACKED: usize = 65_536;
 
 /// Whether the loop goes on after a member.
 enum Flow {

@@ -14,10 +14,9 @@ use zinstall_archive::compress::{
 use zinstall_archive::names::{self, Name};
 use zinstall_archive::tar::{self, TarError};
 
-use super::{
-    NO_MEMBERS, UnpackOptions, UnpackReport, first_member, limits,
-    quirk_notice, relative,
-};
+use super::members::{NO_MEMBERS, first_member, quirk_notice, relative};
+use super::options::{UnpackOptions, UnpackReport, Whiteouts};
+use super::source::limits;
 use crate::error::{Error, Op, Result};
 use crate::plan::EntryKind;
 use crate::stats::{NoticeBoard, NoticeKind};
@@ -112,7 +111,7 @@ pub fn survey_from(
             // The root itself: its metadata, nothing made.
             continue;
         }
-        if opts.whiteouts != super::Whiteouts::Off {
+        if opts.whiteouts != Whiteouts::Off {
             match super::layered::classify(&name.parts).map_err(|why| {
                 refuse(&shown_entry, ArchiveRefusal::Corrupt(why))
             })? {

@@ -1,0 +1,260 @@
+//! The entry points: an archive file or a stream unpacked. The shared
+//! state is made, the reader run with the pool's workers or the unpack's
+//! own (or none), directories finished at the end, and the report made.
+
+use std::fs::File;
+use std::io::Read;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crossbeam_channel::Receiver;
+
+use zinstall_archive::ahead::read_ahead;
+use zinstall_archive::compress::{Compression, decompress};
+use zinstall_archive::tar;
+
+use super::batch::Batcher;
+use super::budget::{Gate, Spare};
+use super::ctx::{Ctx, DirList, ReadOutcome};
+use super::job::FileJob;
+use super::options::{UnpackOptions, UnpackReport};
+use super::read::read_all;
+use super::source::{blame_stream, limits, open_archive};
+use crate::beneath::{Chain, Root};
+use crate::descriptors::Descriptors;
+use crate::error::{Error, Op, Result};
+use crate::stats::{Notice, NoticeBoard};
+use crate::sys::posix::euid;
+use crate::writeback::Flusher;
+
+/// Unpacks the archive file `archive` (a tar, plain or compressed, told
+/// by content: see [`compress`]) into the existing directory `root`;
+/// what the decoder ignored after the stream's end is a notice.
+///
+/// [`compress`]: zinstall_archive::compress
+pub fn unpack(
+    archive: &Path,
+    root: &Path,
+    opts: &UnpackOptions,
+) -> Result<UnpackReport> {
+    let (f, compression) = open_archive(archive)?;
+    if let Some(p) = &opts.progress {
+        p.begin(f.metadata().ok().map(|m| m.len()));
+    }
+    if compression == Compression::None {
+        // A plain tar file: the reader only parses headers and seeks over
+        // bodies; workers copy each body from its range of the file in the
+        // kernel, so the reader never becomes the bottleneck.
+        let body_source =
+            f.try_clone().map_err(|e| Error::io(Op::Open, archive, e))?;
+        let f = crate::Metered::new(f, opts.progress.clone());
+        let reader = tar::Reader::seekable(f, limits(opts))
+            .map_err(|e| Error::io(Op::Read, archive, e))?;
+        return run(reader, Some(body_source), archive, root, opts);
+    }
+    let f = crate::Metered::new(f, opts.progress.clone());
+    let reader = decompress(f, compression)
+        .map_err(|e| Error::io(Op::Read, archive, e))?;
+    let ignored = reader.ignored();
+    // Decompressed on a thread of its own: the reader parses and
+    // dispatches while the next chunks are decoded.
+    let mut report = std::thread::scope(|s| {
+        let (ahead, _decoder) = read_ahead(s, DECOMPRESS_THREAD, reader)
+            .map_err(|e| Error::io(Op::Read, archive, e))?;
+        unpack_from(ahead, archive, root, opts)
+    })
+    .map_err(|e| blame_stream(e, archive, opts.max_bytes))?;
+    report.notices.extend(
+        ignored
+            .take()
+            .into_iter()
+            .map(|i| Notice::stream(i, archive)),
+    );
+    Ok(report)
+}
+
+/// The name of the thread decompressing an archive or layer ahead of
+/// its reader, as statemaps and `top -H` show it.
+pub const DECOMPRESS_THREAD: &str = "decompress";
+
+/// Unpacks a decompressed tar stream; `archive` names it in errors.
+pub fn unpack_from(
+    reader: impl Read,
+    archive: &Path,
+    root: &Path,
+    opts: &UnpackOptions,
+) -> Result<UnpackReport> {
+    run(
+        tar::Reader::new(reader, limits(opts)),
+        None,
+        archive,
+        root,
+        opts,
+    )
+}
+
+/// Unpacks what `input` reads; with `body_source` (the same plain tar
+/// file), file bodies are copied from their ranges of it instead of being
+/// read by the reader.
+fn run<R: Read>(
+    input: tar::Reader<R>,
+    body_source: Option<File>,
+    archive: &Path,
+    root: &Path,
+    opts: &UnpackOptions,
+) -> Result<UnpackReport> {
+    opts.tunables.validate()?;
+    // The root's own last component is not followed either.
+    let root_dir = Root::open(root)?;
+    let is_root = euid() == 0;
+    let ctx = Ctx {
+        archive,
+        root,
+        root_fd: Arc::clone(root_dir.fd()),
+        opts,
+        is_root,
+        preserve_owner: opts.preserve_owner.unwrap_or(is_root),
+        quit: AtomicBool::new(false),
+        error: Mutex::new(None),
+        notices: NoticeBoard::default(),
+        budget: Gate::default(),
+        spare: Spare::default(),
+        pending: Gate::default(),
+        temp: AtomicU64::new(0),
+        bytes_written: AtomicU64::new(0),
+        files: AtomicU64::new(0),
+        body_source,
+        flusher: match opts.tunables.copy_writeback.early(opts.durable) {
+            true => Some(
+                root_dir
+                    .fd()
+                    .try_clone()
+                    .and_then(|fd| Flusher::start(File::from(fd)))
+                    .map_err(|e| Error::io(Op::Sync, root, e))?,
+            ),
+            false => None,
+        },
+    };
+    let batch_size = opts.tunables.copy_batch.max(1);
+    // The pool's, shared with its other runs, or the unpack's own.
+    let fds = match &opts.pool {
+        Some(pool) => pool.descriptors().clone(),
+        None => Descriptors::for_threads(opts.tunables.copy_threads, 1),
+    };
+    let reader_result = if let Some(pool) = &opts.pool {
+        let in_flight = crate::pool::InFlight::default();
+        let cap = 2 * pool.threads();
+        let ctx = &ctx;
+        let in_flight = &in_flight;
+        pool.scope(|scope| {
+            let send = move |batch: Vec<FileJob>| {
+                in_flight.enter(cap);
+                scope.spawn(move |_| {
+                    ctx.write_batch(batch);
+                    in_flight.leave();
+                });
+                true
+            };
+            let batcher = Batcher {
+                tx: Box::new(send),
+                batch: Vec::new(),
+                held: 0,
+                dirs: 0,
+                size: batch_size,
+                fds: fds.clone(),
+                stopped: Box::new(|| ctx.stopped()),
+            };
+            read_all(ctx, input, Some(batcher))
+        })
+    } else {
+        unpack_with_own_workers(&ctx, input, batch_size, &fds)
+    };
+    let outcome = match reader_result {
+        Ok(o) => o,
+        Err(e) => {
+            ctx.fail(e);
+            ReadOutcome::default()
+        }
+    };
+    // Every file is written: the flush under way is waited for, and one
+    // that failed fails the unpack (the caller's final flush might not
+    // see it again).
+    if let Some(Err(e)) = ctx.flusher.as_ref().map(Flusher::finish) {
+        ctx.fail(Error::io(Op::Sync, root, e));
+    }
+    if let Some(e) = ctx.error.lock().unwrap_or_else(|p| p.into_inner()).take()
+    {
+        return Err(e);
+    }
+    if ctx.cancelled() {
+        return Err(Error::Cancelled {
+            path: archive.to_path_buf(),
+        });
+    }
+    // Directory metadata last, children before their parents: deepest
+    // first, and in the archive's order within a depth, so neighbours
+    // share their parents' open descriptors.
+    let DirList { tree, mut list } = outcome.dirs;
+    list.sort_by_key(|(id, _)| std::cmp::Reverse(tree.depth(*id)));
+    let mut chain = Chain::new(Arc::clone(&ctx.root_fd));
+    for (id, m) in &list {
+        ctx.finish_dir(&mut chain, &tree.parts(*id), m)?;
+    }
+    let mut stats = outcome.stats;
+    stats.fd_limit = fds.limit();
+    stats.fd_budget = fds.total() as u64;
+    stats.fd_peak = fds.peak() as u64;
+    stats.files += ctx.files.load(Ordering::Relaxed);
+    stats.bytes += ctx.bytes_written.load(Ordering::Relaxed);
+    let notices = ctx.notices.into_vec();
+    Ok(UnpackReport {
+        stats,
+        meta: outcome.meta,
+        notices,
+        changes: outcome.changes,
+    })
+}
+
+/// Reads the archive in this thread with `copy_threads` workers of the
+/// unpack's own writing the files (none: the reader writes them).
+fn unpack_with_own_workers<R: Read>(
+    ctx: &Ctx<'_>,
+    input: tar::Reader<R>,
+    batch_size: usize,
+    fds: &Descriptors,
+) -> Result<ReadOutcome> {
+    let workers = if ctx.opts.tunables.copy_threads > 1 {
+        ctx.opts.tunables.copy_threads
+    } else {
+        0
+    };
+    // A few batches per worker, as in the copy engine.
+    let (tx, rx) = crossbeam_channel::bounded::<Vec<FileJob>>(workers * 2);
+    std::thread::scope(|s| {
+        for i in 0..workers {
+            let rx: Receiver<Vec<FileJob>> = rx.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("unpack-{i}"))
+                .spawn_scoped(s, move || {
+                    for batch in rx {
+                        ctx.write_batch(batch);
+                    }
+                });
+            if let Err(e) = spawned {
+                ctx.fail(Error::io(Op::Open, "thread", e));
+            }
+        }
+        drop(rx);
+        let pool = (workers > 0).then(|| Batcher {
+            tx: Box::new(move |batch| tx.send(batch).is_ok()),
+            batch: Vec::new(),
+            held: 0,
+            dirs: 0,
+            size: batch_size,
+            fds: fds.clone(),
+            stopped: Box::new(|| ctx.stopped()),
+        });
+        read_all(ctx, input, pool)
+    })
+}
