@@ -350,7 +350,7 @@ pub fn run(
         }
     }
     fs::create_dir_all(scratch).map_err(|e| e.to_string())?;
-    let (seed, profile) = crate::seed_install(scratch)?;
+    let (seed, profile) = crate::install::seed_install(scratch)?;
     let image = scratch.join("seed-usr.tar");
     if !image.exists() {
         let ok = Command::new("tar")

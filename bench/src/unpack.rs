@@ -11,7 +11,8 @@ use zinstall_archive::ArchiveKind;
 use zinstall_tune::peers;
 use zinstall_tune::report::{self, Samples};
 
-use crate::{archives, sh};
+use crate::archives;
+use crate::common::sh;
 
 /// What to unpack and how often.
 pub struct UnpackBench<'a> {

@@ -10,7 +10,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::protocol::{ErrorKind, WireError};
+use crate::protocol::error::{ErrorKind, WireError};
 
 /// A path as the replies carry it.
 fn lossy(p: &Path) -> String {

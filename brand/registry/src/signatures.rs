@@ -189,7 +189,7 @@ impl<'a> Fetched<'a> {
         let bytes = serde_json::to_vec_pretty(&rec).map_err(|e| {
             RegistryError::io("write", &path, std::io::Error::other(e))
         })?;
-        crate::write_atomic(
+        crate::layout::write_atomic(
             dir,
             &path.file_name().unwrap_or_default().to_string_lossy(),
             &bytes,

@@ -422,7 +422,7 @@ fn rewrite_index(store: &Path, gone: &HashSet<&str>) -> Result<()> {
             io::Error::other(e),
         )
     })?;
-    crate::write_atomic(store, "index.json", &bytes, 0o644)
+    crate::layout::write_atomic(store, "index.json", &bytes, 0o644)
 }
 
 /// `ALG:HEX` → (path, bytes) of every blob in the store.

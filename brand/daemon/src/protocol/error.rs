@@ -1,0 +1,129 @@
+//! A failure as the wire carries it ([`WireError`]) and its kind: the
+//! daemon's parts and its clients both read these.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// What kind of failure a [`WireError`] is: what a client decides on
+/// (retry later, ask for a grant, report a bug). On the wire, the
+/// kebab-case name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ErrorKind {
+    /// The request was malformed, or named a path that is not absolute
+    /// and clean.
+    Request,
+    /// The caller is not granted the call.
+    Denied,
+    /// The daemon has no room for the connection or the job now.
+    Busy,
+    /// A system call failed (`op` and `path` say which).
+    Io,
+    /// The engine refused an input (a hostile archive, an unsafe path).
+    Refused,
+    /// The job was cancelled.
+    Cancelled,
+    /// An install, uninstall, update or rollback failed.
+    Install,
+    /// A provision failed.
+    Provision,
+    /// No such job.
+    NotFound,
+    /// The daemon failed in a way that is its own fault.
+    Internal,
+    /// A kind this client does not know (a newer daemon's).
+    #[serde(other)]
+    Unknown,
+}
+
+impl ErrorKind {
+    /// The name the wire carries.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::Request => "request",
+            ErrorKind::Denied => "denied",
+            ErrorKind::Busy => "busy",
+            ErrorKind::Io => "io",
+            ErrorKind::Refused => "refused",
+            ErrorKind::Cancelled => "cancelled",
+            ErrorKind::Install => "install",
+            ErrorKind::Provision => "provision",
+            ErrorKind::NotFound => "not-found",
+            ErrorKind::Internal => "internal",
+            ErrorKind::Unknown => "unknown",
+        }
+    }
+}
+
+impl std::fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A failure as the wire carries it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WireError {
+    /// What kind of failure.
+    pub kind: ErrorKind,
+    /// The operation that failed, when a system call did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub op: Option<String>,
+    /// The path it failed on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<PathBuf>,
+    /// The whole message, as the CLI prints it.
+    pub message: String,
+    /// Every error of a copy that met several, first first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<String>,
+}
+
+impl WireError {
+    /// An error with only a kind and a message.
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
+        WireError {
+            kind,
+            op: None,
+            path: None,
+            message: message.into(),
+            errors: Vec::new(),
+        }
+    }
+
+    /// From the engine's error.
+    pub fn from_copier(e: &copier::Error) -> Self {
+        let kind = match e {
+            copier::Error::Cancelled { .. } => ErrorKind::Cancelled,
+            copier::Error::Io { .. } => ErrorKind::Io,
+            _ => ErrorKind::Refused,
+        };
+        WireError {
+            kind,
+            op: e.op().map(|o| o.as_str().to_string()),
+            path: Some(e.path().to_path_buf()),
+            message: e.to_string(),
+            errors: Vec::new(),
+        }
+    }
+
+    /// From a copy that stopped on errors.
+    pub fn from_failure(f: &copier::Failure) -> Self {
+        let mut w = f
+            .first()
+            .map(Self::from_copier)
+            .unwrap_or_else(|| Self::new(ErrorKind::Internal, "copy failed"));
+        w.message = f.to_string();
+        w.errors = f.errors.iter().map(|e| e.to_string()).collect();
+        w
+    }
+}
+
+impl std::fmt::Display for WireError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for WireError {}

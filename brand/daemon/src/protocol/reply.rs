@@ -1,0 +1,123 @@
+//! The reply lines ([`Reply`]) and progress, and the engine's counts and
+//! notices as results carry them.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use super::bounds::VERSION;
+use super::error::WireError;
+use crate::replies::NoticeInfo;
+
+/// Progress of a job.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ProgressInfo {
+    /// What the job is doing now (`queued`, `copy`, `unpack`, `provision`,
+    /// …).
+    pub phase: String,
+    /// Entries done.
+    pub entries: u64,
+    /// Data bytes done.
+    pub bytes: u64,
+    /// Bytes per second over the last interval.
+    pub rate: u64,
+    /// Since the job started.
+    pub elapsed_ms: u64,
+}
+
+/// One reply line.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "reply", rename_all = "kebab-case")]
+pub enum Reply {
+    /// A quick operation's result.
+    Ok {
+        /// The protocol version.
+        v: u32,
+        /// What it returns.
+        result: Value,
+    },
+    /// A job was started.
+    Accepted {
+        /// The protocol version.
+        v: u32,
+        /// Its id.
+        job: u64,
+    },
+    /// A job's progress.
+    Progress {
+        /// The protocol version.
+        v: u32,
+        /// The job.
+        job: u64,
+        /// Where it is.
+        #[serde(flatten)]
+        progress: ProgressInfo,
+    },
+    /// Something a job reports (an install's steps, a guest made).
+    Event {
+        /// The protocol version.
+        v: u32,
+        /// The job.
+        job: u64,
+        /// The text the CLI prints for it.
+        message: String,
+    },
+    /// A job's result.
+    Done {
+        /// The protocol version.
+        v: u32,
+        /// The job.
+        job: u64,
+        /// What it returns.
+        result: Value,
+    },
+    /// A refusal, or a job's failure.
+    Error {
+        /// The protocol version.
+        v: u32,
+        /// The job, if one was started.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        job: Option<u64>,
+        /// What went wrong.
+        error: WireError,
+    },
+}
+
+impl Reply {
+    /// The reply as one line (without its newline).
+    pub fn to_line(&self) -> String {
+        serde_json::to_string(self).unwrap_or_else(|e| {
+            json!({"v": VERSION, "reply": "error",
+                   "error": {"kind": "internal", "message": e.to_string()}})
+            .to_string()
+        })
+    }
+
+    /// An error reply not tied to a job.
+    pub fn error(error: WireError) -> Reply {
+        Reply::Error {
+            v: VERSION,
+            job: None,
+            error,
+        }
+    }
+}
+
+/// An engine run's counts and timings, as `--json` and the log show
+/// them (the serialized [`copier::Stats`]).
+pub fn stats_json(s: &copier::Stats) -> Value {
+    // Numbers, strings and arrays of them: nothing that cannot become a
+    // JSON value.
+    serde_json::to_value(s).unwrap_or(Value::Null)
+}
+
+/// [`stats_json`] read back, for a client printing a daemon's result as
+/// it prints its own. Missing fields are zero; a field of the wrong type
+/// is an error naming it.
+pub fn stats_from_json(v: &Value) -> Result<copier::Stats, serde_json::Error> {
+    copier::Stats::deserialize(v)
+}
+
+/// What was noticed and not kept, as `--json` shows it.
+pub fn notices_json(n: &[copier::Notice]) -> Value {
+    serde_json::to_value(NoticeInfo::of(n)).unwrap_or(Value::Null)
+}

@@ -1,0 +1,298 @@
+use serde_json::json;
+
+use super::*;
+
+#[test]
+fn requests_round_trip_and_bad_ones_say_why() {
+    let r = Request {
+        call: Call::Copy(CopyArgs {
+            src: "/a".into(),
+            dst: "/b".into(),
+            merge: true,
+            sync: false,
+            exclude: vec!["*.o".into()],
+            skip_special: false,
+        }),
+        detach: true,
+    };
+    assert_eq!(Request::parse(r.to_line().as_bytes()).unwrap(), r);
+    let bad = |s: &str| Request::parse(s.as_bytes()).unwrap_err();
+    assert!(matches!(bad("{"), BadRequest::Malformed(_)));
+    assert_eq!(
+        bad(r#"{"v":2,"op":"version"}"#),
+        BadRequest::Version { got: 2 }
+    );
+    assert!(matches!(
+        bad(r#"{"v":1,"op":"format-disk"}"#),
+        BadRequest::UnknownOp(o) if o == "format-disk"
+    ));
+    let e = bad(r#"{"v":1,"op":"copy","args":{"src":"/a","dts":"/b"}}"#);
+    assert!(e.to_string().contains("unknown field `dts`"), "{e}");
+    let e = bad(r#"{"v":1,"op":"jobs","args":{"all":true}}"#);
+    assert!(e.to_string().contains("takes no arguments"), "{e}");
+    assert!(matches!(
+        bad(r#"{"v":1,"op":"version","extra":1}"#),
+        BadRequest::Malformed(_)
+    ));
+    let long = vec![b' '; MAX_LINE];
+    assert_eq!(Request::parse(&long).unwrap_err(), BadRequest::TooLong);
+}
+
+#[test]
+fn hostile_lines_are_refused_early_and_echoed_short() {
+    let bad = |s: &[u8]| Request::parse(s).unwrap_err();
+    // A name of 100,000 bytes is quoted by its first 200 and its
+    // length.
+    let name = "é".repeat(50_000);
+    let line = format!(r#"{{"v":1,"op":"{name}"}}"#);
+    let e = bad(line.as_bytes()).to_string();
+    assert!(e.len() < 400, "{}", e.len());
+    assert!(e.contains("…(100000 bytes)"), "{e}");
+    // An unknown field of any size, in the envelope or the arguments.
+    let key = "k".repeat(100_000);
+    for line in [
+        format!(r#"{{"v":1,"{key}":0}}"#),
+        format!(r#"{{"v":1,"op":"copy","args":{{"{key}":0}}}}"#),
+    ] {
+        let e = bad(line.as_bytes()).to_string();
+        assert!(e.contains("unknown field"), "{e}");
+        assert!(e.len() < 700, "{}", e.len());
+    }
+    // Objects by the thousand: refused at the first, whichever way
+    // they come.
+    let objects = r#"{"a":0},"#.repeat(20_000);
+    let objects = objects.trim_end_matches(',');
+    for line in [
+        format!("{{{}}}", objects.replace(['{', '}'], "")),
+        format!(r#"{{"v":1,"op":"copy","args":[{objects}]}}"#),
+        format!(
+            r#"{{"v":1,"op":"copy","args":{{"src":"/a","dst":"/b","exclude":[{objects}]}}}}"#
+        ),
+        format!(r#"{{"args":[{objects}],"v":1,"op":"jobs"}}"#),
+    ] {
+        assert!(line.len() < MAX_LINE);
+        let e = bad(line.as_bytes());
+        assert!(
+            matches!(e, BadRequest::Malformed(_) | BadRequest::Args { .. }),
+            "{e}"
+        );
+    }
+    // Patterns by the thousand: refused past MAX_EXCLUDES, as they
+    // come, not after a string was made of each.
+    let patterns = r#""a","#.repeat(MAX_EXCLUDES + 1);
+    let line = format!(
+        r#"{{"v":1,"op":"copy","args":{{"src":"/a","dst":"/b","exclude":[{}]}}}}"#,
+        patterns.trim_end_matches(',')
+    );
+    let e = bad(line.as_bytes());
+    assert!(
+        e.to_string().contains(&format!("more than {MAX_EXCLUDES}")),
+        "{e}"
+    );
+    let fine = r#""a","#.repeat(MAX_EXCLUDES);
+    let line = format!(
+        r#"{{"v":1,"op":"copy","args":{{"src":"/a","dst":"/b","exclude":[{}]}}}}"#,
+        fine.trim_end_matches(',')
+    );
+    assert!(Request::parse(line.as_bytes()).is_ok());
+    // Nesting.
+    let deep = format!(
+        r#"{{"v":1,"op":"copy","args":{{"src":"/a","dst":"/b","exclude":{}"x"{}}}}}"#,
+        "[".repeat(40),
+        "]".repeat(40)
+    );
+    assert_eq!(bad(deep.as_bytes()), BadRequest::TooDeep);
+    // Brackets inside strings are text.
+    let r = Request::parse(
+        br#"{"v":1,"op":"copy","args":{"src":"/[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\"{","dst":"/b"}}"#,
+    )
+    .unwrap();
+    assert!(matches!(r.call, Call::Copy(_)));
+    // Arguments before the operation, as a map's order may put them.
+    let r = Request::parse(
+        br#"{"args":{"job":3},"detach":true,"op":"status","v":1}"#,
+    )
+    .unwrap();
+    assert_eq!(r.call, Call::Status(JobRef { job: 3 }));
+    assert!(r.detach);
+    for (line, says) in [
+        (
+            r#"{"v":"1","op":"version"}"#,
+            "must be a protocol version number",
+        ),
+        (
+            r#"{"v":-1,"op":"version"}"#,
+            "must be a protocol version number",
+        ),
+        (r#"{"op":"version"}"#, "missing field `v`"),
+        (
+            r#"{"v":1,"op":"version","args":{"x":1}}"#,
+            "takes no arguments",
+        ),
+        (r#"{"v":1,"op":"copy"}"#, "missing field `src`"),
+    ] {
+        let e = bad(line.as_bytes()).to_string();
+        assert!(e.contains(says), "{line}: {e}");
+    }
+    assert!(Request::parse(br#"{"v":1,"op":"version","args":null}"#).is_ok());
+    assert_eq!(clip("abc", 2), "ab…(3 bytes)");
+    assert_eq!(clip("aé", 2), "a…(3 bytes)");
+    assert_eq!(clip("abc", 3), "abc");
+}
+
+#[test]
+fn error_kinds_cross_the_wire_by_name() {
+    let all = [
+        ErrorKind::Request,
+        ErrorKind::Denied,
+        ErrorKind::Busy,
+        ErrorKind::Io,
+        ErrorKind::Refused,
+        ErrorKind::Cancelled,
+        ErrorKind::Install,
+        ErrorKind::Provision,
+        ErrorKind::NotFound,
+        ErrorKind::Internal,
+    ];
+    for k in all {
+        let v = serde_json::to_value(k).unwrap();
+        assert_eq!(v, k.as_str());
+        assert_eq!(serde_json::from_value::<ErrorKind>(v).unwrap(), k);
+    }
+    assert_eq!(ErrorKind::NotFound.as_str(), "not-found");
+    // A newer daemon's kind is read, not refused.
+    let w: WireError =
+        serde_json::from_str(r#"{"kind":"quota","message":"over quota"}"#)
+            .unwrap();
+    assert_eq!(w.kind, ErrorKind::Unknown);
+    assert_eq!(w.message, "over quota");
+}
+
+#[test]
+fn stats_survive_the_wire() {
+    use std::time::Duration;
+    // Every field set, each to a different value, so that a field
+    // dropped or crossed on the wire fails the comparison.
+    let s = copier::Stats {
+        files: 1,
+        dirs: 2,
+        symlinks: 3,
+        hardlinks: 4,
+        redirects: 5,
+        specials: 6,
+        skipped: 7,
+        unchanged: 8,
+        bytes: 9,
+        reflinked: 10,
+        kernel_copied: 11,
+        buffered: 12,
+        elapsed: Duration::from_millis(13),
+        walker_blocked: Duration::from_millis(14),
+        fd_limit: 27,
+        fd_budget: 28,
+        fd_peak: 29,
+        workers: vec![
+            copier::WorkerStats {
+                jobs: 15,
+                batches: 16,
+                bytes: 17,
+                busy: Duration::from_millis(18),
+            },
+            copier::WorkerStats::default(),
+        ],
+        walkers: vec![copier::WalkerStats {
+            dirs: 19,
+            entries: 20,
+            batches: 21,
+            steals: 22,
+            busy: Duration::from_millis(23),
+            blocked: Duration::from_millis(24),
+            fd_wait: Duration::from_millis(30),
+            idle: Duration::from_millis(25),
+            cpu: Duration::from_millis(26),
+        }],
+    };
+    let v = stats_json(&s);
+    // Through the text, as a client reads it.
+    let line = serde_json::to_string(&v).unwrap();
+    let back = stats_from_json(&serde_json::from_str(&line).unwrap());
+    assert_eq!(back.unwrap(), s);
+    // The names scripts read.
+    assert_eq!(v["linked"], 5);
+    assert_eq!(v["ms"], 13);
+    assert_eq!(v["walker_blocked_ms"], 14);
+    assert_eq!(v["workers"][0]["busy_ms"], 18);
+    assert_eq!(v["walkers"][0]["cpu_ms"], 26);
+    // Missing fields are zero; a wrong type is refused, not zero.
+    let some = stats_from_json(&json!({"files": 3})).unwrap();
+    assert_eq!(some.files, 3);
+    assert_eq!(some.dirs, 0);
+    let e = stats_from_json(&json!({"files": "three"})).unwrap_err();
+    assert!(e.to_string().contains("invalid type"), "{e}");
+}
+
+/// The typed replies read back what the daemon sends; a field the
+/// other side lacks or renamed is an error naming it, never a zero or
+/// an empty string.
+#[test]
+fn typed_replies_round_trip_and_a_missing_field_is_an_error() {
+    let job = JobInfo {
+        job: 7,
+        op: "copy".into(),
+        what: "/srv/a".into(),
+        uid: 1000,
+        pid: 4242,
+        state: "running".into(),
+        phase: "copy".into(),
+        entries: 10,
+        bytes: 20,
+        started: 1_700_000_000,
+        elapsed_ms: 30,
+        detached: false,
+        process: Some(99),
+        result: None,
+        error: None,
+    };
+    let line = serde_json::to_string(&vec![job.clone()]).unwrap();
+    let back: Vec<JobInfo> = serde_json::from_str(&line).unwrap();
+    assert_eq!(back, vec![job.clone()]);
+    let mut v = serde_json::to_value(&job).unwrap();
+    // Optional fields are left out when empty, as before.
+    assert!(v.get("result").is_none() && v.get("error").is_none());
+    let state = v.as_object_mut().unwrap().remove("state").unwrap();
+    v["status"] = state;
+    let e = serde_json::from_value::<JobInfo>(v).unwrap_err();
+    assert!(e.to_string().contains("missing field `state`"), "{e}");
+
+    let copy = CopyReply {
+        src: "/a".into(),
+        dst: "/b".into(),
+        stats: copier::Stats {
+            files: 3,
+            ..Default::default()
+        },
+        notices: vec![NoticeInfo {
+            kind: "xattr".into(),
+            notice: "1 xattr not kept".into(),
+            count: 1,
+            example: "/a/x".into(),
+        }],
+    };
+    let v = reply_value(&copy).unwrap();
+    assert_eq!(v["stats"]["files"], 3);
+    assert_eq!(v["notices"][0]["notice"], "1 xattr not kept");
+    let back: CopyReply = serde_json::from_value(v.clone()).unwrap();
+    assert_eq!(back, copy);
+    let mut v = v;
+    v.as_object_mut().unwrap().remove("notices");
+    let e = serde_json::from_value::<CopyReply>(v).unwrap_err();
+    assert!(e.to_string().contains("missing field `notices`"), "{e}");
+
+    let rb = ZonepathReply {
+        zonepath: "/zones/z".into(),
+        recovered: Some("root.new".into()),
+    };
+    let back: ZonepathReply =
+        serde_json::from_value(reply_value(&rb).unwrap()).unwrap();
+    assert_eq!(back, rb);
+}
