@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use crate::config::Config;
-use crate::protocol::Call;
+use crate::protocol::{Call, CleanPath};
 use crate::sys::Peer;
 
 /// The grants that give `peer` the operation `op`.
@@ -36,31 +36,30 @@ pub fn has_grant(config: &Config, peer: &Peer) -> bool {
         })
 }
 
-/// The longest prefix granted to `peer` for `op` that `path` (normalized)
-/// is under: the directory the path is then resolved beneath, without
+/// What a call was allowed on: for each path it names, the longest prefix
+/// granted to the caller for the operation that the path is under. That
+/// prefix is the directory the path is then resolved beneath, without
 /// following a symlink, so that a link inside the prefix cannot take the
-/// job outside it. `None`: not granted there.
-pub fn granted_prefix(
-    config: &Config,
-    peer: &Peer,
-    op: &str,
-    path: &Path,
-) -> Option<PathBuf> {
-    grants_for(config, peer, op)
-        .into_iter()
-        .flat_map(|g| g.prefixes.iter())
-        .filter(|prefix| path.starts_with(prefix))
-        .max_by_key(|prefix| prefix.components().count())
-        .cloned()
+/// job outside it. Root's calls need no grant and carry no prefix.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Granted {
+    prefixes: Vec<(CleanPath, PathBuf)>,
+}
+
+impl Granted {
+    /// The prefix `path` was allowed under; `None` if the call named no
+    /// such path or was root's.
+    pub fn prefix(&self, path: &CleanPath) -> Option<&Path> {
+        self.prefixes
+            .iter()
+            .find(|(p, _)| p == path)
+            .map(|(_, prefix)| prefix.as_path())
+    }
 }
 
 /// Why a call is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Refusal {
-    /// A path is relative or has `.` or `..` components: whatever the
-    /// caller, a path must mean one place.
-    #[error("{}: paths must be absolute, without . or .. components", .0.display())]
-    UncleanPath(PathBuf),
     /// No grant gives the caller this operation.
     #[error("uid {uid} is not granted {op}")]
     NotGranted {
@@ -87,7 +86,6 @@ impl Refusal {
     pub fn clipped(self) -> Refusal {
         use crate::protocol::clip_path;
         match self {
-            Refusal::UncleanPath(p) => Refusal::UncleanPath(clip_path(&p)),
             Refusal::OutsideGrant { path, uid, op } => Refusal::OutsideGrant {
                 path: clip_path(&path),
                 uid,
@@ -98,39 +96,44 @@ impl Refusal {
     }
 }
 
-/// Allows `call` for `peer`, or says why not.
+/// Allows `call` for `peer`, with the prefix each of its paths was
+/// granted under, or says why not. The paths were made clean as the
+/// request was read ([`CleanPath`]); nothing here or after looks at their
+/// text again.
 pub fn authorize(
     config: &Config,
     peer: &Peer,
     call: &Call,
-) -> Result<(), Refusal> {
-    if let Some(p) = call.unclean_path() {
-        return Err(Refusal::UncleanPath(p.to_path_buf()));
-    }
-    if peer.uid == 0 {
-        return Ok(());
-    }
-    let op = call.name();
+) -> Result<Granted, Refusal> {
     // `version` is everyone's; jobs, status and cancel show a caller only
     // its own jobs.
-    if matches!(call, Call::Version) {
-        return Ok(());
+    if peer.uid == 0 || matches!(call, Call::Version) {
+        return Ok(Granted::default());
     }
+    let op = call.name();
     let grants = grants_for(config, peer, op);
     if grants.is_empty() {
         return Err(Refusal::NotGranted { uid: peer.uid, op });
     }
+    let mut prefixes = Vec::new();
     for p in call.paths() {
-        let under = |prefix: &Path| p.starts_with(prefix);
-        if !grants.iter().any(|g| g.prefixes.iter().any(|x| under(x))) {
-            return Err(Refusal::OutsideGrant {
-                path: p.clone(),
-                uid: peer.uid,
-                op,
-            });
+        let deepest = grants
+            .iter()
+            .flat_map(|g| g.prefixes.iter())
+            .filter(|prefix| p.starts_with(prefix))
+            .max_by_key(|prefix| prefix.components().count());
+        match deepest {
+            Some(prefix) => prefixes.push((p.clone(), prefix.clone())),
+            None => {
+                return Err(Refusal::OutsideGrant {
+                    path: p.to_path_buf(),
+                    uid: peer.uid,
+                    op,
+                });
+            }
         }
     }
-    Ok(())
+    Ok(Granted { prefixes })
 }
 
 #[cfg(test)]
@@ -149,8 +152,8 @@ mod test {
 
     fn copy(src: &str, dst: &str) -> Call {
         Call::Copy(CopyArgs {
-            src: src.into(),
-            dst: dst.into(),
+            src: CleanPath::new(src).unwrap(),
+            dst: CleanPath::new(dst).unwrap(),
             merge: false,
             sync: false,
             exclude: vec![],
@@ -187,16 +190,6 @@ mod test {
             .unwrap_err();
         assert_eq!(e, Refusal::NotGranted { uid: 7, op: "copy" });
         assert_eq!(e.to_string(), "uid 7 is not granted copy");
-        let e = authorize(&c, &peer(0, &[]), &copy("rel", "/x")).unwrap_err();
-        assert_eq!(e, Refusal::UncleanPath("rel".into()));
-        assert!(e.to_string().contains("must be absolute"), "{e}");
-        let e = authorize(
-            &c,
-            &peer(7, &[50]),
-            &copy("/srv/b/../../etc", "/srv/b/c"),
-        )
-        .unwrap_err();
-        assert_eq!(e, Refusal::UncleanPath("/srv/b/../../etc".into()));
         assert!(authorize(&c, &peer(7, &[]), &Call::Version).is_ok());
         assert!(authorize(&c, &peer(7, &[50]), &Call::Jobs).is_err());
         // The deepest prefix decides where a path is resolved from.
@@ -205,11 +198,17 @@ mod test {
              [[grant]]\nusers=[7]\noperations=[\"copy\"]\nprefixes=[\"/srv/b\"]\n",
         )
         .unwrap();
-        let p = |path: &str| {
-            granted_prefix(&c, &peer(7, &[]), "copy", Path::new(path))
-        };
-        assert_eq!(p("/srv/b/x"), Some("/srv/b".into()));
-        assert_eq!(p("/srv/bx"), Some("/srv".into()));
-        assert_eq!(p("/etc/x"), None);
+        let call = copy("/srv/b/x", "/srv/bx");
+        let granted = authorize(&c, &peer(7, &[]), &call).unwrap();
+        let p = |path: &str| granted.prefix(&CleanPath::new(path).unwrap());
+        assert_eq!(p("/srv/b/x"), Some(Path::new("/srv/b")));
+        assert_eq!(p("/srv/bx"), Some(Path::new("/srv")));
+        assert_eq!(p("/etc/x"), None, "not a path of the call");
+        let e = authorize(&c, &peer(7, &[]), &copy("/srv/b/x", "/etc/x"))
+            .unwrap_err();
+        assert!(matches!(e, Refusal::OutsideGrant { .. }), "{e}");
+        // Root's calls carry no prefix: they need none.
+        let root = authorize(&c, &peer(0, &[]), &call).unwrap();
+        assert_eq!(root.prefix(&CleanPath::new("/srv/b/x").unwrap()), None);
     }
 }

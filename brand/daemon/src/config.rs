@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::protocol::{Call, normalized};
+use crate::protocol::{Call, CleanPath};
 use crate::sys;
 
 /// Where the configuration is read from unless `--config` says.
@@ -391,12 +391,13 @@ fn bounded(key: &str, n: usize, lo: usize, hi: usize) -> Result<usize, String> {
 }
 
 fn absolute(key: &str, p: PathBuf) -> Result<PathBuf, String> {
-    normalized(&p).ok_or_else(|| {
-        format!(
+    match CleanPath::new(p) {
+        Ok(p) => Ok(p.into()),
+        Err(e) => Err(format!(
             "{key}: {} is not an absolute path without . or ..",
-            p.display()
-        )
-    })
+            e.0.display()
+        )),
+    }
 }
 
 fn uid(at: &str, id: &Id) -> Result<u32, String> {
@@ -499,7 +500,7 @@ prefixes = ["/srv//build/"]
 
     #[test]
     fn paths_are_normalized_or_refused() {
-        let n = |s: &str| normalized(Path::new(s));
+        let n = |s: &str| CleanPath::new(s).ok().map(PathBuf::from);
         assert_eq!(n("/a//b/"), Some("/a/b".into()));
         assert_eq!(n("/"), Some("/".into()));
         for bad in ["a/b", "/a/./b", "/a/../b", "/..", ""] {

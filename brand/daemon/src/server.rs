@@ -520,41 +520,29 @@ fn serve(d: &Arc<Daemon>, stream: UnixStream, peer: &Peer, place: &Place) {
                 continue;
             }
         };
-        if let Some(p) = request.call.unclean_path() {
-            let why = format!(
-                "zinstalld: {}",
-                auth::Refusal::UncleanPath(p.to_path_buf()).clipped()
-            );
-            if send(
-                &mut out,
-                &Reply::error(WireError::new(ErrorKind::Request, why)),
-            )
-            .is_err()
-            {
-                return;
-            }
-            continue;
-        }
-        if let Err(why) = auth::authorize(&config, &peer, &request.call) {
-            let why = why.clipped();
-            log_refusal(d, &config, peer.uid, |log| {
-                warn!(log, "refused"; "uid" => peer.uid, "gid" => peer.gid, "pid" => peer.pid,
+        let granted = match auth::authorize(&config, &peer, &request.call) {
+            Ok(g) => g,
+            Err(why) => {
+                let why = why.clipped();
+                log_refusal(d, &config, peer.uid, |log| {
+                    warn!(log, "refused"; "uid" => peer.uid, "gid" => peer.gid, "pid" => peer.pid,
                       "op" => request.call.name(), "why" => why.to_string())
-            });
-            let why = format!("zinstalld: {why}");
-            if send(
-                &mut out,
-                &Reply::error(WireError::new(ErrorKind::Denied, why)),
-            )
-            .is_err()
-            {
-                return;
+                });
+                let why = format!("zinstalld: {why}");
+                if send(
+                    &mut out,
+                    &Reply::error(WireError::new(ErrorKind::Denied, why)),
+                )
+                .is_err()
+                {
+                    return;
+                }
+                continue;
             }
-            continue;
-        }
+        };
         let kept = if request.call.is_job() {
             d.following.fetch_add(1, Ordering::SeqCst);
-            let kept = run_job(d, &mut out, &peer, request, &config);
+            let kept = run_job(d, &mut out, &peer, request, granted, &config);
             d.following.fetch_sub(1, Ordering::SeqCst);
             kept
         } else {
@@ -629,6 +617,7 @@ fn run_job(
     out: &mut UnixStream,
     peer: &Peer,
     request: Request,
+    granted: auth::Granted,
     config: &Config,
 ) -> bool {
     let call = request.call;
@@ -669,7 +658,9 @@ fn run_job(
         ticket,
         Arc::clone(&job),
         config.max_jobs,
-        Box::new(move |job| ops::run(&d2, job, &call, &peer2, &config2)),
+        Box::new(move |job| {
+            ops::run(&d2, job, &call, &peer2, &granted, &config2)
+        }),
     );
     if send(
         out,

@@ -9,9 +9,10 @@ use clap::Args;
 use serde_json::Value;
 use zinstall_daemon::client::{Client, ClientError};
 use zinstall_daemon::protocol::{
-    CacheEntryReply, Call, CopyArgs, CopyReply, GcArgs, GcReply, InstallArgs,
-    JobInfo, JobRef, ProgressInfo, ProvisionArgs, ProvisionReply, Request,
-    RollbackArgs, UninstallArgs, UpdateArgs, UpdateReply, ZonepathReply,
+    CacheEntryReply, Call, CleanPath, CopyArgs, CopyReply, GcArgs, GcReply,
+    ImageArg, InstallArgs, JobInfo, JobRef, ProgressInfo, ProvisionArgs,
+    ProvisionReply, Request, RollbackArgs, UninstallArgs, UpdateArgs,
+    UpdateReply, ZonepathReply,
 };
 
 use crate::output::{self, Bar};
@@ -38,19 +39,44 @@ pub struct CancelArgs {
     pub remote: DaemonArg,
 }
 
-/// A path the daemon can use: absolute, from this process's directory.
-fn absolute(p: &Path) -> PathBuf {
-    std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
+/// A path as the daemon takes one: made absolute from this process's
+/// directory, and without `..` (which only the filesystem could resolve,
+/// and the daemon does not guess). Else the path as given.
+fn absolute(p: &Path) -> Result<CleanPath, PathBuf> {
+    std::path::absolute(p)
+        .ok()
+        .and_then(|a| CleanPath::new(a).ok())
+        .ok_or_else(|| p.to_path_buf())
 }
 
-/// An image argument as the daemon takes it: a path made absolute, a
-/// registry reference as given.
-fn image_arg(p: &Path) -> PathBuf {
-    if zinstall_registry::reference_of(p).is_some() {
-        p.to_path_buf()
-    } else {
-        absolute(p)
+/// An image argument as the daemon takes it: a path as [`absolute`]
+/// makes it, a registry reference as given.
+fn image_arg(p: &Path) -> Result<ImageArg, PathBuf> {
+    match p.to_str() {
+        Some(r) if zinstall_registry::reference_of(p).is_some() => {
+            Ok(ImageArg::Reference(r.to_string()))
+        }
+        _ => absolute(p).map(ImageArg::File),
     }
+}
+
+/// A request's arguments, or, if `build` met a path the daemon cannot
+/// take, that path said and the usage status.
+fn with_paths<T>(
+    json: bool,
+    build: impl FnOnce() -> Result<T, PathBuf>,
+) -> Result<T, Exit> {
+    build().map_err(|p| {
+        crate::json::fail(
+            json,
+            format_args!(
+                "{}: zinstalld takes paths without `..` components: name it without them",
+                p.display()
+            ),
+            Value::Null,
+        );
+        Exit::Usage
+    })
 }
 
 /// Flags that have no meaning when the daemon runs the command.
@@ -176,13 +202,18 @@ pub fn copy(socket: &Path, a: &super::copy::CopyArgs) -> Exit {
         }
     };
     let bar = Bar::for_terminal(a.quiet || a.json, "copying");
-    let args = CopyArgs {
-        src: absolute(&a.src),
-        dst: absolute(&a.dst),
-        merge: a.merge,
-        sync: a.sync,
-        exclude,
-        skip_special: a.skip_special,
+    let args = match with_paths(a.json, || {
+        Ok(CopyArgs {
+            src: absolute(&a.src)?,
+            dst: absolute(&a.dst)?,
+            merge: a.merge,
+            sync: a.sync,
+            exclude,
+            skip_special: a.skip_special,
+        })
+    }) {
+        Ok(args) => args,
+        Err(c) => return c,
     };
     let result = match call(socket, Call::Copy(args), bar, &mut |_| {}, a.json)
     {
@@ -228,14 +259,23 @@ pub fn install(socket: &Path, a: &super::install::InstallArgs) -> Exit {
     ) {
         return c;
     }
-    let args = InstallArgs {
-        zonepath: absolute(&a.zonepath),
-        zone: None,
-        profile: a.profile.as_deref().map(absolute),
-        images: a.images.iter().map(|p| image_arg(p)).collect(),
-        source_root: a.source_root.as_deref().map(absolute),
-        log: a.log.as_deref().map(absolute),
-        platform: a.platform.as_ref().map(|p| p.to_string()),
+    let args = match with_paths(a.json, || {
+        Ok(InstallArgs {
+            zonepath: absolute(&a.zonepath)?,
+            zone: None,
+            profile: a.profile.as_deref().map(absolute).transpose()?,
+            images: a
+                .images
+                .iter()
+                .map(|p| image_arg(p))
+                .collect::<Result<_, _>>()?,
+            source_root: a.source_root.as_deref().map(absolute).transpose()?,
+            log: a.log.as_deref().map(absolute).transpose()?,
+            platform: a.platform.as_ref().map(|p| p.to_string()),
+        })
+    }) {
+        Ok(args) => args,
+        Err(c) => return c,
     };
     let json = a.json;
     let mut show = |e: &str| {
@@ -260,9 +300,14 @@ pub fn install(socket: &Path, a: &super::install::InstallArgs) -> Exit {
 
 /// `zinstall --daemon uninstall`.
 pub fn uninstall(socket: &Path, a: &super::install::UninstallArgs) -> Exit {
-    let args = UninstallArgs {
-        zonepath: absolute(&a.zonepath),
-        foreign: a.force,
+    let args = match with_paths(false, || {
+        Ok(UninstallArgs {
+            zonepath: absolute(&a.zonepath)?,
+            foreign: a.force,
+        })
+    }) {
+        Ok(args) => args,
+        Err(c) => return c,
     };
     match call(
         socket,
@@ -280,13 +325,22 @@ pub fn uninstall(socket: &Path, a: &super::install::UninstallArgs) -> Exit {
 /// shown as the daemon reaches them; the outcome as the local command
 /// prints it.
 pub fn update(socket: &Path, a: &super::update::UpdateArgs) -> Exit {
-    let args = UpdateArgs {
-        zonepath: absolute(&a.zonepath),
-        profile: a.profile.as_deref().map(absolute),
-        images: a.images.iter().map(|p| image_arg(p)).collect(),
-        source_root: a.source_root.as_deref().map(absolute),
-        force: a.force,
-        dry_run: a.dry_run,
+    let args = match with_paths(a.json, || {
+        Ok(UpdateArgs {
+            zonepath: absolute(&a.zonepath)?,
+            profile: a.profile.as_deref().map(absolute).transpose()?,
+            images: a
+                .images
+                .iter()
+                .map(|p| image_arg(p))
+                .collect::<Result<_, _>>()?,
+            source_root: a.source_root.as_deref().map(absolute).transpose()?,
+            force: a.force,
+            dry_run: a.dry_run,
+        })
+    }) {
+        Ok(args) => args,
+        Err(c) => return c,
     };
     let json = a.json;
     // The stages are the job's phase (`zinstall jobs`); the output is
@@ -316,8 +370,13 @@ pub fn update(socket: &Path, a: &super::update::UpdateArgs) -> Exit {
 
 /// `zinstall --daemon rollback`.
 pub fn rollback(socket: &Path, a: &super::update::RollbackArgs) -> Exit {
-    let args = RollbackArgs {
-        zonepath: absolute(&a.zonepath),
+    let args = match with_paths(a.json, || {
+        Ok(RollbackArgs {
+            zonepath: absolute(&a.zonepath)?,
+        })
+    }) {
+        Ok(args) => args,
+        Err(c) => return c,
     };
     let json = a.json;
     let mut quiet = |_: &str| {};
@@ -352,21 +411,26 @@ pub fn provision(socket: &Path, a: &super::provision::ProvisionArgs) -> Exit {
     ) {
         return c;
     }
-    let args = ProvisionArgs {
-        image: image_arg(&a.image),
-        out: absolute(&a.out),
-        count: a.count,
-        name: a.name.clone(),
-        size: a.size,
-        sha256: a.sha256.clone(),
-        keep_identity: a.keep_identity,
-        hostname: a.hostname.clone(),
-        machine_id: a.machine_id,
-        ssh_host_keys: a.ssh_host_keys,
-        force: a.force,
-        platform: a.platform.as_ref().map(|p| p.to_string()),
-        max_archive_size: Some(a.max_archive_size),
-        allow_devices: a.allow_devices,
+    let args = match with_paths(a.json, || {
+        Ok(ProvisionArgs {
+            image: image_arg(&a.image)?,
+            out: absolute(&a.out)?,
+            count: a.count,
+            name: a.name.clone(),
+            size: a.size,
+            sha256: a.sha256.clone(),
+            keep_identity: a.keep_identity,
+            hostname: a.hostname.clone(),
+            machine_id: a.machine_id,
+            ssh_host_keys: a.ssh_host_keys,
+            force: a.force,
+            platform: a.platform.as_ref().map(|p| p.to_string()),
+            max_archive_size: Some(a.max_archive_size),
+            allow_devices: a.allow_devices,
+        })
+    }) {
+        Ok(args) => args,
+        Err(c) => return c,
     };
     shown::<ProvisionReply>(
         socket,

@@ -11,7 +11,7 @@ use copier::Plan;
 
 use crate::jobs::Job;
 use crate::protocol::{
-    CopyArgs, CopyReply, NoticeInfo, WireError, normalized, reply_value,
+    CopyArgs, CopyReply, NoticeInfo, WireError, reply_value,
 };
 use crate::state::Daemon;
 
@@ -23,10 +23,8 @@ pub(super) fn copy(
     a: &CopyArgs,
 ) -> Result<Value, WireError> {
     job.set_phase("copy");
-    // The paths reported are the ones used: normalized.
-    let src = normalized(&a.src).unwrap_or_else(|| a.src.clone());
-    let dst = normalized(&a.dst).unwrap_or_else(|| a.dst.clone());
-    let mut plan = Plan::new(&src, &dst)
+    let (src, dst) = (&a.src, &a.dst);
+    let mut plan = Plan::new(src.as_path(), dst.as_path())
         .on_error(copier::OnError::KeepGoing)
         .tunables(d.tunables())
         .pool(d.pool().clone())
@@ -41,7 +39,7 @@ pub(super) fn copy(
         plan = plan.rules(rules, Path::new(""));
     }
     match plan.run() {
-        Ok(r) => copy_result(&src, &dst, r.stats, NoticeInfo::of(&r.notices)),
+        Ok(r) => copy_result(src, dst, r.stats, NoticeInfo::of(&r.notices)),
         Err(f) => Err(WireError::from_failure(&f)),
     }
 }

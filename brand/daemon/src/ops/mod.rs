@@ -12,10 +12,11 @@ use zinstall_install::profile::Profile;
 use zinstall_provision::cache::{Cache, GcOptions};
 use zinstall_provision::{ProvisionOptions, ProvisionRequest};
 
+use crate::auth::Granted;
 use crate::config::Config;
 use crate::jobs::Job;
 use crate::protocol::{
-    CacheEntryReply, Call, ErrorKind, GcArgs, GcReply, InstallArgs,
+    CacheEntryReply, Call, CleanPath, ErrorKind, GcArgs, GcReply, InstallArgs,
     InstallReply, NoticeInfo, ProvisionArgs, ProvisionReply, RollbackArgs,
     UninstallArgs, UpdateArgs, UpdateReply, WireError, ZonepathReply,
     reply_value,
@@ -32,11 +33,12 @@ pub fn run(
     job: &Arc<Job>,
     call: &Call,
     peer: &Peer,
+    granted: &Granted,
     config: &Config,
 ) -> Result<Value, WireError> {
     match call {
         Call::Copy(a) if peer.uid != 0 => {
-            crate::process::granted_copy(d, job, a, peer, config)
+            crate::process::granted_copy(d, job, a, peer, granted)
         }
         Call::Copy(a) => copy::copy(d, job, a),
         Call::Install(a) => install(d, job, a, peer, config),
@@ -75,18 +77,20 @@ fn install_error(
 /// The profile a request names (else the daemon's), with the source
 /// root it gives.
 fn profile(
-    named: &Option<std::path::PathBuf>,
-    source_root: &Option<std::path::PathBuf>,
+    named: &Option<CleanPath>,
+    source_root: &Option<CleanPath>,
     config: &Config,
 ) -> Result<Profile, WireError> {
-    let path = named.clone().unwrap_or_else(|| config.profile.clone());
+    let path = named
+        .as_ref()
+        .map_or_else(|| config.profile.clone(), |p| p.to_path_buf());
     let mut profile = Profile::load(&path).map_err(|e| {
         let mut w = WireError::new(ErrorKind::Install, e.to_string());
         w.path = Some(path.clone());
         w
     })?;
     if let Some(s) = source_root {
-        profile.source_root = s.clone();
+        profile.source_root = s.to_path_buf();
     }
     Ok(profile)
 }
@@ -101,7 +105,7 @@ fn install(
     job.set_phase("install");
     let mut profile = profile(&a.profile, &a.source_root, config)?;
     if let Some(l) = &a.log {
-        profile.log = l.clone();
+        profile.log = l.to_path_buf();
     }
     // As the CLI: the zonepath is made 0700 through a checked descriptor
     // (never through a symlink, nor under a directory another user could
@@ -111,7 +115,7 @@ fn install(
     let zonepath =
         zinstall_install::prepare_zonepath(&a.zonepath).map_err(|e| {
             let mut w = WireError::new(ErrorKind::Refused, e.to_string());
-            w.path = Some(a.zonepath.clone());
+            w.path = Some(a.zonepath.to_path_buf());
             w
         })?;
     let zone = a.zone.clone().unwrap_or_else(|| {
@@ -142,9 +146,9 @@ fn install(
     };
     let r = Install {
         zone,
-        zonepath: a.zonepath.clone(),
+        zonepath: a.zonepath.to_path_buf(),
         profile,
-        images: a.images.clone(),
+        images: a.images.iter().map(|i| i.as_path().to_path_buf()).collect(),
         tunables: d.tunables(),
         log,
         events: &mut events,
@@ -229,9 +233,9 @@ fn update(
         job.event(format!("INFO: zinstall: update: {s}"));
     };
     let r = zinstall_install::update::Update {
-        zonepath: a.zonepath.clone(),
+        zonepath: a.zonepath.to_path_buf(),
         profile,
-        images: a.images.clone(),
+        images: a.images.iter().map(|i| i.as_path().to_path_buf()).collect(),
         force: a.force,
         dry_run: a.dry_run,
         stage: &mut stage,
@@ -310,7 +314,7 @@ fn provision(
     job.set_phase("provision");
     let request = ProvisionRequest {
         count: a.count,
-        out: a.out.clone(),
+        out: a.out.to_path_buf(),
         name: a.name.clone(),
         size: a.size,
         sha256: a.sha256.clone(),
@@ -339,22 +343,23 @@ fn provision(
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         job.event(format!("made {g}"));
     };
-    let r = zinstall_provision::provision(&a.image, &opts, &mut on_guest)
-        .map_err(|e| {
-            let kind = if job.cancel.is_cancelled() {
-                ErrorKind::Cancelled
-            } else {
-                ErrorKind::Provision
-            };
-            let mut w = WireError::new(kind, provision_message(&e));
-            w.path = Some(a.image.clone());
-            w
-        })?;
+    let r =
+        zinstall_provision::provision(a.image.as_path(), &opts, &mut on_guest)
+            .map_err(|e| {
+                let kind = if job.cancel.is_cancelled() {
+                    ErrorKind::Cancelled
+                } else {
+                    ErrorKind::Provision
+                };
+                let mut w = WireError::new(kind, provision_message(&e));
+                w.path = Some(a.image.as_path().to_path_buf());
+                w
+            })?;
     if let Some(old) = &r.replaced {
         info!(d.log(), "cache entry altered"; "entry" => old.old.name(), "why" => &old.why,
               "rebuilt" => r.entry.name());
     }
-    reply_value(&ProvisionReply::of(&a.image, &r))
+    reply_value(&ProvisionReply::of(a.image.as_path(), &r))
 }
 
 /// A provision's failure as the daemon's client should read it: the

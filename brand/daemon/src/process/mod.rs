@@ -42,10 +42,9 @@ use copier::beneath::Root;
 pub use child::{NotStarted, main as child_main};
 pub use wire::CHILD_ARG;
 
-use crate::auth;
-use crate::config::Config;
+use crate::auth::Granted;
 use crate::jobs::Job;
-use crate::protocol::{CopyArgs, ErrorKind, NoticeInfo, WireError, normalized};
+use crate::protocol::{CleanPath, CopyArgs, ErrorKind, NoticeInfo, WireError};
 use crate::state::Daemon;
 use crate::sys::{self, Identity, Peer};
 use wire::{MAX_LINE, Order, Said};
@@ -60,28 +59,27 @@ pub(crate) fn granted_copy(
     job: &Arc<Job>,
     a: &CopyArgs,
     peer: &Peer,
-    config: &Config,
+    granted: &Granted,
 ) -> Result<Value, WireError> {
     job.set_phase("copy");
-    let src = normalized(&a.src).unwrap_or_else(|| a.src.clone());
-    let dst = normalized(&a.dst).unwrap_or_else(|| a.dst.clone());
-    // The grant's prefixes were checked on the paths' text; each is now
-    // opened by the daemon with no symlink anywhere on its way (a parent
-    // the caller owns cannot swap it for a link), and the job's process
-    // reaches the paths beneath these descriptors alone.
-    let prefix = |p: &Path| {
-        auth::granted_prefix(config, peer, "copy", p).ok_or_else(|| {
+    // Each path is opened by the daemon beneath the prefix authorization
+    // matched, with no symlink anywhere on its way (a parent the caller
+    // owns cannot swap it for a link); the job's process reaches the
+    // paths beneath these descriptors alone.
+    let prefix = |p: &CleanPath| {
+        granted.prefix(p).map(Path::to_path_buf).ok_or_else(|| {
             WireError::new(
-                ErrorKind::Denied,
+                ErrorKind::Internal,
                 format!(
-                    "zinstalld: {}: not under a prefix granted to uid {} for copy",
+                    "zinstalld: {}: no grant was matched for uid {}'s copy",
                     p.display(),
                     peer.uid
                 ),
             )
         })
     };
-    let (src_prefix, dst_prefix) = (prefix(&src)?, prefix(&dst)?);
+    let (src, dst) = (&a.src, &a.dst);
+    let (src_prefix, dst_prefix) = (prefix(src)?, prefix(dst)?);
     let open = |p: &Path| {
         Root::open_no_symlinks(p).map_err(|e| WireError::from_copier(&e))
     };
@@ -97,8 +95,8 @@ pub(crate) fn granted_copy(
         ));
     };
     let order = Order {
-        src: src.clone(),
-        dst: dst.clone(),
+        src: src.to_path_buf(),
+        dst: dst.to_path_buf(),
         src_root: src_prefix,
         dst_root: dst_prefix,
         merge: a.merge,
@@ -156,7 +154,7 @@ pub(crate) fn granted_copy(
         });
     let outcome = match sent {
         Ok(()) => relay(job, mine, pid).and_then(|(stats, notices)| {
-            crate::ops::copy_result(&src, &dst, stats, notices)
+            crate::ops::copy_result(src, dst, stats, notices)
         }),
         Err(e) => {
             sys::signal(pid, libc::SIGKILL);

@@ -1,9 +1,9 @@
 //! Each operation's arguments as the wire carries them: unknown fields
 //! refused, defaults filled, exclude patterns bounded as they are read.
 
-use std::path::PathBuf;
-
 use serde::{Deserialize, Serialize};
+
+use super::path::{CleanPath, ImageArg};
 
 /// The most exclude patterns one request may carry: thousands of short
 /// patterns in one line would otherwise cost many times the line in
@@ -48,9 +48,9 @@ fn bounded_excludes<'de, D: serde::Deserializer<'de>>(
 #[serde(deny_unknown_fields)]
 pub struct CopyArgs {
     /// The source, absolute.
-    pub src: PathBuf,
+    pub src: CleanPath,
     /// The destination, absolute.
-    pub dst: PathBuf,
+    pub dst: CleanPath,
     /// Copy into a non-empty destination.
     #[serde(default)]
     pub merge: bool,
@@ -73,22 +73,22 @@ pub struct CopyArgs {
 #[serde(deny_unknown_fields)]
 pub struct InstallArgs {
     /// The zonepath, absolute; the root is `ZONEPATH/root`.
-    pub zonepath: PathBuf,
+    pub zonepath: CleanPath,
     /// The zone's name (default: the zonepath's last component).
     #[serde(default)]
     pub zone: Option<String>,
     /// The profile (default: the daemon's).
     #[serde(default)]
-    pub profile: Option<PathBuf>,
+    pub profile: Option<CleanPath>,
     /// Images applied in order.
     #[serde(default)]
-    pub images: Vec<PathBuf>,
+    pub images: Vec<ImageArg>,
     /// Copy the trees from this root instead of the profile's.
     #[serde(default)]
-    pub source_root: Option<PathBuf>,
+    pub source_root: Option<CleanPath>,
     /// Write the install log here instead of the profile's path.
     #[serde(default)]
-    pub log: Option<PathBuf>,
+    pub log: Option<CleanPath>,
     /// The platform OCI images must be for (`OS/ARCH[/VARIANT]`;
     /// default: the daemon host's).
     #[serde(default)]
@@ -100,7 +100,7 @@ pub struct InstallArgs {
 #[serde(deny_unknown_fields)]
 pub struct UninstallArgs {
     /// The zonepath, absolute.
-    pub zonepath: PathBuf,
+    pub zonepath: CleanPath,
     /// Remove a root that has content and no install marker.
     #[serde(default)]
     pub foreign: bool,
@@ -111,16 +111,16 @@ pub struct UninstallArgs {
 #[serde(deny_unknown_fields)]
 pub struct UpdateArgs {
     /// The zonepath of an installed root, absolute.
-    pub zonepath: PathBuf,
+    pub zonepath: CleanPath,
     /// The profile (default: the daemon's).
     #[serde(default)]
-    pub profile: Option<PathBuf>,
+    pub profile: Option<CleanPath>,
     /// The images the root was installed with.
     #[serde(default)]
-    pub images: Vec<PathBuf>,
+    pub images: Vec<ImageArg>,
     /// Copy the trees from this root instead of the profile's.
     #[serde(default)]
-    pub source_root: Option<PathBuf>,
+    pub source_root: Option<CleanPath>,
     /// Overwrite the zone's changes; update a root without a manifest.
     #[serde(default)]
     pub force: bool,
@@ -134,7 +134,7 @@ pub struct UpdateArgs {
 #[serde(deny_unknown_fields)]
 pub struct RollbackArgs {
     /// The zonepath, absolute.
-    pub zonepath: PathBuf,
+    pub zonepath: CleanPath,
 }
 
 /// `provision`: like `zinstall provision IMAGE`.
@@ -142,9 +142,9 @@ pub struct RollbackArgs {
 #[serde(deny_unknown_fields)]
 pub struct ProvisionArgs {
     /// The image, absolute.
-    pub image: PathBuf,
+    pub image: ImageArg,
     /// Where the guests go, absolute.
-    pub out: PathBuf,
+    pub out: CleanPath,
     /// How many guests.
     #[serde(default = "one")]
     pub count: usize,

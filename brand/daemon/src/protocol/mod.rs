@@ -28,6 +28,7 @@ mod args;
 mod bounds;
 pub(crate) mod error;
 mod parse;
+mod path;
 mod reply;
 mod request;
 #[cfg(test)]
@@ -43,10 +44,11 @@ pub use self::bounds::{
 };
 pub use self::error::{ErrorKind, WireError};
 pub use self::parse::BadRequest;
+pub use self::path::{CleanPath, ImageArg, UncleanPath, is_reference};
 pub use self::reply::{
     ProgressInfo, Reply, notices_json, stats_from_json, stats_json,
 };
-pub use self::request::{Call, Request, is_reference, normalized};
+pub use self::request::{Call, Request};
 pub use self::update_reply::{
     UpdateChange, UpdateCounts, UpdateKept, UpdateReply,
 };

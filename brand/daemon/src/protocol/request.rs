@@ -1,12 +1,11 @@
 //! The parsed request: the operations ([`Call`]) and the paths each
-//! names, checked to mean one place before any grant is looked at.
-
-use std::path::{Component, Path, PathBuf};
+//! names, each a [`CleanPath`] from the moment it was read.
 
 use super::args::{
     CopyArgs, GcArgs, InstallArgs, JobRef, ProvisionArgs, RollbackArgs,
     UninstallArgs, UpdateArgs,
 };
+use super::path::CleanPath;
 
 /// One parsed request.
 #[derive(Clone, Debug, PartialEq)]
@@ -95,16 +94,15 @@ impl Call {
         )
     }
 
-    /// The paths the request names, with what it does to each: checked
-    /// against a caller's grants.
+    /// The paths the request names: checked against a caller's grants.
     /// Images named by registry reference are not paths, and not among
     /// these.
-    pub fn paths(&self) -> Vec<&PathBuf> {
+    pub fn paths(&self) -> Vec<&CleanPath> {
         match self {
             Call::Copy(a) => vec![&a.src, &a.dst],
             Call::Install(a) => {
                 let mut v = vec![&a.zonepath];
-                v.extend(a.images.iter().filter(|p| !is_reference(p)));
+                v.extend(a.images.iter().filter_map(|i| i.file()));
                 v.extend(a.profile.iter());
                 v.extend(a.source_root.iter());
                 v.extend(a.log.iter());
@@ -113,65 +111,19 @@ impl Call {
             Call::Uninstall(a) => vec![&a.zonepath],
             Call::Update(a) => {
                 let mut v = vec![&a.zonepath];
-                v.extend(a.images.iter().filter(|p| !is_reference(p)));
+                v.extend(a.images.iter().filter_map(|i| i.file()));
                 v.extend(a.profile.iter());
                 v.extend(a.source_root.iter());
                 v
             }
             Call::Rollback(a) => vec![&a.zonepath],
-            Call::Provision(a) if is_reference(&a.image) => vec![&a.out],
-            Call::Provision(a) => vec![&a.image, &a.out],
+            Call::Provision(a) => {
+                let mut v: Vec<&CleanPath> =
+                    a.image.file().into_iter().collect();
+                v.push(&a.out);
+                v
+            }
             _ => Vec::new(),
         }
     }
-
-    /// The first path this call names that is relative or has `.` or `..`
-    /// components. Whatever the caller, a path must mean one place, so a
-    /// request naming such a path is refused before any grant is looked
-    /// at.
-    pub fn unclean_path(&self) -> Option<&Path> {
-        self.paths()
-            .into_iter()
-            .find(|p| normalized(p).is_none())
-            .map(PathBuf::as_path)
-    }
-}
-
-/// `p` if it is absolute and has no `.` or `..` component (repeated and
-/// trailing slashes are dropped).
-pub fn normalized(p: &Path) -> Option<PathBuf> {
-    if !p.is_absolute() {
-        return None;
-    }
-    let mut out = PathBuf::from("/");
-    for c in p.components() {
-        match c {
-            Component::RootDir => {}
-            Component::Normal(n) => out.push(n),
-            Component::CurDir | Component::ParentDir | Component::Prefix(_) => {
-                return None;
-            }
-        }
-    }
-    // `components` hides a `.` in the middle: look at the bytes too.
-    use std::os::unix::ffi::OsStrExt;
-    if p.as_os_str()
-        .as_bytes()
-        .split(|b| *b == b'/')
-        .any(|c| c == b"." || c == b"..")
-    {
-        return None;
-    }
-    Some(out)
-}
-
-/// Whether an image argument is a registry reference
-/// (`REGISTRY/REPO:TAG`, `@sha256:...`), told by its text alone: the
-/// daemon's paths are absolute, a reference never is.
-pub fn is_reference(p: &Path) -> bool {
-    !p.is_absolute()
-        && p.to_str().is_some_and(|s| {
-            s.starts_with("docker://")
-                || zinstall_registry::Reference::looks_like(s)
-        })
 }

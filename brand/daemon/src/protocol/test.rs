@@ -6,8 +6,8 @@ use super::*;
 fn requests_round_trip_and_bad_ones_say_why() {
     let r = Request {
         call: Call::Copy(CopyArgs {
-            src: "/a".into(),
-            dst: "/b".into(),
+            src: CleanPath::new("/a").unwrap(),
+            dst: CleanPath::new("/b").unwrap(),
             merge: true,
             sync: false,
             exclude: vec!["*.o".into()],
@@ -295,4 +295,61 @@ fn typed_replies_round_trip_and_a_missing_field_is_an_error() {
     let back: ZonepathReply =
         serde_json::from_value(reply_value(&rb).unwrap()).unwrap();
     assert_eq!(back, rb);
+}
+
+#[test]
+fn a_path_is_made_clean_once_as_the_request_is_read() {
+    let parse = |args: &str| {
+        Request::parse(
+            format!(r#"{{"v":1,"op":"copy","args":{args}}}"#).as_bytes(),
+        )
+    };
+    let r = parse(r#"{"src":"/a//b/","dst":"/c"}"#).unwrap();
+    let Call::Copy(a) = r.call else {
+        panic!("{r:?}")
+    };
+    assert_eq!(a.src.as_path(), std::path::Path::new("/a/b"));
+    for (src, shown) in [
+        ("a/b", "a/b"),
+        ("/a/../etc", "/a/../etc"),
+        ("/a/./b", "/a/./b"),
+        ("/a/b/..", "/a/b/.."),
+        ("", ""),
+    ] {
+        let e = parse(&format!(r#"{{"src":"{src}","dst":"/c"}}"#)).unwrap_err();
+        let said = e.to_string();
+        assert!(
+            matches!(e, BadRequest::Args { .. })
+                && said.contains(&format!("{shown}: paths must be absolute")),
+            "{src}: {said}"
+        );
+    }
+    // An image is a clean file path or a registry reference; a grant is
+    // checked on the first only.
+    let install = |images: &str| {
+        Request::parse(
+            format!(r#"{{"v":1,"op":"install","args":{{"zonepath":"/z","images":{images}}}}}"#)
+                .as_bytes(),
+        )
+    };
+    let r = install(r#"["/srv/i.tar","docker.io/library/alpine:3"]"#).unwrap();
+    let Call::Install(a) = &r.call else {
+        panic!("{r:?}")
+    };
+    assert_eq!(
+        a.images,
+        [
+            ImageArg::File(CleanPath::new("/srv/i.tar").unwrap()),
+            ImageArg::Reference("docker.io/library/alpine:3".into()),
+        ]
+    );
+    let paths: Vec<_> =
+        r.call.paths().iter().map(|p| p.to_path_buf()).collect();
+    assert_eq!(paths, [std::path::PathBuf::from("/z"), "/srv/i.tar".into()]);
+    let e = install(r#"["images/i.tar"]"#).unwrap_err();
+    assert!(e.to_string().contains("paths must be absolute"), "{e}");
+    // A long unclean path is quoted cut.
+    let long = format!("/{}/../x", "a".repeat(5000));
+    let e = parse(&format!(r#"{{"src":"{long}","dst":"/c"}}"#)).unwrap_err();
+    assert!(e.to_string().len() < 1200, "{}", e.to_string().len());
 }
