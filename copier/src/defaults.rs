@@ -30,6 +30,7 @@ use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
 use crate::error::{DefaultsProblem, Error, Op, Result};
+use crate::tunables::{Tunables, nearest_key};
 
 /// The longest defaults file read. `/etc/default/zinstall` with every
 /// comment is a few KiB.
@@ -168,6 +169,47 @@ impl DefaultsFile {
     }
 }
 
+// A defaults file read into the knobs: here, beside the file's format,
+// so that the knobs (tunables.rs) know nothing of files and this file
+// depends on them, not the other way round.
+impl Tunables {
+    /// Defaults overridden by the settings of `file`. A key that is not
+    /// one of [`Tunables::KEYS`] is an error naming its line (a typo'd
+    /// `COPY_THREAD=4` would otherwise be ignored without a word).
+    pub fn from_defaults(file: &DefaultsFile) -> Result<Self> {
+        let mut unknown: Vec<&str> =
+            file.keys().filter(|k| !Self::KEYS.contains(k)).collect();
+        unknown.sort_by_key(|k| file.get(k).map_or(0, |s| s.line));
+        if let Some(k) = unknown.first() {
+            let s = file.get(k).cloned().unwrap_or(Setting {
+                value: String::new(),
+                line: 0,
+            });
+            return Err(Error::Defaults {
+                file: file.path().to_path_buf(),
+                line: s.line,
+                key: k.to_string(),
+                value: s.value,
+                problem: DefaultsProblem::UnknownKey {
+                    nearest: nearest_key(k),
+                },
+            });
+        }
+        let mut t = Tunables::default();
+        for key in Self::KEYS {
+            if let Some(s) = file.get(key) {
+                t.set(key, &s.value, file.path(), s.line)?;
+            }
+        }
+        Ok(t)
+    }
+
+    /// Loads `path` (missing means defaults) and applies it.
+    pub fn load(path: &Path) -> Result<Self> {
+        Self::from_defaults(&DefaultsFile::load(path)?)
+    }
+}
+
 /// Sets keys (`COPY_THREADS`, `COPY_BATCH`, ...) in a defaults file's
 /// text (as `zinstall tune --write` does), keeping every comment and
 /// other line: a setting line is replaced; a commented-out one
@@ -180,10 +222,7 @@ pub fn rewrite(
     text: &str,
     settings: &[(&str, usize)],
 ) -> Result<String> {
-    crate::Tunables::from_defaults(&DefaultsFile::parse(
-        path,
-        text.as_bytes(),
-    )?)?;
+    Tunables::from_defaults(&DefaultsFile::parse(path, text.as_bytes())?)?;
     let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
     for &(key, value) in settings {
         let setting = format!("{key}={value}");

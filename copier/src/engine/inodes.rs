@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::Duration;
 
-use super::DirNode;
+use super::node::DirNode;
 
 #[derive(Default)]
 pub(crate) struct InodeMap {

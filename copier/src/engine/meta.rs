@@ -16,8 +16,8 @@ use std::os::fd::{AsFd, RawFd};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 
-use super::Shared;
-use super::dirs::{DirFds, DirNode};
+use super::node::{DirFds, DirNode};
+use super::shared::Shared;
 use crate::error::{Error, Op, Result};
 use crate::stats::NoticeKind;
 use crate::sys::posix::{self, Stat, Times, at};

@@ -46,7 +46,7 @@
 //!   subdirectories have been taken. A queued directory holds no
 //!   descriptor of its own, only a count on its parent's node, which
 //!   keeps the parent pinned open until its last queued subdirectory is
-//!   taken; a node keeps none otherwise (see [`dirs`]), so a deep chain
+//!   taken; a node keeps none otherwise (see [`node`]), so a deep chain
 //!   costs none per level. A pinned directory may be let go of when the
 //!   budget is spent (oldest first); its subdirectories then reopen it
 //!   beneath its nearest ancestor still open (the top always is), checked
@@ -79,7 +79,8 @@
 //!   with more than one name; not by the size of the tree.
 //! * The first error stops every walker (at its next entry, or within
 //!   10 ms if idle) and the workers at their next job, unless the plan
-//!   goes on past failed entries ([`OnError::KeepGoing`]): then a failed
+//!   goes on past failed entries
+//!   ([`OnError::KeepGoing`](crate::OnError::KeepGoing)): then a failed
 //!   job is recorded and the rest go on, a directory that cannot be read
 //!   or made is left out with its contents, and directory metadata is
 //!   applied as usual, whichever walkers and workers meet the errors.
@@ -95,309 +96,43 @@
 //! with nothing made: the walkers count what a copy would do
 //! ([`preview`]).
 
+mod dest;
 mod dirs;
+mod dispatch;
 mod inodes;
+mod job;
 mod meta;
+mod node;
+mod opening;
 mod preview;
+mod shared;
 mod source;
+mod tasks;
+mod visit;
 mod walk;
 mod worker;
 
-use std::ffi::CString;
-use std::fs;
-use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Instant;
 
-use crate::beneath::Root;
-use crate::descriptors::{Descriptors, Slot};
 use crate::error::{Error, Op, Refusal};
-use crate::plan::{Failure, OnError, Plan, Report};
-use crate::stats::{NoticeBoard, NoticeKind, Stats, WorkerStats};
+use crate::stats::{NoticeKind, Stats};
 use crate::sys;
 use crate::sys::posix::{Stat, at};
-use crate::trace::{Clock, Recording, ThreadTrace};
-use crate::writeback::Flusher;
+use crate::trace::Recording;
+use crate::{Failure, Plan, Report};
 
+use dest::{check_destination, open_top, single_destination, sync_destination};
+use dispatch::{Dispatch, PoolDispatch};
+use job::{Job, JobKind};
+use shared::{Shared, as_caller};
 use source::Source;
+use visit::Mode;
 
-pub(crate) use dirs::{DirFds, DirNode};
-
-/// One unit of work for a worker.
-pub(crate) struct Job {
-    pub(crate) kind: JobKind,
-    /// The source and destination paths, for messages only: the entry is
-    /// read as `leaf` (or `src_leaf`) in `src_dir` and made as `leaf` in
-    /// `dir`, never by these paths. The walker leaves them empty for an
-    /// entry of a tree; the worker makes them from the directory's
-    /// ([`Job::name_paths`]).
-    pub(crate) src: PathBuf,
-    pub(crate) dst: PathBuf,
-    /// The destination directory, opened beneath the destination root.
-    pub(crate) dir: Arc<OwnedFd>,
-    /// The entry's name in `dir`, and in `src_dir` unless `src_leaf`
-    /// says otherwise.
-    pub(crate) leaf: CString,
-    /// The source directory, open.
-    pub(crate) src_dir: Arc<OwnedFd>,
-    /// The descriptor budget's slot `dir` and `src_dir` hold, if they
-    /// are a walked directory's.
-    pub(crate) hold: Option<Arc<Slot>>,
-    /// The entry's name in `src_dir` when it is not `leaf`: a single
-    /// source copied under another name.
-    pub(crate) src_leaf: Option<CString>,
-    /// The directory this entry lives in; released when the job is done.
-    pub(crate) parent: Option<Arc<DirNode>>,
-}
-
-impl Job {
-    /// Fills in the paths of an entry queued by a walker, from its
-    /// directory's.
-    pub(crate) fn name_paths(&mut self) {
-        if let Some(p) = &self.parent
-            && self.src.as_os_str().is_empty()
-        {
-            (self.src, self.dst) = p.paths_of(&self.leaf);
-        }
-    }
-
-    /// Its directory's descriptors, to release it with.
-    pub(crate) fn fds(&self) -> DirFds {
-        DirFds {
-            src: Arc::clone(&self.src_dir),
-            dst: Arc::clone(&self.dir),
-            hold: self.hold.clone(),
-        }
-    }
-}
-
-pub(crate) enum JobKind {
-    /// A regular file: copy data and metadata.
-    File,
-    /// Recreate a symlink with the same target.
-    Symlink,
-    /// Recreate a FIFO, socket or device node.
-    Special,
-    /// Replace a file by a symlink to this target (a link rule).
-    Redirect(PathBuf),
-}
-
-impl JobKind {
-    /// The kind's name in probes.
-    pub(crate) fn name(&self) -> &'static str {
-        match self {
-            JobKind::File => "file",
-            JobKind::Symlink => "symlink",
-            JobKind::Special => "special",
-            JobKind::Redirect(_) => "redirect",
-        }
-    }
-}
-
-/// State shared by the walker and the workers of one run.
-pub(crate) struct Shared<'p> {
-    pub(crate) plan: &'p Plan,
-    pub(crate) quit: AtomicBool,
-    errors: Mutex<(Vec<Error>, u64)>,
-    notices: NoticeBoard,
-    pub(crate) inodes: inodes::InodeMap,
-    /// Set once FICLONE proved impossible for this destination.
-    pub(crate) no_clone: AtomicBool,
-    /// Set once copy_file_range proved impossible.
-    pub(crate) no_copy_range: AtomicBool,
-    pub(crate) preserve_owner: bool,
-    pub(crate) is_root: bool,
-    /// Whom the copies belong to when their owners are not kept (the
-    /// run's caller, or this process); `None` when they are.
-    pub(crate) owner: Option<crate::pool::Credentials>,
-    pub(crate) clock: Clock,
-    temp_seq: AtomicU64,
-    /// The descriptor budget: the pool's, shared with its other runs,
-    /// or the run's own.
-    pub(crate) fds: Descriptors,
-    /// Flushes the destination as the run goes, when it will be flushed
-    /// at its end ([`crate::Writeback`]); started with the tree's copy.
-    flusher: std::sync::OnceLock<Flusher>,
-}
-
-impl<'p> Shared<'p> {
-    fn new(plan: &'p Plan) -> Self {
-        // A run acting as someone else has none of root's privileges.
-        let is_root = sys::posix::euid() == 0 && plan.credentials.is_none();
-        let preserve_owner = plan.preserve_owner.unwrap_or(is_root);
-        let owner = match &plan.credentials {
-            Some(c) => Some(c.clone()),
-            None if preserve_owner && is_root => None,
-            None => Some(crate::pool::Credentials {
-                uid: sys::posix::euid(),
-                gid: sys::posix::egid(),
-                groups: sys::posix::groups(),
-            }),
-        };
-        Shared {
-            plan,
-            quit: AtomicBool::new(false),
-            errors: Mutex::new((Vec::new(), 0)),
-            notices: NoticeBoard::default(),
-            inodes: inodes::InodeMap::default(),
-            no_clone: AtomicBool::new(false),
-            no_copy_range: AtomicBool::new(false),
-            preserve_owner,
-            is_root,
-            owner,
-            clock: Clock::new(),
-            temp_seq: AtomicU64::new(0),
-            fds: match &plan.pool {
-                Some(pool) => pool.descriptors().clone(),
-                None => Descriptors::for_threads(
-                    plan.tunables.copy_threads,
-                    plan.tunables.walkers(),
-                ),
-            },
-            flusher: std::sync::OnceLock::new(),
-        }
-    }
-
-    /// A file of `bytes` has been written into the destination.
-    pub(crate) fn wrote(&self, bytes: u64) {
-        if let Some(f) = self.flusher.get() {
-            f.wrote(bytes);
-        }
-    }
-
-    /// Starts flushing the destination whose top directory is `top` as
-    /// the run goes, if the run will be flushed at its end.
-    fn start_flusher(&self, top: &OwnedFd) -> Result<(), Error> {
-        let plan = self.plan;
-        let early = plan
-            .tunables
-            .copy_writeback
-            .early(plan.sync || plan.durable);
-        if !early || plan.walk_only || plan.dry_run {
-            return Ok(());
-        }
-        // The top may be a search-only (O_PATH) descriptor, which
-        // syncfs(2) does not take.
-        let f = at::open_dir(top.as_raw_fd(), c".")
-            .and_then(|fd| Flusher::start(fs::File::from(fd)))
-            .map_err(|e| Error::io(Op::Sync, &plan.dst, e))?;
-        let _first = self.flusher.set(f);
-        Ok(())
-    }
-
-    /// Waits for the flush under way; one that failed fails the run.
-    fn finish_flusher(&self) {
-        if let Some(Err(e)) = self.flusher.get().map(Flusher::finish) {
-            self.fail(Error::io(Op::Sync, &self.plan.dst, e));
-        }
-    }
-
-    /// Records an error about the run itself and stops it.
-    pub(crate) fn fail(&self, e: Error) {
-        self.quit.store(true, Ordering::Relaxed);
-        self.record(e);
-    }
-
-    /// Records an error about one entry; the run stops unless the plan
-    /// goes on past failed entries.
-    pub(crate) fn entry_failed(&self, e: Error) {
-        if !self.keep_going() {
-            self.quit.store(true, Ordering::Relaxed);
-        }
-        self.record(e);
-    }
-
-    /// True if the run goes on past failed entries.
-    pub(crate) fn keep_going(&self) -> bool {
-        self.plan.on_error == OnError::KeepGoing
-    }
-
-    fn record(&self, e: Error) {
-        let mut g = self.errors.lock().unwrap_or_else(|p| p.into_inner());
-        if g.0.len() < Failure::MAX_ERRORS {
-            g.0.push(e);
-        } else {
-            g.1 += 1;
-        }
-    }
-
-    fn error_count(&self) -> u64 {
-        let g = self.errors.lock().unwrap_or_else(|p| p.into_inner());
-        g.0.len() as u64 + g.1
-    }
-
-    pub(crate) fn stopped(&self) -> bool {
-        self.quit.load(Ordering::Relaxed) || self.cancelled()
-    }
-
-    fn cancelled(&self) -> bool {
-        self.plan.cancel.as_ref().is_some_and(|c| c.is_cancelled())
-    }
-
-    /// Takes the plan's identity in this thread, if it has one, until the
-    /// result is dropped; `None` when that failed (the run has failed).
-    ///
-    /// Every engine thread that touches the source or the destination
-    /// for a run calls this first and keeps the guard while it works:
-    /// the walker (here in [`run`]), each worker, each pool task for a
-    /// batch. With [`Plan::acting_as`] the thread then has the caller's
-    /// fsuid, fsgid and groups and no effective capability at all, so
-    /// the kernel checks each open, creation and attribute as the
-    /// caller's own; dropping the guard gives the thread back its own
-    /// identity and capabilities (a pool thread serves other runs next).
-    pub(crate) fn assume(&self) -> Option<Option<sys::Assumed>> {
-        match self.plan.credentials.as_ref().map(sys::assume).transpose() {
-            Ok(a) => Some(a),
-            Err(e) => {
-                self.fail(Error::io(Op::Credentials, &self.plan.src, e));
-                None
-            }
-        }
-    }
-
-    /// Records something not kept; said once per kind in the report.
-    pub(crate) fn notice(&self, kind: NoticeKind, path: &Path) {
-        self.notices.add(kind, path);
-    }
-
-    /// A name for writing a replacement beside an entry, then renaming
-    /// it over. Short, so that it fits wherever the entry's name fits.
-    pub(crate) fn temp_name(&self) -> CString {
-        let n = self.temp_seq.fetch_add(1, Ordering::Relaxed);
-        CString::new(format!(".zi{:x}.{n:x}", std::process::id()))
-            .unwrap_or_default()
-    }
-}
-
-/// Runs `f` in this thread with the run's identity, if it has one: what
-/// every thread doing the run's work (walkers, workers, pooled batches)
-/// does first, so that the identity is taken in one place. `None` if it
-/// could not be taken (the run has failed).
-pub(crate) fn as_caller<R>(
-    shared: &Shared<'_>,
-    f: impl FnOnce() -> R,
-) -> Option<R> {
-    let _assumed = shared.assume()?;
-    Some(f())
-}
-
-// The engine runs plans; a plan knows nothing of the engine, so the
-// dependency runs one way (plan describes, engine does).
-impl Plan {
-    /// Runs the plan: walks the source, copies everything, and returns
-    /// what was done, or every error met (up to a cap) with what was done
-    /// before the run stopped.
-    pub fn run(&self) -> Result<Report, Failure> {
-        run(self)
-    }
-}
-
-fn run(plan: &Plan) -> Result<Report, Failure> {
+/// Runs `plan` ([`Plan::run`]): the engine's one entry.
+pub(crate) fn run(plan: &Plan) -> Result<Report, Failure> {
     let started = Instant::now();
     let shared = Shared::new(plan);
     let mut stats = Stats::default();
@@ -497,8 +232,8 @@ fn run_tree(
 ) {
     let plan = shared.plan;
     let tops = source.open_dir(&plan.src).and_then(|src| {
-        walk::check_destination(plan, &src)?;
-        Ok((src, walk::open_top(plan)?))
+        check_destination(plan, &src)?;
+        Ok((src, open_top(plan)?))
     });
     let (top_src, top) = match tops {
         Ok(fds) => fds,
@@ -545,8 +280,8 @@ fn run_tree(
         drop(rx);
         let walked = walk::run(
             shared,
-            walk::Mode::Copy,
-            (!plan.walk_only).then_some(&tx as &(dyn walk::Dispatch + Sync)),
+            Mode::Copy,
+            (!plan.walk_only).then_some(&tx as &(dyn Dispatch + Sync)),
             (top_src, Some(top)),
             plan.tunables.walkers(),
         );
@@ -597,7 +332,7 @@ fn run_tree_pooled(
     let in_flight = crate::pool::InFlight::default();
     let walkers = pool.take_walkers(shared.plan.tunables.walkers());
     let walked = pool.scope(|scope| {
-        let dispatch = walk::PoolDispatch {
+        let dispatch = PoolDispatch {
             scope,
             shared,
             pool,
@@ -607,7 +342,7 @@ fn run_tree_pooled(
         };
         walk::run(
             shared,
-            walk::Mode::Copy,
+            Mode::Copy,
             Some(&dispatch),
             (tops.0, Some(tops.1)),
             walkers.count(),
@@ -692,123 +427,12 @@ fn run_single(
     entities.extend(t);
 }
 
-/// The directory, name and shown path a single source is copied to.
-fn single_destination(
-    plan: &Plan,
-) -> Result<(Arc<OwnedFd>, CString, PathBuf), Error> {
-    let src_name = || {
-        plan.src
-            .file_name()
-            .ok_or_else(|| Error::refused(&plan.src, Refusal::BadSource))
-    };
-    match &plan.within {
-        Some(root) => {
-            let rel = plan
-                .dst
-                .strip_prefix(root.path())
-                .map_err(|_| Error::refused(&plan.dst, Refusal::NotBeneath))?;
-            let r = root.open()?;
-            // Into the root itself, or into a directory that is there.
-            let into_dir = match rel.file_name() {
-                None => Some(r.top()),
-                Some(_) => r.dir(rel, None).ok(),
-            };
-            if let Some(d) = into_dir {
-                let name = src_name()?;
-                return Ok((
-                    d.fd,
-                    worker::leaf_name(name)?,
-                    plan.dst.join(name),
-                ));
-            }
-            let parent = r
-                .dir(rel.parent().unwrap_or(Path::new("")), Some(0o755))
-                .map_err(|e| match e {
-                    // Name the file that was to be written.
-                    Error::Beneath { at, met, .. } => Error::Beneath {
-                        path: plan.dst.clone(),
-                        at,
-                        met,
-                    },
-                    e => e,
-                })?;
-            let leaf = rel.file_name().unwrap_or_default();
-            Ok((parent.fd, worker::leaf_name(leaf)?, plan.dst.clone()))
-        }
-        None => {
-            if fs::metadata(&plan.dst).is_ok_and(|m| m.is_dir()) {
-                let name = src_name()?;
-                let r = Root::open(&plan.dst)
-                    .or_else(|_| open_followed(&plan.dst))?;
-                return Ok((
-                    r.fd().clone(),
-                    worker::leaf_name(name)?,
-                    plan.dst.join(name),
-                ));
-            }
-            let parent = match plan.dst.parent() {
-                Some(p) if !p.as_os_str().is_empty() => p,
-                _ => Path::new("."),
-            };
-            let leaf = plan
-                .dst
-                .file_name()
-                .ok_or_else(|| Error::refused(&plan.dst, Refusal::Conflict))?;
-            let r = open_followed(parent)?;
-            Ok((r.fd().clone(), worker::leaf_name(leaf)?, plan.dst.clone()))
-        }
-    }
-}
-
-/// A caller's directory path, resolved as given (it is theirs); not a
-/// directory is a conflict.
-pub(crate) fn open_followed(path: &Path) -> Result<Root, Error> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let f = fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
-        .open(path)
-        .map_err(|e| {
-            if e.raw_os_error() == Some(libc::ENOTDIR) {
-                Error::refused(path, Refusal::Conflict)
-            } else {
-                Error::io(Op::Open, path, e)
-            }
-        })?;
-    Root::from_fd(f.into(), path)
-}
-
-fn sync_destination(dst: &Path) -> Result<(), Error> {
-    let f = fs::File::open(dst).map_err(|e| Error::io(Op::Sync, dst, e))?;
-    sys::sync_fs(&f).map_err(|e| Error::io(Op::Sync, dst, e))
-}
-
-/// A worker's or the walker's results: counters, load, trace.
-pub(crate) type ThreadResult =
-    (Stats, WorkerStats, Option<crate::trace::EntityTrace>);
-
-/// Opening a source failed: a vanished file is an I/O error with its
-/// path; a file that became a symlink (ELOOP under O_NOFOLLOW) changed
-/// type.
-pub(crate) fn open_error(path: &Path, e: io::Error) -> Error {
-    if e.raw_os_error() == Some(libc::ELOOP) {
-        Error::refused(path, Refusal::ChangedType)
-    } else {
-        Error::io(Op::Open, path, e)
-    }
-}
-
-/// `(dev, ino)`: the identity of a file.
-pub(crate) fn identity(md: &fs::Metadata) -> (u64, u64) {
-    (md.dev(), md.ino())
-}
-
-pub(crate) fn new_trace(shared: &Shared<'_>, name: String) -> ThreadTrace {
-    ThreadTrace::new(shared.clock, name, shared.plan.record)
-}
-
 #[cfg(test)]
 mod test {
+    use std::fs;
+    use std::io;
+    use std::path::Path;
+
     use super::*;
 
     /// Runs one job the walk queued, against what is there now.

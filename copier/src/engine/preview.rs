@@ -15,12 +15,15 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::Mutex;
 
+use super::dest::check_destination;
+use super::shared::Shared;
 use super::source::Source;
-use super::{Shared, walk};
+use super::visit::{Mode, Preview};
+use super::walk;
 use crate::error::{Error, Op, Refusal, Result};
-use crate::plan::{EntryKind, Plan};
 use crate::stats::Stats;
 use crate::sys::posix::{Stat, at};
+use crate::{EntryKind, Plan};
 
 /// Walks the source, counting into `stats` what the copy would do;
 /// errors go to `shared` as the copy's would. Returns the walkers'
@@ -60,7 +63,7 @@ fn existing(plan: &Plan, path: &Path) -> Result<Option<fs::Metadata>> {
 fn tree(shared: &Shared<'_>, source: &Source) -> Result<walk::WalkResult> {
     let plan = shared.plan;
     let top = source.open_dir(&plan.src)?;
-    walk::check_destination(plan, &top)?;
+    check_destination(plan, &top)?;
     if let Some(md) = existing(plan, &plan.dst)? {
         // The copy opens the top directory following a symlink, as the
         // caller named it.
@@ -78,18 +81,53 @@ fn tree(shared: &Shared<'_>, source: &Source) -> Result<walk::WalkResult> {
             }
         }
     }
+    let dry = DryRun {
+        shared,
+        seen: Mutex::new(HashSet::new()),
+    };
     Ok(walk::run(
         shared,
-        walk::Mode::DryRun,
+        Mode::DryRun(&dry),
         None,
         (top, None),
         plan.tunables.walkers(),
     ))
 }
 
+/// What the walkers call in a dry run: the run's state, and the inodes
+/// with several names already counted.
+struct DryRun<'s, 'p> {
+    shared: &'s Shared<'p>,
+    seen: Mutex<HashSet<(u64, u64)>>,
+}
+
+impl Preview for DryRun<'_, '_> {
+    fn dir(
+        &self,
+        stats: &mut Stats,
+        src: &Path,
+        dst: &Path,
+        md: &Stat,
+        top: bool,
+    ) -> Result<()> {
+        dir(self.shared, stats, src, dst, md, top)
+    }
+
+    fn entry(
+        &self,
+        stats: &mut Stats,
+        at: (RawFd, &CStr),
+        src: &Path,
+        dst: &Path,
+        redirect: bool,
+    ) -> Result<()> {
+        entry(self.shared, stats, &self.seen, at, src, dst, redirect)
+    }
+}
+
 /// A directory a walker is about to read: merging, what is in its place
 /// at the destination must be a directory (the top was checked).
-pub(crate) fn dir(
+fn dir(
     shared: &Shared<'_>,
     stats: &mut Stats,
     src: &Path,
@@ -109,7 +147,7 @@ pub(crate) fn dir(
 }
 
 /// Anything but a directory, named `at` in its open source directory.
-pub(crate) fn entry(
+fn entry(
     shared: &Shared<'_>,
     stats: &mut Stats,
     seen: &Mutex<HashSet<(u64, u64)>>,

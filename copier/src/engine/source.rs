@@ -11,6 +11,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::Arc;
 
+use super::worker::leaf_name;
 use crate::beneath::Root;
 use crate::error::{Error, Op, Refusal, Result};
 use crate::plan::Plan;
@@ -79,7 +80,7 @@ impl Source {
         };
         Ok(Source {
             dir: open(parent)?,
-            leaf: super::worker::leaf_name(name)?,
+            leaf: leaf_name(name)?,
         })
     }
 

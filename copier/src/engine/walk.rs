@@ -4,27 +4,28 @@
 //! first (copying), queues its subdirectories and feeds batches of jobs
 //! for everything else into the one queue the workers share.
 
-use std::collections::{HashSet, VecDeque};
 use std::ffi::{CStr, CString, OsStr};
-use std::fs;
-use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering, fence};
-use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
+use std::sync::Arc;
+use std::sync::OnceLock;
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use crossbeam_channel::{Sender, TrySendError};
-use crossbeam_deque::{Injector, Steal, Stealer, Worker as DequeWorker};
+use crossbeam_deque::Worker as DequeWorker;
 
-use super::dirs::{self, DirFds, DirNode};
-use super::worker::Worker;
-use super::{Job, JobKind, Shared, identity, new_trace, preview};
-use crate::beneath;
+use super::dest::make_dir;
+use super::dirs;
+use super::dispatch::Dispatch;
+use super::job::{Job, JobKind};
+use super::node::{DirFds, DirNode, READ_RESERVE};
+use super::shared::{Shared, as_caller, new_trace};
+use super::tasks::{DirTask, IDLE_POLL, TaskAt, Tasks};
+use super::visit::Mode;
 use crate::descriptors::{self, Slot};
 use crate::error::{Error, Op, Refusal, Result};
+use crate::plan::Plan;
 use crate::rules::{self, Action};
 use crate::stats::{NoticeKind, Stats, WalkerStats};
 use crate::sys::{
@@ -33,170 +34,16 @@ use crate::sys::{
 };
 use crate::trace::{ThreadState, ThreadTrace};
 
-/// Refuses a destination the copy must not go to: inside the source
-/// directory open as `src` (the walk would copy its own output).
-pub(crate) fn check_destination(
-    plan: &crate::Plan,
-    src: &OwnedFd,
-) -> Result<()> {
-    let src_id = at::fstat(src)
-        .map(|st| Stat::of(&st).identity())
-        .map_err(|e| Error::io(Op::Stat, &plan.src, e))?;
-    // Identity by (dev, ino), never by comparing path strings: the same
-    // directory has many spellings.
-    let mut probe = plan.dst.clone();
-    while fs::symlink_metadata(&probe).is_err() {
-        if !probe.pop() {
-            break;
-        }
-    }
-    if probe.as_os_str().is_empty() {
-        probe = PathBuf::from(".");
-    }
-    if let Ok(real) = fs::canonicalize(&probe) {
-        for a in real.ancestors() {
-            if fs::metadata(a).is_ok_and(|m| identity(&m) == src_id) {
-                return Err(Error::refused(
-                    &plan.dst,
-                    Refusal::DestinationInsideSource,
-                ));
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Makes (if missing) and opens the top destination directory. Inside a
-/// root ([`crate::Plan::within`]) every directory down to it is opened
-/// beneath the root, none followed; otherwise its path is the caller's
-/// and resolved as given. Without merging it must be empty.
-pub(crate) fn open_top(plan: &crate::Plan) -> Result<OwnedFd> {
-    let fd: OwnedFd = match &plan.within {
-        Some(root) => {
-            let rel = plan
-                .dst
-                .strip_prefix(root.path())
-                .map_err(|_| Error::refused(&plan.dst, Refusal::NotBeneath))?;
-            let r = root.open()?;
-            match rel.file_name() {
-                None => r
-                    .fd()
-                    .try_clone()
-                    .map_err(|e| Error::io(Op::Open, root.path(), e))?,
-                Some(leaf) => {
-                    let parent = r.dir(
-                        rel.parent().unwrap_or(Path::new("")),
-                        Some(0o755),
-                    )?;
-                    let leaf = super::worker::leaf_name(leaf)?;
-                    match at::mkdir(parent.fd.as_raw_fd(), &leaf, 0o700) {
-                        Ok(()) => {}
-                        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-                        Err(e) => {
-                            return Err(Error::io(Op::Mkdir, &plan.dst, e));
-                        }
-                    }
-                    beneath::step(parent.fd.as_raw_fd(), &leaf, None)
-                        .map_err(|f| step_error(f, &plan.dst))?
-                }
-            }
-        }
-        None => {
-            make_root(&plan.dst)?;
-            let top = super::open_followed(&plan.dst)?;
-            top.fd()
-                .try_clone()
-                .map_err(|e| Error::io(Op::Open, &plan.dst, e))?
-        }
-    };
-    if !plan.merge {
-        let names = at::read_names(&fd)
-            .map_err(|e| Error::io(Op::ReadDir, &plan.dst, e))?;
-        if !names.is_empty() {
-            return Err(Error::refused(&plan.dst, Refusal::NotEmpty));
-        }
-    }
-    Ok(fd)
-}
-
-/// The error for a directory that could not be opened beneath its parent.
-pub(crate) fn step_error(f: beneath::StepFail, path: &Path) -> Error {
-    match f {
-        beneath::StepFail::Met(met) => Error::Beneath {
-            path: path.to_path_buf(),
-            at: path.to_path_buf(),
-            met,
-        },
-        beneath::StepFail::Io(op, e) => Error::io(op, path, e),
-    }
-}
-
-/// What the walkers do with what they find.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Mode {
-    /// Make each directory at the destination and queue jobs for the
-    /// rest (a copy, or a walk-only run whose consumer discards them).
-    Copy,
-    /// Write nothing: count what a copy would do (a dry run).
-    DryRun,
-}
-
-/// A directory still to read. Copying, it holds a count on its parent's
-/// node, whose descriptors stay pinned open for it until it is popped
-/// (unless the walk lets go of them for want of descriptors, see
-/// [`Walk::evict`]): only then is it made at the destination and
-/// opened, so a directory with many subdirectories queues them without
-/// a descriptor each.
-pub(crate) struct DirTask {
-    at: TaskAt,
-    parent: Option<Arc<DirNode>>,
-}
-
-enum TaskAt {
-    /// The top: the source directory and the destination, both opened
-    /// already (no destination in a dry run).
-    Top(OwnedFd, Option<OwnedFd>),
-    /// A subdirectory of a copy: its name in its parent's node.
-    Sub(CString),
-    /// A subdirectory of a dry run: its parent's open source directory,
-    /// its name there, and its paths (a dry run keeps no nodes).
-    Dry {
-        src_dir: Arc<OwnedFd>,
-        name: CString,
-        src: PathBuf,
-        dst: PathBuf,
-    },
-}
-
 /// What the walkers of one run share: the directories still to read, and
-/// how an idle walker learns there is more.
+/// what to do with what they find.
 pub(crate) struct Walk<'s, 'p> {
     shared: &'s Shared<'p>,
-    mode: Mode,
+    mode: Mode<'s>,
     dispatch: Option<&'s (dyn Dispatch + Sync + 's)>,
-    injector: Injector<DirTask>,
-    stealers: Vec<Stealer<DirTask>>,
-    /// Directories queued or being read; the walk is over at zero.
-    pending: AtomicUsize,
-    /// Walkers waiting for a directory to read.
-    sleepers: AtomicUsize,
-    lock: Mutex<()>,
-    wake: Condvar,
+    tasks: Tasks,
     /// The top source directory's device, for the same-filesystem rule.
     top_dev: OnceLock<u64>,
-    /// Inodes with several names already counted (dry runs).
-    seen: Mutex<HashSet<(u64, u64)>>,
-    /// Directories pinned open for their queued subdirectories, oldest
-    /// first: let go of when a walker waits for descriptors.
-    pins: Mutex<VecDeque<Weak<DirNode>>>,
-    /// Length of `pins` after it was last swept of nodes no longer
-    /// pinned.
-    swept: AtomicUsize,
 }
-
-/// An idle walker looks again this often, whatever wakes it: a cancel
-/// raised outside the run sends no wake-up.
-const IDLE_POLL: Duration = Duration::from_millis(10);
 
 /// The results of a walk: each walker's counters, load and trace.
 pub(crate) type WalkResult =
@@ -208,33 +55,24 @@ pub(crate) type WalkResult =
 /// batches go.
 pub(crate) fn run<'s, 'p>(
     shared: &'s Shared<'p>,
-    mode: Mode,
+    mode: Mode<'s>,
     dispatch: Option<&'s (dyn Dispatch + Sync + 's)>,
     top: (OwnedFd, Option<OwnedFd>),
     walkers: usize,
 ) -> WalkResult {
     let walkers = walkers.max(1);
-    let locals: Vec<DequeWorker<DirTask>> =
-        (0..walkers).map(|_| DequeWorker::new_lifo()).collect();
+    let top = DirTask {
+        at: TaskAt::Top(top.0, top.1),
+        parent: None,
+    };
+    let (tasks, locals) = Tasks::new(walkers, top);
     let walk = Walk {
         shared,
         mode,
         dispatch,
-        injector: Injector::new(),
-        stealers: locals.iter().map(DequeWorker::stealer).collect(),
-        pending: AtomicUsize::new(1),
-        sleepers: AtomicUsize::new(0),
-        lock: Mutex::new(()),
-        wake: Condvar::new(),
+        tasks,
         top_dev: OnceLock::new(),
-        seen: Mutex::new(HashSet::new()),
-        pins: Mutex::new(VecDeque::new()),
-        swept: AtomicUsize::new(0),
     };
-    walk.injector.push(DirTask {
-        at: TaskAt::Top(top.0, top.1),
-        parent: None,
-    });
     let walk = &walk;
     thread::scope(|s| {
         let mut handles = Vec::with_capacity(walkers);
@@ -243,7 +81,7 @@ pub(crate) fn run<'s, 'p>(
                 .name(format!("walk-{i}"))
                 .spawn_scoped(s, move || {
                     let mut w = Walker::new(walk, i, local);
-                    super::as_caller(shared, || w.walk());
+                    as_caller(shared, || w.walk());
                     w.finish()
                 });
             match h {
@@ -259,54 +97,6 @@ pub(crate) fn run<'s, 'p>(
             .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
             .collect()
     })
-}
-
-impl Walk<'_, '_> {
-    /// Whether a queued directory is there to take.
-    fn has_work(&self) -> bool {
-        !self.injector.is_empty() || self.stealers.iter().any(|s| !s.is_empty())
-    }
-
-    /// Records `node` as pinned for its queued subdirectories; sweeps
-    /// out nodes no longer pinned whenever the record doubled, so that it
-    /// stays as long as the pins are, not as the tree.
-    fn pinned(&self, node: &Arc<DirNode>) {
-        let mut pins = self.pins.lock().unwrap_or_else(|p| p.into_inner());
-        pins.push_back(Arc::downgrade(node));
-        if pins.len() > 64
-            && pins.len() > 2 * self.swept.load(Ordering::Relaxed)
-        {
-            pins.retain(|w| w.upgrade().is_some_and(|n| n.pinned()));
-            self.swept.store(pins.len(), Ordering::Relaxed);
-        }
-    }
-
-    /// Lets go of the oldest pin (nearest the top, so the cheapest to
-    /// reopen); false if there is none.
-    fn evict(&self) -> bool {
-        loop {
-            let oldest = self
-                .pins
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .pop_front();
-            let Some(w) = oldest else { return false };
-            if let Some(n) = w.upgrade()
-                && n.pinned()
-            {
-                n.unpin();
-                return true;
-            }
-        }
-    }
-
-    /// One directory read: the walk ends when none is left.
-    fn done_one(&self) {
-        if self.pending.fetch_sub(1, Ordering::SeqCst) == 1 {
-            let _g = self.lock.lock().unwrap_or_else(|p| p.into_inner());
-            self.wake.notify_all();
-        }
-    }
 }
 
 /// One walker thread: reads directories, its own first (newest first, so
@@ -362,7 +152,7 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
             let t0 = Instant::now();
             self.read(task);
             self.load.busy += t0.elapsed();
-            self.walk.done_one();
+            self.walk.tasks.done_one();
         }
         if !self.shared.stopped() {
             self.send();
@@ -387,7 +177,7 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
             // Nothing here: hand over what is batched before waiting, so
             // workers are not kept from it.
             self.send();
-            if self.walk.pending.load(Ordering::SeqCst) == 0 {
+            if self.walk.tasks.over() {
                 return None;
             }
             self.idle();
@@ -395,25 +185,7 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
     }
 
     fn steal(&self) -> Option<DirTask> {
-        let n = self.walk.stealers.len();
-        loop {
-            let mut retry = false;
-            match self.walk.injector.steal_batch_and_pop(&self.local) {
-                Steal::Success(t) => return Some(t),
-                Steal::Retry => retry = true,
-                Steal::Empty => {}
-            }
-            for k in 1..n {
-                match self.walk.stealers[(self.index + k) % n].steal() {
-                    Steal::Success(t) => return Some(t),
-                    Steal::Retry => retry = true,
-                    Steal::Empty => {}
-                }
-            }
-            if !retry {
-                return None;
-            }
-        }
+        self.walk.tasks.steal(&self.local, self.index)
     }
 
     /// Waits until another walker queues a directory, the walk ends, or
@@ -423,32 +195,14 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
         let idx = self.index as u32;
         crate::probes::walker_idle(idx);
         let t0 = Instant::now();
-        let w = self.walk;
-        let g = w.lock.lock().unwrap_or_else(|p| p.into_inner());
-        w.sleepers.fetch_add(1, Ordering::SeqCst);
-        // Pairs with the fence after a push: either the pusher sees this
-        // sleeper and wakes it, or this sees the pushed directory.
-        fence(Ordering::SeqCst);
-        if !w.has_work()
-            && w.pending.load(Ordering::SeqCst) != 0
-            && !self.shared.stopped()
-        {
-            let _timed_out = w.wake.wait_timeout(g, IDLE_POLL);
-        }
-        w.sleepers.fetch_sub(1, Ordering::SeqCst);
+        let shared = self.shared;
+        self.walk.tasks.wait(|| shared.stopped());
         self.load.idle += t0.elapsed();
     }
 
     /// Queues a subdirectory for any walker.
     fn push(&mut self, task: DirTask) {
-        let w = self.walk;
-        w.pending.fetch_add(1, Ordering::SeqCst);
-        self.local.push(task);
-        fence(Ordering::SeqCst);
-        if w.sleepers.load(Ordering::SeqCst) > 0 {
-            let _g = w.lock.lock().unwrap_or_else(|p| p.into_inner());
-            w.wake.notify_one();
-        }
+        self.walk.tasks.push(&self.local, task);
     }
 
     /// Reads one directory: makes it (copying), queues its
@@ -506,7 +260,7 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
             if let Some(s) = budget.try_take(n) {
                 break Some(s);
             }
-            if !self.walk.evict() {
+            if !self.walk.tasks.evict() {
                 budget.wait(IDLE_POLL);
             }
         };
@@ -573,7 +327,7 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
             Err(e) => return (Err(e), parent_hold),
         };
         drop(parent_hold);
-        if self.walk.mode == Mode::Copy {
+        if matches!(self.walk.mode, Mode::Copy) {
             // A dry run counted it as it checked it.
             self.stats.dirs += 1;
         }
@@ -601,7 +355,7 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
         } else {
             self.list(src, dst, &src_fd, node.as_ref())
         };
-        let left = dirs::READ_RESERVE - self.given + 1;
+        let left = READ_RESERVE - self.given + 1;
         (r, node.map(|(n, f)| (n, Some(f), left)))
     }
 
@@ -634,15 +388,8 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
                     .map(|st| Stat::of(&st))
                     .map_err(|e| Error::io(Op::Stat, src, e))?;
                 let _first = self.walk.top_dev.set(md.dev);
-                if self.walk.mode == Mode::DryRun {
-                    preview::dir(
-                        self.shared,
-                        &mut self.stats,
-                        src,
-                        dst,
-                        &md,
-                        true,
-                    )?;
+                if let Mode::DryRun(p) = self.walk.mode {
+                    p.dir(&mut self.stats, src, dst, &md, true)?;
                 }
                 return Ok((
                     md,
@@ -687,15 +434,8 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
                 _ => Error::io(Op::ReadDir, src, e),
             })?;
         let dst_fd = match (self.walk.mode, dst_dir) {
-            (Mode::DryRun, _) => {
-                preview::dir(
-                    self.shared,
-                    &mut self.stats,
-                    src,
-                    dst,
-                    &md,
-                    false,
-                )?;
+            (Mode::DryRun(p), _) => {
+                p.dir(&mut self.stats, src, dst, &md, false)?;
                 None
             }
             (Mode::Copy, Some(d)) => Some(Arc::new(make_dir(
@@ -778,7 +518,7 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
                 Some((n, fds)) => {
                     self.given += 1;
                     if n.queue_sub(fds) {
-                        self.walk.pinned(n);
+                        self.walk.tasks.pinned(n);
                     }
                     DirTask {
                         at: TaskAt::Sub(name.to_owned()),
@@ -805,10 +545,11 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
         };
         let Some((node, fds)) = node else {
             // A dry run: counted here, nothing queued.
-            return preview::entry(
-                self.shared,
+            let Mode::DryRun(p) = self.walk.mode else {
+                return Ok(());
+            };
+            return p.entry(
                 &mut self.stats,
-                &self.walk.seen,
                 (src_fd.as_raw_fd(), name),
                 &src.join(os),
                 &dst.join(os),
@@ -914,7 +655,7 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
 /// The rule action for `rel` (relative to the source) and the path it
 /// was matched as; `scratch` is reused between calls.
 pub(crate) fn rule_for(
-    plan: &crate::Plan,
+    plan: &Plan,
     rel: &Path,
     scratch: &mut Vec<usize>,
 ) -> (Action, PathBuf) {
@@ -924,85 +665,6 @@ pub(crate) fn rule_for(
             (r.action(&p, scratch).clone(), p)
         }
         _ => (Action::Copy, PathBuf::new()),
-    }
-}
-
-/// Where the walker's batches go: its own workers' queue, or a shared
-/// pool.
-pub(crate) trait Dispatch {
-    /// Queues a batch if there is room now; gives it back if not.
-    fn try_send(&self, batch: Vec<Job>) -> std::result::Result<(), Vec<Job>>;
-    /// Queues a batch, waiting for room.
-    fn send(&self, batch: Vec<Job>);
-    /// Batches queued and not yet taken.
-    fn queued(&self) -> usize;
-}
-
-impl Dispatch for Sender<Vec<Job>> {
-    fn try_send(&self, batch: Vec<Job>) -> std::result::Result<(), Vec<Job>> {
-        match Sender::try_send(self, batch) {
-            Err(TrySendError::Full(batch)) => Err(batch),
-            // Every worker is gone: the run has failed; the jobs are
-            // dropped.
-            Ok(()) | Err(TrySendError::Disconnected(_)) => Ok(()),
-        }
-    }
-
-    fn send(&self, batch: Vec<Job>) {
-        let _disconnected = Sender::send(self, batch).is_err();
-    }
-
-    fn queued(&self) -> usize {
-        self.len()
-    }
-}
-
-/// Batches as tasks on a shared [`Pool`](crate::Pool), at most `cap` of
-/// this run's in flight.
-pub(crate) struct PoolDispatch<'a, 'scope, 'p> {
-    pub(crate) scope: &'a rayon::Scope<'scope>,
-    pub(crate) shared: &'scope Shared<'p>,
-    pub(crate) pool: &'scope crate::pool::Pool,
-    pub(crate) slots: &'scope [Mutex<Option<Worker<'scope, 'p>>>],
-    pub(crate) in_flight: &'scope crate::pool::InFlight,
-    pub(crate) cap: usize,
-}
-
-impl<'scope, 'p: 'scope> PoolDispatch<'_, 'scope, 'p> {
-    fn spawn(&self, batch: Vec<Job>) {
-        let (shared, pool, slots, in_flight) =
-            (self.shared, self.pool, self.slots, self.in_flight);
-        let queued = Instant::now();
-        self.scope.spawn(move |_| {
-            let i = pool.current_index();
-            let mut slot = slots[i % slots.len()]
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
-            let w = slot.get_or_insert_with(|| Worker::new(shared, i));
-            super::as_caller(shared, || w.run_batch(batch, queued));
-            drop(slot);
-            in_flight.leave();
-        });
-    }
-}
-
-impl<'scope, 'p: 'scope> Dispatch for PoolDispatch<'_, 'scope, 'p> {
-    fn try_send(&self, batch: Vec<Job>) -> std::result::Result<(), Vec<Job>> {
-        if !self.in_flight.has_room(self.cap) {
-            return Err(batch);
-        }
-        self.in_flight.enter(self.cap);
-        self.spawn(batch);
-        Ok(())
-    }
-
-    fn send(&self, batch: Vec<Job>) {
-        self.in_flight.enter(self.cap);
-        self.spawn(batch);
-    }
-
-    fn queued(&self) -> usize {
-        self.in_flight.len()
     }
 }
 
@@ -1017,60 +679,4 @@ const MAX_BATCH_DIRS: usize = 16;
 /// memory it may never use.
 fn batch_capacity(shared: &Shared<'_>) -> usize {
     shared.plan.tunables.copy_batch.min(4096)
-}
-
-/// The top destination directory: created with its parents if missing;
-/// an existing one was checked by `check_destination`.
-fn make_root(dst: &Path) -> Result<()> {
-    if fs::metadata(dst).is_ok() {
-        return Ok(());
-    }
-    if let Some(parent) = dst.parent()
-        && !parent.as_os_str().is_empty()
-    {
-        fs::create_dir_all(parent)
-            .map_err(|e| Error::io(Op::Mkdir, parent, e))?;
-    }
-    posix::mkdir(dst, 0o700).map_err(|e| Error::io(Op::Mkdir, dst, e))
-}
-
-/// A directory inside the copy, made in its parent's descriptor and
-/// opened without following a symlink. 0700 until its contents are done,
-/// so its owner can fill it whatever its final mode. Merging, a directory
-/// already there is used; a symlink there is never followed.
-fn make_dir(
-    shared: &Shared<'_>,
-    parent: std::os::fd::RawFd,
-    leaf: &std::ffi::CStr,
-    dst: &Path,
-    merge: bool,
-    layered: bool,
-) -> Result<OwnedFd> {
-    match at::mkdir(parent, leaf, 0o700) {
-        Ok(()) => {}
-        Err(e) if merge && e.kind() == io::ErrorKind::AlreadyExists => {
-            // A layer's directory replaces a lower layer's file or
-            // symlink there (the symlink removed, never followed).
-            if layered
-                && at::lstat(parent, leaf)
-                    .map_err(|e| Error::io(Op::Stat, dst, e))?
-                    .is_some_and(|st| {
-                        st.st_mode & libc::S_IFMT != libc::S_IFDIR
-                    })
-            {
-                crate::beneath::remove_at(parent, leaf, dst)?;
-                at::mkdir(parent, leaf, 0o700)
-                    .map_err(|e| Error::io(Op::Mkdir, dst, e))?;
-            }
-        }
-        Err(e) => return Err(Error::io(Op::Mkdir, dst, e)),
-    }
-    let full = |f: &beneath::StepFail| matches!(f, beneath::StepFail::Io(_, e) if descriptors::exhausted(e));
-    let step = || beneath::step(parent, leaf, None);
-    shared.fds.retrying(step, full).map_err(|f| match f {
-        beneath::StepFail::Met(crate::error::Met::NotADirectory) => {
-            Error::refused(dst, Refusal::Conflict)
-        }
-        f => step_error(f, dst),
-    })
 }

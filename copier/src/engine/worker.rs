@@ -18,10 +18,10 @@ use std::time::Instant;
 use crossbeam_channel::Receiver;
 
 use super::inodes::{Claim, Placed, PlacedDir};
-use super::{
-    Job, JobKind, Shared, ThreadResult, dirs, identity, meta, new_trace,
-    open_error,
-};
+use super::job::{Job, JobKind};
+use super::opening::{identity, open_error};
+use super::shared::{Shared, ThreadResult, new_trace};
+use super::{dirs, meta};
 use crate::descriptors;
 use crate::error::{Error, Op, Refusal, Result};
 use crate::probes;
