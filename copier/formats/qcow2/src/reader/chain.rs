@@ -9,11 +9,9 @@ use std::path::{Component, Path, PathBuf};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 
 use super::image::{Backing, DataFile, Image, Source};
+use crate::error::{Error, Problem, Result};
 use crate::header::AUTOCLEAR_DATA_FILE_RAW;
-use crate::{Error, Problem, Result};
-
-/// Images in a backing chain at most, the top one included.
-pub const MAX_CHAIN: usize = 16;
+use crate::layout::MAX_CHAIN;
 
 /// How [`Image::open_chain`] finds the files an image names.
 #[derive(Clone, Debug, Default)]

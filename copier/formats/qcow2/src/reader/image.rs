@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use super::cache::{Cluster, Lru};
+use crate::error::{Error, Problem, Result};
 use crate::header::Header;
-use crate::{Error, Problem, Result};
 
 /// Where an image's bytes are: a file, or memory (images built in tests
 /// and fed by the fuzzer).

@@ -4,7 +4,8 @@
 use std::sync::Arc;
 
 use super::image::{Backing, Image};
-use crate::{Error, OFFSET_MASK, Problem, Result, be64};
+use crate::error::{Error, Problem, Result};
+use crate::layout::{OFFSET_MASK, be64};
 
 /// Where a guest cluster's bytes come from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

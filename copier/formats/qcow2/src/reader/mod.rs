@@ -11,7 +11,7 @@
 //!
 //! [`Image::open_chain`] also opens the files an image names: its
 //! external data file, and its backing file (qcow2 or raw), and that
-//! one's, up to [`MAX_CHAIN`] images. Those names are the image's to
+//! one's, up to [`MAX_CHAIN`](crate::layout::MAX_CHAIN) images. Those names are the image's to
 //! choose, so they are untrusted: each is opened beneath the naming
 //! image's directory, one component at a time with `O_NOFOLLOW`, and
 //! refused if absolute, if it has `..`, or if it passes a symlink --
@@ -30,11 +30,11 @@ mod read;
 
 use std::io;
 
-pub use chain::{ChainOptions, MAX_CHAIN};
+pub use chain::ChainOptions;
 pub use image::Image;
 pub(crate) use map::Mapping;
 
-use crate::Error;
+use crate::error::Error;
 
 impl From<Error> for io::Error {
     fn from(e: Error) -> io::Error {

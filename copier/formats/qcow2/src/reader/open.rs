@@ -7,8 +7,9 @@ use std::sync::Mutex;
 
 use super::cache::Lru;
 use super::image::{Image, Source};
+use crate::error::{Error, Problem, Result};
 use crate::header::{Header, INCOMPAT_CORRUPT, INCOMPAT_DIRTY};
-use crate::{Error, Problem, Result, be64, l1_entries_for};
+use crate::layout::{be32, be64, l1_entries_for};
 
 /// Tables are read at most this much at a time, so that what a read
 /// allocates never depends on a field alone.
@@ -61,7 +62,7 @@ impl Image {
         if head.len() < 24 || &head[..4] != b"QFI\xfb" {
             return Err(Error::problem(path, Problem::BadMagic));
         }
-        let bits = crate::be32(&head, 20);
+        let bits = be32(&head, 20);
         if !(9..=21).contains(&bits) {
             return Err(Error::problem(path, Problem::ClusterBits(bits)));
         }

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use super::cache::Cluster;
 use super::image::{Backing, Image};
 use super::map::Mapping;
+use crate::error::{Error, Problem, Result};
 use crate::header::INCOMPAT_COMPRESSION;
-use crate::{Error, Problem, Result};
 
 impl Image {
     /// Fills `buf` with the backing file's bytes at guest offset `at`
