@@ -16,8 +16,8 @@ use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::buf::{PAGE, aligned};
+use super::error::{Error, Result};
 use super::reader::{Image, Mapping};
-use super::{Error, Result};
 
 /// How to convert.
 #[derive(Clone, Debug)]

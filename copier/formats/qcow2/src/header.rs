@@ -2,7 +2,8 @@
 
 use std::path::Path;
 
-use super::{Error, Problem, Result, be32, be64};
+use super::error::{Error, Problem, Result};
+use super::layout::{be32, be64};
 
 /// Incompatible feature bits.
 pub(crate) const INCOMPAT_DIRTY: u64 = 1 << 0;
@@ -190,7 +191,7 @@ impl Header {
     /// features, encryption, unknown compression. A dirty or
     /// corrupt-marked image is read as it is (refcounts are not needed to
     /// read, and every table is checked anyway), as `qemu-img convert`
-    /// does; [`crate::Image::notices`] says so.
+    /// does; `Image::notices` says so.
     pub fn check_readable(&self, path: &Path) -> Result<()> {
         let refuse = |p| Err(Error::problem(path, p));
         let unknown = self.incompatible & !INCOMPAT_KNOWN;

@@ -16,7 +16,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
-use super::{Error, Problem, Result};
+use super::error::{Error, Problem, Result};
 
 const CLUSTER_BITS: u32 = 16;
 const CLUSTER: u64 = 1 << CLUSTER_BITS;

@@ -29,7 +29,7 @@
 
 use std::collections::HashMap;
 
-use super::QuirkKind;
+use super::quirk::QuirkKind;
 
 const USER_OBJ: u16 = 0x01;
 const USER: u16 = 0x02;

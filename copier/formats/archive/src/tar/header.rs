@@ -187,6 +187,15 @@ pub fn name(block: &[u8; BLOCK], format: Format) -> Vec<u8> {
     name.to_vec()
 }
 
+/// Padding after `n` bytes of data, to the next block.
+pub(super) fn pad(n: u64) -> u64 {
+    (BLOCK as u64 - n % BLOCK as u64) % BLOCK as u64
+}
+
+pub(super) fn lossy(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
 #[cfg(test)]
 mod test {
     use super::*;

@@ -7,7 +7,7 @@
 //! - POSIX ACLs (the `system.posix_acl_access` / `_default` xattrs) go in
 //!   `SCHILY.acl.access` / `SCHILY.acl.default` records, the text GNU tar
 //!   (`--acls`) and libarchive restore, by numeric id
-//!   ([`acl_to_text`](super::acl_to_text)); the raw xattr is written only
+//!   ([`acl_to_text`](super::acl::acl_to_text)); the raw xattr is written only
 //!   when its value is not an ACL those tools could read.
 //! - A sparse file is a PAX 1.0 sparse member, as `tar -S --format=pax`
 //!   writes it: `GNU.sparse.major=1`, `minor=0`, its real name in
@@ -18,8 +18,8 @@
 
 use std::io::{self, Read, Write};
 
-use super::Kind;
 use super::header::BLOCK;
+use super::member::Kind;
 
 /// One member to write. Names are relative and use `/`; a directory's
 /// name may end in `/` or not.
@@ -188,7 +188,7 @@ impl<W: Write> Writer<W> {
                 _ => None,
             };
             if let Some(key) = acl_key
-                && let Some(text) = super::acl_to_text(v)
+                && let Some(text) = super::acl::acl_to_text(v)
             {
                 record(&mut pax, key, &text);
                 continue;
@@ -521,7 +521,7 @@ mod test {
     /// a value that is no ACL stays a raw xattr.
     #[test]
     fn acls_are_written_as_text() {
-        let acl = super::super::acl_from_text(
+        let acl = super::super::acl::acl_from_text(
             b"u::rw,u:1000:rwx,g::r,g:20:r-x,m::rwx,o::r",
             &super::super::NameTable::empty(),
         )

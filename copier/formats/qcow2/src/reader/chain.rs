@@ -1,0 +1,302 @@
+//! The files an image names, opened as untrusted names: its external
+//! data file and its backing chain, each beneath a directory descriptor,
+//! never through a symlink, the chain bounded and free of loops.
+
+use std::fs::File;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::{Component, Path, PathBuf};
+
+use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+
+use super::image::{Backing, DataFile, Image, Source};
+use crate::error::{Error, Problem, Result};
+use crate::header::AUTOCLEAR_DATA_FILE_RAW;
+use crate::layout::MAX_CHAIN;
+
+/// How [`Image::open_chain`] finds the files an image names.
+#[derive(Clone, Debug, Default)]
+pub struct ChainOptions {
+    /// A directory beneath which backing and data file names may also
+    /// lead: absolute names, and names with `..`, that fall (lexically)
+    /// beneath it. Without it only names beside the naming image
+    /// (relative, without `..`) are followed. Symlinks are never
+    /// followed.
+    pub backing_dir: Option<PathBuf>,
+    /// Each image's L2 cache, bytes (0: 1 MiB).
+    pub l2_cache_bytes: u64,
+}
+
+/// What opening a chain carries from image to image.
+struct Walk<'a> {
+    opts: &'a ChainOptions,
+    /// The allowed directory, canonical, and its descriptor.
+    backing_dir: Option<(PathBuf, File)>,
+    /// The images opened so far and their (device, inode).
+    chain: Vec<(PathBuf, (u64, u64))>,
+}
+
+impl Image {
+    /// Opens `path` and the files it names: its external data file and
+    /// its backing chain (see the module documentation).
+    pub fn open_chain(path: &Path, opts: &ChainOptions) -> Result<Image> {
+        let file = File::open(path).map_err(|e| Error::io(path, "open", e))?;
+        let parent = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        let dir = File::open(parent)
+            .map_err(|e| Error::io(parent, "open directory", e))?;
+        let dir_shown =
+            std::fs::canonicalize(parent).unwrap_or_else(|_| parent.into());
+        let backing_dir = match &opts.backing_dir {
+            Some(d) => {
+                let c = std::fs::canonicalize(d).map_err(|e| {
+                    Error::io(d, "resolve backing directory", e)
+                })?;
+                let f = File::open(&c)
+                    .map_err(|e| Error::io(d, "open backing directory", e))?;
+                Some((c, f))
+            }
+            None => None,
+        };
+        let mut walk = Walk {
+            opts,
+            backing_dir,
+            chain: Vec::new(),
+        };
+        Self::open_level(path.to_path_buf(), file, dir, &dir_shown, &mut walk)
+    }
+
+    /// Opens one image of a chain, `file` at `path` in the directory
+    /// `dir` (shown as `dir_shown`), and what it names.
+    fn open_level(
+        path: PathBuf,
+        file: File,
+        dir: File,
+        dir_shown: &Path,
+        walk: &mut Walk<'_>,
+    ) -> Result<Image> {
+        let md = file.metadata().map_err(|e| Error::io(&path, "stat", e))?;
+        walk.chain.push((path.clone(), (md.dev(), md.ino())));
+        let cache = match walk.opts.l2_cache_bytes {
+            0 => 1 << 20,
+            n => n,
+        };
+        let mut img = Self::from_source(
+            &path,
+            Source::File(file),
+            md.len(),
+            cache,
+            true,
+        )?;
+        if img.header.external_data() {
+            let Some(name) = img.header.data_file.clone() else {
+                return Err(img.problem(Problem::ExternalData));
+            };
+            let (file, shown, _, _) =
+                resolve(&path, "data file", &dir, dir_shown, &name, walk)?;
+            let len = file
+                .metadata()
+                .map_err(|e| Error::io(&shown, "stat", e))?
+                .len();
+            if img.header.autoclear & AUTOCLEAR_DATA_FILE_RAW != 0 {
+                img.notices.push(format!(
+                    "{}: data file {} is also a raw image; read through the \
+                     image's tables",
+                    path.display(),
+                    shown.display()
+                ));
+            }
+            img.data = Some(DataFile {
+                path: shown,
+                file,
+                len,
+            });
+        }
+        let Some(name) = img.header.backing_file.clone() else {
+            return Ok(img);
+        };
+        let (file, shown, sub, sub_shown) =
+            resolve(&path, "backing file", &dir, dir_shown, &name, walk)?;
+        let md = file.metadata().map_err(|e| Error::io(&shown, "stat", e))?;
+        let paths = |walk: &Walk<'_>, last: Option<&Path>| {
+            let mut v: Vec<PathBuf> =
+                walk.chain.iter().map(|(p, _)| p.clone()).collect();
+            v.extend(last.map(Path::to_path_buf));
+            v
+        };
+        if walk.chain.iter().any(|(_, id)| *id == (md.dev(), md.ino())) {
+            return Err(img.problem(Problem::ChainLoop {
+                chain: paths(walk, None),
+                name,
+            }));
+        }
+        if walk.chain.len() >= MAX_CHAIN {
+            return Err(img.problem(Problem::ChainTooDeep {
+                chain: paths(walk, Some(&shown)),
+            }));
+        }
+        let qcow2 = match img.header.backing_format.as_deref() {
+            Some("qcow2") => true,
+            Some("raw") => false,
+            Some(other) => {
+                return Err(img.problem(Problem::BackingFormat(other.into())));
+            }
+            None => {
+                // No recorded format: probed by its magic, as QEMU does.
+                let mut magic = [0u8; 4];
+                let n = file.read_at(&mut magic, 0).unwrap_or(0);
+                let q = n == 4 && &magic == b"QFI\xfb";
+                img.notices.push(format!(
+                    "{}: backing file {} has no recorded format; probed as {}",
+                    path.display(),
+                    shown.display(),
+                    if q { "qcow2" } else { "raw" }
+                ));
+                q
+            }
+        };
+        img.backing = Some(if qcow2 {
+            Backing::Qcow2(Box::new(Self::open_level(
+                shown, file, sub, &sub_shown, walk,
+            )?))
+        } else {
+            Backing::Raw {
+                path: shown,
+                file,
+                len: md.len(),
+            }
+        });
+        Ok(img)
+    }
+}
+
+/// Opens `name`, which the image at `image` records as its `what`,
+/// beneath `dir` (the image's directory, shown as `dir_shown`) or the
+/// allowed directory; see the module documentation. Returns the file,
+/// its path, its directory and that one's path.
+fn resolve(
+    image: &Path,
+    what: &'static str,
+    dir: &File,
+    dir_shown: &Path,
+    name: &str,
+    walk: &Walk<'_>,
+) -> Result<(File, PathBuf, File, PathBuf)> {
+    let refuse = |why: String| {
+        Error::problem(
+            image,
+            Problem::NameRefused {
+                what,
+                name: name.to_string(),
+                why,
+            },
+        )
+    };
+    if name.is_empty() || name.contains('\0') {
+        return Err(refuse("empty, or holds a NUL byte".into()));
+    }
+    let p = Path::new(name);
+    let beside = !p.is_absolute()
+        && p.components()
+            .all(|c| matches!(c, Component::Normal(_) | Component::CurDir));
+    let (start, start_shown, rel): (&File, &Path, PathBuf) = if beside {
+        (dir, dir_shown, p.components().collect())
+    } else {
+        let lexical = lexical(&dir_shown.join(p));
+        let under = walk.backing_dir.as_ref().and_then(|(d, f)| {
+            let rest = lexical.as_deref()?.strip_prefix(d).ok()?;
+            Some((f, d.as_path(), rest.to_path_buf()))
+        });
+        match under {
+            Some(u) => u,
+            None => {
+                let how = if p.is_absolute() {
+                    "an absolute name"
+                } else {
+                    "a name with `..`"
+                };
+                return Err(refuse(format!(
+                    "{how}; only names beside the image are followed, or \
+                     names beneath a directory allowed for backing files{}",
+                    match &walk.backing_dir {
+                        Some((d, _)) =>
+                            format!(" ({}), which it is not", d.display()),
+                        None => " (none is)".into(),
+                    }
+                )));
+            }
+        }
+    };
+    let parts: Vec<&std::ffi::OsStr> = rel
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(n) => Some(n),
+            _ => None,
+        })
+        .collect();
+    let Some((last, dirs)) = parts.split_last() else {
+        return Err(refuse("names a directory".into()));
+    };
+    let op = match what {
+        "data file" => "open data file",
+        _ => "open backing file",
+    };
+    let mut cur = start
+        .try_clone()
+        .map_err(|e| Error::io(start_shown, op, e))?;
+    let mut shown = start_shown.to_path_buf();
+    let step = |cur: &File, shown: &Path, part: &std::ffi::OsStr, flags| {
+        rustix::fs::openat(cur, part, flags, Mode::empty()).map_err(|e| {
+            // A symlink, whichever error the system gives for it.
+            let link = rustix::fs::statat(cur, part, AtFlags::SYMLINK_NOFOLLOW)
+                .is_ok_and(|st| {
+                    FileType::from_raw_mode(st.st_mode).is_symlink()
+                });
+            if link {
+                refuse(format!(
+                    "{} is a symlink, which is not followed",
+                    shown.join(part).display()
+                ))
+            } else {
+                Error::io(shown.join(part), op, e.into())
+            }
+        })
+    };
+    let base = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    for part in dirs {
+        let fd = step(&cur, &shown, part, base | OFlags::DIRECTORY)?;
+        cur = File::from(fd);
+        shown.push(part);
+    }
+    // Non-blocking: a FIFO planted there must not hang the open.
+    let fd = step(&cur, &shown, last, base | OFlags::NONBLOCK)?;
+    let file = File::from(fd);
+    let path = shown.join(last);
+    let md = file.metadata().map_err(|e| Error::io(&path, "stat", e))?;
+    if !md.is_file() {
+        return Err(refuse(format!(
+            "{} is not a regular file",
+            path.display()
+        )));
+    }
+    Ok((file, path, cur, shown))
+}
+
+/// `p` with `.` and `..` resolved lexically; `None` if `..` climbs above
+/// the root.
+fn lexical(p: &Path) -> Option<PathBuf> {
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            Component::ParentDir => {
+                if !out.pop() {
+                    return None;
+                }
+            }
+            Component::CurDir => {}
+            c => out.push(c),
+        }
+    }
+    Some(out)
+}
