@@ -14,7 +14,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use zinstall_daemon::client::Client;
-use zinstall_daemon::protocol::{Call, InstallArgs, ProvisionArgs, Request};
+use zinstall_daemon::protocol::{
+    Call, CleanPath, ImageArg, InstallArgs, ProvisionArgs, Request,
+};
 use zinstall_tune::peers;
 
 /// One batch of N jobs: wall time, and the peaks sampled meanwhile.
@@ -409,6 +411,17 @@ pub fn run(
             clear(&work.join("pcache"));
             peers::sync();
             peers::warm(&seed).map_err(|e| e.to_string())?;
+            // The daemon takes clean absolute paths only.
+            let clean =
+                |p: PathBuf| CleanPath::new(p).map_err(|e| e.to_string());
+            let zonepaths = (0..clients)
+                .map(|c| clean(zp("d", c)))
+                .collect::<Result<Vec<_>, _>>()?;
+            let outs = (0..clients)
+                .map(|c| clean(out("d", c)))
+                .collect::<Result<Vec<_>, _>>()?;
+            let daemon_profile = clean(profile.clone())?;
+            let daemon_image = ImageArg::File(clean(image.clone())?);
             let daemon_pids = || vec![dpid];
             let proc_pids = || pids.lock().unwrap().clone();
             let b = match i {
@@ -418,9 +431,9 @@ pub fn run(
                         (0..clients)
                             .map(|c| {
                                 Call::Install(InstallArgs {
-                                    zonepath: zp("d", c),
+                                    zonepath: zonepaths[c].clone(),
                                     zone: None,
-                                    profile: Some(profile.clone()),
+                                    profile: Some(daemon_profile.clone()),
                                     images: vec![],
                                     source_root: None,
                                     log: None,
@@ -452,8 +465,8 @@ pub fn run(
                         (0..clients)
                             .map(|c| {
                                 Call::Provision(ProvisionArgs {
-                                    image: image.clone(),
-                                    out: out("d", c),
+                                    image: daemon_image.clone(),
+                                    out: outs[c].clone(),
                                     count: 1,
                                     name: "guest".into(),
                                     size: None,
