@@ -96,8 +96,7 @@ struct Daemon {
 
 impl Drop for Daemon {
     fn drop(&mut self) {
-        // SAFETY: a signal to our own child.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        zinstall_sys::process::signal(self.child.id(), libc::SIGTERM);
         let _ = self.child.wait();
     }
 }

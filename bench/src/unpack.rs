@@ -251,15 +251,5 @@ fn compressed(plain: &Path, ext: &str, cmd: &str) -> Result<PathBuf, String> {
 /// CPU time used so far: this process's (every thread) and its waited-for
 /// children's, each user plus system.
 fn cpu_time() -> (Duration, Duration) {
-    let of = |who: libc::c_int| {
-        // SAFETY: getrusage fills the struct it is given.
-        let mut r: libc::rusage = unsafe { std::mem::zeroed() };
-        unsafe { libc::getrusage(who, &mut r) };
-        let tv = |t: libc::timeval| {
-            Duration::from_secs(t.tv_sec as u64)
-                + Duration::from_micros(t.tv_usec as u64)
-        };
-        tv(r.ru_utime) + tv(r.ru_stime)
-    };
-    (of(libc::RUSAGE_SELF), of(libc::RUSAGE_CHILDREN))
+    zinstall_sys::process::cpu_times()
 }

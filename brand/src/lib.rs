@@ -4,7 +4,7 @@
 //! crate.
 
 #![deny(missing_docs)]
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
 pub mod cli;
 mod cmd;
@@ -16,5 +16,4 @@ pub mod output;
 mod pull;
 mod settings;
 mod statemap;
-#[allow(unsafe_code)]
 pub mod sys;

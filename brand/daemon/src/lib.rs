@@ -37,8 +37,8 @@
 //! ```
 
 #![deny(missing_docs)]
-// System calls only in `sys`.
-#![deny(unsafe_code)]
+// System calls only in `zinstall-sys`, re-exported by `sys`.
+#![forbid(unsafe_code)]
 
 mod auth;
 pub mod client;
@@ -52,5 +52,4 @@ mod queue;
 pub mod replies;
 pub mod server;
 mod state;
-#[allow(unsafe_code)]
 mod sys;

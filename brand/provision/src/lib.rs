@@ -41,7 +41,7 @@
 //! | module | what it holds |
 //! |---|---|
 //! | `options` | [`ProvisionOptions`], the [`ProvisionRequest`] a command line or a daemon's client makes, identity choices, [`DEFAULT_CACHE`] and the other defaults and bounds |
-//! | `sys` | every system call Rust cannot check (the crate's only `unsafe`), behind small safe functions |
+//! | `sys` | every system call Rust cannot check, made in `zinstall-sys` and re-exported as small safe functions |
 //! | `sparse` | [`write_sparse`]: a stream into a sparse file |
 //! | `error` | [`ProvisionError`], [`ImageProblem`] |
 //! | `immutable` | the immutable flag (`chattr +i`) on files and trees |
@@ -54,7 +54,7 @@
 //! | `guests` | [`provision`] and [`preview`]: the guests made from an entry, all or nothing |
 
 #![deny(missing_docs)]
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
 mod build;
 pub mod cache;

@@ -18,27 +18,7 @@ pub fn pseudo_random(len: usize, seed: u64) -> Vec<u8> {
 /// trade places atomically (how the race tests swap a directory and a
 /// symlink under a running copy). False if the kernel refused.
 #[cfg(target_os = "linux")]
-pub fn exchange(a: &std::path::Path, b: &std::path::Path) -> bool {
-    use std::os::unix::ffi::OsStrExt;
-    let (Ok(a), Ok(b)) = (
-        std::ffi::CString::new(a.as_os_str().as_bytes()),
-        std::ffi::CString::new(b.as_os_str().as_bytes()),
-    ) else {
-        return false;
-    };
-    // SAFETY: two valid C strings; a plain system call.
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_renameat2,
-            libc::AT_FDCWD,
-            a.as_ptr(),
-            libc::AT_FDCWD,
-            b.as_ptr(),
-            libc::RENAME_EXCHANGE,
-        )
-    };
-    rc == 0
-}
+pub use zinstall_sys::support::exchange;
 
 /// `find DIR -printf` of depth, type, mode, modification time and size
 /// of every entry, sorted: find descends by descriptor, so it lists
@@ -62,31 +42,19 @@ pub fn listing(dir: &std::path::Path) -> Vec<String> {
 /// as the kernel returns them.
 #[cfg(target_os = "linux")]
 pub fn xattrs(p: &std::path::Path) -> Vec<(Vec<u8>, Vec<u8>)> {
-    use std::ffi::CString;
-    use std::os::unix::ffi::OsStrExt;
-    let c = CString::new(p.as_os_str().as_bytes()).unwrap();
-    let mut names = vec![0u8; 65536];
-    // SAFETY: a valid path and a buffer of the length given.
-    let n = unsafe {
-        libc::llistxattr(c.as_ptr(), names.as_mut_ptr().cast(), names.len())
-    };
-    assert!(n >= 0, "llistxattr {}", p.display());
-    names.truncate(n as usize);
+    use zinstall_sys::fs::{XattrTarget, get_xattr, list_xattrs};
+    let c = zinstall_sys::cstr(p).unwrap();
+    let t = XattrTarget::Path(&c);
+    let names = list_xattrs(&t)
+        .unwrap_or_else(|e| panic!("llistxattr {}: {e}", p.display()));
     let mut out = Vec::new();
     for name in names.split(|&b| b == 0).filter(|n| !n.is_empty()) {
-        let cn = CString::new(name).unwrap();
-        let mut v = vec![0u8; 65536];
-        // SAFETY: valid strings and a buffer of the length given.
-        let n = unsafe {
-            libc::lgetxattr(
-                c.as_ptr(),
-                cn.as_ptr(),
-                v.as_mut_ptr().cast(),
-                v.len(),
-            )
-        };
-        assert!(n >= 0, "lgetxattr {} {cn:?}", p.display());
-        v.truncate(n as usize);
+        let cn = std::ffi::CString::new(name).unwrap();
+        let v = get_xattr(&t, &cn)
+            .unwrap_or_else(|e| panic!("lgetxattr {} {cn:?}: {e}", p.display()))
+            .unwrap_or_else(|| {
+                panic!("lgetxattr {} {cn:?}: gone", p.display())
+            });
         out.push((name.to_vec(), v));
     }
     out.sort();

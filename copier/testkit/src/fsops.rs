@@ -5,7 +5,7 @@
 
 use std::ffi::CString;
 use std::fs;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, symlink};
 use std::path::{Component, Path, PathBuf};
@@ -226,10 +226,6 @@ impl Drop for Mount {
 
 // ------------------------------------------------------------ deep trees
 
-fn check(rc: libc::c_int, what: &str) {
-    assert!(rc >= 0, "{what}: {}", std::io::Error::last_os_error());
-}
-
 /// Makes `depth` nested directories named `name` under `base` with
 /// `mkdirat` and `openat` (never a path longer than one name), and a file
 /// `bottom` in the deepest.
@@ -240,56 +236,26 @@ pub fn mkdir_deep(base: &Path, depth: usize, name: &str) {
 /// [`mkdir_deep`], with a file `f` in every directory of the chain too
 /// when `files`.
 pub fn mkdir_deep_files(base: &Path, depth: usize, name: &str, files: bool) {
+    use zinstall_sys::fs::at;
     let n = CString::new(name).unwrap();
-    let flags =
-        libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
-    // SAFETY: a valid C string.
-    let fd = unsafe { libc::open(cstr(base).as_ptr(), flags) };
-    check(fd, "open base");
-    // SAFETY: fd was just opened and is owned here only.
-    let mut cur = unsafe { OwnedFd::from_raw_fd(fd) };
+    // A new file: 0644, whatever the umask.
+    let create = |dir: &OwnedFd, leaf: &std::ffi::CStr, what: &str| {
+        let f = at::create_file(dir.as_raw_fd(), leaf)
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        at::fchmod(&f, 0o644).unwrap_or_else(|e| panic!("{what}: {e}"));
+    };
+    let mut cur = at::open_dir(libc::AT_FDCWD, &cstr(base))
+        .unwrap_or_else(|e| panic!("open base: {e}"));
     for _ in 0..depth {
-        // SAFETY: a valid descriptor and C string.
-        check(
-            unsafe { libc::mkdirat(cur.as_raw_fd(), n.as_ptr(), 0o755) },
-            "mkdirat",
-        );
-        // SAFETY: as above.
-        let next = unsafe { libc::openat(cur.as_raw_fd(), n.as_ptr(), flags) };
-        check(next, "openat");
-        // SAFETY: just opened, owned here only.
-        cur = unsafe { OwnedFd::from_raw_fd(next) };
+        at::mkdir(cur.as_raw_fd(), &n, 0o755)
+            .unwrap_or_else(|e| panic!("mkdirat: {e}"));
+        cur = at::open_dir(cur.as_raw_fd(), &n)
+            .unwrap_or_else(|e| panic!("openat: {e}"));
         if files {
-            // SAFETY: a valid descriptor and C string.
-            let f = unsafe {
-                libc::openat(
-                    cur.as_raw_fd(),
-                    c"f".as_ptr(),
-                    libc::O_WRONLY
-                        | libc::O_CREAT
-                        | libc::O_EXCL
-                        | libc::O_CLOEXEC,
-                    0o644,
-                )
-            };
-            check(f, "create f");
-            // SAFETY: just opened, owned here only.
-            drop(unsafe { OwnedFd::from_raw_fd(f) });
+            create(&cur, c"f", "create f");
         }
     }
-    let bottom = CString::new("bottom").unwrap();
-    // SAFETY: a valid descriptor and C string.
-    let f = unsafe {
-        libc::openat(
-            cur.as_raw_fd(),
-            bottom.as_ptr(),
-            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC,
-            0o644,
-        )
-    };
-    check(f, "create bottom");
-    // SAFETY: just opened, owned here only.
-    drop(unsafe { OwnedFd::from_raw_fd(f) });
+    create(&cur, c"bottom", "create bottom");
 }
 
 // --------------------------------------------------------------- racing

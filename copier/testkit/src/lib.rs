@@ -19,6 +19,8 @@
 //! ```
 
 #![deny(missing_docs)]
+// System calls in `zinstall-sys`.
+#![forbid(unsafe_code)]
 
 mod files;
 pub mod fsops;
@@ -29,7 +31,9 @@ pub mod sentinel;
 pub mod tmp;
 pub mod tools;
 
-pub use files::{exchange, listing, pseudo_random, xattrs};
+#[cfg(target_os = "linux")]
+pub use files::{exchange, xattrs};
+pub use files::{listing, pseudo_random};
 pub use loopfs::{Kind, LoopFs, delayed_extents, shares_extents};
 pub use prereq::{alone, in_ci, is_root, require, require_root, unmet};
 pub use tmp::Tmp;

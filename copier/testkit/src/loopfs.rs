@@ -2,7 +2,6 @@
 //! on XFS and btrfs, a small filesystem to fill).
 
 use std::fs::File;
-use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -107,31 +106,8 @@ impl Drop for LoopFs {
     }
 }
 
-/// `struct fiemap` with room for a few extents.
-#[repr(C)]
-struct Fiemap {
-    start: u64,
-    length: u64,
-    flags: u32,
-    mapped_extents: u32,
-    extent_count: u32,
-    reserved: u32,
-    extents: [FiemapExtent; 32],
-}
+use zinstall_sys::support::Fiemap;
 
-#[repr(C)]
-#[derive(Clone, Copy, Default)]
-struct FiemapExtent {
-    logical: u64,
-    physical: u64,
-    length: u64,
-    reserved64: [u64; 2],
-    flags: u32,
-    reserved: [u32; 3],
-}
-
-/// `_IOWR('f', 11, struct fiemap)`.
-const FS_IOC_FIEMAP: libc::c_ulong = 0xC020_660B;
 const FIEMAP_FLAG_SYNC: u32 = 1;
 const FIEMAP_EXTENT_SHARED: u32 = 0x2000;
 
@@ -165,23 +141,6 @@ pub fn delayed_extents(path: &Path) -> (usize, usize) {
 /// `FS_IOC_FIEMAP` of `path` with `flags`, up to 32 extents.
 fn fiemap(path: &Path, flags: u32) -> Fiemap {
     let f = File::open(path).unwrap();
-    let mut m = Fiemap {
-        start: 0,
-        length: u64::MAX,
-        flags,
-        mapped_extents: 0,
-        extent_count: 32,
-        reserved: 0,
-        extents: [FiemapExtent::default(); 32],
-    };
-    // SAFETY: m is a properly sized fiemap with 32 extent slots.
-    let rc = unsafe { libc::ioctl(f.as_raw_fd(), FS_IOC_FIEMAP as _, &mut m) };
-    assert_eq!(
-        rc,
-        0,
-        "FIEMAP {}: {}",
-        path.display(),
-        std::io::Error::last_os_error()
-    );
-    m
+    zinstall_sys::support::fiemap(&f, flags)
+        .unwrap_or_else(|e| panic!("FIEMAP {}: {e}", path.display()))
 }

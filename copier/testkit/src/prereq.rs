@@ -5,8 +5,7 @@ use std::io::Write;
 
 /// True if the tests run as root.
 pub fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() == 0 }
+    zinstall_sys::ident::euid() == 0
 }
 
 /// True under continuous integration (`CI` set to anything but empty,

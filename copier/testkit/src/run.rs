@@ -61,39 +61,20 @@ pub fn limited(
     nofile: Option<(u64, u64)>,
     log: &std::path::Path,
 ) -> Limited {
-    use std::os::unix::process::CommandExt;
     cmd.stdout(std::fs::File::create(log).unwrap())
         .stderr(std::fs::File::options().append(true).open(log).unwrap());
     if let Some((soft, hard)) = nofile {
-        // SAFETY: setrlimit is async-signal-safe; nothing else runs
-        // between fork and exec.
-        unsafe {
-            cmd.pre_exec(move || {
-                let r = libc::rlimit {
-                    rlim_cur: soft,
-                    rlim_max: hard,
-                };
-                if libc::setrlimit(libc::RLIMIT_NOFILE, &r) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+        zinstall_sys::support::limit_nofile_on_exec(cmd, soft, hard);
     }
     // Reaped by wait4 below, which also gives its peak memory (std's
     // wait does not).
     #[allow(clippy::zombie_processes)]
     let child = cmd.spawn().unwrap();
-    let mut status = 0;
-    // SAFETY: rusage is plain data; wait4 fills it for our own child.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    let pid = child.id() as libc::pid_t;
-    // SAFETY: waits for the child just spawned.
-    let r = unsafe { libc::wait4(pid, &mut status, 0, &mut ru) };
-    assert_eq!(r, pid);
+    let reaped = zinstall_sys::support::wait_with_rusage(child.id())
+        .unwrap_or_else(|e| panic!("wait4 {}: {e}", child.id()));
     Limited {
-        ok: libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        ok: reaped.ok,
         out: std::fs::read_to_string(log).unwrap(),
-        max_rss_kib: ru.ru_maxrss as u64,
+        max_rss_kib: reaped.max_rss_kib,
     }
 }

@@ -77,30 +77,13 @@ fn snapshot(top: &Path) -> Snapshot {
 }
 
 fn set_mtime(p: &Path, secs: i64) {
-    let c = std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(
-        p.as_os_str(),
-    ))
-    .unwrap();
-    let ts = [
-        libc::timespec {
-            tv_sec: secs,
-            tv_nsec: 0,
-        },
-        libc::timespec {
-            tv_sec: secs,
-            tv_nsec: 123_456_789,
-        },
-    ];
-    // SAFETY: a valid C string and two timespecs.
-    let rc = unsafe {
-        libc::utimensat(
-            libc::AT_FDCWD,
-            c.as_ptr(),
-            ts.as_ptr(),
-            libc::AT_SYMLINK_NOFOLLOW,
-        )
+    let c = zinstall_sys::cstr(p).unwrap();
+    let t = zinstall_sys::fs::Times {
+        atime: (secs, 0),
+        mtime: (secs, 123_456_789),
     };
-    assert_eq!(rc, 0, "utimensat {}", p.display());
+    zinstall_sys::fs::at::set_times(libc::AT_FDCWD, &c, &t)
+        .unwrap_or_else(|e| panic!("utimensat {}: {e}", p.display()));
 }
 
 fn chmod(p: &Path, mode: u32) {

@@ -1,18 +1,12 @@
-//! illumos: the peer's credentials from `getpeerucred(3C)`.
+//! illumos: a connection's peer from `getpeerucred(3C)`; a job's process
+//! made the caller for good.
 
 use std::io;
 use std::os::fd::RawFd;
 
-use super::credentials::Peer;
+use super::types::{Identity, Peer};
 
-/// illumos has no abstract sockets.
-pub(super) fn abstract_addr(
-    _name: &[u8],
-) -> io::Result<std::os::unix::net::SocketAddr> {
-    Err(io::Error::from(io::ErrorKind::Unsupported))
-}
-
-pub(super) fn peer(fd: RawFd) -> io::Result<Peer> {
+pub fn peer(fd: RawFd) -> io::Result<Peer> {
     let mut uc: *mut libc::ucred_t = std::ptr::null_mut();
     // SAFETY: getpeerucred allocates *uc on success.
     if unsafe { libc::getpeerucred(fd, &mut uc) } == -1 {
@@ -39,28 +33,11 @@ pub(super) fn peer(fd: RawFd) -> io::Result<Peer> {
     Ok(peer)
 }
 
-/// libc's allocator keeps its heap; nothing to hand back here.
-pub(super) fn release_free_memory() {}
-
-pub(super) fn self_exe() -> io::Result<std::path::PathBuf> {
-    std::env::current_exe()
-}
-
-/// illumos has no close_range: the job's process closes what it
-/// inherited first thing (`/proc/self/fd`).
-pub(super) fn cloexec_from(_first: i32) {}
-
-pub(super) fn close_range(_first: i32) -> bool {
-    false
-}
-
 /// Groups, then gids, then uids: `setuid` by root sets the real,
 /// effective and saved uid together, and a process that is not
 /// privilege-aware loses its privileges with uid 0. The limit set is
 /// left as it is.
-pub(super) fn become_caller(
-    who: &super::credentials::Identity,
-) -> io::Result<()> {
+pub fn become_caller(who: &Identity) -> io::Result<()> {
     let step = |r: libc::c_int, what: &str| {
         if r == -1 {
             let e = io::Error::last_os_error();
@@ -68,8 +45,8 @@ pub(super) fn become_caller(
         }
         Ok(())
     };
-    // SAFETY: the pointer and count describe `who.groups`.
     step(
+        // SAFETY: the pointer and count describe `who.groups`.
         unsafe {
             libc::setgroups(
                 who.groups.len() as libc::c_int,

@@ -1,4 +1,4 @@
-//! Linux: reflinks, in-kernel copies, `syncfs`, extended attributes.
+//! Linux: reflinks, in-kernel copies, `syncfs`, `openat2`, inode flags.
 
 use std::ffi::{CStr, CString};
 use std::fs::{File, OpenOptions};
@@ -26,7 +26,7 @@ struct FileCloneRange {
 /// the kernel lets us (`O_NOATIME` needs ownership or CAP_FOWNER), so that
 /// copying a tree does not change the tree. `O_NONBLOCK` keeps a file that
 /// turned into a FIFO behind our back from blocking the worker.
-pub(crate) fn open_source(path: &Path) -> io::Result<File> {
+pub fn open_source(path: &Path) -> io::Result<File> {
     let base = libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY;
     match OpenOptions::new()
         .read(true)
@@ -42,7 +42,7 @@ pub(crate) fn open_source(path: &Path) -> io::Result<File> {
 
 /// [`open_source`] for the entry `name` in the directory open as `dir`
 /// (`AT_FDCWD` and a path work too): one name resolved, not a path.
-pub(crate) fn open_source_at(dir: RawFd, name: &CStr) -> io::Result<File> {
+pub fn open_source_at(dir: RawFd, name: &CStr) -> io::Result<File> {
     let base = libc::O_RDONLY
         | libc::O_NOFOLLOW
         | libc::O_NONBLOCK
@@ -67,7 +67,7 @@ pub(crate) fn open_source_at(dir: RawFd, name: &CStr) -> io::Result<File> {
 /// way followed) for looking names up in it, not for reading it:
 /// `O_PATH` needs only search permission, as a lookup by path would, so
 /// a source in a directory its reader may enter but not list is found.
-pub(crate) fn open_dir_search(path: &Path) -> io::Result<OwnedFd> {
+pub fn open_dir_search(path: &Path) -> io::Result<OwnedFd> {
     OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC)
@@ -81,7 +81,7 @@ pub(crate) fn open_dir_search(path: &Path) -> io::Result<OwnedFd> {
 /// returns whether to go on. `getdents64` itself into `buf`, reused
 /// from one directory to the next: `opendir` would stat the descriptor
 /// and need a duplicate of it to leave it open.
-pub(crate) fn read_dir(
+pub fn read_dir(
     dir: RawFd,
     buf: &mut Vec<u8>,
     mut f: impl FnMut(&CStr, u8) -> io::Result<bool>,
@@ -137,7 +137,7 @@ pub(crate) fn read_dir(
 /// Clones `src` into `dst` sharing extents. `Ok(false)`: this filesystem
 /// pair cannot (different filesystems, no reflink support); the caller
 /// copies instead. Other errors (ENOSPC, EIO) are returned.
-pub(crate) fn clone_file(src: &File, dst: &File) -> io::Result<bool> {
+pub fn clone_file(src: &File, dst: &File) -> io::Result<bool> {
     // SAFETY: both fds are open; FICLONE takes the source fd as argument.
     let rc =
         unsafe { libc::ioctl(dst.as_raw_fd(), FICLONE as _, src.as_raw_fd()) };
@@ -170,7 +170,7 @@ fn cloned(rc: libc::c_int) -> io::Result<bool> {
 /// this range (offsets and length must be multiples of the block size,
 /// the length may end at the source's end only where that is also the
 /// destination's); the caller copies instead.
-pub(crate) fn clone_range(
+pub fn clone_range(
     src: &File,
     dst: &File,
     off_in: u64,
@@ -199,7 +199,7 @@ pub(crate) fn clone_range(
 /// in the kernel. Returns the bytes copied (0 at end of file), or
 /// `Ok(None)` when the kernel cannot do it for these files, so the caller
 /// falls back to read/write.
-pub(crate) fn copy_range(
+pub fn copy_range(
     src: &File,
     dst: &File,
     off_in: u64,
@@ -245,7 +245,7 @@ pub(crate) fn copy_range(
 
 /// Starts writing back the dirty pages of `f` in `off..off + len`
 /// without waiting for them (`sync_file_range(SYNC_FILE_RANGE_WRITE)`).
-pub(crate) fn start_writeback(f: &File, off: u64, len: u64) -> io::Result<()> {
+pub fn start_writeback(f: &File, off: u64, len: u64) -> io::Result<()> {
     // SAFETY: plain syscall on an open fd.
     let rc = unsafe {
         libc::sync_file_range(
@@ -264,7 +264,7 @@ pub(crate) fn start_writeback(f: &File, off: u64, len: u64) -> io::Result<()> {
 /// Tells the kernel `f` is read from start to end
 /// (`POSIX_FADV_SEQUENTIAL`): twice the read-ahead, so that a cold
 /// archive does not stall its reader. Only a hint.
-pub(crate) fn advise_sequential(f: &File) {
+pub fn advise_sequential(f: &File) {
     // SAFETY: plain syscall on an open fd; the result is only a hint.
     let _hint = unsafe {
         libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_SEQUENTIAL)
@@ -272,144 +272,9 @@ pub(crate) fn advise_sequential(f: &File) {
 }
 
 /// `syncfs(2)`: one flush of the destination filesystem.
-pub(crate) fn sync_fs(f: &File) -> io::Result<()> {
+pub fn sync_fs(f: &File) -> io::Result<()> {
     // SAFETY: plain syscall on an open fd.
     if unsafe { libc::syncfs(f.as_raw_fd()) } == -1 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-/// What an xattr call applies to: an open file, or a path whose final
-/// symlink is not followed.
-pub(crate) enum XattrTarget<'a> {
-    Fd(std::os::fd::BorrowedFd<'a>),
-    Path(&'a CStr),
-    /// The entry named in an open directory, its final symlink not
-    /// followed: for symlinks and special files, which cannot be opened
-    /// for xattr calls. Reached as `/proc/self/fd/DIR/NAME`, so the
-    /// directory is the one we hold, whatever its path now leads to.
-    At(RawFd, &'a CStr),
-}
-
-/// `/proc/self/fd/DIR/NAME`: the `l*xattr` path of an entry in a held
-/// directory. Linux has no `*xattrat` calls before 6.13.
-fn proc_path(dir: RawFd, name: &CStr) -> io::Result<CString> {
-    let mut v = format!("/proc/self/fd/{dir}/").into_bytes();
-    v.extend_from_slice(name.to_bytes());
-    CString::new(v).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
-}
-
-/// Names of the extended attributes, NUL-separated as the kernel gives
-/// them. A filesystem without xattrs has none.
-pub(crate) fn list_xattrs(t: &XattrTarget<'_>) -> io::Result<Vec<u8>> {
-    if let XattrTarget::At(dir, name) = t {
-        return list_xattrs(&XattrTarget::Path(&proc_path(*dir, name)?));
-    }
-    let mut buf = Vec::new();
-    loop {
-        // SAFETY: buf has `capacity` writable bytes (0 asks for the size).
-        let r = unsafe {
-            let (p, n) =
-                (buf.as_mut_ptr() as *mut libc::c_char, buf.capacity());
-            match t {
-                XattrTarget::Fd(f) => libc::flistxattr(f.as_raw_fd(), p, n),
-                XattrTarget::Path(c) => libc::llistxattr(c.as_ptr(), p, n),
-                XattrTarget::At(..) => unreachable!("resolved above"),
-            }
-        };
-        if r >= 0 {
-            let r = r as usize;
-            if buf.capacity() == 0 && r > 0 {
-                buf.reserve_exact(r);
-                continue;
-            }
-            // SAFETY: the kernel wrote `r` bytes.
-            unsafe { buf.set_len(r) };
-            return Ok(buf);
-        }
-        let e = io::Error::last_os_error();
-        match e.raw_os_error() {
-            Some(libc::ENOTSUP) => return Ok(Vec::new()),
-            // The list grew between the two calls: ask again.
-            Some(libc::ERANGE) => {
-                buf = Vec::new();
-                continue;
-            }
-            _ => return Err(e),
-        }
-    }
-}
-
-/// The value of one attribute; `None` if it is gone (removed since it was
-/// listed).
-pub(crate) fn get_xattr(
-    t: &XattrTarget<'_>,
-    name: &CStr,
-) -> io::Result<Option<Vec<u8>>> {
-    if let XattrTarget::At(dir, leaf) = t {
-        let p = proc_path(*dir, leaf)?;
-        return get_xattr(&XattrTarget::Path(&p), name);
-    }
-    let mut buf: Vec<u8> = Vec::new();
-    loop {
-        // SAFETY: buf has `capacity` writable bytes.
-        let r = unsafe {
-            let (p, n) =
-                (buf.as_mut_ptr() as *mut libc::c_void, buf.capacity());
-            match t {
-                XattrTarget::Fd(f) => {
-                    libc::fgetxattr(f.as_raw_fd(), name.as_ptr(), p, n)
-                }
-                XattrTarget::Path(c) => {
-                    libc::lgetxattr(c.as_ptr(), name.as_ptr(), p, n)
-                }
-                XattrTarget::At(..) => unreachable!("resolved above"),
-            }
-        };
-        if r >= 0 {
-            let r = r as usize;
-            if buf.capacity() == 0 && r > 0 {
-                buf.reserve_exact(r);
-                continue;
-            }
-            // SAFETY: the kernel wrote `r` bytes.
-            unsafe { buf.set_len(r) };
-            return Ok(Some(buf));
-        }
-        let e = io::Error::last_os_error();
-        match e.raw_os_error() {
-            Some(libc::ERANGE) => buf = Vec::new(),
-            Some(libc::ENODATA) => return Ok(None),
-            _ => return Err(e),
-        }
-    }
-}
-
-/// Sets one attribute.
-pub(crate) fn set_xattr(
-    t: &XattrTarget<'_>,
-    name: &CStr,
-    value: &[u8],
-) -> io::Result<()> {
-    if let XattrTarget::At(dir, leaf) = t {
-        let p = proc_path(*dir, leaf)?;
-        return set_xattr(&XattrTarget::Path(&p), name, value);
-    }
-    let (v, n) = (value.as_ptr() as *const libc::c_void, value.len());
-    // SAFETY: name is NUL-terminated, value is `n` readable bytes.
-    let r = unsafe {
-        match t {
-            XattrTarget::Fd(f) => {
-                libc::fsetxattr(f.as_raw_fd(), name.as_ptr(), v, n, 0)
-            }
-            XattrTarget::Path(c) => {
-                libc::lsetxattr(c.as_ptr(), name.as_ptr(), v, n, 0)
-            }
-            XattrTarget::At(..) => unreachable!("resolved above"),
-        }
-    };
-    if r == -1 {
         return Err(io::Error::last_os_error());
     }
     Ok(())
@@ -421,7 +286,7 @@ pub(crate) fn set_xattr(
 /// `root` is reached, whatever is on disk. `Ok(None)` when the kernel has
 /// no openat2 (before 5.6, or filtered); the caller then walks the
 /// components itself.
-pub(crate) fn open_dir_beneath(
+pub fn open_dir_beneath(
     root: RawFd,
     rel: &CStr,
 ) -> io::Result<Option<OwnedFd>> {
@@ -496,7 +361,7 @@ fn openat2(
 /// Sets the mode of the entry `name` in `dir` without following it if it
 /// is (or became) a symlink: opened `O_PATH | O_NOFOLLOW`, checked, then
 /// changed through `/proc/self/fd`, which reaches that very inode.
-pub(crate) fn chmod_at(dir: RawFd, name: &CStr, mode: u32) -> io::Result<()> {
+pub fn chmod_at(dir: RawFd, name: &CStr, mode: u32) -> io::Result<()> {
     // SAFETY: valid descriptor and C string.
     let fd = unsafe {
         libc::openat(
@@ -510,23 +375,21 @@ pub(crate) fn chmod_at(dir: RawFd, name: &CStr, mode: u32) -> io::Result<()> {
     }
     // SAFETY: the kernel just returned this descriptor.
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    let st = super::posix::at::fstat(&fd)?;
+    let st = super::at::fstat(&fd)?;
     if st.st_mode & libc::S_IFMT == libc::S_IFLNK {
         return Err(io::Error::from_raw_os_error(libc::ELOOP));
     }
     let p = CString::new(format!("/proc/self/fd/{}", fd.as_raw_fd()))
         .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
     // SAFETY: NUL-terminated path.
-    super::posix::check(unsafe {
-        libc::chmod(p.as_ptr(), mode as libc::mode_t)
-    })
+    crate::ffi::check(unsafe { libc::chmod(p.as_ptr(), mode as libc::mode_t) })
 }
 
 /// Opens the directory `name` in `dir` only if it is on the same mount
 /// (`RESOLVE_NO_XDEV`: a bind mount of the same filesystem counts as
 /// another mount) and not a symlink. `Ok(None)`: no openat2 here, the
 /// caller compares device numbers instead.
-pub(crate) fn open_dir_same_mount(
+pub fn open_dir_same_mount(
     dir: RawFd,
     name: &CStr,
 ) -> io::Result<Option<OwnedFd>> {
@@ -541,122 +404,31 @@ pub(crate) fn open_dir_same_mount(
     )
 }
 
-/// A thread's filesystem identity, taken for a run: restored when
-/// dropped. Linux keeps fsuid, fsgid, the supplementary groups and the
-/// capability sets per thread in the kernel; glibc's `setgroups` changes
-/// every thread, so the raw system call is made.
-///
-/// Besides the identity, the thread's effective capabilities are all
-/// dropped (the permitted set stays, so that they can be raised again
-/// when the run ends). A non-zero fsuid alone clears only the file
-/// system capabilities: CAP_SETFCAP and CAP_SYS_ADMIN would stay, and
-/// with them the power to write `security.capability` and `trusted.*`
-/// on the caller's files.
-///
-/// A thread that already is the caller (one started by a thread that had
-/// assumed the identity: Linux threads inherit fsuid, groups and
-/// capabilities) keeps it as it is; it could not change it anyway, having
-/// no capability left, and nothing is restored when the guard drops.
-pub(crate) struct Assumed {
-    uid: u32,
-    gid: u32,
-    groups: Vec<libc::gid_t>,
-    effective: caps::CapsHashSet,
-    changed: bool,
-}
+/// `FS_IMMUTABLE_FL` of `linux/fs.h`.
+pub const IMMUTABLE_FL: libc::c_int = 0x10;
 
-pub(crate) fn assume(c: &crate::pool::Credentials) -> io::Result<Assumed> {
-    let mut saved = vec![0 as libc::gid_t; 65536];
-    // SAFETY: the buffer holds as many gids as its length says.
-    let n = unsafe { libc::getgroups(saved.len() as i32, saved.as_mut_ptr()) };
-    if n < 0 {
+/// The inode flags of `f` (`FS_IOC_GETFLAGS`).
+pub fn file_flags(f: &File) -> io::Result<libc::c_int> {
+    let mut flags: libc::c_int = 0;
+    // SAFETY: FS_IOC_GETFLAGS writes one int through the pointer, which
+    // points at a live int.
+    let r = unsafe {
+        libc::ioctl(f.as_raw_fd(), libc::FS_IOC_GETFLAGS, &mut flags)
+    };
+    if r < 0 {
         return Err(io::Error::last_os_error());
     }
-    saved.truncate(n as usize);
-    let effective =
-        caps::read(None, caps::CapSet::Effective).map_err(caps_error)?;
-    let mut before = Assumed {
-        // SAFETY: setfsuid(-1) only reports the current value.
-        uid: unsafe { libc::setfsuid(u32::MAX) } as u32,
-        // SAFETY: as above.
-        gid: unsafe { libc::setfsgid(u32::MAX) } as u32,
-        groups: saved,
-        effective,
-        changed: false,
-    };
-    let same_groups = {
-        let (mut have, mut want) = (before.groups.clone(), c.groups.clone());
-        have.sort_unstable();
-        have.dedup();
-        want.sort_unstable();
-        want.dedup();
-        have == want
-    };
-    if (before.uid, before.gid) == (c.uid, c.gid)
-        && same_groups
-        && before.effective.is_empty()
-    {
-        return Ok(before);
-    }
-    before.changed = true;
-    set_groups(&c.groups)?;
-    // Groups first: once the fsuid is not root, the thread may no longer
-    // change them. setfs*id report no error: read the value back.
-    // SAFETY: plain system calls with integer arguments.
-    unsafe {
-        libc::setfsgid(c.gid);
-        libc::setfsuid(c.uid);
-    }
-    // SAFETY: as above.
-    let (uid, gid) = unsafe {
-        (
-            libc::setfsuid(u32::MAX) as u32,
-            libc::setfsgid(u32::MAX) as u32,
-        )
-    };
-    if (uid, gid) != (c.uid, c.gid) {
-        drop(before);
-        return Err(io::Error::from_raw_os_error(libc::EPERM));
-    }
-    // Last: lowering the effective set needs no capability; `None` is
-    // this thread, never the process.
-    if let Err(e) = caps::clear(None, caps::CapSet::Effective) {
-        drop(before);
-        return Err(caps_error(e));
-    }
-    Ok(before)
+    Ok(flags)
 }
 
-fn caps_error(e: caps::errors::CapsError) -> io::Error {
-    io::Error::other(e.to_string())
-}
-
-fn set_groups(groups: &[u32]) -> io::Result<()> {
-    // SAFETY: the pointer and count describe `groups`.
-    let r = unsafe {
-        libc::syscall(libc::SYS_setgroups, groups.len(), groups.as_ptr())
-    };
-    if r == -1 {
+/// Sets the inode flags of `f` to `flags` (`FS_IOC_SETFLAGS`).
+pub fn set_file_flags(f: &File, flags: libc::c_int) -> io::Result<()> {
+    // SAFETY: FS_IOC_SETFLAGS reads one int through the pointer, which
+    // points at a live int.
+    let r =
+        unsafe { libc::ioctl(f.as_raw_fd(), libc::FS_IOC_SETFLAGS, &flags) };
+    if r < 0 {
         return Err(io::Error::last_os_error());
     }
     Ok(())
-}
-
-impl Drop for Assumed {
-    fn drop(&mut self) {
-        if !self.changed {
-            return;
-        }
-        // The capabilities first: setgroups needs CAP_SETGID. They were
-        // effective before, so they are still permitted.
-        let _restored =
-            caps::set(None, caps::CapSet::Effective, &self.effective);
-        // SAFETY: plain system calls; the uid first so that the groups may
-        // be set again.
-        unsafe {
-            libc::setfsuid(self.uid);
-            libc::setfsgid(self.gid);
-        }
-        let _restored = set_groups(&self.groups);
-    }
 }

@@ -15,7 +15,7 @@ use std::path::Path;
 
 /// Opens a source file without following a final symlink and without
 /// blocking on a file that turned into a FIFO.
-pub(crate) fn open_source(path: &Path) -> io::Result<File> {
+pub fn open_source(path: &Path) -> io::Result<File> {
     OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
@@ -25,7 +25,7 @@ pub(crate) fn open_source(path: &Path) -> io::Result<File> {
 /// Opens the directory `path` as the caller named it (symlinks on the
 /// way followed), to look names up in it. No `O_PATH` here: opened for
 /// reading.
-pub(crate) fn open_dir_search(path: &Path) -> io::Result<std::os::fd::OwnedFd> {
+pub fn open_dir_search(path: &Path) -> io::Result<std::os::fd::OwnedFd> {
     OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC)
@@ -35,7 +35,7 @@ pub(crate) fn open_dir_search(path: &Path) -> io::Result<std::os::fd::OwnedFd> {
 
 /// [`open_source`] for the entry `name` in the directory open as `dir`
 /// (`AT_FDCWD` and a path work too).
-pub(crate) fn open_source_at(
+pub fn open_source_at(
     dir: std::os::fd::RawFd,
     name: &CStr,
 ) -> io::Result<File> {
@@ -54,16 +54,16 @@ pub(crate) fn open_source_at(
     Ok(unsafe { File::from_raw_fd(fd) })
 }
 
-/// Directory entries through `readdir` (see `posix::at::read_entries`).
-pub(crate) use super::posix::at::read_entries as read_dir;
+/// Directory entries through `readdir` (see `at::read_entries`).
+pub use super::at::read_entries as read_dir;
 
 /// No reflinks here.
-pub(crate) fn clone_file(_src: &File, _dst: &File) -> io::Result<bool> {
+pub fn clone_file(_src: &File, _dst: &File) -> io::Result<bool> {
     Ok(false)
 }
 
 /// No reflinks here.
-pub(crate) fn clone_range(
+pub fn clone_range(
     _src: &File,
     _dst: &File,
     _off_in: u64,
@@ -74,19 +74,15 @@ pub(crate) fn clone_range(
 }
 
 /// Writeback starts at the final flush here.
-pub(crate) fn start_writeback(
-    _f: &File,
-    _off: u64,
-    _len: u64,
-) -> io::Result<()> {
+pub fn start_writeback(_f: &File, _off: u64, _len: u64) -> io::Result<()> {
     Ok(())
 }
 
 /// Read-ahead is the system's own here.
-pub(crate) fn advise_sequential(_f: &File) {}
+pub fn advise_sequential(_f: &File) {}
 
 /// No in-kernel copies here.
-pub(crate) fn copy_range(
+pub fn copy_range(
     _src: &File,
     _dst: &File,
     _off_in: u64,
@@ -99,7 +95,7 @@ pub(crate) fn copy_range(
 /// `syncfs(2)` on illumos, which has it: only the destination's
 /// filesystem is flushed.
 #[cfg(target_os = "illumos")]
-pub(crate) fn sync_fs(f: &File) -> io::Result<()> {
+pub fn sync_fs(f: &File) -> io::Result<()> {
     use std::os::fd::AsRawFd;
     // SAFETY: plain system call on an open descriptor.
     if unsafe { libc::syncfs(f.as_raw_fd()) } == -1 {
@@ -111,29 +107,26 @@ pub(crate) fn sync_fs(f: &File) -> io::Result<()> {
 /// Elsewhere no per-filesystem sync: `sync(2)` flushes everything, which
 /// includes the destination.
 #[cfg(not(target_os = "illumos"))]
-pub(crate) fn sync_fs(_f: &File) -> io::Result<()> {
+pub fn sync_fs(_f: &File) -> io::Result<()> {
     // SAFETY: sync takes no arguments and cannot fail.
     unsafe { libc::sync() };
     Ok(())
 }
 
 /// What an xattr call applies to.
-pub(crate) enum XattrTarget<'a> {
-    #[allow(dead_code)]
+pub enum XattrTarget<'a> {
     Fd(std::os::fd::BorrowedFd<'a>),
-    #[allow(dead_code)]
     Path(&'a CStr),
-    #[allow(dead_code)]
     At(std::os::fd::RawFd, &'a CStr),
 }
 
 /// See the module docs: no name/value attributes on this platform.
-pub(crate) fn list_xattrs(_t: &XattrTarget<'_>) -> io::Result<Vec<u8>> {
+pub fn list_xattrs(_t: &XattrTarget<'_>) -> io::Result<Vec<u8>> {
     Ok(Vec::new())
 }
 
 /// Never called, since nothing is listed.
-pub(crate) fn get_xattr(
+pub fn get_xattr(
     _t: &XattrTarget<'_>,
     _name: &CStr,
 ) -> io::Result<Option<Vec<u8>>> {
@@ -141,7 +134,7 @@ pub(crate) fn get_xattr(
 }
 
 /// Never called, since nothing is listed.
-pub(crate) fn set_xattr(
+pub fn set_xattr(
     _t: &XattrTarget<'_>,
     _name: &CStr,
     _value: &[u8],
@@ -150,7 +143,7 @@ pub(crate) fn set_xattr(
 }
 
 /// No openat2 here: the caller walks the components with `O_NOFOLLOW`.
-pub(crate) fn open_dir_beneath(
+pub fn open_dir_beneath(
     _root: std::os::fd::RawFd,
     _rel: &CStr,
 ) -> io::Result<Option<std::os::fd::OwnedFd>> {
@@ -160,14 +153,14 @@ pub(crate) fn open_dir_beneath(
 /// `fchmodat` after checking the entry is not a symlink: without
 /// `O_PATH`, a symlink swapped in between the two calls would be followed;
 /// only a writer inside the same directory could do that.
-pub(crate) fn chmod_at(
+pub fn chmod_at(
     dir: std::os::fd::RawFd,
     name: &CStr,
     mode: u32,
 ) -> io::Result<()> {
-    match super::posix::at::lstat(dir, name)? {
+    match super::at::lstat(dir, name)? {
         Some(st) if st.st_mode & libc::S_IFMT != libc::S_IFLNK => {
-            super::posix::at::chmod(dir, name, mode)
+            super::at::chmod(dir, name, mode)
         }
         Some(_) => Err(io::Error::from_raw_os_error(libc::ELOOP)),
         None => Err(io::Error::from_raw_os_error(libc::ENOENT)),
@@ -175,16 +168,22 @@ pub(crate) fn chmod_at(
 }
 
 /// No openat2: the caller compares device numbers.
-pub(crate) fn open_dir_same_mount(
+pub fn open_dir_same_mount(
     _dir: std::os::fd::RawFd,
     _name: &CStr,
 ) -> io::Result<Option<std::os::fd::OwnedFd>> {
     Ok(None)
 }
 
-/// No per-thread identity here: a run given one fails.
-pub(crate) struct Assumed;
+/// Linux's `FS_IMMUTABLE_FL`; no file here carries it.
+pub const IMMUTABLE_FL: libc::c_int = 0x10;
 
-pub(crate) fn assume(_c: &crate::pool::Credentials) -> io::Result<Assumed> {
-    Err(io::Error::from(io::ErrorKind::Unsupported))
+/// No flags here: `ENOTTY`.
+pub fn file_flags(_f: &File) -> io::Result<libc::c_int> {
+    Err(io::Error::from_raw_os_error(libc::ENOTTY))
+}
+
+/// No flags here: `ENOTTY`.
+pub fn set_file_flags(_f: &File, _flags: libc::c_int) -> io::Result<()> {
+    Err(io::Error::from_raw_os_error(libc::ENOTTY))
 }

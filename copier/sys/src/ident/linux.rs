@@ -1,20 +1,12 @@
-//! Linux: the peer's credentials from `SO_PEERCRED` and its groups from
-//! `SO_PEERGROUPS` (Linux 4.13).
+//! Linux: a connection's peer from `SO_PEERCRED` and its groups from
+//! `SO_PEERGROUPS` (Linux 4.13); a job's process made the caller for good.
 
 use std::io;
 use std::os::fd::RawFd;
 
-use super::credentials::Peer;
+use super::types::{Identity, Peer};
 
-/// An abstract socket address (`NOTIFY_SOCKET=@name`).
-pub(super) fn abstract_addr(
-    name: &[u8],
-) -> io::Result<std::os::unix::net::SocketAddr> {
-    use std::os::linux::net::SocketAddrExt;
-    std::os::unix::net::SocketAddr::from_abstract_name(name)
-}
-
-pub(super) fn peer(fd: RawFd) -> io::Result<Peer> {
+pub fn peer(fd: RawFd) -> io::Result<Peer> {
     // SAFETY: zeroed ucred is a valid out-parameter.
     let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
     let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
@@ -67,48 +59,6 @@ pub(super) fn peer(fd: RawFd) -> io::Result<Peer> {
     })
 }
 
-pub(super) fn release_free_memory() {
-    // SAFETY: malloc_trim takes no pointers; it walks glibc's own arenas
-    // under their locks.
-    #[cfg(target_env = "gnu")]
-    unsafe {
-        libc::malloc_trim(0);
-    }
-}
-
-pub(super) fn self_exe() -> io::Result<std::path::PathBuf> {
-    Ok("/proc/self/exe".into())
-}
-
-/// Marks every descriptor from `first` up close-on-exec
-/// (`close_range(CLOSE_RANGE_CLOEXEC)`, Linux 5.11); older kernels leave
-/// them to the job's process, which closes them first thing.
-pub(super) fn cloexec_from(first: i32) {
-    // SAFETY: a system call with integer arguments; async-signal-safe.
-    unsafe {
-        libc::syscall(
-            libc::SYS_close_range,
-            first as libc::c_uint,
-            libc::c_uint::MAX,
-            libc::CLOSE_RANGE_CLOEXEC,
-        );
-    }
-}
-
-/// Closes every descriptor from `first` up; false when the kernel has no
-/// `close_range` (before 5.9).
-pub(super) fn close_range(first: i32) -> bool {
-    // SAFETY: a system call with integer arguments.
-    unsafe {
-        libc::syscall(
-            libc::SYS_close_range,
-            first as libc::c_uint,
-            libc::c_uint::MAX,
-            0 as libc::c_uint,
-        ) == 0
-    }
-}
-
 /// The highest capability this kernel knows.
 fn last_cap() -> u32 {
     std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
@@ -129,9 +79,7 @@ fn caps_error(step: &str, e: caps::errors::CapsError) -> io::Error {
     io::Error::other(format!("{step}: {e}"))
 }
 
-pub(super) fn become_caller(
-    who: &super::credentials::Identity,
-) -> io::Result<()> {
+pub fn become_caller(who: &Identity) -> io::Result<()> {
     use caps::CapSet;
     let last = last_cap();
     // The bounding set first: dropping from it takes CAP_SETPCAP, which
@@ -150,21 +98,21 @@ pub(super) fn become_caller(
     }
     caps::clear(None, CapSet::Ambient)
         .map_err(|e| caps_error("clear the ambient capabilities", e))?;
-    // SAFETY: the pointer and count describe `who.groups`.
     check(
+        // SAFETY: the pointer and count describe `who.groups`.
         unsafe { libc::setgroups(who.groups.len(), who.groups.as_ptr()) },
         "setgroups",
     )?;
-    // SAFETY: integer arguments.
     check(
+        // SAFETY: integer arguments.
         unsafe { libc::setresgid(who.gid, who.gid, who.gid) },
         "setresgid",
     )?;
     // Without SECBIT_KEEP_CAPS the kernel empties the permitted and
     // effective sets as every uid leaves 0; the inheritable set is
     // emptied here.
-    // SAFETY: integer arguments.
     check(
+        // SAFETY: integer arguments.
         unsafe { libc::setresuid(who.uid, who.uid, who.uid) },
         "setresuid",
     )?;
@@ -201,7 +149,7 @@ pub(super) fn become_caller(
 
 /// Reads back what [`become_caller`] set: a step the kernel ignored is an
 /// error, not a job run with more than the caller has.
-fn verify(who: &super::credentials::Identity, last: u32) -> io::Result<()> {
+fn verify(who: &Identity, last: u32) -> io::Result<()> {
     use caps::CapSet;
     let (mut r, mut e, mut s) = (0, 0, 0);
     // SAFETY: three valid out-pointers.
