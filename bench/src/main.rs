@@ -2,6 +2,8 @@
 //!
 //! The arguments of each command and the dispatch to its module.
 
+#![forbid(unsafe_code)]
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 
