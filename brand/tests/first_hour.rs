@@ -273,7 +273,7 @@ fn a_dry_run_after_an_interrupted_install_tells_the_truth() {
     assert!(!format!("{out}{err}").contains("--merge"), "{out}{err}");
     assert!(out.contains("would install into"), "{out}");
     assert!(out.contains("10000 files"), "{out}");
-    // And the install it previews does what it said.
+    // And the install its dry run describes does what it said.
     let o = zinstall()
         .args(["install", "--profile"])
         .arg(&profile)

@@ -46,10 +46,10 @@ pub fn unpack_layer(
 }
 
 /// What [`unpack_layer`] would make of layer `i` of `image` in `root`,
-/// nothing written ([`unpack::survey_from`]): the layer read through,
+/// nothing written ([`unpack::dry_run_from`]): the layer read through,
 /// decompressed, and checked against its digest and diff_id as an unpack
 /// checks it.
-pub fn survey_layer(
+pub fn dry_run_layer(
     image: &Image,
     i: usize,
     root: &Path,
@@ -57,7 +57,7 @@ pub fn survey_layer(
 ) -> Result<UnpackReport> {
     let opts = applying(opts);
     through_layer(image, i, None, |diff, shown| {
-        unpack::survey_from(diff, shown, root, &opts)
+        unpack::dry_run_from(diff, shown, root, &opts)
     })
 }
 

@@ -52,6 +52,7 @@
 mod batch;
 mod budget;
 mod ctx;
+mod dry_run;
 mod finish;
 mod holes;
 mod job;
@@ -62,10 +63,9 @@ mod paths;
 mod read;
 mod run;
 mod source;
-mod survey;
 mod write;
 
+pub use dry_run::{dry_run, dry_run_from};
 pub use options::{Change, UnpackOptions, UnpackReport, Whiteouts};
 pub use run::{DECOMPRESS_THREAD, unpack, unpack_from};
 pub use source::peek_kind;
-pub use survey::{survey, survey_from};

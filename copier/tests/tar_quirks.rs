@@ -580,9 +580,9 @@ fn empty_archives_unpack_to_nothing_with_a_notice() {
             other => panic!("{}: {other:?}", archive.display()),
         }
     }
-    let r = unpack::survey(
+    let r = unpack::dry_run(
         &s.write("again.tar", &[0u8; 1024]),
-        &s.root("survey"),
+        &s.root("dry-run"),
         &UnpackOptions::default(),
     )
     .unwrap();

@@ -77,12 +77,12 @@
 #![forbid(unsafe_code)]
 
 mod attach;
+mod dry_run;
 mod error;
 mod event;
 pub mod log;
 pub mod manifest;
 mod plan;
-mod preview;
 pub mod profile;
 pub mod state;
 mod steps;

@@ -44,7 +44,7 @@ pub struct Install<'a> {
     /// install's own.
     pub pool: Option<copier::Pool>,
     /// Hears of each entry written into the root (`-v`), or in a
-    /// [`preview`](Install::preview) of each that would be.
+    /// [`dry_run`](Install::dry_run) of each that would be.
     pub listener: Option<std::sync::Arc<dyn copier::Listener>>,
     /// The platform an OCI image must be for (and the one chosen from a
     /// multi-platform index); `None`: the host's.
@@ -200,7 +200,7 @@ impl Install<'_> {
     }
 
     /// How an archive (or each layer of an OCI image) is unpacked, or
-    /// surveyed by a dry run: the profile's bounds, this install's pool,
+    /// read through by a dry run: the profile's bounds, this install's pool,
     /// cancel and listener.
     fn unpack_options_base(&self) -> UnpackOptions {
         UnpackOptions {

@@ -6,7 +6,7 @@
 //! directory too if this run created it, so that the same command can
 //! simply be run again. Guests that were there before are never touched.
 //!
-//! Here: the run ([`provision`], [`preview`]) and what it reports; how an
+//! Here: the run ([`provision`], [`dry_run`]) and what it reports; how an
 //! image becomes a cache entry is the build module's, how a run is
 //! asked for the options module's.
 
@@ -327,7 +327,7 @@ fn make_guests(
 
 /// What [`provision`] would do, found without writing anything.
 #[derive(Clone, Debug)]
-pub struct ProvisionPreview {
+pub struct ProvisionDryRun {
     /// The image's kind.
     pub image: ImageKind,
     /// Whether the cache entry would be reused, rebuilt or built.
@@ -342,10 +342,10 @@ pub struct ProvisionPreview {
 /// entry by the image file's identity and `sha256` against an entry
 /// found, no guest already there), nothing written, no image data read
 /// beyond its head.
-pub fn preview(
+pub fn dry_run(
     image: &Path,
     opts: &ProvisionOptions,
-) -> Result<ProvisionPreview, ProvisionError> {
+) -> Result<ProvisionDryRun, ProvisionError> {
     let kind = check_request(image, opts)?;
     let entry_kind = entry_kind(kind);
     let root = match fs::canonicalize(&opts.cache) {
@@ -376,14 +376,14 @@ pub fn preview(
         }
         guests.push(path);
     }
-    Ok(ProvisionPreview {
+    Ok(ProvisionDryRun {
         image: kind,
         would,
         guests,
     })
 }
 
-/// What is checked before anything is extracted (or, in a preview,
+/// What is checked before anything is extracted (or, in a dry run,
 /// instead): the count, which sizes the guest list, the size, which sizes
 /// every overlay, the tunables (set by a caller rather than read from a
 /// file, they may never have been checked, and a buffer is sized from

@@ -51,7 +51,7 @@
 //! | [`cache`] | the content-addressed cache: layout and locks, obtaining an entry, stamp and protection, guest records, gc |
 //! | `oci` | an OCI image's entry from its layers, each cached once |
 //! | `build` | an image read once into a cache entry's payload |
-//! | `guests` | [`provision`] and [`preview`]: the guests made from an entry, all or nothing |
+//! | `guests` | [`provision`] and [`dry_run`]: the guests made from an entry, all or nothing |
 
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
@@ -72,7 +72,7 @@ mod sys;
 pub use detect::{Compression, ImageKind, decompress, detect};
 pub use error::{ImageProblem, ProvisionError};
 pub use guests::{
-    Guest, GuestKind, ProvisionPreview, ProvisionReport, preview, provision,
+    Guest, GuestKind, ProvisionDryRun, ProvisionReport, dry_run, provision,
     provision_in,
 };
 pub use options::{DEFAULT_CACHE, ProvisionOptions, ProvisionRequest};

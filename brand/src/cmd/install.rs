@@ -122,7 +122,7 @@ pub fn install(args: &InstallArgs) -> Exit {
         }
     };
     if args.dry_run {
-        return preview(args, profile, tunables, trust);
+        return dry_run(args, profile, tunables, trust);
     }
     // Made (0700) through a checked descriptor: a zonepath that is a
     // symlink, or that another user could swap, is refused untouched.
@@ -239,7 +239,7 @@ fn show_event(json: bool, bar: &Option<Arc<Bar>>, e: &install::Event) {
 }
 
 /// `--dry-run`: the install's checks and walks, nothing written, no log.
-fn preview(
+fn dry_run(
     args: &InstallArgs,
     profile: Profile,
     tunables: copier::Tunables,
@@ -250,14 +250,14 @@ fn preview(
     let mut show = |e: &install::Event| show_event(json, &bar, e);
     let log = slog::Logger::root(slog::Discard, slog::o!());
     let shown = profile.path.clone();
-    let r = job(args, profile, tunables, log, &mut show, &bar, trust).preview();
+    let r = job(args, profile, tunables, log, &mut show, &bar, trust).dry_run();
     if let Some(b) = &bar {
         b.finish();
     }
     finish(args, &shown, r)
 }
 
-/// Prints the outcome of an install or its preview; the exit status.
+/// Prints the outcome of an install or its dry run; the exit status.
 fn finish(
     args: &InstallArgs,
     shown: &std::path::Path,

@@ -313,13 +313,13 @@ pub fn provision(args: &ProvisionArgs) -> Exit {
         output::note(format_args!("signals not handled: {e}"));
     }
     if args.dry_run {
-        return match provision::preview(&args.image, &opts) {
+        return match provision::dry_run(&args.image, &opts) {
             Ok(p) => {
-                let v = preview_json(&args.image, &p);
+                let v = dry_run_json(&args.image, &p);
                 if args.json {
                     crate::json::result(v);
                 } else {
-                    print_preview(&v);
+                    print_dry_run(&v);
                 }
                 Exit::Ok
             }
@@ -415,9 +415,9 @@ pub(crate) fn cache_hint(
 }
 
 /// What a dry run found, as `--dry-run --json` prints it.
-fn preview_json(
+fn dry_run_json(
     image: &std::path::Path,
-    p: &provision::ProvisionPreview,
+    p: &provision::ProvisionDryRun,
 ) -> Value {
     use zinstall_provision::cache::WouldObtain;
     let (would, entry, why) = match &p.would {
@@ -439,7 +439,7 @@ fn preview_json(
 }
 
 /// A dry run's findings as text: the cache's part, then each guest.
-fn print_preview(v: &Value) {
+fn print_dry_run(v: &Value) {
     let s = |v: &Value| v.as_str().unwrap_or_default().to_string();
     let what = match v["cache"].as_str() {
         Some("reuse") => format!("reuse cache entry {}", s(&v["entry"])),

@@ -104,7 +104,7 @@ fn policy_set(p: &crate::pull::PullArgs) -> bool {
 
 /// The dry-run and listing flags, refused together with why.
 const LISTING_FLAGS: &str =
-    "--dry-run, --verbose (run without --daemon to preview or list)";
+    "--dry-run, --verbose (run without --daemon for a dry run or a listing)";
 
 /// The tunable flags, refused together with why.
 const TUNABLE_FLAGS: &str = "--threads, --walkers, --batch, --bufsize, \

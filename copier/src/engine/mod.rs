@@ -94,17 +94,17 @@
 //! work in a copy), so the walkers' own rate is measured apart from the
 //! copying and from any consumer's. A dry run is the same walk
 //! with nothing made: the walkers count what a copy would do
-//! ([`preview`]).
+//! ([`dry_run`]).
 
 mod dest;
 mod dirs;
 mod dispatch;
+mod dry_run;
 mod inodes;
 mod job;
 mod meta;
 mod node;
 mod opening;
-mod preview;
 mod shared;
 mod source;
 mod tasks;
@@ -157,7 +157,7 @@ pub(crate) fn run(plan: &Plan) -> Result<Report, Failure> {
             Err(e) => shared.fail(e),
             Ok(md) if plan.dry_run => {
                 if let Some(walked) =
-                    preview::run(&shared, source, &md, &mut stats)
+                    dry_run::run(&shared, source, &md, &mut stats)
                 {
                     add_walkers(&mut stats, &mut entities, walked);
                 }

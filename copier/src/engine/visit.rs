@@ -1,6 +1,6 @@
 //! What the walkers do with what they find: a copy makes it; a dry run
-//! counts it through a [`Preview`]. Apart, so that the walk and the dry
-//! run (`preview`) each depend on this leaf and not on each other.
+//! counts it through a [`DryRunVisit`]. Apart, so that the walk and the dry
+//! run (`dry_run`) each depend on this leaf and not on each other.
 
 use std::ffi::CStr;
 use std::os::fd::RawFd;
@@ -17,12 +17,12 @@ pub(crate) enum Mode<'a> {
     /// rest (a copy, or a walk-only run whose consumer discards them).
     Copy,
     /// Write nothing: count what a copy would do (a dry run), here.
-    DryRun(&'a (dyn Preview + 'a)),
+    DryRun(&'a (dyn DryRunVisit + 'a)),
 }
 
 /// A dry run's counting, which the walkers call in place of making
 /// anything.
-pub(crate) trait Preview: Sync {
+pub(crate) trait DryRunVisit: Sync {
     /// A directory a walker is about to read (`top`: the source itself).
     fn dir(
         &self,

@@ -43,7 +43,7 @@ pub struct Replaced {
 }
 
 /// What [`Cache::obtain`] would do for an image, as a dry run
-/// ([`crate::preview`]) finds it.
+/// ([`crate::dry_run`]) finds it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum WouldObtain {
     /// Reuse this entry, built earlier from the same file.

@@ -1,4 +1,4 @@
-//! The dry run ([`Install::preview`]): every check the install makes,
+//! The dry run ([`Install::dry_run`]): every check the install makes,
 //! then each step walked or read through without writing anything. Its
 //! own room: it shares the plan's checks and none of the steps' writes.
 
@@ -15,38 +15,38 @@ impl Install<'_> {
     /// (the zonepath's state, the profile's trees, the baseline and each
     /// image's kind), then each step walked or read through without
     /// writing anything: the trees as their copies would walk them, each
-    /// archive read to its end ([`unpack::survey`]), the host files.
+    /// archive read to its end ([`unpack::dry_run`]), the host files.
     /// Events and the listener report what would be done; the summary
     /// counts it. Takes no lock and writes no log record: a dry run
     /// leaves the zonepath as it found it.
-    pub fn preview(&mut self) -> Result<Summary, InstallError> {
+    pub fn dry_run(&mut self) -> Result<Summary, InstallError> {
         self.choose_host_parts();
         // A registry image's manifest and config are fetched into a store
-        // of the preview's own, removed after: a dry run writes nothing
+        // of the dry run's own, removed after: a dry run writes nothing
         // into the cache, and downloads no layer.
         let pulls = self
             .images
             .iter()
             .any(|i| zinstall_registry::reference_of(i).is_some());
         if !pulls {
-            return self.preview_with();
+            return self.dry_run_with();
         }
         let scratch = std::env::temp_dir().join(format!(
-            "zinstall-preview.{}.{:?}",
+            "zinstall-dry-run.{}.{:?}",
             std::process::id(),
             std::thread::current().id()
         ));
         let kept = self.store.replace(scratch.clone());
-        let r = self.preview_with();
+        let r = self.dry_run_with();
         self.store = kept;
         let _best_effort = std::fs::remove_dir_all(&scratch);
         r
     }
 
-    fn preview_with(&mut self) -> Result<Summary, InstallError> {
+    fn dry_run_with(&mut self) -> Result<Summary, InstallError> {
         let root = self.zonepath.join("root");
         // An interrupted install's partial root is removed before the
-        // real run writes: the preview takes the root as empty, as that
+        // real run writes: the dry run takes the root as empty, as that
         // run will find it.
         let interrupted = self.check_state(&root)? == Some(State::Installing);
         if interrupted {
@@ -117,7 +117,7 @@ impl Install<'_> {
                         path: path.clone(),
                         kind: a.kind,
                     });
-                    let r = copier::oci::survey_layer(
+                    let r = copier::oci::dry_run_layer(
                         image,
                         i,
                         &root,
@@ -144,7 +144,7 @@ impl Install<'_> {
             });
             let opts = self.unpack_options(a);
             let r =
-                unpack::survey(&a.path, &root, &opts).map_err(|source| {
+                unpack::dry_run(&a.path, &root, &opts).map_err(|source| {
                     InstallError::before(Cause::Step {
                         step: "unpack".into(),
                         source: Box::new(source),

@@ -28,7 +28,7 @@ use crate::stats::{NoticeBoard, NoticeKind};
 /// report counts what would be made. What depends on the tree being
 /// built (a member below a symlink an earlier member made, a file over a
 /// directory) is found by the unpack alone.
-pub fn survey(
+pub fn dry_run(
     archive: &Path,
     root: &Path,
     opts: &UnpackOptions,
@@ -42,14 +42,14 @@ pub fn survey(
         .map_err(|e| Error::io(Op::Read, archive, e))?;
     let reader = decompress(f, compression_of(&head[..n]))
         .map_err(|e| Error::io(Op::Read, archive, e))?;
-    survey_from(reader, archive, root, opts)
+    dry_run_from(reader, archive, root, opts)
 }
 
-/// [`survey`] of a tar stream already decompressed (an OCI layer read
+/// [`dry_run`] of a tar stream already decompressed (an OCI layer read
 /// through its digest checks); `archive` names it in errors. With
 /// `opts.whiteouts` other than `Off`, OCI whiteouts are removals, not
 /// entries: they are checked and not counted.
-pub fn survey_from(
+pub fn dry_run_from(
     reader: impl io::Read,
     archive: &Path,
     root: &Path,

@@ -18,7 +18,7 @@ use std::sync::Mutex;
 use super::dest::check_destination;
 use super::shared::Shared;
 use super::source::Source;
-use super::visit::{Mode, Preview};
+use super::visit::{DryRunVisit, Mode};
 use super::walk;
 use crate::error::{Error, Op, Refusal, Result};
 use crate::stats::Stats;
@@ -101,7 +101,7 @@ struct DryRun<'s, 'p> {
     seen: Mutex<HashSet<(u64, u64)>>,
 }
 
-impl Preview for DryRun<'_, '_> {
+impl DryRunVisit for DryRun<'_, '_> {
     fn dir(
         &self,
         stats: &mut Stats,
