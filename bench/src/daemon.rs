@@ -446,13 +446,16 @@ pub fn run(
                     let cmds = (0..clients)
                         .map(|c| {
                             let mut cmd = Command::new(bin.join("zinstall"));
-                            cmd.env("ZINSTALL_DEFAULTS", "/dev/null")
-                                .env_remove("ZINSTALL_DAEMON")
-                                .arg("install")
-                                .arg("--profile")
-                                .arg(&profile)
-                                .arg("--zonepath")
-                                .arg(zp("p", c));
+                            cmd.env(
+                                zinstall_core::paths::DEFAULTS_ENV,
+                                "/dev/null",
+                            )
+                            .env_remove("ZINSTALL_DAEMON")
+                            .arg("install")
+                            .arg("--profile")
+                            .arg(&profile)
+                            .arg("--zonepath")
+                            .arg(zp("p", c));
                             cmd
                         })
                         .collect();
@@ -487,14 +490,17 @@ pub fn run(
                     let cmds = (0..clients)
                         .map(|c| {
                             let mut cmd = Command::new(bin.join("zinstall"));
-                            cmd.env("ZINSTALL_DEFAULTS", "/dev/null")
-                                .env_remove("ZINSTALL_DAEMON")
-                                .arg("provision")
-                                .arg(&image)
-                                .arg("--out")
-                                .arg(out("p", c))
-                                .arg("--cache")
-                                .arg(work.join("pcache"));
+                            cmd.env(
+                                zinstall_core::paths::DEFAULTS_ENV,
+                                "/dev/null",
+                            )
+                            .env_remove("ZINSTALL_DAEMON")
+                            .arg("provision")
+                            .arg(&image)
+                            .arg("--out")
+                            .arg(out("p", c))
+                            .arg("--cache")
+                            .arg(work.join("pcache"));
                             cmd
                         })
                         .collect();

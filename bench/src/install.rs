@@ -39,7 +39,8 @@ pub(crate) fn install_bench(
             peers::sync();
             peers::warm(&seed).map_err(|e| e.to_string())?;
             let mut c = std::process::Command::new(&z);
-            c.env("ZINSTALL_DEFAULTS", "/dev/null").arg("install");
+            c.env(zinstall_core::paths::DEFAULTS_ENV, "/dev/null")
+                .arg("install");
             if i == 1 {
                 c.args(["--threads", "1", "--batch", "1"]);
             }

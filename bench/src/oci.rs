@@ -117,7 +117,7 @@ pub fn bench(
             let mut c =
                 Command::new(if i == 0 { z } else { Path::new("umoci") });
             if i == 0 {
-                c.env("ZINSTALL_DEFAULTS", "/dev/null")
+                c.env(zinstall_core::paths::DEFAULTS_ENV, "/dev/null")
                     .arg("install")
                     .arg("--profile")
                     .arg(&profile)

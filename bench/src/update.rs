@@ -68,7 +68,7 @@ fn mutate(tree: &Path, percent: f64) -> Result<usize, String> {
 
 fn zinstall(z: &Path) -> Command {
     let mut c = Command::new(z);
-    c.env("ZINSTALL_DEFAULTS", "/dev/null");
+    c.env(zinstall_core::paths::DEFAULTS_ENV, "/dev/null");
     c
 }
 

@@ -7,10 +7,7 @@ use std::path::{Path, PathBuf};
 use clap::Args;
 use copier::{DefaultsFile, Tunables};
 
-pub use zinstall_install::DEFAULTS_FILE;
-
-/// The environment variable naming another defaults file.
-pub const DEFAULTS_ENV: &str = "ZINSTALL_DEFAULTS";
+pub use zinstall_core::paths::{DEFAULTS_ENV, DEFAULTS_FILE};
 
 /// Flags that set the engine's knobs, shared by every command that copies.
 #[derive(Args, Debug, Clone, Default)]

@@ -8,6 +8,9 @@ use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 pub use crate::beneath::{Visit, remove_tree, walk_tree};
+/// Whole-file locks, from `zinstall-core` (which the registry client
+/// shares without depending on the engine).
+pub use zinstall_core::Flock;
 
 /// Flushes the filesystem that holds `f` to stable storage (`syncfs(2)`
 /// where the platform has it).
@@ -129,41 +132,5 @@ impl RangeCopier {
     /// Bytes copied in the kernel.
     pub fn copied(&self) -> u64 {
         self.copied.load(Ordering::Relaxed)
-    }
-}
-
-/// Whole-file advisory locks with `flock(2)`, on Linux and illumos alike.
-///
-/// std's `File::lock` family returns `Unsupported` on illumos before Rust
-/// 1.91.1; `flock` is in both libcs, and its locks belong to the open file
-/// description, as std's do: dropped with the last descriptor, not taken
-/// twice by two opens in one process.
-pub trait Flock {
-    /// Waits for an exclusive lock.
-    fn flock_exclusive(&self) -> io::Result<()>;
-    /// Waits for a shared lock.
-    fn flock_shared(&self) -> io::Result<()>;
-    /// Takes an exclusive lock if no one holds one: `Ok(false)` if
-    /// another open file holds a lock.
-    fn try_flock_exclusive(&self) -> io::Result<bool>;
-    /// Releases the lock.
-    fn flock_unlock(&self) -> io::Result<()>;
-}
-
-impl Flock for File {
-    fn flock_exclusive(&self) -> io::Result<()> {
-        crate::sys::posix::flock(self, libc::LOCK_EX).map(|_| ())
-    }
-
-    fn flock_shared(&self) -> io::Result<()> {
-        crate::sys::posix::flock(self, libc::LOCK_SH).map(|_| ())
-    }
-
-    fn try_flock_exclusive(&self) -> io::Result<bool> {
-        crate::sys::posix::flock(self, libc::LOCK_EX | libc::LOCK_NB)
-    }
-
-    fn flock_unlock(&self) -> io::Result<()> {
-        crate::sys::posix::flock(self, libc::LOCK_UN).map(|_| ())
     }
 }

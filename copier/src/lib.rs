@@ -55,7 +55,6 @@
 #![deny(unsafe_code)]
 
 pub mod beneath;
-mod cancel;
 pub mod defaults;
 pub mod descriptors;
 mod engine;
@@ -78,7 +77,6 @@ pub mod unpack;
 pub mod verify;
 mod writeback;
 
-pub use cancel::Cancel;
 pub use defaults::DefaultsFile;
 pub use descriptors::Descriptors;
 pub use error::{Error, Met, Op, Refusal, Result, Syntax};
@@ -91,3 +89,6 @@ pub use stats::{Notice, NoticeKind, Stats, WalkerStats, WorkerStats};
 pub use trace::{Recording, ThreadState};
 pub use tunables::{Tunables, Writeback};
 pub use zinstall_archive::ArchiveRefusal;
+// Shared with the registry client, the install library and the daemon,
+// which need not depend on the engine for them.
+pub use zinstall_core::Cancel;

@@ -216,30 +216,10 @@ impl InFlight {
     }
 }
 
-/// The identity a run reads and writes files as, when it is not the
-/// process's own: a service doing a client's copy checks every open and
-/// every creation against the client, as if the client ran it.
-///
-/// On Linux the run's threads take it as their filesystem identity
-/// (`setfsuid`, `setfsgid`, and the supplementary groups of that thread
-/// only) for the run and its batches, and drop every effective
-/// capability of that thread meanwhile: the kernel then refuses what the
-/// caller could not do itself (override permissions, set file
-/// capabilities or `trusted.*` attributes, make device nodes). The run
-/// also keeps no `security.*` or `trusted.*` attribute and no setuid or
-/// setgid bit for another owner, each said once as a notice, as `cp -a`
-/// run by the caller would end. Other platforms have no
-/// per-thread identity: a run given one fails with
-/// [`Op::Credentials`](crate::Op::Credentials) there.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Credentials {
-    /// The user files are opened and created as.
-    pub uid: u32,
-    /// The primary group.
-    pub gid: u32,
-    /// Supplementary groups.
-    pub groups: Vec<u32>,
-}
+/// Whom a run reads and writes as ([`Plan::acting_as`](crate::Plan::acting_as)),
+/// from `zinstall-core`; a run given one on a platform with no
+/// per-thread identity fails with [`Op::Credentials`](crate::Op::Credentials).
+pub use zinstall_core::Credentials;
 
 #[cfg(test)]
 mod test {

@@ -34,21 +34,16 @@ use crate::protocol::{Call, CleanPath};
 use crate::sys;
 
 /// Where the configuration is read from unless `--config` says.
-pub const DEFAULT_CONFIG: &str = "/etc/zinstall/zinstalld.toml";
+pub const DEFAULT_CONFIG: &str = zinstall_core::paths::DAEMON_CONFIG;
 /// Where the daemon listens unless configured: `/run` on Linux, and
 /// `/var/run` on illumos, which has no `/run`.
-#[cfg(not(target_os = "illumos"))]
-pub const DEFAULT_SOCKET: &str = "/run/zinstall/zinstalld.sock";
-/// Where the daemon listens unless configured: `/run` on Linux, and
-/// `/var/run` on illumos, which has no `/run`.
-#[cfg(target_os = "illumos")]
-pub const DEFAULT_SOCKET: &str = "/var/run/zinstall/zinstalld.sock";
+pub const DEFAULT_SOCKET: &str = zinstall_core::paths::DAEMON_SOCKET;
 /// The cache's default place, as the CLI's.
-pub const DEFAULT_CACHE: &str = zinstall_provision::DEFAULT_CACHE;
+pub const DEFAULT_CACHE: &str = zinstall_core::paths::CACHE;
 /// The default install profile, as the CLI's.
-pub const DEFAULT_PROFILE: &str = zinstall_install::profile::DEFAULT_PATH;
+pub const DEFAULT_PROFILE: &str = zinstall_core::paths::PROFILE;
 /// The defaults file the worker budget comes from, as the CLI's.
-pub const DEFAULT_DEFAULTS: &str = zinstall_install::DEFAULTS_FILE;
+pub const DEFAULT_DEFAULTS: &str = zinstall_core::paths::DEFAULTS_FILE;
 
 /// Operations a grant may name for a caller other than root.
 pub const GRANTABLE: &[&str] =

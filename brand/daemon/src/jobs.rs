@@ -55,7 +55,7 @@ pub struct Job {
     /// The client's pid.
     pub pid: i32,
     /// Raised to stop it.
-    pub cancel: copier::Cancel,
+    pub cancel: zinstall_core::Cancel,
     /// Entries done.
     pub entries: AtomicU64,
     /// Bytes done.
@@ -226,7 +226,7 @@ impl Job {
     }
 }
 
-impl copier::Progress for Job {
+impl zinstall_core::Progress for Job {
     fn advance(&self, entries: u64, bytes: u64) {
         self.entries.fetch_add(entries, Ordering::Relaxed);
         self.bytes.fetch_add(bytes, Ordering::Relaxed);
@@ -269,7 +269,7 @@ impl Jobs {
             what,
             owner,
             pid,
-            cancel: copier::Cancel::new(),
+            cancel: zinstall_core::Cancel::new(),
             entries: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
             started: Instant::now(),

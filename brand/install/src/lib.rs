@@ -103,7 +103,6 @@ pub use zonepath::{
 };
 
 /// The system-wide defaults file (defopen(3C) format) that the CLI, the
-/// brand hook and the daemon read the engine's tunables from. The engine
-/// takes every path from its caller; the system's place for this one is
-/// kept here, below all three.
-pub const DEFAULTS_FILE: &str = "/etc/default/zinstall";
+/// brand hook and the daemon read the engine's tunables from
+/// ([`zinstall_core::paths`] keeps every such place).
+pub const DEFAULTS_FILE: &str = zinstall_core::paths::DEFAULTS_FILE;

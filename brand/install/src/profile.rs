@@ -16,12 +16,12 @@ pub const LINUX: &str =
     include_str!("../../../etc/zinstall/profile-linux.toml");
 
 /// The system's profile.
-pub const DEFAULT_PATH: &str = "/etc/zinstall/profile.toml";
+pub const DEFAULT_PATH: &str = zinstall_core::paths::PROFILE;
 
 /// The install log, unless the profile names another: in a directory of
 /// root's alone (made when missing), so that nobody else can plant a
 /// link or a file where root appends.
-pub const DEFAULT_LOG: &str = "/var/log/zinstall/install.log";
+pub const DEFAULT_LOG: &str = zinstall_core::paths::INSTALL_LOG;
 
 /// How the built-in default profile is named in messages.
 pub const BUILT_IN: &str = "(built-in default profile)";

@@ -32,10 +32,10 @@
 
 use std::fs::{self, File, OpenOptions};
 
-use copier::fsutil::Flock;
 use std::io::{self, Read, Seek, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use zinstall_core::Flock;
 
 /// The lock file's name in the zonepath.
 pub const LOCK: &str = ".zinstall.lock";

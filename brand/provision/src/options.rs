@@ -14,7 +14,7 @@ use copier::unpack::UnpackOptions;
 use serde::{Deserialize, Serialize};
 
 /// Where the cache lives unless the caller names another place.
-pub const DEFAULT_CACHE: &str = "/var/cache/zinstall";
+pub const DEFAULT_CACHE: &str = zinstall_core::paths::CACHE;
 
 /// The mode of every disk guest (a qcow2 overlay), native or made by
 /// `qemu-img`: it holds what the guest writes, so it is its owner's

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use copier::fsutil::Flock;
+use zinstall_core::Flock;
 use zinstall_oci::{BlobKind, Digest, Fetch, Hasher};
 
 use crate::error::{RegistryError, Result};
@@ -31,7 +31,7 @@ pub(crate) struct Fetcher {
     pub(crate) retries: u32,
     pub(crate) events: Option<Events>,
     pub(crate) max_blob_size: Option<u64>,
-    pub(crate) progress: Option<Arc<dyn copier::Progress>>,
+    pub(crate) progress: Option<Arc<dyn zinstall_core::Progress>>,
     /// Keeps gc out of the store while the image is open (`None` when
     /// only a manifest is looked at, nothing stored).
     pub(crate) _in_use: Option<store::InUse>,
@@ -79,7 +79,7 @@ impl Fetcher {
                 .watch
                 .cancel
                 .as_ref()
-                .is_some_and(copier::Cancel::is_cancelled)
+                .is_some_and(zinstall_core::Cancel::is_cancelled)
             {
                 return Err(RegistryError::Cancelled {
                     op: "GET",

@@ -8,8 +8,8 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use copier::fsutil::Flock;
 use oci_spec::image::{Descriptor, ImageIndex, MediaType};
+use zinstall_core::Flock;
 use zinstall_oci::{Digest, Hasher, Image, MAX_JSON, Select};
 
 use crate::auth;
@@ -38,14 +38,14 @@ pub struct PullOptions {
     pub events: Option<Events>,
     /// Raised to stop the pull: every wait on the network gives up
     /// within a tenth of a second.
-    pub cancel: Option<copier::Cancel>,
+    pub cancel: Option<zinstall_core::Cancel>,
     /// The most bytes a blob's descriptor may declare (the caller's
     /// `--max-archive-size`); a larger blob is refused before it is
     /// fetched. `None`: no bound but the descriptor's own.
     pub max_blob_size: Option<u64>,
     /// Hears how far each blob's download is: its size first
-    /// ([`copier::Progress::begin`]), then the bytes as they arrive.
-    pub progress: Option<Arc<dyn copier::Progress>>,
+    /// ([`zinstall_core::Progress::begin`]), then the bytes as they arrive.
+    pub progress: Option<Arc<dyn zinstall_core::Progress>>,
     /// The trust policy each image's manifest must satisfy before any
     /// layer is fetched; `None`: digests are checked, signatures are not
     /// (an [`Event::Unverified`] says so).
@@ -76,7 +76,7 @@ pub struct Registry {
     events: Option<Events>,
     watch: Watch,
     max_blob_size: Option<u64>,
-    progress: Option<Arc<dyn copier::Progress>>,
+    progress: Option<Arc<dyn zinstall_core::Progress>>,
     trust: Option<Arc<policy::Trust>>,
 }
 

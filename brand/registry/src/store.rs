@@ -15,8 +15,8 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use copier::fsutil::Flock;
 use oci_spec::image::ImageIndex;
+use zinstall_core::Flock;
 use zinstall_oci::{Digest, MAX_JSON, REF_NAME};
 
 use crate::error::{RegistryError, Result};

@@ -15,7 +15,7 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use copier::Cancel;
+use zinstall_core::Cancel;
 
 use crate::error::{Failure, RegistryError as Error, Result};
 

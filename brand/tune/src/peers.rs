@@ -9,6 +9,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use copier::verify::{self, CompareOptions};
+use zinstall_core::paths::DEFAULTS_ENV;
 
 /// One contender.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -112,7 +113,7 @@ impl Tool {
                 walkers,
             } => {
                 let mut c = Command::new(zinstall);
-                c.env("ZINSTALL_DEFAULTS", "/dev/null")
+                c.env(DEFAULTS_ENV, "/dev/null")
                     .args(["copy", "-q", "--threads"])
                     .arg(threads.to_string())
                     .arg("--batch")
@@ -125,7 +126,7 @@ impl Tool {
             }
             Tool::ZinstallAt { bin, .. } => {
                 let mut c = Command::new(bin);
-                c.env("ZINSTALL_DEFAULTS", "/dev/null")
+                c.env(DEFAULTS_ENV, "/dev/null")
                     .args(["copy", "-q"])
                     .arg(src)
                     .arg(dst);
@@ -133,7 +134,7 @@ impl Tool {
             }
             Tool::ZinstallNoProbes(bin) => {
                 let mut c = Command::new(bin);
-                c.env("ZINSTALL_DEFAULTS", "/dev/null")
+                c.env(DEFAULTS_ENV, "/dev/null")
                     .args(["copy", "-q"])
                     .arg(src)
                     .arg(dst);
@@ -141,7 +142,7 @@ impl Tool {
             }
             Tool::ZinstallSync => {
                 let mut c = Command::new(zinstall);
-                c.env("ZINSTALL_DEFAULTS", "/dev/null")
+                c.env(DEFAULTS_ENV, "/dev/null")
                     .args(["copy", "-q", "--sync"])
                     .arg(src)
                     .arg(dst);
@@ -149,7 +150,7 @@ impl Tool {
             }
             Tool::ZinstallAlways => {
                 let mut c = Command::new(zinstall);
-                c.env("ZINSTALL_DEFAULTS", "/dev/null")
+                c.env(DEFAULTS_ENV, "/dev/null")
                     .args(["copy", "-q", "--writeback", "always"])
                     .arg(src)
                     .arg(dst);
@@ -159,7 +160,7 @@ impl Tool {
                 let mut c = Command::new(zinstall);
                 let mut json = dst.as_os_str().to_owned();
                 json.push(".statemap.json");
-                c.env("ZINSTALL_DEFAULTS", "/dev/null")
+                c.env(DEFAULTS_ENV, "/dev/null")
                     .args(["copy", "-q", "--statemap"])
                     .arg(json)
                     .arg(src)
@@ -170,7 +171,7 @@ impl Tool {
                 let mut c = Command::new(zinstall);
                 let mut json = dst.as_os_str().to_owned();
                 json.push(".statemap.json");
-                c.env("ZINSTALL_DEFAULTS", "/dev/null")
+                c.env(DEFAULTS_ENV, "/dev/null")
                     .arg("trace")
                     .arg("-o")
                     .arg(json)

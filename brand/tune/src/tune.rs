@@ -391,7 +391,7 @@ fn point(
         c
     };
     let out = cmd
-        .env("ZINSTALL_DEFAULTS", "/dev/null")
+        .env(zinstall_core::paths::DEFAULTS_ENV, "/dev/null")
         .output()
         .map_err(io_err("run", &opts.zinstall))?;
     let _ = fs::remove_dir_all(dst);

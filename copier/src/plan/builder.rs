@@ -6,10 +6,11 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use zinstall_core::Cancel;
+
 use super::outcome::OnError;
 use super::watch::{Listener, Progress};
 use crate::beneath::{Root, RootAt};
-use crate::cancel::Cancel;
 use crate::pool::{Credentials, Pool};
 use crate::rules::RuleSet;
 use crate::tunables::Tunables;

@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use zinstall_archive::{ArchiveKind, ArchiveMeta};
+use zinstall_core::Cancel;
 
-use crate::cancel::Cancel;
 use crate::stats::{Notice, Stats};
 use crate::tunables::Tunables;
 

@@ -77,18 +77,6 @@ fn at_calls_make_what_std_sees() {
 }
 
 #[test]
-fn a_held_lock_is_said_without_waiting() {
-    let tmp = tempfile::tempdir().unwrap();
-    let p = tmp.path().join("lock");
-    let a = std::fs::File::create(&p).unwrap();
-    let b = std::fs::File::open(&p).unwrap();
-    assert!(fs::flock(&a, libc::LOCK_EX | libc::LOCK_NB).unwrap());
-    assert!(!fs::flock(&b, libc::LOCK_EX | libc::LOCK_NB).unwrap());
-    fs::flock(&a, libc::LOCK_UN).unwrap();
-    assert!(fs::flock(&b, libc::LOCK_EX | libc::LOCK_NB).unwrap());
-}
-
-#[test]
 fn holes_and_data_are_found() {
     let tmp = tempfile::tempdir().unwrap();
     let f = std::fs::File::create(tmp.path().join("f")).unwrap();

@@ -27,12 +27,12 @@ pub(super) fn clone_tree(
     new: BorrowedFd<'_>,
     rel: &[u8],
     new_path: &Path,
-    cancel: Option<&copier::Cancel>,
+    cancel: Option<&zinstall_core::Cancel>,
     depth: usize,
 ) -> Result<u64, UpdateError> {
     use rayon::prelude::*;
     use rustix::fs::FileType;
-    if cancel.is_some_and(copier::Cancel::is_cancelled) {
+    if cancel.is_some_and(zinstall_core::Cancel::is_cancelled) {
         return Err(UpdateError::Cancelled);
     }
     let here = new_path.join(OsStr::from_bytes(rel));

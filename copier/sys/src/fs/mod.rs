@@ -58,6 +58,6 @@ pub use platform::{
     open_dir_search, open_source, open_source_at, read_dir, set_file_flags,
     start_writeback, sync_fs,
 };
-pub use posix::{flock, major_minor, makedev, mkdir, seek, set_times_fd, sync};
+pub use posix::{major_minor, makedev, mkdir, seek, set_times_fd, sync};
 pub use stat::{Stat, Times};
 pub use xattr::{XattrTarget, get_xattr, list_xattrs, set_xattr};

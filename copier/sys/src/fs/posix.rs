@@ -45,25 +45,6 @@ pub fn seek(f: &File, offset: u64, data: bool) -> io::Result<Option<u64>> {
     Ok(Some(r as u64))
 }
 
-/// `flock(2)` with `op`, retried on `EINTR`: `Ok(false)` when `LOCK_NB`
-/// finds the lock held.
-pub fn flock(f: &impl AsRawFd, op: libc::c_int) -> io::Result<bool> {
-    loop {
-        // SAFETY: plain system call on an open descriptor.
-        if unsafe { libc::flock(f.as_raw_fd(), op) } == 0 {
-            return Ok(true);
-        }
-        let e = io::Error::last_os_error();
-        match e.raw_os_error() {
-            Some(libc::EINTR) => {}
-            Some(libc::EWOULDBLOCK) if op & libc::LOCK_NB != 0 => {
-                return Ok(false);
-            }
-            _ => return Err(e),
-        }
-    }
-}
-
 /// A device number's major and minor parts; libc's are `unsafe` on
 /// illumos as `makedev` is.
 pub fn major_minor(dev: u64) -> (u32, u32) {

@@ -7,9 +7,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 /// A flag shared between a run and whoever may cancel it. Clones share
 /// the flag. A cancelled copy or unpack stops at its next entry (the
 /// walker and the unpack reader check before each, workers before each
-/// job) and fails with [`Error::Cancelled`](crate::Error::Cancelled);
-/// what was written stays, as after any failure, for the caller to
-/// remove.
+/// job) and fails with the engine's `Error::Cancelled`; a cancelled
+/// download stops at its next read. What was written stays, as after
+/// any failure, for the caller to remove.
 #[derive(Clone, Debug, Default)]
 pub struct Cancel(Arc<AtomicBool>);
 
@@ -34,5 +34,28 @@ impl Cancel {
     /// `true`.
     pub fn flag(&self) -> Arc<AtomicBool> {
         Arc::clone(&self.0)
+    }
+}
+
+#[cfg(test)]
+mod test {
+    use super::*;
+
+    #[test]
+    fn clones_share_the_flag() {
+        let a = Cancel::new();
+        let b = a.clone();
+        assert!(!a.is_cancelled() && !b.is_cancelled());
+        b.cancel();
+        assert!(a.is_cancelled(), "raised through the clone");
+        let c = Cancel::new();
+        assert!(!c.is_cancelled(), "a new flag is its own");
+    }
+
+    #[test]
+    fn the_flag_raises_it() {
+        let a = Cancel::new();
+        a.flag().store(true, Ordering::Relaxed);
+        assert!(a.clone().is_cancelled());
     }
 }
