@@ -17,13 +17,14 @@
 //!
 //! ```no_run
 //! use zinstall_daemon::client::Client;
-//! use zinstall_daemon::protocol::{Call, CopyArgs, Request};
+//! use zinstall_daemon::protocol::{Call, CleanPath, CopyArgs, Request};
 //!
 //! let mut c = Client::connect("/run/zinstall/zinstalld.sock".as_ref())?;
 //! let request = Request {
 //!     call: Call::Copy(CopyArgs {
-//!         src: "/srv/a".into(),
-//!         dst: "/srv/b".into(),
+//!         // Absolute, without `.` or `..`: what the daemon takes.
+//!         src: CleanPath::new("/srv/a").expect("a clean path"),
+//!         dst: CleanPath::new("/srv/b").expect("a clean path"),
 //!         merge: false,
 //!         sync: false,
 //!         exclude: vec![],

@@ -420,8 +420,12 @@ mod test {
     fn roots_jobs_have_a_lane_of_their_own() {
         // One place per lane: root's job runs beside the users', not
         // after them.
+        // Whether a1 or r1 is first to start is the scheduler's choice:
+        // what matters is that r1 does not wait for a2.
         let ran = order(&[(7, "a1"), (7, "a2"), (0, "r1")], 1);
-        assert_eq!(ran, ["a1", "r1", "a2"]);
+        let at = |n: &str| ran.iter().position(|x| *x == n).unwrap();
+        assert_eq!(ran.len(), 3, "{ran:?}");
+        assert!(at("r1") < at("a2") && at("a1") < at("a2"), "{ran:?}");
     }
 
     #[test]
