@@ -787,6 +787,25 @@ fn the_cli_through_the_daemon_prints_what_it_prints_alone() {
         .output()
         .unwrap();
     fails_saying(&o, 1, "/nonexistent/zinstalld.sock: connect");
+    // A path with `..` is refused before anything is sent, naming it:
+    // the daemon takes clean paths only. Every command that names one.
+    for args in [
+        &["copy", "/a/../etc", "/b"][..],
+        &["copy", "/a", "../b"],
+        &["install", "--zonepath", "/z/../y", "/i.tar"],
+        &["install", "--zonepath", "/z", "../i.tar"],
+        &["update", "--zonepath", "/z/..", "/i.tar"],
+        &["uninstall", "--zonepath", "/z/../y"],
+        &["provision", "../i.raw", "--count", "1", "--out", "/o"],
+    ] {
+        let o = Command::new(env!("CARGO_BIN_EXE_zinstall"))
+            .arg("--daemon=/nonexistent/zinstalld.sock")
+            .args(args)
+            .output()
+            .unwrap();
+        fails_saying(&o, 2, "zinstalld takes paths without `..` components");
+        assert!(!text(&o).contains("connect"), "{args:?}: {}", text(&o));
+    }
 }
 
 #[test]
