@@ -440,11 +440,7 @@ fn rich_tree(root: &Path) {
     tree(root);
     fs::hard_link(root.join("g"), root.join("a/g2")).unwrap();
     std::os::unix::fs::symlink("b/f", root.join("a/l")).unwrap();
-    let fifo =
-        std::ffi::CString::new(root.join("a/p").as_os_str().as_encoded_bytes())
-            .unwrap();
-    // SAFETY: a valid NUL-terminated path.
-    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+    zinstall_testkit::mkfifo(&root.join("a/p"), 0o600);
 }
 
 fn copy_json(args: &[&str], src: &Path, dst: &Path) -> serde_json::Value {

@@ -142,8 +142,7 @@ impl Daemon {
     }
 
     fn signal(&self, sig: i32) {
-        // SAFETY: a signal to our own child.
-        unsafe { libc::kill(self.pid() as i32, sig) };
+        zinstall_sys::process::signal(self.pid(), sig);
     }
 
     fn wait(&mut self) -> std::process::ExitStatus {
@@ -726,16 +725,8 @@ fn bad_requests_get_errors_and_others_keep_being_served() {
 }
 
 fn raise_nofile() {
-    let mut r = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: r is a valid rlimit.
-    unsafe {
-        libc::getrlimit(libc::RLIMIT_NOFILE, &mut r);
-        r.rlim_cur = r.rlim_max;
-        libc::setrlimit(libc::RLIMIT_NOFILE, &r);
-    }
+    let (_, hard) = zinstall_sys::process::nofile_limits().unwrap();
+    zinstall_sys::process::set_nofile_soft(hard).unwrap();
 }
 
 #[test]

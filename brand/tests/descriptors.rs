@@ -49,13 +49,7 @@ struct Run {
 /// This process's hard limit on descriptors: the children's, unless a
 /// case lowers it.
 fn hard_limit() -> u64 {
-    let mut r = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: r is a valid rlimit to fill.
-    assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) }, 0);
-    r.rlim_max
+    zinstall_sys::process::nofile_limits().unwrap().1
 }
 
 /// Runs `zinstall ARGS` with descriptor limits `soft` and `hard`.

@@ -31,12 +31,7 @@ fn tree(root: &Path) {
     let long = root.join("d".repeat(90)).join("f".repeat(120));
     fs::create_dir_all(long.parent().unwrap()).unwrap();
     fs::write(&long, b"long").unwrap();
-    let fifo = std::ffi::CString::new(
-        root.join("fifo").as_os_str().as_encoded_bytes(),
-    )
-    .unwrap();
-    // SAFETY: a valid NUL-terminated path.
-    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o640) }, 0);
+    zinstall_testkit::mkfifo(&root.join("fifo"), 0o640);
     let st = tools::tool("setfattr")
         .args(["-n", "user.note", "-v", "hello"])
         .arg(root.join("usr/bin/s").with_file_name("su"))

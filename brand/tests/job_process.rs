@@ -141,8 +141,8 @@ fn a_granted_copy_runs_in_a_process_that_is_the_caller() {
         );
         std::thread::sleep(Duration::from_millis(2));
     }
-    // SAFETY: stopping a process this test's daemon started.
-    unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
+    // A process this test's daemon started.
+    zinstall_sys::process::signal(pid, libc::SIGSTOP);
     // kill returns before every thread has stopped: until then a worker
     // may still open or close a descriptor under the listing below.
     wait_stopped(pid);
@@ -158,8 +158,7 @@ fn a_granted_copy_runs_in_a_process_that_is_the_caller() {
             )
         })
         .collect();
-    // SAFETY: as above.
-    unsafe { libc::kill(pid as i32, libc::SIGCONT) };
+    zinstall_sys::process::signal(pid, libc::SIGCONT);
     let me = format!("{CALLER} {CALLER} {CALLER} {CALLER}");
     assert_eq!(st.get("Uid"), Some(&me), "{st:?}");
     assert_eq!(st.get("Gid"), Some(&me), "{st:?}");

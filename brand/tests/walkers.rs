@@ -10,7 +10,6 @@
 //! metadata is applied 10,000 for the chain.
 
 use std::fs;
-use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::Command;
 
@@ -37,20 +36,7 @@ fn copy_under(limit: u64, args: &[&str], src: &Path, dst: &Path) {
         .args(args)
         .arg(src)
         .arg(dst);
-    // SAFETY: setrlimit is async-signal-safe; the closure touches nothing
-    // else of the parent.
-    unsafe {
-        c.pre_exec(move || {
-            let r = libc::rlimit {
-                rlim_cur: limit,
-                rlim_max: limit,
-            };
-            if libc::setrlimit(libc::RLIMIT_NOFILE, &r) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    zinstall_sys::support::limit_nofile_on_exec(&mut c, limit, limit);
     let o = c.output().unwrap();
     assert!(
         o.status.success(),

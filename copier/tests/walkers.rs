@@ -181,9 +181,7 @@ fn hostile_tree(root: &Path) {
     let special = root.join("special");
     fs::create_dir_all(&special).unwrap();
     let fifo = special.join("fifo");
-    let c = std::ffi::CString::new(fifo.as_os_str().as_bytes()).unwrap();
-    // SAFETY: a valid C string.
-    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o640) }, 0);
+    zinstall_testkit::mkfifo(&fifo, 0o640);
     fs::hard_link(&fifo, root.join("names/fifo-too")).unwrap();
     drop(std::os::unix::net::UnixListener::bind(special.join("sock")).unwrap());
     // A deep chain, and a directory of many small directories.

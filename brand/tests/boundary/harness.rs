@@ -123,8 +123,7 @@ impl Daemon {
     /// Sends `sig` to the daemon (`pid`: the daemon's, if the child is a
     /// wrapper).
     pub fn signal(&self, pid: u32, sig: i32) {
-        // SAFETY: a signal to a process this test started.
-        unsafe { libc::kill(pid as i32, sig) };
+        zinstall_sys::process::signal(pid, sig);
     }
 }
 

@@ -89,7 +89,6 @@ pub fn fiemap(f: &File, flags: u32) -> io::Result<Fiemap> {
 
 /// Makes `cmd`'s child start with its descriptor limit (`RLIMIT_NOFILE`)
 /// at `soft` and `hard`.
-#[cfg(target_os = "linux")]
 pub fn limit_nofile_on_exec(
     cmd: &mut std::process::Command,
     soft: u64,

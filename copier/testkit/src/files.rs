@@ -60,3 +60,13 @@ pub fn xattrs(p: &std::path::Path) -> Vec<(Vec<u8>, Vec<u8>)> {
     out.sort();
     out
 }
+
+/// Makes a FIFO at `p` with `mode`, failing the test if it cannot.
+pub fn mkfifo(p: &std::path::Path, mode: u32) {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(p.as_os_str().as_bytes())
+        .unwrap_or_else(|_| panic!("{}: a NUL in the path", p.display()));
+    let fifo = libc::S_IFIFO | mode;
+    zinstall_sys::fs::at::mknod(libc::AT_FDCWD, &c, fifo, 0)
+        .unwrap_or_else(|e| panic!("mkfifo {}: {e}", p.display()));
+}

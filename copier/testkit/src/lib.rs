@@ -33,7 +33,7 @@ pub mod tools;
 
 #[cfg(target_os = "linux")]
 pub use files::{exchange, xattrs};
-pub use files::{listing, pseudo_random};
+pub use files::{listing, mkfifo, pseudo_random};
 pub use loopfs::{Kind, LoopFs, delayed_extents, shares_extents};
 pub use prereq::{alone, in_ci, is_root, require, require_root, unmet};
 pub use tmp::Tmp;

@@ -13,6 +13,7 @@ use std::process::Command;
 
 use copier::verify::{self, CompareOptions};
 use copier::{Plan, Report, Tunables};
+use zinstall_sys::fs::at;
 
 pub use zinstall_testkit::{is_root, pseudo_random};
 
@@ -20,53 +21,28 @@ fn cstr(p: &Path) -> CString {
     CString::new(p.as_os_str().as_bytes()).unwrap()
 }
 
-fn check(rc: libc::c_int, what: &str, p: &Path) {
-    assert!(
-        rc == 0,
-        "{what} {}: {}",
-        p.display(),
-        std::io::Error::last_os_error()
-    );
+fn check(r: std::io::Result<()>, what: &str, p: &Path) {
+    if let Err(e) = r {
+        panic!("{what} {}: {e}", p.display());
+    }
 }
 
 /// Sets access and modification times without following symlinks.
 pub fn set_times(p: &Path, atime: (i64, i64), mtime: (i64, i64)) {
-    let ts = [
-        libc::timespec {
-            tv_sec: atime.0,
-            tv_nsec: atime.1,
-        },
-        libc::timespec {
-            tv_sec: mtime.0,
-            tv_nsec: mtime.1,
-        },
-    ];
-    let c = cstr(p);
-    // SAFETY: valid C string and two timespecs.
-    let rc = unsafe {
-        libc::utimensat(
-            libc::AT_FDCWD,
-            c.as_ptr(),
-            ts.as_ptr(),
-            libc::AT_SYMLINK_NOFOLLOW,
-        )
-    };
-    check(rc, "utimensat", p);
+    let t = zinstall_sys::fs::Times { atime, mtime };
+    check(at::set_times(libc::AT_FDCWD, &cstr(p), &t), "utimensat", p);
 }
 
 fn set_xattr(p: &Path, name: &str, value: &[u8]) {
     let (c, n) = (cstr(p), CString::new(name).unwrap());
-    // SAFETY: valid C strings; value is readable for its length.
-    let rc = unsafe {
-        libc::lsetxattr(
-            c.as_ptr(),
-            n.as_ptr(),
-            value.as_ptr().cast(),
-            value.len(),
-            0,
-        )
-    };
-    check(rc, "lsetxattr", p);
+    let t = zinstall_sys::fs::XattrTarget::Path(&c);
+    check(zinstall_sys::fs::set_xattr(&t, &n, value), "lsetxattr", p);
+}
+
+/// A special file (`kind`: `S_IFIFO`, `S_IFCHR`, `S_IFBLK`) at `p`.
+fn mknod(p: &Path, kind: u32, mode: u32, rdev: u64) {
+    let r = at::mknod(libc::AT_FDCWD, &cstr(p), kind | mode, rdev);
+    check(r, "mknod", p);
 }
 
 fn write(p: &Path, data: &[u8]) {
@@ -148,25 +124,17 @@ pub fn build_fidelity_tree(root: &Path) -> FixtureInfo {
     fs::hard_link(&h0, &h2).unwrap();
     info.hardlinks = vec![h0, h1, h2];
     let sl2 = root.join("a/linked-symlink");
-    // SAFETY: valid C strings; flags 0 links the symlink itself.
-    let rc = unsafe {
-        libc::linkat(
-            libc::AT_FDCWD,
-            cstr(&info.symlink).as_ptr(),
-            libc::AT_FDCWD,
-            cstr(&sl2).as_ptr(),
-            0,
-        )
-    };
-    check(rc, "linkat", &sl2);
+    // The symlink itself is linked, not followed.
+    let r = at::link(
+        libc::AT_FDCWD,
+        &cstr(&info.symlink),
+        libc::AT_FDCWD,
+        &cstr(&sl2),
+    );
+    check(r, "linkat", &sl2);
     // A FIFO.
     info.fifo = root.join("fifo");
-    // SAFETY: valid C string.
-    check(
-        unsafe { libc::mkfifo(cstr(&info.fifo).as_ptr(), 0o640) },
-        "mkfifo",
-        &info.fifo,
-    );
+    mknod(&info.fifo, libc::S_IFIFO, 0o640, 0);
     // Special mode bits.
     info.setuid_file = root.join("a/setuid");
     write(&info.setuid_file, b"#!/bin/sh\n");
@@ -198,28 +166,14 @@ pub fn build_fidelity_tree(root: &Path) -> FixtureInfo {
         let dev = root.join("dev");
         fs::create_dir(&dev).unwrap();
         let null = dev.join("null");
-        // SAFETY: valid C strings.
-        unsafe {
-            check(
-                libc::mknod(
-                    cstr(&null).as_ptr(),
-                    libc::S_IFCHR | 0o666,
-                    libc::makedev(1, 3),
-                ),
-                "mknod",
-                &null,
-            );
-            let loop7 = dev.join("loop200");
-            check(
-                libc::mknod(
-                    cstr(&loop7).as_ptr(),
-                    libc::S_IFBLK | 0o660,
-                    libc::makedev(7, 200),
-                ),
-                "mknod",
-                &loop7,
-            );
-        }
+        mknod(&null, libc::S_IFCHR, 0o666, zinstall_sys::fs::makedev(1, 3));
+        let loop7 = dev.join("loop200");
+        mknod(
+            &loop7,
+            libc::S_IFBLK,
+            0o660,
+            zinstall_sys::fs::makedev(7, 200),
+        );
         info.char_dev = Some(null);
         let ping = root.join("a/ping");
         write(&ping, b"\x7fELF not really");
