@@ -216,6 +216,10 @@ fn a_tree_10000_wide_is_copied_under_a_hard_limit_of_256() {
 /// grow with the square of the depth).
 #[test]
 fn a_chain_5000_deep_is_copied_within_64_descriptors_and_64_mib() {
+    // Peak memory is measured: see zinstall_testkit::run::limited.
+    if !zinstall_testkit::alone() {
+        return;
+    }
     let Some(d) = scratch() else { return };
     let src = d.path().join("src");
     fs::create_dir(&src).unwrap();
@@ -305,6 +309,10 @@ fn a_tarball_of_usr_share_installs_under_a_soft_limit_of_256() {
 /// its paths).
 #[test]
 fn a_3000_deep_image_provisions_under_a_soft_limit_of_256_in_flat_memory() {
+    // Peak memory is measured: see zinstall_testkit::run::limited.
+    if !zinstall_testkit::alone() {
+        return;
+    }
     let d = Tmp::new();
     let mut peaks = Vec::new();
     for depth in [1_000, 3_000] {

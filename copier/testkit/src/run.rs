@@ -49,7 +49,10 @@ pub struct Limited {
     /// What it wrote: standard output, then standard error.
     pub out: String,
     /// Its peak resident memory in KiB (the kernel's count, from
-    /// `wait4`).
+    /// `wait4`). The kernel counts the calling process's resident memory
+    /// at the fork too (it is the child's until `exec`), so a test that
+    /// measures this runs [`alone`](crate::alone): a test binary running
+    /// many tests can be a gigabyte.
     pub max_rss_kib: u64,
 }
 
