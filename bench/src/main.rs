@@ -24,6 +24,7 @@ mod qcow2;
 mod sweep;
 mod unpack;
 mod update;
+mod update_image;
 mod walk;
 
 use common::{source, workspace};
@@ -303,6 +304,62 @@ enum Cmd {
         #[arg(long)]
         zinstall: Option<PathBuf>,
     },
+    /// `zinstall install --no-sync` of a tar of a tree (its manifest
+    /// included) against GNU tar -xpf, interleaved.
+    InstallTar {
+        /// Timed runs of each.
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+        /// The tree to tar.
+        #[arg(long, default_value = "/usr/share")]
+        tree: PathBuf,
+        /// Where the archive and the roots go.
+        #[arg(long, default_value = "/var/tmp/zinstall-bench")]
+        scratch: PathBuf,
+        /// The zinstall binary.
+        #[arg(long)]
+        zinstall: Option<PathBuf>,
+        /// Another zinstall binary (the build before a change), timed
+        /// beside it.
+        #[arg(long, value_name = "BIN")]
+        before: Option<PathBuf>,
+    },
+    /// `zinstall update` of a root installed from an OCI image of a tree
+    /// to a version adding one layer (a percentage of its files
+    /// changed), against a fresh install of that version.
+    UpdateImage {
+        /// Timed runs of each.
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+        /// The tree (the image holds it as share).
+        #[arg(long, default_value = "/usr/share")]
+        tree: PathBuf,
+        /// Percentage of its files the new layer changes.
+        #[arg(long, default_value_t = 1.0)]
+        percent: f64,
+        /// Where the image and roots go.
+        #[arg(long, default_value = "/var/tmp/zinstall-bench")]
+        scratch: PathBuf,
+        /// The zinstall binary.
+        #[arg(long)]
+        zinstall: Option<PathBuf>,
+    },
+    /// A three-file update, on an idle filesystem and beside a writer
+    /// keeping it dirty.
+    UpdateDirty {
+        /// Timed runs of each.
+        #[arg(long, default_value_t = 5)]
+        runs: usize,
+        /// The tree (installed as usr/share).
+        #[arg(long, default_value = "/usr/share")]
+        tree: PathBuf,
+        /// Where the source, the root and the dirty file go.
+        #[arg(long, default_value = "/var/tmp/zinstall-bench")]
+        scratch: PathBuf,
+        /// The zinstall binary.
+        #[arg(long)]
+        zinstall: Option<PathBuf>,
+    },
     /// Eight concurrent seed installs, and eight provisions of one image,
     /// through one zinstalld against eight zinstall processes: wall time,
     /// peak threads, peak RSS.
@@ -436,6 +493,46 @@ fn main() -> ExitCode {
             scratch,
             zinstall,
         } => install_bench(runs, &scratch, zinstall),
+        Cmd::InstallTar {
+            runs,
+            tree,
+            scratch,
+            zinstall,
+            before,
+        } => update_image::install_tar(
+            runs,
+            &tree,
+            &scratch,
+            &zinstall
+                .unwrap_or_else(|| workspace().join("target/release/zinstall")),
+            before.as_deref(),
+        ),
+        Cmd::UpdateImage {
+            runs,
+            tree,
+            percent,
+            scratch,
+            zinstall,
+        } => update_image::update_image(
+            runs,
+            &tree,
+            percent,
+            &scratch,
+            &zinstall
+                .unwrap_or_else(|| workspace().join("target/release/zinstall")),
+        ),
+        Cmd::UpdateDirty {
+            runs,
+            tree,
+            scratch,
+            zinstall,
+        } => update_image::update_dirty(
+            runs,
+            &tree,
+            &scratch,
+            &zinstall
+                .unwrap_or_else(|| workspace().join("target/release/zinstall")),
+        ),
         Cmd::Update {
             runs,
             tree,

@@ -25,7 +25,8 @@ impl Seq {
     }
 }
 
-fn files(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
+/// Every regular file beneath `dir`, sorted by path.
+pub(crate) fn files(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
     let mut names: Vec<_> = fs::read_dir(dir)?.collect::<Result<_, _>>()?;
     names.sort_by_key(|e| e.file_name());
     for e in names {
@@ -161,6 +162,8 @@ pub fn bench(
                     let mut c = zinstall(z);
                     c.args(["update", "--json", "--profile"])
                         .arg(&p_new)
+                        .arg("--source-root")
+                        .arg(&new)
                         .arg("--zonepath")
                         .arg(&zp);
                     let t1 = Instant::now();
@@ -206,6 +209,8 @@ pub fn bench(
                     let mut c = zinstall(z);
                     c.args(["update", "--profile"])
                         .arg(&p_new)
+                        .arg("--source-root")
+                        .arg(&new)
                         .arg("--zonepath")
                         .arg(&zp);
                     peers::time(c)

@@ -384,8 +384,17 @@ fn cmd_attach(zonepath: &Path, rest: &[OsString], argv: &[OsString]) -> u8 {
         zonepath: zonepath.to_path_buf(),
         profile,
         images: Vec::new(),
+        source_root: None,
         force: false,
         dry_run: false,
+        // zoneadm attaches only a zone that is not running.
+        live: false,
+        store: Some(zinstall_provision::store_of(std::path::Path::new(
+            crate::cmd::provision::DEFAULT_CACHE,
+        ))),
+        pull: Default::default(),
+        platform: None,
+        tunables: copier::Tunables::default(),
         stage: &mut stage,
         cancel: None,
     }
@@ -399,6 +408,13 @@ fn cmd_attach(zonepath: &Path, rest: &[OsString], argv: &[OsString]) -> u8 {
             for k in &r.kept {
                 out(format!(
                     "INFO: zinstall: kept {}: {}",
+                    crate::output::show(&k.path),
+                    k.why
+                ));
+            }
+            for k in &r.replaced {
+                out(format!(
+                    "INFO: zinstall: replaced {}: {}",
                     crate::output::show(&k.path),
                     k.why
                 ));

@@ -861,6 +861,57 @@ fn the_daemon_updates_and_rolls_back_roots_for_root_alone() {
     assert_eq!(fs::read(root.join("usr/d0/f0")).unwrap(), b"0/0");
     assert_eq!(fs::read(root.join("usr/d1/f2")).unwrap(), b"1/2");
     assert!(!root.join("usr/d1/new").exists());
+    assert!(
+        String::from_utf8_lossy(&o.stdout)
+            .contains("the installed root (generation 0"),
+        "{}",
+        text(&o)
+    );
+    // A root made from an image, updated through the daemon to a new
+    // version of it: the layer it lacks read alone, the host's trees
+    // never.
+    use crate::oci::support::{
+        Ent, append_layer, host_arch, layer_tar, write_layout,
+    };
+    let v1 = d.path("v1");
+    write_layout(
+        &v1,
+        &[layer_tar(&[Ent::Dir("etc/"), Ent::File("etc/app", b"1\n")])],
+        host_arch(),
+        &|_, _| {},
+    );
+    let v2 = d.path("v2");
+    let cp = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(&v1)
+        .arg(&v2)
+        .status();
+    assert!(cp.is_ok_and(|s| s.success()));
+    append_layer(&v2, &layer_tar(&[Ent::File("etc/app", b"2, longer\n")]));
+    let zi = d.path("zi");
+    let o = d.zinstall(&[
+        "install",
+        "--zonepath",
+        zi.to_str().unwrap(),
+        v1.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = d.zinstall(&[
+        "update",
+        "--json",
+        "--zonepath",
+        zi.to_str().unwrap(),
+        v2.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(
+        (&r["result"]["layers_read"], &r["result"]["layers_reused"]),
+        (&json!(1), &json!(1)),
+        "{r}"
+    );
+    assert_eq!(fs::read(zi.join("root/etc/app")).unwrap(), b"2, longer\n");
+    assert!(!zi.join("root/usr").exists(), "nothing of the host");
 }
 
 #[test]

@@ -28,5 +28,6 @@ mod tar_quirks;
 mod tracing;
 mod tune;
 mod update;
+mod update_sources;
 mod walkers;
 mod zoneadm;

@@ -227,6 +227,20 @@ impl World {
         chown(&s("lib/libc.so"), 7, 8);
     }
 
+    /// The same world with `etc` among its trees (a merged path).
+    fn with_etc(self) -> World {
+        let profile = self.d.path().join("etc.toml");
+        fs::write(
+            &profile,
+            fs::read_to_string(&self.profile).unwrap().replace(
+                "trees = [\"usr\", \"lib\"]",
+                "trees = [\"usr\", \"lib\", \"etc\"]",
+            ),
+        )
+        .unwrap();
+        World { profile, ..self }
+    }
+
     /// A fresh install of the source as it is now.
     fn fresh(&self, name: &str) -> PathBuf {
         let zp = self.zonepath(name);
@@ -301,6 +315,8 @@ fn an_update_makes_the_root_a_fresh_install_of_the_new_source() {
         "removed /usr/bin/gone",
         "removed /usr/share/old/deep/f",
         "changed /usr/bin/mod (content, times)",
+        // Same size, new bytes: a change of content, not of times.
+        "changed /usr/bin/modsame (content, times)",
         "changed /usr/bin/chmod (mode)",
         "changed /usr/bin/chown (owner)",
         "changed /usr/bin/ln (target",
@@ -339,8 +355,11 @@ fn an_update_makes_the_root_a_fresh_install_of_the_new_source() {
     assert_same(&fresh, &zp.join("root"));
 }
 
+/// Followed paths (`/usr` and `/lib` by default) become exactly what the
+/// source has: the zone's edits are replaced, what it removed is put
+/// back, what it added is removed, and each is named.
 #[test]
-fn the_zones_changes_are_kept_and_named_and_force_overwrites_them() {
+fn followed_paths_become_the_source_and_the_zones_changes_are_named() {
     if !require() {
         return;
     }
@@ -348,9 +367,18 @@ fn the_zones_changes_are_kept_and_named_and_force_overwrites_them() {
     let zp = w.zonepath("zp");
     w.install(&zp);
     let root = zp.join("root");
+    // The zone edits a file the host changes, one it does not, removes
+    // one, adds its own, and puts its own where the host adds one.
     fs::write(root.join("usr/bin/mod"), "edited in the zone\n").unwrap();
+    fs::write(root.join("usr/bin/same"), "edited, host unchanged\n").unwrap();
+    fs::set_permissions(
+        root.join("lib/libc.so"),
+        fs::Permissions::from_mode(0o700),
+    )
+    .unwrap();
+    fs::remove_file(root.join("usr/share/suid")).unwrap();
     fs::write(root.join("usr/bin/own"), "the zone's own\n").unwrap();
-    fs::write(root.join("usr/share/old/zone-data"), "kept\n").unwrap();
+    fs::write(root.join("usr/share/old/zone-data"), "the zone's\n").unwrap();
     fs::write(
         root.join("usr/bin/added"),
         "the zone's, where the host adds one\n",
@@ -359,59 +387,111 @@ fn the_zones_changes_are_kept_and_named_and_force_overwrites_them() {
     w.change_everything();
     let o = ok(w.update(&zp, &[]));
     let (_, err) = text(&o);
-    assert!(
-        err.contains("kept /usr/bin/mod: changed in the zone"),
-        "{err}"
-    );
-    assert!(
-        err.contains("kept /usr/share/old: holds the zone's own files"),
-        "{err}"
-    );
-    assert!(
-        err.contains("kept /usr/bin/added: the zone's own entry"),
-        "{err}"
-    );
-    assert_text(&root.join("usr/bin/mod"), "edited in the zone\n");
-    assert_text(&root.join("usr/bin/own"), "the zone's own\n");
-    assert_text(&root.join("usr/share/old/zone-data"), "kept\n");
-    // Everything else as a fresh install has it.
+    for line in [
+        "replaced /usr/bin/mod: the zone's change of its content replaced",
+        "replaced /usr/bin/same: the zone's change of its content replaced",
+        "replaced /lib/libc.so: the zone's change of its mode replaced",
+        "replaced /usr/share/suid: removed in the zone; put back",
+        "replaced /usr/bin/own: the zone's own entry in a followed path",
+        "replaced /usr/bin/added: the zone's own entry where the new source adds one",
+    ] {
+        assert!(err.contains(line), "{line:?} not in:\n{err}");
+    }
+    assert!(!err.contains("kept "), "{err}");
+    // The root is what a fresh install of the new source makes.
     let fresh = w.fresh("fresh");
-    let mut d = differences(&fresh, &root);
-    d.retain(|l| {
-        ![
-            "usr/bin/mod:",
-            "usr/bin/own:",
-            "usr/bin/added:",
-            "usr/share/old",
-            "usr/share:",
-            "usr/bin:",
-        ]
-        .iter()
-        .any(|p| l.starts_with(p))
-    });
-    assert!(d.is_empty(), "{}", d.join("\n"));
-    // Still the zone's at the next update, which names it again.
+    assert_same(&fresh, &root);
+    // The next update has nothing to say.
     let (_, err) = text(&ok(w.update(&zp, &[])));
-    assert!(
-        !err.contains("kept /usr/bin/mod"),
-        "unchanged on the host: nothing to keep: {err}"
-    );
+    assert!(!err.contains("replaced"), "{err}");
+}
+
+/// Merged paths (`/etc` by default): an entry the zone changed or
+/// removed stays as the zone has it and is named; one it did not change
+/// follows the source; one it added stays. `--force` replaces the
+/// zone's changes there, and still leaves the zone's own entries.
+#[test]
+fn merged_paths_keep_the_zones_changes_and_force_replaces_them() {
+    if !require() {
+        return;
+    }
+    let w = World::new().with_etc();
+    let e = |p: &str| w.src.join("etc").join(p);
+    write(&e("changed-by-both"), "host 1\n", 0o644, 1_600_000_000);
+    write(&e("changed-by-host"), "host 1\n", 0o644, 1_600_000_000);
+    write(&e("changed-by-zone"), "host 1\n", 0o644, 1_600_000_000);
+    write(&e("chmod-by-zone"), "host 1\n", 0o644, 1_600_000_000);
+    write(&e("removed-by-zone"), "host 1\n", 0o644, 1_600_000_000);
+    write(&e("removed-by-host"), "host 1\n", 0o644, 1_600_000_000);
     write(
-        &w.src.join("usr/bin/mod"),
-        "version 3\n",
-        0o755,
-        1_750_000_000,
+        &e("removed-by-host-changed-by-zone"),
+        "host 1\n",
+        0o644,
+        1_600_000_000,
     );
-    let (_, err) = text(&ok(w.update(&zp, &[])));
-    assert!(
-        err.contains("kept /usr/bin/mod: changed in the zone"),
-        "{err}"
+    let update = |zp: &Path, extra: &[&str]| w.update(zp, extra);
+    let zp = w.zonepath("zp");
+    w.install(&zp);
+    let r = |p: &str| zp.join("root/etc").join(p);
+    fs::write(r("changed-by-both"), "zone\n").unwrap();
+    fs::write(r("changed-by-zone"), "zone\n").unwrap();
+    fs::set_permissions(r("chmod-by-zone"), fs::Permissions::from_mode(0o600))
+        .unwrap();
+    fs::remove_file(r("removed-by-zone")).unwrap();
+    fs::write(r("removed-by-host-changed-by-zone"), "zone\n").unwrap();
+    fs::write(r("zones-own"), "zone\n").unwrap();
+    for f in [
+        "changed-by-both",
+        "changed-by-host",
+        "chmod-by-zone",
+        "removed-by-zone",
+    ] {
+        write(&e(f), "host 2, longer\n", 0o644, 1_700_000_000);
+    }
+    for f in ["removed-by-host", "removed-by-host-changed-by-zone"] {
+        fs::remove_file(e(f)).unwrap();
+    }
+    let (_, err) = text(&ok(update(&zp, &[])));
+    for line in [
+        "kept /etc/changed-by-both: changed in the zone since it was recorded; the new source changes it too",
+        "kept /etc/chmod-by-zone: changed in the zone since it was recorded; the new source changes it too",
+        "kept /etc/removed-by-zone: removed in the zone since it was recorded; stays removed",
+        "kept /etc/removed-by-host-changed-by-zone: changed in the zone since it was recorded; the new source removes it",
+    ] {
+        assert!(err.contains(line), "{line:?} not in:\n{err}");
+    }
+    assert!(!err.contains("replaced"), "{err}");
+    assert_text(&r("changed-by-both"), "zone\n");
+    assert_text(&r("changed-by-host"), "host 2, longer\n");
+    assert_text(&r("changed-by-zone"), "zone\n");
+    assert_text(&r("chmod-by-zone"), "host 1\n");
+    assert_eq!(
+        fs::metadata(r("chmod-by-zone")).unwrap().mode() & 0o777,
+        0o600
     );
-    // --force: the host's.
-    ok(w.update(&zp, &["--force"]));
-    assert_text(&root.join("usr/bin/mod"), "version 3\n");
-    assert_text(&root.join("usr/bin/added"), "new file\n");
-    assert_text(&root.join("usr/bin/own"), "the zone's own\n");
+    assert!(!r("removed-by-zone").exists());
+    assert!(!r("removed-by-host").exists());
+    assert_text(&r("removed-by-host-changed-by-zone"), "zone\n");
+    assert_text(&r("zones-own"), "zone\n");
+    // The zone's edits are named again only when the host changes the
+    // file again.
+    let (_, err) = text(&ok(update(&zp, &[])));
+    assert!(!err.contains("kept"), "nothing new on the host: {err}");
+    write(&e("changed-by-both"), "host 3\n", 0o644, 1_750_000_000);
+    let (_, err) = text(&ok(update(&zp, &[])));
+    assert!(err.contains("kept /etc/changed-by-both"), "{err}");
+    // --force: the source's wherever it lays an entry out; the zone's
+    // own entries stay.
+    let (_, err) = text(&ok(update(&zp, &["--force"])));
+    assert!(err.contains("replaced /etc/changed-by-both"), "{err}");
+    assert_text(&r("changed-by-both"), "host 3\n");
+    assert_text(&r("changed-by-zone"), "host 1\n");
+    assert_text(&r("removed-by-zone"), "host 2, longer\n");
+    assert_eq!(
+        fs::metadata(r("chmod-by-zone")).unwrap().mode() & 0o777,
+        0o644
+    );
+    assert_text(&r("zones-own"), "zone\n");
 }
 
 #[test]
@@ -777,41 +857,101 @@ fn a_symlink_the_zone_planted_is_never_written_through() {
         return;
     }
     let w = World::new();
+    write(
+        &w.src.join("etc/sub/conf"),
+        "host 1\n",
+        0o644,
+        1_600_000_000,
+    );
+    let w = w.with_etc();
+    let update = |zp: &Path, extra: &[&str]| w.update(zp, extra);
     let zp = w.zonepath("zp");
     w.install(&zp);
     let root = zp.join("root");
-    // The zone swaps an installed directory for a symlink out of the
-    // root; the host then changes a file beneath it.
+    // The zone swaps an installed directory of a followed path and one
+    // of a merged path for symlinks out of the root; the host then
+    // changes a file beneath each.
     let outside = w.d.path().join("outside");
     fs::create_dir(&outside).unwrap();
     fs::write(outside.join("mod"), "the host's own file\n").unwrap();
+    fs::write(outside.join("conf"), "the host's own file\n").unwrap();
     fs::rename(root.join("usr/bin"), w.d.path().join("moved-bin")).unwrap();
     symlink(&outside, root.join("usr/bin")).unwrap();
-    let before = w.keep_copy(&root, "before");
+    fs::rename(root.join("etc/sub"), w.d.path().join("moved-sub")).unwrap();
+    symlink(&outside, root.join("etc/sub")).unwrap();
     write(
         &w.src.join("usr/bin/mod"),
         "version 2, longer\n",
         0o755,
         1_700_000_000,
     );
-    // The zone's change is its own: kept and named.
-    let o = ok(w.update(&zp, &[]));
-    assert!(text(&o).1.contains("kept /usr/bin/mod"), "{:?}", text(&o));
-    assert_text(&outside.join("mod"), "the host's own file\n");
-    assert_same(&before, &root);
-    // Forced, the write is refused at the symlink, never made through it.
-    let o = w.update(&zp, &["--force"]);
-    assert_eq!(o.status.code(), Some(1), "{:?}", text(&o));
-    assert!(
-        text(&o).1.contains("usr/bin"),
-        "the error names where: {:?}",
-        text(&o)
+    write(
+        &w.src.join("etc/sub/conf"),
+        "host 2\n",
+        0o644,
+        1_700_000_000,
     );
-    assert_text(&outside.join("mod"), "the host's own file\n");
-    assert_eq!(fs::read_dir(&outside).unwrap().count(), 1);
-    // Nothing switched, nothing left beside the root.
-    assert_same(&before, &root);
+    let sentinel = zinstall_testkit::sentinel::Sentinel::dir(&outside);
+    let o = ok(update(&zp, &[]));
+    let (_, err) = text(&o);
+    // The followed directory is the source's again, a real one; the
+    // merged one is the zone's, and nothing is written beneath it.
+    assert!(
+        err.contains(
+            "replaced /usr/bin: the zone's entry of another type replaced"
+        ),
+        "{err}"
+    );
+    assert!(err.contains("kept /etc/sub/conf"), "{err}");
+    assert!(fs::symlink_metadata(root.join("usr/bin")).unwrap().is_dir());
+    assert_text(&root.join("usr/bin/mod"), "version 2, longer\n");
+    assert!(
+        fs::symlink_metadata(root.join("etc/sub"))
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    sentinel.assert_unchanged("after the update");
+    // Forced, the merged path's symlink is replaced by the source's
+    // directory, never written through.
+    let o = ok(update(&zp, &["--force"]));
+    assert!(text(&o).1.contains("replaced /etc/sub"), "{:?}", text(&o));
+    assert!(fs::symlink_metadata(root.join("etc/sub")).unwrap().is_dir());
+    assert_text(&root.join("etc/sub/conf"), "host 2\n");
+    sentinel.assert_unchanged("after the forced update");
     assert!(
         !zp.join("root.new").exists() && !zp.join(".zinstall.update").exists()
+    );
+}
+
+/// A journal that says an update is under way while `root` is missing
+/// (something else took it) is not "finished": nothing is renamed into
+/// its place, and the error says what is left.
+#[test]
+fn recovery_never_finishes_a_switch_whose_root_is_missing() {
+    if !require() {
+        return;
+    }
+    let w = World::new();
+    let zp = w.zonepath("zp");
+    w.install(&zp);
+    ok(run(&[
+        "copy".as_ref(),
+        zp.join("root").as_os_str(),
+        zp.join("root.new").as_os_str(),
+    ]));
+    fs::write(zp.join(".zinstall.update"), "update 12345\n").unwrap();
+    fs::rename(zp.join("root"), w.d.path().join("taken")).unwrap();
+    let o = zinstall()
+        .arg("rollback")
+        .arg("--zonepath")
+        .arg(&zp)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{:?}", text(&o));
+    assert!(text(&o).1.contains("the root is missing"), "{:?}", text(&o));
+    assert!(!zp.join("root").exists(), "nothing was made the root");
+    assert!(
+        zp.join("root.new").is_dir() && zp.join(".zinstall.update").exists()
     );
 }

@@ -55,6 +55,7 @@
 #![deny(unsafe_code)]
 
 pub mod beneath;
+pub mod contents;
 pub mod defaults;
 pub mod descriptors;
 mod engine;

@@ -125,6 +125,10 @@ pub struct ZonepathReply {
     /// an interrupted switch.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recovered: Option<String>,
+    /// A rollback's: which root is in place now, and which is
+    /// `root.prev`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 /// A provisioning's outcome.

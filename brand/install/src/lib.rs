@@ -82,6 +82,7 @@ mod error;
 mod event;
 pub mod log;
 pub mod manifest;
+pub mod owners;
 mod plan;
 pub mod profile;
 pub mod state;

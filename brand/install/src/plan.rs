@@ -215,6 +215,8 @@ impl Install<'_> {
             whiteouts: Default::default(),
             progress: self.progress.clone(),
             durable: self.sync,
+            contents: None,
+            digest: false,
         }
     }
 

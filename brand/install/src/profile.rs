@@ -7,6 +7,8 @@ use std::sync::Arc;
 use copier::{Action, Rule, RuleSet};
 use serde::Deserialize;
 
+use crate::owners::{Owners, RawOwners};
+
 /// The zone profile (`etc/zinstall/profile.toml`): a sparse illumos zone.
 pub const ZONE: &str = include_str!("../../../etc/zinstall/profile.toml");
 
@@ -114,6 +116,8 @@ pub struct Profile {
     /// this profile's installs must satisfy, unless `--policy` names
     /// another; `None`: the system's.
     pub policy: Option<PathBuf>,
+    /// Who owns each path at an update (`[update]`).
+    pub owners: Arc<Owners>,
 }
 
 impl Profile {
@@ -241,6 +245,8 @@ struct Raw {
     links: Vec<RawLink>,
     #[serde(default, rename = "dir")]
     dirs: Vec<RawDir>,
+    #[serde(default)]
+    update: RawOwners,
 }
 
 #[derive(Deserialize)]
@@ -476,6 +482,7 @@ impl Profile {
             };
             rules.push(Rule::new(r.pattern.clone(), action));
         }
+        let owners = Owners::from_raw(raw.update).map_err(err)?;
         let rule_count = rules.len();
         let rules =
             RuleSet::new(rules).map_err(|e| err(format!("rule: {e}")))?;
@@ -498,6 +505,7 @@ impl Profile {
             allow_devices: raw.allow_devices,
             images_over_host: raw.images_over_host,
             policy: raw.policy,
+            owners: Arc::new(owners),
         })
     }
 }

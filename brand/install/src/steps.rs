@@ -4,18 +4,21 @@
 //! along; and a failure's partial root removed.
 
 use std::fs;
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use copier::beneath::Root;
-use copier::unpack;
+use copier::unpack::{self, UnpackOptions};
 use copier::{Plan, Stats};
 use slog::{error, info};
 use zinstall_archive::ArchiveKind;
 
 use crate::error::{Aftermath, Cause, InstallError, Stage};
 use crate::event::Event;
-use crate::manifest::{self, MANIFEST, Pending};
+use crate::manifest::{
+    self, ArchiveRecord, ImageRecord, MANIFEST, Pending, Recipe,
+};
 use crate::plan::{Archive, Install};
 use crate::profile::Profile;
 use crate::state::{self, State, ZoneLock};
@@ -106,30 +109,42 @@ impl Install<'_> {
         // The manifest is recorded from the page cache while the flush
         // waits on the disk.
         let mut recorded = None;
-        let r = self.lay_out(&root, &archives).and_then(|s| {
-            let (trees, images) =
-                (self.profile.trees.clone(), self.images.clone());
-            let (flushed, pending) = std::thread::scope(|scope| {
-                let pending = std::thread::Builder::new()
-                    .name("manifest".into())
-                    .spawn_scoped(scope, || {
-                        manifest::pending(&root, &trees, &images)
-                    });
-                let flushed =
-                    if self.sync { self.flush(&root) } else { Ok(()) };
-                (flushed, pending.map(|h| h.join()))
+        // The archives' file contents, hashed as they are written: the
+        // manifest does not read them again.
+        let contents = std::sync::Arc::new(copier::contents::Contents::new());
+        let mut digests = std::collections::HashMap::new();
+        let r = self
+            .lay_out(&root, &archives, &contents, &mut digests)
+            .and_then(|s| {
+                let recipe = self.recipe(&archives, &digests);
+                // What the unpack recorded stands only where nothing else
+                // wrote after it: a root of images alone.
+                let recorded_by = recipe.images_only().then_some(&*contents);
+                let (flushed, pending) = std::thread::scope(|scope| {
+                    let pending = std::thread::Builder::new()
+                        .name("manifest".into())
+                        .spawn_scoped(scope, || {
+                            manifest::pending(
+                                &root,
+                                recipe.clone(),
+                                recorded_by,
+                            )
+                        });
+                    let flushed =
+                        if self.sync { self.flush(&root) } else { Ok(()) };
+                    (flushed, pending.map(|h| h.join()))
+                });
+                recorded = Some(match pending {
+                    Ok(Ok(p)) => p,
+                    // No thread to spare: recorded here.
+                    Err(_) => manifest::pending(&root, recipe, Some(&contents)),
+                    Ok(Err(_)) => manifest::Pending::failed(
+                        &root,
+                        "the recording thread panicked",
+                    ),
+                });
+                flushed.map(|()| s)
             });
-            recorded = Some(match pending {
-                Ok(Ok(p)) => p,
-                // No thread to spare: recorded here.
-                Err(_) => manifest::pending(&root, &trees, &images),
-                Ok(Err(_)) => manifest::Pending::failed(
-                    &root,
-                    "the recording thread panicked",
-                ),
-            });
-            flushed.map(|()| s)
-        });
         match r {
             Ok(s) => {
                 if let Some(p) = recorded {
@@ -168,6 +183,8 @@ impl Install<'_> {
         &mut self,
         root: &Path,
         archives: &[Archive],
+        contents: &std::sync::Arc<copier::contents::Contents>,
+        digests: &mut std::collections::HashMap<PathBuf, String>,
     ) -> Result<Summary, Cause> {
         let mut sum = Summary::default();
         let step_err = |step: &str| {
@@ -180,6 +197,17 @@ impl Install<'_> {
         // Made or opened without following a symlink at ZONEPATH/root;
         // everything below goes through Plan::within / unpack, which open
         // every directory beneath it the same way.
+        // On btrfs, a subvolume: an update then snapshots it whole.
+        if let (Some(zp), false) = (root.parent(), root.exists()) {
+            Root::open(zp)
+                .and_then(|z| {
+                    crate::update::platform::make_subvolume(z.as_fd(), c"root")
+                        .map_err(|e| {
+                            copier::Error::io(copier::Op::Mkdir, root, e)
+                        })
+                })
+                .map_err(step_err("make root"))?;
+        }
         let top = Root::create(root, 0o755).map_err(step_err("make root"))?;
         top.set_mode(0o755).map_err(step_err("make root"))?;
         if !self.profile.links.is_empty() || !self.profile.dirs.is_empty() {
@@ -222,7 +250,7 @@ impl Install<'_> {
         }
         for a in archives {
             if let Some(image) = &a.oci {
-                self.apply_oci(image, root, &mut sum)?;
+                self.apply_oci(image, root, &mut sum, contents)?;
                 continue;
             }
             let (path, kind) = (a.path.clone(), a.kind);
@@ -232,7 +260,12 @@ impl Install<'_> {
             });
             let step = format!("unpack {}", path.display());
             let t0 = self.step_start(&step);
-            let opts = self.unpack_options(a);
+            // Its SHA-256, the recipe's name for it, taken as it is read.
+            let opts = UnpackOptions {
+                contents: Some(std::sync::Arc::clone(contents)),
+                digest: true,
+                ..self.unpack_options(a)
+            };
             let r = unpack::unpack(&path, root, &opts);
             self.step_done(&step, t0, r.is_err());
             // The engine's error names the archive and the member.
@@ -240,6 +273,9 @@ impl Install<'_> {
                 step: "unpack".into(),
                 source: Box::new(source),
             })?;
+            if let Some(d) = &r.sha256 {
+                digests.insert(path.clone(), d.clone());
+            }
             let s = &r.stats;
             let took = t0.elapsed();
             (self.events)(&Event::Unpacked {
@@ -271,8 +307,16 @@ impl Install<'_> {
             };
             // Beneath the root: a symlink an image planted on the way
             // (etc -> /host/dir) is refused and named; one at the file's
-            // own name is replaced, never written through.
-            let r = self.plan(&src, &dst).within(root).merge(true).run();
+            // own name is replaced, never written through. The directory
+            // it goes into keeps its times, as the tree gave them.
+            let parent = rel.parent().filter(|p| !p.as_os_str().is_empty());
+            let dir = parent.and_then(|p| top.dir(p, None).ok());
+            let r = match &dir {
+                Some(d) => d.keeping_times(|| {
+                    self.plan(&src, &dst).within(root).merge(true).run()
+                }),
+                None => self.plan(&src, &dst).within(root).merge(true).run(),
+            };
             self.step_done(&step, t0, r.is_err());
             let r = r.map_err(|source| Cause::Copy {
                 step: step.clone(),
@@ -309,6 +353,7 @@ impl Install<'_> {
         image: &copier::oci::Image,
         root: &Path,
         sum: &mut Summary,
+        contents: &std::sync::Arc<copier::contents::Contents>,
     ) -> Result<(), Cause> {
         for i in 0..image.layers.len() {
             let path = image.layer_path(i);
@@ -318,7 +363,10 @@ impl Install<'_> {
             });
             let step = format!("unpack {}", path.display());
             let t0 = self.step_start(&step);
-            let opts = self.oci_unpack_options();
+            let opts = UnpackOptions {
+                contents: Some(std::sync::Arc::clone(contents)),
+                ..self.oci_unpack_options()
+            };
             let r = copier::oci::unpack_layer(image, i, root, &opts);
             self.step_done(&step, t0, r.is_err());
             let r = r.map_err(|source| Cause::Step {
@@ -337,6 +385,44 @@ impl Install<'_> {
             add(&mut sum.stats, &r.stats);
         }
         Ok(())
+    }
+
+    /// What this install made the root from, as its manifest records it
+    /// (a tarball's digest is filled in as the manifest is recorded).
+    fn recipe(
+        &self,
+        archives: &[Archive],
+        digests: &std::collections::HashMap<PathBuf, String>,
+    ) -> Recipe {
+        let mut images = Vec::new();
+        let mut baseline = None;
+        for (a, arg) in archives
+            .iter()
+            .filter(|a| a.kind == ArchiveKind::Baseline)
+            .map(|a| (a, None))
+            .chain(
+                archives
+                    .iter()
+                    .filter(|a| a.kind != ArchiveKind::Baseline)
+                    .zip(self.images.iter().map(Some)),
+            )
+        {
+            let digest = digests.get(&a.path).cloned().unwrap_or_default();
+            let Some(arg) = arg else {
+                baseline = Some(ArchiveRecord {
+                    path: text(&a.path),
+                    digest,
+                });
+                continue;
+            };
+            let mut record = image_record(arg, a);
+            if record.digest.is_empty() && !digest.is_empty() {
+                record.layers = vec![digest.clone()];
+                record.digest = digest;
+            }
+            images.push(record);
+        }
+        recipe_of(&self.profile, &self.profile.source_root, images, baseline)
     }
 
     fn step_start(&self, step: &str) -> Instant {
@@ -366,6 +452,67 @@ impl Install<'_> {
                                    "error" => %e)
             }
         }
+    }
+}
+
+fn text(p: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    String::from_utf8_lossy(p.as_os_str().as_bytes()).into_owned()
+}
+
+/// How the manifest records image `arg`, laid out as `a`: an OCI image
+/// by its manifest's digest and its layers' diff_ids; a tarball by the
+/// SHA-256 of its bytes (filled in as the manifest is recorded). A file
+/// is named by its absolute path, so an update from anywhere opens it
+/// again.
+fn image_record(arg: &Path, a: &Archive) -> ImageRecord {
+    let arg = if zinstall_registry::reference_of(arg).is_some() {
+        text(arg)
+    } else {
+        text(&std::path::absolute(arg).unwrap_or_else(|_| arg.to_path_buf()))
+    };
+    match &a.oci {
+        Some(image) => oci_record(arg, image),
+        None => ImageRecord {
+            arg,
+            digest: String::new(),
+            kind: "tarball".into(),
+            layers: Vec::new(),
+        },
+    }
+}
+
+/// How the manifest records the OCI image `image`, given as `arg`: by
+/// its manifest's digest and its layers' diff_ids.
+pub(crate) fn oci_record(
+    arg: String,
+    image: &copier::oci::Image,
+) -> ImageRecord {
+    ImageRecord {
+        arg,
+        digest: format!("sha256:{}", image.manifest_sha256),
+        kind: "oci".into(),
+        layers: image.layers.iter().map(|l| l.diff_id.to_string()).collect(),
+    }
+}
+
+/// The recipe of an install of `p` (its trees read under `source_root`)
+/// with `images` and `baseline`.
+pub(crate) fn recipe_of(
+    p: &Profile,
+    source_root: &Path,
+    images: Vec<ImageRecord>,
+    baseline: Option<ArchiveRecord>,
+) -> Recipe {
+    Recipe {
+        source_root: (!p.trees.is_empty()).then(|| text(source_root)),
+        trees: p.trees.iter().map(|t| text(t)).collect(),
+        links: p.links.iter().map(|(l, t)| (text(l), text(t))).collect(),
+        dirs: p.dirs.iter().map(|(d, m)| (text(d), *m)).collect(),
+        images_over_host: !images.is_empty() && p.has_host_parts(),
+        baseline,
+        images,
+        host_files: p.host_files.iter().map(|f| text(f)).collect(),
     }
 }
 
@@ -454,7 +601,7 @@ fn private_dir() -> std::io::Result<PathBuf> {
 /// `usr/lib`) is copied by content: the file it resolves to on the host.
 /// `None`: copy the host file as it is (a file, or a link that works in
 /// the root, or one dangling on the host too).
-fn host_source(f: &Path, root: &Path) -> Option<PathBuf> {
+pub(crate) fn host_source(f: &Path, root: &Path) -> Option<PathBuf> {
     let md = fs::symlink_metadata(f).ok()?;
     if !md.file_type().is_symlink() {
         return None;

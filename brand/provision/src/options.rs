@@ -185,6 +185,8 @@ impl ProvisionOptions {
             progress: self.progress.clone(),
             // The cache flushes the entry before it publishes it.
             durable: true,
+            contents: None,
+            digest: false,
         }
     }
 }

@@ -337,6 +337,8 @@ pub fn update(socket: &Path, a: &super::update::UpdateArgs) -> Exit {
             source_root: a.source_root.as_deref().map(absolute).transpose()?,
             force: a.force,
             dry_run: a.dry_run,
+            live: a.live,
+            platform: a.platform.as_ref().map(|p| p.to_string()),
         })
     }) {
         Ok(args) => args,
@@ -383,8 +385,12 @@ pub fn rollback(socket: &Path, a: &super::update::RollbackArgs) -> Exit {
     match call(socket, Call::Rollback(args), None, &mut quiet, json) {
         Ok(r) => match typed::<ZonepathReply>(r, "rollback") {
             Ok(r) => {
-                let recovered = r.recovered.as_deref();
-                super::update::print_rollback(&a.zonepath, recovered, json);
+                super::update::print_rollback(
+                    &a.zonepath,
+                    r.recovered.as_deref(),
+                    r.message.as_deref(),
+                    json,
+                );
                 Exit::Ok
             }
             Err(c) => c,

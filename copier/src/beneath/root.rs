@@ -8,6 +8,8 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use std::os::unix::ffi::OsStrExt as _;
+
 use super::resolve::{components, open_dir_nofollow, open_parts};
 use crate::error::{Error, Met, Op, Refusal, Result};
 use crate::sys::{self, posix::at};
@@ -78,6 +80,14 @@ impl Found {
 /// The root's descriptor, to hand to another process (a service's job
 /// process works beneath it and never opens it by path).
 impl AsFd for Root {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+/// The directory's descriptor, for `*at` calls on single names beneath
+/// it (the descriptor was reached without following a symlink).
+impl AsFd for Dir {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
     }
@@ -193,6 +203,23 @@ impl Dir {
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
             Err(e) => Err(Error::io(Op::Remove, &shown, e)),
         }
+    }
+
+    /// Removes `name` here, a single entry or a tree with everything in
+    /// it, never following a symlink and never leaving the filesystem (a
+    /// mount point inside is an error naming it). Nothing there is not an
+    /// error. The name is bytes: any name a directory can hold.
+    pub fn remove_at(&self, name: &std::ffi::CStr) -> Result<()> {
+        let shown =
+            self.path.join(std::ffi::OsStr::from_bytes(name.to_bytes()));
+        if name.to_bytes().is_empty()
+            || name.to_bytes() == b"."
+            || name.to_bytes() == b".."
+            || name.to_bytes().contains(&b'/')
+        {
+            return Err(Error::refused(&shown, Refusal::NotBeneath));
+        }
+        super::remove::remove_at(self.fd.as_raw_fd(), name, &shown)
     }
 
     /// Runs `change` and puts the directory's own access and

@@ -25,7 +25,7 @@ pub enum OnError {
 }
 
 /// A finished run.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Report {
     /// What was done.
     pub stats: Stats,
@@ -60,6 +60,17 @@ impl Failure {
     /// The first error.
     pub fn first(&self) -> Option<&Error> {
         self.errors.first()
+    }
+}
+
+/// One error met before anything was done.
+impl From<Error> for Failure {
+    fn from(e: Error) -> Failure {
+        Failure {
+            errors: vec![e],
+            more_errors: 0,
+            report: Box::default(),
+        }
     }
 }
 

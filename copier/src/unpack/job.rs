@@ -63,6 +63,8 @@ pub(super) struct FileJob {
     /// The budget's slot for `dir`, on the first job in a batch to hold
     /// it: given back when the batch is done.
     pub(super) hold: Option<Slot>,
+    /// Its path in the root, when content hashes are recorded.
+    pub(super) rel: Option<Vec<u8>>,
 }
 
 /// Where a file's bytes are.
@@ -133,4 +135,6 @@ pub(super) struct Target<'a> {
     pub(super) leaf: &'a CString,
     pub(super) replace: bool,
     pub(super) shown: &'a Path,
+    /// Its path in the root, when content hashes are recorded.
+    pub(super) rel: Option<Vec<u8>>,
 }

@@ -47,6 +47,13 @@ pub struct UnpackOptions {
     /// disk as soon as it is written, so that the flush waits only for
     /// the last files.
     pub durable: bool,
+    /// Records each regular file's content hash as it is written, by its
+    /// path in the root ([`crate::contents`]).
+    pub contents: Option<Arc<crate::contents::Contents>>,
+    /// Takes the archive file's SHA-256 while it is unpacked
+    /// ([`UnpackReport::sha256`]): the file read once more, beside the
+    /// unpack rather than after it.
+    pub digest: bool,
 }
 
 impl Default for UnpackOptions {
@@ -63,6 +70,8 @@ impl Default for UnpackOptions {
             whiteouts: Whiteouts::Off,
             progress: None,
             durable: false,
+            contents: None,
+            digest: false,
         }
     }
 }
@@ -81,6 +90,9 @@ pub struct UnpackReport {
     /// changes besides its tree, in the archive's order, then the
     /// directories it has no entry for.
     pub changes: Vec<Change>,
+    /// The archive file's digest (`sha256:...`), when asked for
+    /// ([`UnpackOptions::digest`]).
+    pub sha256: Option<String>,
 }
 
 /// How an unpack treats OCI whiteouts (`.wh.` names).

@@ -58,7 +58,7 @@ struct Entry {
 
 impl Entry {
     /// The pool's job for this file, with its body.
-    fn job(self, replace: bool, body: Body) -> FileJob {
+    fn job(self, replace: bool, body: Body, rel: Option<Vec<u8>>) -> FileJob {
         FileJob {
             dir: self.dir,
             leaf: self.leaf,
@@ -68,6 +68,7 @@ impl Entry {
             shown: self.shown,
             entry: self.entry,
             hold: None,
+            rel,
         }
     }
 
@@ -268,6 +269,12 @@ impl<R: Read> Reading<'_, '_, '_, R> {
             }
             return Ok(Flow::Go);
         };
+        // Whatever was recorded at this path (or beneath it, when it
+        // replaces a directory) is not what is there now; a file records
+        // its own once written.
+        if let Some(c) = &ctx.opts.contents {
+            c.forget(&joined(&name.parts));
+        }
         let Some(e) = self.place(m, name, entry, meta, leaf)? else {
             return Ok(Flow::Stop);
         };
@@ -327,6 +334,17 @@ impl<R: Read> Reading<'_, '_, '_, R> {
         let Some(lay) = self.layered.as_mut() else {
             return Ok(None);
         };
+        if let Some(c) = &ctx.opts.contents {
+            match &class {
+                Class::Opaque => c.forget(&joined(name.parent())),
+                Class::Whiteout(leaf) => {
+                    let mut target = name.parent().to_vec();
+                    target.push(leaf.clone());
+                    c.forget(&joined(&target));
+                }
+                Class::Entry | Class::Skip => {}
+            }
+        }
         match class {
             Class::Opaque => {
                 lay.opaque(ctx, &mut self.chain, name.parent(), entry)?
@@ -456,17 +474,21 @@ impl<R: Read> Reading<'_, '_, '_, R> {
             if !self.barrier() {
                 return Ok(Flow::Stop);
             }
+            let path =
+                ctx.opts.contents.as_ref().map(|_| joined(&e.name.parts));
             let target = Target {
                 dir: e.dfd(),
                 leaf: &e.leaf,
                 replace,
                 shown: &e.shown,
+                rel: path,
             };
             stream_file(ctx, &mut self.rd, &e.m, &target, &e.meta)?;
             return Ok(Flow::Go);
         };
         let rel = e.rel;
-        match self.queue(rel, e.job(replace, body)) {
+        let path = ctx.opts.contents.as_ref().map(|_| joined(&e.name.parts));
+        match self.queue(rel, e.job(replace, body, path)) {
             true => Ok(Flow::Go),
             false => Ok(Flow::Stop),
         }
@@ -500,7 +522,8 @@ impl<R: Read> Reading<'_, '_, '_, R> {
         let (tx, rx) = crossbeam_channel::bounded(CHUNKS_AHEAD);
         let size = e.m.size;
         let rel = e.rel;
-        let job = e.job(replace, Body::Chunks { rx, size });
+        let path = ctx.opts.contents.as_ref().map(|_| joined(&e.name.parts));
+        let job = e.job(replace, Body::Chunks { rx, size }, path);
         // Sent at once, ahead of what follows.
         let sent = self.pool.as_mut().is_some_and(Batcher::flush)
             && self.queue(rel, job)
@@ -674,4 +697,16 @@ impl<R: Read> Reading<'_, '_, '_, R> {
         self.out.stats.elapsed = started.elapsed();
         Ok(self.out)
     }
+}
+
+/// A member's path in the root, `/`-separated.
+fn joined(parts: &[CString]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (i, p) in parts.iter().enumerate() {
+        if i > 0 {
+            out.push(b'/');
+        }
+        out.extend_from_slice(p.as_bytes());
+    }
+    out
 }

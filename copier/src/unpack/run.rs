@@ -39,6 +39,96 @@ pub fn unpack(
     opts: &UnpackOptions,
 ) -> Result<UnpackReport> {
     let (f, compression) = open_archive(archive)?;
+    if !opts.digest {
+        return unpack_open(f, compression, archive, root, opts);
+    }
+    // Read once, in order, hashed on its way to the tar reader. A plain
+    // tar's bodies then come through the reader too rather than being
+    // copied in the kernel: they are read for the hash anyway.
+    let rest = f.try_clone().map_err(|e| Error::io(Op::Open, archive, e))?;
+    if let Some(p) = &opts.progress {
+        p.begin(f.metadata().ok().map(|m| m.len()));
+    }
+    let hashed = Hashed::new(f);
+    let (hasher, read) = (Arc::clone(&hashed.hasher), Arc::clone(&hashed.read));
+    let mut report = unpack_stream(
+        crate::Metered::new(hashed, opts.progress.clone()),
+        compression,
+        archive,
+        root,
+        opts,
+    )?;
+    // What the decoder left unread after the stream's end, at the file's
+    // own offsets.
+    let mut h = std::mem::replace(
+        &mut *hasher.lock().unwrap_or_else(|p| p.into_inner()),
+        zinstall_oci::Hasher::new(zinstall_oci::Algorithm::Sha256),
+    );
+    hash_from(&rest, read.load(Ordering::Relaxed), &mut h)
+        .map_err(|e| Error::io(Op::Read, archive, e))?;
+    report.sha256 = Some(h.finish().to_string());
+    Ok(report)
+}
+
+/// A file read through to the tar reader, hashed as it goes.
+struct Hashed {
+    f: File,
+    hasher: Arc<Mutex<zinstall_oci::Hasher>>,
+    read: Arc<AtomicU64>,
+}
+
+impl Hashed {
+    fn new(f: File) -> Hashed {
+        Hashed {
+            f,
+            hasher: Arc::new(Mutex::new(zinstall_oci::Hasher::new(
+                zinstall_oci::Algorithm::Sha256,
+            ))),
+            read: Arc::new(AtomicU64::new(0)),
+        }
+    }
+}
+
+impl Read for Hashed {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.f.read(buf)?;
+        self.hasher
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .update(&buf[..n]);
+        self.read.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+}
+
+/// Adds to `h` what `f` holds from `at` to its end.
+fn hash_from(
+    f: &File,
+    mut at: u64,
+    h: &mut zinstall_oci::Hasher,
+) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = vec![0u8; 256 << 10];
+    loop {
+        let n = match f.read_at(&mut buf, at) {
+            Ok(0) => return Ok(()),
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        h.update(&buf[..n]);
+        at += n as u64;
+    }
+}
+
+/// [`unpack`] of the archive open as `f`.
+fn unpack_open(
+    f: File,
+    compression: Compression,
+    archive: &Path,
+    root: &Path,
+    opts: &UnpackOptions,
+) -> Result<UnpackReport> {
     if let Some(p) = &opts.progress {
         p.begin(f.metadata().ok().map(|m| m.len()));
     }
@@ -53,8 +143,25 @@ pub fn unpack(
             .map_err(|e| Error::io(Op::Read, archive, e))?;
         return run(reader, Some(body_source), archive, root, opts);
     }
-    let f = crate::Metered::new(f, opts.progress.clone());
-    let reader = decompress(f, compression)
+    unpack_stream(
+        crate::Metered::new(f, opts.progress.clone()),
+        compression,
+        archive,
+        root,
+        opts,
+    )
+}
+
+/// Unpacks what `input` reads, decompressed as `compression` says, on a
+/// thread of its own ahead of the tar reader.
+fn unpack_stream(
+    input: impl Read + Send,
+    compression: Compression,
+    archive: &Path,
+    root: &Path,
+    opts: &UnpackOptions,
+) -> Result<UnpackReport> {
+    let reader = decompress(input, compression)
         .map_err(|e| Error::io(Op::Read, archive, e))?;
     let ignored = reader.ignored();
     // Decompressed on a thread of its own: the reader parses and
@@ -213,6 +320,7 @@ fn run<R: Read>(
         meta: outcome.meta,
         notices,
         changes: outcome.changes,
+        sha256: None,
     })
 }
 

@@ -82,6 +82,8 @@ impl Ctx<'_> {
         };
         let f = at::create_file(dir, &name)
             .map_err(|e| Error::io(Op::Create, &job.shown, e))?;
+        // The content's hash, where it is recorded and can be taken.
+        let mut hash = None;
         let r = match &job.body {
             Body::Bytes(data) => write_data(&f, data, 0)
                 .and_then(|end| {
@@ -89,12 +91,24 @@ impl Ctx<'_> {
                     if end < data.len() as u64 {
                         f.set_len(data.len() as u64)?;
                     }
+                    if job.rel.is_some() {
+                        let mut h = crate::contents::Hasher::new();
+                        h.write(data);
+                        hash = Some((data.len() as u64, h.finish()));
+                    }
                     Ok(true)
                 })
                 .map_err(|e| Error::io(Op::Write, &job.shown, e)),
             Body::Chunks { rx, size } => {
-                write_chunks(&f, rx, *size, &self.spare)
-                    .map_err(|e| Error::io(Op::Write, &job.shown, e))
+                let mut h =
+                    job.rel.as_ref().map(|_| crate::contents::Hasher::new());
+                let whole =
+                    write_chunks(&f, rx, *size, &self.spare, h.as_mut())
+                        .map_err(|e| Error::io(Op::Write, &job.shown, e));
+                if let (Ok(true), Some(h)) = (&whole, h) {
+                    hash = Some((*size, h.finish()));
+                }
+                whole
             }
             Body::At { segments, size } => segments
                 .iter()
@@ -112,12 +126,28 @@ impl Ctx<'_> {
                         Ok(())
                     }
                 })
-                .map(|()| true),
+                .map(|()| {
+                    // Copied in the kernel: read back from the page cache
+                    // it was just copied through (a sparse body is left to
+                    // whoever wants its hash).
+                    if let (Some(_), [(0, len, from)]) =
+                        (&job.rel, segments.as_slice())
+                        && len == size
+                    {
+                        hash = self.hash_range(*from, *len);
+                    }
+                    true
+                }),
         }
         .and_then(|whole| match whole {
             true => self.finish_fd(&f, &job.meta, &job.shown).map(|()| true),
             false => Ok(false),
         });
+        // Its attributes as they were left, through the descriptor.
+        let xattrs = match (&r, &job.rel) {
+            (Ok(true), Some(_)) => xattrs_of(&f),
+            _ => None,
+        };
         drop(f);
         match r {
             Ok(true) => {}
@@ -136,7 +166,40 @@ impl Ctx<'_> {
                 Error::io(Op::Rename, &job.shown, e)
             })?;
         }
+        if let (Some(c), Some(rel), Some((n, h))) =
+            (&self.opts.contents, &job.rel, hash)
+        {
+            c.put(rel.clone(), n, h, xattrs);
+        }
         Ok(true)
+    }
+
+    /// The hash of `len` bytes at `offset` of the plain tar file; `None`
+    /// if they cannot all be read.
+    fn hash_range(&self, offset: u64, len: u64) -> Option<(u64, u128)> {
+        thread_local! {
+            static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+        }
+        let src = self.body_source.as_ref()?;
+        BUF.with(|b| {
+            let mut buf = b.borrow_mut();
+            if buf.is_empty() {
+                buf.resize(256 << 10, 0);
+            }
+            let mut h = crate::contents::Hasher::new();
+            let mut done = 0u64;
+            while done < len {
+                let want = (len - done).min(buf.len() as u64) as usize;
+                match src.read_at(&mut buf[..want], offset + done) {
+                    Ok(0) | Err(_) => return None,
+                    Ok(n) => {
+                        h.write(&buf[..n]);
+                        done += n as u64;
+                    }
+                }
+            }
+            Some((len, h.finish()))
+        })
     }
 
     /// Copies `len` bytes at `offset` of the tar file into `f` at `at`:
@@ -211,8 +274,15 @@ pub(super) fn stream_file<R: Read>(
     };
     let f = at::create_file(t.dir, &name)
         .map_err(|e| Error::io(Op::Create, t.shown, e))?;
-    let r = write_segments(ctx, rd, m, &f, t.shown)
+    // A sparse body's hash is left to whoever wants it.
+    let mut h = (t.rel.is_some() && m.sparse.is_none())
+        .then(crate::contents::Hasher::new);
+    let r = write_segments(ctx, rd, m, &f, t.shown, h.as_mut())
         .and_then(|()| ctx.finish_fd(&f, meta, t.shown));
+    let xattrs = match (&r, &t.rel) {
+        (Ok(()), Some(_)) => xattrs_of(&f),
+        _ => None,
+    };
     drop(f);
     if let Err(err) = r {
         let _already_failing = at::unlink(t.dir, &name, false);
@@ -221,6 +291,9 @@ pub(super) fn stream_file<R: Read>(
     if t.replace {
         at::rename(t.dir, &name, t.leaf)
             .map_err(|e| Error::io(Op::Rename, t.shown, e))?;
+    }
+    if let (Some(c), Some(rel), Some(h)) = (&ctx.opts.contents, &t.rel, h) {
+        c.put(rel.clone(), m.size, h.finish(), xattrs);
     }
     ctx.files.fetch_add(1, Ordering::Relaxed);
     ctx.bytes_written.fetch_add(m.size, Ordering::Relaxed);
@@ -236,6 +309,7 @@ fn write_segments<R: Read>(
     m: &tar::Member,
     f: &File,
     shown: &Path,
+    mut hash: Option<&mut crate::contents::Hasher>,
 ) -> Result<()> {
     let whole = [(0, m.stored_size)];
     let map: &[(u64, u64)] = m.sparse.as_deref().unwrap_or(&whole);
@@ -270,6 +344,9 @@ fn write_segments<R: Read>(
             }
             write_data(f, &buf[..n], at)
                 .map_err(|e| Error::io(Op::Write, shown, e))?;
+            if let Some(h) = hash.as_deref_mut() {
+                h.write(&buf[..n]);
+            }
             done += n as u64;
         }
     }
@@ -285,6 +362,7 @@ fn write_chunks(
     rx: &Receiver<Vec<u8>>,
     size: u64,
     spare: &Spare,
+    mut hash: Option<&mut crate::contents::Hasher>,
 ) -> io::Result<bool> {
     let mut at = 0u64;
     let mut end = 0u64;
@@ -296,6 +374,9 @@ fn write_chunks(
             ));
         }
         let written = write_data(f, &chunk, at)?;
+        if let Some(h) = hash.as_deref_mut() {
+            h.write(&chunk);
+        }
         if written > at {
             end = written;
         }
@@ -310,4 +391,28 @@ fn write_chunks(
         f.set_len(size)?;
     }
     Ok(true)
+}
+
+/// The digest of the extended attributes of the file open as `f`;
+/// `None` if they cannot be read (then they are read later, by name).
+fn xattrs_of(f: &File) -> Option<Option<u128>> {
+    use std::os::fd::AsFd;
+    if !sys::XATTRS {
+        return Some(None);
+    }
+    let target = sys::XattrTarget::Fd(f.as_fd());
+    let names = sys::list_xattrs(&target).ok()?;
+    let mut pairs = Vec::new();
+    for name in names.split(|&b| b == 0).filter(|n| !n.is_empty()) {
+        if crate::contents::xattr_alias(name) {
+            continue;
+        }
+        let c = std::ffi::CString::new(name).ok()?;
+        match sys::get_xattr(&target, &c).ok()? {
+            Some(v) => pairs.push((name.to_vec(), v)),
+            // Gone since it was listed.
+            None => continue,
+        }
+    }
+    Some(crate::contents::xattrs_digest(pairs))
 }

@@ -43,7 +43,7 @@ pub fn run(
         Call::Copy(a) => copy::copy(d, job, a),
         Call::Install(a) => install(d, job, a, peer, config),
         Call::Uninstall(a) => uninstall(d, job, a),
-        Call::Update(a) => update(job, a, config),
+        Call::Update(a) => update(d, job, a, config),
         Call::Rollback(a) => rollback(job, a),
         Call::Provision(a) => provision(d, job, a, config),
         Call::CacheGc(a) => cache_gc(job, a, config),
@@ -198,6 +198,7 @@ fn uninstall(
     reply_value(&ZonepathReply {
         zonepath: a.zonepath.to_string_lossy().into_owned(),
         recovered: None,
+        message: None,
     })
 }
 
@@ -222,12 +223,15 @@ fn update_error(
 /// Root's update, as `zinstall update`: each stage a job event and the
 /// job's phase; the job's cancel stops it before the switch.
 fn update(
+    d: &Daemon,
     job: &Arc<Job>,
     a: &UpdateArgs,
     config: &Config,
 ) -> Result<Value, WireError> {
     job.set_phase("update");
-    let profile = profile(&a.profile, &a.source_root, config)?;
+    let profile = profile(&a.profile, &None, config)?;
+    let platform = platform(ErrorKind::Install, &a.platform)?;
+    let pull = pull_options(config, job, ErrorKind::Install)?;
     let mut stage = |s: &str| {
         job.set_phase(s);
         job.event(format!("INFO: zinstall: update: {s}"));
@@ -236,8 +240,14 @@ fn update(
         zonepath: a.zonepath.to_path_buf(),
         profile,
         images: a.images.iter().map(|i| i.as_path().to_path_buf()).collect(),
+        source_root: a.source_root.as_ref().map(|s| s.to_path_buf()),
         force: a.force,
         dry_run: a.dry_run,
+        live: a.live,
+        store: Some(zinstall_provision::store_of(&config.cache)),
+        pull,
+        platform,
+        tunables: d.tunables(),
         stage: &mut stage,
         cancel: Some(job.cancel.clone()),
     }
@@ -255,9 +265,10 @@ fn update(
 fn rollback(job: &Arc<Job>, a: &RollbackArgs) -> Result<Value, WireError> {
     job.set_phase("rollback");
     match zinstall_install::update::rollback(&a.zonepath) {
-        Ok(recovered) => reply_value(&ZonepathReply {
+        Ok(rolled) => reply_value(&ZonepathReply {
             zonepath: a.zonepath.to_string_lossy().into_owned(),
-            recovered: recovered.map(str::to_string),
+            recovered: rolled.recovered.map(str::to_string),
+            message: Some(rolled.message()),
         }),
         Err(e) => Err(update_error(job, &a.zonepath, &e)),
     }

@@ -115,18 +115,26 @@ pub struct UpdateArgs {
     /// The profile (default: the daemon's).
     #[serde(default)]
     pub profile: Option<CleanPath>,
-    /// The images the root was installed with.
+    /// New versions of the images the root was made from (none: the
+    /// recorded ones).
     #[serde(default)]
     pub images: Vec<ImageArg>,
-    /// Copy the trees from this root instead of the profile's.
+    /// Read the trees from this root instead of the recorded one.
     #[serde(default)]
     pub source_root: Option<CleanPath>,
-    /// Overwrite the zone's changes; update a root without a manifest.
+    /// The source wins in merged paths too; update a root without a
+    /// manifest.
     #[serde(default)]
     pub force: bool,
     /// Say what would change; write nothing.
     #[serde(default)]
     pub dry_run: bool,
+    /// Update even while a process uses the root.
+    #[serde(default)]
+    pub live: bool,
+    /// The platform a new image version must be for (`os/arch[/variant]`).
+    #[serde(default)]
+    pub platform: Option<String>,
 }
 
 /// `rollback`: like `zinstall rollback --zonepath ZONEPATH`.

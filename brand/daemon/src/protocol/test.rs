@@ -291,6 +291,7 @@ fn typed_replies_round_trip_and_a_missing_field_is_an_error() {
     let rb = ZonepathReply {
         zonepath: "/zones/z".into(),
         recovered: Some("root.new".into()),
+        message: Some("the installed root is in place".into()),
     };
     let back: ZonepathReply =
         serde_json::from_value(reply_value(&rb).unwrap()).unwrap();

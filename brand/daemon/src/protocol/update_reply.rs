@@ -36,6 +36,9 @@ pub struct UpdateCounts {
     pub changed: u64,
     /// Entries kept as the zone has them.
     pub kept: u64,
+    /// The zone's changes replaced.
+    #[serde(default)]
+    pub replaced: u64,
     /// Bytes of content written.
     pub bytes: u64,
     /// Entries shared with the old root or made without content.
@@ -59,8 +62,27 @@ pub struct UpdateReply {
     pub removed: Vec<UpdateChange>,
     /// Entries changed.
     pub changed: Vec<UpdateChange>,
-    /// Entries the zone changed, left as they are.
+    /// Entries the zone changed, left as they are (merged and kept
+    /// paths).
     pub kept: Vec<UpdateKept>,
+    /// The zone's changes the source's replaced (followed paths).
+    #[serde(default)]
+    pub replaced: Vec<UpdateKept>,
+    /// How unchanged entries are shared with the previous root, now
+    /// `root.prev`: `reflink` (copy-on-write) or `hardlink` (an edit in
+    /// place in the root reaches `root.prev` too); empty when nothing
+    /// was written.
+    #[serde(default)]
+    pub method: String,
+    /// What the root is made from now.
+    #[serde(default)]
+    pub recipe: String,
+    /// Image layers read, and those the recorded entries stood for.
+    #[serde(default)]
+    pub layers_read: u64,
+    /// See `layers_read`.
+    #[serde(default)]
+    pub layers_reused: u64,
     /// The counts.
     pub stats: UpdateCounts,
 }
@@ -80,6 +102,14 @@ impl UpdateReply {
                 })
                 .collect()
         };
+        let kept = |v: &[zinstall_install::update::Kept]| {
+            v.iter()
+                .map(|k| UpdateKept {
+                    path: lossy(&k.path),
+                    why: k.why.to_string(),
+                })
+                .collect()
+        };
         UpdateReply {
             zonepath: lossy(zonepath),
             dry_run: report.dry_run,
@@ -87,19 +117,18 @@ impl UpdateReply {
             added: changes(&report.added),
             removed: changes(&report.removed),
             changed: changes(&report.changed),
-            kept: report
-                .kept
-                .iter()
-                .map(|k| UpdateKept {
-                    path: lossy(&k.path),
-                    why: k.why.to_string(),
-                })
-                .collect(),
+            kept: kept(&report.kept),
+            replaced: kept(&report.replaced),
+            method: report.method.to_string(),
+            recipe: report.recipe.clone(),
+            layers_read: report.layers_read as u64,
+            layers_reused: report.layers_reused as u64,
             stats: UpdateCounts {
                 added: report.added.len() as u64,
                 removed: report.removed.len() as u64,
                 changed: report.changed.len() as u64,
                 kept: report.kept.len() as u64,
+                replaced: report.replaced.len() as u64,
                 bytes: report.bytes,
                 shared: report.shared,
             },

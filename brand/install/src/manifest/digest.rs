@@ -2,9 +2,9 @@
 //! attributes (which it reads), and what an image argument is recorded
 //! as. Apart from the walk: the update hashes and reads xattrs too.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use super::format::hex;
@@ -68,21 +68,13 @@ pub fn xattrs_digest(path: &Path) -> io::Result<Option<String>> {
     }
 }
 
-/// The digest of extended attributes (names and values, in any order):
-/// `None` for none.
-pub fn digest_of(mut pairs: Vec<(Vec<u8>, Vec<u8>)>) -> Option<String> {
-    if pairs.is_empty() {
-        return None;
-    }
-    pairs.sort();
-    let mut h = twox_hash::XxHash3_128::new();
-    for (n, v) in &pairs {
-        h.write(&(n.len() as u64).to_le_bytes());
-        h.write(n);
-        h.write(&(v.len() as u64).to_le_bytes());
-        h.write(v);
-    }
-    Some(format!("{:032x}", h.finish_128()))
+pub use copier::contents::xattr_alias;
+
+/// The digest of extended attributes (names and values, in any order,
+/// XFS's aliases left out): `None` for none. The engine's, so that what
+/// it records as it writes and what a walk reads are one digest.
+pub fn digest_of(pairs: Vec<(Vec<u8>, Vec<u8>)>) -> Option<String> {
+    copier::contents::xattrs_digest(pairs).map(copier::contents::hex_of)
 }
 
 /// The extended attributes of what `fd` is open on, names and values
@@ -98,9 +90,17 @@ pub fn xattrs_fd(
             Err(e) => return Err(e.into()),
         };
         let mut out = Vec::new();
-        for name in names.split(|&b| b == 0).filter(|n| !n.is_empty()) {
+        for name in names
+            .split(|&b| b == 0)
+            .filter(|n| !n.is_empty() && !xattr_alias(n))
+        {
             let c = std::ffi::CString::new(name).map_err(io::Error::other)?;
-            let v = read_sized(|b| rustix::fs::fgetxattr(fd, &c, b))?;
+            let v = match read_sized(|b| rustix::fs::fgetxattr(fd, &c, b)) {
+                Ok(v) => v,
+                // Removed since it was listed.
+                Err(rustix::io::Errno::NODATA) => continue,
+                Err(e) => return Err(e.into()),
+            };
             out.push((name.to_vec(), v));
         }
         Ok(out)
@@ -142,9 +142,16 @@ pub fn xattrs(path: &Path) -> io::Result<Vec<(Vec<u8>, Vec<u8>)>> {
         Err(e) => return Err(e.into()),
     };
     let mut out = Vec::new();
-    for name in names.split(|&b| b == 0).filter(|n| !n.is_empty()) {
+    for name in names
+        .split(|&b| b == 0)
+        .filter(|n| !n.is_empty() && !xattr_alias(n))
+    {
         let cname = std::ffi::CString::new(name).map_err(io::Error::other)?;
-        let v = read_sized(|b| lgetxattr(path, cname.as_c_str(), b))?;
+        let v = match read_sized(|b| lgetxattr(path, cname.as_c_str(), b)) {
+            Ok(v) => v,
+            Err(rustix::io::Errno::NODATA) => continue,
+            Err(e) => return Err(e.into()),
+        };
         out.push((name.to_vec(), v));
     }
     Ok(out)
@@ -166,27 +173,4 @@ pub fn file_digest(path: &Path) -> io::Result<String> {
         h.update(&buf[..n]);
     }
     Ok(format!("sha256:{}", hex(&h.finalize())))
-}
-
-/// What an image argument is recorded as, to tell at an update whether
-/// it is the one installed: an archive by its size and modification
-/// time (as rsync tells files apart; reading it through for a digest
-/// cost an install of `/usr/share` as much as its unpack), an OCI
-/// layout by the `sha256:` of its `index.json`, a registry reference as
-/// given (`ref:` and the reference), which names a version when it has
-/// a digest.
-pub fn image_digest(arg: &Path) -> String {
-    if arg.is_dir() {
-        if let Ok(d) = file_digest(&arg.join("index.json")) {
-            return d;
-        }
-    } else if let Ok(md) = fs::metadata(arg) {
-        return format!(
-            "file:{}:{}.{:09}",
-            md.size(),
-            md.mtime(),
-            md.mtime_nsec()
-        );
-    }
-    format!("ref:{}", arg.display())
 }

@@ -8,7 +8,7 @@ use std::path::Path;
 
 use super::format::{
     Entry, Header, MANIFEST, MAX_ENTRIES, MAX_FILE, MAX_LINE, Manifest,
-    ManifestError, VERSION, io_err,
+    ManifestError, OLDEST, VERSION, io_err,
 };
 
 /// Writes `m` to `zonepath/name` atomically and durably.
@@ -78,7 +78,14 @@ pub fn read(
             why: format!("not a regular file of at most {MAX_FILE} bytes"),
         });
     }
-    let z = zstd::stream::Decoder::new(f.take(MAX_FILE))
+    parse(f, &path).map(Some)
+}
+
+/// A manifest from what `r` reads (zstd-compressed JSON lines), `path`
+/// naming it in errors; every length bounded before it sizes anything.
+pub fn parse(r: impl Read, path: &Path) -> Result<Manifest, ManifestError> {
+    let path = path.to_path_buf();
+    let z = zstd::stream::Decoder::new(r.take(MAX_FILE))
         .map_err(io_err("read", &path))?;
     let mut r = BufReader::new(z);
     let invalid = |why: String| ManifestError::Invalid {
@@ -108,7 +115,7 @@ pub fn read(
     }
     let header: Header = serde_json::from_slice(&line)
         .map_err(|e| invalid(format!("header: {e}")))?;
-    if header.version != VERSION {
+    if !(OLDEST..=VERSION).contains(&header.version) {
         return Err(invalid(format!(
             "version {} (this zinstall reads {VERSION})",
             header.version
@@ -141,7 +148,7 @@ pub fn read(
             header.entries
         )));
     }
-    Ok(Some(Manifest { header, entries }))
+    Ok(Manifest { header, entries })
 }
 
 /// Removes every manifest of the zonepath and their temporaries.

@@ -25,8 +25,12 @@ pub const MAX_ENTRIES: usize = 50_000_000;
 /// holds a descriptor and a stack frame, so a deeper root is not recorded
 /// (an update of it then needs `--force`, and is refused past this depth).
 pub const MAX_DEPTH: usize = 128;
-/// The format's version, in the header.
-pub(crate) const VERSION: u32 = 1;
+/// The format's version, in the header: 2 records the root's recipe
+/// ([`Recipe`]); 1 is still read (its recipe is told from its trees and
+/// images, [`Header::recipe`]).
+pub(crate) const VERSION: u32 = 2;
+/// The oldest version read back.
+pub(crate) const OLDEST: u32 = 1;
 
 /// What one path of the root was when it was recorded.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -110,11 +114,125 @@ impl Entry {
 /// An image the install applied, and its digest.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ImageRecord {
-    /// As given on the command line.
+    /// As given on the command line: an absolute path (`IMAGE` or
+    /// `IMAGE:REF`) or a registry reference; an update with no image
+    /// named opens it again.
     pub arg: String,
-    /// `sha256:...` of the archive's bytes, or of an OCI image's
-    /// manifest.
+    /// `sha256:...` of an OCI image's manifest, or of a tarball's bytes.
+    /// (Version 1 recorded `file:SIZE:MTIME` or `ref:ARG` here.)
     pub digest: String,
+    /// `oci` or `tarball`; empty in a version 1 manifest.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub kind: String,
+    /// An OCI image's layers by diff_id, lowest first: an update to an
+    /// image whose layers begin with these reads only the layers after
+    /// them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub layers: Vec<String>,
+}
+
+/// An archive of the recipe other than an image (the baseline).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArchiveRecord {
+    /// Where it was found.
+    pub path: String,
+    /// `sha256:...` of its bytes.
+    pub digest: String,
+}
+
+/// What a root was made from, in the order the install laid it out:
+/// the profile's links and mount points, its trees, the baseline, the
+/// images, the host files. An update makes the root from this again,
+/// never from anything else: a root made from images alone is never
+/// given the host's trees.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Recipe {
+    /// The directory the trees were copied from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_root: Option<String>,
+    /// The trees, relative to `source_root`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub trees: Vec<String>,
+    /// Symlinks made before the trees: path, target.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub links: Vec<(String, String)>,
+    /// Empty directories (mount points) made before the trees: path,
+    /// mode.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dirs: Vec<(String, u32)>,
+    /// The baseline archive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<ArchiveRecord>,
+    /// The images, in the order applied.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<ImageRecord>,
+    /// The host files copied last, absolute.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub host_files: Vec<String>,
+    /// The images were laid over the host's parts (the zone brand's
+    /// way), not alone.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub images_over_host: bool,
+}
+
+impl Recipe {
+    /// True if the root was made from images and nothing of the host.
+    pub fn images_only(&self) -> bool {
+        !self.images.is_empty() && !self.has_host_parts()
+    }
+
+    /// True if anything of the host went into the root.
+    pub fn has_host_parts(&self) -> bool {
+        !self.trees.is_empty()
+            || !self.links.is_empty()
+            || !self.dirs.is_empty()
+            || self.baseline.is_some()
+            || !self.host_files.is_empty()
+    }
+
+    /// The parts, as a user reads them (for messages).
+    pub fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        if !self.trees.is_empty() {
+            let from = self.source_root.as_deref().unwrap_or("/");
+            parts.push(format!(
+                "the trees {} of {from}",
+                self.trees
+                    .iter()
+                    .map(|t| format!("/{t}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        if let Some(b) = &self.baseline {
+            parts.push(format!("the baseline {}", b.path));
+        }
+        if !self.images.is_empty() {
+            let names: Vec<&str> =
+                self.images.iter().map(|i| i.arg.as_str()).collect();
+            let word = if names.len() == 1 { "image" } else { "images" };
+            parts.push(format!("the {word} {}", names.join(", ")));
+        }
+        if !self.host_files.is_empty() {
+            parts
+                .push(format!("the host files {}", self.host_files.join(", ")));
+        }
+        if parts.is_empty() {
+            return "nothing of the host and no image".into();
+        }
+        parts.join(", ")
+    }
+}
+
+/// How the root a manifest describes came to be.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Made {
+    /// `install` or `update`.
+    pub how: String,
+    /// When, in seconds since the epoch.
+    pub at: i64,
+    /// 0 for the install, one more for each update since.
+    pub generation: u64,
 }
 
 /// The header line.
@@ -126,12 +244,37 @@ pub struct Header {
     /// `root` whose inode this is (how a switch interrupted between the
     /// root's rename and the manifest's is told apart).
     pub root_ino: u64,
-    /// The profile's trees, as recorded.
+    /// Version 1: the profile's trees, as recorded (see `recipe`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub trees: Vec<String>,
-    /// The images applied, in order.
+    /// Version 1: the images applied, in order (see `recipe`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub images: Vec<ImageRecord>,
     /// How many entries follow.
     pub entries: u64,
+    /// What the root was made from (version 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recipe: Option<Recipe>,
+    /// How the root came to be (version 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub made: Option<Made>,
+}
+
+impl Header {
+    /// What the root was made from: as recorded, or, for a version 1
+    /// manifest, told from its trees and images (which it laid over the
+    /// trees if it had both).
+    pub fn recipe(&self) -> Recipe {
+        if let Some(r) = &self.recipe {
+            return r.clone();
+        }
+        Recipe {
+            trees: self.trees.clone(),
+            images: self.images.clone(),
+            images_over_host: !self.trees.is_empty() && !self.images.is_empty(),
+            ..Recipe::default()
+        }
+    }
 }
 
 /// A manifest read back or about to be written.

@@ -36,15 +36,17 @@ pub(crate) use digest::read_sized;
 #[cfg(target_os = "linux")]
 pub use digest::xattrs;
 pub use digest::{
-    digest_of, file_digest, hash_copy, hash_file, hash_reader, image_digest,
+    digest_of, file_digest, hash_copy, hash_file, hash_reader, xattr_alias,
     xattrs_digest, xattrs_fd,
 };
-pub use file::{clear, read, write};
+pub use file::{clear, parse, read, write};
+/// The version of the manifests this zinstall writes.
+pub const CURRENT_VERSION: u32 = format::VERSION;
 pub use format::{
-    Entry, Header, ImageRecord, MANIFEST, MANIFEST_NEW, MANIFEST_PREV,
-    MAX_DEPTH, MAX_ENTRIES, MAX_FILE, MAX_LINE, Manifest, ManifestError, hex,
-    unhex,
+    ArchiveRecord, Entry, Header, ImageRecord, MANIFEST, MANIFEST_NEW,
+    MANIFEST_PREV, MAX_DEPTH, MAX_ENTRIES, MAX_FILE, MAX_LINE, Made, Manifest,
+    ManifestError, Recipe, hex, unhex,
 };
 pub(crate) use pending::{Pending, pending};
 pub(crate) use record::deep_pool;
-pub use record::{entry_of, origin_of, record};
+pub use record::{entry_of, origin_of, record, record_with};

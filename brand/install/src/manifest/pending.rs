@@ -1,13 +1,12 @@
-//! The install's recording: the root walked and the images identified
+//! The install's recording: the root walked and the tarballs digested
 //! on a thread of its own while the install's flush waits on the disk;
 //! written by the install's steps before the marker says installed.
 
-use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use super::digest::image_digest;
-use super::format::{ImageRecord, Manifest, ManifestError};
-use super::record::record;
+use super::digest::file_digest;
+use super::format::{Made, Manifest, ManifestError, Recipe};
+use super::record::record_with;
 
 /// What an install laid out, recorded (not yet written): made on a
 /// thread of its own while the install's flush waits on the disk.
@@ -29,33 +28,50 @@ impl Pending {
     }
 }
 
-/// Records the root at `root` for an install of `trees` from `images`:
-/// the images' identities beside the walk of the root.
+/// Records the root at `root`, made from `recipe`: the walk of the root
+/// beside the digests of the recipe's tarballs (the baseline, tarball
+/// images) that it does not have yet.
 pub(crate) fn pending(
     root: &Path,
-    trees: &[PathBuf],
-    images: &[PathBuf],
+    mut recipe: Recipe,
+    contents: Option<&copier::contents::Contents>,
 ) -> Pending {
     let t0 = std::time::Instant::now();
-    let trees: Vec<String> = trees
-        .iter()
-        .map(|t| String::from_utf8_lossy(t.as_os_str().as_bytes()).into_owned())
-        .collect();
-    let (images, recorded) = rayon::join(
-        || {
-            images
-                .iter()
-                .map(|i| ImageRecord {
-                    arg: i.display().to_string(),
-                    digest: image_digest(i),
+    let trees = recipe.trees.clone();
+    let (digested, recorded) = rayon::join(
+        || -> Result<(), ManifestError> {
+            let digest = |p: &str| {
+                file_digest(Path::new(p)).map_err(|source| ManifestError::Io {
+                    op: "read",
+                    path: p.into(),
+                    source,
                 })
-                .collect()
+            };
+            if let Some(b) =
+                recipe.baseline.as_mut().filter(|b| b.digest.is_empty())
+            {
+                b.digest = digest(&b.path)?;
+            }
+            for i in recipe.images.iter_mut().filter(|i| i.digest.is_empty()) {
+                i.digest = digest(&i.arg)?;
+                i.layers = vec![i.digest.clone()];
+            }
+            Ok(())
         },
-        || record(root, &trees, Vec::new()),
+        || record_with(root, &trees, Vec::new(), contents),
     );
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
     Pending {
-        recorded: recorded.map(|mut m| {
-            m.header.images = images;
+        recorded: digested.and(recorded).map(|mut m| {
+            m.header.trees = Vec::new();
+            m.header.recipe = Some(recipe);
+            m.header.made = Some(Made {
+                how: "install".into(),
+                at: now,
+                generation: 0,
+            });
             m
         }),
         took: t0.elapsed(),

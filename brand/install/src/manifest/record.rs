@@ -130,6 +130,18 @@ pub fn record(
     trees: &[String],
     images: Vec<ImageRecord>,
 ) -> Result<Manifest, ManifestError> {
+    record_with(root, trees, images, None)
+}
+
+/// [`record`], taking each file's hash from `contents` (recorded as the
+/// file was written) where it has one for the size found, rather than
+/// reading the file again.
+pub fn record_with(
+    root: &Path,
+    trees: &[String],
+    images: Vec<ImageRecord>,
+    contents: Option<&copier::contents::Contents>,
+) -> Result<Manifest, ManifestError> {
     use std::os::fd::AsFd;
     let top = rustix::fs::open(
         root,
@@ -146,6 +158,7 @@ pub fn record(
         root,
         trees,
         dev: st.st_dev as u64,
+        contents,
     };
     let mut all = match deep_pool() {
         Some(pool) => pool.install(|| walk.dir(top.as_fd(), b"", 1))?,
@@ -170,10 +183,13 @@ pub fn record(
     Ok(Manifest {
         header: Header {
             version: VERSION,
-            root_ino: st.st_ino as u64,
+            root_ino: crate::update::platform::root_id(root)
+                .unwrap_or(st.st_ino as u64),
             trees: trees.to_vec(),
             images,
             entries: entries.len() as u64,
+            recipe: None,
+            made: None,
         },
         entries,
     })
@@ -200,6 +216,8 @@ struct Walk<'a> {
     /// The root's filesystem: a mount point beneath is recorded, not
     /// entered.
     dev: u64,
+    /// Hashes taken as files were written.
+    contents: Option<&'a copier::contents::Contents>,
 }
 
 // The stat fields' types differ between platforms.
@@ -267,8 +285,21 @@ impl Walk<'_> {
             .map_err(|e| io_err("open", &at())(e.into()))
         };
         let mut below = Vec::new();
-        match e.k {
-            'f' => {
+        let known = self
+            .contents
+            .and_then(|c| c.get(&rel))
+            .filter(|r| e.k == 'f' && r.size == e.s);
+        match (e.k, known) {
+            ('f', Some(r)) => {
+                // Recorded as it was written: neither opened nor read.
+                e.h = Some(r.hash);
+                e.x = match r.xattrs {
+                    Some(x) => x,
+                    None => symlink_xattrs(dir, name, &at())
+                        .map_err(io_err("read xattrs of", &at()))?,
+                };
+            }
+            ('f', None) => {
                 let fd = open(OFlags::RDONLY)?;
                 e.x = digest_of(
                     xattrs_fd(fd.as_fd())
@@ -279,7 +310,7 @@ impl Walk<'_> {
                         .map_err(io_err("hash", &at()))?,
                 );
             }
-            'd' => {
+            ('d', _) => {
                 let fd = open(OFlags::RDONLY | OFlags::DIRECTORY)?;
                 e.x = digest_of(
                     xattrs_fd(fd.as_fd())
@@ -292,7 +323,7 @@ impl Walk<'_> {
                     below = self.dir(fd.as_fd(), &rel, depth + 1)?;
                 }
             }
-            'l' => {
+            ('l', _) => {
                 let target = rustix::fs::readlinkat(dir, name, Vec::new())
                     .map_err(|e| io_err("read link", &at())(e.into()))?;
                 e.l = Some(hex(target.as_bytes()));

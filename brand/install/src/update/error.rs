@@ -16,7 +16,12 @@ pub enum UpdateError {
     #[error("{0}")]
     Lock(#[from] state::LockError),
     /// The zonepath is not an installed zone.
-    #[error("{}: not installed (the marker says {state})", zonepath.display())]
+    #[error(
+        "{}: not an installed root ({state}): install it \
+         first (zinstall install --zonepath {})",
+        zonepath.display(),
+        zonepath.display()
+    )]
     NotInstalled {
         /// The zonepath.
         zonepath: PathBuf,
@@ -36,25 +41,46 @@ pub enum UpdateError {
         /// The zonepath.
         zonepath: PathBuf,
     },
-    /// The images differ from those installed.
+    /// What the update was given is not what the root was made from.
     #[error(
-        "the images differ from those installed ({installed} now {given}); \
-         an update replaces the profile's trees only: reinstall to change \
-         images"
+        "the root was made from {recorded}, and this update was given \
+         {given}: {why}; nothing was changed"
     )]
-    ImagesChanged {
-        /// The digests recorded.
-        installed: String,
-        /// The digests given.
+    RecipeMismatch {
+        /// The zonepath.
+        zonepath: PathBuf,
+        /// The recorded recipe, as a user reads it.
+        recorded: String,
+        /// What the update was given.
         given: String,
+        /// What to do instead.
+        why: String,
     },
-    /// Images were laid over the trees: their entries cannot be told
-    /// from the trees'.
+    /// An image could not be opened or read.
+    #[error("image {image}: {cause}")]
+    Image {
+        /// As given, or as recorded.
+        image: String,
+        /// Why.
+        cause: Box<crate::Cause>,
+    },
+    /// A process uses the root: an update would lose what it writes.
     #[error(
-        "the install laid images over the profile's trees, whose entries \
-         the manifest cannot tell from the images': reinstall to update it"
+        "{}: process {pid} ({comm}) {what}; stop the zone (or the \
+         process) first, or update with --live, which loses what is \
+         written in the root while the update runs; nothing was changed",
+        root.display()
     )]
-    ImagesOverTrees,
+    Live {
+        /// The root.
+        root: PathBuf,
+        /// The process.
+        pid: u32,
+        /// Its command name.
+        comm: String,
+        /// How it uses the root.
+        what: String,
+    },
     /// A tree of the profile is missing on the host.
     #[error("tree {} is missing", tree.display())]
     TreeMissing {

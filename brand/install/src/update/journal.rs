@@ -5,11 +5,11 @@
 use std::fs;
 use std::io::{self, Read, Write};
 use std::os::fd::AsFd;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use super::error::{UpdateError, io_at};
-use super::names::{JOURNAL, ROOT_NEW, ROOT_PREV, SWAP};
+use super::names::{JOURNAL, ROOT_NEW, ROOT_PREV, STAGE, SWAP};
 use super::switch::{exchange, undo_swap};
 use crate::manifest;
 use crate::state::ZoneLock;
@@ -84,7 +84,7 @@ fn read_journal(zonepath: &Path) -> Result<Option<Journal>, UpdateError> {
 }
 
 fn ino_of(p: &Path) -> Option<u64> {
-    fs::symlink_metadata(p).ok().map(|m| m.ino())
+    super::platform::root_id(p).ok()
 }
 
 pub(super) fn remove_if(p: &Path) -> Result<(), UpdateError> {
@@ -92,10 +92,28 @@ pub(super) fn remove_if(p: &Path) -> Result<(), UpdateError> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(io_at("stat", p)(e)),
         Ok(m) if m.is_dir() => {
+            if removed_whole(p)? {
+                return Ok(());
+            }
             copier::fsutil::remove_tree(p).map_err(UpdateError::Copier)
         }
         Ok(_) => fs::remove_file(p).map_err(io_at("remove", p)),
     }
+}
+
+/// Removes the directory `p` in one call where it is a btrfs subvolume
+/// (a root an update snapshotted); false if it is not one.
+fn removed_whole(p: &Path) -> Result<bool, UpdateError> {
+    use std::os::unix::ffi::OsStrExt;
+    let (Some(parent), Some(name)) = (p.parent(), p.file_name()) else {
+        return Ok(false);
+    };
+    let name = std::ffi::CString::new(name.as_bytes())
+        .map_err(|e| io_at("remove", p)(io::Error::other(e)))?;
+    let dir = copier::beneath::Root::open(p)?;
+    let up = copier::beneath::Root::open(parent)?;
+    super::platform::remove_subvolume(dir.as_fd(), up.as_fd(), &name)
+        .map_err(io_at("remove", p))
 }
 
 /// Finishes or undoes an update or rollback a kill interrupted; says
@@ -107,6 +125,8 @@ pub fn recover(zonepath: &Path) -> Result<Option<&'static str>, UpdateError> {
         return Ok(None);
     };
     let now = ino_of(&root);
+    // What an update staged is of no use to anyone now.
+    remove_if(&zonepath.join(STAGE))?;
     let done = match j {
         Journal::Update(old) if now == Some(old) => {
             remove_if(&zonepath.join(ROOT_NEW))?;
@@ -114,6 +134,21 @@ pub fn recover(zonepath: &Path) -> Result<Option<&'static str>, UpdateError> {
             fs::remove_file(zonepath.join(JOURNAL))
                 .map_err(io_at("remove", zonepath.join(JOURNAL)))?;
             "an interrupted update was undone: the old root is in place"
+        }
+        // An exchange never leaves no root: one that is missing was
+        // taken by something else, and finishing would make root.new (or
+        // nothing) the root. Left for a person to look at.
+        Journal::Update(_) if now.is_none() => {
+            return Err(UpdateError::Io {
+                op: "recover",
+                path: root,
+                source: io::Error::new(
+                    io::ErrorKind::NotFound,
+                    "the root is missing while an update was under way; \
+                     root.new, root.prev and the journal are left as they \
+                     are",
+                ),
+            });
         }
         Journal::Update(_) => {
             finish_update(zonepath, &mut |_| {})?;
@@ -188,10 +223,64 @@ fn settle_manifests(zonepath: &Path) -> Result<(), UpdateError> {
     Ok(())
 }
 
+/// What a rollback did.
+#[derive(Clone, Debug)]
+pub struct Rolled {
+    /// An interrupted update or rollback finished or undone first.
+    pub recovered: Option<&'static str>,
+    /// How the root now in place was made, as its manifest says.
+    pub now: Option<manifest::Made>,
+    /// How the one now in `root.prev` was made.
+    pub prev: Option<manifest::Made>,
+}
+
+impl Rolled {
+    /// Which root is in place, as a user reads it.
+    pub fn message(&self) -> String {
+        let made = |m: &Option<manifest::Made>| match m {
+            Some(m) if m.how == "install" => {
+                format!("the installed root (generation 0, {})", when(m.at))
+            }
+            Some(m) => {
+                format!("the root of update {} ({})", m.generation, when(m.at))
+            }
+            None => "a root with no record of how it was made".into(),
+        };
+        format!(
+            "{} is in place; root.prev holds {} (roll back again to return to it)",
+            made(&self.now),
+            made(&self.prev)
+        )
+    }
+}
+
+/// `at` (seconds since the epoch) as UTC, `YYYY-MM-DD HH:MM:SS`.
+fn when(at: i64) -> String {
+    let days = at.div_euclid(86_400);
+    let secs = at.rem_euclid(86_400);
+    // Howard Hinnant's civil-from-days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC",
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60
+    )
+}
+
 /// Switches back to the root before the last update: `root` and
 /// `root.prev` exchanged, and their manifests. Rolling back twice
-/// returns to the updated root.
-pub fn rollback(zonepath: &Path) -> Result<Option<&'static str>, UpdateError> {
+/// returns to the updated root; [`Rolled::message`] says which is in
+/// place.
+pub fn rollback(zonepath: &Path) -> Result<Rolled, UpdateError> {
     let _held = open_zonepath(zonepath).map_err(|e| UpdateError::Io {
         op: "open zonepath",
         path: zonepath.to_path_buf(),
@@ -207,16 +296,25 @@ pub fn rollback(zonepath: &Path) -> Result<Option<&'static str>, UpdateError> {
             });
         }
         let root = zonepath.join("root");
-        let ino = fs::symlink_metadata(&root)
-            .map_err(io_at("stat", &root))?
-            .ino();
+        let ino =
+            super::platform::root_id(&root).map_err(io_at("stat", &root))?;
         write_journal(zonepath, &Journal::Rollback(ino))?;
         let zdir = copier::beneath::Root::open(zonepath)?;
         exchange(zdir.as_fd(), "root", ROOT_PREV, zonepath)?;
         settle_manifests(zonepath)?;
         fs::remove_file(zonepath.join(JOURNAL))
             .map_err(io_at("remove", zonepath.join(JOURNAL)))?;
-        Ok(recovered)
+        let made = |name| {
+            manifest::read(zonepath, name)
+                .ok()
+                .flatten()
+                .and_then(|m| m.header.made)
+        };
+        Ok(Rolled {
+            recovered,
+            now: made(manifest::MANIFEST),
+            prev: made(manifest::MANIFEST_PREV),
+        })
     })();
     lock.release();
     r
@@ -229,6 +327,7 @@ pub fn clear(zonepath: &Path) -> Result<(), UpdateError> {
     remove_if(&zonepath.join(ROOT_NEW))?;
     remove_if(&zonepath.join(ROOT_PREV))?;
     remove_if(&zonepath.join(SWAP))?;
+    remove_if(&zonepath.join(STAGE))?;
     remove_if(&zonepath.join(JOURNAL))?;
     manifest::clear(zonepath).map_err(io_at("remove manifests in", zonepath))
 }

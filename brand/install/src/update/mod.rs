@@ -1,6 +1,6 @@
-//! Updating an installed root in place: only what the source changed is
-//! written, into a new root beside the old one, switched in with one
-//! rename; the previous root is kept for [`rollback`].
+//! Updating an installed root in place from what it was made from: only
+//! what changed is written, into a new root beside the old one, switched
+//! in with one rename; the previous root is kept for [`rollback`].
 //!
 //! ```text
 //!   root (old) ──clone──▶ root.new ──changes──▶ root.new ──exchange──▶ root
@@ -9,30 +9,43 @@
 //!
 //! 1. Under the zonepath's lock, an interrupted update or rollback is
 //!    finished or undone first ([`recover`]).
-//! 2. The manifest the install recorded ([`crate::manifest`]) is compared
-//!    with the profile's trees as they are now: each path added, removed
-//!    or changed (content by size and modification time, as rsync's
-//!    quick check; type, mode, owner, times, extended attributes, link
-//!    target, hard-link group). A file the update would replace or
-//!    remove is first compared with the manifest: if the zone changed it
-//!    since (its content hash differs, or it is gone or of another type),
-//!    it is kept and named, unless `force`. Entries the install did not
-//!    lay out are the zone's own and are carried over untouched.
-//! 3. `ZONEPATH/.zinstall.update` is written, naming the old root's
-//!    inode; then `root.new` is made: each directory anew with the old
-//!    one's mode, owner, extended attributes and times, every other
-//!    entry as a hard link to the old root's (no byte is copied). A
-//!    hard link shares the inode: the previous root is kept only to roll
-//!    back to, and a file the zone later edits in place is edited in
-//!    both; an update never edits a shared inode, it replaces the entry.
-//! 4. The changes are written beneath `root.new`'s descriptor, one
-//!    component at a time without following a symlink; the new manifest
-//!    is written as `.zinstall.manifest.new`.
-//! 5. `root` and `root.new` are exchanged (`renameat2(RENAME_EXCHANGE)`
+//! 2. **The recipe.** The manifest ([`crate::manifest`]) records what
+//!    the root was made from ([`crate::manifest::Recipe`]): the
+//!    profile's links and mount points, its trees and their root, a
+//!    baseline, the images by content digest and layer, the host files.
+//!    The update makes the root from that recipe again and from nothing
+//!    else: a root made from images alone is never given the host's
+//!    trees. Images given to the update are new versions of the
+//!    recorded ones (one each, in order); none given, the recorded ones
+//!    are opened again (a registry tag pulled again). What the update is
+//!    given and the recipe disagree on is refused, naming both, before
+//!    anything is written; so is a root a process uses (unless
+//!    `live`).
+//! 3. **The source** ([`source`]) is laid out as entries, part over part
+//!    in the install's order, without writing a root: the trees walked,
+//!    an image's layers unpacked alone into `ZONEPATH/.zinstall.stage`
+//!    with their whiteouts recorded. When the new images' layers begin
+//!    with all the recorded ones, the recorded entries stand for those
+//!    and only the layers after them are read.
+//! 4. **The decisions** ([`decide`]) compare, at each path, the source's
+//!    entry, the recorded one and the zone's ([`zone`]), under the path's
+//!    owner (`follow`, `merge`, `keep`: [`crate::owners`]).
+//! 5. `ZONEPATH/.zinstall.update` is written, naming the old root's
+//!    inode; then `root.new` is made ([`clone`]): directories anew, every
+//!    other entry shared with the old root, copy-on-write where the
+//!    filesystem clones (XFS, btrfs), else by hard link.
+//! 6. The decisions are carried out beneath `root.new` ([`apply`]),
+//!    never through a symlink; the new manifest is written as
+//!    `.zinstall.manifest.new`; what was written is made durable by
+//!    `fsync` of those files and directories (one `syncfs` when a whole
+//!    image was written).
+//! 7. `root` and `root.new` are exchanged (`renameat2(RENAME_EXCHANGE)`
 //!    on Linux; elsewhere three renames through `.zinstall.swap`, which
 //!    the journal lets a rerun finish or undo). The manifests follow,
 //!    the previous `root.prev` is removed and the old root becomes
-//!    `root.prev`, and the journal is removed.
+//!    `root.prev`, and the journal is removed. Then each recorded file's
+//!    inode and change time are taken, so the next update reads only
+//!    what the zone touched.
 //!
 //! A kill at any moment leaves `root` whole, old or new: before the
 //! exchange the old root was never written; after it the new one is
@@ -43,62 +56,105 @@
 // no-ops here are not everywhere.
 #![allow(clippy::unnecessary_cast)]
 
-use std::collections::HashMap;
-use std::fs;
+use std::collections::{HashMap, HashSet};
 use std::io;
 use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+use std::sync::Arc;
 
-use crate::manifest::{self, Manifest};
+use copier::beneath::Root;
+
+use crate::manifest::{self, Made, Manifest, Recipe};
 use crate::profile::Profile;
 use crate::state::{self, State, ZoneLock};
 use crate::zonepath::open_zonepath;
 
 mod apply;
-mod beneath;
-mod clone;
-mod diff;
+mod attrs;
+pub mod clone;
+mod decide;
 mod error;
 mod journal;
+pub mod live;
 mod names;
+pub(crate) mod platform;
 mod record;
 mod report;
+mod source;
 mod switch;
+mod zone;
 
-use apply::apply;
-use beneath::{set_owner_mode, set_times_fd};
-use clone::clone_tree;
-use diff::{Want, diff};
+use apply::{Roots, apply};
+use clone::Clone;
+use decide::{Inputs, Restage, decide, settle_hashes};
 pub use error::UpdateError;
-use error::io_at;
+use error::{errno_at, io_at};
 use journal::{Journal, finish_update, remove_if, write_journal};
-pub use journal::{clear, recover, rollback};
-pub use names::{JOURNAL, ROOT_NEW, ROOT_PREV};
-pub use record::image_records;
-use record::new_manifest;
+pub use journal::{Rolled, clear, recover, rollback};
+pub use names::{JOURNAL, ROOT_NEW, ROOT_PREV, STAGE};
 pub use report::{Change, Kept, Report};
+use source::{Fold, ImageOptions, OpenedImage, Staging, Want};
 use switch::exchange;
+use zone::Zone;
 
 /// One update.
 pub struct Update<'a> {
     /// The zonepath; the root is `zonepath/root`.
     pub zonepath: PathBuf,
-    /// The profile whose trees are the new source.
+    /// The profile: its `[update]` ownership rules, its bounds, and (a
+    /// root made from the host's trees) its trees, which must be the
+    /// recorded ones.
     pub profile: Profile,
-    /// The images, as given to the install (they must not have changed).
+    /// New versions of the images the root was made from, one for each,
+    /// in order; none: the recorded images, opened again.
     pub images: Vec<PathBuf>,
-    /// Overwrite the zone's changes, and update without a manifest.
+    /// The trees' root, when it is not the recorded one (a newer tree of
+    /// the same system elsewhere).
+    pub source_root: Option<PathBuf>,
+    /// The source wins in merged paths too: the zone's changes to what
+    /// the source lays out are replaced (kept paths stay kept, the
+    /// zone's own entries stay); and a root installed before zinstall
+    /// recorded a manifest is updated, as if every entry were the
+    /// source's.
     pub force: bool,
-    /// Say what would change; write nothing.
+    /// Say what would change; write nothing into the root.
     pub dry_run: bool,
+    /// Update even while a process uses the root (what it writes there
+    /// between the clone and the switch is lost).
+    pub live: bool,
+    /// Where images named by registry reference are pulled to.
+    pub store: Option<PathBuf>,
+    /// How they are pulled.
+    pub pull: zinstall_registry::PullOptions,
+    /// The platform an OCI image must be for; `None`: the host's.
+    pub platform: Option<copier::oci::Platform>,
+    /// The engine's knobs, for unpacking layers.
+    pub tunables: copier::Tunables,
     /// Hears the name of each stage as it is reached (`cloned`,
     /// `applied`, `recorded`, `switched`, `settled`).
     pub stage: &'a mut dyn FnMut(&str),
     /// Raised, the update stops before the switch and removes what it
     /// built (after the switch it finishes).
     pub cancel: Option<copier::Cancel>,
+}
+
+/// Past this many files written, one `syncfs` makes them durable rather
+/// than an `fsync` each.
+const FSYNC_MOST: usize = 1024;
+
+fn text(p: &std::path::Path) -> String {
+    String::from_utf8_lossy(p.as_os_str().as_bytes()).into_owned()
+}
+
+/// What the update will make the root from, checked against the record.
+struct Target {
+    recipe: Recipe,
+    /// The image arguments to open (given or recorded).
+    images: Vec<String>,
+    /// Where the trees are read.
+    source_root: PathBuf,
 }
 
 impl Update<'_> {
@@ -123,6 +179,232 @@ impl Update<'_> {
         r.map(|()| report)
     }
 
+    /// The recipe the update follows: the recorded one, with the images
+    /// given (new versions of the recorded ones) and the trees' root if
+    /// it moved. Refused where what was given contradicts it.
+    fn target(
+        &self,
+        old: &Manifest,
+        have_manifest: bool,
+    ) -> Result<Target, UpdateError> {
+        let zp = &self.zonepath;
+        let given_images: Vec<String> = self
+            .images
+            .iter()
+            .map(|i| {
+                // A file is recorded by its absolute path, so a later
+                // update from elsewhere opens the same one.
+                if zinstall_registry::reference_of(i).is_none() {
+                    text(&std::path::absolute(i).unwrap_or_else(|_| i.clone()))
+                } else {
+                    text(i)
+                }
+            })
+            .collect();
+        let mut recipe = if have_manifest {
+            old.header.recipe()
+        } else {
+            // No record: what an install of the profile with these
+            // images would make.
+            self.install_recipe(&given_images)
+        };
+        let given_words = || {
+            let mut w = Vec::new();
+            if !given_images.is_empty() {
+                w.push(format!("the images {}", given_images.join(", ")));
+            }
+            if let Some(s) = &self.source_root {
+                w.push(format!("--source-root {}", s.display()));
+            }
+            if recipe.images.is_empty() && !recipe.trees.is_empty() {
+                w.push(format!(
+                    "the profile {} (trees {})",
+                    self.profile.path.display(),
+                    self.profile
+                        .trees
+                        .iter()
+                        .map(|t| format!("/{}", t.display()))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+            }
+            if w.is_empty() {
+                "nothing".into()
+            } else {
+                w.join(" and ")
+            }
+        };
+        let mismatch = |why: &str| UpdateError::RecipeMismatch {
+            zonepath: zp.clone(),
+            recorded: recipe.describe(),
+            given: given_words(),
+            why: why.into(),
+        };
+        if !given_images.is_empty() && have_manifest {
+            if recipe.images.is_empty() {
+                return Err(mismatch(
+                    "a root made from the host's trees is updated from them, \
+                     never from an image (reinstall to make it from one)",
+                ));
+            }
+            if given_images.len() != recipe.images.len() {
+                return Err(mismatch(&format!(
+                    "give a new version of each of its {} image(s), in order, \
+                     or none to update from the recorded ones",
+                    recipe.images.len()
+                )));
+            }
+        }
+        if self.source_root.is_some() && recipe.trees.is_empty() {
+            return Err(mismatch(
+                "--source-root names where trees come from, and this root \
+                 has none (it was made from images alone)",
+            ));
+        }
+        if !recipe.trees.is_empty() {
+            let profile_trees: Vec<String> =
+                self.profile.trees.iter().map(|t| text(t)).collect();
+            if profile_trees != recipe.trees {
+                return Err(mismatch(
+                    "update with the profile the root was installed with \
+                     (its trees are recorded), or reinstall",
+                ));
+            }
+        }
+        // The trees' root the profile names now, if it is not the one they
+        // were read from: said, not guessed (the system's profile names
+        // the host's root, which a root made from another tree must
+        // never be updated from).
+        if let (Some(r), None) = (&recipe.source_root, &self.source_root)
+            && !recipe.trees.is_empty()
+            && text(&self.profile.source_root) != *r
+        {
+            return Err(mismatch(&format!(
+                "the profile reads its trees from {}, the root's were read \
+                 from {r}: give --source-root {} to update it from there",
+                self.profile.source_root.display(),
+                self.profile.source_root.display()
+            )));
+        }
+        let images = if given_images.is_empty() {
+            recipe.images.iter().map(|i| i.arg.clone()).collect()
+        } else {
+            given_images
+        };
+        let source_root = match (&self.source_root, &recipe.source_root) {
+            (Some(s), _) => s.clone(),
+            (None, Some(r)) => PathBuf::from(r),
+            (None, None) => self.profile.source_root.clone(),
+        };
+        if !recipe.trees.is_empty() {
+            recipe.source_root = Some(text(&source_root));
+        }
+        Ok(Target {
+            recipe,
+            images,
+            source_root,
+        })
+    }
+
+    /// The recipe of an install of the profile with `images`.
+    fn install_recipe(&self, images: &[String]) -> Recipe {
+        let p = if images.is_empty() || self.profile.lays_images_over_host() {
+            self.profile.clone()
+        } else {
+            self.profile.for_images()
+        };
+        let source = self.source_root.as_ref().unwrap_or(&p.source_root);
+        let baseline = p.baseline.as_ref().and_then(|b| b.find()).map(|path| {
+            manifest::ArchiveRecord {
+                digest: manifest::file_digest(&path).unwrap_or_default(),
+                path: text(&path),
+            }
+        });
+        crate::steps::recipe_of(&p, source, Vec::new(), baseline)
+    }
+
+    fn image_options(&self) -> ImageOptions<'_> {
+        ImageOptions {
+            platform: self.platform.as_ref(),
+            store: self.store.as_deref(),
+            pull: &self.pull,
+            unpack: copier::unpack::UnpackOptions {
+                tunables: self.tunables,
+                allow_devices: self.profile.allow_devices,
+                max_bytes: self.profile.max_archive_bytes,
+                cancel: self.cancel.clone(),
+                ..Default::default()
+            },
+        }
+    }
+
+    /// The new source, laid out as entries; `reuse`: let the recorded
+    /// entries stand for the image layers the root was made from.
+    fn source(
+        &self,
+        plan: &Target,
+        old: &Manifest,
+        opened: &[OpenedImage],
+        reuse: bool,
+        staging: &mut Staging,
+        report: &mut Report,
+    ) -> Result<(Vec<Want>, HashSet<Vec<u8>>), UpdateError> {
+        let r = &plan.recipe;
+        let o = self.image_options();
+        let mut fold = Fold::default();
+        source::layout(r, &mut fold);
+        if !r.trees.is_empty() {
+            source::trees(
+                &self.profile,
+                &plan.source_root,
+                &r.trees,
+                &mut fold,
+            )?;
+        }
+        if let Some(b) = &r.baseline {
+            report.bytes += source::lay_archive(
+                std::path::Path::new(&b.path),
+                zinstall_archive::ArchiveKind::Baseline,
+                "@baseline",
+                &o,
+                staging,
+                &mut fold,
+            )?;
+        }
+        let new_layers: Vec<String> = opened
+            .iter()
+            .flat_map(|i| i.record.layers.clone())
+            .collect();
+        // What the root was made from, not what it is to be made from.
+        let was = old.header.recipe();
+        let skip = match (reuse, source::recorded_layers(&was.images)) {
+            (true, Some(old_layers))
+                if was.images_only() && r.images_only() =>
+            {
+                source::reusable(&old_layers, &new_layers)
+            }
+            _ => 0,
+        };
+        if skip > 0 {
+            source::lay_recorded(old, &mut fold);
+        }
+        report.layers_reused = skip;
+        report.layers_read = new_layers.len() - skip;
+        report.bytes +=
+            source::lay_images(opened, skip, &o, staging, &mut fold)?;
+        let root = self.zonepath.join("root");
+        let missing = source::host_files(r, &root, &mut fold)?;
+        for m in &missing {
+            report.kept.push(Kept {
+                path: decide::shown(m),
+                why: "a host file missing on the host now; the root's is kept",
+            });
+        }
+        let mut wants = fold.into_wants();
+        settle_hashes(old, &mut wants)?;
+        Ok((wants, missing.into_iter().collect()))
+    }
+
     fn run_locked(&mut self, report: &mut Report) -> Result<(), UpdateError> {
         let zp = self.zonepath.clone();
         match state::read(&zp)
@@ -133,263 +415,315 @@ impl Update<'_> {
                 return Err(UpdateError::NotInstalled {
                     zonepath: zp,
                     state: match st {
-                        Some(State::Installing) => "installing",
-                        _ => "nothing",
+                        Some(State::Installing) => "its install did not finish",
+                        _ => "no install was recorded there",
                     },
                 });
             }
         }
-        let old = match manifest::read(&zp, manifest::MANIFEST)? {
-            Some(m) => m,
-            None if self.force => Manifest {
-                header: manifest::Header {
-                    version: 1,
-                    root_ino: 0,
-                    trees: Vec::new(),
-                    images: Vec::new(),
-                    entries: 0,
-                },
-                entries: Vec::new(),
-            },
-            None => return Err(UpdateError::NoManifest { zonepath: zp }),
-        };
-        let given = image_records(&self.images);
-        let digests = |v: &[manifest::ImageRecord]| {
-            v.iter()
-                .map(|i| i.digest.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        if old.header.root_ino != 0
-            && digests(&given) != digests(&old.header.images)
+        let (old, have_manifest) =
+            match manifest::read(&zp, manifest::MANIFEST)? {
+                Some(m) => (m, true),
+                None if self.force => (
+                    Manifest {
+                        header: manifest::Header {
+                            version: manifest::CURRENT_VERSION,
+                            root_ino: 0,
+                            trees: Vec::new(),
+                            images: Vec::new(),
+                            entries: 0,
+                            recipe: None,
+                            made: None,
+                        },
+                        entries: Vec::new(),
+                    },
+                    false,
+                ),
+                None => return Err(UpdateError::NoManifest { zonepath: zp }),
+            };
+        let mut plan = self.target(&old, have_manifest)?;
+        let root_path = zp.join("root");
+        if !self.dry_run
+            && !self.live
+            && let Some(u) = live::user_of(&root_path)
         {
-            return Err(UpdateError::ImagesChanged {
-                installed: digests(&old.header.images),
-                given: digests(&given),
+            return Err(UpdateError::Live {
+                root: root_path,
+                pid: u.pid,
+                comm: u.comm,
+                what: u.what,
             });
         }
-        let trees: Vec<String> = self
-            .profile
-            .trees
-            .iter()
-            .map(|t| {
-                String::from_utf8_lossy(t.as_os_str().as_bytes()).into_owned()
-            })
-            .collect();
-        if !old.header.images.is_empty()
-            && !trees.is_empty()
-            && self.profile.lays_images_over_host()
-        {
-            return Err(UpdateError::ImagesOverTrees);
-        }
-        let cancel = self.cancel.clone();
-        let stop = || match &cancel {
+        let stop = |cancel: &Option<copier::Cancel>| match cancel {
             Some(c) if c.is_cancelled() => Err(UpdateError::Cancelled),
             _ => Ok(()),
         };
-        let wants = self.wants()?;
-        stop()?;
-        let root = zp.join("root");
-        let old_root = copier::beneath::Root::open(&root)?;
-        let plan =
-            diff(&old, &wants, &trees, old_root.as_fd(), self.force, report)?;
-        // Nothing to write: no new root, and the previous one stays the
-        // one to roll back to.
-        let nothing = report.added.is_empty()
-            && report.removed.is_empty()
-            && report.changed.is_empty();
+        let o = self.image_options();
+        let opened = source::open_images(&plan.images, &o)?;
+        plan.recipe.images = opened.iter().map(|i| i.record.clone()).collect();
+        report.recipe = plan.recipe.describe();
+        stop(&self.cancel)?;
+        let old_root = Root::open(&root_path)?;
+        let mut staging = Staging::new(&zp)?;
+        let fresh = |r: &Report| Report {
+            dry_run: r.dry_run,
+            recovered: r.recovered,
+            recipe: r.recipe.clone(),
+            ..Report::default()
+        };
+        // The zone's root is walked while the source is laid out: each
+        // is a walk of its own tree.
+        let owners = Arc::clone(&self.profile.owners);
+        let mut first_report = fresh(report);
+        let (zone, first) = std::thread::scope(|s| {
+            let scan = std::thread::Builder::new()
+                .name("zone-scan".into())
+                .spawn_scoped(s, || Zone::scan(&old_root, &owners));
+            let first = self.source(
+                &plan,
+                &old,
+                &opened,
+                have_manifest,
+                &mut staging,
+                &mut first_report,
+            );
+            let zone = match scan {
+                Ok(h) => h.join().unwrap_or_else(|_| {
+                    Err(UpdateError::Io {
+                        op: "walk",
+                        path: root_path.clone(),
+                        source: io::Error::other("the walk's thread panicked"),
+                    })
+                }),
+                // No thread to spare: walked here.
+                Err(_) => Zone::scan(&old_root, &owners),
+            };
+            (zone, first)
+        });
+        let built = (|| {
+            let zone = zone?;
+            let mut reuse = have_manifest;
+            let mut first = Some((first, first_report));
+            loop {
+                let (source, mut r) = match first.take() {
+                    Some(f) => f,
+                    None => {
+                        let mut r = fresh(report);
+                        let s = self.source(
+                            &plan,
+                            &old,
+                            &opened,
+                            reuse,
+                            &mut staging,
+                            &mut r,
+                        );
+                        (s, r)
+                    }
+                };
+                let (wants, pinned) = source?;
+                stop(&self.cancel)?;
+                let inputs = Inputs {
+                    old: &old,
+                    wants: &wants,
+                    zone: &zone,
+                    owners: &self.profile.owners,
+                    force: self.force,
+                    pinned: &pinned,
+                };
+                match decide(&inputs, &mut r)? {
+                    Ok(d) => {
+                        *report = r;
+                        return Ok((wants, pinned, d, zone.len()));
+                    }
+                    // A followed path the zone changed, which only the
+                    // layers hold: read them all.
+                    Err(Restage { path: _ }) if reuse => reuse = false,
+                    Err(Restage { path }) => {
+                        return Err(UpdateError::Io {
+                            op: "restore",
+                            path,
+                            source: io::Error::other(
+                                "the source's copy is not to be found",
+                            ),
+                        });
+                    }
+                }
+            }
+        })();
+        let (wants, pinned, decided, zone_entries) = match built {
+            Ok(b) => b,
+            Err(e) => {
+                let _already_failing = staging.remove();
+                return Err(e);
+            }
+        };
+        let nothing =
+            !decided.write.iter().any(|w| *w) && decided.remove.is_empty();
         if self.dry_run || nothing {
+            staging.remove()?;
             return Ok(());
         }
         // The journal first: whatever is made after it, a rerun finds.
-        let old_ino = fs::symlink_metadata(&root)
-            .map_err(io_at("stat", &root))?
-            .ino();
+        let old_ino = record::root_ino(&root_path)?;
         write_journal(&zp, &Journal::Update(old_ino))?;
         let new_path = zp.join(ROOT_NEW);
-        let built = (|| -> Result<(), UpdateError> {
+        let built = (|| -> Result<(Manifest, bool), UpdateError> {
             // A leftover the journal did not name is not built on.
             remove_if(&new_path)?;
-            let new_root = copier::beneath::Root::create(&new_path, 0o700)?;
-            let clone = || {
-                clone_tree(
-                    old_root.as_fd(),
-                    new_root.as_fd(),
-                    b"",
-                    &new_path,
-                    cancel.as_ref(),
-                    1,
-                )
-            };
-            report.shared += match manifest::deep_pool() {
-                Some(pool) => pool.install(clone)?,
-                None => clone()?,
-            };
-            (self.stage)("cloned");
-            let mut written = HashMap::new();
-            apply(
-                &plan,
-                &wants,
+            let zdir = Root::open(&zp)?;
+            let new_root = if platform::snapshot(
                 old_root.as_fd(),
-                new_root.as_fd(),
-                &new_path,
-                report,
-                &mut written,
-            )?;
+                zdir.as_fd(),
+                c"root.new",
+            )
+            .map_err(io_at("snapshot", &new_path))?
+            {
+                // A btrfs subvolume: the whole root shared copy-on-write
+                // in one call.
+                report.method = "snapshot";
+                report.shared = zone_entries as u64;
+                (Root::open(&new_path)?, HashMap::new())
+            } else {
+                let new_root = Root::create(&new_path, 0o700)?;
+                let top_x = attrs::xattrs_fd(old_root.as_fd(), &root_path)?;
+                attrs::set_xattrs(new_root.as_fd(), &top_x, &new_path)?;
+                let method = clone::probe(new_root.as_fd(), &new_path)?;
+                report.method = method.as_str();
+                let cloning = Clone::new(
+                    method,
+                    old_root.as_fd(),
+                    &new_path,
+                    self.cancel.as_ref(),
+                )?;
+                let walk =
+                    || cloning.tree(old_root.as_fd(), new_root.as_fd(), b"", 1);
+                report.shared += match manifest::deep_pool() {
+                    Some(pool) => pool.install(walk)?,
+                    None => walk()?,
+                };
+                let cloned = cloning.finish(&old_root, &new_root)?;
+                (new_root, cloned)
+            };
+            let (new_root, cloned) = new_root;
+            (self.stage)("cloned");
+            let roots = Roots {
+                old: &old_root,
+                new: &new_root,
+            };
+            let written = apply(&wants, &decided, &roots, report)?;
             // The root's own directory, as the old one was.
-            let top =
-                fs::symlink_metadata(&root).map_err(io_at("stat", &root))?;
-            set_owner_mode(
+            let top = std::fs::symlink_metadata(&root_path)
+                .map_err(io_at("stat", &root_path))?;
+            attrs::set_owner(
                 new_root.as_fd(),
                 top.uid(),
                 top.gid(),
-                top.mode() & 0o7777,
                 &new_path,
             )?;
-            set_times_fd(
+            attrs::set_mode(new_root.as_fd(), top.mode() & 0o7777, &new_path)?;
+            attrs::set_times(
                 new_root.as_fd(),
                 (top.atime(), top.atime_nsec()),
                 (top.mtime(), top.mtime_nsec()),
                 &new_path,
             )?;
             (self.stage)("applied");
-            let m = new_manifest(
+            let generation =
+                old.header.made.as_ref().map_or(0, |m| m.generation) + 1;
+            let mut m = record::new_manifest(
                 &old,
                 &wants,
-                &plan,
+                &decided,
                 &written,
-                &trees,
-                given,
-                new_root.as_fd(),
-                &new_path,
+                &record::Kept {
+                    pinned: &pinned,
+                    method: report.method,
+                    cloned: &cloned,
+                },
+                plan.recipe.clone(),
+                Made {
+                    how: "update".into(),
+                    at: now_secs(),
+                    generation,
+                },
             )?;
+            m.header.root_ino = record::root_ino(&new_path)?;
             manifest::write(&zp, manifest::MANIFEST_NEW, &m)?;
-            let f =
-                fs::File::open(&new_path).map_err(io_at("open", &new_path))?;
-            copier::fsutil::sync_fs(&f).map_err(io_at("flush", &new_path))?;
+            durable(&new_root, &written)?;
             (self.stage)("recorded");
-            stop()
+            stop(&self.cancel).map(|()| (m, written.staged))
         })();
-        if let Err(e) = built {
-            // Not switched: the old root is in place; what was built
-            // beside it goes (a rerun would remove it too).
-            let _already_failing = remove_if(&new_path)
-                .and_then(|()| remove_if(&zp.join(manifest::MANIFEST_NEW)))
-                .and_then(|()| remove_if(&zp.join(JOURNAL)));
-            return Err(e);
-        }
-        let zdir = copier::beneath::Root::open(&zp)?;
+        let (recorded, staged) = match built {
+            Ok(m) => m,
+            Err(e) => {
+                // Not switched: the old root is in place; what was built
+                // beside it goes (a rerun would remove it too).
+                let _already_failing = remove_if(&new_path)
+                    .and_then(|()| remove_if(&zp.join(manifest::MANIFEST_NEW)))
+                    .and_then(|()| remove_if(&zp.join(JOURNAL)));
+                let _also = staging.remove();
+                return Err(e);
+            }
+        };
+        let zdir = Root::open(&zp)?;
         exchange(zdir.as_fd(), "root", ROOT_NEW, &zp)?;
         (self.stage)("switched");
-        finish_update(&zp, &mut *self.stage)
-    }
-
-    /// Every entry the profile's trees make now, with its attributes.
-    /// The walk lists names and applies the rules; the attributes are
-    /// read in parallel.
-    fn wants(&self) -> Result<Vec<Want>, UpdateError> {
-        use rayon::prelude::*;
-        // Path, path in the root, tree, and the symlink a link rule
-        // makes of it.
-        let mut listed: Vec<(PathBuf, PathBuf, usize, Option<PathBuf>)> =
-            Vec::new();
-        let mut scratch = Vec::new();
-        let mut tree_names = Vec::new();
-        for t in &self.profile.trees {
-            let top = self.profile.source_root.join(t);
-            let md = fs::metadata(&top)
-                .map_err(|_| UpdateError::TreeMissing { tree: top.clone() })?;
-            if !md.is_dir() {
-                return Err(UpdateError::TreeMissing { tree: top });
-            }
-            tree_names.push(
-                String::from_utf8_lossy(t.as_os_str().as_bytes()).into_owned(),
-            );
-            let tree = tree_names.len() - 1;
-            // A mount point is listed, not entered: copied empty, as the
-            // install does.
-            let mut it = walkdir::WalkDir::new(&top)
-                .follow_links(false)
-                .same_file_system(true)
-                .into_iter();
-            while let Some(item) = it.next() {
-                let item = item.map_err(|e| UpdateError::Io {
-                    op: "walk",
-                    path: e.path().unwrap_or(&top).to_path_buf(),
-                    source: e
-                        .into_io_error()
-                        .unwrap_or_else(|| io::Error::other("loop")),
-                })?;
-                let ft = item.file_type();
-                let inner =
-                    item.path().strip_prefix(&top).unwrap_or(Path::new(""));
-                let rel = if inner.as_os_str().is_empty() {
-                    t.clone()
-                } else {
-                    t.join(inner)
-                };
-                let action = if item.depth() == 0 {
-                    &copier::Action::Copy
-                } else {
-                    self.profile.rules.action(&rel, &mut scratch)
-                };
-                if *action == copier::Action::Skip {
-                    if ft.is_dir() {
-                        it.skip_current_dir();
-                    }
-                    continue;
-                }
-                if !(ft.is_dir() || ft.is_file() || ft.is_symlink()) {
-                    // The install skips sockets, FIFOs and devices.
-                    continue;
-                }
-                let link = if ft.is_file() {
-                    copier::rules::link_target(action, &rel)
-                } else {
-                    None
-                };
-                listed.push((item.into_path(), rel, tree, link));
-            }
+        finish_update(&zp, &mut *self.stage)?;
+        staging.remove()?;
+        // Hard links made and unlinked, and staged files whose staging
+        // name is gone, moved the change times of what they share: the
+        // stamps are taken now that nothing will move them again. A clone
+        // or a snapshot recorded them already.
+        if report.method == "hardlink" || staged {
+            record::stamp(&zp, &self.profile.owners, recorded)?;
         }
-        let mut out = listed
-            .into_par_iter()
-            .map(|(src, rel, tree, link)| -> Result<Want, UpdateError> {
-                let md =
-                    fs::symlink_metadata(&src).map_err(io_at("stat", &src))?;
-                let relb = rel.as_os_str().as_bytes().to_vec();
-                let mut entry = manifest::entry_of(
-                    &relb,
-                    &src,
-                    &md,
-                    Some(tree_names[tree].clone()),
-                )
-                .map_err(io_at("read attributes of", &src))?;
-                let mut inode = None;
-                let redirect = md.is_file() && link.is_some();
-                if md.is_file() {
-                    if let Some(target) = link {
-                        // A link rule makes a symlink of it.
-                        entry.k = 'l';
-                        entry.s = 0;
-                        entry.x = None;
-                        entry.l =
-                            Some(manifest::hex(target.as_os_str().as_bytes()));
-                    } else if md.nlink() > 1 {
-                        inode = Some((md.dev(), md.ino()));
-                    }
-                }
-                Ok(Want {
-                    rel: relb,
-                    src,
-                    entry,
-                    inode,
-                    atime: (md.atime(), md.atime_nsec()),
-                    redirect,
-                })
-            })
-            .collect::<Result<Vec<Want>, UpdateError>>()?;
-        out.sort_by(|a, b| a.rel.cmp(&b.rel));
-        out.dedup_by(|a, b| a.rel == b.rel);
-        Ok(out)
+        Ok(())
     }
+}
+
+fn now_secs() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
+}
+
+/// Makes what the update wrote durable: each file whose data it wrote
+/// (one `syncfs` instead past [`FSYNC_MOST`], or on btrfs, whose
+/// `fsync` makes only the file's own metadata durable), then every
+/// directory it made or changed and the new root itself, whose journal
+/// or log commit carries the clone's metadata before it.
+fn durable(new: &Root, written: &apply::Written) -> Result<(), UpdateError> {
+    use rustix::fs::{Mode, OFlags};
+    if written.data.len() > FSYNC_MOST || platform::on_btrfs(new.as_fd()) {
+        let fd = new
+            .as_fd()
+            .try_clone_to_owned()
+            .map_err(io_at("flush", new.path()))?;
+        return copier::fsutil::sync_fs(&std::fs::File::from(fd))
+            .map_err(io_at("flush", new.path()));
+    }
+    for rel in &written.data {
+        let (dir, name) = attrs::parent(new, rel, false)?;
+        let fd = rustix::fs::openat(
+            &dir,
+            name.as_c_str(),
+            OFlags::RDONLY
+                | OFlags::NOFOLLOW
+                | OFlags::CLOEXEC
+                | OFlags::NONBLOCK,
+            Mode::empty(),
+        )
+        .map_err(errno_at("open", attrs::shown(&dir, &name)))?;
+        rustix::fs::fsync(&fd)
+            .map_err(errno_at("flush", attrs::shown(&dir, &name)))?;
+    }
+    for rel in written.dirs.iter().rev() {
+        if rel.is_empty() {
+            continue;
+        }
+        if let Ok(d) = new.dir(attrs::rel_path(rel), None) {
+            rustix::fs::fsync(&d).map_err(errno_at("flush", d.path()))?;
+        }
+    }
+    rustix::fs::fsync(new).map_err(errno_at("flush", new.path()))
 }

@@ -7,5 +7,8 @@ pub const JOURNAL: &str = ".zinstall.update";
 pub const ROOT_NEW: &str = "root.new";
 /// The root before the last update, kept for rollback.
 pub const ROOT_PREV: &str = "root.prev";
+/// Where an update unpacks what it reads again (a baseline, image
+/// layers).
+pub const STAGE: &str = ".zinstall.stage";
 /// Where a non-Linux exchange parks one side.
 pub(super) const SWAP: &str = ".zinstall.swap";

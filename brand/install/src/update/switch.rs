@@ -53,8 +53,15 @@ fn write_swap_names(
     a: &str,
     b: &str,
 ) -> Result<(), UpdateError> {
+    use std::io::Write;
     let p = zonepath.join(format!("{SWAP}.names"));
-    fs::write(&p, format!("{a}\n{b}\n")).map_err(io_at("write", &p))?;
+    // The names reach the disk before the first rename relies on them.
+    fs::File::create(&p)
+        .and_then(|mut f| {
+            f.write_all(format!("{a}\n{b}\n").as_bytes())?;
+            f.sync_all()
+        })
+        .map_err(io_at("write", &p))?;
     fs::File::open(zonepath)
         .and_then(|d| d.sync_all())
         .map_err(io_at("sync", zonepath))

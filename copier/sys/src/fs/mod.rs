@@ -21,6 +21,7 @@
 //! | `chmod_at` | `O_PATH` + `/proc/self/fd` | `fchmodat` after `lstat` |
 //! | `XattrTarget::At` | `/proc/self/fd/DIR/NAME` | none listed |
 //! | `file_flags`, `set_file_flags` | `ioctl(FS_IOC_GETFLAGS, FS_IOC_SETFLAGS)` | `ENOTTY`, no such flags |
+//! | `subvolume::*` (btrfs snapshots) | `ioctl(BTRFS_IOC_*)` | not built: callers gate on Linux |
 //!
 //! "Unsupported" is reported as `Ok(false)` / `Ok(None)` so the caller
 //! takes its portable path; no error is ever swallowed. POSIX calls that
@@ -36,6 +37,8 @@ mod stat;
 mod linux;
 #[cfg(target_os = "linux")]
 mod linux_xattr;
+#[cfg(target_os = "linux")]
+pub mod subvolume;
 #[cfg(target_os = "linux")]
 use linux as platform;
 #[cfg(target_os = "linux")]
