@@ -1,6 +1,10 @@
 //! zinstall's integration tests, one binary: each module drives the built
 //! commands, the daemon or the packaged files on real files.
 
+// Tests make and read their own fixtures by path: the seam is the
+// product's.
+#![allow(clippy::disallowed_methods)]
+
 mod boundary;
 mod brand_files;
 mod cli;

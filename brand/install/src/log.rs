@@ -140,18 +140,23 @@ pub fn open_file(path: &Path) -> Result<File, LogError> {
     // Every directory on the way is root's or ours alone (or sticky and
     // holding only root's entries), so the path leads where it did when
     // checked.
-    let _dir =
+    let opened =
         copier::trusted::open_dir(dir, Some(0o755)).map_err(|source| {
             LogError::Directory {
                 dir: dir.to_path_buf(),
                 source: Box::new(source),
             }
         })?;
-    let dir_md = std::fs::metadata(dir).map_err(|source| LogError::Io {
-        path: dir.to_path_buf(),
-        op: "stat",
-        source,
-    })?;
+    // The directory just checked, by its descriptor: not the name again.
+    let dir_md = std::os::fd::AsFd::as_fd(&opened)
+        .try_clone_to_owned()
+        .map(std::fs::File::from)
+        .and_then(|f| f.metadata())
+        .map_err(|source| LogError::Io {
+            path: dir.to_path_buf(),
+            op: "stat",
+            source,
+        })?;
     let sticky_root = dir_md.mode() & 0o1000 != 0 && dir_md.uid() == 0;
     let open_to = if dir_md.mode() & 0o002 != 0 {
         Some("writable by everyone".to_string())
@@ -176,7 +181,9 @@ pub fn open_file(path: &Path) -> Result<File, LogError> {
     };
     // Made here, it is ours; found, it must be root's or the directory
     // owner's (who could replace it anyway). Not blocking, so that a
-    // FIFO planted there cannot hold the install.
+    // FIFO planted there cannot hold the install. Opened for appending
+    // only, never followed, and checked on its descriptor below.
+    #[allow(clippy::disallowed_methods)]
     let (file, made) = match OpenOptions::new()
         .append(true)
         .create_new(true)
@@ -282,6 +289,8 @@ fn open_reporting(
 }
 
 #[cfg(test)]
+// Tests make and read their own fixtures by path.
+#[allow(clippy::disallowed_methods)]
 mod test {
     use std::sync::Arc;
 

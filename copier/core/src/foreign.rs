@@ -115,10 +115,57 @@ impl fmt::Display for Op {
 pub enum Problem {
     /// The system said no.
     Io(io::Error),
-    /// Not a regular file: what it is instead ("a character device").
-    NotRegular(&'static str),
+    /// Not a regular file: what it is instead.
+    NotRegular(What),
     /// More bytes than its kind may have.
     TooLarge(Kind),
+}
+
+/// What a file that is not a regular file is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum What {
+    /// A directory.
+    Directory,
+    /// A symbolic link (where links are not followed).
+    Symlink,
+    /// A FIFO.
+    Fifo,
+    /// A socket.
+    Socket,
+    /// A character device.
+    CharacterDevice,
+    /// A block device.
+    BlockDevice,
+    /// A type the system did not name.
+    Unknown,
+}
+
+impl What {
+    fn of(t: FileType) -> What {
+        match t {
+            FileType::Directory => What::Directory,
+            FileType::Symlink => What::Symlink,
+            FileType::Fifo => What::Fifo,
+            FileType::Socket => What::Socket,
+            FileType::CharacterDevice => What::CharacterDevice,
+            FileType::BlockDevice => What::BlockDevice,
+            _ => What::Unknown,
+        }
+    }
+}
+
+impl fmt::Display for What {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            What::Directory => "a directory",
+            What::Symlink => "a symbolic link",
+            What::Fifo => "a FIFO",
+            What::Socket => "a socket",
+            What::CharacterDevice => "a character device",
+            What::BlockDevice => "a block device",
+            What::Unknown => "not a file of any known type",
+        })
+    }
 }
 
 /// A file refused: its path, the operation, and why.
@@ -145,6 +192,15 @@ impl Error {
     /// files that are optional.
     pub fn is_not_found(&self) -> bool {
         self.io_kind() == Some(io::ErrorKind::NotFound)
+    }
+
+    /// What the file is, if it was refused for not being a regular
+    /// file.
+    pub fn not_regular(&self) -> Option<What> {
+        match self.problem {
+            Problem::NotRegular(w) => Some(w),
+            _ => None,
+        }
     }
 
     /// The kind of the system's error, if the system refused.
@@ -202,20 +258,6 @@ fn size(n: u64) -> String {
     }
 }
 
-/// What a file type is called in a refusal.
-fn type_name(t: FileType) -> &'static str {
-    match t {
-        FileType::RegularFile => "a regular file",
-        FileType::Directory => "a directory",
-        FileType::Symlink => "a symbolic link",
-        FileType::Fifo => "a FIFO",
-        FileType::Socket => "a socket",
-        FileType::CharacterDevice => "a character device",
-        FileType::BlockDevice => "a block device",
-        _ => "not a file of any known type",
-    }
-}
-
 /// Opens `name` in `dir` (`CWD` and a path work too) as a regular file
 /// for reading, as the module says; `shown` names it in errors.
 fn open_in(
@@ -244,7 +286,7 @@ fn open_in(
                 Error {
                     path: shown.to_path_buf(),
                     op: Op::Open,
-                    problem: Problem::NotRegular(type_name(FileType::Symlink)),
+                    problem: Problem::NotRegular(What::Symlink),
                 }
             } else {
                 Error::io(shown, Op::Open, Errno::LOOP)
@@ -259,7 +301,7 @@ fn open_in(
         return Err(Error {
             path: shown.to_path_buf(),
             op: Op::Open,
-            problem: Problem::NotRegular(type_name(t)),
+            problem: Problem::NotRegular(What::of(t)),
         });
     }
     // A regular file never blocks; the flag is cleared so that what the
@@ -381,6 +423,8 @@ pub fn shown(dir: &Path, name: &OsStr) -> PathBuf {
 }
 
 #[cfg(test)]
+// Tests make and read their own fixtures by path.
+#[allow(clippy::disallowed_methods)]
 mod test {
     use super::*;
 

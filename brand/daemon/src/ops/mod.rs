@@ -302,6 +302,7 @@ fn pull_options(
         cancel: Some(job.cancel.clone()),
         max_blob_size: None,
         trust,
+        fetch_deadline: Some(config.fetch_deadline),
     })
 }
 

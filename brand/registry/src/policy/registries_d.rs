@@ -83,8 +83,11 @@ impl RegistriesD {
                 path: path.clone(),
                 why,
             };
-            let text = std::fs::read_to_string(&path)
-                .map_err(|e| bad(format!("read: {e}")))?;
+            let text = zinstall_core::foreign::read_to_string(
+                &path,
+                zinstall_core::foreign::Follow::Yes,
+                zinstall_core::foreign::Kind::Config,
+            )?;
             if text.trim().is_empty() {
                 continue;
             }

@@ -26,6 +26,9 @@ struct FileCloneRange {
 /// the kernel lets us (`O_NOATIME` needs ownership or CAP_FOWNER), so that
 /// copying a tree does not change the tree. `O_NONBLOCK` keeps a file that
 /// turned into a FIFO behind our back from blocking the worker.
+// A copy's source, checked by the engine on its descriptor (fstat) as
+// it copies; never followed (O_NOFOLLOW) nor waited on (O_NONBLOCK).
+#[allow(clippy::disallowed_methods)]
 pub fn open_source(path: &Path) -> io::Result<File> {
     let base = libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY;
     match OpenOptions::new()
@@ -67,6 +70,8 @@ pub fn open_source_at(dir: RawFd, name: &CStr) -> io::Result<File> {
 /// way followed) for looking names up in it, not for reading it:
 /// `O_PATH` needs only search permission, as a lookup by path would, so
 /// a source in a directory its reader may enter but not list is found.
+// O_PATH | O_DIRECTORY: only a directory opens, and nothing is read.
+#[allow(clippy::disallowed_methods)]
 pub fn open_dir_search(path: &Path) -> io::Result<OwnedFd> {
     OpenOptions::new()
         .read(true)
