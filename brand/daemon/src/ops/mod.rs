@@ -357,7 +357,8 @@ fn provision(
                 w
             })?;
     if let Some(old) = &r.replaced {
-        info!(d.log(), "cache entry altered"; "entry" => old.old.name(), "why" => &old.why,
+        info!(d.log(), "cache entry altered"; "entry" => old.old.name(),
+              "why" => crate::protocol::clip_middle(&old.why, crate::protocol::MAX_ERROR_TEXT),
               "rebuilt" => r.entry.name());
     }
     reply_value(&ProvisionReply::of(a.image.as_path(), &r))
