@@ -192,3 +192,13 @@ pub fn file_flags(_f: &File) -> io::Result<libc::c_int> {
 pub fn set_file_flags(_f: &File, _flags: libc::c_int) -> io::Result<()> {
     Err(io::Error::from_raw_os_error(libc::ENOTTY))
 }
+
+/// See the Linux version: there is no mount id here (illumos's `lofs`
+/// mounts are not told apart from the filesystem they show), so `None`,
+/// and the caller goes by device numbers.
+pub fn mount_id(
+    _dir: std::os::fd::RawFd,
+    _name: &CStr,
+) -> io::Result<Option<u64>> {
+    Ok(None)
+}
