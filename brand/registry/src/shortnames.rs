@@ -90,7 +90,21 @@ impl ShortNames {
             Ok(None) => return Ok(()),
             Err(e) => return Err(Error::io("read", path, e.into())),
         };
-        let conf: Conf = toml::from_str(&text).map_err(|e| {
+        self.add(path, &text)
+    }
+
+    /// The configuration of one registries.conf's `text`, read from
+    /// `path` (named in errors and in how a name was resolved).
+    pub fn parse(path: &Path, text: &str) -> Result<ShortNames> {
+        let mut s = ShortNames::default();
+        s.add(path, text)?;
+        Ok(s)
+    }
+
+    /// Adds what the file `path` says, its `text`, over what earlier
+    /// files said.
+    fn add(&mut self, path: &Path, text: &str) -> Result<()> {
+        let conf: Conf = toml::from_str(text).map_err(|e| {
             Error::io(
                 "parse",
                 path,
