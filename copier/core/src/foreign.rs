@@ -18,12 +18,10 @@
 //!
 //! Errors are [`Error`]s, carrying the path and the operation.
 
-use std::ffi::OsStr;
 use std::fmt;
 use std::fs::File;
 use std::io::{self, Read};
 use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use rustix::fs::{AtFlags, CWD, FileType, Mode, OFlags};
@@ -410,15 +408,6 @@ pub fn read_optional(
         Ok(t) => Ok(Some(t)),
         Err(e) if e.is_not_found() => Ok(None),
         Err(e) => Err(e),
-    }
-}
-
-/// The path `dir` + `name` for messages, where `name` is relative.
-pub fn shown(dir: &Path, name: &OsStr) -> PathBuf {
-    if name.as_bytes().first() == Some(&b'/') {
-        PathBuf::from(name)
-    } else {
-        dir.join(name)
     }
 }
 

@@ -17,15 +17,18 @@ use zinstall_qcow2::{ChainOptions, ConvertOptions, Image, convert_to_raw};
 const READ: u64 = 256 << 10;
 
 /// This process's directory for the two images (tmpfs where there is
-/// one), made once.
+/// one), made for each input and removed after it: nothing is left
+/// when the fuzzer exits.
 fn dir() -> &'static Path {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
-        let base = if Path::new("/dev/shm").is_dir() { "/dev/shm" } else { "/tmp" };
-        let d = Path::new(base)
-            .join(format!("zinstall-fuzz-chain-{}", std::process::id()));
-        std::fs::create_dir_all(&d).expect("scratch directory");
-        d
+        let base = if Path::new("/dev/shm").is_dir() {
+            "/dev/shm"
+        } else {
+            "/tmp"
+        };
+        Path::new(base)
+            .join(format!("zinstall-fuzz-chain-{}", std::process::id()))
     })
 }
 
@@ -33,7 +36,8 @@ fn dir() -> &'static Path {
 fn out() -> &'static File {
     static OUT: OnceLock<File> = OnceLock::new();
     OUT.get_or_init(|| {
-        let p = dir().join("out.raw");
+        let p = std::env::temp_dir()
+            .join(format!("zinstall-fuzz-chain-{}.raw", std::process::id()));
         let f = File::options()
             .read(true)
             .write(true)
@@ -51,7 +55,8 @@ fuzz_target!(|data: &[u8]| {
         return;
     }
     // Where the input splits: its first two bytes say.
-    let at = 2 + (u16::from_le_bytes([data[0], data[1]]) as usize) % (data.len() - 1);
+    let at = 2
+        + (u16::from_le_bytes([data[0], data[1]]) as usize) % (data.len() - 1);
     let (mut top, base) = (data[2..at].to_vec(), &data[at..]);
     // The top names "base" beside it: the name goes at the end of the
     // file, its offset and length into the header.
@@ -62,13 +67,19 @@ fuzz_target!(|data: &[u8]| {
         top.extend_from_slice(b"base");
     }
     let d = dir();
-    if std::fs::write(d.join("top.qcow2"), &top).is_err()
-        || std::fs::write(d.join("base"), base).is_err()
+    let _ = std::fs::create_dir_all(d);
+    let opened = if std::fs::write(d.join("top.qcow2"), &top).is_ok()
+        && std::fs::write(d.join("base"), base).is_ok()
     {
-        return;
-    }
-    let Ok(img) = Image::open_chain(&d.join("top.qcow2"), &ChainOptions::default())
-    else {
+        Image::open_chain(&d.join("top.qcow2"), &ChainOptions::default()).ok()
+    } else {
+        None
+    };
+    // Read through the descriptors opened: the names can go now.
+    let _ = std::fs::remove_file(d.join("top.qcow2"));
+    let _ = std::fs::remove_file(d.join("base"));
+    let _ = std::fs::remove_dir(d);
+    let Some(img) = opened else {
         return;
     };
     let size = img.virtual_size();
@@ -84,6 +95,7 @@ fuzz_target!(|data: &[u8]| {
     if size <= READ {
         let f = out();
         let _ = f.set_len(0);
-        let _ = convert_to_raw(&img, f, &ConvertOptions { threads: 1 }, &|_| {});
+        let _ =
+            convert_to_raw(&img, f, &ConvertOptions { threads: 1 }, &|_| {});
     }
 });

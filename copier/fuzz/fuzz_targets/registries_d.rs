@@ -6,8 +6,8 @@
 use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
-use zinstall_registry::policy::registries_d::{RegistriesD, signature_url};
 use zinstall_registry::policy::DockerRef;
+use zinstall_registry::policy::registries_d::{RegistriesD, signature_url};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
@@ -16,7 +16,10 @@ fuzz_target!(|data: &[u8]| {
     let Ok(d) = RegistriesD::parse(Path::new("fuzz.yaml"), text) else {
         return;
     };
-    for image in ["reg.example.com/ns/app:1", "docker.io/library/debian@sha256:ab"] {
+    for image in [
+        "reg.example.com/ns/app:1",
+        "docker.io/library/debian@sha256:ab",
+    ] {
         let Ok(r) = DockerRef::parse(image) else {
             continue;
         };

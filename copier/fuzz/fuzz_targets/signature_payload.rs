@@ -13,8 +13,9 @@ use zinstall_registry::policy::payload::{check_sigstore, check_simple};
 use zinstall_registry::policy::{DockerRef, SignedIdentity};
 
 /// The registry crate's test key.
-const KEY: &[u8] =
-    include_bytes!("../../../brand/registry/src/policy/testdata/public-key.gpg");
+const KEY: &[u8] = include_bytes!(
+    "../../../brand/registry/src/policy/testdata/public-key.gpg"
+);
 
 fn keyring() -> &'static Keyring {
     static K: OnceLock<Keyring> = OnceLock::new();
@@ -26,9 +27,11 @@ fn keyring() -> &'static Keyring {
 
 fuzz_target!(|data: &[u8]| {
     let _ = keyring().verify(data);
-    let image = DockerRef::parse("reg.example.com/ns/app:1").expect("a reference");
+    let image =
+        DockerRef::parse("reg.example.com/ns/app:1").expect("a reference");
     let digest = "sha256:0000000000000000000000000000000000000000000000000000000000000000";
-    for identity in [SignedIdentity::default(), SignedIdentity::MatchRepository] {
+    for identity in [SignedIdentity::default(), SignedIdentity::MatchRepository]
+    {
         let _ = check_simple(data, digest, &image, &identity);
         let _ = check_sigstore(data, digest, &image, &identity);
     }
