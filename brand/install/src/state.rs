@@ -220,8 +220,10 @@ pub fn read(zonepath: &Path) -> io::Result<Option<State>> {
             )),
         },
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        // The message names the marker already.
-        Err(e) => Err(e),
+        Err(e) => Err(io::Error::new(
+            e.kind(),
+            format!("{}: {e}", zonepath.join(STATE).display()),
+        )),
     }
 }
 

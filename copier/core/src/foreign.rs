@@ -238,12 +238,26 @@ impl std::error::Error for Error {
     }
 }
 
-/// For callers whose errors carry an `io::Error`: the message is kept
-/// whole (path included), and a refusal of ours is `InvalidData`.
+/// For callers whose errors carry an `io::Error` beside the path and the
+/// operation (which they name themselves): the system's error as it
+/// was, or a refusal of ours said without the path.
 impl From<Error> for io::Error {
     fn from(e: Error) -> io::Error {
-        let kind = e.io_kind().unwrap_or(io::ErrorKind::InvalidData);
-        io::Error::new(kind, e.to_string())
+        match e.problem {
+            Problem::Io(e) => e,
+            Problem::NotRegular(what) => io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{what}, not a regular file"),
+            ),
+            Problem::TooLarge(kind) => io::Error::new(
+                io::ErrorKind::FileTooLarge,
+                format!(
+                    "larger than {}, the most {} may be",
+                    size(kind.cap()),
+                    kind.what()
+                ),
+            ),
+        }
     }
 }
 
@@ -533,7 +547,12 @@ mod test {
         let io: io::Error =
             read(&p, Follow::No, Kind::Config).unwrap_err().into();
         assert_eq!(io.kind(), io::ErrorKind::NotFound);
-        assert!(io.to_string().contains(&*p.to_string_lossy()), "{io}");
+        assert_eq!(io.raw_os_error(), Some(2));
+        let dev: io::Error =
+            read(Path::new("/dev/null"), Follow::Yes, Kind::Config)
+                .unwrap_err()
+                .into();
+        assert_eq!(dev.to_string(), "a character device, not a regular file");
     }
 
     #[test]
