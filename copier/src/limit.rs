@@ -11,7 +11,10 @@ use std::time::Duration;
 /// its next batch from the queue as ever, then waits for its turn before
 /// doing it: lowering the limit takes effect as batches end, raising it
 /// at once, and a run whose queue is closed still ends (every worker
-/// sees the close). At least one worker always works.
+/// sees the close). A limit of 0 pauses the run at its workers' next
+/// batches until it is raised (a service giving the run's turn to
+/// another); the run's walkers go on until the queue is full. A
+/// cancelled or failed run's waiting workers drop their batches.
 #[derive(Debug)]
 pub struct WorkerLimit {
     state: Mutex<Counts>,
@@ -28,11 +31,11 @@ struct Counts {
 pub(crate) struct Turn<'l>(&'l WorkerLimit);
 
 impl WorkerLimit {
-    /// A limit of `n` workers (at least one).
+    /// A limit of `n` workers (0: paused).
     pub fn new(n: usize) -> WorkerLimit {
         WorkerLimit {
             state: Mutex::new(Counts {
-                allowed: n.max(1),
+                allowed: n,
                 working: 0,
             }),
             changed: Condvar::new(),
@@ -43,9 +46,9 @@ impl WorkerLimit {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Allows `n` workers (at least one) from now on.
+    /// Allows `n` workers (0: pauses) from now on.
     pub fn set(&self, n: usize) {
-        self.lock().allowed = n.max(1);
+        self.lock().allowed = n;
         self.changed.notify_all();
     }
 
@@ -108,5 +111,29 @@ mod test {
         let most = most.load(Ordering::SeqCst);
         assert!((2..=4).contains(&most), "{most} at once");
         assert_eq!(l.get(), 4);
+    }
+
+    #[test]
+    fn a_paused_run_waits_until_raised_or_stopped() {
+        let l = WorkerLimit::new(0);
+        let worked = AtomicUsize::new(0);
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let _t = l.turn(|| false);
+                worked.fetch_add(1, Ordering::SeqCst);
+            });
+            s.spawn(|| {
+                let _t = l.turn(|| stop.load(Ordering::SeqCst));
+                worked.fetch_add(1, Ordering::SeqCst);
+            });
+            std::thread::sleep(Duration::from_millis(50));
+            assert_eq!(worked.load(Ordering::SeqCst), 0, "paused");
+            stop.store(true, Ordering::SeqCst);
+            std::thread::sleep(Duration::from_millis(50));
+            assert_eq!(worked.load(Ordering::SeqCst), 1, "the stopped one");
+            l.set(1);
+        });
+        assert_eq!(worked.load(Ordering::SeqCst), 2);
     }
 }

@@ -89,17 +89,11 @@ pub(crate) fn granted_copy(
     };
     let (src_root, dst_root) = (open(&src_prefix)?, open(&dst_prefix)?);
     let tunables = d.tunables();
-    let Some(share) =
-        d.process_workers
-            .join(job.id, peer.uid, tunables.copy_threads, || {
-                job.cancel.is_cancelled()
-            })
-    else {
-        return Err(WireError::new(
-            ErrorKind::Cancelled,
-            "cancelled while queued",
-        ));
-    };
+    // A member of the granted jobs' budget from now on: its share may be
+    // none for a while (paused), until its turn comes.
+    let share = d
+        .process_workers
+        .join(job.id, peer.uid, tunables.copy_threads);
     let allowed = share.workers();
     let order = Order {
         src: src.to_path_buf(),
@@ -112,7 +106,7 @@ pub(crate) fn granted_copy(
         exclude: a.exclude.clone(),
         threads: tunables.copy_threads.max(1),
         allowed,
-        walkers: tunables.walkers().clamp(1, allowed),
+        walkers: tunables.walkers().clamp(1, allowed.max(1)),
         batch: tunables.copy_batch,
         bufsize: tunables.copy_bufsize,
         writeback: tunables.copy_writeback,
@@ -206,10 +200,14 @@ fn reap(
 
 /// Whether a job's process is making progress: its counts of entries
 /// and bytes as it reports them, and the CPU time it uses (where the
-/// system tells it), seen to change within the stall window.
+/// system tells it), seen to change. Only time with workers counts: a
+/// paused job (others having their turn) is waiting, not stalled, and
+/// its turns add up.
 struct Watch {
     seen: (u64, u64, Option<u64>),
-    changed: Instant,
+    /// Time with workers and without progress, since the last progress.
+    idle: Duration,
+    last: Instant,
     stall: Duration,
     pid: u32,
 }
@@ -218,24 +216,30 @@ impl Watch {
     fn new(pid: u32, stall: Duration) -> Watch {
         Watch {
             seen: (0, 0, sys::process_cpu_ticks(pid)),
-            changed: Instant::now(),
+            idle: Duration::ZERO,
+            last: Instant::now(),
             stall,
             pid,
         }
     }
 
-    /// Whether the process has gone the whole window without progress.
-    fn stalled(&mut self, job: &Job) -> bool {
+    /// Whether the process has had workers for the whole window without
+    /// making progress; `workers` is its share now.
+    fn stalled(&mut self, job: &Job, workers: usize) -> bool {
         let now = (
             job.entries.load(std::sync::atomic::Ordering::Relaxed),
             job.bytes.load(std::sync::atomic::Ordering::Relaxed),
             sys::process_cpu_ticks(self.pid),
         );
+        let since = self.last.elapsed();
+        self.last = Instant::now();
         if now != self.seen {
             self.seen = now;
-            self.changed = Instant::now();
+            self.idle = Duration::ZERO;
+        } else if workers > 0 {
+            self.idle += since;
         }
-        self.changed.elapsed() >= self.stall
+        self.idle >= self.stall
     }
 }
 
@@ -288,7 +292,7 @@ fn relay(
                 let _missed = t.write_all(&line);
             }
         }
-        if term_at.is_none() && watch.stalled(job) {
+        if term_at.is_none() && watch.stalled(job, workers) {
             sys::signal(pid, libc::SIGKILL);
             return Err(WireError::new(
                 ErrorKind::Stalled,
