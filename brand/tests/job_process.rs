@@ -706,15 +706,16 @@ fn an_eleventh_uid_is_served_beside_ten_uids_flooding() {
     let prefix = base.path().join("grant");
     fs::create_dir(&prefix).unwrap();
     let uids: Vec<u32> = (FIRST..FIRST + FLOODERS + 1).collect();
+    // The flood's copies are long (8,000 files each, read by every
+    // flooder from one tree anyone may read): a job that waited for one
+    // of them to end would wait for seconds.
+    let flood_src = prefix.join("flood");
+    tree(&flood_src, 40, 200, 0);
     for &u in &uids {
         let home = prefix.join(format!("u{u}"));
         fs::create_dir(&home).unwrap();
-        // The flood's copies are long (2,000 files each): a job that
-        // waited for one of them to end would wait for seconds.
         if u == FIRST + FLOODERS {
             tree(&home.join("src"), 1, 10, u);
-        } else {
-            tree(&home.join("src"), 20, 100, u);
         }
         chown(&home, u);
     }
@@ -761,7 +762,7 @@ print(done[0])
             let home = prefix.join(format!("u{u}"));
             as_uid(u)
                 .args(["/usr/bin/python3", "-c", FLOOD])
-                .args([s(&d.socket), s(&home.join("src")), s(&home), s(&stop)])
+                .args([s(&d.socket), s(&flood_src), s(&home), s(&stop)])
                 .stdout(std::process::Stdio::null())
                 .spawn()
                 .unwrap()
@@ -807,7 +808,7 @@ print(done[0])
     }
     eprintln!(
         "MEASURE an 11th uid's 10-file copy beside {busy} active flood jobs \
-         of 2,000 files each: {} ms",
+         of 8,000 files each: {} ms",
         took.as_millis()
     );
     assert!(o.status.success(), "{}", text(&o));
