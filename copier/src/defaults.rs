@@ -386,10 +386,9 @@ mod test {
         assert!(e.to_string().starts_with(&*long.to_string_lossy()), "{e}");
         // A device is not read at all, whatever it would give.
         let e = DefaultsFile::load(Path::new("/dev/zero")).unwrap_err();
-        assert!(
-            e.to_string().contains("/dev/zero is a character device"),
-            "{e}"
-        );
+        let said = e.to_string();
+        assert!(said.contains("/dev/zero"), "{e}");
+        assert!(said.contains("a character device"), "{e}");
         // /dev/null is how a caller says "no file".
         assert_eq!(
             DefaultsFile::load(Path::new("/dev/null"))
