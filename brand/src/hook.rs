@@ -443,14 +443,22 @@ fn cmd_attach(zonepath: &Path, rest: &[OsString], argv: &[OsString]) -> u8 {
 /// this brand and have an exclusive IP stack (the brand's platform gives
 /// it its own network devices only).
 fn verify_cfg(xml: &Path) -> u8 {
-    use std::io::Read;
-    let mut text = String::new();
-    let read = std::fs::File::open(xml)
-        .and_then(|f| f.take(MAX_XML_BYTES + 1).read_to_string(&mut text));
-    if let Err(e) = read {
-        fail(format!("verify_cfg: read {}: {e}", xml.display()));
-        return FATAL;
-    }
+    let kind = zinstall_core::foreign::Kind::Other {
+        what: "a zone's configuration",
+        cap: MAX_XML_BYTES,
+    };
+    let read = zinstall_core::foreign::read_to_string(
+        xml,
+        zinstall_core::foreign::Follow::Yes,
+        kind,
+    );
+    let text = match read {
+        Ok(t) => t,
+        Err(e) => {
+            fail(format!("verify_cfg: {e}"));
+            return FATAL;
+        }
+    };
     if text.len() as u64 > MAX_XML_BYTES {
         fail(format!(
             "verify_cfg {}: larger than {MAX_XML_BYTES} bytes",

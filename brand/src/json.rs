@@ -150,6 +150,9 @@ pub fn policy_fields(e: &zinstall_registry::policy::PolicyError) -> Value {
             "failed": r.why.as_str(),
         }),
         P::Fetch { url, .. } => serde_json::json!({ "url": url }),
+        P::Read(e) => {
+            serde_json::json!({ "path": path(&e.path), "op": e.op.to_string() })
+        }
         _ => Value::Null,
     }
 }

@@ -27,6 +27,11 @@ pub struct PullArgs {
     /// default /etc/containers/registries.d, as podman reads it).
     #[arg(long = "registries.d", value_name = "DIR")]
     pub registries_d: Option<PathBuf>,
+    /// The longest a manifest, a token or a signature may take to arrive
+    /// whole, however steadily it comes.
+    #[arg(long, value_name = "SECS", default_value_t = 60,
+          value_parser = clap::value_parser!(u64).range(1..=86400))]
+    pub fetch_deadline: u64,
 }
 
 impl PullArgs {
@@ -52,7 +57,17 @@ impl PullArgs {
             })),
             progress: bar.map(|b| b as Arc<dyn copier::Progress>),
             trust,
+            fetch_deadline: Some(self.deadline()),
             ..PullOptions::default()
+        }
+    }
+
+    /// `--fetch-deadline` (the library's default when made without
+    /// the parser, as `PullArgs::default()`).
+    pub fn deadline(&self) -> std::time::Duration {
+        match self.fetch_deadline {
+            0 => zinstall_registry::DEFAULT_FETCH_DEADLINE,
+            s => std::time::Duration::from_secs(s),
         }
     }
 

@@ -855,3 +855,93 @@ fn stalls_are_retried_and_permanent_failures_are_not() {
     );
     assert!(!e.contains("attempts"), "{e}");
 }
+
+/// A lookaside that sends a signature's body at 1,200 bytes a second,
+/// above the stall floor (32 KiB in 30 s): the fetch ends at its
+/// deadline (`--fetch-deadline 2` here; 60 s by default), naming it,
+/// instead of holding the pull for as long as the body takes.
+#[test]
+fn a_trickling_signature_lookaside_ends_at_the_fetch_deadline() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::net::TcpListener;
+    let d = tempfile::tempdir().unwrap();
+    let lay = d.path().join("layout");
+    image(&lay, 64, &|_, _| {});
+    let reg = FakeRegistry::serve(&lay);
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let stop = Arc::new(AtomicBool::new(false));
+    let served = Arc::new(AtomicUsize::new(0));
+    {
+        let (stop, served) = (Arc::clone(&stop), Arc::clone(&served));
+        std::thread::spawn(move || {
+            for c in l.incoming() {
+                let Ok(mut c) = c else { continue };
+                let (stop, served) = (Arc::clone(&stop), Arc::clone(&served));
+                std::thread::spawn(move || {
+                    let mut r = BufReader::new(c.try_clone().unwrap());
+                    let mut line = String::new();
+                    while r.read_line(&mut line).is_ok_and(|n| n > 2) {
+                        line.clear();
+                    }
+                    let _ = c.write_all(
+                        b"HTTP/1.1 200 OK\r\nContent-Length: 60000\r\n\r\n",
+                    );
+                    // 120 bytes every 100 ms: 1,200 B/s.
+                    for _ in 0..500 {
+                        if stop.load(Ordering::Relaxed)
+                            || c.write_all(&[b'x'; 120]).is_err()
+                        {
+                            return;
+                        }
+                        served.fetch_add(120, Ordering::Relaxed);
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                });
+            }
+        });
+    }
+    let regd = d.path().join("registries.d");
+    fs::create_dir(&regd).unwrap();
+    fs::write(
+        regd.join("lookaside.yaml"),
+        format!(
+            "docker:\n  127.0.0.1:{}:\n    lookaside: http://127.0.0.1:{port}\n",
+            reg.port
+        ),
+    )
+    .unwrap();
+    let key = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("registry/src/policy/testdata/public-key.gpg");
+    let policy = d.path().join("policy.json");
+    fs::write(
+        &policy,
+        json!({"default": [{"type": "signedBy", "keyType": "GPGKeys",
+                            "keyPath": key}]})
+        .to_string(),
+    )
+    .unwrap();
+    let t0 = Instant::now();
+    let o = support::zinstall(&[
+        "image",
+        "verify",
+        "--fetch-deadline",
+        "2",
+        "--policy",
+        s(&policy),
+        "--registries.d",
+        s(&regd),
+        &reg.reference(),
+    ]);
+    let took = t0.elapsed();
+    stop.store(true, Ordering::Relaxed);
+    let t = text(&o);
+    eprintln!(
+        "MEASURE trickling lookaside: ended after {} ms, {} bytes received",
+        took.as_millis(),
+        served.load(Ordering::Relaxed)
+    );
+    assert!(!o.status.success(), "{t}");
+    assert!(t.contains("deadline"), "{t}");
+    assert!(took < Duration::from_secs(10), "took {took:?}: {t}");
+}

@@ -581,3 +581,407 @@ fn wait_stopped(pid: u32) {
         std::thread::sleep(Duration::from_millis(1));
     }
 }
+
+/// The job's id and process of the first job `d` lists with a process.
+fn job_with_process(d: &Daemon) -> (u64, u32) {
+    let t0 = Instant::now();
+    loop {
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "no job process seen: {}",
+            d.log()
+        );
+        let mut c = d.connect();
+        c.send(&json!({"v": 1, "op": "jobs"}));
+        let jobs = c.end()["result"].clone();
+        let found = jobs.as_array().into_iter().flatten().find_map(|j| {
+            Some((j["job"].as_u64()?, j["process"].as_u64()? as u32))
+        });
+        if let Some(f) = found {
+            return f;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// A caller stops its own job's process (SIGSTOP) while it holds the
+/// granted workers: another uid's 10-file copy still finishes at once
+/// (the stopped job holds only its share), and the stopped job is
+/// failed and killed once it has made no progress for job_stall_secs,
+/// its share given back.
+#[test]
+fn a_stopped_job_holds_only_its_share_and_is_failed_when_it_stalls() {
+    if !zinstall_testkit::require_root() {
+        return;
+    }
+    let base = scratch("zinstall-stopped");
+    let prefix = base.path().join("grant");
+    fs::create_dir(&prefix).unwrap();
+    chown(&prefix, CALLER);
+    tree(&prefix.join("src"), 300, 100, CALLER);
+    let theirs = prefix.join("other");
+    fs::create_dir(&theirs).unwrap();
+    tree(&theirs.join("src"), 1, 10, OTHER);
+    chown(&theirs, OTHER);
+    let d = Daemon::start(&grant(&prefix, "job_stall_secs = 3"));
+    let mut client = as_uid(CALLER)
+        .arg(env!("CARGO_BIN_EXE_zinstall"))
+        .arg(format!("--daemon={}", d.socket.display()))
+        .args(["copy", s(&prefix.join("src")), s(&prefix.join("dst"))])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let (id, pid) = job_with_process(&d);
+    while job(&d, id)["entries"].as_u64().unwrap_or(0) == 0 {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    // A process this test's daemon started, stopped as its caller may.
+    zinstall_sys::process::signal(pid, libc::SIGSTOP);
+    wait_stopped(pid);
+    let stopped_at = Instant::now();
+    let t0 = Instant::now();
+    let o = d.zinstall_as(
+        OTHER,
+        &["copy", s(&theirs.join("src/d0")), s(&theirs.join("copy"))],
+    );
+    let other_took = t0.elapsed();
+    assert!(o.status.success(), "{}", text(&o));
+    eprintln!(
+        "MEASURE beside a stopped job: another uid's 10-file copy took {} ms",
+        other_took.as_millis()
+    );
+    assert!(
+        other_took < Duration::from_secs(2),
+        "the other uid's copy took {other_took:?} beside a stopped job"
+    );
+    // The stopped job: failed as stalled within its window (and a tick).
+    let failed = loop {
+        let j = job(&d, id);
+        if j["state"] == "failed" {
+            break j;
+        }
+        assert!(
+            stopped_at.elapsed() < Duration::from_secs(15),
+            "the stopped job is {}: {}",
+            j["state"],
+            d.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let stalled_after = stopped_at.elapsed();
+    eprintln!(
+        "MEASURE stopped job failed after {} ms (job_stall_secs = 3)",
+        stalled_after.as_millis()
+    );
+    assert_eq!(failed["error"]["kind"], "stalled", "{failed}");
+    let msg = failed["error"]["message"].as_str().unwrap_or("");
+    assert!(msg.contains("stopped making progress"), "{msg}");
+    assert!(stalled_after >= Duration::from_secs(2), "{stalled_after:?}");
+    // Its process is gone (killed, reaped).
+    let t0 = Instant::now();
+    while Path::new(&format!("/proc/{pid}")).exists()
+        && status_of(pid)
+            .get("State")
+            .is_none_or(|s| !s.starts_with('Z'))
+    {
+        assert!(t0.elapsed() < Duration::from_secs(8), "it lives on");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = client.wait();
+}
+
+/// Ten uids each keeping four long granted copies going: an eleventh
+/// uid's 10-file copy is served in its turn (a new uid before another's
+/// fifth, the turns of the flood's jobs passed on each second), within
+/// seconds, not after the flood's copies.
+#[test]
+fn an_eleventh_uid_is_served_beside_ten_uids_flooding() {
+    if !zinstall_testkit::require_root() {
+        return;
+    }
+    const FLOODERS: u32 = 10;
+    const FIRST: u32 = 64000;
+    let base = scratch("zinstall-eleven");
+    let prefix = base.path().join("grant");
+    fs::create_dir(&prefix).unwrap();
+    let uids: Vec<u32> = (FIRST..FIRST + FLOODERS + 1).collect();
+    // The flood's copies are long (8,000 files each, read by every
+    // flooder from one tree anyone may read): a job that waited for one
+    // of them to end would wait for seconds.
+    let flood_src = prefix.join("flood");
+    tree(&flood_src, 40, 200, 0);
+    for &u in &uids {
+        let home = prefix.join(format!("u{u}"));
+        fs::create_dir(&home).unwrap();
+        if u == FIRST + FLOODERS {
+            tree(&home.join("src"), 1, 10, u);
+        }
+        chown(&home, u);
+    }
+    let users = uids
+        .iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(", ");
+    let d = Daemon::start(&format!(
+        "[[grant]]\nusers = [{users}]\noperations = [\"copy\", \"jobs\"]\n\
+         prefixes = [\"{}\"]\n",
+        prefix.display()
+    ));
+    const FLOOD: &str = r#"
+import json, os, shutil, socket, sys, threading
+path, src, dst, stop = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+done = [0]
+def loop(k):
+    i = 0
+    while not os.path.exists(stop):
+        out = "%s/%d-%d" % (dst, k, i)
+        i += 1
+        s = socket.socket(socket.AF_UNIX)
+        s.connect(path)
+        req = {"v": 1, "op": "copy", "args": {"src": src, "dst": out}}
+        s.sendall((json.dumps(req) + "\n").encode())
+        f = s.makefile()
+        for line in f:
+            r = json.loads(line)
+            if r.get("reply") in ("done", "error"):
+                break
+        s.close()
+        shutil.rmtree(out, ignore_errors=True)
+        done[0] += 1
+ts = [threading.Thread(target=loop, args=(k,)) for k in range(4)]
+for t in ts: t.start()
+for t in ts: t.join()
+print(done[0])
+"#;
+    let stop = base.path().join("stop");
+    let flood: Vec<std::process::Child> = uids[..FLOODERS as usize]
+        .iter()
+        .map(|&u| {
+            let home = prefix.join(format!("u{u}"));
+            as_uid(u)
+                .args(["/usr/bin/python3", "-c", FLOOD])
+                .args([s(&d.socket), s(&flood_src), s(&home), s(&stop)])
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    // Wait until the flood fills the lane: every place taken, more
+    // queued or waiting for workers.
+    let t0 = Instant::now();
+    let busy = loop {
+        let mut c = d.connect();
+        c.send(&json!({"v": 1, "op": "jobs"}));
+        let jobs = c.end()["result"].clone();
+        let active = jobs
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|j| {
+                matches!(j["state"].as_str(), Some("queued" | "running"))
+            })
+            .count();
+        if active >= 30 {
+            break active;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "the flood did not build up: {active} active"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let eleventh = *uids.last().unwrap();
+    let home = prefix.join(format!("u{eleventh}"));
+    let t0 = Instant::now();
+    let o = d.zinstall_as(
+        eleventh,
+        &["copy", s(&home.join("src/d0")), s(&home.join("copy"))],
+    );
+    let took = t0.elapsed();
+    // The flood's clients go: their jobs are cancelled.
+    fs::write(&stop, b"").unwrap();
+    for mut c in flood {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    eprintln!(
+        "MEASURE an 11th uid's 10-file copy beside {busy} active flood jobs \
+         of 8,000 files each: {} ms",
+        took.as_millis()
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(files_under(&home.join("copy")), 10);
+    assert!(
+        took < Duration::from_secs(3),
+        "the 11th uid waited {took:?}"
+    );
+}
+
+/// Regular files under `dir`.
+fn files_under(dir: &Path) -> usize {
+    let mut n = 0;
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in fs::read_dir(&d).unwrap().flatten() {
+            let t = e.file_type().unwrap();
+            if t.is_dir() {
+                stack.push(e.path());
+            } else if t.is_file() {
+                n += 1;
+            }
+        }
+    }
+    n
+}
+
+/// The daemon's resident memory and its peak, from /proc, in KiB.
+fn memory_kib(pid: u32) -> (u64, u64) {
+    let st = status_of(pid);
+    let kib = |k: &str| {
+        st.get(k)
+            .and_then(|v| v.split(' ').next()?.parse().ok())
+            .unwrap_or(0)
+    };
+    (kib("VmRSS"), kib("VmHWM"))
+}
+
+/// Fifty granted copies, each failing on 100 unreadable files under long
+/// paths: the daemon's log grows by a bounded amount (each failure a
+/// line of a few hundred bytes, and only a uid's share of them), its
+/// memory hardly moves, a `jobs` reply stays under 1 MiB with every
+/// failure summed up, `status` gives one job's errors (100, bounded),
+/// and another user's finished job is still listed.
+#[test]
+fn fifty_failing_copies_cost_a_bounded_log_memory_and_reply() {
+    if !zinstall_testkit::require_root() {
+        return;
+    }
+    let base = scratch("zinstall-failing");
+    let prefix = base.path().join("grant");
+    fs::create_dir(&prefix).unwrap();
+    // 100 files only root may read, under a path of ~2,000 bytes.
+    let mut deep = prefix.join("src");
+    for i in 0..8 {
+        deep.push(format!("{i}{}", "d".repeat(240)));
+    }
+    fs::create_dir_all(&deep).unwrap();
+    for i in 0..100 {
+        let f = deep.join(format!("{i}{}", "f".repeat(200)));
+        fs::write(&f, b"secret").unwrap();
+        fs::set_permissions(&f, fs::Permissions::from_mode(0o000)).unwrap();
+    }
+    let mut p = deep.clone();
+    while p != prefix {
+        chown(&p, CALLER);
+        p.pop();
+    }
+    chown(&prefix, CALLER);
+    let theirs = prefix.join("other");
+    fs::create_dir(&theirs).unwrap();
+    tree(&theirs.join("src"), 1, 2, OTHER);
+    chown(&theirs, OTHER);
+    let d = Daemon::start(&grant(&prefix, "keep_finished = 60"));
+    // Another user's finished job first.
+    let o = d.zinstall_as(
+        OTHER,
+        &["copy", s(&theirs.join("src")), s(&theirs.join("copy"))],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let log_before = d.log().len();
+    let (_, hwm_before) = memory_kib(d.child.id());
+    let failed = Arc::new(AtomicUsize::new(0));
+    std::thread::scope(|sc| {
+        for t in 0..4 {
+            let (d, prefix, failed) = (&d, &prefix, Arc::clone(&failed));
+            sc.spawn(move || {
+                for i in (t..50).step_by(4) {
+                    let dst = prefix.join(format!("dst{i}"));
+                    let o = d.zinstall_as(
+                        CALLER,
+                        &["copy", s(&prefix.join("src")), s(&dst)],
+                    );
+                    if !o.status.success() {
+                        failed.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+    });
+    assert_eq!(failed.load(Ordering::Relaxed), 50, "every copy fails");
+    let grown = d.log().len() - log_before;
+    let (rss, hwm) = memory_kib(d.child.id());
+    let mut raw = String::new();
+    {
+        use std::io::BufRead;
+        let mut r = std::io::BufReader::new(
+            std::os::unix::net::UnixStream::connect(&d.socket).unwrap(),
+        );
+        let mut w = r.get_ref().try_clone().unwrap();
+        use std::io::Write;
+        w.write_all(b"{\"v\":1,\"op\":\"jobs\"}\n").unwrap();
+        r.read_line(&mut raw).unwrap();
+    }
+    let jobs: serde_json::Value = serde_json::from_str(&raw).unwrap();
+    let list = jobs["result"].as_array().unwrap().clone();
+    let failed_ids: Vec<u64> = list
+        .iter()
+        .filter(|j| j["state"] == "failed")
+        .filter_map(|j| j["job"].as_u64())
+        .collect();
+    let mut status_raw = String::new();
+    {
+        use std::io::{BufRead, Write};
+        let mut r = std::io::BufReader::new(
+            std::os::unix::net::UnixStream::connect(&d.socket).unwrap(),
+        );
+        let mut w = r.get_ref().try_clone().unwrap();
+        writeln!(
+            w,
+            "{}",
+            json!({"v": 1, "op": "status", "args": {"job": failed_ids[0]}})
+        )
+        .unwrap();
+        r.read_line(&mut status_raw).unwrap();
+    }
+    let status: serde_json::Value = serde_json::from_str(&status_raw).unwrap();
+    eprintln!(
+        "MEASURE 50 failing copies: log +{} KiB, daemon RSS {} MiB (peak {} \
+         MiB, {} MiB before), jobs reply {} KiB, status reply {} KiB",
+        grown >> 10,
+        rss >> 10,
+        hwm >> 10,
+        hwm_before >> 10,
+        raw.len() >> 10,
+        status_raw.len() >> 10
+    );
+    assert!(grown < 256 << 10, "the log grew by {} KiB", grown >> 10);
+    assert!(
+        d.log().lines().all(|l| l.len() <= 64 << 10),
+        "a log line is longer than 64 KiB"
+    );
+    assert!(
+        hwm.saturating_sub(hwm_before) < 64 << 10,
+        "the daemon's peak memory grew by {} MiB",
+        hwm.saturating_sub(hwm_before) >> 10
+    );
+    assert!(raw.len() < 1 << 20, "a jobs reply of {} bytes", raw.len());
+    assert_eq!(failed_ids.len(), 50, "every failure is listed");
+    for j in list.iter().filter(|j| j["state"] == "failed") {
+        assert!(j["error"]["errors"].is_null(), "{}", j["error"]);
+        let m = j["error"]["message"].as_str().unwrap();
+        assert!(m.len() < 1024 && m.contains("more errors"), "{m}");
+    }
+    // Another user's record is kept beside the 50 failures.
+    assert!(
+        list.iter()
+            .any(|j| j["uid"] == OTHER && j["state"] == "done"),
+        "uid {OTHER}'s job was pushed out"
+    );
+    // One job's detail: its 100 errors, each bounded.
+    let errors = status["result"]["error"]["errors"].as_array().unwrap();
+    assert_eq!(errors.len(), 100);
+    assert!(errors.iter().all(|e| e.as_str().unwrap().len() <= 1100));
+    assert!(status_raw.len() < 256 << 10, "{} bytes", status_raw.len());
+}

@@ -1,6 +1,10 @@
 //! zinstall's integration tests, one binary: each module drives the built
 //! commands, the daemon or the packaged files on real files.
 
+// Tests make and read their own fixtures by path: the seam is the
+// product's.
+#![allow(clippy::disallowed_methods)]
+
 mod boundary;
 mod brand_files;
 mod cli;
@@ -8,10 +12,12 @@ mod compressions;
 mod daemon;
 mod descriptors;
 mod first_hour;
+mod foreign_files;
 mod front_door;
 mod habits;
 mod hostile;
 mod image;
+mod image_chains;
 mod install;
 mod job_process;
 mod manpages;

@@ -26,8 +26,8 @@
 //! it does not know is an error there: see [`Tunables`](crate::Tunables).
 
 use std::collections::HashMap;
-use std::io::{self, Read};
 use std::path::{Path, PathBuf};
+use zinstall_core::foreign;
 
 use crate::error::{DefaultsProblem, Error, Op, Result};
 use crate::tunables::{Tunables, nearest_key};
@@ -66,15 +66,25 @@ impl DefaultsFile {
     /// Reads and parses `path`. A file that does not exist is an empty set
     /// of settings: every key then takes its built-in default.
     pub fn load(path: &Path) -> Result<Self> {
-        // The path may come from the environment: a device or a huge file
-        // must not be read whole.
-        let read = std::fs::File::open(path).and_then(|f| {
-            let mut bytes = Vec::new();
-            f.take(MAX_BYTES + 1).read_to_end(&mut bytes)?;
-            Ok(bytes)
-        });
-        match read {
-            Ok(bytes) if bytes.len() as u64 > MAX_BYTES => {
+        let none = || DefaultsFile {
+            path: path.to_path_buf(),
+            settings: HashMap::new(),
+        };
+        // `/dev/null` is how a caller says "no file" (ZINSTALL_DEFAULTS):
+        // the one device taken, as empty.
+        if path == Path::new("/dev/null") {
+            return Ok(none());
+        }
+        // The path may come from the environment: anything but a regular
+        // file is refused, and a huge one is not read whole.
+        let kind = foreign::Kind::Other {
+            what: "a defaults file",
+            cap: MAX_BYTES,
+        };
+        match foreign::read(path, foreign::Follow::Yes, kind) {
+            Ok(bytes) => Self::parse(path, &bytes),
+            Err(e) if e.is_not_found() => Ok(none()),
+            Err(e) if matches!(e.problem, foreign::Problem::TooLarge(_)) => {
                 Err(Error::Defaults {
                     file: path.to_path_buf(),
                     line: 0,
@@ -83,12 +93,7 @@ impl DefaultsFile {
                     problem: DefaultsProblem::TooLong { max: MAX_BYTES },
                 })
             }
-            Ok(bytes) => Self::parse(path, &bytes),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(DefaultsFile {
-                path: path.to_path_buf(),
-                settings: HashMap::new(),
-            }),
-            Err(e) => Err(Error::io(Op::ReadDefaults, path, e)),
+            Err(e) => Err(Error::io(Op::ReadDefaults, path, e.into())),
         }
     }
 
@@ -376,11 +381,22 @@ mod test {
             line.repeat((MAX_BYTES as usize) / line.len() + 1),
         )
         .unwrap();
-        for p in [long.as_path(), Path::new("/dev/zero")] {
-            let e = DefaultsFile::load(p).unwrap_err();
-            assert!(e.to_string().contains("longer than 1048576"), "{e}");
-            assert!(e.to_string().starts_with(&*p.to_string_lossy()), "{e}");
-        }
+        let e = DefaultsFile::load(&long).unwrap_err();
+        assert!(e.to_string().contains("longer than 1048576"), "{e}");
+        assert!(e.to_string().starts_with(&*long.to_string_lossy()), "{e}");
+        // A device is not read at all, whatever it would give.
+        let e = DefaultsFile::load(Path::new("/dev/zero")).unwrap_err();
+        let said = e.to_string();
+        assert!(said.contains("/dev/zero"), "{e}");
+        assert!(said.contains("a character device"), "{e}");
+        // /dev/null is how a caller says "no file".
+        assert_eq!(
+            DefaultsFile::load(Path::new("/dev/null"))
+                .unwrap()
+                .keys()
+                .count(),
+            0
+        );
     }
 
     #[test]

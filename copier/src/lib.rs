@@ -61,6 +61,7 @@ pub mod descriptors;
 mod engine;
 pub mod error;
 pub mod fsutil;
+mod limit;
 pub mod oci;
 pub mod pack;
 pub mod plan;
@@ -81,6 +82,7 @@ mod writeback;
 pub use defaults::DefaultsFile;
 pub use descriptors::Descriptors;
 pub use error::{Error, Met, Op, Refusal, Result, Syntax};
+pub use limit::WorkerLimit;
 pub use plan::{
     EntryKind, Failure, Listener, Metered, OnError, Plan, Progress, Report,
 };

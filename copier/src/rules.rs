@@ -101,17 +101,21 @@ pub fn exclude_patterns(text: &str) -> Vec<String> {
 /// file that cannot be read, is not text, or is larger than
 /// [`MAX_EXCLUDE_FILE`] is an error naming it.
 pub fn read_exclude_file(path: &Path) -> Result<Vec<String>> {
-    use std::io::Read;
-    let mut bytes = Vec::new();
-    std::fs::File::open(path)
-        .and_then(|f| f.take(MAX_EXCLUDE_FILE + 1).read_to_end(&mut bytes))
-        .map_err(|e| Error::io(crate::Op::Read, path, e))?;
-    if bytes.len() as u64 > MAX_EXCLUDE_FILE {
-        return Err(Error::refused(
-            path,
-            crate::Refusal::TooLarge(MAX_EXCLUDE_FILE),
-        ));
-    }
+    let kind = zinstall_core::foreign::Kind::Other {
+        what: "an exclude file",
+        cap: MAX_EXCLUDE_FILE,
+    };
+    let bytes = zinstall_core::foreign::read(
+        path,
+        zinstall_core::foreign::Follow::Yes,
+        kind,
+    )
+    .map_err(|e| match e.problem {
+        zinstall_core::foreign::Problem::TooLarge(_) => {
+            Error::refused(path, crate::Refusal::TooLarge(MAX_EXCLUDE_FILE))
+        }
+        _ => Error::io(crate::Op::Read, path, e.into()),
+    })?;
     let text = String::from_utf8(bytes).map_err(|e| {
         Error::io(
             crate::Op::Read,

@@ -22,8 +22,11 @@
 //!   owned by root or this user (its mode is the caller's to set, through
 //!   the descriptor).
 //!
-//! The directory is then opened `O_DIRECTORY | O_NOFOLLOW` once and
-//! returned as a [`Root`], whose descriptor the caller works from.
+//! Each directory is made (when asked) and opened with the engine's own
+//! step beneath its parent ([`crate::beneath`]: `O_DIRECTORY |
+//! O_NOFOLLOW`, a symlink or non-directory met told apart), and the
+//! last is returned as a [`Root`], whose descriptor the caller works
+//! from.
 
 // libc's `stat` field types differ between platforms: casts that are
 // no-ops here are not everywhere.
@@ -35,7 +38,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStringExt;
 use std::path::{Component, Path, PathBuf};
 
-use crate::beneath::Root;
+use crate::beneath::{self, Root};
 use crate::error::{Error, Op, Refusal, Result};
 use crate::sys::posix::{self, at};
 
@@ -76,18 +79,20 @@ pub fn open_dir(path: &Path, create: Option<u32>) -> Result<Root> {
             .map_err(|_| Error::refused(&shown, Refusal::NotBeneath))?;
         let mut st = at::lstat(dir.as_raw_fd(), &cname)
             .map_err(|e| Error::io(Op::Stat, &shown, e))?;
+        // A directory made here, already open.
+        let mut made = None;
         if st.is_none()
             && let Some(mode) = create
         {
-            // Missing directories on the way are made as `mkdir -p` does.
+            // Missing directories on the way are made as `mkdir -p` does,
+            // by the engine's step beneath the parent.
             let mode = if last { mode } else { 0o755 };
-            match at::mkdir(dir.as_raw_fd(), &cname, mode) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-                Err(e) => return Err(Error::io(Op::Mkdir, &shown, e)),
-            }
-            st = at::lstat(dir.as_raw_fd(), &cname)
-                .map_err(|e| Error::io(Op::Stat, &shown, e))?;
+            let fd = beneath::step(dir.as_raw_fd(), &cname, Some(mode))
+                .map_err(|f| step_error(path, &shown, f))?;
+            st = Some(
+                at::fstat(&fd).map_err(|e| Error::io(Op::Stat, &shown, e))?,
+            );
+            made = Some(fd);
         }
         let Some(st) = st else {
             return Err(Error::io(
@@ -129,8 +134,11 @@ pub fn open_dir(path: &Path, create: Option<u32>) -> Result<Root> {
                 }
             }
             libc::S_IFDIR => {
-                let fd = at::open_dir(dir.as_raw_fd(), &cname)
-                    .map_err(|e| Error::io(Op::Open, &shown, e))?;
+                let fd = match made {
+                    Some(fd) => fd,
+                    None => beneath::step(dir.as_raw_fd(), &cname, None)
+                        .map_err(|f| step_error(path, &shown, f))?,
+                };
                 let now = at::fstat(&fd)
                     .map_err(|e| Error::io(Op::Stat, &shown, e))?;
                 // Replaced between the look and the open: by whom, if
@@ -170,6 +178,18 @@ pub fn open_dir(path: &Path, create: Option<u32>) -> Result<Root> {
 
 fn untrusted(path: &Path, why: String) -> Error {
     Error::refused(path, Refusal::Untrusted(why))
+}
+
+/// A step that met a symlink or a non-directory where a directory was
+/// just seen: the entry changed while it was opened.
+fn step_error(path: &Path, shown: &Path, f: beneath::StepFail) -> Error {
+    match f {
+        beneath::StepFail::Met(_) => untrusted(
+            path,
+            format!("{} changed while it was opened", shown.display()),
+        ),
+        beneath::StepFail::Io(op, e) => Error::io(op, shown, e),
+    }
 }
 
 /// A path's plain components (`.` dropped, `..` kept).

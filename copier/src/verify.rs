@@ -287,24 +287,65 @@ pub fn compare(
     Ok(cmp.out)
 }
 
-type Walk = walkdir::IntoIter;
+/// A sorted walk of one tree that stays on its root's mount unless
+/// crossing: a directory on another device, or (where the system tells
+/// mounts apart) on another mount of the same filesystem, a bind mount,
+/// is compared but not descended into.
+struct Walk {
+    inner: walkdir::IntoIter,
+    /// The root's mount id, when staying on it and the system says.
+    mount: Option<u64>,
+    /// The entry last yielded is a directory not descended into.
+    skipped: bool,
+}
+
+impl Walk {
+    /// Does not descend into the directory last yielded (once).
+    fn skip_current_dir(&mut self) {
+        if !self.skipped {
+            self.inner.skip_current_dir();
+            self.skipped = true;
+        }
+    }
+}
 
 fn sorted_walk(root: &Path, cross_fs: bool) -> Walk {
-    WalkDir::new(root)
-        .follow_links(false)
-        .same_file_system(!cross_fs)
-        .sort_by_file_name()
-        .into_iter()
+    let mount = (!cross_fs).then(|| mount_of(root)).flatten();
+    Walk {
+        inner: WalkDir::new(root)
+            .follow_links(false)
+            .same_file_system(!cross_fs)
+            .sort_by_file_name()
+            .into_iter(),
+        mount,
+        skipped: false,
+    }
+}
+
+/// The mount id of `p` (not followed), where the system tells it.
+fn mount_of(p: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(p.as_os_str().as_bytes()).ok()?;
+    crate::sys::mount_id(libc::AT_FDCWD, &c).ok().flatten()
 }
 
 fn next(
     w: &mut Walk,
     root: &Path,
 ) -> Result<Option<(PathBuf, walkdir::DirEntry)>> {
-    match w.next() {
+    w.skipped = false;
+    match w.inner.next() {
         None => Ok(None),
         Some(Err(e)) => Err(Error::walk(Op::ReadDir, root, e)),
         Some(Ok(e)) => {
+            if let Some(top) = w.mount
+                && e.depth() > 0
+                && e.file_type().is_dir()
+                && mount_of(e.path()).is_some_and(|m| m != top)
+            {
+                // A mount point: compared as a directory, not entered.
+                w.skip_current_dir();
+            }
             let rel = e
                 .path()
                 .strip_prefix(root)

@@ -24,11 +24,11 @@
 //! on zone roots and the shared cache as root, and stay root's.
 
 use std::collections::BTreeSet;
-use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::Deserialize;
+use zinstall_core::foreign;
 
 use crate::protocol::{Call, CleanPath};
 use crate::sys;
@@ -86,8 +86,17 @@ pub struct Config {
     /// moment the daemon waits for it to its newline, however it drips),
     /// and how long a reply may wait for a client that does not read.
     pub io_timeout: Duration,
-    /// Finished jobs kept for `jobs` and `status`.
+    /// Finished jobs kept for `jobs` and `status`, per uid: one user's
+    /// failures never push out another's records.
     pub keep_finished: usize,
+    /// How long a granted job's process may go without progress (no
+    /// entry and no byte done) while it holds workers before it is
+    /// killed and failed ("stopped making progress"), its share of the
+    /// workers given to the others.
+    pub job_stall: Duration,
+    /// How long a manifest, a token or a signature may take to arrive
+    /// whole (request included), however steadily it comes.
+    pub fetch_deadline: Duration,
     /// Refusals (bad requests, denials, busy) logged per uid in each
     /// [`Config::refusal_log_window`]; more are counted and summed up in
     /// one line when the window ends, so that no caller fills the log.
@@ -146,6 +155,8 @@ struct Raw {
     max_jobs_per_uid: Option<usize>,
     io_timeout_secs: Option<u64>,
     keep_finished: Option<usize>,
+    job_stall_secs: Option<u64>,
+    fetch_deadline_secs: Option<u64>,
     refusal_log_burst: Option<usize>,
     refusal_log_window_secs: Option<u64>,
     #[serde(default)]
@@ -172,14 +183,10 @@ struct RawGrant {
 /// A configuration that cannot be used: the file and what is wrong.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    /// The file could not be read.
-    #[error("{}: {source}", path.display())]
-    Read {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        source: io::Error,
-    },
+    /// The file could not be read: missing, not a regular file, or
+    /// larger than a configuration may be.
+    #[error(transparent)]
+    Read(foreign::Error),
     /// The file is not TOML, or not of the types the daemon reads: where
     /// and why, with the line.
     #[error("{0}")]
@@ -211,6 +218,8 @@ impl Default for Config {
             max_jobs_per_uid: 4,
             io_timeout: Duration::from_secs(10),
             keep_finished: 100,
+            job_stall: Duration::from_secs(60),
+            fetch_deadline: zinstall_registry::DEFAULT_FETCH_DEADLINE,
             refusal_log_burst: 5,
             refusal_log_window: Duration::from_secs(10),
             insecure_registries: Vec::new(),
@@ -226,17 +235,18 @@ impl Config {
     /// is false (the system's file may be absent; one named by `--config`
     /// must exist).
     pub fn load(path: &Path, required: bool) -> Result<Config, ConfigError> {
-        let text = match std::fs::read_to_string(path) {
+        // The administrator's file, maybe a link to the real one: what
+        // it leads to is checked and read within a configuration's cap.
+        let text = match foreign::read_to_string(
+            path,
+            foreign::Follow::Yes,
+            foreign::Kind::Config,
+        ) {
             Ok(t) => t,
-            Err(e) if e.kind() == io::ErrorKind::NotFound && !required => {
+            Err(e) if e.is_not_found() && !required => {
                 return Ok(Config::default());
             }
-            Err(source) => {
-                return Err(ConfigError::Read {
-                    path: path.into(),
-                    source,
-                });
-            }
+            Err(e) => return Err(ConfigError::Read(e)),
         };
         let raw = toml::from_str(&text).map_err(|e| {
             ConfigError::Syntax(copier::Syntax::at(
@@ -309,6 +319,22 @@ impl Config {
                 n as usize,
                 1,
                 3600,
+            )? as u64);
+        }
+        if let Some(n) = raw.job_stall_secs {
+            c.job_stall = Duration::from_secs(bounded(
+                "job_stall_secs",
+                n as usize,
+                1,
+                86400,
+            )? as u64);
+        }
+        if let Some(n) = raw.fetch_deadline_secs {
+            c.fetch_deadline = Duration::from_secs(bounded(
+                "fetch_deadline_secs",
+                n as usize,
+                1,
+                86400,
             )? as u64);
         }
         if let Some(n) = raw.refusal_log_burst {

@@ -127,7 +127,8 @@ impl Job {
         g.ended.get_or_insert_with(Instant::now);
         g.state = match result {
             Ok(v) => State::Done(v),
-            Err(e) => State::Failed(e),
+            // What is kept is bounded, whatever made it.
+            Err(e) => State::Failed(e.bounded()),
         };
         self.changed.notify_all();
     }
@@ -197,7 +198,15 @@ impl Job {
         }
     }
 
-    /// What `jobs`, `status` and `cancel` show.
+    /// What `jobs` shows: [`Job::describe`] with a failure summed up in
+    /// a line (its errors are `status`'s to list).
+    pub fn summary(&self) -> JobInfo {
+        let mut info = self.describe();
+        info.error = info.error.as_ref().map(WireError::summary);
+        info
+    }
+
+    /// What `status` and `cancel` show.
     pub fn describe(&self) -> JobInfo {
         let elapsed = self.elapsed();
         let g = self.lock();
@@ -209,7 +218,7 @@ impl Job {
         JobInfo {
             job: self.id,
             op: self.op.to_string(),
-            what: self.what.clone(),
+            what: crate::protocol::clip(&self.what, crate::protocol::MAX_ECHO),
             uid: self.owner,
             pid: self.pid,
             state: g.state.name().to_string(),
@@ -289,10 +298,11 @@ impl Jobs {
         });
         let mut t = self.table();
         t.insert(id, Arc::clone(&job));
-        // Forget the oldest ended jobs beyond the limit.
+        // Forget the owner's oldest ended jobs beyond the limit: each
+        // uid's records are its own, never pushed out by another's.
         let ended: Vec<u64> = t
             .iter()
-            .filter(|(_, j)| j.state().finished())
+            .filter(|(_, j)| j.owner == owner && j.state().finished())
             .map(|(id, _)| *id)
             .collect();
         for id in ended

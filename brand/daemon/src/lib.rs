@@ -52,5 +52,6 @@ pub mod protocol;
 mod queue;
 pub mod replies;
 pub mod server;
+mod shares;
 mod state;
 mod sys;

@@ -7,6 +7,13 @@
 //!
 //! A uid other than root may have `max_jobs_per_uid` jobs running and
 //! queued at once ([`Queue::admit`] says when it has them all).
+//!
+//! When every place is taken, a uid with no job running is not made to
+//! wait for one of the others' to end (however long those are): its
+//! first job takes a place beyond the `max_jobs`, up to twice as many
+//! in all, so that a new uid's job is served before another uid's
+//! fifth. The granted jobs' workers are shared by turns (`shares`), so
+//! such a job has workers within a turn's length.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -71,6 +78,28 @@ impl Lane {
             self.last_start.insert(uid, self.starts);
         }
         p
+    }
+
+    /// The next job when every regular place is taken: the front of the
+    /// queue of a uid with no job running, if any waits.
+    fn next_for_new_uid(&mut self) -> Option<Pending> {
+        let waiting_new = self
+            .turn
+            .iter()
+            .any(|u| !self.running_by_uid.contains_key(u));
+        if waiting_new { self.next() } else { None }
+    }
+
+    /// The next job within `max` places (and the extra ones new uids
+    /// may take, up to `2 * max`).
+    fn next_within(&mut self, max: usize) -> Option<Pending> {
+        if self.running < max {
+            self.next()
+        } else if self.running < 2 * max {
+            self.next_for_new_uid()
+        } else {
+            None
+        }
     }
 
     /// A running job of `uid` ended.
@@ -249,10 +278,7 @@ impl Queue {
         let max = g.max_running;
         loop {
             let lane = g.lane(uid);
-            if lane.running >= max {
-                return;
-            }
-            let Some(first) = lane.next() else {
+            let Some(first) = lane.next_within(max) else {
                 return;
             };
             let q = Arc::clone(self);
@@ -315,11 +341,7 @@ impl Queue {
             let (closed, max) = (g.closed, g.max_running);
             let lane = if root { &mut g.root } else { &mut g.others };
             lane.ended(job.owner);
-            next = if closed || lane.running >= max {
-                None
-            } else {
-                lane.next()
-            };
+            next = if closed { None } else { lane.next_within(max) };
         }
     }
 
@@ -441,6 +463,40 @@ mod test {
     }
 
     #[test]
+    fn a_new_uids_first_job_takes_a_place_beyond_the_others() {
+        // One place, held by uid 7's long job: uid 8's first job starts
+        // beside it, uid 7's second waits.
+        let q = Arc::new(Queue::default());
+        let table = Jobs::new(100);
+        let gate = Arc::new(std::sync::Barrier::new(3));
+        let mut jobs = Vec::new();
+        for (uid, name, held) in
+            [(7, "a1", true), (7, "a2", false), (8, "b1", true)]
+        {
+            let job = table.add("copy", name.into(), uid, 1);
+            let g = Arc::clone(&gate);
+            q.submit(
+                q.admit(uid, 10).unwrap(),
+                Arc::clone(&job),
+                1,
+                Box::new(move |_| {
+                    if held {
+                        g.wait();
+                    }
+                    Ok(serde_json::Value::Null)
+                }),
+            );
+            jobs.push(job);
+        }
+        // a1 and b1 both run (the barrier needs both), a2 is queued.
+        assert!(q.cancel_queued(jobs[1].id), "a2 waited for a place");
+        gate.wait();
+        q.close();
+        assert!(matches!(jobs[0].state(), crate::jobs::State::Done(_)));
+        assert!(matches!(jobs[2].state(), crate::jobs::State::Done(_)));
+    }
+
+    #[test]
     fn a_queued_job_cancelled_ends_at_once() {
         let q = Arc::new(Queue::default());
         let table = Jobs::new(100);
@@ -456,9 +512,11 @@ mod test {
                 Ok(serde_json::Value::Null)
             }),
         );
-        let second = table.add("copy", "second".into(), 8, 1);
+        // The same uid's: queued (another uid's first job would take a
+        // place of its own).
+        let second = table.add("copy", "second".into(), 7, 1);
         q.submit(
-            q.admit(8, 10).unwrap(),
+            q.admit(7, 10).unwrap(),
             Arc::clone(&second),
             1,
             Box::new(|_| panic!("a cancelled job ran")),

@@ -21,8 +21,8 @@ use crate::jobs::State;
 use crate::limits::Summary;
 use crate::ops;
 use crate::protocol::{
-    BadRequest, Call, ErrorKind, JobInfo, MAX_LINE, Reply, Request, VERSION,
-    WireError, reply_value,
+    BadRequest, Call, ErrorKind, JobInfo, MAX_JOBS_REPLY, MAX_LINE, Reply,
+    Request, VERSION, WireError, reply_value,
 };
 pub use crate::state::Options;
 use crate::state::{self, Daemon};
@@ -175,6 +175,7 @@ pub fn run(opts: Options, log: Logger) -> Result<(), ServeError> {
             d.reload();
         }
         refusal_tick(&d);
+        d.failures.tick(&d.log);
         match listener.accept() {
             Ok((stream, _)) => accept(&d, stream),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -574,14 +575,16 @@ fn quick(
             "walkers": d.pool().walkers(),
         })),
         Call::Jobs => {
+            // Failures summed up in a line each (`status` lists a job's
+            // errors), and the reply bounded.
             let jobs: Vec<JobInfo> = d
                 .jobs
                 .list()
                 .iter()
                 .filter(|j| visible(j.owner))
-                .map(|j| j.describe())
+                .map(|j| j.summary())
                 .collect();
-            reply_value(&jobs)
+            reply_value(&within(jobs, MAX_JOBS_REPLY))
         }
         Call::Status(r) | Call::Cancel(r) => {
             let job =
@@ -607,6 +610,36 @@ fn quick(
             format!("{} is a job", call.name()),
         )),
     }
+}
+
+/// `jobs` (oldest first) cut to at most `max` bytes of JSON: the oldest
+/// finished jobs go first, then, if the running and queued ones alone
+/// are more, the oldest of those.
+fn within(jobs: Vec<JobInfo>, max: usize) -> Vec<JobInfo> {
+    let size = |j: &JobInfo| serde_json::to_vec(j).map_or(0, |v| v.len()) + 1;
+    let sizes: Vec<usize> = jobs.iter().map(size).collect();
+    let mut total: usize = 2 + sizes.iter().sum::<usize>();
+    if total <= max {
+        return jobs;
+    }
+    let finished =
+        |j: &JobInfo| !matches!(j.state.as_str(), "queued" | "running");
+    let mut keep = vec![true; jobs.len()];
+    for pass in [true, false] {
+        for (i, j) in jobs.iter().enumerate() {
+            if total <= max {
+                break;
+            }
+            if keep[i] && (!pass || finished(j)) {
+                keep[i] = false;
+                total -= sizes[i];
+            }
+        }
+    }
+    jobs.into_iter()
+        .zip(keep)
+        .filter_map(|(j, k)| k.then_some(j))
+        .collect()
 }
 
 /// Starts a job, streams its progress and events to the client, and

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize};
-use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use slog::{Logger, error, info, warn};
@@ -43,6 +43,8 @@ pub(crate) struct Daemon {
     pub(crate) connections: Mutex<Connections>,
     /// Refusals logged and counted per uid.
     pub(crate) refusals: Mutex<crate::limits::RefusalLog>,
+    /// Failed jobs logged and counted per uid, as refusals are.
+    pub(crate) failures: Arc<FailureLog>,
     /// Connections following a job, until its last reply is sent.
     pub(crate) following: AtomicUsize,
     /// Set once the service stops accepting: jobs started after it are
@@ -51,8 +53,8 @@ pub(crate) struct Daemon {
     /// Jobs waiting for a place, and the lanes that run them.
     pub(crate) queue: Arc<Queue>,
     /// Workers for jobs that run in processes of their own (granted
-    /// copies): each takes some while it runs and gives them back.
-    pub(crate) process_workers: Budget,
+    /// copies): each holds a fair share while it runs.
+    pub(crate) process_workers: crate::shares::Shares,
 }
 
 impl Daemon {
@@ -66,6 +68,14 @@ impl Daemon {
         log: Logger,
     ) -> Daemon {
         let ended_log = log.clone();
+        let failures = Arc::new(FailureLog {
+            windows: Mutex::new(crate::limits::RefusalLog::new()),
+            limits: Mutex::new((
+                config.refusal_log_burst,
+                config.refusal_log_window,
+            )),
+        });
+        let ended_failures = Arc::clone(&failures);
         Daemon {
             jobs: Jobs::new(config.keep_finished),
             config: RwLock::new(config),
@@ -74,6 +84,7 @@ impl Daemon {
             log,
             connections: Mutex::new(Connections::default()),
             refusals: Mutex::new(crate::limits::RefusalLog::new()),
+            failures,
             following: AtomicUsize::new(0),
             stopping: AtomicBool::new(false),
             queue: Arc::new(Queue::new(move |job, took| {
@@ -84,13 +95,19 @@ impl Daemon {
                                             "ms" => took.as_millis() as u64)
                     }
                     State::Failed(e) => {
-                        warn!(ended_log, "job failed"; "job" => job.id,
-                                              "kind" => e.kind.as_str(), "error" => e.message)
+                        // A line of at most a few hundred bytes, and only
+                        // the uid's share of them: one user's failures
+                        // cannot fill the log.
+                        let e = e.summary();
+                        ended_failures.log(&ended_log, job.owner, |log| {
+                            warn!(log, "job failed"; "job" => job.id, "uid" => job.owner,
+                                  "kind" => e.kind.as_str(), "error" => e.message)
+                        });
                     }
                     _ => {}
                 }
             })),
-            process_workers: Budget::new(tunables.copy_threads),
+            process_workers: crate::shares::Shares::new(tunables.copy_threads),
             opts,
         }
     }
@@ -112,6 +129,12 @@ impl Daemon {
                     warn!(self.log, "copy_walkers changes at the next restart";
                           "running" => self.tunables.copy_walkers);
                 }
+                *self
+                    .failures
+                    .limits
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner()) =
+                    (c.refusal_log_burst, c.refusal_log_window);
                 *self.config.write().unwrap_or_else(|p| p.into_inner()) = c;
                 info!(self.log, "configuration reloaded"; "config" => %self.opts.config.display());
             }
@@ -170,59 +193,53 @@ pub(crate) fn tunables(config: &Config) -> Result<Tunables, copier::Error> {
     Ok(t)
 }
 
-/// A count of workers shared by jobs that each take some while they run.
-pub(crate) struct Budget {
-    free: Mutex<usize>,
-    freed: Condvar,
+/// The `job failed` lines each uid may cost: the first
+/// `refusal_log_burst` of each window, then a count, summed up in one
+/// line when the window ends (as refusals are).
+pub(crate) struct FailureLog {
+    windows: Mutex<crate::limits::RefusalLog>,
+    limits: Mutex<(usize, Duration)>,
 }
 
-/// Workers taken from a [`Budget`], given back when dropped.
-pub(crate) struct Taken<'b> {
-    budget: &'b Budget,
-    /// How many.
-    pub(crate) count: usize,
-}
-
-impl Budget {
-    pub(crate) fn new(total: usize) -> Budget {
-        Budget {
-            free: Mutex::new(total.max(1)),
-            freed: Condvar::new(),
-        }
-    }
-
-    /// Takes up to `want` workers (at least one), waiting while none is
-    /// free; `None` if `cancelled` says to give up meanwhile.
-    pub(crate) fn take(
+impl FailureLog {
+    /// Logs a failure of `uid` through `line` unless the uid has had its
+    /// share of lines in this window.
+    pub(crate) fn log(
         &self,
-        want: usize,
-        cancelled: impl Fn() -> bool,
-    ) -> Option<Taken<'_>> {
-        let mut free = self.free.lock().unwrap_or_else(|p| p.into_inner());
-        while *free == 0 {
-            if cancelled() {
-                return None;
-            }
-            free = self
-                .freed
-                .wait_timeout(free, Duration::from_millis(100))
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+        log: &Logger,
+        uid: u32,
+        line: impl FnOnce(&Logger),
+    ) {
+        let (burst, window) =
+            *self.limits.lock().unwrap_or_else(|p| p.into_inner());
+        let (logged, ended) = self
+            .windows
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .refused(uid, std::time::Instant::now(), burst, window);
+        if let Some(s) = ended {
+            summary(log, s);
         }
-        let count = want.clamp(1, *free);
-        *free -= count;
-        Some(Taken {
-            budget: self,
-            count,
-        })
+        if logged {
+            line(log);
+        }
+    }
+
+    /// Sums up the windows that ended (from the accept loop, so that a
+    /// burst that stopped is still told).
+    pub(crate) fn tick(&self, log: &Logger) {
+        let window = self.limits.lock().unwrap_or_else(|p| p.into_inner()).1;
+        let mut w = self.windows.lock().unwrap_or_else(|p| p.into_inner());
+        if w.is_empty() {
+            return;
+        }
+        for s in w.tick(std::time::Instant::now(), window) {
+            summary(log, s);
+        }
     }
 }
 
-impl Drop for Taken<'_> {
-    fn drop(&mut self) {
-        let mut free =
-            self.budget.free.lock().unwrap_or_else(|p| p.into_inner());
-        *free += self.count;
-        self.budget.freed.notify_all();
-    }
+fn summary(log: &Logger, s: crate::limits::Summary) {
+    warn!(log, "… and {} more failed jobs of uid {} in the last {} s", s.count, s.uid, s.secs;
+          "uid" => s.uid, "count" => s.count, "window_secs" => s.secs);
 }

@@ -9,8 +9,8 @@ pub use zinstall_sys::ident::{
     Identity, Peer, become_caller, group_id, peer, user_id,
 };
 pub use zinstall_sys::process::{
-    close_from, parent_pid, release_free_memory, self_exe, signal,
-    spawn_job_process, take_fd,
+    close_from, parent_pid, process_cpu_ticks, release_free_memory, self_exe,
+    signal, spawn_job_process, take_fd,
 };
 pub use zinstall_sys::socket::{activated_listener, hung_up, notify, readable};
 

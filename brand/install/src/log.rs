@@ -140,18 +140,23 @@ pub fn open_file(path: &Path) -> Result<File, LogError> {
     // Every directory on the way is root's or ours alone (or sticky and
     // holding only root's entries), so the path leads where it did when
     // checked.
-    let _dir =
+    let opened =
         copier::trusted::open_dir(dir, Some(0o755)).map_err(|source| {
             LogError::Directory {
                 dir: dir.to_path_buf(),
                 source: Box::new(source),
             }
         })?;
-    let dir_md = std::fs::metadata(dir).map_err(|source| LogError::Io {
-        path: dir.to_path_buf(),
-        op: "stat",
-        source,
-    })?;
+    // The directory just checked, by its descriptor: not the name again.
+    let dir_md = std::os::fd::AsFd::as_fd(&opened)
+        .try_clone_to_owned()
+        .map(std::fs::File::from)
+        .and_then(|f| f.metadata())
+        .map_err(|source| LogError::Io {
+            path: dir.to_path_buf(),
+            op: "stat",
+            source,
+        })?;
     let sticky_root = dir_md.mode() & 0o1000 != 0 && dir_md.uid() == 0;
     let open_to = if dir_md.mode() & 0o002 != 0 {
         Some("writable by everyone".to_string())
@@ -176,7 +181,9 @@ pub fn open_file(path: &Path) -> Result<File, LogError> {
     };
     // Made here, it is ours; found, it must be root's or the directory
     // owner's (who could replace it anyway). Not blocking, so that a
-    // FIFO planted there cannot hold the install.
+    // FIFO planted there cannot hold the install. Opened for appending
+    // only, never followed, and checked on its descriptor below.
+    #[allow(clippy::disallowed_methods)]
     let (file, made) = match OpenOptions::new()
         .append(true)
         .create_new(true)
@@ -233,13 +240,74 @@ fn json_lines<W: io::Write>(out: W) -> slog_json::Json<BufWriter<W>> {
 
 /// A service's log: JSON lines on standard error, which the service
 /// manager keeps (journald, SMF's log file), every record naming
-/// `service`. A record that cannot be written is dropped: there is
-/// nowhere else to say so.
+/// `service`, none longer than [`MAX_SERVICE_LINE`]. A record that cannot
+/// be written is dropped: there is nowhere else to say so.
 pub fn to_stderr(service: &'static str) -> Logger {
+    let out = LineCap::new(io::stderr(), MAX_SERVICE_LINE);
     Logger::root(
-        slog::IgnoreResult::new(Mutex::new(json_lines(io::stderr()))),
+        slog::IgnoreResult::new(Mutex::new(json_lines(out))),
         o!("service" => service),
     )
+}
+
+/// The longest line a service's log writes: a record's fields are
+/// clipped long before this (client text at 200 bytes, error lists at
+/// 100 entries); a line that still comes out longer is cut here, marked.
+pub const MAX_SERVICE_LINE: usize = 64 << 10;
+
+/// A writer that passes on at most `max` bytes of each line: the rest
+/// of a longer line is counted and dropped, and the line ends with a
+/// mark saying how much was cut. One line is held at a time.
+struct LineCap<W: io::Write> {
+    out: W,
+    max: usize,
+    line: Vec<u8>,
+    cut: usize,
+}
+
+impl<W: io::Write> LineCap<W> {
+    fn new(out: W, max: usize) -> Self {
+        LineCap {
+            out,
+            max,
+            line: Vec::new(),
+            cut: 0,
+        }
+    }
+}
+
+impl<W: io::Write> io::Write for LineCap<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let mut rest = buf;
+        while !rest.is_empty() {
+            let (part, end) = match rest.iter().position(|b| *b == b'\n') {
+                Some(i) => (&rest[..i], Some(i + 1)),
+                None => (rest, None),
+            };
+            let room = self.max.saturating_sub(self.line.len());
+            let kept = part.len().min(room);
+            self.line.extend_from_slice(&part[..kept]);
+            self.cut += part.len() - kept;
+            let Some(next) = end else {
+                break;
+            };
+            if self.cut > 0 {
+                let mark = format!("…({} bytes cut)", self.cut);
+                self.line.extend_from_slice(mark.as_bytes());
+            }
+            self.line.push(b'\n');
+            let whole = self.out.write_all(&self.line);
+            self.line.clear();
+            self.cut = 0;
+            whole?;
+            rest = &rest[next..];
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
+    }
 }
 
 /// A JSON-lines logger appending to `path` ([`open_file`]), or, if it
@@ -282,10 +350,22 @@ fn open_reporting(
 }
 
 #[cfg(test)]
+// Tests make and read their own fixtures by path.
+#[allow(clippy::disallowed_methods)]
 mod test {
-    use std::sync::Arc;
-
     use super::*;
+
+    #[test]
+    fn a_service_log_line_is_cut_at_its_bound() {
+        use std::io::Write;
+        let mut w = LineCap::new(Vec::new(), 10);
+        w.write_all(b"short\n0123456789abcdef").unwrap();
+        w.write_all(b"ghij\nnext\n").unwrap();
+        let out = String::from_utf8(w.out).unwrap();
+        assert_eq!(out, "short\n0123456789…(10 bytes cut)\nnext\n");
+    }
+
+    use std::sync::Arc;
 
     fn collecting() -> (Report, Arc<Mutex<Vec<String>>>) {
         let seen = Arc::new(Mutex::new(Vec::new()));

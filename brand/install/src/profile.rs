@@ -334,29 +334,12 @@ pub const MAX_LIST_BYTES: u64 = 16 << 20;
 /// device (`/dev/zero` never ends) or a larger file is refused rather
 /// than read without end.
 fn read_bounded(path: &Path, max: u64) -> std::io::Result<String> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        // Never block on a FIFO's open.
-        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
-        .open(path)?;
-    let md = f.metadata()?;
-    if !md.is_file() {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            "not a regular file",
-        ));
-    }
-    let mut text = String::new();
-    f.take(max + 1).read_to_string(&mut text)?;
-    if text.len() as u64 > max {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::FileTooLarge,
-            format!("larger than {max} bytes"),
-        ));
-    }
-    Ok(text)
+    let kind = zinstall_core::foreign::Kind::Other {
+        what: "a profile or a list it names",
+        cap: max,
+    };
+    let follow = zinstall_core::foreign::Follow::Yes;
+    Ok(zinstall_core::foreign::read_to_string(path, follow, kind)?)
 }
 
 impl Profile {

@@ -36,6 +36,7 @@ use std::io::{self, Read, Seek, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use zinstall_core::Flock;
+use zinstall_core::foreign;
 
 /// The lock file's name in the zonepath.
 pub const LOCK: &str = ".zinstall.lock";
@@ -103,6 +104,8 @@ impl ZoneLock {
         // then try again on the new one. Bounded, so a path swapped
         // without end cannot keep us here.
         for _ in 0..100 {
+            // The zonepath's lock file, ours: made here, never followed.
+            #[allow(clippy::disallowed_methods)]
             let mut file = OpenOptions::new()
                 .read(true)
                 .write(true)
@@ -193,16 +196,17 @@ fn nofollow_error(e: io::Error) -> io::Error {
 
 /// Reads the marker: `None` if there is none.
 pub fn read(zonepath: &Path) -> io::Result<Option<State>> {
-    let text = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(zonepath.join(STATE))
-        .map_err(nofollow_error)
-        .and_then(|f| {
-            // A marker is one word; more is not ours.
-            let mut s = String::new();
-            f.take(4096).read_to_string(&mut s).map(|_| s)
-        });
+    // A marker is one word; more, a link, a FIFO or a device is not ours.
+    let marker = foreign::Kind::Other {
+        what: "a state marker",
+        cap: 4096,
+    };
+    let text = foreign::read_to_string(
+        &zonepath.join(STATE),
+        foreign::Follow::No,
+        marker,
+    )
+    .map_err(io::Error::from);
     match text {
         Ok(s) => match s.trim() {
             "installing" => Ok(Some(State::Installing)),
@@ -236,6 +240,9 @@ pub fn write(zonepath: &Path, state: State) -> io::Result<()> {
         Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
         _ => {}
     }
+    // Our marker, made here (O_EXCL), and the zonepath opened only to
+    // make the rename durable.
+    #[allow(clippy::disallowed_methods)]
     let mut f = OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -244,7 +251,9 @@ pub fn write(zonepath: &Path, state: State) -> io::Result<()> {
     f.write_all(text.as_bytes())?;
     f.sync_all()?;
     fs::rename(&tmp, zonepath.join(STATE))?;
-    File::open(zonepath)?.sync_all()
+    #[allow(clippy::disallowed_methods)]
+    let dir = File::open(zonepath)?;
+    dir.sync_all()
 }
 
 /// Removes the marker, and any temporary of it a killed writer left

@@ -336,6 +336,9 @@ impl Install<'_> {
     fn flush(&mut self, root: &Path) -> Result<(), Cause> {
         (self.events)(&Event::Flushing);
         let t0 = self.step_start("flush");
+        // The root this install made, opened only to flush its
+        // filesystem.
+        #[allow(clippy::disallowed_methods)]
         let r = std::fs::File::open(root)
             .and_then(|f| copier::fsutil::sync_fs(&f))
             .map_err(|e| Cause::Step {

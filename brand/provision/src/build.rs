@@ -40,19 +40,28 @@ pub(crate) enum Qcow2Input {
     QemuImg(PathBuf, qcow2::Error),
 }
 
+/// Opens the image file `image` names: its directory first, then the
+/// image beneath that descriptor, a regular file or refused naming what
+/// it is ([`qcow2::InDir`]). Every file the image names is found beneath
+/// the same directory descriptor, never by its path again.
+pub(crate) fn open_image(image: &Path) -> Result<qcow2::InDir, ProvisionError> {
+    qcow2::InDir::open(image).map_err(ProvisionError::from)
+}
+
 /// Opens the qcow2 `image` with its backing chain and data file, before
 /// its entry is obtained (the files it reads are part of its identity);
 /// an image refused for a feature the native reader lacks goes to the
 /// `qemu-img` the caller asked for, or is refused saying to ask for it.
 pub(crate) fn open_qcow2(
     image: &Path,
+    opened: qcow2::InDir,
     opts: &ProvisionOptions,
 ) -> Result<Qcow2Input, ProvisionError> {
     let chain = qcow2::ChainOptions {
         backing_dir: opts.backing_dir.clone(),
         ..Default::default()
     };
-    match qcow2::Image::open_chain(image, &chain) {
+    match qcow2::Image::open_chain_in(opened, image, &chain) {
         Ok(img) => Ok(Qcow2Input::Native(Box::new(img))),
         Err(e) => {
             // Only the image itself: qemu-img is given the image alone.
@@ -162,7 +171,7 @@ pub(crate) fn build(
         ImageKind::Qcow2 => {
             let qcow = match qcow {
                 Some(q) => q,
-                None => open_qcow2(image, opts)?,
+                None => open_qcow2(image, open_image(image)?, opts)?,
             };
             match qcow {
                 Qcow2Input::Native(img) => {
@@ -458,6 +467,8 @@ fn decompress_into(
 /// filesystem, or asked). Every base compares equal with `qemu-img
 /// compare`, its holes kept, its digest that of the image file.
 #[cfg(test)]
+// Tests make and read their own fixtures by path.
+#[allow(clippy::disallowed_methods)]
 mod qcow2_placement {
     use std::os::unix::fs::MetadataExt;
     use std::process::Command;

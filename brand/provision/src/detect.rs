@@ -47,7 +47,13 @@ pub fn detect(path: &Path) -> Result<ImageKind> {
     if let Ok(Some(_)) = copier::oci::sniff(&oci) {
         return Ok(ImageKind::Oci);
     }
-    let mut f = File::open(path).map_err(|e| Error::io(Op::Open, path, e))?;
+    // A regular file, or refused naming what it is: a FIFO or a device
+    // is never sniffed (nor waited on).
+    let open = || {
+        zinstall_core::foreign::open(path, zinstall_core::foreign::Follow::Yes)
+            .map_err(|e| Error::io(Op::Open, path, e.into()))
+    };
+    let mut f = open()?;
     let c = zinstall_archive::compress::detect(&mut f)
         .map_err(|e| Error::io(Op::Read, path, e))?;
     if let Some(refusal) = c.refusal(path) {
@@ -74,7 +80,7 @@ pub fn detect(path: &Path) -> Result<ImageKind> {
         }
         return Ok(kind);
     }
-    let f = File::open(path).map_err(|e| Error::io(Op::Open, path, e))?;
+    let f = open()?;
     let mut inner =
         decompress(f, c).map_err(|e| Error::io(Op::Read, path, e))?;
     let mut block = [0u8; HEAD];
@@ -128,6 +134,8 @@ pub(crate) fn fixed_vhd_disk_len(
 }
 
 #[cfg(test)]
+// Tests make and read their own fixtures by path.
+#[allow(clippy::disallowed_methods)]
 mod test {
     use super::*;
 

@@ -206,9 +206,13 @@ fn chain_files(
             if matches!(e.refusal(), Some(qcow2::Problem::Encrypted(_))) =>
         {
             match &opts.secret_file {
-                Some(k) => {
-                    vec![File::open(k).map_err(|e| Error::io(Op::Open, k, e))?]
-                }
+                Some(k) => vec![
+                    zinstall_core::foreign::open(
+                        k,
+                        zinstall_core::foreign::Follow::Yes,
+                    )
+                    .map_err(|e| Error::io(Op::Open, k, e.into()))?,
+                ],
                 None => Vec::new(),
             }
         }
@@ -229,17 +233,26 @@ fn lease_entry(
     let (lease, obtained) = if kind == ImageKind::Oci {
         crate::oci::obtain(cache, image, opts)?
     } else {
-        // A qcow2 image is opened first, with the files it names: their
-        // identities are part of its own, and the build reads the very
-        // files opened.
+        // The image is opened once, beneath its directory's descriptor;
+        // a qcow2 image's files are opened beneath that same descriptor:
+        // their identities are part of its own, and the build reads the
+        // very files opened.
+        let opened = crate::build::open_image(image)?;
+        let file = opened
+            .file
+            .try_clone()
+            .map_err(|e| Error::io(Op::Open, image, e))?;
         let qcow = match kind {
-            ImageKind::Qcow2 => Some(crate::build::open_qcow2(image, opts)?),
+            ImageKind::Qcow2 => {
+                Some(crate::build::open_qcow2(image, opened, opts)?)
+            }
             _ => None,
         };
         let also = chain_files(qcow.as_ref(), opts)?;
         let also: Vec<&File> = also.iter().collect();
         cache.obtain_with(
             image,
+            &file,
             &also,
             entry_kind,
             opts.sha256.as_deref(),
@@ -360,13 +373,27 @@ pub fn dry_run(
     } else {
         // A qcow2 image's chain is part of its identity: opened (its
         // headers and L1 tables read, no data).
+        let opened = crate::build::open_image(image)?;
+        let file = opened
+            .file
+            .try_clone()
+            .map_err(|e| Error::io(Op::Open, image, e))?;
         let qcow = match kind {
-            ImageKind::Qcow2 => Some(crate::build::open_qcow2(image, opts)?),
+            ImageKind::Qcow2 => {
+                Some(crate::build::open_qcow2(image, opened, opts)?)
+            }
             _ => None,
         };
         let also = chain_files(qcow.as_ref(), opts)?;
         let also: Vec<&File> = also.iter().collect();
-        Cache::peek(&root, image, &also, entry_kind, opts.sha256.as_deref())?
+        Cache::peek(
+            &root,
+            image,
+            &file,
+            &also,
+            entry_kind,
+            opts.sha256.as_deref(),
+        )?
     };
     let mut guests = Vec::with_capacity(opts.count);
     for i in 0..opts.count {
@@ -402,7 +429,10 @@ fn check_request(
     }
     opts.tunables.validate()?;
     // Before anything is extracted: the guests need a directory.
-    if fs::metadata(&opts.out).is_ok_and(|m| !m.is_dir()) {
+    // The caller's output directory, as named (a link to it allowed).
+    #[allow(clippy::disallowed_methods)]
+    let out = fs::metadata(&opts.out);
+    if out.is_ok_and(|m| !m.is_dir()) {
         return Err(ProvisionError::OutNotDirectory(opts.out.clone()));
     }
     let kind = detect(image)?;
@@ -511,7 +541,7 @@ fn make_guest(
         }
         EntryKind::Raw => {
             let base = entry.payload();
-            let base_size = fs::metadata(&base)
+            let base_size = fs::symlink_metadata(&base)
                 .map_err(|e| Error::io(Op::Stat, &base, e))?
                 .len();
             // Grow only: a guest disk is never smaller than its base.

@@ -232,6 +232,8 @@ fn machine_id(
 
 /// 128 random bits as systemd's `sd_id128_randomize` makes them: a v4
 /// UUID (version and variant bits set), in 32 lowercase hex digits.
+// The system's random device, 16 bytes of it.
+#[allow(clippy::disallowed_methods)]
 fn new_machine_id() -> copier::Result<String> {
     let mut b = [0u8; 16];
     fs::File::open("/dev/urandom")
@@ -353,8 +355,15 @@ fn keygen(
         ));
     }
     let public = path.with_file_name(format!("key-{kind}.pub"));
-    let read =
-        |p: &Path| fs::read(p).map_err(|e| ProvisionError::io(Op::Read, p, e));
+    // What ssh-keygen just wrote in our scratch, read as a secret.
+    let read = |p: &Path| {
+        zinstall_core::foreign::read(
+            p,
+            zinstall_core::foreign::Follow::No,
+            zinstall_core::foreign::Kind::Secret,
+        )
+        .map_err(|e| ProvisionError::io(Op::Read, p, e.into()))
+    };
     let pair = (read(&path)?, read(&public)?);
     let _scratch = (fs::remove_file(&path), fs::remove_file(&public));
     Ok(pair)

@@ -66,6 +66,7 @@ mod immutable;
 mod oci;
 mod options;
 mod qemu_img;
+mod records;
 mod sparse;
 mod sys;
 

@@ -14,6 +14,14 @@ use crate::error::{ImageProblem, ProvisionError as Error, Result};
 use crate::options::ProvisionOptions;
 use zinstall_registry::Registry;
 
+/// A layer entry's record of what it changes (whiteouts, opaque
+/// directories): one line per change, far below this.
+const CHANGES: zinstall_core::foreign::Kind =
+    zinstall_core::foreign::Kind::Other {
+        what: "a layer's record of changes",
+        cap: 1 << 30,
+    };
+
 /// Opens and checks the OCI image `arg` (`IMAGE`, `IMAGE:REF`, or a
 /// registry reference, pulled into `store`).
 fn open(arg: &Path, store: &Path, opts: &ProvisionOptions) -> Result<Image> {
@@ -175,8 +183,12 @@ fn build_tree(
         let dir = lease.entry.payload();
         let tree = dir.join("tree");
         let path = dir.join("changes");
-        let bytes =
-            fs::read(&path).map_err(|e| Error::io(Op::Read, &path, e))?;
+        let bytes = zinstall_core::foreign::read(
+            &path,
+            zinstall_core::foreign::Follow::No,
+            CHANGES,
+        )
+        .map_err(|e| Error::io(Op::Read, &path, e.into()))?;
         let changes =
             oci::decode_changes(&bytes).map_err(|why| Error::Image {
                 path: path.clone(),

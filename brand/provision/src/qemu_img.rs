@@ -59,6 +59,8 @@ const MAX_OUTPUT: u64 = 1 << 20;
 /// Checks that `qemu_img` can be run: a regular file with an execute
 /// bit. Called before anything is extracted, so that a wrong path is
 /// named at once rather than after a long build.
+// A program to run, as named: only its type and mode are asked.
+#[allow(clippy::disallowed_methods)]
 pub(crate) fn check(qemu_img: &Path, target: &Path) -> Result<()> {
     let md = fs::metadata(qemu_img).map_err(|e| Error::Program {
         program: qemu_img.to_path_buf(),
@@ -181,15 +183,26 @@ pub(crate) struct Conversion<'a> {
 /// Converts the private copy into the sparse raw payload (see the module
 /// documentation); returns the disk's size.
 pub(crate) fn convert_to_raw(c: &Conversion<'_>) -> Result<u64> {
+    // The private copy this conversion made.
+    #[allow(clippy::disallowed_methods)]
     let image =
         File::open(c.copy).map_err(|e| Error::io(Op::Open, c.copy, e))?;
     let out = File::create_new(c.payload)
         .map_err(|e| Error::io(Op::Create, c.payload, e))?;
     // Opened here, as the caller: the sandbox user need not be able to.
     let secret = match c.secret {
-        Some(p) => File::open(p).map_err(|e| Error::io(Op::Open, p, e))?,
-        None => File::open("/dev/null")
-            .map_err(|e| Error::io(Op::Open, Path::new("/dev/null"), e))?,
+        // A secret file: a regular file or refused (a FIFO never holds
+        // the conversion).
+        Some(p) => {
+            zinstall_core::foreign::open(p, zinstall_core::foreign::Follow::Yes)
+                .map_err(|e| Error::io(Op::Open, p, e.into()))?
+        }
+        // No secret: the null device, on purpose.
+        None => {
+            #[allow(clippy::disallowed_methods)]
+            let null = File::open("/dev/null");
+            null.map_err(|e| Error::io(Op::Open, Path::new("/dev/null"), e))?
+        }
     };
     let root = sys::effective_ids().0 == 0;
     if root {

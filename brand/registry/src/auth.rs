@@ -20,11 +20,15 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use base64::Engine;
+use zinstall_core::foreign::{self, Follow, Kind};
 
 use crate::error::{RegistryError as Error, Result};
 
 /// An auth file is a few KiB.
-const MAX_AUTH_FILE: u64 = 1 << 20;
+const AUTH_FILE: Kind = Kind::Other {
+    what: "an auth file",
+    cap: 1 << 20,
+};
 
 /// What a helper may print: a few KiB.
 const MAX_HELPER_OUTPUT: u64 = 1 << 20;
@@ -95,17 +99,12 @@ pub fn find(
     let Some(file) = files.iter().find(|p| p.is_file()) else {
         return Ok(None);
     };
-    let mut bytes = Vec::new();
-    std::fs::File::open(file)
-        .and_then(|f| f.take(MAX_AUTH_FILE + 1).read_to_end(&mut bytes))
-        .map_err(|e| Error::io("read", file, e))?;
+    let bytes = foreign::read(file, Follow::Yes, AUTH_FILE)
+        .map_err(|e| Error::io("read", file, e.into()))?;
     let bad = |why: String| Error::Auth {
         registry: registry.to_string(),
         why: format!("{}: {why}", file.display()),
     };
-    if bytes.len() as u64 > MAX_AUTH_FILE {
-        return Err(bad("larger than an auth file".into()));
-    }
     let v: serde_json::Value =
         serde_json::from_slice(&bytes).map_err(|e| bad(e.to_string()))?;
     // Keys may be a bare host or a URL (docker's old form).
@@ -270,6 +269,8 @@ fn run_helper(
 }
 
 #[cfg(test)]
+// Tests make and read their own fixtures by path.
+#[allow(clippy::disallowed_methods)]
 mod tests {
     use super::*;
 

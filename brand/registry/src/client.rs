@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use zinstall_core::Flock;
+use zinstall_core::foreign::{self, Follow, Kind};
 use zinstall_oci::{BlobKind, Digest, Fetch, Hasher};
 
 use crate::error::{RegistryError, Result};
@@ -149,6 +150,8 @@ impl Fetcher {
             digest.algorithm().name(),
             digest.hex()
         ));
+        // The store's own partial file, made here, never followed.
+        #[allow(clippy::disallowed_methods)]
         let file = OpenOptions::new()
             .create(true)
             .truncate(false)
@@ -186,7 +189,7 @@ impl Fetcher {
         // What is kept is resumed only from where it came from: bytes
         // another registry (or repository) sent are no prefix of this one's.
         let origin = self.remote.origin();
-        let left_by = fs::read(&from_file)
+        let left_by = foreign::read(&from_file, Follow::No, Kind::Record)
             .ok()
             .map(|b| String::from_utf8_lossy(&b).trim().to_string());
         if have > size || (have > 0 && left_by.as_deref() != Some(&origin)) {

@@ -4,7 +4,7 @@
 
 use std::io::Read;
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use base64::Engine;
 use ureq::http::{Response, StatusCode};
@@ -147,12 +147,17 @@ impl Remote {
     /// with this agent's TLS and timeouts, never the registry's
     /// credentials, given up on as [`get_watched`](Remote::get_watched)
     /// is.
+    /// Its answer is waited for until `until` at the latest.
     pub(crate) fn get_elsewhere(
         self: &Arc<Self>,
         url: &str,
+        until: Instant,
     ) -> Result<Response<Body>> {
         let (me, u) = (Arc::clone(self), url.to_string());
-        self.watch.call("GET", url, REQUEST_DEADLINE, move || {
+        let left = until
+            .saturating_duration_since(Instant::now())
+            .min(REQUEST_DEADLINE);
+        self.watch.call("GET", url, left, move || {
             me.agent
                 .get(&u)
                 .call()
@@ -409,9 +414,11 @@ pub(crate) fn status_error(
 ) -> Error {
     let status = resp.status().as_u16();
     let mut detail = Vec::new();
-    if let Ok(mut body) =
-        watch.body(url, resp.into_body().into_reader().take(MAX_ERROR_SHOWN))
-    {
+    if let Ok(mut body) = watch.body_until(
+        url,
+        resp.into_body().into_reader().take(MAX_ERROR_SHOWN),
+        Some(Instant::now() + watch.deadline),
+    ) {
         while let Ok(chunk) = body.next() {
             if chunk.is_empty() {
                 break;
@@ -457,13 +464,27 @@ pub(crate) fn status_error(
 }
 
 /// The body, refused past `limit` bytes without reading further; read
-/// as `watch` says (cancel, stall rule).
+/// as `watch` says (cancel, stall rule), and whole within its deadline.
 pub(crate) fn read_bounded(
     resp: Response<Body>,
     url: &str,
     what: &'static str,
     limit: u64,
     watch: &Watch,
+) -> Result<Vec<u8>> {
+    let until = Instant::now() + watch.deadline;
+    read_bounded_until(resp, url, what, limit, watch, until)
+}
+
+/// [`read_bounded`], whole by `until` (a deadline that began before the
+/// request).
+pub(crate) fn read_bounded_until(
+    resp: Response<Body>,
+    url: &str,
+    what: &'static str,
+    limit: u64,
+    watch: &Watch,
+    until: Instant,
 ) -> Result<Vec<u8>> {
     if resp.body().content_length().is_some_and(|n| n > limit) {
         return Err(Error::TooLarge {
@@ -472,8 +493,11 @@ pub(crate) fn read_bounded(
             limit,
         });
     }
-    let mut body =
-        watch.body(url, resp.into_body().into_reader().take(limit + 1))?;
+    let mut body = watch.body_until(
+        url,
+        resp.into_body().into_reader().take(limit + 1),
+        Some(until),
+    )?;
     let mut v = Vec::new();
     loop {
         let chunk = body.next()?;

@@ -16,6 +16,8 @@ pub const BLOB_MODE: u32 = 0o600;
 
 /// Writes `dir/name` whole or not at all: a temporary file, synced, then
 /// renamed over it.
+// Writes the store's own file, made here, never followed.
+#[allow(clippy::disallowed_methods)]
 pub(crate) fn write_atomic(
     dir: &Path,
     name: &str,

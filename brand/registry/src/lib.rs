@@ -100,7 +100,7 @@ pub use event::{Event, Events};
 pub use layout::BLOB_MODE;
 pub use pull::{DEFAULT_RETRIES, PullOptions, Registry};
 pub use reference::Reference;
-pub use transfer::Stall;
+pub use transfer::{DEFAULT_FETCH_DEADLINE, Stall};
 
 /// `arg` as a registry reference, if it is meant as one (see
 /// [`Reference::looks_like`]) and is not a path that exists.

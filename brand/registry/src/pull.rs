@@ -7,6 +7,7 @@ use std::io;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use oci_spec::image::{Descriptor, ImageIndex, MediaType};
 use zinstall_core::Flock;
@@ -50,6 +51,9 @@ pub struct PullOptions {
     /// layer is fetched; `None`: digests are checked, signatures are not
     /// (an [`Event::Unverified`] says so).
     pub trust: Option<Arc<policy::Trust>>,
+    /// How long a small body (a manifest, a token, a signature) may take
+    /// whole, request included; `None`: [`crate::DEFAULT_FETCH_DEADLINE`].
+    pub fetch_deadline: Option<Duration>,
 }
 
 impl std::fmt::Debug for PullOptions {
@@ -61,6 +65,7 @@ impl std::fmt::Debug for PullOptions {
             .field("max_blob_size", &self.max_blob_size)
             .field("progress", &self.progress.is_some())
             .field("trust", &self.trust.as_ref().map(|t| &t.policy.path))
+            .field("fetch_deadline", &self.fetch_deadline)
             .finish()
     }
 }
@@ -107,6 +112,9 @@ impl Registry {
         self.max_blob_size = opts.max_blob_size;
         self.progress = opts.progress.clone();
         self.trust = opts.trust.clone();
+        if let Some(d) = opts.fetch_deadline {
+            self.watch.deadline = d;
+        }
         self
     }
 
@@ -120,6 +128,14 @@ impl Registry {
     /// taken for stalled (default: [`Stall::default`]).
     pub fn stall(mut self, stall: Stall) -> Registry {
         self.watch.stall = stall;
+        self
+    }
+
+    /// How long a small body (a manifest, a token, a signature from a
+    /// lookaside, request included) may take whole, however steadily it
+    /// comes (default: [`crate::DEFAULT_FETCH_DEADLINE`]).
+    pub fn fetch_deadline(mut self, deadline: Duration) -> Registry {
+        self.watch.deadline = deadline;
         self
     }
 
@@ -475,6 +491,8 @@ impl Registry {
     /// (replacing what those names pointed at), under the store's lock.
     fn record(&self, desc: &Descriptor, names: &[String]) -> Result<()> {
         let lock_path = self.store.join("index.json.lock");
+        // The store's own lock file, made here, never followed.
+        #[allow(clippy::disallowed_methods)]
         let lock = OpenOptions::new()
             .create(true)
             .truncate(false)

@@ -16,6 +16,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
+use zinstall_core::foreign::{self, Follow, Kind};
 
 use crate::error::{RegistryError as Error, Result};
 use crate::reference::Reference;
@@ -24,7 +25,10 @@ use crate::reference::Reference;
 pub const REGISTRIES_CONF: &str = "/etc/containers/registries.conf";
 
 /// A registries.conf larger than this is not one.
-const MAX_CONF: u64 = 1 << 20;
+const CONF: Kind = Kind::Other {
+    what: "a registries.conf",
+    cap: 1 << 20,
+};
 
 /// What the registries.conf files say about short names.
 #[derive(Clone, Debug, Default)]
@@ -79,27 +83,28 @@ impl ShortNames {
     }
 
     fn read_file(&mut self, path: &Path) -> Result<()> {
-        use std::io::Read;
-        let f = match fs::File::open(path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(Error::io("read", path, e)),
+        // The administrator's file, maybe a link to the real one: what it
+        // leads to must be a regular file within the cap.
+        let text = match foreign::read_optional(path, Follow::Yes, CONF) {
+            Ok(Some(t)) => t,
+            Ok(None) => return Ok(()),
+            Err(e) => return Err(Error::io("read", path, e.into())),
         };
-        let mut text = String::new();
-        f.take(MAX_CONF + 1)
-            .read_to_string(&mut text)
-            .map_err(|e| Error::io("read", path, e))?;
-        if text.len() as u64 > MAX_CONF {
-            return Err(Error::io(
-                "read",
-                path,
-                std::io::Error::new(
-                    std::io::ErrorKind::InvalidData,
-                    "larger than any registries.conf",
-                ),
-            ));
-        }
-        let conf: Conf = toml::from_str(&text).map_err(|e| {
+        self.add(path, &text)
+    }
+
+    /// The configuration of one registries.conf's `text`, read from
+    /// `path` (named in errors and in how a name was resolved).
+    pub fn parse(path: &Path, text: &str) -> Result<ShortNames> {
+        let mut s = ShortNames::default();
+        s.add(path, text)?;
+        Ok(s)
+    }
+
+    /// Adds what the file `path` says, its `text`, over what earlier
+    /// files said.
+    fn add(&mut self, path: &Path, text: &str) -> Result<()> {
+        let conf: Conf = toml::from_str(text).map_err(|e| {
             Error::io(
                 "parse",
                 path,

@@ -6,14 +6,16 @@
 //! was accepted on, so a cached image is judged again by the current
 //! policy before each use without a request.
 
-use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Instant;
 
 use base64::Engine;
 use serde::{Deserialize, Serialize};
 
-use crate::http::{Remote, read_bounded, status_error};
+use zinstall_core::foreign::{self, Follow, Kind};
+
+use crate::http::{Remote, read_bounded, read_bounded_until, status_error};
 use crate::policy::payload::MAX_PAYLOAD;
 use crate::policy::registries_d::signature_url;
 use crate::policy::sigstore::{SIGNATURE_ANNOTATION, SIMPLESIGNING_TYPE};
@@ -87,7 +89,9 @@ pub fn record_path(store: &Path, digest: &str) -> PathBuf {
 
 /// The record of `digest`, if one was written and reads.
 pub fn read_record(store: &Path, digest: &str) -> Option<Record> {
-    let bytes = fs::read(record_path(store, digest)).ok()?;
+    let bytes =
+        foreign::read(&record_path(store, digest), Follow::No, Kind::Record)
+            .ok()?;
     serde_json::from_slice(&bytes).ok()
 }
 
@@ -205,32 +209,37 @@ impl<'a> Fetched<'a> {
         for n in 1..=MAX_SIGNATURES {
             let url = signature_url(&base, &self.image, &self.digest, n);
             let got = if let Some(path) = url.strip_prefix("file://") {
-                match fs::read(path) {
-                    Ok(b) if b.len() > MAX_PAYLOAD => {
-                        return Err(fetch_error(
-                            &url,
-                            "larger than a signature may be",
-                        ));
-                    }
+                // A file skopeo wrote: a link, a FIFO or a device there is
+                // refused, and the file is read within a signature's cap.
+                match foreign::read(
+                    Path::new(path),
+                    Follow::No,
+                    Kind::Signature,
+                ) {
                     Ok(b) => Some(b),
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+                    Err(e) if e.is_not_found() => None,
                     Err(e) => return Err(fetch_error(&url, e)),
                 }
             } else if url.starts_with("http://") || url.starts_with("https://")
             {
+                // One deadline for the request and the body together: a
+                // lookaside that trickles bytes fast enough to pass the
+                // stall floor still ends here.
+                let until = Instant::now() + self.remote.watch.deadline;
                 let resp = self
                     .remote
-                    .get_elsewhere(&url)
+                    .get_elsewhere(&url, until)
                     .map_err(|e| fetch_error(&url, e))?;
                 match resp.status().as_u16() {
                     404 => None,
                     200..=299 => Some(
-                        read_bounded(
+                        read_bounded_until(
                             resp,
                             &url,
                             "signature",
-                            MAX_PAYLOAD as u64,
+                            Kind::Signature.cap(),
                             &self.remote.watch,
+                            until,
                         )
                         .map_err(|e| fetch_error(&url, e))?,
                     ),

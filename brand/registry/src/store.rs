@@ -10,13 +10,14 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read};
+use std::io;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use oci_spec::image::ImageIndex;
 use zinstall_core::Flock;
+use zinstall_core::foreign::{self, Follow, Kind};
 use zinstall_oci::{Digest, MAX_JSON, REF_NAME};
 
 use crate::error::{RegistryError, Result};
@@ -48,6 +49,8 @@ impl Drop for InUse {
     }
 }
 
+// The store's own lock file, made here, never followed.
+#[allow(clippy::disallowed_methods)]
 fn open_lock(store: &Path) -> Result<File> {
     let p = store.join(USE_LOCK);
     OpenOptions::new()
@@ -298,7 +301,7 @@ fn images(
         reach.walk(blobs, &digest, 0);
         let pulled = Digest::parse(&digest)
             .ok()
-            .and_then(|g| fs::metadata(store.join(g.blob_path())).ok())
+            .and_then(|g| fs::symlink_metadata(store.join(g.blob_path())).ok())
             .and_then(|m| m.modified().ok())
             .unwrap_or(SystemTime::UNIX_EPOCH);
         let size = reach
@@ -380,18 +383,19 @@ impl Reach {
 }
 
 fn read_json(path: &Path) -> Option<serde_json::Value> {
-    let f = File::open(path).ok()?;
-    let mut bytes = Vec::new();
-    f.take(MAX_JSON + 1).read_to_end(&mut bytes).ok()?;
-    if bytes.len() as u64 > MAX_JSON {
-        return None;
-    }
+    let bytes = foreign::read(path, Follow::No, JSON).ok()?;
     serde_json::from_slice(&bytes).ok()
 }
 
+/// A JSON file of the store, bounded as every OCI JSON document is.
+const JSON: Kind = Kind::Other {
+    what: "an OCI JSON document",
+    cap: MAX_JSON,
+};
+
 pub(crate) fn read_index(store: &Path) -> Result<ImageIndex> {
     let path = store.join("index.json");
-    match fs::read(&path) {
+    match foreign::read(&path, Follow::No, JSON) {
         Ok(b) => serde_json::from_slice(&b).map_err(|e| {
             RegistryError::io(
                 "parse",
@@ -399,10 +403,8 @@ pub(crate) fn read_index(store: &Path) -> Result<ImageIndex> {
                 io::Error::new(io::ErrorKind::InvalidData, e),
             )
         }),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            Ok(ImageIndex::default())
-        }
-        Err(e) => Err(RegistryError::io("read", &path, e)),
+        Err(e) if e.is_not_found() => Ok(ImageIndex::default()),
+        Err(e) => Err(RegistryError::io("read", &path, e.into())),
     }
 }
 

@@ -47,11 +47,31 @@ impl Default for Stall {
     }
 }
 
+/// The default [`Watch::deadline`]: the longest a small body (a
+/// manifest, a token, an error text, a signature) may take whole,
+/// request included.
+pub const DEFAULT_FETCH_DEADLINE: Duration = Duration::from_secs(60);
+
 /// What a pull's waits answer to.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub(crate) struct Watch {
     pub(crate) cancel: Option<Cancel>,
     pub(crate) stall: Stall,
+    /// How long a small body may take whole, however steadily it comes:
+    /// the stall floor bounds the rate, this bounds the time, so that a
+    /// server sending just above the floor cannot hold a pull for an
+    /// hour per signature.
+    pub(crate) deadline: Duration,
+}
+
+impl Default for Watch {
+    fn default() -> Self {
+        Watch {
+            cancel: None,
+            stall: Stall::default(),
+            deadline: DEFAULT_FETCH_DEADLINE,
+        }
+    }
 }
 
 impl Watch {
@@ -110,11 +130,22 @@ impl Watch {
         }
     }
 
-    /// A body read on a thread of its own, chunk by chunk.
+    /// A body read on a thread of its own, chunk by chunk, for as long as
+    /// it keeps above the stall floor (a blob, resumed when broken).
     pub(crate) fn body(
         &self,
         url: &str,
+        reader: impl Read + Send + 'static,
+    ) -> Result<Body> {
+        self.body_until(url, reader, None)
+    }
+
+    /// [`body`](Watch::body), given up on at `until` too, when given.
+    pub(crate) fn body_until(
+        &self,
+        url: &str,
         mut reader: impl Read + Send + 'static,
+        until: Option<Instant>,
     ) -> Result<Body> {
         // Two chunks in flight at most: the reader waits for the writer.
         let (tx, rx) = mpsc::sync_channel::<io::Result<Vec<u8>>>(2);
@@ -143,6 +174,8 @@ impl Watch {
             url: url.to_string(),
             window_start: Instant::now(),
             window_bytes: 0,
+            until,
+            deadline: self.deadline,
         })
     }
 }
@@ -176,6 +209,10 @@ pub(crate) struct Body {
     url: String,
     window_start: Instant,
     window_bytes: u64,
+    /// When the whole body must be in, if it has a deadline.
+    until: Option<Instant>,
+    /// The deadline it was given, for the message.
+    deadline: Duration,
 }
 
 impl Body {
@@ -185,6 +222,18 @@ impl Body {
             let got = self.rx.recv_timeout(TICK);
             if self.watch.cancelled() {
                 return Err(cancelled("read", &self.url));
+            }
+            if self.until.is_some_and(|u| Instant::now() >= u) {
+                return Err(Error::Http {
+                    op: "read",
+                    url: self.url.clone(),
+                    kind: Failure::Timeout,
+                    why: format!(
+                        "not received whole within {} s, the deadline of \
+                         one fetch",
+                        self.deadline.as_secs()
+                    ),
+                });
             }
             match got {
                 Ok(Ok(chunk)) => {

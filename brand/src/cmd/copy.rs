@@ -90,10 +90,19 @@ pub fn exclude_patterns(args: &CopyArgs) -> copier::Result<Vec<String>> {
     let mut patterns = args.exclude.clone();
     for f in &args.exclude_from {
         if f.as_os_str() == "-" {
+            // As bounded as a file of them.
+            let max = copier::rules::MAX_EXCLUDE_FILE;
             let mut text = String::new();
             std::io::stdin()
+                .take(max + 1)
                 .read_to_string(&mut text)
                 .map_err(|e| copier::Error::io(copier::Op::Read, "-", e))?;
+            if text.len() as u64 > max {
+                return Err(copier::Error::refused(
+                    "-",
+                    copier::Refusal::TooLarge(max),
+                ));
+            }
             patterns.extend(copier::rules::exclude_patterns(&text));
         } else {
             patterns.extend(copier::rules::read_exclude_file(f)?);

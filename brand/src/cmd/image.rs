@@ -126,6 +126,7 @@ fn verify(args: &VerifyArgs) -> Exit {
     // Nothing is stored: the store is never made.
     let registry = zinstall_registry::Registry::new(Path::new("/nonexistent"))
         .insecure(args.pull.insecure_registry.clone())
+        .fetch_deadline(args.pull.deadline())
         .trust(Some(trust));
     let (digest, verdict) = match registry.verify(&reference) {
         Ok(Some(v)) => v,
@@ -199,6 +200,8 @@ fn create(args: &CreateArgs) -> Exit {
     // once whole: a failed or killed run leaves no archive that looks
     // complete.
     let partial = partial_name(&args.out);
+    // A new file of ours (O_EXCL, O_NOFOLLOW).
+    #[allow(clippy::disallowed_methods)]
     let f = match OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -232,7 +235,9 @@ fn create(args: &CreateArgs) -> Exit {
     });
     match r {
         Ok(stats) => {
-            let size = fs::metadata(&args.out).map(|m| m.len()).unwrap_or(0);
+            let size = fs::symlink_metadata(&args.out)
+                .map(|m| m.len())
+                .unwrap_or(0);
             if args.json {
                 crate::json::result(serde_json::json!({
                     "archive": crate::json::path(&args.out),

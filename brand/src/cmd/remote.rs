@@ -167,11 +167,18 @@ fn call(
                     "op": w.op,
                     "path": w.path,
                     "errors": w.errors,
+                    "more_errors": w.more_errors,
                 }),
             ),
             ClientError::Remote(w) if !w.errors.is_empty() => {
                 for line in &w.errors {
                     output::error(line);
+                }
+                if w.more_errors > 0 {
+                    output::error(format_args!(
+                        "... and {} more errors",
+                        w.more_errors
+                    ));
                 }
             }
             e => crate::json::fail(json, e, socket_field),

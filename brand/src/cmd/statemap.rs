@@ -26,7 +26,12 @@ pub struct StatemapArgs {
 
 /// Renders and summarizes; exit 1 if the file cannot be read.
 pub fn run(args: &StatemapArgs) -> Exit {
-    let map = match File::open(&args.file) {
+    // A statemap may be large: streamed, but only from a regular file.
+    let opened = zinstall_core::foreign::open(
+        &args.file,
+        zinstall_core::foreign::Follow::Yes,
+    );
+    let map = match opened {
         Ok(f) => match statemap::parse(BufReader::new(f)) {
             Ok(m) => m,
             Err(e) => {
@@ -76,7 +81,9 @@ fn parse_error(file: &std::path::Path, e: &statemap::ParseError) -> String {
         return plain;
     }
     use std::io::BufRead;
-    let line = File::open(file).ok().and_then(|f| {
+    let opened =
+        zinstall_core::foreign::open(file, zinstall_core::foreign::Follow::Yes);
+    let line = opened.ok().and_then(|f| {
         BufReader::new(f)
             .split(b'\n')
             .nth(e.line - 1)

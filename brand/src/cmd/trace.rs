@@ -13,6 +13,14 @@ use crate::exit::Exit;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use clap::Args;
+
+/// The most of a saved trace read for `--tidy`: it is read whole, and a
+/// trace of a long run is a few hundred MiB at most.
+const RAW_TRACE: zinstall_core::foreign::Kind =
+    zinstall_core::foreign::Kind::Other {
+        what: "a saved trace",
+        cap: 1 << 30,
+    };
 use zinstall_statemap::{self as statemap, TidyReport};
 
 use crate::output;
@@ -50,10 +58,14 @@ pub struct TraceArgs {
 /// Traces the command (or tidies a saved trace) into a statemap.
 pub fn run(args: &TraceArgs) -> Exit {
     let raw = match (&args.tidy, args.command.is_empty()) {
-        (Some(raw), _) => match fs::read(raw) {
+        (Some(raw), _) => match zinstall_core::foreign::read(
+            raw,
+            zinstall_core::foreign::Follow::Yes,
+            RAW_TRACE,
+        ) {
             Ok(b) => b,
             Err(e) => {
-                output::error(format_args!("read {}: {e}", raw.display()));
+                output::error(e);
                 return Exit::Failed;
             }
         },

@@ -132,11 +132,14 @@ pub fn run(args: &TuneArgs) -> Exit {
             .defaults
             .clone()
             .unwrap_or_else(|| PathBuf::from(DEFAULTS_FILE));
-        let old = match std::fs::read_to_string(&path) {
-            Ok(s) => s,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        let old = match zinstall_core::foreign::read_optional(
+            &path,
+            zinstall_core::foreign::Follow::Yes,
+            zinstall_core::foreign::Kind::Config,
+        ) {
+            Ok(s) => s.unwrap_or_default(),
             Err(e) => {
-                output::error(format_args!("read {}: {e}", path.display()));
+                output::error(e);
                 return Exit::Failed;
             }
         };

@@ -53,6 +53,8 @@ impl Flock for File {
 }
 
 #[cfg(test)]
+// Tests make and read their own fixtures by path.
+#[allow(clippy::disallowed_methods)]
 mod test {
     use super::*;
 

@@ -8,6 +8,8 @@
 //! * [`Flock`]: whole-file advisory locks, on Linux and illumos alike.
 //! * [`Credentials`]: whom a run reads and writes as.
 //! * [`paths`]: where zinstall's files live unless told otherwise.
+//! * [`foreign`]: the one reader of files the project did not make:
+//!   opened by descriptor, refused unless regular, read within a cap.
 //!
 //! It depends on nothing of the workspace; the engine re-exports these
 //! types where its callers found them before (`copier::Cancel`,
@@ -21,6 +23,7 @@
 mod cancel;
 mod credentials;
 mod flock;
+pub mod foreign;
 pub mod paths;
 mod progress;
 

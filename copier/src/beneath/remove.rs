@@ -87,11 +87,17 @@ struct Level {
 fn empty_dir(top: OwnedFd, shown: &Path) -> Result<Vec<PathBuf>> {
     let top_st = at::fstat(&top).map_err(|e| Error::io(Op::Stat, shown, e))?;
     let dev = top_st.st_dev as u64;
+    // The mount, where the system tells it: a bind mount of the same
+    // filesystem inside is left as any mount point is.
+    let mount = Mount {
+        dev,
+        id: sys::mount_id(top.as_raw_fd(), c"").ok().flatten(),
+    };
     let mut left: Vec<PathBuf> = Vec::new();
     let mut cur = top;
     let mut path = shown.to_path_buf();
     let mut stack: Vec<Level> = Vec::new();
-    let first = scan(&cur, &path, dev, &mut left)?;
+    let first = scan(&cur, &path, mount, &mut left)?;
     stack.push(Level {
         id: (dev, top_st.st_ino as u64),
         subdirs: first,
@@ -107,7 +113,7 @@ fn empty_dir(top: OwnedFd, shown: &Path) -> Result<Vec<PathBuf>> {
                 Ok(Some(child)) => {
                     let st = at::fstat(&child)
                         .map_err(|e| Error::io(Op::Stat, &path, e))?;
-                    let subdirs = scan(&child, &path, dev, &mut left)?;
+                    let subdirs = scan(&child, &path, mount, &mut left)?;
                     stack.push(Level {
                         id: (st.st_dev as u64, st.st_ino as u64),
                         subdirs,
@@ -149,12 +155,34 @@ fn empty_dir(top: OwnedFd, shown: &Path) -> Result<Vec<PathBuf>> {
     }
 }
 
+/// The device and mount (where the system tells it) a removal stays on.
+#[derive(Clone, Copy)]
+struct Mount {
+    dev: u64,
+    id: Option<u64>,
+}
+
+impl Mount {
+    /// Whether the directory `name` in `dir` (whose `stat` is `st`) is
+    /// on another mount: another device, or another mount id.
+    fn other(&self, dir: &OwnedFd, name: &CStr, st: &libc::stat) -> bool {
+        st.st_dev as u64 != self.dev
+            || self.id.is_some_and(|top| {
+                sys::mount_id(dir.as_raw_fd(), name)
+                    .ok()
+                    .flatten()
+                    .is_some_and(|m| m != top)
+            })
+    }
+}
+
 /// Makes `dir` writable, removes every non-directory in it and returns
-/// the names of its subdirectories.
+/// the names of its subdirectories on the same mount (the others, mount
+/// points, are added to `left`).
 fn scan(
     dir: &OwnedFd,
     shown: &Path,
-    dev: u64,
+    mount: Mount,
     left: &mut Vec<PathBuf>,
 ) -> Result<Vec<CString>> {
     // Through the descriptor: a read-only directory (0555 in an extracted
@@ -176,7 +204,7 @@ fn scan(
             }
         };
         if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
-            if st.st_dev as u64 != dev {
+            if mount.other(dir, &n, &st) {
                 left.push(
                     shown.join(std::ffi::OsStr::from_bytes(n.as_bytes())),
                 );

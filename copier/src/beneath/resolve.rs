@@ -146,6 +146,8 @@ fn classify(dir: RawFd, name: &CStr, e: io::Error) -> StepFail {
 }
 
 /// Opens a directory by path, its last component not followed.
+// O_DIRECTORY | O_NOFOLLOW: only a directory opens; nothing is read.
+#[allow(clippy::disallowed_methods)]
 pub(super) fn open_dir_nofollow(path: &Path) -> Result<OwnedFd> {
     match OpenOptions::new()
         .read(true)
@@ -176,6 +178,8 @@ pub(super) fn open_dir_nofollow(path: &Path) -> Result<OwnedFd> {
 
 /// Opens a regular file beneath nothing but its own last component: the
 /// lock and state files of a zonepath, which must never be symlinks.
+// The zonepath's own files, never followed, with the caller's options.
+#[allow(clippy::disallowed_methods)]
 pub fn open_file_nofollow(path: &Path, opts: &mut OpenOptions) -> Result<File> {
     opts.custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
         .open(path)

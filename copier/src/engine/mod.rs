@@ -428,6 +428,8 @@ fn run_single(
 }
 
 #[cfg(test)]
+// Tests make and read their own fixtures by path.
+#[allow(clippy::disallowed_methods)]
 mod test {
     use std::fs;
     use std::io;

@@ -41,8 +41,10 @@ pub(crate) struct Walk<'s, 'p> {
     mode: Mode<'s>,
     dispatch: Option<&'s (dyn Dispatch + Sync + 's)>,
     tasks: Tasks,
-    /// The top source directory's device, for the same-filesystem rule.
-    top_dev: OnceLock<u64>,
+    /// The top source directory's device and mount (where the system
+    /// tells it), for the same-mount rule: a directory on another mount
+    /// is a mount point, a bind mount of the same filesystem included.
+    top_dev: OnceLock<(u64, Option<u64>)>,
 }
 
 /// The results of a walk: each walker's counters, load and trace.
@@ -387,7 +389,8 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
                 let md = at::fstat(&fd)
                     .map(|st| Stat::of(&st))
                     .map_err(|e| Error::io(Op::Stat, src, e))?;
-                let _first = self.walk.top_dev.set(md.dev);
+                let mnt = sys::mount_id(fd.as_raw_fd(), c"").ok().flatten();
+                let _first = self.walk.top_dev.set((md.dev, mnt));
                 if let Mode::DryRun(p) = self.walk.mode {
                     p.dir(&mut self.stats, src, dst, &md, true)?;
                 }
@@ -412,7 +415,15 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
             return Err(Error::refused(src, Refusal::ChangedType));
         }
         let mount = !plan.cross_fs
-            && self.walk.top_dev.get().is_some_and(|d| *d != md.dev);
+            && self.walk.top_dev.get().is_some_and(|(dev, mnt)| {
+                *dev != md.dev
+                    || mnt.is_some_and(|top| {
+                        sys::mount_id(src_dir.as_raw_fd(), &name)
+                            .ok()
+                            .flatten()
+                            .is_some_and(|m| m != top)
+                    })
+            });
         if mount {
             // Copied empty, which must not go unsaid.
             self.shared

@@ -83,7 +83,16 @@ impl<'s, 'p> Worker<'s, 'p> {
             probes::worker_idle(idx);
             let waited = Instant::now();
             let Ok(batch) = rx.recv() else { break };
+            // Within the plan's worker limit, if it has one: the batch
+            // waits for a turn.
+            let turn = self
+                .shared
+                .plan
+                .worker_limit
+                .as_ref()
+                .map(|l| l.turn(|| self.shared.stopped()));
             self.run_batch(batch, waited);
+            drop(turn);
         }
     }
 

@@ -11,6 +11,7 @@ use zinstall_core::Cancel;
 use super::outcome::OnError;
 use super::watch::{Listener, Progress};
 use crate::beneath::{Root, RootAt};
+use crate::limit::WorkerLimit;
 use crate::pool::{Credentials, Pool};
 use crate::rules::RuleSet;
 use crate::tunables::Tunables;
@@ -48,6 +49,7 @@ pub struct Plan {
     pub(crate) cancel: Option<Cancel>,
     pub(crate) walk_only: bool,
     pub(crate) pool: Option<Pool>,
+    pub(crate) worker_limit: Option<Arc<WorkerLimit>>,
     pub(crate) credentials: Option<Credentials>,
     pub(crate) listener: Option<Arc<dyn Listener>>,
     pub(crate) dry_run: bool,
@@ -83,6 +85,7 @@ impl Plan {
             cancel: None,
             walk_only: false,
             pool: None,
+            worker_limit: None,
             credentials: None,
             listener: None,
             dry_run: false,
@@ -262,6 +265,15 @@ impl Plan {
     /// the calling thread). Ignored by [`walk_only`](Plan::walk_only).
     pub fn pool(mut self, pool: Pool) -> Self {
         self.pool = Some(pool);
+        self
+    }
+
+    /// Of the run's own workers ([`Tunables::copy_threads`]), only as
+    /// many as `limit` says copy at once, however it changes while the
+    /// run goes on (a service sharing one budget among many runs). Not
+    /// for a run on a [`Pool`], whose workers are shared already.
+    pub fn worker_limit(mut self, limit: Arc<WorkerLimit>) -> Self {
+        self.worker_limit = Some(limit);
         self
     }
 

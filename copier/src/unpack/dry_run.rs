@@ -3,7 +3,6 @@
 //!
 //! [`unpack`]: super::unpack
 
-use std::fs::File;
 use std::io::{self, Seek, SeekFrom};
 use std::path::Path;
 
@@ -33,8 +32,11 @@ pub fn dry_run(
     root: &Path,
     opts: &UnpackOptions,
 ) -> Result<UnpackReport> {
-    let mut f =
-        File::open(archive).map_err(|e| Error::io(Op::Open, archive, e))?;
+    let mut f = zinstall_core::foreign::open(
+        archive,
+        zinstall_core::foreign::Follow::Yes,
+    )
+    .map_err(|e| Error::io(Op::Open, archive, e.into()))?;
     let mut head = [0u8; compress::MAGIC_LEN];
     let n = read_up_to(&mut f, &mut head)
         .map_err(|e| Error::io(Op::Read, archive, e))?;

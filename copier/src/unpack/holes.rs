@@ -50,6 +50,8 @@ fn is_zero(block: &[u8]) -> bool {
 }
 
 #[cfg(test)]
+// Tests make and read their own fixtures by path.
+#[allow(clippy::disallowed_methods)]
 mod test {
     use super::*;
     use std::os::unix::fs::MetadataExt;

@@ -63,8 +63,13 @@ pub(super) fn blame_stream(e: Error, archive: &Path, limit: u64) -> Error {
 /// is refused, naming the command that converts it, before anything is
 /// read as tar.
 pub(super) fn open_archive(archive: &Path) -> Result<(File, Compression)> {
-    let mut f =
-        File::open(archive).map_err(|e| Error::io(Op::Open, archive, e))?;
+    // A regular file, or refused naming what it is: a FIFO or a device
+    // is never read as an archive.
+    let mut f = zinstall_core::foreign::open(
+        archive,
+        zinstall_core::foreign::Follow::Yes,
+    )
+    .map_err(|e| Error::io(Op::Open, archive, e.into()))?;
     crate::sys::advise_sequential(&f);
     let compression = compress::detect(&mut f)
         .map_err(|e| Error::io(Op::Read, archive, e))?;

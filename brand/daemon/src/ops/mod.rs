@@ -313,6 +313,7 @@ fn pull_options(
         cancel: Some(job.cancel.clone()),
         max_blob_size: None,
         trust,
+        fetch_deadline: Some(config.fetch_deadline),
     })
 }
 
@@ -367,7 +368,8 @@ fn provision(
                 w
             })?;
     if let Some(old) = &r.replaced {
-        info!(d.log(), "cache entry altered"; "entry" => old.old.name(), "why" => &old.why,
+        info!(d.log(), "cache entry altered"; "entry" => old.old.name(),
+              "why" => crate::protocol::clip_middle(&old.why, crate::protocol::MAX_ERROR_TEXT),
               "rebuilt" => r.entry.name());
     }
     reply_value(&ProvisionReply::of(a.image.as_path(), &r))

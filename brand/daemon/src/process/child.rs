@@ -11,10 +11,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use copier::beneath::Root;
-use copier::{Cancel, OnError, Plan, Tunables};
+use copier::{Cancel, OnError, Plan, Tunables, WorkerLimit};
+
+/// The longest line the daemon tells after the order.
+const MAX_TOLD: usize = 256;
 
 use super::wire::{
-    CONTROL_FD, DST_ROOT_FD, MAX_LINE, Order, SRC_ROOT_FD, Said,
+    CONTROL_FD, DST_ROOT_FD, MAX_LINE, Order, SRC_ROOT_FD, Said, Told,
 };
 use crate::protocol::{ErrorKind, NoticeInfo, WireError};
 use crate::sys::{self, Identity};
@@ -159,7 +162,10 @@ fn run(
     };
     let cancel = Cancel::new();
     let counted = Arc::new(Counted::default());
+    // Of its workers, only its share of the daemon's budget works.
+    let limit = Arc::new(WorkerLimit::new(order.allowed));
     let mut plan = Plan::new(&order.src, &order.dst)
+        .worker_limit(Arc::clone(&limit))
         .on_error(OnError::KeepGoing)
         .tunables(tunables)
         .cancel(cancel.clone())
@@ -175,7 +181,7 @@ fn run(
         Err(e) => return failed(&e),
     }
     let (stop, stopped) = std::sync::mpsc::channel::<()>();
-    let reporter = report_progress(control, &counted, &cancel, stopped);
+    let reporter = report_progress(control, &counted, &cancel, &limit, stopped);
     let r = plan.run();
     // The reporter ends at once when its channel closes.
     drop(stop);
@@ -199,11 +205,13 @@ fn run(
 }
 
 /// A thread that reports progress a few times a second, and cancels the
-/// run at SIGTERM, SIGINT or SIGHUP, or when the daemon closes its end.
+/// run at SIGTERM, SIGINT or SIGHUP, or when the daemon closes its end;
+/// and one that takes the share of workers the daemon tells it.
 fn report_progress(
     control: &Arc<Mutex<UnixStream>>,
     counted: &Arc<Counted>,
     cancel: &Cancel,
+    limit: &Arc<WorkerLimit>,
     stopped: std::sync::mpsc::Receiver<()>,
 ) -> Option<std::thread::JoinHandle<()>> {
     let term = Arc::new(AtomicBool::new(false));
@@ -214,19 +222,30 @@ fn report_progress(
     ] {
         let _registered = signal_hook::flag::register(sig, Arc::clone(&term));
     }
-    // The daemon sends nothing after the order: a read that returns means
-    // it closed its end.
-    if let Ok(mut watch) = control
+    // After the order the daemon sends only its share of workers, a line
+    // at a time; the end of the stream (or anything else) means it
+    // closed its end.
+    if let Ok(watch) = control
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .try_clone()
     {
-        let term = Arc::clone(&term);
+        let (term, limit) = (Arc::clone(&term), Arc::clone(limit));
         let _watcher = std::thread::Builder::new()
             .name("control".into())
             .spawn(move || {
-                let mut b = [0u8; 64];
-                let _read = watch.read(&mut b);
+                let mut lines = BufReader::new(watch);
+                let mut line = Vec::new();
+                loop {
+                    line.clear();
+                    let read = (&mut lines)
+                        .take(MAX_TOLD as u64)
+                        .read_until(b'\n', &mut line);
+                    match read.map(|_| serde_json::from_slice::<Told>(&line)) {
+                        Ok(Ok(Told::Workers { n })) => limit.set(n),
+                        _ => break,
+                    }
+                }
                 term.store(true, Ordering::Relaxed);
             });
     }

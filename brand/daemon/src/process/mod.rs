@@ -18,8 +18,12 @@
 //! The process's `/proc/self` is its own: a mistake anywhere in path
 //! handling lands on the caller's own rights, not the daemon's, and no
 //! descriptor of the daemon's (other jobs' trees, its socket, its log) is
-//! there to be reached. Its workers come out of the daemon's budget
-//! ([`crate::state::Budget`]). Root's own jobs stay in the daemon.
+//! there to be reached. Its workers come out of the daemon's budget, a
+//! fair share of it ([`crate::shares`]) that the daemon tells it as it
+//! changes; a process that makes no progress for `job_stall_secs` (no
+//! entry or byte done, no CPU time used: stopped by its caller, hung) is
+//! killed and its job failed, its share given to the others. Root's own
+//! jobs stay in the daemon.
 //!
 //! Everything the process says is read as a stranger's words: lines of
 //! bounded length, parsed into the types of `wire`, nothing else.
@@ -85,15 +89,12 @@ pub(crate) fn granted_copy(
     };
     let (src_root, dst_root) = (open(&src_prefix)?, open(&dst_prefix)?);
     let tunables = d.tunables();
-    let Some(workers) = d
+    // A member of the granted jobs' budget from now on: its share may be
+    // none for a while (paused), until its turn comes.
+    let share = d
         .process_workers
-        .take(tunables.copy_threads, || job.cancel.is_cancelled())
-    else {
-        return Err(WireError::new(
-            ErrorKind::Cancelled,
-            "cancelled while queued",
-        ));
-    };
+        .join(job.id, peer.uid, tunables.copy_threads);
+    let allowed = share.workers();
     let order = Order {
         src: src.to_path_buf(),
         dst: dst.to_path_buf(),
@@ -103,8 +104,9 @@ pub(crate) fn granted_copy(
         sync: a.sync,
         skip_special: a.skip_special,
         exclude: a.exclude.clone(),
-        threads: workers.count,
-        walkers: tunables.walkers().clamp(1, workers.count),
+        threads: tunables.copy_threads.max(1),
+        allowed,
+        walkers: tunables.walkers().clamp(1, allowed.max(1)),
         batch: tunables.copy_batch,
         bufsize: tunables.copy_bufsize,
         writeback: tunables.copy_writeback,
@@ -145,7 +147,7 @@ pub(crate) fn granted_copy(
     let pid = child.id();
     job.set_process(Some(pid));
     info!(d.log(), "job process"; "job" => job.id, "pid" => pid, "uid" => who.uid,
-          "workers" => workers.count);
+          "workers" => allowed);
     let sent = serde_json::to_vec(&order)
         .map_err(io::Error::other)
         .and_then(|mut line| {
@@ -153,9 +155,11 @@ pub(crate) fn granted_copy(
             mine.write_all(&line)
         });
     let outcome = match sent {
-        Ok(()) => relay(job, mine, pid).and_then(|(stats, notices)| {
-            crate::ops::copy_result(src, dst, stats, notices)
-        }),
+        Ok(()) => relay(job, mine, pid, &share, d.config().job_stall).and_then(
+            |(stats, notices)| {
+                crate::ops::copy_result(src, dst, stats, notices)
+            },
+        ),
         Err(e) => {
             sys::signal(pid, libc::SIGKILL);
             Err(internal("cannot send its order to", e))
@@ -163,12 +167,13 @@ pub(crate) fn granted_copy(
     };
     let status = reap(&mut child);
     job.set_process(None);
-    drop(workers);
+    drop(share);
     match outcome {
         Ok(v) => Ok(v),
         Err(e) if e.kind == ErrorKind::Internal => {
             warn!(d.log(), "job process failed"; "job" => job.id, "pid" => pid,
-                  "status" => format!("{status:?}"), "error" => &e.message);
+                  "status" => format!("{status:?}"),
+                  "error" => crate::protocol::clip_middle(&e.message, crate::protocol::MAX_ERROR_TEXT));
             Err(e)
         }
         Err(e) => Err(e),
@@ -193,16 +198,73 @@ fn reap(
     child.wait()
 }
 
+/// Whether a job's process is making progress: its counts of entries
+/// and bytes as it reports them, and the CPU time it uses (where the
+/// system tells it), seen to change. Only time with workers counts: a
+/// paused job (others having their turn) is waiting, not stalled, and
+/// its turns add up.
+struct Watch {
+    seen: (u64, u64, Option<u64>),
+    /// Time with workers and without progress, since the last progress.
+    idle: Duration,
+    last: Instant,
+    stall: Duration,
+    pid: u32,
+}
+
+impl Watch {
+    fn new(pid: u32, stall: Duration) -> Watch {
+        Watch {
+            seen: (0, 0, sys::process_cpu_ticks(pid)),
+            idle: Duration::ZERO,
+            last: Instant::now(),
+            stall,
+            pid,
+        }
+    }
+
+    /// Whether the process has had workers for the whole window without
+    /// making progress; `workers` is its share now.
+    fn stalled(&mut self, job: &Job, workers: usize) -> bool {
+        let now = (
+            job.entries.load(std::sync::atomic::Ordering::Relaxed),
+            job.bytes.load(std::sync::atomic::Ordering::Relaxed),
+            sys::process_cpu_ticks(self.pid),
+        );
+        let since = self.last.elapsed();
+        self.last = Instant::now();
+        if now != self.seen {
+            self.seen = now;
+            self.idle = Duration::ZERO;
+        } else if workers > 0 {
+            self.idle += since;
+        }
+        self.idle >= self.stall
+    }
+}
+
 /// Reads what the job's process says until it closes its end: progress
-/// to the job, the result returned. A cancelled job's process gets
-/// SIGTERM, then SIGKILL after [`GRACE`].
+/// to the job, the result returned. Its share of the workers is told to
+/// it as it changes. A cancelled job's process gets SIGTERM, then
+/// SIGKILL after [`GRACE`]; one that makes no progress for `stall` is
+/// killed, and the job fails saying so.
 fn relay(
     job: &Job,
     control: UnixStream,
     pid: u32,
+    share: &crate::shares::Share<'_>,
+    stall: Duration,
 ) -> Result<(copier::Stats, Vec<NoticeInfo>), WireError> {
     const TICK: Duration = Duration::from_millis(100);
     let _timeout = control.set_read_timeout(Some(TICK));
+    // A process that does not read (stopped) never holds the daemon: a
+    // share it misses is counted all the same.
+    let mut tell = control.try_clone().ok();
+    if let Some(t) = &tell {
+        let _timeout = t.set_write_timeout(Some(TICK));
+    }
+    let mut told = share.workers();
+    let mut watch = Watch::new(pid, stall);
     let mut r = BufReader::new(control);
     let mut line = Vec::new();
     let mut result = None;
@@ -218,6 +280,29 @@ fn relay(
         if job.cancel.is_cancelled() && term_at.is_none() {
             sys::signal(pid, libc::SIGTERM);
             term_at = Some(Instant::now());
+        }
+        let workers = share.workers();
+        if workers != told {
+            told = workers;
+            if let Some(t) = &mut tell
+                && let Ok(mut line) =
+                    serde_json::to_vec(&wire::Told::Workers { n: workers })
+            {
+                line.push(b'\n');
+                let _missed = t.write_all(&line);
+            }
+        }
+        if term_at.is_none() && watch.stalled(job, workers) {
+            sys::signal(pid, libc::SIGKILL);
+            return Err(WireError::new(
+                ErrorKind::Stalled,
+                format!(
+                    "zinstalld: the job's process {pid} stopped making \
+                     progress: nothing done for {} s (job_stall_secs); \
+                     killed",
+                    stall.as_secs()
+                ),
+            ));
         }
         if !killed && term_at.is_some_and(|t| t.elapsed() > GRACE) {
             sys::signal(pid, libc::SIGKILL);
@@ -235,6 +320,9 @@ fn relay(
             {
                 continue;
             }
+            // Its end closed with a share we told it unread: the end of
+            // what it says, as a close is.
+            Err(e) if e.kind() == io::ErrorKind::ConnectionReset => break,
             Err(e) => {
                 sys::signal(pid, libc::SIGKILL);
                 return Err(broken(format!("read: {e}")));

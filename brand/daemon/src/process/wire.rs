@@ -36,8 +36,11 @@ pub(super) struct Order {
     pub(super) sync: bool,
     pub(super) skip_special: bool,
     pub(super) exclude: Vec<String>,
-    /// The workers granted, and the run's other knobs.
+    /// The workers the process starts, of which `allowed` may work at
+    /// first (its share of the budget; [`Told::Workers`] changes it).
     pub(super) threads: usize,
+    pub(super) allowed: usize,
+    /// The run's other knobs.
     pub(super) walkers: usize,
     pub(super) batch: usize,
     pub(super) bufsize: usize,
@@ -57,4 +60,13 @@ pub(super) enum Said {
     },
     /// The copy failed (or was cancelled).
     Failed { error: WireError },
+}
+
+/// What the daemon tells a job's process after its order: each a line.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case", tag = "tell")]
+pub(super) enum Told {
+    /// The workers it may run from now on: its share of the budget, as
+    /// other jobs come and go.
+    Workers { n: usize },
 }

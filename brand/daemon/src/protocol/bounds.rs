@@ -20,6 +20,44 @@ pub const MAX_DEPTH: usize = 32;
 /// quoted back in a reply or the log.
 pub const MAX_ECHO: usize = 200;
 
+/// The most errors of one job kept, sent and logged; past them, only a
+/// count ([`crate::protocol::WireError::more_errors`]). The engine
+/// keeps as many.
+pub const MAX_ERRORS: usize = copier::Failure::MAX_ERRORS;
+
+/// The most bytes of one error kept: its head and its tail (the path's
+/// start and the reason at the end), the middle cut.
+pub const MAX_ERROR_TEXT: usize = 1024;
+
+/// The most bytes of a failure's whole message kept.
+pub const MAX_MESSAGE: usize = 16 << 10;
+
+/// The most bytes of a `jobs` reply: the running and queued jobs and
+/// the newest finished ones that fit; `status` gives any one whole.
+pub const MAX_JOBS_REPLY: usize = 1 << 20;
+
+/// The most bytes of one line of the daemon's log; anything longer is
+/// cut there (fields are clipped long before).
+pub const MAX_LOG_LINE: usize = 64 << 10;
+
+/// `s` with its middle cut so that at most `max` bytes of it are kept,
+/// half from each end, on character boundaries, the cut marked with the
+/// original length: an error's path begins it and its reason ends it.
+pub fn clip_middle(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut head = max / 2;
+    while !s.is_char_boundary(head) {
+        head -= 1;
+    }
+    let mut tail = s.len() - (max - max / 2);
+    while !s.is_char_boundary(tail) {
+        tail += 1;
+    }
+    format!("{}…({} bytes)…{}", &s[..head], s.len(), &s[tail..])
+}
+
 /// `s` cut at `max` bytes on a character boundary, the cut marked with
 /// `…` and the original length, so that nothing a client sends is
 /// repeated whole into a reply or the log.

@@ -40,7 +40,8 @@ pub use self::args::{
     RollbackArgs, UninstallArgs, UpdateArgs,
 };
 pub use self::bounds::{
-    MAX_DEPTH, MAX_ECHO, MAX_LINE, VERSION, clip, clip_path,
+    MAX_DEPTH, MAX_ECHO, MAX_ERROR_TEXT, MAX_ERRORS, MAX_JOBS_REPLY, MAX_LINE,
+    MAX_LOG_LINE, MAX_MESSAGE, VERSION, clip, clip_middle, clip_path,
 };
 pub use self::error::{ErrorKind, WireError};
 pub use self::parse::BadRequest;

@@ -23,6 +23,10 @@
 //! marker is; read back with every length bounded ([`MAX_FILE`],
 //! [`MAX_LINE`], [`MAX_ENTRIES`]) before it sizes anything.
 
+// Reads and writes by path here are converted to zinstall_core::foreign
+// and the engine's beneath writer with this module's rewrite.
+#![allow(clippy::disallowed_methods)]
+
 mod digest;
 mod file;
 mod format;

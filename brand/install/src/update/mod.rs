@@ -52,6 +52,9 @@
 //! complete. Which one the journal tells by the root's inode; the next
 //! update, rollback, attach or uninstall finishes or cleans up.
 
+// Reads and writes by path here are converted to zinstall_core::foreign
+// and the engine's beneath writer with this module's rewrite.
+#![allow(clippy::disallowed_methods)]
 // libc's `stat` field types differ between platforms: casts that are
 // no-ops here are not everywhere.
 #![allow(clippy::unnecessary_cast)]

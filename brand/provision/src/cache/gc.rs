@@ -15,7 +15,7 @@ use copier::fsutil::Flock;
 use super::layout::{Cache, Entry, EntryKind, Meta, store_of};
 use super::protect::remove_entry_tree;
 use crate::error::{ProvisionError as Error, Result};
-use crate::sys;
+use crate::{records, sys};
 
 /// One entry as listed by [`Cache::list`].
 #[derive(Clone, Debug)]
@@ -109,9 +109,10 @@ impl Cache {
             };
             // An entry whose metadata cannot be read is still listed (and
             // collectable), as built at the epoch from an unknown source.
-            let meta: Option<Meta> = fs::read(entry.dir.join("meta.json"))
-                .ok()
-                .and_then(|b| serde_json::from_slice(&b).ok());
+            let meta: Option<Meta> =
+                records::read(&entry.dir.join("meta.json"))
+                    .ok()
+                    .and_then(|b| serde_json::from_slice(&b).ok());
             let (created, source, immutable, layers) = meta
                 .map(|m| (m.created, m.source, m.immutable, m.layers))
                 .unwrap_or_default();
@@ -127,7 +128,7 @@ impl Cache {
             let altered = self.altered(&entry)?;
             let users_file =
                 self.entries_dir().join(format!("{}.users", entry.name()));
-            let last_used = fs::metadata(&users_file)
+            let last_used = fs::symlink_metadata(&users_file)
                 .ok()
                 .and_then(|m| m.modified().ok())
                 .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
@@ -390,7 +391,7 @@ impl Cache {
                 continue;
             };
             let index = dir.join(identity);
-            let live = fs::read_to_string(&index)
+            let live = records::read_text(&index)
                 .ok()
                 .is_some_and(|name| self.entry_named(name.trim()).is_some());
             if !live {

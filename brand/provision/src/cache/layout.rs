@@ -197,6 +197,9 @@ impl Cache {
     /// empty cache), and nothing is made.
     pub fn open(root: impl Into<PathBuf>) -> Result<Self> {
         let root = root.into();
+        // The cache as its administrator named it (a link to it allowed):
+        // only whether it is a directory is asked here.
+        #[allow(clippy::disallowed_methods)]
         let md =
             fs::metadata(&root).map_err(|e| Error::io(Op::Open, &root, e))?;
         if !md.is_dir() {
@@ -332,6 +335,8 @@ impl Cache {
     }
 }
 
+// Whether the lock file opened is still the one at its name.
+#[allow(clippy::disallowed_methods)]
 fn same_file(f: &File, path: &Path) -> bool {
     match (f.metadata(), fs::metadata(path)) {
         (Ok(a), Ok(b)) => (a.dev(), a.ino()) == (b.dev(), b.ino()),
@@ -339,6 +344,8 @@ fn same_file(f: &File, path: &Path) -> bool {
     }
 }
 
+// The cache's own lock files, records and directories, written here.
+#[allow(clippy::disallowed_methods)]
 fn open_lock(path: &Path) -> Result<File> {
     // Opened for append and never written: the file only carries locks.
     OpenOptions::new()
@@ -364,6 +371,7 @@ pub(super) fn write_atomic(path: &Path, data: &[u8]) -> Result<()> {
 }
 
 /// Appends one short line; `O_APPEND` makes concurrent appends whole.
+#[allow(clippy::disallowed_methods)]
 pub(super) fn append_line(path: &Path, line: &str) -> Result<()> {
     let mut f = OpenOptions::new()
         .create(true)
@@ -375,6 +383,7 @@ pub(super) fn append_line(path: &Path, line: &str) -> Result<()> {
         .map_err(|e| Error::io(Op::Record, path, e))
 }
 
+#[allow(clippy::disallowed_methods)]
 pub(super) fn sync_dir(dir: &Path) -> Result<()> {
     File::open(dir)
         .and_then(|f| f.sync_all())

@@ -170,6 +170,8 @@ pub use layout::{Cache, Entry, EntryKind};
 pub use obtain::{HashingReader, Lease, Obtained, Replaced, WouldObtain};
 
 #[cfg(test)]
+// Tests make and read their own fixtures by path.
+#[allow(clippy::disallowed_methods)]
 mod test {
     use std::fs;
     use std::os::unix::fs::MetadataExt;

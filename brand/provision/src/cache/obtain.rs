@@ -4,7 +4,7 @@
 //! rename after the data is flushed, stamped and protected.
 
 use std::fs::{self, DirBuilder, File};
-use std::io::{self, Read};
+use std::io::{self, Read, Seek};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -20,6 +20,7 @@ use super::layout::{
 };
 use super::protect::{protect, remove_entry_tree, restrict_like, stamp_walk};
 use crate::error::{ImageProblem, ProvisionError as Error, Result};
+use crate::records;
 
 /// Whether [`Cache::obtain`] built the entry or found it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -151,19 +152,19 @@ impl Cache {
     pub(crate) fn peek(
         root: &Path,
         image: &Path,
+        file: &File,
         also: &[&File],
         kind: EntryKind,
         expected: Option<&str>,
     ) -> Result<WouldObtain> {
-        let md =
-            fs::metadata(image).map_err(|e| Error::io(Op::Stat, image, e))?;
+        let md = file.metadata().map_err(|e| Error::io(Op::Stat, image, e))?;
         let cache = Cache {
             root: root.to_path_buf(),
         };
         let index = root
             .join("index")
             .join(chained_identity(image, &md, also, kind)?);
-        let name = match fs::read_to_string(&index) {
+        let name = match records::read_text(&index) {
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 return Ok(WouldObtain::Build);
@@ -216,6 +217,9 @@ impl Cache {
     /// so. A failed build leaves no entry and no scratch. The payload's
     /// permissions, immutable flag and stamp are set here, not by
     /// `build`.
+    ///
+    /// The image is opened here, as any foreign file is: a regular file,
+    /// or refused naming what it is.
     pub fn obtain<E: From<Error>>(
         &self,
         image: &Path,
@@ -223,7 +227,12 @@ impl Cache {
         expected: Option<&str>,
         build: impl FnOnce(&mut HashingReader, &Path) -> Result<(), E>,
     ) -> Result<(Lease, Obtained), E> {
-        self.obtain_with(image, &[], kind, expected, build)
+        let file = zinstall_core::foreign::open(
+            image,
+            zinstall_core::foreign::Follow::Yes,
+        )
+        .map_err(|e| Error::io(Op::Open, image, e.into()))?;
+        self.obtain_with(image, &file, &[], kind, expected, build)
     }
 
     /// [`Self::obtain`] for an image that also depends on the files
@@ -231,22 +240,32 @@ impl Cache {
     /// `build` feeds to the digest after the image's; an encrypted
     /// image's key file): their identities are part of the image's, so
     /// that an entry is found again only while none of them has changed
-    /// either.
+    /// either. The image is `file`, opened by the caller (`image` names
+    /// it in messages): it is never looked up by name again, and the
+    /// entry is no more readable than the least readable of it and
+    /// `also`.
     pub fn obtain_with<E: From<Error>>(
         &self,
         image: &Path,
+        file: &File,
         also: &[&File],
         kind: EntryKind,
         expected: Option<&str>,
         build: impl FnOnce(&mut HashingReader, &Path) -> Result<(), E>,
     ) -> Result<(Lease, Obtained), E> {
-        let md =
-            fs::metadata(image).map_err(|e| Error::io(Op::Stat, image, e))?;
+        let md = file.metadata().map_err(|e| Error::io(Op::Stat, image, e))?;
         let identity = chained_identity(image, &md, also, kind)?;
         let id_lock =
             self.lock_file(&self.root.join("index"), &identity, false)?;
-        let r = self
-            .obtain_locked(image, &md, also, kind, expected, &identity, build);
+        let r = self.obtain_locked(
+            (image, file),
+            &md,
+            also,
+            kind,
+            expected,
+            &identity,
+            build,
+        );
         let _unlocked = id_lock.flock_unlock();
         r
     }
@@ -254,7 +273,7 @@ impl Cache {
     #[allow(clippy::too_many_arguments)]
     fn obtain_locked<E: From<Error>>(
         &self,
-        image: &Path,
+        (image, file): (&Path, &File),
         md: &fs::Metadata,
         also: &[&File],
         kind: EntryKind,
@@ -264,7 +283,7 @@ impl Cache {
     ) -> Result<(Lease, Obtained), E> {
         let index = self.root.join("index").join(identity);
         let mut replaced = None;
-        if let Ok(name) = fs::read_to_string(&index)
+        if let Ok(name) = records::read_text(&index)
             && let Some(entry) = self.entry_named(name.trim())
         {
             check_expected(image, expected, &entry.sha256)?;
@@ -275,7 +294,7 @@ impl Cache {
         }
         let scratch = self.new_scratch(identity)?;
         let started = Instant::now();
-        let result = self.build_in(image, kind, &scratch, build);
+        let result = self.build_in((image, file), kind, &scratch, build);
         let fail = |e| {
             let _already_failing = remove_entry_tree(&scratch);
             Err(e)
@@ -286,7 +305,8 @@ impl Cache {
         };
         // The digest is of what was read: an image written to meanwhile
         // may have given the payload other bytes than those hashed.
-        let now = fs::metadata(image)
+        let now = file
+            .metadata()
             .map_err(|e| Error::io(Op::Stat, image, e))
             .and_then(|now| chained_identity(image, &now, also, kind));
         match now {
@@ -305,8 +325,23 @@ impl Cache {
             return fail(e.into());
         }
         let took = started.elapsed();
-        let published =
-            self.publish(kind, &sha, &scratch, image, md, bytes, took, &[]);
+        // Every file the entry was made from: it is no more readable
+        // than the least readable of them.
+        let mut sources = vec![md.clone()];
+        for f in also {
+            sources
+                .push(f.metadata().map_err(|e| Error::io(Op::Stat, image, e))?);
+        }
+        let published = self.publish(
+            kind,
+            &sha,
+            &scratch,
+            image,
+            &sources,
+            bytes,
+            took,
+            &[],
+        );
         let (entry, built, superseded) = match published {
             Ok(v) => v,
             Err(e) => return fail(e.into()),
@@ -414,6 +449,9 @@ impl Cache {
             }
             .into());
         }
+        // What the entry is made from, as named (a layout directory, a
+        // store): only its owner and permissions are asked.
+        #[allow(clippy::disallowed_methods)]
         let md = fs::metadata(readable_like)
             .map_err(|e| Error::io(Op::Stat, readable_like, e))?;
         // No dot: stale scratch is told by what precedes the first one.
@@ -438,9 +476,16 @@ impl Cache {
                 }
             };
             let took = started.elapsed();
-            let (entry, built, superseded) = match self
-                .publish(kind, key, &scratch, source, &md, bytes, took, &from)
-            {
+            let (entry, built, superseded) = match self.publish(
+                kind,
+                key,
+                &scratch,
+                source,
+                std::slice::from_ref(&md),
+                bytes,
+                took,
+                &from,
+            ) {
                 Ok(v) => v,
                 Err(e) => {
                     let _already_failing = remove_entry_tree(&scratch);
@@ -456,13 +501,17 @@ impl Cache {
     /// Runs `build` and returns the image's digest and length.
     fn build_in<E: From<Error>>(
         &self,
-        image: &Path,
+        (image, file): (&Path, &File),
         kind: EntryKind,
         scratch: &Path,
         build: impl FnOnce(&mut HashingReader, &Path) -> Result<(), E>,
     ) -> Result<(String, u64), E> {
-        let file =
-            File::open(image).map_err(|e| Error::io(Op::Open, image, e))?;
+        // The very file the caller opened, read from its start.
+        let mut file = file
+            .try_clone()
+            .map_err(|e| Error::io(Op::Open, image, e))?;
+        file.seek(io::SeekFrom::Start(0))
+            .map_err(|e| Error::io(Op::Read, image, e))?;
         let mut reader = HashingReader {
             file,
             hasher: Sha256::new(),
@@ -495,7 +544,7 @@ impl Cache {
         sha: &str,
         scratch: &Path,
         image: &Path,
-        source_md: &fs::Metadata,
+        sources: &[fs::Metadata],
         bytes: u64,
         took: Duration,
         layers: &[String],
@@ -534,12 +583,14 @@ impl Cache {
             };
             entry.dir = self.entries_dir().join(entry.name());
             let payload = scratch.join(kind.payload());
-            restrict_like(scratch, &payload, kind, source_md)?;
+            restrict_like(scratch, &payload, kind, sources)?;
             // The data on disk first, in one flush of the cache's
             // filesystem: ext4 writes a dirty file back and waits when
             // the immutable flag is set on it, one file at a time, which
             // made a tree of 10,000 files take 0.8 s to protect instead
             // of 0.1 s to flush and 0.13 s to protect once clean.
+            // Our scratch, opened only to flush its filesystem.
+            #[allow(clippy::disallowed_methods)]
             let dir = File::open(scratch)
                 .map_err(|e| Error::io(Op::Open, scratch, e))?;
             let flushing = Instant::now();
@@ -611,10 +662,27 @@ impl Cache {
     /// The number of builds ever completed in this cache.
     pub fn builds(&self) -> Result<u64> {
         let log = self.root.join("builds.log");
-        match fs::read_to_string(&log) {
-            Ok(s) => Ok(s.lines().count() as u64),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(0),
-            Err(e) => Err(Error::io(Op::Read, &log, e)),
+        // A line per build ever made: counted as it streams, never held.
+        let f = match zinstall_core::foreign::open(
+            &log,
+            zinstall_core::foreign::Follow::No,
+        ) {
+            Ok(f) => f,
+            Err(e) if e.is_not_found() => return Ok(0),
+            Err(e) => return Err(Error::io(Op::Read, &log, e.into())),
+        };
+        let mut lines = 0u64;
+        let mut r = io::BufReader::new(f);
+        loop {
+            let buf = match io::BufRead::fill_buf(&mut r) {
+                Ok([]) => return Ok(lines),
+                Ok(b) => b,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(Error::io(Op::Read, &log, e)),
+            };
+            let n = buf.len();
+            lines += buf.iter().filter(|b| **b == b'\n').count() as u64;
+            io::BufRead::consume(&mut r, n);
         }
     }
 }

@@ -14,7 +14,7 @@ use copier::fsutil::remove_tree;
 
 use super::layout::{Cache, Entry, EntryKind, Meta, hex, write_atomic};
 use crate::error::{ProvisionError as Error, Result};
-use crate::{immutable, sys};
+use crate::{immutable, records, sys};
 
 impl Cache {
     /// Why `entry` no longer matches what was built, if it does not:
@@ -23,11 +23,11 @@ impl Cache {
     pub(crate) fn altered(&self, entry: &Entry) -> Result<Option<String>> {
         let marker =
             self.entries_dir().join(format!("{}.altered", entry.name()));
-        if let Ok(why) = fs::read_to_string(&marker) {
+        if let Ok(why) = records::read_text(&marker) {
             return Ok(Some(why.trim().to_string()));
         }
         let meta_path = entry.dir.join("meta.json");
-        let meta: Option<Meta> = fs::read(&meta_path)
+        let meta: Option<Meta> = records::read(&meta_path)
             .ok()
             .and_then(|b| serde_json::from_slice(&b).ok());
         let Some(recorded) = meta.and_then(|m| m.stamp) else {
@@ -53,7 +53,7 @@ impl Cache {
     /// was built (an entry without the record holds none: it was built
     /// when provision made no device nodes).
     pub(crate) fn holds_devices(&self, entry: &Entry) -> bool {
-        fs::read(entry.dir.join("meta.json"))
+        records::read(&entry.dir.join("meta.json"))
             .ok()
             .and_then(|b| serde_json::from_slice::<Meta>(&b).ok())
             .is_some_and(|m| m.devices)
@@ -70,29 +70,28 @@ impl Cache {
 }
 
 /// Gives the entry (its directory, and for a disk its payload) no more
-/// read permission than the source `src` has: the source's read bits; as
-/// root its owner and group too; otherwise the group bit only if the
-/// group is the same.
+/// read permission than the least readable of `sources`, the files it
+/// was made from (an image, its backing chain and data file, a key
+/// file): a user who could not read one of them cannot read the entry.
+///
+/// A source readable by everyone constrains nothing. Of the others, each
+/// read bit is kept only where every one has it; the owner is theirs if
+/// they share one (root's otherwise), the group theirs if they share one
+/// (else no group may read). Not running as root, the entry is ours, with
+/// owner read (we read every source), and group read only for our group.
 pub(super) fn restrict_like(
     dir: &Path,
     payload: &Path,
     kind: EntryKind,
-    src: &fs::Metadata,
+    sources: &[fs::Metadata],
 ) -> Result<()> {
     let (euid, egid) = sys::effective_ids();
-    let mut read = src.mode() & 0o444;
-    if euid != 0 {
-        // The entry is ours: owner read for us, who could read the source.
-        read |= 0o400;
-        if src.gid() != egid {
-            read &= !0o040;
-        }
-    }
+    let (read, owner) = least_readable(sources, euid, egid);
     // Directories: search where the file may be read.
     let dir_mode = read | (read >> 2) | 0o200;
     let chown = |p: &Path| -> Result<()> {
-        if euid == 0 {
-            std::os::unix::fs::lchown(p, Some(src.uid()), Some(src.gid()))
+        if let Some((uid, gid)) = owner {
+            std::os::unix::fs::lchown(p, Some(uid), Some(gid))
                 .map_err(|e| Error::io(Op::Chown, p, e))?;
         }
         Ok(())
@@ -105,6 +104,40 @@ pub(super) fn restrict_like(
     chown(dir)?;
     fs::set_permissions(dir, fs::Permissions::from_mode(dir_mode))
         .map_err(|e| Error::io(Op::Chmod, dir, e))
+}
+
+/// The read bits an entry made from `sources` may have, and as root the
+/// owner and group it takes (see [`restrict_like`]).
+pub(super) fn least_readable(
+    sources: &[fs::Metadata],
+    euid: u32,
+    egid: u32,
+) -> (u32, Option<(u32, u32)>) {
+    let all = |m: &&fs::Metadata| m.mode() & 0o444 == 0o444;
+    let constraining: Vec<&fs::Metadata> =
+        sources.iter().filter(|m| !all(m)).collect();
+    let read = sources.iter().fold(0o444, |r, m| r & m.mode());
+    let first: Option<&fs::Metadata> =
+        constraining.first().copied().or(sources.first());
+    let same = |f: fn(&fs::Metadata) -> u32| {
+        let v = first.map(f);
+        v.filter(|v| constraining.iter().all(|m| f(m) == *v))
+    };
+    let (uid, gid) = (same(|m| m.uid()), same(|m| m.gid()));
+    if euid == 0 {
+        // Sources of several owners: only root reads the entry by owner.
+        let mut read = read;
+        if gid.is_none() {
+            read &= !0o040;
+        }
+        return (read, Some((uid.unwrap_or(0), gid.unwrap_or(0))));
+    }
+    // The entry is ours: owner read for us, who could read every source.
+    let mut read = read | 0o400;
+    if gid != Some(egid) {
+        read &= !0o040;
+    }
+    (read, None)
 }
 
 /// Sets the immutable flag on the payload (every file and directory of a

@@ -4,7 +4,7 @@
 //! moved, copied, named as a qcow2 backing file, or open by a process).
 
 use std::collections::HashMap;
-use std::fs::{self, File};
+use std::fs;
 use std::io;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
@@ -86,7 +86,7 @@ impl Cache {
         entry: &Entry,
     ) -> Result<Vec<UserRecord>> {
         let path = self.entries_dir().join(format!("{}.users", entry.name()));
-        let text = match fs::read_to_string(&path) {
+        let text = match crate::records::read_text(&path) {
             Ok(t) => t,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 return Ok(Vec::new());
@@ -128,7 +128,7 @@ impl Cache {
         for &entry in entries {
             let name = entry.name();
             let base_id = (entry.kind == EntryKind::Raw)
-                .then(|| fs::metadata(entry.payload()).ok())
+                .then(|| fs::symlink_metadata(entry.payload()).ok())
                 .flatten()
                 .map(|m| (m.dev(), m.ino()));
             if let Some(id) = base_id {
@@ -218,8 +218,13 @@ const SEARCH_DEPTH: usize = 4;
 /// The (device, inode) of the backing file a qcow2 file at `path` names,
 /// if it is a qcow2 file with a backing file that exists. A relative name
 /// is resolved against the overlay's directory, as QEMU does.
+// The backing an overlay names is found as QEMU finds it (followed):
+// only its identity is asked, to know which base a guest holds.
+#[allow(clippy::disallowed_methods)]
 pub(crate) fn backing_of(path: &Path) -> Option<(u64, u64)> {
-    let f = File::open(path).ok()?;
+    let f =
+        zinstall_core::foreign::open(path, zinstall_core::foreign::Follow::No)
+            .ok()?;
     let mut head = [0u8; 20];
     f.read_exact_at(&mut head, 0).ok()?;
     if &head[..4] != b"QFI\xfb" {
@@ -245,6 +250,9 @@ pub(crate) fn backing_of(path: &Path) -> Option<(u64, u64)> {
 }
 
 /// A process that has the file `(dev, ino)` open, on Linux.
+// /proc's links to open files, followed by the kernel to the files
+// themselves: only their identity is asked.
+#[allow(clippy::disallowed_methods)]
 fn open_by_process(id: (u64, u64)) -> Option<u32> {
     let procs = fs::read_dir("/proc").ok()?;
     for p in procs.filter_map(|e| e.ok()) {

@@ -79,37 +79,63 @@ impl RegistriesD {
         files.sort();
         let mut seen: BTreeMap<String, PathBuf> = BTreeMap::new();
         for path in files {
-            let bad = |why: String| PolicyError::BadRegistriesD {
-                path: path.clone(),
-                why,
-            };
-            let text = std::fs::read_to_string(&path)
-                .map_err(|e| bad(format!("read: {e}")))?;
-            if text.trim().is_empty() {
-                continue;
-            }
-            let f: File = serde_yaml_ng::from_str(&text).map_err(|e| {
-                bad(format!("not a containers-registries.d(5) file: {e}"))
-            })?;
-            let mut claim = |scope: &str| match seen
-                .insert(scope.to_string(), path.clone())
-            {
-                Some(first) => Err(bad(format!(
-                    "{scope} is configured in {} too",
-                    first.display()
-                ))),
-                None => Ok(()),
-            };
-            if let Some(d) = f.default_docker {
-                claim("default-docker")?;
-                out.default_docker = Some(d);
-            }
-            for (scope, section) in f.docker.unwrap_or_default() {
-                claim(&scope)?;
-                out.docker.insert(scope, section);
-            }
+            let text = zinstall_core::foreign::read_to_string(
+                &path,
+                zinstall_core::foreign::Follow::Yes,
+                zinstall_core::foreign::Kind::Config,
+            )?;
+            out.add(&path, &text, &mut seen)?;
         }
         Ok(out)
+    }
+
+    /// The configuration of one registries.d file's `text`, read from
+    /// `path` (named in errors).
+    pub fn parse(path: &Path, text: &str) -> Result<RegistriesD, PolicyError> {
+        let mut out = RegistriesD {
+            dir: path.parent().unwrap_or(Path::new("")).to_path_buf(),
+            ..RegistriesD::default()
+        };
+        out.add(path, text, &mut BTreeMap::new())?;
+        Ok(out)
+    }
+
+    /// Merges the file `path`, its `text`, into what earlier files said;
+    /// `seen` says which file configured each scope.
+    fn add(
+        &mut self,
+        path: &Path,
+        text: &str,
+        seen: &mut BTreeMap<String, PathBuf>,
+    ) -> Result<(), PolicyError> {
+        let bad = |why: String| PolicyError::BadRegistriesD {
+            path: path.to_path_buf(),
+            why,
+        };
+        if text.trim().is_empty() {
+            return Ok(());
+        }
+        let f: File = serde_yaml_ng::from_str(text).map_err(|e| {
+            bad(format!("not a containers-registries.d(5) file: {e}"))
+        })?;
+        let mut claim = |scope: &str| match seen
+            .insert(scope.to_string(), path.to_path_buf())
+        {
+            Some(first) => Err(bad(format!(
+                "{scope} is configured in {} too",
+                first.display()
+            ))),
+            None => Ok(()),
+        };
+        if let Some(d) = f.default_docker {
+            claim("default-docker")?;
+            self.default_docker = Some(d);
+        }
+        for (scope, section) in f.docker.unwrap_or_default() {
+            claim(&scope)?;
+            self.docker.insert(scope, section);
+        }
+        Ok(())
     }
 
     /// The sections that name `image`, most specific first (the

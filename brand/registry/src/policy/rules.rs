@@ -6,14 +6,12 @@ use std::path::{Path, PathBuf};
 
 use base64::Engine;
 use serde::Deserialize;
+use zinstall_core::foreign::{self, Follow, Kind};
 
 use super::identity::{DockerRef, SignedIdentity};
 use super::signature_source::Signatures;
 use super::verdict::{Failed, PolicyError, SigRejection, Verdict};
 use super::{gpg, payload, sigstore};
-
-/// The largest policy file read.
-const MAX_POLICY: u64 = 4 << 20;
 
 /// Transports containers/image knows; their scopes other than docker's
 /// are kept but never used (zinstall pulls from registries only).
@@ -54,9 +52,11 @@ impl Keys {
             Keys::Paths(ps) => ps
                 .iter()
                 .map(|p| {
-                    std::fs::read(p)
+                    // The administrator's policy names them: a link to the
+                    // key is followed, and what it leads to checked.
+                    foreign::read(p, Follow::Yes, Kind::Key)
                         .map(|b| (p.display().to_string(), b))
-                        .map_err(|e| format!("read {}: {e}", p.display()))
+                        .map_err(|e| e.to_string())
                 })
                 .collect(),
             Keys::Data(d) => Ok(vec![("keyData".to_string(), d.clone())]),
@@ -340,17 +340,7 @@ impl Policy {
     /// Reads and checks `path`: strictly, as containers/image does
     /// (unknown fields or requirement types refuse the whole file).
     pub fn read(path: &Path) -> Result<Policy, PolicyError> {
-        let bad = |why: String| PolicyError::BadPolicy {
-            path: path.to_path_buf(),
-            why,
-        };
-        let meta =
-            std::fs::metadata(path).map_err(|e| bad(format!("read: {e}")))?;
-        if meta.len() > MAX_POLICY {
-            return Err(bad(format!("larger than {MAX_POLICY} bytes")));
-        }
-        let bytes =
-            std::fs::read(path).map_err(|e| bad(format!("read: {e}")))?;
+        let bytes = foreign::read(path, Follow::Yes, Kind::Policy)?;
         Policy::parse(path, &bytes)
     }
 

@@ -24,6 +24,11 @@ pub enum PolicyError {
         /// What is wrong with it.
         why: String,
     },
+    /// A policy or registries.d file could not be read: missing, not a
+    /// regular file, or larger than its kind may be
+    /// ([`zinstall_core::foreign`]).
+    #[error(transparent)]
+    Read(#[from] zinstall_core::foreign::Error),
     /// The image is refused by the policy.
     #[error("{0}")]
     Refused(Box<Refusal>),

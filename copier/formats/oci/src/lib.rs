@@ -48,14 +48,14 @@ mod image;
 mod platform;
 mod store;
 
-use std::fs::File;
-use std::io;
+use std::io::{self, Seek};
 use std::path::{Path, PathBuf};
 
 use zinstall_archive::compress::{
     Compression, compression_of, decompress, read_up_to,
 };
 use zinstall_archive::tar;
+use zinstall_core::foreign::{self, Follow, What};
 
 pub use digest::{Algorithm, Digest, Hasher, hex, sha256_hex};
 pub use error::{Error, Mismatch, Result};
@@ -84,16 +84,20 @@ const SNIFF_MEMBERS: usize = 1024;
 /// Whether `path` is an OCI image, and which form; `None` for anything
 /// else (a rootfs tarball, a disk image).
 pub fn sniff(path: &Path) -> io::Result<Option<Form>> {
-    let md = std::fs::metadata(path)?;
-    if md.is_dir() {
-        let l = std::fs::symlink_metadata(path.join("oci-layout"));
-        return Ok(l.is_ok_and(|m| m.is_file()).then_some(Form::Layout));
-    }
-    let mut f = File::open(path)?;
+    // Opened once: a directory is a layout if it says so; anything but a
+    // directory or a regular file is refused, never read.
+    let mut f = match foreign::open(path, Follow::Yes) {
+        Ok(f) => f,
+        Err(e) if e.not_regular() == Some(What::Directory) => {
+            let l = std::fs::symlink_metadata(path.join("oci-layout"));
+            return Ok(l.is_ok_and(|m| m.is_file()).then_some(Form::Layout));
+        }
+        Err(e) => return Err(e.into()),
+    };
     let mut head = [0u8; 512];
     let n = read_up_to(&mut f, &mut head)?;
     let c = compression_of(&head[..n]);
-    let f = File::open(path)?;
+    f.rewind()?;
     let limits = tar::Limits::default();
     if c != Compression::None {
         // The first member past the top directory tells a layout from a

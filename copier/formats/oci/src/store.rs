@@ -3,14 +3,15 @@
 //! nothing unchecked is taken for a blob.
 
 use std::collections::HashMap;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{self, Read, Seek};
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use zinstall_archive::compress::{Compression, compression_of, read_up_to};
 use zinstall_archive::tar;
+use zinstall_core::foreign::{self, Follow, What};
 
 use crate::digest::{Digest, Hasher};
 use crate::error::{Error, Mismatch, Result};
@@ -44,14 +45,18 @@ impl Store {
             op,
             source: e,
         };
-        let md = std::fs::metadata(image).map_err(|e| io("stat", e))?;
-        if md.is_dir() {
-            return Ok(Store::Dir {
-                dir: image.to_path_buf(),
-                fetch: None,
-            });
-        }
-        let mut f = File::open(image).map_err(|e| io("open", e))?;
+        // Opened once: a layout directory, or an archive that must be a
+        // regular file (a FIFO or a device is refused, never read).
+        let mut f = match foreign::open(image, Follow::Yes) {
+            Ok(f) => f,
+            Err(e) if e.not_regular() == Some(What::Directory) => {
+                return Ok(Store::Dir {
+                    dir: image.to_path_buf(),
+                    fetch: None,
+                });
+            }
+            Err(e) => return Err(io("open", e.into())),
+        };
         let mut head = [0u8; 6];
         let n = read_up_to(&mut f, &mut head).map_err(|e| io("read", e))?;
         let c = compression_of(&head[..n]);
@@ -260,31 +265,21 @@ fn open_in_layout(image: &Path, dir: &Path, rel: &Path) -> Result<File> {
             });
         }
     }
-    let f = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
-        .open(dir.join(rel))
-        .map_err(|e| {
-            if e.raw_os_error() == Some(libc::ELOOP) {
-                Error::Layout {
-                    image: image.to_path_buf(),
-                    what: rel.display().to_string(),
-                    why: "a symlink; blobs are read only as regular files"
-                        .into(),
-                }
-            } else {
-                err("open", e)
-            }
-        })?;
-    let md = f.metadata().map_err(|e| err("stat", e))?;
-    if !md.is_file() {
-        return Err(Error::Layout {
-            image: image.to_path_buf(),
-            what: rel.display().to_string(),
-            why: "not a regular file".into(),
-        });
-    }
-    Ok(f)
+    foreign::open(&dir.join(rel), Follow::No).map_err(|e| {
+        match e.not_regular() {
+            Some(What::Symlink) => Error::Layout {
+                image: image.to_path_buf(),
+                what: rel.display().to_string(),
+                why: "a symlink; blobs are read only as regular files".into(),
+            },
+            Some(w) => Error::Layout {
+                image: image.to_path_buf(),
+                what: rel.display().to_string(),
+                why: format!("{w}, not a regular file"),
+            },
+            None => err("open", e.into()),
+        }
+    })
 }
 
 /// Bytes `pos..end` of a file, read by offset (many readers may share

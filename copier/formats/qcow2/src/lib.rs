@@ -52,4 +52,4 @@ pub use error::{Error, ErrorKind, Problem, Result};
 pub use header::Header;
 pub use layout::{MAX_CHAIN, MAX_L1_ENTRIES, max_virtual_size};
 pub use overlay::{MAX_OVERLAY_SIZE, create_overlay};
-pub use reader::{ChainOptions, Image};
+pub use reader::{ChainOptions, Image, InDir};

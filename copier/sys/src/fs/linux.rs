@@ -26,6 +26,9 @@ struct FileCloneRange {
 /// the kernel lets us (`O_NOATIME` needs ownership or CAP_FOWNER), so that
 /// copying a tree does not change the tree. `O_NONBLOCK` keeps a file that
 /// turned into a FIFO behind our back from blocking the worker.
+// A copy's source, checked by the engine on its descriptor (fstat) as
+// it copies; never followed (O_NOFOLLOW) nor waited on (O_NONBLOCK).
+#[allow(clippy::disallowed_methods)]
 pub fn open_source(path: &Path) -> io::Result<File> {
     let base = libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY;
     match OpenOptions::new()
@@ -67,6 +70,8 @@ pub fn open_source_at(dir: RawFd, name: &CStr) -> io::Result<File> {
 /// way followed) for looking names up in it, not for reading it:
 /// `O_PATH` needs only search permission, as a lookup by path would, so
 /// a source in a directory its reader may enter but not list is found.
+// O_PATH | O_DIRECTORY: only a directory opens, and nothing is read.
+#[allow(clippy::disallowed_methods)]
 pub fn open_dir_search(path: &Path) -> io::Result<OwnedFd> {
     OpenOptions::new()
         .read(true)
@@ -431,4 +436,38 @@ pub fn set_file_flags(f: &File, flags: libc::c_int) -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// The id of the mount the entry `name` in `dir` is on (the directory
+/// itself when `name` is empty), not following a symlink nor triggering
+/// an automount: `statx(STATX_MNT_ID)`. Two directories of one
+/// filesystem have one device number but different mount ids when one
+/// is a bind mount. `Ok(None)` where the kernel does not say (before
+/// 5.8, or statx filtered): the caller goes by device numbers.
+pub fn mount_id(dir: RawFd, name: &CStr) -> io::Result<Option<u64>> {
+    let mut flags = libc::AT_SYMLINK_NOFOLLOW | libc::AT_NO_AUTOMOUNT;
+    if name.is_empty() {
+        flags |= libc::AT_EMPTY_PATH;
+    }
+    // SAFETY: statx is plain data; zeroed is a valid value.
+    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid descriptor, a C string and a statx buffer to fill.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_statx,
+            dir,
+            name.as_ptr(),
+            flags,
+            libc::STATX_MNT_ID,
+            &mut stx as *mut libc::statx,
+        )
+    };
+    if rc != 0 {
+        let e = io::Error::last_os_error();
+        return match e.raw_os_error() {
+            Some(libc::ENOSYS | libc::EPERM) => Ok(None),
+            _ => Err(e),
+        };
+    }
+    Ok((stx.stx_mask & libc::STATX_MNT_ID != 0).then_some(stx.stx_mnt_id))
 }

@@ -18,6 +18,7 @@
 //! | xattrs (`XATTRS`) | `*xattr(2)` | none listed, said once as a notice (see `portable.rs`) |
 //! | `open_dir_beneath` | `openat2(RESOLVE_BENEATH)` | caller walks components |
 //! | `open_dir_same_mount` | `openat2(RESOLVE_NO_XDEV)` | caller compares `st_dev` |
+//! | `mount_id` | `statx(STATX_MNT_ID)`: bind mounts told apart | `None`: caller compares `st_dev` |
 //! | `chmod_at` | `O_PATH` + `/proc/self/fd` | `fchmodat` after `lstat` |
 //! | `XattrTarget::At` | `/proc/self/fd/DIR/NAME` | none listed |
 //! | `file_flags`, `set_file_flags` | `ioctl(FS_IOC_GETFLAGS, FS_IOC_SETFLAGS)` | `ENOTTY`, no such flags |
@@ -57,7 +58,7 @@ pub const XATTRS: bool = cfg!(target_os = "linux");
 
 pub use platform::{
     IMMUTABLE_FL, advise_sequential, chmod_at, clone_file, clone_range,
-    copy_range, file_flags, open_dir_beneath, open_dir_same_mount,
+    copy_range, file_flags, mount_id, open_dir_beneath, open_dir_same_mount,
     open_dir_search, open_source, open_source_at, read_dir, set_file_flags,
     start_writeback, sync_fs,
 };

@@ -11,7 +11,7 @@
 //! The rest is the same on every Unix: `posix.rs` (descriptors taken,
 //! signals, the parent, `_exit`), `spawn.rs` (a child's descriptors),
 //! `limits.rs` (`RLIMIT_NOFILE`, `RLIMIT_MEMLOCK`), `usage.rs` (CPU
-//! time).
+//! time; another process's from `/proc/PID/stat` on Linux only).
 
 mod limits;
 mod posix;
@@ -35,4 +35,4 @@ pub use posix::{
     close_from, exit_now, parent_pid, process_exists, signal, take_fd,
 };
 pub use spawn::{give_fds, spawn_job_process};
-pub use usage::{CpuLoad, cpu_times, thread_cpu_time};
+pub use usage::{CpuLoad, cpu_times, process_cpu_ticks, thread_cpu_time};

@@ -35,27 +35,87 @@ struct Walk<'a> {
     chain: Vec<(PathBuf, (u64, u64))>,
 }
 
-impl Image {
-    /// Opens `path` and the files it names: its external data file and
-    /// its backing chain (see the module documentation).
-    pub fn open_chain(path: &Path, opts: &ChainOptions) -> Result<Image> {
-        let file = File::open(path).map_err(|e| Error::io(path, "open", e))?;
+/// An image file opened beneath the directory that holds it: the
+/// directory first, then the image in it, so that what the image names
+/// is found in the directory the image was read from, whatever is
+/// renamed or swapped for a link meanwhile.
+#[derive(Debug)]
+pub struct InDir {
+    /// The directory, as opened.
+    pub dir: File,
+    /// Its path (canonical when it could be made so), for messages.
+    pub dir_shown: PathBuf,
+    /// The image, a regular file.
+    pub file: File,
+}
+
+impl InDir {
+    /// Opens the directory of `path` (as the caller named it), then the
+    /// image beneath that descriptor: a regular file, or refused naming
+    /// what it is. The image's own name may be a link (the caller's);
+    /// what it names is found beside the name, as QEMU finds it.
+    pub fn open(path: &Path) -> Result<InDir> {
         let parent = match path.parent() {
             Some(p) if !p.as_os_str().is_empty() => p,
             _ => Path::new("."),
         };
-        let dir = File::open(parent)
-            .map_err(|e| Error::io(parent, "open directory", e))?;
+        let Some(name) = path.file_name() else {
+            return Err(Error::io(
+                path,
+                "open",
+                std::io::Error::from(std::io::ErrorKind::IsADirectory),
+            ));
+        };
+        let dir = open_dir(parent, "open directory")?;
+        let file = zinstall_core::foreign::open_at(
+            &dir,
+            Path::new(name),
+            path,
+            zinstall_core::foreign::Follow::Yes,
+        )
+        .map_err(|e| Error::io(path, "open", e.into()))?;
         let dir_shown =
             std::fs::canonicalize(parent).unwrap_or_else(|_| parent.into());
+        Ok(InDir {
+            dir,
+            dir_shown,
+            file,
+        })
+    }
+}
+
+/// Opens the directory `path` (followed as named) for `*at` lookups.
+fn open_dir(path: &Path, op: &'static str) -> Result<File> {
+    rustix::fs::open(
+        path,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map(File::from)
+    .map_err(|e| Error::io(path, op, e.into()))
+}
+
+impl Image {
+    /// Opens `path` and the files it names: its external data file and
+    /// its backing chain (see the module documentation). The image's
+    /// directory is opened first, and the image beneath it ([`InDir`]).
+    pub fn open_chain(path: &Path, opts: &ChainOptions) -> Result<Image> {
+        Self::open_chain_in(InDir::open(path)?, path, opts)
+    }
+
+    /// [`Self::open_chain`] for an image its caller opened already, at
+    /// `path` (for messages).
+    pub fn open_chain_in(
+        at: InDir,
+        path: &Path,
+        opts: &ChainOptions,
+    ) -> Result<Image> {
         let backing_dir = match &opts.backing_dir {
             Some(d) => {
                 let c = std::fs::canonicalize(d).map_err(|e| {
                     Error::io(d, "resolve backing directory", e)
                 })?;
-                let f = File::open(&c)
-                    .map_err(|e| Error::io(d, "open backing directory", e))?;
-                Some((c, f))
+                Some((c.clone(), open_dir(&c, "open backing directory")?))
             }
             None => None,
         };
@@ -64,7 +124,13 @@ impl Image {
             backing_dir,
             chain: Vec::new(),
         };
-        Self::open_level(path.to_path_buf(), file, dir, &dir_shown, &mut walk)
+        Self::open_level(
+            path.to_path_buf(),
+            at.file,
+            at.dir,
+            &at.dir_shown,
+            &mut walk,
+        )
     }
 
     /// Opens one image of a chain, `file` at `path` in the directory

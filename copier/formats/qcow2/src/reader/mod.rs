@@ -30,7 +30,7 @@ mod read;
 
 use std::io;
 
-pub use chain::ChainOptions;
+pub use chain::{ChainOptions, InDir};
 pub use image::Image;
 pub(crate) use map::Mapping;
 

@@ -1,7 +1,6 @@
 //! Opening one image: its header read and checked, its L1 table read in
 //! bounded pieces, its caches made.
 
-use std::fs::File;
 use std::path::Path;
 use std::sync::Mutex;
 
@@ -25,7 +24,13 @@ impl Image {
 
     /// Opens `path` with an L2 cache of `l2_cache_bytes`.
     pub fn open_with_cache(path: &Path, l2_cache_bytes: u64) -> Result<Image> {
-        let file = File::open(path).map_err(|e| Error::io(path, "open", e))?;
+        // A regular file, or refused naming what it is (a FIFO never
+        // holds the open).
+        let file = zinstall_core::foreign::open(
+            path,
+            zinstall_core::foreign::Follow::Yes,
+        )
+        .map_err(|e| Error::io(path, "open", e.into()))?;
         let file_len = file
             .metadata()
             .map_err(|e| Error::io(path, "stat", e))?
