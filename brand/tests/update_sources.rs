@@ -954,18 +954,29 @@ fn a_tarball_root_is_told_by_its_digest() {
         b.finish().unwrap();
         drop(b);
         let f = fs::File::options().write(true).open(&tarball).unwrap();
-        f.set_modified(std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_000))
-            .unwrap();
+        f.set_modified(
+            std::time::UNIX_EPOCH
+                + std::time::Duration::from_secs(1_700_000_000),
+        )
+        .unwrap();
     };
     make(b"one\n");
     let zp = d.path().join("zp");
     install(&profile, &zp, &tarball);
     let r = result(&ok(update(&profile, &zp, &[])));
-    assert_eq!((r["layers_read"].as_u64(), r["layers_reused"].as_u64()), (Some(0), Some(1)), "{r}");
+    assert_eq!(
+        (r["layers_read"].as_u64(), r["layers_reused"].as_u64()),
+        (Some(0), Some(1)),
+        "{r}"
+    );
     // Same size, same time, other bytes.
     make(b"two\n");
     let r = result(&ok(update(&profile, &zp, &[])));
-    assert_eq!((r["layers_read"].as_u64(), r["layers_reused"].as_u64()), (Some(1), Some(0)), "{r}");
+    assert_eq!(
+        (r["layers_read"].as_u64(), r["layers_reused"].as_u64()),
+        (Some(1), Some(0)),
+        "{r}"
+    );
     assert_eq!(read(&zp.join("root/etc/app")), "two\n");
     let fresh = d.path().join("fresh");
     install(&profile, &fresh, &tarball);

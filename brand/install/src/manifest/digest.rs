@@ -2,9 +2,7 @@
 //! attributes (which it reads), and what an image argument is recorded
 //! as. Apart from the walk: the update hashes and reads xattrs too.
 
-use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use super::format::hex;
@@ -47,10 +45,8 @@ pub fn hash_copy(
 
 /// XXH3-128 of the file at `path` (never through a symlink).
 pub fn hash_file(path: &Path) -> io::Result<String> {
-    let f = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)?;
+    let f =
+        zinstall_core::foreign::open(path, zinstall_core::foreign::Follow::No)?;
     hash_reader(f)
 }
 
@@ -160,7 +156,11 @@ pub fn xattrs(path: &Path) -> io::Result<Vec<(Vec<u8>, Vec<u8>)>> {
 /// The digest of an image argument as the install applied it.
 pub fn file_digest(path: &Path) -> io::Result<String> {
     use sha2::Digest;
-    let mut f = File::open(path)?;
+    // An image a user names may be a link to it.
+    let mut f = zinstall_core::foreign::open(
+        path,
+        zinstall_core::foreign::Follow::Yes,
+    )?;
     let mut h = sha2::Sha256::new();
     let mut buf = vec![0u8; 256 << 10];
     loop {

@@ -1,7 +1,7 @@
 //! The manifest file in the zonepath: written beside and renamed over,
 //! read back with every length bounded, removed with the marker.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, OpenOptions};
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
@@ -25,6 +25,8 @@ pub fn write(
         }
         _ => {}
     }
+    // Our own file, made new beside the manifest and renamed over it.
+    #[allow(clippy::disallowed_methods)]
     let written = (|| -> io::Result<()> {
         let f = OpenOptions::new()
             .write(true)
@@ -47,7 +49,7 @@ pub fn write(
         let f = z.into_inner().map_err(|e| e.into_error())?.finish()?;
         f.sync_all()?;
         fs::rename(&tmp, &path)?;
-        File::open(zonepath)?.sync_all()
+        sync_dir(zonepath)
     })();
     if let Err(e) = written {
         let _already_failing = fs::remove_file(&tmp);
@@ -56,20 +58,29 @@ pub fn write(
     Ok(())
 }
 
+/// Makes what was renamed or removed in the directory `dir` durable:
+/// the directory opened without following a link, and `fsync`ed.
+pub fn sync_dir(dir: &Path) -> io::Result<()> {
+    let d = copier::beneath::Root::open(dir).map_err(io::Error::other)?;
+    rustix::fs::fsync(&d).map_err(io::Error::from)
+}
+
 /// Reads `zonepath/name`: `None` if there is none.
 pub fn read(
     zonepath: &Path,
     name: &str,
 ) -> Result<Option<Manifest>, ManifestError> {
     let path = zonepath.join(name);
-    let f = match OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(&path)
-    {
+    // Ours, but in a zonepath someone else may have written to: read as
+    // any file the project did not make (no link followed, a regular
+    // file or refused, never blocking).
+    let f = match zinstall_core::foreign::open(
+        &path,
+        zinstall_core::foreign::Follow::No,
+    ) {
         Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(io_err("open", &path)(e)),
+        Err(e) if e.is_not_found() => return Ok(None),
+        Err(e) => return Err(io_err("open", &path)(e.into())),
     };
     let md = f.metadata().map_err(io_err("stat", &path))?;
     if !md.is_file() || md.len() > MAX_FILE {

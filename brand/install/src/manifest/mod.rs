@@ -25,7 +25,6 @@
 
 // Reads and writes by path here are converted to zinstall_core::foreign
 // and the engine's beneath writer with this module's rewrite.
-#![allow(clippy::disallowed_methods)]
 
 mod digest;
 mod file;
@@ -43,7 +42,7 @@ pub use digest::{
     digest_of, file_digest, hash_copy, hash_file, hash_reader, xattr_alias,
     xattrs_digest, xattrs_fd,
 };
-pub use file::{clear, parse, read, write};
+pub use file::{clear, parse, read, sync_dir, write};
 /// The version of the manifests this zinstall writes.
 pub const CURRENT_VERSION: u32 = format::VERSION;
 pub use format::{

@@ -3,9 +3,8 @@
 //! removed at uninstall.
 
 use std::fs;
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::os::fd::AsFd;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use super::error::{UpdateError, io_at};
@@ -34,6 +33,8 @@ pub(super) fn write_journal(
     };
     let path = zonepath.join(JOURNAL);
     let tmp = zonepath.join(format!("{JOURNAL}.{}", std::process::id()));
+    // Our own file, made new beside the journal and renamed over it.
+    #[allow(clippy::disallowed_methods)]
     let r = (|| -> io::Result<()> {
         match fs::remove_file(&tmp) {
             Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
@@ -46,26 +47,27 @@ pub(super) fn write_journal(
         f.write_all(text.as_bytes())?;
         f.sync_all()?;
         fs::rename(&tmp, &path)?;
-        fs::File::open(zonepath)?.sync_all()
+        manifest::sync_dir(zonepath)
     })();
     r.map_err(io_at("write", path))
 }
 
 fn read_journal(zonepath: &Path) -> Result<Option<Journal>, UpdateError> {
     let path = zonepath.join(JOURNAL);
-    let f = match fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(&path)
-    {
-        Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(io_at("read", path)(e)),
+    // Ours, in a zonepath: read as any file (never a link, never a
+    // FIFO), and no more of it than a journal holds.
+    let s = match zinstall_core::foreign::read(
+        &path,
+        zinstall_core::foreign::Follow::No,
+        zinstall_core::foreign::Kind::Other {
+            what: "an update's journal",
+            cap: 256,
+        },
+    ) {
+        Ok(b) => String::from_utf8_lossy(&b).into_owned(),
+        Err(e) if e.is_not_found() => return Ok(None),
+        Err(e) => return Err(io_at("read", path)(e.into())),
     };
-    let mut s = String::new();
-    f.take(256)
-        .read_to_string(&mut s)
-        .map_err(io_at("read", &path))?;
     let bad = || UpdateError::Io {
         op: "read",
         path: path.clone(),
@@ -192,9 +194,7 @@ pub(super) fn finish_update(
         fs::rename(&new, zonepath.join(ROOT_PREV))
             .map_err(io_at("rename", &new))?;
     }
-    fs::File::open(zonepath)
-        .and_then(|d| d.sync_all())
-        .map_err(io_at("sync", zonepath))?;
+    manifest::sync_dir(zonepath).map_err(io_at("sync", zonepath))?;
     fs::remove_file(zonepath.join(JOURNAL))
         .map_err(io_at("remove", zonepath.join(JOURNAL)))
 }

@@ -54,7 +54,6 @@
 
 // Reads and writes by path here are converted to zinstall_core::foreign
 // and the engine's beneath writer with this module's rewrite.
-#![allow(clippy::disallowed_methods)]
 // libc's `stat` field types differ between platforms: casts that are
 // no-ops here are not everywhere.
 #![allow(clippy::unnecessary_cast)]

@@ -62,9 +62,7 @@ fn write_swap_names(
             f.sync_all()
         })
         .map_err(io_at("write", &p))?;
-    fs::File::open(zonepath)
-        .and_then(|d| d.sync_all())
-        .map_err(io_at("sync", zonepath))
+    crate::manifest::sync_dir(zonepath).map_err(io_at("sync", zonepath))
 }
 
 /// Finishes a three-rename exchange a kill interrupted: `a` missing
@@ -74,7 +72,14 @@ pub(super) fn undo_swap(zonepath: &Path) -> Result<(), UpdateError> {
     let names = zonepath.join(format!("{SWAP}.names"));
     let swap = zonepath.join(SWAP);
     if fs::symlink_metadata(&swap).is_ok()
-        && let Ok(text) = fs::read_to_string(&names)
+        && let Ok(text) = zinstall_core::foreign::read_to_string(
+            &names,
+            zinstall_core::foreign::Follow::No,
+            zinstall_core::foreign::Kind::Other {
+                what: "an exchange's names",
+                cap: 4096,
+            },
+        )
         && let Some((a, b)) = text.trim().split_once('\n')
     {
         let (a, b) = (zonepath.join(a), zonepath.join(b));

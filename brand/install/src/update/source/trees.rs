@@ -75,6 +75,9 @@ pub(crate) fn trees(
     for (tree, t) in trees.iter().enumerate() {
         let t = PathBuf::from(t);
         let top = source_root.join(&t);
+        // A tree the profile names may be a link to its directory, as
+        // the install copies it; only whether it is one is asked.
+        #[allow(clippy::disallowed_methods)]
         let md = std::fs::metadata(&top)
             .map_err(|_| UpdateError::TreeMissing { tree: top.clone() })?;
         if !md.is_dir() {
