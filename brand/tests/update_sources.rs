@@ -982,3 +982,47 @@ fn a_tarball_root_is_told_by_its_digest() {
     install(&profile, &fresh, &tarball);
     same(&fresh.join("root"), &zp.join("root"));
 }
+
+/// A bind mount of another directory of the same filesystem inside the
+/// root is a mount point to the update, as a tmpfs would be: not walked,
+/// not cloned, nothing of it removed; the update succeeds.
+#[test]
+fn a_bind_mount_in_the_root_is_a_mount_point() {
+    if !zinstall_testkit::require_root() {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    fs::create_dir_all(src.join("usr/bin")).unwrap();
+    fs::write(src.join("usr/bin/a"), "1\n").unwrap();
+    let profile = d.path().join("p.toml");
+    fs::write(
+        &profile,
+        format!(
+            "source_root = \"{}\"\ntrees = [\"usr\"]\nlog = \"/dev/null\"\n",
+            src.display()
+        ),
+    )
+    .unwrap();
+    let zp = d.path().join("zp");
+    ok(zinstall(&[
+        "install",
+        "--no-sync",
+        "--profile",
+        s(&profile),
+        "--zonepath",
+        s(&zp),
+    ]));
+    let elsewhere = d.path().join("elsewhere");
+    fs::create_dir_all(elsewhere.join("sub")).unwrap();
+    fs::write(elsewhere.join("sub/data"), "not the zone's\n").unwrap();
+    let at = zp.join("root/usr/mounted");
+    fs::create_dir(&at).unwrap();
+    let mount = zinstall_testkit::fsops::Mount::bind(&elsewhere, &at);
+    fs::write(src.join("usr/bin/a"), "2\n").unwrap();
+    let o = update(&profile, &zp, &[]);
+    drop(mount);
+    ok(o);
+    assert_eq!(read(&zp.join("root/usr/bin/a")), "2\n");
+    assert_eq!(read(&elsewhere.join("sub/data")), "not the zone's\n");
+}

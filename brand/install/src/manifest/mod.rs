@@ -51,5 +51,5 @@ pub use format::{
     ManifestError, Recipe, hex, unhex,
 };
 pub(crate) use pending::{Pending, pending};
-pub(crate) use record::deep_pool;
+pub(crate) use record::{deep_pool, mount_of, same_mount};
 pub use record::{entry_of, origin_of, record, record_with};

@@ -157,7 +157,7 @@ pub fn record_with(
     let walk = Walk {
         root,
         trees,
-        dev: st.st_dev as u64,
+        top: (st.st_dev as u64, mount_of(top.as_fd(), c"")),
         contents,
     };
     let mut all = match deep_pool() {
@@ -209,13 +209,38 @@ pub(crate) fn deep_pool() -> Option<rayon::ThreadPool> {
         .ok()
 }
 
+/// The mount `name` in `dir` is on (`""`: `dir` itself), where the
+/// kernel says (Linux 5.8 on); `None` where it does not, and then a
+/// device number alone tells mount points.
+pub(crate) fn mount_of(
+    dir: std::os::fd::BorrowedFd<'_>,
+    name: &std::ffi::CStr,
+) -> Option<u64> {
+    use std::os::fd::AsRawFd;
+    zinstall_sys::fs::mount_id(dir.as_raw_fd(), name)
+        .ok()
+        .flatten()
+}
+
+/// True if `name` in `dir`, a directory on device `dev`, is on the
+/// mount of the walk's top (`top`: its device and mount): a bind mount
+/// of the same filesystem is a mount point too.
+pub(crate) fn same_mount(
+    top: (u64, Option<u64>),
+    dev: u64,
+    dir: std::os::fd::BorrowedFd<'_>,
+    name: &std::ffi::CStr,
+) -> bool {
+    dev == top.0 && (top.1.is_none() || mount_of(dir, name) == top.1)
+}
+
 /// The walk of [`record`].
 struct Walk<'a> {
     root: &'a Path,
     trees: &'a [String],
-    /// The root's filesystem: a mount point beneath is recorded, not
-    /// entered.
-    dev: u64,
+    /// The root's device and mount: a mount point beneath is recorded,
+    /// not entered.
+    top: (u64, Option<u64>),
     /// Hashes taken as files were written.
     contents: Option<&'a copier::contents::Contents>,
 }
@@ -316,7 +341,7 @@ impl Walk<'_> {
                     xattrs_fd(fd.as_fd())
                         .map_err(io_err("read xattrs of", &at()))?,
                 );
-                if st.st_dev as u64 == self.dev {
+                if same_mount(self.top, st.st_dev as u64, dir, name) {
                     if depth >= MAX_DEPTH {
                         return Err(ManifestError::TooDeep { path: at() });
                     }

@@ -102,7 +102,8 @@ pub(super) struct Clone<'a> {
     linked: Mutex<Vec<Linked>>,
     /// The stamp of each file cloned alone (not linked after).
     stamps: Mutex<HashMap<Vec<u8>, Stamp>>,
-    dev: u64,
+    /// The old root's device and mount: a mount point is made empty.
+    top: (u64, Option<u64>),
 }
 
 fn open_dir(dir: BorrowedFd<'_>, name: &CStr) -> rustix::io::Result<OwnedFd> {
@@ -130,7 +131,7 @@ impl<'a> Clone<'a> {
             cancel,
             linked: Mutex::new(Vec::new()),
             stamps: Mutex::new(HashMap::new()),
-            dev,
+            top: (dev, crate::manifest::mount_of(old, c"")),
         })
     }
 
@@ -271,7 +272,12 @@ impl<'a> Clone<'a> {
             return Err(UpdateError::TooDeep { path: at });
         }
         // A mount point is made, empty, as at the install.
-        let n = if st.st_dev as u64 == self.dev {
+        let n = if crate::manifest::same_mount(
+            self.top,
+            st.st_dev as u64,
+            old,
+            name,
+        ) {
             self.tree(sub_old.as_fd(), sub_new.as_fd(), &sub_rel, depth + 1)?
         } else {
             0

@@ -85,7 +85,8 @@ fn seen_of(st: &rustix::fs::Stat) -> Seen {
 struct Walk<'a> {
     root: &'a Root,
     owners: &'a Owners,
-    dev: u64,
+    /// The root's device and mount.
+    top: (u64, Option<u64>),
 }
 
 impl Walk<'_> {
@@ -133,7 +134,7 @@ impl Walk<'_> {
         let seen = seen_of(&st);
         let mut out = Vec::new();
         if seen.kind == 'd'
-            && st.st_dev as u64 == self.dev
+            && manifest::same_mount(self.top, st.st_dev as u64, dir, name)
             && !self.owners.all_kept_beneath(&rel)
         {
             if depth >= manifest::MAX_DEPTH {
@@ -167,7 +168,7 @@ impl<'r> Zone<'r> {
         let walk = Walk {
             root,
             owners,
-            dev: st.st_dev as u64,
+            top: (st.st_dev as u64, manifest::mount_of(root.as_fd(), c"")),
         };
         let all = match manifest::deep_pool() {
             Some(pool) => pool.install(|| walk.dir(root.as_fd(), b"", 1))?,
