@@ -82,6 +82,43 @@ fn host_profile(dir: &Path) -> PathBuf {
     p
 }
 
+/// A source tree at `dir/src` holding `files` (relative path, content),
+/// a profile reading `trees` from it, and a root installed from it at
+/// `dir/zp`: the source, the profile and the zonepath.
+fn tree_root(
+    dir: &Path,
+    trees: &[&str],
+    files: &[(&str, &str)],
+) -> (PathBuf, PathBuf, PathBuf) {
+    let src = dir.join("src");
+    for (p, data) in files {
+        let p = src.join(p);
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        fs::write(p, data).unwrap();
+    }
+    let profile = dir.join("p.toml");
+    let trees: Vec<String> = trees.iter().map(|t| format!("{t:?}")).collect();
+    fs::write(
+        &profile,
+        format!(
+            "source_root = \"{}\"\ntrees = [{}]\nlog = \"/dev/null\"\n",
+            src.display(),
+            trees.join(", ")
+        ),
+    )
+    .unwrap();
+    let zp = dir.join("zp");
+    ok(zinstall(&[
+        "install",
+        "--no-sync",
+        "--profile",
+        s(&profile),
+        "--zonepath",
+        s(&zp),
+    ]));
+    (src, profile, zp)
+}
+
 fn layer1() -> Vec<u8> {
     layer_tar(&[
         Ent::Dir("usr/"),
@@ -683,27 +720,8 @@ fn a_root_in_use_is_refused_unless_live() {
         return;
     }
     let d = tempfile::tempdir().unwrap();
-    let src = d.path().join("src");
-    fs::create_dir_all(src.join("usr/bin")).unwrap();
-    fs::write(src.join("usr/bin/a"), "1\n").unwrap();
-    let profile = d.path().join("p.toml");
-    fs::write(
-        &profile,
-        format!(
-            "source_root = \"{}\"\ntrees = [\"usr\"]\nlog = \"/dev/null\"\n",
-            src.display()
-        ),
-    )
-    .unwrap();
-    let zp = d.path().join("zp");
-    ok(zinstall(&[
-        "install",
-        "--no-sync",
-        "--profile",
-        s(&profile),
-        "--zonepath",
-        s(&zp),
-    ]));
+    let (src, profile, zp) =
+        tree_root(d.path(), &["usr"], &[("usr/bin/a", "1\n")]);
     fs::write(src.join("usr/bin/a"), "2\n").unwrap();
     // One working in the root, one holding a file of it open.
     for how in ["cwd", "fd"] {
@@ -992,27 +1010,8 @@ fn a_bind_mount_in_the_root_is_a_mount_point() {
         return;
     }
     let d = tempfile::tempdir().unwrap();
-    let src = d.path().join("src");
-    fs::create_dir_all(src.join("usr/bin")).unwrap();
-    fs::write(src.join("usr/bin/a"), "1\n").unwrap();
-    let profile = d.path().join("p.toml");
-    fs::write(
-        &profile,
-        format!(
-            "source_root = \"{}\"\ntrees = [\"usr\"]\nlog = \"/dev/null\"\n",
-            src.display()
-        ),
-    )
-    .unwrap();
-    let zp = d.path().join("zp");
-    ok(zinstall(&[
-        "install",
-        "--no-sync",
-        "--profile",
-        s(&profile),
-        "--zonepath",
-        s(&zp),
-    ]));
+    let (src, profile, zp) =
+        tree_root(d.path(), &["usr"], &[("usr/bin/a", "1\n")]);
     let elsewhere = d.path().join("elsewhere");
     fs::create_dir_all(elsewhere.join("sub")).unwrap();
     fs::write(elsewhere.join("sub/data"), "not the zone's\n").unwrap();
