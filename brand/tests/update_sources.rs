@@ -650,40 +650,26 @@ fn acls_from_above_never_reach_what_the_update_makes() {
         };
         zinstall_testkit::need("setfacl");
         let d = fs_.path();
-        let src = d.join("src");
+        let (src, profile, zp) = tree_root(
+            d,
+            &["usr", "etc"],
+            &[
+                ("usr/share/a/file", "1\n"),
+                ("usr/bin/tool", "1\n"),
+                ("etc/conf.d/a", "1\n"),
+            ],
+        );
         let w = |p: &str, data: &str| {
             let p = src.join(p);
             fs::create_dir_all(p.parent().unwrap()).unwrap();
             fs::write(p, data).unwrap();
         };
-        w("usr/share/a/file", "1\n");
-        w("usr/bin/tool", "1\n");
-        w("etc/conf.d/a", "1\n");
-        let profile = d.join("p.toml");
-        fs::write(
-            &profile,
-            format!(
-                "source_root = \"{}\"\ntrees = [\"usr\", \"etc\"]\nlog = \"/dev/null\"\n",
-                src.display()
-            ),
-        )
-        .unwrap();
-        let zp = d.join("zp");
-        fs::create_dir(&zp).unwrap();
         let setfacl = |args: &[&str]| {
             ok(zinstall_testkit::tool("setfacl")
                 .args(args)
                 .output()
                 .unwrap());
         };
-        ok(zinstall(&[
-            "install",
-            "--no-sync",
-            "--profile",
-            s(&profile),
-            "--zonepath",
-            s(&zp),
-        ]));
         // A default above the root (root.new is made there), and one the
         // zone sets on a directory of a merged path, which it keeps.
         setfacl(&["-d", "-m", "u:nobody:rwx", s(&zp)]);
@@ -773,22 +759,14 @@ fn the_rollback_point_stays_one_where_the_filesystem_clones() {
         let Some(fs_) = LoopFs::require(kind, 512 << 20) else {
             return;
         };
-        let d = fs_.path();
-        let src = d.join("src");
-        fs::create_dir_all(src.join("usr/bin")).unwrap();
-        fs::write(src.join("usr/bin/same"), "as installed\n").unwrap();
-        fs::write(src.join("usr/bin/changes"), "1\n").unwrap();
-        let profile = d.join("p.toml");
-        fs::write(&profile, format!("source_root = \"{}\"\ntrees = [\"usr\"]\nlog = \"/dev/null\"\n", src.display())).unwrap();
-        let zp = d.join("zp");
-        ok(zinstall(&[
-            "install",
-            "--no-sync",
-            "--profile",
-            s(&profile),
-            "--zonepath",
-            s(&zp),
-        ]));
+        let (src, profile, zp) = tree_root(
+            fs_.path(),
+            &["usr"],
+            &[
+                ("usr/bin/same", "as installed\n"),
+                ("usr/bin/changes", "1\n"),
+            ],
+        );
         fs::write(src.join("usr/bin/changes"), "2\n").unwrap();
         let o = ok(update(&profile, &zp, &[]));
         let r = result(&o);
