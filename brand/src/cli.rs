@@ -148,7 +148,7 @@ pub fn completions_request(args: &[std::ffi::OsString]) -> Option<Exit> {
 pub fn run(cli: &Cli) -> Exit {
     let command = &cli.command;
     crate::json::set_command(command.name());
-    use cmd::provision::CacheCommand;
+    use cmd::provision::{CacheArgs, CacheCommand};
     use cmd::remote;
     let daemon = cli.daemon();
     if let Some(sock) = remote::socket(&daemon) {
@@ -160,9 +160,9 @@ pub fn run(cli: &Cli) -> Exit {
             Command::Rollback(a) => return remote::rollback(&sock, a),
             Command::Provision(a) => return remote::provision(&sock, a),
             Command::Cache(a) => {
-                return match &a.command {
+                match &a.command {
                     CacheCommand::List { json } => {
-                        remote::cache_list(&sock, *json)
+                        return remote::cache_list(&sock, *json);
                     }
                     CacheCommand::Gc {
                         max_size,
@@ -170,16 +170,20 @@ pub fn run(cli: &Cli) -> Exit {
                         search,
                         release_missing,
                         json,
-                    } => remote::cache_gc(
-                        &sock,
-                        zinstall_daemon::protocol::GcArgs {
-                            dry_run: *dry_run,
-                            max_size: *max_size,
-                            release_missing: *release_missing,
-                        },
-                        search,
-                        *json,
-                    ),
+                    } => {
+                        return remote::cache_gc(
+                            &sock,
+                            zinstall_daemon::protocol::GcArgs {
+                                dry_run: *dry_run,
+                                max_size: *max_size,
+                                release_missing: *release_missing,
+                            },
+                            search,
+                            *json,
+                        );
+                    }
+                    // Read here: see below.
+                    CacheCommand::InUse { .. } => {}
                 };
             }
             _ => {}
@@ -193,6 +197,12 @@ pub fn run(cli: &Cli) -> Exit {
         Command::Tune(_) => Some(("tune", false)),
         Command::Verify(a) => Some(("verify", a.json)),
         Command::Image(a) => Some(("image", a.json())),
+        // What guests still read is asked of the cache's files, by the
+        // package's purge among others, with zinstalld stopped.
+        Command::Cache(CacheArgs {
+            command: CacheCommand::InUse { json, .. },
+            ..
+        }) => Some(("cache in-use", *json)),
         _ => None,
     };
     if let (Some((name, json)), Some(_)) = (local, &cli.daemon) {
@@ -201,7 +211,7 @@ pub fn run(cli: &Cli) -> Exit {
             format_args!(
                 "--daemon does not apply to {name}, which always runs here; \
                  the daemon runs copy, install, uninstall, update, rollback, \
-                 provision, cache, jobs and cancel"
+                 provision, cache (but cache in-use), jobs and cancel"
             ),
             serde_json::json!({ "kind": "usage" }),
         );

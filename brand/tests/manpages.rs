@@ -123,7 +123,9 @@ fn page_flags(page: &str) -> (Flags, Flags) {
         }
         match section {
             "SYNOPSIS" => {
-                if line == ".Nm" {
+                // A command's own page names the program, as
+                // zinstall-copy(8) does: `.Nm zinstall`.
+                if line == ".Nm" || line == ".Nm zinstall" {
                     sub = None;
                 } else if let (None, Some(rest)) =
                     (&sub, line.strip_prefix(".Cm "))
@@ -190,10 +192,62 @@ fn compare(where_: &str, cli: &Flags, page: &Flags, errors: &mut Vec<String>) {
     }
 }
 
+/// zinstall(8), the index, then each command's page (zinstall-copy(8)
+/// ...) in name order, as one text: each begins with its own `.Sh`.
+fn pages() -> String {
+    let man = Path::new(env!("CARGO_MANIFEST_DIR")).join("../man");
+    let mut names: Vec<String> = std::fs::read_dir(&man)
+        .expect("read man/")
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("zinstall-") && n.ends_with(".8"))
+        .collect();
+    names.sort();
+    names.insert(0, "zinstall.8".into());
+    names
+        .iter()
+        .map(|n| {
+            std::fs::read_to_string(man.join(n))
+                .unwrap_or_else(|e| panic!("read man/{n}: {e}"))
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The index names every command's page, and every page it names exists.
+#[test]
+fn the_index_names_each_command_page() {
+    let man = Path::new(env!("CARGO_MANIFEST_DIR")).join("../man");
+    let index = std::fs::read_to_string(man.join("zinstall.8"))
+        .expect("read zinstall.8");
+    let mut missing = Vec::new();
+    for e in std::fs::read_dir(&man).expect("read man/") {
+        let n = e.unwrap().file_name().to_string_lossy().into_owned();
+        if let Some(stem) = n
+            .strip_prefix("zinstall-")
+            .and_then(|n| n.strip_suffix(".8"))
+            && !index.contains(&format!(".It Xr zinstall-{stem} 8"))
+        {
+            missing.push(n);
+        }
+    }
+    for l in index.lines() {
+        if let Some(stem) = l
+            .strip_prefix(".It Xr zinstall-")
+            .and_then(|r| r.strip_suffix(" 8"))
+            && !man.join(format!("zinstall-{stem}.8")).exists()
+        {
+            missing.push(format!("{stem} (named, no page)"));
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "zinstall(8)'s command list and man/ differ: {missing:?}"
+    );
+}
+
 #[test]
 fn every_flag_is_in_synopsis_and_options_and_no_other() {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../man/zinstall.8");
-    let page = std::fs::read_to_string(&path).expect("read man/zinstall.8");
+    let page = pages();
     let cli = clap_flags();
     assert!(
         cli.get("copy")
@@ -210,8 +264,8 @@ fn every_flag_is_in_synopsis_and_options_and_no_other() {
         "the SYNOPSIS parse found no copy --quiet: {synopsis:?}"
     );
     let mut errors = Vec::new();
-    compare("man/zinstall.8 SYNOPSIS", &cli, &synopsis, &mut errors);
-    compare("man/zinstall.8 OPTIONS", &cli, &options, &mut errors);
+    compare("zinstall(8) pages' SYNOPSIS", &cli, &synopsis, &mut errors);
+    compare("zinstall(8) pages' OPTIONS", &cli, &options, &mut errors);
     assert!(
         errors.is_empty(),
         "zinstall(8) and `zinstall SUB --help` disagree:\n  {}",

@@ -594,6 +594,80 @@ fn gc_keeps_the_base_of_a_moved_or_copied_guest() {
     assert_eq!(entries(&cache).len(), 1, "the other image's entry stays");
 }
 
+/// `dpkg --purge` removed the whole cache, with the bases qcow2 guests
+/// read: `qemu-img check` of a guest then failed ("Could not open backing
+/// file"). `cache in-use` names what guests still read, as gc decides it,
+/// for the purge to keep: the disk base of a guest, found or held by its
+/// record; never a tree entry, whose guests are copies.
+#[test]
+fn cache_in_use_names_the_bases_guests_read() {
+    let d = Tmp::new();
+    let src = disk(d.path());
+    let cache = d.path().join("cache");
+    let out = d.path().join("out");
+    let o = provision(&src, &out, &cache, &["--count", "1"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let tree = d.path().join("tree");
+    fs::create_dir_all(tree.join("etc")).unwrap();
+    fs::write(tree.join("etc/motd"), b"hi\n").unwrap();
+    let tar = d.path().join("tree.tar");
+    let o =
+        run(Command::new("tar").args(["-C", s(&tree), "-cf", s(&tar), "etc"]));
+    assert!(o.status.success(), "{}", text(&o));
+    let o = provision(&tar, &d.path().join("dirs"), &cache, &["--count", "1"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(entries(&cache).len(), 2);
+    let base = entries(&cache)
+        .into_iter()
+        .find(|e| e.join("base.raw").exists())
+        .unwrap();
+    let in_use = |json: bool| {
+        let mut a = vec!["cache", "in-use", "--cache", s(&cache)];
+        if json {
+            a.push("--json");
+        }
+        let o = zinstall(&a);
+        assert!(o.status.success(), "{}", text(&o));
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let guest = out.join("guest-0.qcow2");
+    let t = in_use(false);
+    assert_eq!(
+        t,
+        format!("{}: used by {}\n", base.display(), guest.display()),
+        "only the disk base, named with its guest"
+    );
+    let v: serde_json::Value = serde_json::from_str(&in_use(true)).unwrap();
+    let list = v["result"].as_array().unwrap();
+    assert_eq!(list.len(), 1, "{v}");
+    assert_eq!(list[0]["dir"], s(&base), "{v}");
+    // Moved where nobody looks: its record still holds the base.
+    let away = d.path().join("away");
+    fs::create_dir(&away).unwrap();
+    fs::rename(&guest, away.join("vm.qcow2")).unwrap();
+    let t = in_use(false);
+    assert!(
+        t.starts_with(&format!("{}: held by 1 recorded guest", base.display())),
+        "{t}"
+    );
+    // Collected by gc once released: nothing in use is left.
+    fs::remove_file(away.join("vm.qcow2")).unwrap();
+    let o =
+        zinstall(&["cache", "gc", "--cache", s(&cache), "--release-missing"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(in_use(false), "");
+    // It reads the cache itself: not through zinstalld.
+    let o = zinstall(&[
+        "cache",
+        "in-use",
+        "--cache",
+        s(&cache),
+        "--daemon=/nowhere",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("cache in-use"), "{}", text(&o));
+}
+
 /// A failed `--count 3` left the guests it had made, and the rerun then
 /// refused "guest exists already". Now a failure removes what the run
 /// made, keeps what was there before, and the rerun succeeds.

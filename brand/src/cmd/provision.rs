@@ -213,6 +213,18 @@ pub enum CacheCommand {
         #[arg(long)]
         json: bool,
     },
+    /// List the disk entries guests still read (their qcow2 backing
+    /// files), one a line: the entry's directory, ": ", why. Changes
+    /// nothing; the package's purge keeps these.
+    InUse {
+        /// Also look for guests (moved or copied) under this directory;
+        /// repeatable.
+        #[arg(long, value_name = "DIR")]
+        search: Vec<PathBuf>,
+        /// Print them as one JSON array.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// `10G`, `512M`, `4096`: binary suffixes, as qemu-img reads them.
@@ -600,7 +612,9 @@ pub fn print_gc(r: &GcReply) {
 /// Lists or collects the cache.
 pub fn cache(args: &CacheArgs) -> Exit {
     let json = match &args.command {
-        CacheCommand::List { json } | CacheCommand::Gc { json, .. } => *json,
+        CacheCommand::List { json }
+        | CacheCommand::Gc { json, .. }
+        | CacheCommand::InUse { json, .. } => *json,
     };
     let fail = |e: &zinstall_provision::ProvisionError| {
         crate::json::fail(json, e, crate::json::provision_fields(e));
@@ -653,6 +667,47 @@ pub fn cache(args: &CacheArgs) -> Exit {
             }
             Err(e) => fail(&e),
         },
+        CacheCommand::InUse { search, json } => {
+            let search: Vec<PathBuf> =
+                search.iter().map(|p| absolute(p)).collect();
+            match cache.disks_in_use(&search) {
+                Ok(disks) => {
+                    print_in_use(&disks, *json);
+                    Exit::Ok
+                }
+                Err(e) => fail(&e),
+            }
+        }
+    }
+}
+
+/// One disk entry guests still read, as `cache in-use --json` lists it.
+#[derive(serde::Serialize)]
+struct InUse {
+    entry: String,
+    dir: String,
+    why: String,
+}
+
+/// `cache in-use`'s lines (directory: why), or its JSON array.
+fn print_in_use(
+    disks: &[(zinstall_provision::cache::Entry, String)],
+    json: bool,
+) {
+    if json {
+        let list: Vec<InUse> = disks
+            .iter()
+            .map(|(e, why)| InUse {
+                entry: e.name(),
+                dir: e.dir.display().to_string(),
+                why: why.clone(),
+            })
+            .collect();
+        crate::json::result(crate::json::typed(&list));
+    } else {
+        for (e, why) in disks {
+            output::out(format_args!("{}: {why}", e.dir.display()));
+        }
     }
 }
 

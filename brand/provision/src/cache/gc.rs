@@ -236,10 +236,8 @@ impl Cache {
                     decide(
                         false,
                         format!(
-                            "held by {held} recorded guest{} not found \
-                             (moved or copied elsewhere, or deleted); \
-                             --release-missing lets it go",
-                            if held == 1 { "" } else { "s" }
+                            "{}; --release-missing lets it go",
+                            held_by_missing(held)
                         ),
                     );
                     continue;
@@ -292,6 +290,37 @@ impl Cache {
         }
         self.gc_store(opts, total, &mut report)?;
         Ok(report)
+    }
+
+    /// The disk entries guests still read, each with why: a guest found
+    /// naming its base as the backing file (where it was made, moved, or
+    /// under `search`), or guests recorded and found nowhere (moved or
+    /// copied where nobody looked: a base cannot be rebuilt under a
+    /// guest, so these count too). Directory guests are copies and need
+    /// no entry. What a package's purge keeps; nothing is changed.
+    pub fn disks_in_use(
+        &self,
+        search: &[PathBuf],
+    ) -> Result<Vec<(Entry, String)>> {
+        let entries = self.list()?;
+        let disks: Vec<&Entry> = entries
+            .iter()
+            .map(|e| &e.entry)
+            .filter(|e| e.kind == EntryKind::Raw)
+            .collect();
+        let in_use = self.find_users(&disks, search)?;
+        let mut out = Vec::new();
+        for entry in disks {
+            let why = match in_use.get(&entry.name()) {
+                Some(why) => why.clone(),
+                None => match self.user_records(entry)?.len() {
+                    0 => continue,
+                    held => held_by_missing(held),
+                },
+            };
+            out.push((entry.clone(), why));
+        }
+        Ok(out)
     }
 
     /// Removes the collected `entry`, whose locks the caller holds: out
@@ -459,4 +488,13 @@ pub(super) fn disk_usage(path: &Path) -> Result<u64> {
         Ok(true)
     })?;
     Ok(total)
+}
+
+/// Why a disk entry whose `held` recorded guests were not found stays.
+fn held_by_missing(held: usize) -> String {
+    format!(
+        "held by {held} recorded guest{} not found (moved or copied \
+         elsewhere, or deleted)",
+        if held == 1 { "" } else { "s" }
+    )
 }
