@@ -144,6 +144,19 @@ pub fn completions_request(args: &[std::ffi::OsString]) -> Option<Exit> {
     })
 }
 
+/// A command line whose value to an `=` option was written after a
+/// space, where the next argument is surely that value: refused before
+/// clap reads it as the command's argument (exit 2). `None` otherwise.
+pub fn spaced_value(args: &[std::ffi::OsString]) -> Option<Exit> {
+    let said = crate::habits::spaced_value(args)?;
+    let json = args
+        .iter()
+        .take_while(|a| *a != "--")
+        .any(|a| a == "--json");
+    crate::json::fail(json, said, serde_json::json!({ "kind": "usage" }));
+    Some(Exit::Usage)
+}
+
 /// Runs the command the arguments name.
 pub fn run(cli: &Cli) -> Exit {
     let command = &cli.command;
@@ -276,6 +289,10 @@ pub fn usage_error(e: clap::Error, args: &[std::ffi::OsString]) -> Exit {
             ),
             serde_json::json!({ "kind": "usage" }),
         );
+        return Exit::Usage;
+    }
+    if !shown && let Some(said) = crate::habits::answer(&e, args) {
+        crate::json::fail(json, said, serde_json::json!({ "kind": "usage" }));
         return Exit::Usage;
     }
     if !json || shown {
