@@ -249,7 +249,7 @@ pub fn run(args: &CopyArgs) -> Exit {
     }
     if let Some(f) = failed {
         if !args.json {
-            output::failure(f);
+            output::failure(f, &args.dst);
             // Going on past errors, what was copied is worth a line.
             if !args.quiet && report.stats.entries() > 0 {
                 let n = f.errors.len() as u64 + f.more_errors;
