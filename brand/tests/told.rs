@@ -77,3 +77,36 @@ fn a_full_destination_is_said_once_with_what_is_left() {
     assert!(!err.contains("more errors"), "{err}");
     assert!(dst.join("d00").is_dir(), "the partial copy is left");
 }
+
+#[test]
+fn an_update_of_a_zonepath_never_installed_says_what_to_run() {
+    if !zinstall_testkit::require_root() {
+        return;
+    }
+    let d = Tmp::new();
+    let empty = d.path().join("empty");
+    fs::create_dir(&empty).unwrap();
+    let missing = d.path().join("missing");
+    for (zp, state) in [
+        (&empty, "no install is recorded there"),
+        (&missing, "it does not exist"),
+    ] {
+        let o = zinstall()
+            .args(["update", "--zonepath"])
+            .arg(zp)
+            .output()
+            .unwrap();
+        let (out, err) = text(&o);
+        assert_eq!(o.status.code(), Some(1), "{out}{err}");
+        let z = zp.display();
+        assert_eq!(
+            err.trim_end(),
+            format!(
+                "zinstall: error: update {z}: {z} was never installed by \
+                 zinstall ({state}), so there is no root to update: install \
+                 one with zinstall install --zonepath {z} [IMAGE...]"
+            ),
+        );
+        assert!(!missing.exists());
+    }
+}
