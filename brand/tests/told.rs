@@ -5,6 +5,7 @@
 //! update of a zonepath never installed saying what to run instead.
 
 use std::fs;
+use std::path::Path;
 use std::process::Command;
 use zinstall_testkit::run::streams as text;
 
@@ -109,4 +110,191 @@ fn an_update_of_a_zonepath_never_installed_says_what_to_run() {
         );
         assert!(!missing.exists());
     }
+}
+
+#[test]
+fn a_failing_default_profile_names_itself_and_the_other() {
+    let d = Tmp::new();
+    // A source root without the trees a Linux root is made of.
+    fs::create_dir(d.path().join("src")).unwrap();
+    for json in [false, true] {
+        let o = zinstall()
+            .args(["install", "-n", "--source-root"])
+            .arg(d.path().join("src"))
+            .arg("--zonepath")
+            .arg(d.path().join("z"))
+            .args(json.then_some("--json"))
+            .output()
+            .unwrap();
+        let (out, err) = text(&o);
+        assert_eq!(o.status.code(), Some(1), "{out}{err}");
+        let hint = if json {
+            let v: serde_json::Value =
+                serde_json::from_str(out.lines().last().unwrap()).unwrap();
+            v["error"]["hint"].as_str().unwrap().to_string()
+        } else {
+            let line = err.lines().find(|l| l.starts_with("zinstall: note: "));
+            line.unwrap_or_else(|| panic!("no note: {err}")).to_string()
+        };
+        if Path::new("/etc/zinstall/profile.toml").exists() {
+            // This machine has one installed: it is named, and so is the
+            // other.
+            assert!(
+                hint.contains(
+                    "the profile was the default, /etc/zinstall/profile.toml"
+                ),
+                "{hint}"
+            );
+        } else {
+            assert!(
+                hint.contains(
+                    "the profile was the built-in default (there is no \
+                     /etc/zinstall/profile.toml), for a Linux root \
+                     filesystem; for a sparse illumos zone "
+                ),
+                "{hint}"
+            );
+        }
+        // The other profile is named as a file to give only where it is.
+        let other = "/etc/zinstall/profile-zone.toml";
+        if Path::new(other).exists() {
+            assert!(
+                hint.ends_with(&format!(
+                    "use --profile {other} (see zinstall(5))"
+                )),
+                "{hint}"
+            );
+        } else {
+            assert!(
+                hint.ends_with(&format!(
+                    "write a profile and give it with --profile (there is \
+                     no {other}, which the packages install) (see \
+                     zinstall(5))"
+                )),
+                "{hint}"
+            );
+        }
+    }
+    // A profile named on the command line is the user's choice: no note.
+    let p = d.path().join("p.toml");
+    fs::write(&p, "trees = [\"usr\"]\n").unwrap();
+    let o = zinstall()
+        .args(["install", "-n", "--profile"])
+        .arg(&p)
+        .arg("--source-root")
+        .arg(d.path().join("src"))
+        .arg("--zonepath")
+        .arg(d.path().join("z"))
+        .output()
+        .unwrap();
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(!err.contains("note:"), "{err}");
+}
+
+#[test]
+fn the_note_on_profiles_follows_only_failures_the_profile_decided() {
+    let d = Tmp::new();
+    // A real archive cut short: the failure is the image's, the same
+    // under any profile.
+    let tree = d.path().join("tree");
+    fs::create_dir_all(tree.join("etc")).unwrap();
+    fs::write(tree.join("etc/big"), vec![7u8; 64 << 10]).unwrap();
+    let whole = d.path().join("whole.tar");
+    let o = zinstall_testkit::tool("tar")
+        .arg("-cf")
+        .arg(&whole)
+        .arg("-C")
+        .arg(&tree)
+        .arg("etc")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{o:?}");
+    let cut = d.path().join("cut.tar");
+    fs::write(&cut, &fs::read(&whole).unwrap()[..20_000]).unwrap();
+    for json in [false, true] {
+        let o = zinstall()
+            .args(["install", "-n", "--zonepath"])
+            .arg(d.path().join("z"))
+            .arg(&cut)
+            .args(json.then_some("--json"))
+            .output()
+            .unwrap();
+        let (out, err) = text(&o);
+        assert_eq!(o.status.code(), Some(1), "{out}{err}");
+        assert!(
+            out.contains("truncated") || err.contains("truncated"),
+            "{out}{err}"
+        );
+        assert!(!err.contains("note:") && !err.contains("profile"), "{err}");
+        if json {
+            let v: serde_json::Value =
+                serde_json::from_str(out.lines().last().unwrap()).unwrap();
+            assert!(v["error"]["hint"].is_null(), "{v}");
+        }
+    }
+}
+
+#[test]
+fn a_refused_install_leaves_the_zonepath_as_it_was_or_says_what_is_left() {
+    use std::os::unix::fs::PermissionsExt;
+    if !zinstall_testkit::require_root() {
+        return;
+    }
+    let d = Tmp::new();
+    let src = d.path().join("src");
+    fs::create_dir_all(src.join("usr/bin")).unwrap();
+    fs::write(src.join("usr/bin/tool"), "x\n").unwrap();
+    let profile = d.path().join("p.toml");
+    fs::write(
+        &profile,
+        format!(
+            "source_root = {src:?}\ntrees = [\"usr\"]\nlog = {:?}\n",
+            d.path().join("install.log")
+        ),
+    )
+    .unwrap();
+    // A zonepath of 0755 whose root zinstall did not make: refused.
+    let zp = d.path().join("z");
+    fs::create_dir_all(zp.join("root/etc")).unwrap();
+    fs::write(zp.join("root/etc/hostname"), "mine\n").unwrap();
+    fs::set_permissions(&zp, fs::Permissions::from_mode(0o755)).unwrap();
+    let o = zinstall()
+        .args(["install", "--profile"])
+        .arg(&profile)
+        .arg("--zonepath")
+        .arg(&zp)
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}{err}");
+    assert!(err.contains("(nothing was changed)"), "{err}");
+    let mode = fs::metadata(&zp).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode, 0o755, "{err}");
+    assert!(
+        err.contains(&format!("set {} back to mode 0755", zp.display())),
+        "{err}"
+    );
+    let mut names: Vec<_> = fs::read_dir(&zp)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["root"], "{err}");
+
+    // A zonepath this install made, refused at an image that is not
+    // there: removed, lock and all, and nothing was changed.
+    let made = d.path().join("made");
+    let o = zinstall()
+        .args(["install", "--profile"])
+        .arg(&profile)
+        .arg("--zonepath")
+        .arg(&made)
+        .arg(d.path().join("no-such.tar"))
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}{err}");
+    assert!(!made.exists(), "{err}");
+    assert!(!err.contains("is left"), "{err}");
 }

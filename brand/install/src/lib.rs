@@ -112,7 +112,7 @@ pub mod update;
 mod zonepath;
 
 pub use attach::attach;
-pub use error::{Aftermath, Cause, InstallError, Keep, Stage};
+pub use error::{Aftermath, Cause, InstallError, Keep, Left, Stage};
 pub use event::Event;
 pub use plan::{Install, check_kind, oci_image};
 pub use profile::Profile;
