@@ -36,7 +36,8 @@ pub struct Cli {
     /// /run/zinstall/zinstalld.sock; also ZINSTALL_DAEMON): copy,
     /// install, uninstall, provision, cache, jobs and cancel, with the
     /// same output (other commands refuse it). Also taken after each of
-    /// those commands.
+    /// those commands. The = is required: a socket written after a space
+    /// is refused, saying to write --daemon=PATH.
     #[arg(long, value_name = "SOCKET", num_args = 0..=1,
           require_equals = true)]
     pub daemon: Option<Option<PathBuf>>,

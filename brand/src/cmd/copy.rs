@@ -35,7 +35,7 @@ pub struct CopyArgs {
     pub hard_links: bool,
     /// Accepted as cp -r, cp -R and rsync -r users type it; changes
     /// nothing: directories are always copied with all beneath them.
-    #[arg(long, short = 'r', short_alias = 'R')]
+    #[arg(long, short = 'r', visible_short_alias = 'R')]
     pub recursive: bool,
     /// Accepted as cp -p, cp --preserve[=LIST] and rsync -p users type
     /// it, whatever LIST names; changes nothing: every attribute is
