@@ -17,18 +17,9 @@ fn zinstall() -> Command {
     c
 }
 
-#[test]
-fn a_full_destination_is_said_once_with_what_is_left() {
-    let Some(fs_) = zinstall_testkit::LoopFs::require(
-        zinstall_testkit::Kind::Ext4,
-        8 << 20,
-    ) else {
-        return;
-    };
-    let d = Tmp::new();
-    let src = d.path().join("src");
-    // Three times what the filesystem holds, in many files, so that
-    // many entries fail.
+/// Three times what an 8 MiB filesystem holds, in many files, so that
+/// many entries fail.
+fn more_than_fits(src: &Path) {
     for i in 0..48 {
         let dir = src.join(format!("d{i:02}"));
         fs::create_dir_all(&dir).unwrap();
@@ -40,6 +31,19 @@ fn a_full_destination_is_said_once_with_what_is_left() {
             .unwrap();
         }
     }
+}
+
+#[test]
+fn a_full_destination_is_said_once_with_what_is_left() {
+    let Some(fs_) = zinstall_testkit::LoopFs::require(
+        zinstall_testkit::Kind::Ext4,
+        8 << 20,
+    ) else {
+        return;
+    };
+    let d = Tmp::new();
+    let src = d.path().join("src");
+    more_than_fits(&src);
     let dst = fs_.path().join("dst");
     let o = zinstall().arg("copy").arg(&src).arg(&dst).output().unwrap();
     let (out, err) = text(&o);
@@ -297,4 +301,50 @@ fn a_refused_install_leaves_the_zonepath_as_it_was_or_says_what_is_left() {
     assert_eq!(o.status.code(), Some(1), "{out}{err}");
     assert!(!made.exists(), "{err}");
     assert!(!err.contains("is left"), "{err}");
+}
+
+#[test]
+fn an_install_onto_a_full_filesystem_says_so_once() {
+    let Some(fs_) = zinstall_testkit::LoopFs::require(
+        zinstall_testkit::Kind::Ext4,
+        8 << 20,
+    ) else {
+        return;
+    };
+    let d = Tmp::new();
+    let src = d.path().join("src");
+    more_than_fits(&src.join("data"));
+    let profile = d.path().join("p.toml");
+    fs::write(
+        &profile,
+        format!(
+            "source_root = {src:?}\ntrees = [\"data\"]\nlog = {:?}\n",
+            d.path().join("install.log")
+        ),
+    )
+    .unwrap();
+    let zp = fs_.path().join("z");
+    let o = zinstall()
+        .args(["install", "--threads", "8", "--profile"])
+        .arg(&profile)
+        .arg("--zonepath")
+        .arg(&zp)
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{out}{err}");
+    assert_eq!(
+        err.matches("No space left on device").count(),
+        1,
+        "said once:\n{err}"
+    );
+    assert!(
+        err.contains("replicate /data: the root's filesystem is full (first: ")
+            && err.contains(
+                "an install stops at its first error, since a root with \
+                 holes is not a root (the partial root was removed)"
+            ),
+        "{err}"
+    );
+    assert!(!zp.exists(), "{err}");
 }

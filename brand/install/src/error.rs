@@ -466,11 +466,29 @@ impl fmt::Display for Cause {
                  (--cache)"
             ),
             // Unlike `zinstall copy`, which goes on as `cp -a` does.
-            Cause::Copy { step, source } => write!(
-                f,
-                "{step}: {source}; an install stops at its first error, \
-                 since a root with holes is not a root"
-            ),
+            Cause::Copy { step, source } => {
+                // A full disk fails every worker's entry in flight the
+                // same way: said once, as what it is.
+                let full = source.first().filter(|e| {
+                    matches!(
+                        e.raw_os_error(),
+                        Some(libc::ENOSPC | libc::EDQUOT)
+                    )
+                });
+                match full {
+                    Some(first) => write!(
+                        f,
+                        "{step}: the root's filesystem is full (first: \
+                         {first}); an install stops at its first error, \
+                         since a root with holes is not a root"
+                    ),
+                    None => write!(
+                        f,
+                        "{step}: {source}; an install stops at its first \
+                         error, since a root with holes is not a root"
+                    ),
+                }
+            }
             Cause::Layout { what, source } => {
                 write!(f, "layout: {what}: {source}")
             }
