@@ -36,7 +36,8 @@ pub struct Cli {
     /// /run/zinstall/zinstalld.sock; also ZINSTALL_DAEMON): copy,
     /// install, uninstall, provision, cache, jobs and cancel, with the
     /// same output (other commands refuse it). Also taken after each of
-    /// those commands.
+    /// those commands. The = is required: a socket written after a space
+    /// is refused, saying to write --daemon=PATH.
     #[arg(long, value_name = "SOCKET", num_args = 0..=1,
           require_equals = true)]
     pub daemon: Option<Option<PathBuf>>,
@@ -142,6 +143,19 @@ pub fn completions_request(args: &[std::ffi::OsString]) -> Option<Exit> {
             Exit::Usage
         }
     })
+}
+
+/// A command line whose value to an `=` option was written after a
+/// space, where the next argument is surely that value: refused before
+/// clap reads it as the command's argument (exit 2). `None` otherwise.
+pub fn spaced_value(args: &[std::ffi::OsString]) -> Option<Exit> {
+    let said = crate::habits::spaced_value(args)?;
+    let json = args
+        .iter()
+        .take_while(|a| *a != "--")
+        .any(|a| a == "--json");
+    crate::json::fail(json, said, serde_json::json!({ "kind": "usage" }));
+    Some(Exit::Usage)
 }
 
 /// Runs the command the arguments name.
@@ -286,6 +300,10 @@ pub fn usage_error(e: clap::Error, args: &[std::ffi::OsString]) -> Exit {
             ),
             serde_json::json!({ "kind": "usage" }),
         );
+        return Exit::Usage;
+    }
+    if !shown && let Some(said) = crate::habits::answer(&e, args) {
+        crate::json::fail(json, said, serde_json::json!({ "kind": "usage" }));
         return Exit::Usage;
     }
     if !json || shown {

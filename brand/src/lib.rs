@@ -9,6 +9,7 @@
 pub mod cli;
 mod cmd;
 pub mod exit;
+mod habits;
 pub mod hook;
 pub mod interrupt;
 mod json;

@@ -254,13 +254,46 @@ pub fn out(msg: impl std::fmt::Display) {
 }
 
 /// Prints the engine's failure: every error kept, then the count of the
-/// rest.
-pub fn failure(f: &copier::Failure) {
-    for e in &f.errors {
+/// rest; errors of a full destination (ENOSPC, EDQUOT) are said once, as
+/// what they are: every entry after the first fails the same way, and a
+/// hundred lines of it hide the one thing to do.
+pub fn failure(f: &copier::Failure, dst: &Path) {
+    let full = |e: &copier::Error| {
+        matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
+    };
+    let (filled, other): (Vec<_>, Vec<_>) =
+        f.errors.iter().partition(|e| full(e));
+    for e in &other {
         error(e);
     }
-    if f.more_errors > 0 {
-        error(format_args!("... and {} more errors", f.more_errors));
+    let Some(first) = filled.first() else {
+        if f.more_errors > 0 {
+            error(format_args!("... and {} more errors", f.more_errors));
+        }
+        return;
+    };
+    // The errors past the cap are only counted: when every one kept is
+    // the full disk's, so are they (a full filesystem stays full).
+    let (n, rest) = if other.is_empty() {
+        (filled.len() as u64 + f.more_errors, 0)
+    } else {
+        (filled.len() as u64, f.more_errors)
+    };
+    let what = if first.raw_os_error() == Some(libc::EDQUOT) {
+        "quota is used up"
+    } else {
+        "filesystem is full"
+    };
+    error(format_args!(
+        "{}'s {what}: {} not copied (first: {first}); what was copied is \
+         left in {}: free space and run the same copy with --merge to \
+         finish it",
+        show(dst),
+        count(n, "entry", "entries"),
+        show(dst),
+    ));
+    if rest > 0 {
+        error(format_args!("... and {rest} more errors"));
     }
 }
 

@@ -423,3 +423,272 @@ fn cp_and_rsync_spellings_are_taken() {
     assert!(err.contains("var/***/apt"), "{err}");
     assert!(!d.path().join("bad").exists());
 }
+
+/// A tree with modes, a hard link and a deeper directory, for the
+/// spellings that keep what copy always keeps.
+fn kept_tree(src: &Path) {
+    write(&src.join("etc/shadow"), "root:*:\n", 0o600);
+    write(&src.join("usr/bin/tool"), "#!/bin/sh\n", 0o755);
+    fs::hard_link(src.join("usr/bin/tool"), src.join("usr/bin/alias")).unwrap();
+}
+
+#[test]
+fn cp_and_rsync_flags_that_keep_everything_change_nothing() {
+    let d = Tmp::new();
+    let src = d.path().join("src");
+    kept_tree(&src);
+    let want = zinstall_testkit::listing(&src);
+    for (i, flags) in [
+        &["-r"][..],
+        &["-R"],
+        &["--recursive"],
+        &["-p"],
+        &["--preserve"],
+        &["--preserve=all"],
+        &["--preserve=mode,ownership,timestamps,links,xattr"],
+        &["-rp"],
+        &["-aHv"],
+        &["-a", "-r", "-p", "-H"],
+    ]
+    .iter()
+    .enumerate()
+    {
+        let dst = d.path().join(format!("dst{i}"));
+        let o = zinstall()
+            .arg("copy")
+            .args(*flags)
+            .arg(&src)
+            .arg(&dst)
+            .output()
+            .unwrap();
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{flags:?}: {out}{err}");
+        // Nothing extra is said, as for -a.
+        assert!(!err.contains("note:"), "{flags:?}: {err}");
+        assert_eq!(zinstall_testkit::listing(&dst), want, "{flags:?}");
+        let ino = |p: &str| zinstall_testkit::fsops::ino(&dst.join(p));
+        assert_eq!(ino("usr/bin/tool"), ino("usr/bin/alias"), "{flags:?}");
+    }
+}
+
+#[test]
+fn rsync_z_is_taken_with_a_note_that_it_does_nothing_here() {
+    let d = Tmp::new();
+    let src = d.path().join("src");
+    kept_tree(&src);
+    for (i, flags) in [&["-avz"][..], &["-z"], &["--compress", "-a"]]
+        .iter()
+        .enumerate()
+    {
+        let dst = d.path().join(format!("dst{i}"));
+        let o = zinstall()
+            .arg("copy")
+            .args(*flags)
+            .arg(&src)
+            .arg(&dst)
+            .output()
+            .unwrap();
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "{flags:?}: {out}{err}");
+        let notes: Vec<_> =
+            err.lines().filter(|l| l.contains("note:")).collect();
+        assert_eq!(
+            notes,
+            [
+                "zinstall: note: -z (compress in transit) has no meaning for \
+              a local copy: nothing is sent over a network; ignored"
+            ],
+            "{flags:?}: {err}"
+        );
+        assert_eq!(
+            fs::read_to_string(dst.join("etc/shadow")).unwrap(),
+            "root:*:\n"
+        );
+    }
+}
+
+#[test]
+fn habits_that_mean_something_else_are_answered_with_what_to_do() {
+    let d = Tmp::new();
+    let src = d.path().join("src");
+    kept_tree(&src);
+    let dst = d.path().join("dst");
+    let s = |p: &Path| p.to_str().unwrap().to_string();
+    let zp = s(&d.path().join("z"));
+    let tarball = s(&d.path().join("root.tar"));
+    let delete = "zinstall copy never deletes: into an empty DST it makes \
+                  an exact copy, and --merge replaces the entries that \
+                  differ and keeps the rest; to make DST exact, copy into a \
+                  new directory; to bring an installed root in line with \
+                  its profile, removing what the source no longer has, run \
+                  zinstall update --zonepath ZONEPATH";
+    let tar = format!(
+        "zinstall install is not tar: it takes the zonepath with \
+         --zonepath and the archives as arguments: zinstall install \
+         --zonepath {zp} {tarball}"
+    );
+    let cases: Vec<(Vec<String>, String)> = vec![
+        (
+            vec!["copy".into(), "-a".into(), "--delete".into()],
+            delete.into(),
+        ),
+        (
+            vec!["copy".into(), "--delete-after".into(), "-aH".into()],
+            delete.into(),
+        ),
+        (
+            vec!["copy".into(), "--no-preserve=mode".into()],
+            "zinstall copy always keeps owners, modes, times, ACLs, xattrs, \
+             links and holes and cannot drop any of them; use cp \
+             --no-preserve for a copy without them"
+                .into(),
+        ),
+        (
+            vec![
+                "install".into(),
+                "-C".into(),
+                zp.clone(),
+                "-xf".into(),
+                tarball.clone(),
+            ],
+            tar.clone(),
+        ),
+        (
+            vec![
+                "install".into(),
+                "-xf".into(),
+                tarball.clone(),
+                format!("-C{zp}"),
+            ],
+            tar.clone(),
+        ),
+        (
+            vec![
+                "install".into(),
+                "--directory".into(),
+                zp.clone(),
+                "--extract".into(),
+                format!("--file={tarball}"),
+            ],
+            tar.clone(),
+        ),
+    ];
+    for (args, said) in cases {
+        for json in [false, true] {
+            let mut c = zinstall();
+            c.args(&args);
+            if args[0] == "copy" {
+                c.arg(&src).arg(&dst);
+            }
+            let o = c.args(json.then_some("--json")).output().unwrap();
+            let (out, err) = text(&o);
+            assert_eq!(o.status.code(), Some(2), "{args:?}: {out}{err}");
+            if json {
+                let v: serde_json::Value = serde_json::from_str(&out)
+                    .unwrap_or_else(|e| panic!("{args:?}: {e}: {out}"));
+                assert_eq!(v["error"]["message"], *said, "{args:?}");
+            } else {
+                assert_eq!(
+                    err.trim_end(),
+                    format!("zinstall: error: {said}"),
+                    "{args:?}"
+                );
+            }
+            assert!(!dst.exists() && !Path::new(&zp).exists(), "{args:?}");
+        }
+    }
+}
+
+#[test]
+fn a_value_written_after_a_space_to_an_equals_option_is_refused() {
+    let d = Tmp::new();
+    let src = d.path().join("src");
+    kept_tree(&src);
+    let dst = d.path().join("dst");
+    let sock = d.path().join("zinstalld.sock");
+    let _listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+    let other = d.path().join("daemon-socket");
+    let _other = std::os::unix::net::UnixListener::bind(&other).unwrap();
+    let named = d.path().join("socket-file");
+    let said = |flag: &str, value: &Path| {
+        format!(
+            "zinstall: error: {flag} takes its value after an =: write \
+             {flag}={v} (a bare {flag} takes the default, and {v} would be \
+             read as the command's next argument)",
+            v = value.display()
+        )
+    };
+    let cases: Vec<(Vec<&std::ffi::OsStr>, String)> = vec![
+        // Read as the source today, the copy going to the daemon.
+        (
+            vec![
+                "copy".as_ref(),
+                "--daemon".as_ref(),
+                sock.as_ref(),
+                src.as_ref(),
+            ],
+            said("--daemon", &sock),
+        ),
+        // A socket by its type, whatever its name.
+        (
+            vec![
+                "copy".as_ref(),
+                "--daemon".as_ref(),
+                other.as_ref(),
+                src.as_ref(),
+            ],
+            said("--daemon", &other),
+        ),
+        // Before the command: read as the command.
+        (
+            vec![
+                "--daemon".as_ref(),
+                sock.as_ref(),
+                "copy".as_ref(),
+                src.as_ref(),
+                dst.as_ref(),
+            ],
+            said("--daemon", &sock),
+        ),
+        // One argument too many after the shift.
+        (
+            vec![
+                "copy".as_ref(),
+                "--daemon".as_ref(),
+                named.as_ref(),
+                src.as_ref(),
+                dst.as_ref(),
+            ],
+            said("--daemon", &named),
+        ),
+        (
+            vec![
+                "provision".as_ref(),
+                "-n".as_ref(),
+                "--qemu-img".as_ref(),
+                "/usr/bin/qemu-img".as_ref(),
+                src.as_ref(),
+                "--out".as_ref(),
+                dst.as_ref(),
+            ],
+            said("--qemu-img", Path::new("/usr/bin/qemu-img")),
+        ),
+    ];
+    for (args, want) in cases {
+        let o = zinstall().args(&args).output().unwrap();
+        let (out, err) = text(&o);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {out}{err}");
+        assert_eq!(err.trim_end(), want, "{args:?}");
+        assert!(!dst.exists(), "{args:?}");
+    }
+    // The = form and a bare flag before a command are as they were.
+    let o = zinstall()
+        .arg("copy")
+        .arg(format!("--daemon={}", d.path().join("none.sock").display()))
+        .arg(&src)
+        .arg(&dst)
+        .output()
+        .unwrap();
+    let (_, err) = text(&o);
+    assert!(!err.contains("takes its value after an ="), "{err}");
+}

@@ -31,6 +31,7 @@ mod registry;
 mod service_files;
 mod signed_images;
 mod tar_quirks;
+mod told;
 mod tracing;
 mod tune;
 mod update;

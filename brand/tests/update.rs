@@ -388,12 +388,12 @@ fn followed_paths_become_the_source_and_the_zones_changes_are_named() {
     let o = ok(w.update(&zp, &[]));
     let (_, err) = text(&o);
     for line in [
-        "replaced /usr/bin/mod: the zone's change of its content replaced",
-        "replaced /usr/bin/same: the zone's change of its content replaced",
-        "replaced /lib/libc.so: the zone's change of its mode replaced",
-        "replaced /usr/share/suid: removed in the zone; put back",
-        "replaced /usr/bin/own: the zone's own entry in a followed path",
-        "replaced /usr/bin/added: the zone's own entry where the new source adds one",
+        "replaced /usr/bin/mod: the root's change of its content replaced",
+        "replaced /usr/bin/same: the root's change of its content replaced",
+        "replaced /lib/libc.so: the root's change of its mode replaced",
+        "replaced /usr/share/suid: removed in the root; put back",
+        "replaced /usr/bin/own: the root's own entry in a followed path",
+        "replaced /usr/bin/added: the root's own entry where the new source adds one",
     ] {
         assert!(err.contains(line), "{line:?} not in:\n{err}");
     }
@@ -453,10 +453,10 @@ fn merged_paths_keep_the_zones_changes_and_force_replaces_them() {
     }
     let (_, err) = text(&ok(update(&zp, &[])));
     for line in [
-        "kept /etc/changed-by-both: changed in the zone since it was recorded; the new source changes it too",
-        "kept /etc/chmod-by-zone: changed in the zone since it was recorded; the new source changes it too",
-        "kept /etc/removed-by-zone: removed in the zone since it was recorded; stays removed",
-        "kept /etc/removed-by-host-changed-by-zone: changed in the zone since it was recorded; the new source removes it",
+        "kept /etc/changed-by-both: changed in the root since it was recorded; the new source changes it too",
+        "kept /etc/chmod-by-zone: changed in the root since it was recorded; the new source changes it too",
+        "kept /etc/removed-by-zone: removed in the root since it was recorded; stays removed",
+        "kept /etc/removed-by-host-changed-by-zone: changed in the root since it was recorded; the new source removes it",
     ] {
         assert!(err.contains(line), "{line:?} not in:\n{err}");
     }
@@ -898,7 +898,7 @@ fn a_symlink_the_zone_planted_is_never_written_through() {
     // merged one is the zone's, and nothing is written beneath it.
     assert!(
         err.contains(
-            "replaced /usr/bin: the zone's entry of another type replaced"
+            "replaced /usr/bin: the root's entry of another type replaced"
         ),
         "{err}"
     );

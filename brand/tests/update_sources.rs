@@ -326,11 +326,11 @@ fn an_image_update_replaces_usr_merges_etc_keeps_var() {
     );
     assert!(
         kept.iter()
-            .any(|l| l.starts_with("/etc/app.conf changed in the zone")),
+            .any(|l| l.starts_with("/etc/app.conf changed in the root")),
         "{kept:?}"
     );
     assert!(
-        kept.iter().any(|l| l == "/var/log/app.log a kept path: the zone's own entry where the new source adds one"),
+        kept.iter().any(|l| l == "/var/log/app.log a kept path: the root's own entry where the new source adds one"),
         "{kept:?}"
     );
     assert_eq!(read(&root.join("usr/bin/other")), "other 1\n");
@@ -732,6 +732,12 @@ fn a_root_in_use_is_refused_unless_live() {
             "{how}: {t}"
         );
         assert!(t.contains("--live"), "{t}");
+        // A Linux root is no zone: what to stop is said as it is here.
+        assert!(
+            t.contains("stop the container or guest using it (or the process)")
+                && !t.contains("stop the zone"),
+            "{t}"
+        );
         assert_eq!(read(&zp.join("root/usr/bin/a")), "1\n");
         assert!(!zp.join("root.prev").exists());
     }

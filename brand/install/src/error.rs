@@ -172,6 +172,71 @@ pub enum Aftermath {
     /// The zonepath holds something worth keeping, so zoneadm is not
     /// told to clean it.
     Kept(Keep),
+    /// What could not be undone of the zonepath's preparation, after
+    /// what followed before.
+    Left(Left, Option<Box<Aftermath>>),
+}
+
+impl fmt::Display for Aftermath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Aftermath::MarkerKept { path, source } => {
+                write!(f, "; then: remove {}: {source}", path.display())
+            }
+            Aftermath::Kept(why) => write!(
+                f,
+                "; and {why}, so zoneadm is not told to clean the zonepath"
+            ),
+            Aftermath::Left(left, before) => {
+                if let Some(b) = before {
+                    write!(f, "{b}")?;
+                }
+                write!(f, "; {left}")
+            }
+        }
+    }
+}
+
+/// What a failed install could not undo of what it did to the zonepath
+/// before it stopped, and so is left.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Left {
+    /// The zonepath it made could not be removed.
+    Made {
+        /// The zonepath.
+        path: PathBuf,
+        /// The system's error.
+        source: io::Error,
+    },
+    /// The existing zonepath's mode could not be set back.
+    Mode {
+        /// The zonepath.
+        path: PathBuf,
+        /// Its mode before.
+        was: u32,
+        /// The system's error.
+        source: Box<copier::Error>,
+    },
+}
+
+impl fmt::Display for Left {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Left::Made { path, source } => write!(
+                f,
+                "{} is left, although this install made it ({source}); \
+                 remove it once its content is not needed",
+                path.display()
+            ),
+            Left::Mode { path, was, source } => write!(
+                f,
+                "{} is left at mode 0700, from {was:04o} ({source}); \
+                 chmod {was:04o} it",
+                path.display()
+            ),
+        }
+    }
 }
 
 /// What in a zonepath is worth keeping (so `cleanup_zonepath()` must not
@@ -223,6 +288,13 @@ impl InstallError {
         }
     }
 
+    /// Records what could not be undone: the message then says it is
+    /// left, never that nothing was changed.
+    pub(crate) fn left(&mut self, l: Left) {
+        let before = self.aftermath.take();
+        self.aftermath = Some(Box::new(Aftermath::Left(l, before)));
+    }
+
     pub(crate) fn before(cause: Cause) -> Self {
         Self::new(Stage::BeforeRoot, cause)
     }
@@ -241,6 +313,26 @@ impl InstallError {
         match self.stage {
             Stage::BeforeRoot | Stage::Cleaned => 254,
             Stage::Refused | Stage::Partial => 255,
+        }
+    }
+
+    /// Whether the profile decided this outcome: the failure is the
+    /// profile's own, or about a tree, path or baseline it named. A
+    /// failure of an image, a signature, a registry or the zonepath is
+    /// the same under any profile, so no note on profiles belongs there.
+    pub fn profile_decided(&self) -> bool {
+        match &self.cause {
+            Cause::Profile(_)
+            | Cause::TreeMissing { .. }
+            | Cause::BaselineMissing { .. }
+            | Cause::Layout { .. }
+            | Cause::NotProfileRoot { .. } => true,
+            Cause::Step { step, .. } | Cause::Copy { step, .. } => {
+                ["replicate ", "host file ", "layout"]
+                    .iter()
+                    .any(|s| step.starts_with(s))
+            }
+            _ => false,
         }
     }
 
@@ -374,11 +466,29 @@ impl fmt::Display for Cause {
                  (--cache)"
             ),
             // Unlike `zinstall copy`, which goes on as `cp -a` does.
-            Cause::Copy { step, source } => write!(
-                f,
-                "{step}: {source}; an install stops at its first error, \
-                 since a root with holes is not a root"
-            ),
+            Cause::Copy { step, source } => {
+                // A full disk fails every worker's entry in flight the
+                // same way: said once, as what it is.
+                let full = source.first().filter(|e| {
+                    matches!(
+                        e.raw_os_error(),
+                        Some(libc::ENOSPC | libc::EDQUOT)
+                    )
+                });
+                match full {
+                    Some(first) => write!(
+                        f,
+                        "{step}: the root's filesystem is full (first: \
+                         {first}); an install stops at its first error, \
+                         since a root with holes is not a root"
+                    ),
+                    None => write!(
+                        f,
+                        "{step}: {source}; an install stops at its first \
+                         error, since a root with holes is not a root"
+                    ),
+                }
+            }
             Cause::Layout { what, source } => {
                 write!(f, "layout: {what}: {source}")
             }
@@ -412,23 +522,21 @@ impl fmt::Display for Cause {
 impl fmt::Display for InstallError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.cause)?;
-        match self.aftermath.as_deref() {
-            None => {}
-            Some(Aftermath::MarkerKept { path, source }) => {
-                write!(f, "; then: remove {}: {source}", path.display())?;
-            }
-            Some(Aftermath::Kept(why)) => write!(
-                f,
-                "; and {why}, so zoneadm is not told to clean the zonepath"
-            )?,
+        if let Some(a) = &self.aftermath {
+            write!(f, "{a}")?;
         }
+        let left =
+            matches!(self.aftermath.as_deref(), Some(Aftermath::Left(..)));
         match self.stage {
             Stage::BeforeRoot => Ok(()),
+            Stage::Refused if left => Ok(()),
             Stage::Refused => f.write_str(" (nothing was changed)"),
             Stage::Cleaned => f.write_str(" (the partial root was removed)"),
-            Stage::Partial => {
-                f.write_str(" (the partial root remains; uninstall the zone)")
-            }
+            Stage::Partial => f.write_str(concat!(
+                " (the partial root remains; uninstall the ",
+                made!(),
+                ")"
+            )),
         }
     }
 }

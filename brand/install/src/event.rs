@@ -145,7 +145,11 @@ impl fmt::Display for Event {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Event::Installing { zone, zonepath } => {
-                write!(f, "installing zone {zone} @ {zonepath:?}...")
+                write!(
+                    f,
+                    concat!("installing ", made!(), " {} @ {:?}..."),
+                    zone, zonepath
+                )
             }
             Event::CleaningInterrupted => {
                 f.write_str("cleaning up an interrupted install...")
@@ -217,7 +221,8 @@ impl fmt::Display for Event {
             Event::Notice(n) => write!(f, "note: {n}"),
             Event::Complete { zone, stats, took } => write!(
                 f,
-                "install of zone {zone} complete: {}",
+                concat!("install of ", made!(), " {} complete: {}"),
+                zone,
                 summary(stats, *took)
             ),
             Event::Adopting { root } => write!(

@@ -76,6 +76,25 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+/// What an install makes, as messages name it: a zone on illumos, a
+/// root elsewhere (a Linux root is no zone). A macro, so that it joins
+/// literals with `concat!`.
+#[cfg(any(target_os = "illumos", target_os = "solaris"))]
+macro_rules! made {
+    () => {
+        "zone"
+    };
+}
+/// What an install makes, as messages name it: a zone on illumos, a
+/// root elsewhere (a Linux root is no zone). A macro, so that it joins
+/// literals with `concat!`.
+#[cfg(not(any(target_os = "illumos", target_os = "solaris")))]
+macro_rules! made {
+    () => {
+        "root"
+    };
+}
+
 mod attach;
 mod dry_run;
 mod error;
@@ -93,7 +112,7 @@ pub mod update;
 mod zonepath;
 
 pub use attach::attach;
-pub use error::{Aftermath, Cause, InstallError, Keep, Stage};
+pub use error::{Aftermath, Cause, InstallError, Keep, Left, Stage};
 pub use event::Event;
 pub use plan::{Install, check_kind, oci_image};
 pub use profile::Profile;

@@ -62,17 +62,26 @@ pub const PURPOSES: (&str, &str) =
 /// names itself, [`Profile::path`]).
 pub fn default_hint(shown: &Path) -> String {
     let (this, other) = PURPOSES;
+    // The other profile is named as a file to give only where it is: it
+    // exists where the package was installed, not in a build tree.
+    let alternative = if Path::new(ALTERNATIVE_PATH).exists() {
+        format!("use --profile {ALTERNATIVE_PATH}")
+    } else {
+        format!(
+            "write a profile and give it with --profile (there is no \
+             {ALTERNATIVE_PATH}, which the packages install)"
+        )
+    };
     if shown == Path::new(BUILT_IN) {
         return format!(
             "the profile was the built-in default (there is no \
-             {DEFAULT_PATH}), for {this}; for {other} use --profile \
-             {ALTERNATIVE_PATH} (see zinstall(5))"
+             {DEFAULT_PATH}), for {this}; for {other} {alternative} (see \
+             zinstall(5))"
         );
     }
     format!(
-        "the profile was the default, {}; the packages install \
-         {DEFAULT_PATH} for {this} and {ALTERNATIVE_PATH} for {other} \
-         (choose with --profile; see zinstall(5))",
+        "the profile was the default, {}; the packages install it for \
+         {this}; for {other} {alternative} (see zinstall(5))",
         shown.display()
     )
 }

@@ -6,7 +6,7 @@
 use std::fs;
 use std::path::Path;
 
-use crate::error::{Aftermath, Cause, InstallError, Keep, Stage};
+use crate::error::{Aftermath, Cause, InstallError, Keep, Left, Stage};
 use crate::state::{self, State};
 
 /// Opens the zonepath only if nobody but root could have redirected it
@@ -34,6 +34,52 @@ pub struct Zonepath {
     /// True if this call made it (it was missing): a failed install
     /// removes it again ([`discard_zonepath`]).
     pub made: bool,
+    /// Its mode before it was set to 0700, when it existed: a failed
+    /// install sets it back ([`Zonepath::undo`]).
+    pub mode: Option<u32>,
+}
+
+impl Zonepath {
+    /// After a failed install: undoes what [`prepare_zonepath`] did, so
+    /// that a refusal's "(nothing was changed)" is true. A zonepath this
+    /// install made is removed (once empty); an existing one gets its
+    /// mode back. What could not be undone is put on the error, which
+    /// then says what is left instead. Returns a line saying what was
+    /// undone, for the user.
+    pub fn undo(self, e: &mut InstallError) -> Option<String> {
+        let path = self.dir.path().to_path_buf();
+        if self.made {
+            drop(self.dir);
+            return match discard_zonepath(&path) {
+                Ok(()) => Some(format!(
+                    "removed {}, which this install made",
+                    path.display()
+                )),
+                Err(source) => {
+                    e.left(Left::Made { path, source });
+                    None
+                }
+            };
+        }
+        let was = self.mode? & 0o7777;
+        // A partial root left behind stays closed to other users.
+        if was == 0o700 || e.stage == Stage::Partial {
+            return None;
+        }
+        match self.dir.set_mode(was) {
+            Ok(()) => {
+                Some(format!("set {} back to mode {was:04o}", path.display()))
+            }
+            Err(source) => {
+                e.left(Left::Mode {
+                    path,
+                    was,
+                    source: Box::new(source),
+                });
+                None
+            }
+        }
+    }
 }
 
 /// Makes the zonepath (0700) if missing and sets it to 0700 through its
@@ -50,7 +96,8 @@ pub fn prepare_zonepath(zonepath: &Path) -> Result<Zonepath, InstallError> {
             source: Box::new(source),
         })
     };
-    let existed = fs::symlink_metadata(zonepath).is_ok();
+    let before = fs::symlink_metadata(zonepath).ok();
+    let existed = before.is_some();
     let dir = copier::trusted::open_dir(zonepath, Some(0o700)).map_err(fail)?;
     if existed {
         check_unrelated(zonepath)?;
@@ -59,6 +106,8 @@ pub fn prepare_zonepath(zonepath: &Path) -> Result<Zonepath, InstallError> {
     Ok(Zonepath {
         dir,
         made: !existed,
+        mode: before
+            .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions())),
     })
 }
 

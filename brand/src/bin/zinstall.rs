@@ -21,6 +21,9 @@ fn main() -> ExitCode {
     if let Some(done) = cli::completions_request(&args) {
         return done.into();
     }
+    if let Some(refused) = cli::spaced_value(&args) {
+        return refused.into();
+    }
     match Cli::try_parse_from(&args) {
         Ok(cli) => cli::run(&cli),
         Err(e) => cli::usage_error(e, &args),

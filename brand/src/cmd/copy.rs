@@ -33,6 +33,20 @@ pub struct CopyArgs {
     /// are always kept.
     #[arg(long, short = 'H')]
     pub hard_links: bool,
+    /// Accepted as cp -r, cp -R and rsync -r users type it; changes
+    /// nothing: directories are always copied with all beneath them.
+    #[arg(long, short = 'r', visible_short_alias = 'R')]
+    pub recursive: bool,
+    /// Accepted as cp -p, cp --preserve[=LIST] and rsync -p users type
+    /// it, whatever LIST names; changes nothing: every attribute is
+    /// always kept.
+    #[arg(short = 'p', long, value_name = "LIST", num_args = 0..=1,
+          require_equals = true, default_missing_value = "all")]
+    pub preserve: Option<String>,
+    /// Accepted as rsync -z users type it, with a note: there is no
+    /// transfer to compress in a local copy.
+    #[arg(long, short = 'z')]
+    pub compress: bool,
     /// Copy into a non-empty destination, replacing entries that differ.
     #[arg(long)]
     pub merge: bool,
@@ -113,6 +127,15 @@ pub fn exclude_patterns(args: &CopyArgs) -> copier::Result<Vec<String>> {
 
 /// Runs the copy; exit 0 on success, 1 on any error.
 pub fn run(args: &CopyArgs) -> Exit {
+    // rsync -z is accepted, not refused: `rsync -avz` is typed for local
+    // copies too, where rsync itself ignores it, so refusing would fail a
+    // line that means nothing harmful; a note says it did nothing.
+    if args.compress && !args.quiet {
+        output::note(
+            "-z (compress in transit) has no meaning for a local copy: \
+             nothing is sent over a network; ignored",
+        );
+    }
     let tunables = match args.tunables.resolve() {
         Ok(t) => t,
         Err(e) => {
@@ -226,7 +249,7 @@ pub fn run(args: &CopyArgs) -> Exit {
     }
     if let Some(f) = failed {
         if !args.json {
-            output::failure(f);
+            output::failure(f, &args.dst);
             // Going on past errors, what was copied is worth a line.
             if !args.quiet && report.stats.entries() > 0 {
                 let n = f.errors.len() as u64 + f.more_errors;

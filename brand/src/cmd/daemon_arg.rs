@@ -13,7 +13,8 @@ use zinstall_daemon::config::DEFAULT_SOCKET;
 pub struct DaemonArg {
     /// Have zinstalld run this, at its socket (default
     /// /run/zinstall/zinstalld.sock; also ZINSTALL_DAEMON), with the same
-    /// output. The = is required.
+    /// output. The = is required: a socket written after a space is
+    /// refused, saying to write --daemon=PATH.
     #[arg(long, value_name = "SOCKET", num_args = 0..=1, require_equals = true)]
     pub daemon: Option<Option<PathBuf>>,
 }

@@ -157,24 +157,17 @@ pub fn install(args: &InstallArgs) -> Exit {
     let bar = Bar::for_terminal(json || args.verbose, "installing");
     let mut show = |e: &install::Event| show_event(json, &bar, e);
     let shown = profile.path.clone();
-    let r = job(args, profile, tunables, log, &mut show, &bar, trust).run();
+    let mut r = job(args, profile, tunables, log, &mut show, &bar, trust).run();
     if let Some(b) = &bar {
         b.finish();
     }
-    if r.is_err() && zonepath.made {
-        // What this install made, it removes again (once empty: a root
-        // that could not be cleaned keeps it).
-        drop(zonepath.dir);
-        match install::discard_zonepath(&args.zonepath) {
-            Ok(()) => output::note(format_args!(
-                "removed {}, which this install made",
-                output::show(&args.zonepath)
-            )),
-            Err(e) => output::note(format_args!(
-                "{} is left, although this install made it: {e}",
-                output::show(&args.zonepath)
-            )),
-        }
+    // What this install did to the zonepath, it undoes (a zonepath it
+    // made is removed once empty: a root that could not be cleaned keeps
+    // it); what it could not undo, the error says.
+    if let Err(e) = &mut r
+        && let Some(done) = zonepath.undo(e)
+    {
+        output::note(done);
     }
     finish(args, &shown, r)
 }
@@ -265,8 +258,11 @@ fn finish(
 ) -> Exit {
     let json = args.json;
     // A default profile that failed may be the wrong one.
-    let hint = (r.is_err() && args.profile.is_none())
-        .then(|| profile::default_hint(shown));
+    let hint = r
+        .as_ref()
+        .err()
+        .filter(|e| args.profile.is_none() && e.profile_decided())
+        .map(|_| profile::default_hint(shown));
     if json {
         match &r {
             Ok(s) => crate::json::result(serde_json::json!({

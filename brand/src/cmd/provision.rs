@@ -63,7 +63,8 @@ pub struct ProvisionArgs {
     /// of natively; qcow2 images the native reader lacks a feature for
     /// are converted with it, formats zinstall does not read too (without
     /// it: the qemu-img on PATH). The = is required, so
-    /// that the image is not taken for the path.
+    /// that the image is not taken for the path; a qemu-img written
+    /// after a space is refused, saying to write --qemu-img=PATH.
     #[arg(long, value_name = "PATH", num_args = 0..=1, require_equals = true,
           default_missing_value = "/usr/bin/qemu-img")]
     pub qemu_img: Option<PathBuf>,

@@ -144,7 +144,7 @@ fn install(
         }
         job.event(format!("INFO: zinstall: {e}"));
     };
-    let r = Install {
+    let mut r = Install {
         zone,
         zonepath: a.zonepath.to_path_buf(),
         profile,
@@ -162,18 +162,12 @@ fn install(
         sync: true,
     }
     .run();
-    if r.is_err() && zonepath.made {
-        drop(zonepath.dir);
-        job.event(match zinstall_install::discard_zonepath(&a.zonepath) {
-            Ok(()) => format!(
-                "NOTE: removed {}, which this install made",
-                a.zonepath.display()
-            ),
-            Err(e) => format!(
-                "NOTE: {} is left, although this install made it: {e}",
-                a.zonepath.display()
-            ),
-        });
+    // As the CLI: what was done to the zonepath is undone, and what
+    // could not be, the error says.
+    if let Err(e) = &mut r
+        && let Some(done) = zonepath.undo(e)
+    {
+        job.event(format!("NOTE: {done}"));
     }
     match r {
         Ok(s) => reply_value(&InstallReply {

@@ -248,7 +248,7 @@ pub(super) fn decide(
                         if changed {
                             report.kept.push(Kept {
                                 path: shown(&w.rel),
-                                why: "a kept path: the new source changes it, the zone's stays",
+                                why: concat!("a kept path: the new source changes it, the ", made!(), "'s stays"),
                             });
                             zones[n] = true;
                         }
@@ -276,14 +276,18 @@ pub(super) fn decide(
                         Vs::Gone => {
                             report.kept.push(Kept {
                                 path: shown(&w.rel),
-                                why: "removed in the zone since it was recorded; stays removed",
+                                why: concat!(
+                                    "removed in the ",
+                                    made!(),
+                                    " since it was recorded; stays removed"
+                                ),
                             });
                             zones[n] = true;
                         }
                         Vs::Changed(_) => {
                             report.kept.push(Kept {
                                 path: shown(&w.rel),
-                                why: "changed in the zone since it was recorded; the new source changes it too",
+                                why: concat!("changed in the ", made!(), " since it was recorded; the new source changes it too"),
                             });
                             zones[n] = true;
                         }
@@ -301,7 +305,11 @@ pub(super) fn decide(
                     Owner::Keep if here => {
                         report.kept.push(Kept {
                             path: shown(&w.rel),
-                            why: "a kept path: the zone's own entry where the new source adds one",
+                            why: concat!(
+                                "a kept path: the ",
+                                made!(),
+                                "'s own entry where the new source adds one"
+                            ),
                         });
                         zones[n] = true;
                     }
@@ -310,7 +318,11 @@ pub(super) fn decide(
                         if here {
                             report.replaced.push(Kept {
                                 path: shown(&w.rel),
-                                why: "the zone's own entry where the new source adds one",
+                                why: concat!(
+                                    "the ",
+                                    made!(),
+                                    "'s own entry where the new source adds one"
+                                ),
                             });
                         }
                         write[n] = true;
@@ -324,7 +336,11 @@ pub(super) fn decide(
                         {
                             report.kept.push(Kept {
                                 path: shown(&w.rel),
-                                why: "the zone's own entry where the new source adds one",
+                                why: concat!(
+                                    "the ",
+                                    made!(),
+                                    "'s own entry where the new source adds one"
+                                ),
                             });
                             zones[n] = true;
                         } else {
@@ -347,7 +363,11 @@ pub(super) fn decide(
         match i.owner(p) {
             Owner::Keep => report.kept.push(Kept {
                 path: shown(p),
-                why: "a kept path: the new source removes it, the zone's stays",
+                why: concat!(
+                    "a kept path: the new source removes it, the ",
+                    made!(),
+                    "'s stays"
+                ),
             }),
             Owner::Follow => match state(p) {
                 Vs::Gone => {}
@@ -355,7 +375,11 @@ pub(super) fn decide(
                     if zs != Vs::Same {
                         report.replaced.push(Kept {
                             path: shown(p),
-                            why: "changed in the zone; the new source removes it",
+                            why: concat!(
+                                "changed in the ",
+                                made!(),
+                                "; the new source removes it"
+                            ),
                         });
                     }
                     remove.push((p.to_vec(), true));
@@ -366,7 +390,11 @@ pub(super) fn decide(
                 Vs::Same => remove.push((p.to_vec(), e.k != 'd')),
                 Vs::Changed(_) => report.kept.push(Kept {
                     path: shown(p),
-                    why: "changed in the zone since it was recorded; the new source removes it",
+                    why: concat!(
+                        "changed in the ",
+                        made!(),
+                        " since it was recorded; the new source removes it"
+                    ),
                 }),
             },
         }
@@ -394,7 +422,7 @@ pub(super) fn decide(
         }
         report.replaced.push(Kept {
             path: shown(p),
-            why: "the zone's own entry in a followed path",
+            why: concat!("the ", made!(), "'s own entry in a followed path"),
         });
         remove.push((p.clone(), true));
         last = Some(p.as_slice());
@@ -428,12 +456,20 @@ pub(super) fn decide(
 
 fn replaced_why(zs: Vs) -> &'static str {
     match zs {
-        Vs::Gone => "removed in the zone; put back",
-        Vs::Changed("content") => "the zone's change of its content replaced",
-        Vs::Changed("mode") => "the zone's change of its mode replaced",
-        Vs::Changed("owner") => "the zone's change of its owner replaced",
-        Vs::Changed("type") => "the zone's entry of another type replaced",
-        Vs::Changed(_) => "the zone's change replaced",
+        Vs::Gone => concat!("removed in the ", made!(), "; put back"),
+        Vs::Changed("content") => {
+            concat!("the ", made!(), "'s change of its content replaced")
+        }
+        Vs::Changed("mode") => {
+            concat!("the ", made!(), "'s change of its mode replaced")
+        }
+        Vs::Changed("owner") => {
+            concat!("the ", made!(), "'s change of its owner replaced")
+        }
+        Vs::Changed("type") => {
+            concat!("the ", made!(), "'s entry of another type replaced")
+        }
+        Vs::Changed(_) => concat!("the ", made!(), "'s change replaced"),
         Vs::Same => "",
     }
 }

@@ -17,8 +17,9 @@ pub enum UpdateError {
     Lock(#[from] state::LockError),
     /// The zonepath is not an installed zone.
     #[error(
-        "{}: not an installed root ({state}): install it \
-         first (zinstall install --zonepath {})",
+        "{} was never installed by zinstall ({state}), so there is no \
+         root to update: install one with zinstall install --zonepath {} \
+         [IMAGE...]",
         zonepath.display(),
         zonepath.display()
     )]
@@ -32,10 +33,11 @@ pub enum UpdateError {
     /// cannot be told from the install's.
     #[error(
         "{}: no manifest of what the install laid out (installed before \
-         zinstall recorded one), so the zone's own changes cannot be told \
+         zinstall recorded one), so the {}'s own changes cannot be told \
          from the install's; --force updates anyway, replacing every file \
          of the profile's trees and keeping every other entry",
-        zonepath.display()
+        zonepath.display(),
+        made!()
     )]
     NoManifest {
         /// The zonepath.
@@ -66,10 +68,15 @@ pub enum UpdateError {
     },
     /// A process uses the root: an update would lose what it writes.
     #[error(
-        "{}: process {pid} ({comm}) {what}; stop the zone (or the \
+        "{}: process {pid} ({comm}) {what}; stop {} (or the \
          process) first, or update with --live, which loses what is \
          written in the root while the update runs; nothing was changed",
-        root.display()
+        root.display(),
+        if cfg!(any(target_os = "illumos", target_os = "solaris")) {
+            "the zone"
+        } else {
+            "the container or guest using it"
+        }
     )]
     Live {
         /// The root.

@@ -163,6 +163,16 @@ impl Update<'_> {
     /// Runs the update; see the module's documentation.
     pub fn run(&mut self) -> Result<Report, UpdateError> {
         let zonepath = self.zonepath.clone();
+        // No zonepath at all: nothing was ever installed there, which
+        // is what to say, not that it cannot be opened.
+        if std::fs::symlink_metadata(&zonepath)
+            .is_err_and(|e| e.kind() == io::ErrorKind::NotFound)
+        {
+            return Err(UpdateError::NotInstalled {
+                zonepath,
+                state: "it does not exist",
+            });
+        }
         let _held = open_zonepath(&zonepath).map_err(|e| UpdateError::Io {
             op: "open zonepath",
             path: zonepath.clone(),
@@ -418,7 +428,7 @@ impl Update<'_> {
                     zonepath: zp,
                     state: match st {
                         Some(State::Installing) => "its install did not finish",
-                        _ => "no install was recorded there",
+                        _ => "no install is recorded there",
                     },
                 });
             }
