@@ -30,6 +30,7 @@ mod real_roots;
 mod registry;
 mod service_files;
 mod signed_images;
+mod signed_world;
 mod tar_quirks;
 mod tracing;
 mod tune;
