@@ -29,6 +29,7 @@ mod provision_integrity;
 mod real_roots;
 mod registry;
 mod service_files;
+mod signed_claims;
 mod signed_images;
 mod signed_world;
 mod tar_quirks;
