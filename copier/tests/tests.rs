@@ -22,6 +22,8 @@ mod source_fd;
 mod statemap;
 mod tar_quirks;
 mod tar_reader;
+mod tar_support;
+mod tar_types;
 mod walk_only;
 mod walkers;
 mod writeback;

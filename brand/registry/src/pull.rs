@@ -540,14 +540,14 @@ impl Registry {
 
 /// The identity the trust policy judges `r` by: tagged, or by digest
 /// when a digest was given (it decides what is pulled).
+/// The identity a signature is judged against: the reference as the
+/// user wrote it, a tag kept beside a digest (containers/image's policy
+/// then wants a claim of exactly `NAME:TAG@DIGEST` for matchExact,
+/// matchRepoDigestOrExact and remapIdentity).
 fn identity_of(r: &Reference) -> policy::DockerRef {
     policy::DockerRef {
         name: format!("{}/{}", r.registry, r.repository),
-        tag: if r.digest.is_some() {
-            None
-        } else {
-            r.tag.clone()
-        },
+        tag: r.tag.clone(),
         digest: r.digest.as_ref().map(ToString::to_string),
     }
 }

@@ -7,7 +7,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use pgp::composed::{Message, PublicOrSecret, SignedPublicKey};
 use pgp::packet::{Signature, SignatureType};
-use pgp::types::{KeyDetails, Timestamp, VerifyingKey};
+use pgp::types::{KeyDetails, Tag, Timestamp, VerifyingKey};
 
 use super::payload::MAX_PAYLOAD;
 use super::verdict::Failed;
@@ -39,6 +39,26 @@ fn run_out(from: Timestamp, lifetime: Option<pgp::types::Duration>) -> bool {
     d.as_secs() != 0 && u64::from(from.as_secs()) + d.as_secs() < now
 }
 
+/// The self-signatures of `key` that verify against its primary key:
+/// its user IDs' certifications and its direct-key signatures. A
+/// certification by another key, or a packet that does not verify,
+/// says nothing of the key's expiry (gpg and containers/image take only
+/// valid self-signatures), so it is left out here.
+fn valid_self_sigs(key: &SignedPublicKey) -> impl Iterator<Item = &Signature> {
+    let primary = &key.primary_key;
+    let certs = key.details.users.iter().flat_map(move |u| {
+        u.signatures.iter().filter(move |s| {
+            s.verify_certification(primary, Tag::UserId, &u.id).is_ok()
+        })
+    });
+    let direct = key
+        .details
+        .direct_signatures
+        .iter()
+        .filter(move |s| s.verify_key(primary).is_ok());
+    certs.chain(direct)
+}
+
 /// The key expiration time of the newest of `sigs` (self-signatures).
 fn newest_expiry<'a>(
     sigs: impl Iterator<Item = &'a Signature>,
@@ -53,14 +73,11 @@ fn newest_expiry<'a>(
 /// the subkey's own back-signature when it signs), neither revoked nor
 /// expired.
 fn signing_keys(key: &SignedPublicKey) -> Vec<&dyn VerifyingKey> {
-    let self_sigs = key
-        .details
-        .users
-        .iter()
-        .flat_map(|u| u.signatures.iter())
-        .chain(key.details.direct_signatures.iter());
     if revoked(key)
-        || run_out(key.primary_key.created_at(), newest_expiry(self_sigs))
+        || run_out(
+            key.primary_key.created_at(),
+            newest_expiry(valid_self_sigs(key)),
+        )
     {
         return Vec::new();
     }

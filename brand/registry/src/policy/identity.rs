@@ -107,11 +107,14 @@ pub enum SignedIdentity {
     /// digest).
     #[serde(rename = "matchExact")]
     MatchExact,
-    /// Tagged image: the claim equals it; by digest: same repository.
+    /// Tagged image (with or without a digest): the claim equals it;
+    /// by digest alone: a claim in the same repository. A claim naming
+    /// a repository alone never matches.
     #[default]
     #[serde(rename = "matchRepoDigestOrExact")]
     MatchRepoDigestOrExact,
-    /// Same repository.
+    /// Same repository (a claim naming the repository alone too, as
+    /// containers/image takes it).
     #[serde(rename = "matchRepository")]
     MatchRepository,
     /// The claim equals this reference.
@@ -244,10 +247,18 @@ impl SignedIdentity {
     }
 }
 
+/// containers/image's matchRepoDigestOrExactReferenceValues.
 fn repo_digest_or_exact(image: &DockerRef, signed: &DockerRef) -> bool {
-    if image.tag.is_some() && image.digest.is_none() {
-        // A tagged image: the claim must be this very tag.
-        !signed.is_name_only() && image.to_string() == signed.to_string()
+    // A claim of a repository alone names no image: refused before
+    // anything else, whatever the image.
+    if signed.is_name_only() {
+        return false;
+    }
+    if image.tag.is_some() {
+        // A tagged image (a tag and a digest together too, as
+        // containers/image's NamedTagged case takes it): the claim must
+        // be this very reference.
+        image.to_string() == signed.to_string()
     } else if image.digest.is_some() {
         // By digest: the digest was checked against the manifest before
         // the signature was looked at; any claim in the repository will do.

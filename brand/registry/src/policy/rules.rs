@@ -95,6 +95,8 @@ struct RawSignedBy {
 struct RawSigstore {
     #[serde(rename = "keyPath")]
     key_path: Option<PathBuf>,
+    #[serde(rename = "keyPaths")]
+    key_paths: Option<Vec<PathBuf>>,
     #[serde(rename = "keyData")]
     key_data: Option<String>,
     #[serde(rename = "signedIdentity", default)]
@@ -129,9 +131,9 @@ pub enum Requirement {
         /// What the signature must claim.
         identity: SignedIdentity,
     },
-    /// A sigstore signature by this public key.
+    /// A sigstore signature by one of these public keys.
     SigstoreSigned {
-        /// The key (PEM).
+        /// The keys (PEM).
         key: Keys,
         /// What the signature must claim.
         identity: SignedIdentity,
@@ -177,12 +179,15 @@ impl TryFrom<RawRequirement> for Requirement {
                 }
             }
             RawRequirement::SigstoreSigned(s) => {
-                let key = match (s.key_path, s.key_data) {
-                    (Some(p), None) => Keys::Paths(vec![p]),
-                    (None, Some(d)) => Keys::Data(key_data(&d)?),
+                // As containers/image: exactly one source of keys, and
+                // keyPaths not empty.
+                let key = match (s.key_path, s.key_paths, s.key_data) {
+                    (Some(p), None, None) => Keys::Paths(vec![p]),
+                    (None, Some(ps), None) if !ps.is_empty() => Keys::Paths(ps),
+                    (None, None, Some(d)) => Keys::Data(key_data(&d)?),
                     _ => {
                         return Err("sigstoreSigned needs exactly one of \
-                                    keyPath and keyData"
+                                    keyPath, keyPaths and keyData"
                             .to_string());
                     }
                 };
@@ -273,7 +278,7 @@ impl Requirement {
             Requirement::SigstoreSigned { key, identity } => {
                 let key = match key
                     .read()
-                    .and_then(|k| sigstore::Key::parse(&k[0].0, &k[0].1))
+                    .and_then(|k| sigstore::Keys::parse(&k))
                 {
                     Ok(k) => k,
                     Err(why) => return Ok(Err((Failed::KeyUnreadable, why))),
@@ -442,8 +447,9 @@ impl Policy {
 /// containers/image's docker transport lists them.
 pub fn scopes_of(image: &DockerRef) -> Vec<String> {
     let mut out = Vec::new();
-    // An image is tagged or by digest, never both (as containers/image
-    // refuses both): the digest decides.
+    // An image named by tag and digest (a reference containers/image's
+    // docker transport refuses) is scoped by its digest, which decides
+    // what is pulled.
     if image.digest.is_some() || image.tag.is_some() {
         let mut exact = image.clone();
         if exact.digest.is_some() {

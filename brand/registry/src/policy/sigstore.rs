@@ -17,6 +17,56 @@ pub const SIMPLESIGNING_TYPE: &str =
 /// The annotation holding the signature.
 pub const SIGNATURE_ANNOTATION: &str = "dev.cosignproject.cosign/signature";
 
+/// The public keys of a `sigstoreSigned` requirement (`keyPath`,
+/// `keyPaths` or `keyData`): a signature by any of them will do.
+pub struct Keys(Vec<Key>);
+
+impl Keys {
+    /// Reads each PEM key, named by where it came from.
+    pub fn parse(keys: &[(String, Vec<u8>)]) -> Result<Keys, String> {
+        if keys.is_empty() {
+            return Err("no public key given".into());
+        }
+        keys.iter()
+            .map(|(source, pem)| Key::parse(source, pem))
+            .collect::<Result<Vec<_>, _>>()
+            .map(Keys)
+    }
+
+    /// Whether `signature` (base64 DER) over `payload` is one of these
+    /// keys'.
+    pub fn verify(
+        &self,
+        payload: &[u8],
+        signature: &str,
+    ) -> Result<(), (Failed, String)> {
+        let mut last = None;
+        for k in &self.0 {
+            match k.verify(payload, signature) {
+                Ok(()) => return Ok(()),
+                // Malformed for one key is malformed for all.
+                Err(e) if e.0 != Failed::WrongKey => return Err(e),
+                Err(e) => last = Some(e),
+            }
+        }
+        match last {
+            Some(_) if self.0.len() > 1 => Err((
+                Failed::WrongKey,
+                format!(
+                    "not signed by a key in {}",
+                    self.0
+                        .iter()
+                        .map(|k| k.source.as_str())
+                        .collect::<Vec<_>>()
+                        .join(",")
+                ),
+            )),
+            Some(e) => Err(e),
+            None => Err((Failed::WrongKey, "no public key given".into())),
+        }
+    }
+}
+
 /// A sigstore public key.
 pub struct Key {
     key: VerifyingKey,

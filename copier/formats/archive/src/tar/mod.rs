@@ -24,7 +24,8 @@
 //! What GNU tar and bsdtar read past, this reader reads too, as GNU tar
 //! reads it, and says so: each is a [`Quirk`] naming the member (taken
 //! with [`Reader::take_quirks`]), never silence. Bytes after the end
-//! marker, a second archive there, bodies on hard links and directories,
+//! marker, a second archive there, no end marker at all, sizes and
+//! bodies on links, devices and directories,
 //! repeated GNU long names, unusual sparse layouts, empty PAX headers,
 //! PAX times with junk, ACLs without a mask or naming unknown users,
 //! Solaris ACL headers and Red Hat's SELinux keyword: see

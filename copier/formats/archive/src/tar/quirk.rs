@@ -32,13 +32,28 @@ pub enum QuirkKind {
         /// The name in the first header that was not read.
         next_member: String,
     },
-    /// A hard link or directory declaring a body: the body is skipped.
+    /// A member of a kind without a body (a link, device, FIFO,
+    /// directory or volume label) declaring one that is there: the body
+    /// is skipped.
     BodySkipped {
-        /// `hard link` or `directory`.
+        /// `hard link`, `directory`, ...
         what: &'static str,
         /// Bytes skipped.
         bytes: u64,
     },
+    /// A member of a kind without a body declaring a size, the next
+    /// header right after it: read without a body, as GNU tar and
+    /// bsdtar read it (nothing after it is lost).
+    NoBody {
+        /// `hard link`, `directory`, ...
+        what: &'static str,
+        /// The size its header declares.
+        bytes: u64,
+    },
+    /// The archive ends after a member without the two zero blocks
+    /// that mark its end: taken as its end, as GNU tar and bsdtar take
+    /// it.
+    NoEndMarker,
     /// Two or more GNU long names (`L`) or long links (`K`) for one
     /// member: the last is used, as GNU tar uses it.
     RepeatedLongName {
@@ -97,6 +112,16 @@ impl fmt::Display for QuirkKind {
             QuirkKind::BodySkipped { what, bytes } => {
                 write!(f, "{what} declares a body of {bytes} bytes: skipped")
             }
+            QuirkKind::NoBody { what, bytes } => write!(
+                f,
+                "{what} declares a size of {bytes} bytes but has no body \
+                 (the next header follows it): read without one, as GNU \
+                 tar and bsdtar read it"
+            ),
+            QuirkKind::NoEndMarker => f.write_str(
+                "the archive ends without its end-of-archive blocks: taken \
+                 as its end, as GNU tar and bsdtar take it",
+            ),
             QuirkKind::RepeatedLongName { link } => write!(
                 f,
                 "several GNU long {} records for one member: the last used",

@@ -41,6 +41,9 @@ pub struct Reader<R> {
     pub(super) failed: bool,
     /// Quirks met and not yet taken by the caller.
     pub(super) quirks: Vec<Quirk>,
+    /// A header block read to see whether a body was there, to be read
+    /// again as the next member's first header.
+    pub(super) pending: Option<[u8; BLOCK]>,
 }
 
 impl<R: Read> Reader<R> {
@@ -67,6 +70,7 @@ impl<R: Read> Reader<R> {
             done: false,
             failed: false,
             quirks: Vec::new(),
+            pending: None,
         }
     }
 
@@ -80,7 +84,12 @@ impl<R: Read> Reader<R> {
     /// Offset of the next byte the reader will consume, counted like
     /// [`Member::data_offset`](super::member::Member::data_offset).
     pub fn position(&self) -> u64 {
-        self.base + self.pos
+        let held = if self.pending.is_some() {
+            BLOCK as u64
+        } else {
+            0
+        };
+        self.base + self.pos - held
     }
 
     /// The stream underneath.
@@ -124,6 +133,56 @@ impl<R: Read> Reader<R> {
         }
         self.pos += n as u64;
         Ok(n)
+    }
+
+    /// The next header block (the one already read by
+    /// [`Reader::body_follows`], if any); returns the bytes got, fewer
+    /// than a block where the stream ends.
+    pub(super) fn header_block(
+        &mut self,
+        block: &mut [u8; BLOCK],
+    ) -> Result<usize, TarError> {
+        match self.pending.take() {
+            Some(b) => {
+                *block = b;
+                Ok(BLOCK)
+            }
+            None => self.fill(block),
+        }
+    }
+
+    /// For a member whose size field says `stored` bytes but whose kind
+    /// has no body in GNU tar or in bsdtar (see `decode::bodiless`):
+    /// whether the body is really there. Where the next block is a
+    /// header (or the end marker, or the stream ends), it is not: the
+    /// block is kept for [`Reader::next`] and nothing is lost, as both
+    /// tars lose nothing. Otherwise the declared body is skipped, which
+    /// is where both tars find the next header after "Skipping to next
+    /// header" (old archivers wrote the file's data after a hard link).
+    pub(super) fn body_follows(
+        &mut self,
+        stored: u64,
+    ) -> Result<bool, TarError> {
+        if stored == 0 {
+            return Ok(false);
+        }
+        let mut b = [0u8; BLOCK];
+        match self.fill(&mut b)? {
+            0 => return Ok(false),
+            BLOCK => {}
+            _ => return Err(self.err(TarErrorKind::Truncated("body"))),
+        }
+        if header::is_zero(&b) || header::check_sum(&b).is_ok() {
+            self.pending = Some(b);
+            return Ok(false);
+        }
+        self.count(stored)?;
+        let rest = stored
+            .checked_add(pad(stored))
+            .ok_or_else(|| self.err(TarErrorKind::Truncated("body")))?
+            - BLOCK as u64;
+        self.skip(rest, "body")?;
+        Ok(true)
     }
 
     /// A whole block; `part` names it if the stream ends inside it.

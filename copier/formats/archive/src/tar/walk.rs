@@ -45,7 +45,7 @@ impl<R: Read> Reader<R> {
             let offset = self.position();
             self.header_offset = *first_offset.get_or_insert(offset);
             let mut block = [0u8; BLOCK];
-            let got = self.fill(&mut block)?;
+            let got = self.header_block(&mut block)?;
             if got == 0 || (got == BLOCK && header::is_zero(&block)) {
                 // An empty PAX header says nothing: before the end marker
                 // it is no sign of a lost member (GNU tar and bsdtar end
@@ -62,7 +62,12 @@ impl<R: Read> Reader<R> {
                     )));
                 }
                 // GNU tar and libarchive both stop at the first zero
-                // block, and accept a stream ending on a block boundary.
+                // block, and accept a stream ending on a block boundary
+                // (bsdtar silently, GNU tar too; said here, since a cut
+                // download ends so as well).
+                if got == 0 && offset > self.base {
+                    self.quirk(QuirkKind::NoEndMarker);
+                }
                 self.done = true;
                 return Ok(None);
             }
@@ -90,10 +95,16 @@ impl<R: Read> Reader<R> {
                             "extended headers before a volume label".into(),
                         )));
                     }
+                    // GNU tar takes a label's size for a body, bsdtar
+                    // does not (decode::bodiless): one is skipped only
+                    // where it is there, so no member is lost.
                     let size = self.stored_size(&block)?;
-                    self.count(size)?;
-                    self.skip(size, "volume label")?;
-                    self.skip(pad(size), "volume label")?;
+                    if !self.body_follows(size)? && size > 0 {
+                        self.quirk(QuirkKind::NoBody {
+                            what: "volume label",
+                            bytes: size,
+                        });
+                    }
                     first_offset = None;
                 }
                 b'A' => {

@@ -83,7 +83,10 @@ fn acls_without_a_mask_get_setfacls() {
 #[test]
 fn a_reader_stays_failed() {
     let mut a = Ar::default();
-    a.add(header(b"x", b'2', 10), &[0u8; 10]);
+    // A header whose checksum no longer fits it.
+    let mut h = header(b"x", b'0', 10);
+    h[0] = b'z';
+    a.add(h, &[0u8; 10]);
     a.file(b"y", b"");
     let bytes = a.end();
     let mut r = Reader::new(&bytes[..], Limits::default());
