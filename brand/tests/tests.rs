@@ -32,6 +32,7 @@ mod service_files;
 mod signed_images;
 mod tar_quirks;
 mod tracing;
+mod transports;
 mod tune;
 mod update;
 mod update_sources;
