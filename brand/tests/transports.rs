@@ -480,3 +480,48 @@ fn update_opens_a_transport_name_again_from_anywhere() {
             && !zd.join("root/manifest.json").exists()
     );
 }
+
+/// `provision` takes the same names: a docker save archive (by
+/// transport and as a plain path) and `oci:DIR:TAG` give guests of the
+/// image's files, as its install has them.
+#[test]
+fn provision_takes_transport_names_and_docker_archives() {
+    let d = tmp();
+    let lay = umoci_image(d.path());
+    let archive = d.path().join("d.tar");
+    run(
+        "skopeo",
+        &[
+            "copy",
+            &format!("oci:{}:t", s(&lay)),
+            &format!("docker-archive:{}:foo/bar:v1", s(&archive)),
+        ],
+    );
+    let by_oci = installed(d.path(), "oci", &format!("oci:{}:t", s(&lay)));
+    let cache = d.path().join("cache");
+    for (i, image) in [
+        format!("oci:{}:t", s(&lay)),
+        format!("docker-archive:{}", s(&archive)),
+        s(&archive).to_string(),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let out = d.path().join(format!("g{i}"));
+        let o = zinstall(&[
+            "provision",
+            image,
+            "--count",
+            "1",
+            "--out",
+            s(&out),
+            "--cache",
+            s(&cache),
+            "--keep-identity",
+        ]);
+        assert!(o.status.success(), "{image}: {}", text(&o));
+        let guest = out.join("guest-0");
+        assert!(!guest.join("manifest.json").exists(), "{image}");
+        verify_same(&by_oci, &guest);
+    }
+}
