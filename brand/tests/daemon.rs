@@ -40,17 +40,17 @@ fn tree(root: &Path, dirs: usize, files: usize) {
 const NOBODY_COPIES: &str = "[[grant]]\nusers = [65534]\noperations = \
                              [\"copy\", \"jobs\"]\nprefixes = [\"/var/tmp\"]\n";
 
-struct Daemon {
+pub(crate) struct Daemon {
     child: Child,
     dir: tempfile::TempDir,
-    socket: PathBuf,
+    pub(crate) socket: PathBuf,
 }
 
 impl Daemon {
     /// Starts zinstalld in a scratch directory (world-traversable, so an
     /// unprivileged client can reach what its grant names) with `extra`
     /// configuration, and waits for its socket.
-    fn start(extra: &str) -> Daemon {
+    pub(crate) fn start(extra: &str) -> Daemon {
         let dir = tempfile::Builder::new()
             .prefix("zinstalld-test")
             .tempdir_in("/var/tmp")
@@ -106,7 +106,7 @@ impl Daemon {
         d
     }
 
-    fn path(&self, p: &str) -> PathBuf {
+    pub(crate) fn path(&self, p: &str) -> PathBuf {
         self.dir.path().join(p)
     }
 

@@ -35,6 +35,7 @@ mod signed_world;
 mod tar_quirks;
 mod told;
 mod tracing;
+mod transports;
 mod tune;
 mod update;
 mod update_sources;

@@ -22,7 +22,8 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
 pub use zinstall_oci::{
-    Digest, Form, Image, Layer, Platform, Select, sniff, split_reference,
+    Digest, Form, Image, Layer, Platform, Select, absolute_name, sniff,
+    split_reference, transport_name,
 };
 
 use crate::beneath::{self, Chain, Root, WalkFail};
@@ -101,7 +102,8 @@ fn through_layer(
                 &image.path,
                 &layer.digest,
                 &layer.diff_id,
-            );
+            )
+            .named(image.layer_name(i));
             let (mut ahead, diff) = zinstall_archive::ahead::read_ahead(
                 s,
                 crate::unpack::DECOMPRESS_THREAD,

@@ -179,6 +179,11 @@ impl Install<'_> {
             )
             .map_err(InstallError::before)?
             {
+                if image.docker_archive
+                    && copier::oci::transport_name(img).is_none()
+                {
+                    (self.events)(&Event::Notice(docker_save_notice(&image)));
+                }
                 archives.push(Archive {
                     path: image.path.clone(),
                     kind: ArchiveKind::Layer,
@@ -315,10 +320,17 @@ pub fn oci_image(
         step: "check OCI image".into(),
         source: Box::new(source),
     };
+    // A transport says what the path is: the open says why it is not.
+    let named = copier::oci::transport_name(arg).is_some();
     match copier::oci::sniff(&path) {
         // A compressed oci-archive is refused by the open, saying so.
-        Ok(Some(Form::Layout | Form::Archive | Form::CompressedArchive(_))) => {
-        }
+        Ok(Some(
+            Form::Layout
+            | Form::Archive
+            | Form::DockerArchive
+            | Form::CompressedArchive(_),
+        )) => {}
+        _ if named => {}
         // Not an image (or unreadable): the tarball checks say why.
         Ok(None) | Err(_) => return Ok(None),
     }
@@ -331,6 +343,21 @@ pub fn oci_image(
     copier::oci::Image::open(&path, &select)
         .map(Some)
         .map_err(|e| refused(copier::Error::Oci(e)))
+}
+
+/// What is said of a path that turned out to be a `docker save` archive:
+/// its image is installed, not its files.
+fn docker_save_notice(image: &copier::oci::Image) -> copier::Notice {
+    copier::Notice {
+        kind: copier::NoticeKind::ArchiveQuirk(format!(
+            "{} is a docker-archive (as docker save writes it): installing \
+             the image it holds, not the archive's files (name it \
+             docker-archive:FILE to say so)",
+            image.path.display()
+        )),
+        count: 1,
+        example: image.path.clone(),
+    }
 }
 
 /// Tells a zinstall archive from a plain rootfs tarball by its first

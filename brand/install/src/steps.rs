@@ -472,7 +472,7 @@ fn image_record(arg: &Path, a: &Archive) -> ImageRecord {
     let arg = if zinstall_registry::reference_of(arg).is_some() {
         text(arg)
     } else {
-        text(&std::path::absolute(arg).unwrap_or_else(|_| arg.to_path_buf()))
+        text(&copier::oci::absolute_name(arg))
     };
     match &a.oci {
         Some(image) => oci_record(arg, image),

@@ -44,7 +44,9 @@ pub fn detect(path: &Path) -> Result<ImageKind> {
     }
     // A layout directory, or a tar of one; `IMAGE:REF` names one in it.
     let (oci, _) = copier::oci::split_reference(path);
-    if let Ok(Some(_)) = copier::oci::sniff(&oci) {
+    if copier::oci::transport_name(path).is_some()
+        || matches!(copier::oci::sniff(&oci), Ok(Some(_)))
+    {
         return Ok(ImageKind::Oci);
     }
     // A regular file, or refused naming what it is: a FIFO or a device

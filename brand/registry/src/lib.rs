@@ -112,7 +112,11 @@ pub use transfer::{DEFAULT_FETCH_DEADLINE, Stall};
 /// registries.conf ([`shortnames`]), or is an error saying how to write
 /// it in full.
 pub fn reference_of(arg: &Path) -> Option<Result<Reference>> {
-    if fs::symlink_metadata(arg).is_ok() {
+    // `oci:`, `oci-archive:`, `docker-archive:` name images on this
+    // machine (containers-transports(5)), never a registry's.
+    if zinstall_oci::transport_name(arg).is_some()
+        || fs::symlink_metadata(arg).is_ok()
+    {
         return None;
     }
     let s = arg.to_str()?;

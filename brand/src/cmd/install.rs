@@ -30,9 +30,11 @@ pub struct InstallArgs {
     #[arg(long, value_name = "FILE")]
     pub log: Option<PathBuf>,
     /// Image layers, applied in order after the baseline: tarballs, or
-    /// OCI images (a layout directory or oci-archive; IMAGE:REF names one
-    /// in its index; REGISTRY/REPO:TAG or REGISTRY/REPO@sha256:... pulls
-    /// one from a registry).
+    /// OCI images (a layout directory, oci-archive or docker save
+    /// archive; IMAGE:REF names one in it; oci:DIR[:REF],
+    /// oci-archive:FILE[:REF], docker-archive:FILE[:REF] as skopeo names
+    /// them; REGISTRY/REPO:TAG, REGISTRY/REPO@sha256:... or docker://REF
+    /// pulls one from a registry).
     pub images: Vec<PathBuf>,
     /// Where images pulled from a registry are kept (DIR/oci, an OCI
     /// layout shared with provision).

@@ -31,9 +31,11 @@ pub struct ProvisionArgs {
     #[command(flatten)]
     pub remote: crate::cmd::daemon_arg::DaemonArg,
     /// A rootfs archive (tar, tar.gz, tar.zst, tar.xz, tar.bz2,
-    /// tar.lz4), an OCI image (layout directory or oci-archive; IMAGE:REF
-    /// names one in its index) or a disk image (raw or qcow2; VMDK, VDI,
-    /// VHD, VHDX, QED, Parallels through qemu-img; plain or compressed
+    /// tar.lz4), an OCI image (layout directory, oci-archive or docker
+    /// save archive; IMAGE:REF names one in it; or oci:DIR[:REF],
+    /// oci-archive:FILE[:REF], docker-archive:FILE[:REF]) or a disk image
+    /// (raw or qcow2; VMDK, VDI, VHD, VHDX, QED, Parallels through
+    /// qemu-img; plain or compressed
     /// with gzip, zstd, xz, bzip2 or lz4), told by content; or
     /// REGISTRY/REPO:TAG or
     /// REGISTRY/REPO@sha256:..., pulled into the cache.

@@ -52,6 +52,19 @@ fn absolute(p: &Path) -> Result<CleanPath, PathBuf> {
 /// An image argument as the daemon takes it: a path as [`absolute`]
 /// makes it, a registry reference as given.
 fn image_arg(p: &Path) -> Result<ImageArg, PathBuf> {
+    // `oci:DIR:REF` and the like: the daemon takes the path made
+    // absolute, and the rest as `IMAGE:REF`.
+    if let Some((path, reference)) = copier::oci::transport_name(p) {
+        let abs = absolute(&path)?;
+        let Some(r) = reference else {
+            return Ok(ImageArg::File(abs));
+        };
+        let mut named = PathBuf::from(abs).into_os_string();
+        named.push(format!(":{r}"));
+        return CleanPath::new(PathBuf::from(named))
+            .map(ImageArg::File)
+            .map_err(|_| p.to_path_buf());
+    }
     match p.to_str() {
         Some(r) if zinstall_registry::reference_of(p).is_some() => {
             Ok(ImageArg::Reference(r.to_string()))

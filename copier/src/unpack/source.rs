@@ -102,13 +102,42 @@ pub fn peek_kind(archive: &Path) -> Result<Option<ArchiveKind>> {
 
 fn peek(archive: &Path) -> Result<Option<ArchiveKind>> {
     let (f, compression) = open_archive(archive)?;
-    let reader = decompress(f, compression)
+    let mut reader = decompress(f, compression)
         .map_err(|e| Error::io(Op::Read, archive, e))?;
     let refuse = |entry: &str, reason| Error::Archive {
         archive: archive.to_path_buf(),
         entry: entry.to_string(),
         reason,
     };
+    // A file that is no tar at all (an HTML page saved as app.tar) is
+    // named for what it is, not as an archive cut short; but a stream
+    // that fails to decompress (a corrupt bzip2 block yields garbage
+    // before its checksum) is named as such.
+    let stream_fault = |e: io::Error| match e.kind() {
+        io::ErrorKind::UnexpectedEof => refuse(
+            "",
+            ArchiveRefusal::Truncated {
+                what: format!("compressed stream ({e})"),
+            },
+        ),
+        _ if e.raw_os_error().is_none() => {
+            refuse("", ArchiveRefusal::Corrupt(e.to_string()))
+        }
+        _ => Error::io(Op::Read, archive, e),
+    };
+    let mut head = vec![0u8; tar::BLOCK];
+    let n =
+        compress::read_up_to(&mut reader, &mut head).map_err(stream_fault)?;
+    head.truncate(n);
+    if let Some(reason) = tar::not_tar(&head) {
+        if compression != Compression::None {
+            let limit = tar::DEFAULT_MAX_TOTAL_BYTES;
+            io::copy(&mut (&mut reader).take(limit), &mut io::sink())
+                .map_err(stream_fault)?;
+        }
+        return Err(refuse("", reason));
+    }
+    let reader = io::Read::chain(io::Cursor::new(head), reader);
     let mut rd = tar::Reader::new(reader, tar::Limits::default());
     let Some(m) = rd.next().map_err(|e| Error::tar(archive, e))? else {
         // No members (Docker's empty layer is 1,024 zero bytes): a plain

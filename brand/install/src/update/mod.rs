@@ -207,7 +207,7 @@ impl Update<'_> {
                 // A file is recorded by its absolute path, so a later
                 // update from elsewhere opens the same one.
                 if zinstall_registry::reference_of(i).is_none() {
-                    text(&std::path::absolute(i).unwrap_or_else(|_| i.clone()))
+                    text(&copier::oci::absolute_name(i))
                 } else {
                     text(i)
                 }

@@ -53,6 +53,14 @@ pub enum ArchiveRefusal {
         /// The command that converts the file into one zinstall reads.
         convert: String,
     },
+    /// The file is not an archive at all (an HTML page saved as
+    /// `app.tar`): neither a compression's magic nor a tar header.
+    NotAnArchive {
+        /// What it looks like: `an HTML page`, `JSON`, `text`.
+        looks: String,
+        /// Its first bytes, quoted and cut short.
+        starts: String,
+    },
     /// A bound on declared sizes or counts was hit, checked before
     /// anything was allocated or written.
     LimitExceeded {
@@ -105,6 +113,12 @@ impl fmt::Display for ArchiveRefusal {
                 "compressed with {format}, which zinstall does not read \
                  (it reads gzip, zstd, xz, bzip2 and lz4); convert it first: \
                  {convert}"
+            ),
+            ArchiveRefusal::NotAnArchive { looks, starts } => write!(
+                f,
+                "not an archive: it looks like {looks} (it starts with \
+                 {starts}); give a tar archive (plain or compressed), an \
+                 OCI image or a docker-archive"
             ),
             ArchiveRefusal::LimitExceeded { what, limit } => {
                 write!(f, "{what} exceed the limit of {limit}")

@@ -79,7 +79,7 @@ pub struct Image {
     /// Where its files are: the layout directory or archive; for a
     /// pulled image, the directory its blobs are fetched into.
     pub location: PathBuf,
-    store: Store,
+    pub(crate) store: Store,
     /// The manifest's digest, as the index gives it.
     pub manifest_digest: Digest,
     /// SHA-256 of the manifest's bytes: the image's content address.
@@ -88,16 +88,21 @@ pub struct Image {
     pub platform: Platform,
     /// The layers, lowest first.
     pub layers: Vec<Layer>,
+    /// Read from a docker-archive's `manifest.json` (the manifest is
+    /// the OCI one its config and layers make).
+    pub docker_archive: bool,
+    /// A docker-archive's layer members, named in messages.
+    pub(crate) layer_members: Vec<String>,
 }
 
 impl Image {
-    /// Opens the layout directory or oci-archive at `path` and chooses
-    /// its image as `select` says. Every index, manifest and config read
-    /// is checked against its digest and size first; every layer's media
-    /// type, digest and diff_id are checked here, their contents as they
-    /// are read ([`Image::layer`]).
-    pub fn open(path: &Path, select: &Select) -> Result<Image> {
-        let store = Store::open(path)?;
+    /// The image of the layout directory or oci-archive `store` (at
+    /// `path`) that `select` chooses ([`Image::open`]).
+    pub(crate) fn open_layout(
+        path: &Path,
+        store: Store,
+        select: &Select,
+    ) -> Result<Image> {
         let ctx = Ctx {
             image: path,
             store: &store,
@@ -212,32 +217,8 @@ impl Image {
         }
         let (config, _): (ImageConfiguration, _) =
             ctx.blob_json(cd, "config", BlobKind::Config)?;
-        let platform = Platform {
-            os: config.os().to_string(),
-            architecture: config.architecture().to_string(),
-            variant: config.variant().clone(),
-        };
-        if !select.platform.matches(
-            &platform.os,
-            &platform.architecture,
-            platform.variant.as_deref(),
-        ) {
-            return Err(Error::Platform {
-                image: path.to_path_buf(),
-                wanted: select.platform.to_string(),
-                found: platform.to_string(),
-            });
-        }
         let config_name = format!("config {}", cd.digest());
-        if config.rootfs().typ() != "layers" {
-            return Err(ctx.bad(
-                &config_name,
-                format!(
-                    "rootfs.type {:?}, not \"layers\"",
-                    config.rootfs().typ()
-                ),
-            ));
-        }
+        let platform = checked_config(path, &config_name, &config, select)?;
         let diff_ids = config.rootfs().diff_ids();
         if diff_ids.len() != manifest.layers().len() {
             return Err(ctx.bad(
@@ -288,6 +269,8 @@ impl Image {
             manifest_sha256,
             platform,
             layers,
+            docker_archive: false,
+            layer_members: Vec::new(),
         })
     }
 
@@ -301,19 +284,78 @@ impl Image {
     }
 
     /// Where layer `i` is, for messages: `IMAGE/blobs/ALG/HEX` (inside
-    /// the archive, for an oci-archive).
+    /// the archive, for an oci-archive), or a docker-archive's member.
     pub fn layer_path(&self, i: usize) -> PathBuf {
+        if let Some(m) = self.layer_members.get(i) {
+            return self.path.join(m);
+        }
         self.path.join(self.layers[i].digest.blob_path())
+    }
+
+    /// How layer `i` is named in messages: its digest, or a
+    /// docker-archive's member and place.
+    pub fn layer_name(&self, i: usize) -> String {
+        match self.layer_members.get(i) {
+            Some(m) => {
+                format!("{m} (layer {} of {})", i + 1, self.layers.len())
+            }
+            None => self.layers[i].digest.to_string(),
+        }
     }
 
     /// Every layer's compressed bytes checked against its digest, without
     /// unpacking anything.
     pub fn verify_layers(&self) -> Result<()> {
-        for i in 0..self.layers.len() {
-            self.layer(i)?.finish()?;
+        for (i, l) in self.layers.iter().enumerate() {
+            let mut blob = self.layer(i)?;
+            if self.store.unhashed(&l.digest) {
+                // Its digest is its diff_id: summed on the stream.
+                crate::DiffReader::new(blob, &self.path, &l.digest, &l.diff_id)
+                    .named(self.layer_name(i))
+                    .finish()?;
+            } else {
+                blob.finish()?;
+            }
         }
         Ok(())
     }
+}
+
+/// The platform of `config` (the config `name` of `image`), which must
+/// be the one `select` asks for and describe a rootfs of layers.
+pub(crate) fn checked_config(
+    image: &Path,
+    name: &str,
+    config: &ImageConfiguration,
+    select: &Select,
+) -> Result<Platform> {
+    let platform = Platform {
+        os: config.os().to_string(),
+        architecture: config.architecture().to_string(),
+        variant: config.variant().clone(),
+    };
+    if !select.platform.matches(
+        &platform.os,
+        &platform.architecture,
+        platform.variant.as_deref(),
+    ) {
+        return Err(Error::Platform {
+            image: image.to_path_buf(),
+            wanted: select.platform.to_string(),
+            found: platform.to_string(),
+        });
+    }
+    if config.rootfs().typ() != "layers" {
+        return Err(Error::Layout {
+            image: image.to_path_buf(),
+            what: name.to_string(),
+            why: format!(
+                "rootfs.type {:?}, not \"layers\"",
+                config.rootfs().typ()
+            ),
+        });
+    }
+    Ok(platform)
 }
 
 struct Ctx<'a> {

@@ -1,7 +1,10 @@
 //! OCI images as install and provision sources: an image layout
 //! directory (`oci-layout`, `index.json`, `blobs/ALG/HEX`) or an
 //! oci-archive (an uncompressed tar of one, as `skopeo copy ...
-//! oci-archive:` writes it).
+//! oci-archive:` writes it), or a docker-archive (the tar `docker save`
+//! writes: `manifest.json`, a config and a tar per layer), named as a
+//! path or with the transports of containers-transports(5)
+//! ([`transport_name`]).
 //!
 //! Everything here reads; nothing is written. Where layers land, and how
 //! their whiteouts are applied, is the engine's business
@@ -43,8 +46,10 @@
 #![deny(missing_docs)]
 
 mod digest;
+mod docker;
 mod error;
 mod image;
+mod open;
 mod platform;
 mod store;
 
@@ -71,9 +76,12 @@ pub enum Form {
     /// A plain tar whose members are `oci-layout`, `index.json` and
     /// `blobs/...`.
     Archive,
-    /// A compressed tar that starts like an oci-archive: refused, since
-    /// an oci-archive is read in place.
+    /// A compressed tar that starts like an oci-archive or a
+    /// docker-archive: refused, since an archive is read in place.
     CompressedArchive(Compression),
+    /// A plain tar as `docker save` writes it: `manifest.json`, and
+    /// configs and layers named by their hex digests.
+    DockerArchive,
 }
 
 /// Members looked at to tell an oci-archive: one per blob, so enough
@@ -109,9 +117,8 @@ pub fn sniff(path: &Path) -> io::Result<Option<Form>> {
             if matches!(n, b"" | b".") {
                 continue;
             }
-            return Ok(
-                layout_member(&m.name).then_some(Form::CompressedArchive(c))
-            );
+            let image = layout_member(&m.name) || docker_member(&m.name);
+            return Ok(image.then_some(Form::CompressedArchive(c)));
         }
         return Ok(None);
     }
@@ -119,20 +126,69 @@ pub fn sniff(path: &Path) -> io::Result<Option<Form>> {
         return Ok(None);
     }
     let mut rd = tar::Reader::seekable(f, limits)?;
-    let (mut layout, mut index) = (false, false);
+    let (mut layout, mut index, mut docker) = (false, false, false);
     for _ in 0..SNIFF_MEMBERS {
         let Ok(Some(m)) = rd.next() else { break };
-        if !layout_member(&m.name) {
+        if !layout_member(&m.name) && !docker_member(&m.name) {
             return Ok(None);
         }
         let name = m.name.strip_prefix(b"./").unwrap_or(&m.name);
         layout |= name == b"oci-layout";
         index |= name == b"index.json";
+        // docker save writes `manifest.json` last: the whole archive's
+        // headers are read (by seeking, no bodies) before it is seen.
+        docker |= name == b"manifest.json";
         if layout && index {
             return Ok(Some(Form::Archive));
         }
     }
-    Ok(None)
+    Ok(docker.then_some(Form::DockerArchive))
+}
+
+/// A name `docker save` writes: `manifest.json`, `repositories`,
+/// `HEX.json` and `HEX.tar` (skopeo), `HEX/` with `layer.tar`, `json`
+/// and `VERSION` (docker), HEX being 64 lowercase hex digits. A rootfs
+/// tarball's `bin/`, `etc/` are none of these.
+fn docker_member(name: &[u8]) -> bool {
+    let n = name.strip_prefix(b"./").unwrap_or(name);
+    let hex64 = |s: &[u8]| {
+        s.len() == 64
+            && s.iter().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    };
+    if matches!(n, b"manifest.json" | b"repositories") {
+        return true;
+    }
+    match n.iter().position(|&b| b == b'/') {
+        None => [&b".json"[..], b".tar"]
+            .iter()
+            .any(|x| n.strip_suffix(*x).is_some_and(hex64)),
+        Some(i) => {
+            hex64(&n[..i])
+                && matches!(
+                    &n[i + 1..],
+                    b"" | b"layer.tar" | b"json" | b"VERSION"
+                )
+        }
+    }
+}
+
+/// The transports of containers-transports(5) that name an image on
+/// this machine. `docker://` is the registry's, read elsewhere.
+pub const TRANSPORTS: [&str; 3] = ["oci:", "oci-archive:", "docker-archive:"];
+
+/// `oci:DIR[:REF]`, `oci-archive:FILE[:REF]`, `docker-archive:FILE[:REF]`
+/// split as containers-transports(5) splits them: the path ends at the
+/// first `:` after the transport, the rest (which may hold `:`, as in
+/// `name:tag`) names the image in it. `None` if `arg` names no such
+/// transport.
+pub fn transport_name(arg: &Path) -> Option<(PathBuf, Option<String>)> {
+    let s = arg.to_str()?;
+    let rest = TRANSPORTS.iter().find_map(|t| s.strip_prefix(t))?;
+    Some(match rest.split_once(':') {
+        Some((p, r)) if !r.is_empty() => (PathBuf::from(p), Some(r.into())),
+        Some((p, _)) => (PathBuf::from(p), None),
+        None => (PathBuf::from(rest), None),
+    })
 }
 
 /// A name an image layout's tar holds: `oci-layout`, `index.json`,
@@ -145,20 +201,46 @@ fn layout_member(name: &[u8]) -> bool {
     ) || n.starts_with(b"blobs/")
 }
 
-/// Splits `IMAGE:REF`: a path that exists as given is the image itself;
-/// else, if what is before the last `:` exists, that is the image and
-/// the rest names the image in its index.
+/// `arg` with its path made absolute (from this process's directory),
+/// a transport and reference kept: how an image is recorded, so that it
+/// is opened again from anywhere.
+pub fn absolute_name(arg: &Path) -> PathBuf {
+    let abs = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.into());
+    let Some((path, reference)) = transport_name(arg) else {
+        return abs(arg);
+    };
+    let s = arg.to_string_lossy();
+    let transport = TRANSPORTS.iter().find(|t| s.starts_with(**t));
+    let mut named = std::ffi::OsString::from(transport.copied().unwrap_or(""));
+    named.push(abs(&path));
+    if let Some(r) = reference {
+        named.push(format!(":{r}"));
+    }
+    PathBuf::from(named)
+}
+
+/// Splits `IMAGE:REF`: a transport's name as [`transport_name`] splits
+/// it; a path that exists as given is the image itself; else the longest
+/// prefix before a `:` that exists is the image and the rest names the
+/// image in it (a docker-archive's `name:tag` holds a `:` itself).
 pub fn split_reference(arg: &Path) -> (PathBuf, Option<String>) {
+    if let Some(named) = transport_name(arg) {
+        return named;
+    }
     if std::fs::symlink_metadata(arg).is_ok() {
         return (arg.to_path_buf(), None);
     }
     let s = arg.to_string_lossy();
-    if let Some((p, r)) = s.rsplit_once(':')
-        && !r.is_empty()
-        && !r.contains('/')
-        && std::fs::symlink_metadata(p).is_ok()
-    {
-        return (PathBuf::from(p), Some(r.to_string()));
+    let mut at = s.len();
+    while let Some(i) = s[..at].rfind(':') {
+        let (p, r) = (&s[..i], &s[i + 1..]);
+        if !r.is_empty()
+            && !p.is_empty()
+            && std::fs::symlink_metadata(p).is_ok()
+        {
+            return (PathBuf::from(p), Some(r.to_string()));
+        }
+        at = i;
     }
     (arg.to_path_buf(), None)
 }

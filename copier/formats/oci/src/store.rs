@@ -2,7 +2,7 @@
 //! uncompressed tar of one (an oci-archive); and reading blobs so that
 //! nothing unchecked is taken for a blob.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::{self, Read, Seek};
 use std::os::unix::fs::FileExt;
@@ -28,11 +28,15 @@ pub(crate) enum Store {
         dir: PathBuf,
         fetch: Option<Arc<dyn Fetch>>,
     },
-    /// An oci-archive: its file, and each member's name with its body's
-    /// offset and length.
+    /// An oci-archive or docker-archive: its file, and each member's
+    /// name with its body's offset and length. `unhashed`: the blob paths
+    /// of a docker-archive's uncompressed layers, whose digest is their
+    /// diff_id, checked as the stream is read ([`DiffReader`]) rather
+    /// than twice.
     Archive {
         file: Arc<File>,
         members: HashMap<String, (u64, u64)>,
+        unhashed: HashSet<String>,
     },
 }
 
@@ -65,8 +69,9 @@ impl Store {
                 image: image.to_path_buf(),
                 what: "oci-archive".into(),
                 why: format!(
-                    "compressed with {}; an oci-archive is read as a plain \
-                     tar (as skopeo writes it): decompress it first",
+                    "compressed with {}; an oci-archive or docker-archive is \
+                     read as a plain tar (as skopeo and docker save write \
+                     it): decompress it first",
                     c.name()
                 ),
             });
@@ -108,6 +113,7 @@ impl Store {
         Ok(Store::Archive {
             file: Arc::new(f),
             members,
+            unhashed: HashSet::new(),
         })
     }
 
@@ -185,20 +191,41 @@ impl Store {
                 },
             });
         }
+        let hashed = !self.unhashed(digest);
         Ok(BlobReader {
             range: Range {
                 file,
                 pos: start,
                 end: start + len,
             },
-            hasher: Some(Hasher::new(digest.algorithm())),
+            hasher: hashed.then(|| Hasher::new(digest.algorithm())),
             digest: digest.clone(),
             image: image.to_path_buf(),
         })
     }
 
+    /// Whether `digest` is a docker-archive layer's diff_id, its blob
+    /// checked only as its stream is.
+    pub(crate) fn unhashed(&self, digest: &Digest) -> bool {
+        match self {
+            Store::Archive { unhashed, .. } => {
+                unhashed.contains(digest.blob_path().to_string_lossy().as_ref())
+            }
+            Store::Dir { .. } => false,
+        }
+    }
+
+    /// Bytes `start..start + len` of the archive, read by offset.
+    pub(crate) fn range(file: &Arc<File>, start: u64, len: u64) -> impl Read {
+        Range {
+            file: Arc::clone(file),
+            pos: start,
+            end: start + len,
+        }
+    }
+
     /// The file holding `rel`, and where in it `rel`'s bytes are.
-    fn locate(
+    pub(crate) fn locate(
         &self,
         image: &Path,
         rel: &Path,
@@ -217,7 +244,7 @@ impl Store {
                     .len();
                 Ok((Arc::new(f), 0, len))
             }
-            Store::Archive { file, members } => {
+            Store::Archive { file, members, .. } => {
                 let key = rel.to_string_lossy();
                 match members.get(key.as_ref()) {
                     Some(&(off, len)) => Ok((Arc::clone(file), off, len)),
@@ -234,7 +261,7 @@ impl Store {
 
 /// A member's name as a layout path (`./` and a trailing `/` dropped),
 /// if it is one a layout can hold.
-fn member_name(raw: &[u8]) -> Option<String> {
+pub(crate) fn member_name(raw: &[u8]) -> Option<String> {
     let s = std::str::from_utf8(raw).ok()?;
     let s = s.trim_start_matches("./");
     (!s.is_empty() && !s.split('/').any(|c| c == ".." || c.is_empty()))
@@ -433,7 +460,7 @@ pub struct DiffReader<R> {
     inner: R,
     hasher: Option<Hasher>,
     diff_id: Digest,
-    layer: Digest,
+    layer: String,
     image: PathBuf,
 }
 
@@ -450,9 +477,16 @@ impl<R: Read> DiffReader<R> {
             inner,
             hasher: Some(Hasher::new(diff_id.algorithm())),
             diff_id: diff_id.clone(),
-            layer: layer.clone(),
+            layer: layer.to_string(),
             image: image.to_path_buf(),
         }
+    }
+
+    /// Names the layer `name` in errors rather than by its digest (a
+    /// docker-archive's member, whose digest is its diff_id).
+    pub fn named(mut self, name: String) -> Self {
+        self.layer = name;
+        self
     }
 
     /// Reads what is left and compares.
@@ -469,7 +503,7 @@ impl<R: Read> DiffReader<R> {
         if found != self.diff_id {
             return Err(Error::Mismatch {
                 image: self.image.clone(),
-                digest: self.layer.to_string(),
+                digest: self.layer.clone(),
                 mismatch: Mismatch::DiffId {
                     diff_id: self.diff_id.to_string(),
                     found: found.to_string(),

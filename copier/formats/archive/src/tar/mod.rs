@@ -80,6 +80,7 @@ mod error;
 mod extended;
 mod header;
 mod limits;
+mod looks;
 mod member;
 mod pax;
 mod quirk;
@@ -90,7 +91,10 @@ mod write;
 
 pub use acl::NameTable;
 pub use error::{TarError, TarErrorKind};
+/// A tar block's size.
+pub use header::BLOCK;
 pub use limits::{DEFAULT_MAX_TOTAL_BYTES, Limits};
+pub use looks::not_tar;
 pub use member::{Kind, Member, Xattrs};
 pub use quirk::{Quirk, QuirkKind};
 pub use reader::{Body, Reader};
@@ -106,9 +110,7 @@ pub mod internals {
 
 // What the unit tests build archives and check maps with.
 #[cfg(test)]
-use {
-    crate::ArchiveRefusal, acl::acl_from_text, header::BLOCK, sparse::check_map,
-};
+use {crate::ArchiveRefusal, acl::acl_from_text, sparse::check_map};
 
 #[cfg(test)]
 mod test;
