@@ -46,6 +46,7 @@
 //! | `error` | [`ProvisionError`], [`ImageProblem`] |
 //! | `immutable` | the immutable flag (`chattr +i`) on files and trees |
 //! | `detect` | [`detect`]: what an image is, from its bytes |
+//! | `customize` | what virt-customize(1) does to a guest: the options' values checked ([`customize::spec`]) |
 //! | `identity` | each directory guest's own hostname, machine-id and SSH host keys |
 //! | `qemu_img` | running `qemu-img`, fenced in, for overlays when asked and for formats zinstall does not read |
 //! | [`cache`] | the content-addressed cache: layout and locks, obtaining an entry, stamp and protection, guest records, gc |
@@ -58,6 +59,7 @@
 
 mod build;
 pub mod cache;
+pub mod customize;
 mod detect;
 mod error;
 mod guests;
