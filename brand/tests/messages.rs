@@ -390,8 +390,8 @@ fn optional_values_take_no_positional_and_help_shows_every_brace() {
     let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
     assert!(
         help.contains(
-            "Directory guests' hostname: {n} is the guest's number, {name} \
-             its name (default {name})"
+            "Guests' hostname: {n} is the guest's number, {name} its name \
+             (default {name}); a disk guest's seed sets it too"
         ),
         "{help}"
     );

@@ -26,6 +26,7 @@ mod oci;
 mod packaging;
 mod provision;
 mod provision_integrity;
+mod provision_seed;
 mod real_roots;
 mod registry;
 mod service_files;

@@ -188,6 +188,25 @@ pub struct GuestInfo {
     /// A disk's: its virtual size.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub virtual_size: Option<u64>,
+    /// A disk's NoCloud seed, if one was made.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<SeedInfo>,
+}
+
+/// A disk guest's NoCloud seed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SeedInfo {
+    /// The seed image.
+    pub path: String,
+    /// The QEMU option that attaches it.
+    pub drive: String,
+    /// Its `instance-id`.
+    pub instance_id: String,
+    /// Its `local-hostname`.
+    pub hostname: String,
+    /// The root password made for the guest (`--root-password random`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root_password: Option<String>,
 }
 
 impl ProvisionReply {
@@ -235,6 +254,16 @@ impl ProvisionReply {
                         kind: kind.to_string(),
                         reflinked,
                         virtual_size,
+                        seed: g.seed.as_ref().map(|s| SeedInfo {
+                            path: lossy(&s.path),
+                            drive: format!(
+                                "-drive file={},if=virtio,format=raw",
+                                lossy(&s.path)
+                            ),
+                            instance_id: s.instance_id.clone(),
+                            hostname: s.hostname.clone(),
+                            root_password: s.root_password.clone(),
+                        }),
                     }
                 })
                 .collect(),

@@ -167,6 +167,18 @@ pub enum ProvisionError {
         /// Its standard error, trimmed.
         stderr: String,
     },
+    /// A customisation option, or a file it names, refused before any
+    /// guest was made (a key file that holds no SSH public key, a
+    /// password file others may read, user-data cloud-config cannot be
+    /// merged into).
+    Seed {
+        /// The option (`--ssh-inject`), or the options.
+        option: String,
+        /// The file it names; empty when it is the value itself.
+        path: PathBuf,
+        /// What is wrong, and what to do.
+        why: String,
+    },
     /// An image could not be pulled from its registry.
     Pull(zinstall_registry::RegistryError),
     /// A provision failed and what it had made could not all be removed:
@@ -218,6 +230,7 @@ impl ProvisionError {
             ProvisionError::Program { program, .. }
             | ProvisionError::ProgramFailed { program, .. } => program,
             ProvisionError::Cleanup { failure, .. } => failure.path(),
+            ProvisionError::Seed { path, .. } => path,
             ProvisionError::Pull(_)
             | ProvisionError::TooManyGuests(_)
             | ProvisionError::SizeTooLarge(_)
@@ -273,6 +286,13 @@ impl fmt::Display for ProvisionError {
                 p.display()
             ),
             ProvisionError::BadHostname(why) => f.write_str(why),
+            ProvisionError::Seed { option, path, why } => {
+                if path.as_os_str().is_empty() {
+                    write!(f, "{option}: {why}")
+                } else {
+                    write!(f, "{option} {}: {why}", path.display())
+                }
+            }
             ProvisionError::Pull(e) => write!(f, "{e}"),
             ProvisionError::TooManyGuests(n) => {
                 write!(

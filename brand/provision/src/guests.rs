@@ -26,6 +26,7 @@ use crate::detect::{ImageKind, detect};
 use crate::error::{ImageProblem, ProvisionError, ProvisionError as Error};
 use crate::identity::{self, GuestIdentity};
 use crate::options::ProvisionOptions;
+use crate::seed::{self, Seed, SeedMade};
 
 /// What one guest is.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -51,6 +52,8 @@ pub struct Guest {
     pub kind: GuestKind,
     /// What of its identity was made its own (directory guests).
     pub identity: GuestIdentity,
+    /// Its NoCloud seed (disk guests, unless none was asked for).
+    pub seed: Option<SeedMade>,
     /// How long it took.
     pub took: Duration,
 }
@@ -81,6 +84,20 @@ impl fmt::Display for Guest {
         }
         if !id.host_keys.is_empty() {
             write!(f, ", {} SSH host keys new", id.host_keys.len())?;
+        }
+        if let Some(s) = &self.seed {
+            write!(
+                f,
+                "; seed {} (hostname {}, instance-id {}; attach with -drive \
+                 file={},if=virtio,format=raw)",
+                s.path.display(),
+                s.hostname,
+                s.instance_id,
+                s.path.display()
+            )?;
+            if let Some(p) = &s.root_password {
+                write!(f, "; root password {p}")?;
+            }
         }
         Ok(())
     }
@@ -125,6 +142,7 @@ pub fn provision_in(
     on_guest: &mut dyn FnMut(&Guest),
 ) -> Result<ProvisionReport, ProvisionError> {
     let kind = check_request(image, opts)?;
+    let seed = prepare_seed(kind, opts)?;
     let cache = open_cache(opts, cache_mode)?;
     let entry_kind = entry_kind(kind);
     let mut notices = Vec::new();
@@ -136,9 +154,9 @@ pub fn provision_in(
     let mut guests = Vec::with_capacity(opts.count);
     let result = make_guests(
         &cache,
-        &lease.entry,
-        entry_kind,
+        (&lease.entry, entry_kind),
         opts,
+        seed.as_ref(),
         &mut made,
         &mut guests,
         on_guest,
@@ -185,6 +203,40 @@ fn open_cache(
     } else {
         Cache::new(root)
     }
+}
+
+/// The seeds' contents, read and checked before the cache is touched,
+/// when disk guests are to get seeds; the options only seeds take are
+/// refused for directory guests.
+fn prepare_seed(
+    kind: ImageKind,
+    opts: &ProvisionOptions,
+) -> Result<Option<Seed>, ProvisionError> {
+    let Some(r) = &opts.seed else {
+        return Ok(None);
+    };
+    if entry_kind(kind) == EntryKind::Raw {
+        return seed::prepare(r, &opts.name, opts.identity.hostname.as_deref())
+            .map(Some);
+    }
+    let set = seed::disk_only(r);
+    if set.is_empty() {
+        return Ok(None);
+    }
+    Err(ProvisionError::Seed {
+        option: set.join(", "),
+        path: PathBuf::new(),
+        why: format!(
+            "these go into disk guests' NoCloud seeds, and {} makes \
+             directory guests: leave them out",
+            kind.describe()
+        ),
+    })
+}
+
+/// Guest `i`'s seed, beside its overlay.
+fn seed_path(opts: &ProvisionOptions, i: usize) -> PathBuf {
+    opts.out.join(format!("{}-{i}.seed.img", opts.name))
 }
 
 /// The files besides a qcow2 image that its entry depends on: its data
@@ -282,9 +334,9 @@ fn lease_entry(
 /// failure goes into `made` before anything is written there.
 fn make_guests(
     cache: &Cache,
-    entry: &Entry,
-    entry_kind: EntryKind,
+    (entry, entry_kind): (&Entry, EntryKind),
     opts: &ProvisionOptions,
+    seed: Option<&Seed>,
     made: &mut Vec<PathBuf>,
     guests: &mut Vec<Guest>,
     on_guest: &mut dyn FnMut(&Guest),
@@ -312,10 +364,31 @@ fn make_guests(
                 cache.release_guest(&path, id)?;
             }
         }
+        let seed_at = seed.map(|_| seed_path(opts, i));
+        if let Some(sp) = &seed_at
+            && fs::symlink_metadata(sp).is_ok()
+        {
+            if !opts.force {
+                return Err(ProvisionError::GuestExists(sp.clone()));
+            }
+            remove_guest(sp)?;
+        }
         // From here on the path is this run's to remove on failure,
         // whatever state the guest is left in.
         made.push(path.clone());
         let kind = make_guest(&path, entry_kind, entry, opts, &mut tree_bytes)?;
+        let seed = match (seed, seed_at) {
+            (Some(s), Some(sp)) => {
+                made.push(sp.clone());
+                Some(s.write(
+                    &sp,
+                    &opts.name,
+                    i,
+                    opts.identity.hostname.as_deref(),
+                )?)
+            }
+            _ => None,
+        };
         let identity = match entry_kind {
             EntryKind::Tree | EntryKind::Layer => identity::apply(
                 &path,
@@ -329,6 +402,7 @@ fn make_guests(
             path,
             kind,
             identity,
+            seed,
             took: t0.elapsed(),
         };
         cache.add_user(entry, &g.path)?;
@@ -348,6 +422,8 @@ pub struct ProvisionDryRun {
     /// The guests that would be made, in order: directories or qcow2
     /// overlays.
     pub guests: Vec<PathBuf>,
+    /// The disk guests' NoCloud seeds that would be made, in order.
+    pub seeds: Vec<PathBuf>,
 }
 
 /// A dry run of [`provision`]: the same checks (count, size, tunables,
@@ -360,6 +436,7 @@ pub fn dry_run(
     opts: &ProvisionOptions,
 ) -> Result<ProvisionDryRun, ProvisionError> {
     let kind = check_request(image, opts)?;
+    let seed = prepare_seed(kind, opts)?;
     let entry_kind = entry_kind(kind);
     let root = match fs::canonicalize(&opts.cache) {
         Ok(r) => r,
@@ -403,10 +480,19 @@ pub fn dry_run(
         }
         guests.push(path);
     }
+    let mut seeds = Vec::new();
+    for i in (0..opts.count).filter(|_| seed.is_some()) {
+        let path = seed_path(opts, i);
+        if !opts.force && fs::symlink_metadata(&path).is_ok() {
+            return Err(ProvisionError::GuestExists(path));
+        }
+        seeds.push(path);
+    }
     Ok(ProvisionDryRun {
         image: kind,
         would,
         guests,
+        seeds,
     })
 }
 

@@ -46,7 +46,9 @@
 //! | `error` | [`ProvisionError`], [`ImageProblem`] |
 //! | `immutable` | the immutable flag (`chattr +i`) on files and trees |
 //! | `detect` | [`detect`]: what an image is, from its bytes |
+//! | `customize` | what virt-customize(1) does to a guest: the options' values checked ([`customize::spec`]) |
 //! | `identity` | each directory guest's own hostname, machine-id and SSH host keys |
+//! | [`seed`] | each disk guest's NoCloud seed (`cidata`): meta-data, the options as cloud-config merged into user-data, network-config |
 //! | `qemu_img` | running `qemu-img`, fenced in, for overlays when asked and for formats zinstall does not read |
 //! | [`cache`] | the content-addressed cache: layout and locks, obtaining an entry, stamp and protection, guest records, gc |
 //! | `oci` | an OCI image's entry from its layers, each cached once |
@@ -58,6 +60,7 @@
 
 mod build;
 pub mod cache;
+pub mod customize;
 mod detect;
 mod error;
 mod guests;
@@ -67,6 +70,7 @@ mod oci;
 mod options;
 mod qemu_img;
 mod records;
+pub mod seed;
 mod sparse;
 mod sys;
 
@@ -76,7 +80,9 @@ pub use guests::{
     Guest, GuestKind, ProvisionDryRun, ProvisionReport, dry_run, provision,
     provision_in,
 };
-pub use options::{DEFAULT_CACHE, ProvisionOptions, ProvisionRequest};
+pub use options::{
+    DEFAULT_CACHE, ProvisionOptions, ProvisionRequest, SeedRequest,
+};
 pub use sparse::write_sparse;
 
 /// Where a cache at `cache_root` keeps the images it pulls from

@@ -3,12 +3,13 @@
 //! line and a daemon's client both make; each directory guest's identity
 //! choices; and the defaults and bounds every caller shares.
 //!
-//! A leaf: it names nothing else of the crate, so that every module can
-//! name it.
+//! Near a leaf: it names only the customisation options' values
+//! (`customize::spec`, itself a leaf), so that every module can name it.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use crate::customize::spec::{Password, SshInject, WriteFile};
 use copier::Tunables;
 use copier::unpack::UnpackOptions;
 use serde::{Deserialize, Serialize};
@@ -58,6 +59,39 @@ pub struct ProvisionRequest {
     pub force: bool,
     /// The platform an OCI image must be for; `None`: the host's.
     pub platform: Option<copier::oci::Platform>,
+    /// What each disk guest's NoCloud seed holds; `None`: disk guests
+    /// get no seed.
+    pub seed: Option<SeedRequest>,
+}
+
+/// What a disk guest's NoCloud seed (`NAME-N.seed.img`, what
+/// `cloud-localds` makes) holds beyond its `meta-data`: the
+/// customisation options as cloud-config, merged into `--user-data`'s,
+/// and `--network-config`. The files named are read, and their contents
+/// checked, before the first guest is made.
+#[derive(Clone, Debug, Default)]
+pub struct SeedRequest {
+    /// `--ssh-inject`: `ssh_authorized_keys` (root's at the top level,
+    /// another user's in a `users` entry).
+    pub ssh_inject: Vec<SshInject>,
+    /// `--root-password`: `chpasswd`, or root's password made unusable.
+    pub root_password: Option<Password>,
+    /// `--firstboot-command`: `runcmd`.
+    pub firstboot_commands: Vec<String>,
+    /// `--run-command`: `runcmd` too (a disk guest runs nothing before
+    /// it boots).
+    pub run_commands: Vec<String>,
+    /// `--write`: `write_files`.
+    pub writes: Vec<WriteFile>,
+    /// `--hostname` when given (`{n}`, `{name}`): `hostname` in the
+    /// cloud-config; `local-hostname` is always set, to this or the
+    /// guest's name.
+    pub hostname: Option<String>,
+    /// `--user-data FILE`: a `#cloud-config` the options are merged
+    /// into, or another cloud-init format given as it is.
+    pub user_data: Option<PathBuf>,
+    /// `--network-config FILE`: copied as `network-config`.
+    pub network_config: Option<PathBuf>,
 }
 
 /// How to provision.
@@ -115,6 +149,8 @@ pub struct ProvisionOptions {
     /// The platform an OCI image must be for (and the one chosen from a
     /// multi-platform index); `None`: the host's.
     pub platform: Option<copier::oci::Platform>,
+    /// What each disk guest's NoCloud seed holds; `None`: no seed.
+    pub seed: Option<SeedRequest>,
     /// How images named by registry reference are pulled (into the
     /// cache's `oci/` store).
     pub pull: zinstall_registry::PullOptions,
@@ -164,6 +200,7 @@ impl ProvisionOptions {
             ),
             force: r.force,
             platform: r.platform,
+            seed: r.seed,
             pull: Default::default(),
             progress: None,
         }
@@ -355,6 +392,7 @@ mod test {
             ssh_host_keys: None,
             force: true,
             platform: Some("linux/arm64".parse().unwrap()),
+            seed: None,
         };
         let o = ProvisionOptions::new(request, "/srv/cache");
         assert_eq!(o.cache, Path::new("/srv/cache"));

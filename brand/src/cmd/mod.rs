@@ -5,6 +5,7 @@ mod daemon_arg;
 pub mod image;
 pub mod install;
 pub mod provision;
+mod provision_seed;
 pub mod remote;
 pub mod statemap;
 pub mod trace;

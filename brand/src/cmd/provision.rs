@@ -14,6 +14,7 @@ use zinstall_provision::{
     self as provision, ProvisionOptions, ProvisionRequest,
 };
 
+use crate::cmd::provision_seed::SeedArgs;
 use crate::output::{self, Bar};
 use crate::settings::TunableArgs;
 
@@ -112,11 +113,11 @@ pub struct ProvisionArgs {
     /// is there yet, and say what would be done.
     #[arg(long, short = 'n')]
     pub dry_run: bool,
-    /// Directory guests' hostname: {n} is the guest's number, {name} its
-    /// name (default {name}).
+    /// Guests' hostname: {n} is the guest's number, {name} its name
+    /// (default {name}); a disk guest's seed sets it too.
     #[arg(long, value_name = "PATTERN", help = crate::output::verbatim(
-        "Directory guests' hostname: {n} is the guest's number, {name} its \
-         name (default {name})"
+        "Guests' hostname: {n} is the guest's number, {name} its name \
+         (default {name}); a disk guest's seed sets it too"
     ))]
     pub hostname: Option<String>,
     /// Directory guests' /etc/machine-id: a new one each (generate, the
@@ -136,6 +137,8 @@ pub struct ProvisionArgs {
     /// Replace guests already at the guests' paths.
     #[arg(long)]
     pub force: bool,
+    #[command(flatten)]
+    pub seed: Box<SeedArgs>,
 }
 
 impl ProvisionArgs {
@@ -155,6 +158,7 @@ impl ProvisionArgs {
             ssh_host_keys: self.ssh_host_keys,
             force: self.force,
             platform: self.platform.clone(),
+            seed: self.seed.request(self.hostname.as_deref()),
         }
     }
 }
@@ -450,6 +454,7 @@ fn dry_run_json(
         "entry": entry,
         "altered": why,
         "guests": p.guests,
+        "seeds": p.seeds,
     })
 }
 
@@ -472,6 +477,9 @@ fn print_dry_run(v: &Value) {
     ));
     for g in v["guests"].as_array().into_iter().flatten() {
         output::out(format_args!("would make {}", s(g)));
+    }
+    for g in v["seeds"].as_array().into_iter().flatten() {
+        output::out(format_args!("would make seed {}", s(g)));
     }
 }
 

@@ -119,6 +119,12 @@ fn policy_set(p: &crate::pull::PullArgs) -> bool {
 const LISTING_FLAGS: &str =
     "--dry-run, --verbose (run without --daemon for a dry run or a listing)";
 
+/// The disk guests' seed flags, refused together with why.
+const SEED_FLAGS: &str = "--ssh-inject, --root-password, \
+     --firstboot-command, --run-command, --write, --user-data, \
+     --network-config, --no-seed (zinstalld makes disk guests without \
+     a NoCloud seed; run without --daemon to make seeds)";
+
 /// The tunable flags, refused together with why.
 const TUNABLE_FLAGS: &str = "--threads, --walkers, --batch, --bufsize, \
      --writeback, --defaults \
@@ -428,6 +434,7 @@ pub fn provision(socket: &Path, a: &super::provision::ProvisionArgs) -> Exit {
             (LISTING_FLAGS, a.dry_run || a.verbose),
             (POLICY_FLAGS, policy_set(&a.pull)),
             ("--cache-mode", a.cache_mode.is_some()),
+            (SEED_FLAGS, a.seed.any_set()),
             (
                 "--cache (the daemon's cache is its configuration's)",
                 a.cache != Path::new(super::provision::DEFAULT_CACHE),

@@ -20,7 +20,11 @@ pub fn package(program: &str) -> &'static str {
         "xz" => "xz-utils",
         "bsdtar" => "libarchive-tools",
         "bpftrace" => "bpftrace",
-        "setpriv" | "mount" | "umount" | "losetup" | "unshare" => "util-linux",
+        "setpriv" | "mount" | "umount" | "losetup" | "unshare" | "blkid" => {
+            "util-linux"
+        }
+        "fsck.fat" | "fatlabel" => "dosfstools",
+        "mcopy" | "mdir" => "mtools",
         "tar" => "tar",
         "script" => "bsdutils",
         "find" => "findutils",

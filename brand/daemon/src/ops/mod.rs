@@ -332,6 +332,8 @@ fn provision(
         ssh_host_keys: a.ssh_host_keys,
         force: a.force,
         platform: platform(ErrorKind::Provision, &a.platform)?,
+        // The seed's options are refused by the client with --daemon.
+        seed: None,
     };
     let opts = ProvisionOptions {
         tunables: d.tunables(),
