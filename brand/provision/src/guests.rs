@@ -22,6 +22,7 @@ use crate::build::{build, converter};
 use crate::cache::{
     Cache, Entry, EntryKind, Lease, Obtained, Replaced, WouldObtain,
 };
+use crate::customize::{self, Customization, Customized};
 use crate::detect::{ImageKind, detect};
 use crate::error::{ImageProblem, ProvisionError, ProvisionError as Error};
 use crate::identity::{self, GuestIdentity};
@@ -51,6 +52,9 @@ pub struct Guest {
     pub kind: GuestKind,
     /// What of its identity was made its own (directory guests).
     pub identity: GuestIdentity,
+    /// What its customisation made that its caller is to be told (the
+    /// `random` passwords), directory guests.
+    pub customized: Customized,
     /// How long it took.
     pub took: Duration,
 }
@@ -125,24 +129,31 @@ pub fn provision_in(
     on_guest: &mut dyn FnMut(&Guest),
 ) -> Result<ProvisionReport, ProvisionError> {
     let kind = check_request(image, opts)?;
+    let custom = customize::prepare(&opts.customize, opts.count, &opts.name)?;
     let cache = open_cache(opts, cache_mode)?;
     let entry_kind = entry_kind(kind);
     let mut notices = Vec::new();
     let (mut lease, obtained) =
         lease_entry(&cache, image, kind, entry_kind, opts, &mut notices)?;
+    // The image's own users and zoneinfo, in the cache entry (read, never
+    // written), before the first guest.
+    if let Some(c) = &custom
+        && let Err(e) = customize::check_tree(c, &lease.entry.payload())
+    {
+        lease.release();
+        return Err(e);
+    }
     let replaced = lease.replaced.take();
     let out_existed = fs::symlink_metadata(&opts.out).is_ok();
     let mut made: Vec<PathBuf> = Vec::new();
     let mut guests = Vec::with_capacity(opts.count);
-    let result = make_guests(
-        &cache,
-        &lease.entry,
-        entry_kind,
-        opts,
-        &mut made,
-        &mut guests,
-        on_guest,
-    );
+    let from = Source {
+        entry: &lease.entry,
+        kind: entry_kind,
+        custom: custom.as_ref(),
+    };
+    let result =
+        make_guests(&cache, &from, opts, &mut made, &mut guests, on_guest);
     let entry = lease.entry.clone();
     lease.release();
     if let Err(e) = result {
@@ -277,18 +288,26 @@ fn lease_entry(
     Ok((lease, obtained))
 }
 
-/// Makes the guests from `entry`, one after another, into `guests`, and
+/// What the guests are made from: the cache entry, its kind, and what
+/// each directory guest is given besides.
+struct Source<'a> {
+    entry: &'a Entry,
+    kind: EntryKind,
+    custom: Option<&'a Customization>,
+}
+
+/// Makes the guests from `from`'s entry, one after another, into `guests`, and
 /// tells `on_guest` of each; every path this run is to remove on
 /// failure goes into `made` before anything is written there.
 fn make_guests(
     cache: &Cache,
-    entry: &Entry,
-    entry_kind: EntryKind,
+    from: &Source<'_>,
     opts: &ProvisionOptions,
     made: &mut Vec<PathBuf>,
     guests: &mut Vec<Guest>,
     on_guest: &mut dyn FnMut(&Guest),
 ) -> Result<(), ProvisionError> {
+    let (entry, entry_kind, custom) = (from.entry, from.kind, from.custom);
     fs::create_dir_all(&opts.out)
         .map_err(|e| Error::io(Op::Mkdir, &opts.out, e))?;
     // The data of a directory guest, once the first copy counted it.
@@ -325,10 +344,15 @@ fn make_guests(
             )?,
             EntryKind::Raw => GuestIdentity::default(),
         };
+        let customized = match custom {
+            Some(c) => customize::apply(c, &path, i, opts.tunables)?,
+            None => Customized::default(),
+        };
         let g = Guest {
             path,
             kind,
             identity,
+            customized,
             took: t0.elapsed(),
         };
         cache.add_user(entry, &g.path)?;
@@ -360,6 +384,7 @@ pub fn dry_run(
     opts: &ProvisionOptions,
 ) -> Result<ProvisionDryRun, ProvisionError> {
     let kind = check_request(image, opts)?;
+    customize::prepare(&opts.customize, opts.count, &opts.name)?;
     let entry_kind = entry_kind(kind);
     let root = match fs::canonicalize(&opts.cache) {
         Ok(r) => r,
@@ -436,6 +461,18 @@ fn check_request(
         return Err(ProvisionError::OutNotDirectory(opts.out.clone()));
     }
     let kind = detect(image)?;
+    if !matches!(kind, ImageKind::Tree(_) | ImageKind::Oci)
+        && !opts.customize.is_empty()
+    {
+        return Err(ProvisionError::Customize {
+            option: "--ssh-inject, --password, --firstboot, ...",
+            value: image.to_string_lossy().into_owned(),
+            path: image.to_path_buf(),
+            why: "a disk image: the customisation options apply to \
+                  directory guests (a rootfs archive or OCI image)"
+                .into(),
+        });
+    }
     if matches!(kind, ImageKind::Tree(_) | ImageKind::Oci) {
         identity::check(&opts.identity, &opts.name)?;
     } else if let Some(q) = &opts.qemu_img {

@@ -46,7 +46,7 @@
 //! | `error` | [`ProvisionError`], [`ImageProblem`] |
 //! | `immutable` | the immutable flag (`chattr +i`) on files and trees |
 //! | `detect` | [`detect`]: what an image is, from its bytes |
-//! | `customize` | what virt-customize(1) does to a guest: the options' values checked ([`customize::spec`]) |
+//! | `customize` | what virt-customize(1) does to a guest: the options' values checked ([`customize::spec`]), each guest's steps read and checked before the first guest, then applied beneath its root (keys, passwords, first-boot service, files, time zone) |
 //! | `identity` | each directory guest's own hostname, machine-id and SSH host keys |
 //! | `qemu_img` | running `qemu-img`, fenced in, for overlays when asked and for formats zinstall does not read |
 //! | [`cache`] | the content-addressed cache: layout and locks, obtaining an entry, stamp and protection, guest records, gc |
@@ -78,7 +78,9 @@ pub use guests::{
     Guest, GuestKind, ProvisionDryRun, ProvisionReport, dry_run, provision,
     provision_in,
 };
-pub use options::{DEFAULT_CACHE, ProvisionOptions, ProvisionRequest};
+pub use options::{
+    CustomizeOptions, DEFAULT_CACHE, ProvisionOptions, ProvisionRequest,
+};
 pub use sparse::write_sparse;
 
 /// Where a cache at `cache_root` keeps the images it pulls from
