@@ -133,6 +133,9 @@ pub struct ProvisionArgs {
     /// Replace guests already at the guests' paths.
     #[arg(long)]
     pub force: bool,
+    /// Boxed: the command enum's variants stay of a size.
+    #[command(flatten)]
+    pub customize: Box<crate::cmd::customize::CustomizeArgs>,
 }
 
 impl ProvisionArgs {
@@ -293,6 +296,28 @@ pub fn provision(args: &ProvisionArgs) -> Exit {
             return Exit::Usage;
         }
     };
+    let customize = match args.customize.options() {
+        Ok(c) => c,
+        Err(e) => {
+            let fields = crate::json::provision_fields(&e);
+            crate::json::fail(args.json, &e, fields);
+            return Exit::Usage;
+        }
+    };
+    let random = customize.root_password.as_deref() == Some("random")
+        || customize
+            .password
+            .iter()
+            .any(|p| p.ends_with(":random") || p.ends_with(":locked:random"));
+    if random && args.json {
+        crate::json::fail(
+            true,
+            "a random password is printed once, as text: give \
+             file:FILE with --json",
+            Value::Null,
+        );
+        return Exit::Usage;
+    }
     // No bar for a dry run, which reads no image.
     let bar = (!args.dry_run)
         .then(|| Bar::for_terminal(args.json || args.verbose, "provisioning"))
@@ -307,6 +332,7 @@ pub fn provision(args: &ProvisionArgs) -> Exit {
         pull: args.pull.options(bar.clone(), trust),
         progress: bar.clone().map(|b| b as Arc<dyn copier::Progress>),
         cancel: Some(crate::interrupt::cancel()),
+        customize,
         ..ProvisionOptions::new(args.request(), &args.cache)
     };
     if let Err(e) = crate::interrupt::watch_signals() {
@@ -331,9 +357,25 @@ pub fn provision(args: &ProvisionArgs) -> Exit {
         };
     }
     let json = args.json;
+    let mut noticed: Vec<String> = Vec::new();
     let mut on_guest = |g: &provision::Guest| {
         if !json {
-            output::above(&bar, || output::out(format_args!("made {g}")));
+            output::above(&bar, || {
+                output::out(format_args!("made {g}"));
+                // Told once, here: never kept by zinstall.
+                for (user, pw) in &g.customized.passwords {
+                    output::out(format_args!(
+                        "password of {user} on {}: {pw}",
+                        g.path.display()
+                    ));
+                }
+            });
+        }
+        for n in &g.customized.notices {
+            if !noticed.contains(n) {
+                output::above(&bar, || output::note(n));
+                noticed.push(n.clone());
+            }
         }
         if let Some(b) = &bar {
             b.set_what("copying guests");

@@ -416,6 +416,12 @@ pub fn provision(socket: &Path, a: &super::provision::ProvisionArgs) -> Exit {
             (POLICY_FLAGS, policy_set(&a.pull)),
             ("--cache-mode", a.cache_mode.is_some()),
             (
+                "--ssh-inject, --root-password, --password, --firstboot, \
+                 --firstboot-command, --write, --copy-in, --timezone, \
+                 --customize (run without --daemon to customise guests)",
+                a.customize.any(),
+            ),
+            (
                 "--cache (the daemon's cache is its configuration's)",
                 a.cache != Path::new(super::provision::DEFAULT_CACHE),
             ),
