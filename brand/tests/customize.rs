@@ -687,6 +687,23 @@ fn bad_customisation_is_refused_before_any_guest() {
     ]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o));
     assert!(!d.path().join("json").exists());
+    // zinstalld is not sent them: refused, not dropped.
+    let o = zinstall(&[
+        "provision",
+        "--daemon=/nonexistent.sock",
+        s(&tar),
+        "--out",
+        s(&d.path().join("daemon")),
+        "--timezone",
+        "UTC",
+    ]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("--timezone"), "{}", text(&o));
+    assert!(
+        text(&o).contains("not available with --daemon"),
+        "{}",
+        text(&o)
+    );
     // Disk images have no directory to customise: refused, not ignored.
     let raw = d.path().join("disk.raw");
     fs::write(&raw, vec![0u8; 1 << 20]).unwrap();

@@ -304,11 +304,12 @@ pub fn provision(args: &ProvisionArgs) -> Exit {
             return Exit::Usage;
         }
     };
-    let random = customize.root_password.as_deref() == Some("random")
-        || customize
-            .password
-            .iter()
-            .any(|p| p.ends_with(":random") || p.ends_with(":locked:random"));
+    // `random`, `locked:random`, `USER:random`, `USER:locked:random`.
+    let random = customize
+        .root_password
+        .iter()
+        .chain(&customize.password)
+        .any(|p| p == "random" || p.ends_with(":random"));
     if random && args.json {
         crate::json::fail(
             true,

@@ -397,13 +397,15 @@ pub(crate) fn check_tree(
         let bytes = dir.read_file(&name, MAX_ACCOUNTS)?;
         Ok(String::from_utf8_lossy(&bytes).into_owned())
     };
+    // Each read once, however many guests' steps name users.
+    let mut passwd: Option<String> = None;
+    let mut shadow: Option<String> = None;
     for st in &c.steps {
         let users = st
             .passwords
             .iter()
             .map(|p| (p.option, p.user.as_str()))
             .chain(st.keys.iter().map(|(u, _)| ("--ssh-inject", u.as_str())));
-        let mut passwd = None;
         for (option, user) in users {
             if passwd.is_none() {
                 passwd = Some(read("etc/passwd").map_err(|e| {
@@ -431,15 +433,19 @@ pub(crate) fn check_tree(
                 ));
             }
         }
-        if let Some(p) = st.passwords.first() {
-            let shadow = read("etc/shadow").map_err(|e| {
+        if let Some(p) = st.passwords.first()
+            && shadow.is_none()
+        {
+            shadow = Some(read("etc/shadow").map_err(|e| {
                 refuse(
                     p.option,
                     &p.user,
                     tree.join("etc/shadow"),
                     format!("the image has no /etc/shadow to set it in: {e}"),
                 )
-            })?;
+            })?);
+        }
+        if let Some(shadow) = &shadow {
             for p in &st.passwords {
                 let has = shadow
                     .lines()
