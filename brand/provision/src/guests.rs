@@ -296,9 +296,9 @@ struct Source<'a> {
     custom: Option<&'a Customization>,
 }
 
-/// Makes the guests from `from`'s entry, one after another, into `guests`, and
-/// tells `on_guest` of each; every path this run is to remove on
-/// failure goes into `made` before anything is written there.
+/// Makes the guests from `from`'s entry, one after another, into
+/// `guests`, and tells `on_guest` of each; every path this run is to
+/// remove on failure goes into `made` before anything is written there.
 fn make_guests(
     cache: &Cache,
     from: &Source<'_>,
