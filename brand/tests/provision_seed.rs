@@ -417,6 +417,28 @@ fn no_seed_makes_none_and_an_existing_seed_needs_force() {
     assert!(!o.status.success());
     assert!(text(&o).contains("exists already"), "{}", text(&o));
     check_fat(&seed0);
+
+    // What a disk guest takes through its seed has nowhere to go without
+    // one, and what only a directory guest takes is named: refused, with
+    // nothing made.
+    let fresh = d.path().join("fresh");
+    for (extra, says) in [
+        (
+            &["--no-seed", "--firstboot-command", "true"][..],
+            "--no-seed",
+        ),
+        (&["--timezone", "UTC"][..], "--timezone"),
+        (&["--password", "root:random"][..], "--password"),
+    ] {
+        let cache = d.path().join("cache");
+        let mut a = vec!["provision", s(&img), "--out", s(&fresh)];
+        a.extend_from_slice(&["--cache", s(&cache), "--count", "1"]);
+        a.extend_from_slice(extra);
+        let o = zinstall(&a);
+        assert!(!o.status.success(), "{extra:?} passed");
+        assert!(text(&o).contains(says), "{extra:?}: {}", text(&o));
+        assert!(!fresh.exists(), "{extra:?} made {fresh:?}");
+    }
 }
 
 /// The seed's options are refused with --daemon, named, before any

@@ -9,6 +9,7 @@ mod boundary;
 mod brand_files;
 mod cli;
 mod compressions;
+mod customize;
 mod daemon;
 mod descriptors;
 mod first_hour;

@@ -191,6 +191,18 @@ pub struct GuestInfo {
     /// A disk's NoCloud seed, if one was made.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seed: Option<SeedInfo>,
+    /// A directory guest's `random` passwords, told once: never kept.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub passwords: Vec<PasswordInfo>,
+}
+
+/// A password made for a directory guest's user (`random`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PasswordInfo {
+    /// The user.
+    pub user: String,
+    /// The password.
+    pub password: String,
 }
 
 /// A disk guest's NoCloud seed.
@@ -264,6 +276,15 @@ impl ProvisionReply {
                             hostname: s.hostname.clone(),
                             root_password: s.root_password.clone(),
                         }),
+                        passwords: g
+                            .customized
+                            .passwords
+                            .iter()
+                            .map(|(user, password)| PasswordInfo {
+                                user: user.clone(),
+                                password: password.clone(),
+                            })
+                            .collect(),
                     }
                 })
                 .collect(),

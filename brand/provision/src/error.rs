@@ -142,6 +142,19 @@ pub enum ProvisionError {
     OutNotDirectory(PathBuf),
     /// A hostname pattern that makes no valid hostname: why.
     BadHostname(String),
+    /// A customisation option refused: its value, or what it names on
+    /// this host or in the image or guest.
+    Customize {
+        /// The option, as typed (`--ssh-inject`).
+        option: &'static str,
+        /// Its value as given (never a password).
+        value: String,
+        /// The file it is about (a key file, the image's `/etc/passwd`,
+        /// a guest's file); empty when none.
+        path: PathBuf,
+        /// What is wrong, and what to do.
+        why: String,
+    },
     /// More guests than [`ProvisionOptions::MAX_GUESTS`].
     TooManyGuests(usize),
     /// A virtual size larger than a qcow2 overlay can have
@@ -231,6 +244,7 @@ impl ProvisionError {
             | ProvisionError::ProgramFailed { program, .. } => program,
             ProvisionError::Cleanup { failure, .. } => failure.path(),
             ProvisionError::Seed { path, .. } => path,
+            ProvisionError::Customize { path, .. } => path,
             ProvisionError::Pull(_)
             | ProvisionError::TooManyGuests(_)
             | ProvisionError::SizeTooLarge(_)
@@ -292,6 +306,18 @@ impl fmt::Display for ProvisionError {
                 } else {
                     write!(f, "{option} {}: {why}", path.display())
                 }
+            }
+            ProvisionError::Customize {
+                option,
+                value,
+                path,
+                why,
+            } => {
+                write!(f, "{option} {value:?}: ")?;
+                if !path.as_os_str().is_empty() {
+                    write!(f, "{}: ", path.display())?;
+                }
+                f.write_str(why)
             }
             ProvisionError::Pull(e) => write!(f, "{e}"),
             ProvisionError::TooManyGuests(n) => {

@@ -22,6 +22,7 @@ use crate::build::{build, converter};
 use crate::cache::{
     Cache, Entry, EntryKind, Lease, Obtained, Replaced, WouldObtain,
 };
+use crate::customize::{self, Customization, Customized};
 use crate::detect::{ImageKind, detect};
 use crate::error::{ImageProblem, ProvisionError, ProvisionError as Error};
 use crate::identity::{self, GuestIdentity};
@@ -54,6 +55,9 @@ pub struct Guest {
     pub identity: GuestIdentity,
     /// Its NoCloud seed (disk guests, unless none was asked for).
     pub seed: Option<SeedMade>,
+    /// What its customisation made that its caller is to be told (the
+    /// `random` passwords), directory guests.
+    pub customized: Customized,
     /// How long it took.
     pub took: Duration,
 }
@@ -143,24 +147,32 @@ pub fn provision_in(
 ) -> Result<ProvisionReport, ProvisionError> {
     let kind = check_request(image, opts)?;
     let seed = prepare_seed(kind, opts)?;
+    let custom = prepare_customize(kind, opts)?;
     let cache = open_cache(opts, cache_mode)?;
     let entry_kind = entry_kind(kind);
     let mut notices = Vec::new();
     let (mut lease, obtained) =
         lease_entry(&cache, image, kind, entry_kind, opts, &mut notices)?;
+    // The image's own users and zoneinfo, in the cache entry (read, never
+    // written), before the first guest.
+    if let Some(c) = &custom
+        && let Err(e) = customize::check_tree(c, &lease.entry.payload())
+    {
+        lease.release();
+        return Err(e);
+    }
     let replaced = lease.replaced.take();
     let out_existed = fs::symlink_metadata(&opts.out).is_ok();
     let mut made: Vec<PathBuf> = Vec::new();
     let mut guests = Vec::with_capacity(opts.count);
-    let result = make_guests(
-        &cache,
-        (&lease.entry, entry_kind),
-        opts,
-        seed.as_ref(),
-        &mut made,
-        &mut guests,
-        on_guest,
-    );
+    let from = Source {
+        entry: &lease.entry,
+        kind: entry_kind,
+        custom: custom.as_ref(),
+        seed: seed.as_ref(),
+    };
+    let result =
+        make_guests(&cache, &from, opts, &mut made, &mut guests, on_guest);
     let entry = lease.entry.clone();
     lease.release();
     if let Err(e) = result {
@@ -232,6 +244,18 @@ fn prepare_seed(
             kind.describe()
         ),
     })
+}
+
+/// Directory guests' customisation, read and checked; a disk image's
+/// guests take theirs through their seeds.
+fn prepare_customize(
+    kind: ImageKind,
+    opts: &ProvisionOptions,
+) -> Result<Option<Customization>, ProvisionError> {
+    if entry_kind(kind) == EntryKind::Raw {
+        return Ok(None);
+    }
+    customize::prepare(&opts.customize, opts.count, &opts.name)
 }
 
 /// Guest `i`'s seed, beside its overlay.
@@ -329,18 +353,30 @@ fn lease_entry(
     Ok((lease, obtained))
 }
 
-/// Makes the guests from `entry`, one after another, into `guests`, and
-/// tells `on_guest` of each; every path this run is to remove on
-/// failure goes into `made` before anything is written there.
+/// What the guests are made from: the cache entry, its kind, and what
+/// each guest is given besides (a directory guest's customisation, a
+/// disk guest's seed).
+struct Source<'a> {
+    entry: &'a Entry,
+    kind: EntryKind,
+    custom: Option<&'a Customization>,
+    /// Each disk guest's NoCloud seed, when one is made.
+    seed: Option<&'a Seed>,
+}
+
+/// Makes the guests from `from`'s entry, one after another, into
+/// `guests`, and tells `on_guest` of each; every path this run is to
+/// remove on failure goes into `made` before anything is written there.
 fn make_guests(
     cache: &Cache,
-    (entry, entry_kind): (&Entry, EntryKind),
+    from: &Source<'_>,
     opts: &ProvisionOptions,
-    seed: Option<&Seed>,
     made: &mut Vec<PathBuf>,
     guests: &mut Vec<Guest>,
     on_guest: &mut dyn FnMut(&Guest),
 ) -> Result<(), ProvisionError> {
+    let (entry, entry_kind, custom, seed) =
+        (from.entry, from.kind, from.custom, from.seed);
     fs::create_dir_all(&opts.out)
         .map_err(|e| Error::io(Op::Mkdir, &opts.out, e))?;
     // The data of a directory guest, once the first copy counted it.
@@ -398,11 +434,16 @@ fn make_guests(
             )?,
             EntryKind::Raw => GuestIdentity::default(),
         };
+        let customized = match custom {
+            Some(c) => customize::apply(c, &path, i, opts.tunables)?,
+            None => Customized::default(),
+        };
         let g = Guest {
             path,
             kind,
             identity,
             seed,
+            customized,
             took: t0.elapsed(),
         };
         cache.add_user(entry, &g.path)?;
@@ -437,6 +478,7 @@ pub fn dry_run(
 ) -> Result<ProvisionDryRun, ProvisionError> {
     let kind = check_request(image, opts)?;
     let seed = prepare_seed(kind, opts)?;
+    prepare_customize(kind, opts)?;
     let entry_kind = entry_kind(kind);
     let root = match fs::canonicalize(&opts.cache) {
         Ok(r) => r,
@@ -522,6 +564,9 @@ fn check_request(
         return Err(ProvisionError::OutNotDirectory(opts.out.clone()));
     }
     let kind = detect(image)?;
+    if !matches!(kind, ImageKind::Tree(_) | ImageKind::Oci) {
+        check_disk_customize(image, opts)?;
+    }
     if matches!(kind, ImageKind::Tree(_) | ImageKind::Oci) {
         identity::check(&opts.identity, &opts.name)?;
     } else if let Some(q) = &opts.qemu_img {
@@ -531,6 +576,45 @@ fn check_request(
         converter(opts, image, kind)?;
     }
     Ok(kind)
+}
+
+/// For a disk image: the customisation options a NoCloud seed cannot
+/// carry are refused, and so are those it carries when no seed is made.
+fn check_disk_customize(
+    image: &Path,
+    opts: &ProvisionOptions,
+) -> Result<(), ProvisionError> {
+    let c = &opts.customize;
+    let dir_only: Vec<&str> = [
+        ("--password", !c.password.is_empty()),
+        ("--firstboot", !c.firstboot.is_empty()),
+        ("--copy-in", !c.copy_in.is_empty()),
+        ("--timezone", c.timezone.is_some()),
+    ]
+    .into_iter()
+    .filter_map(|(f, set)| set.then_some(f))
+    .collect();
+    let why = if !dir_only.is_empty() {
+        format!(
+            "{}: a disk image, whose guests are seeded through cloud-init, \
+             which takes --ssh-inject, --root-password, \
+             --firstboot-command and --write; these apply to directory \
+             guests (a rootfs archive or OCI image)",
+            dir_only.join(", ")
+        )
+    } else if opts.seed.is_none() && !c.is_empty() {
+        "a disk image with --no-seed: its guests' customisation goes \
+         into their NoCloud seeds, and none is made"
+            .into()
+    } else {
+        return Ok(());
+    };
+    Err(ProvisionError::Customize {
+        option: "--ssh-inject, --password, --firstboot, ...",
+        value: image.to_string_lossy().into_owned(),
+        path: image.to_path_buf(),
+        why,
+    })
 }
 
 /// The device and inode of the file (a disk guest) at `path`.

@@ -46,7 +46,7 @@
 //! | `error` | [`ProvisionError`], [`ImageProblem`] |
 //! | `immutable` | the immutable flag (`chattr +i`) on files and trees |
 //! | `detect` | [`detect`]: what an image is, from its bytes |
-//! | `customize` | what virt-customize(1) does to a guest: the options' values checked ([`customize::spec`]) |
+//! | `customize` | what virt-customize(1) does to a guest: the options' values checked ([`customize::spec`]), each guest's steps read and checked before the first guest, then applied beneath its root (keys, passwords, first-boot service, files, time zone) |
 //! | `identity` | each directory guest's own hostname, machine-id and SSH host keys |
 //! | [`seed`] | each disk guest's NoCloud seed (`cidata`): meta-data, the options as cloud-config merged into user-data, network-config |
 //! | `qemu_img` | running `qemu-img`, fenced in, for overlays when asked and for formats zinstall does not read |
@@ -81,7 +81,8 @@ pub use guests::{
     provision_in,
 };
 pub use options::{
-    DEFAULT_CACHE, ProvisionOptions, ProvisionRequest, SeedRequest,
+    CustomizeOptions, DEFAULT_CACHE, ProvisionOptions, ProvisionRequest,
+    SeedRequest,
 };
 pub use sparse::write_sparse;
 

@@ -151,6 +151,11 @@ pub struct ProvisionOptions {
     pub platform: Option<copier::oci::Platform>,
     /// What each disk guest's NoCloud seed holds; `None`: no seed.
     pub seed: Option<SeedRequest>,
+    /// What virt-customize(1) would do to each directory guest (keys,
+    /// passwords, first-boot scripts, files): checked before the first
+    /// guest is made, applied to each after its identity. Disk guests
+    /// are never changed.
+    pub customize: CustomizeOptions,
     /// How images named by registry reference are pulled (into the
     /// cache's `oci/` store).
     pub pull: zinstall_registry::PullOptions,
@@ -201,6 +206,7 @@ impl ProvisionOptions {
             force: r.force,
             platform: r.platform,
             seed: r.seed,
+            customize: CustomizeOptions::default(),
             pull: Default::default(),
             progress: None,
         }
@@ -225,6 +231,39 @@ impl ProvisionOptions {
             contents: None,
             digest: false,
         }
+    }
+}
+
+/// The customisation options' values as given, each in the spelling
+/// virt-customize(1) documents for the option of the same name; `{n}`
+/// and `{name}` in them are the guest's number and name. They are
+/// parsed and checked (and the files they name read) before the first
+/// guest is made.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CustomizeOptions {
+    /// `--ssh-inject USER:file:KEY.pub` or `USER:string:KEY`.
+    pub ssh_inject: Vec<String>,
+    /// `--root-password SELECTOR`.
+    pub root_password: Option<String>,
+    /// `--password USER:SELECTOR`.
+    pub password: Vec<String>,
+    /// `--firstboot SCRIPT`: scripts on this host, run once at the
+    /// guest's first boot.
+    pub firstboot: Vec<PathBuf>,
+    /// `--firstboot-command CMD`: run by `sh -c` once at the first boot.
+    pub firstboot_command: Vec<String>,
+    /// `--write FILE:CONTENT`.
+    pub write: Vec<String>,
+    /// `--copy-in LOCALPATH:REMOTEDIR`.
+    pub copy_in: Vec<String>,
+    /// `--timezone TZ`, a name under `/usr/share/zoneinfo`.
+    pub timezone: Option<String>,
+}
+
+impl CustomizeOptions {
+    /// Whether nothing is asked for.
+    pub fn is_empty(&self) -> bool {
+        self == &CustomizeOptions::default()
     }
 }
 

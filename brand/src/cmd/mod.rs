@@ -1,6 +1,7 @@
 //! One module per `zinstall` subcommand.
 
 pub mod copy;
+pub mod customize;
 mod daemon_arg;
 pub mod image;
 pub mod install;

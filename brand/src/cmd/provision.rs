@@ -137,6 +137,9 @@ pub struct ProvisionArgs {
     /// Replace guests already at the guests' paths.
     #[arg(long)]
     pub force: bool,
+    /// Boxed: the command enum's variants stay of a size.
+    #[command(flatten)]
+    pub customize: Box<crate::cmd::customize::CustomizeArgs>,
     #[command(flatten)]
     pub seed: Box<SeedArgs>,
 }
@@ -158,7 +161,9 @@ impl ProvisionArgs {
             ssh_host_keys: self.ssh_host_keys,
             force: self.force,
             platform: self.platform.clone(),
-            seed: self.seed.request(self.hostname.as_deref()),
+            // Made from the customisation options by `provision`; the
+            // seed's options are refused with --daemon.
+            seed: None,
         }
     }
 }
@@ -312,6 +317,22 @@ pub fn provision(args: &ProvisionArgs) -> Exit {
             return Exit::Usage;
         }
     };
+    let customize = match args.customize.options() {
+        Ok(c) => c,
+        Err(e) => {
+            let fields = crate::json::provision_fields(&e);
+            crate::json::fail(args.json, &e, fields);
+            return Exit::Usage;
+        }
+    };
+    // Disk guests get the same options in their NoCloud seed.
+    let seed = match args.seed.request(args.hostname.as_deref(), &customize) {
+        Ok(s) => s,
+        Err(e) => {
+            crate::json::fail(args.json, &e, Value::Null);
+            return Exit::Usage;
+        }
+    };
     // No bar for a dry run, which reads no image.
     let bar = (!args.dry_run)
         .then(|| Bar::for_terminal(args.json || args.verbose, "provisioning"))
@@ -326,6 +347,8 @@ pub fn provision(args: &ProvisionArgs) -> Exit {
         pull: args.pull.options(bar.clone(), trust),
         progress: bar.clone().map(|b| b as Arc<dyn copier::Progress>),
         cancel: Some(crate::interrupt::cancel()),
+        customize,
+        seed,
         ..ProvisionOptions::new(args.request(), &args.cache)
     };
     if let Err(e) = crate::interrupt::watch_signals() {
@@ -350,9 +373,25 @@ pub fn provision(args: &ProvisionArgs) -> Exit {
         };
     }
     let json = args.json;
+    let mut noticed: Vec<String> = Vec::new();
     let mut on_guest = |g: &provision::Guest| {
         if !json {
-            output::above(&bar, || output::out(format_args!("made {g}")));
+            output::above(&bar, || {
+                output::out(format_args!("made {g}"));
+                // Told once, here: never kept by zinstall.
+                for (user, pw) in &g.customized.passwords {
+                    output::out(format_args!(
+                        "password of {user} on {}: {pw}",
+                        g.path.display()
+                    ));
+                }
+            });
+        }
+        for n in &g.customized.notices {
+            if !noticed.contains(n) {
+                output::above(&bar, || output::note(n));
+                noticed.push(n.clone());
+            }
         }
         if let Some(b) = &bar {
             b.set_what("copying guests");

@@ -120,8 +120,7 @@ const LISTING_FLAGS: &str =
     "--dry-run, --verbose (run without --daemon for a dry run or a listing)";
 
 /// The disk guests' seed flags, refused together with why.
-const SEED_FLAGS: &str = "--ssh-inject, --root-password, \
-     --firstboot-command, --run-command, --write, --user-data, \
+const SEED_FLAGS: &str = "--run-command, --user-data, \
      --network-config, --no-seed (zinstalld makes disk guests without \
      a NoCloud seed; run without --daemon to make seeds)";
 
@@ -435,6 +434,13 @@ pub fn provision(socket: &Path, a: &super::provision::ProvisionArgs) -> Exit {
             (POLICY_FLAGS, policy_set(&a.pull)),
             ("--cache-mode", a.cache_mode.is_some()),
             (SEED_FLAGS, a.seed.any_set()),
+            (
+                "--ssh-inject, --root-password, --password, --firstboot, \
+                 --firstboot-command, --write, --copy-in, --timezone, \
+                 --customize (run without --daemon to customise guests \
+                 or seed disk guests)",
+                a.customize.any(),
+            ),
             (
                 "--cache (the daemon's cache is its configuration's)",
                 a.cache != Path::new(super::provision::DEFAULT_CACHE),

@@ -45,6 +45,7 @@ pub fn package(program: &str) -> &'static str {
         "python3" => "python3",
         "gpg" => "gnupg",
         "systemd-analyze" => "systemd",
+        "xmllint" => "libxml2-utils",
         _ => "coreutils",
     }
 }

@@ -1,6 +1,19 @@
 //! Making each guest ready to boot, as virt-customize(1) does, without an
 //! appliance: a way in (keys, passwords), first-boot commands, files.
-//! [`spec`] parses and checks the options' values before any guest is
-//! made.
+//! [`spec`] parses and checks the options' values; `plan` makes them
+//! into each guest's steps, reading the files they name and checking the
+//! image's users, before any guest is made; `apply` gives each directory
+//! guest its steps beneath its root, with `shadow` (passwords hashed as
+//! the guest's `/etc/login.defs` says) and `firstboot` (a one-shot
+//! systemd unit or SMF service).
 
+mod apply;
+mod firstboot;
+mod plan;
+mod shadow;
 pub mod spec;
+
+pub use apply::Customized;
+pub(crate) use apply::apply;
+pub use plan::read_commands;
+pub(crate) use plan::{Customization, check_tree, prepare};

@@ -99,9 +99,13 @@ fn options_set(r: &SeedRequest) -> Vec<&'static str> {
 }
 
 /// The options a request sets that only a disk guest's seed takes; for
-/// refusing them for directory guests.
+/// refusing them for directory guests (the customisation options a seed
+/// shares with them are applied beneath a directory guest's root).
 pub(crate) fn disk_only(r: &SeedRequest) -> Vec<&'static str> {
-    let mut v = options_set(r);
+    let mut v = Vec::new();
+    if !r.run_commands.is_empty() {
+        v.push("--run-command");
+    }
     if r.user_data.is_some() {
         v.push("--user-data");
     }
