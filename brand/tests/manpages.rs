@@ -1,4 +1,5 @@
-//! zinstall(8) and the command line agree: every flag of every `zinstall`
+//! zinstall(8) with its command pages (zinstall-copy(8) ...) and the
+//! command line agree: every flag of every `zinstall`
 //! subcommand (as clap defines it, so as `--help` prints it) is in the
 //! page's SYNOPSIS and in its OPTIONS, under that subcommand, and the
 //! page names no flag the command does not take.
