@@ -17,6 +17,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use crate::customize::kept;
 use crate::error::ProvisionError;
 pub use crate::options::{HostKeys, IdentityOptions, MachineId};
 use copier::beneath::{Dir, Root};
@@ -172,19 +173,6 @@ fn set_hostname(etc: &Dir, h: &str) -> copier::Result<()> {
         }
     }
     Ok(())
-}
-
-/// The mode and owner of the file at `name`, to keep when replacing it;
-/// `default` and no owner change when there is none.
-fn kept(
-    dir: &Dir,
-    name: &str,
-    default: u32,
-) -> copier::Result<(u32, Option<(u32, u32)>)> {
-    Ok(match dir.stat(name)? {
-        Some(f) if f.is_file() => (f.mode, Some((f.uid, f.gid))),
-        _ => (default, None),
-    })
 }
 
 /// `/etc/machine-id` (only where the image has one: without it systemd

@@ -79,7 +79,7 @@ fn split(p: &Path) -> (PathBuf, String) {
 
 /// The mode and owner of the file `name` in `dir`, to keep when
 /// replacing it; `default` and this process's otherwise.
-fn kept(
+pub(crate) fn kept(
     dir: &Dir,
     name: &str,
     default: u32,
@@ -140,27 +140,21 @@ fn copy_in(
         what: "a file to copy in",
         cap: MAX_COPY_IN,
     };
-    let f = foreign::open(&ci.local, Follow::Yes).map_err(|e| {
+    let refused = |e: foreign::Error| {
         refuse(
             "--copy-in",
             &ci.local.to_string_lossy(),
             &ci.local,
             e.to_string(),
         )
-    })?;
+    };
+    let f = foreign::open(&ci.local, Follow::Yes).map_err(refused)?;
     let mode = f
         .metadata()
         .map(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()))
         .unwrap_or(0o644)
         & 0o7777;
-    let bytes = foreign::read_file(&f, &ci.local, kind).map_err(|e| {
-        refuse(
-            "--copy-in",
-            &ci.local.to_string_lossy(),
-            &ci.local,
-            e.to_string(),
-        )
-    })?;
+    let bytes = foreign::read_file(&f, &ci.local, kind).map_err(refused)?;
     dir.replace_file(&base, &bytes, mode, None)?;
     Ok(())
 }

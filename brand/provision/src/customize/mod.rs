@@ -14,6 +14,6 @@ mod shadow;
 pub mod spec;
 
 pub use apply::Customized;
-pub(crate) use apply::apply;
+pub(crate) use apply::{apply, kept};
 pub use plan::read_commands;
 pub(crate) use plan::{Customization, check_tree, prepare};
