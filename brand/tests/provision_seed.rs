@@ -225,6 +225,52 @@ fn each_disk_guest_gets_a_nocloud_seed_of_the_options() {
     assert_ne!(p0, &reply["guests"][1]["seed"]["root_password"]);
 }
 
+/// `{n}` and `{name}` make each disk guest's commands, written files and
+/// given password its own, as they do a directory guest's.
+#[test]
+fn values_name_each_disk_guest() {
+    let d = Tmp::new();
+    let img = disk(d.path());
+    let o = provision(
+        d.path(),
+        &img,
+        &[
+            "--count",
+            "2",
+            "--firstboot-command",
+            "echo {n} > /etc/guest-number",
+            "--write",
+            "/etc/{name}.conf:I am {name}, number {n}",
+            "--root-password",
+            "password:pw-{n}",
+        ],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let out = d.path().join("out");
+    for n in 0..2 {
+        let ud = yaml(&seed_file(
+            &out.join(format!("vm-{n}.seed.img")),
+            "user-data",
+        ));
+        assert_eq!(
+            ud["runcmd"],
+            serde_json::json!([format!("echo {n} > /etc/guest-number")])
+        );
+        assert_eq!(
+            ud["write_files"],
+            serde_json::json!([{
+                "path": format!("/etc/vm-{n}.conf"),
+                "content": format!("I am vm-{n}, number {n}"),
+            }])
+        );
+        assert_eq!(
+            ud["chpasswd"]["users"][0]["password"],
+            format!("pw-{n}"),
+            "{ud}"
+        );
+    }
+}
+
 /// A user's #cloud-config gets the options merged in: its lists kept
 /// and appended to, its other keys kept; a scalar both set differently
 /// is refused naming the key, before any guest is made.

@@ -47,9 +47,7 @@ pub(crate) fn hostname(
     n: usize,
     name: &str,
 ) -> Result<String, String> {
-    let h = pattern
-        .replace("{n}", &n.to_string())
-        .replace("{name}", name);
+    let h = crate::options::for_guest(pattern, n, name);
     let bad =
         |why: &str| Err(format!("hostname {h:?} (from {pattern:?}): {why}"));
     if h.is_empty() || h.len() > HOST_NAME_MAX {

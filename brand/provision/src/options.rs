@@ -22,6 +22,12 @@ pub const DEFAULT_CACHE: &str = zinstall_core::paths::CACHE;
 /// alone.
 pub(crate) const OVERLAY_MODE: u32 = 0o600;
 
+/// `s` with `{n}` and `{name}` made guest `n`'s (named `name`): how
+/// every per-guest value (hostname, customisation, seed) names its guest.
+pub(crate) fn for_guest(s: &str, n: usize, name: &str) -> String {
+    s.replace("{n}", &n.to_string()).replace("{name}", name)
+}
+
 /// What a caller asks of one provisioning: the choices `zinstall
 /// provision`'s flags and a `zinstalld` client's request both carry.
 /// [`ProvisionOptions::new`] turns it into options, with every default

@@ -136,18 +136,13 @@ pub(crate) fn prepare(
     Ok(Some(Customization { steps }))
 }
 
-/// `s` with `{n}` and `{name}` made guest `n`'s.
-fn expand(s: &str, n: usize, name: &str) -> String {
-    s.replace("{n}", &n.to_string()).replace("{name}", name)
-}
-
 /// Guest `n`'s steps, every value parsed and every file read.
 fn steps_for(
     o: &CustomizeOptions,
     n: usize,
     name: &str,
 ) -> Result<Steps, ProvisionError> {
-    let x = |s: &str| expand(s, n, name);
+    let x = |s: &str| crate::options::for_guest(s, n, name);
     let mut st = Steps::default();
     for c in &o.copy_in {
         let c: CopyIn = x(c).parse().map_err(spec)?;

@@ -22,10 +22,11 @@ pub(crate) struct Options<'a> {
     pub password: Option<RootPassword>,
     /// Root's account locked too (`locked:`).
     pub locked: bool,
-    /// `runcmd`, in order: first-boot commands, then run commands.
-    pub runcmd: Vec<&'a str>,
-    /// `write_files`: path and content.
-    pub writes: Vec<(String, &'a str)>,
+    /// `runcmd`, in order: first-boot commands, then run commands;
+    /// this guest's (`{n}` expanded).
+    pub runcmd: Vec<String>,
+    /// `write_files`: path and content, this guest's.
+    pub writes: Vec<(String, String)>,
     /// `hostname`, when asked for.
     pub hostname: Option<String>,
 }
@@ -197,7 +198,7 @@ mod test {
         let keys = [("alice".to_string(), "ssh-ed25519 K".to_string())];
         let ours = generate(&Options {
             keys: &keys,
-            runcmd: vec!["b"],
+            runcmd: vec!["b".into()],
             hostname: Some("y".into()),
             password: Some(RootPassword::Text("p".into())),
             ..Default::default()

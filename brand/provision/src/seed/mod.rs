@@ -366,8 +366,12 @@ impl Seed {
             Some(PasswordPlan::Random) => Some(random_password()?),
             _ => None,
         };
+        let x = |s: &str| crate::options::for_guest(s, n, &guest);
         let password = match &self.password {
             None => None,
+            Some(PasswordPlan::Given(RootPassword::Text(t))) => {
+                Some(RootPassword::Text(x(t)))
+            }
             Some(PasswordPlan::Given(p)) => Some(p.clone()),
             Some(PasswordPlan::Random) => {
                 root_password.clone().map(RootPassword::Text)
@@ -383,12 +387,8 @@ impl Seed {
             keys: &self.keys,
             password,
             locked: self.locked,
-            runcmd: self.runcmd.iter().map(String::as_str).collect(),
-            writes: self
-                .writes
-                .iter()
-                .map(|(p, c)| (p.clone(), c.as_str()))
-                .collect(),
+            runcmd: self.runcmd.iter().map(|c| x(c)).collect(),
+            writes: self.writes.iter().map(|(p, c)| (x(p), x(c))).collect(),
             hostname: explicit,
         });
         let user_data = match &self.user {
