@@ -59,11 +59,6 @@ pub struct CustomizeArgs {
 }
 
 impl CustomizeArgs {
-    /// Whether any customisation option is given.
-    pub fn any(&self) -> bool {
-        self.customize.is_some() || !self.flags().is_empty()
-    }
-
     /// The flags' values.
     fn flags(&self) -> CustomizeOptions {
         CustomizeOptions {
