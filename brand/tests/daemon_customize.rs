@@ -317,3 +317,61 @@ fn an_oversized_user_data_is_refused_by_client_and_daemon() {
     let r = d.connect().call(&json!({"v": 1, "op": "version"}));
     assert_eq!(r.last().unwrap()["reply"], "ok", "{r:?}");
 }
+
+/// What a client sends is checked again by the daemon, as the options
+/// are: a key that is not one, a file name with a path in it, a run
+/// command it does not run, customisation for another number of guests:
+/// each refused, naming the option, no guest made, the daemon serving
+/// on.
+#[test]
+fn the_daemon_checks_what_it_is_sent_again() {
+    if !zinstall_testkit::require_root() {
+        return;
+    }
+    let d = Daemon::start("");
+    let tar = image(&d.path("img"), "SHA512");
+    let out = d.path("guests");
+    let bad = [
+        (
+            json!({"keys": [{"user": "root", "keys": ["ssh-ed25519 AAAA"]}]}),
+            "--ssh-inject",
+        ),
+        (
+            json!({"keys": [{"user": "../x", "keys": []}]}),
+            "--ssh-inject",
+        ),
+        (
+            json!({"copy_in": [{"name": "../../etc/passwd", "remote_dir": "/",
+                             "mode": 420, "content": "eA=="}]}),
+            "--copy-in",
+        ),
+        (
+            json!({"writes": [{"path": "etc/motd", "content": "x"}]}),
+            "--write",
+        ),
+        (
+            json!({"firstboot": [{"name": "a/b", "content": "eA=="}]}),
+            "--firstboot",
+        ),
+        (json!({"run_commands": ["touch /x"]}), "--run-command"),
+        (json!({"timezone": "../../etc/shadow"}), "--timezone"),
+    ];
+    for (guest, says) in bad {
+        let raw = json!({"v": 1, "op": "provision", "args": {
+            "image": s(&tar), "out": s(&out),
+            "customize": {"guests": [guest]}}});
+        let r = d.connect().call(&raw);
+        let last = r.last().unwrap();
+        assert_eq!(last["reply"], "error", "{says}: {r:?}");
+        let why = last["error"]["message"].as_str().unwrap_or_default();
+        assert!(why.contains(says), "{says}: {r:?}");
+        assert!(!out.join("guest-0").exists(), "{says}: a guest was made");
+    }
+    let raw = json!({"v": 1, "op": "provision", "args": {
+        "image": s(&tar), "out": s(&out), "count": 3,
+        "customize": {"guests": [{}, {}]}}});
+    let r = d.connect().call(&raw);
+    assert_eq!(r.last().unwrap()["reply"], "error", "{r:?}");
+    let r = d.connect().call(&json!({"v": 1, "op": "version"}));
+    assert_eq!(r.last().unwrap()["reply"], "ok", "{r:?}");
+}
