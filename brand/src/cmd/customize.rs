@@ -38,7 +38,8 @@ pub struct CustomizeArgs {
     #[arg(long, value_name = "FILE:CONTENT")]
     pub write: Vec<String>,
     /// Copy a file or directory of this host into the guest's directory
-    /// REMOTEDIR, made if missing (repeatable).
+    /// REMOTEDIR, made if missing (repeatable; with --daemon, files
+    /// only).
     #[arg(long, value_name = "LOCALPATH:REMOTEDIR")]
     pub copy_in: Vec<String>,
     /// The guest's time zone: /etc/localtime a link to its zoneinfo file

@@ -299,3 +299,47 @@ fn spec(e: super::spec::SpecError) -> ProvisionError {
         why: e.why,
     }
 }
+
+#[cfg(test)]
+mod test {
+    use std::fs;
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    const ED25519: &str = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGUIIneqcKVwnMcEYpp271QRxxyB/8nvI7/wSLl0eF78 alice@host";
+
+    /// The plan a daemon builds from what a client sent, through JSON,
+    /// is the plan a local provision builds from the files, `{n}` per
+    /// guest included.
+    #[test]
+    fn the_sent_plan_is_the_local_plan() {
+        let dir = tempfile::tempdir().unwrap();
+        let key = dir.path().join("k.pub");
+        fs::write(&key, format!("# keys\n{ED25519}\n")).unwrap();
+        let pw = dir.path().join("pw");
+        fs::write(&pw, "secret\nignored\n").unwrap();
+        fs::set_permissions(&pw, fs::Permissions::from_mode(0o600)).unwrap();
+        let script = dir.path().join("first boot.sh");
+        fs::write(&script, b"#!/bin/sh\n\xff\n").unwrap();
+        let opts = CustomizeOptions {
+            ssh_inject: vec![format!("root:file:{}", key.display())],
+            root_password: Some(format!("locked:file:{}", pw.display())),
+            password: vec!["debian:random".into()],
+            firstboot: vec![script.clone()],
+            firstboot_command: vec!["echo {name}".into()],
+            write: vec!["/etc/motd:guest {n}".into()],
+            copy_in: Vec::new(),
+            timezone: Some("Europe/Berlin".into()),
+        };
+        let local = prepare(&opts, 3, "vm").unwrap().unwrap();
+        let sent = resolve(&opts, 3, "vm").unwrap().unwrap();
+        let wire = serde_json::to_string(&sent).unwrap();
+        assert!(!wire.contains(dir.path().to_str().unwrap()), "{wire}");
+        let back: CustomizeRequest = serde_json::from_str(&wire).unwrap();
+        let planned = plan(&back, 3).unwrap().unwrap();
+        assert_eq!(planned.all(), local.all());
+        assert_eq!(planned.all().len(), 3);
+        assert_eq!(plan(&back, 4).unwrap_err().path(), Path::new(""));
+    }
+}
