@@ -110,7 +110,7 @@ impl Daemon {
         self.dir.path().join(p)
     }
 
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         fs::read_to_string(self.path("zinstalld.log")).unwrap_or_default()
     }
 
@@ -160,7 +160,7 @@ impl Daemon {
     }
 
     /// `zinstall --daemon=SOCKET ARGS`.
-    fn zinstall(&self, args: &[&str]) -> Output {
+    pub(crate) fn zinstall(&self, args: &[&str]) -> Output {
         Command::new(env!("CARGO_BIN_EXE_zinstall"))
             .arg(format!("--daemon={}", self.socket.display()))
             .args(args)
@@ -180,7 +180,7 @@ impl Daemon {
             .unwrap()
     }
 
-    fn connect(&self) -> Conn {
+    pub(crate) fn connect(&self) -> Conn {
         Conn::new(UnixStream::connect(&self.socket).unwrap())
     }
 }
@@ -200,7 +200,7 @@ impl Drop for Daemon {
 }
 
 /// A raw protocol connection.
-struct Conn {
+pub(crate) struct Conn {
     out: UnixStream,
     input: BufReader<UnixStream>,
 }
@@ -238,7 +238,7 @@ impl Conn {
     }
 
     /// Sends a request and reads until its last reply.
-    fn call(&mut self, v: &Value) -> Vec<Value> {
+    pub(crate) fn call(&mut self, v: &Value) -> Vec<Value> {
         self.send(v);
         let mut all = Vec::new();
         while let Some(r) = self.reply() {

@@ -17,7 +17,7 @@ fn zinstall(args: &[&str]) -> Output {
 }
 
 /// A 4 MiB raw disk with a little data.
-fn disk(dir: &Path) -> PathBuf {
+pub(crate) fn disk(dir: &Path) -> PathBuf {
     let p = dir.join("disk.raw");
     let mut b = vec![0u8; 4 << 20];
     b[..4096].fill(0x5a);
@@ -57,7 +57,7 @@ fn provision(dir: &Path, image: &Path, extra: &[&str]) -> Output {
 }
 
 /// A file of the seed, extracted with mcopy.
-fn seed_file(img: &Path, name: &str) -> String {
+pub(crate) fn seed_file(img: &Path, name: &str) -> String {
     let o = tools::tool("mcopy")
         .args(["-n", "-i", s(img), &format!("::{name}"), "-"])
         .output()
@@ -485,31 +485,6 @@ fn no_seed_makes_none_and_an_existing_seed_needs_force() {
         assert!(text(&o).contains(says), "{extra:?}: {}", text(&o));
         assert!(!fresh.exists(), "{extra:?} made {fresh:?}");
     }
-}
-
-/// The seed's options are refused with --daemon, named, before any
-/// request is sent.
-#[test]
-fn seed_options_are_refused_with_daemon() {
-    let d = Tmp::new();
-    let sock = d.path().join("none.sock");
-    let daemon = format!("--daemon={}", s(&sock));
-    let o = zinstall(&[
-        "provision",
-        &daemon,
-        "disk.raw",
-        "--out",
-        s(&d.path().join("out")),
-        "--firstboot-command",
-        "true",
-    ]);
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    assert!(text(&o).contains("--firstboot-command"), "{}", text(&o));
-    assert!(
-        text(&o).contains("not available with --daemon"),
-        "{}",
-        text(&o)
-    );
 }
 
 /// The options only a seed takes are refused for directory guests (a

@@ -11,6 +11,7 @@ mod cli;
 mod compressions;
 mod customize;
 mod daemon;
+mod daemon_customize;
 mod descriptors;
 mod first_hour;
 mod foreign_files;

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use copier::{Op, Plan};
 use zinstall_qcow2 as qcow2;
 
+use crate::asked;
 use crate::build::{build, converter};
 use crate::cache::{
     Cache, Entry, EntryKind, Lease, Obtained, Replaced, WouldObtain,
@@ -27,7 +28,7 @@ use crate::detect::{ImageKind, detect};
 use crate::error::{ImageProblem, ProvisionError, ProvisionError as Error};
 use crate::identity::{self, GuestIdentity};
 use crate::options::ProvisionOptions;
-use crate::seed::{self, Seed, SeedMade};
+use crate::seed::{Seed, SeedMade};
 
 /// What one guest is.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -146,8 +147,8 @@ pub fn provision_in(
     on_guest: &mut dyn FnMut(&Guest),
 ) -> Result<ProvisionReport, ProvisionError> {
     let kind = check_request(image, opts)?;
-    let seed = prepare_seed(kind, opts)?;
-    let custom = prepare_customize(kind, opts)?;
+    let seed = asked::prepare_seed(kind, is_disk(kind), opts)?;
+    let custom = asked::prepare_customize(is_disk(kind), opts)?;
     let cache = open_cache(opts, cache_mode)?;
     let entry_kind = entry_kind(kind);
     let mut notices = Vec::new();
@@ -215,47 +216,6 @@ fn open_cache(
     } else {
         Cache::new(root)
     }
-}
-
-/// The seeds' contents, read and checked before the cache is touched,
-/// when disk guests are to get seeds; the options only seeds take are
-/// refused for directory guests.
-fn prepare_seed(
-    kind: ImageKind,
-    opts: &ProvisionOptions,
-) -> Result<Option<Seed>, ProvisionError> {
-    let Some(r) = &opts.seed else {
-        return Ok(None);
-    };
-    if entry_kind(kind) == EntryKind::Raw {
-        return seed::prepare(r, &opts.name, opts.identity.hostname.as_deref())
-            .map(Some);
-    }
-    let set = seed::disk_only(r);
-    if set.is_empty() {
-        return Ok(None);
-    }
-    Err(ProvisionError::Seed {
-        option: set.join(", "),
-        path: PathBuf::new(),
-        why: format!(
-            "these go into disk guests' NoCloud seeds, and {} makes \
-             directory guests: leave them out",
-            kind.describe()
-        ),
-    })
-}
-
-/// Directory guests' customisation, read and checked; a disk image's
-/// guests take theirs through their seeds.
-fn prepare_customize(
-    kind: ImageKind,
-    opts: &ProvisionOptions,
-) -> Result<Option<Customization>, ProvisionError> {
-    if entry_kind(kind) == EntryKind::Raw {
-        return Ok(None);
-    }
-    customize::prepare(&opts.customize, opts.count, &opts.name)
 }
 
 /// Guest `i`'s seed, beside its overlay.
@@ -477,8 +437,8 @@ pub fn dry_run(
     opts: &ProvisionOptions,
 ) -> Result<ProvisionDryRun, ProvisionError> {
     let kind = check_request(image, opts)?;
-    let seed = prepare_seed(kind, opts)?;
-    prepare_customize(kind, opts)?;
+    let seed = asked::prepare_seed(kind, is_disk(kind), opts)?;
+    asked::prepare_customize(is_disk(kind), opts)?;
     let entry_kind = entry_kind(kind);
     let root = match fs::canonicalize(&opts.cache) {
         Ok(r) => r,
@@ -565,7 +525,7 @@ fn check_request(
     }
     let kind = detect(image)?;
     if !matches!(kind, ImageKind::Tree(_) | ImageKind::Oci) {
-        check_disk_customize(image, opts)?;
+        asked::check_disk_customize(image, opts)?;
     }
     if matches!(kind, ImageKind::Tree(_) | ImageKind::Oci) {
         identity::check(&opts.identity, &opts.name)?;
@@ -576,45 +536,6 @@ fn check_request(
         converter(opts, image, kind)?;
     }
     Ok(kind)
-}
-
-/// For a disk image: the customisation options a NoCloud seed cannot
-/// carry are refused, and so are those it carries when no seed is made.
-fn check_disk_customize(
-    image: &Path,
-    opts: &ProvisionOptions,
-) -> Result<(), ProvisionError> {
-    let c = &opts.customize;
-    let dir_only: Vec<&str> = [
-        ("--password", !c.password.is_empty()),
-        ("--firstboot", !c.firstboot.is_empty()),
-        ("--copy-in", !c.copy_in.is_empty()),
-        ("--timezone", c.timezone.is_some()),
-    ]
-    .into_iter()
-    .filter_map(|(f, set)| set.then_some(f))
-    .collect();
-    let why = if !dir_only.is_empty() {
-        format!(
-            "{}: a disk image, whose guests are seeded through cloud-init, \
-             which takes --ssh-inject, --root-password, \
-             --firstboot-command and --write; these apply to directory \
-             guests (a rootfs archive or OCI image)",
-            dir_only.join(", ")
-        )
-    } else if opts.seed.is_none() && !c.is_empty() {
-        "a disk image with --no-seed: its guests' customisation goes \
-         into their NoCloud seeds, and none is made"
-            .into()
-    } else {
-        return Ok(());
-    };
-    Err(ProvisionError::Customize {
-        option: "--ssh-inject, --password, --firstboot, ...",
-        value: image.to_string_lossy().into_owned(),
-        path: image.to_path_buf(),
-        why,
-    })
 }
 
 /// The device and inode of the file (a disk guest) at `path`.
@@ -640,6 +561,11 @@ fn remove_guest(path: &Path) -> Result<(), ProvisionError> {
 }
 
 /// The cache entry an image of `kind` makes.
+/// Whether `kind` makes disk guests (which a seed customises).
+fn is_disk(kind: ImageKind) -> bool {
+    entry_kind(kind) == EntryKind::Raw
+}
+
 fn entry_kind(kind: ImageKind) -> EntryKind {
     match kind {
         ImageKind::Tree(_) | ImageKind::Oci => EntryKind::Tree,

@@ -46,18 +46,20 @@
 //! | `error` | [`ProvisionError`], [`ImageProblem`] |
 //! | `immutable` | the immutable flag (`chattr +i`) on files and trees |
 //! | `detect` | [`detect`]: what an image is, from its bytes |
-//! | `customize` | what virt-customize(1) does to a guest: the options' values checked ([`customize::spec`]), each guest's steps read and checked before the first guest, then applied beneath its root (keys, passwords, first-boot service, files, time zone) |
+//! | `customize` | what virt-customize(1) does to a guest: the options' values checked ([`customize::spec`]), each guest's steps read and checked before the first guest, then applied beneath its root (keys, passwords, first-boot service, files, time zone); [`customize::wire`] and [`customize::sent`] the same as a daemon's client sends it, files read into it |
 //! | `identity` | each directory guest's own hostname, machine-id and SSH host keys |
-//! | [`seed`] | each disk guest's NoCloud seed (`cidata`): meta-data, the options as cloud-config merged into user-data, network-config |
+//! | [`seed`] | each disk guest's NoCloud seed (`cidata`): meta-data, the options as cloud-config merged into user-data, network-config; [`seed::sent`] its request as a daemon's client sends it |
 //! | `qemu_img` | running `qemu-img`, fenced in, for overlays when asked and for formats zinstall does not read |
 //! | [`cache`] | the content-addressed cache: layout and locks, obtaining an entry, stamp and protection, guest records, gc |
 //! | `oci` | an OCI image's entry from its layers, each cached once |
 //! | `build` | an image read once into a cache entry's payload |
 //! | `guests` | [`provision`] and [`dry_run`]: the guests made from an entry, all or nothing |
+//! | `asked` | seeds and customisation read and checked by the kind of guest an image makes, before the cache is touched |
 
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+mod asked;
 mod build;
 pub mod cache;
 pub mod customize;
@@ -82,7 +84,7 @@ pub use guests::{
 };
 pub use options::{
     CustomizeOptions, DEFAULT_CACHE, ProvisionOptions, ProvisionRequest,
-    SeedRequest,
+    SeedRequest, Supplied,
 };
 pub use sparse::write_sparse;
 

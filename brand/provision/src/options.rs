@@ -3,13 +3,15 @@
 //! line and a daemon's client both make; each directory guest's identity
 //! choices; and the defaults and bounds every caller shares.
 //!
-//! Near a leaf: it names only the customisation options' values
-//! (`customize::spec`, itself a leaf), so that every module can name it.
+//! Near a leaf: it names only the customisation options' values and
+//! their wire form (`customize::spec`, `customize::wire`, themselves
+//! leaves), so that every module can name it.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::customize::spec::{Password, SshInject, WriteFile};
+use crate::customize::wire::CustomizeRequest;
 use copier::Tunables;
 use copier::unpack::UnpackOptions;
 use serde::{Deserialize, Serialize};
@@ -95,9 +97,30 @@ pub struct SeedRequest {
     pub hostname: Option<String>,
     /// `--user-data FILE`: a `#cloud-config` the options are merged
     /// into, or another cloud-init format given as it is.
-    pub user_data: Option<PathBuf>,
+    pub user_data: Option<Supplied>,
     /// `--network-config FILE`: copied as `network-config`.
-    pub network_config: Option<PathBuf>,
+    pub network_config: Option<Supplied>,
+}
+
+/// A file a seed option names: on this host, or its contents as a
+/// client sent them (a daemon never opens a path a client named).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Supplied {
+    /// A file to read.
+    File(PathBuf),
+    /// Its contents, read by the client.
+    Sent(Vec<u8>),
+}
+
+impl Supplied {
+    /// The path messages name: the file's, or what stands for a sent
+    /// one.
+    pub fn shown(&self, option: &str) -> PathBuf {
+        match self {
+            Supplied::File(p) => p.clone(),
+            Supplied::Sent(_) => PathBuf::from(format!("({option} as sent)")),
+        }
+    }
 }
 
 /// How to provision.
@@ -162,6 +185,10 @@ pub struct ProvisionOptions {
     /// guest is made, applied to each after its identity. Disk guests
     /// are never changed.
     pub customize: CustomizeOptions,
+    /// The same, as a client sent it, every file already read
+    /// (zinstalld's): planned from its contents, checked as the options
+    /// are; `None`: [`customize`](Self::customize) alone.
+    pub customize_sent: Option<CustomizeRequest>,
     /// How images named by registry reference are pulled (into the
     /// cache's `oci/` store).
     pub pull: zinstall_registry::PullOptions,
@@ -213,6 +240,7 @@ impl ProvisionOptions {
             platform: r.platform,
             seed: r.seed,
             customize: CustomizeOptions::default(),
+            customize_sent: None,
             pull: Default::default(),
             progress: None,
         }

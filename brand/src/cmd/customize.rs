@@ -38,7 +38,8 @@ pub struct CustomizeArgs {
     #[arg(long, value_name = "FILE:CONTENT")]
     pub write: Vec<String>,
     /// Copy a file or directory of this host into the guest's directory
-    /// REMOTEDIR, made if missing (repeatable).
+    /// REMOTEDIR, made if missing (repeatable; with --daemon, files
+    /// only).
     #[arg(long, value_name = "LOCALPATH:REMOTEDIR")]
     pub copy_in: Vec<String>,
     /// The guest's time zone: /etc/localtime a link to its zoneinfo file
@@ -59,11 +60,6 @@ pub struct CustomizeArgs {
 }
 
 impl CustomizeArgs {
-    /// Whether any customisation option is given.
-    pub fn any(&self) -> bool {
-        self.customize.is_some() || !self.flags().is_empty()
-    }
-
     /// The flags' values.
     fn flags(&self) -> CustomizeOptions {
         CustomizeOptions {

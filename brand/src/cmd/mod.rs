@@ -7,6 +7,7 @@ pub mod image;
 pub mod install;
 pub mod provision;
 mod provision_seed;
+mod provision_sent;
 pub mod remote;
 pub mod statemap;
 pub mod trace;

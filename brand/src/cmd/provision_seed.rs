@@ -7,7 +7,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 use zinstall_provision::customize::spec::{Password, SpecError};
-use zinstall_provision::{CustomizeOptions, SeedRequest};
+use zinstall_provision::{CustomizeOptions, SeedRequest, Supplied};
 
 /// What only a disk guest's seed takes; the customisation options
 /// (`--ssh-inject`, `--root-password`, `--firstboot-command`, `--write`,
@@ -57,18 +57,9 @@ impl SeedArgs {
             run_commands: self.run_command.clone(),
             writes: parse_all(&custom.write)?,
             hostname: hostname.map(str::to_string),
-            user_data: self.user_data.clone(),
-            network_config: self.network_config.clone(),
+            user_data: self.user_data.clone().map(Supplied::File),
+            network_config: self.network_config.clone().map(Supplied::File),
         }))
-    }
-
-    /// Whether any seed option is set, for refusing them with
-    /// `--daemon`.
-    pub(crate) fn any_set(&self) -> bool {
-        !self.run_command.is_empty()
-            || self.user_data.is_some()
-            || self.network_config.is_some()
-            || self.no_seed
     }
 }
 

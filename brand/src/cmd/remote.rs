@@ -119,11 +119,6 @@ fn policy_set(p: &crate::pull::PullArgs) -> bool {
 const LISTING_FLAGS: &str =
     "--dry-run, --verbose (run without --daemon for a dry run or a listing)";
 
-/// The disk guests' seed flags, refused together with why.
-const SEED_FLAGS: &str = "--run-command, --user-data, \
-     --network-config, --no-seed (zinstalld makes disk guests without \
-     a NoCloud seed; run without --daemon to make seeds)";
-
 /// The tunable flags, refused together with why.
 const TUNABLE_FLAGS: &str = "--threads, --walkers, --batch, --bufsize, \
      --writeback, --defaults \
@@ -433,14 +428,6 @@ pub fn provision(socket: &Path, a: &super::provision::ProvisionArgs) -> Exit {
             (LISTING_FLAGS, a.dry_run || a.verbose),
             (POLICY_FLAGS, policy_set(&a.pull)),
             ("--cache-mode", a.cache_mode.is_some()),
-            (SEED_FLAGS, a.seed.any_set()),
-            (
-                "--ssh-inject, --root-password, --password, --firstboot, \
-                 --firstboot-command, --write, --copy-in, --timezone, \
-                 --customize (run without --daemon to customise guests \
-                 or seed disk guests)",
-                a.customize.any(),
-            ),
             (
                 "--cache (the daemon's cache is its configuration's)",
                 a.cache != Path::new(super::provision::DEFAULT_CACHE),
@@ -450,6 +437,10 @@ pub fn provision(socket: &Path, a: &super::provision::ProvisionArgs) -> Exit {
     ) {
         return c;
     }
+    let (customize, seed) = match super::provision_sent::contents(a) {
+        Ok(c) => c,
+        Err(c) => return c,
+    };
     let args = match with_paths(a.json, || {
         Ok(ProvisionArgs {
             image: image_arg(&a.image)?,
@@ -466,17 +457,26 @@ pub fn provision(socket: &Path, a: &super::provision::ProvisionArgs) -> Exit {
             platform: a.platform.as_ref().map(|p| p.to_string()),
             max_archive_size: Some(a.max_archive_size),
             allow_devices: a.allow_devices,
+            customize: customize.map(Box::new),
+            seed: seed.map(Box::new),
         })
     }) {
         Ok(args) => args,
         Err(c) => return c,
     };
-    shown::<ProvisionReply>(
-        socket,
-        Call::Provision(args),
-        a.json,
-        super::provision::print_provision,
-    )
+    let call_ = Call::Provision(args);
+    let line = Request {
+        call: call_.clone(),
+        detach: false,
+    }
+    .to_line();
+    if let Err(c) = super::provision_sent::check_line(&line, a.json) {
+        return c;
+    }
+    shown::<ProvisionReply>(socket, call_, a.json, |r| {
+        super::provision_sent::print_passwords(r);
+        super::provision::print_provision(r);
+    })
 }
 
 /// `zinstall --daemon cache gc`: collection by the daemon, printed as

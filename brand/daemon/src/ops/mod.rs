@@ -332,10 +332,24 @@ fn provision(
         ssh_host_keys: a.ssh_host_keys,
         force: a.force,
         platform: platform(ErrorKind::Provision, &a.platform)?,
-        // The seed's options are refused by the client with --daemon.
-        seed: None,
+        // Made from the contents the client sent: no path of its is
+        // opened here.
+        seed: a
+            .seed
+            .as_ref()
+            .map(|s| {
+                zinstall_provision::seed::sent::request(
+                    s,
+                    a.hostname.as_deref(),
+                )
+            })
+            .transpose()
+            .map_err(|e| {
+                WireError::new(ErrorKind::Provision, provision_message(&e))
+            })?,
     };
     let opts = ProvisionOptions {
+        customize_sent: a.customize.as_deref().cloned(),
         tunables: d.tunables(),
         cancel: Some(job.cancel.clone()),
         pool: Some(d.pool().clone()),

@@ -4,6 +4,9 @@
 use serde::{Deserialize, Serialize};
 
 use super::path::{CleanPath, ImageArg};
+#[cfg(doc)]
+use zinstall_provision::customize::wire::MAX_SENT_FILE;
+use zinstall_provision::customize::wire::{CustomizeRequest, SeedSent};
 
 /// The most exclude patterns one request may carry: thousands of short
 /// patterns in one line would otherwise cost many times the line in
@@ -195,6 +198,16 @@ pub struct ProvisionArgs {
     /// cannot be granted).
     #[serde(default)]
     pub allow_devices: bool,
+    /// Directory guests' customisation (`--ssh-inject`, `--write`, ...),
+    /// every file it names read by the client and carried as contents,
+    /// each at most [`MAX_SENT_FILE`] bytes. Boxed, as `seed`: the
+    /// request's variants stay of a size.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub customize: Option<Box<CustomizeRequest>>,
+    /// Disk guests' NoCloud seeds, files carried as contents too;
+    /// `None`: disk guests get no seed (`--no-seed`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<Box<SeedSent>>,
 }
 
 fn one() -> usize {

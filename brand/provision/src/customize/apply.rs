@@ -46,6 +46,11 @@ pub(crate) fn apply(
     for ci in &st.copy_in {
         copy_in(&r, ci, tunables)?;
     }
+    for f in &st.copy_in_sent {
+        let rel = f.remote_dir.strip_prefix("/").unwrap_or(&f.remote_dir);
+        r.dir(rel, Some(0o755))?
+            .replace_file(&f.name, &f.content, f.mode, None)?;
+    }
     for w in &st.writes {
         write(&r, w)?;
     }
@@ -62,7 +67,7 @@ pub(crate) fn apply(
     for (user, keys) in &st.keys {
         inject(&r, user, keys)?;
     }
-    firstboot::install(&r, &st.firstboot)?;
+    firstboot::install(&r, &st.firstboot_scripts())?;
     Ok(done)
 }
 

@@ -5,13 +5,17 @@
 //! image's users, before any guest is made; `apply` gives each directory
 //! guest its steps beneath its root, with `shadow` (passwords hashed as
 //! the guest's `/etc/login.defs` says) and `firstboot` (a one-shot
-//! systemd unit or SMF service).
+//! systemd unit or SMF service). [`sent`] is the plan as another
+//! process sends it: every file already read into the request
+//! (zinstalld's clients).
 
 mod apply;
 mod firstboot;
 mod plan;
+pub mod sent;
 mod shadow;
 pub mod spec;
+pub mod wire;
 
 pub use apply::Customized;
 pub(crate) use apply::{apply, kept};

@@ -61,8 +61,40 @@ pub(crate) struct Steps {
     pub passwords: Vec<NewPassword>,
     /// `--ssh-inject`: each user's keys.
     pub keys: Vec<(String, Vec<SshPublicKey>)>,
-    /// `--firstboot`, `--firstboot-command`: a name and the script.
+    /// `--copy-in` of a file whose contents were sent (zinstalld's).
+    pub copy_in_sent: Vec<SentCopy>,
+    /// `--firstboot`: a name and the script.
     pub firstboot: Vec<(String, Vec<u8>)>,
+    /// `--firstboot-command`: run after the scripts.
+    pub firstboot_commands: Vec<String>,
+}
+
+impl Steps {
+    /// The first-boot scripts in the order they run: `--firstboot`'s,
+    /// then each `--firstboot-command` as a script.
+    pub(crate) fn firstboot_scripts(&self) -> Vec<(String, Vec<u8>)> {
+        let commands = self.firstboot_commands.iter().map(|c| {
+            (
+                "command".to_string(),
+                format!("#!/bin/sh\n{c}\n").into_bytes(),
+            )
+        });
+        self.firstboot.iter().cloned().chain(commands).collect()
+    }
+}
+
+/// A file whose contents came with the request, to be written into a
+/// guest's directory as `--copy-in` writes a file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct SentCopy {
+    /// Its name: one component.
+    pub name: String,
+    /// The guest's directory, absolute.
+    pub remote_dir: PathBuf,
+    /// Its permission bits.
+    pub mode: u32,
+    /// Its bytes.
+    pub content: Vec<u8>,
 }
 
 /// Every guest's steps: one set for all, or one per guest when a value
@@ -73,6 +105,16 @@ pub(crate) struct Customization {
 }
 
 impl Customization {
+    /// The plan of `steps`: one set for all guests, or one per guest.
+    pub(crate) fn new(steps: Vec<Steps>) -> Self {
+        Customization { steps }
+    }
+
+    /// Every set of steps, in guest order.
+    pub(crate) fn all(&self) -> &[Steps] {
+        &self.steps
+    }
+
     /// Guest `n`'s steps.
     pub(crate) fn steps(&self, n: usize) -> &Steps {
         self.steps.get(n).unwrap_or(&self.steps[0])
@@ -215,15 +257,14 @@ fn steps_for(
         st.firstboot.push((script_name(&base), script));
     }
     for c in &o.firstboot_command {
-        let script = format!("#!/bin/sh\n{}\n", x(c)).into_bytes();
-        st.firstboot.push(("command".into(), script));
+        st.firstboot_commands.push(x(c));
     }
     Ok(st)
 }
 
 /// A script's name as the guest keeps it: letters, digits, `.`, `_`
 /// and `-`; anything else `_`.
-fn script_name(base: &str) -> String {
+pub(crate) fn script_name(base: &str) -> String {
     let n: String = base
         .chars()
         .map(|c| {
@@ -243,7 +284,7 @@ fn script_name(base: &str) -> String {
 
 /// `--timezone`'s name, as tzdata spells them (`Europe/Berlin`, `UTC`,
 /// `Etc/GMT+1`): nothing that leads out of `/usr/share/zoneinfo`.
-fn timezone(tz: &str) -> Result<String, ProvisionError> {
+pub(crate) fn timezone(tz: &str) -> Result<String, ProvisionError> {
     let ok = !tz.is_empty()
         && tz.len() <= 255
         && !tz.starts_with('/')

@@ -10,6 +10,7 @@
 
 mod cloud_config;
 mod fat;
+pub mod sent;
 
 use std::fs::{self, OpenOptions};
 use std::io::Write;
@@ -23,7 +24,7 @@ use zinstall_core::foreign::{self, Follow, Kind};
 use crate::customize::spec::{KeySource, Password, SshPublicKey};
 use crate::error::{ProvisionError, ProvisionError as Error};
 use crate::identity;
-use crate::options::SeedRequest;
+use crate::options::{SeedRequest, Supplied};
 use cloud_config::RootPassword;
 
 /// One guest's seed, made.
@@ -144,7 +145,7 @@ pub(crate) fn prepare(
     };
     let (user, user_path) = match &r.user_data {
         None => (UserData::None, None),
-        Some(p) => (user_data(p)?, Some(p.clone())),
+        Some(s) => (user_data(s)?, Some(s.shown("--user-data"))),
     };
     if let (UserData::Other(kind, _), Some(p)) = (&user, &user_path) {
         let mut set = options_set(r);
@@ -166,7 +167,7 @@ pub(crate) fn prepare(
     }
     let network_config = match &r.network_config {
         None => None,
-        Some(p) => Some(network_config(p)?),
+        Some(s) => Some(network_config(s)?),
     };
     let seed = Seed {
         keys,
@@ -194,7 +195,7 @@ pub(crate) fn prepare(
 
 /// The keys of a public key file: each line that is not empty or a
 /// comment, each checked.
-fn key_file(p: &Path) -> Result<Vec<SshPublicKey>, ProvisionError> {
+pub(crate) fn key_file(p: &Path) -> Result<Vec<SshPublicKey>, ProvisionError> {
     const OPT: &str = "--ssh-inject";
     let text = foreign::read_to_string(p, Follow::Yes, Kind::Key)
         .map_err(|e| refused(OPT, p, e.to_string()))?;
@@ -212,7 +213,6 @@ fn key_file(p: &Path) -> Result<Vec<SshPublicKey>, ProvisionError> {
 
 /// A password as the seed sets it, a password file read and checked.
 fn password(p: &Password) -> Result<PasswordPlan, ProvisionError> {
-    const OPT: &str = "--root-password";
     Ok(match p {
         Password::Plain(s) => {
             PasswordPlan::Given(RootPassword::Text(s.clone()))
@@ -222,39 +222,46 @@ fn password(p: &Password) -> Result<PasswordPlan, ProvisionError> {
             PasswordPlan::Given(RootPassword::Disabled)
         }
         Password::File(f) => {
-            let file = foreign::open(f, Follow::Yes)
-                .map_err(|e| refused(OPT, f, e.to_string()))?;
-            let mode = file
-                .metadata()
-                .map_err(|e| refused(OPT, f, e.to_string()))?
-                .permissions()
-                .mode();
-            if mode & 0o004 != 0 {
-                return Err(refused(
-                    OPT,
-                    f,
-                    format!(
-                        "is readable by everyone (mode {:04o}): chmod o-r it \
-                         first",
-                        mode & 0o7777
-                    ),
-                ));
-            }
-            let bytes = foreign::read_file(&file, f, Kind::Secret)
-                .map_err(|e| refused(OPT, f, e.to_string()))?;
-            let text = String::from_utf8(bytes)
-                .map_err(|_| refused(OPT, f, "is not UTF-8 text"))?;
-            let first = text.lines().next().unwrap_or_default();
-            if first.is_empty() {
-                return Err(refused(
-                    OPT,
-                    f,
-                    "its first line is empty: the password is the first line",
-                ));
-            }
-            PasswordPlan::Given(RootPassword::Text(first.to_string()))
+            PasswordPlan::Given(RootPassword::Text(password_line(f)?))
         }
     })
+}
+
+/// The first line of the password file `f`: not readable by everyone,
+/// not empty.
+pub(crate) fn password_line(f: &Path) -> Result<String, ProvisionError> {
+    const OPT: &str = "--root-password";
+    let file = foreign::open(f, Follow::Yes)
+        .map_err(|e| refused(OPT, f, e.to_string()))?;
+    let mode = file
+        .metadata()
+        .map_err(|e| refused(OPT, f, e.to_string()))?
+        .permissions()
+        .mode();
+    if mode & 0o004 != 0 {
+        return Err(refused(
+            OPT,
+            f,
+            format!(
+                "is readable by everyone (mode {:04o}): chmod o-r it \
+                         first",
+                mode & 0o7777
+            ),
+        ));
+    }
+    let bytes = foreign::read_file(&file, f, Kind::Secret)
+        .map_err(|e| refused(OPT, f, e.to_string()))?;
+    let text = String::from_utf8(bytes)
+        .map_err(|_| refused(OPT, f, "is not UTF-8 text"))?;
+    let first = text.lines().next().unwrap_or_default();
+    if first.is_empty() {
+        return Err(refused(
+            OPT,
+            f,
+            "its first line is empty: the password is the first line",
+        ));
+    }
+    Ok(first.to_string())
 }
 
 /// The formats cloud-init tells by their first bytes, besides
@@ -271,11 +278,24 @@ const OTHER_FORMATS: &[(&str, &str)] = &[
     ("\x1f\u{8b}", "gzip-compressed"),
 ];
 
+/// The bytes of a file a seed option names: read here, or as sent.
+pub(crate) fn supplied(
+    option: &str,
+    s: &Supplied,
+) -> Result<Vec<u8>, ProvisionError> {
+    match s {
+        Supplied::File(p) => foreign::read(p, Follow::Yes, Kind::Config)
+            .map_err(|e| refused(option, p, e.to_string())),
+        Supplied::Sent(b) => Ok(b.clone()),
+    }
+}
+
 /// A user-data file, told by its first line as cloud-init tells it.
-fn user_data(p: &Path) -> Result<UserData, ProvisionError> {
+fn user_data(s: &Supplied) -> Result<UserData, ProvisionError> {
     const OPT: &str = "--user-data";
-    let bytes = foreign::read(p, Follow::Yes, Kind::Config)
-        .map_err(|e| refused(OPT, p, e.to_string()))?;
+    let bytes = supplied(OPT, s)?;
+    let shown = s.shown(OPT);
+    let p = shown.as_path();
     if bytes.starts_with(b"\x1f\x8b") {
         return Ok(UserData::Other("gzip-compressed", bytes));
     }
@@ -315,10 +335,11 @@ fn yaml_mapping(
 }
 
 /// A network-config file: YAML (version 1 or 2), copied as it is.
-fn network_config(p: &Path) -> Result<Vec<u8>, ProvisionError> {
+fn network_config(s: &Supplied) -> Result<Vec<u8>, ProvisionError> {
     const OPT: &str = "--network-config";
-    let bytes = foreign::read(p, Follow::Yes, Kind::Config)
-        .map_err(|e| refused(OPT, p, e.to_string()))?;
+    let bytes = supplied(OPT, s)?;
+    let shown = s.shown(OPT);
+    let p = shown.as_path();
     let text = std::str::from_utf8(&bytes)
         .map_err(|_| refused(OPT, p, "is not UTF-8 text"))?;
     let m = yaml_mapping(OPT, p, text)?;
