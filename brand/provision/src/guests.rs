@@ -89,6 +89,7 @@ impl fmt::Display for Guest {
         if !id.host_keys.is_empty() {
             write!(f, ", {} SSH host keys new", id.host_keys.len())?;
         }
+        write!(f, "{}", self.customized)?;
         if let Some(s) = &self.seed {
             write!(
                 f,
@@ -590,6 +591,7 @@ fn check_disk_customize(
         ("--firstboot", !c.firstboot.is_empty()),
         ("--copy-in", !c.copy_in.is_empty()),
         ("--timezone", c.timezone.is_some()),
+        ("--run", c.run.len() > c.run_commands().len()),
     ]
     .into_iter()
     .filter_map(|(f, set)| set.then_some(f))
@@ -598,8 +600,8 @@ fn check_disk_customize(
         format!(
             "{}: a disk image, whose guests are seeded through cloud-init, \
              which takes --ssh-inject, --root-password, \
-             --firstboot-command and --write; these apply to directory \
-             guests (a rootfs archive or OCI image)",
+             --firstboot-command, --run-command and --write; these apply \
+             to directory guests (a rootfs archive or OCI image)",
             dir_only.join(", ")
         )
     } else if opts.seed.is_none() && !c.is_empty() {

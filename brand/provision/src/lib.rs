@@ -81,8 +81,8 @@ pub use guests::{
     provision_in,
 };
 pub use options::{
-    CustomizeOptions, DEFAULT_CACHE, ProvisionOptions, ProvisionRequest,
-    SeedRequest,
+    CustomizeOptions, DEFAULT_CACHE, DEFAULT_RUN_TIMEOUT, ProvisionOptions,
+    ProvisionRequest, SeedRequest,
 };
 pub use sparse::write_sparse;
 

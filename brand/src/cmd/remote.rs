@@ -120,7 +120,7 @@ const LISTING_FLAGS: &str =
     "--dry-run, --verbose (run without --daemon for a dry run or a listing)";
 
 /// The disk guests' seed flags, refused together with why.
-const SEED_FLAGS: &str = "--run-command, --user-data, \
+const SEED_FLAGS: &str = "--user-data, \
      --network-config, --no-seed (zinstalld makes disk guests without \
      a NoCloud seed; run without --daemon to make seeds)";
 
@@ -437,7 +437,7 @@ pub fn provision(socket: &Path, a: &super::provision::ProvisionArgs) -> Exit {
             (
                 "--ssh-inject, --root-password, --password, --firstboot, \
                  --firstboot-command, --write, --copy-in, --timezone, \
-                 --customize (run without --daemon to customise guests \
+                 --run, --run-command, --run-timeout, --customize (run without --daemon to customise guests \
                  or seed disk guests)",
                 a.customize.any(),
             ),

@@ -5,11 +5,13 @@
 //! image's users, before any guest is made; `apply` gives each directory
 //! guest its steps beneath its root, with `shadow` (passwords hashed as
 //! the guest's `/etc/login.defs` says) and `firstboot` (a one-shot
-//! systemd unit or SMF service).
+//! systemd unit or SMF service) and `run` (`--run`, `--run-command`
+//! inside the guest, in namespaces of its own).
 
 mod apply;
 mod firstboot;
 mod plan;
+mod run;
 mod shadow;
 pub mod spec;
 
@@ -17,3 +19,4 @@ pub use apply::Customized;
 pub(crate) use apply::{apply, kept};
 pub use plan::read_commands;
 pub(crate) use plan::{Customization, check_tree, prepare};
+pub use run::Ran;

@@ -9,8 +9,9 @@ use std::path::{Path, PathBuf};
 use copier::beneath::Root;
 use zinstall_core::foreign::{self, Follow, Kind};
 
+use super::run::{self, Run};
 use super::spec::{
-    CopyIn, KeySource, Password, SpecError, SshInject, SshPublicKey,
+    CopyIn, KeySource, Password, RunStep, SpecError, SshInject, SshPublicKey,
     UserPassword, WriteFile,
 };
 use crate::error::ProvisionError;
@@ -63,6 +64,8 @@ pub(crate) struct Steps {
     pub keys: Vec<(String, Vec<SshPublicKey>)>,
     /// `--firstboot`, `--firstboot-command`: a name and the script.
     pub firstboot: Vec<(String, Vec<u8>)>,
+    /// `--run`, `--run-command`, in order: run in the guest, last.
+    pub run: Vec<Run>,
 }
 
 /// Every guest's steps: one set for all, or one per guest when a value
@@ -70,6 +73,8 @@ pub(crate) struct Steps {
 #[derive(Clone, Debug)]
 pub(crate) struct Customization {
     steps: Vec<Steps>,
+    /// `--run-timeout`: how long each `--run` may take.
+    pub run_timeout: std::time::Duration,
 }
 
 impl Customization {
@@ -128,12 +133,19 @@ pub(crate) fn prepare(
         || opts
             .firstboot
             .iter()
-            .any(|p| names_guest(&p.to_string_lossy()));
+            .any(|p| names_guest(&p.to_string_lossy()))
+        || opts.run.iter().any(|r| names_guest(&r.shown()));
     let guests = if per_guest { count.max(1) } else { 1 };
     let steps = (0..guests)
         .map(|n| steps_for(opts, n, &format!("{name}-{n}")))
         .collect::<Result<_, _>>()?;
-    Ok(Some(Customization { steps }))
+    let secs = opts
+        .run_timeout
+        .unwrap_or(crate::options::DEFAULT_RUN_TIMEOUT);
+    Ok(Some(Customization {
+        steps,
+        run_timeout: std::time::Duration::from_secs(secs),
+    }))
 }
 
 /// `s` with `{n}` and `{name}` made guest `n`'s.
@@ -222,6 +234,15 @@ fn steps_for(
     for c in &o.firstboot_command {
         let script = format!("#!/bin/sh\n{}\n", x(c)).into_bytes();
         st.firstboot.push(("command".into(), script));
+    }
+    for r in &o.run {
+        let r = match r {
+            RunStep::Script(p) => {
+                RunStep::Script(x(&p.to_string_lossy()).into())
+            }
+            RunStep::Command(c) => RunStep::Command(x(c)),
+        };
+        st.run.push(run::read(&r)?);
     }
     Ok(st)
 }
@@ -400,6 +421,9 @@ pub(crate) fn check_tree(
     // Each read once, however many guests' steps name users.
     let mut passwd: Option<String> = None;
     let mut shadow: Option<String> = None;
+    if c.steps.iter().any(|st| !st.run.is_empty()) {
+        run::check_shell(&root, tree)?;
+    }
     for st in &c.steps {
         let users = st
             .passwords
@@ -524,11 +548,14 @@ pub fn read_commands(
             "copy-in" => into.copy_in.push(value.into()),
             "root-password" => once(&mut into.root_password)?,
             "timezone" => once(&mut into.timezone)?,
+            "run" => into.run.push(RunStep::Script(value.into())),
+            "run-command" => into.run.push(RunStep::Command(value.into())),
             _ => {
                 return Err(bad(format!(
                     "{option:?} is not an option a --customize file takes \
                      (ssh-inject, root-password, password, firstboot, \
-                     firstboot-command, write, copy-in, timezone)"
+                     firstboot-command, write, copy-in, timezone, run, \
+                     run-command)"
                 )));
             }
         }
