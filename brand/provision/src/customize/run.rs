@@ -132,7 +132,7 @@ fn find_in_tree(
         let Some(f) = dir.stat(&name)? else {
             return Ok(None);
         };
-        if f.format == libc::S_IFLNK as u32 {
+        if f.format == libc::S_IFLNK {
             links += 1;
             if links > MAX_LINKS {
                 return Ok(None);
@@ -155,7 +155,7 @@ fn find_in_tree(
             todo.extend(target.split('/').rev().map(str::to_string));
         } else if todo.is_empty() {
             return Ok(Some(f));
-        } else if f.format == libc::S_IFDIR as u32 {
+        } else if f.format == libc::S_IFDIR {
             at.push(name);
         } else {
             return Ok(None);
