@@ -155,8 +155,12 @@ fn commands_run_inside_each_guest_in_namespaces_of_their_own() {
     ]);
     assert!(o.status.success(), "{}", text(&o));
     let entry = payload(&o);
+    let reply: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     for n in 0..2 {
         let g = out.join(format!("guest-{n}"));
+        let log_at = out.join(format!("guest-{n}.run.log"));
+        let told = &reply["result"]["guests"][n];
+        assert_eq!(told["run_log"], s(&log_at), "{told}");
         assert_eq!(read(g.join(&host_marker[1..])), format!("{n}\n"));
         assert_eq!(read(g.join("etc/uid")), "0\n");
         assert_eq!(read(g.join("etc/pid")), "1\n", "not PID 1 of its own");
@@ -187,7 +191,7 @@ fn commands_run_inside_each_guest_in_namespaces_of_their_own() {
         assert_eq!(read(g.join("etc/order")), "a\nb\nc\n");
         assert_eq!(read(g.join("etc/tmp-seen")), "");
         assert!(g.join("tmp/from-image").exists());
-        let log = read(out.join(format!("guest-{n}.run.log")));
+        let log = read(&log_at);
         assert!(log.contains("## --run-command"), "{log}");
         assert!(log.contains("script output"), "{log}");
         assert!(log.contains("exited with status 0"), "{log}");

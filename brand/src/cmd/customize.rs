@@ -81,7 +81,9 @@ pub struct CustomizeArgs {
 impl CustomizeArgs {
     /// Whether any customisation option is given.
     pub fn any(&self) -> bool {
-        self.customize.is_some() || !self.flags().is_empty()
+        self.customize.is_some()
+            || self.run_timeout.is_some()
+            || !self.flags().is_empty()
     }
 
     /// The flags' values.
