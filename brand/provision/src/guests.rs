@@ -566,7 +566,7 @@ fn check_request(
     }
     let kind = detect(image)?;
     if !matches!(kind, ImageKind::Tree(_) | ImageKind::Oci) {
-        check_disk_customize(image, opts)?;
+        customize::check_disk(image, opts)?;
     }
     if matches!(kind, ImageKind::Tree(_) | ImageKind::Oci) {
         identity::check(&opts.identity, &opts.name)?;
@@ -577,46 +577,6 @@ fn check_request(
         converter(opts, image, kind)?;
     }
     Ok(kind)
-}
-
-/// For a disk image: the customisation options a NoCloud seed cannot
-/// carry are refused, and so are those it carries when no seed is made.
-fn check_disk_customize(
-    image: &Path,
-    opts: &ProvisionOptions,
-) -> Result<(), ProvisionError> {
-    let c = &opts.customize;
-    let dir_only: Vec<&str> = [
-        ("--password", !c.password.is_empty()),
-        ("--firstboot", !c.firstboot.is_empty()),
-        ("--copy-in", !c.copy_in.is_empty()),
-        ("--timezone", c.timezone.is_some()),
-        ("--run", c.run.len() > c.run_commands().len()),
-    ]
-    .into_iter()
-    .filter_map(|(f, set)| set.then_some(f))
-    .collect();
-    let why = if !dir_only.is_empty() {
-        format!(
-            "{}: a disk image, whose guests are seeded through cloud-init, \
-             which takes --ssh-inject, --root-password, \
-             --firstboot-command, --run-command and --write; these apply \
-             to directory guests (a rootfs archive or OCI image)",
-            dir_only.join(", ")
-        )
-    } else if opts.seed.is_none() && !c.is_empty() {
-        "a disk image with --no-seed: its guests' customisation goes \
-         into their NoCloud seeds, and none is made"
-            .into()
-    } else {
-        return Ok(());
-    };
-    Err(ProvisionError::Customize {
-        option: "--ssh-inject, --password, --firstboot, ...",
-        value: image.to_string_lossy().into_owned(),
-        path: image.to_path_buf(),
-        why,
-    })
 }
 
 /// The device and inode of the file (a disk guest) at `path`.

@@ -6,9 +6,11 @@
 //! guest its steps beneath its root, with `shadow` (passwords hashed as
 //! the guest's `/etc/login.defs` says) and `firstboot` (a one-shot
 //! systemd unit or SMF service) and `run` (`--run`, `--run-command`
-//! inside the guest, in namespaces of its own).
+//! inside the guest, in namespaces of its own); `disk` refuses for a
+//! disk image what its guests' seeds cannot carry.
 
 mod apply;
+mod disk;
 mod firstboot;
 mod plan;
 mod run;
@@ -17,6 +19,7 @@ pub mod spec;
 
 pub use apply::Customized;
 pub(crate) use apply::{apply, kept};
+pub(crate) use disk::check_disk;
 pub use plan::read_commands;
 pub(crate) use plan::{Customization, check_tree, prepare};
 pub use run::Ran;
