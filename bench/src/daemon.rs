@@ -481,6 +481,8 @@ pub fn run(
                                     platform: None,
                                     max_archive_size: None,
                                     allow_devices: false,
+                                    customize: None,
+                                    seed: None,
                                 })
                             })
                             .collect(),

@@ -44,6 +44,22 @@ pub struct Cli {
 }
 
 impl Cli {
+    /// Parses `args`, keeping what clap's derived values lose: the order
+    /// of `provision --run` and `--run-command` between each other.
+    pub fn parse_ordered(
+        args: &[std::ffi::OsString],
+    ) -> Result<Cli, clap::Error> {
+        use clap::FromArgMatches;
+        let m = Cli::command().try_get_matches_from(args)?;
+        let mut cli = Cli::from_arg_matches(&m)?;
+        if let (Command::Provision(a), Some(("provision", pm))) =
+            (&mut cli.command, m.subcommand())
+        {
+            a.customize.order_runs(pm);
+        }
+        Ok(cli)
+    }
+
     /// `--daemon` as given before the command or after it.
     fn daemon(&self) -> Option<Option<PathBuf>> {
         let after = match &self.command {

@@ -529,7 +529,7 @@ fn a_customize_file_is_the_same_as_the_flags() {
         );
     }
     // A line it does not take is refused, naming the file and the line.
-    fs::write(&file, "# x\nrun-command rm -rf /\n").unwrap();
+    fs::write(&file, "# x\ninstall vim\n").unwrap();
     let o = zinstall(&[
         "provision",
         s(&tar),

@@ -323,8 +323,9 @@ fn an_oversized_user_data_is_refused_by_client_and_daemon() {
 }
 
 /// What a client sends is checked again by the daemon, as the options
-/// are: a key that is not one, a file name with a path in it, a run
-/// command it does not run, customisation for another number of guests:
+/// are: a key that is not one, a file name with a path in it, an empty
+/// run command, customisation for another number of guests, a timeout
+/// past a day:
 /// each refused, naming the option, no guest made, the daemon serving
 /// on.
 #[test]
@@ -357,7 +358,11 @@ fn the_daemon_checks_what_it_is_sent_again() {
             json!({"firstboot": [{"name": "a/b", "content": "eA=="}]}),
             "--firstboot",
         ),
-        (json!({"run_commands": ["touch /x"]}), "--run-command"),
+        (json!({"run": [{"command": " "}]}), "--run-command"),
+        (
+            json!({"run": [{"script": {"name": "../x", "content": "eA=="}}]}),
+            "--run",
+        ),
         (json!({"timezone": "../../etc/shadow"}), "--timezone"),
     ];
     for (guest, says) in bad {
@@ -371,11 +376,77 @@ fn the_daemon_checks_what_it_is_sent_again() {
         assert!(why.contains(says), "{says}: {r:?}");
         assert!(!out.join("guest-0").exists(), "{says}: a guest was made");
     }
-    let raw = json!({"v": 1, "op": "provision", "args": {
-        "image": s(&tar), "out": s(&out), "count": 3,
-        "customize": {"guests": [{}, {}]}}});
-    let r = d.connect().call(&raw);
-    assert_eq!(r.last().unwrap()["reply"], "error", "{r:?}");
+    for customize in [
+        json!({"guests": [{}, {}]}),
+        json!({"guests": [{"run": [{"command": "true"}]}],
+               "run_timeout": 86_401}),
+    ] {
+        let raw = json!({"v": 1, "op": "provision", "args": {
+            "image": s(&tar), "out": s(&out), "count": 3,
+            "customize": customize}});
+        let r = d.connect().call(&raw);
+        assert_eq!(r.last().unwrap()["reply"], "error", "{r:?}");
+        assert!(!out.join("guest-0").exists(), "{customize}: a guest");
+    }
     let r = d.connect().call(&json!({"v": 1, "op": "version"}));
     assert_eq!(r.last().unwrap()["reply"], "ok", "{r:?}");
+}
+
+/// --run and --run-command through the daemon run inside each guest as
+/// they do locally: in the order given, the script sent as contents,
+/// the guest's log named; a failing command fails the provision, naming
+/// the guest, and leaves no guest.
+#[test]
+fn run_commands_through_the_daemon_run_in_each_guest() {
+    if !crate::customize_run::prerequisites() {
+        return;
+    }
+    let d = Daemon::start("");
+    let (tar, _) = crate::customize_run::image(&d.path("img"));
+    let script = d.path("client").join("second.sh");
+    fs::create_dir_all(script.parent().unwrap()).unwrap();
+    fs::write(&script, "echo -n b >> /etc/order\n").unwrap();
+    let out = d.path("guests");
+    let o = d.zinstall(&[
+        "provision",
+        s(&tar),
+        "--out",
+        s(&out),
+        "--count",
+        "2",
+        "--run-command",
+        "echo -n a{n} > /etc/order",
+        "--run",
+        s(&script),
+        "--run-command",
+        "echo -n c$$ >> /etc/order",
+        "--run-timeout",
+        "30",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    for n in 0..2 {
+        let order =
+            fs::read_to_string(out.join(format!("guest-{n}/etc/order")));
+        assert_eq!(order.unwrap(), format!("a{n}bc1"), "guest {n}");
+        let log = out.join(format!("guest-{n}.run.log"));
+        assert!(log.is_file(), "{log:?}");
+    }
+    assert!(!Path::new("/etc/order").exists(), "ran on the host");
+
+    let failed = d.path("failed");
+    let o = d.zinstall(&[
+        "provision",
+        s(&tar),
+        "--out",
+        s(&failed),
+        "--run-command",
+        "exit 7",
+    ]);
+    assert!(!o.status.success(), "{}", text(&o));
+    let t = text(&o);
+    assert!(t.contains("guest-0") && t.contains("7"), "{t}");
+    assert!(
+        !failed.join("guest-0").exists(),
+        "the failed guest was kept"
+    );
 }

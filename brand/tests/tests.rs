@@ -10,6 +10,7 @@ mod brand_files;
 mod cli;
 mod compressions;
 mod customize;
+mod customize_run;
 mod daemon;
 mod daemon_customize;
 mod descriptors;

@@ -194,6 +194,10 @@ pub struct GuestInfo {
     /// A directory guest's `random` passwords, told once: never kept.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub passwords: Vec<PasswordInfo>,
+    /// A directory guest's log of its `--run` and `--run-command`
+    /// output, when any ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_log: Option<String>,
 }
 
 /// A password made for a directory guest's user (`random`).
@@ -285,6 +289,7 @@ impl ProvisionReply {
                                 password: password.clone(),
                             })
                             .collect(),
+                        run_log: g.customized.ran.log.as_deref().map(lossy),
                     }
                 })
                 .collect(),

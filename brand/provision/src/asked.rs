@@ -95,6 +95,11 @@ pub(crate) fn check_disk_customize(
             "--timezone",
             c.timezone.is_some() || sent_has(&|g| g.timezone.is_some()),
         ),
+        (
+            "--run",
+            c.run.len() > c.run_commands().len()
+                || sent_has(&|g| !g.run.is_empty()),
+        ),
     ]
     .into_iter()
     .filter_map(|(f, set)| set.then_some(f))
@@ -105,8 +110,8 @@ pub(crate) fn check_disk_customize(
         format!(
             "{}: a disk image, whose guests are seeded through cloud-init, \
              which takes --ssh-inject, --root-password, \
-             --firstboot-command and --write; these apply to directory \
-             guests (a rootfs archive or OCI image)",
+             --firstboot-command, --run-command and --write; these apply \
+             to directory guests (a rootfs archive or OCI image)",
             dir_only.join(", ")
         )
     } else if opts.seed.is_none() && customized {

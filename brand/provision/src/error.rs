@@ -155,6 +155,19 @@ pub enum ProvisionError {
         /// What is wrong, and what to do.
         why: String,
     },
+    /// A `--run` or `--run-command` failed in a directory guest: it could
+    /// not be started there, exited non-zero, was killed, or ran past
+    /// `--run-timeout`. The guest is removed with the rest of the run.
+    Run {
+        /// The guest it ran in.
+        guest: PathBuf,
+        /// The option and its value, as typed (`--run-command "false"`).
+        step: String,
+        /// How it ended, or why it could not start.
+        end: String,
+        /// The guest's log of what its commands wrote.
+        log: PathBuf,
+    },
     /// More guests than [`ProvisionOptions::MAX_GUESTS`].
     TooManyGuests(usize),
     /// A virtual size larger than a qcow2 overlay can have
@@ -245,6 +258,7 @@ impl ProvisionError {
             ProvisionError::Cleanup { failure, .. } => failure.path(),
             ProvisionError::Seed { path, .. } => path,
             ProvisionError::Customize { path, .. } => path,
+            ProvisionError::Run { guest, .. } => guest,
             ProvisionError::Pull(_)
             | ProvisionError::TooManyGuests(_)
             | ProvisionError::SizeTooLarge(_)
@@ -319,6 +333,18 @@ impl fmt::Display for ProvisionError {
                 }
                 f.write_str(why)
             }
+            ProvisionError::Run {
+                guest,
+                step,
+                end,
+                log,
+            } => write!(
+                f,
+                "guest {}: {step} {end}; the guest is removed, and what \
+                 the commands wrote is in {}",
+                guest.display(),
+                log.display()
+            ),
             ProvisionError::Pull(e) => write!(f, "{e}"),
             ProvisionError::TooManyGuests(n) => {
                 write!(

@@ -90,6 +90,7 @@ impl fmt::Display for Guest {
         if !id.host_keys.is_empty() {
             write!(f, ", {} SSH host keys new", id.host_keys.len())?;
         }
+        write!(f, "{}", self.customized)?;
         if let Some(s) = &self.seed {
             write!(
                 f,

@@ -83,8 +83,8 @@ pub use guests::{
     provision_in,
 };
 pub use options::{
-    CustomizeOptions, DEFAULT_CACHE, ProvisionOptions, ProvisionRequest,
-    SeedRequest, Supplied,
+    CustomizeOptions, DEFAULT_CACHE, DEFAULT_RUN_TIMEOUT, MAX_RUN_TIMEOUT,
+    ProvisionOptions, ProvisionRequest, SeedRequest, Supplied,
 };
 pub use sparse::write_sparse;
 

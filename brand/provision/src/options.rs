@@ -10,7 +10,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::customize::spec::{Password, SshInject, WriteFile};
+use crate::customize::spec::{Password, RunStep, SshInject, WriteFile};
 use crate::customize::wire::CustomizeRequest;
 use copier::Tunables;
 use copier::unpack::UnpackOptions;
@@ -292,12 +292,43 @@ pub struct CustomizeOptions {
     pub copy_in: Vec<String>,
     /// `--timezone TZ`, a name under `/usr/share/zoneinfo`.
     pub timezone: Option<String>,
+    /// `--run SCRIPT` and `--run-command CMD`, in the order given: run
+    /// in each directory guest as it is made; a disk guest's seed takes
+    /// the commands as cloud-config `runcmd`.
+    pub run: Vec<RunStep>,
+    /// `--run-timeout SECS`: how long each of them may run;
+    /// `None`: [`DEFAULT_RUN_TIMEOUT`].
+    pub run_timeout: Option<u64>,
 }
 
+/// How long a `--run` or `--run-command` may run in a guest unless the
+/// caller says otherwise, in seconds.
+pub const DEFAULT_RUN_TIMEOUT: u64 = 600;
+
+/// The longest `--run-timeout`, in seconds (a day): a provision, local
+/// or a daemon's job, is not held longer by one command.
+pub const MAX_RUN_TIMEOUT: u64 = 86_400;
+
 impl CustomizeOptions {
-    /// Whether nothing is asked for.
+    /// Whether nothing is asked for (a timeout alone asks nothing).
     pub fn is_empty(&self) -> bool {
-        self == &CustomizeOptions::default()
+        let asked = CustomizeOptions {
+            run_timeout: None,
+            ..self.clone()
+        };
+        asked == CustomizeOptions::default()
+    }
+
+    /// The `--run-command` values, in order (what a seed's `runcmd`
+    /// takes).
+    pub fn run_commands(&self) -> Vec<String> {
+        self.run
+            .iter()
+            .filter_map(|r| match r {
+                RunStep::Command(c) => Some(c.clone()),
+                RunStep::Script(_) => None,
+            })
+            .collect()
     }
 }
 

@@ -10,6 +10,8 @@
 //! | [`give_fds`] | `fcntl(F_DUPFD_CLOEXEC)` and `dup2(2)` in a child before `exec` |
 //! | [`symlink_at`], [`rename_at`] | `symlinkat(2)`, `renameat(2)` on single names beneath a directory descriptor |
 //! | [`set_owner_mode`] | `fchownat(2)`, `fchmodat(2)` on a name that is not a symlink |
+//! | [`run_in_root`] | a command inside a guest's tree: `clone` into new namespaces, `pivot_root`, mounts, `execve`, a wait with a timeout |
+//! | [`readlink`] | `readlinkat(2)` |
 //! | `file_flags`, `set_file_flags` | Linux: `ioctl(FS_IOC_GETFLAGS, FS_IOC_SETFLAGS)`; elsewhere: `ENOTTY`, no such flags |
 
 use std::ffi::CStr;
@@ -17,8 +19,11 @@ use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
 
+pub(crate) use zinstall_sys::fs::at::readlink;
 pub(crate) use zinstall_sys::fs::{IMMUTABLE_FL, file_flags, set_file_flags};
-pub(crate) use zinstall_sys::process::{give_fds, process_exists};
+pub(crate) use zinstall_sys::process::{
+    InRoot, RunEnd, give_fds, process_exists, run_in_root,
+};
 
 /// This process's effective user and group.
 pub(crate) fn effective_ids() -> (u32, u32) {

@@ -5,7 +5,6 @@
 use std::process::ExitCode;
 
 use brand::cli::{self, Cli};
-use clap::Parser;
 
 fn main() -> ExitCode {
     // As Go's runtime and systemd do: a caller's low default (zoneadm's
@@ -24,7 +23,7 @@ fn main() -> ExitCode {
     if let Some(refused) = cli::spaced_value(&args) {
         return refused.into();
     }
-    match Cli::try_parse_from(&args) {
+    match Cli::parse_ordered(&args) {
         Ok(cli) => cli::run(&cli),
         Err(e) => cli::usage_error(e, &args),
     }

@@ -3,8 +3,9 @@
 
 use std::path::PathBuf;
 
-use clap::Args;
+use clap::{ArgMatches, Args};
 use zinstall_provision::CustomizeOptions;
+use zinstall_provision::customize::spec::RunStep;
 
 /// What virt-customize(1) would do to each directory guest, done beneath
 /// its root (zinstall(8) names each option's virt-customize equivalent).
@@ -47,6 +48,25 @@ pub struct CustomizeArgs {
     /// guests.
     #[arg(long, value_name = "TZ")]
     pub timezone: Option<String>,
+    /// Run this script (of this host) with the guest's /bin/sh inside
+    /// each directory guest as it is made: the guest as /, no network,
+    /// its own /proc, /dev and PIDs (repeatable, in order with
+    /// --run-command). Not for disk guests.
+    #[arg(long, value_name = "SCRIPT")]
+    pub run: Vec<PathBuf>,
+    /// Run this command (/bin/sh -c) inside each directory guest as
+    /// --run does; a disk guest runs it at its first boot (cloud-config
+    /// runcmd, after --firstboot-command). Repeatable.
+    #[arg(long, value_name = "CMD")]
+    pub run_command: Vec<String>,
+    /// How long each --run or --run-command may run in a guest before it
+    /// is killed and the guest fails, at most 86400 [default: 600].
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub run_timeout: Option<u64>,
+    /// --run and --run-command in the order given, when the command line
+    /// told it (see [`CustomizeArgs::order_runs`]).
+    #[arg(skip)]
+    pub run_order: Option<Vec<RunStep>>,
     /// Take these options from FILE too, one a line as virt-builder's
     /// --commands-from-file: `ssh-inject root:file:/k.pub`, `#` comments.
     /// In every value, {n} is the guest's number and {name} its name.
@@ -71,7 +91,33 @@ impl CustomizeArgs {
             write: self.write.clone(),
             copy_in: self.copy_in.clone(),
             timezone: self.timezone.clone(),
+            run: self.run_order.clone().unwrap_or_else(|| {
+                let scripts = self.run.iter().cloned().map(RunStep::Script);
+                let commands =
+                    self.run_command.iter().cloned().map(RunStep::Command);
+                scripts.chain(commands).collect()
+            }),
+            run_timeout: self.run_timeout,
         }
+    }
+
+    /// Puts --run and --run-command in the order they were given in `m`,
+    /// the provision command's matches: two flags are two lists to clap,
+    /// and only their indices say which came first.
+    pub fn order_runs(&mut self, m: &ArgMatches) {
+        let at = |id: &str| -> Vec<usize> {
+            m.indices_of(id).map(Iterator::collect).unwrap_or_default()
+        };
+        let mut steps: Vec<(usize, RunStep)> =
+            at("run")
+                .into_iter()
+                .zip(self.run.iter().cloned().map(RunStep::Script))
+                .chain(at("run_command").into_iter().zip(
+                    self.run_command.iter().cloned().map(RunStep::Command),
+                ))
+                .collect();
+        steps.sort_by_key(|(i, _)| *i);
+        self.run_order = Some(steps.into_iter().map(|(_, s)| s).collect());
     }
 
     /// The flags' values, and those of the --customize file after them.

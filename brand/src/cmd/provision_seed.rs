@@ -11,14 +11,9 @@ use zinstall_provision::{CustomizeOptions, SeedRequest, Supplied};
 
 /// What only a disk guest's seed takes; the customisation options
 /// (`--ssh-inject`, `--root-password`, `--firstboot-command`, `--write`,
-/// declared in `cmd::customize`) go into it too.
+/// `--run-command`, declared in `cmd::customize`) go into it too.
 #[derive(Args, Debug)]
 pub struct SeedArgs {
-    /// A command each disk guest runs: a disk guest runs nothing before
-    /// it boots, so this is run once at its first boot, after the
-    /// --firstboot-command ones (cloud-config runcmd); repeatable.
-    #[arg(long, value_name = "CMD")]
-    pub run_command: Vec<String>,
     /// The disk guests' user-data: a #cloud-config the options are
     /// merged into, or another cloud-init format (a #! script, MIME
     /// multi-part) given alone.
@@ -29,8 +24,7 @@ pub struct SeedArgs {
     #[arg(long, value_name = "FILE")]
     pub network_config: Option<PathBuf>,
     /// Disk guests get no NoCloud seed (PREFIX-N.seed.img).
-    #[arg(long, conflicts_with_all = ["run_command", "user_data",
-          "network_config"])]
+    #[arg(long, conflicts_with_all = ["user_data", "network_config"])]
     pub no_seed: bool,
 }
 
@@ -54,7 +48,7 @@ impl SeedArgs {
                 .map(str::parse::<Password>)
                 .transpose()?,
             firstboot_commands: custom.firstboot_command.clone(),
-            run_commands: self.run_command.clone(),
+            run_commands: custom.run_commands(),
             writes: parse_all(&custom.write)?,
             hostname: hostname.map(str::to_string),
             user_data: self.user_data.clone().map(Supplied::File),

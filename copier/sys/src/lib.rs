@@ -20,7 +20,7 @@
 //! |---|---|
 //! | [`fs`] | files: the `*at` calls on a directory descriptor and a name ([`fs::at`]), `stat` values, `openat2`, `getdents64`, reflinks (`FICLONE`), `copy_file_range`, writeback, `syncfs`, xattrs, inode flags, device numbers |
 //! | [`ident`] | credentials: the effective ids, user and group names, a connection's peer, a thread's filesystem identity for a run (`setfsuid`, `setgroups`, capabilities), a job's process made the caller for good |
-//! | [`process`] | processes: descriptors handed to a child or taken at start, `close_range`, signals, the parent, `_exit`, `RLIMIT_*`, CPU time, `malloc_trim` |
+//! | [`process`] | processes: descriptors handed to a child or taken at start, `close_range`, signals, the parent, `_exit`, `RLIMIT_*`, CPU time, `malloc_trim`, a command run inside a tree in namespaces of its own (`run_in_root`, Linux) |
 //! | [`socket`] | a connection's socket: `poll`, systemd's listener and notices |
 //! | [`host`] | this machine: its name, its kernel's release |
 //! | [`support`] | calls only tests and benchmarks make |

@@ -114,3 +114,35 @@ fn limits_and_times_are_read() {
     assert!(process::cpu_times().0 > std::time::Duration::ZERO);
     assert!(process::process_exists(std::process::id() as i32));
 }
+
+/// A root that is not a directory, or no program, is refused before
+/// any process is made, naming the step.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_run_in_root_is_refused_before_it_starts() {
+    let d = tempfile::tempdir().unwrap();
+    let file = d.path().join("file");
+    std::fs::write(&file, "").unwrap();
+    let out = std::fs::File::create(d.path().join("log")).unwrap();
+    let sh = [std::ffi::OsStr::new("/bin/sh")];
+    let ask = |root: &std::path::Path, argv: &[&std::ffi::OsStr]| {
+        process::run_in_root(&process::InRoot {
+            root,
+            argv,
+            script: None,
+            output: std::os::fd::AsFd::as_fd(&out),
+            timeout: std::time::Duration::from_secs(1),
+        })
+    };
+    let e = ask(&file, &sh).unwrap_err();
+    assert_eq!(e.step, "stat the root");
+    assert_eq!(e.error.raw_os_error(), Some(libc::ENOTDIR));
+    let e = ask(d.path(), &[]).unwrap_err();
+    assert_eq!(e.step, "the command's arguments");
+    assert_eq!(
+        process::RunEnd::TimedOut.to_string(),
+        "ran past its timeout and was killed"
+    );
+    assert!(process::RunEnd::Exited(0).success());
+    assert!(!process::RunEnd::Exited(3).success());
+}

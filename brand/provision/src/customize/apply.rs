@@ -15,6 +15,7 @@ use zinstall_core::foreign::{self, Follow, Kind};
 
 use super::firstboot;
 use super::plan::{Customization, MAX_ACCOUNTS, Steps, account, refuse};
+use super::run::{Ran, run_all};
 use super::shadow;
 use super::spec::{CopyIn, SshPublicKey, WriteFile};
 use crate::error::ProvisionError;
@@ -31,6 +32,15 @@ pub struct Customized {
     /// What was noticed and accepted (a hashing method the guest names
     /// and this does not make).
     pub notices: Vec<String>,
+    /// What its `--run` and `--run-command` did.
+    pub ran: Ran,
+}
+
+/// What the line telling of a guest adds: its commands' log.
+impl std::fmt::Display for Customized {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.ran)
+    }
 }
 
 /// Applies guest `n`'s steps to the directory guest at `root`.
@@ -68,6 +78,9 @@ pub(crate) fn apply(
         inject(&r, user, keys)?;
     }
     firstboot::install(&r, &st.firstboot_scripts())?;
+    // Last, as virt-customize's --run after the files it wrote: the
+    // commands see the guest as customised.
+    done.ran = run_all(&st.run, root, c.run_timeout)?;
     Ok(done)
 }
 

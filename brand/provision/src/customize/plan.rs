@@ -5,13 +5,15 @@
 //! zoneinfo), still before any guest.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use copier::beneath::Root;
 use zinstall_core::foreign::{self, Follow, Kind};
 
+use super::run::{self, Run};
 use super::spec::{
-    CopyIn, KeySource, Password, SpecError, SshInject, SshPublicKey,
-    UserPassword, WriteFile,
+    CopyIn, KeySource, Password, RunStep, SpecError, SshInject, SshPublicKey,
+    UserPassword, WriteFile, script_name,
 };
 use crate::error::ProvisionError;
 use crate::options::CustomizeOptions;
@@ -67,6 +69,8 @@ pub(crate) struct Steps {
     pub firstboot: Vec<(String, Vec<u8>)>,
     /// `--firstboot-command`: run after the scripts.
     pub firstboot_commands: Vec<String>,
+    /// `--run`, `--run-command`, in order: run in the guest, last.
+    pub run: Vec<Run>,
 }
 
 impl Steps {
@@ -102,12 +106,14 @@ pub(crate) struct SentCopy {
 #[derive(Clone, Debug)]
 pub(crate) struct Customization {
     steps: Vec<Steps>,
+    /// `--run-timeout`: how long each `--run` may take.
+    pub run_timeout: Duration,
 }
 
 impl Customization {
     /// The plan of `steps`: one set for all guests, or one per guest.
-    pub(crate) fn new(steps: Vec<Steps>) -> Self {
-        Customization { steps }
+    pub(crate) fn new(steps: Vec<Steps>, run_timeout: Duration) -> Self {
+        Customization { steps, run_timeout }
     }
 
     /// Every set of steps, in guest order.
@@ -170,12 +176,16 @@ pub(crate) fn prepare(
         || opts
             .firstboot
             .iter()
-            .any(|p| names_guest(&p.to_string_lossy()));
+            .any(|p| names_guest(&p.to_string_lossy()))
+        || opts.run.iter().any(|r| names_guest(&r.shown()));
     let guests = if per_guest { count.max(1) } else { 1 };
     let steps = (0..guests)
         .map(|n| steps_for(opts, n, &format!("{name}-{n}")))
         .collect::<Result<_, _>>()?;
-    Ok(Some(Customization { steps }))
+    let secs = opts
+        .run_timeout
+        .unwrap_or(crate::options::DEFAULT_RUN_TIMEOUT);
+    Ok(Some(Customization::new(steps, Duration::from_secs(secs))))
 }
 
 /// Guest `n`'s steps, every value parsed and every file read.
@@ -259,27 +269,16 @@ fn steps_for(
     for c in &o.firstboot_command {
         st.firstboot_commands.push(x(c));
     }
-    Ok(st)
-}
-
-/// A script's name as the guest keeps it: letters, digits, `.`, `_`
-/// and `-`; anything else `_`.
-pub(crate) fn script_name(base: &str) -> String {
-    let n: String = base
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || "._-".contains(c) {
-                c
-            } else {
-                '_'
+    for r in &o.run {
+        let r = match r {
+            RunStep::Script(p) => {
+                RunStep::Script(x(&p.to_string_lossy()).into())
             }
-        })
-        .collect();
-    if n.is_empty() || n.starts_with('.') {
-        format!("script{n}")
-    } else {
-        n
+            RunStep::Command(c) => RunStep::Command(x(c)),
+        };
+        st.run.push(run::read(&r)?);
     }
+    Ok(st)
 }
 
 /// `--timezone`'s name, as tzdata spells them (`Europe/Berlin`, `UTC`,
@@ -436,6 +435,9 @@ pub(crate) fn check_tree(
     // Each read once, however many guests' steps name users.
     let mut passwd: Option<String> = None;
     let mut shadow: Option<String> = None;
+    if c.steps.iter().any(|st| !st.run.is_empty()) {
+        run::check_shell(&root, tree)?;
+    }
     for st in &c.steps {
         let users = st
             .passwords
@@ -560,11 +562,14 @@ pub fn read_commands(
             "copy-in" => into.copy_in.push(value.into()),
             "root-password" => once(&mut into.root_password)?,
             "timezone" => once(&mut into.timezone)?,
+            "run" => into.run.push(RunStep::Script(value.into())),
+            "run-command" => into.run.push(RunStep::Command(value.into())),
             _ => {
                 return Err(bad(format!(
                     "{option:?} is not an option a --customize file takes \
                      (ssh-inject, root-password, password, firstboot, \
-                     firstboot-command, write, copy-in, timezone)"
+                     firstboot-command, write, copy-in, timezone, run, \
+                     run-command)"
                 )));
             }
         }

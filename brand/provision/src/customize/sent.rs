@@ -6,19 +6,21 @@
 //! opens a path a client named.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use zinstall_core::foreign::{self, Follow, Kind};
 
 use super::plan::{
     Customization, NewPassword, Secret, SentCopy, Steps, prepare, refuse,
 };
-use super::spec::{SshPublicKey, WriteFile};
+use super::run;
+use super::spec::{RunStep, SshPublicKey, WriteFile};
 use super::wire::{
     CustomizeRequest, GuestRequest, MAX_SENT_FILE, SentFile, SentKeys,
-    SentPassword, SentScript, SentSecret, SentWrite,
+    SentPassword, SentRun, SentScript, SentSecret, SentWrite,
 };
 use crate::error::ProvisionError;
-use crate::options::CustomizeOptions;
+use crate::options::{CustomizeOptions, DEFAULT_RUN_TIMEOUT, MAX_RUN_TIMEOUT};
 
 /// `what` refused for its size when over [`MAX_SENT_FILE`].
 pub(crate) fn check_size(
@@ -58,7 +60,10 @@ pub fn resolve(
         .iter()
         .map(guest_request)
         .collect::<Result<_, _>>()?;
-    Ok(Some(CustomizeRequest { guests }))
+    Ok(Some(CustomizeRequest {
+        guests,
+        run_timeout: opts.run_timeout,
+    }))
 }
 
 /// One guest's planned steps as sent.
@@ -107,6 +112,18 @@ fn guest_request(st: &Steps) -> Result<GuestRequest, ProvisionError> {
         });
     }
     g.firstboot_commands = st.firstboot_commands.clone();
+    for r in &st.run {
+        g.run.push(match &r.script {
+            Some(script) => {
+                check_size("--run", Path::new(&r.shown), script.len())?;
+                SentRun::Script(SentScript {
+                    name: r.name.clone(),
+                    content: script.clone(),
+                })
+            }
+            None => SentRun::Command(r.command.clone()),
+        });
+    }
     Ok(g)
 }
 
@@ -172,30 +189,21 @@ pub(crate) fn plan(
             ),
         ));
     }
+    let secs = r.run_timeout.unwrap_or(DEFAULT_RUN_TIMEOUT);
+    if !(1..=MAX_RUN_TIMEOUT).contains(&secs) {
+        return Err(refuse(
+            "--run-timeout",
+            &secs.to_string(),
+            "",
+            format!("a timeout is 1 to {MAX_RUN_TIMEOUT} seconds"),
+        ));
+    }
     let steps = r.guests.iter().map(steps_of).collect::<Result<_, _>>()?;
-    Ok(Some(Customization::new(steps)))
+    Ok(Some(Customization::new(steps, Duration::from_secs(secs))))
 }
 
 /// One guest's request checked and made into its steps.
 fn steps_of(g: &GuestRequest) -> Result<Steps, ProvisionError> {
-    if let Some(s) = g.run.first() {
-        return Err(refuse(
-            "--run",
-            &s.name,
-            "",
-            "this zinstalld does not run scripts in guests: run without \
-             --daemon",
-        ));
-    }
-    if let Some(c) = g.run_commands.first() {
-        return Err(refuse(
-            "--run-command",
-            c,
-            "",
-            "this zinstalld does not run commands in guests: run without \
-             --daemon",
-        ));
-    }
     let mut st = Steps::default();
     for f in &g.copy_in {
         let plain = !f.name.is_empty()
@@ -276,7 +284,7 @@ fn steps_of(g: &GuestRequest) -> Result<Steps, ProvisionError> {
         st.keys.push((k.user.clone(), keys));
     }
     for s in &g.firstboot {
-        if super::plan::script_name(&s.name) != s.name {
+        if super::spec::script_name(&s.name) != s.name {
             return Err(refuse(
                 "--firstboot",
                 &s.name,
@@ -288,6 +296,35 @@ fn steps_of(g: &GuestRequest) -> Result<Steps, ProvisionError> {
         st.firstboot.push((s.name.clone(), s.content.clone()));
     }
     st.firstboot_commands = g.firstboot_commands.clone();
+    for r in &g.run {
+        st.run.push(match r {
+            SentRun::Script(s) => {
+                if super::spec::script_name(&s.name) != s.name {
+                    return Err(refuse(
+                        "--run",
+                        &s.name,
+                        "",
+                        "a script's name is letters, digits, '.', '_' and \
+                         '-'",
+                    ));
+                }
+                check_size("--run", Path::new(&s.name), s.content.len())?;
+                run::sent_script(&s.name, s.content.clone())?
+            }
+            SentRun::Command(c) => {
+                if c.trim().is_empty() || c.contains('\0') {
+                    return Err(refuse(
+                        "--run-command",
+                        c,
+                        "",
+                        "a command is a line of shell, not empty and \
+                         without a NUL",
+                    ));
+                }
+                run::read(&RunStep::Command(c.clone()))?
+            }
+        });
+    }
     Ok(st)
 }
 
@@ -331,6 +368,8 @@ mod test {
             write: vec!["/etc/motd:guest {n}".into()],
             copy_in: Vec::new(),
             timezone: Some("Europe/Berlin".into()),
+            run: vec![RunStep::Command("echo {n} > /n".into())],
+            run_timeout: Some(30),
         };
         let local = prepare(&opts, 3, "vm").unwrap().unwrap();
         let sent = resolve(&opts, 3, "vm").unwrap().unwrap();
@@ -339,6 +378,8 @@ mod test {
         let back: CustomizeRequest = serde_json::from_str(&wire).unwrap();
         let planned = plan(&back, 3).unwrap().unwrap();
         assert_eq!(planned.all(), local.all());
+        assert_eq!(planned.run_timeout, local.run_timeout);
+        assert_eq!(planned.run_timeout, Duration::from_secs(30));
         assert_eq!(planned.all().len(), 3);
         assert_eq!(plan(&back, 4).unwrap_err().path(), Path::new(""));
     }

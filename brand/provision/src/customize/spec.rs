@@ -350,6 +350,28 @@ impl FromStr for CopyIn {
     }
 }
 
+/// `--run SCRIPT` or `--run-command CMD`: run inside a directory guest
+/// as it is made, in the order given.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RunStep {
+    /// A script of this host, run by the guest's `/bin/sh`.
+    Script(PathBuf),
+    /// A command, run by the guest's `/bin/sh -c`.
+    Command(String),
+}
+
+impl RunStep {
+    /// The option as typed, for messages (`--run-command "true"`).
+    pub fn shown(&self) -> String {
+        match self {
+            RunStep::Script(p) => {
+                format!("--run {:?}", p.display().to_string())
+            }
+            RunStep::Command(c) => format!("--run-command {c:?}"),
+        }
+    }
+}
+
 /// A user name as useradd(8) takes it, so that nothing else (a path, an
 /// option) passes for one.
 fn check_user(
@@ -396,6 +418,26 @@ fn guest_path(
         return Err(refuse(option, whole, format!("{p:?} has a .. component")));
     }
     Ok(path)
+}
+
+/// A script's name as the guest keeps it: letters, digits, `.`, `_`
+/// and `-`; anything else `_`.
+pub(crate) fn script_name(base: &str) -> String {
+    let n: String = base
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "._-".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if n.is_empty() || n.starts_with('.') {
+        format!("script{n}")
+    } else {
+        n
+    }
 }
 
 #[cfg(test)]

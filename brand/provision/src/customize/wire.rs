@@ -20,6 +20,9 @@ pub const MAX_SENT_FILE: usize = 64 << 10;
 pub struct CustomizeRequest {
     /// Each guest's, or one for all.
     pub guests: Vec<GuestRequest>,
+    /// `--run-timeout`, in seconds; `None`: the default.
+    #[serde(default)]
+    pub run_timeout: Option<u64>,
 }
 
 /// One guest's customisation, in the order it is applied.
@@ -47,13 +50,21 @@ pub struct GuestRequest {
     /// `--firstboot-command`.
     #[serde(default)]
     pub firstboot_commands: Vec<String>,
-    /// `--run`: scripts run in the guest at provision time, carried as
-    /// `firstboot` is; refused until this build runs them.
+    /// `--run` and `--run-command`, in the order given: run in the
+    /// guest at provision time, last.
     #[serde(default)]
-    pub run: Vec<SentScript>,
-    /// `--run-command`: refused until this build runs them.
-    #[serde(default)]
-    pub run_commands: Vec<String>,
+    pub run: Vec<SentRun>,
+}
+
+/// `--run` or `--run-command`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum SentRun {
+    /// `--run`: a script, its name and contents, for the guest's
+    /// `/bin/sh`.
+    Script(SentScript),
+    /// `--run-command`: for the guest's `/bin/sh -c`.
+    Command(String),
 }
 
 /// A file's contents, copied into a guest's directory.

@@ -104,9 +104,6 @@ fn options_set(r: &SeedRequest) -> Vec<&'static str> {
 /// shares with them are applied beneath a directory guest's root).
 pub(crate) fn disk_only(r: &SeedRequest) -> Vec<&'static str> {
     let mut v = Vec::new();
-    if !r.run_commands.is_empty() {
-        v.push("--run-command");
-    }
     if r.user_data.is_some() {
         v.push("--user-data");
     }

@@ -17,3 +17,14 @@ pub fn cloexec_from(_first: i32) {}
 pub fn close_range(_first: i32) -> bool {
     false
 }
+
+/// Commands run inside a tree need Linux's namespaces (mount, PID,
+/// network); a zone is the illumos way, and not made here.
+pub fn run_in_root(
+    _r: &super::in_root::InRoot<'_>,
+) -> Result<super::in_root::RunEnd, super::in_root::InRootError> {
+    Err(super::in_root::InRootError {
+        step: "run a command inside a tree (Linux namespaces only)",
+        error: io::Error::from(io::ErrorKind::Unsupported),
+    })
+}
