@@ -107,6 +107,58 @@ fn read(p: impl AsRef<Path>) -> String {
     fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 
+/// The image's own programs run the commands, and an image may be
+/// hostile: they run as root without the capabilities that reach past
+/// the guest (no device nodes, no mounts, no modules), with the kernel's
+/// sysctls read-only.
+#[test]
+fn commands_run_without_the_capabilities_that_reach_the_host() {
+    if !prerequisites() {
+        return;
+    }
+    let d = Tmp::new();
+    let (tar, _) = image(d.path());
+    let out = d.path().join("out");
+    let cmd = "grep CapBnd /proc/self/status > /etc/capbnd; \
+         if busybox mknod /tmp/disk b 8 0 2>/etc/mknod.err; \
+         then echo made; else echo refused; fi > /etc/mknod; \
+         if busybox mount -t tmpfs none /root 2>/etc/mount.err; \
+         then echo mounted; else echo refused; fi > /etc/mount; \
+         if echo 1 2>/etc/sysctl.err > /proc/sys/kernel/sysrq; \
+         then echo written; else echo refused; fi > /etc/sysctl";
+    let o = zinstall(&[
+        "provision",
+        s(&tar),
+        "--keep-identity",
+        "--cache",
+        s(&d.path().join("cache")),
+        "--out",
+        s(&out),
+        "--run-command",
+        cmd,
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let g = out.join("guest-0");
+    // CHOWN, DAC_OVERRIDE, DAC_READ_SEARCH, FOWNER, FSETID, KILL, SETGID,
+    // SETUID, SETPCAP, NET_BIND_SERVICE, SYS_CHROOT, AUDIT_WRITE, SETFCAP.
+    let want: u64 = [0, 1, 2, 3, 4, 5, 6, 7, 8, 10, 18, 29, 31]
+        .iter()
+        .map(|c| 1u64 << c)
+        .sum();
+    let bnd = read(g.join("etc/capbnd"));
+    let got = u64::from_str_radix(bnd.split_whitespace().nth(1).unwrap(), 16)
+        .unwrap_or_else(|e| panic!("{bnd:?}: {e}"));
+    assert_eq!(got, want, "CapBnd {got:#x}, kept {want:#x}");
+    for (f, err) in
+        [("mknod", "mknod"), ("mount", "mount"), ("sysctl", "sysctl")]
+    {
+        let said = read(g.join(format!("etc/{f}")));
+        let why = read(g.join(format!("etc/{err}.err")));
+        assert_eq!(said, "refused\n", "{f}: {why}");
+    }
+    assert!(!g.join("tmp/disk").exists());
+}
+
 /// What each guest's command saw: its number, root's uid, itself as PID
 /// 1 with a /proc of its own, no network but a loopback, /sys read-only,
 /// a /dev of the usual nodes, a /tmp of its own, the fixed environment;
