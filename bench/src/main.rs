@@ -17,6 +17,9 @@ use zinstall_tune::trees::{self, Shape};
 mod archives;
 mod common;
 mod copy;
+mod customize;
+mod customize_check;
+mod customize_setup;
 mod daemon;
 mod install;
 mod model;
@@ -405,6 +408,33 @@ enum Cmd {
         #[arg(long)]
         zinstall: Option<PathBuf>,
     },
+    /// The same Debian root customised the same way by virt-customize
+    /// (per guest, through its appliance) and by zinstall provision
+    /// (100 guests), timed; then one guest of each compared file by file.
+    Customize {
+        /// Guests zinstall provisions (and virt-customize's time is
+        /// extrapolated to).
+        #[arg(long, default_value_t = 100)]
+        guests: usize,
+        /// Guests virt-customize customises, timed one by one (each boots
+        /// an appliance: tens of seconds under TCG).
+        #[arg(long, default_value_t = 5)]
+        virt_guests: usize,
+        /// Timed runs of each zinstall provision.
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+        /// A Linux root with /etc/passwd, /etc/shadow, zoneinfo, systemd
+        /// and a user `debian` (default: a debootstrap'd bookworm
+        /// minbase, made once under --scratch).
+        #[arg(long)]
+        root: Option<PathBuf>,
+        /// Where the root, images, guests and results go.
+        #[arg(long, default_value = "/var/tmp/zinstall-bench")]
+        scratch: PathBuf,
+        /// The zinstall binary.
+        #[arg(long)]
+        zinstall: Option<PathBuf>,
+    },
     /// The serial 8 KiB baseline copy (used by `copy`).
     SerialCopy { src: PathBuf, dst: PathBuf },
 }
@@ -562,6 +592,25 @@ fn main() -> ExitCode {
             &zinstall
                 .unwrap_or_else(|| workspace().join("target/release/zinstall")),
         ),
+        Cmd::Customize {
+            guests,
+            virt_guests,
+            runs,
+            root,
+            scratch,
+            zinstall,
+        } if virt_guests > 0 => customize::bench(&customize::CustomizeBench {
+            guests,
+            virt_guests,
+            runs,
+            root: root.as_deref(),
+            scratch: &scratch,
+            zinstall: &zinstall
+                .unwrap_or_else(|| workspace().join("target/release/zinstall")),
+        }),
+        Cmd::Customize { .. } => {
+            Err("--virt-guests: at least 1 (its guest is compared)".into())
+        }
         Cmd::Daemon {
             runs,
             clients,
