@@ -1284,18 +1284,22 @@ fn qcow2_images_the_reader_lacks_a_feature_for_go_to_qemu_img_when_asked() {
     );
     // A LUKS image: refused saying how to decrypt it, with or without
     // --qemu-img.
-    run(tools::tool("qemu-img").current_dir(d.path()).args([
-        "create",
-        "-q",
-        "-f",
-        "qcow2",
-        "--object",
-        "secret,id=sec0,data=abc",
-        "-o",
-        "encrypt.format=luks,encrypt.key-secret=sec0,encrypt.iter-time=10",
-        "luks.qcow2",
-        "1M",
-    ]));
+    let o = tools::qemu_img_luks(
+        d.path(),
+        &[
+            "create",
+            "-q",
+            "-f",
+            "qcow2",
+            "--object",
+            "secret,id=sec0,data=abc",
+            "-o",
+            "encrypt.format=luks,encrypt.key-secret=sec0,encrypt.iter-time=10",
+            "luks.qcow2",
+            "1M",
+        ],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let luks = d.path().join("luks.qcow2");
     let opts = format!(
         "driver=qcow2,file.filename={},encrypt.key-secret=sec0",

@@ -311,11 +311,22 @@ fn foreign_images_that_reach_outside_are_refused() {
     let flat = d.path().join("flat.vmdk");
     convert(&src, "vmdk", "subformat=monolithicFlat", &flat);
     let luks = d.path().join("disk.luks");
-    qemu_img_words(&format!(
-        "create -q --object secret,id=s0,data=key -f luks -o key-secret=s0 \
-         {} 4M",
-        s(&luks)
-    ));
+    let o = tools::qemu_img_luks(
+        d.path(),
+        &[
+            "create",
+            "-q",
+            "--object",
+            "secret,id=s0,data=key",
+            "-f",
+            "luks",
+            "-o",
+            "key-secret=s0",
+            s(&luks),
+            "4M",
+        ],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let vhd = d.path().join("fixed.vhd");
     convert(&src, "vpc", "subformat=fixed", &vhd);
     // A footer whose size field is not the data before it.

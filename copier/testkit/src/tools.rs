@@ -3,7 +3,7 @@
 //! (`bash .ci/test` installs them all when run as root).
 
 use std::path::Path;
-use std::process::Command;
+use std::process::{Command, Output};
 
 /// The Debian package that ships `program`.
 pub fn package(program: &str) -> &'static str {
@@ -79,4 +79,28 @@ pub fn need(program: &str) {
          which installs every tool the tests use)",
         package(program)
     );
+}
+
+/// `qemu-img ARGS` in `dir`, for a command that makes a LUKS-encrypted
+/// image. qemu-img 7.2 calibrates the key's PBKDF by the thread's CPU
+/// time, which the kernel counts in scheduler ticks: on a loaded machine
+/// the sample can be zero and it fails with "Unable to get accurate CPU
+/// usage". That failure alone is tried again, a few times.
+pub fn qemu_img_luks(dir: &Path, args: &[&str]) -> Output {
+    const QUIRK: &str = "Unable to get accurate CPU usage";
+    let mut tries = 0;
+    loop {
+        let o = tool("qemu-img")
+            .current_dir(dir)
+            .args(args)
+            .output()
+            .unwrap();
+        tries += 1;
+        if o.status.success()
+            || tries == 5
+            || !String::from_utf8_lossy(&o.stderr).contains(QUIRK)
+        {
+            return o;
+        }
+    }
 }

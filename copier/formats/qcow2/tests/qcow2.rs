@@ -1199,9 +1199,9 @@ fn dirty_subcluster_and_data_file_images_read_like_qemu_img() {
     );
     chain_matches_qemu_img(&dir.join("xd.qcow2"), &opts);
     // LUKS: refused, saying how to give the key.
-    let o = zinstall_testkit::tool("qemu-img")
-        .current_dir(dir)
-        .args([
+    let o = zinstall_testkit::tools::qemu_img_luks(
+        dir,
+        &[
             "create",
             "-q",
             "-f",
@@ -1212,9 +1212,8 @@ fn dirty_subcluster_and_data_file_images_read_like_qemu_img() {
             "encrypt.format=luks,encrypt.key-secret=sec0,encrypt.iter-time=10",
             "luks.qcow2",
             "1M",
-        ])
-        .output()
-        .unwrap();
+        ],
+    );
     assert!(o.status.success(), "{o:?}");
     let e = chain_refusal(&dir.join("luks.qcow2"), &opts);
     assert!(matches!(e.refusal(), Some(Problem::Encrypted(2))), "{e}");
