@@ -397,3 +397,74 @@ fn bad_run_input_is_refused_before_any_guest() {
         assert!(!out.exists(), "{flags:?} made {out:?}");
     }
 }
+
+/// The processes under /proc whose command line holds `mark`.
+fn running(mark: &str) -> Vec<String> {
+    fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|p| fs::read(p.ok()?.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.contains(mark))
+        .collect()
+}
+
+/// A provision stopped (SIGTERM, as zinstalld's cancel stops a job) while
+/// a guest's command runs kills the command with every process it
+/// started at once, not at --run-timeout, and removes the guests.
+#[test]
+fn a_cancelled_provision_kills_the_command_it_runs() {
+    if !prerequisites() {
+        return;
+    }
+    let d = Tmp::new();
+    let (tar, _) = image(d.path());
+    let out = d.path().join("out");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_zinstall"))
+        .args([
+            "provision",
+            s(&tar),
+            "--keep-identity",
+            "--count",
+            "2",
+            "--cache",
+            s(&d.path().join("cache")),
+            "--out",
+            s(&out),
+            "--run-timeout",
+            "30",
+            "--run-command",
+            "sleep 4242 & sleep 4242",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    while running("sleep 4242").len() < 2 {
+        assert!(t0.elapsed() < Duration::from_secs(120), "never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let stopped = Instant::now();
+    // SAFETY: a signal to our own child.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+    let o = child.wait_with_output().unwrap();
+    let took = stopped.elapsed();
+    assert!(!o.status.success(), "{}", text(&o));
+    assert!(
+        took < Duration::from_secs(10),
+        "took {took:?}: {}",
+        text(&o)
+    );
+    assert!(running("sleep 4242").is_empty(), "left running");
+    let left: Vec<_> = fs::read_dir(&out)
+        .map(|r| r.filter_map(|e| e.ok()).map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    // The guest's log stays, saying why its command ended; no guest does.
+    assert!(
+        left.iter()
+            .all(|n| n.to_string_lossy().ends_with(".run.log")),
+        "guests left: {left:?}"
+    );
+    let log = fs::read_to_string(out.join("guest-0.run.log")).unwrap();
+    assert!(log.contains("the run was cancelled"), "{log}");
+}

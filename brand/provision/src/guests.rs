@@ -396,7 +396,13 @@ fn make_guests(
             EntryKind::Raw => GuestIdentity::default(),
         };
         let customized = match custom {
-            Some(c) => customize::apply(c, &path, i, opts.tunables)?,
+            Some(c) => customize::apply(
+                c,
+                &path,
+                i,
+                opts.tunables,
+                opts.cancel.as_ref(),
+            )?,
             None => Customized::default(),
         };
         let g = Guest {

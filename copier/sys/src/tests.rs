@@ -132,6 +132,7 @@ fn a_run_in_root_is_refused_before_it_starts() {
             script: None,
             output: std::os::fd::AsFd::as_fd(&out),
             timeout: std::time::Duration::from_secs(1),
+            cancelled: None,
         })
     };
     let e = ask(&file, &sh).unwrap_err();

@@ -43,12 +43,14 @@ impl std::fmt::Display for Customized {
     }
 }
 
-/// Applies guest `n`'s steps to the directory guest at `root`.
+/// Applies guest `n`'s steps to the directory guest at `root`; a raised
+/// `cancel` stops a command it runs.
 pub(crate) fn apply(
     c: &Customization,
     root: &Path,
     n: usize,
     tunables: copier::Tunables,
+    cancel: Option<&copier::Cancel>,
 ) -> Result<Customized, ProvisionError> {
     let st: &Steps = c.steps(n);
     let r = Root::open(root)?;
@@ -80,7 +82,7 @@ pub(crate) fn apply(
     firstboot::install(&r, &st.firstboot_scripts())?;
     // Last, as virt-customize's --run after the files it wrote: the
     // commands see the guest as customised.
-    done.ran = run_all(&st.run, root, c.run_timeout)?;
+    done.ran = run_all(&st.run, root, c.run_timeout, cancel)?;
     Ok(done)
 }
 

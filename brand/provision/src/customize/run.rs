@@ -232,6 +232,7 @@ pub(crate) fn run_all(
     runs: &[Run],
     guest: &Path,
     timeout: Duration,
+    cancel: Option<&copier::Cancel>,
 ) -> Result<Ran, ProvisionError> {
     if runs.is_empty() {
         return Ok(Ran::default());
@@ -243,6 +244,7 @@ pub(crate) fn run_all(
         end,
         log: log_at.clone(),
     };
+    let is_cancelled = || cancel.is_some_and(|c| c.is_cancelled());
     let mut log = open_log(&log_at)
         .map_err(|e| fail(&runs[0].shown, format!("could not start: {e}")))?;
     for r in runs {
@@ -265,11 +267,19 @@ pub(crate) fn run_all(
             script: r.script.as_deref(),
             output: log.as_fd(),
             timeout,
+            cancelled: cancel.is_some().then_some(&is_cancelled),
         })
         .map_err(|e| fail(&r.shown, format!("could not be started: {e}")))?;
         note(&mut log, &format!("## {end}\n"))?;
         match end {
             RunEnd::Exited(0) => {}
+            // Stopped as every cancelled step of a provision is: the
+            // guests made are removed by the caller.
+            RunEnd::Cancelled => {
+                return Err(ProvisionError::Fs(copier::Error::Cancelled {
+                    path: guest.to_path_buf(),
+                }));
+            }
             RunEnd::TimedOut => {
                 return Err(fail(
                     &r.shown,

@@ -24,6 +24,10 @@ pub struct InRoot<'a> {
     /// How long it may run before it and every process it started are
     /// killed.
     pub timeout: Duration,
+    /// Asked while it runs (at least every 100 ms): true kills it and
+    /// every process it started, as the timeout does. A job cancelled
+    /// through zinstalld or a signal to zinstall stops its command.
+    pub cancelled: Option<&'a (dyn Fn() -> bool + Sync)>,
 }
 
 /// How a command run in a root ended.
@@ -36,6 +40,9 @@ pub enum RunEnd {
     /// It ran past its timeout and was killed, with every process of its
     /// PID namespace.
     TimedOut,
+    /// The run was cancelled and it was killed, with every process of
+    /// its PID namespace.
+    Cancelled,
 }
 
 impl RunEnd {
@@ -52,6 +59,9 @@ impl fmt::Display for RunEnd {
             RunEnd::Signalled(s) => write!(f, "was killed by signal {s}"),
             RunEnd::TimedOut => {
                 write!(f, "ran past its timeout and was killed")
+            }
+            RunEnd::Cancelled => {
+                write!(f, "was killed: the run was cancelled")
             }
         }
     }

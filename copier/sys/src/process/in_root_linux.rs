@@ -199,7 +199,7 @@ pub fn run_in_root(r: &InRoot<'_>) -> Result<RunEnd, InRootError> {
             error: io::Error::from_raw_os_error(errno),
         });
     }
-    Ok(wait(pid, r.timeout))
+    Ok(wait(pid, r.timeout, r.cancelled))
 }
 
 /// `/dev/null` of this host, for the command's standard input.
@@ -271,9 +271,14 @@ fn read_report(r: &OwnedFd) -> Option<(u32, i32)> {
     })
 }
 
-/// Waits for `pid` to end, at most `timeout`; past it, kills it (and so
-/// its whole PID namespace) and reaps it.
-fn wait(pid: libc::pid_t, timeout: Duration) -> RunEnd {
+/// Waits for `pid` to end, at most `timeout` and while `cancelled` says
+/// no; past it, or once cancelled, kills it (and so its whole PID
+/// namespace) and reaps it.
+fn wait(
+    pid: libc::pid_t,
+    timeout: Duration,
+    cancelled: Option<&(dyn Fn() -> bool + Sync)>,
+) -> RunEnd {
     let deadline = Instant::now() + timeout;
     // SAFETY: a system call with integer arguments.
     let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
@@ -286,12 +291,24 @@ fn wait(pid: libc::pid_t, timeout: Duration) -> RunEnd {
             return end;
         }
         let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
+        let end = if left.is_zero() {
+            Some(RunEnd::TimedOut)
+        } else if cancelled.is_some_and(|c| c()) {
+            Some(RunEnd::Cancelled)
+        } else {
+            None
+        };
+        if let Some(end) = end {
             // SAFETY: kill takes no pointers; pid is our unreaped child.
             unsafe { libc::kill(pid, libc::SIGKILL) };
             reap(pid);
-            return RunEnd::TimedOut;
+            return end;
         }
+        // Cancellation is a flag, not a descriptor: look at it often.
+        let left = match cancelled {
+            Some(_) => left.min(Duration::from_millis(100)),
+            None => left,
+        };
         match &pidfd {
             Some(fd) => {
                 let mut pfd = libc::pollfd {
