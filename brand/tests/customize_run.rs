@@ -419,7 +419,7 @@ fn a_cancelled_provision_kills_the_command_it_runs() {
     let d = Tmp::new();
     let (tar, _) = image(d.path());
     let out = d.path().join("out");
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_zinstall"))
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_zinstall"))
         .args([
             "provision",
             s(&tar),
