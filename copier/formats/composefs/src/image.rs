@@ -1,0 +1,53 @@
+//! A tree as a composefs image: its metadata, symlinks and small files in
+//! an EROFS image (composefs-rs's writer, so the image ID is the one
+//! `cfsctl` gives the same tree), its regular files' contents in the
+//! store; the image stored as an object itself, named by its ID.
+
+use std::path::Path;
+
+use composefs::erofs::writer::{ValidatedFileSystem, mkfs_erofs};
+
+use crate::digest::ObjectId;
+use crate::error::{Error, Op, Problem};
+use crate::scan::{Counts, scan};
+use crate::store::Store;
+
+/// An image written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Image {
+    /// The image's ID: the fs-verity digest of its bytes, its object's
+    /// name in the store.
+    pub id: ObjectId,
+    /// Its size in bytes.
+    pub size: u64,
+    /// False when the store had the image already.
+    pub written: bool,
+    /// The tree's entries and objects.
+    pub counts: Counts,
+}
+
+/// Writes the tree at `src` into `store`: each regular file's contents
+/// as an object (small ones inline), then the EROFS image of the tree,
+/// which is stored as an object too. Returns the image's ID.
+pub fn write_image(src: &Path, store: &Store) -> Result<Image, Error> {
+    let scanned = scan(src, store)?;
+    let bytes = image_bytes(scanned.fs, src)?;
+    let put = store.put_bytes(&bytes)?;
+    Ok(Image {
+        id: put.id,
+        size: put.size,
+        written: put.written,
+        counts: scanned.counts,
+    })
+}
+
+/// The EROFS image of `fs`; `src` names the tree in errors.
+pub fn image_bytes(
+    fs: composefs::tree::FileSystem<ObjectId>,
+    src: &Path,
+) -> Result<Box<[u8]>, Error> {
+    let valid = ValidatedFileSystem::new(fs).map_err(|e| {
+        Error::new(src, Op::Image, Problem::Format(format!("{e:#}")))
+    })?;
+    Ok(mkfs_erofs(&valid))
+}

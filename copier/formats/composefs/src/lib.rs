@@ -1,0 +1,41 @@
+//! composefs: file contents stored once in a content-addressed object
+//! store, and each tree an EROFS image of metadata only whose regular
+//! files point into the store; mounted under overlayfs with the store as
+//! its data-only lower layer.
+//!
+//! The format is composefs's (composefs-rs, the `composefs` crate, and
+//! mkcomposefs): objects under `objects/XX/<62 hex>`, named by the
+//! fs-verity SHA-256 digest of their contents; files of at most
+//! [`INLINE_MAX`] bytes kept in the image; the image written by
+//! composefs-rs's EROFS writer, so that its ID (the fs-verity digest of
+//! the image, itself an object) is the one `cfsctl` gives.
+//!
+//! The API: [`Store`] (open, put, verify an object), [`write_image`] (a
+//! directory tree into the store and an image), [`scan`] and
+//! [`image_bytes`] for the two steps apart, and [`Error`] (the path, the
+//! operation and the cause).
+//!
+//! ```no_run
+//! use std::path::Path;
+//! use zinstall_composefs::{Store, hex, write_image};
+//!
+//! let store = Store::open(Path::new("/var/cache/zinstall/composefs"))?;
+//! let image = write_image(Path::new("/srv/root"), &store)?;
+//! println!("{}", hex(&image.id));
+//! store.verify(&image.id)?;
+//! # Ok::<(), zinstall_composefs::Error>(())
+//! ```
+
+#![forbid(unsafe_code)]
+
+mod digest;
+mod error;
+mod image;
+mod scan;
+mod store;
+
+pub use digest::{INLINE_MAX, ObjectId, hex, object_path, of_bytes, parse_hex};
+pub use error::{Error, Op, Problem};
+pub use image::{Image, image_bytes, write_image};
+pub use scan::{Counts, Scanned, scan};
+pub use store::{Put, Store};

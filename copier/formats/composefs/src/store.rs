@@ -1,0 +1,279 @@
+//! The object store: a directory whose `objects/XX/<62 hex>` files are
+//! named by the fs-verity digest of their contents, as composefs-rs's
+//! repository lays them out. Each object is written once: to a temporary
+//! file beside its final name, synced, then renamed into place and its
+//! directory synced, so a name never points at partial contents; an
+//! object already present is not written again.
+
+use std::ffi::{CStr, CString};
+use std::fs::File;
+use std::io::{self, Seek, SeekFrom, Write};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use zinstall_core::foreign::{self, Follow};
+use zinstall_sys::fs::at;
+
+use crate::digest::{self, ObjectId};
+use crate::error::{Error, Op, Problem};
+
+/// Mode of every object: readable by all, as composefs's are, so that an
+/// overlay mounted for anyone can read through to them.
+const OBJECT_MODE: u32 = 0o644;
+
+/// An object store open at a directory.
+pub struct Store {
+    path: PathBuf,
+    objects: OwnedFd,
+    /// Tells this store's temporary files apart.
+    seq: AtomicU64,
+}
+
+/// One object stored (or found already there).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Put {
+    /// Its name.
+    pub id: ObjectId,
+    /// Its size in bytes.
+    pub size: u64,
+    /// False when the object was already present and nothing was written.
+    pub written: bool,
+}
+
+fn cname(path: &Path, s: &str) -> Result<CString, Error> {
+    CString::new(s).map_err(|_| Error::new(path, Op::Open, Problem::BadName))
+}
+
+/// Makes the directory `name` in `dir` (if it is not there) and opens
+/// it, never through a symlink.
+fn make_dir(
+    dir: &OwnedFd,
+    name: &CStr,
+    shown: &Path,
+) -> Result<OwnedFd, Error> {
+    match at::mkdir(dir.as_raw_fd(), name, 0o755) {
+        Err(e) if e.kind() != io::ErrorKind::AlreadyExists => {
+            return Err(Error::io(shown, Op::Create, e));
+        }
+        _ => {}
+    }
+    at::open_dir(dir.as_raw_fd(), name)
+        .map_err(|e| Error::io(shown, Op::Open, e))
+}
+
+impl Store {
+    /// Opens the store at `path`, making it and its `objects/` directory
+    /// if they are not there. The last component of `path` is not
+    /// followed if it is a symlink.
+    pub fn open(path: &Path) -> Result<Store, Error> {
+        match zinstall_sys::fs::mkdir(path, 0o755) {
+            Err(e) if e.kind() != io::ErrorKind::AlreadyExists => {
+                return Err(Error::io(path, Op::Create, e));
+            }
+            _ => {}
+        }
+        let c = zinstall_sys::cstr(path)
+            .map_err(|e| Error::io(path, Op::Open, e))?;
+        let root = at::open_dir(libc::AT_FDCWD, &c)
+            .map_err(|e| Error::io(path, Op::Open, e))?;
+        let objects = make_dir(&root, c"objects", &path.join("objects"))?;
+        Ok(Store {
+            path: path.to_path_buf(),
+            objects,
+            seq: AtomicU64::new(0),
+        })
+    }
+
+    /// The store's directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Where the object `id` is (for messages and mounts: the store is
+    /// read through its descriptor).
+    pub fn object_path(&self, id: &ObjectId) -> PathBuf {
+        self.path.join("objects").join(digest::object_path(id))
+    }
+
+    /// `XX` and the rest of `id`'s name, as C strings.
+    fn names(&self, id: &ObjectId) -> Result<(CString, CString), Error> {
+        let shown = self.object_path(id);
+        let p = digest::object_path(id);
+        let (dir, leaf) = p.split_at(2);
+        Ok((cname(&shown, dir)?, cname(&shown, &leaf[1..])?))
+    }
+
+    /// True if the object `id` is present (a regular file by that name;
+    /// its contents are checked by [`Store::verify`], not here).
+    pub fn contains(&self, id: &ObjectId) -> Result<bool, Error> {
+        let shown = self.object_path(id);
+        let (dir, leaf) = self.names(id)?;
+        let d = match at::open_dir(self.objects.as_raw_fd(), &dir) {
+            Ok(d) => d,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(Error::io(&shown, Op::Open, e)),
+        };
+        match at::lstat(d.as_raw_fd(), &leaf) {
+            Ok(Some(st)) => Ok(st.st_mode & libc::S_IFMT == libc::S_IFREG),
+            Ok(None) => Ok(false),
+            Err(e) => Err(Error::io(&shown, Op::Stat, e)),
+        }
+    }
+
+    /// Stores `data` as an object.
+    pub fn put_bytes(&self, data: &[u8]) -> Result<Put, Error> {
+        let id = digest::of_bytes(data);
+        let size = data.len() as u64;
+        if self.contains(&id)? {
+            return Ok(Put {
+                id,
+                size,
+                written: false,
+            });
+        }
+        self.write(&id, |tmp, shown| {
+            tmp.write_all(data)
+                .map_err(|e| Error::io(shown, Op::Write, e))
+        })?;
+        Ok(Put {
+            id,
+            size,
+            written: true,
+        })
+    }
+
+    /// Stores the contents of `src` (read from its start; `shown` names
+    /// it in errors) as an object. The file is read once to name it, and
+    /// once more to copy it only if the store does not have it; contents
+    /// that change between the two are refused.
+    pub fn put_file(&self, src: &File, shown: &Path) -> Result<Put, Error> {
+        let mut r = src;
+        let (id, size) = digest::of_reader(r, |_| Ok(()))
+            .map_err(|e| Error::io(shown, Op::Read, e))?;
+        if self.contains(&id)? {
+            return Ok(Put {
+                id,
+                size,
+                written: false,
+            });
+        }
+        r.seek(SeekFrom::Start(0))
+            .map_err(|e| Error::io(shown, Op::Read, e))?;
+        self.write(&id, |tmp, tmp_shown| {
+            let mut failed_write = None;
+            let (again, n) = digest::of_reader(r, |chunk| {
+                tmp.write_all(chunk)
+                    .inspect_err(|_| failed_write = Some(()))
+            })
+            .map_err(|e| {
+                if failed_write.is_some() {
+                    Error::io(tmp_shown, Op::Write, e)
+                } else {
+                    Error::io(shown, Op::Read, e)
+                }
+            })?;
+            if again != id || n != size {
+                return Err(Error::new(
+                    shown,
+                    Op::Read,
+                    Problem::Changed("contents"),
+                ));
+            }
+            Ok(())
+        })?;
+        Ok(Put {
+            id,
+            size,
+            written: true,
+        })
+    }
+
+    /// Writes the object `id` through `fill` into a temporary file in its
+    /// directory, syncs it, renames it into place and syncs the directory.
+    /// The temporary file is removed if any step fails.
+    fn write(
+        &self,
+        id: &ObjectId,
+        fill: impl FnOnce(&mut File, &Path) -> Result<(), Error>,
+    ) -> Result<(), Error> {
+        let (dir_name, leaf) = self.names(id)?;
+        let shown = self.object_path(id);
+        let dir_shown = shown.parent().unwrap_or(&shown).to_path_buf();
+        let dir = make_dir(&self.objects, &dir_name, &dir_shown)?;
+        let (mut tmp, tmp_name) = self.temporary(&dir, &dir_shown)?;
+        let tmp_shown = dir_shown.join(tmp_name.to_string_lossy().as_ref());
+        let done = fill(&mut tmp, &tmp_shown)
+            .and_then(|()| {
+                at::fchmod(&tmp, OBJECT_MODE)
+                    .map_err(|e| Error::io(&tmp_shown, Op::Write, e))
+            })
+            .and_then(|()| {
+                tmp.sync_all()
+                    .map_err(|e| Error::io(&tmp_shown, Op::Sync, e))
+            })
+            .and_then(|()| {
+                at::rename(dir.as_raw_fd(), &tmp_name, &leaf)
+                    .map_err(|e| Error::io(&shown, Op::Rename, e))
+            });
+        if let Err(e) = done {
+            let _ = at::unlink(dir.as_raw_fd(), &tmp_name, false);
+            return Err(e);
+        }
+        let d = File::from(dir);
+        d.sync_all().map_err(|e| Error::io(&dir_shown, Op::Sync, e))
+    }
+
+    /// A new temporary file in `dir`, and its name.
+    fn temporary(
+        &self,
+        dir: &OwnedFd,
+        shown: &Path,
+    ) -> Result<(File, CString), Error> {
+        loop {
+            let n = self.seq.fetch_add(1, Ordering::Relaxed);
+            let name = format!(".tmp-{}-{n}", std::process::id());
+            let c = cname(shown, &name)?;
+            match at::create_file(dir.as_raw_fd(), &c) {
+                Ok(f) => return Ok((f, c)),
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(e) => {
+                    return Err(Error::io(&shown.join(&name), Op::Create, e));
+                }
+            }
+        }
+    }
+
+    /// Opens the object `id` for reading, through the foreign-file seam
+    /// (a regular file, never through a symlink).
+    pub fn open_object(&self, id: &ObjectId) -> Result<File, Error> {
+        let shown = self.object_path(id);
+        let rel = digest::object_path(id);
+        foreign::open_at(
+            self.objects.as_fd(),
+            Path::new(&rel),
+            &shown,
+            Follow::No,
+        )
+        .map_err(|e| Error::new(&shown, Op::Open, Problem::Foreign(e)))
+    }
+
+    /// Recomputes the digest of the object `id` and compares it with its
+    /// name: an error with [`Problem::Mismatch`] if they differ.
+    pub fn verify(&self, id: &ObjectId) -> Result<(), Error> {
+        let shown = self.object_path(id);
+        let f = self.open_object(id)?;
+        let (found, _) = digest::of_reader(&f, |_| Ok(()))
+            .map_err(|e| Error::io(&shown, Op::Read, e))?;
+        if &found != id {
+            return Err(Error::new(
+                &shown,
+                Op::Verify,
+                Problem::Mismatch {
+                    found: digest::hex(&found),
+                },
+            ));
+        }
+        Ok(())
+    }
+}
