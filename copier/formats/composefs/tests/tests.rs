@@ -1,0 +1,12 @@
+//! zinstall-composefs's integration tests, one binary: real trees, the
+//! store on disk, images checked by erofs-utils and mounted by the kernel.
+
+// Tests make and read their own fixtures by path: the seam is the
+// product's.
+#![allow(clippy::disallowed_methods)]
+
+mod compare;
+mod image;
+mod mount;
+mod store;
+mod tree;
