@@ -6,7 +6,9 @@ use std::fs;
 use std::path::Path;
 use std::process::Command;
 
-use zinstall_composefs::{INLINE_MAX, Op, Store, of_bytes, write_image};
+use zinstall_composefs::{
+    INLINE_MAX, ObjectId, Op, Store, hex, image_bytes, of_bytes, write_image,
+};
 use zinstall_testkit::{Tmp, is_root, tool};
 
 use crate::tree;
@@ -152,4 +154,34 @@ fn a_symlink_as_the_tree_is_not_followed() {
     let e = write_image(&link, &store).unwrap_err();
     assert_eq!(e.op, Op::Open, "{e}");
     assert!(e.to_string().contains(&link.display().to_string()), "{e}");
+}
+
+#[test]
+fn the_image_id_is_composefs_rs_s_for_the_same_tree() {
+    let tmp = Tmp::new();
+    let src = tmp.path().join("src");
+    fs::create_dir(&src).unwrap();
+    tree::build(&src, is_root());
+    let store = Store::open(&tmp.path().join("store")).unwrap();
+    let ours = write_image(&src, &store).unwrap();
+
+    // composefs-rs's reader (the one `cfsctl create-image` uses), with
+    // hard links kept, then its writer: the same image, byte for byte.
+    let parent = fs::File::open(tmp.path()).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let theirs = rt
+        .block_on(composefs::fs::read_filesystem::<ObjectId>(
+            parent.into(),
+            "src".into(),
+            None,
+        ))
+        .unwrap();
+    let bytes = image_bytes(theirs, &src).unwrap();
+    assert_eq!(hex(&of_bytes(&bytes)), hex(&ours.id));
+    assert_eq!(
+        fs::read(store.object_path(&ours.id)).unwrap(),
+        bytes.to_vec()
+    );
 }
