@@ -15,6 +15,9 @@
 //! [`image_bytes`] for the two steps apart, and [`Error`] (the path, the
 //! operation and the cause).
 //!
+//! composefs is Linux's: on other systems (illumos) the crate is empty,
+//! since the `composefs` crate builds only on Linux.
+//!
 //! ```no_run
 //! use std::path::Path;
 //! use zinstall_composefs::{Store, hex, write_image};
@@ -26,6 +29,7 @@
 //! # Ok::<(), zinstall_composefs::Error>(())
 //! ```
 
+#![cfg(target_os = "linux")]
 #![forbid(unsafe_code)]
 
 mod digest;
