@@ -4,6 +4,7 @@ pub mod copy;
 pub mod customize;
 mod daemon_arg;
 pub mod image;
+pub mod image_composefs;
 pub mod install;
 pub mod provision;
 mod provision_seed;
