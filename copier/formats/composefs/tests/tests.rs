@@ -8,6 +8,7 @@
 #![allow(clippy::disallowed_methods)]
 
 mod compare;
+mod full;
 mod image;
 mod mount;
 mod store;
