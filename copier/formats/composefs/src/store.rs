@@ -161,13 +161,12 @@ impl Store {
         r.seek(SeekFrom::Start(0))
             .map_err(|e| Error::io(shown, Op::Read, e))?;
         self.write(&id, |tmp, tmp_shown| {
-            let mut failed_write = None;
+            let mut write_failed = false;
             let (again, n) = digest::of_reader(r, |chunk| {
-                tmp.write_all(chunk)
-                    .inspect_err(|_| failed_write = Some(()))
+                tmp.write_all(chunk).inspect_err(|_| write_failed = true)
             })
             .map_err(|e| {
-                if failed_write.is_some() {
+                if write_failed {
                     Error::io(tmp_shown, Op::Write, e)
                 } else {
                     Error::io(shown, Op::Read, e)
