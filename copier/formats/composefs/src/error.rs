@@ -32,6 +32,8 @@ pub enum Op {
     Image,
     /// Checking an object against its name.
     Verify,
+    /// Removing a ref, an object or a temporary file.
+    Remove,
 }
 
 impl fmt::Display for Op {
@@ -49,6 +51,7 @@ impl fmt::Display for Op {
             Op::Rename => "rename",
             Op::Image => "write image",
             Op::Verify => "verify",
+            Op::Remove => "remove",
         })
     }
 }

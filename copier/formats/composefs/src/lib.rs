@@ -35,11 +35,13 @@
 mod digest;
 mod error;
 mod image;
+mod refs;
 mod scan;
 mod store;
 
 pub use digest::{INLINE_MAX, ObjectId, hex, object_path, of_bytes, parse_hex};
 pub use error::{Error, Op, Problem};
 pub use image::{Image, image_bytes, write_image};
+pub use refs::{REF_NAME_MAX, valid_ref_name};
 pub use scan::{Counts, Scanned, scan};
 pub use store::{Put, Store};

@@ -90,6 +90,43 @@ impl Store {
         &self.path
     }
 
+    /// The `objects/` directory, open: the data-only lower layer a
+    /// mount of one of its images reads through.
+    pub fn objects_dir(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.objects.as_fd()
+    }
+
+    /// A number no other temporary name of this store has taken.
+    pub(crate) fn next_seq(&self) -> u64 {
+        self.seq.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Opens (making if needed) the directories `parts` below the store,
+    /// never through a symlink.
+    pub(crate) fn subdir(&self, parts: &[&str]) -> Result<OwnedFd, Error> {
+        let c = zinstall_sys::cstr(&self.path)
+            .map_err(|e| Error::io(&self.path, Op::Open, e))?;
+        let mut dir = at::open_dir(libc::AT_FDCWD, &c)
+            .map_err(|e| Error::io(&self.path, Op::Open, e))?;
+        let mut shown = self.path.clone();
+        for p in parts {
+            shown.push(p);
+            dir = make_dir(&dir, &cname(&shown, p)?, &shown)?;
+        }
+        Ok(dir)
+    }
+
+    /// `fsync` of the directory `dir` (`shown` names it).
+    pub(crate) fn sync_dir(
+        &self,
+        dir: OwnedFd,
+        shown: &Path,
+    ) -> Result<(), Error> {
+        File::from(dir)
+            .sync_all()
+            .map_err(|e| Error::io(shown, Op::Sync, e))
+    }
+
     /// Where the object `id` is (for messages and mounts: the store is
     /// read through its descriptor).
     pub fn object_path(&self, id: &ObjectId) -> PathBuf {

@@ -11,5 +11,6 @@ mod compare;
 mod full;
 mod image;
 mod mount;
+mod refs;
 mod store;
 mod tree;
