@@ -35,6 +35,7 @@
 mod digest;
 mod error;
 mod image;
+mod record;
 mod refs;
 mod scan;
 mod store;
@@ -42,6 +43,7 @@ mod store;
 pub use digest::{INLINE_MAX, ObjectId, hex, object_path, of_bytes, parse_hex};
 pub use error::{Error, Op, Problem};
 pub use image::{Image, image_bytes, write_image};
+pub use record::{RECORD, ROOT_DIR, Record, UPPER_DIR, WORK_DIR};
 pub use refs::{REF_NAME_MAX, valid_ref_name};
 pub use scan::{Counts, Scanned, scan};
 pub use store::{Put, Store};

@@ -64,3 +64,29 @@ fn ref_names_that_could_leave_the_refs_directory_are_refused() {
     let e = store.add_ref("x", &missing).unwrap_err();
     assert!(e.to_string().contains(&object_path(&missing)), "{e}");
 }
+
+#[test]
+fn a_record_reads_back_and_a_bad_one_is_refused() {
+    use zinstall_composefs::{RECORD, Record};
+    let t = Tmp::new();
+    let store = Store::open(&t.path().join("store")).unwrap();
+    let id = store.put_bytes(&[3u8; 9000]).unwrap().id;
+    let dir = t.path().join("guest");
+    fs::create_dir(&dir).unwrap();
+    let fd: std::os::fd::OwnedFd = fs::File::open(&dir).unwrap().into();
+    assert_eq!(Record::read(&fd, &dir).unwrap(), None);
+    let r = Record::new(store.path(), &id, "guest-1");
+    r.write(&fd, &dir).unwrap();
+    assert_eq!(Record::read(&fd, &dir).unwrap(), Some(r.clone()));
+    assert_eq!(r.image_id(&dir).unwrap(), id);
+    fs::write(
+        dir.join(RECORD),
+        br#"{"store":"/s","image":"zz","ref":"x"}"#,
+    )
+    .unwrap();
+    let e = Record::read(&fd, &dir).unwrap_err();
+    assert!(e.to_string().contains(RECORD), "{e}");
+    fs::remove_file(dir.join(RECORD)).unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", dir.join(RECORD)).unwrap();
+    assert!(Record::read(&fd, &dir).is_err());
+}
