@@ -64,6 +64,7 @@ pub fn run(args: &ComposefsArgs) -> Exit {
             "objects": c.objects,
             "objects_written": c.written,
             "bytes_written": c.bytes_written,
+            "objects_replaced": c.replaced,
         }));
         return Exit::Ok;
     }

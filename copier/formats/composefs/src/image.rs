@@ -28,11 +28,14 @@ pub struct Image {
 
 /// Writes the tree at `src` into `store`: each regular file's contents
 /// as an object (small ones inline), then the EROFS image of the tree,
-/// which is stored as an object too. Returns the image's ID.
+/// which is stored as an object too, then syncs the store
+/// ([`Store::sync`]): once this returns, a ref may name the image.
+/// Returns the image's ID.
 pub fn write_image(src: &Path, store: &Store) -> Result<Image, Error> {
     let scanned = scan(src, store)?;
     let bytes = image_bytes(scanned.fs, src)?;
     let put = store.put_bytes(&bytes)?;
+    store.sync()?;
     Ok(Image {
         id: put.id,
         size: put.size,

@@ -35,6 +35,9 @@ pub struct Counts {
     pub written: u64,
     /// Bytes of the objects written.
     pub bytes_written: u64,
+    /// Of those written, objects whose name was present with contents
+    /// that did not match it (checked on first use), written afresh.
+    pub replaced: u64,
 }
 
 /// A tree read from a directory, ready for the image writer.
@@ -226,6 +229,9 @@ impl Scan<'_> {
             if put.written {
                 self.counts.written += 1;
                 self.counts.bytes_written += size;
+            }
+            if put.replaced {
+                self.counts.replaced += 1;
             }
             RegularFile::External(put.id, size)
         };

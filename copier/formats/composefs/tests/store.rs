@@ -162,3 +162,64 @@ fn verify_finds_a_corrupted_object() {
     assert_eq!(e.op, zinstall_composefs::Op::Open, "{e}");
     assert!(!store.contains(&id).unwrap());
 }
+
+#[test]
+fn a_bad_object_is_replaced_by_the_next_put() {
+    let tmp = Tmp::new();
+    let top = tmp.path().join("store");
+    let data = pseudo_random(70_000, 12);
+    let id = Store::open(&top).unwrap().put_bytes(&data).unwrap().id;
+    let p = Store::open(&top).unwrap().object_path(&id);
+    // A crash before the store's sync: the name is there, the contents
+    // are short (the size tells), or as long but wrong (the digest does).
+    for bad in [data[..4096].to_vec(), {
+        let mut b = data.clone();
+        b[69_999] ^= 0x80;
+        b
+    }] {
+        fs::write(&p, &bad).unwrap();
+        // A new Store value, as after a restart: it has checked nothing.
+        let store = Store::open(&top).unwrap();
+        let put = store.put_bytes(&data).unwrap();
+        assert!(put.written && put.replaced, "{put:?}");
+        assert_eq!(fs::read(&p).unwrap(), data);
+        store.verify(&id).unwrap();
+        // Checked now, and good: the next put writes nothing.
+        let again = store.put_bytes(&data).unwrap();
+        assert!(!again.written && !again.replaced, "{again:?}");
+    }
+    // A good object met by a new value is re-hashed, found good, kept.
+    let before = fs::symlink_metadata(&p).unwrap().ino();
+    let put = Store::open(&top).unwrap().put_bytes(&data).unwrap();
+    assert!(!put.written && !put.replaced, "{put:?}");
+    assert_eq!(fs::symlink_metadata(&p).unwrap().ino(), before);
+}
+
+#[test]
+fn an_image_written_over_a_bad_object_reads_right() {
+    let tmp = Tmp::new();
+    let src = tmp.path().join("src");
+    fs::create_dir(&src).unwrap();
+    crate::tree::build(&src, false);
+    let top = tmp.path().join("store");
+    let first =
+        zinstall_composefs::write_image(&src, &Store::open(&top).unwrap())
+            .unwrap();
+    let large = fs::read(src.join("large")).unwrap();
+    let p = Store::open(&top).unwrap().object_path(&of_bytes(&large));
+    fs::write(&p, &large[..large.len() / 2]).unwrap();
+
+    let store = Store::open(&top).unwrap();
+    let image = zinstall_composefs::write_image(&src, &store).unwrap();
+    assert_eq!(image.id, first.id);
+    assert_eq!(image.counts.replaced, 1, "{:?}", image.counts);
+    assert_eq!(image.counts.written, 1, "{:?}", image.counts);
+    assert_eq!(fs::read(&p).unwrap(), large);
+    // The image itself was checked too, and is what erofs-utils reads.
+    store.verify(&image.id).unwrap();
+    let o = zinstall_testkit::tool("fsck.erofs")
+        .arg(store.object_path(&image.id))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
