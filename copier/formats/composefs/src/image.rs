@@ -9,7 +9,7 @@ use composefs::erofs::writer::{ValidatedFileSystem, mkfs_erofs};
 
 use crate::digest::ObjectId;
 use crate::error::{Error, Op, Problem};
-use crate::scan::{Counts, scan};
+use crate::scan::{Counts, ScanOptions, scan_with};
 use crate::store::Store;
 
 /// An image written.
@@ -32,7 +32,17 @@ pub struct Image {
 /// ([`Store::sync`]): once this returns, a ref may name the image.
 /// Returns the image's ID.
 pub fn write_image(src: &Path, store: &Store) -> Result<Image, Error> {
-    let scanned = scan(src, store)?;
+    write_image_with(src, store, &ScanOptions::default())
+}
+
+/// [`write_image`] with the scan's options (how many workers store
+/// contents).
+pub fn write_image_with(
+    src: &Path,
+    store: &Store,
+    opts: &ScanOptions,
+) -> Result<Image, Error> {
+    let scanned = scan_with(src, store, opts)?;
     let bytes = image_bytes(scanned.fs, src)?;
     let put = store.put_bytes(&bytes)?;
     store.sync()?;

@@ -42,8 +42,8 @@ mod store;
 
 pub use digest::{INLINE_MAX, ObjectId, hex, object_path, of_bytes, parse_hex};
 pub use error::{Error, Op, Problem};
-pub use image::{Image, image_bytes, write_image};
+pub use image::{Image, image_bytes, write_image, write_image_with};
 pub use record::{RECORD, ROOT_DIR, Record, UPPER_DIR, WORK_DIR};
 pub use refs::{REF_NAME_MAX, valid_ref_name};
-pub use scan::{Counts, Scanned, scan};
+pub use scan::{Counts, ScanOptions, Scanned, scan, scan_with};
 pub use store::{Put, Store};

@@ -4,12 +4,16 @@
 //! small), its metadata and extended attributes kept for the image.
 
 use std::collections::{BTreeMap, HashMap};
-use std::ffi::{CStr, OsStr};
+use std::ffi::{CStr, CString, OsStr};
 use std::fs::File;
 use std::io::Read;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crossbeam_channel::Sender;
 
 use composefs::generic_tree::LeafId;
 use composefs::tree::{
@@ -20,7 +24,7 @@ use zinstall_sys::fs::{XattrTarget, at, get_xattr, list_xattrs};
 
 use crate::digest::{INLINE_MAX, ObjectId};
 use crate::error::{Error, Op, Problem};
-use crate::store::Store;
+use crate::store::{Put, Store};
 
 /// What a scan found and stored.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -40,6 +44,14 @@ pub struct Counts {
     pub replaced: u64,
 }
 
+/// How a scan runs.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ScanOptions {
+    /// Threads that hash and store regular files' contents while the
+    /// walk goes on; 0 for one per CPU.
+    pub workers: usize,
+}
+
 /// A tree read from a directory, ready for the image writer.
 pub struct Scanned {
     /// composefs's tree.
@@ -48,31 +60,134 @@ pub struct Scanned {
     pub counts: Counts,
 }
 
+/// Files queued for the workers, at most, per worker: enough to keep
+/// them busy while the walk lists a directory, few enough that the
+/// descriptors held (each queued file's directory) stay bounded.
+const QUEUED_PER_WORKER: usize = 64;
+
+/// A regular file for a worker to store: its directory's descriptor
+/// (shared by its siblings' jobs), its name, the walk's `lstat` of it
+/// and its leaf's place in the tree.
+struct Job {
+    dir: Arc<OwnedFd>,
+    name: CString,
+    shown: PathBuf,
+    st: libc::stat,
+    leaf: usize,
+}
+
+/// A worker's answer: the leaf for `Job::leaf` and what was stored.
+struct Done {
+    leaf: usize,
+    stored: Result<(Leaf<ObjectId>, Put), Error>,
+}
+
 struct Scan<'a> {
     store: &'a Store,
     leaves: Vec<Leaf<ObjectId>>,
     /// Inodes with more than one link, by (device, inode): their leaf.
     links: HashMap<(u64, u64), LeafId>,
     counts: Counts,
+    jobs: Sender<Job>,
+    /// Set by the first failure, the walk's or a worker's: the walk
+    /// stops and the workers drop what is queued.
+    failed: &'a AtomicBool,
 }
 
 type Xattrs = BTreeMap<Box<OsStr>, Box<[u8]>>;
 
 /// Reads the tree at `src` (its last component not followed), storing
-/// regular files' contents in `store`.
+/// regular files' contents in `store`, with one worker per CPU.
 pub fn scan(src: &Path, store: &Store) -> Result<Scanned, Error> {
+    scan_with(src, store, &ScanOptions::default())
+}
+
+/// [`scan`] with `opts`. The walk builds the tree on this thread, in
+/// the order of its directories' listings; regular files too large to be
+/// inline go to `opts.workers` threads, which open each beneath its
+/// directory's descriptor and store it. The tree, and so the image, is
+/// the same whatever the number of workers.
+pub fn scan_with(
+    src: &Path,
+    store: &Store,
+    opts: &ScanOptions,
+) -> Result<Scanned, Error> {
     let c = zinstall_sys::cstr(src).map_err(|e| Error::io(src, Op::Open, e))?;
     let top = at::open_dir(libc::AT_FDCWD, &c)
         .map_err(|e| Error::io(src, Op::Open, e))?;
     let st = at::fstat(&top).map_err(|e| Error::io(src, Op::Stat, e))?;
     let xattrs = read_xattrs(&XattrTarget::Fd(top.as_fd()), src)?;
+    let workers = match opts.workers {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    };
+    let failed = AtomicBool::new(false);
+    let (jobs, queue) = crossbeam_channel::bounded(workers * QUEUED_PER_WORKER);
+    let (answers, done) = crossbeam_channel::unbounded();
     let mut s = Scan {
         store,
         leaves: Vec::new(),
         links: HashMap::new(),
         counts: Counts::default(),
+        jobs,
+        failed: &failed,
     };
-    let root = s.directory(&top, src, stat_of(&st, xattrs))?;
+    let walked = std::thread::scope(|sc| {
+        for _ in 0..workers {
+            let (queue, answers) = (queue.clone(), answers.clone());
+            let failed = &failed;
+            sc.spawn(move || {
+                for job in queue {
+                    if failed.load(Ordering::Relaxed) {
+                        continue;
+                    }
+                    let stored = store_file(store, &job);
+                    if stored.is_err() {
+                        failed.store(true, Ordering::Relaxed);
+                    }
+                    let _ = answers.send(Done {
+                        leaf: job.leaf,
+                        stored,
+                    });
+                }
+            });
+        }
+        drop((queue, answers));
+        let walked = s.directory(&Arc::new(top), src, stat_of(&st, xattrs));
+        if walked.is_err() {
+            failed.store(true, Ordering::Relaxed);
+        }
+        // Closing the queue lets the workers finish and exit.
+        let (sender, _) = crossbeam_channel::bounded(0);
+        drop(std::mem::replace(&mut s.jobs, sender));
+        walked
+    });
+    let mut first_failure: Option<(usize, Error)> = None;
+    for d in done.try_iter() {
+        match d.stored {
+            Ok((leaf, put)) => {
+                s.counts.objects += 1;
+                if put.written {
+                    s.counts.written += 1;
+                    s.counts.bytes_written += put.size;
+                }
+                if put.replaced {
+                    s.counts.replaced += 1;
+                }
+                s.leaves[d.leaf] = leaf;
+            }
+            // The earliest file's, whichever worker saw it first.
+            Err(e) => {
+                if first_failure.as_ref().is_none_or(|(l, _)| d.leaf < *l) {
+                    first_failure = Some((d.leaf, e));
+                }
+            }
+        }
+    }
+    let root = walked?;
+    if let Some((_, e)) = first_failure {
+        return Err(e);
+    }
     Ok(Scanned {
         fs: FileSystem {
             root,
@@ -80,6 +195,37 @@ pub fn scan(src: &Path, store: &Store) -> Result<Scanned, Error> {
         },
         counts: s.counts,
     })
+}
+
+/// A worker's part: opens the file `job` names through the foreign-file
+/// seam, checks it is the inode the walk saw, and stores its contents.
+fn store_file(
+    store: &Store,
+    job: &Job,
+) -> Result<(Leaf<ObjectId>, Put), Error> {
+    let shown = &job.shown;
+    let rel = Path::new(OsStr::from_bytes(job.name.to_bytes()));
+    let f = foreign::open_at(job.dir.as_fd(), rel, shown, Follow::No)
+        .map_err(|e| Error::new(shown, Op::Open, Problem::Foreign(e)))?;
+    let now = at::fstat(&f).map_err(|e| Error::io(shown, Op::Stat, e))?;
+    same(&job.st, &now, shown)?;
+    let size = now.st_size as u64;
+    if size != job.st.st_size as u64 {
+        return Err(Error::new(shown, Op::Read, Problem::Changed("size")));
+    }
+    let xattrs = read_xattrs(&XattrTarget::Fd(f.as_fd()), shown)?;
+    let put = store.put_file(&f, shown)?;
+    if put.size != size {
+        return Err(Error::new(shown, Op::Read, Problem::Changed("size")));
+    }
+    let leaf = Leaf {
+        stat: stat_of(&now, xattrs),
+        content: LeafContent::Regular(RegularFile::External(
+            put.id.clone(),
+            size,
+        )),
+    };
+    Ok((leaf, put))
 }
 
 fn stat_of(st: &libc::stat, xattrs: Xattrs) -> Stat {
@@ -124,14 +270,18 @@ fn same(was: &libc::stat, now: &libc::stat, shown: &Path) -> Result<(), Error> {
 impl Scan<'_> {
     fn directory(
         &mut self,
-        dir: &OwnedFd,
+        dir: &Arc<OwnedFd>,
         shown: &Path,
         stat: Stat,
     ) -> Result<Directory<ObjectId>, Error> {
         let mut out = Directory::new(stat);
-        let names = at::read_names(dir)
+        let names = at::read_names(dir.as_ref())
             .map_err(|e| Error::io(shown, Op::ReadDir, e))?;
         for name in names {
+            // A worker failed: its error is the scan's.
+            if self.failed.load(Ordering::Relaxed) {
+                break;
+            }
             let os = OsStr::from_bytes(name.to_bytes());
             let p = shown.join(os);
             let inode = self.entry(dir, &name, &p)?;
@@ -143,7 +293,7 @@ impl Scan<'_> {
 
     fn entry(
         &mut self,
-        dir: &OwnedFd,
+        dir: &Arc<OwnedFd>,
         name: &CStr,
         shown: &Path,
     ) -> Result<Inode<ObjectId>, Error> {
@@ -160,7 +310,7 @@ impl Scan<'_> {
                 at::fstat(&sub).map_err(|e| Error::io(shown, Op::Stat, e))?;
             same(&st, &now, shown)?;
             let x = read_xattrs(&XattrTarget::Fd(sub.as_fd()), shown)?;
-            let d = self.directory(&sub, shown, stat_of(&now, x))?;
+            let d = self.directory(&Arc::new(sub), shown, stat_of(&now, x))?;
             return Ok(Inode::Directory(Box::new(d)));
         }
         let key = (st.st_dev, st.st_ino);
@@ -169,7 +319,28 @@ impl Scan<'_> {
         {
             return Ok(Inode::leaf(*id));
         }
-        let leaf = if kind == libc::S_IFREG {
+        let leaf = if kind == libc::S_IFREG && st.st_size as u64 > INLINE_MAX {
+            // A worker stores it; this stands in until its leaf comes.
+            self.jobs
+                .send(Job {
+                    dir: Arc::clone(dir),
+                    name: name.to_owned(),
+                    shown: shown.to_path_buf(),
+                    st,
+                    leaf: self.leaves.len(),
+                })
+                .map_err(|_| {
+                    Error::io(
+                        shown,
+                        Op::Read,
+                        std::io::Error::other("the scan's workers stopped"),
+                    )
+                })?;
+            Leaf {
+                stat: stat_of(&st, Xattrs::new()),
+                content: LeafContent::Fifo,
+            }
+        } else if kind == libc::S_IFREG {
             self.regular(dir, name, shown, &st)?
         } else {
             let content = match kind {
@@ -197,8 +368,9 @@ impl Scan<'_> {
         Ok(Inode::leaf(id))
     }
 
-    /// A regular file: opened through the foreign-file seam, checked to
-    /// be the inode listed, its contents inline or stored.
+    /// A small regular file: opened through the foreign-file seam,
+    /// checked to be the inode listed, its contents inline (or stored, if
+    /// it grew since it was listed).
     fn regular(
         &mut self,
         dir: &OwnedFd,

@@ -39,7 +39,15 @@ pub struct Store {
     seq: AtomicU64,
     /// Objects this value wrote or re-hashed: known to match their names.
     checked: Mutex<HashSet<ObjectId>>,
+    /// Held, by the first byte of an object's name, from the check that
+    /// it is absent until it is in place: two threads storing the same
+    /// contents write it once, and the second finds it.
+    writing: [Mutex<()>; WRITE_STRIPES],
 }
+
+/// Locks that order writes of the same object (stripes, not one per
+/// object: different objects rarely share one).
+const WRITE_STRIPES: usize = 64;
 
 /// One object stored (or found already there).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -120,6 +128,7 @@ impl Store {
             objects,
             seq: AtomicU64::new(0),
             checked: Mutex::new(HashSet::new()),
+            writing: std::array::from_fn(|_| Mutex::new(())),
         })
     }
 
@@ -207,6 +216,7 @@ impl Store {
     pub fn put_bytes(&self, data: &[u8]) -> Result<Put, Error> {
         let id = digest::of_bytes(data);
         let size = data.len() as u64;
+        let _writing = self.writing(&id);
         let replaced = match self.present(&id, size)? {
             Present::Good => return Ok(Put::found(id, size)),
             Present::No => false,
@@ -232,6 +242,7 @@ impl Store {
         let mut r = src;
         let (id, size) = digest::of_reader(r, |_| Ok(()))
             .map_err(|e| Error::io(shown, Op::Read, e))?;
+        let _writing = self.writing(&id);
         let replaced = match self.present(&id, size)? {
             Present::Good => return Ok(Put::found(id, size)),
             Present::No => false,
@@ -289,6 +300,15 @@ impl Store {
             Err(e) if e.is_mismatch() => Ok(Present::Bad),
             Err(e) => Err(e),
         }
+    }
+
+    /// The lock that orders writes of `id`.
+    fn writing(&self, id: &ObjectId) -> std::sync::MutexGuard<'_, ()> {
+        let h = digest::hex(id);
+        let first = usize::from_str_radix(&h[..2], 16).unwrap_or(0);
+        self.writing[first % WRITE_STRIPES]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
     }
 
     fn is_checked(&self, id: &ObjectId) -> bool {

@@ -11,6 +11,7 @@ mod compare;
 mod full;
 mod image;
 mod mount;
+mod parallel;
 mod refs;
 mod store;
 mod tree;
