@@ -41,9 +41,12 @@ pub fn run(args: &ComposefsArgs) -> Exit {
     use crate::output;
     use zinstall_composefs::{Store, hex, write_image};
 
-    let done = Store::open(&args.store)
-        .and_then(|store| Ok((write_image(&args.dir, &store)?, store)));
-    let (image, store) = match done {
+    let done = Store::open(&args.store).and_then(|store| {
+        let image = write_image(&args.dir, &store)?;
+        let verity = store.verity()?;
+        Ok((image, store, verity))
+    });
+    let (image, store, verity) = match done {
         Ok(v) => v,
         Err(e) => {
             crate::json::fail(args.json, &e, serde_json::Value::Null);
@@ -65,20 +68,22 @@ pub fn run(args: &ComposefsArgs) -> Exit {
             "objects_written": c.written,
             "bytes_written": c.bytes_written,
             "objects_replaced": c.replaced,
+            "verity": verity.to_string(),
         }));
         return Exit::Ok;
     }
     output::out(&id);
     output::note(format_args!(
         "{} entries: {} files inline, {} in objects ({} written, {}); \
-         image {} at {}",
+         image {} at {}; fs-verity {}",
         c.entries,
         c.inline,
         c.objects,
         c.written,
         output::human_bytes(c.bytes_written),
         output::human_bytes(image.size),
-        output::show(&path)
+        output::show(&path),
+        verity
     ));
     Exit::Ok
 }

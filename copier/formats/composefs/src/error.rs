@@ -34,6 +34,8 @@ pub enum Op {
     Verify,
     /// Removing a ref, an object or a temporary file.
     Remove,
+    /// Enabling or measuring an object's fs-verity.
+    Verity,
 }
 
 impl fmt::Display for Op {
@@ -52,6 +54,7 @@ impl fmt::Display for Op {
             Op::Image => "write image",
             Op::Verify => "verify",
             Op::Remove => "remove",
+            Op::Verity => "enable fs-verity",
         })
     }
 }

@@ -39,6 +39,7 @@ mod record;
 mod refs;
 mod scan;
 mod store;
+mod verity;
 
 pub use digest::{INLINE_MAX, ObjectId, hex, object_path, of_bytes, parse_hex};
 pub use error::{Error, Op, Problem};
@@ -47,3 +48,4 @@ pub use record::{RECORD, ROOT_DIR, Record, UPPER_DIR, WORK_DIR};
 pub use refs::{REF_NAME_MAX, valid_ref_name};
 pub use scan::{Counts, ScanOptions, Scanned, scan, scan_with};
 pub use store::{Put, Store};
+pub use verity::Verity;

@@ -19,7 +19,7 @@ use std::io::{self, Seek, SeekFrom, Write};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 
 use zinstall_core::foreign::{self, Follow};
 use zinstall_sys::fs::at;
@@ -43,6 +43,9 @@ pub struct Store {
     /// it is absent until it is in place: two threads storing the same
     /// contents write it once, and the second finds it.
     writing: [Mutex<()>; WRITE_STRIPES],
+    /// Whether objects get fs-verity here, once a write has found out
+    /// (0 not yet; the values are fs-verity's module's).
+    verity: AtomicU8,
 }
 
 /// Locks that order writes of the same object (stripes, not one per
@@ -129,6 +132,7 @@ impl Store {
             seq: AtomicU64::new(0),
             checked: Mutex::new(HashSet::new()),
             writing: std::array::from_fn(|_| Mutex::new(())),
+            verity: AtomicU8::new(0),
         })
     }
 
@@ -141,6 +145,10 @@ impl Store {
     /// mount of one of its images reads through.
     pub fn objects_dir(&self) -> std::os::fd::BorrowedFd<'_> {
         self.objects.as_fd()
+    }
+
+    pub(crate) fn verity_state(&self) -> &AtomicU8 {
+        &self.verity
     }
 
     /// A number no other temporary name of this store has taken.
@@ -352,11 +360,14 @@ impl Store {
         let dir = make_dir(&self.objects, &dir_name, &dir_shown)?;
         let (mut tmp, tmp_name) = self.temporary(&dir, &dir_shown)?;
         let tmp_shown = dir_shown.join(tmp_name.to_string_lossy().as_ref());
-        let done = fill(&mut tmp, &tmp_shown)
-            .and_then(|()| {
-                at::fchmod(&tmp, OBJECT_MODE)
-                    .map_err(|e| Error::io(&tmp_shown, Op::Write, e))
-            })
+        let filled = fill(&mut tmp, &tmp_shown).and_then(|()| {
+            at::fchmod(&tmp, OBJECT_MODE)
+                .map_err(|e| Error::io(&tmp_shown, Op::Write, e))
+        });
+        // fs-verity needs the file with no writer left.
+        drop(tmp);
+        let done = filled
+            .and_then(|()| self.seal(&dir, &tmp_name, id, &tmp_shown))
             .and_then(|()| {
                 at::rename(dir.as_raw_fd(), &tmp_name, &leaf)
                     .map_err(|e| Error::io(&shown, Op::Rename, e))
@@ -370,7 +381,7 @@ impl Store {
     }
 
     /// A new temporary file in `dir`, and its name.
-    fn temporary(
+    pub(crate) fn temporary(
         &self,
         dir: &OwnedFd,
         shown: &Path,

@@ -15,3 +15,4 @@ mod parallel;
 mod refs;
 mod store;
 mod tree;
+mod verity;
