@@ -6,6 +6,8 @@ mod daemon_arg;
 pub mod image;
 pub mod image_composefs;
 pub mod install;
+#[cfg(target_os = "linux")]
+mod install_composefs;
 pub mod provision;
 mod provision_seed;
 mod provision_sent;

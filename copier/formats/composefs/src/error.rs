@@ -36,6 +36,9 @@ pub enum Op {
     Remove,
     /// Enabling or measuring an object's fs-verity.
     Verity,
+    /// Making a file to be moved into the store an object (owner, mode,
+    /// extended attributes).
+    Adopt,
 }
 
 impl fmt::Display for Op {
@@ -55,6 +58,7 @@ impl fmt::Display for Op {
             Op::Verify => "verify",
             Op::Remove => "remove",
             Op::Verity => "enable fs-verity",
+            Op::Adopt => "make an object of",
         })
     }
 }

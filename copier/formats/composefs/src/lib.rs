@@ -32,6 +32,7 @@
 #![cfg(target_os = "linux")]
 #![forbid(unsafe_code)]
 
+mod adopt;
 mod digest;
 mod error;
 mod image;
@@ -45,7 +46,7 @@ pub use digest::{INLINE_MAX, ObjectId, hex, object_path, of_bytes, parse_hex};
 pub use error::{Error, Op, Problem};
 pub use image::{Image, image_bytes, write_image, write_image_with};
 pub use record::{RECORD, ROOT_DIR, Record, UPPER_DIR, WORK_DIR};
-pub use refs::{REF_NAME_MAX, valid_ref_name};
+pub use refs::{REF_NAME_MAX, install_ref, valid_ref_name};
 pub use scan::{Counts, ScanOptions, Scanned, scan, scan_with};
 pub use store::{Put, Store};
 pub use verity::Verity;

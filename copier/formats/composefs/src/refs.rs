@@ -31,6 +31,17 @@ pub fn valid_ref_name(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b"._-+@:".contains(&b))
 }
 
+/// The ref an install at `zonepath` (absolute) holds: `install-` and the
+/// first 32 hex digits of the SHA-256 of the path's bytes, so that each
+/// zonepath has its own and the name stays short.
+pub fn install_ref(zonepath: &std::path::Path) -> String {
+    use sha2::Digest;
+    use std::os::unix::ffi::OsStrExt;
+    let d = sha2::Sha256::digest(zonepath.as_os_str().as_bytes());
+    let hex: String = d.iter().map(|b| format!("{b:02x}")).collect();
+    format!("install-{}", &hex[..32])
+}
+
 impl Store {
     fn images_dir(&self) -> Result<OwnedFd, Error> {
         self.subdir(&["images"])

@@ -50,6 +50,10 @@ pub struct ScanOptions {
     /// Threads that hash and store regular files' contents while the
     /// walk goes on; 0 for one per CPU.
     pub workers: usize,
+    /// Move each file too large to be inline into the store (a rename,
+    /// [`Store::adopt_file`]) instead of copying it: for a tree written
+    /// only to be stored, on the store's filesystem.
+    pub adopt: bool,
 }
 
 /// A tree read from a directory, ready for the image writer.
@@ -141,7 +145,7 @@ pub fn scan_with(
                     if failed.load(Ordering::Relaxed) {
                         continue;
                     }
-                    let stored = store_file(store, &job);
+                    let stored = store_file(store, &job, opts.adopt);
                     if stored.is_err() {
                         failed.store(true, Ordering::Relaxed);
                     }
@@ -202,6 +206,7 @@ pub fn scan_with(
 fn store_file(
     store: &Store,
     job: &Job,
+    adopt: bool,
 ) -> Result<(Leaf<ObjectId>, Put), Error> {
     let shown = &job.shown;
     let rel = Path::new(OsStr::from_bytes(job.name.to_bytes()));
@@ -214,7 +219,11 @@ fn store_file(
         return Err(Error::new(shown, Op::Read, Problem::Changed("size")));
     }
     let xattrs = read_xattrs(&XattrTarget::Fd(f.as_fd()), shown)?;
-    let put = store.put_file(&f, shown)?;
+    let put = if adopt {
+        store.adopt_file(&job.dir, &job.name, &f, shown)?
+    } else {
+        store.put_file(&f, shown)?
+    };
     if put.size != size {
         return Err(Error::new(shown, Op::Read, Problem::Changed("size")));
     }

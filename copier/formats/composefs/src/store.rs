@@ -29,12 +29,14 @@ use crate::error::{Error, Op, Problem};
 
 /// Mode of every object: readable by all, as composefs's are, so that an
 /// overlay mounted for anyone can read through to them.
-const OBJECT_MODE: u32 = 0o644;
+pub(crate) const OBJECT_MODE: u32 = 0o644;
 
 /// An object store open at a directory.
 pub struct Store {
     path: PathBuf,
     objects: OwnedFd,
+    /// The owner of `objects/` (uid, gid): adopted files are given it.
+    owner: (u32, u32),
     /// Tells this store's temporary files apart.
     seq: AtomicU64,
     /// Objects this value wrote or re-hashed: known to match their names.
@@ -68,7 +70,7 @@ pub struct Put {
 }
 
 /// What a put found under the object's name.
-enum Present {
+pub(crate) enum Present {
     /// Nothing: write it.
     No,
     /// The object, and its contents match the name.
@@ -100,7 +102,7 @@ fn make_dir(
 
 impl Put {
     /// An object found present and good: nothing written.
-    fn found(id: ObjectId, size: u64) -> Put {
+    pub(crate) fn found(id: ObjectId, size: u64) -> Put {
         Put {
             id,
             size,
@@ -126,14 +128,33 @@ impl Store {
         let root = at::open_dir(libc::AT_FDCWD, &c)
             .map_err(|e| Error::io(path, Op::Open, e))?;
         let objects = make_dir(&root, c"objects", &path.join("objects"))?;
+        let st = at::fstat(&objects)
+            .map_err(|e| Error::io(&path.join("objects"), Op::Stat, e))?;
         Ok(Store {
             path: path.to_path_buf(),
             objects,
+            owner: (st.st_uid, st.st_gid),
             seq: AtomicU64::new(0),
             checked: Mutex::new(HashSet::new()),
             writing: std::array::from_fn(|_| Mutex::new(())),
             verity: AtomicU8::new(0),
         })
+    }
+
+    /// The owner (uid, gid) of the store's `objects/`.
+    pub(crate) fn owner(&self) -> (u32, u32) {
+        self.owner
+    }
+
+    /// Opens (making it if needed) `objects/XX`, `shown` naming an
+    /// object in it.
+    pub(crate) fn object_dir(
+        &self,
+        dir_name: &CStr,
+        shown: &Path,
+    ) -> Result<OwnedFd, Error> {
+        let dir_shown = shown.parent().unwrap_or(shown);
+        make_dir(&self.objects, dir_name, dir_shown)
     }
 
     /// The store's directory.
@@ -189,7 +210,10 @@ impl Store {
     }
 
     /// `XX` and the rest of `id`'s name, as C strings.
-    fn names(&self, id: &ObjectId) -> Result<(CString, CString), Error> {
+    pub(crate) fn names(
+        &self,
+        id: &ObjectId,
+    ) -> Result<(CString, CString), Error> {
         let shown = self.object_path(id);
         let p = digest::object_path(id);
         let (dir, leaf) = p.split_at(2);
@@ -290,7 +314,11 @@ impl Store {
     /// Whether the object `id` of `size` bytes is present and matches
     /// its name: checked (size, then digest) the first time this value
     /// meets it, remembered after.
-    fn present(&self, id: &ObjectId, size: u64) -> Result<Present, Error> {
+    pub(crate) fn present(
+        &self,
+        id: &ObjectId,
+        size: u64,
+    ) -> Result<Present, Error> {
         let Some(st) = self.stat_object(id)? else {
             return Ok(Present::No);
         };
@@ -311,7 +339,10 @@ impl Store {
     }
 
     /// The lock that orders writes of `id`.
-    fn writing(&self, id: &ObjectId) -> std::sync::MutexGuard<'_, ()> {
+    pub(crate) fn writing(
+        &self,
+        id: &ObjectId,
+    ) -> std::sync::MutexGuard<'_, ()> {
         let h = digest::hex(id);
         let first = usize::from_str_radix(&h[..2], 16).unwrap_or(0);
         self.writing[first % WRITE_STRIPES]
@@ -326,7 +357,7 @@ impl Store {
             .contains(id)
     }
 
-    fn mark_checked(&self, id: &ObjectId) {
+    pub(crate) fn mark_checked(&self, id: &ObjectId) {
         self.checked
             .lock()
             .unwrap_or_else(|p| p.into_inner())

@@ -69,13 +69,26 @@ impl Store {
         id: &ObjectId,
         shown: &Path,
     ) -> Result<(), Error> {
-        let state = self.verity_state();
-        if state.load(Ordering::Relaxed) == UNSUPPORTED {
+        if self.verity_state().load(Ordering::Relaxed) == UNSUPPORTED {
             return Ok(());
         }
         let f = at::open_read(dir.as_raw_fd(), name)
             .map_err(|e| Error::io(shown, Op::Open, e))?;
-        match enable_verity_with_retry::<ObjectId>(&f) {
+        self.seal_file(&f, id, shown)
+    }
+
+    /// [`Store::seal`] of an open file (read-only, no writer left).
+    pub(crate) fn seal_file(
+        &self,
+        f: &std::fs::File,
+        id: &ObjectId,
+        shown: &Path,
+    ) -> Result<(), Error> {
+        let state = self.verity_state();
+        if state.load(Ordering::Relaxed) == UNSUPPORTED {
+            return Ok(());
+        }
+        match enable_verity_with_retry::<ObjectId>(f) {
             Ok(()) | Err(EnableVerityError::AlreadyEnabled) => {}
             Err(e) if unsupported(&e) => {
                 state.store(UNSUPPORTED, Ordering::Relaxed);
@@ -89,7 +102,7 @@ impl Store {
                 ));
             }
         }
-        let found = measure_verity::<ObjectId>(&f).map_err(|e| {
+        let found = measure_verity::<ObjectId>(f).map_err(|e| {
             Error::new(shown, Op::Verity, Problem::Format(e.to_string()))
         })?;
         if &found != id {

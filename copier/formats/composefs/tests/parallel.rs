@@ -43,7 +43,15 @@ fn many_workers_write_the_image_one_worker_writes() {
     many(&src);
     let one = |workers: usize, store: &str| {
         let store = Store::open(&tmp.path().join(store)).unwrap();
-        write_image_with(&src, &store, &ScanOptions { workers }).unwrap()
+        write_image_with(
+            &src,
+            &store,
+            &ScanOptions {
+                workers,
+                adopt: false,
+            },
+        )
+        .unwrap()
     };
     let serial = one(1, "serial");
     assert!(serial.counts.objects > 500, "{:?}", serial.counts);
