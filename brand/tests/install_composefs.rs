@@ -373,3 +373,117 @@ fn composefs_through_the_daemon_is_refused_saying_why() {
     assert!(text(&o).contains("--daemon"), "{}", text(&o));
     assert!(!d.path().join("zp").exists());
 }
+
+#[test]
+fn cache_gc_sweeps_the_store_and_cache_verify_finds_a_bad_object() {
+    if !require_root() {
+        return;
+    }
+    let w = world(None);
+    let cache = w.dir.join("cache");
+    let extra = w.dir.join("extra");
+    fs::create_dir_all(extra.join("opt")).unwrap();
+    fs::write(extra.join("opt/only-here"), pseudo_random(123_456, 77)).unwrap();
+    let extra_tar = w.dir.join("extra.tar");
+    run(zinstall()
+        .args(["image", "create"])
+        .arg(&extra)
+        .arg(&extra_tar));
+    let (zp1, zp2) = (w.dir.join("zp1"), w.dir.join("zp2"));
+    let o = install(
+        &w,
+        &zp1,
+        &cache,
+        &["--format", "composefs", extra_tar.to_str().unwrap()],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let o = install(&w, &zp2, &cache, &["--format", "composefs"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let kept_image = result(&o)["image"].as_str().unwrap().to_string();
+    let o = zinstall()
+        .args(["uninstall", "--zonepath"])
+        .arg(&zp1)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    // A staging tree a killed install left, two hours ago.
+    let store = cache.join("composefs");
+    let killed = store.join("staging/killed");
+    fs::create_dir_all(killed.join("root/etc")).unwrap();
+    run(tools::tool("touch")
+        .args(["-d", "2 hours ago"])
+        .arg(&killed));
+    let mut before = Vec::new();
+    files(&store.join("objects"), &mut before);
+
+    let gc = |dry: bool| {
+        let mut c = zinstall();
+        c.args(["cache", "gc", "--json", "--cache"]).arg(&cache);
+        if dry {
+            c.arg("--dry-run");
+        }
+        let o = c.output().unwrap();
+        assert!(o.status.success(), "{}", text(&o));
+        result(&o)["composefs"].clone()
+    };
+    let dry = gc(true);
+    let mut now = Vec::new();
+    files(&store.join("objects"), &mut now);
+    assert_eq!(now.len(), before.len(), "a dry run removed objects");
+    assert!(killed.exists());
+    // zp1's image and the file only it had.
+    assert_eq!(dry["objects_removed"], 2, "{dry}");
+    assert_eq!(dry["leftovers_removed"], 1, "{dry}");
+    assert_eq!(dry["images_kept"], 1, "{dry}");
+    let done = gc(false);
+    assert_eq!(done["objects_removed"], 2, "{done}");
+    assert!(done["bytes_removed"].as_u64().unwrap() >= 123_456, "{done}");
+    assert!(!killed.exists());
+    let mut after = Vec::new();
+    files(&store.join("objects"), &mut after);
+    assert_eq!(after.len(), before.len() - 2);
+    assert!(
+        store
+            .join("objects")
+            .join(&kept_image[..2])
+            .join(&kept_image[2..])
+            .exists()
+    );
+
+    let verify = || {
+        zinstall()
+            .args(["cache", "verify", "--cache"])
+            .arg(&cache)
+            .output()
+            .unwrap()
+    };
+    let o = verify();
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("0 bad"), "{}", text(&o));
+    // Every object zp2's image needs is still there and whole: a second
+    // install of the same source writes nothing.
+    let zp3 = w.dir.join("zp3");
+    let o = install(&w, &zp3, &cache, &["--format", "composefs"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(result(&o)["objects_written"], 0, "{}", text(&o));
+
+    let victim = after
+        .iter()
+        .find(|p| {
+            p != &&store
+                .join("objects")
+                .join(&kept_image[..2])
+                .join(&kept_image[2..])
+        })
+        .unwrap();
+    let mut data = fs::read(victim).unwrap();
+    data[10] ^= 0x40;
+    fs::write(victim, &data).unwrap();
+    let o = verify();
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        text(&o).contains(&victim.display().to_string()),
+        "{}",
+        text(&o)
+    );
+}

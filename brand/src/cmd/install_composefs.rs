@@ -168,6 +168,8 @@ fn run(
     }
     let zp = install::prepare_zonepath(&zonepath)?;
     let zp_fd = owned(&zp.dir, &zonepath)?;
+    // Held until the ref names the image: no sweep takes its objects.
+    let _lock = store.lock_shared()?;
     let staging = make_staging(&store, &zonepath)?;
     let done = stage_and_store(args, &store, &staging, stage).and_then(
         |(image, summary)| {

@@ -1,5 +1,6 @@
 //! One module per `zinstall` subcommand.
 
+pub mod cache_composefs;
 pub mod copy;
 pub mod customize;
 mod daemon_arg;

@@ -39,6 +39,8 @@ pub enum Op {
     /// Making a file to be moved into the store an object (owner, mode,
     /// extended attributes).
     Adopt,
+    /// Taking the store's lock.
+    Lock,
 }
 
 impl fmt::Display for Op {
@@ -59,6 +61,7 @@ impl fmt::Display for Op {
             Op::Remove => "remove",
             Op::Verity => "enable fs-verity",
             Op::Adopt => "make an object of",
+            Op::Lock => "lock",
         })
     }
 }

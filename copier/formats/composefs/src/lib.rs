@@ -10,10 +10,15 @@
 //! composefs-rs's EROFS writer, so that its ID (the fs-verity digest of
 //! the image, itself an object) is the one `cfsctl` gives.
 //!
-//! The API: [`Store`] (open, put, verify an object), [`write_image`] (a
-//! directory tree into the store and an image), [`scan`] and
+//! The API: [`Store`] (open, put, verify an object; [`Store::sync`] once
+//! an image's objects are written; refs), [`write_image`] (a directory
+//! tree into the store and an image, synced), [`scan`] and
 //! [`image_bytes`] for the two steps apart, and [`Error`] (the path, the
-//! operation and the cause).
+//! operation and the cause). Collecting: [`Store::sweep`] keeps what
+//! refs name and removes the rest under the store's lock held
+//! exclusively; every writer holds [`Store::lock_shared`] from before
+//! its first object until its ref is added. [`Store::verify_all`]
+//! re-hashes every object.
 //!
 //! composefs is Linux's: on other systems (illumos) the crate is empty,
 //! since the `composefs` crate builds only on Linux.
@@ -40,6 +45,7 @@ mod record;
 mod refs;
 mod scan;
 mod store;
+mod sweep;
 mod verity;
 
 pub use digest::{INLINE_MAX, ObjectId, hex, object_path, of_bytes, parse_hex};
@@ -49,4 +55,5 @@ pub use record::{RECORD, ROOT_DIR, Record, UPPER_DIR, WORK_DIR};
 pub use refs::{REF_NAME_MAX, install_ref, valid_ref_name};
 pub use scan::{Counts, ScanOptions, Scanned, scan, scan_with};
 pub use store::{Put, Store};
+pub use sweep::{IMAGE_MAX, StoreLock, SweepReport, VerifyReport};
 pub use verity::Verity;

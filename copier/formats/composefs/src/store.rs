@@ -192,6 +192,30 @@ impl Store {
         Ok(dir)
     }
 
+    /// Opens the directories `parts` below the store if they are all
+    /// there (never through a symlink); `None` if one is missing.
+    pub(crate) fn existing(
+        &self,
+        parts: &[&str],
+    ) -> Result<Option<OwnedFd>, Error> {
+        let c = zinstall_sys::cstr(&self.path)
+            .map_err(|e| Error::io(&self.path, Op::Open, e))?;
+        let mut dir = at::open_dir(libc::AT_FDCWD, &c)
+            .map_err(|e| Error::io(&self.path, Op::Open, e))?;
+        let mut shown = self.path.clone();
+        for p in parts {
+            shown.push(p);
+            dir = match at::open_dir(dir.as_raw_fd(), &cname(&shown, p)?) {
+                Ok(d) => d,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    return Ok(None);
+                }
+                Err(e) => return Err(Error::io(&shown, Op::Open, e)),
+            };
+        }
+        Ok(Some(dir))
+    }
+
     /// `fsync` of the directory `dir` (`shown` names it).
     pub(crate) fn sync_dir(
         &self,

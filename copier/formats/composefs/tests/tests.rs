@@ -14,5 +14,6 @@ mod mount;
 mod parallel;
 mod refs;
 mod store;
+mod sweep;
 mod tree;
 mod verity;
