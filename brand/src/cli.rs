@@ -212,8 +212,10 @@ pub fn run(cli: &Cli) -> Exit {
                             *json,
                         );
                     }
-                    // Read here: see below.
-                    CacheCommand::InUse { .. } => {}
+                    // Read here: see below. The store is read in place
+                    // by whoever may read it (root, as the daemon runs).
+                    CacheCommand::InUse { .. }
+                    | CacheCommand::Verify { .. } => {}
                 };
             }
             _ => {}

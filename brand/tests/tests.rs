@@ -22,6 +22,8 @@ mod hostile;
 mod image;
 mod image_chains;
 mod install;
+#[cfg(target_os = "linux")]
+mod install_composefs;
 mod job_process;
 mod manpages;
 mod messages;

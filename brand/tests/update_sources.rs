@@ -780,7 +780,7 @@ fn the_rollback_point_stays_one_where_the_filesystem_clones() {
             Kind::Xfs => "reflink",
             // The install made the root a subvolume: snapshotted whole.
             Kind::Btrfs => "snapshot",
-            Kind::Ext4 => "hardlink",
+            Kind::Ext4 | Kind::Ext4Verity => "hardlink",
         };
         assert_eq!(r["method"], want, "{kind:?}: {r}");
         if let Kind::Xfs = kind {
@@ -798,7 +798,7 @@ fn the_rollback_point_stays_one_where_the_filesystem_clones() {
         let prev = read(&zp.join("root.prev/usr/bin/same"));
         match kind {
             Kind::Xfs | Kind::Btrfs => assert_eq!(prev, "as installed\n"),
-            Kind::Ext4 => {
+            Kind::Ext4 | Kind::Ext4Verity => {
                 assert_eq!(prev, "EDITEDtalled\n", "shared by hard link")
             }
         }

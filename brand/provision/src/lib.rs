@@ -93,3 +93,9 @@ pub use sparse::write_sparse;
 pub fn store_of(cache_root: &std::path::Path) -> std::path::PathBuf {
     cache::store_of(cache_root)
 }
+
+/// Where a cache at `cache_root` keeps its composefs object store and
+/// images (install and provision share it).
+pub fn composefs_store_of(cache_root: &std::path::Path) -> std::path::PathBuf {
+    cache_root.join("composefs")
+}

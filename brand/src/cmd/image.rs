@@ -1,6 +1,7 @@
 //! `zinstall image create DIR OUT`: a tree made a zinstall layer.
 //! `zinstall image verify REF`: whether the trust policy accepts an
 //! image in a registry, and the rule that decided.
+//! `zinstall image composefs DIR --store STORE`: see `image_composefs`.
 
 use crate::exit::Exit;
 use std::fs::{self, File, OpenOptions};
@@ -29,6 +30,7 @@ impl ImageArgs {
         match &self.command {
             ImageCommand::Create(a) => a.json,
             ImageCommand::Verify(a) => a.json,
+            ImageCommand::Composefs(a) => a.json,
         }
     }
 }
@@ -44,6 +46,11 @@ pub enum ImageCommand {
     /// print the verdict and the rule (scope, requirement) that decided
     /// it. Exit 0 accepted, 1 rejected, 2 when it cannot be judged.
     Verify(VerifyArgs),
+    /// Store a tree as composefs does (Linux): each regular file's
+    /// contents once in an object store named by fs-verity digest, the
+    /// tree's metadata in an EROFS image stored there too; print the
+    /// image's ID.
+    Composefs(super::image_composefs::ComposefsArgs),
 }
 
 /// Arguments of `zinstall image verify`.
@@ -93,6 +100,7 @@ pub fn run(args: &ImageArgs) -> Exit {
     match &args.command {
         ImageCommand::Create(a) => create(a),
         ImageCommand::Verify(a) => verify(a),
+        ImageCommand::Composefs(a) => super::image_composefs::run(a),
     }
 }
 

@@ -65,6 +65,21 @@ pub struct InstallArgs {
     /// complete (for scratch roots nobody needs after a crash).
     #[arg(long)]
     pub no_sync: bool,
+    /// The root's form: `tree`, a directory tree in ZONEPATH/root; or
+    /// `composefs` (Linux), file contents once in the cache's object
+    /// store (CACHE/composefs) and an EROFS image of the tree, recorded
+    /// in ZONEPATH/composefs.json, ZONEPATH/root left empty to mount it.
+    #[arg(long, value_enum, default_value_t = Format::Tree)]
+    pub format: Format,
+}
+
+/// The form of an installed root.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// A directory tree.
+    Tree,
+    /// A composefs image and its objects (Linux).
+    Composefs,
 }
 
 /// Arguments of `zinstall uninstall`.
@@ -123,6 +138,9 @@ pub fn install(args: &InstallArgs) -> Exit {
             return Exit::Usage;
         }
     };
+    if args.format == Format::Composefs {
+        return composefs(args, profile, tunables, trust);
+    }
     if args.dry_run {
         return dry_run(args, profile, tunables, trust);
     }
@@ -159,7 +177,17 @@ pub fn install(args: &InstallArgs) -> Exit {
     let bar = Bar::for_terminal(json || args.verbose, "installing");
     let mut show = |e: &install::Event| show_event(json, &bar, e);
     let shown = profile.path.clone();
-    let mut r = job(args, profile, tunables, log, &mut show, &bar, trust).run();
+    let mut r = job(
+        args,
+        &args.zonepath,
+        profile,
+        tunables,
+        log,
+        &mut show,
+        &bar,
+        trust,
+    )
+    .run();
     if let Some(b) = &bar {
         b.finish();
     }
@@ -174,9 +202,95 @@ pub fn install(args: &InstallArgs) -> Exit {
     finish(args, &shown, r)
 }
 
-/// The install the arguments describe.
+/// `--format composefs`: refused where composefs is not.
+#[cfg(not(target_os = "linux"))]
+fn composefs(
+    args: &InstallArgs,
+    _: Profile,
+    _: copier::Tunables,
+    _: Option<Arc<zinstall_registry::policy::Trust>>,
+) -> Exit {
+    crate::json::fail(
+        args.json,
+        "--format composefs: composefs is Linux's (EROFS, overlayfs and \
+         fs-verity): there is no composefs on this system; install a tree",
+        serde_json::Value::Null,
+    );
+    Exit::Usage
+}
+
+/// `--format composefs`: its dry run, or the install.
+#[cfg(target_os = "linux")]
+fn composefs(
+    args: &InstallArgs,
+    profile: Profile,
+    tunables: copier::Tunables,
+    trust: Option<Arc<zinstall_registry::policy::Trust>>,
+) -> Exit {
+    use super::install_composefs as cfs;
+    let req = cfs::Request {
+        zonepath: &args.zonepath,
+        cache: &args.cache,
+        json: args.json,
+        workers: tunables.copy_threads,
+    };
+    if args.dry_run {
+        let exit = dry_run(args, profile, tunables, trust);
+        if exit == Exit::Ok {
+            cfs::dry_run_note(&req);
+        }
+        return exit;
+    }
+    let mut once = Some((profile, tunables, trust));
+    let mut stage = |staging: &std::path::Path| {
+        let Some((profile, tunables, trust)) = once.take() else {
+            unreachable!("the staging install runs once");
+        };
+        stage_composefs(args, staging, profile, tunables, trust)
+    };
+    cfs::install(&req, &mut stage)
+}
+
+/// The plain install into the composefs staging zonepath `staging`;
+/// not flushed, as the store is synced once its objects are in.
+#[cfg(target_os = "linux")]
+fn stage_composefs(
+    args: &InstallArgs,
+    staging: &std::path::Path,
+    profile: Profile,
+    tunables: copier::Tunables,
+    trust: Option<Arc<zinstall_registry::policy::Trust>>,
+) -> Result<install::Summary, install::InstallError> {
+    let argv: Vec<String> = std::env::args_os()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let (log, warning) =
+        install::log::open(&profile.log, &argv, |m| output::note(m));
+    if let Some(w) = warning {
+        output::note(w);
+    }
+    if let Err(e) = crate::interrupt::watch_signals() {
+        output::note(format_args!("signals not handled: {e}"));
+    }
+    let json = args.json;
+    let bar = Bar::for_terminal(json || args.verbose, "installing");
+    let mut show = |e: &install::Event| show_event(json, &bar, e);
+    let mut job = job(
+        args, staging, profile, tunables, log, &mut show, &bar, trust,
+    );
+    job.sync = false;
+    let summary = job.run();
+    if let Some(b) = &bar {
+        b.finish();
+    }
+    summary
+}
+
+/// The install the arguments describe, into `zonepath`.
+#[allow(clippy::too_many_arguments)]
 fn job<'a>(
     args: &InstallArgs,
+    zonepath: &std::path::Path,
     profile: Profile,
     tunables: copier::Tunables,
     log: slog::Logger,
@@ -186,7 +300,7 @@ fn job<'a>(
 ) -> Install<'a> {
     Install {
         zone: zone_name(args),
-        zonepath: args.zonepath.clone(),
+        zonepath: zonepath.to_path_buf(),
         profile,
         images: args.images.clone(),
         tunables,
@@ -213,7 +327,11 @@ fn zone_name(args: &InstallArgs) -> String {
 }
 
 /// Prints a step (above the progress bar), and names it on the bar.
-fn show_event(json: bool, bar: &Option<Arc<Bar>>, e: &install::Event) {
+pub(super) fn show_event(
+    json: bool,
+    bar: &Option<Arc<Bar>>,
+    e: &install::Event,
+) {
     if json {
         crate::json::event(&e.to_string());
         return;
@@ -245,7 +363,17 @@ fn dry_run(
     let mut show = |e: &install::Event| show_event(json, &bar, e);
     let log = slog::Logger::root(slog::Discard, slog::o!());
     let shown = profile.path.clone();
-    let r = job(args, profile, tunables, log, &mut show, &bar, trust).dry_run();
+    let r = job(
+        args,
+        &args.zonepath,
+        profile,
+        tunables,
+        log,
+        &mut show,
+        &bar,
+        trust,
+    )
+    .dry_run();
     if let Some(b) = &bar {
         b.finish();
     }
@@ -272,6 +400,10 @@ fn finish(
                 "dry_run": args.dry_run,
                 "stats": crate::json::stats(&s.stats),
                 "notices": crate::json::notices(&s.notices),
+                "format": match args.format {
+                    Format::Tree => "tree",
+                    Format::Composefs => "composefs",
+                },
             })),
             Err(e) => crate::json::outcome(
                 false,
@@ -329,6 +461,10 @@ fn finish(
 
 /// Uninstalls; exit 0 or 1.
 pub fn uninstall(args: &UninstallArgs) -> Exit {
+    #[cfg(target_os = "linux")]
+    if let Some(exit) = super::install_composefs::uninstall(&args.zonepath) {
+        return exit;
+    }
     let log_path = args.log.clone().unwrap_or_else(|| {
         Profile::load(std::path::Path::new(profile::DEFAULT_PATH))
             .map(|p| p.log)

@@ -1,10 +1,14 @@
 //! One module per `zinstall` subcommand.
 
+pub mod cache_composefs;
 pub mod copy;
 pub mod customize;
 mod daemon_arg;
 pub mod image;
+pub mod image_composefs;
 pub mod install;
+#[cfg(target_os = "linux")]
+mod install_composefs;
 pub mod provision;
 mod provision_seed;
 mod provision_sent;

@@ -225,6 +225,13 @@ pub enum CacheCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Re-hash every object of the cache's composefs store against its
+    /// name; exit 1 naming each that does not match.
+    Verify {
+        /// Print the outcome as one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
     /// List the disk entries guests still read (their qcow2 backing
     /// files), one a line: the entry's directory, ": ", why. Changes
     /// nothing; the package's purge keeps these.
@@ -663,6 +670,7 @@ pub fn print_gc(r: &GcReply) {
 pub fn cache(args: &CacheArgs) -> Exit {
     let json = match &args.command {
         CacheCommand::List { json }
+        | CacheCommand::Verify { json }
         | CacheCommand::Gc { json, .. }
         | CacheCommand::InUse { json, .. } => *json,
     };
@@ -676,10 +684,24 @@ pub fn cache(args: &CacheArgs) -> Exit {
         }
         Exit::Failed
     };
+    if let CacheCommand::Verify { json } = &args.command {
+        return super::cache_composefs::verify(&absolute(&args.cache), *json);
+    }
     // Listing and collecting make nothing: not even a missing cache.
     let cache = match Cache::open(absolute(&args.cache)) {
         Ok(c) => c,
-        Err(e) => return fail(&e),
+        Err(e) => {
+            // A cache only composefs installs used has a store alone.
+            if let CacheCommand::Gc { dry_run, json, .. } = &args.command {
+                return super::cache_composefs::sweep_alone(
+                    &absolute(&args.cache),
+                    *dry_run,
+                    *json,
+                )
+                .unwrap_or_else(|| fail(&e));
+            }
+            return fail(&e);
+        }
     };
     match &args.command {
         CacheCommand::List { json } => match cache.list() {
@@ -708,15 +730,28 @@ pub fn cache(args: &CacheArgs) -> Exit {
         }) {
             Ok(r) => {
                 let reply = GcReply::of(&r, *dry_run);
-                if *json {
-                    crate::json::result(crate::json::typed(&reply));
-                } else {
+                if !*json {
                     print_gc(&reply);
+                }
+                // After the entries: the store's objects no ref keeps.
+                let store = match super::cache_composefs::sweep(
+                    &absolute(&args.cache),
+                    *dry_run,
+                    *json,
+                ) {
+                    Ok(v) => v,
+                    Err(exit) => return exit,
+                };
+                if *json {
+                    let mut v = crate::json::typed(&reply);
+                    v["composefs"] = store;
+                    crate::json::result(v);
                 }
                 Exit::Ok
             }
             Err(e) => fail(&e),
         },
+        CacheCommand::Verify { .. } => unreachable!("verified above"),
         CacheCommand::InUse { search, json } => {
             let search: Vec<PathBuf> =
                 search.iter().map(|p| absolute(p)).collect();

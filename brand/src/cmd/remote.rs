@@ -274,6 +274,11 @@ pub fn install(socket: &Path, a: &super::install::InstallArgs) -> Exit {
             // are marked complete.
             ("--no-sync", a.no_sync),
             (POLICY_FLAGS, policy_set(&a.pull)),
+            (
+                "--format composefs (run without --daemon: the daemon \
+                 installs trees only)",
+                a.format == super::install::Format::Composefs,
+            ),
         ],
         a.json,
     ) {

@@ -164,7 +164,8 @@ pub struct Mount {
 }
 
 impl Mount {
-    fn with_args(args: &[&str], src: &Path, at: &Path) -> Mount {
+    /// `mount ARGS SRC AT`: any filesystem, by `mount`'s own options.
+    pub fn with_args(args: &[&str], src: &Path, at: &Path) -> Mount {
         require_tool("mount", "mount");
         let o = Command::new("mount")
             .args(args)

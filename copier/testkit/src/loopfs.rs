@@ -14,6 +14,8 @@ pub enum Kind {
     Btrfs,
     /// ext4.
     Ext4,
+    /// ext4 with fs-verity (`-O verity`).
+    Ext4Verity,
 }
 
 /// A filesystem on a loop device, unmounted and removed on drop.
@@ -53,6 +55,7 @@ impl LoopFs {
             Kind::Xfs => ("mkfs.xfs", &["-q", "-m", "reflink=1"]),
             Kind::Btrfs => ("mkfs.btrfs", &["-q"]),
             Kind::Ext4 => ("mkfs.ext4", &["-q"]),
+            Kind::Ext4Verity => ("mkfs.ext4", &["-q", "-O", "verity"]),
         };
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
         let img = dir.path().join("fs.img");

@@ -46,6 +46,7 @@ pub fn package(program: &str) -> &'static str {
         "gpg" => "gnupg",
         "systemd-analyze" => "systemd",
         "xmllint" => "libxml2-utils",
+        "fsck.erofs" | "dump.erofs" | "mkfs.erofs" => "erofs-utils",
         _ => "coreutils",
     }
 }

@@ -128,6 +128,20 @@ pub fn rename(dir: RawFd, from: &CStr, to: &CStr) -> io::Result<()> {
     check(unsafe { libc::renameat(dir, from.as_ptr(), dir, to.as_ptr()) })
 }
 
+/// `renameat` from one directory to another (`EXDEV` across
+/// filesystems).
+pub fn rename_between(
+    from_dir: RawFd,
+    from: &CStr,
+    to_dir: RawFd,
+    to: &CStr,
+) -> io::Result<()> {
+    // SAFETY: valid descriptors and C strings.
+    check(unsafe {
+        libc::renameat(from_dir, from.as_ptr(), to_dir, to.as_ptr())
+    })
+}
+
 /// `fstatat(AT_SYMLINK_NOFOLLOW)`; `None` if nothing is there.
 pub fn lstat(dir: RawFd, n: &CStr) -> io::Result<Option<libc::stat>> {
     // SAFETY: stat is plain data; zeroed is a valid value.

@@ -140,3 +140,16 @@ pub fn set_xattr(
     }
     Ok(())
 }
+
+/// Removes the attribute `name` of the open file `f` (`fremovexattr`);
+/// one already gone is no error.
+pub fn remove_xattr_fd(f: &impl AsRawFd, name: &CStr) -> io::Result<()> {
+    // SAFETY: valid descriptor; name is NUL-terminated.
+    if unsafe { libc::fremovexattr(f.as_raw_fd(), name.as_ptr()) } == -1 {
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::ENODATA) {
+            return Err(e);
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,489 @@
+//! `zinstall install --format composefs`: the root's contents moved into
+//! the cache's object store and its metadata into an EROFS image; the
+//! image mounted under overlayfs equals a plain install of the same
+//! source; store objects carry no owner's bits; a second install writes
+//! nothing new; a full store leaves no record, ref or staging tree; and
+//! uninstall removes what the install made.
+
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt, symlink};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use zinstall_testkit::fsops::Mount;
+use zinstall_testkit::run::text;
+use zinstall_testkit::{Kind, LoopFs, pseudo_random, require_root, tools};
+
+fn zinstall() -> Command {
+    zinstall_testkit::run::command(env!("CARGO_BIN_EXE_zinstall"))
+}
+
+fn run(cmd: &mut Command) {
+    let o = cmd.output().unwrap();
+    assert!(o.status.success(), "{cmd:?}: {}", text(&o));
+}
+
+/// A root's worth of every kind of entry: large and small files, hard
+/// links, symlinks, a device node, a setuid file, a file capability, a
+/// POSIX ACL, another owner and nanosecond times.
+fn tree(root: &Path) {
+    fs::create_dir_all(root.join("usr/bin")).unwrap();
+    fs::create_dir_all(root.join("etc/deep/er")).unwrap();
+    fs::write(root.join("usr/bin/tool"), pseudo_random(300_000, 1)).unwrap();
+    fs::hard_link(root.join("usr/bin/tool"), root.join("usr/bin/tool2"))
+        .unwrap();
+    fs::write(root.join("usr/bin/same"), pseudo_random(300_000, 1)).unwrap();
+    fs::write(root.join("usr/bin/su"), pseudo_random(9000, 2)).unwrap();
+    fs::set_permissions(
+        root.join("usr/bin/su"),
+        fs::Permissions::from_mode(0o4755),
+    )
+    .unwrap();
+    fs::write(root.join("usr/bin/ping"), pseudo_random(7000, 3)).unwrap();
+    run(tools::tool("setcap")
+        .arg("cap_net_raw+ep")
+        .arg(root.join("usr/bin/ping")));
+    fs::write(root.join("etc/small"), b"small\n").unwrap();
+    fs::write(root.join("etc/acl"), pseudo_random(5000, 4)).unwrap();
+    run(tools::tool("setfacl")
+        .args(["-m", "u:1234:rwx"])
+        .arg(root.join("etc/acl")));
+    for i in 0..40 {
+        fs::write(
+            root.join(format!("etc/deep/er/f{i}")),
+            pseudo_random(100 + i * 400, 10 + i as u64),
+        )
+        .unwrap();
+    }
+    symlink("../etc/small", root.join("usr/small")).unwrap();
+    symlink("/nowhere", root.join("dangling")).unwrap();
+    std::os::unix::fs::chown(root.join("etc/deep"), Some(1234), Some(5678))
+        .unwrap();
+    std::os::unix::fs::chown(root.join("usr/bin/tool"), Some(1001), Some(1002))
+        .unwrap();
+    run(Command::new("mknod")
+        .arg(root.join("null"))
+        .args(["c", "1", "3"]));
+    run(tools::tool("touch")
+        .args(["-h", "-d", "2021-03-04 05:06:07.123456789"])
+        .arg(root.join("usr/bin/su"))
+        .arg(root.join("usr/small")));
+}
+
+struct World {
+    _d: tempfile::TempDir,
+    dir: PathBuf,
+    profile: PathBuf,
+    tar: PathBuf,
+}
+
+fn world(base: Option<&Path>) -> World {
+    let d = match base {
+        Some(b) => tempfile::tempdir_in(b).unwrap(),
+        None => tempfile::tempdir().unwrap(),
+    };
+    let dir = d.path().to_path_buf();
+    let src = dir.join("src");
+    tree(&src);
+    let profile = dir.join("p.toml");
+    fs::write(
+        &profile,
+        format!(
+            "source_root = \"/\"\ntrees = []\nallow_devices = true\nlog = \"{}\"\n",
+            dir.join("log").display()
+        ),
+    )
+    .unwrap();
+    let tar = dir.join("l.tar");
+    run(zinstall().args(["image", "create"]).arg(&src).arg(&tar));
+    World {
+        _d: d,
+        dir,
+        profile,
+        tar,
+    }
+}
+
+fn install(w: &World, zp: &Path, cache: &Path, extra: &[&str]) -> Output {
+    zinstall()
+        .args(["install", "--json", "--profile"])
+        .arg(&w.profile)
+        .arg("--zonepath")
+        .arg(zp)
+        .arg("--cache")
+        .arg(cache)
+        .args(extra)
+        .arg(&w.tar)
+        .output()
+        .unwrap()
+}
+
+fn result(o: &Output) -> serde_json::Value {
+    let last = String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .last()
+        .unwrap_or_default()
+        .to_string();
+    let v: serde_json::Value = serde_json::from_str(&last)
+        .unwrap_or_else(|e| panic!("{e}: {}", text(o)));
+    v["result"].clone()
+}
+
+/// Every regular file under `dir`.
+fn files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(rd) = fs::read_dir(dir) else { return };
+    for e in rd {
+        let e = e.unwrap();
+        let t = e.file_type().unwrap();
+        if t.is_dir() {
+            files(&e.path(), out);
+        } else if t.is_file() {
+            out.push(e.path());
+        }
+    }
+}
+
+#[test]
+fn a_composefs_install_mounts_as_the_plain_install() {
+    if !require_root() {
+        return;
+    }
+    let w = world(None);
+    let cache = w.dir.join("cache");
+    let plain = w.dir.join("plain");
+    let o = install(&w, &plain, &cache, &[]);
+    assert!(o.status.success(), "{}", text(&o));
+    let zp = w.dir.join("zp");
+    let o = install(&w, &zp, &cache, &["--format", "composefs"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let r = result(&o);
+    assert_eq!(r["format"], "composefs", "{r}");
+    let store = cache.join("composefs");
+    assert_eq!(r["store"], store.display().to_string(), "{r}");
+    let id = r["image"].as_str().unwrap().to_string();
+    assert_eq!(id.len(), 64, "{r}");
+    // The record, the empty mount point, the overlay's directories.
+    let rec: serde_json::Value =
+        serde_json::from_slice(&fs::read(zp.join("composefs.json")).unwrap())
+            .unwrap();
+    assert_eq!(rec["image"], id.as_str());
+    assert_eq!(rec["store"], store.display().to_string());
+    let ref_name = rec["ref"].as_str().unwrap().to_string();
+    assert!(ref_name.starts_with("install-"), "{rec}");
+    assert_eq!(
+        fs::read_link(store.join("images/refs").join(&ref_name)).unwrap(),
+        Path::new("..").join(&id)
+    );
+    assert_eq!(fs::read_dir(zp.join("root")).unwrap().count(), 0);
+    assert!(zp.join("upper").is_dir() && zp.join("work").is_dir());
+    // No staging tree is left.
+    assert_eq!(
+        fs::read_dir(store.join("staging")).unwrap().count(),
+        0,
+        "a staging tree was left"
+    );
+
+    let image = store.join("objects").join(&id[..2]).join(&id[2..]);
+    let fsck = tools::tool("fsck.erofs").arg(&image).output().unwrap();
+    assert!(fsck.status.success(), "{}", text(&fsck));
+    // Every object: 0644, the store's owner, no extended attribute.
+    let mut objects = Vec::new();
+    files(&store.join("objects"), &mut objects);
+    assert!(objects.len() >= 40, "{objects:?}");
+    for p in &objects {
+        let md = fs::symlink_metadata(p).unwrap();
+        assert_eq!(md.permissions().mode() & 0o7777, 0o644, "{}", p.display());
+        assert_eq!((md.uid(), md.gid()), (0, 0), "{}", p.display());
+        let x = zinstall_testkit::xattrs(p);
+        assert!(x.is_empty(), "{}: {x:?}", p.display());
+    }
+
+    // Mounted as the install's printed lines say: equal to the plain one.
+    let lower = w.dir.join("lower");
+    fs::create_dir(&lower).unwrap();
+    let _erofs = Mount::with_args(&["-t", "erofs", "-o", "ro"], &image, &lower);
+    let opts = format!(
+        "ro,lowerdir={}::{},redirect_dir=on,metacopy=on",
+        lower.display(),
+        store.join("objects").display()
+    );
+    let _overlay = Mount::with_args(
+        &["-t", "overlay", "-o", &opts],
+        Path::new("overlay"),
+        &zp.join("root"),
+    );
+    let o = zinstall()
+        .arg("verify")
+        .arg(plain.join("root"))
+        .arg(zp.join("root"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("identical"), "{}", text(&o));
+    let su = fs::symlink_metadata(zp.join("root/usr/bin/su")).unwrap();
+    assert_eq!(su.permissions().mode() & 0o7777, 0o4755);
+    let caps = zinstall_testkit::xattrs(&zp.join("root/usr/bin/ping"));
+    assert!(
+        caps.iter().any(|(n, _)| n == b"security.capability"),
+        "{caps:?}"
+    );
+    assert_eq!(
+        fs::symlink_metadata(zp.join("root/usr/bin/tool"))
+            .unwrap()
+            .uid(),
+        1001
+    );
+
+    // Mounted, the root cannot be uninstalled.
+    let o = zinstall()
+        .args(["uninstall", "--zonepath"])
+        .arg(&zp)
+        .output()
+        .unwrap();
+    assert!(!o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("mount point"), "{}", text(&o));
+    drop(_overlay);
+    drop(_erofs);
+
+    // A second install of the same source writes no object.
+    let zp2 = w.dir.join("zp2");
+    let o = install(&w, &zp2, &cache, &["--format", "composefs"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let r2 = result(&o);
+    assert_eq!(r2["image"], id.as_str(), "{r2}");
+    assert_eq!(r2["objects_written"], 0, "{r2}");
+    let mut again = Vec::new();
+    files(&store.join("objects"), &mut again);
+    assert_eq!(again.len(), objects.len());
+    // Each zonepath holds its own ref.
+    let rec2: serde_json::Value =
+        serde_json::from_slice(&fs::read(zp2.join("composefs.json")).unwrap())
+            .unwrap();
+    assert_ne!(rec2["ref"], rec["ref"]);
+
+    // A second install into the same zonepath is refused.
+    let o = install(&w, &zp, &cache, &["--format", "composefs"]);
+    assert!(!o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("uninstall"), "{}", text(&o));
+
+    // Uninstalled: the record, the ref and the directories are gone.
+    let o = zinstall()
+        .args(["uninstall", "--zonepath"])
+        .arg(&zp)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    for name in ["composefs.json", "root", "upper", "work"] {
+        assert!(!zp.join(name).exists(), "{name} left");
+    }
+    assert!(!store.join("images/refs").join(&ref_name).exists());
+    assert!(
+        store
+            .join("images/refs")
+            .join(rec2["ref"].as_str().unwrap())
+            .exists()
+    );
+}
+
+#[test]
+fn a_full_store_leaves_no_record_ref_or_staging_tree() {
+    let Some(small) = LoopFs::require(Kind::Ext4, 24 << 20) else {
+        return;
+    };
+    let w = world(None);
+    // More than the store's filesystem holds.
+    let big = w.dir.join("big");
+    fs::create_dir(&big).unwrap();
+    fs::create_dir(big.join("root")).unwrap();
+    fs::write(big.join("root/huge"), pseudo_random(40 << 20, 9)).unwrap();
+    let tar = w.dir.join("big.tar");
+    run(zinstall()
+        .args(["image", "create"])
+        .arg(big.join("root"))
+        .arg(&tar));
+    let cache = small.path().join("cache");
+    let zp = w.dir.join("zp");
+    let o = zinstall()
+        .args(["install", "--profile"])
+        .arg(&w.profile)
+        .arg("--zonepath")
+        .arg(&zp)
+        .arg("--cache")
+        .arg(&cache)
+        .args(["--format", "composefs"])
+        .arg(&tar)
+        .output()
+        .unwrap();
+    assert!(!o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("No space left"), "{}", text(&o));
+    assert!(!zp.join("composefs.json").exists());
+    let store = cache.join("composefs");
+    let refs = store.join("images/refs");
+    assert!(
+        !refs.exists() || fs::read_dir(&refs).unwrap().count() == 0,
+        "a ref was left"
+    );
+    assert_eq!(
+        fs::read_dir(store.join("staging")).unwrap().count(),
+        0,
+        "a staging tree was left"
+    );
+    // With room (the same tree without the huge file) it installs.
+    let o = install(&w, &zp, &cache, &["--format", "composefs"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(zp.join("composefs.json").exists());
+}
+
+#[test]
+fn a_composefs_dry_run_says_what_it_would_do_and_makes_nothing() {
+    let w = world(None);
+    let zp = w.dir.join("zp");
+    let cache = w.dir.join("cache");
+    let o = zinstall()
+        .args(["install", "--dry-run", "--profile"])
+        .arg(&w.profile)
+        .arg("--zonepath")
+        .arg(&zp)
+        .arg("--cache")
+        .arg(&cache)
+        .args(["--format", "composefs"])
+        .arg(&w.tar)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let t = text(&o);
+    assert!(t.contains("composefs"), "{t}");
+    assert!(t.contains("composefs.json"), "{t}");
+    assert!(!zp.exists());
+    assert!(!cache.join("composefs").exists());
+}
+
+#[test]
+fn composefs_through_the_daemon_is_refused_saying_why() {
+    let d = tempfile::tempdir().unwrap();
+    let o = zinstall()
+        .args(["install", "--format", "composefs", "--daemon"])
+        .arg(d.path().join("sock"))
+        .arg("--zonepath")
+        .arg(d.path().join("zp"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("--format composefs"), "{}", text(&o));
+    assert!(text(&o).contains("--daemon"), "{}", text(&o));
+    assert!(!d.path().join("zp").exists());
+}
+
+#[test]
+fn cache_gc_sweeps_the_store_and_cache_verify_finds_a_bad_object() {
+    if !require_root() {
+        return;
+    }
+    let w = world(None);
+    let cache = w.dir.join("cache");
+    let extra = w.dir.join("extra");
+    fs::create_dir_all(extra.join("opt")).unwrap();
+    fs::write(extra.join("opt/only-here"), pseudo_random(123_456, 77)).unwrap();
+    let extra_tar = w.dir.join("extra.tar");
+    run(zinstall()
+        .args(["image", "create"])
+        .arg(&extra)
+        .arg(&extra_tar));
+    let (zp1, zp2) = (w.dir.join("zp1"), w.dir.join("zp2"));
+    let o = install(
+        &w,
+        &zp1,
+        &cache,
+        &["--format", "composefs", extra_tar.to_str().unwrap()],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let o = install(&w, &zp2, &cache, &["--format", "composefs"]);
+    assert!(o.status.success(), "{}", text(&o));
+    let kept_image = result(&o)["image"].as_str().unwrap().to_string();
+    let o = zinstall()
+        .args(["uninstall", "--zonepath"])
+        .arg(&zp1)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    // A staging tree a killed install left, two hours ago.
+    let store = cache.join("composefs");
+    let killed = store.join("staging/killed");
+    fs::create_dir_all(killed.join("root/etc")).unwrap();
+    run(tools::tool("touch")
+        .args(["-d", "2 hours ago"])
+        .arg(&killed));
+    let mut before = Vec::new();
+    files(&store.join("objects"), &mut before);
+
+    let gc = |dry: bool| {
+        let mut c = zinstall();
+        c.args(["cache", "gc", "--json", "--cache"]).arg(&cache);
+        if dry {
+            c.arg("--dry-run");
+        }
+        let o = c.output().unwrap();
+        assert!(o.status.success(), "{}", text(&o));
+        result(&o)["composefs"].clone()
+    };
+    let dry = gc(true);
+    let mut now = Vec::new();
+    files(&store.join("objects"), &mut now);
+    assert_eq!(now.len(), before.len(), "a dry run removed objects");
+    assert!(killed.exists());
+    // zp1's image and the file only it had.
+    assert_eq!(dry["objects_removed"], 2, "{dry}");
+    assert_eq!(dry["leftovers_removed"], 1, "{dry}");
+    assert_eq!(dry["images_kept"], 1, "{dry}");
+    let done = gc(false);
+    assert_eq!(done["objects_removed"], 2, "{done}");
+    assert!(done["bytes_removed"].as_u64().unwrap() >= 123_456, "{done}");
+    assert!(!killed.exists());
+    let mut after = Vec::new();
+    files(&store.join("objects"), &mut after);
+    assert_eq!(after.len(), before.len() - 2);
+    assert!(
+        store
+            .join("objects")
+            .join(&kept_image[..2])
+            .join(&kept_image[2..])
+            .exists()
+    );
+
+    let verify = || {
+        zinstall()
+            .args(["cache", "verify", "--cache"])
+            .arg(&cache)
+            .output()
+            .unwrap()
+    };
+    let o = verify();
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("0 bad"), "{}", text(&o));
+    // Every object zp2's image needs is still there and whole: a second
+    // install of the same source writes nothing.
+    let zp3 = w.dir.join("zp3");
+    let o = install(&w, &zp3, &cache, &["--format", "composefs"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(result(&o)["objects_written"], 0, "{}", text(&o));
+
+    let victim = after
+        .iter()
+        .find(|p| {
+            p != &&store
+                .join("objects")
+                .join(&kept_image[..2])
+                .join(&kept_image[2..])
+        })
+        .unwrap();
+    let mut data = fs::read(victim).unwrap();
+    data[10] ^= 0x40;
+    fs::write(victim, &data).unwrap();
+    let o = verify();
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        text(&o).contains(&victim.display().to_string()),
+        "{}",
+        text(&o)
+    );
+}

@@ -1,0 +1,91 @@
+//! Adopting a file as an object: a tree written only to be stored (an
+//! install's staging root on the store's filesystem) gives its regular
+//! files to the store by a rename, not a copy. Before the rename the
+//! file is made an object like any other: owned by the store's owner
+//! (when run as root), mode 0644 and no extended attribute, so that a
+//! setuid bit or a file capability never survives into the store; the
+//! image keeps the file's real metadata, read before.
+
+use std::ffi::CStr;
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::Path;
+
+use zinstall_sys::fs::{XattrTarget, at, list_xattrs, remove_xattr_fd};
+
+use crate::digest;
+use crate::error::{Error, Op, Problem};
+use crate::store::{OBJECT_MODE, Put, Store};
+
+impl Store {
+    /// Stores the file `name` in `dir`, open as `f` (read from its start;
+    /// `shown` names it), moving it into the store when the store lacks
+    /// it. The file is gone from `dir` afterwards, or left there when the
+    /// store had it already. Across filesystems it is copied instead.
+    pub fn adopt_file(
+        &self,
+        dir: &OwnedFd,
+        name: &CStr,
+        f: &File,
+        shown: &Path,
+    ) -> Result<Put, Error> {
+        let (id, size) = digest::of_reader(f, |_| Ok(()))
+            .map_err(|e| Error::io(shown, Op::Read, e))?;
+        let _writing = self.writing(&id);
+        let replaced = match self.present(&id, size)? {
+            crate::store::Present::Good => return Ok(Put::found(id, size)),
+            crate::store::Present::No => false,
+            crate::store::Present::Bad => true,
+        };
+        self.make_object(f, shown)?;
+        let obj = self.object_path(&id);
+        self.seal_file(f, &id, &obj)?;
+        let (dir_name, leaf) = self.names(&id)?;
+        let obj_dir = self.object_dir(&dir_name, &obj)?;
+        match at::rename_between(
+            dir.as_raw_fd(),
+            name,
+            obj_dir.as_raw_fd(),
+            &leaf,
+        ) {
+            Ok(()) => {
+                self.mark_checked(&id);
+                Ok(Put {
+                    id,
+                    size,
+                    written: true,
+                    replaced,
+                })
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {
+                drop(_writing);
+                io::Seek::seek(&mut &*f, io::SeekFrom::Start(0))
+                    .map_err(|e| Error::io(shown, Op::Read, e))?;
+                self.put_file(f, shown)
+            }
+            Err(e) => Err(Error::io(&obj, Op::Rename, e)),
+        }
+    }
+
+    /// Makes the open file `f` what an object is: the store's owner
+    /// (as root), mode 0644, no extended attribute.
+    fn make_object(&self, f: &File, shown: &Path) -> Result<(), Error> {
+        if zinstall_sys::ident::euid() == 0 {
+            let (uid, gid) = self.owner();
+            at::fchown(f, uid, gid)
+                .map_err(|e| Error::io(shown, Op::Adopt, e))?;
+        }
+        at::fchmod(f, OBJECT_MODE)
+            .map_err(|e| Error::io(shown, Op::Adopt, e))?;
+        let names = list_xattrs(&XattrTarget::Fd(std::os::fd::AsFd::as_fd(f)))
+            .map_err(|e| Error::io(shown, Op::Xattrs, e))?;
+        for n in names.split(|&b| b == 0).filter(|n| !n.is_empty()) {
+            let c = std::ffi::CString::new(n)
+                .map_err(|_| Error::new(shown, Op::Adopt, Problem::BadName))?;
+            remove_xattr_fd(f, &c)
+                .map_err(|e| Error::io(shown, Op::Adopt, e))?;
+        }
+        Ok(())
+    }
+}

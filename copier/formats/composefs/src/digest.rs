@@ -1,0 +1,59 @@
+//! Object names: the fs-verity SHA-256 digest of the contents (4 KiB
+//! blocks, no salt), as composefs names its objects and images, and the
+//! `XX/<62 hex>` path of an object under `objects/`.
+
+use std::io::{self, Read, Write};
+
+use composefs::fsverity::{FsVerityHashValue, FsVerityHasher};
+
+/// An object's name: the fs-verity SHA-256 digest of its contents.
+pub type ObjectId = composefs::fsverity::Sha256HashValue;
+
+/// Files of at most this many bytes are stored in the image itself, not
+/// as objects (composefs-rs's `INLINE_CONTENT_MAX_V0`, which mkcomposefs
+/// uses too, so images of the same tree have the same ID).
+pub const INLINE_MAX: u64 = composefs::INLINE_CONTENT_MAX_V0 as u64;
+
+/// The digest of `data`.
+pub fn of_bytes(data: &[u8]) -> ObjectId {
+    FsVerityHasher::<ObjectId>::hash(data)
+}
+
+/// Streams what is left of `r` through the hasher, handing each chunk
+/// read to `each` too (to copy it while it is hashed); returns the digest
+/// and the number of bytes.
+pub fn of_reader(
+    mut r: impl Read,
+    mut each: impl FnMut(&[u8]) -> io::Result<()>,
+) -> io::Result<(ObjectId, u64)> {
+    let mut hasher = FsVerityHasher::<ObjectId>::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut total = 0u64;
+    loop {
+        let n = match r.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        hasher.write_all(&buf[..n])?;
+        each(&buf[..n])?;
+        total += n as u64;
+    }
+    Ok((hasher.digest(), total))
+}
+
+/// `XX/<62 hex>`: where the object `id` lies under `objects/`.
+pub fn object_path(id: &ObjectId) -> String {
+    id.to_object_pathname()
+}
+
+/// The hex digest, as `cfsctl` prints an image ID.
+pub fn hex(id: &ObjectId) -> String {
+    id.to_hex()
+}
+
+/// The ID written as hex (64 digits), or `None`.
+pub fn parse_hex(text: &str) -> Option<ObjectId> {
+    ObjectId::from_hex(text).ok()
+}

@@ -1,0 +1,110 @@
+//! The image mounted as composefs mounts it: the EROFS image read-only on
+//! a loop device, under an overlay with the store's objects as its
+//! data-only lower layer; every entry of the mounted tree equals the
+//! source's.
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use zinstall_composefs::{Store, write_image};
+use zinstall_testkit::fsops::Mount;
+use zinstall_testkit::{Tmp, require, require_root};
+
+use crate::{compare, tree};
+
+/// The running kernel's version, major and minor.
+fn kernel() -> (u32, u32) {
+    let r = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    let mut it = r.trim().split(['.', '-']).map(|p| p.parse().unwrap_or(0));
+    (it.next().unwrap_or(0), it.next().unwrap_or(0))
+}
+
+fn has_filesystem(name: &str) -> bool {
+    // erofs and overlay may be modules not loaded yet: modprobe, if there.
+    let _ = std::process::Command::new("modprobe")
+        .arg(name)
+        .stderr(std::process::Stdio::null())
+        .status();
+    fs::read_to_string("/proc/filesystems")
+        .unwrap()
+        .lines()
+        .any(|l| l.split_whitespace().last() == Some(name))
+}
+
+#[test]
+fn the_mounted_image_is_the_tree() {
+    if !require_root()
+        || !require(
+            kernel() >= (6, 5),
+            "Linux 6.5 or later (overlayfs data-only lower layers)",
+        )
+        || !require(has_filesystem("erofs"), "the kernel's erofs filesystem")
+        || !require(has_filesystem("overlay"), "the kernel's overlayfs")
+    {
+        return;
+    }
+    let tmp = Tmp::new();
+    let src = tmp.path().join("src");
+    fs::create_dir(&src).unwrap();
+    tree::build(&src, true);
+    let top = tmp.path().join("store");
+    let store = Store::open(&top).unwrap();
+    let image = write_image(&src, &store).unwrap();
+
+    let (meta, root) = (tmp.path().join("meta"), tmp.path().join("root"));
+    fs::create_dir(&meta).unwrap();
+    fs::create_dir(&root).unwrap();
+    let img = store.object_path(&image.id);
+    let _erofs =
+        Mount::with_args(&["-t", "erofs", "-o", "ro,loop"], &img, &meta);
+    let opts = format!(
+        "ro,lowerdir={}::{},redirect_dir=on,metacopy=on",
+        meta.display(),
+        top.join("objects").display()
+    );
+    let _overlay = Mount::with_args(
+        &["-t", "overlay", "-o", &opts],
+        Path::new("overlay"),
+        &root,
+    );
+
+    let diffs = compare::differences(&src, &root);
+    assert!(
+        diffs.is_empty(),
+        "the mounted image differs:\n{}",
+        diffs.join("\n")
+    );
+    // And the comparison tells a change: a mode, a time, contents.
+    fs::set_permissions(src.join("setgid"), fs::Permissions::from_mode(0o711))
+        .unwrap();
+    fs::write(src.join("dir/sub/deeper/file"), b"changed").unwrap();
+    let d = compare::differences(&src, &root).join("\n");
+    assert!(d.contains("setgid: mode"), "{d}");
+    assert!(d.contains("dir/sub/deeper/file: mtime"), "{d}");
+    assert!(d.contains("dir/sub/deeper/file: contents"), "{d}");
+    // The contents come from the store: the image alone has a large
+    // file's size but none of its bytes.
+    let (bare, real) = (meta.join("large"), src.join("large"));
+    assert_eq!(
+        fs::symlink_metadata(&bare).unwrap().len(),
+        tree::LARGE as u64
+    );
+    assert_ne!(fs::read(&bare).ok(), Some(fs::read(&real).unwrap()));
+    // The comparison saw what it should: a capability, an ACL, a device.
+    let caps = zinstall_testkit::xattrs(&root.join("ping"));
+    assert!(
+        caps.iter().any(|(n, _)| n == b"security.capability"),
+        "{caps:?}"
+    );
+    let acl = zinstall_testkit::xattrs(&root.join("acl"));
+    assert!(
+        acl.iter().any(|(n, _)| n == b"system.posix_acl_access"),
+        "{acl:?}"
+    );
+    let dacl = zinstall_testkit::xattrs(&root.join("acl.dir"));
+    assert!(
+        dacl.iter().any(|(n, _)| n == b"system.posix_acl_default"),
+        "{dacl:?}"
+    );
+}
