@@ -153,6 +153,7 @@ fn a_composefs_install_mounts_as_the_plain_install() {
     let plain = w.dir.join("plain");
     let o = install(&w, &plain, &cache, &[]);
     assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(result(&o)["format"], "tree", "{}", text(&o));
     let zp = w.dir.join("zp");
     let o = install(&w, &zp, &cache, &["--format", "composefs"]);
     assert!(o.status.success(), "{}", text(&o));
