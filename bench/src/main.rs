@@ -16,6 +16,7 @@ use zinstall_tune::trees::{self, Shape};
 
 mod archives;
 mod common;
+mod composefs;
 mod copy;
 mod customize;
 mod customize_check;
@@ -310,6 +311,26 @@ enum Cmd {
         #[arg(long)]
         zinstall: Option<PathBuf>,
     },
+    /// A tar of a tree installed by `zinstall install`, by `zinstall
+    /// install --format composefs` (a fresh store each run), and
+    /// mkfs.erofs of the unpacked tree, interleaved.
+    Composefs {
+        /// Timed runs of each.
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+        /// The tree to tar.
+        #[arg(long, default_value = "/usr/share")]
+        tree: PathBuf,
+        /// Where the archive, the roots and the stores go.
+        #[arg(long, default_value = "/var/tmp/zinstall-bench")]
+        scratch: PathBuf,
+        /// The zinstall binary.
+        #[arg(long)]
+        zinstall: Option<PathBuf>,
+        /// Write every sample here as CSV.
+        #[arg(long, value_name = "FILE")]
+        csv: Option<PathBuf>,
+    },
     /// `zinstall install --no-sync` of a tar of a tree (its manifest
     /// included) against GNU tar -xpf, interleaved.
     InstallTar {
@@ -526,6 +547,20 @@ fn main() -> ExitCode {
             scratch,
             zinstall,
         } => install_bench(runs, &scratch, zinstall),
+        Cmd::Composefs {
+            runs,
+            tree,
+            scratch,
+            zinstall,
+            csv,
+        } => composefs::composefs_bench(
+            runs,
+            &tree,
+            &scratch,
+            &zinstall
+                .unwrap_or_else(|| workspace().join("target/release/zinstall")),
+            csv.as_deref(),
+        ),
         Cmd::InstallTar {
             runs,
             tree,

@@ -153,6 +153,7 @@ fn a_composefs_install_mounts_as_the_plain_install() {
     let plain = w.dir.join("plain");
     let o = install(&w, &plain, &cache, &[]);
     assert!(o.status.success(), "{}", text(&o));
+    assert_eq!(result(&o)["format"], "tree", "{}", text(&o));
     let zp = w.dir.join("zp");
     let o = install(&w, &zp, &cache, &["--format", "composefs"]);
     assert!(o.status.success(), "{}", text(&o));
@@ -485,5 +486,29 @@ fn cache_gc_sweeps_the_store_and_cache_verify_finds_a_bad_object() {
         text(&o).contains(&victim.display().to_string()),
         "{}",
         text(&o)
+    );
+}
+
+#[test]
+fn a_relative_cache_is_recorded_by_its_absolute_path() {
+    let w = world(None);
+    let o = zinstall()
+        .current_dir(&w.dir)
+        .args(["install", "--profile"])
+        .arg(&w.profile)
+        .args(["--zonepath", "zp", "--cache", "rel-cache"])
+        .args(["--format", "composefs"])
+        .arg(&w.tar)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let rec: serde_json::Value = serde_json::from_slice(
+        &fs::read(w.dir.join("zp/composefs.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        rec["store"],
+        w.dir.join("rel-cache/composefs").display().to_string(),
+        "{rec}"
     );
 }

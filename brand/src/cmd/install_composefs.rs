@@ -122,7 +122,10 @@ struct Made {
 
 /// Installs in composefs form; exit 0, or 1 with the error.
 pub fn install(args: &Request<'_>, stage: &mut Stage<'_>) -> Exit {
-    let store_path = zinstall_provision::composefs_store_of(args.cache);
+    // The record names the store by an absolute path.
+    let cache =
+        std::path::absolute(args.cache).unwrap_or(args.cache.to_path_buf());
+    let store_path = zinstall_provision::composefs_store_of(&cache);
     let made = run(args, &store_path, stage);
     let made = match made {
         Ok(m) => m,

@@ -30,7 +30,8 @@ impl Store {
         f: &File,
         shown: &Path,
     ) -> Result<Put, Error> {
-        let (id, size) = digest::of_reader(f, |_| Ok(()))
+        let hint = at::fstat(f).map_or(0, |st| st.st_size as u64);
+        let (id, size) = digest::of_reader(f, hint, |_| Ok(()))
             .map_err(|e| Error::io(shown, Op::Read, e))?;
         let _writing = self.writing(&id);
         let replaced = match self.present(&id, size)? {
@@ -71,8 +72,9 @@ impl Store {
     /// Makes the open file `f` what an object is: the store's owner
     /// (as root), mode 0644, no extended attribute.
     fn make_object(&self, f: &File, shown: &Path) -> Result<(), Error> {
-        if zinstall_sys::ident::euid() == 0 {
-            let (uid, gid) = self.owner();
+        let st = at::fstat(f).map_err(|e| Error::io(shown, Op::Stat, e))?;
+        let (uid, gid) = self.owner();
+        if (st.st_uid, st.st_gid) != (uid, gid) && self.is_root() {
             at::fchown(f, uid, gid)
                 .map_err(|e| Error::io(shown, Op::Adopt, e))?;
         }

@@ -19,15 +19,23 @@ pub fn of_bytes(data: &[u8]) -> ObjectId {
     FsVerityHasher::<ObjectId>::hash(data)
 }
 
+/// The largest read buffer: reads of 1 MiB, for large files.
+const BUF_MAX: u64 = 1 << 20;
+
 /// Streams what is left of `r` through the hasher, handing each chunk
 /// read to `each` too (to copy it while it is hashed); returns the digest
-/// and the number of bytes.
+/// and the number of bytes. `size_hint` (the file's size, if known)
+/// sizes the buffer: a small file does not pay for zeroing a large one,
+/// which for a tree of small files cost more than the hashing.
 pub fn of_reader(
     mut r: impl Read,
+    size_hint: u64,
     mut each: impl FnMut(&[u8]) -> io::Result<()>,
 ) -> io::Result<(ObjectId, u64)> {
     let mut hasher = FsVerityHasher::<ObjectId>::new();
-    let mut buf = vec![0u8; 1 << 20];
+    // One byte more than the hint, so that the end is found in one read.
+    let len = size_hint.saturating_add(1).clamp(4096, BUF_MAX);
+    let mut buf = vec![0u8; len as usize];
     let mut total = 0u64;
     loop {
         let n = match r.read(&mut buf) {

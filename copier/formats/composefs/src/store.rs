@@ -37,6 +37,8 @@ pub struct Store {
     objects: OwnedFd,
     /// The owner of `objects/` (uid, gid): adopted files are given it.
     owner: (u32, u32),
+    /// Whether this process is root, asked once.
+    root: bool,
     /// Tells this store's temporary files apart.
     seq: AtomicU64,
     /// Objects this value wrote or re-hashed: known to match their names.
@@ -134,11 +136,17 @@ impl Store {
             path: path.to_path_buf(),
             objects,
             owner: (st.st_uid, st.st_gid),
+            root: zinstall_sys::ident::euid() == 0,
             seq: AtomicU64::new(0),
             checked: Mutex::new(HashSet::new()),
             writing: std::array::from_fn(|_| Mutex::new(())),
             verity: AtomicU8::new(0),
         })
+    }
+
+    /// True if this process runs as root (may give files away).
+    pub(crate) fn is_root(&self) -> bool {
+        self.root
     }
 
     /// The owner (uid, gid) of the store's `objects/`.
@@ -296,7 +304,8 @@ impl Store {
     /// that change between the two are refused.
     pub fn put_file(&self, src: &File, shown: &Path) -> Result<Put, Error> {
         let mut r = src;
-        let (id, size) = digest::of_reader(r, |_| Ok(()))
+        let hint = at::fstat(src).map_or(0, |st| st.st_size as u64);
+        let (id, size) = digest::of_reader(r, hint, |_| Ok(()))
             .map_err(|e| Error::io(shown, Op::Read, e))?;
         let _writing = self.writing(&id);
         let replaced = match self.present(&id, size)? {
@@ -308,7 +317,7 @@ impl Store {
             .map_err(|e| Error::io(shown, Op::Read, e))?;
         self.write(&id, |tmp, tmp_shown| {
             let mut write_failed = false;
-            let (again, n) = digest::of_reader(r, |chunk| {
+            let (again, n) = digest::of_reader(r, size, |chunk| {
                 tmp.write_all(chunk).inspect_err(|_| write_failed = true)
             })
             .map_err(|e| {
@@ -474,7 +483,8 @@ impl Store {
     pub fn verify(&self, id: &ObjectId) -> Result<(), Error> {
         let shown = self.object_path(id);
         let f = self.open_object(id)?;
-        let (found, _) = digest::of_reader(&f, |_| Ok(()))
+        let hint = at::fstat(&f).map_or(0, |st| st.st_size as u64);
+        let (found, _) = digest::of_reader(&f, hint, |_| Ok(()))
             .map_err(|e| Error::io(&shown, Op::Read, e))?;
         if &found != id {
             return Err(Error::new(
