@@ -29,7 +29,10 @@ fn objects(objects: &Path) -> Vec<(std::path::PathBuf, String)> {
     out
 }
 
+// This machine's and CI's kernel is built without CONFIG_FS_VERITY, and
+// no package gives it one: run with --ignored on a kernel that has it.
 #[test]
+#[ignore = "needs a kernel built with CONFIG_FS_VERITY (this one is not)"]
 fn objects_get_fs_verity_where_the_filesystem_has_it() {
     // ext4 has fs-verity only in a kernel built with CONFIG_FS_VERITY,
     // which lists it here.
