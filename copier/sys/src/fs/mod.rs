@@ -56,6 +56,9 @@ use portable as xattr;
 /// Whether this platform's build copies extended attributes.
 pub const XATTRS: bool = cfg!(target_os = "linux");
 
+/// Unmounting: Linux's, for composefs roots.
+#[cfg(target_os = "linux")]
+pub use linux::unmount;
 pub use platform::{
     IMMUTABLE_FL, advise_sequential, chmod_at, clone_file, clone_range,
     copy_range, file_flags, mount_id, open_dir_beneath, open_dir_same_mount,
