@@ -12,7 +12,9 @@
 //!
 //! The API: [`Store`] (open, put, verify an object), [`write_image`] (a
 //! directory tree into the store and an image), [`scan`] and
-//! [`image_bytes`] for the two steps apart, and [`Error`] (the path, the
+//! [`image_bytes`] for the two steps apart, [`Root`] (a root's
+//! directory and record: mount, unmount, the mount(8) commands) over
+//! [`mount_root`], and [`Error`] (the path, the
 //! operation and the cause).
 //!
 //! composefs is Linux's: on other systems (illumos) the crate is empty,
@@ -35,6 +37,7 @@
 mod digest;
 mod error;
 mod image;
+mod mount;
 mod record;
 mod refs;
 mod scan;
@@ -43,6 +46,7 @@ mod store;
 pub use digest::{INLINE_MAX, ObjectId, hex, object_path, of_bytes, parse_hex};
 pub use error::{Error, Op, Problem};
 pub use image::{Image, image_bytes, write_image};
+pub use mount::{Layers, Root, Verity, mount_root, unmount};
 pub use record::{RECORD, ROOT_DIR, Record, UPPER_DIR, WORK_DIR};
 pub use refs::{REF_NAME_MAX, valid_ref_name};
 pub use scan::{Counts, Scanned, scan};
