@@ -6,6 +6,7 @@ mod daemon_arg;
 pub mod image;
 pub mod image_composefs;
 pub mod install;
+pub mod mount;
 pub mod provision;
 mod provision_seed;
 mod provision_sent;
