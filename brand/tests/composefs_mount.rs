@@ -129,7 +129,7 @@ fn a_writable_mount_keeps_changes_in_upper_and_the_store_as_it_was() {
     if !composefs_mounts() {
         return;
     }
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = zinstall_testkit::Tmp::new();
     let dir = tmp.path().join("guest");
     let (store, _) = root_of_image(tmp.path(), &dir);
     let before = files(&store);
@@ -181,7 +181,7 @@ fn a_read_only_mount_refuses_writes() {
     if !composefs_mounts() {
         return;
     }
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = zinstall_testkit::Tmp::new();
     let dir = tmp.path().join("zone");
     root_of_image(tmp.path(), &dir);
     let root = dir.join("root");
@@ -206,7 +206,7 @@ fn wrong_roots_are_refused_saying_why() {
     if !composefs_mounts() {
         return;
     }
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = zinstall_testkit::Tmp::new();
     let dir = tmp.path().join("guest");
     let (_, id) = root_of_image(tmp.path(), &dir);
 
@@ -265,7 +265,7 @@ fn printed_mount_lines_mount_the_root() {
     if !composefs_mounts() {
         return;
     }
-    let tmp = tempfile::tempdir().unwrap();
+    let tmp = zinstall_testkit::Tmp::new();
     let dir = tmp.path().join("guest");
     let (_, id) = root_of_image(tmp.path(), &dir);
     let o = run(zinstall().args(["mount", "--print"]).arg(&dir));

@@ -8,6 +8,7 @@ pub mod image_composefs;
 pub mod install;
 pub mod mount;
 pub mod provision;
+mod provision_dry;
 mod provision_seed;
 mod provision_sent;
 pub mod remote;
