@@ -433,3 +433,53 @@ fn the_daemon_makes_composefs_guests() {
             == 1
     );
 }
+
+/// `--force` over composefs guests left mounted: each is unmounted,
+/// removed and made anew (its upper layer's changes gone), and left
+/// mounted again with `--mount`.
+#[test]
+fn force_replaces_mounted_composefs_guests() {
+    if !composefs_mounts() {
+        return;
+    }
+    let tmp = zinstall_testkit::Tmp::new();
+    let image = rootfs_tar(tmp.path());
+    let cache = tmp.path().join("cache");
+    let out = tmp.path().join("out");
+    let root = out.join("guest-0/root");
+    let _guard = Unmounts(root.clone());
+    let args = ["--format", "composefs", "--mount"];
+    let o = provision(&image, &out, &cache, &args);
+    assert!(o.status.success(), "{}", text(&o));
+    // The text line says the form, the image and how to unmount it.
+    let said = String::from_utf8_lossy(&o.stdout);
+    let dir = out.join("guest-0");
+    assert!(said.contains("composefs, image "), "{said}");
+    assert!(
+        said.contains(&format!("zinstall unmount {}", dir.display())),
+        "{said}"
+    );
+    fs::write(root.join("etc/mine"), b"x").unwrap();
+    let o = provision(&image, &out, &cache, &args);
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(
+        is_mounted(&root),
+        "a refused run unmounted a guest it did not make"
+    );
+    let forced = ["--format", "composefs", "--mount", "--json", "--force"];
+    json(&provision(&image, &out, &cache, &forced));
+    assert!(is_mounted(&root));
+    assert!(
+        !root.join("etc/mine").exists(),
+        "the old guest's change stayed"
+    );
+    assert!(!out.join("guest-0/upper/etc/mine").exists());
+    // Mounted once: the old mount was taken down, not stacked under.
+    let canon = fs::canonicalize(&root).unwrap();
+    let mounts = fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let n = mounts
+        .lines()
+        .filter(|l| l.split(' ').nth(4) == canon.to_str())
+        .count();
+    assert_eq!(n, 1, "{mounts}");
+}

@@ -145,7 +145,9 @@ mod linux {
                     write_image(&entry.payload(), &store).map_err(error)?;
                 // The objects and the image are durable before a ref
                 // names them (the store's one sync goes here, before
-                // add_ref), and the ref before any guest's record.
+                // add_ref), and the ref before any guest's record; a
+                // writer's hold on the store against its sweep spans
+                // write_image to add_ref.
                 store.add_ref(&ref_name, &image.id).map_err(error)?;
                 image.id
             }
