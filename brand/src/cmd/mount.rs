@@ -3,7 +3,7 @@
 //! `DIR/root` from its store, writable through `DIR/upper`; or the
 //! mount(8) lines that do the same, for fstab and systemd.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use clap::Args;
 
@@ -74,7 +74,9 @@ pub fn mount(args: &MountArgs) -> Exit {
         Err(e) => return failed(&e),
     };
     if args.print {
-        for argv in root.mount_commands(args.read_only, Path::new(LOWER_BASE)) {
+        for argv in root
+            .mount_commands(args.read_only, std::path::Path::new(LOWER_BASE))
+        {
             let words: Vec<String> =
                 argv.iter().map(|w| shell_word(w)).collect();
             crate::output::out(words.join(" "));
