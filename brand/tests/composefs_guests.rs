@@ -341,6 +341,15 @@ fn disk_images_are_refused() {
     );
     assert!(said.contains("without --format composefs"), "{said}");
     assert!(!out.exists());
+    // A format of no guest is a usage error naming the two.
+    let o = provision(
+        &raw,
+        &out,
+        &tmp.path().join("cache"),
+        &["--format", "erofs"],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("tree or composefs"), "{}", text(&o));
     // --mount is composefs guests' alone.
     let o = provision(&raw, &out, &tmp.path().join("cache"), &["--mount"]);
     assert_eq!(o.status.code(), Some(1), "{}", text(&o));
