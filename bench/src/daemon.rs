@@ -483,6 +483,8 @@ pub fn run(
                                     allow_devices: false,
                                     customize: None,
                                     seed: None,
+                                    format: Default::default(),
+                                    mount: false,
                                 })
                             })
                             .collect(),

@@ -17,6 +17,7 @@ use zinstall_tune::trees::{self, Shape};
 mod archives;
 mod common;
 mod composefs;
+mod composefs_guests;
 mod copy;
 mod customize;
 mod customize_check;
@@ -456,6 +457,34 @@ enum Cmd {
         #[arg(long)]
         zinstall: Option<PathBuf>,
     },
+    /// 100 guests of one Debian root in composefs form (each mounted
+    /// for its identity, and with --keep-identity) beside tree guests of
+    /// the same image, on ext4 on a direct-I/O loop device: wall time
+    /// after the first build, and new disk use per guest (df and du).
+    ComposefsGuests {
+        /// Composefs guests per provision.
+        #[arg(long, default_value_t = 100)]
+        guests: usize,
+        /// Tree guests per provision (each a full copy of the root).
+        #[arg(long, default_value_t = 10)]
+        tree_guests: usize,
+        /// Timed runs of each.
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+        /// The root filesystem to provision from (tarred once; default:
+        /// the debootstrap'd Debian root bench/boot makes).
+        #[arg(long, default_value = "/var/tmp/zinstall-boot/root")]
+        root: PathBuf,
+        /// Size of the loop-backed ext4, GiB (sparse).
+        #[arg(long, default_value_t = 16)]
+        gib: u64,
+        /// Where the tar and the loop file go.
+        #[arg(long, default_value = "/var/tmp/zinstall-bench")]
+        scratch: PathBuf,
+        /// The zinstall binary.
+        #[arg(long)]
+        zinstall: Option<PathBuf>,
+    },
     /// The serial 8 KiB baseline copy (used by `copy`).
     SerialCopy { src: PathBuf, dst: PathBuf },
 }
@@ -642,6 +671,24 @@ fn main() -> ExitCode {
             scratch: &scratch,
             zinstall: &zinstall
                 .unwrap_or_else(|| workspace().join("target/release/zinstall")),
+        }),
+        Cmd::ComposefsGuests {
+            guests,
+            tree_guests,
+            runs,
+            root,
+            gib,
+            scratch,
+            zinstall,
+        } => composefs_guests::bench(&composefs_guests::ComposefsBench {
+            guests,
+            tree_guests,
+            runs,
+            root: &root,
+            scratch: &scratch,
+            zinstall: &zinstall
+                .unwrap_or_else(|| workspace().join("target/release/zinstall")),
+            gib,
         }),
         Cmd::Customize { .. } => {
             Err("--virt-guests: at least 1 (its guest is compared)".into())

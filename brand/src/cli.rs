@@ -106,6 +106,10 @@ pub enum Command {
     Verify(cmd::verify::VerifyArgs),
     /// Make zinstall images: pack a tree into a layer.
     Image(cmd::image::ImageArgs),
+    /// Mount a composefs root (a guest or zonepath) on DIR/root.
+    Mount(cmd::mount::MountArgs),
+    /// Unmount a composefs root's DIR/root.
+    Unmount(cmd::mount::UnmountArgs),
     /// List zinstalld's jobs.
     Jobs(cmd::remote::JobsArgs),
     /// Cancel one of zinstalld's jobs.
@@ -128,6 +132,8 @@ impl Command {
             Command::Tune(_) => "tune",
             Command::Verify(_) => "verify",
             Command::Image(_) => "image",
+            Command::Mount(_) => "mount",
+            Command::Unmount(_) => "unmount",
             Command::Jobs(_) => "jobs",
             Command::Cancel(_) => "cancel",
         }
@@ -229,6 +235,8 @@ pub fn run(cli: &Cli) -> Exit {
         Command::Tune(_) => Some(("tune", false)),
         Command::Verify(a) => Some(("verify", a.json)),
         Command::Image(a) => Some(("image", a.json())),
+        Command::Mount(_) => Some(("mount", false)),
+        Command::Unmount(_) => Some(("unmount", false)),
         // What guests still read is asked of the cache's files, by the
         // package's purge among others, with zinstalld stopped.
         Command::Cache(CacheArgs {
@@ -268,6 +276,8 @@ pub fn run(cli: &Cli) -> Exit {
         Command::Trace(a) => cmd::trace::run(a),
         Command::Tune(a) => cmd::tune::run(a),
         Command::Image(a) => cmd::image::run(a),
+        Command::Mount(a) => cmd::mount::mount(a),
+        Command::Unmount(a) => cmd::mount::unmount(a),
     }
 }
 

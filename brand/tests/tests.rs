@@ -8,6 +8,10 @@
 mod boundary;
 mod brand_files;
 mod cli;
+#[cfg(target_os = "linux")]
+mod composefs_guests;
+#[cfg(target_os = "linux")]
+mod composefs_mount;
 mod compressions;
 mod customize;
 mod customize_run;

@@ -180,8 +180,17 @@ pub struct GuestInfo {
     pub machine_id: Option<String>,
     /// The SSH host key files made.
     pub ssh_host_keys: Vec<String>,
-    /// `tree` or `qcow2`.
+    /// `tree`, `composefs` or `qcow2`.
     pub kind: String,
+    /// A composefs guest's image ID (hex).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// A composefs guest's: left mounted on its `root/`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mounted: Option<bool>,
+    /// A composefs guest's: the command that mounts it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mount: Option<String>,
     /// A tree's: cloned by reflink.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reflinked: Option<bool>,
@@ -256,9 +265,18 @@ impl ProvisionReply {
                         GuestKind::Tree { reflinked } => {
                             ("tree", Some(reflinked), None)
                         }
+                        GuestKind::Composefs { .. } => {
+                            ("composefs", None, None)
+                        }
                         GuestKind::Disk { virtual_size } => {
                             ("qcow2", None, Some(virtual_size))
                         }
+                    };
+                    let (image, mounted) = match &g.kind {
+                        GuestKind::Composefs { image, mounted } => {
+                            (Some(image.clone()), Some(*mounted))
+                        }
+                        _ => (None, None),
                     };
                     GuestInfo {
                         path: lossy(&g.path),
@@ -268,6 +286,11 @@ impl ProvisionReply {
                         machine_id: g.identity.machine_id.clone(),
                         ssh_host_keys: g.identity.host_keys.clone(),
                         kind: kind.to_string(),
+                        mount: image.as_ref().map(|_| {
+                            format!("zinstall mount {}", lossy(&g.path))
+                        }),
+                        image,
+                        mounted,
                         reflinked,
                         virtual_size,
                         seed: g.seed.as_ref().map(|s| SeedInfo {

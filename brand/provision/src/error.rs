@@ -207,6 +207,16 @@ pub enum ProvisionError {
     },
     /// An image could not be pulled from its registry.
     Pull(zinstall_registry::RegistryError),
+    /// A composefs step failed: the entry's image written into the
+    /// cache's store, a guest's root mounted or unmounted, its record
+    /// written; or composefs guests asked for where there are none.
+    Composefs {
+        /// The path it is about (the store, an object, a guest's root).
+        path: PathBuf,
+        /// The step, its cause and what to do (composefs's own error,
+        /// which names the path and operation too).
+        why: String,
+    },
     /// A provision failed and what it had made could not all be removed:
     /// the failure, then what is left.
     Cleanup {
@@ -259,6 +269,7 @@ impl ProvisionError {
             ProvisionError::Seed { path, .. } => path,
             ProvisionError::Customize { path, .. } => path,
             ProvisionError::Run { guest, .. } => guest,
+            ProvisionError::Composefs { path, .. } => path,
             ProvisionError::Pull(_)
             | ProvisionError::TooManyGuests(_)
             | ProvisionError::SizeTooLarge(_)
@@ -346,6 +357,7 @@ impl fmt::Display for ProvisionError {
                 log.display()
             ),
             ProvisionError::Pull(e) => write!(f, "{e}"),
+            ProvisionError::Composefs { why, .. } => f.write_str(why),
             ProvisionError::TooManyGuests(n) => {
                 write!(
                     f,

@@ -20,14 +20,13 @@ use zinstall_qcow2 as qcow2;
 
 use crate::asked;
 use crate::build::{build, converter};
-use crate::cache::{
-    Cache, Entry, EntryKind, Lease, Obtained, Replaced, WouldObtain,
-};
+use crate::cache::{Cache, Entry, EntryKind, Lease, Obtained, Replaced};
+use crate::composefs;
 use crate::customize::{self, Customization, Customized};
 use crate::detect::{ImageKind, detect};
 use crate::error::{ImageProblem, ProvisionError, ProvisionError as Error};
 use crate::identity::{self, GuestIdentity};
-use crate::options::ProvisionOptions;
+use crate::options::{GuestFormat, ProvisionOptions};
 use crate::seed::{Seed, SeedMade};
 
 /// What one guest is.
@@ -37,6 +36,14 @@ pub enum GuestKind {
     Tree {
         /// True if every file was cloned (shares extents with the cache).
         reflinked: bool,
+    },
+    /// A composefs root: the entry's image under an overlay whose upper
+    /// layer is the guest's own.
+    Composefs {
+        /// The image's ID, hex.
+        image: String,
+        /// True if left mounted on its `root/` (`--mount`).
+        mounted: bool,
     },
     /// A qcow2 overlay over the cached raw base.
     Disk {
@@ -72,6 +79,18 @@ impl fmt::Display for Guest {
             GuestKind::Tree { reflinked: false } => {
                 write!(f, "{}: tree, parallel copy", self.path.display())?
             }
+            GuestKind::Composefs { image, mounted } => write!(
+                f,
+                "{}: composefs, image {image}, {} (zinstall {} {})",
+                self.path.display(),
+                if *mounted {
+                    "mounted on root/"
+                } else {
+                    "not mounted"
+                },
+                if *mounted { "unmount" } else { "mount" },
+                self.path.display()
+            )?,
             GuestKind::Disk { virtual_size } => write!(
                 f,
                 "{}: qcow2 overlay, {}",
@@ -163,6 +182,19 @@ pub fn provision_in(
         lease.release();
         return Err(e);
     }
+    // Composefs guests: the entry's image, made once in the cache's store.
+    let image = match opts.format {
+        GuestFormat::Composefs => {
+            match composefs::entry_image(&cache, &lease.entry, opts) {
+                Ok(i) => Some(i),
+                Err(e) => {
+                    lease.release();
+                    return Err(e);
+                }
+            }
+        }
+        GuestFormat::Tree => None,
+    };
     let replaced = lease.replaced.take();
     let out_existed = fs::symlink_metadata(&opts.out).is_ok();
     let mut made: Vec<PathBuf> = Vec::new();
@@ -172,6 +204,7 @@ pub fn provision_in(
         kind: entry_kind,
         custom: custom.as_ref(),
         seed: seed.as_ref(),
+        image: image.as_ref(),
     };
     let result =
         make_guests(&cache, &from, opts, &mut made, &mut guests, on_guest);
@@ -182,6 +215,11 @@ pub fn provision_in(
             .iter()
             .filter_map(|g| Some((&g.path, file_id(&g.path)?)))
             .collect();
+        if image.is_some() {
+            for p in &made {
+                composefs::unmount_guest(p, true);
+            }
+        }
         let e = undo(e, &made, (!out_existed).then_some(&opts.out));
         // The guests this run made and removed hold their base no more.
         // A record that cannot be ended keeps the base: a leak, never a
@@ -220,13 +258,13 @@ fn open_cache(
 }
 
 /// Guest `i`'s seed, beside its overlay.
-fn seed_path(opts: &ProvisionOptions, i: usize) -> PathBuf {
+pub(crate) fn seed_path(opts: &ProvisionOptions, i: usize) -> PathBuf {
     opts.out.join(format!("{}-{i}.seed.img", opts.name))
 }
 
 /// The files besides a qcow2 image that its entry depends on: its data
 /// file and backing chain as opened, or an encrypted image's key file.
-fn chain_files(
+pub(crate) fn chain_files(
     qcow: Option<&crate::build::Qcow2Input>,
     opts: &ProvisionOptions,
 ) -> Result<Vec<File>, ProvisionError> {
@@ -323,6 +361,8 @@ struct Source<'a> {
     custom: Option<&'a Customization>,
     /// Each disk guest's NoCloud seed, when one is made.
     seed: Option<&'a Seed>,
+    /// The entry's composefs image, when the guests are composefs roots.
+    image: Option<&'a composefs::EntryImage>,
 }
 
 /// Makes the guests from `from`'s entry, one after another, into
@@ -355,6 +395,7 @@ fn make_guests(
                 return Err(ProvisionError::GuestExists(path));
             }
             let id = file_id(&path);
+            composefs::unmount_guest(&path, false);
             remove_guest(&path)?;
             // Gone for good, not moved: its base need not stay.
             if let Some(id) = id {
@@ -373,6 +414,25 @@ fn make_guests(
         // From here on the path is this run's to remove on failure,
         // whatever state the guest is left in.
         made.push(path.clone());
+        if let Some(image) = from.image {
+            let m =
+                composefs::make_guest(&path, image, entry, i, opts, custom)?;
+            let g = Guest {
+                path,
+                kind: GuestKind::Composefs {
+                    image: image.hex.clone(),
+                    mounted: m.mounted,
+                },
+                identity: m.identity,
+                seed: None,
+                customized: m.customized,
+                took: t0.elapsed(),
+            };
+            cache.add_user(entry, &g.path)?;
+            on_guest(&g);
+            guests.push(g);
+            continue;
+        }
         let kind = make_guest(&path, entry_kind, entry, opts, &mut tree_bytes)?;
         let seed = match (seed, seed_at) {
             (Some(s), Some(sp)) => {
@@ -420,97 +480,12 @@ fn make_guests(
     Ok(())
 }
 
-/// What [`provision`] would do, found without writing anything.
-#[derive(Clone, Debug)]
-pub struct ProvisionDryRun {
-    /// The image's kind.
-    pub image: ImageKind,
-    /// Whether the cache entry would be reused, rebuilt or built.
-    pub would: WouldObtain,
-    /// The guests that would be made, in order: directories or qcow2
-    /// overlays.
-    pub guests: Vec<PathBuf>,
-    /// The disk guests' NoCloud seeds that would be made, in order.
-    pub seeds: Vec<PathBuf>,
-}
-
-/// A dry run of [`provision`]: the same checks (count, size, tunables,
-/// the image told by its content, `--qemu-img`'s program, the cache
-/// entry by the image file's identity and `sha256` against an entry
-/// found, no guest already there), nothing written, no image data read
-/// beyond its head.
-pub fn dry_run(
-    image: &Path,
-    opts: &ProvisionOptions,
-) -> Result<ProvisionDryRun, ProvisionError> {
-    let kind = check_request(image, opts)?;
-    let seed = asked::prepare_seed(kind, is_disk(kind), opts)?;
-    asked::prepare_customize(is_disk(kind), opts)?;
-    let entry_kind = entry_kind(kind);
-    let root = match fs::canonicalize(&opts.cache) {
-        Ok(r) => r,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            opts.cache.clone()
-        }
-        Err(e) => return Err(Error::io(Op::Stat, &opts.cache, e)),
-    };
-    let would = if kind == ImageKind::Oci {
-        crate::oci::peek(&root, image, opts)?
-    } else {
-        // A qcow2 image's chain is part of its identity: opened (its
-        // headers and L1 tables read, no data).
-        let opened = crate::build::open_image(image)?;
-        let file = opened
-            .file
-            .try_clone()
-            .map_err(|e| Error::io(Op::Open, image, e))?;
-        let qcow = match kind {
-            ImageKind::Qcow2 => {
-                Some(crate::build::open_qcow2(image, opened, opts)?)
-            }
-            _ => None,
-        };
-        let also = chain_files(qcow.as_ref(), opts)?;
-        let also: Vec<&File> = also.iter().collect();
-        Cache::peek(
-            &root,
-            image,
-            &file,
-            &also,
-            entry_kind,
-            opts.sha256.as_deref(),
-        )?
-    };
-    let mut guests = Vec::with_capacity(opts.count);
-    for i in 0..opts.count {
-        let path = guest_path(opts, entry_kind, i);
-        if !opts.force && fs::symlink_metadata(&path).is_ok() {
-            return Err(ProvisionError::GuestExists(path));
-        }
-        guests.push(path);
-    }
-    let mut seeds = Vec::new();
-    for i in (0..opts.count).filter(|_| seed.is_some()) {
-        let path = seed_path(opts, i);
-        if !opts.force && fs::symlink_metadata(&path).is_ok() {
-            return Err(ProvisionError::GuestExists(path));
-        }
-        seeds.push(path);
-    }
-    Ok(ProvisionDryRun {
-        image: kind,
-        would,
-        guests,
-        seeds,
-    })
-}
-
 /// What is checked before anything is extracted (or, in a dry run,
 /// instead): the count, which sizes the guest list, the size, which sizes
 /// every overlay, the tunables (set by a caller rather than read from a
 /// file, they may never have been checked, and a buffer is sized from
 /// them), the image's kind, and the programs the guests will need.
-fn check_request(
+pub(crate) fn check_request(
     image: &Path,
     opts: &ProvisionOptions,
 ) -> Result<ImageKind, ProvisionError> {
@@ -531,6 +506,16 @@ fn check_request(
         return Err(ProvisionError::OutNotDirectory(opts.out.clone()));
     }
     let kind = detect(image)?;
+    if opts.format == GuestFormat::Composefs {
+        composefs_possible(image, kind, opts)?;
+    } else if opts.mount {
+        return Err(ProvisionError::Composefs {
+            path: opts.out.clone(),
+            why: "--mount leaves composefs guests mounted: it needs \
+                  --format composefs"
+                .into(),
+        });
+    }
     if !matches!(kind, ImageKind::Tree(_) | ImageKind::Oci) {
         asked::check_disk_customize(image, opts)?;
     }
@@ -543,6 +528,37 @@ fn check_request(
         converter(opts, image, kind)?;
     }
     Ok(kind)
+}
+
+/// Composefs guests are made of tree images only (a disk image's guests
+/// are qcow2 overlays), and on Linux only.
+fn composefs_possible(
+    image: &Path,
+    kind: ImageKind,
+    opts: &ProvisionOptions,
+) -> Result<(), ProvisionError> {
+    if !cfg!(target_os = "linux") {
+        return Err(ProvisionError::Composefs {
+            path: opts.out.clone(),
+            why: "composefs is Linux's (EROFS, overlayfs and fs-verity): \
+                  provision --format composefs is refused on this system; \
+                  make tree guests (--format tree)"
+                .into(),
+        });
+    }
+    if entry_kind(kind) == EntryKind::Raw {
+        return Err(Error::Image {
+            path: image.to_path_buf(),
+            problem: ImageProblem::Unsupported(format!(
+                "{}: composefs guests are made of tree images (a rootfs \
+                 archive, an OCI image, a directory), not of a disk \
+                 image, whose guests are qcow2 overlays; provision it \
+                 without --format composefs",
+                kind.describe()
+            )),
+        });
+    }
+    Ok(())
 }
 
 /// The device and inode of the file (a disk guest) at `path`.
@@ -569,11 +585,11 @@ fn remove_guest(path: &Path) -> Result<(), ProvisionError> {
 
 /// The cache entry an image of `kind` makes.
 /// Whether `kind` makes disk guests (which a seed customises).
-fn is_disk(kind: ImageKind) -> bool {
+pub(crate) fn is_disk(kind: ImageKind) -> bool {
     entry_kind(kind) == EntryKind::Raw
 }
 
-fn entry_kind(kind: ImageKind) -> EntryKind {
+pub(crate) fn entry_kind(kind: ImageKind) -> EntryKind {
     match kind {
         ImageKind::Tree(_) | ImageKind::Oci => EntryKind::Tree,
         ImageKind::Raw(_)
@@ -584,7 +600,11 @@ fn entry_kind(kind: ImageKind) -> EntryKind {
 }
 
 /// Guest `i`'s directory or overlay.
-fn guest_path(opts: &ProvisionOptions, kind: EntryKind, i: usize) -> PathBuf {
+pub(crate) fn guest_path(
+    opts: &ProvisionOptions,
+    kind: EntryKind,
+    i: usize,
+) -> PathBuf {
     match kind {
         EntryKind::Tree | EntryKind::Layer => {
             opts.out.join(format!("{}-{i}", opts.name))

@@ -53,7 +53,9 @@
 //! | [`cache`] | the content-addressed cache: layout and locks, obtaining an entry, stamp and protection, guest records, gc |
 //! | `oci` | an OCI image's entry from its layers, each cached once |
 //! | `build` | an image read once into a cache entry's payload |
-//! | `guests` | [`provision`] and [`dry_run`]: the guests made from an entry, all or nothing |
+//! | `composefs` | composefs guests: the entry's image made once in the cache's composefs store, each guest's directories, identity and customisation through its mounted overlay, its record |
+//! | `guests` | [`provision`]: the guests made from an entry, all or nothing |
+//! | `dry_run` | [`dry_run`]: what a provision would do, nothing written |
 //! | `asked` | seeds and customisation read and checked by the kind of guest an image makes, before the cache is touched |
 
 #![deny(missing_docs)]
@@ -62,8 +64,10 @@
 mod asked;
 mod build;
 pub mod cache;
+mod composefs;
 pub mod customize;
 mod detect;
+mod dry_run;
 mod error;
 mod guests;
 pub mod identity;
@@ -77,14 +81,12 @@ mod sparse;
 mod sys;
 
 pub use detect::{Compression, ImageKind, decompress, detect};
+pub use dry_run::{ProvisionDryRun, dry_run};
 pub use error::{ImageProblem, ProvisionError};
-pub use guests::{
-    Guest, GuestKind, ProvisionDryRun, ProvisionReport, dry_run, provision,
-    provision_in,
-};
+pub use guests::{Guest, GuestKind, ProvisionReport, provision, provision_in};
 pub use options::{
-    CustomizeOptions, DEFAULT_CACHE, DEFAULT_RUN_TIMEOUT, MAX_RUN_TIMEOUT,
-    ProvisionOptions, ProvisionRequest, SeedRequest, Supplied,
+    CustomizeOptions, DEFAULT_CACHE, DEFAULT_RUN_TIMEOUT, GuestFormat,
+    MAX_RUN_TIMEOUT, ProvisionOptions, ProvisionRequest, SeedRequest, Supplied,
 };
 pub use sparse::write_sparse;
 

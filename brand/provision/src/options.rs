@@ -70,6 +70,36 @@ pub struct ProvisionRequest {
     /// What each disk guest's NoCloud seed holds; `None`: disk guests
     /// get no seed.
     pub seed: Option<SeedRequest>,
+    /// What form tree guests take: a copy, or a composefs root.
+    pub format: GuestFormat,
+    /// Leave each composefs guest mounted on its `root/`.
+    pub mount: bool,
+}
+
+/// The form of a guest made from a tree image.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum GuestFormat {
+    /// A directory tree of its own, cloned by reflink or copied.
+    #[default]
+    Tree,
+    /// A composefs root: the entry's image, made once in the cache's
+    /// composefs store, mounted under an overlay whose upper layer is
+    /// the guest's own (Linux).
+    Composefs,
+}
+
+impl GuestFormat {
+    /// `tree` or `composefs`.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        match s {
+            "tree" => Ok(GuestFormat::Tree),
+            "composefs" => Ok(GuestFormat::Composefs),
+            _ => Err(format!("{s:?}: the format is tree or composefs")),
+        }
+    }
 }
 
 /// What a disk guest's NoCloud seed (`NAME-N.seed.img`, what
@@ -180,6 +210,10 @@ pub struct ProvisionOptions {
     pub platform: Option<copier::oci::Platform>,
     /// What each disk guest's NoCloud seed holds; `None`: no seed.
     pub seed: Option<SeedRequest>,
+    /// What form tree guests take.
+    pub format: GuestFormat,
+    /// Leave each composefs guest mounted on its `root/`.
+    pub mount: bool,
     /// What virt-customize(1) would do to each directory guest (keys,
     /// passwords, first-boot scripts, files): checked before the first
     /// guest is made, applied to each after its identity. Disk guests
@@ -239,6 +273,8 @@ impl ProvisionOptions {
             force: r.force,
             platform: r.platform,
             seed: r.seed,
+            format: r.format,
+            mount: r.mount,
             customize: CustomizeOptions::default(),
             customize_sent: None,
             pull: Default::default(),
@@ -497,8 +533,11 @@ mod test {
             force: true,
             platform: Some("linux/arm64".parse().unwrap()),
             seed: None,
+            format: GuestFormat::Composefs,
+            mount: true,
         };
         let o = ProvisionOptions::new(request, "/srv/cache");
+        assert_eq!((o.format, o.mount), (GuestFormat::Composefs, true));
         assert_eq!(o.cache, Path::new("/srv/cache"));
         assert_eq!(o.size, Some(1 << 30));
         assert_eq!(o.sha256, Some("ab".repeat(32)));

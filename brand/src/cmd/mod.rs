@@ -9,7 +9,9 @@ pub mod image_composefs;
 pub mod install;
 #[cfg(target_os = "linux")]
 mod install_composefs;
+pub mod mount;
 pub mod provision;
+mod provision_dry;
 mod provision_seed;
 mod provision_sent;
 pub mod remote;

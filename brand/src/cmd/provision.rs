@@ -8,12 +8,14 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use clap::{Args, Subcommand};
 use serde_json::Value;
 use zinstall_daemon::replies::{CacheEntryReply, GcReply, ProvisionReply};
+use zinstall_provision::GuestFormat;
 use zinstall_provision::cache::{Cache, GcOptions};
 use zinstall_provision::identity::{HostKeys, MachineId};
 use zinstall_provision::{
     self as provision, ProvisionOptions, ProvisionRequest,
 };
 
+use crate::cmd::provision_dry;
 use crate::cmd::provision_seed::SeedArgs;
 use crate::output::{self, Bar};
 use crate::settings::TunableArgs;
@@ -137,6 +139,15 @@ pub struct ProvisionArgs {
     /// Replace guests already at the guests' paths.
     #[arg(long)]
     pub force: bool,
+    /// What a tree image's guests are: a copy each (tree), or composefs
+    /// roots sharing one image and store, each with its own upper layer
+    /// (composefs, Linux; mount with `zinstall mount`).
+    #[arg(long, value_name = "FORMAT", default_value = "tree",
+          value_parser = GuestFormat::parse)]
+    pub format: GuestFormat,
+    /// Leave each composefs guest mounted on its root/.
+    #[arg(long)]
+    pub mount: bool,
     /// Boxed: the command enum's variants stay of a size.
     #[command(flatten)]
     pub customize: Box<crate::cmd::customize::CustomizeArgs>,
@@ -161,6 +172,8 @@ impl ProvisionArgs {
             ssh_host_keys: self.ssh_host_keys,
             force: self.force,
             platform: self.platform.clone(),
+            format: self.format,
+            mount: self.mount,
             // Made from the customisation options by `provision`; the
             // seed's options are refused with --daemon.
             seed: None,
@@ -364,11 +377,11 @@ pub fn provision(args: &ProvisionArgs) -> Exit {
     if args.dry_run {
         return match provision::dry_run(&args.image, &opts) {
             Ok(p) => {
-                let v = dry_run_json(&args.image, &p);
+                let v = provision_dry::dry_run_json(&args.image, &p);
                 if args.json {
                     crate::json::result(v);
                 } else {
-                    print_dry_run(&v);
+                    provision_dry::print_dry_run(&v);
                 }
                 Exit::Ok
             }
@@ -477,56 +490,6 @@ pub(crate) fn cache_hint(
              --cache DIR of your own, or ask zinstalld (--daemon) to do it"
         )
     })
-}
-
-/// What a dry run found, as `--dry-run --json` prints it.
-fn dry_run_json(
-    image: &std::path::Path,
-    p: &provision::ProvisionDryRun,
-) -> Value {
-    use zinstall_provision::cache::WouldObtain;
-    let (would, entry, why) = match &p.would {
-        WouldObtain::Reuse(e) => ("reuse", Some(e.name()), None),
-        WouldObtain::Rebuild(r) => {
-            ("rebuild", Some(r.old.name()), Some(r.why.clone()))
-        }
-        WouldObtain::Build => ("build", None, None),
-    };
-    serde_json::json!({
-        "dry_run": true,
-        "image": image,
-        "kind": p.image.describe(),
-        "cache": would,
-        "entry": entry,
-        "altered": why,
-        "guests": p.guests,
-        "seeds": p.seeds,
-    })
-}
-
-/// A dry run's findings as text: the cache's part, then each guest.
-fn print_dry_run(v: &Value) {
-    let s = |v: &Value| v.as_str().unwrap_or_default().to_string();
-    let what = match v["cache"].as_str() {
-        Some("reuse") => format!("reuse cache entry {}", s(&v["entry"])),
-        Some("rebuild") => format!(
-            "rebuild cache entry {} (altered: {})",
-            s(&v["entry"]),
-            s(&v["altered"])
-        ),
-        _ => "read the image once into a new cache entry".to_string(),
-    };
-    output::out(format_args!(
-        "would {what} for {} ({})",
-        s(&v["image"]),
-        s(&v["kind"])
-    ));
-    for g in v["guests"].as_array().into_iter().flatten() {
-        output::out(format_args!("would make {}", s(g)));
-    }
-    for g in v["seeds"].as_array().into_iter().flatten() {
-        output::out(format_args!("would make seed {}", s(g)));
-    }
 }
 
 /// A provisioning's outcome as text: the note of an altered entry, then

@@ -464,6 +464,8 @@ pub fn provision(socket: &Path, a: &super::provision::ProvisionArgs) -> Exit {
             allow_devices: a.allow_devices,
             customize: customize.map(Box::new),
             seed: seed.map(Box::new),
+            format: a.format,
+            mount: a.mount,
         })
     }) {
         Ok(args) => args,

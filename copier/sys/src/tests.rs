@@ -147,3 +147,42 @@ fn a_run_in_root_is_refused_before_it_starts() {
     assert!(process::RunEnd::Exited(0).success());
     assert!(!process::RunEnd::Exited(3).success());
 }
+
+/// `unmount` undoes a mount, refuses a symlink to a mount point instead
+/// of following it, and says EINVAL where nothing is mounted.
+#[cfg(target_os = "linux")]
+#[test]
+fn unmount_undoes_a_mount_and_never_follows_a_symlink() {
+    let euid = std::fs::metadata("/proc/self").unwrap().uid();
+    if euid != 0 {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "unmount's test needs root (run the tests as root)"
+        );
+        eprintln!("SKIPPED: unmount needs root (under CI=true this fails)");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let at = tmp.path().join("m");
+    std::fs::create_dir(&at).unwrap();
+    let link = tmp.path().join("link");
+    std::os::unix::fs::symlink(&at, &link).unwrap();
+    let mounted = |p: &std::path::Path| {
+        std::fs::read_to_string("/proc/self/mountinfo")
+            .unwrap()
+            .lines()
+            .any(|l| l.split(' ').nth(4) == p.to_str())
+    };
+    let ok = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "tmpfs"])
+        .arg(&at)
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let e = fs::unmount(&link).unwrap_err();
+    assert!(mounted(&at), "unmounted through the symlink ({e})");
+    fs::unmount(&at).unwrap();
+    assert!(!mounted(&at));
+    let e = fs::unmount(&at).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EINVAL), "{e}");
+}

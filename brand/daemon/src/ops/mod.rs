@@ -332,6 +332,8 @@ fn provision(
         ssh_host_keys: a.ssh_host_keys,
         force: a.force,
         platform: platform(ErrorKind::Provision, &a.platform)?,
+        format: a.format,
+        mount: a.mount,
         // Made from the contents the client sent: no path of its is
         // opened here.
         seed: a

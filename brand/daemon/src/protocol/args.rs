@@ -208,6 +208,13 @@ pub struct ProvisionArgs {
     /// `None`: disk guests get no seed (`--no-seed`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seed: Option<Box<SeedSent>>,
+    /// `tree` (default) or `composefs`: what form a tree image's guests
+    /// take (`--format`).
+    #[serde(default)]
+    pub format: zinstall_provision::GuestFormat,
+    /// Leave each composefs guest mounted on its `root/` (`--mount`).
+    #[serde(default)]
+    pub mount: bool,
 }
 
 fn one() -> usize {

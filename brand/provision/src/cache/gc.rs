@@ -280,6 +280,9 @@ impl Cache {
             let _unlocked = lock.flock_unlock();
             let _unlocked = build.flock_unlock();
             r?;
+            if info.entry.kind == EntryKind::Tree {
+                self.remove_composefs_ref(&info.entry)?;
+            }
             total = total.saturating_sub(info.size);
             report.freed += info.size;
             decide(true, why);
@@ -358,6 +361,26 @@ impl Cache {
         {
             *files_removed += 1;
         }
+        Ok(())
+    }
+
+    /// Removes the ref that kept the removed tree `entry`'s composefs
+    /// image, if it had one: the image is then kept only by installs'
+    /// refs, and the store's own sweep takes what nothing names.
+    fn remove_composefs_ref(&self, entry: &Entry) -> Result<()> {
+        let store = self.composefs_store();
+        #[cfg(not(target_os = "linux"))]
+        let _no_composefs_here = entry;
+        if !cfg!(target_os = "linux") || fs::symlink_metadata(&store).is_err() {
+            return Ok(());
+        }
+        #[cfg(target_os = "linux")]
+        zinstall_composefs::Store::open(&store)
+            .and_then(|s| s.remove_ref(&entry.composefs_ref()))
+            .map_err(|e| Error::Composefs {
+                path: e.path.clone(),
+                why: e.to_string(),
+            })?;
         Ok(())
     }
 

@@ -129,6 +129,12 @@ impl Entry {
         }
     }
 
+    /// The ref that keeps this entry's composefs image in the cache's
+    /// composefs store, while the entry stays.
+    pub fn composefs_ref(&self) -> String {
+        format!("entry-{}", self.name())
+    }
+
     /// `kind-sha256`: what every generation of this content shares.
     pub(super) fn content_name(&self) -> String {
         format!("{}-{}", self.kind.as_str(), self.sha256)
@@ -227,6 +233,13 @@ impl Cache {
     /// The cache's root directory.
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// The composefs object store and images: the place
+    /// `crate::composefs_store_of` names, said here too so that the
+    /// cache's own gc names no module above it.
+    pub fn composefs_store(&self) -> PathBuf {
+        self.root.join("composefs")
     }
 
     pub(super) fn entries_dir(&self) -> PathBuf {

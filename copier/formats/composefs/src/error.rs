@@ -41,6 +41,10 @@ pub enum Op {
     Adopt,
     /// Taking the store's lock.
     Lock,
+    /// Mounting an image.
+    Mount,
+    /// Unmounting a root.
+    Unmount,
 }
 
 impl fmt::Display for Op {
@@ -62,6 +66,8 @@ impl fmt::Display for Op {
             Op::Verity => "enable fs-verity",
             Op::Adopt => "make an object of",
             Op::Lock => "lock",
+            Op::Mount => "mount",
+            Op::Unmount => "unmount",
         })
     }
 }
@@ -86,6 +92,19 @@ pub enum Problem {
     BadName,
     /// The tree cannot be an EROFS image (composefs's own check).
     Format(String),
+    /// The kernel refused a composefs mount in a way older kernels do
+    /// (no EROFS from a file, no overlay layers given by descriptor).
+    Kernel(io::Error),
+    /// A mount point that is not a directory (a symlink, a file).
+    NotDirectory,
+    /// Nothing is mounted there.
+    NotMounted,
+    /// The directory has no `composefs.json`.
+    NotComposefs,
+    /// The record's image is not in its store.
+    MissingImage(Box<Error>),
+    /// fs-verity was required but the image has none (or another one).
+    NoVerity,
 }
 
 /// An error with the path and the operation it happened in.
@@ -139,6 +158,39 @@ impl fmt::Display for Error {
             ),
             Problem::BadName => write!(f, "{p}: {op}: not an object name"),
             Problem::Format(m) => write!(f, "{p}: {op}: {m}"),
+            Problem::Kernel(e) => write!(
+                f,
+                "{p}: {op}: the kernel refused it ({e}): composefs mounts \
+                 need Linux 6.15 or later with erofs and overlayfs (EROFS \
+                 mounted from a file, overlay layers given by descriptor); \
+                 upgrade the kernel, or load the erofs and overlay modules"
+            ),
+            Problem::NotDirectory => write!(
+                f,
+                "{p}: {op}: not a directory (a symlink or a file): the mount \
+                 point must be the empty directory install or provision made; \
+                 remove what is there and make it with mkdir"
+            ),
+            Problem::NotComposefs => write!(
+                f,
+                "{p}: {op}: no composefs.json: not a composefs root (one \
+                 made by install or provision --format composefs)"
+            ),
+            Problem::MissingImage(e) => write!(
+                f,
+                "{p}: {op}: its image is not in the store ({e}); `cache gc` \
+                 or a removed store took it: provision or install it again"
+            ),
+            Problem::NotMounted => {
+                write!(f, "{p}: {op}: nothing is mounted there")
+            }
+            Problem::NoVerity => write!(
+                f,
+                "{p}: {op}: fs-verity is required but the image has none \
+                 (the store's filesystem may not support it): mount without \
+                 requiring it, or keep the store on ext4/btrfs/f2fs with \
+                 fs-verity enabled"
+            ),
         }
     }
 }
@@ -146,8 +198,9 @@ impl fmt::Display for Error {
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match &self.problem {
-            Problem::Io(e) => Some(e),
+            Problem::Io(e) | Problem::Kernel(e) => Some(e),
             Problem::Foreign(e) => Some(e),
+            Problem::MissingImage(e) => Some(e.as_ref()),
             _ => None,
         }
     }

@@ -13,12 +13,13 @@
 //! The API: [`Store`] (open, put, verify an object; [`Store::sync`] once
 //! an image's objects are written; refs), [`write_image`] (a directory
 //! tree into the store and an image, synced), [`scan`] and
-//! [`image_bytes`] for the two steps apart, and [`Error`] (the path, the
-//! operation and the cause). Collecting: [`Store::sweep`] keeps what
-//! refs name and removes the rest under the store's lock held
-//! exclusively; every writer holds [`Store::lock_shared`] from before
-//! its first object until its ref is added. [`Store::verify_all`]
-//! re-hashes every object.
+//! [`image_bytes`] for the two steps apart, [`Root`] (a root's
+//! directory and record: mount, unmount, the mount(8) commands) over
+//! [`mount_root`], and [`Error`] (the path, the operation and the
+//! cause). Collecting: [`Store::sweep`] keeps what refs name and removes
+//! the rest under the store's lock held exclusively; every writer holds
+//! [`Store::lock_shared`] from before its first object until its ref is
+//! added. [`Store::verify_all`] re-hashes every object.
 //!
 //! composefs is Linux's: on other systems (illumos) the crate is empty,
 //! since the `composefs` crate builds only on Linux.
@@ -41,6 +42,7 @@ mod adopt;
 mod digest;
 mod error;
 mod image;
+mod mount;
 mod record;
 mod refs;
 mod scan;
@@ -51,6 +53,7 @@ mod verity;
 pub use digest::{INLINE_MAX, ObjectId, hex, object_path, of_bytes, parse_hex};
 pub use error::{Error, Op, Problem};
 pub use image::{Image, image_bytes, write_image, write_image_with};
+pub use mount::{Layers, MountVerity, Root, mount_root, unmount};
 pub use record::{RECORD, ROOT_DIR, Record, UPPER_DIR, WORK_DIR};
 pub use refs::{REF_NAME_MAX, install_ref, valid_ref_name};
 pub use scan::{Counts, ScanOptions, Scanned, scan, scan_with};

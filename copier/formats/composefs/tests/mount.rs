@@ -108,3 +108,85 @@ fn the_mounted_image_is_the_tree() {
         "{dacl:?}"
     );
 }
+
+/// `Root::mount` mounts a record's image by descriptor: writable, the
+/// tree read through equals the source, and a write lands in upper/;
+/// read-only, writes fail; `unmount` undoes each and then says nothing
+/// is mounted.
+#[test]
+fn a_root_mounted_by_descriptor_is_the_tree() {
+    use zinstall_composefs::{MountVerity, Record, Root, unmount};
+    if !require_root()
+        || !require(
+            kernel() >= (6, 15),
+            "Linux 6.15 or later (composefs mounts by descriptor)",
+        )
+        || !require(has_filesystem("erofs"), "the kernel's erofs filesystem")
+        || !require(has_filesystem("overlay"), "the kernel's overlayfs")
+    {
+        return;
+    }
+    let tmp = Tmp::new();
+    let src = tmp.path().join("src");
+    fs::create_dir(&src).unwrap();
+    tree::build(&src, true);
+    let store = Store::open(&tmp.path().join("store")).unwrap();
+    let image = write_image(&src, &store).unwrap();
+    let dir = tmp.path().join("guest");
+    for d in ["", "root", "upper", "work"] {
+        fs::create_dir(dir.join(d)).unwrap();
+    }
+    let fd: std::os::fd::OwnedFd = fs::File::open(&dir).unwrap().into();
+    Record::new(store.path(), &image.id, "entry-t")
+        .write(&fd, &dir)
+        .unwrap();
+    let root = Root::open(&dir).unwrap();
+    let at = dir.join("root");
+    // A writable overlay's top directory shows upper/'s attributes, as
+    // provision gives upper/ the image root's; and a merged directory's
+    // link count is always 1 (overlayfs does not count subdirectories).
+    let touched = std::process::Command::new("touch")
+        .arg("-r")
+        .arg(&src)
+        .arg(dir.join("upper"))
+        .status()
+        .unwrap();
+    assert!(touched.success());
+    let src_mode = fs::symlink_metadata(&src).unwrap().permissions();
+    fs::set_permissions(dir.join("upper"), src_mode).unwrap();
+
+    root.mount(false, MountVerity::IfPresent).unwrap();
+    let mut diffs = compare::differences(&src, &at);
+    diffs.retain(|d| !d.starts_with(": nlink"));
+    fs::write(at.join("written"), b"w").unwrap();
+    unmount(&at).unwrap();
+    assert!(diffs.is_empty(), "the mount differs:\n{}", diffs.join("\n"));
+    assert_eq!(fs::read(dir.join("upper/written")).unwrap(), b"w");
+
+    root.mount(true, MountVerity::Off).unwrap();
+    let e = fs::write(at.join("again"), b"w").unwrap_err();
+    root.unmount().unwrap();
+    assert_eq!(e.raw_os_error(), Some(libc::EROFS), "{e}");
+    let e = root.unmount().unwrap_err();
+    assert!(e.to_string().contains("nothing is mounted"), "{e}");
+    // Requiring fs-verity mounts only an image that has it, and is
+    // refused, saying so, for one that has none (this store's objects
+    // have none where the filesystem lacks fs-verity).
+    let f = store.open_object(&image.id).unwrap();
+    let has = composefs::fsverity::measure_verity_opt::<
+        zinstall_composefs::ObjectId,
+    >(&f)
+    .ok()
+    .flatten()
+    .is_some();
+    match root.mount(false, MountVerity::Require) {
+        Ok(()) => {
+            root.unmount().unwrap();
+            assert!(has, "required fs-verity of an image without it");
+        }
+        Err(e) => {
+            assert!(!has, "{e}");
+            assert!(e.to_string().contains("fs-verity is required"), "{e}");
+        }
+    }
+}

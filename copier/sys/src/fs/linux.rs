@@ -471,3 +471,16 @@ pub fn mount_id(dir: RawFd, name: &CStr) -> io::Result<Option<u64>> {
     }
     Ok((stx.stx_mask & libc::STATX_MNT_ID != 0).then_some(stx.stx_mnt_id))
 }
+
+/// Unmounts what is mounted at `path` (`umount2`), never through a
+/// symlink at its last component (`UMOUNT_NOFOLLOW`), so a mount point
+/// swapped for a link cannot make us unmount something else. EINVAL when
+/// nothing is mounted there.
+pub fn unmount(path: &Path) -> io::Result<()> {
+    let c = crate::cstr(path)?;
+    // SAFETY: a valid C string; umount2 reads it only.
+    if unsafe { libc::umount2(c.as_ptr(), libc::UMOUNT_NOFOLLOW) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}

@@ -56,6 +56,9 @@ use portable as xattr;
 /// Whether this platform's build copies extended attributes.
 pub const XATTRS: bool = cfg!(target_os = "linux");
 
+/// Unmounting: Linux's, for composefs roots.
+#[cfg(target_os = "linux")]
+pub use linux::unmount;
 /// Linux's alone: composefs (its only user) is Linux's.
 #[cfg(target_os = "linux")]
 pub use linux_xattr::remove_xattr_fd;

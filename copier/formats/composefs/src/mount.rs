@@ -1,0 +1,293 @@
+//! A composefs root mounted: the EROFS image (opened through the store,
+//! never by a path someone could swap) under an overlay whose data-only
+//! lower layer is the store's `objects/`, with the root's own `upper/`
+//! and `work/` when it is writable. Everything is passed to the kernel by
+//! descriptor (composefs-rs's `composefs_fsmount`), so only the mount
+//! point itself is named, and it is resolved beneath its parent without
+//! following a symlink.
+
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use composefs::fsverity::measure_verity_opt;
+use composefs::mount::{
+    MountOptions, VerityRequirement, composefs_fsmount, mount_at,
+};
+use zinstall_sys::fs::at;
+
+use crate::digest::{self, ObjectId};
+use crate::error::{Error, Op, Problem};
+use crate::record::{RECORD, ROOT_DIR, Record, UPPER_DIR, WORK_DIR};
+use crate::store::Store;
+
+/// Whether the overlay checks each file's fs-verity digest against the
+/// one the image records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MountVerity {
+    /// Always: a mount of an image without fs-verity is refused.
+    Require,
+    /// When the image object has fs-verity (its store's filesystem
+    /// supports it and the store enabled it); off otherwise.
+    IfPresent,
+    /// Never.
+    Off,
+}
+
+/// The overlay's layers above the image.
+#[derive(Debug, Clone, Copy)]
+pub enum Layers<'a> {
+    /// Writable: changes go to `upper`, `work` is the overlay's scratch.
+    Overlay {
+        /// The upper layer.
+        upper: BorrowedFd<'a>,
+        /// The work directory (on `upper`'s filesystem).
+        work: BorrowedFd<'a>,
+    },
+    /// Read-only: the image alone.
+    ReadOnly,
+}
+
+/// Mounts the image `id` of `store` on the directory `name` in `parent`
+/// (`shown` names that mount point in errors).
+pub fn mount_root(
+    store: &Store,
+    id: &ObjectId,
+    parent: BorrowedFd<'_>,
+    name: &str,
+    shown: &Path,
+    layers: Layers<'_>,
+    verity: MountVerity,
+) -> Result<(), Error> {
+    let leaf = std::ffi::CString::new(name)
+        .map_err(|_| Error::new(shown, Op::Mount, Problem::BadName))?;
+    match at::lstat(parent.as_raw_fd(), &leaf) {
+        Ok(Some(st)) if st.st_mode & libc::S_IFMT == libc::S_IFDIR => {}
+        Ok(Some(_)) => {
+            return Err(Error::new(shown, Op::Mount, Problem::NotDirectory));
+        }
+        Ok(None) => {
+            return Err(Error::io(
+                shown,
+                Op::Mount,
+                io::Error::from(io::ErrorKind::NotFound),
+            ));
+        }
+        Err(e) => return Err(Error::io(shown, Op::Stat, e)),
+    }
+    let image = store.open_object(id).map_err(|e| {
+        Error::new(shown, Op::Mount, Problem::MissingImage(Box::new(e)))
+    })?;
+    let verity = match verity {
+        MountVerity::Off => VerityRequirement::Disabled,
+        MountVerity::Require | MountVerity::IfPresent => {
+            let has =
+                measure_verity_opt::<ObjectId>(image.as_fd()).ok().flatten();
+            match (has, verity) {
+                (Some(d), _) if &d == id => VerityRequirement::Required,
+                (_, MountVerity::Require) => {
+                    return Err(Error::new(
+                        &store.object_path(id),
+                        Op::Mount,
+                        Problem::NoVerity,
+                    ));
+                }
+                _ => VerityRequirement::Disabled,
+            }
+        }
+    };
+    let mut options = MountOptions::default();
+    if let Layers::Overlay { upper, work } = layers {
+        let dup = |fd: BorrowedFd<'_>| {
+            fd.try_clone_to_owned()
+                .map_err(|e| Error::io(shown, Op::Mount, e))
+        };
+        options.set_overlay(dup(upper)?, dup(work)?);
+        options.set_read_write(true);
+    }
+    let name_tag = digest::hex(id);
+    let fs = composefs_fsmount(
+        OwnedFd::from(image),
+        &name_tag,
+        &[store.objects_dir()],
+        verity,
+        &options,
+    )
+    .map_err(|e| kernel_error(shown, e))?;
+    mount_at(&fs, parent, leaf.as_c_str())
+        .map_err(|e| Error::io(shown, Op::Mount, io::Error::from(e)))
+}
+
+/// The kernel's refusal of a composefs mount, said as the kernel
+/// requirement when it is what older kernels answer.
+fn kernel_error(shown: &Path, e: io::Error) -> Error {
+    match e.raw_os_error() {
+        Some(libc::EINVAL | libc::ENOTBLK | libc::ENOSYS | libc::ENODEV) => {
+            Error::new(shown, Op::Mount, Problem::Kernel(e))
+        }
+        _ => Error::io(shown, Op::Mount, e),
+    }
+}
+
+/// A composefs root's directory, its record read.
+pub struct Root {
+    /// The directory (a guest's, a zonepath).
+    pub dir: PathBuf,
+    /// Its descriptor.
+    pub fd: OwnedFd,
+    /// What `composefs.json` says.
+    pub record: Record,
+}
+
+impl Root {
+    /// Opens the directory `dir` and reads its record: an error saying
+    /// so if it has none.
+    pub fn open(dir: &Path) -> Result<Root, Error> {
+        let c =
+            zinstall_sys::cstr(dir).map_err(|e| Error::io(dir, Op::Open, e))?;
+        let fd = at::open_dir(libc::AT_FDCWD, &c)
+            .map_err(|e| Error::io(dir, Op::Open, e))?;
+        let record = Record::read(&fd, dir)?.ok_or_else(|| {
+            Error::new(&dir.join(RECORD), Op::Read, Problem::NotComposefs)
+        })?;
+        Ok(Root {
+            dir: dir.to_path_buf(),
+            fd,
+            record,
+        })
+    }
+
+    /// The mount point, `DIR/root`.
+    pub fn mount_point(&self) -> PathBuf {
+        self.dir.join(ROOT_DIR)
+    }
+
+    /// The record's store, opened only if it is there (a mount must not
+    /// make an empty store where the record's was).
+    fn store(&self) -> Result<Store, Error> {
+        let shown = &self.record.store;
+        match std::fs::symlink_metadata(shown) {
+            Ok(m) if m.is_dir() => Store::open(shown),
+            Ok(_) => Err(Error::new(shown, Op::Open, Problem::NotDirectory)),
+            Err(e) => Err(Error::new(
+                &self.dir.join(RECORD),
+                Op::Mount,
+                Problem::MissingImage(Box::new(Error::io(shown, Op::Open, e))),
+            )),
+        }
+    }
+
+    /// Mounts the record's image on `DIR/root`: writable through
+    /// `DIR/upper` and `DIR/work`, or read-only.
+    pub fn mount(
+        &self,
+        read_only: bool,
+        verity: MountVerity,
+    ) -> Result<(), Error> {
+        let id = self.record.image_id(&self.dir.join(RECORD))?;
+        let store = self.store()?;
+        let shown = self.mount_point();
+        let open = |name: &str| {
+            let c = std::ffi::CString::new(name)
+                .map_err(|_| Error::new(&shown, Op::Open, Problem::BadName))?;
+            at::open_dir(self.fd.as_raw_fd(), &c)
+                .map_err(|e| Error::io(&self.dir.join(name), Op::Open, e))
+        };
+        if read_only {
+            return mount_root(
+                &store,
+                &id,
+                self.fd.as_fd(),
+                ROOT_DIR,
+                &shown,
+                Layers::ReadOnly,
+                verity,
+            );
+        }
+        let (upper, work) = (open(UPPER_DIR)?, open(WORK_DIR)?);
+        mount_root(
+            &store,
+            &id,
+            self.fd.as_fd(),
+            ROOT_DIR,
+            &shown,
+            Layers::Overlay {
+                upper: upper.as_fd(),
+                work: work.as_fd(),
+            },
+            verity,
+        )
+    }
+
+    /// The commands (argument vectors: `mkdir`, then mount(8) for the
+    /// image and for the overlay) that mount the same root, for fstab and
+    /// systemd users: the image on a per-image directory under
+    /// `lower_base`, shared by every root of it, then the overlay on
+    /// `DIR/root`. Paths are made absolute (not resolved).
+    pub fn mount_commands(
+        &self,
+        read_only: bool,
+        lower_base: &Path,
+    ) -> Vec<Vec<String>> {
+        let abs = |p: &Path| {
+            std::path::absolute(p)
+                .unwrap_or_else(|_| p.to_path_buf())
+                .display()
+                .to_string()
+        };
+        let dir = PathBuf::from(abs(&self.dir));
+        let store = PathBuf::from(abs(&self.record.store));
+        let image = store.join("objects").join(digest_path(&self.record.image));
+        let lower = abs(&lower_base.join(&self.record.image));
+        let layers = if read_only {
+            "ro".to_string()
+        } else {
+            format!(
+                "upperdir={},workdir={}",
+                dir.join(UPPER_DIR).display(),
+                dir.join(WORK_DIR).display()
+            )
+        };
+        let overlay = format!(
+            "{layers},lowerdir={lower}::{},redirect_dir=on,metacopy=on",
+            store.join("objects").display()
+        );
+        let v = |a: &[&str]| a.iter().map(|s| s.to_string()).collect();
+        vec![
+            v(&["mkdir", "-p", &lower]),
+            v(&["mount", "-t", "erofs", "-o", "ro", &abs(&image), &lower]),
+            v(&[
+                "mount",
+                "-t",
+                "overlay",
+                "overlay",
+                "-o",
+                &overlay,
+                &abs(&dir.join(ROOT_DIR)),
+            ]),
+        ]
+    }
+
+    /// Unmounts `DIR/root`: an error naming it if nothing is mounted
+    /// there.
+    pub fn unmount(&self) -> Result<(), Error> {
+        unmount(&self.mount_point())
+    }
+}
+
+/// `XX/<62 hex>` of an image's hex ID (checked by [`Record::read`]).
+fn digest_path(hex: &str) -> String {
+    let (a, b) = hex.split_at(2.min(hex.len()));
+    format!("{a}/{b}")
+}
+
+/// Unmounts the root mounted at `at` (not through a symlink).
+pub fn unmount(at: &Path) -> Result<(), Error> {
+    zinstall_sys::fs::unmount(at).map_err(|e| {
+        if e.raw_os_error() == Some(libc::EINVAL) {
+            Error::new(at, Op::Unmount, Problem::NotMounted)
+        } else {
+            Error::io(at, Op::Unmount, e)
+        }
+    })
+}
