@@ -289,7 +289,13 @@ mod linux {
                 &opts.identity,
             )?;
             if let Some(c) = custom {
-                customized = customize::apply(c, &root, n, opts.tunables)?;
+                customized = customize::apply(
+                    c,
+                    &root,
+                    n,
+                    opts.tunables,
+                    opts.cancel.as_ref(),
+                )?;
             }
             mounted.unmount()?;
             // Copying a directory up touched upper/ itself.
