@@ -1,6 +1,7 @@
 //! One module per `zinstall` subcommand.
 
 pub mod cache_composefs;
+mod cache_print;
 pub mod copy;
 pub mod customize;
 mod daemon_arg;

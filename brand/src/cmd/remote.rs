@@ -507,7 +507,7 @@ pub fn cache_gc(
         socket,
         Call::CacheGc(args),
         json,
-        super::provision::print_gc,
+        super::cache_print::print_gc,
     )
 }
 
@@ -515,7 +515,7 @@ pub fn cache_gc(
 /// local command prints its own.
 pub fn cache_list(socket: &Path, json: bool) -> Exit {
     shown::<Vec<CacheEntryReply>>(socket, Call::CacheList, json, |l| {
-        super::provision::print_cache_list(l)
+        super::cache_print::print_cache_list(l)
     })
 }
 
