@@ -492,3 +492,51 @@ fn force_replaces_mounted_composefs_guests() {
         .count();
     assert_eq!(n, 1, "{mounts}");
 }
+
+/// `cache gc` through zinstalld sweeps the cache's composefs store as a
+/// local one does: once the guests and their entry are gone, the image
+/// and its objects go, and the reply says so.
+#[test]
+fn cache_gc_through_the_daemon_sweeps_the_store() {
+    if !composefs_mounts() {
+        return;
+    }
+    let d = crate::daemon::Daemon::start("");
+    let image = rootfs_tar(&d.path(""));
+    let out = d.path("guests");
+    let o = d.zinstall(&[
+        "provision",
+        image.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--format",
+        "composefs",
+        "--keep-identity",
+        "--json",
+    ]);
+    json(&o);
+    let store = d.path("cache/composefs");
+    let before = objects(&store);
+    assert!(before.len() > 1, "{before:?}");
+    let gc = |more: &[&str]| {
+        let mut args = vec!["cache", "gc"];
+        args.extend_from_slice(more);
+        let o = d.zinstall(&args);
+        assert!(o.status.success(), "{}", text(&o));
+        o
+    };
+    // In use: everything stays, and the text says what the store kept.
+    let o = gc(&[]);
+    assert!(text(&o).contains("composefs store"), "{}", text(&o));
+    assert_eq!(objects(&store), before);
+    fs::remove_dir_all(&out).unwrap();
+    let v = json(&gc(&["--json"]));
+    let c = &v["result"]["composefs"];
+    assert_eq!(
+        c["objects_removed"].as_u64(),
+        Some(before.len() as u64),
+        "{v}"
+    );
+    assert_eq!(c["images_kept"].as_u64(), Some(0), "{v}");
+    assert!(objects(&store).is_empty(), "{:?}", objects(&store));
+}

@@ -405,6 +405,9 @@ pub struct GcReply {
     pub decisions: Vec<GcEntryDecision>,
     /// What was done to the pulled images.
     pub store: StoreGcInfo,
+    /// What was done to the composefs store, if the cache has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub composefs: Option<zinstall_provision::cache::ComposefsSweep>,
 }
 
 /// What gc decided about one cache entry.
@@ -490,6 +493,7 @@ impl GcReply {
                     })
                     .collect(),
             },
+            composefs: r.composefs.clone(),
         }
     }
 }

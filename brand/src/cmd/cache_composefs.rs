@@ -9,66 +9,24 @@ use serde_json::Value;
 
 use crate::exit::Exit;
 
-/// Sweeps the store of the cache at `cache`, if it has one: the report
-/// as JSON (`Null` when there is no store), printed as text too unless
-/// `json`.
-#[cfg(target_os = "linux")]
-pub fn sweep(cache: &Path, dry_run: bool, json: bool) -> Result<Value, Exit> {
-    use crate::output;
-    let path = zinstall_provision::composefs_store_of(cache);
-    if path.symlink_metadata().is_err() {
-        return Ok(Value::Null);
-    }
-    let r = zinstall_composefs::Store::open(&path)
-        .and_then(|s| s.sweep(dry_run))
-        .map_err(|e| {
-            crate::json::fail(json, &e, Value::Null);
-            Exit::Failed
-        })?;
-    if !json {
-        output::out(format_args!(
-            "composefs store {}: {} {} objects ({}), {} image links, {} \
-             leftovers of interrupted runs; kept {} objects of {} images",
-            output::show(&path),
-            if dry_run { "would remove" } else { "removed" },
-            r.objects_removed,
-            output::human_bytes(r.bytes_removed),
-            r.links_removed,
-            r.leftovers_removed,
-            r.objects_kept,
-            r.images_kept
-        ));
-    }
-    Ok(serde_json::json!({
-        "store": crate::json::path(&path),
-        "dry_run": dry_run,
-        "images_kept": r.images_kept,
-        "objects_kept": r.objects_kept,
-        "objects_removed": r.objects_removed,
-        "bytes_removed": r.bytes_removed,
-        "links_removed": r.links_removed,
-        "leftovers_removed": r.leftovers_removed,
-    }))
-}
-
-/// No store where composefs is not.
-#[cfg(not(target_os = "linux"))]
-pub fn sweep(_: &Path, _: bool, _: bool) -> Result<Value, Exit> {
-    Ok(Value::Null)
-}
-
-/// `cache gc` of a cache with a composefs store and no entries: the
-/// store swept alone; `None` when there is no store either.
+/// `cache gc` of a cache with a composefs store and no entries (only
+/// composefs installs used it): the store swept alone; `None` when there
+/// is no store either.
 pub fn sweep_alone(cache: &Path, dry_run: bool, json: bool) -> Option<Exit> {
-    let v = match sweep(cache, dry_run, json) {
-        Ok(v) => v,
-        Err(exit) => return Some(exit),
+    let path = zinstall_provision::composefs_store_of(cache);
+    let c = match zinstall_provision::cache::sweep_store(&path, dry_run) {
+        Ok(c) => c?,
+        Err(e) => {
+            crate::json::fail(json, &e, Value::Null);
+            return Some(Exit::Failed);
+        }
     };
-    if v.is_null() {
-        return None;
-    }
     if json {
-        crate::json::result(serde_json::json!({ "composefs": v }));
+        crate::json::result(serde_json::json!({
+            "composefs": crate::json::typed(&c)
+        }));
+    } else {
+        super::cache_print::print_composefs_sweep(&c);
     }
     Some(Exit::Ok)
 }

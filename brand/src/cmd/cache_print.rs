@@ -96,6 +96,9 @@ pub fn print_gc(r: &GcReply) {
             human(store.size_after)
         ));
     }
+    if let Some(c) = &r.composefs {
+        print_composefs_sweep(c);
+    }
     if r.dry_run {
         let would = r.decisions.iter().filter(|d| d.remove).count() as u64;
         output::out(format_args!(
@@ -117,6 +120,24 @@ pub fn print_gc(r: &GcReply) {
             r.kept_in_use
         ));
     }
+}
+
+/// What gc did to the composefs store, one line.
+pub(crate) fn print_composefs_sweep(
+    c: &zinstall_provision::cache::ComposefsSweep,
+) {
+    output::out(format_args!(
+        "composefs store {}: {} {} ({}), {} and {} of interrupted runs; \
+         kept {} of {}",
+        output::show(&c.store),
+        if c.dry_run { "would remove" } else { "removed" },
+        output::count(c.objects_removed, "object", "objects"),
+        human(c.bytes_removed),
+        output::count(c.links_removed, "image link", "image links"),
+        output::count(c.leftovers_removed, "leftover", "leftovers"),
+        output::count(c.objects_kept, "object", "objects"),
+        output::count(c.images_kept, "image", "images"),
+    ));
 }
 
 /// `cache in-use`'s lines (directory: why), or its JSON array.

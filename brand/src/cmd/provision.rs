@@ -581,22 +581,10 @@ pub fn cache(args: &CacheArgs) -> Exit {
         }) {
             Ok(r) => {
                 let reply = GcReply::of(&r, *dry_run);
-                if !*json {
-                    print_gc(&reply);
-                }
-                // After the entries: the store's objects no ref keeps.
-                let store = match super::cache_composefs::sweep(
-                    &absolute(&args.cache),
-                    *dry_run,
-                    *json,
-                ) {
-                    Ok(v) => v,
-                    Err(exit) => return exit,
-                };
                 if *json {
-                    let mut v = crate::json::typed(&reply);
-                    v["composefs"] = store;
-                    crate::json::result(v);
+                    crate::json::result(crate::json::typed(&reply));
+                } else {
+                    print_gc(&reply);
                 }
                 Exit::Ok
             }

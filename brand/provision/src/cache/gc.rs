@@ -92,6 +92,8 @@ pub struct GcReport {
     /// What gc did to the images pulled into the cache's store (`oci/`);
     /// its bytes are in `freed` too.
     pub store: zinstall_registry::store::StoreGcReport,
+    /// What gc did to the composefs store, if the cache has one.
+    pub composefs: Option<super::ComposefsSweep>,
 }
 
 impl Cache {
@@ -292,6 +294,8 @@ impl Cache {
             report.files_removed += self.remove_dangling_index()?;
         }
         self.gc_store(opts, total, &mut report)?;
+        // Last: the entries removed above gave up their refs.
+        report.composefs = self.gc_composefs(opts.dry_run)?;
         Ok(report)
     }
 
@@ -361,26 +365,6 @@ impl Cache {
         {
             *files_removed += 1;
         }
-        Ok(())
-    }
-
-    /// Removes the ref that kept the removed tree `entry`'s composefs
-    /// image, if it had one: the image is then kept only by installs'
-    /// refs, and the store's own sweep takes what nothing names.
-    fn remove_composefs_ref(&self, entry: &Entry) -> Result<()> {
-        let store = self.composefs_store();
-        #[cfg(not(target_os = "linux"))]
-        let _no_composefs_here = entry;
-        if !cfg!(target_os = "linux") || fs::symlink_metadata(&store).is_err() {
-            return Ok(());
-        }
-        #[cfg(target_os = "linux")]
-        zinstall_composefs::Store::open(&store)
-            .and_then(|s| s.remove_ref(&entry.composefs_ref()))
-            .map_err(|e| Error::Composefs {
-                path: e.path.clone(),
-                why: e.to_string(),
-            })?;
         Ok(())
     }
 

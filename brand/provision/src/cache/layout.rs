@@ -239,7 +239,7 @@ impl Cache {
     /// `crate::composefs_store_of` names, said here too so that the
     /// cache's own gc names no module above it.
     pub fn composefs_store(&self) -> PathBuf {
-        self.root.join("composefs")
+        crate::composefs_store_of(&self.root)
     }
 
     pub(super) fn entries_dir(&self) -> PathBuf {

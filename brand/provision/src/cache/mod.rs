@@ -158,12 +158,14 @@
 //!   files);
 //! - `gc`: listing the entries and collecting those nobody uses.
 
+mod composefs_gc;
 mod gc;
 mod layout;
 mod obtain;
 mod protect;
 mod users;
 
+pub use composefs_gc::{ComposefsSweep, sweep_store};
 pub use gc::{EntryInfo, GcDecision, GcOptions, GcReport};
 pub(crate) use layout::store_of;
 pub use layout::{Cache, Entry, EntryKind};
