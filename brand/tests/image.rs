@@ -287,3 +287,73 @@ fn composefs_prints_the_image_id_and_writes_each_object_once() {
         text(&o)
     );
 }
+
+/// `--ref NAME` names the image, which keeps it and its objects through
+/// a sweep of the store (`cache gc` of a cache whose only content is
+/// the store); an image no ref names goes; a bad ref name is refused
+/// before anything is written.
+#[cfg(target_os = "linux")]
+#[test]
+fn composefs_ref_keeps_an_image_through_gc() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("cache");
+    let store = cache.join("composefs");
+    fs::create_dir(&cache).unwrap();
+    let image_of = |root: &Path, more: &[&str]| {
+        let o = zinstall()
+            .args(["image", "composefs", "--store"])
+            .arg(&store)
+            .args(more)
+            .arg(root)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", text(&o));
+        String::from_utf8(o.stdout).unwrap().trim().to_string()
+    };
+    let kept_root = tmp.path().join("kept");
+    tree(&kept_root);
+    let loose_root = tmp.path().join("loose");
+    tree(&loose_root);
+    fs::write(loose_root.join("only-here"), vec![0x42u8; 10_000]).unwrap();
+    let kept = image_of(&kept_root, &["--ref", "mine"]);
+    let loose = image_of(&loose_root, &[]);
+    let object = |id: &str| store.join("objects").join(&id[..2]).join(&id[2..]);
+    assert!(object(&kept).is_file() && object(&loose).is_file());
+    assert_eq!(
+        fs::read_link(store.join("images/refs/mine")).unwrap(),
+        Path::new("..").join(&kept)
+    );
+    let o = zinstall()
+        .args(["cache", "gc", "--cache"])
+        .arg(&cache)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        object(&kept).is_file(),
+        "the ref'd image went: {}",
+        text(&o)
+    );
+    assert!(!object(&loose).exists(), "the loose image stayed");
+    // Every object the kept image needs is still there: storing the same
+    // tree again writes nothing.
+    let o = zinstall()
+        .args(["image", "composefs", "--json", "--store"])
+        .arg(&store)
+        .arg(&kept_root)
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["result"]["objects_written"], 0, "{v}");
+    let before = fs::read_dir(store.join("objects")).unwrap().count();
+    let o = zinstall()
+        .args(["image", "composefs", "--ref", "../escape", "--store"])
+        .arg(&store)
+        .arg(&loose_root)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("--ref"), "{}", text(&o));
+    assert_eq!(fs::read_dir(store.join("objects")).unwrap().count(), before);
+    assert!(!tmp.path().join("escape").exists());
+}

@@ -1,7 +1,6 @@
 //! `zinstall image composefs DIR --store STORE`: a tree's regular files
 //! into a composefs object store and its metadata into an EROFS image,
-//! stored there too; prints the image's ID (issue 52's first step: no
-//! install or provision writes this form yet).
+//! stored there too, named by a ref if asked; prints the image's ID.
 
 use std::path::PathBuf;
 
@@ -18,6 +17,11 @@ pub struct ComposefsArgs {
     /// `objects/XX/...` files are named by their fs-verity digests.
     #[arg(long)]
     pub store: PathBuf,
+    /// Name the image by this ref (`images/refs/NAME`), which keeps it
+    /// and its objects from `cache gc`; without one, the next sweep of
+    /// the store removes them.
+    #[arg(long = "ref", value_name = "NAME")]
+    pub ref_name: Option<String>,
     /// Print the outcome as one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
@@ -41,8 +45,29 @@ pub fn run(args: &ComposefsArgs) -> Exit {
     use crate::output;
     use zinstall_composefs::{Store, hex, write_image};
 
+    if let Some(name) = &args.ref_name
+        && !zinstall_composefs::valid_ref_name(name)
+    {
+        crate::json::fail(
+            args.json,
+            format_args!(
+                "--ref {name:?}: a ref is 1 to {} ASCII letters, digits and \
+                 . _ - + @ : not starting with .",
+                zinstall_composefs::REF_NAME_MAX
+            ),
+            serde_json::Value::Null,
+        );
+        return Exit::Usage;
+    }
     let done = Store::open(&args.store).and_then(|store| {
+        // Held until the ref names the image: a sweep of the store
+        // waits rather than taking objects this image needs.
+        let hold = store.lock_shared()?;
         let image = write_image(&args.dir, &store)?;
+        if let Some(name) = &args.ref_name {
+            store.add_ref(name, &image.id)?;
+        }
+        drop(hold);
         let verity = store.verity()?;
         Ok((image, store, verity))
     });
@@ -69,6 +94,7 @@ pub fn run(args: &ComposefsArgs) -> Exit {
             "bytes_written": c.bytes_written,
             "objects_replaced": c.replaced,
             "verity": verity.to_string(),
+            "ref": args.ref_name,
         }));
         return Exit::Ok;
     }
@@ -85,5 +111,12 @@ pub fn run(args: &ComposefsArgs) -> Exit {
         output::show(&path),
         verity
     ));
+    match &args.ref_name {
+        Some(name) => output::note(format_args!("named by ref {name}")),
+        None => output::note(
+            "no ref names it: the next `zinstall cache gc` of this store \
+             removes it (name it with --ref)",
+        ),
+    }
     Exit::Ok
 }
