@@ -317,7 +317,10 @@ fn a_full_store_leaves_no_record_ref_or_staging_tree() {
         .unwrap();
     assert!(!o.status.success(), "{}", text(&o));
     assert!(text(&o).contains("No space left"), "{}", text(&o));
-    assert!(!zp.join("composefs.json").exists());
+    // The zonepath this install made is gone again, as after a failed
+    // plain install.
+    assert!(!zp.exists(), "{} was left", zp.display());
+    assert!(text(&o).contains("which this install made"), "{}", text(&o));
     let store = cache.join("composefs");
     let refs = store.join("images/refs");
     assert!(

@@ -171,9 +171,22 @@ fn run(
     }
     let zp = install::prepare_zonepath(&zonepath)?;
     let zp_fd = owned(&zp.dir, &zonepath)?;
-    // Held until the ref names the image: no sweep takes its objects.
-    let _lock = store.lock_shared()?;
-    let staging = make_staging(&store, &zonepath)?;
+    // Held until the ref names the image (the guard in `held` lives to
+    // the end of this function): no sweep takes its objects.
+    let held = store.lock_shared();
+    let staging = match held {
+        Ok(_) => make_staging(&store, &zonepath),
+        Err(e) => Err(e.into()),
+    };
+    let staging = match staging {
+        Ok(s) => s,
+        Err(e) => {
+            if let Some(said) = undo(zp, zp_fd) {
+                output::note(said);
+            }
+            return Err(e);
+        }
+    };
     let done = stage_and_store(args, &store, &staging, stage).and_then(
         |(image, summary)| {
             let ref_name = install_ref(&zonepath);
@@ -189,6 +202,11 @@ fn run(
         },
     );
     let removed = copier::fsutil::remove_tree(&staging);
+    if done.is_err()
+        && let Some(said) = undo(zp, zp_fd)
+    {
+        output::note(said);
+    }
     let (image, summary, ref_name) = done?;
     if let Err(e) = removed {
         output::note(format_args!(
@@ -200,6 +218,30 @@ fn run(
         store,
         ref_name,
         summary,
+    })
+}
+
+/// After a failure: the empty `root/`, `upper/` and `work/` the record
+/// step made go, and the zonepath is left as it was found: removed if
+/// this install made it (and it is empty), its mode back otherwise.
+/// Returns a line saying what was undone.
+fn undo(zp: install::Zonepath, zp_fd: OwnedFd) -> Option<String> {
+    use std::os::fd::AsRawFd;
+    for name in [c"root", c"upper", c"work"] {
+        // Only empty directories: rmdir refuses anything else.
+        let _ = zinstall_sys::fs::at::unlink(zp_fd.as_raw_fd(), name, true);
+    }
+    drop(zp_fd);
+    if zp.made {
+        let path = zp.dir.path().to_path_buf();
+        drop(zp.dir);
+        return install::discard_zonepath(&path).ok().map(|()| {
+            format!("removed {}, which this install made", path.display())
+        });
+    }
+    let was = zp.mode? & 0o7777;
+    (was != 0o700 && zp.dir.set_mode(was).is_ok()).then(|| {
+        format!("set {} back to mode {was:04o}", zp.dir.path().display())
     })
 }
 
