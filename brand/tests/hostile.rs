@@ -10,6 +10,7 @@
 
 use zinstall_testkit::fsops;
 use zinstall_testkit::sentinel;
+mod composefs;
 mod support;
 
 use std::fs;
@@ -32,7 +33,7 @@ use support::{
 
 /// How a planted symlink names the sentinel.
 #[derive(Clone, Copy, Debug)]
-enum Aim {
+pub(crate) enum Aim {
     /// `/abs/path/to/sentinel`
     Absolute,
     /// `../../sentinel`, just enough `..`
@@ -48,7 +49,13 @@ const AIMS: [Aim; 4] =
 
 /// Adds to `layer` a symlink at `rel` (inside the root at `root`) aimed at
 /// `target` the way `aim` says, with the directories above it.
-fn plant(layer: &mut Layer, root: &Path, rel: &Path, target: &Path, aim: Aim) {
+pub(crate) fn plant(
+    layer: &mut Layer,
+    root: &Path,
+    rel: &Path,
+    target: &Path,
+    aim: Aim,
+) {
     let parent = rel.parent().unwrap_or(Path::new(""));
     let mut above = PathBuf::new();
     for c in parent.components() {
