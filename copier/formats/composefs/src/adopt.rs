@@ -12,7 +12,7 @@ use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::Path;
 
-use zinstall_sys::fs::{XattrTarget, at, list_xattrs, remove_xattr_fd};
+use zinstall_sys::fs::{at, remove_xattr_fd};
 
 use crate::digest;
 use crate::error::{Error, Op, Problem};
@@ -20,17 +20,21 @@ use crate::store::{OBJECT_MODE, Put, Store};
 
 impl Store {
     /// Stores the file `name` in `dir`, open as `f` (read from its start;
-    /// `shown` names it), moving it into the store when the store lacks
-    /// it. The file is gone from `dir` afterwards, or left there when the
-    /// store had it already. Across filesystems it is copied instead.
+    /// `shown` names it; `st` is its `fstat` and `xattrs` the names of
+    /// its extended attributes, as the caller read them), moving it into
+    /// the store when the store lacks it. The file is gone from `dir`
+    /// afterwards, or left there when the store had it already. Across
+    /// filesystems it is copied instead.
     pub fn adopt_file(
         &self,
         dir: &OwnedFd,
         name: &CStr,
         f: &File,
         shown: &Path,
+        st: &libc::stat,
+        xattrs: &[&[u8]],
     ) -> Result<Put, Error> {
-        let hint = at::fstat(f).map_or(0, |st| st.st_size as u64);
+        let hint = st.st_size as u64;
         let (id, size) = digest::of_reader(f, hint, |_| Ok(()))
             .map_err(|e| Error::io(shown, Op::Read, e))?;
         let _writing = self.writing(&id);
@@ -39,7 +43,7 @@ impl Store {
             crate::store::Present::No => false,
             crate::store::Present::Bad => true,
         };
-        self.make_object(f, shown)?;
+        self.make_object(f, shown, st, xattrs)?;
         let obj = self.object_path(&id);
         self.seal_file(f, &id, &obj)?;
         let (dir_name, leaf) = self.names(&id)?;
@@ -69,21 +73,29 @@ impl Store {
         }
     }
 
-    /// Makes the open file `f` what an object is: the store's owner
-    /// (as root), mode 0644, no extended attribute.
-    fn make_object(&self, f: &File, shown: &Path) -> Result<(), Error> {
-        let st = at::fstat(f).map_err(|e| Error::io(shown, Op::Stat, e))?;
+    /// Makes the open file `f` (whose `fstat` is `st` and whose extended
+    /// attributes are `xattrs`) what an object is: the store's owner (as
+    /// root), mode 0644, no extended attribute.
+    fn make_object(
+        &self,
+        f: &File,
+        shown: &Path,
+        st: &libc::stat,
+        xattrs: &[&[u8]],
+    ) -> Result<(), Error> {
         let (uid, gid) = self.owner();
         if (st.st_uid, st.st_gid) != (uid, gid) && self.is_root() {
             at::fchown(f, uid, gid)
                 .map_err(|e| Error::io(shown, Op::Adopt, e))?;
         }
-        at::fchmod(f, OBJECT_MODE)
-            .map_err(|e| Error::io(shown, Op::Adopt, e))?;
-        let names = list_xattrs(&XattrTarget::Fd(std::os::fd::AsFd::as_fd(f)))
-            .map_err(|e| Error::io(shown, Op::Xattrs, e))?;
-        for n in names.split(|&b| b == 0).filter(|n| !n.is_empty()) {
-            let c = std::ffi::CString::new(n)
+        // Read before any change: a setuid bit fchown cleared is still
+        // in `st`, so the mode is set whenever it was not 0644.
+        if st.st_mode & 0o7777 != OBJECT_MODE {
+            at::fchmod(f, OBJECT_MODE)
+                .map_err(|e| Error::io(shown, Op::Adopt, e))?;
+        }
+        for n in xattrs {
+            let c = std::ffi::CString::new(*n)
                 .map_err(|_| Error::new(shown, Op::Adopt, Problem::BadName))?;
             remove_xattr_fd(f, &c)
                 .map_err(|e| Error::io(shown, Op::Adopt, e))?;

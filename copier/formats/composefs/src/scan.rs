@@ -220,7 +220,8 @@ fn store_file(
     }
     let xattrs = read_xattrs(&XattrTarget::Fd(f.as_fd()), shown)?;
     let put = if adopt {
-        store.adopt_file(&job.dir, &job.name, &f, shown)?
+        let names: Vec<&[u8]> = xattrs.keys().map(|k| k.as_bytes()).collect();
+        store.adopt_file(&job.dir, &job.name, &f, shown, &now, &names)?
     } else {
         store.put_file(&f, shown)?
     };

@@ -16,10 +16,10 @@ use std::collections::HashSet;
 use std::ffi::{CStr, CString};
 use std::fs::File;
 use std::io::{self, Seek, SeekFrom, Write};
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
 
 use zinstall_core::foreign::{self, Follow};
 use zinstall_sys::fs::at;
@@ -50,6 +50,10 @@ pub struct Store {
     /// Whether objects get fs-verity here, once a write has found out
     /// (0 not yet; the values are fs-verity's module's).
     verity: AtomicU8,
+    /// `objects/XX`, by `XX`, once opened: a tree of 50,000 files would
+    /// otherwise open (and try to make) its object's directory two or
+    /// three times a file. The store never removes them.
+    dirs: Box<[OnceLock<OwnedFd>]>,
 }
 
 /// Locks that order writes of the same object (stripes, not one per
@@ -141,6 +145,7 @@ impl Store {
             checked: Mutex::new(HashSet::new()),
             writing: std::array::from_fn(|_| Mutex::new(())),
             verity: AtomicU8::new(0),
+            dirs: (0..256).map(|_| OnceLock::new()).collect(),
         })
     }
 
@@ -154,15 +159,49 @@ impl Store {
         self.owner
     }
 
-    /// Opens (making it if needed) `objects/XX`, `shown` naming an
-    /// object in it.
+    /// `objects/XX` (`dir_name`), opened once and kept, made if `make`
+    /// and it is not there; `None` if it is not there and not made.
+    /// `shown` names an object in it.
+    fn cached_dir(
+        &self,
+        dir_name: &CStr,
+        shown: &Path,
+        make: bool,
+    ) -> Result<Option<BorrowedFd<'_>>, Error> {
+        let dir_shown = shown.parent().unwrap_or(shown);
+        let slot = dir_name
+            .to_str()
+            .ok()
+            .and_then(|x| u8::from_str_radix(x, 16).ok())
+            .and_then(|i| self.dirs.get(usize::from(i)))
+            .ok_or_else(|| Error::new(dir_shown, Op::Open, Problem::BadName))?;
+        if let Some(fd) = slot.get() {
+            return Ok(Some(fd.as_fd()));
+        }
+        let fd = if make {
+            make_dir(&self.objects, dir_name, dir_shown)?
+        } else {
+            match at::open_dir(self.objects.as_raw_fd(), dir_name) {
+                Ok(d) => d,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    return Ok(None);
+                }
+                Err(e) => return Err(Error::io(dir_shown, Op::Open, e)),
+            }
+        };
+        // Another thread may have opened it meanwhile: either is the
+        // same directory.
+        Ok(Some(slot.get_or_init(|| fd).as_fd()))
+    }
+
+    /// `objects/XX` (made if needed), `shown` naming an object in it.
     pub(crate) fn object_dir(
         &self,
         dir_name: &CStr,
         shown: &Path,
-    ) -> Result<OwnedFd, Error> {
-        let dir_shown = shown.parent().unwrap_or(shown);
-        make_dir(&self.objects, dir_name, dir_shown)
+    ) -> Result<BorrowedFd<'_>, Error> {
+        self.cached_dir(dir_name, shown, true)?
+            .ok_or_else(|| Error::new(shown, Op::Open, Problem::BadName))
     }
 
     /// The store's directory.
@@ -262,10 +301,8 @@ impl Store {
     fn stat_object(&self, id: &ObjectId) -> Result<Option<libc::stat>, Error> {
         let shown = self.object_path(id);
         let (dir, leaf) = self.names(id)?;
-        let d = match at::open_dir(self.objects.as_raw_fd(), &dir) {
-            Ok(d) => d,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(Error::io(&shown, Op::Open, e)),
+        let Some(d) = self.cached_dir(&dir, &shown, false)? else {
+            return Ok(None);
         };
         match at::lstat(d.as_raw_fd(), &leaf) {
             Ok(Some(st)) if st.st_mode & libc::S_IFMT == libc::S_IFREG => {
@@ -421,8 +458,8 @@ impl Store {
         let (dir_name, leaf) = self.names(id)?;
         let shown = self.object_path(id);
         let dir_shown = shown.parent().unwrap_or(&shown).to_path_buf();
-        let dir = make_dir(&self.objects, &dir_name, &dir_shown)?;
-        let (mut tmp, tmp_name) = self.temporary(&dir, &dir_shown)?;
+        let dir = self.object_dir(&dir_name, &shown)?;
+        let (mut tmp, tmp_name) = self.temporary(dir, &dir_shown)?;
         let tmp_shown = dir_shown.join(tmp_name.to_string_lossy().as_ref());
         let filled = fill(&mut tmp, &tmp_shown).and_then(|()| {
             at::fchmod(&tmp, OBJECT_MODE)
@@ -431,7 +468,7 @@ impl Store {
         // fs-verity needs the file with no writer left.
         drop(tmp);
         let done = filled
-            .and_then(|()| self.seal(&dir, &tmp_name, id, &tmp_shown))
+            .and_then(|()| self.seal(dir, &tmp_name, id, &tmp_shown))
             .and_then(|()| {
                 at::rename(dir.as_raw_fd(), &tmp_name, &leaf)
                     .map_err(|e| Error::io(&shown, Op::Rename, e))
@@ -447,7 +484,7 @@ impl Store {
     /// A new temporary file in `dir`, and its name.
     pub(crate) fn temporary(
         &self,
-        dir: &OwnedFd,
+        dir: BorrowedFd<'_>,
         shown: &Path,
     ) -> Result<(File, CString), Error> {
         loop {

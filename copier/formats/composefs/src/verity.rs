@@ -9,7 +9,7 @@
 use std::ffi::CStr;
 use std::fmt;
 use std::io::Write;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::path::Path;
 use std::sync::atomic::Ordering;
 
@@ -64,7 +64,7 @@ impl Store {
     /// digest is `id`; nothing where the filesystem has no fs-verity.
     pub(crate) fn seal(
         &self,
-        dir: &OwnedFd,
+        dir: BorrowedFd<'_>,
         name: &CStr,
         id: &ObjectId,
         shown: &Path,
@@ -137,7 +137,7 @@ impl Store {
             |e| Error::io(&self.path().join("objects"), Op::Open, e),
         )?;
         let shown = self.path().join("objects");
-        let (mut f, name) = self.temporary(&dir, &shown)?;
+        let (mut f, name) = self.temporary(dir.as_fd(), &shown)?;
         let tmp_shown = shown.join(name.to_string_lossy().as_ref());
         let data = b"fs-verity probe";
         let done = f
@@ -145,7 +145,7 @@ impl Store {
             .map_err(|e| Error::io(&tmp_shown, Op::Write, e));
         drop(f);
         let done = done.and_then(|()| {
-            self.seal(&dir, &name, &digest::of_bytes(data), &tmp_shown)
+            self.seal(dir.as_fd(), &name, &digest::of_bytes(data), &tmp_shown)
         });
         let _ = at::unlink(dir.as_raw_fd(), &name, false);
         done
