@@ -99,5 +99,5 @@ pub fn store_of(cache_root: &std::path::Path) -> std::path::PathBuf {
 /// Where a cache at `cache_root` keeps its composefs object store and
 /// images (install and provision share it).
 pub fn composefs_store_of(cache_root: &std::path::Path) -> std::path::PathBuf {
-    cache_root.join("composefs")
+    cache::composefs_store_of(cache_root)
 }

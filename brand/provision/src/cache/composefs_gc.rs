@@ -12,7 +12,9 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::layout::{Cache, Entry};
-use crate::error::{ProvisionError as Error, Result};
+#[cfg(target_os = "linux")]
+use crate::error::ProvisionError as Error;
+use crate::error::Result;
 
 /// What gc did to the cache's composefs store.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -235,11 +235,9 @@ impl Cache {
         &self.root
     }
 
-    /// The composefs object store and images: the place
-    /// `crate::composefs_store_of` names, said here too so that the
-    /// cache's own gc names no module above it.
+    /// The composefs object store and images (`composefs/`).
     pub fn composefs_store(&self) -> PathBuf {
-        crate::composefs_store_of(&self.root)
+        composefs_store_of(&self.root)
     }
 
     pub(super) fn entries_dir(&self) -> PathBuf {
@@ -420,6 +418,12 @@ pub(super) fn thread_number() -> String {
         .chars()
         .filter(char::is_ascii_digit)
         .collect()
+}
+
+/// Where a cache at `cache_root` keeps its composefs object store and
+/// images (install and provision share it).
+pub(crate) fn composefs_store_of(cache_root: &Path) -> PathBuf {
+    cache_root.join("composefs")
 }
 
 /// Where a cache at `cache_root` keeps the images it pulls from

@@ -167,8 +167,8 @@ mod users;
 
 pub use composefs_gc::{ComposefsSweep, sweep_store};
 pub use gc::{EntryInfo, GcDecision, GcOptions, GcReport};
-pub(crate) use layout::store_of;
 pub use layout::{Cache, Entry, EntryKind};
+pub(crate) use layout::{composefs_store_of, store_of};
 pub use obtain::{HashingReader, Lease, Obtained, Replaced, WouldObtain};
 
 #[cfg(test)]
