@@ -304,6 +304,7 @@ fn cmd_install(
         },
         progress: None,
         sync: true,
+        objects: None,
     };
     match job.run() {
         Ok(_) => OK,

@@ -184,6 +184,14 @@ fn a_composefs_install_mounts_as_the_plain_install() {
         "a staging tree was left"
     );
 
+    // Named as the unpacker wrote them, not read back (a hard link's
+    // second name has no record: it may be read).
+    let (objs, named) = (
+        r["objects"].as_u64().unwrap(),
+        r["objects_named_by_unpacker"].as_u64().unwrap(),
+    );
+    assert!(objs >= 45 && named + 1 >= objs && named <= objs, "{r}");
+
     let image = store.join("objects").join(&id[..2]).join(&id[2..]);
     let fsck = tools::tool("fsck.erofs").arg(&image).output().unwrap();
     assert!(fsck.status.success(), "{}", text(&fsck));
@@ -200,27 +208,9 @@ fn a_composefs_install_mounts_as_the_plain_install() {
     }
 
     // Mounted as the install's printed lines say: equal to the plain one.
-    let lower = w.dir.join("lower");
-    fs::create_dir(&lower).unwrap();
-    let _erofs = Mount::with_args(&["-t", "erofs", "-o", "ro"], &image, &lower);
-    let opts = format!(
-        "ro,lowerdir={}::{},redirect_dir=on,metacopy=on",
-        lower.display(),
-        store.join("objects").display()
-    );
-    let _overlay = Mount::with_args(
-        &["-t", "overlay", "-o", &opts],
-        Path::new("overlay"),
-        &zp.join("root"),
-    );
-    let o = zinstall()
-        .arg("verify")
-        .arg(plain.join("root"))
-        .arg(zp.join("root"))
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", text(&o));
-    assert!(text(&o).contains("identical"), "{}", text(&o));
+    let (_erofs, _overlay) =
+        mount_printed(&w.dir.join("lower"), &store, &id, &zp);
+    assert_identical(&plain, &zp);
     let su = fs::symlink_metadata(zp.join("root/usr/bin/su")).unwrap();
     assert_eq!(su.permissions().mode() & 0o7777, 0o4755);
     let caps = zinstall_testkit::xattrs(&zp.join("root/usr/bin/ping"));
@@ -284,6 +274,142 @@ fn a_composefs_install_mounts_as_the_plain_install() {
             .join(rec2["ref"].as_str().unwrap())
             .exists()
     );
+}
+
+/// Mounts the image `id` of `store` at `zp/root` read-only as the
+/// install's printed lines say, its EROFS at `lower`.
+fn mount_printed(
+    lower: &Path,
+    store: &Path,
+    id: &str,
+    zp: &Path,
+) -> (Mount, Mount) {
+    let image = store.join("objects").join(&id[..2]).join(&id[2..]);
+    fs::create_dir(lower).unwrap();
+    let erofs = Mount::with_args(&["-t", "erofs", "-o", "ro"], &image, lower);
+    let opts = format!(
+        "ro,lowerdir={}::{},redirect_dir=on,metacopy=on",
+        lower.display(),
+        store.join("objects").display()
+    );
+    let overlay = Mount::with_args(
+        &["-t", "overlay", "-o", &opts],
+        Path::new("overlay"),
+        &zp.join("root"),
+    );
+    (erofs, overlay)
+}
+
+/// `zinstall verify` finds the roots of `a` and `b` identical.
+fn assert_identical(a: &Path, b: &Path) {
+    let o = zinstall()
+        .arg("verify")
+        .arg(a.join("root"))
+        .arg(b.join("root"))
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("identical"), "{}", text(&o));
+}
+
+/// The install of `images` in order, with `profile`.
+fn install_images(
+    profile: &Path,
+    zp: &Path,
+    cache: &Path,
+    extra: &[&str],
+    images: &[&Path],
+) -> serde_json::Value {
+    let o = zinstall()
+        .args(["install", "--json", "--profile"])
+        .arg(profile)
+        .arg("--zonepath")
+        .arg(zp)
+        .arg("--cache")
+        .arg(cache)
+        .args(extra)
+        .args(images)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    result(&o)
+}
+
+/// The unpacker names each file as it writes it. A later layer that
+/// gives a file other bytes of the same size, or makes it a symlink, is
+/// stored as that layer left it; a root with a host tree in it is read
+/// back instead, as the unpacker did not write all of it.
+#[test]
+fn files_are_named_as_the_unpacker_left_them_or_read_back() {
+    if !require_root() {
+        return;
+    }
+    let w = world(None);
+    let l2 = w.dir.join("l2");
+    fs::create_dir_all(l2.join("usr/bin")).unwrap();
+    fs::create_dir_all(l2.join("etc/deep/er")).unwrap();
+    fs::write(l2.join("usr/bin/su"), pseudo_random(9000, 77)).unwrap();
+    fs::write(l2.join("etc/deep/er/f3"), pseudo_random(100 + 3 * 400, 78))
+        .unwrap();
+    symlink("small", l2.join("etc/acl")).unwrap();
+    let tar2 = w.dir.join("l2.tar");
+    run(zinstall().args(["image", "create"]).arg(&l2).arg(&tar2));
+    let cache = w.dir.join("cache");
+    let (plain, zp) = (w.dir.join("plain"), w.dir.join("zp"));
+    let layers = [w.tar.as_path(), tar2.as_path()];
+    install_images(&w.profile, &plain, &cache, &[], &layers);
+    let r = install_images(
+        &w.profile,
+        &zp,
+        &cache,
+        &["--format", "composefs"],
+        &layers,
+    );
+    // All but a hard link's second name, perhaps.
+    let (objs, named) = (
+        r["objects"].as_u64().unwrap(),
+        r["objects_named_by_unpacker"].as_u64().unwrap(),
+    );
+    assert!(objs >= 44 && named + 1 >= objs, "{r}");
+    let id = r["image"].as_str().unwrap();
+    let store = cache.join("composefs");
+    let mounted = mount_printed(&w.dir.join("lower"), &store, id, &zp);
+    assert_identical(&plain, &zp);
+    assert_eq!(
+        fs::read(zp.join("root/usr/bin/su")).unwrap(),
+        pseudo_random(9000, 77)
+    );
+    drop(mounted);
+
+    // A host tree beside the image: every file is read and hashed.
+    let host = w.dir.join("host");
+    fs::create_dir_all(host.join("opt")).unwrap();
+    fs::write(host.join("opt/host-file"), pseudo_random(5000, 79)).unwrap();
+    let profile = w.dir.join("host.toml");
+    fs::write(
+        &profile,
+        format!(
+            "source_root = \"{}\"\ntrees = [\"opt\"]\nimages_over_host = true\n\
+             allow_devices = true\nlog = \"{}\"\n",
+            host.display(),
+            w.dir.join("log").display()
+        ),
+    )
+    .unwrap();
+    let (plain2, zp2) = (w.dir.join("plain2"), w.dir.join("zp2"));
+    install_images(&profile, &plain2, &cache, &[], &[&w.tar]);
+    let r = install_images(
+        &profile,
+        &zp2,
+        &cache,
+        &["--format", "composefs"],
+        &[&w.tar],
+    );
+    assert_eq!(r["objects_named_by_unpacker"], 0, "{r}");
+    assert!(r["objects"].as_u64().unwrap() >= 46, "{r}");
+    let id = r["image"].as_str().unwrap();
+    let _mounted = mount_printed(&w.dir.join("lower2"), &store, id, &zp2);
+    assert_identical(&plain2, &zp2);
 }
 
 #[test]

@@ -17,11 +17,30 @@
 //! were left on it ([`xattrs_digest`]), read through the worker's own
 //! descriptor once everything was set.
 //!
-//! The hash is XXH3-128, hex ([`hex_of`]): the manifest's.
+//! The hash is XXH3-128, hex ([`hex_of`]): the manifest's. A caller
+//! that stores contents by another name (a composefs store's fs-verity
+//! digest) gives [`Contents::with_objects`] its hasher; each file is then
+//! hashed that way too, in the same pass, and the extended attributes'
+//! digest is not taken.
 
 use std::collections::BTreeMap;
 use std::io::{self, Read};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+
+/// A digest taken of a file's body beside XXH3, under which a store
+/// keeps it (32 bytes: composefs's fs-verity SHA-256).
+pub type ObjectDigest = [u8; 32];
+
+/// A hash of a body as a store names it, fed as it is written.
+pub trait ObjectHash: Send {
+    /// Adds `b`.
+    fn write(&mut self, b: &[u8]);
+    /// The digest of everything written.
+    fn finish(self: Box<Self>) -> ObjectDigest;
+}
+
+/// Makes a new [`ObjectHash`] for each file.
+pub type ObjectHasher = Arc<dyn Fn() -> Box<dyn ObjectHash> + Send + Sync>;
 
 /// What was recorded of one file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,6 +50,8 @@ struct Taken {
     /// The digest of its extended attributes, when read (`Some(None)`:
     /// it has none).
     xattrs: Option<Option<u128>>,
+    /// Its [`ObjectHash`] digest, when the recording takes one.
+    object: Option<ObjectDigest>,
 }
 
 /// What was recorded of a file, as [`Contents::get`] gives it.
@@ -43,13 +64,26 @@ pub struct Recorded {
     /// Its extended attributes' digest ([`xattrs_digest`], hex), when
     /// read: `Some(None)` if it has none.
     pub xattrs: Option<Option<String>>,
+    /// Its digest by the [`ObjectHash`] given to
+    /// [`Contents::with_objects`].
+    pub object: Option<ObjectDigest>,
 }
 
 /// Paths in the root (relative, `/`-separated bytes) and what was
 /// recorded of the file written there.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct Contents {
     by_path: Mutex<BTreeMap<Vec<u8>, Taken>>,
+    objects: Option<ObjectHasher>,
+}
+
+impl std::fmt::Debug for Contents {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Contents")
+            .field("recorded", &self.len())
+            .field("objects", &self.objects.is_some())
+            .finish()
+    }
 }
 
 impl Contents {
@@ -58,12 +92,36 @@ impl Contents {
         Contents::default()
     }
 
+    /// Nothing recorded yet; each file is hashed by a new `objects()`
+    /// too (its digest in [`Recorded::object`]), and its extended
+    /// attributes are left unread.
+    pub fn with_objects(objects: ObjectHasher) -> Contents {
+        Contents {
+            objects: Some(objects),
+            ..Contents::default()
+        }
+    }
+
+    /// A hasher for one file's body, as this recording takes it.
+    pub fn hasher(&self) -> Hasher {
+        Hasher {
+            xxh: twox_hash::XxHash3_128::new(),
+            object: self.objects.as_ref().map(|f| f()),
+        }
+    }
+
+    /// Whether the digest of each file's extended attributes is wanted.
+    pub fn wants_xattrs(&self) -> bool {
+        self.objects.is_none()
+    }
+
     /// What was recorded at `rel`.
     pub fn get(&self, rel: &[u8]) -> Option<Recorded> {
         self.lock().get(rel).map(|t| Recorded {
             size: t.size,
             hash: hex_of(t.hash),
             xattrs: t.xattrs.map(|x| x.map(hex_of)),
+            object: t.object,
         })
     }
 
@@ -81,10 +139,24 @@ impl Contents {
         &self,
         rel: Vec<u8>,
         size: u64,
-        hash: u128,
+        hash: Hasher,
         xattrs: Option<Option<u128>>,
     ) {
-        self.lock().insert(rel, Taken { size, hash, xattrs });
+        let (hash, object) = hash.taken();
+        self.lock().insert(
+            rel,
+            Taken {
+                size,
+                hash,
+                xattrs,
+                object,
+            },
+        );
+    }
+
+    /// Forgets `rel` alone.
+    pub(crate) fn forget_one(&self, rel: &[u8]) {
+        self.lock().remove(rel);
     }
 
     /// Forgets `rel` and everything beneath it.
@@ -112,24 +184,36 @@ impl Contents {
     }
 }
 
-/// A hash being taken.
+/// A hash being taken (and an [`ObjectHash`] beside it, when the
+/// recording asks for one).
 #[derive(Default)]
-pub struct Hasher(twox_hash::XxHash3_128);
+pub struct Hasher {
+    xxh: twox_hash::XxHash3_128,
+    object: Option<Box<dyn ObjectHash>>,
+}
 
 impl Hasher {
-    /// A new one.
+    /// A new one, XXH3 alone.
     pub fn new() -> Hasher {
-        Hasher(twox_hash::XxHash3_128::new())
+        Hasher::default()
     }
 
     /// Adds `b`.
     pub fn write(&mut self, b: &[u8]) {
-        self.0.write(b);
+        self.xxh.write(b);
+        if let Some(o) = self.object.as_mut() {
+            o.write(b);
+        }
     }
 
-    /// The hash of everything written.
+    /// The XXH3 hash of everything written.
     pub fn finish(&self) -> u128 {
-        self.0.finish_128()
+        self.xxh.finish_128()
+    }
+
+    /// Both digests of everything written.
+    fn taken(self) -> (u128, Option<ObjectDigest>) {
+        (self.xxh.finish_128(), self.object.map(|o| o.finish()))
     }
 }
 
@@ -187,11 +271,50 @@ pub fn hash_reader(
 mod test {
     use super::*;
 
+    /// An object hash that counts bytes: enough to see it fed.
+    struct Count(u64);
+
+    impl ObjectHash for Count {
+        fn write(&mut self, b: &[u8]) {
+            self.0 += b.len() as u64;
+        }
+        fn finish(self: Box<Self>) -> ObjectDigest {
+            let mut d = [0u8; 32];
+            d[..8].copy_from_slice(&self.0.to_le_bytes());
+            d
+        }
+    }
+
+    #[test]
+    fn an_object_hash_is_taken_beside_xxh3_and_a_directory_forgets_itself_alone()
+     {
+        let c = Contents::with_objects(Arc::new(|| Box::new(Count(0))));
+        assert!(!c.wants_xattrs() && Contents::new().wants_xattrs());
+        let mut h = c.hasher();
+        h.write(b"abc");
+        h.write(b"de");
+        let mut plain = Hasher::new();
+        plain.write(b"abcde");
+        c.put(b"d/f".to_vec(), 5, h, None);
+        let r = c.get(b"d/f").unwrap();
+        assert_eq!(r.hash, hex_of(plain.finish()));
+        assert_eq!(r.object.unwrap()[..8], 5u64.to_le_bytes());
+        c.forget_one(b"d");
+        assert!(c.get(b"d/f").is_some());
+        c.forget(b"d");
+        assert!(c.get(b"d/f").is_none());
+    }
+
     #[test]
     fn forgetting_a_path_forgets_what_is_beneath_it_alone() {
         let c = Contents::new();
+        let seven = || {
+            let mut h = Hasher::new();
+            h.write(b"7");
+            h
+        };
         for p in ["a", "a/b", "a/b/c", "a.b", "ab"] {
-            c.put(p.as_bytes().to_vec(), 1, 7, Some(None));
+            c.put(p.as_bytes().to_vec(), 1, seven(), Some(None));
         }
         c.forget(b"a");
         assert!(c.get(b"a").is_none() && c.get(b"a/b/c").is_none());
@@ -199,8 +322,9 @@ mod test {
             c.get(b"a.b"),
             Some(Recorded {
                 size: 1,
-                hash: hex_of(7),
-                xattrs: Some(None)
+                hash: hex_of(seven().finish()),
+                xattrs: Some(None),
+                object: None,
             })
         );
         assert_eq!(c.len(), 2);

@@ -30,6 +30,7 @@
 //!     pull: Default::default(),
 //!     progress: None,
 //!     sync: true,
+//!     objects: None,
 //! }
 //! .run()?;
 //! println!("{} bytes", summary.stats.bytes);

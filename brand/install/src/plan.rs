@@ -64,6 +64,14 @@ pub struct Install<'a> {
     /// installed zone with files whose data was never written. Off only
     /// for roots nobody needs after a crash (scratch and CI roots).
     pub sync: bool,
+    /// For a root written only to be stored elsewhere (a composefs
+    /// install's staging tree): each unpacked file is hashed by this too,
+    /// as it is written, and [`Summary::contents`] hands the hashes over;
+    /// no manifest is recorded and no archive's SHA-256 taken, as the
+    /// root is not kept to be updated.
+    ///
+    /// [`Summary::contents`]: crate::Summary::contents
+    pub objects: Option<copier::contents::ObjectHasher>,
 }
 
 impl Install<'_> {

@@ -111,40 +111,41 @@ impl Install<'_> {
         let mut recorded = None;
         // The archives' file contents, hashed as they are written: the
         // manifest does not read them again.
-        let contents = std::sync::Arc::new(copier::contents::Contents::new());
+        let contents = std::sync::Arc::new(match &self.objects {
+            Some(h) => copier::contents::Contents::with_objects(h.clone()),
+            None => copier::contents::Contents::new(),
+        });
         let mut digests = std::collections::HashMap::new();
-        let r = self
-            .lay_out(&root, &archives, &contents, &mut digests)
-            .and_then(|s| {
-                let recipe = self.recipe(&archives, &digests);
-                // What the unpack recorded stands only where nothing else
-                // wrote after it: a root of images alone.
-                let recorded_by = recipe.images_only().then_some(&*contents);
-                let (flushed, pending) = std::thread::scope(|scope| {
-                    let pending = std::thread::Builder::new()
-                        .name("manifest".into())
-                        .spawn_scoped(scope, || {
-                            manifest::pending(
-                                &root,
-                                recipe.clone(),
-                                recorded_by,
-                            )
-                        });
-                    let flushed =
-                        if self.sync { self.flush(&root) } else { Ok(()) };
-                    (flushed, pending.map(|h| h.join()))
-                });
-                recorded = Some(match pending {
-                    Ok(Ok(p)) => p,
-                    // No thread to spare: recorded here.
-                    Err(_) => manifest::pending(&root, recipe, Some(&contents)),
-                    Ok(Err(_)) => manifest::Pending::failed(
-                        &root,
-                        "the recording thread panicked",
-                    ),
-                });
-                flushed.map(|()| s)
+        let laid = self.lay_out(&root, &archives, &contents, &mut digests);
+        if self.objects.is_some() {
+            return self.finish_unrecorded(&root, &archives, laid, contents);
+        }
+        let r = laid.and_then(|s| {
+            let recipe = self.recipe(&archives, &digests);
+            // What the unpack recorded stands only where nothing else
+            // wrote after it: a root of images alone.
+            let recorded_by = recipe.images_only().then_some(&*contents);
+            let (flushed, pending) = std::thread::scope(|scope| {
+                let pending = std::thread::Builder::new()
+                    .name("manifest".into())
+                    .spawn_scoped(scope, || {
+                        manifest::pending(&root, recipe.clone(), recorded_by)
+                    });
+                let flushed =
+                    if self.sync { self.flush(&root) } else { Ok(()) };
+                (flushed, pending.map(|h| h.join()))
             });
+            recorded = Some(match pending {
+                Ok(Ok(p)) => p,
+                // No thread to spare: recorded here.
+                Err(_) => manifest::pending(&root, recipe, Some(&contents)),
+                Ok(Err(_)) => manifest::Pending::failed(
+                    &root,
+                    "the recording thread panicked",
+                ),
+            });
+            flushed.map(|()| s)
+        });
         match r {
             Ok(s) => {
                 if let Some(p) = recorded {
@@ -154,28 +155,55 @@ impl Install<'_> {
                     .map_err(InstallError::partial)?;
                 Ok(s)
             }
-            Err(cause) => {
-                // Leave nothing half-done behind: remove what was written.
-                let cleaned =
-                    copier::fsutil::remove_tree(&root).and_then(|()| {
-                        state::clear(&self.zonepath).map_err(|e| {
-                            copier::Error::io(
-                                copier::Op::Remove,
-                                self.zonepath.join(state::STATE),
-                                e,
-                            )
-                        })
-                    });
-                let stage = match &cleaned {
-                    Ok(()) => Stage::Cleaned,
-                    Err(e) => {
-                        error!(self.log, "cleanup failed"; "error" => %e);
-                        Stage::Partial
-                    }
-                };
-                Err(InstallError::new(stage, cause))
-            }
+            Err(cause) => Err(self.undo(&root, cause)),
         }
+    }
+
+    /// The end of an install whose root is stored elsewhere
+    /// ([`Install::objects`]): no manifest; the contents handed over
+    /// when they describe the whole root.
+    fn finish_unrecorded(
+        &mut self,
+        root: &Path,
+        archives: &[Archive],
+        laid: Result<Summary, Cause>,
+        contents: std::sync::Arc<copier::contents::Contents>,
+    ) -> Result<Summary, InstallError> {
+        let r = laid.and_then(|s| {
+            if self.sync { self.flush(root) } else { Ok(()) }.map(|()| s)
+        });
+        match r {
+            Ok(mut s) => {
+                let recipe = self.recipe(archives, &Default::default());
+                s.contents = recipe.images_only().then_some(contents);
+                write_marker(&self.zonepath, State::Installed)
+                    .map_err(InstallError::partial)?;
+                Ok(s)
+            }
+            Err(cause) => Err(self.undo(root, cause)),
+        }
+    }
+
+    /// After a failure: what was written is removed, so nothing is left
+    /// half-done; the error says whether that worked.
+    fn undo(&self, root: &Path, cause: Cause) -> InstallError {
+        let cleaned = copier::fsutil::remove_tree(root).and_then(|()| {
+            state::clear(&self.zonepath).map_err(|e| {
+                copier::Error::io(
+                    copier::Op::Remove,
+                    self.zonepath.join(state::STATE),
+                    e,
+                )
+            })
+        });
+        let stage = match &cleaned {
+            Ok(()) => Stage::Cleaned,
+            Err(e) => {
+                error!(self.log, "cleanup failed"; "error" => %e);
+                Stage::Partial
+            }
+        };
+        InstallError::new(stage, cause)
     }
 
     /// Steps 3 to 6.
@@ -263,7 +291,8 @@ impl Install<'_> {
             // Its SHA-256, the recipe's name for it, taken as it is read.
             let opts = UnpackOptions {
                 contents: Some(std::sync::Arc::clone(contents)),
-                digest: true,
+                // Not for a root stored elsewhere: it records no recipe.
+                digest: self.objects.is_none(),
                 ..self.unpack_options(a)
             };
             let r = unpack::unpack(&path, root, &opts);

@@ -11,6 +11,12 @@ pub struct Summary {
     pub stats: Stats,
     /// Notices from the engine, one per kind for the whole install.
     pub notices: Vec<copier::Notice>,
+    /// With [`Install::objects`]: each unpacked file's hashes under its
+    /// path in the root, when nothing but the images wrote into it (so
+    /// that every hash recorded is of what is there).
+    ///
+    /// [`Install::objects`]: crate::Install::objects
+    pub contents: Option<std::sync::Arc<copier::contents::Contents>>,
 }
 
 /// Adds `from` to `into`, one notice per kind: counts summed, the first

@@ -279,6 +279,7 @@ fn stage_composefs(
         args, staging, profile, tunables, log, &mut show, &bar, trust,
     );
     job.sync = false;
+    job.objects = Some(super::install_composefs::object_hasher());
     let summary = job.run();
     if let Some(b) = &bar {
         b.finish();
@@ -315,6 +316,7 @@ fn job<'a>(
         pull: args.pull.options(bar.clone(), trust),
         progress: bar.clone().map(|b| b as Arc<dyn copier::Progress>),
         sync: !args.no_sync,
+        objects: None,
     }
 }
 

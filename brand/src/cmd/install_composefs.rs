@@ -12,8 +12,8 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use zinstall_composefs::{
-    Image, RECORD, ROOT_DIR, Record, ScanOptions, Store, UPPER_DIR, WORK_DIR,
-    hex, install_ref, write_image_with,
+    BodyHasher, Image, Known, RECORD, ROOT_DIR, Record, ScanOptions, Store,
+    UPPER_DIR, WORK_DIR, from_bytes, hex, install_ref, write_image_with,
 };
 use zinstall_install as install;
 
@@ -30,6 +30,26 @@ pub struct Request<'a> {
     pub json: bool,
     /// Threads that store contents.
     pub workers: usize,
+}
+
+/// The fs-verity digest as the unpacker's workers take it of each body
+/// they write ([`install::Install::objects`]).
+struct VerityBody(BodyHasher);
+
+impl copier::contents::ObjectHash for VerityBody {
+    fn write(&mut self, b: &[u8]) {
+        self.0.write(b);
+    }
+
+    fn finish(self: Box<Self>) -> copier::contents::ObjectDigest {
+        self.0.finish()
+    }
+}
+
+/// What the staging install hashes each file's body with, beside
+/// writing it: its object name.
+pub fn object_hasher() -> copier::contents::ObjectHasher {
+    std::sync::Arc::new(|| Box::new(VerityBody(BodyHasher::new())))
 }
 
 /// The plain install into a staging zonepath (the caller's, with the
@@ -279,9 +299,18 @@ fn stage_and_store(
     stage: &mut Stage<'_>,
 ) -> Result<(Image, install::Summary), Failure> {
     let summary = stage(staging)?;
+    // The names the unpacker took as it wrote: those files are moved
+    // into the store without being read again.
+    let known = summary.contents.clone().map(|c| -> Known {
+        std::sync::Arc::new(move |rel: &[u8]| {
+            let r = c.get(rel)?;
+            Some((r.size, from_bytes(&r.object?)))
+        })
+    });
     let opts = ScanOptions {
         workers: args.workers,
         adopt: true,
+        known,
     };
     let image = write_image_with(&staging.join("root"), store, &opts)?;
     Ok((image, summary))
@@ -332,6 +361,7 @@ fn report(args: &Request<'_>, m: &Made) {
             "objects_written": c.written,
             "bytes_written": c.bytes_written,
             "inline": c.inline,
+            "objects_named_by_unpacker": c.named_by_writer,
             "stats": crate::json::stats(&m.summary.stats),
             "notices": crate::json::notices(&m.summary.notices),
         }));

@@ -271,9 +271,13 @@ impl<R: Read> Reading<'_, '_, '_, R> {
         };
         // Whatever was recorded at this path (or beneath it, when it
         // replaces a directory) is not what is there now; a file records
-        // its own once written.
+        // its own once written. A directory over a directory keeps what
+        // is in it; over anything else, nothing was beneath.
         if let Some(c) = &ctx.opts.contents {
-            c.forget(&joined(&name.parts));
+            match m.kind {
+                tar::Kind::Directory => c.forget_one(&joined(&name.parts)),
+                _ => c.forget(&joined(&name.parts)),
+            }
         }
         let Some(e) = self.place(m, name, entry, meta, leaf)? else {
             return Ok(Flow::Stop);

@@ -83,6 +83,7 @@ impl Ctx<'_> {
         let f = at::create_file(dir, &name)
             .map_err(|e| Error::io(Op::Create, &job.shown, e))?;
         // The content's hash, where it is recorded and can be taken.
+        let contents = self.opts.contents.as_deref();
         let mut hash = None;
         let r = match &job.body {
             Body::Bytes(data) => write_data(&f, data, 0)
@@ -91,22 +92,22 @@ impl Ctx<'_> {
                     if end < data.len() as u64 {
                         f.set_len(data.len() as u64)?;
                     }
-                    if job.rel.is_some() {
-                        let mut h = crate::contents::Hasher::new();
+                    if let (Some(c), Some(_)) = (contents, &job.rel) {
+                        let mut h = c.hasher();
                         h.write(data);
-                        hash = Some((data.len() as u64, h.finish()));
+                        hash = Some((data.len() as u64, h));
                     }
                     Ok(true)
                 })
                 .map_err(|e| Error::io(Op::Write, &job.shown, e)),
             Body::Chunks { rx, size } => {
                 let mut h =
-                    job.rel.as_ref().map(|_| crate::contents::Hasher::new());
+                    contents.filter(|_| job.rel.is_some()).map(|c| c.hasher());
                 let whole =
                     write_chunks(&f, rx, *size, &self.spare, h.as_mut())
                         .map_err(|e| Error::io(Op::Write, &job.shown, e));
                 if let (Ok(true), Some(h)) = (&whole, h) {
-                    hash = Some((*size, h.finish()));
+                    hash = Some((*size, h));
                 }
                 whole
             }
@@ -130,11 +131,11 @@ impl Ctx<'_> {
                     // Copied in the kernel: read back from the page cache
                     // it was just copied through (a sparse body is left to
                     // whoever wants its hash).
-                    if let (Some(_), [(0, len, from)]) =
-                        (&job.rel, segments.as_slice())
+                    if let (Some(c), Some(_), [(0, len, from)]) =
+                        (contents, &job.rel, segments.as_slice())
                         && len == size
                     {
-                        hash = self.hash_range(*from, *len);
+                        hash = self.hash_range(c, *from, *len);
                     }
                     true
                 }),
@@ -145,7 +146,11 @@ impl Ctx<'_> {
         });
         // Its attributes as they were left, through the descriptor.
         let xattrs = match (&r, &job.rel) {
-            (Ok(true), Some(_)) => xattrs_of(&f),
+            (Ok(true), Some(_))
+                if contents.is_some_and(|c| c.wants_xattrs()) =>
+            {
+                xattrs_of(&f)
+            }
             _ => None,
         };
         drop(f);
@@ -174,9 +179,14 @@ impl Ctx<'_> {
         Ok(true)
     }
 
-    /// The hash of `len` bytes at `offset` of the plain tar file; `None`
-    /// if they cannot all be read.
-    fn hash_range(&self, offset: u64, len: u64) -> Option<(u64, u128)> {
+    /// The hash of `len` bytes at `offset` of the plain tar file, as
+    /// `contents` takes it; `None` if they cannot all be read.
+    fn hash_range(
+        &self,
+        contents: &crate::contents::Contents,
+        offset: u64,
+        len: u64,
+    ) -> Option<(u64, crate::contents::Hasher)> {
         thread_local! {
             static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
         }
@@ -186,7 +196,7 @@ impl Ctx<'_> {
             if buf.is_empty() {
                 buf.resize(256 << 10, 0);
             }
-            let mut h = crate::contents::Hasher::new();
+            let mut h = contents.hasher();
             let mut done = 0u64;
             while done < len {
                 let want = (len - done).min(buf.len() as u64) as usize;
@@ -198,7 +208,7 @@ impl Ctx<'_> {
                     }
                 }
             }
-            Some((len, h.finish()))
+            Some((len, h))
         })
     }
 
@@ -275,12 +285,16 @@ pub(super) fn stream_file<R: Read>(
     let f = at::create_file(t.dir, &name)
         .map_err(|e| Error::io(Op::Create, t.shown, e))?;
     // A sparse body's hash is left to whoever wants it.
-    let mut h = (t.rel.is_some() && m.sparse.is_none())
-        .then(crate::contents::Hasher::new);
+    let contents = ctx.opts.contents.as_deref();
+    let mut h = contents
+        .filter(|_| t.rel.is_some() && m.sparse.is_none())
+        .map(|c| c.hasher());
     let r = write_segments(ctx, rd, m, &f, t.shown, h.as_mut())
         .and_then(|()| ctx.finish_fd(&f, meta, t.shown));
     let xattrs = match (&r, &t.rel) {
-        (Ok(()), Some(_)) => xattrs_of(&f),
+        (Ok(()), Some(_)) if contents.is_some_and(|c| c.wants_xattrs()) => {
+            xattrs_of(&f)
+        }
         _ => None,
     };
     drop(f);
@@ -293,7 +307,7 @@ pub(super) fn stream_file<R: Read>(
             .map_err(|e| Error::io(Op::Rename, t.shown, e))?;
     }
     if let (Some(c), Some(rel), Some(h)) = (&ctx.opts.contents, &t.rel, h) {
-        c.put(rel.clone(), m.size, h.finish(), xattrs);
+        c.put(rel.clone(), m.size, h, xattrs);
     }
     ctx.files.fetch_add(1, Ordering::Relaxed);
     ctx.bytes_written.fetch_add(m.size, Ordering::Relaxed);

@@ -160,6 +160,7 @@ fn install(
         pull,
         progress: None,
         sync: true,
+        objects: None,
     }
     .run();
     // As the CLI: what was done to the zonepath is undone, and what

@@ -14,7 +14,7 @@ use std::path::Path;
 
 use zinstall_sys::fs::{at, remove_xattr_fd};
 
-use crate::digest;
+use crate::digest::{self, ObjectId};
 use crate::error::{Error, Op, Problem};
 use crate::store::{OBJECT_MODE, Put, Store};
 
@@ -24,7 +24,10 @@ impl Store {
     /// its extended attributes, as the caller read them), moving it into
     /// the store when the store lacks it. The file is gone from `dir`
     /// afterwards, or left there when the store had it already. Across
-    /// filesystems it is copied instead.
+    /// filesystems it is copied instead. `known` is its name and size
+    /// when the caller took them as it wrote the file (it is then not
+    /// read); it is read and hashed otherwise.
+    #[allow(clippy::too_many_arguments)]
     pub fn adopt_file(
         &self,
         dir: &OwnedFd,
@@ -33,10 +36,14 @@ impl Store {
         shown: &Path,
         st: &libc::stat,
         xattrs: &[&[u8]],
+        known: Option<(ObjectId, u64)>,
     ) -> Result<Put, Error> {
         let hint = st.st_size as u64;
-        let (id, size) = digest::of_reader(f, hint, |_| Ok(()))
-            .map_err(|e| Error::io(shown, Op::Read, e))?;
+        let (id, size) = match known {
+            Some(k) => k,
+            None => digest::of_reader(f, hint, |_| Ok(()))
+                .map_err(|e| Error::io(shown, Op::Read, e))?,
+        };
         let _writing = self.writing(&id);
         let replaced = match self.present(&id, size)? {
             crate::store::Present::Good => return Ok(Put::found(id, size)),

@@ -5,6 +5,7 @@
 use std::io::{self, Read, Write};
 
 use composefs::fsverity::{FsVerityHashValue, FsVerityHasher};
+use zerocopy::{FromBytes, IntoBytes};
 
 /// An object's name: the fs-verity SHA-256 digest of its contents.
 pub type ObjectId = composefs::fsverity::Sha256HashValue;
@@ -17,6 +18,38 @@ pub const INLINE_MAX: u64 = composefs::INLINE_CONTENT_MAX_V0 as u64;
 /// The digest of `data`.
 pub fn of_bytes(data: &[u8]) -> ObjectId {
     FsVerityHasher::<ObjectId>::hash(data)
+}
+
+/// A digest taken as a body goes by, in pieces of any size: what a
+/// writer that already holds the bytes (an unpacker's worker) feeds, so
+/// that nobody reads the file back to name it.
+#[derive(Default)]
+pub struct BodyHasher(FsVerityHasher<ObjectId>);
+
+impl BodyHasher {
+    /// A new one.
+    pub fn new() -> BodyHasher {
+        BodyHasher::default()
+    }
+
+    /// Adds `b`.
+    pub fn write(&mut self, b: &[u8]) {
+        // Writing into the hasher only buffers: it cannot fail.
+        let _ = self.0.write_all(b);
+    }
+
+    /// The digest of everything written, as bytes.
+    pub fn finish(mut self) -> [u8; 32] {
+        let mut out = [0u8; 32];
+        out.copy_from_slice(self.0.digest().as_bytes());
+        out
+    }
+}
+
+/// The object name whose bytes are `b` (as [`BodyHasher::finish`] gives).
+pub fn from_bytes(b: &[u8; 32]) -> ObjectId {
+    // 32 bytes are always a SHA-256 value: this cannot fail.
+    ObjectId::read_from_bytes(b).unwrap_or(ObjectId::EMPTY)
 }
 
 /// The largest read buffer: reads of 1 MiB, for large files.

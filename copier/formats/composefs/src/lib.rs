@@ -50,13 +50,16 @@ mod store;
 mod sweep;
 mod verity;
 
-pub use digest::{INLINE_MAX, ObjectId, hex, object_path, of_bytes, parse_hex};
+pub use digest::{
+    BodyHasher, INLINE_MAX, ObjectId, from_bytes, hex, object_path, of_bytes,
+    parse_hex,
+};
 pub use error::{Error, Op, Problem};
 pub use image::{Image, image_bytes, write_image, write_image_with};
 pub use mount::{Layers, MountVerity, Root, mount_root, unmount};
 pub use record::{RECORD, ROOT_DIR, Record, UPPER_DIR, WORK_DIR};
 pub use refs::{REF_NAME_MAX, install_ref, valid_ref_name};
-pub use scan::{Counts, ScanOptions, Scanned, scan, scan_with};
+pub use scan::{Counts, Known, ScanOptions, Scanned, scan, scan_with};
 pub use store::{Put, Store};
 pub use sweep::{IMAGE_MAX, StoreLock, SweepReport, VerifyReport};
 pub use verity::Verity;

@@ -42,10 +42,18 @@ pub struct Counts {
     /// Of those written, objects whose name was present with contents
     /// that did not match it (checked on first use), written afresh.
     pub replaced: u64,
+    /// Objects named by the digest the tree's writer took as it wrote
+    /// them ([`ScanOptions::known`]): not read again.
+    pub named_by_writer: u64,
 }
 
+/// What the writer of a tree knows of its files' contents: for a path
+/// relative to the top (`/`-separated bytes), the size it wrote there
+/// and the contents' object name, taken as it wrote them.
+pub type Known = Arc<dyn Fn(&[u8]) -> Option<(u64, ObjectId)> + Send + Sync>;
+
 /// How a scan runs.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Clone, Default)]
 pub struct ScanOptions {
     /// Threads that hash and store regular files' contents while the
     /// walk goes on; 0 for one per CPU.
@@ -54,6 +62,20 @@ pub struct ScanOptions {
     /// [`Store::adopt_file`]) instead of copying it: for a tree written
     /// only to be stored, on the store's filesystem.
     pub adopt: bool,
+    /// With `adopt`: the names of the files the tree's writer hashed as
+    /// it wrote them. A file found at the size given is adopted under
+    /// that name without being read; any other is read and hashed.
+    pub known: Option<Known>,
+}
+
+impl std::fmt::Debug for ScanOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ScanOptions")
+            .field("workers", &self.workers)
+            .field("adopt", &self.adopt)
+            .field("known", &self.known.is_some())
+            .finish()
+    }
 }
 
 /// A tree read from a directory, ready for the image writer.
@@ -83,7 +105,7 @@ struct Job {
 /// A worker's answer: the leaf for `Job::leaf` and what was stored.
 struct Done {
     leaf: usize,
-    stored: Result<(Leaf<ObjectId>, Put), Error>,
+    stored: Result<(Leaf<ObjectId>, Put, bool), Error>,
 }
 
 struct Scan<'a> {
@@ -145,7 +167,7 @@ pub fn scan_with(
                     if failed.load(Ordering::Relaxed) {
                         continue;
                     }
-                    let stored = store_file(store, &job, opts.adopt);
+                    let stored = store_file(store, &job, src, opts);
                     if stored.is_err() {
                         failed.store(true, Ordering::Relaxed);
                     }
@@ -169,8 +191,9 @@ pub fn scan_with(
     let mut first_failure: Option<(usize, Error)> = None;
     for d in done.try_iter() {
         match d.stored {
-            Ok((leaf, put)) => {
+            Ok((leaf, put, named)) => {
                 s.counts.objects += 1;
+                s.counts.named_by_writer += u64::from(named);
                 if put.written {
                     s.counts.written += 1;
                     s.counts.bytes_written += put.size;
@@ -206,8 +229,9 @@ pub fn scan_with(
 fn store_file(
     store: &Store,
     job: &Job,
-    adopt: bool,
-) -> Result<(Leaf<ObjectId>, Put), Error> {
+    top: &Path,
+    opts: &ScanOptions,
+) -> Result<(Leaf<ObjectId>, Put, bool), Error> {
     let shown = &job.shown;
     let rel = Path::new(OsStr::from_bytes(job.name.to_bytes()));
     let f = foreign::open_at(job.dir.as_fd(), rel, shown, Follow::No)
@@ -219,9 +243,18 @@ fn store_file(
         return Err(Error::new(shown, Op::Read, Problem::Changed("size")));
     }
     let xattrs = read_xattrs(&XattrTarget::Fd(f.as_fd()), shown)?;
-    let put = if adopt {
+    let mut named = false;
+    let put = if opts.adopt {
         let names: Vec<&[u8]> = xattrs.keys().map(|k| k.as_bytes()).collect();
-        store.adopt_file(&job.dir, &job.name, &f, shown, &now, &names)?
+        let known = opts
+            .known
+            .as_ref()
+            .zip(shown.strip_prefix(top).ok())
+            .and_then(|(k, rel)| k(rel.as_os_str().as_bytes()))
+            .filter(|&(n, _)| n == size)
+            .map(|(n, id)| (id, n));
+        named = known.is_some();
+        store.adopt_file(&job.dir, &job.name, &f, shown, &now, &names, known)?
     } else {
         store.put_file(&f, shown)?
     };
@@ -235,7 +268,7 @@ fn store_file(
             size,
         )),
     };
-    Ok((leaf, put))
+    Ok((leaf, put, named))
 }
 
 fn stat_of(st: &libc::stat, xattrs: Xattrs) -> Stat {

@@ -49,6 +49,7 @@ fn many_workers_write_the_image_one_worker_writes() {
             &ScanOptions {
                 workers,
                 adopt: false,
+                known: None,
             },
         )
         .unwrap()
