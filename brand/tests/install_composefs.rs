@@ -412,6 +412,46 @@ fn files_are_named_as_the_unpacker_left_them_or_read_back() {
     assert_identical(&plain2, &zp2);
 }
 
+/// update and rollback refuse a composefs root, naming its record, and
+/// change nothing.
+#[test]
+fn update_and_rollback_refuse_a_composefs_root_saying_why() {
+    if !require_root() {
+        return;
+    }
+    let w = world(None);
+    let (cache, zp) = (w.dir.join("cache"), w.dir.join("zp"));
+    install_images(
+        &w.profile,
+        &zp,
+        &cache,
+        &["--format", "composefs"],
+        &[&w.tar],
+    );
+    let before = fs::read(zp.join("composefs.json")).unwrap();
+    for args in [
+        vec!["update", "--profile", w.profile.to_str().unwrap()],
+        vec!["rollback"],
+    ] {
+        let o = zinstall()
+            .args(&args)
+            .arg("--zonepath")
+            .arg(&zp)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(1), "{args:?}: {}", text(&o));
+        let said = text(&o);
+        assert!(
+            said.contains("composefs root")
+                && said
+                    .contains(&zp.join("composefs.json").display().to_string()),
+            "{args:?}: {said}"
+        );
+    }
+    assert_eq!(fs::read(zp.join("composefs.json")).unwrap(), before);
+    assert!(!zp.join("root.prev").exists() && !zp.join("root.new").exists());
+}
+
 #[test]
 fn a_full_store_leaves_no_record_ref_or_staging_tree() {
     let Some(small) = LoopFs::require(Kind::Ext4, 24 << 20) else {

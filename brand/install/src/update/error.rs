@@ -8,6 +8,22 @@ use super::names::ROOT_PREV;
 use crate::manifest;
 use crate::state;
 
+/// The record of a composefs root in its zonepath (zinstall-composefs's
+/// `RECORD`, named here as this crate reads no composefs).
+pub(crate) const COMPOSEFS_RECORD: &str = "composefs.json";
+
+/// The error for a zonepath holding a composefs root, if `zonepath`
+/// holds one.
+pub(crate) fn composefs_root(
+    zonepath: &std::path::Path,
+) -> Option<UpdateError> {
+    std::fs::symlink_metadata(zonepath.join(COMPOSEFS_RECORD))
+        .is_ok()
+        .then(|| UpdateError::Composefs {
+            zonepath: zonepath.to_path_buf(),
+        })
+}
+
 /// Why an update or rollback stopped.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -28,6 +44,21 @@ pub enum UpdateError {
         zonepath: PathBuf,
         /// What the marker says.
         state: &'static str,
+    },
+    /// The zonepath holds a composefs root: an image in a store, not a
+    /// tree to switch.
+    #[error(
+        "{}: holds a composefs root ({}), and update and rollback change \
+         tree roots only: the [update] owners could not be kept, as an \
+         image swapped under the root's upper/ shows every change of the \
+         source, in kept and merged paths too; install the new images \
+         with --format composefs into another zonepath",
+        zonepath.display(),
+        zonepath.join(COMPOSEFS_RECORD).display()
+    )]
+    Composefs {
+        /// The zonepath.
+        zonepath: PathBuf,
     },
     /// No manifest: the install predates them, so the zone's changes
     /// cannot be told from the install's.

@@ -291,6 +291,9 @@ pub fn rollback(zonepath: &Path) -> Result<Rolled, UpdateError> {
         let recovered = recover(zonepath)?;
         let prev = zonepath.join(ROOT_PREV);
         if !fs::symlink_metadata(&prev).is_ok_and(|m| m.is_dir()) {
+            if let Some(e) = super::error::composefs_root(zonepath) {
+                return Err(e);
+            }
             return Err(UpdateError::NoPrevious {
                 zonepath: zonepath.to_path_buf(),
             });

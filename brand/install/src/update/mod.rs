@@ -424,6 +424,9 @@ impl Update<'_> {
         {
             Some(State::Installed) => {}
             st => {
+                if let Some(e) = error::composefs_root(&zp) {
+                    return Err(e);
+                }
                 return Err(UpdateError::NotInstalled {
                     zonepath: zp,
                     state: match st {
