@@ -45,22 +45,34 @@ impl Store {
                 .map_err(|e| Error::io(shown, Op::Read, e))?,
         };
         let _writing = self.writing(&id);
-        let replaced = match self.present(&id, size)? {
-            crate::store::Present::Good => return Ok(Put::found(id, size)),
-            crate::store::Present::No => false,
-            crate::store::Present::Bad => true,
-        };
+        // Made an object first and moved in unless the name is taken:
+        // the usual case (a new object) costs no look beforehand, and a
+        // copy found there is checked as before.
         self.make_object(f, shown, st, xattrs)?;
         let obj = self.object_path(&id);
         self.seal_file(f, &id, &obj)?;
         let (dir_name, leaf) = self.names(&id)?;
         let obj_dir = self.object_dir(&dir_name, &obj)?;
-        match at::rename_between(
-            dir.as_raw_fd(),
-            name,
-            obj_dir.as_raw_fd(),
-            &leaf,
-        ) {
+        let (from, to) = (dir.as_raw_fd(), obj_dir.as_raw_fd());
+        let mut replaced = false;
+        let mut moved = at::rename_between_noreplace(from, name, to, &leaf);
+        if moved
+            .as_ref()
+            .is_err_and(|e| e.raw_os_error() == Some(libc::EEXIST))
+        {
+            match self.present(&id, size)? {
+                crate::store::Present::Good => {
+                    return Ok(Put::found(id, size));
+                }
+                // Not a regular file by that name any more, or one whose
+                // contents do not match it: replaced.
+                crate::store::Present::No | crate::store::Present::Bad => {
+                    replaced = true;
+                    moved = at::rename_between(from, name, to, &leaf);
+                }
+            }
+        }
+        match moved {
             Ok(()) => {
                 self.mark_checked(&id);
                 Ok(Put {

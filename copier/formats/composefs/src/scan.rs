@@ -233,9 +233,17 @@ fn store_file(
     opts: &ScanOptions,
 ) -> Result<(Leaf<ObjectId>, Put, bool), Error> {
     let shown = &job.shown;
-    let rel = Path::new(OsStr::from_bytes(job.name.to_bytes()));
-    let f = foreign::open_at(job.dir.as_fd(), rel, shown, Follow::No)
-        .map_err(|e| Error::new(shown, Op::Open, Problem::Foreign(e)))?;
+    let f = if opts.adopt {
+        // A tree written to be stored is the project's own (a staging
+        // root, 0700): opened plainly, never through a symlink, and
+        // checked below to be the inode the walk saw.
+        at::open_read(job.dir.as_raw_fd(), &job.name)
+            .map_err(|e| Error::io(shown, Op::Open, e))?
+    } else {
+        let rel = Path::new(OsStr::from_bytes(job.name.to_bytes()));
+        foreign::open_at(job.dir.as_fd(), rel, shown, Follow::No)
+            .map_err(|e| Error::new(shown, Op::Open, Problem::Foreign(e)))?
+    };
     let now = at::fstat(&f).map_err(|e| Error::io(shown, Op::Stat, e))?;
     same(&job.st, &now, shown)?;
     let size = now.st_size as u64;

@@ -223,3 +223,45 @@ fn an_image_written_over_a_bad_object_reads_right() {
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }
+
+#[test]
+fn an_adopted_tree_replaces_a_bad_object_and_leaves_a_good_ones_copy() {
+    let tmp = Tmp::new();
+    let top = tmp.path().join("store");
+    let (src, staged) = (tmp.path().join("src"), tmp.path().join("staged"));
+    for d in [&src, &staged] {
+        fs::create_dir(d).unwrap();
+        crate::tree::build(d, false);
+    }
+    let first =
+        zinstall_composefs::write_image(&src, &Store::open(&top).unwrap())
+            .unwrap();
+    let large = fs::read(src.join("large")).unwrap();
+    let p = Store::open(&top).unwrap().object_path(&of_bytes(&large));
+    fs::write(&p, &large[..large.len() / 2]).unwrap();
+
+    // Adopted, as an install's staging tree is: moved in where the name
+    // is free or taken by bad contents; left where a good copy is there.
+    let store = Store::open(&top).unwrap();
+    let opts = zinstall_composefs::ScanOptions {
+        adopt: true,
+        ..Default::default()
+    };
+    let image =
+        zinstall_composefs::write_image_with(&staged, &store, &opts).unwrap();
+    assert_eq!(image.id, first.id);
+    assert_eq!(image.counts.replaced, 1, "{:?}", image.counts);
+    assert_eq!(image.counts.written, 1, "{:?}", image.counts);
+    assert_eq!(fs::read(&p).unwrap(), large);
+    // The bad object's contents are under four names, two inodes: the
+    // first met moved in; the other then found it good and stayed.
+    let gone = ["large", "large.link", "dir/sub/large.link2", "large.copy"]
+        .iter()
+        .filter(|n| !staged.join(n).exists())
+        .count();
+    assert_eq!(gone, 1, "the bad object was not replaced by a move");
+    assert!(staged.join("just65").exists(), "a good object's copy moved");
+    let md = fs::symlink_metadata(&p).unwrap();
+    assert_eq!(md.permissions().mode() & 0o7777, 0o644);
+    store.verify(&image.id).unwrap();
+}

@@ -142,6 +142,27 @@ pub fn rename_between(
     })
 }
 
+/// `renameat2(RENAME_NOREPLACE)` from one directory to another:
+/// `EEXIST` when `to` is there already, which is left as it was.
+#[cfg(target_os = "linux")]
+pub fn rename_between_noreplace(
+    from_dir: RawFd,
+    from: &CStr,
+    to_dir: RawFd,
+    to: &CStr,
+) -> io::Result<()> {
+    // SAFETY: valid descriptors and C strings.
+    check(unsafe {
+        libc::renameat2(
+            from_dir,
+            from.as_ptr(),
+            to_dir,
+            to.as_ptr(),
+            libc::RENAME_NOREPLACE,
+        )
+    })
+}
+
 /// `fstatat(AT_SYMLINK_NOFOLLOW)`; `None` if nothing is there.
 pub fn lstat(dir: RawFd, n: &CStr) -> io::Result<Option<libc::stat>> {
     // SAFETY: stat is plain data; zeroed is a valid value.
