@@ -110,6 +110,11 @@ impl Contents {
         }
     }
 
+    /// Whether each file is hashed by an [`ObjectHash`] too.
+    pub fn takes_objects(&self) -> bool {
+        self.objects.is_some()
+    }
+
     /// Whether the digest of each file's extended attributes is wanted.
     pub fn wants_xattrs(&self) -> bool {
         self.objects.is_none()

@@ -132,7 +132,10 @@ fn unpack_open(
     if let Some(p) = &opts.progress {
         p.begin(f.metadata().ok().map(|m| m.len()));
     }
-    if compression == Compression::None {
+    // Bodies hashed by a store's digest are read anyway: through the
+    // reader, in large reads, rather than copied and read back.
+    let hashed = opts.contents.as_ref().is_some_and(|c| c.takes_objects());
+    if compression == Compression::None && !hashed {
         // A plain tar file: the reader only parses headers and seeks over
         // bodies; workers copy each body from its range of the file in the
         // kernel, so the reader never becomes the bottleneck.
