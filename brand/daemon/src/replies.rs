@@ -105,6 +105,24 @@ pub struct CopyReply {
     pub notices: Vec<NoticeInfo>,
 }
 
+impl CopyReply {
+    /// The reply of a copy from `src` to `dst` that ended with `stats`
+    /// and `notices`, wherever it ran.
+    pub fn new(
+        src: &Path,
+        dst: &Path,
+        stats: copier::Stats,
+        notices: Vec<NoticeInfo>,
+    ) -> CopyReply {
+        CopyReply {
+            src: lossy(src),
+            dst: lossy(dst),
+            stats,
+            notices,
+        }
+    }
+}
+
 /// An install's result.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct InstallReply {

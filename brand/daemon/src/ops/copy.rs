@@ -1,6 +1,5 @@
-//! Copies: root's, run in the daemon with its pool, and the reply every
-//! copy gives (a caller's granted copy, in its own process, gives the same),
-//! apart so that `process` can shape its reply without naming `ops`.
+//! Root's copies, run in the daemon with its pool. A caller's granted
+//! copy, in its own process, gives the same reply ([`CopyReply::new`]).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -39,22 +38,12 @@ pub(super) fn copy(
         plan = plan.rules(rules, Path::new(""));
     }
     match plan.run() {
-        Ok(r) => copy_result(src, dst, r.stats, NoticeInfo::of(&r.notices)),
+        Ok(r) => reply_value(&CopyReply::new(
+            src,
+            dst,
+            r.stats,
+            NoticeInfo::of(&r.notices),
+        )),
         Err(f) => Err(WireError::from_failure(&f)),
     }
-}
-
-/// A copy's result as the wire carries it, wherever it ran.
-pub(crate) fn copy_result(
-    src: &Path,
-    dst: &Path,
-    stats: copier::Stats,
-    notices: Vec<NoticeInfo>,
-) -> Result<Value, WireError> {
-    reply_value(&CopyReply {
-        src: src.to_string_lossy().into_owned(),
-        dst: dst.to_string_lossy().into_owned(),
-        stats,
-        notices,
-    })
 }

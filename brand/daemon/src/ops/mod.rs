@@ -25,7 +25,6 @@ use crate::state::Daemon;
 use crate::sys::Peer;
 
 mod copy;
-pub(crate) use copy::copy_result;
 
 /// Runs a job's operation to its end.
 pub fn run(

@@ -48,7 +48,10 @@ pub use wire::CHILD_ARG;
 
 use crate::auth::Granted;
 use crate::jobs::Job;
-use crate::protocol::{CleanPath, CopyArgs, ErrorKind, NoticeInfo, WireError};
+use crate::protocol::{
+    CleanPath, CopyArgs, CopyReply, ErrorKind, NoticeInfo, WireError,
+    reply_value,
+};
 use crate::state::Daemon;
 use crate::sys::{self, Identity, Peer};
 use wire::{MAX_LINE, Order, Said};
@@ -157,7 +160,7 @@ pub(crate) fn granted_copy(
     let outcome = match sent {
         Ok(()) => relay(job, mine, pid, &share, d.config().job_stall).and_then(
             |(stats, notices)| {
-                crate::ops::copy_result(src, dst, stats, notices)
+                reply_value(&CopyReply::new(src, dst, stats, notices))
             },
         ),
         Err(e) => {
