@@ -4,14 +4,10 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use serde_json::Value;
-
 use copier::Plan;
 
 use crate::jobs::Job;
-use crate::protocol::{
-    CopyArgs, CopyReply, NoticeInfo, WireError, reply_value,
-};
+use crate::protocol::{CopyArgs, CopyReply, NoticeInfo, WireError};
 use crate::state::Daemon;
 
 /// Root's copy, in the daemon with its pool. A caller's granted copy
@@ -20,7 +16,7 @@ pub(super) fn copy(
     d: &Daemon,
     job: &Arc<Job>,
     a: &CopyArgs,
-) -> Result<Value, WireError> {
+) -> Result<CopyReply, WireError> {
     job.set_phase("copy");
     let (src, dst) = (&a.src, &a.dst);
     let mut plan = Plan::new(src.as_path(), dst.as_path())
@@ -38,7 +34,7 @@ pub(super) fn copy(
         plan = plan.rules(rules, Path::new(""));
     }
     match plan.run() {
-        Ok(r) => reply_value(&CopyReply::new(
+        Ok(r) => Ok(CopyReply::new(
             src,
             dst,
             r.stats,

@@ -55,6 +55,9 @@ pub use self::update_reply::{
 };
 pub use crate::replies::{
     CacheEntryReply, CopyReply, GcEntryDecision, GcReply, GuestInfo,
-    InstallReply, JobInfo, NoticeInfo, ProvisionReply, ReplacedInfo,
-    StoreGcInfo, StoreImageDecision, ZonepathReply, reply_value,
+    InstallReply, NoticeInfo, ProvisionReply, ReplacedInfo, StoreGcInfo,
+    StoreImageDecision, ZonepathReply,
+};
+pub use crate::results::{
+    Answer, JobInfo, JobResult, Outcome, ReadResult, VersionReply,
 };

@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 use super::bounds::VERSION;
 use super::error::WireError;
 use crate::replies::NoticeInfo;
+use crate::results::{Answer, JobResult};
 
 /// Progress of a job.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -24,16 +25,18 @@ pub struct ProgressInfo {
     pub elapsed_ms: u64,
 }
 
-/// One reply line.
+/// One reply line. The daemon sends a quick operation's [`Answer`] and a
+/// job's [`JobResult`]; a client reads them as the types its call returns
+/// (`A` and `R`), as [`crate::results::Outcome::read`] says.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "reply", rename_all = "kebab-case")]
-pub enum Reply {
+pub enum Reply<A = Answer, R = JobResult> {
     /// A quick operation's result.
     Ok {
         /// The protocol version.
         v: u32,
         /// What it returns.
-        result: Value,
+        result: A,
     },
     /// A job was started.
     Accepted {
@@ -68,7 +71,7 @@ pub enum Reply {
         /// The job.
         job: u64,
         /// What it returns.
-        result: Value,
+        result: R,
     },
     /// A refusal, or a job's failure.
     Error {
@@ -82,7 +85,7 @@ pub enum Reply {
     },
 }
 
-impl Reply {
+impl<A: Serialize, R: Serialize> Reply<A, R> {
     /// The reply as one line (without its newline).
     pub fn to_line(&self) -> String {
         serde_json::to_string(self).unwrap_or_else(|e| {
@@ -91,7 +94,9 @@ impl Reply {
             .to_string()
         })
     }
+}
 
+impl Reply {
     /// An error reply not tied to a job.
     pub fn error(error: WireError) -> Reply {
         Reply::Error {

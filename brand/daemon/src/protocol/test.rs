@@ -278,7 +278,7 @@ fn typed_replies_round_trip_and_a_missing_field_is_an_error() {
             example: "/a/x".into(),
         }],
     };
-    let v = reply_value(&copy).unwrap();
+    let v = serde_json::to_value(&copy).unwrap();
     assert_eq!(v["stats"]["files"], 3);
     assert_eq!(v["notices"][0]["notice"], "1 xattr not kept");
     let back: CopyReply = serde_json::from_value(v.clone()).unwrap();
@@ -294,8 +294,128 @@ fn typed_replies_round_trip_and_a_missing_field_is_an_error() {
         message: Some("the installed root is in place".into()),
     };
     let back: ZonepathReply =
-        serde_json::from_value(reply_value(&rb).unwrap()).unwrap();
+        serde_json::from_value(serde_json::to_value(&rb).unwrap()).unwrap();
     assert_eq!(back, rb);
+}
+
+/// A job's result is on the wire the reply it holds, untagged, and is
+/// read back by the operation that made it: a `done` line by the call,
+/// a job's `result` by its `op`.
+#[test]
+fn job_results_are_read_back_by_the_operation_that_made_them() {
+    let copy = CopyReply {
+        src: "/a".into(),
+        dst: "/b".into(),
+        stats: copier::Stats {
+            files: 3,
+            ..Default::default()
+        },
+        notices: vec![],
+    };
+    let zonepath = ZonepathReply {
+        zonepath: "/zones/z".into(),
+        recovered: None,
+        message: None,
+    };
+    assert_eq!(
+        serde_json::to_string(&JobResult::Copy(copy.clone())).unwrap(),
+        serde_json::to_string(&copy).unwrap(),
+        "no tag of its own"
+    );
+    let line = Reply::Done::<Answer, JobResult> {
+        v: VERSION,
+        job: 3,
+        result: JobResult::Copy(copy.clone()),
+    }
+    .to_line();
+    assert!(
+        line.contains(r#""result":{"src":"/a","dst":"/b","#),
+        "{line}"
+    );
+
+    /// A result read from one line, as the client reads a reply's.
+    struct Line<'a>(&'a str);
+    impl ReadResult for Line<'_> {
+        type Error = serde_json::Error;
+        fn read<T: serde::de::DeserializeOwned>(
+            &mut self,
+        ) -> Result<T, serde_json::Error> {
+            serde_json::from_str(self.0)
+        }
+    }
+    let text = serde_json::to_string(&copy).unwrap();
+    let copy_call = Call::Copy(CopyArgs {
+        src: CleanPath::new("/a").unwrap(),
+        dst: CleanPath::new("/b").unwrap(),
+        merge: false,
+        sync: false,
+        exclude: vec![],
+        skip_special: false,
+    });
+    let read = Outcome::read(&copy_call, &mut Line(&text)).unwrap();
+    assert_eq!(read, Outcome::Job(Box::new(JobResult::Copy(copy.clone()))));
+    // The same text is no install's: the field it lacks is named.
+    let install = Call::Install(InstallArgs {
+        zonepath: CleanPath::new("/zones/z").unwrap(),
+        zone: None,
+        profile: None,
+        images: vec![],
+        source_root: None,
+        log: None,
+        platform: None,
+    });
+    let e = Outcome::read(&install, &mut Line(&text)).unwrap_err();
+    assert!(e.to_string().contains("missing field `zonepath`"), "{e}");
+
+    // A job's result by its `op`, for look-alikes too: an uninstall's
+    // and a rollback's replies are the same type.
+    let mut job = JobInfo {
+        job: 7,
+        op: String::new(),
+        what: "/srv/a".into(),
+        uid: 0,
+        pid: 1,
+        state: "done".into(),
+        phase: "copy".into(),
+        entries: 1,
+        bytes: 2,
+        started: 3,
+        elapsed_ms: 4,
+        detached: false,
+        process: None,
+        result: None,
+        error: None,
+    };
+    for (op, result) in [
+        ("copy", JobResult::Copy(copy.clone())),
+        ("uninstall", JobResult::Uninstall(zonepath.clone())),
+        ("rollback", JobResult::Rollback(zonepath.clone())),
+    ] {
+        job.op = op.into();
+        job.result = Some(result);
+        let line = serde_json::to_string(&job).unwrap();
+        let back: JobInfo = serde_json::from_str(&line).unwrap();
+        assert_eq!(back, job, "{line}");
+    }
+    // Each job's op name is one its result is read by.
+    for op in Call::NAMES {
+        job.op = (*op).into();
+        job.result = None;
+        let line = serde_json::to_string(&job).unwrap();
+        let back = serde_json::from_str::<JobInfo>(&line);
+        let is_job = !matches!(
+            *op,
+            "version" | "cache-list" | "jobs" | "status" | "cancel"
+        );
+        assert_eq!(back.is_ok(), is_job, "{op}: {back:?}");
+    }
+    // A result of another operation's shape is refused, naming what is
+    // missing.
+    job.op = "install".into();
+    job.result = Some(JobResult::Copy(copy));
+    let line = serde_json::to_string(&job).unwrap();
+    let e = serde_json::from_str::<JobInfo>(&line).unwrap_err();
+    assert!(e.to_string().contains("missing field `zonepath`"), "{e}");
 }
 
 #[test]
