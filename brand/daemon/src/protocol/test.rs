@@ -16,6 +16,24 @@ fn requests_round_trip_and_bad_ones_say_why() {
         detach: true,
     };
     assert_eq!(Request::parse(r.to_line().as_bytes()).unwrap(), r);
+    // As the protocol's documentation shows it; `args` always there.
+    let version = Request {
+        call: Call::Version,
+        detach: false,
+    };
+    assert_eq!(
+        version.to_line(),
+        r#"{"v":1,"op":"version","args":{},"detach":false}"#
+    );
+    assert_eq!(
+        Request::parse(version.to_line().as_bytes()).unwrap(),
+        version
+    );
+    let status = Request {
+        call: Call::Status(JobRef { job: 4 }),
+        detach: false,
+    };
+    assert_eq!(Request::parse(status.to_line().as_bytes()).unwrap(), status);
     let bad = |s: &str| Request::parse(s.as_bytes()).unwrap_err();
     assert!(matches!(bad("{"), BadRequest::Malformed(_)));
     assert_eq!(
