@@ -46,9 +46,7 @@ pub use self::bounds::{
 pub use self::error::{ErrorKind, WireError};
 pub use self::parse::BadRequest;
 pub use self::path::{CleanPath, ImageArg, UncleanPath, is_reference};
-pub use self::reply::{
-    ProgressInfo, Reply, notices_json, stats_from_json, stats_json,
-};
+pub use self::reply::{ProgressInfo, Reply};
 pub use self::request::{Call, Request};
 pub use self::update_reply::{
     UpdateChange, UpdateCounts, UpdateKept, UpdateReply,

@@ -270,8 +270,7 @@ impl Request {
             args,
             detach: self.detach,
         })
-        // As `json!` did: strings, numbers, and lists and structs of
-        // them, which always become JSON.
+        // Strings, numbers, and lists and structs of them: always JSON.
         .expect("a request is always JSON")
     }
 }
