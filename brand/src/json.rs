@@ -74,6 +74,9 @@ pub fn event(text: &str) {
     print(&Value::Object(m));
 }
 
+/// No fields beside an error's message.
+pub const NO_FIELDS: Value = Value::Null;
+
 /// An error object: `message`, and `fields`' members that are not null.
 pub fn error(message: impl std::fmt::Display, fields: Value) -> Value {
     let mut error = Map::new();

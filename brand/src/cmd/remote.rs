@@ -6,14 +6,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use clap::Args;
+use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serde_json::Value;
 use zinstall_daemon::client::{Client, ClientError};
 use zinstall_daemon::protocol::{
-    CacheEntryReply, Call, CleanPath, CopyArgs, CopyReply, GcArgs, GcReply,
-    ImageArg, InstallArgs, InstallReply, JobInfo, JobRef, ProgressInfo,
-    ProvisionArgs, ProvisionReply, Request, RollbackArgs, UninstallArgs,
-    UpdateArgs, UpdateReply, ZonepathReply,
+    CacheEntryReply, Call, CleanPath, CopyArgs, CopyReply, ErrorKind, GcArgs,
+    GcReply, ImageArg, InstallArgs, InstallReply, JobInfo, JobRef,
+    ProgressInfo, ProvisionArgs, ProvisionReply, Request, RollbackArgs,
+    UninstallArgs, UpdateArgs, UpdateReply, ZonepathReply,
 };
 
 use crate::output::{self, Bar};
@@ -87,7 +87,7 @@ fn with_paths<T>(
                 "{}: zinstalld takes paths without `..` components: name it without them",
                 p.display()
             ),
-            Value::Null,
+            crate::json::NO_FIELDS,
         );
         Exit::Usage
     })
@@ -100,7 +100,7 @@ fn local_only(flags: &[(&str, bool)], json: bool) -> Result<(), Exit> {
             crate::json::fail(
                 json,
                 format_args!("{flag} is not available with --daemon"),
-                Value::Null,
+                crate::json::NO_FIELDS,
             );
             return Err(Exit::Usage);
         }
@@ -134,6 +134,23 @@ fn tunables_set(t: &TunableArgs) -> bool {
         || t.defaults.is_some()
 }
 
+/// The socket, as `--json` names it beside an error reaching it.
+#[derive(Serialize)]
+struct SocketField {
+    socket: String,
+}
+
+/// What `--json` tells beside the message of the daemon's refusal or a
+/// job's failure.
+#[derive(Serialize)]
+struct RemoteFields<'a> {
+    kind: ErrorKind,
+    op: &'a Option<String>,
+    path: &'a Option<PathBuf>,
+    errors: &'a [String],
+    more_errors: u64,
+}
+
 /// Sends `call`, drawing progress on `bar` and printing events; returns
 /// the result read as `T` (the type the call returns), or prints the
 /// error (as JSON with `json`) and returns the exit code.
@@ -144,7 +161,9 @@ fn call<T: DeserializeOwned>(
     event: &mut dyn FnMut(&str),
     json: bool,
 ) -> Result<T, Exit> {
-    let socket_field = serde_json::json!({ "socket": socket });
+    let socket_field = crate::json::typed(&SocketField {
+        socket: socket.to_string_lossy().into_owned(),
+    });
     let mut client = match Client::connect(socket) {
         Ok(c) => c,
         Err(e) => {
@@ -176,12 +195,12 @@ fn call<T: DeserializeOwned>(
             ClientError::Remote(w) if json => crate::json::fail(
                 true,
                 &w.message,
-                serde_json::json!({
-                    "kind": w.kind,
-                    "op": w.op,
-                    "path": w.path,
-                    "errors": w.errors,
-                    "more_errors": w.more_errors,
+                crate::json::typed(&RemoteFields {
+                    kind: w.kind,
+                    op: &w.op,
+                    path: &w.path,
+                    errors: &w.errors,
+                    more_errors: w.more_errors,
                 }),
             ),
             ClientError::Remote(w) if !w.errors.is_empty() => {
