@@ -74,6 +74,9 @@ pub fn event(text: &str) {
     print(&Value::Object(m));
 }
 
+/// No fields beside an error's message.
+pub const NO_FIELDS: Value = Value::Null;
+
 /// An error object: `message`, and `fields`' members that are not null.
 pub fn error(message: impl std::fmt::Display, fields: Value) -> Value {
     let mut error = Map::new();
@@ -86,12 +89,12 @@ pub fn error(message: impl std::fmt::Display, fields: Value) -> Value {
 
 /// An engine run's counts and timings (the daemon sends the same).
 pub fn stats(s: &copier::Stats) -> Value {
-    zinstall_daemon::protocol::stats_json(s)
+    typed(s)
 }
 
-/// What was noticed and not kept.
+/// What was noticed and not kept (the daemon sends the same).
 pub fn notices(n: &[copier::Notice]) -> Value {
-    zinstall_daemon::protocol::notices_json(n)
+    typed(&zinstall_daemon::protocol::NoticeInfo::of(n))
 }
 
 /// A path as JSON: a string (lossy for names that are not UTF-8).

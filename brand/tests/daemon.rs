@@ -1023,7 +1023,8 @@ fn the_daemon_makes_device_nodes_only_when_asked() {
 
 /// A daemon whose replies lack a field this zinstall reads (another
 /// version's): `jobs`, `cancel`, `copy` and `cache list` each fail naming
-/// the field, instead of printing zeros and empty strings.
+/// the field, instead of printing zeros and empty strings; with `--json`
+/// too, instead of passing on what it could not read.
 #[test]
 fn a_reply_this_zinstall_cannot_read_is_an_error_not_zeros() {
     use std::os::unix::net::UnixListener;
@@ -1041,11 +1042,16 @@ fn a_reply_this_zinstall_cannot_read_is_an_error_not_zeros() {
             "phase": "copy", "entries": 5, "bytes": 6, "started": 1,
             "elapsed": 2, "detached": false}}),
         json!({"v": 1, "reply": "ok", "result": [{"kind": "tree"}]}),
+        json!({"v": 1, "reply": "ok", "result": [{"job": 3, "op": "copy",
+            "what": "/a", "uid": 0, "pid": 1, "status": "running",
+            "phase": "copy", "entries": 5, "bytes": 6, "started": 1,
+            "elapsed_ms": 2, "detached": false}]}),
     ];
-    let cases: [(&[&str], &str); 3] = [
+    let cases: [(&[&str], &str); 4] = [
         (&["jobs"], "missing field `state`"),
         (&["cancel", "3"], "missing field `elapsed_ms`"),
         (&["cache", "list"], "missing field `name`"),
+        (&["jobs", "--json"], "missing field `state`"),
     ];
     let server = std::thread::spawn(move || {
         for reply in replies {
@@ -1073,6 +1079,6 @@ fn a_reply_this_zinstall_cannot_read_is_an_error_not_zeros() {
         assert!(!t.contains("JOB    OP"), "{args:?}: printed a table: {t}");
         ran += 1;
     }
-    assert_eq!(ran, 3);
+    assert_eq!(ran, 4);
     server.join().unwrap();
 }

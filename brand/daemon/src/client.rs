@@ -5,9 +5,11 @@ use std::io::{self, BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 
-use serde_json::Value;
+use serde::de::{DeserializeOwned, IgnoredAny};
 
-use crate::protocol::{ProgressInfo, Reply, Request, WireError};
+use crate::protocol::{
+    Outcome, ProgressInfo, ReadResult, Reply, Request, WireError,
+};
 
 /// The environment variable naming the daemon's socket for the CLI.
 pub const DAEMON_ENV: &str = "ZINSTALL_DAEMON";
@@ -36,6 +38,18 @@ pub enum ClientError {
     Protocol {
         /// The socket.
         path: PathBuf,
+        /// What was wrong.
+        why: String,
+    },
+    /// The daemon's result is not what this client reads for the call:
+    /// a field missing, renamed or of another type (a daemon of another
+    /// version).
+    #[error("zinstalld's reply to {op} is not one this zinstall reads: {why}")]
+    Result {
+        /// The socket.
+        path: PathBuf,
+        /// The operation asked for.
+        op: &'static str,
         /// What was wrong.
         why: String,
     },
@@ -101,8 +115,13 @@ impl Client {
         }
     }
 
-    /// The next reply line.
-    fn read_reply(&mut self) -> Result<Reply, ClientError> {
+    /// The next reply line, its result (if it has one) read as a `T`: a
+    /// line that is not a reply is a protocol error, a result that is not
+    /// a `T` an error naming the operation `op`.
+    fn read_reply<T: DeserializeOwned>(
+        &mut self,
+        op: &'static str,
+    ) -> Result<Reply<T, T>, ClientError> {
         let mut buf = String::new();
         let n = self.input.read_line(&mut buf).map_err(|e| self.io(e))?;
         if n == 0 {
@@ -111,28 +130,70 @@ impl Client {
                 "zinstalld closed the connection",
             )));
         }
-        serde_json::from_str(buf.trim_end()).map_err(|e| {
-            ClientError::Protocol {
+        let line = buf.trim_end();
+        // The reply first, its result only checked for JSON, so that a
+        // result of another shape is told apart from a broken line.
+        serde_json::from_str::<Reply<IgnoredAny, IgnoredAny>>(line).map_err(
+            |e| ClientError::Protocol {
                 path: self.path.clone(),
                 why: e.to_string(),
-            }
+            },
+        )?;
+        serde_json::from_str(line).map_err(|e| ClientError::Result {
+            path: self.path.clone(),
+            op,
+            why: e.to_string(),
         })
     }
 
-    /// Sends `request` and reads replies until its result: `progress`
-    /// hears of a job's progress, `event` of its events.
+    /// Sends `request` and reads replies until its result, read as the
+    /// type its call returns: `progress` hears of a job's progress,
+    /// `event` of its events.
     pub fn call(
         &mut self,
         request: &Request,
         progress: &mut dyn FnMut(&ProgressInfo),
         event: &mut dyn FnMut(&str),
-    ) -> Result<Value, ClientError> {
+    ) -> Result<Outcome, ClientError> {
+        self.send(request)?;
+        Outcome::read(
+            &request.call,
+            &mut Follow {
+                client: self,
+                op: request.call.name(),
+                progress,
+                event,
+            },
+        )
+    }
+
+    /// [`Client::call`] for a caller that knows the type its call
+    /// returns (`CopyReply` for a copy, …: the types of
+    /// [`crate::protocol::JobResult`] and [`crate::protocol::Answer`]).
+    pub fn call_as<T: DeserializeOwned>(
+        &mut self,
+        request: &Request,
+        progress: &mut dyn FnMut(&ProgressInfo),
+        event: &mut dyn FnMut(&str),
+    ) -> Result<T, ClientError> {
+        self.send(request)?;
+        Follow {
+            client: self,
+            op: request.call.name(),
+            progress,
+            event,
+        }
+        .read()
+    }
+
+    /// Sends `request`.
+    fn send(&mut self, request: &Request) -> Result<(), ClientError> {
         let mut line = request.to_line();
         line.push('\n');
         if let Err(e) = self.out.write_all(line.as_bytes()) {
             // A busy daemon says so and closes at once: its reply is
             // there to read, and says more than the broken pipe.
-            return match self.read_reply() {
+            return match self.read_reply::<IgnoredAny>(request.call.name()) {
                 Ok(Reply::Error { error, .. }) => {
                     Err(ClientError::Remote(error))
                 }
@@ -140,17 +201,33 @@ impl Client {
             };
         }
         self.job = None;
+        Ok(())
+    }
+}
+
+/// A call's replies followed to its result.
+struct Follow<'a> {
+    client: &'a mut Client,
+    op: &'static str,
+    progress: &'a mut dyn FnMut(&ProgressInfo),
+    event: &'a mut dyn FnMut(&str),
+}
+
+impl ReadResult for Follow<'_> {
+    type Error = ClientError;
+
+    fn read<T: DeserializeOwned>(&mut self) -> Result<T, ClientError> {
         loop {
-            match self.read_reply()? {
+            match self.client.read_reply(self.op)? {
                 Reply::Ok { result, .. } | Reply::Done { result, .. } => {
                     return Ok(result);
                 }
                 Reply::Error { error, .. } => {
                     return Err(ClientError::Remote(error));
                 }
-                Reply::Accepted { job, .. } => self.job = Some(job),
-                Reply::Progress { progress: p, .. } => progress(&p),
-                Reply::Event { message, .. } => event(&message),
+                Reply::Accepted { job, .. } => self.client.job = Some(job),
+                Reply::Progress { progress: p, .. } => (self.progress)(&p),
+                Reply::Event { message, .. } => (self.event)(&message),
             }
         }
     }

@@ -5,9 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use serde_json::Value;
-
-use crate::protocol::{ErrorKind, JobInfo, ProgressInfo, WireError};
+use crate::protocol::{ErrorKind, JobInfo, JobResult, ProgressInfo, WireError};
 
 /// Where a job is.
 #[derive(Clone, Debug, PartialEq)]
@@ -17,7 +15,7 @@ pub enum State {
     /// Running.
     Running,
     /// Finished with this result.
-    Done(Value),
+    Done(JobResult),
     /// Failed (or was cancelled) with this error.
     Failed(WireError),
 }
@@ -122,7 +120,7 @@ impl Job {
     }
 
     /// Ends the job.
-    pub fn finish(&self, result: Result<Value, WireError>) {
+    pub fn finish(&self, result: Result<JobResult, WireError>) {
         let mut g = self.lock();
         g.ended.get_or_insert_with(Instant::now);
         g.state = match result {

@@ -14,6 +14,8 @@
 //! * [`config::Config`]: `/etc/zinstall/zinstalld.toml`, with the grants
 //!   [`auth::authorize`] applies to callers other than root.
 //! * [`jobs`]: ids, progress, cancel, results.
+//! * [`results`]: what the operations return, typed from the job to the
+//!   wire and back.
 //!
 //! ```no_run
 //! use zinstall_daemon::client::Client;
@@ -33,7 +35,7 @@
 //!     detach: false,
 //! };
 //! let result = c.call(&request, &mut |_progress| {}, &mut |event| println!("{event}"))?;
-//! println!("{result}");
+//! println!("{result:?}");
 //! # Ok::<(), zinstall_daemon::client::ClientError>(())
 //! ```
 
@@ -51,6 +53,7 @@ pub mod process;
 pub mod protocol;
 mod queue;
 pub mod replies;
+pub mod results;
 pub mod server;
 mod shares;
 mod state;

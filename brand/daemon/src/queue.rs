@@ -20,11 +20,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::{self, JoinHandle};
 
 use crate::jobs::Job;
-use crate::protocol::{ErrorKind, WireError};
+use crate::protocol::{ErrorKind, JobResult, WireError};
 
 /// What a job does once it has a place; its result ends the job.
 pub(crate) type Work =
-    Box<dyn FnOnce(&Arc<Job>) -> Result<serde_json::Value, WireError> + Send>;
+    Box<dyn FnOnce(&Arc<Job>) -> Result<JobResult, WireError> + Send>;
 
 /// Told of each job as it ends, with how long it ran.
 type OnEnd = Arc<dyn Fn(&Job, std::time::Duration) + Send + Sync>;
@@ -396,7 +396,17 @@ fn take(p: &Mutex<Option<Pending>>) -> Option<Pending> {
 mod test {
     use super::*;
     use crate::jobs::Jobs;
+    use crate::protocol::ZonepathReply;
     use std::time::Duration;
+
+    /// A result for a job that did nothing.
+    fn done() -> JobResult {
+        JobResult::Uninstall(ZonepathReply {
+            zonepath: "/z".into(),
+            recovered: None,
+            message: None,
+        })
+    }
 
     /// Runs `jobs` (uid, name) through one place: the order they ran in.
     fn order(
@@ -419,7 +429,7 @@ mod test {
                 Box::new(move |_| {
                     ran.lock().unwrap().push(name);
                     std::thread::sleep(Duration::from_millis(30));
-                    Ok(serde_json::Value::Null)
+                    Ok(done())
                 }),
             );
             all.push(job);
@@ -483,7 +493,7 @@ mod test {
                     if held {
                         g.wait();
                     }
-                    Ok(serde_json::Value::Null)
+                    Ok(done())
                 }),
             );
             jobs.push(job);
@@ -509,7 +519,7 @@ mod test {
             1,
             Box::new(move |_| {
                 g.wait();
-                Ok(serde_json::Value::Null)
+                Ok(done())
             }),
         );
         // The same uid's: queued (another uid's first job would take a

@@ -1,5 +1,6 @@
 //! The daemon's replies, typed: each is sent by the daemon (or a granted
-//! job's process) and read by the client through the same type, and the
+//! job's process) and read by the client through the same type (a job's
+//! travels from the job to the wire in a `JobResult`), and the
 //! local commands print their `--json` from the same types, so the two
 //! ways of running a command answer alike and a field renamed on one side
 //! is an error on the other, never a zero. Paths are strings, lossy where
@@ -8,60 +9,10 @@
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
-
-use crate::protocol::error::{ErrorKind, WireError};
 
 /// A path as the replies carry it.
 fn lossy(p: &Path) -> String {
     p.to_string_lossy().into_owned()
-}
-
-/// A job as `jobs`, `status` and `cancel` describe it: the daemon sends
-/// it and the client reads it through this one type, so a field one side
-/// renamed is an error the client reports, not a zero it prints.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct JobInfo {
-    /// Its id.
-    pub job: u64,
-    /// The operation (`copy`, `install`, …).
-    pub op: String,
-    /// Its main path.
-    pub what: String,
-    /// Who asked.
-    pub uid: u32,
-    /// The asking client's pid.
-    pub pid: i32,
-    /// `queued`, `running`, `done`, `failed` or `cancelled`.
-    pub state: String,
-    /// What it is doing now.
-    pub phase: String,
-    /// Entries done.
-    pub entries: u64,
-    /// Data bytes done.
-    pub bytes: u64,
-    /// When it was asked for, in seconds since the epoch.
-    pub started: u64,
-    /// Since then, or until it ended.
-    pub elapsed_ms: u64,
-    /// Its client went away and it goes on.
-    pub detached: bool,
-    /// The process it runs in, when one of its own (a granted job).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub process: Option<u32>,
-    /// Its result, once done.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub result: Option<Value>,
-    /// Why it failed, once failed or cancelled.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<WireError>,
-}
-
-/// A typed reply as the wire's JSON.
-pub fn reply_value(r: &impl Serialize) -> Result<Value, WireError> {
-    serde_json::to_value(r).map_err(|e| {
-        WireError::new(ErrorKind::Internal, format!("zinstalld: reply: {e}"))
-    })
 }
 
 /// One notice: something seen and not kept, how often, and an example.
@@ -103,6 +54,24 @@ pub struct CopyReply {
     pub stats: copier::Stats,
     /// What it noticed and did not keep.
     pub notices: Vec<NoticeInfo>,
+}
+
+impl CopyReply {
+    /// The reply of a copy from `src` to `dst` that ended with `stats`
+    /// and `notices`, wherever it ran.
+    pub fn new(
+        src: &Path,
+        dst: &Path,
+        stats: copier::Stats,
+        notices: Vec<NoticeInfo>,
+    ) -> CopyReply {
+        CopyReply {
+            src: lossy(src),
+            dst: lossy(dst),
+            stats,
+            notices,
+        }
+    }
 }
 
 /// An install's result.

@@ -10,7 +10,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use serde_json::{Value, json};
 use slog::{Logger, info, warn};
 
 use copier::Pool;
@@ -21,8 +20,8 @@ use crate::jobs::State;
 use crate::limits::Summary;
 use crate::ops;
 use crate::protocol::{
-    BadRequest, Call, ErrorKind, JobInfo, MAX_JOBS_REPLY, MAX_LINE, Reply,
-    Request, VERSION, WireError, reply_value,
+    Answer, BadRequest, Call, ErrorKind, JobInfo, MAX_JOBS_REPLY, MAX_LINE,
+    Reply, Request, VERSION, VersionReply, WireError,
 };
 pub use crate::state::Options;
 use crate::state::{self, Daemon};
@@ -565,14 +564,14 @@ fn quick(
     peer: &Peer,
     call: &Call,
     config: &Config,
-) -> Result<Value, WireError> {
+) -> Result<Answer, WireError> {
     let visible = |owner: u32| peer.uid == 0 || owner == peer.uid;
     match call {
-        Call::Version => Ok(json!({
-            "version": d.opts.version,
-            "protocol": VERSION,
-            "workers": d.pool().threads(),
-            "walkers": d.pool().walkers(),
+        Call::Version => Ok(Answer::Version(VersionReply {
+            protocol: VERSION,
+            version: d.opts.version.clone(),
+            walkers: d.pool().walkers(),
+            workers: d.pool().threads(),
         })),
         Call::Jobs => {
             // Failures summed up in a line each (`status` lists a job's
@@ -584,7 +583,7 @@ fn quick(
                 .filter(|j| visible(j.owner))
                 .map(|j| j.summary())
                 .collect();
-            reply_value(&within(jobs, MAX_JOBS_REPLY))
+            Ok(Answer::Jobs(within(jobs, MAX_JOBS_REPLY)))
         }
         Call::Status(r) | Call::Cancel(r) => {
             let job =
@@ -602,9 +601,9 @@ fn quick(
                 d.queue.cancel_queued(job.id);
                 info!(d.log, "cancel"; "job" => job.id, "uid" => peer.uid, "pid" => peer.pid);
             }
-            reply_value(&job.describe())
+            Ok(Answer::Job(Box::new(job.describe())))
         }
-        Call::CacheList => ops::cache_list(config),
+        Call::CacheList => ops::cache_list(config).map(Answer::CacheList),
         _ => Err(WireError::new(
             ErrorKind::Internal,
             format!("{} is a job", call.name()),

@@ -6,13 +6,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use clap::Args;
-use serde_json::Value;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use zinstall_daemon::client::{Client, ClientError};
 use zinstall_daemon::protocol::{
-    CacheEntryReply, Call, CleanPath, CopyArgs, CopyReply, GcArgs, GcReply,
-    ImageArg, InstallArgs, JobInfo, JobRef, ProgressInfo, ProvisionArgs,
-    ProvisionReply, Request, RollbackArgs, UninstallArgs, UpdateArgs,
-    UpdateReply, ZonepathReply,
+    CacheEntryReply, Call, CleanPath, CopyArgs, CopyReply, ErrorKind, GcArgs,
+    GcReply, ImageArg, InstallArgs, InstallReply, JobInfo, JobRef,
+    ProgressInfo, ProvisionArgs, ProvisionReply, Request, RollbackArgs,
+    UninstallArgs, UpdateArgs, UpdateReply, ZonepathReply,
 };
 
 use crate::output::{self, Bar};
@@ -86,7 +87,7 @@ fn with_paths<T>(
                 "{}: zinstalld takes paths without `..` components: name it without them",
                 p.display()
             ),
-            Value::Null,
+            crate::json::NO_FIELDS,
         );
         Exit::Usage
     })
@@ -99,7 +100,7 @@ fn local_only(flags: &[(&str, bool)], json: bool) -> Result<(), Exit> {
             crate::json::fail(
                 json,
                 format_args!("{flag} is not available with --daemon"),
-                Value::Null,
+                crate::json::NO_FIELDS,
             );
             return Err(Exit::Usage);
         }
@@ -133,17 +134,36 @@ fn tunables_set(t: &TunableArgs) -> bool {
         || t.defaults.is_some()
 }
 
+/// The socket, as `--json` names it beside an error reaching it.
+#[derive(Serialize)]
+struct SocketField {
+    socket: String,
+}
+
+/// What `--json` tells beside the message of the daemon's refusal or a
+/// job's failure.
+#[derive(Serialize)]
+struct RemoteFields<'a> {
+    kind: ErrorKind,
+    op: &'a Option<String>,
+    path: &'a Option<PathBuf>,
+    errors: &'a [String],
+    more_errors: u64,
+}
+
 /// Sends `call`, drawing progress on `bar` and printing events; returns
-/// the result, or prints the error (as JSON with `json`) and returns the
-/// exit code.
-fn call(
+/// the result read as `T` (the type the call returns), or prints the
+/// error (as JSON with `json`) and returns the exit code.
+fn call<T: DeserializeOwned>(
     socket: &Path,
     call: Call,
     bar: Option<Arc<Bar>>,
     event: &mut dyn FnMut(&str),
     json: bool,
-) -> Result<Value, Exit> {
-    let socket_field = serde_json::json!({ "socket": socket });
+) -> Result<T, Exit> {
+    let socket_field = crate::json::typed(&SocketField {
+        socket: socket.to_string_lossy().into_owned(),
+    });
     let mut client = match Client::connect(socket) {
         Ok(c) => c,
         Err(e) => {
@@ -166,7 +186,7 @@ fn call(
         call,
         detach: false,
     };
-    let r = client.call(&request, &mut progress, event);
+    let r = client.call_as(&request, &mut progress, event);
     if let Some(b) = &bar {
         b.finish();
     }
@@ -175,12 +195,12 @@ fn call(
             ClientError::Remote(w) if json => crate::json::fail(
                 true,
                 &w.message,
-                serde_json::json!({
-                    "kind": w.kind,
-                    "op": w.op,
-                    "path": w.path,
-                    "errors": w.errors,
-                    "more_errors": w.more_errors,
+                crate::json::typed(&RemoteFields {
+                    kind: w.kind,
+                    op: &w.op,
+                    path: &w.path,
+                    errors: &w.errors,
+                    more_errors: w.more_errors,
                 }),
             ),
             ClientError::Remote(w) if !w.errors.is_empty() => {
@@ -194,6 +214,8 @@ fn call(
                     ));
                 }
             }
+            // Said as it always was, whether or not with `--json`.
+            e @ ClientError::Result { .. } => output::error(e),
             e => crate::json::fail(json, e, socket_field),
         }
         Exit::Failed
@@ -235,19 +257,16 @@ pub fn copy(socket: &Path, a: &super::copy::CopyArgs) -> Exit {
         Ok(args) => args,
         Err(c) => return c,
     };
-    let result = match call(socket, Call::Copy(args), bar, &mut |_| {}, a.json)
-    {
-        Ok(r) => r,
-        Err(c) => return c,
-    };
+    let result: CopyReply =
+        match call(socket, Call::Copy(args), bar, &mut |_| {}, a.json) {
+            Ok(r) => r,
+            Err(c) => return c,
+        };
     if a.json {
-        crate::json::result(result);
+        crate::json::result(crate::json::typed(&result));
         return Exit::Ok;
     }
-    let CopyReply { stats, notices, .. } = match typed(result, "copy") {
-        Ok(r) => r,
-        Err(c) => return c,
-    };
+    let CopyReply { stats, notices, .. } = result;
     for n in notices {
         output::note(n.notice);
     }
@@ -312,10 +331,16 @@ pub fn install(socket: &Path, a: &super::install::InstallArgs) -> Exit {
             output::out(e);
         }
     };
-    match call(socket, Call::Install(args), None, &mut show, json) {
+    match call::<InstallReply>(
+        socket,
+        Call::Install(args),
+        None,
+        &mut show,
+        json,
+    ) {
         Ok(r) => {
             if json {
-                crate::json::result(r);
+                crate::json::result(crate::json::typed(&r));
             }
             Exit::Ok
         }
@@ -334,7 +359,7 @@ pub fn uninstall(socket: &Path, a: &super::install::UninstallArgs) -> Exit {
         Ok(args) => args,
         Err(c) => return c,
     };
-    match call(
+    match call::<ZonepathReply>(
         socket,
         Call::Uninstall(args),
         None,
@@ -373,25 +398,18 @@ pub fn update(socket: &Path, a: &super::update::UpdateArgs) -> Exit {
     // The stages are the job's phase (`zinstall jobs`); the output is
     // the local command's.
     let mut quiet = |_: &str| {};
-    let reply = match call(socket, Call::Update(args), None, &mut quiet, json) {
-        Ok(r) => r,
-        Err(c) => return c,
-    };
-    match serde_json::from_value::<UpdateReply>(reply) {
+    match call::<UpdateReply>(
+        socket,
+        Call::Update(args),
+        None,
+        &mut quiet,
+        json,
+    ) {
         Ok(r) => {
             super::update::print(&r, a, false);
             Exit::Ok
         }
-        Err(e) => {
-            crate::json::fail(
-                json,
-                format_args!(
-                    "zinstalld: an update reply this zinstall cannot read: {e}"
-                ),
-                Value::Null,
-            );
-            Exit::Failed
-        }
+        Err(c) => c,
     }
 }
 
@@ -407,19 +425,22 @@ pub fn rollback(socket: &Path, a: &super::update::RollbackArgs) -> Exit {
     };
     let json = a.json;
     let mut quiet = |_: &str| {};
-    match call(socket, Call::Rollback(args), None, &mut quiet, json) {
-        Ok(r) => match typed::<ZonepathReply>(r, "rollback") {
-            Ok(r) => {
-                super::update::print_rollback(
-                    &a.zonepath,
-                    r.recovered.as_deref(),
-                    r.message.as_deref(),
-                    json,
-                );
-                Exit::Ok
-            }
-            Err(c) => c,
-        },
+    match call::<ZonepathReply>(
+        socket,
+        Call::Rollback(args),
+        None,
+        &mut quiet,
+        json,
+    ) {
+        Ok(r) => {
+            super::update::print_rollback(
+                &a.zonepath,
+                r.recovered.as_deref(),
+                r.message.as_deref(),
+                json,
+            );
+            Exit::Ok
+        }
         Err(c) => c,
     }
 }
@@ -522,23 +543,18 @@ pub fn cache_list(socket: &Path, json: bool) -> Exit {
 /// Runs `call` in the daemon, its events shown as they come (unless
 /// `json`), and its result read as `T`: printed by `print`, or as the
 /// local command's `--json` prints it.
-fn shown<T: serde::Serialize + serde::de::DeserializeOwned>(
+fn shown<T: serde::Serialize + DeserializeOwned>(
     socket: &Path,
     call_: Call,
     json: bool,
     print: impl FnOnce(&T),
 ) -> Exit {
-    let what = call_.name();
     let mut event = |e: &str| {
         if !json {
             output::out(e);
         }
     };
-    let r = match call(socket, call_, None, &mut event, json) {
-        Ok(r) => r,
-        Err(c) => return c,
-    };
-    let reply: T = match typed(r, what) {
+    let reply: T = match call(socket, call_, None, &mut event, json) {
         Ok(r) => r,
         Err(c) => return c,
     };
@@ -552,18 +568,15 @@ fn shown<T: serde::Serialize + serde::de::DeserializeOwned>(
 
 /// `zinstall jobs`.
 pub fn jobs(socket: &Path, a: &JobsArgs) -> Exit {
-    let r = match call(socket, Call::Jobs, None, &mut |_| {}, a.json) {
-        Ok(r) => r,
-        Err(c) => return c,
-    };
+    let jobs: Vec<JobInfo> =
+        match call(socket, Call::Jobs, None, &mut |_| {}, a.json) {
+            Ok(r) => r,
+            Err(c) => return c,
+        };
     if a.json {
-        crate::json::result(r);
+        crate::json::result(crate::json::typed(&jobs));
         return Exit::Ok;
     }
-    let jobs: Vec<JobInfo> = match typed(r, "jobs") {
-        Ok(j) => j,
-        Err(c) => return c,
-    };
     output::out(
         "JOB    OP         STATE      PHASE      UID    ENTRIES        BYTES  WHAT",
     );
@@ -578,37 +591,20 @@ pub fn jobs(socket: &Path, a: &JobsArgs) -> Exit {
 
 /// `zinstall cancel ID`.
 pub fn cancel(socket: &Path, a: &CancelArgs) -> Exit {
-    match call(
+    match call::<JobInfo>(
         socket,
         Call::Cancel(JobRef { job: a.job }),
         None,
         &mut |_| {},
         false,
     ) {
-        Ok(j) => match typed::<JobInfo>(j, "cancel") {
-            Ok(j) => {
-                output::out(format_args!(
-                    "job {} cancelled ({} when asked)",
-                    a.job, j.state
-                ));
-                Exit::Ok
-            }
-            Err(c) => c,
-        },
+        Ok(j) => {
+            output::out(format_args!(
+                "job {} cancelled ({} when asked)",
+                a.job, j.state
+            ));
+            Exit::Ok
+        }
         Err(c) => c,
     }
-}
-
-/// The daemon's reply to `what` read as its type; one this zinstall
-/// cannot read is an error saying so (a daemon of another version).
-fn typed<T: serde::de::DeserializeOwned>(
-    v: Value,
-    what: &str,
-) -> Result<T, Exit> {
-    serde_json::from_value(v).map_err(|e| {
-        output::error(format_args!(
-            "zinstalld's reply to {what} is not one this zinstall reads: {e}"
-        ));
-        Exit::Failed
-    })
 }

@@ -1,18 +1,13 @@
-//! Copies: root's, run in the daemon with its pool, and the reply every
-//! copy gives (a caller's granted copy, in its own process, gives the same),
-//! apart so that `process` can shape its reply without naming `ops`.
+//! Root's copies, run in the daemon with its pool. A caller's granted
+//! copy, in its own process, gives the same reply ([`CopyReply::new`]).
 
 use std::path::Path;
 use std::sync::Arc;
 
-use serde_json::Value;
-
 use copier::Plan;
 
 use crate::jobs::Job;
-use crate::protocol::{
-    CopyArgs, CopyReply, NoticeInfo, WireError, reply_value,
-};
+use crate::protocol::{CopyArgs, CopyReply, NoticeInfo, WireError};
 use crate::state::Daemon;
 
 /// Root's copy, in the daemon with its pool. A caller's granted copy
@@ -21,7 +16,7 @@ pub(super) fn copy(
     d: &Daemon,
     job: &Arc<Job>,
     a: &CopyArgs,
-) -> Result<Value, WireError> {
+) -> Result<CopyReply, WireError> {
     job.set_phase("copy");
     let (src, dst) = (&a.src, &a.dst);
     let mut plan = Plan::new(src.as_path(), dst.as_path())
@@ -39,22 +34,12 @@ pub(super) fn copy(
         plan = plan.rules(rules, Path::new(""));
     }
     match plan.run() {
-        Ok(r) => copy_result(src, dst, r.stats, NoticeInfo::of(&r.notices)),
+        Ok(r) => Ok(CopyReply::new(
+            src,
+            dst,
+            r.stats,
+            NoticeInfo::of(&r.notices),
+        )),
         Err(f) => Err(WireError::from_failure(&f)),
     }
-}
-
-/// A copy's result as the wire carries it, wherever it ran.
-pub(crate) fn copy_result(
-    src: &Path,
-    dst: &Path,
-    stats: copier::Stats,
-    notices: Vec<NoticeInfo>,
-) -> Result<Value, WireError> {
-    reply_value(&CopyReply {
-        src: src.to_string_lossy().into_owned(),
-        dst: dst.to_string_lossy().into_owned(),
-        stats,
-        notices,
-    })
 }

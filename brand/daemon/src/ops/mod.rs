@@ -4,7 +4,6 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use serde_json::Value;
 use slog::info;
 
 use zinstall_install::Install;
@@ -17,15 +16,14 @@ use crate::config::Config;
 use crate::jobs::Job;
 use crate::protocol::{
     CacheEntryReply, Call, CleanPath, ErrorKind, GcArgs, GcReply, InstallArgs,
-    InstallReply, NoticeInfo, ProvisionArgs, ProvisionReply, RollbackArgs,
-    UninstallArgs, UpdateArgs, UpdateReply, WireError, ZonepathReply,
-    reply_value,
+    InstallReply, JobResult, NoticeInfo, ProvisionArgs, ProvisionReply,
+    RollbackArgs, UninstallArgs, UpdateArgs, UpdateReply, WireError,
+    ZonepathReply,
 };
 use crate::state::Daemon;
 use crate::sys::Peer;
 
 mod copy;
-pub(crate) use copy::copy_result;
 
 /// Runs a job's operation to its end.
 pub fn run(
@@ -35,18 +33,23 @@ pub fn run(
     peer: &Peer,
     granted: &Granted,
     config: &Config,
-) -> Result<Value, WireError> {
+) -> Result<JobResult, WireError> {
     match call {
         Call::Copy(a) if peer.uid != 0 => {
             crate::process::granted_copy(d, job, a, peer, granted)
+                .map(JobResult::Copy)
         }
-        Call::Copy(a) => copy::copy(d, job, a),
-        Call::Install(a) => install(d, job, a, peer, config),
-        Call::Uninstall(a) => uninstall(d, job, a),
-        Call::Update(a) => update(d, job, a, config),
-        Call::Rollback(a) => rollback(job, a),
-        Call::Provision(a) => provision(d, job, a, config),
-        Call::CacheGc(a) => cache_gc(job, a, config),
+        Call::Copy(a) => copy::copy(d, job, a).map(JobResult::Copy),
+        Call::Install(a) => {
+            install(d, job, a, peer, config).map(JobResult::Install)
+        }
+        Call::Uninstall(a) => uninstall(d, job, a).map(JobResult::Uninstall),
+        Call::Update(a) => update(d, job, a, config).map(JobResult::Update),
+        Call::Rollback(a) => rollback(job, a).map(JobResult::Rollback),
+        Call::Provision(a) => {
+            provision(d, job, a, config).map(JobResult::Provision)
+        }
+        Call::CacheGc(a) => cache_gc(job, a, config).map(JobResult::CacheGc),
         _ => Err(WireError::new(
             ErrorKind::Internal,
             format!("{} is not a job", call.name()),
@@ -101,7 +104,7 @@ fn install(
     a: &InstallArgs,
     peer: &Peer,
     config: &Config,
-) -> Result<Value, WireError> {
+) -> Result<InstallReply, WireError> {
     job.set_phase("install");
     let mut profile = profile(&a.profile, &a.source_root, config)?;
     if let Some(l) = &a.log {
@@ -171,7 +174,7 @@ fn install(
         job.event(format!("NOTE: {done}"));
     }
     match r {
-        Ok(s) => reply_value(&InstallReply {
+        Ok(s) => Ok(InstallReply {
             zonepath: a.zonepath.to_string_lossy().into_owned(),
             notices: NoticeInfo::of(&s.notices),
             stats: s.stats,
@@ -184,13 +187,13 @@ fn uninstall(
     d: &Daemon,
     job: &Arc<Job>,
     a: &UninstallArgs,
-) -> Result<Value, WireError> {
+) -> Result<ZonepathReply, WireError> {
     job.set_phase("uninstall");
     let mut events =
         |e: &zinstall_install::Event| job.event(format!("INFO: zinstall: {e}"));
     zinstall_install::uninstall(&a.zonepath, a.foreign, d.log(), &mut events)
         .map_err(|e| install_error(job, &a.zonepath, &e))?;
-    reply_value(&ZonepathReply {
+    Ok(ZonepathReply {
         zonepath: a.zonepath.to_string_lossy().into_owned(),
         recovered: None,
         message: None,
@@ -222,7 +225,7 @@ fn update(
     job: &Arc<Job>,
     a: &UpdateArgs,
     config: &Config,
-) -> Result<Value, WireError> {
+) -> Result<UpdateReply, WireError> {
     job.set_phase("update");
     let profile = profile(&a.profile, &None, config)?;
     let platform = platform(ErrorKind::Install, &a.platform)?;
@@ -248,19 +251,19 @@ fn update(
     }
     .run();
     match r {
-        Ok(report) => {
-            serde_json::to_value(UpdateReply::of(&a.zonepath, &report))
-                .map_err(|e| WireError::new(ErrorKind::Internal, e.to_string()))
-        }
+        Ok(report) => Ok(UpdateReply::of(&a.zonepath, &report)),
         Err(e) => Err(update_error(job, &a.zonepath, &e)),
     }
 }
 
 /// Root's rollback, as `zinstall rollback`.
-fn rollback(job: &Arc<Job>, a: &RollbackArgs) -> Result<Value, WireError> {
+fn rollback(
+    job: &Arc<Job>,
+    a: &RollbackArgs,
+) -> Result<ZonepathReply, WireError> {
     job.set_phase("rollback");
     match zinstall_install::update::rollback(&a.zonepath) {
-        Ok(rolled) => reply_value(&ZonepathReply {
+        Ok(rolled) => Ok(ZonepathReply {
             zonepath: a.zonepath.to_string_lossy().into_owned(),
             recovered: rolled.recovered.map(str::to_string),
             message: Some(rolled.message()),
@@ -317,7 +320,7 @@ fn provision(
     job: &Arc<Job>,
     a: &ProvisionArgs,
     config: &Config,
-) -> Result<Value, WireError> {
+) -> Result<ProvisionReply, WireError> {
     job.set_phase("provision");
     let request = ProvisionRequest {
         count: a.count,
@@ -385,7 +388,7 @@ fn provision(
               "why" => crate::protocol::clip_middle(&old.why, crate::protocol::MAX_ERROR_TEXT),
               "rebuilt" => r.entry.name());
     }
-    reply_value(&ProvisionReply::of(a.image.as_path(), &r))
+    Ok(ProvisionReply::of(a.image.as_path(), &r))
 }
 
 /// A provision's failure as the daemon's client should read it: the
@@ -420,18 +423,18 @@ fn provision_message(e: &zinstall_provision::ProvisionError) -> String {
 }
 
 /// The cache's entries, as `zinstall cache list --json` would show them.
-pub fn cache_list(config: &Config) -> Result<Value, WireError> {
+pub fn cache_list(config: &Config) -> Result<Vec<CacheEntryReply>, WireError> {
     let cache = Cache::new(config.cache.clone())
         .map_err(|e| cache_error(config, &e))?;
     let entries = cache.list().map_err(|e| cache_error(config, &e))?;
-    reply_value(&CacheEntryReply::list(&entries))
+    Ok(CacheEntryReply::list(&entries))
 }
 
 fn cache_gc(
     job: &Arc<Job>,
     a: &GcArgs,
     config: &Config,
-) -> Result<Value, WireError> {
+) -> Result<GcReply, WireError> {
     job.set_phase("cache-gc");
     let cache = Cache::new(config.cache.clone())
         .map_err(|e| cache_error(config, &e))?;
@@ -443,7 +446,7 @@ fn cache_gc(
             release_missing: a.release_missing,
         })
         .map_err(|e| cache_error(config, &e))?;
-    reply_value(&GcReply::of(&r, a.dry_run))
+    Ok(GcReply::of(&r, a.dry_run))
 }
 
 fn cache_error(

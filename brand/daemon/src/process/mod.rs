@@ -38,7 +38,6 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
 use slog::{info, warn};
 
 use copier::beneath::Root;
@@ -48,7 +47,9 @@ pub use wire::CHILD_ARG;
 
 use crate::auth::Granted;
 use crate::jobs::Job;
-use crate::protocol::{CleanPath, CopyArgs, ErrorKind, NoticeInfo, WireError};
+use crate::protocol::{
+    CleanPath, CopyArgs, CopyReply, ErrorKind, NoticeInfo, WireError,
+};
 use crate::state::Daemon;
 use crate::sys::{self, Identity, Peer};
 use wire::{MAX_LINE, Order, Said};
@@ -64,7 +65,7 @@ pub(crate) fn granted_copy(
     a: &CopyArgs,
     peer: &Peer,
     granted: &Granted,
-) -> Result<Value, WireError> {
+) -> Result<CopyReply, WireError> {
     job.set_phase("copy");
     // Each path is opened by the daemon beneath the prefix authorization
     // matched, with no symlink anywhere on its way (a parent the caller
@@ -155,11 +156,8 @@ pub(crate) fn granted_copy(
             mine.write_all(&line)
         });
     let outcome = match sent {
-        Ok(()) => relay(job, mine, pid, &share, d.config().job_stall).and_then(
-            |(stats, notices)| {
-                crate::ops::copy_result(src, dst, stats, notices)
-            },
-        ),
+        Ok(()) => relay(job, mine, pid, &share, d.config().job_stall)
+            .map(|(stats, notices)| CopyReply::new(src, dst, stats, notices)),
         Err(e) => {
             sys::signal(pid, libc::SIGKILL);
             Err(internal("cannot send its order to", e))

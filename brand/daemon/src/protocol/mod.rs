@@ -46,15 +46,16 @@ pub use self::bounds::{
 pub use self::error::{ErrorKind, WireError};
 pub use self::parse::BadRequest;
 pub use self::path::{CleanPath, ImageArg, UncleanPath, is_reference};
-pub use self::reply::{
-    ProgressInfo, Reply, notices_json, stats_from_json, stats_json,
-};
+pub use self::reply::{ProgressInfo, Reply};
 pub use self::request::{Call, Request};
 pub use self::update_reply::{
     UpdateChange, UpdateCounts, UpdateKept, UpdateReply,
 };
 pub use crate::replies::{
     CacheEntryReply, CopyReply, GcEntryDecision, GcReply, GuestInfo,
-    InstallReply, JobInfo, NoticeInfo, ProvisionReply, ReplacedInfo,
-    StoreGcInfo, StoreImageDecision, ZonepathReply, reply_value,
+    InstallReply, NoticeInfo, ProvisionReply, ReplacedInfo, StoreGcInfo,
+    StoreImageDecision, ZonepathReply,
+};
+pub use crate::results::{
+    Answer, JobInfo, JobResult, Outcome, ReadResult, VersionReply,
 };

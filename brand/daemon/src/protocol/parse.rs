@@ -2,10 +2,13 @@
 //! arguments typed by the operation, every bound checked before anything
 //! is built), why a line is refused, and a request written as a line.
 
-use serde::Deserialize;
 use serde::de::IgnoredAny;
-use serde_json::json;
+use serde::{Deserialize, Serialize};
 
+use super::args::{
+    CopyArgs, GcArgs, InstallArgs, JobRef, ProvisionArgs, RollbackArgs,
+    UninstallArgs, UpdateArgs,
+};
 use super::bounds::{MAX_DEPTH, MAX_ECHO, MAX_LINE, VERSION, clip};
 use super::request::{Call, Request};
 
@@ -75,9 +78,33 @@ struct WireArgs<T> {
 }
 
 /// Arguments of an operation that takes none: `{}` only.
-#[derive(Deserialize)]
+#[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct NoArgs {}
+
+/// A request as its line is written.
+#[derive(Serialize)]
+struct Line<'a> {
+    v: u32,
+    op: &'static str,
+    args: Args<'a>,
+    detach: bool,
+}
+
+/// A request's arguments as its line has them: the arguments alone.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Args<'a> {
+    None(NoArgs),
+    Copy(&'a CopyArgs),
+    Install(&'a InstallArgs),
+    Uninstall(&'a UninstallArgs),
+    Update(&'a UpdateArgs),
+    Rollback(&'a RollbackArgs),
+    Provision(&'a ProvisionArgs),
+    CacheGc(&'a GcArgs),
+    Job(&'a JobRef),
+}
 
 /// `v`: a whole number, or the request is malformed.
 struct Version(u64);
@@ -225,22 +252,25 @@ impl Request {
     /// The request as one line (without its newline).
     pub fn to_line(&self) -> String {
         let args = match &self.call {
-            Call::Version | Call::CacheList | Call::Jobs => json!({}),
-            Call::Copy(a) => json!(a),
-            Call::Install(a) => json!(a),
-            Call::Uninstall(a) => json!(a),
-            Call::Update(a) => json!(a),
-            Call::Rollback(a) => json!(a),
-            Call::Provision(a) => json!(a),
-            Call::CacheGc(a) => json!(a),
-            Call::Status(a) | Call::Cancel(a) => json!(a),
+            Call::Version | Call::CacheList | Call::Jobs => {
+                Args::None(NoArgs {})
+            }
+            Call::Copy(a) => Args::Copy(a),
+            Call::Install(a) => Args::Install(a),
+            Call::Uninstall(a) => Args::Uninstall(a),
+            Call::Update(a) => Args::Update(a),
+            Call::Rollback(a) => Args::Rollback(a),
+            Call::Provision(a) => Args::Provision(a),
+            Call::CacheGc(a) => Args::CacheGc(a),
+            Call::Status(a) | Call::Cancel(a) => Args::Job(a),
         };
-        json!({
-            "v": VERSION,
-            "op": self.call.name(),
-            "args": args,
-            "detach": self.detach,
+        serde_json::to_string(&Line {
+            v: VERSION,
+            op: self.call.name(),
+            args,
+            detach: self.detach,
         })
-        .to_string()
+        // Strings, numbers, and lists and structs of them: always JSON.
+        .expect("a request is always JSON")
     }
 }

@@ -1,12 +1,10 @@
-//! The reply lines ([`Reply`]) and progress, and the engine's counts and
-//! notices as results carry them.
+//! The reply lines ([`Reply`]) and progress.
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
 
 use super::bounds::VERSION;
-use super::error::WireError;
-use crate::replies::NoticeInfo;
+use super::error::{ErrorKind, WireError};
+use crate::results::{Answer, JobResult};
 
 /// Progress of a job.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -24,16 +22,18 @@ pub struct ProgressInfo {
     pub elapsed_ms: u64,
 }
 
-/// One reply line.
+/// One reply line. The daemon sends a quick operation's [`Answer`] and a
+/// job's [`JobResult`]; a client reads them as the types its call returns
+/// (`A` and `R`), as [`crate::results::Outcome::read`] says.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "reply", rename_all = "kebab-case")]
-pub enum Reply {
+pub enum Reply<A = Answer, R = JobResult> {
     /// A quick operation's result.
     Ok {
         /// The protocol version.
         v: u32,
         /// What it returns.
-        result: Value,
+        result: A,
     },
     /// A job was started.
     Accepted {
@@ -68,7 +68,7 @@ pub enum Reply {
         /// The job.
         job: u64,
         /// What it returns.
-        result: Value,
+        result: R,
     },
     /// A refusal, or a job's failure.
     Error {
@@ -82,16 +82,23 @@ pub enum Reply {
     },
 }
 
-impl Reply {
+impl<A: Serialize, R: Serialize> Reply<A, R> {
     /// The reply as one line (without its newline).
     pub fn to_line(&self) -> String {
-        serde_json::to_string(self).unwrap_or_else(|e| {
-            json!({"v": VERSION, "reply": "error",
-                   "error": {"kind": "internal", "message": e.to_string()}})
-            .to_string()
-        })
+        serde_json::to_string(self).unwrap_or_else(|e| unwritable(&e))
     }
+}
 
+/// The line sent in place of a reply that could not be written: an
+/// internal error saying why.
+fn unwritable(e: &serde_json::Error) -> String {
+    let reply =
+        Reply::error(WireError::new(ErrorKind::Internal, e.to_string()));
+    // Strings alone: an error reply always becomes JSON.
+    serde_json::to_string(&reply).unwrap_or_default()
+}
+
+impl Reply {
     /// An error reply not tied to a job.
     pub fn error(error: WireError) -> Reply {
         Reply::Error {
@@ -100,24 +107,4 @@ impl Reply {
             error,
         }
     }
-}
-
-/// An engine run's counts and timings, as `--json` and the log show
-/// them (the serialized [`copier::Stats`]).
-pub fn stats_json(s: &copier::Stats) -> Value {
-    // Numbers, strings and arrays of them: nothing that cannot become a
-    // JSON value.
-    serde_json::to_value(s).unwrap_or(Value::Null)
-}
-
-/// [`stats_json`] read back, for a client printing a daemon's result as
-/// it prints its own. Missing fields are zero; a field of the wrong type
-/// is an error naming it.
-pub fn stats_from_json(v: &Value) -> Result<copier::Stats, serde_json::Error> {
-    copier::Stats::deserialize(v)
-}
-
-/// What was noticed and not kept, as `--json` shows it.
-pub fn notices_json(n: &[copier::Notice]) -> Value {
-    serde_json::to_value(NoticeInfo::of(n)).unwrap_or(Value::Null)
 }

@@ -1,5 +1,3 @@
-use serde_json::json;
-
 use super::*;
 
 #[test]
@@ -16,6 +14,24 @@ fn requests_round_trip_and_bad_ones_say_why() {
         detach: true,
     };
     assert_eq!(Request::parse(r.to_line().as_bytes()).unwrap(), r);
+    // As the protocol's documentation shows it; `args` always there.
+    let version = Request {
+        call: Call::Version,
+        detach: false,
+    };
+    assert_eq!(
+        version.to_line(),
+        r#"{"v":1,"op":"version","args":{},"detach":false}"#
+    );
+    assert_eq!(
+        Request::parse(version.to_line().as_bytes()).unwrap(),
+        version
+    );
+    let status = Request {
+        call: Call::Status(JobRef { job: 4 }),
+        detach: false,
+    };
+    assert_eq!(Request::parse(status.to_line().as_bytes()).unwrap(), status);
     let bad = |s: &str| Request::parse(s.as_bytes()).unwrap_err();
     assert!(matches!(bad("{"), BadRequest::Malformed(_)));
     assert_eq!(
@@ -212,22 +228,26 @@ fn stats_survive_the_wire() {
             cpu: Duration::from_millis(26),
         }],
     };
-    let v = stats_json(&s);
     // Through the text, as a client reads it.
-    let line = serde_json::to_string(&v).unwrap();
-    let back = stats_from_json(&serde_json::from_str(&line).unwrap());
-    assert_eq!(back.unwrap(), s);
+    let line = serde_json::to_string(&s).unwrap();
+    let back: copier::Stats = serde_json::from_str(&line).unwrap();
+    assert_eq!(back, s);
     // The names scripts read.
-    assert_eq!(v["linked"], 5);
-    assert_eq!(v["ms"], 13);
-    assert_eq!(v["walker_blocked_ms"], 14);
-    assert_eq!(v["workers"][0]["busy_ms"], 18);
-    assert_eq!(v["walkers"][0]["cpu_ms"], 26);
+    for field in [
+        r#""linked":5"#,
+        r#""ms":13"#,
+        r#""walker_blocked_ms":14"#,
+        r#""workers":[{"jobs":15,"batches":16,"bytes":17,"busy_ms":18}"#,
+        r#""cpu_ms":26"#,
+    ] {
+        assert!(line.contains(field), "{field} in {line}");
+    }
     // Missing fields are zero; a wrong type is refused, not zero.
-    let some = stats_from_json(&json!({"files": 3})).unwrap();
+    let some: copier::Stats = serde_json::from_str(r#"{"files":3}"#).unwrap();
     assert_eq!(some.files, 3);
     assert_eq!(some.dirs, 0);
-    let e = stats_from_json(&json!({"files": "three"})).unwrap_err();
+    let e = serde_json::from_str::<copier::Stats>(r#"{"files":"three"}"#)
+        .unwrap_err();
     assert!(e.to_string().contains("invalid type"), "{e}");
 }
 
@@ -278,7 +298,7 @@ fn typed_replies_round_trip_and_a_missing_field_is_an_error() {
             example: "/a/x".into(),
         }],
     };
-    let v = reply_value(&copy).unwrap();
+    let v = serde_json::to_value(&copy).unwrap();
     assert_eq!(v["stats"]["files"], 3);
     assert_eq!(v["notices"][0]["notice"], "1 xattr not kept");
     let back: CopyReply = serde_json::from_value(v.clone()).unwrap();
@@ -294,8 +314,128 @@ fn typed_replies_round_trip_and_a_missing_field_is_an_error() {
         message: Some("the installed root is in place".into()),
     };
     let back: ZonepathReply =
-        serde_json::from_value(reply_value(&rb).unwrap()).unwrap();
+        serde_json::from_value(serde_json::to_value(&rb).unwrap()).unwrap();
     assert_eq!(back, rb);
+}
+
+/// A job's result is on the wire the reply it holds, untagged, and is
+/// read back by the operation that made it: a `done` line by the call,
+/// a job's `result` by its `op`.
+#[test]
+fn job_results_are_read_back_by_the_operation_that_made_them() {
+    let copy = CopyReply {
+        src: "/a".into(),
+        dst: "/b".into(),
+        stats: copier::Stats {
+            files: 3,
+            ..Default::default()
+        },
+        notices: vec![],
+    };
+    let zonepath = ZonepathReply {
+        zonepath: "/zones/z".into(),
+        recovered: None,
+        message: None,
+    };
+    assert_eq!(
+        serde_json::to_string(&JobResult::Copy(copy.clone())).unwrap(),
+        serde_json::to_string(&copy).unwrap(),
+        "no tag of its own"
+    );
+    let line = Reply::Done::<Answer, JobResult> {
+        v: VERSION,
+        job: 3,
+        result: JobResult::Copy(copy.clone()),
+    }
+    .to_line();
+    assert!(
+        line.contains(r#""result":{"src":"/a","dst":"/b","#),
+        "{line}"
+    );
+
+    /// A result read from one line, as the client reads a reply's.
+    struct Line<'a>(&'a str);
+    impl ReadResult for Line<'_> {
+        type Error = serde_json::Error;
+        fn read<T: serde::de::DeserializeOwned>(
+            &mut self,
+        ) -> Result<T, serde_json::Error> {
+            serde_json::from_str(self.0)
+        }
+    }
+    let text = serde_json::to_string(&copy).unwrap();
+    let copy_call = Call::Copy(CopyArgs {
+        src: CleanPath::new("/a").unwrap(),
+        dst: CleanPath::new("/b").unwrap(),
+        merge: false,
+        sync: false,
+        exclude: vec![],
+        skip_special: false,
+    });
+    let read = Outcome::read(&copy_call, &mut Line(&text)).unwrap();
+    assert_eq!(read, Outcome::Job(Box::new(JobResult::Copy(copy.clone()))));
+    // The same text is no install's: the field it lacks is named.
+    let install = Call::Install(InstallArgs {
+        zonepath: CleanPath::new("/zones/z").unwrap(),
+        zone: None,
+        profile: None,
+        images: vec![],
+        source_root: None,
+        log: None,
+        platform: None,
+    });
+    let e = Outcome::read(&install, &mut Line(&text)).unwrap_err();
+    assert!(e.to_string().contains("missing field `zonepath`"), "{e}");
+
+    // A job's result by its `op`, for look-alikes too: an uninstall's
+    // and a rollback's replies are the same type.
+    let mut job = JobInfo {
+        job: 7,
+        op: String::new(),
+        what: "/srv/a".into(),
+        uid: 0,
+        pid: 1,
+        state: "done".into(),
+        phase: "copy".into(),
+        entries: 1,
+        bytes: 2,
+        started: 3,
+        elapsed_ms: 4,
+        detached: false,
+        process: None,
+        result: None,
+        error: None,
+    };
+    for (op, result) in [
+        ("copy", JobResult::Copy(copy.clone())),
+        ("uninstall", JobResult::Uninstall(zonepath.clone())),
+        ("rollback", JobResult::Rollback(zonepath.clone())),
+    ] {
+        job.op = op.into();
+        job.result = Some(result);
+        let line = serde_json::to_string(&job).unwrap();
+        let back: JobInfo = serde_json::from_str(&line).unwrap();
+        assert_eq!(back, job, "{line}");
+    }
+    // Each job's op name is one its result is read by.
+    for op in Call::NAMES {
+        job.op = (*op).into();
+        job.result = None;
+        let line = serde_json::to_string(&job).unwrap();
+        let back = serde_json::from_str::<JobInfo>(&line);
+        let is_job = !matches!(
+            *op,
+            "version" | "cache-list" | "jobs" | "status" | "cancel"
+        );
+        assert_eq!(back.is_ok(), is_job, "{op}: {back:?}");
+    }
+    // A result of another operation's shape is refused, naming what is
+    // missing.
+    job.op = "install".into();
+    job.result = Some(JobResult::Copy(copy));
+    let line = serde_json::to_string(&job).unwrap();
+    let e = serde_json::from_str::<JobInfo>(&line).unwrap_err();
+    assert!(e.to_string().contains("missing field `zonepath`"), "{e}");
 }
 
 #[test]
