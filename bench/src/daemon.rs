@@ -437,6 +437,7 @@ pub fn run(
                                     source_root: None,
                                     log: None,
                                     platform: None,
+                                    format: Default::default(),
                                 })
                             })
                             .collect(),

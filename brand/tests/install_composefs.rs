@@ -528,20 +528,81 @@ fn a_composefs_dry_run_says_what_it_would_do_and_makes_nothing() {
     assert!(!cache.join("composefs").exists());
 }
 
+/// zinstalld installs in composefs form as the CLI does, into its
+/// cache's store, and its uninstall removes such a root.
 #[test]
-fn composefs_through_the_daemon_is_refused_saying_why() {
-    let d = tempfile::tempdir().unwrap();
-    let o = zinstall()
-        .args(["install", "--format", "composefs", "--daemon"])
-        .arg(d.path().join("sock"))
-        .arg("--zonepath")
-        .arg(d.path().join("zp"))
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
-    assert!(text(&o).contains("--format composefs"), "{}", text(&o));
-    assert!(text(&o).contains("--daemon"), "{}", text(&o));
-    assert!(!d.path().join("zp").exists());
+fn the_daemon_installs_composefs_roots_as_the_cli_does() {
+    if !require_root() {
+        return;
+    }
+    let w = world(None);
+    let plain = w.dir.join("plain");
+    install_images(&w.profile, &plain, &w.dir.join("cache"), &[], &[&w.tar]);
+    let d = crate::daemon::Daemon::start("");
+    let zp = d.path("zp");
+    let (zps, tar, profile) = (
+        zp.to_str().unwrap(),
+        w.tar.to_str().unwrap(),
+        w.profile.to_str().unwrap(),
+    );
+    let o = d.zinstall(&[
+        "install",
+        "--json",
+        "--format",
+        "composefs",
+        "--profile",
+        profile,
+        "--zonepath",
+        zps,
+        tar,
+    ]);
+    assert!(o.status.success(), "{}\n{}", text(&o), d.log());
+    let r = result(&o);
+    assert_eq!(r["format"], "composefs", "{r}");
+    let store = d.path("cache/composefs");
+    assert_eq!(r["store"], store.display().to_string(), "{r}");
+    assert!(r["objects_named_by_unpacker"].as_u64().unwrap() > 40, "{r}");
+    let id = r["image"].as_str().unwrap().to_string();
+    let rec: serde_json::Value =
+        serde_json::from_slice(&fs::read(zp.join("composefs.json")).unwrap())
+            .unwrap();
+    assert_eq!(rec["image"], id.as_str(), "{rec}");
+    let mounted = mount_printed(&d.path("lower"), &store, &id, &zp);
+    assert_identical(&plain, &zp);
+    drop(mounted);
+
+    // Without --json: the lines the CLI prints, how to mount it.
+    let zp2 = d.path("zp2");
+    let o = d.zinstall(&[
+        "install",
+        "--format",
+        "composefs",
+        "--profile",
+        profile,
+        "--zonepath",
+        zp2.to_str().unwrap(),
+        tar,
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(
+        text(&o).contains(&format!("composefs image {id}")),
+        "{}",
+        text(&o)
+    );
+    assert!(
+        text(&o).contains("zinstall mount --zonepath"),
+        "{}",
+        text(&o)
+    );
+
+    let o = d.zinstall(&["uninstall", "--zonepath", zps]);
+    assert!(o.status.success(), "{}\n{}", text(&o), d.log());
+    assert!(!zp.join("composefs.json").exists() && !zp.join("root").exists());
+    let refs: Vec<_> = fs::read_dir(store.join("images/refs"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(refs.len(), 1, "{refs:?}");
 }
 
 #[test]

@@ -83,6 +83,69 @@ pub struct InstallReply {
     pub stats: copier::Stats,
     /// What they noticed and did not keep.
     pub notices: Vec<NoticeInfo>,
+    /// `tree` or `composefs` (a daemon before composefs installs sent
+    /// none: a tree).
+    #[serde(default = "tree")]
+    pub format: String,
+    /// A composefs install's image, beside the other fields.
+    #[serde(default, flatten, skip_serializing_if = "Option::is_none")]
+    pub composefs: Option<Box<ComposefsInstall>>,
+}
+
+fn tree() -> String {
+    "tree".to_string()
+}
+
+/// A composefs install's outcome: its image in the store, as
+/// `zinstall install --format composefs --json` prints it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ComposefsInstall {
+    /// The image's ID (hex).
+    pub image: String,
+    /// The image's object, a file in the store.
+    pub image_path: String,
+    /// The store (lossy where not UTF-8).
+    pub store: String,
+    /// The ref that keeps the image from `cache gc`.
+    #[serde(rename = "ref")]
+    pub ref_name: String,
+    /// `enabled` or `unsupported`: whether the objects are verified on
+    /// read.
+    pub verity: String,
+    /// Regular files stored as objects (each inode once).
+    pub objects: u64,
+    /// Of those, objects written (the rest were there).
+    pub objects_written: u64,
+    /// Bytes of the objects written.
+    pub bytes_written: u64,
+    /// Regular files kept inline in the image.
+    pub inline: u64,
+    /// Objects named by the digest the unpacker took as it wrote them.
+    pub objects_named_by_unpacker: u64,
+}
+
+#[cfg(target_os = "linux")]
+impl ComposefsInstall {
+    /// The outcome of the install `m`.
+    pub fn of(m: &zinstall_install::composefs::Installed) -> ComposefsInstall {
+        let lossy = |p: &std::path::Path| p.to_string_lossy().into_owned();
+        let c = m.image.counts;
+        ComposefsInstall {
+            image: zinstall_composefs::hex(&m.image.id),
+            image_path: lossy(&m.store.object_path(&m.image.id)),
+            store: lossy(m.store.path()),
+            ref_name: m.ref_name.clone(),
+            verity: m
+                .store
+                .verity()
+                .map_or_else(|_| "unsupported".to_string(), |v| v.to_string()),
+            objects: c.objects,
+            objects_written: c.written,
+            bytes_written: c.bytes_written,
+            inline: c.inline,
+            objects_named_by_unpacker: c.named_by_writer,
+        }
+    }
 }
 
 /// An uninstall's or a rollback's result.

@@ -97,6 +97,8 @@ macro_rules! made {
 }
 
 mod attach;
+#[cfg(target_os = "linux")]
+pub mod composefs;
 mod dry_run;
 mod error;
 mod event;

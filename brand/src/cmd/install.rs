@@ -279,7 +279,7 @@ fn stage_composefs(
         args, staging, profile, tunables, log, &mut show, &bar, trust,
     );
     job.sync = false;
-    job.objects = Some(super::install_composefs::object_hasher());
+    job.objects = Some(install::composefs::object_hasher());
     let summary = job.run();
     if let Some(b) = &bar {
         b.finish();

@@ -13,7 +13,7 @@ use zinstall_daemon::protocol::{
     CacheEntryReply, Call, CleanPath, CopyArgs, CopyReply, ErrorKind, GcArgs,
     GcReply, ImageArg, InstallArgs, InstallReply, JobInfo, JobRef,
     ProgressInfo, ProvisionArgs, ProvisionReply, Request, RollbackArgs,
-    UninstallArgs, UpdateArgs, UpdateReply, ZonepathReply,
+    RootFormat, UninstallArgs, UpdateArgs, UpdateReply, ZonepathReply,
 };
 
 use crate::output::{self, Bar};
@@ -293,11 +293,6 @@ pub fn install(socket: &Path, a: &super::install::InstallArgs) -> Exit {
             // are marked complete.
             ("--no-sync", a.no_sync),
             (POLICY_FLAGS, policy_set(&a.pull)),
-            (
-                "--format composefs (run without --daemon: the daemon \
-                 installs trees only)",
-                a.format == super::install::Format::Composefs,
-            ),
         ],
         a.json,
     ) {
@@ -316,6 +311,10 @@ pub fn install(socket: &Path, a: &super::install::InstallArgs) -> Exit {
             source_root: a.source_root.as_deref().map(absolute).transpose()?,
             log: a.log.as_deref().map(absolute).transpose()?,
             platform: a.platform.as_ref().map(|p| p.to_string()),
+            format: match a.format {
+                super::install::Format::Tree => RootFormat::Tree,
+                super::install::Format::Composefs => RootFormat::Composefs,
+            },
         })
     }) {
         Ok(args) => args,
@@ -341,6 +340,11 @@ pub fn install(socket: &Path, a: &super::install::InstallArgs) -> Exit {
         Ok(r) => {
             if json {
                 crate::json::result(crate::json::typed(&r));
+            }
+            // composefs is Linux's: a daemon elsewhere makes trees.
+            #[cfg(target_os = "linux")]
+            if let (false, Some(c)) = (json, &r.composefs) {
+                super::install_composefs::print_installed(&a.zonepath, c);
             }
             Exit::Ok
         }

@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use slog::info;
 
-use zinstall_install::Install;
 use zinstall_install::profile::Profile;
 use zinstall_provision::cache::{Cache, GcOptions};
 use zinstall_provision::{ProvisionOptions, ProvisionRequest};
@@ -17,13 +16,17 @@ use crate::jobs::Job;
 use crate::protocol::{
     CacheEntryReply, Call, CleanPath, ErrorKind, GcArgs, GcReply, InstallArgs,
     InstallReply, JobResult, NoticeInfo, ProvisionArgs, ProvisionReply,
-    RollbackArgs, UninstallArgs, UpdateArgs, UpdateReply, WireError,
-    ZonepathReply,
+    RollbackArgs, RootFormat, UninstallArgs, UpdateArgs, UpdateReply,
+    WireError, ZonepathReply,
 };
 use crate::state::Daemon;
 use crate::sys::Peer;
 
 mod copy;
+mod install_composefs;
+mod install_run;
+
+use install_run::{Parts, install_error, run_install};
 
 /// Runs a job's operation to its end.
 pub fn run(
@@ -55,26 +58,6 @@ pub fn run(
             format!("{} is not a job", call.name()),
         )),
     }
-}
-
-/// An install or uninstall's failure; `cancelled` when the job's flag
-/// was raised (the library fails at its next entry then).
-fn install_error(
-    job: &Job,
-    zonepath: &Path,
-    e: &zinstall_install::InstallError,
-) -> WireError {
-    let cancelled = job.cancel.is_cancelled();
-    let mut w = WireError::new(
-        if cancelled {
-            ErrorKind::Cancelled
-        } else {
-            ErrorKind::Install
-        },
-        e.to_string(),
-    );
-    w.path = Some(zonepath.to_path_buf());
-    w
 }
 
 /// The profile a request names (else the daemon's), with the source
@@ -115,57 +98,21 @@ fn install(
     // swap it in), so that nobody else walks into the root meanwhile.
     let platform = platform(ErrorKind::Install, &a.platform)?;
     let pull = pull_options(config, job, ErrorKind::Install)?;
+    let parts = Parts {
+        profile,
+        platform,
+        pull,
+    };
+    if a.format == RootFormat::Composefs {
+        return install_composefs::install(d, job, a, peer, config, parts);
+    }
     let zonepath =
         zinstall_install::prepare_zonepath(&a.zonepath).map_err(|e| {
             let mut w = WireError::new(ErrorKind::Refused, e.to_string());
             w.path = Some(a.zonepath.to_path_buf());
             w
         })?;
-    let zone = a.zone.clone().unwrap_or_else(|| {
-        a.zonepath
-            .file_name()
-            .map_or_else(|| "root".into(), |n| n.to_string_lossy().into_owned())
-    });
-    // The install log the CLI writes, naming the daemon's caller.
-    let argv = vec![
-        "zinstalld".to_string(),
-        format!("install-for-uid={}", peer.uid),
-        format!("pid={}", peer.pid),
-        a.zonepath.display().to_string(),
-    ];
-    let events_job = Arc::clone(job);
-    let (log, warning) =
-        zinstall_install::log::open(&profile.log, &argv, move |m| {
-            events_job.event(format!("NOTE: {m}"))
-        });
-    if let Some(w) = warning {
-        job.event(format!("NOTE: {w}"));
-    }
-    let mut events = |e: &zinstall_install::Event| {
-        if let zinstall_install::Event::Unpacking { .. } = e {
-            job.set_phase("unpack");
-        }
-        job.event(format!("INFO: zinstall: {e}"));
-    };
-    let mut r = Install {
-        zone,
-        zonepath: a.zonepath.to_path_buf(),
-        profile,
-        images: a.images.iter().map(|i| i.as_path().to_path_buf()).collect(),
-        tunables: d.tunables(),
-        log,
-        events: &mut events,
-        cancel: Some(job.cancel.clone()),
-        pool: Some(d.pool().clone()),
-        listener: None,
-        platform,
-        store: Some(zinstall_provision::store_of(&config.cache)),
-        pull,
-        progress: None,
-        sync: true,
-        objects: None,
-    }
-    .run();
+    let mut r = run_install(d, job, a, peer, config, parts, &a.zonepath, None);
     // As the CLI: what was done to the zonepath is undone, and what
     // could not be, the error says.
     if let Err(e) = &mut r
@@ -178,6 +125,8 @@ fn install(
             zonepath: a.zonepath.to_string_lossy().into_owned(),
             notices: NoticeInfo::of(&s.notices),
             stats: s.stats,
+            format: "tree".into(),
+            composefs: None,
         }),
         Err(e) => Err(install_error(job, &a.zonepath, &e)),
     }
@@ -189,6 +138,18 @@ fn uninstall(
     a: &UninstallArgs,
 ) -> Result<ZonepathReply, WireError> {
     job.set_phase("uninstall");
+    if let Some(r) = install_composefs::uninstall(&a.zonepath) {
+        r.map_err(|e| {
+            let mut w = WireError::new(ErrorKind::Install, e);
+            w.path = Some(a.zonepath.to_path_buf());
+            w
+        })?;
+        return Ok(ZonepathReply {
+            zonepath: a.zonepath.to_string_lossy().into_owned(),
+            recovered: None,
+            message: None,
+        });
+    }
     let mut events =
         |e: &zinstall_install::Event| job.event(format!("INFO: zinstall: {e}"));
     zinstall_install::uninstall(&a.zonepath, a.foreign, d.log(), &mut events)

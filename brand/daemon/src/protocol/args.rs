@@ -96,6 +96,31 @@ pub struct InstallArgs {
     /// default: the daemon host's).
     #[serde(default)]
     pub platform: Option<String>,
+    /// The root's form (default `tree`); sent only when not a tree, so
+    /// that a daemon without the field reads every other install.
+    #[serde(default, skip_serializing_if = "RootFormat::is_tree")]
+    pub format: RootFormat,
+}
+
+/// The form of an installed root.
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum RootFormat {
+    /// A directory tree in `ZONEPATH/root`.
+    #[default]
+    Tree,
+    /// An image in the daemon's composefs store, recorded in
+    /// `ZONEPATH/composefs.json` (Linux).
+    Composefs,
+}
+
+impl RootFormat {
+    /// True for a tree.
+    pub fn is_tree(&self) -> bool {
+        *self == RootFormat::Tree
+    }
 }
 
 /// `uninstall`: like `zinstall uninstall ZONEPATH`.

@@ -37,7 +37,7 @@ mod update_reply;
 
 pub use self::args::{
     CopyArgs, GcArgs, InstallArgs, JobRef, MAX_EXCLUDES, ProvisionArgs,
-    RollbackArgs, UninstallArgs, UpdateArgs,
+    RollbackArgs, RootFormat, UninstallArgs, UpdateArgs,
 };
 pub use self::bounds::{
     MAX_DEPTH, MAX_ECHO, MAX_ERROR_TEXT, MAX_ERRORS, MAX_JOBS_REPLY, MAX_LINE,
@@ -52,9 +52,9 @@ pub use self::update_reply::{
     UpdateChange, UpdateCounts, UpdateKept, UpdateReply,
 };
 pub use crate::replies::{
-    CacheEntryReply, CopyReply, GcEntryDecision, GcReply, GuestInfo,
-    InstallReply, NoticeInfo, ProvisionReply, ReplacedInfo, StoreGcInfo,
-    StoreImageDecision, ZonepathReply,
+    CacheEntryReply, ComposefsInstall, CopyReply, GcEntryDecision, GcReply,
+    GuestInfo, InstallReply, NoticeInfo, ProvisionReply, ReplacedInfo,
+    StoreGcInfo, StoreImageDecision, ZonepathReply,
 };
 pub use crate::results::{
     Answer, JobInfo, JobResult, Outcome, ReadResult, VersionReply,

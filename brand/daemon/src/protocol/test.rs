@@ -383,6 +383,7 @@ fn job_results_are_read_back_by_the_operation_that_made_them() {
         source_root: None,
         log: None,
         platform: None,
+        format: Default::default(),
     });
     let e = Outcome::read(&install, &mut Line(&text)).unwrap_err();
     assert!(e.to_string().contains("missing field `zonepath`"), "{e}");
