@@ -55,7 +55,7 @@ impl Store {
         let obj_dir = self.object_dir(&dir_name, &obj)?;
         let (from, to) = (dir.as_raw_fd(), obj_dir.as_raw_fd());
         let mut replaced = false;
-        let mut moved = at::rename_between_noreplace(from, name, to, &leaf);
+        let mut moved = at::rename_between_noreplace((from, name), (to, &leaf));
         if moved
             .as_ref()
             .is_err_and(|e| e.raw_os_error() == Some(libc::EEXIST))

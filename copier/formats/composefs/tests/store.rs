@@ -195,6 +195,22 @@ fn a_bad_object_is_replaced_by_the_next_put() {
     assert_eq!(fs::symlink_metadata(&p).unwrap().ino(), before);
 }
 
+/// The image of the tree at `src` written into the store at `top`, then
+/// its large file's object cut short, as a crash before the store's sync
+/// leaves it: the image, the large file's contents and its object.
+fn image_with_a_bad_object(
+    src: &Path,
+    top: &Path,
+) -> (zinstall_composefs::Image, Vec<u8>, std::path::PathBuf) {
+    let first =
+        zinstall_composefs::write_image(src, &Store::open(top).unwrap())
+            .unwrap();
+    let large = fs::read(src.join("large")).unwrap();
+    let p = Store::open(top).unwrap().object_path(&of_bytes(&large));
+    fs::write(&p, &large[..large.len() / 2]).unwrap();
+    (first, large, p)
+}
+
 #[test]
 fn an_image_written_over_a_bad_object_reads_right() {
     let tmp = Tmp::new();
@@ -202,12 +218,7 @@ fn an_image_written_over_a_bad_object_reads_right() {
     fs::create_dir(&src).unwrap();
     crate::tree::build(&src, false);
     let top = tmp.path().join("store");
-    let first =
-        zinstall_composefs::write_image(&src, &Store::open(&top).unwrap())
-            .unwrap();
-    let large = fs::read(src.join("large")).unwrap();
-    let p = Store::open(&top).unwrap().object_path(&of_bytes(&large));
-    fs::write(&p, &large[..large.len() / 2]).unwrap();
+    let (first, large, p) = image_with_a_bad_object(&src, &top);
 
     let store = Store::open(&top).unwrap();
     let image = zinstall_composefs::write_image(&src, &store).unwrap();
@@ -233,12 +244,7 @@ fn an_adopted_tree_replaces_a_bad_object_and_leaves_a_good_ones_copy() {
         fs::create_dir(d).unwrap();
         crate::tree::build(d, false);
     }
-    let first =
-        zinstall_composefs::write_image(&src, &Store::open(&top).unwrap())
-            .unwrap();
-    let large = fs::read(src.join("large")).unwrap();
-    let p = Store::open(&top).unwrap().object_path(&of_bytes(&large));
-    fs::write(&p, &large[..large.len() / 2]).unwrap();
+    let (first, large, p) = image_with_a_bad_object(&src, &top);
 
     // Adopted, as an install's staging tree is: moved in where the name
     // is free or taken by bad contents; left where a good copy is there.

@@ -142,24 +142,17 @@ pub fn rename_between(
     })
 }
 
-/// `renameat2(RENAME_NOREPLACE)` from one directory to another:
-/// `EEXIST` when `to` is there already, which is left as it was.
+/// [`rename_between`] with `renameat2(RENAME_NOREPLACE)`: `EEXIST` when
+/// `to` is there already, which is left as it was.
 #[cfg(target_os = "linux")]
 pub fn rename_between_noreplace(
-    from_dir: RawFd,
-    from: &CStr,
-    to_dir: RawFd,
-    to: &CStr,
+    (from_dir, from): (RawFd, &CStr),
+    (to_dir, to): (RawFd, &CStr),
 ) -> io::Result<()> {
+    let flags = libc::RENAME_NOREPLACE;
     // SAFETY: valid descriptors and C strings.
     check(unsafe {
-        libc::renameat2(
-            from_dir,
-            from.as_ptr(),
-            to_dir,
-            to.as_ptr(),
-            libc::RENAME_NOREPLACE,
-        )
+        libc::renameat2(from_dir, from.as_ptr(), to_dir, to.as_ptr(), flags)
     })
 }
 
