@@ -443,6 +443,61 @@ fn the_daemon_makes_composefs_guests() {
     );
 }
 
+/// zinstalld in a mount namespace of its own (as systemd's
+/// ProtectSystem= runs it): guests left mounted would be seen by no one,
+/// so --mount is refused saying why; without it the guests are made, their
+/// identity set through a mount that stays in the daemon's namespace.
+#[test]
+fn a_daemon_in_its_own_mount_namespace_refuses_mount_and_makes_guests() {
+    if !composefs_mounts() {
+        return;
+    }
+    zinstall_testkit::tools::need("unshare");
+    let d = crate::daemon::Daemon::start_wrapped(&[
+        "unshare",
+        "--mount",
+        "--propagation",
+        "slave",
+        "--",
+    ]);
+    let image = rootfs_tar(&d.path(""));
+    let out = d.path("guests");
+    let (image, out_s) = (image.to_str().unwrap(), out.to_str().unwrap());
+    let args = [
+        "provision",
+        image,
+        "--out",
+        out_s,
+        "--count",
+        "2",
+        "--format",
+        "composefs",
+    ];
+    let o = d.zinstall(&[&args[..], &["--mount"]].concat());
+    assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+    assert!(text(&o).contains("another mount namespace"), "{}", text(&o));
+    assert!(text(&o).contains("zinstall mount"), "{}", text(&o));
+    assert!(!out.join("guest-0").exists());
+
+    let o = d.zinstall(&args);
+    assert!(o.status.success(), "{}\n{}", text(&o), d.log());
+    for i in 0..2 {
+        let dir = out.join(format!("guest-{i}"));
+        assert!(dir.join("composefs.json").is_file());
+        // Not mounted here: the daemon's mounts stayed in its namespace.
+        assert!(!is_mounted(&dir.join("root")));
+        let _guard = Unmounts(dir.join("root"));
+        let o = zinstall().arg("mount").arg(&dir).output().unwrap();
+        assert!(o.status.success(), "{}", text(&o));
+        assert_eq!(
+            fs::read_to_string(dir.join("root/etc/hostname"))
+                .unwrap()
+                .trim(),
+            format!("guest-{i}")
+        );
+    }
+}
+
 /// `--force` over composefs guests left mounted: each is unmounted,
 /// removed and made anew (its upper layer's changes gone), and left
 /// mounted again with `--mount`.

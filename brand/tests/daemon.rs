@@ -57,10 +57,27 @@ impl Daemon {
             .unwrap();
         fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755))
             .unwrap();
-        Daemon::start_in(dir, extra)
+        Daemon::start_in(dir, extra, &[])
     }
 
-    fn start_in(dir: tempfile::TempDir, extra: &str) -> Daemon {
+    /// [`Daemon::start`] run through `wrapper` (a command that execs the
+    /// rest: `unshare --mount ...`).
+    #[cfg(target_os = "linux")]
+    pub(crate) fn start_wrapped(wrapper: &[&str]) -> Daemon {
+        let dir = tempfile::Builder::new()
+            .prefix("zinstalld-test")
+            .tempdir_in("/var/tmp")
+            .unwrap();
+        fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755))
+            .unwrap();
+        Daemon::start_in(dir, "", wrapper)
+    }
+
+    fn start_in(
+        dir: tempfile::TempDir,
+        extra: &str,
+        wrapper: &[&str],
+    ) -> Daemon {
         let socket = dir.path().join("zinstalld.sock");
         let config = dir.path().join("zinstalld.toml");
         let profile = dir.path().join("profile.toml");
@@ -85,7 +102,16 @@ impl Daemon {
         )
         .unwrap();
         let log = fs::File::create(dir.path().join("zinstalld.log")).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_zinstalld"))
+        let daemon = env!("CARGO_BIN_EXE_zinstalld");
+        let mut cmd = match wrapper.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(daemon);
+                c
+            }
+            None => Command::new(daemon),
+        };
+        let child = cmd
             .arg("--config")
             .arg(&config)
             .arg("--socket")
@@ -622,7 +648,7 @@ fn kill_9_mid_install_leaves_it_incomplete_and_the_next_install_recovers() {
 fn reinstall(mut d: Daemon) -> Output {
     let dir = std::mem::replace(&mut d.dir, tempfile::tempdir().unwrap());
     drop(d);
-    let d = Daemon::start_in(dir, "");
+    let d = Daemon::start_in(dir, "", &[]);
     let o = d.zinstall(&[
         "install",
         "--zonepath",

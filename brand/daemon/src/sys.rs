@@ -10,7 +10,7 @@ pub use zinstall_sys::ident::{
 };
 pub use zinstall_sys::process::{
     close_from, parent_pid, process_cpu_ticks, release_free_memory, self_exe,
-    signal, spawn_job_process, take_fd,
+    shares_mount_namespace, signal, spawn_job_process, take_fd,
 };
 pub use zinstall_sys::socket::{activated_listener, hung_up, notify, readable};
 

@@ -50,7 +50,7 @@ pub fn run(
         Call::Update(a) => update(d, job, a, config).map(JobResult::Update),
         Call::Rollback(a) => rollback(job, a).map(JobResult::Rollback),
         Call::Provision(a) => {
-            provision(d, job, a, config).map(JobResult::Provision)
+            provision(d, job, a, peer, config).map(JobResult::Provision)
         }
         Call::CacheGc(a) => cache_gc(job, a, config).map(JobResult::CacheGc),
         _ => Err(WireError::new(
@@ -280,9 +280,21 @@ fn provision(
     d: &Daemon,
     job: &Arc<Job>,
     a: &ProvisionArgs,
+    peer: &Peer,
     config: &Config,
 ) -> Result<ProvisionReply, WireError> {
     job.set_phase("provision");
+    if a.mount
+        && crate::sys::shares_mount_namespace(peer.pid).ok() == Some(false)
+    {
+        return Err(WireError::new(
+            ErrorKind::Refused,
+            "--mount: zinstalld runs in another mount namespace than the \
+             client's (systemd's ProtectSystem= gives it one of its own), \
+             so the client would not see guests it left mounted: make them \
+             without --mount and mount each with `zinstall mount DIR`",
+        ));
+    }
     let request = ProvisionRequest {
         count: a.count,
         out: a.out.to_path_buf(),

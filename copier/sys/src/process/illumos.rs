@@ -10,6 +10,11 @@ pub fn self_exe() -> io::Result<std::path::PathBuf> {
     std::env::current_exe()
 }
 
+/// illumos has no mount namespaces: every process sees the same mounts.
+pub fn shares_mount_namespace(_pid: i32) -> io::Result<bool> {
+    Ok(true)
+}
+
 /// illumos has no close_range: the job's process closes what it
 /// inherited first thing (`/proc/self/fd`).
 pub fn cloexec_from(_first: i32) {}

@@ -16,6 +16,25 @@ pub fn self_exe() -> io::Result<std::path::PathBuf> {
     Ok("/proc/self/exe".into())
 }
 
+/// Whether this process is in the mount namespace of the process `pid`:
+/// the two `/proc/PID/ns/mnt` links name one namespace (the same nsfs
+/// inode) or not.
+pub fn shares_mount_namespace(pid: i32) -> io::Result<bool> {
+    let ns = |path: &std::ffi::CStr| -> io::Result<(u64, u64)> {
+        // SAFETY: a plain C struct, all zeros a valid value.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: a C string and the buffer stat(2) fills; the link is
+        // followed, as it must be to reach the namespace.
+        if unsafe { libc::stat(path.as_ptr(), &mut st) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok((st.st_dev, st.st_ino))
+    };
+    let other = std::ffi::CString::new(format!("/proc/{pid}/ns/mnt"))
+        .map_err(io::Error::other)?;
+    Ok(ns(c"/proc/self/ns/mnt")? == ns(&other)?)
+}
+
 /// Marks every descriptor from `first` up close-on-exec
 /// (`close_range(CLOSE_RANGE_CLOEXEC)`, Linux 5.11); older kernels leave
 /// them to the job's process, which closes them first thing.

@@ -39,7 +39,7 @@ pub use in_root_linux::run_in_root;
 #[cfg(target_os = "linux")]
 pub use limits::raise_memlock;
 pub use limits::{nofile_limits, set_nofile_soft};
-pub use platform::{release_free_memory, self_exe};
+pub use platform::{release_free_memory, self_exe, shares_mount_namespace};
 pub use posix::{
     close_from, exit_now, parent_pid, process_exists, signal, take_fd,
 };
