@@ -110,14 +110,9 @@ impl fmt::Display for TarError {
     }
 }
 
-impl std::error::Error for TarError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match &self.kind {
-            TarErrorKind::Io(e) => Some(e),
-            _ => None,
-        }
-    }
-}
+/// A read's error is in the message, so no `source()`
+/// (CONTRIBUTING.md: a cause is said once).
+impl std::error::Error for TarError {}
 
 impl From<TarError> for io::Error {
     /// Truncation reads as `UnexpectedEof`, I/O errors keep their kind,
