@@ -116,8 +116,8 @@ pub(crate) fn apply(
     let r = Root::open(root)?;
     let etc = match r.dir(Path::new("etc"), None) {
         Ok(d) => d,
-        Err(FsError::Io { source, .. })
-            if source.kind() == std::io::ErrorKind::NotFound =>
+        Err(FsError::Io { error, .. })
+            if error.kind() == std::io::ErrorKind::NotFound =>
         {
             return Ok(made);
         }
@@ -242,8 +242,8 @@ fn host_keys(
     }
     let ssh = match r.dir(Path::new("etc/ssh"), None) {
         Ok(d) => d,
-        Err(FsError::Io { source, .. })
-            if source.kind() == std::io::ErrorKind::NotFound =>
+        Err(FsError::Io { error, .. })
+            if error.kind() == std::io::ErrorKind::NotFound =>
         {
             return Ok(Vec::new());
         }

@@ -177,7 +177,7 @@ fn io(image: &Path, member: &str, e: std::io::Error) -> Error {
         image: image.to_path_buf(),
         path: member.into(),
         op: "read",
-        source: e,
+        error: e,
     }
 }
 
