@@ -403,21 +403,9 @@ impl fmt::Display for ProvisionError {
     }
 }
 
-impl std::error::Error for ProvisionError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            ProvisionError::Fs(e) => Some(e),
-            ProvisionError::Copy(f) => {
-                f.first().map(|e| e as &(dyn std::error::Error + 'static))
-            }
-            ProvisionError::Qcow2(e) => Some(e),
-            ProvisionError::Pull(e) => Some(e),
-            ProvisionError::Program { source, .. } => Some(source),
-            ProvisionError::Cleanup { failure, .. } => Some(failure.as_ref()),
-            _ => None,
-        }
-    }
-}
+/// Every cause is in the message, so no `source()` (CONTRIBUTING.md: a
+/// cause is said once).
+impl std::error::Error for ProvisionError {}
 
 impl From<copier::Error> for ProvisionError {
     fn from(e: copier::Error) -> Self {

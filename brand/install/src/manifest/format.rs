@@ -297,14 +297,14 @@ impl Manifest {
 #[derive(Debug, thiserror::Error)]
 pub enum ManifestError {
     /// A system call on `path` failed.
-    #[error("{op} {}: {source}", path.display())]
+    #[error("{op} {}: {error}", path.display())]
     Io {
         /// What was being done.
         op: &'static str,
         /// Where.
         path: PathBuf,
         /// The system's error.
-        source: io::Error,
+        error: io::Error,
     },
     /// The root is deeper than [`MAX_DEPTH`] directories.
     #[error(
@@ -331,7 +331,7 @@ pub(crate) fn io_err(
     path: &Path,
 ) -> impl FnOnce(io::Error) -> ManifestError {
     let path = path.to_path_buf();
-    move |source| ManifestError::Io { op, path, source }
+    move |error| ManifestError::Io { op, path, error }
 }
 
 /// Hex of `b`.

@@ -176,7 +176,7 @@ impl Update<'_> {
         let _held = open_zonepath(&zonepath).map_err(|e| UpdateError::Io {
             op: "open zonepath",
             path: zonepath.clone(),
-            source: io::Error::other(e.to_string()),
+            error: io::Error::other(e.to_string()),
         })?;
         let lock = ZoneLock::take(&zonepath)?;
         let mut report = Report {
@@ -504,7 +504,7 @@ impl Update<'_> {
                     Err(UpdateError::Io {
                         op: "walk",
                         path: root_path.clone(),
-                        source: io::Error::other("the walk's thread panicked"),
+                        error: io::Error::other("the walk's thread panicked"),
                     })
                 }),
                 // No thread to spare: walked here.
@@ -554,7 +554,7 @@ impl Update<'_> {
                         return Err(UpdateError::Io {
                             op: "restore",
                             path,
-                            source: io::Error::other(
+                            error: io::Error::other(
                                 "the source's copy is not to be found",
                             ),
                         });

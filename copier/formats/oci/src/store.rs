@@ -174,10 +174,10 @@ impl Store {
         {
             fetch
                 .fetch(kind, digest, size)
-                .map_err(|source| Error::Fetch {
+                .map_err(|error| Error::Fetch {
                     image: image.to_path_buf(),
                     digest: digest.to_string(),
-                    error: source,
+                    error,
                 })?;
         }
         let (file, start, len) = self.locate(image, &digest.blob_path())?;
