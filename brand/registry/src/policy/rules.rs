@@ -231,30 +231,34 @@ impl Requirement {
         )
     }
 
-    /// `Ok(())` if the image (its identity, its manifest's digest, its
-    /// signatures) satisfies this requirement; else what failed.
+    /// Whether the image (its identity, its manifest's digest, its
+    /// signatures) satisfies this requirement; an error only when the
+    /// signatures could not be looked up.
     fn judge(
         &self,
         image: &DockerRef,
         digest: &str,
         sigs: &mut dyn Signatures,
-    ) -> Result<Result<(), (Failed, String)>, PolicyError> {
+    ) -> Result<Judgement, PolicyError> {
         let (kind, rejections) = match self {
-            Requirement::InsecureAcceptAnything => return Ok(Ok(())),
+            Requirement::InsecureAcceptAnything => return Ok(Judgement::Met),
             Requirement::Reject => {
-                return Ok(Err((
+                return Ok(Judgement::unmet(
                     Failed::Rejected,
-                    "the policy rejects every image in this scope".into(),
-                )));
+                    "the policy rejects every image in this scope",
+                ));
             }
             Requirement::SignedBy { keys, identity } => {
-                let keyring = match keys
-                    .read()
-                    .and_then(|k| gpg::Keyring::parse(&k))
-                {
-                    Ok(k) => k,
-                    Err(why) => return Ok(Err((Failed::KeyUnreadable, why))),
-                };
+                let keyring =
+                    match keys.read().and_then(|k| gpg::Keyring::parse(&k)) {
+                        Ok(k) => k,
+                        Err(why) => {
+                            return Ok(Judgement::unmet(
+                                Failed::KeyUnreadable,
+                                why,
+                            ));
+                        }
+                    };
                 let found = sigs.simple()?;
                 let r = found
                     .iter()
@@ -276,13 +280,16 @@ impl Requirement {
                 ("simple-signing", r)
             }
             Requirement::SigstoreSigned { key, identity } => {
-                let key = match key
-                    .read()
-                    .and_then(|k| sigstore::Keys::parse(&k))
-                {
-                    Ok(k) => k,
-                    Err(why) => return Ok(Err((Failed::KeyUnreadable, why))),
-                };
+                let key =
+                    match key.read().and_then(|k| sigstore::Keys::parse(&k)) {
+                        Ok(k) => k,
+                        Err(why) => {
+                            return Ok(Judgement::unmet(
+                                Failed::KeyUnreadable,
+                                why,
+                            ));
+                        }
+                    };
                 let found = sigs.sigstore()?;
                 let r = found
                     .iter()
@@ -303,13 +310,13 @@ impl Requirement {
             }
         };
         if rejections.is_empty() {
-            return Ok(Err((
+            return Ok(Judgement::unmet(
                 Failed::NoSignature,
                 format!("a {kind} signature is required, but none exists"),
-            )));
+            ));
         }
         if rejections.iter().any(Result::is_ok) {
-            return Ok(Ok(()));
+            return Ok(Judgement::Met);
         }
         // The signature that got furthest says most of what is wrong.
         let errs: Vec<SigRejection> =
@@ -324,7 +331,29 @@ impl Requirement {
             .map(|e| e.detail.clone())
             .collect::<Vec<_>>()
             .join("; ");
-        Ok(Err((failed, detail)))
+        Ok(Judgement::unmet(failed, detail))
+    }
+}
+
+/// What judging an image against one requirement found.
+enum Judgement {
+    /// The image satisfies the requirement.
+    Met,
+    /// It does not.
+    Unmet {
+        /// What failed.
+        failed: Failed,
+        /// The details, for the message.
+        detail: String,
+    },
+}
+
+impl Judgement {
+    fn unmet(failed: Failed, detail: impl Into<String>) -> Judgement {
+        Judgement::Unmet {
+            failed,
+            detail: detail.into(),
+        }
     }
 }
 
@@ -429,7 +458,9 @@ impl Policy {
         let (scope, reqs) = self.requirements_for(image);
         let mut refusal = None;
         for req in reqs {
-            if let Err((failed, detail)) = req.judge(image, digest, sigs)? {
+            if let Judgement::Unmet { failed, detail } =
+                req.judge(image, digest, sigs)?
+            {
                 refusal = Some((req.describe(), failed, detail));
                 break;
             }
