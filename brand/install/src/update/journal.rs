@@ -203,7 +203,9 @@ pub(super) fn finish_update(
 /// names the root's inode), exchanging it with the previous one if a
 /// rollback stopped between the two.
 fn settle_manifests(zonepath: &Path) -> Result<(), UpdateError> {
-    let root = ino_of(&zonepath.join("root"));
+    // A missing root matches only a missing manifest; a manifest naming
+    // no root (`Some(None)`) matches no root.
+    let root = ino_of(&zonepath.join("root")).map(Some);
     let cur = manifest::read(zonepath, manifest::MANIFEST)?
         .map(|m| m.header.root_ino);
     if cur == root {

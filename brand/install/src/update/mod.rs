@@ -440,7 +440,7 @@ impl Update<'_> {
                     Manifest {
                         header: manifest::Header {
                             version: manifest::CURRENT_VERSION,
-                            root_ino: 0,
+                            root_ino: None,
                             trees: Vec::new(),
                             images: Vec::new(),
                             entries: 0,
@@ -659,7 +659,7 @@ impl Update<'_> {
                     generation,
                 },
             )?;
-            m.header.root_ino = record::root_ino(&new_path)?;
+            m.header.root_ino = Some(record::root_ino(&new_path)?);
             manifest::write(&zp, manifest::MANIFEST_NEW, &m)?;
             durable(&new_root, &written)?;
             (self.stage)("recorded");
