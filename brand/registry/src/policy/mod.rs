@@ -33,7 +33,9 @@ pub use identity::{DockerRef, SignedIdentity};
 pub use registries_d::RegistriesD;
 pub use rules::{Policy, Requirement};
 pub use signature_source::{Signatures, SigstoreSig};
-pub use verdict::{Failed, PolicyError, Refusal, SigRejection, Verdict};
+pub use verdict::{
+    Failed, KeyError, PolicyError, Refusal, SigRejection, Verdict,
+};
 
 /// The system's policy, as podman reads it: the user's
 /// `$HOME/.config/containers/policy.json` if it exists, else

@@ -10,7 +10,7 @@ use zinstall_core::foreign::{self, Follow, Kind};
 
 use super::identity::{DockerRef, SignedIdentity};
 use super::signature_source::Signatures;
-use super::verdict::{Failed, PolicyError, SigRejection, Verdict};
+use super::verdict::{Failed, KeyError, PolicyError, SigRejection, Verdict};
 use super::{gpg, payload, sigstore};
 
 /// Transports containers/image knows; their scopes other than docker's
@@ -47,7 +47,7 @@ pub enum Keys {
 }
 
 impl Keys {
-    fn read(&self) -> Result<Vec<(String, Vec<u8>)>, String> {
+    fn read(&self) -> Result<Vec<(String, Vec<u8>)>, KeyError> {
         match self {
             Keys::Paths(ps) => ps
                 .iter()
@@ -56,7 +56,7 @@ impl Keys {
                     // key is followed, and what it leads to checked.
                     foreign::read(p, Follow::Yes, Kind::Key)
                         .map(|b| (p.display().to_string(), b))
-                        .map_err(|e| e.to_string())
+                        .map_err(KeyError::Read)
                 })
                 .collect(),
             Keys::Data(d) => Ok(vec![("keyData".to_string(), d.clone())]),
@@ -255,7 +255,7 @@ impl Requirement {
                         Err(why) => {
                             return Ok(Judgement::unmet(
                                 Failed::KeyUnreadable,
-                                why,
+                                why.to_string(),
                             ));
                         }
                     };
@@ -286,7 +286,7 @@ impl Requirement {
                         Err(why) => {
                             return Ok(Judgement::unmet(
                                 Failed::KeyUnreadable,
-                                why,
+                                why.to_string(),
                             ));
                         }
                     };
