@@ -18,6 +18,7 @@
 
 pub mod gpg;
 pub mod identity;
+mod invalid;
 pub mod payload;
 pub mod registries_d;
 pub mod rules;
@@ -30,6 +31,7 @@ mod verdict;
 use std::path::{Path, PathBuf};
 
 pub use identity::{DockerRef, SignedIdentity};
+pub use invalid::Invalid;
 pub use registries_d::RegistriesD;
 pub use rules::{Policy, Requirement};
 pub use signature_source::{Signatures, SigstoreSig};

@@ -9,6 +9,7 @@ use serde::Deserialize;
 use zinstall_core::foreign::{self, Follow, Kind};
 
 use super::identity::{DockerRef, SignedIdentity};
+use super::invalid::Invalid;
 use super::signature_source::Signatures;
 use super::verdict::{Failed, KeyError, PolicyError, SigRejection, Verdict};
 use super::{gpg, payload, sigstore};
@@ -140,16 +141,16 @@ pub enum Requirement {
     },
 }
 
-fn key_data(d: &str) -> Result<Vec<u8>, String> {
+fn key_data(d: &str) -> Result<Vec<u8>, Invalid> {
     base64::engine::general_purpose::STANDARD
         .decode(d.trim())
-        .map_err(|e| format!("keyData is not base64: {e}"))
+        .map_err(Invalid::KeyData)
 }
 
 impl TryFrom<RawRequirement> for Requirement {
-    type Error = String;
+    type Error = Invalid;
 
-    fn try_from(raw: RawRequirement) -> Result<Requirement, String> {
+    fn try_from(raw: RawRequirement) -> Result<Requirement, Invalid> {
         Ok(match raw {
             RawRequirement::InsecureAcceptAnything {} => {
                 Requirement::InsecureAcceptAnything
@@ -157,19 +158,14 @@ impl TryFrom<RawRequirement> for Requirement {
             RawRequirement::Reject {} => Requirement::Reject,
             RawRequirement::SignedBy(s) => {
                 if s.key_type != "GPGKeys" {
-                    return Err(format!(
-                        "signedBy keyType {:?}: only \"GPGKeys\" is known",
-                        s.key_type
-                    ));
+                    return Err(Invalid::KeyType(s.key_type));
                 }
                 let keys = match (s.key_path, s.key_paths, s.key_data) {
                     (Some(p), None, None) => Keys::Paths(vec![p]),
                     (None, Some(ps), None) if !ps.is_empty() => Keys::Paths(ps),
                     (None, None, Some(d)) => Keys::Data(key_data(&d)?),
                     _ => {
-                        return Err("signedBy needs exactly one of keyPath, \
-                                    keyPaths and keyData"
-                            .to_string());
+                        return Err(Invalid::KeySource("signedBy"));
                     }
                 };
                 s.signed_identity.validate()?;
@@ -186,9 +182,7 @@ impl TryFrom<RawRequirement> for Requirement {
                     (None, Some(ps), None) if !ps.is_empty() => Keys::Paths(ps),
                     (None, None, Some(d)) => Keys::Data(key_data(&d)?),
                     _ => {
-                        return Err("sigstoreSigned needs exactly one of \
-                                    keyPath, keyPaths and keyData"
-                            .to_string());
+                        return Err(Invalid::KeySource("sigstoreSigned"));
                     }
                 };
                 s.signed_identity.validate()?;
@@ -504,18 +498,18 @@ pub fn scopes_of(image: &DockerRef) -> Vec<String> {
     out
 }
 
-fn validate_docker_scope(scope: &str) -> Result<(), String> {
+fn validate_docker_scope(scope: &str) -> Result<(), Invalid> {
     if scope.is_empty() {
         return Ok(());
     }
     if let Some(domain) = scope.strip_prefix("*.") {
         if domain.is_empty() || domain.contains(['*', '/', ':']) {
-            return Err("a wildcard is *.DOMAIN".into());
+            return Err(Invalid::Wildcard);
         }
         return Ok(());
     }
     if scope.contains('*') {
-        return Err("a wildcard is *.DOMAIN".into());
+        return Err(Invalid::Wildcard);
     }
     if !scope.contains('/') {
         // A host[:port].
@@ -525,12 +519,12 @@ fn validate_docker_scope(scope: &str) -> Result<(), String> {
         {
             Ok(())
         } else {
-            Err("not a host[:port]".into())
+            Err(Invalid::Host)
         };
     }
     let r = DockerRef::parse(scope)?;
     if r.to_string() != scope {
-        return Err(format!("not in the fully expanded form (as {})", r));
+        return Err(Invalid::NotExpanded(r.to_string()));
     }
     Ok(())
 }
