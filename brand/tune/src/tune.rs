@@ -25,7 +25,7 @@ pub enum TuneError {
     },
     /// A contender failed to run or copied wrong.
     #[error("{0}")]
-    Measure(String),
+    Measure(crate::peers::MeasureError),
     /// Every grid point failed: there is nothing to choose from.
     #[error("no grid point copied right")]
     NothingCopiedRight,
