@@ -90,7 +90,7 @@ mod zone;
 
 use apply::{Roots, apply};
 use clone::Clone;
-use decide::{Inputs, Restage, decide, settle_hashes};
+use decide::{Decision, Inputs, decide, settle_hashes};
 pub use error::UpdateError;
 use error::{errno_at, io_at};
 use journal::{Journal, finish_update, remove_if, write_journal};
@@ -543,14 +543,14 @@ impl Update<'_> {
                     pinned: &pinned,
                 };
                 match decide(&inputs, &mut r)? {
-                    Ok(d) => {
+                    Decision::Plan(d) => {
                         *report = r;
                         return Ok((wants, pinned, d, zone.len()));
                     }
                     // A followed path the zone changed, which only the
                     // layers hold: read them all.
-                    Err(Restage { path: _ }) if reuse => reuse = false,
-                    Err(Restage { path }) => {
+                    Decision::Restage { path: _ } if reuse => reuse = false,
+                    Decision::Restage { path } => {
                         return Err(UpdateError::Io {
                             op: "restore",
                             path,
