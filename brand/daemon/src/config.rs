@@ -234,7 +234,7 @@ pub enum Invalid {
     /// A user name the system does not know.
     #[error("{at}: no user named {name:?}")]
     NoUser {
-        /// Where it was named (`socket_group`, `grant N`).
+        /// Where it was named (`grant N`).
         at: String,
         /// The name.
         name: String,
@@ -242,7 +242,7 @@ pub enum Invalid {
     /// A group name the system does not know.
     #[error("{at}: no group named {name:?}")]
     NoGroup {
-        /// Where it was named.
+        /// Where it was named (`socket_group`, `grant N`).
         at: String,
         /// The name.
         name: String,
