@@ -47,7 +47,7 @@ pub(crate) fn source(
 pub(crate) fn sh(cmd: &str) -> Result<std::time::Duration, String> {
     let mut c = std::process::Command::new("sh");
     c.arg("-c").arg(cmd);
-    peers::time(c)
+    peers::time(c).map_err(|e| e.to_string())
 }
 
 /// The peer `name` (xcp, fcp) if installed; says so when it is not.

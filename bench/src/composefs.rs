@@ -112,7 +112,7 @@ pub(crate) fn composefs_bench(
                 }
                 c.arg(&archive);
             }
-            peers::time(c)
+            peers::time(c).map_err(|e| e.to_string())
         },
         &mut |l| eprintln!("{l}"),
     )?;

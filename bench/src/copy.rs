@@ -127,7 +127,7 @@ pub(crate) fn copy_bench(
             mut samples,
             wrong,
             mut durable,
-        } = b.measure(&list)?;
+        } = b.measure(&list).map_err(|e| e.to_string())?;
         samples.retain(|s| !s.times.is_empty());
         durable.retain(|s| !s.times.is_empty());
         let reference = if samples.iter().any(|s| s.tool == "cp -a") {

@@ -96,7 +96,7 @@ pub(crate) fn bench(b: &CustomizeBench) -> Result<(), String> {
         c.envs(guestfs_env())
             .args(["-q", "-a", s(&disk)])
             .args(options(&i, Some(n)));
-        log.record(vname, peers::time(c)?);
+        log.record(vname, peers::time(c).map_err(|e| e.to_string())?);
     }
 
     // zinstall: the cache filled first (untimed), so both timed
@@ -105,7 +105,8 @@ pub(crate) fn bench(b: &CustomizeBench) -> Result<(), String> {
     let cache = work.join("cache");
     let prime = work.join("prime");
     let _ = fs::remove_dir_all(&prime);
-    peers::time(provision(b.zinstall, &i, 1, &prime, &cache, false))?;
+    peers::time(provision(b.zinstall, &i, 1, &prime, &cache, false))
+        .map_err(|e| e.to_string())?;
     let _ = fs::remove_dir_all(&prime);
     let g = b.guests;
     let plain = format!("zinstall provision --count {g}, hostname only");
@@ -118,7 +119,8 @@ pub(crate) fn bench(b: &CustomizeBench) -> Result<(), String> {
             peers::sync();
             let t = peers::time(provision(
                 b.zinstall, &i, g, &out, &cache, customised,
-            ))?;
+            ))
+            .map_err(|e| e.to_string())?;
             log.record(if customised { &custom } else { &plain }, t);
         }
     }

@@ -348,7 +348,8 @@ pub(crate) fn compare(
 ) -> Result<String, String> {
     let zout = work.join("check-zi");
     let _ = fs::remove_dir_all(&zout);
-    peers::time(provision(z, i, 1, &zout, cache, true))?;
+    peers::time(provision(z, i, 1, &zout, cache, true))
+        .map_err(|e| e.to_string())?;
     let zr = zout.join("g-0");
     let vr = work.join("check-virt");
     let _ = fs::remove_dir_all(&vr);

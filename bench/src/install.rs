@@ -48,7 +48,7 @@ pub(crate) fn install_bench(
                 c.arg("--no-sync");
             }
             c.arg("--profile").arg(&profile).arg("--zonepath").arg(&zp);
-            peers::time(c)
+            peers::time(c).map_err(|e| e.to_string())
         },
         &mut |l| eprintln!("{l}"),
     )?;

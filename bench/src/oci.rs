@@ -127,7 +127,7 @@ pub fn bench(
             } else {
                 c.args(["unpack", "--image", &image]).arg(&bundle);
             }
-            peers::time(c)
+            peers::time(c).map_err(|e| e.to_string())
         },
         &mut |l| eprintln!("{l}"),
     )?;

@@ -211,7 +211,7 @@ pub(crate) fn qcow2_bench(
                             .arg(work.join("g"))
                             .arg("--cache")
                             .arg(work.join("c"));
-                        let t = peers::time(c)?;
+                        let t = peers::time(c).map_err(|e| e.to_string())?;
                         if let Some(sync) = logged_sync(&work.join("c")) {
                             eprintln!(
                                 "      {} flush {:.3} s",

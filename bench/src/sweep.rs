@@ -78,7 +78,7 @@ pub(crate) fn sweep_bench(
         durable: false,
         log: &mut log,
     };
-    let m = b.measure(&tools)?;
+    let m = b.measure(&tools).map_err(|e| e.to_string())?;
     let label = if tree.contains('/') {
         tree.to_string()
     } else {
@@ -110,7 +110,7 @@ pub(crate) fn sweep_bench(
             durable: false,
             log: &mut log,
         };
-        let f = b.measure(&floor_tools)?;
+        let f = b.measure(&floor_tools).map_err(|e| e.to_string())?;
         md.push_str(&format!(
             "\n#### metadata floor: {label} with every file empty\n\n{}",
             report::markdown(&f.samples, "cp -a")

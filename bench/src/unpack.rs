@@ -119,7 +119,7 @@ impl UnpackBench<'_> {
                             cmd.arg(c.tar_flag);
                         }
                         cmd.arg("-xf").arg(&c.archive).arg("-C").arg(&dst);
-                        peers::time(cmd)?;
+                        peers::time(cmd).map_err(|e| e.to_string())?;
                     }
                     Some(t) => {
                         // As an install unpacks: flushed at its end, so
@@ -143,7 +143,7 @@ impl UnpackBench<'_> {
                 let t = t0.elapsed();
                 let used = cpu_time();
                 cpu[i].push((used.0 + used.1).saturating_sub(cpu0.0 + cpu0.1));
-                peers::sync_fs(&dst)?;
+                peers::sync_fs(&dst).map_err(|e| e.to_string())?;
                 let d = t0.elapsed();
                 eprintln!(
                     "    {:<32} {:>8.3} s with sync -f",

@@ -215,11 +215,12 @@ pub fn bench(
                         .arg(&zp);
                     peers::time(c)
                 }
-            }?;
+            }
+            .map_err(|e| e.to_string())?;
             // To the disk: its own time and the flush of what it left dirty
             // (an update flushes before it switches; the others do not).
             let s0 = Instant::now();
-            peers::sync_fs(&base)?;
+            peers::sync_fs(&base).map_err(|e| e.to_string())?;
             let d = t + s0.elapsed();
             eprintln!(
                 "    {:<24} {:>8.3} s with sync -f",

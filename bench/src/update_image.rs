@@ -125,13 +125,13 @@ pub fn install_tar(
                         s(&zp),
                         s(&archive),
                     ]);
-                    peers::time(c)
+                    peers::time(c).map_err(|e| e.to_string())
                 }
                 _ => {
                     fs::create_dir_all(&out).map_err(io)?;
                     let mut c = Command::new("tar");
                     c.arg("-C").arg(&out).arg("-xpf").arg(&archive);
-                    peers::time(c)
+                    peers::time(c).map_err(|e| e.to_string())
                 }
             }
         },
@@ -258,7 +258,7 @@ pub fn update_image(
                     s(&fresh),
                     &v2,
                 ]);
-                peers::time(c)
+                peers::time(c).map_err(|e| e.to_string())
             }
         },
         &mut |l| eprintln!("{l}"),
@@ -360,7 +360,7 @@ pub fn update_dirty(
             };
             let mut c = zinstall(z);
             c.args(["update", "--profile", s(&profile), "--zonepath", s(&zp)]);
-            let t = peers::time(c);
+            let t = peers::time(c).map_err(|e| e.to_string());
             if let Some(d) = dirty.as_mut() {
                 // The shell and its dd, as a group.
                 let _ = Command::new("kill")

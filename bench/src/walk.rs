@@ -72,7 +72,7 @@ pub(crate) fn walk_bench(
         |i| {
             let _ = fs::remove_dir_all(&dst);
             if cold {
-                peers::drop_caches()?;
+                peers::drop_caches().map_err(|e| e.to_string())?;
             } else {
                 peers::sync();
                 peers::warm(&src)

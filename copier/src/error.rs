@@ -42,7 +42,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[non_exhaustive]
 pub enum Error {
     /// A system call failed.
-    #[error("{op} {}{}: {source}", path.display(), Arrow(target.as_deref()))]
+    #[error("{op} {}{}: {error}", path.display(), Arrow(target.as_deref()))]
     Io {
         /// What was being done.
         op: Op,
@@ -50,11 +50,12 @@ pub enum Error {
         path: PathBuf,
         /// The second path of the operation (copy or link destination).
         target: Option<PathBuf>,
-        /// The underlying error, errno intact.
-        source: io::Error,
+        /// The underlying error, errno intact; said in the message, so
+        /// not a `source()`.
+        error: io::Error,
     },
     /// An extended attribute could not be read or written.
-    #[error("{op} {} ({name}): {source}", path.display())]
+    #[error("{op} {} ({name}): {error}", path.display())]
     Attr {
         /// `ListXattr`, `GetXattr` or `SetXattr`.
         op: Op,
@@ -63,7 +64,7 @@ pub enum Error {
         /// The attribute's name.
         name: String,
         /// The underlying error.
-        source: io::Error,
+        error: io::Error,
     },
     /// An archive entry was refused, or the archive itself.
     #[error("{}: {}{reason}", archive.display(), EntryName(entry))]
@@ -150,12 +151,12 @@ pub enum Error {
 
 impl Error {
     /// An I/O error on one path.
-    pub fn io(op: Op, path: impl Into<PathBuf>, source: io::Error) -> Self {
+    pub fn io(op: Op, path: impl Into<PathBuf>, error: io::Error) -> Self {
         Error::Io {
             op,
             path: path.into(),
             target: None,
-            source,
+            error,
         }
     }
 
@@ -164,13 +165,13 @@ impl Error {
         op: Op,
         path: impl Into<PathBuf>,
         target: impl Into<PathBuf>,
-        source: io::Error,
+        error: io::Error,
     ) -> Self {
         Error::Io {
             op,
             path: path.into(),
             target: Some(target.into()),
-            source,
+            error,
         }
     }
 
@@ -234,9 +235,7 @@ impl Error {
     /// The underlying I/O error, if any.
     pub fn io_error(&self) -> Option<&io::Error> {
         match self {
-            Error::Io { source, .. } | Error::Attr { source, .. } => {
-                Some(source)
-            }
+            Error::Io { error, .. } | Error::Attr { error, .. } => Some(error),
             _ => None,
         }
     }
@@ -251,9 +250,7 @@ impl From<Error> for io::Error {
     /// Keeps the kind of an I/O error so callers can still match on it.
     fn from(e: Error) -> io::Error {
         let kind = match &e {
-            Error::Io { source, .. } | Error::Attr { source, .. } => {
-                source.kind()
-            }
+            Error::Io { error, .. } | Error::Attr { error, .. } => error.kind(),
             Error::MountsLeft { .. } => io::ErrorKind::ResourceBusy,
             Error::Cancelled { .. } => io::ErrorKind::Interrupted,
             Error::Refused { .. } | Error::Beneath { .. } => {

@@ -111,12 +111,19 @@ pub(crate) mod zinstall {
     pub(crate) use step__done;
 }
 
+/// Why the probes could not be registered: usdt's error.
+#[cfg(feature = "usdt-probes")]
+pub type RegisterError = usdt::Error;
+/// Without the probes compiled in, registering cannot fail.
+#[cfg(not(feature = "usdt-probes"))]
+pub type RegisterError = std::convert::Infallible;
+
 /// Registers the probes with DTrace (illumos); a no-op elsewhere. A
 /// failure only means the probes are not visible, so callers should log
 /// it and go on.
-pub fn register() -> Result<(), String> {
+pub fn register() -> Result<(), RegisterError> {
     #[cfg(feature = "usdt-probes")]
-    return usdt::register_probes().map_err(|e| e.to_string());
+    return usdt::register_probes();
     #[cfg(not(feature = "usdt-probes"))]
     Ok(())
 }

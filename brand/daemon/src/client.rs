@@ -18,20 +18,20 @@ pub const DAEMON_ENV: &str = "ZINSTALL_DAEMON";
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     /// The socket could not be reached.
-    #[error("{}: connect: {source}{}", path.display(), start_hint(source))]
+    #[error("{}: connect: {error}{}", path.display(), start_hint(error))]
     Connect {
         /// The socket.
         path: PathBuf,
         /// Why.
-        source: io::Error,
+        error: io::Error,
     },
     /// The connection failed midway.
-    #[error("{}: {source}", path.display())]
+    #[error("{}: {error}", path.display())]
     Io {
         /// The socket.
         path: PathBuf,
         /// Why.
-        source: io::Error,
+        error: io::Error,
     },
     /// The daemon sent something that is not a reply.
     #[error("{}: unreadable reply: {why}", path.display())]
@@ -85,15 +85,15 @@ pub struct Client {
 impl Client {
     /// Connects to the socket at `path`.
     pub fn connect(path: &Path) -> Result<Client, ClientError> {
-        let s = UnixStream::connect(path).map_err(|source| {
+        let s = UnixStream::connect(path).map_err(|error| {
             ClientError::Connect {
                 path: path.into(),
-                source,
+                error,
             }
         })?;
-        let input = s.try_clone().map_err(|source| ClientError::Connect {
+        let input = s.try_clone().map_err(|error| ClientError::Connect {
             path: path.into(),
-            source,
+            error,
         })?;
         Ok(Client {
             path: path.into(),
@@ -108,10 +108,10 @@ impl Client {
         self.job
     }
 
-    fn io(&self, source: io::Error) -> ClientError {
+    fn io(&self, error: io::Error) -> ClientError {
         ClientError::Io {
             path: self.path.clone(),
-            source,
+            error,
         }
     }
 

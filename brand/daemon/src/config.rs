@@ -197,7 +197,87 @@ pub enum ConfigError {
         /// The file.
         path: PathBuf,
         /// What is wrong.
-        why: String,
+        why: Invalid,
+    },
+}
+
+/// What is wrong with a configuration's settings.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Invalid {
+    /// The text is not TOML, or not of the types the daemon reads.
+    #[error("{0}")]
+    Toml(toml::de::Error),
+    /// `socket_mode` is not an octal permission mode.
+    #[error("socket_mode {0:?} is not an octal mode like \"0660\"")]
+    SocketMode(String),
+    /// A number outside what the key takes.
+    #[error("{key} {value} is not between {lo} and {hi}")]
+    OutOfRange {
+        /// The key.
+        key: &'static str,
+        /// Its value.
+        value: usize,
+        /// The least it may be.
+        lo: usize,
+        /// The most it may be.
+        hi: usize,
+    },
+    /// A path that is relative or has `.` or `..` in it.
+    #[error("{key}: {} is not an absolute path without . or ..", path.display())]
+    NotAbsolute {
+        /// The key (or `grant N`).
+        key: String,
+        /// The path.
+        path: PathBuf,
+    },
+    /// A user name the system does not know.
+    #[error("{at}: no user named {name:?}")]
+    NoUser {
+        /// Where it was named (`grant N`).
+        at: String,
+        /// The name.
+        name: String,
+    },
+    /// A group name the system does not know.
+    #[error("{at}: no group named {name:?}")]
+    NoGroup {
+        /// Where it was named (`socket_group`, `grant N`).
+        at: String,
+        /// The name.
+        name: String,
+    },
+    /// A grant for nobody.
+    #[error("{at}: names no users and no groups")]
+    GrantsNobody {
+        /// The grant (`grant N`).
+        at: String,
+    },
+    /// A grant of an operation the daemon does not have.
+    #[error("{at}: unknown operation {op:?} (known: {})", Call::NAMES.join(", "))]
+    UnknownOperation {
+        /// The grant.
+        at: String,
+        /// The operation.
+        op: String,
+    },
+    /// A grant of an operation only root may ask for.
+    #[error(
+        "{at}: {op} acts as root on zone roots or the shared cache and \
+         cannot be granted (grantable: {})",
+        GRANTABLE.join(", ")
+    )]
+    NotGrantable {
+        /// The grant.
+        at: String,
+        /// The operation.
+        op: String,
+    },
+    /// A grant of `copy` with nowhere to copy.
+    #[error("{at}: grants copy but no prefixes")]
+    CopyWithoutPrefixes {
+        /// The grant.
+        at: String,
     },
 }
 
@@ -263,11 +343,11 @@ impl Config {
     }
 
     /// Parses a configuration's text.
-    pub fn parse(text: &str) -> Result<Config, String> {
-        Config::from_raw(toml::from_str(text).map_err(|e| e.to_string())?)
+    pub fn parse(text: &str) -> Result<Config, Invalid> {
+        Config::from_raw(toml::from_str(text).map_err(Invalid::Toml)?)
     }
 
-    fn from_raw(raw: Raw) -> Result<Config, String> {
+    fn from_raw(raw: Raw) -> Result<Config, Invalid> {
         let mut c = Config::default();
         if let Some(s) = raw.socket {
             c.socket = absolute("socket", s)?;
@@ -276,11 +356,7 @@ impl Config {
             c.socket_mode = u32::from_str_radix(&m, 8)
                 .ok()
                 .filter(|m| *m <= 0o777)
-                .ok_or_else(|| {
-                    format!(
-                        "socket_mode {m:?} is not an octal mode like \"0660\""
-                    )
-                })?;
+                .ok_or_else(|| Invalid::SocketMode(m.clone()))?;
         }
         if let Some(g) = raw.socket_group {
             c.socket_group = Some(gid("socket_group", &g)?);
@@ -373,21 +449,14 @@ impl Config {
                 grant.groups.insert(gid(&at, gr)?);
             }
             if grant.users.is_empty() && grant.groups.is_empty() {
-                return Err(format!("{at}: names no users and no groups"));
+                return Err(Invalid::GrantsNobody { at });
             }
             for op in g.operations {
                 if !Call::NAMES.contains(&op.as_str()) {
-                    return Err(format!(
-                        "{at}: unknown operation {op:?} (known: {})",
-                        Call::NAMES.join(", ")
-                    ));
+                    return Err(Invalid::UnknownOperation { at, op });
                 }
                 if !GRANTABLE.contains(&op.as_str()) {
-                    return Err(format!(
-                        "{at}: {op} acts as root on zone roots or the shared cache \
-                         and cannot be granted (grantable: {})",
-                        GRANTABLE.join(", ")
-                    ));
+                    return Err(Invalid::NotGrantable { at, op });
                 }
                 grant.operations.insert(op);
             }
@@ -395,7 +464,7 @@ impl Config {
                 grant.prefixes.push(absolute(&at, p)?);
             }
             if grant.operations.contains("copy") && grant.prefixes.is_empty() {
-                return Err(format!("{at}: grants copy but no prefixes"));
+                return Err(Invalid::CopyWithoutPrefixes { at });
             }
             c.grants.push(grant);
         }
@@ -403,38 +472,51 @@ impl Config {
     }
 }
 
-fn bounded(key: &str, n: usize, lo: usize, hi: usize) -> Result<usize, String> {
+fn bounded(
+    key: &'static str,
+    n: usize,
+    lo: usize,
+    hi: usize,
+) -> Result<usize, Invalid> {
     if (lo..=hi).contains(&n) {
         Ok(n)
     } else {
-        Err(format!("{key} {n} is not between {lo} and {hi}"))
+        Err(Invalid::OutOfRange {
+            key,
+            value: n,
+            lo,
+            hi,
+        })
     }
 }
 
-fn absolute(key: &str, p: PathBuf) -> Result<PathBuf, String> {
+fn absolute(key: &str, p: PathBuf) -> Result<PathBuf, Invalid> {
     match CleanPath::new(p) {
         Ok(p) => Ok(p.into()),
-        Err(e) => Err(format!(
-            "{key}: {} is not an absolute path without . or ..",
-            e.0.display()
-        )),
+        Err(e) => Err(Invalid::NotAbsolute {
+            key: key.into(),
+            path: e.0,
+        }),
     }
 }
 
-fn uid(at: &str, id: &Id) -> Result<u32, String> {
+fn uid(at: &str, id: &Id) -> Result<u32, Invalid> {
     match id {
         Id::Number(n) => Ok(*n),
-        Id::Name(n) => {
-            sys::user_id(n).ok_or_else(|| format!("{at}: no user named {n:?}"))
-        }
+        Id::Name(n) => sys::user_id(n).ok_or_else(|| Invalid::NoUser {
+            at: at.into(),
+            name: n.clone(),
+        }),
     }
 }
 
-fn gid(at: &str, id: &Id) -> Result<u32, String> {
+fn gid(at: &str, id: &Id) -> Result<u32, Invalid> {
     match id {
         Id::Number(n) => Ok(*n),
-        Id::Name(n) => sys::group_id(n)
-            .ok_or_else(|| format!("{at}: no group named {n:?}")),
+        Id::Name(n) => sys::group_id(n).ok_or_else(|| Invalid::NoGroup {
+            at: at.into(),
+            name: n.clone(),
+        }),
     }
 }
 
@@ -514,7 +596,7 @@ prefixes = ["/srv//build/"]
                 "no user named",
             ),
         ] {
-            let e = Config::parse(text).unwrap_err();
+            let e = Config::parse(text).unwrap_err().to_string();
             assert!(e.contains(says), "{text}: {e}");
         }
     }

@@ -110,14 +110,14 @@ pub enum ServeError {
     #[error(transparent)]
     Engine(#[from] copier::Error),
     /// The socket.
-    #[error("{path}: {op}: {source}", path = path.display())]
+    #[error("{path}: {op}: {error}", path = path.display())]
     Socket {
         /// The socket's path.
         path: PathBuf,
         /// What was being done.
         op: &'static str,
         /// Why it failed.
-        source: io::Error,
+        error: io::Error,
     },
 }
 
@@ -141,10 +141,10 @@ pub fn run(opts: Options, log: Logger) -> Result<(), ServeError> {
         (signal_hook::consts::SIGHUP, &hup),
     ] {
         signal_hook::flag::register(sig, Arc::clone(flag)).map_err(
-            |source| ServeError::Socket {
+            |error| ServeError::Socket {
                 path: config.socket.clone(),
                 op: "signal handler",
-                source,
+                error,
             },
         )?;
     }
@@ -154,10 +154,10 @@ pub fn run(opts: Options, log: Logger) -> Result<(), ServeError> {
     };
     listener
         .set_nonblocking(true)
-        .map_err(|source| ServeError::Socket {
+        .map_err(|error| ServeError::Socket {
             path: config.socket.clone(),
             op: "set non-blocking",
-            source,
+            error,
         })?;
     let d = Arc::new(Daemon::new(
         opts,
@@ -215,10 +215,10 @@ pub fn run(opts: Options, log: Logger) -> Result<(), ServeError> {
 fn bind(config: &Config) -> Result<UnixListener, ServeError> {
     let path = &config.socket;
     let fail = |op: &'static str| {
-        move |source: io::Error| ServeError::Socket {
+        move |error: io::Error| ServeError::Socket {
             path: path.clone(),
             op,
-            source,
+            error,
         }
     };
     if let Some(dir) = path.parent().filter(|d| !d.exists()) {

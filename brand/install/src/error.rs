@@ -541,21 +541,6 @@ impl fmt::Display for InstallError {
     }
 }
 
-impl std::error::Error for InstallError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match &self.cause {
-            Cause::Profile(e) => Some(e),
-            Cause::Lock(e) => Some(e),
-            Cause::Marker { source, .. }
-            | Cause::RootUnreadable { source, .. }
-            | Cause::Layout { source, .. }
-            | Cause::NoRoot { source, .. } => Some(source),
-            Cause::Step { source, .. } => Some(source.as_ref()),
-            Cause::Pull(e) => Some(e),
-            Cause::Copy { source, .. } => source
-                .first()
-                .map(|e| e as &(dyn std::error::Error + 'static)),
-            _ => None,
-        }
-    }
-}
+/// Every cause is in the message, so no `source()` (CONTRIBUTING.md: a
+/// cause is said once).
+impl std::error::Error for InstallError {}

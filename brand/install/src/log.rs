@@ -78,12 +78,12 @@ pub enum LogError {
     },
     /// Its directory could not be made or opened, or another user could
     /// change what is in it on the way there.
-    #[error("directory {}: {source}", dir.display())]
+    #[error("directory {}: {error}", dir.display())]
     Directory {
         /// The directory.
         dir: PathBuf,
         /// What the walk to it refused or met.
-        source: Box<copier::Error>,
+        error: Box<copier::Error>,
     },
     /// Another user may add, rename or remove entries in its directory.
     #[error("directory {} is {why}, so another user could plant the log", dir.display())]
@@ -109,14 +109,14 @@ pub enum LogError {
         why: String,
     },
     /// A system call failed.
-    #[error("{}: {op}: {source}", path.display())]
+    #[error("{}: {op}: {error}", path.display())]
     Io {
         /// The log's path.
         path: PathBuf,
         /// What was being done.
         op: &'static str,
         /// Why it failed.
-        source: io::Error,
+        error: io::Error,
     },
 }
 
@@ -127,10 +127,10 @@ pub enum LogError {
 /// through.
 pub fn open_file(path: &Path) -> Result<File, LogError> {
     let io_err = |op: &'static str| {
-        move |source: io::Error| LogError::Io {
+        move |error: io::Error| LogError::Io {
             path: path.to_path_buf(),
             op,
-            source,
+            error,
         }
     };
     let path = &std::path::absolute(path).map_err(io_err("resolve"))?;
@@ -141,10 +141,10 @@ pub fn open_file(path: &Path) -> Result<File, LogError> {
     // holding only root's entries), so the path leads where it did when
     // checked.
     let opened =
-        copier::trusted::open_dir(dir, Some(0o755)).map_err(|source| {
+        copier::trusted::open_dir(dir, Some(0o755)).map_err(|error| {
             LogError::Directory {
                 dir: dir.to_path_buf(),
-                source: Box::new(source),
+                error: Box::new(error),
             }
         })?;
     // The directory just checked, by its descriptor: not the name again.
@@ -152,10 +152,10 @@ pub fn open_file(path: &Path) -> Result<File, LogError> {
         .try_clone_to_owned()
         .map(std::fs::File::from)
         .and_then(|f| f.metadata())
-        .map_err(|source| LogError::Io {
+        .map_err(|error| LogError::Io {
             path: dir.to_path_buf(),
             op: "stat",
-            source,
+            error,
         })?;
     let sticky_root = dir_md.mode() & 0o1000 != 0 && dir_md.uid() == 0;
     let open_to = if dir_md.mode() & 0o002 != 0 {

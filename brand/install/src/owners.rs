@@ -100,6 +100,34 @@ struct Pattern {
     owner: Owner,
 }
 
+/// A pattern of a profile's `[update]` section that cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[error("update.{owner}[{index}] = {pattern:?}: {problem}")]
+pub struct OwnersError {
+    /// The list it is in.
+    pub owner: Owner,
+    /// Its place in the list, from 0.
+    pub index: usize,
+    /// The pattern as written.
+    pub pattern: String,
+    /// What is wrong with it.
+    pub problem: PatternProblem,
+}
+
+/// What is wrong with an ownership pattern.
+#[derive(Debug, thiserror::Error)]
+pub enum PatternProblem {
+    /// Empty, or with `..` or empty components.
+    #[error("must name a path in the root, without .. or empty components")]
+    NotInRoot,
+    /// Not a glob.
+    #[error("{0}")]
+    Glob(globset::Error),
+    /// Also in another owner's list.
+    #[error("also listed under update.{0}")]
+    Twice(Owner),
+}
+
 /// The ownership rules of a profile.
 pub struct Owners {
     patterns: Vec<Pattern>,
@@ -144,7 +172,7 @@ impl Owners {
 
     /// The rules from a profile's `[update]` section; a list it leaves
     /// out is the packaged default's. The error names the pattern.
-    pub(crate) fn from_raw(raw: RawOwners) -> Result<Owners, String> {
+    pub(crate) fn from_raw(raw: RawOwners) -> Result<Owners, OwnersError> {
         let owned = |v: &[&str]| v.iter().map(|s| s.to_string()).collect();
         let lists = [
             (
@@ -160,27 +188,27 @@ impl Owners {
         let mut patterns = Vec::new();
         for (owner, list) in lists {
             for (i, text) in list.into_iter().enumerate() {
-                let at = format!("update.{owner}[{i}] = {text:?}");
+                let fail = |problem| OwnersError {
+                    owner,
+                    index: i,
+                    pattern: text.clone(),
+                    problem,
+                };
                 let trimmed = text.trim_matches('/');
                 if trimmed.is_empty()
                     || trimmed.split('/').any(|c| c.is_empty() || c == "..")
                 {
-                    return Err(format!(
-                        "{at}: must name a path in the root, without .. or empty components"
-                    ));
+                    return Err(fail(PatternProblem::NotInRoot));
                 }
                 // `*` stays within one component, as in a shell.
                 let glob = GlobBuilder::new(trimmed)
                     .literal_separator(true)
                     .build()
-                    .map_err(|e| format!("{at}: {e}"))?;
+                    .map_err(|e| fail(PatternProblem::Glob(e)))?;
                 if let Some(other) = patterns.iter().find(|p: &&Pattern| {
                     p.text.trim_matches('/') == trimmed && p.owner != owner
                 }) {
-                    return Err(format!(
-                        "{at}: also listed under update.{}",
-                        other.owner
-                    ));
+                    return Err(fail(PatternProblem::Twice(other.owner)));
                 }
                 patterns.push(Pattern {
                     literal: !trimmed.contains(['*', '?', '[', '{']),
@@ -290,13 +318,15 @@ mod test {
             merge: Some(vec!["etc".into()]),
             ..RawOwners::default()
         })
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("also listed under update.follow"), "{e}");
         let e = Owners::from_raw(RawOwners {
             keep: Some(vec!["../x".into()]),
             ..RawOwners::default()
         })
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(e.starts_with("update.keep[0]"), "{e}");
     }
 }

@@ -474,7 +474,8 @@ impl Profile {
             };
             rules.push(Rule::new(r.pattern.clone(), action));
         }
-        let owners = Owners::from_raw(raw.update).map_err(err)?;
+        let owners =
+            Owners::from_raw(raw.update).map_err(|e| err(e.to_string()))?;
         let rule_count = rules.len();
         let rules =
             RuleSet::new(rules).map_err(|e| err(format!("rule: {e}")))?;

@@ -141,7 +141,7 @@ pub enum ProvisionError {
     /// Where the guests were to go is there and is not a directory.
     OutNotDirectory(PathBuf),
     /// A hostname pattern that makes no valid hostname: why.
-    BadHostname(String),
+    BadHostname(HostnameError),
     /// A customisation option refused: its value, or what it names on
     /// this host or in the image or guest.
     Customize {
@@ -324,7 +324,7 @@ impl fmt::Display for ProvisionError {
                  directory --out names (it is made if missing)",
                 p.display()
             ),
-            ProvisionError::BadHostname(why) => f.write_str(why),
+            ProvisionError::BadHostname(why) => write!(f, "{why}"),
             ProvisionError::Seed { option, path, why } => {
                 if path.as_os_str().is_empty() {
                     write!(f, "{option}: {why}")
@@ -403,21 +403,35 @@ impl fmt::Display for ProvisionError {
     }
 }
 
-impl std::error::Error for ProvisionError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            ProvisionError::Fs(e) => Some(e),
-            ProvisionError::Copy(f) => {
-                f.first().map(|e| e as &(dyn std::error::Error + 'static))
-            }
-            ProvisionError::Qcow2(e) => Some(e),
-            ProvisionError::Pull(e) => Some(e),
-            ProvisionError::Program { source, .. } => Some(source),
-            ProvisionError::Cleanup { failure, .. } => Some(failure.as_ref()),
-            _ => None,
-        }
-    }
+/// A hostname a `--hostname` pattern makes for a guest that is not one.
+#[derive(Debug, thiserror::Error)]
+#[error("hostname {hostname:?} (from {pattern:?}): {problem}")]
+pub struct HostnameError {
+    /// The hostname made.
+    pub hostname: String,
+    /// The pattern it was made from.
+    pub pattern: String,
+    /// What is wrong with it.
+    pub problem: HostnameProblem,
 }
+
+/// What is wrong with a hostname (RFC 1123).
+#[derive(Debug, thiserror::Error)]
+pub enum HostnameProblem {
+    /// Empty, or longer than 64 bytes.
+    #[error("must be 1 to 64 bytes")]
+    Length,
+    /// A label that is empty, of other characters, or with a hyphen at
+    /// either end.
+    #[error(
+        "each dot-separated label must be letters, digits and inner hyphens"
+    )]
+    Label,
+}
+
+/// Every cause is in the message, so no `source()` (CONTRIBUTING.md: a
+/// cause is said once).
+impl std::error::Error for ProvisionError {}
 
 impl From<copier::Error> for ProvisionError {
     fn from(e: copier::Error) -> Self {

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use crate::customize::kept;
-use crate::error::ProvisionError;
+use crate::error::{HostnameError, HostnameProblem, ProvisionError};
 pub use crate::options::{HostKeys, IdentityOptions, MachineId};
 use copier::beneath::{Dir, Root};
 use copier::{Error as FsError, Op};
@@ -46,12 +46,17 @@ pub(crate) fn hostname(
     pattern: &str,
     n: usize,
     name: &str,
-) -> Result<String, String> {
+) -> Result<String, HostnameError> {
     let h = crate::options::for_guest(pattern, n, name);
-    let bad =
-        |why: &str| Err(format!("hostname {h:?} (from {pattern:?}): {why}"));
+    let bad = |problem| {
+        Err(HostnameError {
+            hostname: h.clone(),
+            pattern: pattern.into(),
+            problem,
+        })
+    };
     if h.is_empty() || h.len() > HOST_NAME_MAX {
-        return bad("must be 1 to 64 bytes");
+        return bad(HostnameProblem::Length);
     }
     for label in h.split('.') {
         if label.is_empty()
@@ -61,10 +66,7 @@ pub(crate) fn hostname(
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b == b'-')
         {
-            return bad(
-                "each dot-separated label must be letters, digits and \
-                 inner hyphens",
-            );
+            return bad(HostnameProblem::Label);
         }
     }
     Ok(h)
@@ -116,8 +118,8 @@ pub(crate) fn apply(
     let r = Root::open(root)?;
     let etc = match r.dir(Path::new("etc"), None) {
         Ok(d) => d,
-        Err(FsError::Io { source, .. })
-            if source.kind() == std::io::ErrorKind::NotFound =>
+        Err(FsError::Io { error, .. })
+            if error.kind() == std::io::ErrorKind::NotFound =>
         {
             return Ok(made);
         }
@@ -242,8 +244,8 @@ fn host_keys(
     }
     let ssh = match r.dir(Path::new("etc/ssh"), None) {
         Ok(d) => d,
-        Err(FsError::Io { source, .. })
-            if source.kind() == std::io::ErrorKind::NotFound =>
+        Err(FsError::Io { error, .. })
+            if error.kind() == std::io::ErrorKind::NotFound =>
         {
             return Ok(Vec::new());
         }

@@ -91,13 +91,30 @@ pub enum GuestFormat {
     Composefs,
 }
 
+/// A word that is none of an option's choices.
+#[derive(Debug, thiserror::Error)]
+#[error("{given:?}: {choices}")]
+pub struct UnknownChoice {
+    /// The word given.
+    pub given: String,
+    /// What the choices are, as a sentence.
+    pub choices: &'static str,
+}
+
+fn unknown(given: &str, choices: &'static str) -> UnknownChoice {
+    UnknownChoice {
+        given: given.into(),
+        choices,
+    }
+}
+
 impl GuestFormat {
     /// `tree` or `composefs`.
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub fn parse(s: &str) -> Result<Self, UnknownChoice> {
         match s {
             "tree" => Ok(GuestFormat::Tree),
             "composefs" => Ok(GuestFormat::Composefs),
-            _ => Err(format!("{s:?}: the format is tree or composefs")),
+            _ => Err(unknown(s, "the format is tree or composefs")),
         }
     }
 }
@@ -398,13 +415,14 @@ pub enum HostKeys {
 
 impl MachineId {
     /// `generate`, `first-boot` or `keep`.
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub fn parse(s: &str) -> Result<Self, UnknownChoice> {
         match s {
             "generate" => Ok(MachineId::Generate),
             "first-boot" => Ok(MachineId::FirstBoot),
             "keep" => Ok(MachineId::Keep),
-            _ => Err(format!(
-                "{s:?}: the machine-id is generate, first-boot or keep"
+            _ => Err(unknown(
+                s,
+                "the machine-id is generate, first-boot or keep",
             )),
         }
     }
@@ -412,14 +430,12 @@ impl MachineId {
 
 impl HostKeys {
     /// `generate`, `remove` or `keep`.
-    pub fn parse(s: &str) -> Result<Self, String> {
+    pub fn parse(s: &str) -> Result<Self, UnknownChoice> {
         match s {
             "generate" => Ok(HostKeys::Generate),
             "remove" => Ok(HostKeys::Remove),
             "keep" => Ok(HostKeys::Keep),
-            _ => Err(format!(
-                "{s:?}: SSH host keys are generate, remove or keep"
-            )),
+            _ => Err(unknown(s, "SSH host keys are generate, remove or keep")),
         }
     }
 }

@@ -116,14 +116,14 @@ pub enum RegistryError {
         last: String,
     },
     /// The local store could not be written or read.
-    #[error("{op} {}: {source}", path.display())]
+    #[error("{op} {}: {error}", path.display())]
     Io {
         /// `mkdir`, `open`, `write`, `rename`, `lock`.
         op: &'static str,
         /// The path.
         path: PathBuf,
         /// The system's error.
-        source: io::Error,
+        error: io::Error,
     },
     /// The image, once its blobs were there, was refused as any OCI
     /// image is (platform, media types, digests).
@@ -147,12 +147,12 @@ impl RegistryError {
     pub(crate) fn io(
         op: &'static str,
         path: impl Into<PathBuf>,
-        source: io::Error,
+        error: io::Error,
     ) -> Self {
         RegistryError::Io {
             op,
             path: path.into(),
-            source,
+            error,
         }
     }
 

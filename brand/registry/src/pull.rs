@@ -202,7 +202,7 @@ impl Registry {
         let digest = Digest::parse(top.digest().as_ref()).map_err(|why| {
             RegistryError::BadReference {
                 text: reference.to_string(),
-                why,
+                why: why.to_string(),
             }
         })?;
         let name = match &reference.tag {

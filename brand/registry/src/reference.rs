@@ -66,7 +66,9 @@ impl Reference {
             None => (text, false),
         };
         let (name, digest) = match s.split_once('@') {
-            Some((n, d)) => (n, Some(Digest::parse(d).map_err(|w| bad(&w))?)),
+            Some((n, d)) => {
+                (n, Some(Digest::parse(d).map_err(|w| bad(&w.to_string()))?))
+            }
             None => (s, None),
         };
         // A tag is after the last ':' that follows the last '/'.

@@ -5,7 +5,7 @@ use std::fs::{self, File};
 use std::io::{self, Read, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, ExitStatus};
 use std::time::{Duration, Instant};
 
 use copier::verify::{self, CompareOptions};
@@ -249,18 +249,75 @@ pub fn optional_peer(workspace: &Path, name: &str) -> Option<Tool> {
     }
 }
 
+/// Why a contender's run, or the check of what it made, failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum MeasureError {
+    /// The command could not be started.
+    #[error("{command}: {error}")]
+    Spawn {
+        /// The command, as `Command`'s `Debug` shows it.
+        command: String,
+        /// The system's error.
+        error: io::Error,
+    },
+    /// The command ran and failed.
+    #[error("{command}: {status}: {stderr}")]
+    Failed {
+        /// The command.
+        command: String,
+        /// How it ended.
+        status: ExitStatus,
+        /// What it said, trimmed.
+        stderr: String,
+    },
+    /// A copy could not be compared with its source.
+    #[error("{0}")]
+    Compare(copier::Error),
+    /// A copy differs from its source.
+    #[error("{count} differences, first: {first}")]
+    Differs {
+        /// How many.
+        count: usize,
+        /// The first few, on one line.
+        first: String,
+    },
+    /// The page cache could not be emptied.
+    #[error("dropping caches needs root: /proc/sys/vm/drop_caches: {0}")]
+    DropCaches(io::Error),
+    /// A copy's filesystem could not be flushed.
+    #[error("sync -f {}: {error}", path.display())]
+    SyncFs {
+        /// The copy.
+        path: PathBuf,
+        /// The system's error.
+        error: io::Error,
+    },
+    /// The source could not be read ahead of the runs.
+    #[error("{}: {error}", path.display())]
+    Warm {
+        /// The source.
+        path: PathBuf,
+        /// The system's error.
+        error: io::Error,
+    },
+}
+
 /// Runs `cmd` and returns its wall time; a failure is an error with its
 /// stderr.
-pub fn time(mut cmd: Command) -> Result<Duration, String> {
+pub fn time(mut cmd: Command) -> Result<Duration, MeasureError> {
     let t0 = Instant::now();
-    let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
+    let out = cmd.output().map_err(|error| MeasureError::Spawn {
+        command: format!("{cmd:?}"),
+        error,
+    })?;
     let took = t0.elapsed();
     if !out.status.success() {
-        return Err(format!(
-            "{cmd:?}: {}: {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
+        return Err(MeasureError::Failed {
+            command: format!("{cmd:?}"),
+            status: out.status,
+            stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
     }
     Ok(took)
 }
@@ -269,23 +326,23 @@ pub fn time(mut cmd: Command) -> Result<Duration, String> {
 /// types, modes, contents, symlink targets, hard links, and owners when
 /// root. (Peers differ on times and xattrs: tar keeps whole seconds,
 /// rsync -aH no xattrs; those are checked by zinstall's own tests.)
-pub fn verify_copy(src: &Path, dst: &Path) -> Result<(), String> {
+pub fn verify_copy(src: &Path, dst: &Path) -> Result<(), MeasureError> {
     let opts = CompareOptions {
         mtime: false,
         atime: false,
         xattrs: false,
         ..CompareOptions::default()
     };
-    let c = verify::compare(src, dst, &opts).map_err(|e| e.to_string())?;
+    let c = verify::compare(src, dst, &opts).map_err(MeasureError::Compare)?;
     if c.is_identical() {
         Ok(())
     } else {
         let first: String =
             c.to_string().lines().take(5).collect::<Vec<_>>().join("; ");
-        Err(format!(
-            "{} differences, first: {first}",
-            c.differences.len()
-        ))
+        Err(MeasureError::Differs {
+            count: c.differences.len(),
+            first,
+        })
     }
 }
 
@@ -311,19 +368,21 @@ pub fn warm(src: &Path) -> io::Result<u64> {
 
 /// Empties the page cache (after a sync), so the next run reads from the
 /// disk: `echo 3 > /proc/sys/vm/drop_caches`, which needs root.
-pub fn drop_caches() -> Result<(), String> {
+pub fn drop_caches() -> Result<(), MeasureError> {
     sync();
-    fs::write("/proc/sys/vm/drop_caches", b"3\n").map_err(|e| {
-        format!("dropping caches needs root: /proc/sys/vm/drop_caches: {e}")
-    })
+    fs::write("/proc/sys/vm/drop_caches", b"3\n")
+        .map_err(MeasureError::DropCaches)
 }
 
 /// `syncfs(2)` of the filesystem holding `path` (what `sync -f PATH`
 /// does): the time a copy takes to be on the disk, after its own.
-pub fn sync_fs(path: &Path) -> Result<(), String> {
+pub fn sync_fs(path: &Path) -> Result<(), MeasureError> {
     File::open(path)
         .and_then(|f| copier::fsutil::sync_fs(&f))
-        .map_err(|e| format!("sync -f {}: {e}", path.display()))
+        .map_err(|error| MeasureError::SyncFs {
+            path: path.to_path_buf(),
+            error,
+        })
 }
 
 /// The name of `tool`'s durable time in tables: its own time and the

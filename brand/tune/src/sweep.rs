@@ -44,7 +44,10 @@ impl Bench<'_> {
     /// Runs every tool `runs` times, interleaved (the order rotates each
     /// run), each after `sync` and a warm read of the source, each copy
     /// verified before its time counts.
-    pub fn measure(&mut self, tools: &[Tool]) -> Result<Measured, String> {
+    pub fn measure(
+        &mut self,
+        tools: &[Tool],
+    ) -> Result<Measured, peers::MeasureError> {
         let mut samples: Vec<Samples> = tools
             .iter()
             .map(|t| Samples {
@@ -71,8 +74,12 @@ impl Bench<'_> {
                 let _ =
                     fs::remove_file(self.dst.with_extension("statemap.json"));
                 peers::sync();
-                peers::warm(self.src)
-                    .map_err(|e| format!("{}: {e}", self.src.display()))?;
+                peers::warm(self.src).map_err(|error| {
+                    peers::MeasureError::Warm {
+                        path: self.src.to_path_buf(),
+                        error,
+                    }
+                })?;
                 let t = peers::time(tools[i].command(
                     self.src,
                     &self.dst,

@@ -58,15 +58,20 @@ pub enum Shape {
     Huge,
 }
 
+/// A tree name that is none of [`Shape`]'s.
+#[derive(Debug, thiserror::Error)]
+#[error("unknown tree {0:?} (usr, store, sparse, huge)")]
+pub struct UnknownShape(pub String);
+
 impl std::str::FromStr for Shape {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownShape;
+    fn from_str(s: &str) -> Result<Self, UnknownShape> {
         match s {
             "usr" => Ok(Shape::Usr),
             "store" => Ok(Shape::Store),
             "sparse" => Ok(Shape::Sparse),
             "huge" => Ok(Shape::Huge),
-            _ => Err(format!("unknown tree {s:?} (usr, store, sparse, huge)")),
+            _ => Err(UnknownShape(s.into())),
         }
     }
 }

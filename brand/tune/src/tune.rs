@@ -14,18 +14,18 @@ use crate::trees::{self, Shape};
 #[derive(Debug, thiserror::Error)]
 pub enum TuneError {
     /// A file or directory of the sweep's.
-    #[error("{}: {op}: {source}", path.display())]
+    #[error("{}: {op}: {error}", path.display())]
     Io {
         /// What was being done.
         op: &'static str,
         /// On what.
         path: PathBuf,
         /// Why it failed.
-        source: io::Error,
+        error: io::Error,
     },
     /// A contender failed to run or copied wrong.
     #[error("{0}")]
-    Measure(String),
+    Measure(crate::peers::MeasureError),
     /// Every grid point failed: there is nothing to choose from.
     #[error("no grid point copied right")]
     NothingCopiedRight,
@@ -44,7 +44,7 @@ fn io_err(
     path: &Path,
 ) -> impl FnOnce(io::Error) -> TuneError {
     let path = path.to_path_buf();
-    move |source| TuneError::Io { op, path, source }
+    move |error| TuneError::Io { op, path, error }
 }
 
 /// What to tune on.

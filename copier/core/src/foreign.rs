@@ -229,14 +229,9 @@ impl fmt::Display for Error {
     }
 }
 
-impl std::error::Error for Error {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match &self.problem {
-            Problem::Io(e) => Some(e),
-            _ => None,
-        }
-    }
-}
+/// The system's error is in the message, so no `source()`
+/// (CONTRIBUTING.md: a cause is said once).
+impl std::error::Error for Error {}
 
 /// For callers whose errors carry an `io::Error` beside the path and the
 /// operation (which they name themselves): the system's error as it

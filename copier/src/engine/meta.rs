@@ -175,14 +175,14 @@ fn copy_xattrs(
         op: Op::ListXattr,
         path: src_path.to_path_buf(),
         name: String::new(),
-        source: e,
+        error: e,
     })?;
     for name in names.split(|&b| b == 0).filter(|n| !n.is_empty()) {
         let attr_err = |op, path: &Path, e| Error::Attr {
             op,
             path: path.to_path_buf(),
             name: String::from_utf8_lossy(name).into_owned(),
-            source: e,
+            error: e,
         };
         // Acting as a caller, these are not even tried: the thread has no
         // capability to set them, and must not rely on that alone.

@@ -89,8 +89,6 @@ impl fmt::Display for Failure {
     }
 }
 
-impl std::error::Error for Failure {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.errors.first().map(|e| e as _)
-    }
-}
+/// The errors are in the message, so no `source()` (CONTRIBUTING.md: a
+/// cause is said once).
+impl std::error::Error for Failure {}

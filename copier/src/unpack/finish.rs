@@ -83,7 +83,7 @@ impl Ctx<'_> {
                         op: Op::SetXattr,
                         path: shown.to_path_buf(),
                         name: name.to_string_lossy().into_owned(),
-                        source: e,
+                        error: e,
                     });
                 }
             }

@@ -91,8 +91,9 @@ pub(super) fn first_member<R: Read>(
     let body = read_meta(rd, m)
         .map_err(|e| Error::tar(archive, e))?
         .map_err(|why| refuse(&shown, ArchiveRefusal::BadMetadata(why)))?;
-    let found = meta::parse(&body)
-        .map_err(|why| refuse(&shown, ArchiveRefusal::BadMetadata(why)))?;
+    let found = meta::parse(&body).map_err(|why| {
+        refuse(&shown, ArchiveRefusal::BadMetadata(why.to_string()))
+    })?;
     if let Some(want) = expect
         && want != found.kind
     {

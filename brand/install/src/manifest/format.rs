@@ -242,8 +242,11 @@ pub struct Header {
     pub version: u32,
     /// The root directory's inode number: a manifest describes the
     /// `root` whose inode this is (how a switch interrupted between the
-    /// root's rename and the manifest's is told apart).
-    pub root_ino: u64,
+    /// root's rename and the manifest's is told apart). `None` until the
+    /// root it describes is in place; written as 0 then, as manifests
+    /// always were.
+    #[serde(with = "ino_or_zero")]
+    pub root_ino: Option<u64>,
     /// Version 1: the profile's trees, as recorded (see `recipe`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub trees: Vec<String>,
@@ -297,14 +300,14 @@ impl Manifest {
 #[derive(Debug, thiserror::Error)]
 pub enum ManifestError {
     /// A system call on `path` failed.
-    #[error("{op} {}: {source}", path.display())]
+    #[error("{op} {}: {error}", path.display())]
     Io {
         /// What was being done.
         op: &'static str,
         /// Where.
         path: PathBuf,
         /// The system's error.
-        source: io::Error,
+        error: io::Error,
     },
     /// The root is deeper than [`MAX_DEPTH`] directories.
     #[error(
@@ -331,7 +334,7 @@ pub(crate) fn io_err(
     path: &Path,
 ) -> impl FnOnce(io::Error) -> ManifestError {
     let path = path.to_path_buf();
-    move |source| ManifestError::Io { op, path, source }
+    move |error| ManifestError::Io { op, path, error }
 }
 
 /// Hex of `b`.
@@ -353,4 +356,23 @@ pub fn unhex(s: &str) -> Option<Vec<u8>> {
         .step_by(2)
         .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
         .collect()
+}
+
+/// `Option<u64>` as the number manifests have always held: 0 for `None`,
+/// since no directory has inode 0.
+mod ino_or_zero {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(
+        v: &Option<u64>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        s.serialize_u64(v.unwrap_or(0))
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<u64>, D::Error> {
+        Ok(Some(u64::deserialize(d)?).filter(|&i| i != 0))
+    }
 }

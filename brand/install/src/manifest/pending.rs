@@ -41,10 +41,10 @@ pub(crate) fn pending(
     let (digested, recorded) = rayon::join(
         || -> Result<(), ManifestError> {
             let digest = |p: &str| {
-                file_digest(Path::new(p)).map_err(|source| ManifestError::Io {
+                file_digest(Path::new(p)).map_err(|error| ManifestError::Io {
                     op: "read",
                     path: p.into(),
-                    source,
+                    error,
                 })
             };
             if let Some(b) =

@@ -183,8 +183,10 @@ pub fn record_with(
     Ok(Manifest {
         header: Header {
             version: VERSION,
-            root_ino: crate::update::platform::root_id(root)
-                .unwrap_or(st.st_ino as u64),
+            root_ino: Some(
+                crate::update::platform::root_id(root)
+                    .unwrap_or(st.st_ino as u64),
+            ),
             trees: trees.to_vec(),
             images,
             entries: entries.len() as u64,

@@ -30,3 +30,24 @@ fn round_trips_and_refuses_long_lines() {
     clear(d.path()).unwrap();
     assert!(read(d.path(), MANIFEST).unwrap().is_none());
 }
+
+#[test]
+fn a_root_not_yet_in_place_is_written_as_inode_0() {
+    let header = |root_ino| Header {
+        version: CURRENT_VERSION,
+        root_ino,
+        trees: Vec::new(),
+        images: Vec::new(),
+        entries: 0,
+        recipe: None,
+        made: None,
+    };
+    let none = serde_json::to_value(header(None)).unwrap();
+    assert_eq!(none["root_ino"], 0);
+    let some = serde_json::to_value(header(Some(7))).unwrap();
+    assert_eq!(some["root_ino"], 7);
+    let back: Header = serde_json::from_value(none).unwrap();
+    assert_eq!(back.root_ino, None);
+    let back: Header = serde_json::from_value(some).unwrap();
+    assert_eq!(back.root_ino, Some(7));
+}

@@ -46,7 +46,7 @@ pub(super) fn parent(
         return Err(UpdateError::Io {
             op: "open",
             path: shown,
-            source: io::Error::new(
+            error: io::Error::new(
                 io::ErrorKind::InvalidInput,
                 "not a name beneath the root",
             ),

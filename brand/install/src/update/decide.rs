@@ -38,11 +38,14 @@ pub(super) struct Plan {
     pub(super) remove: Vec<(Vec<u8>, bool)>,
 }
 
-/// The decision could not be made on the recorded entries: a followed
-/// path the zone changed needs the source's own copy, which only reading
-/// the image's layers again gives.
-pub(super) struct Restage {
-    pub(super) path: PathBuf,
+/// What deciding on the recorded entries came to.
+pub(super) enum Decision {
+    /// What to write and remove.
+    Plan(Plan),
+    /// No decision: a followed path the zone changed (`path`) needs the
+    /// source's own copy, which only reading the image's layers again
+    /// gives.
+    Restage { path: PathBuf },
 }
 
 /// Hashes, in parallel, each tree file whose size is as recorded but
@@ -156,7 +159,7 @@ impl Inputs<'_> {
 pub(super) fn decide(
     i: &Inputs<'_>,
     report: &mut Report,
-) -> Result<Result<Plan, Restage>, UpdateError> {
+) -> Result<Decision, UpdateError> {
     use rayon::prelude::*;
     let by_path = i.old.by_path();
     let want_at: HashMap<&[u8], usize> = i
@@ -257,9 +260,9 @@ pub(super) fn decide(
                         let zs = state(&w.rel);
                         if zs != Vs::Same {
                             if w.from == From::Recorded {
-                                return Ok(Err(Restage {
+                                return Ok(Decision::Restage {
                                     path: shown(&w.rel),
-                                }));
+                                });
                             }
                             report.replaced.push(Kept {
                                 path: shown(&w.rel),
@@ -438,16 +441,16 @@ pub(super) fn decide(
         if !write[n] && !zones[n] && w.group.is_some_and(|g| dirty.contains(&g))
         {
             if w.from == From::Recorded && state(&w.rel) != Vs::Same {
-                return Ok(Err(Restage {
+                return Ok(Decision::Restage {
                     path: shown(&w.rel),
-                }));
+                });
             }
             write[n] = true;
         }
     }
     remove.sort_by(|a, b| b.0.cmp(&a.0));
     remove.dedup();
-    Ok(Ok(Plan {
+    Ok(Decision::Plan(Plan {
         write,
         zones,
         remove,

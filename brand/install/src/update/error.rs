@@ -29,7 +29,7 @@ pub(crate) fn composefs_root(
 #[non_exhaustive]
 pub enum UpdateError {
     /// Another process holds the zonepath, or the lock failed.
-    #[error("{0}")]
+    #[error(transparent)]
     Lock(#[from] state::LockError),
     /// The zonepath is not an installed zone.
     #[error(
@@ -132,20 +132,20 @@ pub enum UpdateError {
         zonepath: PathBuf,
     },
     /// The manifest could not be read or written.
-    #[error("{0}")]
+    #[error(transparent)]
     Manifest(#[from] manifest::ManifestError),
     /// A system call failed.
-    #[error("{op} {}: {source}", path.display())]
+    #[error("{op} {}: {error}", path.display())]
     Io {
         /// What was being done.
         op: &'static str,
         /// Where.
         path: PathBuf,
         /// The system's error.
-        source: io::Error,
+        error: io::Error,
     },
     /// The root could not be opened beneath its zonepath.
-    #[error("{0}")]
+    #[error(transparent)]
     Copier(#[from] copier::Error),
     /// The root is deeper than the update goes.
     #[error(
@@ -168,7 +168,7 @@ pub(super) fn io_at(
     path: impl Into<PathBuf>,
 ) -> impl FnOnce(io::Error) -> UpdateError {
     let path = path.into();
-    move |source| UpdateError::Io { op, path, source }
+    move |error| UpdateError::Io { op, path, error }
 }
 
 pub(super) fn errno_at(
@@ -179,6 +179,6 @@ pub(super) fn errno_at(
     move |e| UpdateError::Io {
         op,
         path,
-        source: e.into(),
+        error: e.into(),
     }
 }

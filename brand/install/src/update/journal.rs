@@ -71,7 +71,7 @@ fn read_journal(zonepath: &Path) -> Result<Option<Journal>, UpdateError> {
     let bad = || UpdateError::Io {
         op: "read",
         path: path.clone(),
-        source: io::Error::new(
+        error: io::Error::new(
             io::ErrorKind::InvalidData,
             format!("not a journal: {s:?}"),
         ),
@@ -144,7 +144,7 @@ pub fn recover(zonepath: &Path) -> Result<Option<&'static str>, UpdateError> {
             return Err(UpdateError::Io {
                 op: "recover",
                 path: root,
-                source: io::Error::new(
+                error: io::Error::new(
                     io::ErrorKind::NotFound,
                     "the root is missing while an update was under way; \
                      root.new, root.prev and the journal are left as they \
@@ -203,7 +203,9 @@ pub(super) fn finish_update(
 /// names the root's inode), exchanging it with the previous one if a
 /// rollback stopped between the two.
 fn settle_manifests(zonepath: &Path) -> Result<(), UpdateError> {
-    let root = ino_of(&zonepath.join("root"));
+    // A missing root matches only a missing manifest; a manifest naming
+    // no root (`Some(None)`) matches no root.
+    let root = ino_of(&zonepath.join("root")).map(Some);
     let cur = manifest::read(zonepath, manifest::MANIFEST)?
         .map(|m| m.header.root_ino);
     if cur == root {
@@ -284,7 +286,7 @@ pub fn rollback(zonepath: &Path) -> Result<Rolled, UpdateError> {
     let _held = open_zonepath(zonepath).map_err(|e| UpdateError::Io {
         op: "open zonepath",
         path: zonepath.to_path_buf(),
-        source: io::Error::other(e.to_string()),
+        error: io::Error::other(e.to_string()),
     })?;
     let lock = ZoneLock::take(zonepath)?;
     let r = (|| {

@@ -90,7 +90,7 @@ mod zone;
 
 use apply::{Roots, apply};
 use clone::Clone;
-use decide::{Inputs, Restage, decide, settle_hashes};
+use decide::{Decision, Inputs, decide, settle_hashes};
 pub use error::UpdateError;
 use error::{errno_at, io_at};
 use journal::{Journal, finish_update, remove_if, write_journal};
@@ -176,7 +176,7 @@ impl Update<'_> {
         let _held = open_zonepath(&zonepath).map_err(|e| UpdateError::Io {
             op: "open zonepath",
             path: zonepath.clone(),
-            source: io::Error::other(e.to_string()),
+            error: io::Error::other(e.to_string()),
         })?;
         let lock = ZoneLock::take(&zonepath)?;
         let mut report = Report {
@@ -443,7 +443,7 @@ impl Update<'_> {
                     Manifest {
                         header: manifest::Header {
                             version: manifest::CURRENT_VERSION,
-                            root_ino: 0,
+                            root_ino: None,
                             trees: Vec::new(),
                             images: Vec::new(),
                             entries: 0,
@@ -507,7 +507,7 @@ impl Update<'_> {
                     Err(UpdateError::Io {
                         op: "walk",
                         path: root_path.clone(),
-                        source: io::Error::other("the walk's thread panicked"),
+                        error: io::Error::other("the walk's thread panicked"),
                     })
                 }),
                 // No thread to spare: walked here.
@@ -546,18 +546,18 @@ impl Update<'_> {
                     pinned: &pinned,
                 };
                 match decide(&inputs, &mut r)? {
-                    Ok(d) => {
+                    Decision::Plan(d) => {
                         *report = r;
                         return Ok((wants, pinned, d, zone.len()));
                     }
                     // A followed path the zone changed, which only the
                     // layers hold: read them all.
-                    Err(Restage { path: _ }) if reuse => reuse = false,
-                    Err(Restage { path }) => {
+                    Decision::Restage { path: _ } if reuse => reuse = false,
+                    Decision::Restage { path } => {
                         return Err(UpdateError::Io {
                             op: "restore",
                             path,
-                            source: io::Error::other(
+                            error: io::Error::other(
                                 "the source's copy is not to be found",
                             ),
                         });
@@ -662,7 +662,7 @@ impl Update<'_> {
                     generation,
                 },
             )?;
-            m.header.root_ino = record::root_ino(&new_path)?;
+            m.header.root_ino = Some(record::root_ino(&new_path)?);
             manifest::write(&zp, manifest::MANIFEST_NEW, &m)?;
             durable(&new_root, &written)?;
             (self.stage)("recorded");

@@ -134,7 +134,7 @@ pub(super) fn new_manifest(
     Ok(Manifest {
         header: manifest::Header {
             version: manifest::CURRENT_VERSION,
-            root_ino: 0,
+            root_ino: None,
             trees: Vec::new(),
             images: Vec::new(),
             entries: entries.len() as u64,
@@ -174,7 +174,7 @@ pub(super) fn stamp(
             e.i = Some((z.ino, z.ctime.0, z.ctime.1));
         }
     }
-    m.header.root_ino = root_ino(&root_path)?;
+    m.header.root_ino = Some(root_ino(&root_path)?);
     manifest::write(zonepath, manifest::MANIFEST, &m)?;
     Ok(())
 }

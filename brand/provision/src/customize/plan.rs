@@ -382,7 +382,8 @@ fn key_file(
         .map(str::trim)
         .filter(|l| !l.is_empty() && !l.starts_with('#'))
         .map(|l| {
-            SshPublicKey::parse(l).map_err(|why| refuse(OPT, value, f, why))
+            SshPublicKey::parse(l)
+                .map_err(|why| refuse(OPT, value, f, why.to_string()))
         })
         .collect::<Result<Vec<_>, _>>()?;
     if keys.is_empty() {

@@ -92,7 +92,8 @@ impl FromStr for SshInject {
                 KeySource::File(PathBuf::from(path))
             }
             Some(("string", key)) => KeySource::String(
-                SshPublicKey::parse(key).map_err(|why| refuse(OPT, s, why))?,
+                SshPublicKey::parse(key)
+                    .map_err(|why| refuse(OPT, s, why.to_string()))?,
             ),
             _ => {
                 return Err(refuse(
@@ -132,35 +133,57 @@ const KEY_TYPES: &[&str] = &[
     "sk-ecdsa-sha2-nistp256@openssh.com",
 ];
 
+/// Why a line is not an SSH public key.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyLineError {
+    /// More than one line.
+    #[error("one key, on one line")]
+    Lines,
+    /// A private key.
+    #[error("this is a private key: give the .pub file")]
+    Private,
+    /// A type this project does not know (its first 40 characters).
+    #[error(
+        "not an SSH public key: it starts with {start:?}, not one of {known}",
+        known = KEY_TYPES.join(", ")
+    )]
+    Type {
+        /// How the line starts.
+        start: String,
+    },
+    /// A body that is not base64.
+    #[error("the body of this {0} key is not base64")]
+    NotBase64(String),
+    /// A body that is not a key of its type.
+    #[error("the body of this {0} key is not a {0} key: damaged, or cut")]
+    Damaged(String),
+}
+
 impl SshPublicKey {
     /// Checks one key line (`TYPE BASE64 [COMMENT]`): a known type, a body
     /// that is base64 and whose first field (a length-prefixed string) is
     /// that same type, as `ssh-keygen -l` would check. A private key, a
     /// certificate, or two keys on one line are refused.
-    pub fn parse(line: &str) -> Result<Self, String> {
+    pub fn parse(line: &str) -> Result<Self, KeyLineError> {
         let line = line.trim();
         if line.contains('\n') {
-            return Err("one key, on one line".into());
+            return Err(KeyLineError::Lines);
         }
         if line.starts_with("-----BEGIN") {
-            return Err("this is a private key: give the .pub file".into());
+            return Err(KeyLineError::Private);
         }
         let mut words = line.splitn(3, [' ', '\t']);
         let kind = words.next().unwrap_or_default();
         let body = words.next().unwrap_or_default();
         let comment = words.next().unwrap_or_default().trim();
         if !KEY_TYPES.contains(&kind) {
-            return Err(format!(
-                "not an SSH public key: it starts with {:?}, not one of {}",
-                kind.chars().take(40).collect::<String>(),
-                KEY_TYPES.join(", ")
-            ));
+            return Err(KeyLineError::Type {
+                start: kind.chars().take(40).collect(),
+            });
         }
         let blob = base64::engine::general_purpose::STANDARD
             .decode(body)
-            .map_err(|_| {
-                format!("the body of this {kind} key is not base64")
-            })?;
+            .map_err(|_| KeyLineError::NotBase64(kind.into()))?;
         let fields = ssh_strings(&blob);
         let want = match kind {
             "ssh-ed25519" => 2,
@@ -174,10 +197,7 @@ impl SshPublicKey {
                 && (kind != "ssh-ed25519" || f[1].len() == 32)
         });
         if !whole {
-            return Err(format!(
-                "the body of this {kind} key is not a {kind} key: damaged, \
-                 or cut"
-            ));
+            return Err(KeyLineError::Damaged(kind.into()));
         }
         Ok(SshPublicKey {
             kind: kind.to_string(),

@@ -178,11 +178,11 @@ fn merge_at(
 
 /// `#cloud-config` and the mapping as YAML; an empty mapping is the
 /// header alone.
-pub(crate) fn render(m: &Mapping) -> Result<String, String> {
+pub(crate) fn render(m: &Mapping) -> Result<String, serde_norway::Error> {
     if m.is_empty() {
         return Ok("#cloud-config\n".into());
     }
-    let body = serde_norway::to_string(m).map_err(|e| e.to_string())?;
+    let body = serde_norway::to_string(m)?;
     Ok(format!("#cloud-config\n{body}"))
 }
 

@@ -200,7 +200,10 @@ pub(crate) fn key_file(p: &Path) -> Result<Vec<SshPublicKey>, ProvisionError> {
         .lines()
         .map(str::trim)
         .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        .map(|l| SshPublicKey::parse(l).map_err(|why| refused(OPT, p, why)))
+        .map(|l| {
+            SshPublicKey::parse(l)
+                .map_err(|why| refused(OPT, p, why.to_string()))
+        })
         .collect::<Result<Vec<_>, _>>()?;
     if keys.is_empty() {
         return Err(refused(OPT, p, "holds no key: give a .pub file"));
@@ -476,7 +479,7 @@ impl Seed {
 fn render(m: &Mapping) -> Result<Vec<u8>, ProvisionError> {
     cloud_config::render(m)
         .map(String::into_bytes)
-        .map_err(|e| refused("user-data", "", e))
+        .map_err(|e| refused("user-data", "", e.to_string()))
 }
 
 /// 20 characters of letters and digits, from the system's random

@@ -10,7 +10,7 @@ use pgp::packet::{Signature, SignatureType};
 use pgp::types::{KeyDetails, Tag, Timestamp, VerifyingKey};
 
 use super::payload::MAX_PAYLOAD;
-use super::verdict::Failed;
+use super::verdict::{Failed, KeyError};
 
 /// The public keys of a `signedBy` requirement.
 pub struct Keyring {
@@ -118,22 +118,29 @@ fn signing_keys(key: &SignedPublicKey) -> Vec<&dyn VerifyingKey> {
 impl Keyring {
     /// Reads each keyring (binary, as `gpg --export` writes, or
     /// armored), named by where it came from.
-    pub fn parse(rings: &[(String, Vec<u8>)]) -> Result<Keyring, String> {
+    pub fn parse(rings: &[(String, Vec<u8>)]) -> Result<Keyring, KeyError> {
         let mut keys = Vec::new();
         for (source, bytes) in rings {
-            let parsed =
-                PublicOrSecret::from_reader_many(&bytes[..]).map_err(|e| {
-                    format!("{source}: not an OpenPGP keyring: {e}")
-                })?;
+            let parsed = PublicOrSecret::from_reader_many(&bytes[..]).map_err(
+                |error| KeyError::NotKeyring {
+                    key: source.clone(),
+                    error,
+                },
+            )?;
             let before = keys.len();
             for k in parsed.0 {
-                match k.map_err(|e| format!("{source}: {e}"))? {
+                match k.map_err(|error| KeyError::BadKey {
+                    key: source.clone(),
+                    error,
+                })? {
                     PublicOrSecret::Public(k) => keys.push(k),
                     PublicOrSecret::Secret(k) => keys.push(k.to_public_key()),
                 }
             }
             if keys.len() == before {
-                return Err(format!("{source}: no OpenPGP key in it"));
+                return Err(KeyError::NoKey {
+                    key: source.clone(),
+                });
             }
         }
         Ok(Keyring {

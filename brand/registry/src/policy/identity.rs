@@ -4,6 +4,8 @@
 
 use serde::Deserialize;
 
+use super::invalid::Invalid;
+
 /// A docker reference: `NAME[:TAG][@DIGEST]`, its name fully expanded.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DockerRef {
@@ -19,9 +21,9 @@ impl DockerRef {
     /// Parses `text` as docker's `ParseNormalizedNamed` does: a first
     /// component with no `.` or `:` that is not `localhost` is a Docker
     /// Hub path.
-    pub fn parse(text: &str) -> Result<DockerRef, String> {
+    pub fn parse(text: &str) -> Result<DockerRef, Invalid> {
         if text.is_empty() || text.len() > 512 {
-            return Err(format!("{text:?} is not a docker reference"));
+            return Err(Invalid::NotReference(text.into()));
         }
         let (rest, digest) = match text.split_once('@') {
             Some((n, d)) => {
@@ -31,9 +33,10 @@ impl DockerRef {
                         && h.bytes().all(|b| b.is_ascii_hexdigit())
                 });
                 if !ok {
-                    return Err(format!(
-                        "{text:?}: digest {d:?} is not ALGO:HEX"
-                    ));
+                    return Err(Invalid::Digest {
+                        text: text.into(),
+                        digest: d.into(),
+                    });
                 }
                 (n, Some(d.to_string()))
             }
@@ -53,7 +56,7 @@ impl DockerRef {
                     .bytes()
                     .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b))
         }) {
-            return Err(format!("{text:?}: bad tag"));
+            return Err(Invalid::Tag(text.into()));
         }
         let name = match name.split_once('/') {
             Some((h, _))
@@ -75,7 +78,7 @@ impl DockerRef {
                     })
             })
         {
-            return Err(format!("{text:?}: bad repository name"));
+            return Err(Invalid::Repository(text.into()));
         }
         Ok(DockerRef { name, tag, digest })
     }
@@ -145,21 +148,21 @@ pub enum SignedIdentity {
 
 impl SignedIdentity {
     /// Refuses what containers/image refuses when reading the policy.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), Invalid> {
         match self {
             SignedIdentity::ExactReference { docker_reference } => {
                 let r = DockerRef::parse(docker_reference)?;
                 if r.is_name_only() {
-                    return Err(format!(
-                        "exactReference {docker_reference:?} has no tag or digest"
+                    return Err(Invalid::NotExactReference(
+                        docker_reference.clone(),
                     ));
                 }
             }
             SignedIdentity::ExactRepository { docker_repository } => {
                 let r = DockerRef::parse(docker_repository)?;
                 if !r.is_name_only() {
-                    return Err(format!(
-                        "exactRepository {docker_repository:?} is not a repository"
+                    return Err(Invalid::NotRepository(
+                        docker_repository.clone(),
                     ));
                 }
             }
@@ -169,10 +172,7 @@ impl SignedIdentity {
             } => {
                 for p in [prefix, signed_prefix] {
                     if !valid_prefix(p) {
-                        return Err(format!(
-                            "remapIdentity prefix {p:?} is not a host, \
-                             namespace or repository"
-                        ));
+                        return Err(Invalid::Prefix(p.clone()));
                     }
                 }
             }

@@ -18,6 +18,7 @@
 
 pub mod gpg;
 pub mod identity;
+mod invalid;
 pub mod payload;
 pub mod registries_d;
 pub mod rules;
@@ -30,10 +31,13 @@ mod verdict;
 use std::path::{Path, PathBuf};
 
 pub use identity::{DockerRef, SignedIdentity};
+pub use invalid::Invalid;
 pub use registries_d::RegistriesD;
 pub use rules::{Policy, Requirement};
 pub use signature_source::{Signatures, SigstoreSig};
-pub use verdict::{Failed, PolicyError, Refusal, SigRejection, Verdict};
+pub use verdict::{
+    Failed, KeyError, PolicyError, Refusal, SigRejection, Verdict,
+};
 
 /// The system's policy, as podman reads it: the user's
 /// `$HOME/.config/containers/policy.json` if it exists, else

@@ -9,8 +9,9 @@ use serde::Deserialize;
 use zinstall_core::foreign::{self, Follow, Kind};
 
 use super::identity::{DockerRef, SignedIdentity};
+use super::invalid::Invalid;
 use super::signature_source::Signatures;
-use super::verdict::{Failed, PolicyError, SigRejection, Verdict};
+use super::verdict::{Failed, KeyError, PolicyError, SigRejection, Verdict};
 use super::{gpg, payload, sigstore};
 
 /// Transports containers/image knows; their scopes other than docker's
@@ -47,7 +48,7 @@ pub enum Keys {
 }
 
 impl Keys {
-    fn read(&self) -> Result<Vec<(String, Vec<u8>)>, String> {
+    fn read(&self) -> Result<Vec<(String, Vec<u8>)>, KeyError> {
         match self {
             Keys::Paths(ps) => ps
                 .iter()
@@ -56,7 +57,7 @@ impl Keys {
                     // key is followed, and what it leads to checked.
                     foreign::read(p, Follow::Yes, Kind::Key)
                         .map(|b| (p.display().to_string(), b))
-                        .map_err(|e| e.to_string())
+                        .map_err(KeyError::Read)
                 })
                 .collect(),
             Keys::Data(d) => Ok(vec![("keyData".to_string(), d.clone())]),
@@ -140,16 +141,16 @@ pub enum Requirement {
     },
 }
 
-fn key_data(d: &str) -> Result<Vec<u8>, String> {
+fn key_data(d: &str) -> Result<Vec<u8>, Invalid> {
     base64::engine::general_purpose::STANDARD
         .decode(d.trim())
-        .map_err(|e| format!("keyData is not base64: {e}"))
+        .map_err(Invalid::KeyData)
 }
 
 impl TryFrom<RawRequirement> for Requirement {
-    type Error = String;
+    type Error = Invalid;
 
-    fn try_from(raw: RawRequirement) -> Result<Requirement, String> {
+    fn try_from(raw: RawRequirement) -> Result<Requirement, Invalid> {
         Ok(match raw {
             RawRequirement::InsecureAcceptAnything {} => {
                 Requirement::InsecureAcceptAnything
@@ -157,19 +158,14 @@ impl TryFrom<RawRequirement> for Requirement {
             RawRequirement::Reject {} => Requirement::Reject,
             RawRequirement::SignedBy(s) => {
                 if s.key_type != "GPGKeys" {
-                    return Err(format!(
-                        "signedBy keyType {:?}: only \"GPGKeys\" is known",
-                        s.key_type
-                    ));
+                    return Err(Invalid::KeyType(s.key_type));
                 }
                 let keys = match (s.key_path, s.key_paths, s.key_data) {
                     (Some(p), None, None) => Keys::Paths(vec![p]),
                     (None, Some(ps), None) if !ps.is_empty() => Keys::Paths(ps),
                     (None, None, Some(d)) => Keys::Data(key_data(&d)?),
                     _ => {
-                        return Err("signedBy needs exactly one of keyPath, \
-                                    keyPaths and keyData"
-                            .to_string());
+                        return Err(Invalid::KeySource("signedBy"));
                     }
                 };
                 s.signed_identity.validate()?;
@@ -186,9 +182,7 @@ impl TryFrom<RawRequirement> for Requirement {
                     (None, Some(ps), None) if !ps.is_empty() => Keys::Paths(ps),
                     (None, None, Some(d)) => Keys::Data(key_data(&d)?),
                     _ => {
-                        return Err("sigstoreSigned needs exactly one of \
-                                    keyPath, keyPaths and keyData"
-                            .to_string());
+                        return Err(Invalid::KeySource("sigstoreSigned"));
                     }
                 };
                 s.signed_identity.validate()?;
@@ -231,30 +225,34 @@ impl Requirement {
         )
     }
 
-    /// `Ok(())` if the image (its identity, its manifest's digest, its
-    /// signatures) satisfies this requirement; else what failed.
+    /// Whether the image (its identity, its manifest's digest, its
+    /// signatures) satisfies this requirement; an error only when the
+    /// signatures could not be looked up.
     fn judge(
         &self,
         image: &DockerRef,
         digest: &str,
         sigs: &mut dyn Signatures,
-    ) -> Result<Result<(), (Failed, String)>, PolicyError> {
+    ) -> Result<Judgement, PolicyError> {
         let (kind, rejections) = match self {
-            Requirement::InsecureAcceptAnything => return Ok(Ok(())),
+            Requirement::InsecureAcceptAnything => return Ok(Judgement::Met),
             Requirement::Reject => {
-                return Ok(Err((
+                return Ok(Judgement::unmet(
                     Failed::Rejected,
-                    "the policy rejects every image in this scope".into(),
-                )));
+                    "the policy rejects every image in this scope",
+                ));
             }
             Requirement::SignedBy { keys, identity } => {
-                let keyring = match keys
-                    .read()
-                    .and_then(|k| gpg::Keyring::parse(&k))
-                {
-                    Ok(k) => k,
-                    Err(why) => return Ok(Err((Failed::KeyUnreadable, why))),
-                };
+                let keyring =
+                    match keys.read().and_then(|k| gpg::Keyring::parse(&k)) {
+                        Ok(k) => k,
+                        Err(why) => {
+                            return Ok(Judgement::unmet(
+                                Failed::KeyUnreadable,
+                                why.to_string(),
+                            ));
+                        }
+                    };
                 let found = sigs.simple()?;
                 let r = found
                     .iter()
@@ -276,13 +274,16 @@ impl Requirement {
                 ("simple-signing", r)
             }
             Requirement::SigstoreSigned { key, identity } => {
-                let key = match key
-                    .read()
-                    .and_then(|k| sigstore::Keys::parse(&k))
-                {
-                    Ok(k) => k,
-                    Err(why) => return Ok(Err((Failed::KeyUnreadable, why))),
-                };
+                let key =
+                    match key.read().and_then(|k| sigstore::Keys::parse(&k)) {
+                        Ok(k) => k,
+                        Err(why) => {
+                            return Ok(Judgement::unmet(
+                                Failed::KeyUnreadable,
+                                why.to_string(),
+                            ));
+                        }
+                    };
                 let found = sigs.sigstore()?;
                 let r = found
                     .iter()
@@ -303,13 +304,13 @@ impl Requirement {
             }
         };
         if rejections.is_empty() {
-            return Ok(Err((
+            return Ok(Judgement::unmet(
                 Failed::NoSignature,
                 format!("a {kind} signature is required, but none exists"),
-            )));
+            ));
         }
         if rejections.iter().any(Result::is_ok) {
-            return Ok(Ok(()));
+            return Ok(Judgement::Met);
         }
         // The signature that got furthest says most of what is wrong.
         let errs: Vec<SigRejection> =
@@ -324,7 +325,29 @@ impl Requirement {
             .map(|e| e.detail.clone())
             .collect::<Vec<_>>()
             .join("; ");
-        Ok(Err((failed, detail)))
+        Ok(Judgement::unmet(failed, detail))
+    }
+}
+
+/// What judging an image against one requirement found.
+enum Judgement {
+    /// The image satisfies the requirement.
+    Met,
+    /// It does not.
+    Unmet {
+        /// What failed.
+        failed: Failed,
+        /// The details, for the message.
+        detail: String,
+    },
+}
+
+impl Judgement {
+    fn unmet(failed: Failed, detail: impl Into<String>) -> Judgement {
+        Judgement::Unmet {
+            failed,
+            detail: detail.into(),
+        }
     }
 }
 
@@ -429,7 +452,9 @@ impl Policy {
         let (scope, reqs) = self.requirements_for(image);
         let mut refusal = None;
         for req in reqs {
-            if let Err((failed, detail)) = req.judge(image, digest, sigs)? {
+            if let Judgement::Unmet { failed, detail } =
+                req.judge(image, digest, sigs)?
+            {
                 refusal = Some((req.describe(), failed, detail));
                 break;
             }
@@ -473,18 +498,18 @@ pub fn scopes_of(image: &DockerRef) -> Vec<String> {
     out
 }
 
-fn validate_docker_scope(scope: &str) -> Result<(), String> {
+fn validate_docker_scope(scope: &str) -> Result<(), Invalid> {
     if scope.is_empty() {
         return Ok(());
     }
     if let Some(domain) = scope.strip_prefix("*.") {
         if domain.is_empty() || domain.contains(['*', '/', ':']) {
-            return Err("a wildcard is *.DOMAIN".into());
+            return Err(Invalid::Wildcard);
         }
         return Ok(());
     }
     if scope.contains('*') {
-        return Err("a wildcard is *.DOMAIN".into());
+        return Err(Invalid::Wildcard);
     }
     if !scope.contains('/') {
         // A host[:port].
@@ -494,12 +519,12 @@ fn validate_docker_scope(scope: &str) -> Result<(), String> {
         {
             Ok(())
         } else {
-            Err("not a host[:port]".into())
+            Err(Invalid::Host)
         };
     }
     let r = DockerRef::parse(scope)?;
     if r.to_string() != scope {
-        return Err(format!("not in the fully expanded form (as {})", r));
+        return Err(Invalid::NotExpanded(r.to_string()));
     }
     Ok(())
 }

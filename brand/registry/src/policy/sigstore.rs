@@ -8,7 +8,7 @@ use p256::ecdsa::signature::Verifier;
 use p256::ecdsa::{DerSignature, VerifyingKey};
 use p256::pkcs8::DecodePublicKey;
 
-use super::verdict::Failed;
+use super::verdict::{Failed, KeyError};
 
 /// Media type of a sigstore signature layer.
 pub const SIMPLESIGNING_TYPE: &str =
@@ -23,9 +23,9 @@ pub struct Keys(Vec<Key>);
 
 impl Keys {
     /// Reads each PEM key, named by where it came from.
-    pub fn parse(keys: &[(String, Vec<u8>)]) -> Result<Keys, String> {
+    pub fn parse(keys: &[(String, Vec<u8>)]) -> Result<Keys, KeyError> {
         if keys.is_empty() {
-            return Err("no public key given".into());
+            return Err(KeyError::NoPublicKey);
         }
         keys.iter()
             .map(|(source, pem)| Key::parse(source, pem))
@@ -76,13 +76,15 @@ pub struct Key {
 impl Key {
     /// Reads a PEM `PUBLIC KEY` (as `cosign generate-key-pair` writes
     /// `cosign.pub`).
-    pub fn parse(source: &str, pem: &[u8]) -> Result<Key, String> {
+    pub fn parse(source: &str, pem: &[u8]) -> Result<Key, KeyError> {
         let text = std::str::from_utf8(pem)
-            .map_err(|_| format!("{source}: not a PEM public key"))?;
-        let key =
-            VerifyingKey::from_public_key_pem(text.trim()).map_err(|e| {
-                format!("{source}: not an ECDSA P-256 public key: {e}")
-            })?;
+            .map_err(|_| KeyError::NotPem { key: source.into() })?;
+        let key = VerifyingKey::from_public_key_pem(text.trim()).map_err(
+            |error| KeyError::NotP256 {
+                key: source.into(),
+                error,
+            },
+        )?;
         Ok(Key {
             key,
             source: source.to_string(),

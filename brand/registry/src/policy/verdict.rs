@@ -167,3 +167,53 @@ impl Verdict {
         }
     }
 }
+
+/// Why a requirement's keys cannot be used: the key file or text (as the
+/// policy names it) and what is wrong. The image is refused for it
+/// ([`Failed::KeyUnreadable`]).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum KeyError {
+    /// A key file could not be read.
+    #[error("{0}")]
+    Read(zinstall_core::foreign::Error),
+    /// Not an OpenPGP keyring.
+    #[error("{key}: not an OpenPGP keyring: {error}")]
+    NotKeyring {
+        /// Where the keyring came from (its path, or `keyData`).
+        key: String,
+        /// What rPGP said.
+        error: pgp::errors::Error,
+    },
+    /// A key of the keyring could not be read.
+    #[error("{key}: {error}")]
+    BadKey {
+        /// Where the keyring came from.
+        key: String,
+        /// What rPGP said.
+        error: pgp::errors::Error,
+    },
+    /// A keyring without keys.
+    #[error("{key}: no OpenPGP key in it")]
+    NoKey {
+        /// Where the keyring came from.
+        key: String,
+    },
+    /// A `sigstoreSigned` requirement without a key.
+    #[error("no public key given")]
+    NoPublicKey,
+    /// Not PEM text.
+    #[error("{key}: not a PEM public key")]
+    NotPem {
+        /// Where the key came from.
+        key: String,
+    },
+    /// PEM, but not an ECDSA P-256 public key.
+    #[error("{key}: not an ECDSA P-256 public key: {error}")]
+    NotP256 {
+        /// Where the key came from.
+        key: String,
+        /// What the decoder said.
+        error: p256::pkcs8::spki::Error,
+    },
+}

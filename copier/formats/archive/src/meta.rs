@@ -1,5 +1,7 @@
 //! `zinstall.json`: what an archive is.
 
+use std::fmt;
+
 use serde::Deserialize;
 
 /// The kinds of zinstall archives.
@@ -42,16 +44,44 @@ struct Raw {
 /// The name of the metadata member.
 pub const NAME: &str = "zinstall.json";
 
+/// Why a `zinstall.json` is refused (the archive and member are the
+/// caller's to name).
+#[derive(Debug)]
+pub enum MetaError {
+    /// Not JSON, or not the fields `v`, `t` and `i`.
+    Json(serde_json::Error),
+    /// A version other than `1`.
+    Version(String),
+    /// A type other than `baseline` and `layer`.
+    Kind(String),
+}
+
+impl fmt::Display for MetaError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MetaError::Json(e) => write!(f, "{e}"),
+            MetaError::Version(v) => write!(f, "version {v:?}, not \"1\""),
+            MetaError::Kind(t) => {
+                write!(f, "type {t:?}, not baseline or layer")
+            }
+        }
+    }
+}
+
+/// The JSON error is in the message, so no `source()`
+/// (CONTRIBUTING.md: a cause is said once).
+impl std::error::Error for MetaError {}
+
 /// Parses `zinstall.json`; the error says what is wrong.
-pub fn parse(bytes: &[u8]) -> Result<ArchiveMeta, String> {
-    let raw: Raw = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+pub fn parse(bytes: &[u8]) -> Result<ArchiveMeta, MetaError> {
+    let raw: Raw = serde_json::from_slice(bytes).map_err(MetaError::Json)?;
     if raw.v != "1" {
-        return Err(format!("version {:?}, not \"1\"", raw.v));
+        return Err(MetaError::Version(raw.v));
     }
     let kind = match raw.t.as_str() {
         "baseline" => ArchiveKind::Baseline,
         "layer" => ArchiveKind::Layer,
-        other => return Err(format!("type {other:?}, not baseline or layer")),
+        other => return Err(MetaError::Kind(other.into())),
     };
     Ok(ArchiveMeta {
         kind,
@@ -73,15 +103,13 @@ mod test {
             parse(br#"{"v":"1","t":"baseline","i":{"name":"base"}}"#).unwrap();
         assert_eq!(m.kind, ArchiveKind::Baseline);
         assert_eq!(m.info, vec![("name".into(), "base".into())]);
-        assert!(
-            parse(br#"{"v":"2","t":"layer"}"#)
-                .unwrap_err()
-                .contains("version")
+        assert_eq!(
+            parse(br#"{"v":"2","t":"layer"}"#).unwrap_err().to_string(),
+            r#"version "2", not "1""#
         );
-        assert!(
-            parse(br#"{"v":"1","t":"os"}"#)
-                .unwrap_err()
-                .contains("type")
+        assert_eq!(
+            parse(br#"{"v":"1","t":"os"}"#).unwrap_err().to_string(),
+            r#"type "os", not baseline or layer"#
         );
         assert!(parse(br#"{"v":"1","t":"layer","x":1}"#).is_err());
         assert!(parse(b"not json").is_err());

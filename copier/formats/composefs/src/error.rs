@@ -195,13 +195,6 @@ impl fmt::Display for Error {
     }
 }
 
-impl std::error::Error for Error {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match &self.problem {
-            Problem::Io(e) | Problem::Kernel(e) => Some(e),
-            Problem::Foreign(e) => Some(e),
-            Problem::MissingImage(e) => Some(e.as_ref()),
-            _ => None,
-        }
-    }
-}
+/// Every cause is in the message, so no `source()` (CONTRIBUTING.md: a
+/// cause is said once).
+impl std::error::Error for Error {}

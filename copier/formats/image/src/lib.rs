@@ -272,6 +272,43 @@ pub fn classify(head: &[u8], c: Compression) -> Result<ImageKind, Unsupported> {
     Ok(ImageKind::Raw(c))
 }
 
+/// What is wrong with a VHD footer ([`vhd_footer`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BadVhdFooter {
+    /// Its checksum does not match its bytes.
+    Checksum,
+    /// A dynamic or differencing disk's footer (the type it gives).
+    DiskType(u32),
+    /// The size it gives is not the file's.
+    Size {
+        /// The size the footer gives the disk.
+        size: u64,
+        /// The bytes of the file before the footer.
+        file: u64,
+    },
+}
+
+impl fmt::Display for BadVhdFooter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BadVhdFooter::Checksum => f.write_str("its checksum is wrong"),
+            BadVhdFooter::DiskType(kind) => write!(
+                f,
+                "disk type {kind}, not a fixed disk (2), with no header at \
+                 the start of the file"
+            ),
+            BadVhdFooter::Size { size, file } => {
+                write!(
+                    f,
+                    "it gives the disk {size} bytes; the file holds {file}"
+                )
+            }
+        }
+    }
+}
+
+impl std::error::Error for BadVhdFooter {}
+
 /// Reads a fixed-size VHD's footer: `foot` is the last 512 bytes of a
 /// file (or the last 511, as old Virtual PC wrote it) and `at` where
 /// they start, which is the disk's length if they are a footer. `Ok(None)`
@@ -279,7 +316,7 @@ pub fn classify(head: &[u8], c: Compression) -> Result<ImageKind, Unsupported> {
 /// footer whose checksum, type and size agree; an error saying what is
 /// wrong otherwise: taken as raw, a bad footer's bytes would be the
 /// guest's.
-pub fn vhd_footer(foot: &[u8], at: u64) -> Result<Option<u64>, String> {
+pub fn vhd_footer(foot: &[u8], at: u64) -> Result<Option<u64>, BadVhdFooter> {
     if foot.len() < 68 || &foot[..8] != b"conectix" {
         return Ok(None);
     }
@@ -293,22 +330,17 @@ pub fn vhd_footer(foot: &[u8], at: u64) -> Result<Option<u64>, String> {
         .filter(|(i, _)| !(64..68).contains(i))
         .fold(0u32, |s, (_, b)| s.wrapping_add(u32::from(*b)));
     if !sum != be32(64) {
-        return Err("its checksum is wrong".into());
+        return Err(BadVhdFooter::Checksum);
     }
     let kind = be32(60);
     if kind != 2 {
-        return Err(format!(
-            "disk type {kind}, not a fixed disk (2), with no header at the \
-             start of the file"
-        ));
+        return Err(BadVhdFooter::DiskType(kind));
     }
     let mut size = [0u8; 8];
     size.copy_from_slice(&foot[48..56]);
     let size = u64::from_be_bytes(size);
     if size != at {
-        return Err(format!(
-            "it gives the disk {size} bytes; the file holds {at}"
-        ));
+        return Err(BadVhdFooter::Size { size, file: at });
     }
     Ok(Some(at))
 }
@@ -401,7 +433,7 @@ mod test {
             (footer(8192, 2), "8192 bytes"),
             (flipped, "checksum"),
         ] {
-            let e = vhd_footer(&bad, 4096).unwrap_err();
+            let e = vhd_footer(&bad, 4096).unwrap_err().to_string();
             assert!(e.contains(why), "{e}");
         }
     }

@@ -31,6 +31,40 @@ impl Algorithm {
     }
 }
 
+/// Why a text is not a [`Digest`].
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DigestError {
+    /// No `:` between an algorithm and its digits.
+    #[error("{text:?} is not a digest (no ':')")]
+    NoColon {
+        /// The text.
+        text: String,
+    },
+    /// An algorithm other than sha256 and sha512.
+    #[error(
+        "{text:?}: digest algorithm {algorithm:?} is not supported \
+         (sha256, sha512)"
+    )]
+    Algorithm {
+        /// The text.
+        text: String,
+        /// Its algorithm.
+        algorithm: String,
+    },
+    /// Not as many lowercase hex digits as the algorithm makes.
+    #[error(
+        "{text:?} is not a {} digest ({} lowercase hex digits)",
+        algorithm.name(),
+        algorithm.hex_len()
+    )]
+    Hex {
+        /// The text.
+        text: String,
+        /// Its algorithm.
+        algorithm: Algorithm,
+    },
+}
+
 /// A digest known to be `sha256:` and 64, or `sha512:` and 128,
 /// lowercase hexadecimal digits: nothing else can be made into one, so a
 /// blob path built from it ([`Digest::blob_path`]) is always
@@ -43,27 +77,27 @@ pub struct Digest {
 
 impl Digest {
     /// Parses `ALG:HEX`; the error says what is wrong with it.
-    pub fn parse(s: &str) -> Result<Digest, String> {
+    pub fn parse(s: &str) -> Result<Digest, DigestError> {
         let Some((alg, hex)) = s.split_once(':') else {
-            return Err(format!("{s:?} is not a digest (no ':')"));
+            return Err(DigestError::NoColon { text: s.into() });
         };
         let algorithm = match alg {
             "sha256" => Algorithm::Sha256,
             "sha512" => Algorithm::Sha512,
             other => {
-                return Err(format!(
-                    "{s:?}: digest algorithm {other:?} is not supported \
-                     (sha256, sha512)"
-                ));
+                return Err(DigestError::Algorithm {
+                    text: s.into(),
+                    algorithm: other.into(),
+                });
             }
         };
         if hex.len() != algorithm.hex_len()
             || !hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
         {
-            return Err(format!(
-                "{s:?} is not a {alg} digest ({} lowercase hex digits)",
-                algorithm.hex_len()
-            ));
+            return Err(DigestError::Hex {
+                text: s.into(),
+                algorithm,
+            });
         }
         Ok(Digest {
             algorithm,
@@ -173,6 +207,19 @@ mod test {
         assert_eq!(
             d.blob_path(),
             PathBuf::from(format!("blobs/sha256/{}", "ab".repeat(32)))
+        );
+        assert_eq!(
+            Digest::parse("md5:x").unwrap_err().to_string(),
+            "\"md5:x\": digest algorithm \"md5\" is not supported \
+             (sha256, sha512)"
+        );
+        assert_eq!(
+            Digest::parse("sha512:ab").unwrap_err().to_string(),
+            "\"sha512:ab\" is not a sha512 digest (128 lowercase hex digits)"
+        );
+        assert_eq!(
+            Digest::parse("ab").unwrap_err().to_string(),
+            "\"ab\" is not a digest (no ':')"
         );
         for bad in [
             "sha256:../../../etc/passwd",

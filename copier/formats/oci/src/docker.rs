@@ -153,8 +153,9 @@ pub(crate) fn open(
         })).collect::<Vec<_>>(),
     });
     let manifest_sha256 = sha256_hex(manifest.to_string().as_bytes());
-    let manifest_digest = Digest::parse(&format!("sha256:{manifest_sha256}"))
-        .map_err(|why| bad("manifest.json", why))?;
+    let manifest_digest =
+        Digest::parse(&format!("sha256:{manifest_sha256}"))
+            .map_err(|why| bad("manifest.json", why.to_string()))?;
     Ok(Image {
         path: path.to_path_buf(),
         location: path.to_path_buf(),
@@ -177,7 +178,7 @@ fn io(image: &Path, member: &str, e: std::io::Error) -> Error {
         image: image.to_path_buf(),
         path: member.into(),
         op: "read",
-        source: e,
+        error: e,
     }
 }
 

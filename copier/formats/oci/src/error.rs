@@ -57,7 +57,7 @@ impl fmt::Display for Mismatch {
 #[non_exhaustive]
 pub enum Error {
     /// Reading the image failed.
-    #[error("{}: {op} {}: {source}", image.display(), path.display())]
+    #[error("{}: {op} {}: {error}", image.display(), path.display())]
     Io {
         /// The image (layout directory or archive).
         image: PathBuf,
@@ -66,7 +66,7 @@ pub enum Error {
         /// `open`, `read`, `stat`.
         op: &'static str,
         /// The system's error.
-        source: io::Error,
+        error: io::Error,
     },
     /// The image is not a well-formed OCI image layout, or names nothing
     /// usable: `what` is the file or descriptor, `why` the problem.
@@ -146,14 +146,14 @@ pub enum Error {
         found: Compression,
     },
     /// A blob the image lacked could not be fetched.
-    #[error("{}: fetching {digest}: {source}", image.display())]
+    #[error("{}: fetching {digest}: {error}", image.display())]
     Fetch {
         /// The image.
         image: PathBuf,
         /// The blob.
         digest: String,
         /// What went wrong (the fetcher's error).
-        source: Box<dyn std::error::Error + Send + Sync>,
+        error: Box<dyn std::error::Error + Send + Sync>,
     },
     /// The image is for another platform.
     #[error(
@@ -202,7 +202,7 @@ impl Error {
     /// The errno behind the error, if a system call failed.
     pub fn raw_os_error(&self) -> Option<i32> {
         match self {
-            Error::Io { source, .. } => source.raw_os_error(),
+            Error::Io { error, .. } => error.raw_os_error(),
             _ => None,
         }
     }

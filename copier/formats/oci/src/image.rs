@@ -381,8 +381,9 @@ impl Ctx<'_> {
     }
 
     fn digest(&self, d: &Descriptor) -> Result<Digest> {
-        Digest::parse(d.digest().as_ref())
-            .map_err(|why| self.bad(&format!("descriptor {}", d.digest()), why))
+        Digest::parse(d.digest().as_ref()).map_err(|why| {
+            self.bad(&format!("descriptor {}", d.digest()), why.to_string())
+        })
     }
 
     /// A JSON blob: its size bounded before reading, its digest checked

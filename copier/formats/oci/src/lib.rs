@@ -62,10 +62,10 @@ use zinstall_archive::compress::{
 use zinstall_archive::tar;
 use zinstall_core::foreign::{self, Follow, What};
 
-pub use digest::{Algorithm, Digest, Hasher, hex, sha256_hex};
+pub use digest::{Algorithm, Digest, DigestError, Hasher, hex, sha256_hex};
 pub use error::{Error, Mismatch, Result};
 pub use image::{Image, Layer, MAX_JSON, REF_NAME, Select};
-pub use platform::Platform;
+pub use platform::{NotPlatform, Platform};
 pub use store::{BlobKind, BlobReader, DiffReader, Fetch};
 
 /// What kind of OCI image a path holds, told by content.

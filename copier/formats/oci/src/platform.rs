@@ -64,10 +64,18 @@ impl fmt::Display for Platform {
     }
 }
 
-impl FromStr for Platform {
-    type Err = String;
+/// A text that is not `OS/ARCH[/VARIANT]`.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{0:?} is not a platform (OS/ARCH or OS/ARCH/VARIANT, such as \
+     linux/amd64 or linux/arm64/v8)"
+)]
+pub struct NotPlatform(pub String);
 
-    fn from_str(s: &str) -> Result<Platform, String> {
+impl FromStr for Platform {
+    type Err = NotPlatform;
+
+    fn from_str(s: &str) -> Result<Platform, NotPlatform> {
         let parts: Vec<&str> = s.split('/').collect();
         let ok = |p: &str| {
             !p.is_empty()
@@ -78,10 +86,7 @@ impl FromStr for Platform {
                 })
         };
         if !(2..=3).contains(&parts.len()) || !parts.iter().all(|p| ok(p)) {
-            return Err(format!(
-                "{s:?} is not a platform (OS/ARCH or OS/ARCH/VARIANT, such \
-                 as linux/amd64 or linux/arm64/v8)"
-            ));
+            return Err(NotPlatform(s.into()));
         }
         Ok(Platform {
             os: parts[0].to_string(),
@@ -107,6 +112,11 @@ mod test {
         for bad in ["linux", "linux/", "/amd64", "a/b/c/d", "Linux/amd64"] {
             assert!(bad.parse::<Platform>().is_err(), "{bad}");
         }
+        assert_eq!(
+            "linux".parse::<Platform>().unwrap_err().to_string(),
+            "\"linux\" is not a platform (OS/ARCH or OS/ARCH/VARIANT, such as \
+             linux/amd64 or linux/arm64/v8)"
+        );
         let h = Platform::host();
         assert_eq!(h.os, std::env::consts::OS);
         if cfg!(target_arch = "x86_64") {

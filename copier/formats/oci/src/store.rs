@@ -47,7 +47,7 @@ impl Store {
             image: image.to_path_buf(),
             path: image.to_path_buf(),
             op,
-            source: e,
+            error: e,
         };
         // Opened once: a layout directory, or an archive that must be a
         // regular file (a FIFO or a device is refused, never read).
@@ -152,7 +152,7 @@ impl Store {
             image: image.to_path_buf(),
             path: PathBuf::from(name),
             op: "read",
-            source: e,
+            error: e,
         })?;
         Ok(v)
     }
@@ -174,10 +174,10 @@ impl Store {
         {
             fetch
                 .fetch(kind, digest, size)
-                .map_err(|source| Error::Fetch {
+                .map_err(|error| Error::Fetch {
                     image: image.to_path_buf(),
                     digest: digest.to_string(),
-                    source,
+                    error,
                 })?;
         }
         let (file, start, len) = self.locate(image, &digest.blob_path())?;
@@ -239,7 +239,7 @@ impl Store {
                         image: image.to_path_buf(),
                         path: rel.to_path_buf(),
                         op: "stat",
-                        source: e,
+                        error: e,
                     })?
                     .len();
                 Ok((Arc::new(f), 0, len))
@@ -275,7 +275,7 @@ fn open_in_layout(image: &Path, dir: &Path, rel: &Path) -> Result<File> {
         image: image.to_path_buf(),
         path: rel.to_path_buf(),
         op,
-        source: e,
+        error: e,
     };
     // The directories on the way (`blobs`, `blobs/sha256`) must be
     // directories, not links elsewhere.
@@ -421,7 +421,7 @@ impl BlobReader {
             image: self.image.clone(),
             path: self.digest.blob_path(),
             op: "read",
-            source: e,
+            error: e,
         })?;
         let Some(h) = self.hasher.take() else {
             return Ok(());
@@ -447,7 +447,7 @@ impl BlobReader {
             image: self.image.clone(),
             path: self.digest.blob_path(),
             op: "read",
-            source: e,
+            error: e,
         })?;
         self.finish()?;
         Ok(v)

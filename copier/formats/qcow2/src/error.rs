@@ -283,11 +283,9 @@ impl fmt::Display for Error {
     }
 }
 
-impl std::error::Error for Error {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.io_error().map(|e| e as _)
-    }
-}
+/// The system's error is in the message, so no `source()`
+/// (CONTRIBUTING.md: a cause is said once).
+impl std::error::Error for Error {}
 
 /// Result of this module.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

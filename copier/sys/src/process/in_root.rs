@@ -83,8 +83,6 @@ impl fmt::Display for InRootError {
     }
 }
 
-impl std::error::Error for InRootError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.error)
-    }
-}
+/// The system's error is in the message, so no `source()`
+/// (CONTRIBUTING.md: a cause is said once).
+impl std::error::Error for InRootError {}

@@ -82,7 +82,7 @@ pub(crate) fn open_images(
             manifest::file_digest(&path).map_err(|e| UpdateError::Io {
                 op: "read",
                 path: path.clone(),
-                source: e,
+                error: e,
             })?;
         out.push(OpenedImage {
             record: ImageRecord {
@@ -219,7 +219,7 @@ fn apply_changes(
                     return Err(UpdateError::Io {
                         op: "link",
                         path: layer.join(path),
-                        source: std::io::Error::new(
+                        error: std::io::Error::new(
                             std::io::ErrorKind::NotFound,
                             format!(
                                 "a hard link to {}, which no lower layer holds as a file",

@@ -93,7 +93,7 @@ pub(crate) fn trees(
             let item = item.map_err(|e| UpdateError::Io {
                 op: "walk",
                 path: e.path().unwrap_or(&top).to_path_buf(),
-                source: e
+                error: e
                     .into_io_error()
                     .unwrap_or_else(|| std::io::Error::other("loop")),
             })?;

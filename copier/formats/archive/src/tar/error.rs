@@ -17,8 +17,8 @@ pub enum TarErrorKind {
     Truncated(&'static str),
     /// The header's checksum does not match its bytes.
     Checksum {
-        /// The checksum field (`u64::MAX` when not a number).
-        stored: u64,
+        /// The checksum field; `None` when it is not a number.
+        stored: Option<u64>,
         /// The sum of the bytes.
         computed: u64,
     },
@@ -66,19 +66,20 @@ impl fmt::Display for TarErrorKind {
             TarErrorKind::Truncated(part) => {
                 write!(f, "truncated in the {part}")
             }
-            TarErrorKind::Checksum { stored, computed } => {
-                if *stored == u64::MAX {
-                    write!(
-                        f,
-                        "header checksum field is not a number (bytes sum to {computed})"
-                    )
-                } else {
-                    write!(
-                        f,
-                        "header checksum mismatch: field says {stored}, bytes sum to {computed}"
-                    )
-                }
-            }
+            TarErrorKind::Checksum {
+                stored: None,
+                computed,
+            } => write!(
+                f,
+                "header checksum field is not a number (bytes sum to {computed})"
+            ),
+            TarErrorKind::Checksum {
+                stored: Some(stored),
+                computed,
+            } => write!(
+                f,
+                "header checksum mismatch: field says {stored}, bytes sum to {computed}"
+            ),
             TarErrorKind::Field { field, why } => {
                 write!(f, "bad {field} field: {why}")
             }
@@ -110,14 +111,9 @@ impl fmt::Display for TarError {
     }
 }
 
-impl std::error::Error for TarError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match &self.kind {
-            TarErrorKind::Io(e) => Some(e),
-            _ => None,
-        }
-    }
-}
+/// A read's error is in the message, so no `source()`
+/// (CONTRIBUTING.md: a cause is said once).
+impl std::error::Error for TarError {}
 
 impl From<TarError> for io::Error {
     /// Truncation reads as `UnexpectedEof`, I/O errors keep their kind,

@@ -38,12 +38,12 @@ pub fn is_zero(block: &[u8; BLOCK]) -> bool {
 
 /// Checks the header checksum. Historic writers summed signed chars, so
 /// both sums are accepted, as GNU tar and libarchive do. On mismatch
-/// returns `(stored, computed)`; a checksum field that is not a number
-/// reads as `u64::MAX`.
-pub fn check_sum(block: &[u8; BLOCK]) -> Result<(), (u64, u64)> {
+/// returns `(stored, computed)`, `stored` `None` for a checksum field
+/// that is not a number.
+pub fn check_sum(block: &[u8; BLOCK]) -> Result<(), (Option<u64>, u64)> {
     let stored = match octal(&block[148..156]) {
         Ok(Some(v)) => v,
-        _ => return Err((u64::MAX, unsigned_sum(block))),
+        _ => return Err((None, unsigned_sum(block))),
     };
     let unsigned = unsigned_sum(block);
     let signed: i64 = block
@@ -60,7 +60,7 @@ pub fn check_sum(block: &[u8; BLOCK]) -> Result<(), (u64, u64)> {
     if stored == unsigned || i64::try_from(stored).ok() == Some(signed) {
         Ok(())
     } else {
-        Err((stored, unsigned))
+        Err((Some(stored), unsigned))
     }
 }
 

@@ -183,8 +183,33 @@ fn bad_checksum() {
     let mut a = Ar::default();
     a.add(h, b"");
     let e = read(&a.end()).unwrap_err();
-    assert!(matches!(e.kind, TarErrorKind::Checksum { .. }), "{e}");
+    assert!(
+        matches!(
+            e.kind,
+            TarErrorKind::Checksum {
+                stored: Some(_),
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(e.to_string().contains("header checksum mismatch"), "{e}");
     assert_eq!(e.member, "g");
+    // A field that is not a number says so.
+    let mut h = header(b"f", b'0', 0);
+    h[148..156].copy_from_slice(b"zzzzzzz\0");
+    let mut a = Ar::default();
+    a.add(h, b"");
+    let e = read(&a.end()).unwrap_err();
+    assert!(
+        matches!(e.kind, TarErrorKind::Checksum { stored: None, .. }),
+        "{e}"
+    );
+    assert!(
+        e.to_string()
+            .contains("header checksum field is not a number"),
+        "{e}"
+    );
 }
 
 #[test]
