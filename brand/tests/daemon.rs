@@ -46,31 +46,30 @@ pub(crate) struct Daemon {
     pub(crate) socket: PathBuf,
 }
 
+/// A scratch directory for a daemon, world-traversable so that an
+/// unprivileged client can reach what its grant names.
+fn scratch() -> tempfile::TempDir {
+    let dir = tempfile::Builder::new()
+        .prefix("zinstalld-test")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    dir
+}
+
 impl Daemon {
     /// Starts zinstalld in a scratch directory (world-traversable, so an
     /// unprivileged client can reach what its grant names) with `extra`
     /// configuration, and waits for its socket.
     pub(crate) fn start(extra: &str) -> Daemon {
-        let dir = tempfile::Builder::new()
-            .prefix("zinstalld-test")
-            .tempdir_in("/var/tmp")
-            .unwrap();
-        fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755))
-            .unwrap();
-        Daemon::start_in(dir, extra, &[])
+        Daemon::start_in(scratch(), extra, &[])
     }
 
     /// [`Daemon::start`] run through `wrapper` (a command that execs the
     /// rest: `unshare --mount ...`).
     #[cfg(target_os = "linux")]
     pub(crate) fn start_wrapped(wrapper: &[&str]) -> Daemon {
-        let dir = tempfile::Builder::new()
-            .prefix("zinstalld-test")
-            .tempdir_in("/var/tmp")
-            .unwrap();
-        fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755))
-            .unwrap();
-        Daemon::start_in(dir, "", wrapper)
+        Daemon::start_in(scratch(), "", wrapper)
     }
 
     fn start_in(
