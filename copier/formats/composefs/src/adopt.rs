@@ -1,6 +1,6 @@
 //! Adopting a file as an object: a tree written only to be stored (an
 //! install's staging root on the store's filesystem) gives its regular
-//! files to the store by a rename, not a copy. Before the rename the
+//! files to the store by a link, not a copy. Before the rename the
 //! file is made an object like any other: owned by the store's owner
 //! (when run as root), mode 0644 and no extended attribute, so that a
 //! setuid bit or a file capability never survives into the store; the
@@ -55,7 +55,13 @@ impl Store {
         let obj_dir = self.object_dir(&dir_name, &obj)?;
         let (from, to) = (dir.as_raw_fd(), obj_dir.as_raw_fd());
         let mut replaced = false;
-        let mut moved = at::rename_between_noreplace((from, name), (to, &leaf));
+        // A link, then the staging name unlinked: a rename between two
+        // directories takes the filesystem's rename lock, which every
+        // worker's move would wait on in turn.
+        // The staging name is the tree's to remove if unlinking fails.
+        let mut moved = at::link(from, name, to, &leaf).map(|()| {
+            let _left_to_the_tree = at::unlink(from, name, false);
+        });
         if moved
             .as_ref()
             .is_err_and(|e| e.raw_os_error() == Some(libc::EEXIST))
@@ -88,7 +94,11 @@ impl Store {
                     .map_err(|e| Error::io(shown, Op::Read, e))?;
                 self.put_file(f, shown)
             }
-            Err(e) => Err(Error::io(&obj, Op::Rename, e)),
+            Err(e) => Err(Error::io(
+                &obj,
+                if replaced { Op::Rename } else { Op::Link },
+                e,
+            )),
         }
     }
 

@@ -28,6 +28,8 @@ pub enum Op {
     Sync,
     /// Renaming a finished object into place.
     Rename,
+    /// Linking a file into the store as an object.
+    Link,
     /// Turning the tree into an EROFS image.
     Image,
     /// Checking an object against its name.
@@ -60,6 +62,7 @@ impl fmt::Display for Op {
             Op::Write => "write",
             Op::Sync => "sync",
             Op::Rename => "rename",
+            Op::Link => "link",
             Op::Image => "write image",
             Op::Verify => "verify",
             Op::Remove => "remove",

@@ -142,20 +142,6 @@ pub fn rename_between(
     })
 }
 
-/// [`rename_between`] with `renameat2(RENAME_NOREPLACE)`: `EEXIST` when
-/// `to` is there already, which is left as it was.
-#[cfg(target_os = "linux")]
-pub fn rename_between_noreplace(
-    (from_dir, from): (RawFd, &CStr),
-    (to_dir, to): (RawFd, &CStr),
-) -> io::Result<()> {
-    let flags = libc::RENAME_NOREPLACE;
-    // SAFETY: valid descriptors and C strings.
-    check(unsafe {
-        libc::renameat2(from_dir, from.as_ptr(), to_dir, to.as_ptr(), flags)
-    })
-}
-
 /// `fstatat(AT_SYMLINK_NOFOLLOW)`; `None` if nothing is there.
 pub fn lstat(dir: RawFd, n: &CStr) -> io::Result<Option<libc::stat>> {
     // SAFETY: stat is plain data; zeroed is a valid value.
