@@ -227,7 +227,7 @@ impl Install<'_> {
             listener: self.listener.clone(),
             whiteouts: Default::default(),
             progress: self.progress.clone(),
-            durable: self.sync,
+            durable: self.flushed_later(),
             contents: None,
             digest: false,
         }
@@ -271,7 +271,14 @@ impl Install<'_> {
         if let Some(pool) = &self.pool {
             p = p.pool(pool.clone());
         }
-        p.durable(self.sync)
+        p.durable(self.flushed_later())
+    }
+
+    /// Whether the root's data is flushed once written: by the install
+    /// (`sync`), or by the store a staging root's files go to
+    /// (`objects`). Its writeback then starts while the run goes on.
+    fn flushed_later(&self) -> bool {
+        self.sync || self.objects.is_some()
     }
 }
 
