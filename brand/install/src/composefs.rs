@@ -14,8 +14,9 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use zinstall_composefs::{
-    BodyHasher, Image, Known, RECORD, ROOT_DIR, Record, ScanOptions, Store,
-    UPPER_DIR, WORK_DIR, from_bytes, install_ref, write_image_with,
+    BodyHasher, Image, Known, RECORD, ROOT_DIR, Record, ScanOptions, Scanned,
+    Store, UPPER_DIR, WORK_DIR, from_bytes, install_ref, scan_with,
+    write_scanned,
 };
 
 use crate::{InstallError, Summary, Zonepath};
@@ -220,8 +221,14 @@ pub fn install(
             return Err(e);
         }
     };
-    let done = stage_and_store(req, &store, &staging, stage).and_then(
-        |(image, summary)| {
+    let scanned = stage_and_scan(req, &store, &staging, stage);
+    // Once scanned, the staging tree is not read again: it is removed
+    // while the image is written and the store synced.
+    let (done, removed) = std::thread::scope(|sc| {
+        let removing = sc.spawn(|| copier::fsutil::remove_tree(&staging));
+        let done = scanned.and_then(|(scanned, summary)| {
+            let root = staging.join("root");
+            let image = write_scanned(scanned, &store, &root)?;
             let ref_name = install_ref(&zonepath);
             store.add_ref(&ref_name, &image.id)?;
             let recorded =
@@ -232,9 +239,12 @@ pub fn install(
                 return Err(e);
             }
             Ok((image, summary, ref_name))
-        },
-    );
-    let removed = copier::fsutil::remove_tree(&staging);
+        });
+        let removed = removing
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        (done, removed)
+    });
     if done.is_err()
         && let Some(said) = undo(zp, zp_fd)
     {
@@ -305,14 +315,14 @@ fn make_staging(
     Ok(unique)
 }
 
-/// The plain install into `staging`, then its root into the store as
-/// an image (files moved, not copied), synced.
-fn stage_and_store(
+/// The plain install into `staging`, then its root's files into the
+/// store (moved, not copied) and its tree read for the image.
+fn stage_and_scan(
     req: &Request<'_>,
     store: &Store,
     staging: &Path,
     stage: &mut Stage<'_>,
-) -> Result<(Image, Summary), ComposefsError> {
+) -> Result<(Scanned, Summary), ComposefsError> {
     let summary = stage(staging)?;
     // The names the unpacker took as it wrote: those files are moved
     // into the store without being read again.
@@ -327,8 +337,8 @@ fn stage_and_store(
         adopt: true,
         known,
     };
-    let image = write_image_with(&staging.join("root"), store, &opts)?;
-    Ok((image, summary))
+    let scanned = scan_with(&staging.join("root"), store, &opts)?;
+    Ok((scanned, summary))
 }
 
 /// Makes `root/`, `upper/` and `work/` in the zonepath and writes the

@@ -9,7 +9,7 @@ use composefs::erofs::writer::{ValidatedFileSystem, mkfs_erofs};
 
 use crate::digest::ObjectId;
 use crate::error::{Error, Op, Problem};
-use crate::scan::{Counts, ScanOptions, scan_with};
+use crate::scan::{Counts, ScanOptions, Scanned, scan_with};
 use crate::store::Store;
 
 /// An image written.
@@ -42,7 +42,18 @@ pub fn write_image_with(
     store: &Store,
     opts: &ScanOptions,
 ) -> Result<Image, Error> {
-    let scanned = scan_with(src, store, opts)?;
+    write_scanned(scan_with(src, store, opts)?, store, src)
+}
+
+/// The second half of [`write_image_with`]: the EROFS image of a tree
+/// already scanned into `store`, stored and synced. The tree at `src`
+/// (which names it in errors) is no longer read: its owner may remove
+/// it meanwhile.
+pub fn write_scanned(
+    scanned: Scanned,
+    store: &Store,
+    src: &Path,
+) -> Result<Image, Error> {
     let bytes = image_bytes(scanned.fs, src)?;
     let put = store.put_bytes(&bytes)?;
     store.sync()?;

@@ -55,7 +55,9 @@ pub use digest::{
     parse_hex,
 };
 pub use error::{Error, Op, Problem};
-pub use image::{Image, image_bytes, write_image, write_image_with};
+pub use image::{
+    Image, image_bytes, write_image, write_image_with, write_scanned,
+};
 pub use mount::{Layers, MountVerity, Root, mount_root, unmount};
 pub use record::{RECORD, ROOT_DIR, Record, UPPER_DIR, WORK_DIR};
 pub use refs::{REF_NAME_MAX, install_ref, valid_ref_name};
