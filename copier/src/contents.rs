@@ -20,8 +20,8 @@
 //! The hash is XXH3-128, hex ([`hex_of`]): the manifest's. A caller
 //! that stores contents by another name (a composefs store's fs-verity
 //! digest) gives [`Contents::with_objects`] its hasher; each file is then
-//! hashed that way too, in the same pass, and the extended attributes'
-//! digest is not taken.
+//! hashed that way instead, and the extended attributes' digest is not
+//! taken.
 
 use std::collections::BTreeMap;
 use std::io::{self, Read};
@@ -46,7 +46,8 @@ pub type ObjectHasher = Arc<dyn Fn() -> Box<dyn ObjectHash> + Send + Sync>;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Taken {
     size: u64,
-    hash: u128,
+    /// Its XXH3 hash, unless the recording takes objects instead.
+    hash: Option<u128>,
     /// The digest of its extended attributes, when read (`Some(None)`:
     /// it has none).
     xattrs: Option<Option<u128>>,
@@ -59,8 +60,9 @@ struct Taken {
 pub struct Recorded {
     /// The size it was hashed at.
     pub size: u64,
-    /// Its content's hash, hex.
-    pub hash: String,
+    /// Its content's XXH3 hash, hex; `None` when the recording takes
+    /// an [`ObjectHash`] instead.
+    pub hash: Option<String>,
     /// Its extended attributes' digest ([`xattrs_digest`], hex), when
     /// read: `Some(None)` if it has none.
     pub xattrs: Option<Option<String>>,
@@ -93,8 +95,8 @@ impl Contents {
     }
 
     /// Nothing recorded yet; each file is hashed by a new `objects()`
-    /// too (its digest in [`Recorded::object`]), and its extended
-    /// attributes are left unread.
+    /// instead of XXH3 (its digest in [`Recorded::object`]), and its
+    /// extended attributes are left unread.
     pub fn with_objects(objects: ObjectHasher) -> Contents {
         Contents {
             objects: Some(objects),
@@ -103,14 +105,14 @@ impl Contents {
     }
 
     /// A hasher for one file's body, as this recording takes it.
-    pub fn hasher(&self) -> Hasher {
-        Hasher {
-            xxh: twox_hash::XxHash3_128::new(),
-            object: self.objects.as_ref().map(|f| f()),
+    pub fn hasher(&self) -> BodyHash {
+        match &self.objects {
+            Some(f) => BodyHash::Object(f()),
+            None => BodyHash::Xxh(Hasher::new()),
         }
     }
 
-    /// Whether each file is hashed by an [`ObjectHash`] too.
+    /// Whether each file is hashed by an [`ObjectHash`].
     pub fn takes_objects(&self) -> bool {
         self.objects.is_some()
     }
@@ -124,7 +126,7 @@ impl Contents {
     pub fn get(&self, rel: &[u8]) -> Option<Recorded> {
         self.lock().get(rel).map(|t| Recorded {
             size: t.size,
-            hash: hex_of(t.hash),
+            hash: t.hash.map(hex_of),
             xattrs: t.xattrs.map(|x| x.map(hex_of)),
             object: t.object,
         })
@@ -144,10 +146,13 @@ impl Contents {
         &self,
         rel: Vec<u8>,
         size: u64,
-        hash: Hasher,
+        hash: BodyHash,
         xattrs: Option<Option<u128>>,
     ) {
-        let (hash, object) = hash.taken();
+        let (hash, object) = match hash {
+            BodyHash::Xxh(h) => (Some(h.finish()), None),
+            BodyHash::Object(o) => (None, Some(o.finish())),
+        };
         self.lock().insert(
             rel,
             Taken {
@@ -189,16 +194,36 @@ impl Contents {
     }
 }
 
-/// A hash being taken (and an [`ObjectHash`] beside it, when the
-/// recording asks for one).
+/// A body's hash being taken as a recording takes it: XXH3, or the
+/// store's [`ObjectHash`] alone (the other is never read then).
+// One per file being written, on its writer's stack: boxing XXH3's
+// state would cost an allocation per file.
+#[allow(clippy::large_enum_variant)]
+pub enum BodyHash {
+    /// XXH3-128, the manifest's.
+    Xxh(Hasher),
+    /// The store's digest.
+    Object(Box<dyn ObjectHash>),
+}
+
+impl BodyHash {
+    /// Adds `b`.
+    pub fn write(&mut self, b: &[u8]) {
+        match self {
+            BodyHash::Xxh(h) => h.write(b),
+            BodyHash::Object(o) => o.write(b),
+        }
+    }
+}
+
+/// An XXH3-128 hash being taken.
 #[derive(Default)]
 pub struct Hasher {
     xxh: twox_hash::XxHash3_128,
-    object: Option<Box<dyn ObjectHash>>,
 }
 
 impl Hasher {
-    /// A new one, XXH3 alone.
+    /// A new one.
     pub fn new() -> Hasher {
         Hasher::default()
     }
@@ -206,19 +231,11 @@ impl Hasher {
     /// Adds `b`.
     pub fn write(&mut self, b: &[u8]) {
         self.xxh.write(b);
-        if let Some(o) = self.object.as_mut() {
-            o.write(b);
-        }
     }
 
-    /// The XXH3 hash of everything written.
+    /// The hash of everything written.
     pub fn finish(&self) -> u128 {
         self.xxh.finish_128()
-    }
-
-    /// Both digests of everything written.
-    fn taken(self) -> (u128, Option<ObjectDigest>) {
-        (self.xxh.finish_128(), self.object.map(|o| o.finish()))
     }
 }
 
@@ -291,18 +308,16 @@ mod test {
     }
 
     #[test]
-    fn an_object_hash_is_taken_beside_xxh3_and_a_directory_forgets_itself_alone()
+    fn an_object_hash_is_taken_instead_of_xxh3_and_a_directory_forgets_itself_alone()
      {
         let c = Contents::with_objects(Arc::new(|| Box::new(Count(0))));
         assert!(!c.wants_xattrs() && Contents::new().wants_xattrs());
         let mut h = c.hasher();
         h.write(b"abc");
         h.write(b"de");
-        let mut plain = Hasher::new();
-        plain.write(b"abcde");
         c.put(b"d/f".to_vec(), 5, h, None);
         let r = c.get(b"d/f").unwrap();
-        assert_eq!(r.hash, hex_of(plain.finish()));
+        assert_eq!(r.hash, None);
         assert_eq!(r.object.unwrap()[..8], 5u64.to_le_bytes());
         c.forget_one(b"d");
         assert!(c.get(b"d/f").is_some());
@@ -318,8 +333,9 @@ mod test {
             h.write(b"7");
             h
         };
+        let recorded_seven = || BodyHash::Xxh(seven());
         for p in ["a", "a/b", "a/b/c", "a.b", "ab"] {
-            c.put(p.as_bytes().to_vec(), 1, seven(), Some(None));
+            c.put(p.as_bytes().to_vec(), 1, recorded_seven(), Some(None));
         }
         c.forget(b"a");
         assert!(c.get(b"a").is_none() && c.get(b"a/b/c").is_none());
@@ -327,7 +343,7 @@ mod test {
             c.get(b"a.b"),
             Some(Recorded {
                 size: 1,
-                hash: hex_of(seven().finish()),
+                hash: Some(hex_of(seven().finish())),
                 xattrs: Some(None),
                 object: None,
             })

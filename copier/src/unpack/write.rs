@@ -186,7 +186,7 @@ impl Ctx<'_> {
         contents: &crate::contents::Contents,
         offset: u64,
         len: u64,
-    ) -> Option<(u64, crate::contents::Hasher)> {
+    ) -> Option<(u64, crate::contents::BodyHash)> {
         thread_local! {
             static BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
         }
@@ -323,7 +323,7 @@ fn write_segments<R: Read>(
     m: &tar::Member,
     f: &File,
     shown: &Path,
-    mut hash: Option<&mut crate::contents::Hasher>,
+    mut hash: Option<&mut crate::contents::BodyHash>,
 ) -> Result<()> {
     let whole = [(0, m.stored_size)];
     let map: &[(u64, u64)] = m.sparse.as_deref().unwrap_or(&whole);
@@ -376,7 +376,7 @@ fn write_chunks(
     rx: &Receiver<Vec<u8>>,
     size: u64,
     spare: &Spare,
-    mut hash: Option<&mut crate::contents::Hasher>,
+    mut hash: Option<&mut crate::contents::BodyHash>,
 ) -> io::Result<bool> {
     let mut at = 0u64;
     let mut end = 0u64;

@@ -315,11 +315,11 @@ impl Walk<'_> {
         let known = self
             .contents
             .and_then(|c| c.get(&rel))
-            .filter(|r| e.k == 'f' && r.size == e.s);
+            .filter(|r| e.k == 'f' && r.size == e.s && r.hash.is_some());
         match (e.k, known) {
             ('f', Some(r)) => {
                 // Recorded as it was written: neither opened nor read.
-                e.h = Some(r.hash);
+                e.h = r.hash;
                 e.x = match r.xattrs {
                     Some(x) => x,
                     None => symlink_xattrs(dir, name, &at())
