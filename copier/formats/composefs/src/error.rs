@@ -165,8 +165,9 @@ impl fmt::Display for Error {
                 f,
                 "{p}: {op}: the kernel refused it ({e}): composefs mounts \
                  need Linux 6.15 or later with erofs and overlayfs (EROFS \
-                 mounted from a file, overlay layers given by descriptor); \
-                 upgrade the kernel, or load the erofs and overlay modules"
+                 mounted from a file or a loop device, overlay layers given \
+                 by descriptor); upgrade the kernel, or load the erofs, \
+                 overlay and loop modules"
             ),
             Problem::NotDirectory => write!(
                 f,

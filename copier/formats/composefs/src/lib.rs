@@ -58,7 +58,9 @@ pub use error::{Error, Op, Problem};
 pub use image::{
     Image, image_bytes, write_image, write_image_with, write_scanned,
 };
-pub use mount::{Layers, MountVerity, Root, mount_root, unmount};
+pub use mount::{
+    Backing, Layers, MountVerity, Root, mount_root, mount_root_on_loop, unmount,
+};
 pub use record::{RECORD, ROOT_DIR, Record, UPPER_DIR, WORK_DIR};
 pub use refs::{REF_NAME_MAX, install_ref, valid_ref_name};
 pub use scan::{Counts, Known, ScanOptions, Scanned, scan, scan_with};

@@ -48,8 +48,20 @@ pub enum Layers<'a> {
     ReadOnly,
 }
 
+/// How the EROFS image reaches the kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backing {
+    /// The image file itself where the kernel mounts EROFS from a file
+    /// (Linux 6.12 with `EROFS_FS_BACKED_BY_FILE`), else a read-only loop
+    /// device over it.
+    Auto,
+    /// A read-only loop device over the image file, always.
+    Loop,
+}
+
 /// Mounts the image `id` of `store` on the directory `name` in `parent`
-/// (`shown` names that mount point in errors).
+/// (`shown` names that mount point in errors), the image given to the
+/// kernel as [`Backing::Auto`] says.
 pub fn mount_root(
     store: &Store,
     id: &ObjectId,
@@ -59,43 +71,56 @@ pub fn mount_root(
     layers: Layers<'_>,
     verity: MountVerity,
 ) -> Result<(), Error> {
-    let leaf = std::ffi::CString::new(name)
-        .map_err(|_| Error::new(shown, Op::Mount, Problem::BadName))?;
-    match at::lstat(parent.as_raw_fd(), &leaf) {
-        Ok(Some(st)) if st.st_mode & libc::S_IFMT == libc::S_IFDIR => {}
-        Ok(Some(_)) => {
-            return Err(Error::new(shown, Op::Mount, Problem::NotDirectory));
-        }
-        Ok(None) => {
-            return Err(Error::io(
-                shown,
-                Op::Mount,
-                io::Error::from(io::ErrorKind::NotFound),
-            ));
-        }
-        Err(e) => return Err(Error::io(shown, Op::Stat, e)),
-    }
+    let how = How {
+        layers,
+        verity,
+        backing: Backing::Auto,
+    };
+    mount_image(store, id, (parent, name), shown, how)
+}
+
+/// [`mount_root`] with the image on a loop device ([`Backing::Loop`]).
+pub fn mount_root_on_loop(
+    store: &Store,
+    id: &ObjectId,
+    parent: BorrowedFd<'_>,
+    name: &str,
+    shown: &Path,
+    layers: Layers<'_>,
+    verity: MountVerity,
+) -> Result<(), Error> {
+    let how = How {
+        layers,
+        verity,
+        backing: Backing::Loop,
+    };
+    mount_image(store, id, (parent, name), shown, how)
+}
+
+/// What a mount is asked besides its image and place.
+struct How<'a> {
+    layers: Layers<'a>,
+    verity: MountVerity,
+    backing: Backing,
+}
+
+fn mount_image(
+    store: &Store,
+    id: &ObjectId,
+    (parent, name): (BorrowedFd<'_>, &str),
+    shown: &Path,
+    how: How<'_>,
+) -> Result<(), Error> {
+    let How {
+        layers,
+        verity,
+        backing,
+    } = how;
+    let leaf = mount_point(parent, name, shown)?;
     let image = store.open_object(id).map_err(|e| {
         Error::new(shown, Op::Mount, Problem::MissingImage(Box::new(e)))
     })?;
-    let verity = match verity {
-        MountVerity::Off => VerityRequirement::Disabled,
-        MountVerity::Require | MountVerity::IfPresent => {
-            let has =
-                measure_verity_opt::<ObjectId>(image.as_fd()).ok().flatten();
-            match (has, verity) {
-                (Some(d), _) if &d == id => VerityRequirement::Required,
-                (_, MountVerity::Require) => {
-                    return Err(Error::new(
-                        &store.object_path(id),
-                        Op::Mount,
-                        Problem::NoVerity,
-                    ));
-                }
-                _ => VerityRequirement::Disabled,
-            }
-        }
-    };
+    let verity = verity_requirement(store, id, &image, verity)?;
     let mut options = MountOptions::default();
     if let Layers::Overlay { upper, work } = layers {
         let dup = |fd: BorrowedFd<'_>| {
@@ -106,16 +131,107 @@ pub fn mount_root(
         options.set_read_write(true);
     }
     let name_tag = digest::hex(id);
-    let fs = composefs_fsmount(
-        OwnedFd::from(image),
-        &name_tag,
-        &[store.objects_dir()],
-        verity,
-        &options,
-    )
-    .map_err(|e| kernel_error(shown, e))?;
+    let image = OwnedFd::from(image);
+    let fsmount = |source: OwnedFd| {
+        composefs_fsmount(
+            source,
+            &name_tag,
+            &[store.objects_dir()],
+            verity,
+            &options,
+        )
+    };
+    let on_loop = |image: &OwnedFd| {
+        let dev =
+            loop_device(image).map_err(|e| Error::io(shown, Op::Mount, e))?;
+        fsmount(dev).map_err(|e| kernel_error(shown, e))
+    };
+    let fs = match backing {
+        Backing::Loop => on_loop(&image)?,
+        Backing::Auto => {
+            let dup = image
+                .try_clone()
+                .map_err(|e| Error::io(shown, Op::Mount, e))?;
+            match fsmount(dup) {
+                Ok(fs) => fs,
+                // A kernel that mounts EROFS from block devices alone:
+                // the image through a loop device.
+                Err(e) if file_backing_refused(&e) => {
+                    on_loop(&image).map_err(|_| kernel_error(shown, e))?
+                }
+                Err(e) => return Err(kernel_error(shown, e)),
+            }
+        }
+    };
     mount_at(&fs, parent, leaf.as_c_str())
         .map_err(|e| Error::io(shown, Op::Mount, io::Error::from(e)))
+}
+
+/// The mount point `name` in `parent`, checked to be a directory.
+fn mount_point(
+    parent: BorrowedFd<'_>,
+    name: &str,
+    shown: &Path,
+) -> Result<std::ffi::CString, Error> {
+    let leaf = std::ffi::CString::new(name)
+        .map_err(|_| Error::new(shown, Op::Mount, Problem::BadName))?;
+    match at::lstat(parent.as_raw_fd(), &leaf) {
+        Ok(Some(st)) if st.st_mode & libc::S_IFMT == libc::S_IFDIR => Ok(leaf),
+        Ok(Some(_)) => Err(Error::new(shown, Op::Mount, Problem::NotDirectory)),
+        Ok(None) => Err(Error::io(
+            shown,
+            Op::Mount,
+            io::Error::from(io::ErrorKind::NotFound),
+        )),
+        Err(e) => Err(Error::io(shown, Op::Stat, e)),
+    }
+}
+
+/// What the overlay is told of fs-verity: required when the image object
+/// has it (and `verity` asks), refused when `verity` requires it and the
+/// object lacks it.
+fn verity_requirement(
+    store: &Store,
+    id: &ObjectId,
+    image: &std::fs::File,
+    verity: MountVerity,
+) -> Result<VerityRequirement, Error> {
+    if verity == MountVerity::Off {
+        return Ok(VerityRequirement::Disabled);
+    }
+    let has = measure_verity_opt::<ObjectId>(image.as_fd()).ok().flatten();
+    match (has, verity) {
+        (Some(d), _) if &d == id => Ok(VerityRequirement::Required),
+        (_, MountVerity::Require) => Err(Error::new(
+            &store.object_path(id),
+            Op::Mount,
+            Problem::NoVerity,
+        )),
+        _ => Ok(VerityRequirement::Disabled),
+    }
+}
+
+/// What a kernel without file-backed EROFS answers when given a file.
+fn file_backing_refused(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::ENOTBLK | libc::EINVAL | libc::EOPNOTSUPP)
+    )
+}
+
+/// A read-only loop device over `image`, detached by the kernel once
+/// nothing holds it (the mount, when made, or this descriptor).
+fn loop_device(image: &OwnedFd) -> io::Result<OwnedFd> {
+    // Another process may configure the free device first: asked again.
+    let mut tries = 0;
+    loop {
+        match composefs_ioctls::loop_device::loopify(image) {
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) && tries < 8 => {
+                tries += 1;
+            }
+            r => return r,
+        }
+    }
 }
 
 /// The kernel's refusal of a composefs mount, said as the kernel

@@ -190,3 +190,86 @@ fn a_root_mounted_by_descriptor_is_the_tree() {
         }
     }
 }
+
+/// The loop devices whose backing file is `image`.
+fn loops_backing(image: &Path) -> Vec<String> {
+    let want = fs::canonicalize(image).unwrap();
+    let mut found = Vec::new();
+    for e in fs::read_dir("/sys/block").unwrap().flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let backing = e.path().join("loop/backing_file");
+        if let Ok(b) = fs::read_to_string(&backing)
+            && Path::new(b.trim()) == want
+        {
+            found.push(name);
+        }
+    }
+    found
+}
+
+/// With the image on a loop device (what a kernel without file-backed
+/// EROFS gets): the mounted root is the tree, the device is read-only
+/// over the image object, and the kernel frees it once unmounted.
+#[test]
+fn a_root_mounted_through_a_loop_device_is_the_tree_and_frees_it() {
+    use zinstall_composefs::{
+        Layers, MountVerity, mount_root_on_loop, unmount,
+    };
+    if !require_root()
+        || !require(
+            kernel() >= (6, 15),
+            "Linux 6.15 or later (composefs mounts by descriptor)",
+        )
+        || !require(has_filesystem("erofs"), "the kernel's erofs filesystem")
+        || !require(has_filesystem("overlay"), "the kernel's overlayfs")
+        || !require(
+            Path::new("/dev/loop-control").exists(),
+            "loop devices (/dev/loop-control)",
+        )
+    {
+        return;
+    }
+    let tmp = Tmp::new();
+    let src = tmp.path().join("src");
+    fs::create_dir(&src).unwrap();
+    tree::build(&src, true);
+    let store = Store::open(&tmp.path().join("store")).unwrap();
+    let image = write_image(&src, &store).unwrap();
+    let img = store.object_path(&image.id);
+    let guest = tmp.path().join("guest");
+    fs::create_dir_all(guest.join("root")).unwrap();
+    let parent = fs::File::open(&guest).unwrap();
+    let at = guest.join("root");
+    mount_root_on_loop(
+        &store,
+        &image.id,
+        std::os::fd::AsFd::as_fd(&parent),
+        "root",
+        &at,
+        Layers::ReadOnly,
+        MountVerity::Off,
+    )
+    .unwrap();
+    let loops = loops_backing(&img);
+    let ro = loops.iter().all(|l| {
+        fs::read_to_string(format!("/sys/block/{l}/ro"))
+            .unwrap()
+            .trim()
+            == "1"
+    });
+    let mut diffs = compare::differences(&src, &at);
+    diffs.retain(|d| !d.starts_with(": nlink"));
+    unmount(&at).unwrap();
+    assert_eq!(loops.len(), 1, "loop devices over the image: {loops:?}");
+    assert!(ro, "{loops:?} is writable");
+    assert!(diffs.is_empty(), "the mount differs:\n{}", diffs.join("\n"));
+    // Detached by the kernel (autoclear) once the mount let it go.
+    let deadline =
+        std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !loops_backing(&img).is_empty()
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(loops_backing(&img), Vec::<String>::new());
+}
