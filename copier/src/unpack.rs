@@ -46,17 +46,27 @@
 //! With one thread (`copy_threads = 1`) the reader does everything itself:
 //! the serial unpack.
 //!
+//! # Dry run
+//!
+//! [`dry_run`] reads the archive through the same loop and the same
+//! checks, with a recorder in place of the tree: each member is counted
+//! and told to the listener where the tree would have made it, and its
+//! body skipped. What only the tree being built can show (a member below
+//! a symlink an earlier member made, a file over a directory, a hard
+//! link's target being there) is found by the unpack alone.
+//!
 //! [`tar::QuirkKind`]: zinstall_archive::tar::QuirkKind
 //! [`NoticeKind::ArchiveQuirk`]: crate::stats::NoticeKind::ArchiveQuirk
 
 mod batch;
 mod budget;
+mod checks;
 mod ctx;
-mod dry_run;
 mod finish;
 mod holes;
 mod job;
 mod layered;
+mod made;
 mod members;
 mod options;
 mod paths;
@@ -65,7 +75,6 @@ mod run;
 mod source;
 mod write;
 
-pub use dry_run::{dry_run, dry_run_from};
 pub use options::{Change, UnpackOptions, UnpackReport, Whiteouts};
-pub use run::{DECOMPRESS_THREAD, unpack, unpack_from};
+pub use run::{DECOMPRESS_THREAD, dry_run, dry_run_from, unpack, unpack_from};
 pub use source::peek_kind;

@@ -373,3 +373,49 @@ fn full_destination_is_a_clean_error() {
     assert!(failed.starts_with(&dst), "{e}");
     assert!(!failed.exists(), "partial file left: {}", failed.display());
 }
+
+/// `src` copied onto `dst` as `plan` says, dry and then for real: the
+/// counts of what each did with the entries (dirs aside).
+fn dry_and_real(
+    plan: impl Fn(Plan) -> Plan,
+    src: &Path,
+    dst: &Path,
+) -> [(u64, u64, u64, u64); 2] {
+    let counts = |dry: bool| {
+        let s = plan(Plan::new(src, dst)).dry_run(dry).run().unwrap().stats;
+        (s.files, s.specials, s.unchanged, s.symlinks)
+    };
+    [counts(true), counts(false)]
+}
+
+fn mkfifo(path: &Path) {
+    let made = Command::new("mkfifo").arg(path).status().unwrap();
+    assert!(made.success(), "mkfifo {}", path.display());
+}
+
+/// Merging, the dry run decides what to do with each entry as the copy
+/// does: a FIFO like the one there is left alone (the dry run used to
+/// count it made); as a layer, every entry is written and a directory in
+/// the way of a file is removed (the dry run used to count a like file
+/// unchanged and refuse the directory).
+#[test]
+fn a_dry_run_decides_as_the_copy_does() {
+    let d = tmp();
+    let (src, dst) = (d.path().join("src"), d.path().join("dst"));
+    write(&src.join("f"), b"same");
+    write(&src.join("g"), b"new");
+    mkfifo(&src.join("p"));
+    symlink("f", src.join("s")).unwrap();
+    Plan::new(&src, &dst).run().unwrap();
+    fs::remove_file(dst.join("g")).unwrap();
+    fs::create_dir(dst.join("g")).unwrap();
+    write(&dst.join("g/inside"), b"x");
+    let layer = |p: Plan| p.layered(true);
+    let [dry, real] = dry_and_real(layer, &src, &dst);
+    assert_eq!(real, (2, 1, 0, 1));
+    assert_eq!(dry, real);
+    let merge = |p: Plan| p.merge(true);
+    let [dry, real] = dry_and_real(merge, &src, &dst);
+    assert_eq!(real, (0, 0, 3, 1));
+    assert_eq!(dry, real);
+}

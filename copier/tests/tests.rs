@@ -12,6 +12,7 @@ mod cancel;
 #[cfg(target_os = "linux")]
 mod common;
 mod descriptors;
+mod dry_unpack;
 mod engine;
 mod excludes;
 mod fidelity;

@@ -2,27 +2,28 @@
 //! and decisions with every write left out. The source is walked by the
 //! same walkers as a copy (same rules, same mount-point rule), through
 //! the same resolved source directory, and they count each entry here
-//! instead of making it; the destination is only
-//! read: by path, which is safe because nothing is written through what
-//! is found.
+//! instead of making it, placed by the copy's own rule
+//! ([`placing::decide`]); the destination is only read: by path, which
+//! is safe because nothing is written through what is found.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::ffi::CStr;
 use std::fs;
 use std::io;
 use std::os::fd::RawFd;
-use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use super::dest::check_destination;
+use super::placing::{self, Decision, Merging};
 use super::shared::Shared;
 use super::source::Source;
 use super::visit::{DryRunVisit, Mode};
 use super::walk;
 use crate::error::{Error, Op, Refusal, Result};
 use crate::stats::Stats;
-use crate::sys::posix::{Stat, at};
+use crate::sys::posix::{self, Stat, at};
 use crate::{EntryKind, Plan};
 
 /// Walks the source, counting into `stats` what the copy would do;
@@ -58,6 +59,49 @@ fn existing(plan: &Plan, path: &Path) -> Result<Option<fs::Metadata>> {
     }
 }
 
+/// What is at `path` in the destination, as the copy's workers look at
+/// it (never followed; nothing when the plan takes the destination as
+/// empty).
+fn look(plan: &Plan, path: &Path) -> io::Result<Option<libc::stat>> {
+    if plan.dry_run_empty {
+        return Ok(None);
+    }
+    at::lstat(libc::AT_FDCWD, &posix::cstr(path)?)
+}
+
+/// Where the copy would place an entry of `kind` for `dst`, its source
+/// `md` (a symlink's target read by `target`; a later name's first name
+/// at `first`), decided by the copy's rule.
+fn decision(
+    plan: &Plan,
+    dst: &Path,
+    kind: EntryKind,
+    md: &Stat,
+    target: impl FnOnce() -> io::Result<Vec<u8>>,
+    first: Option<&Path>,
+) -> Result<Decision> {
+    let same = |st: &libc::stat| match kind {
+        EntryKind::File => placing::same_file(st, md.size, md.times.mtime),
+        EntryKind::Special => {
+            placing::same_special(st, md.mode & !0o7777, md.rdev)
+        }
+        EntryKind::Symlink => target().is_ok_and(|t| {
+            let read = || {
+                fs::read_link(dst).map(|l| l.as_os_str().as_bytes().to_vec())
+            };
+            placing::same_symlink(st, read, &t)
+        }),
+        EntryKind::HardLink => first.is_some_and(|f| {
+            look(plan, f)
+                .ok()
+                .flatten()
+                .is_some_and(|f| (f.st_dev, f.st_ino) == (st.st_dev, st.st_ino))
+        }),
+        EntryKind::Dir | EntryKind::Redirect => false,
+    };
+    placing::decide(Merging::of(plan), dst, || look(plan, dst), same)
+}
+
 /// The copy's refusals about the top destination, then the walk of the
 /// source through its resolved directory.
 // The caller's destination, named by the caller: followed as named.
@@ -85,7 +129,7 @@ fn tree(shared: &Shared<'_>, source: &Source) -> Result<walk::WalkResult> {
     }
     let dry = DryRun {
         shared,
-        seen: Mutex::new(HashSet::new()),
+        seen: Mutex::new(HashMap::new()),
     };
     Ok(walk::run(
         shared,
@@ -97,10 +141,11 @@ fn tree(shared: &Shared<'_>, source: &Source) -> Result<walk::WalkResult> {
 }
 
 /// What the walkers call in a dry run: the run's state, and the inodes
-/// with several names already counted.
+/// with several names already counted, each with where its first name
+/// goes.
 struct DryRun<'s, 'p> {
     shared: &'s Shared<'p>,
-    seen: Mutex<HashSet<(u64, u64)>>,
+    seen: Mutex<HashMap<(u64, u64), PathBuf>>,
 }
 
 impl DryRunVisit for DryRun<'_, '_> {
@@ -152,7 +197,7 @@ fn dir(
 fn entry(
     shared: &Shared<'_>,
     stats: &mut Stats,
-    seen: &Mutex<HashSet<(u64, u64)>>,
+    seen: &Mutex<HashMap<(u64, u64), PathBuf>>,
     at: (RawFd, &CStr),
     src: &Path,
     dst: &Path,
@@ -168,31 +213,31 @@ fn entry(
     };
     // A later name of anything the copy links rather than makes again
     // (files, symlinks, special files alike).
-    let kind = if kind != EntryKind::Redirect
-        && md.nlink > 1
-        && !seen
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(md.identity())
-    {
+    let first = if kind != EntryKind::Redirect && md.nlink > 1 {
+        let mut seen = seen.lock().unwrap_or_else(|p| p.into_inner());
+        match seen.get(&md.identity()) {
+            Some(first) => Some(first.clone()),
+            None => {
+                seen.insert(md.identity(), dst.to_path_buf());
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let kind = if first.is_some() {
         EntryKind::HardLink
     } else {
         kind
     };
-    if shared.plan.merge {
-        let there = existing(shared.plan, dst)?;
-        if let Some(there) = &there
-            && there.is_dir()
-        {
-            return Err(Error::refused(dst, Refusal::DirectoryInTheWay));
-        }
-        if kind == EntryKind::File && there.is_some_and(|t| unchanged(&md, &t))
-        {
+    let target = || at::readlink(at.0, at.1);
+    match decision(shared.plan, dst, kind, &md, target, first.as_deref())? {
+        // The copy counts a symlink it leaves alone as a symlink.
+        Decision::Unchanged if kind != EntryKind::Symlink => {
             stats.unchanged += 1;
-            return Ok(());
         }
+        _ => count(shared, stats, src, dst, kind, &md),
     }
-    count(shared, stats, src, dst, kind, &md);
     Ok(())
 }
 
@@ -220,19 +265,15 @@ fn single(shared: &Shared<'_>, md: &Stat, stats: &mut Stats) -> Result<()> {
         libc::S_IFLNK => EntryKind::Symlink,
         _ => EntryKind::Special,
     };
-    if kind == EntryKind::File && there.is_some_and(|t| unchanged(md, &t)) {
-        stats.unchanged += 1;
-        return Ok(());
+    let target =
+        || fs::read_link(&plan.src).map(|l| l.as_os_str().as_bytes().to_vec());
+    match decision(plan, &dst, kind, md, target, None)? {
+        Decision::Unchanged if kind != EntryKind::Symlink => {
+            stats.unchanged += 1;
+        }
+        _ => count(shared, stats, &plan.src, &dst, kind, md),
     }
-    count(shared, stats, &plan.src, &dst, kind, md);
     Ok(())
-}
-
-/// The copy's test for a file it may leave alone when merging.
-fn unchanged(src: &Stat, dst: &fs::Metadata) -> bool {
-    dst.is_file()
-        && dst.len() == src.size
-        && (dst.mtime(), dst.mtime_nsec()) == src.times.mtime
 }
 
 fn count(

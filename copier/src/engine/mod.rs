@@ -105,6 +105,7 @@ mod job;
 mod meta;
 mod node;
 mod opening;
+mod placing;
 mod shared;
 mod source;
 mod tasks;

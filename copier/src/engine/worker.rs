@@ -20,6 +20,7 @@ use crossbeam_channel::Receiver;
 use super::inodes::{Claim, Placed, PlacedDir};
 use super::job::{Job, JobKind};
 use super::opening::{identity, open_error};
+use super::placing::{self, Decision, Merging};
 use super::shared::{Shared, ThreadResult, new_trace};
 use super::{dirs, meta};
 use crate::descriptors;
@@ -235,12 +236,9 @@ impl<'s, 'p> Worker<'s, 'p> {
         src: &File,
         md: &Metadata,
     ) -> Result<()> {
-        let place = self.place(job, |st| {
-            st.st_mode & libc::S_IFMT == libc::S_IFREG
-                && st.st_size as u64 == md.len()
-                && (st.st_mtime as i64, st.st_mtime_nsec as i64)
-                    == (md.mtime(), md.mtime_nsec())
-        })?;
+        let mtime = (md.mtime(), md.mtime_nsec());
+        let place =
+            self.place(job, |st| placing::same_file(st, md.len(), mtime))?;
         let name = match &place {
             Placement::Unchanged => {
                 self.stats.unchanged += 1;
@@ -517,9 +515,8 @@ impl<'s, 'p> Worker<'s, 'p> {
             .map_err(|e| Error::io2(Op::Symlink, &job.dst, target, e))?;
         let dir = job.dir.as_raw_fd();
         let place = self.place(job, |st| {
-            st.st_mode & libc::S_IFMT == libc::S_IFLNK
-                && at::readlink(dir, &job.leaf)
-                    .is_ok_and(|t| t == ctarget.as_bytes())
+            let read = || at::readlink(dir, &job.leaf);
+            placing::same_symlink(st, read, ctarget.as_bytes())
         })?;
         let name = match &place {
             Placement::Unchanged => return Ok(()),
@@ -588,10 +585,8 @@ impl<'s, 'p> Worker<'s, 'p> {
     fn make_special(&mut self, job: &Job, md: &Stat) -> Result<()> {
         // Everything above the permission bits is the file type.
         let type_bits = md.mode & !0o7777;
-        let place = self.place(job, |st| {
-            st.st_mode as u32 & libc::S_IFMT as u32 == type_bits
-                && st.st_rdev as u64 == md.rdev
-        })?;
+        let place = self
+            .place(job, |st| placing::same_special(st, type_bits, md.rdev))?;
         let name = match &place {
             Placement::Unchanged => {
                 self.stats.unchanged += 1;
@@ -672,39 +667,32 @@ impl<'s, 'p> Worker<'s, 'p> {
         sh.inodes.claim(id, nlink, &placed, || sh.stopped())
     }
 
-    /// Decides where a new entry goes. Without merging, nothing is there
-    /// (the destination was empty). Merging, an entry that `same` accepts
-    /// is left alone, a directory in the way is a conflict, and anything
-    /// else is replaced atomically. Whatever is there is looked at, never
-    /// followed.
+    /// Places a new entry as [`placing::decide`] says, from what is there
+    /// (looked at, never followed; `same` says whether it is like the
+    /// entry): a directory a layer replaces is removed here, and a
+    /// replacement gets its temporary name.
     fn place(
         &self,
         job: &Job,
         same: impl FnOnce(&libc::stat) -> bool,
     ) -> Result<Placement> {
-        if !self.shared.plan.merge {
-            return Ok(Placement::Direct);
-        }
-        let layered = self.shared.plan.layered;
-        match at::lstat(job.dir.as_raw_fd(), &job.leaf) {
-            Err(e) => Err(Error::io(Op::Stat, &job.dst, e)),
-            Ok(None) => Ok(Placement::Direct),
-            Ok(Some(st)) if st.st_mode & libc::S_IFMT == libc::S_IFDIR => {
-                if !layered {
-                    return Err(Error::refused(
-                        &job.dst,
-                        Refusal::DirectoryInTheWay,
-                    ));
-                }
-                crate::beneath::remove_at(
-                    job.dir.as_raw_fd(),
-                    &job.leaf,
-                    &job.dst,
-                )?;
+        let dir = job.dir.as_raw_fd();
+        let look = || at::lstat(dir, &job.leaf);
+        match placing::decide(
+            Merging::of(self.shared.plan),
+            &job.dst,
+            look,
+            same,
+        )? {
+            Decision::Direct => Ok(Placement::Direct),
+            Decision::RemoveDir => {
+                crate::beneath::remove_at(dir, &job.leaf, &job.dst)?;
                 Ok(Placement::Direct)
             }
-            Ok(Some(st)) if !layered && same(&st) => Ok(Placement::Unchanged),
-            Ok(Some(_)) => Ok(Placement::Replace(self.shared.temp_name())),
+            Decision::Unchanged => Ok(Placement::Unchanged),
+            Decision::Replace => {
+                Ok(Placement::Replace(self.shared.temp_name()))
+            }
         }
     }
 }

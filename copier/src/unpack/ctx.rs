@@ -31,8 +31,6 @@ pub(super) struct Ctx<'a> {
     /// The root's path as given: where the paths in messages start;
     /// nothing is opened by it (writes go through `root_fd`).
     pub(super) root: &'a Path,
-    /// The root, open: every directory is reached from it.
-    pub(super) root_fd: Arc<OwnedFd>,
     /// What the caller asked.
     pub(super) opts: &'a UnpackOptions,
     /// Running as root: an owner or an xattr that cannot be set is then
@@ -101,7 +99,35 @@ impl DirList {
     }
 }
 
-impl Ctx<'_> {
+impl<'a> Ctx<'a> {
+    /// The state of an unpack of `archive` into `root` as `opts` ask,
+    /// with no body source and no flusher.
+    pub(super) fn new(
+        archive: &'a Path,
+        root: &'a Path,
+        opts: &'a UnpackOptions,
+    ) -> Ctx<'a> {
+        let is_root = crate::sys::posix::euid() == 0;
+        Ctx {
+            archive,
+            root,
+            opts,
+            is_root,
+            preserve_owner: opts.preserve_owner.unwrap_or(is_root),
+            quit: AtomicBool::new(false),
+            error: Mutex::new(None),
+            notices: NoticeBoard::default(),
+            budget: Gate::default(),
+            spare: Spare::default(),
+            pending: Gate::default(),
+            temp: AtomicU64::new(0),
+            bytes_written: AtomicU64::new(0),
+            files: AtomicU64::new(0),
+            body_source: None,
+            flusher: None,
+        }
+    }
+
     pub(super) fn fail(&self, e: Error) {
         self.quit.store(true, Ordering::Relaxed);
         let mut g = self.error.lock().unwrap_or_else(|p| p.into_inner());

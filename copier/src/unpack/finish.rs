@@ -5,7 +5,7 @@
 use std::ffi::{CStr, CString};
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::path::Path;
 
 use zinstall_archive::names::Name;
@@ -114,8 +114,10 @@ impl Ctx<'_> {
         }
     }
 
+    /// Applies `m` to the directory `parts` beneath the root `top`.
     pub(super) fn finish_dir(
         &self,
+        top: &OwnedFd,
         chain: &mut Chain,
         parts: &[CString],
         m: &Meta,
@@ -123,8 +125,7 @@ impl Ctx<'_> {
         let entry = Name::joined(parts).to_string_lossy().into_owned();
         let Some((leaf, parent)) = parts.split_last() else {
             // The archive's entry for the root itself.
-            let top = self
-                .root_fd
+            let top = top
                 .try_clone()
                 .map_err(|e| Error::io(Op::Open, self.root, e))?;
             return self.finish_fd(&File::from(top), m, self.root);

@@ -1,8 +1,9 @@
-//! The reader's loop: members decoded in order, each placed beneath the
-//! root by the step for its kind. Only file bodies go to the pool; every
-//! other entry is made here, in archive order, so that what a later
-//! member says about an earlier one (a hard link to it, a whiteout of it,
-//! a second entry for it) finds it done.
+//! The reader's loop: members decoded in order, each checked, then
+//! placed beneath the root by the step for its kind, or, in a dry run,
+//! recorded where it would have been placed. Only file bodies go to the
+//! pool; every other entry is made here, in archive order, so that what
+//! a later member says about an earlier one (a hard link to it, a
+//! whiteout of it, a second entry for it) finds it done.
 
 use std::collections::HashSet;
 use std::collections::hash_map::RandomState;
@@ -19,10 +20,13 @@ use zinstall_archive::tar::{self, TarError};
 
 use super::batch::Batcher;
 use super::budget::{BUDGET, CHUNKS_AHEAD, SMALL, Spare};
+use super::checks::{link_target, special_type, symlink_target, unsupported};
 use super::ctx::{Ctx, ReadOutcome};
 use super::job::{Body, Existing, FileJob, Meta, Target, existing};
-use super::layered::{Class, Layered};
+use super::layered::{Class, Layered, classify};
+use super::made::Made;
 use super::members::{NO_MEMBERS, first_member, listed_kind, relative};
+use super::options::Whiteouts;
 use super::write::stream_file;
 use crate::beneath::{self, Chain};
 use crate::error::{Error, Op, Result};
@@ -95,12 +99,40 @@ impl Entry {
     }
 }
 
-/// The loop's state: the reader, the pool's side, and what is made.
-struct Reading<'c, 'x, 'p, R> {
+/// Where [`read_all`] takes the members.
+pub(super) enum Dest<'p> {
+    /// Made beneath the root, open as `root`; file bodies through `pool`
+    /// when there is one.
+    Tree {
+        root: Arc<OwnedFd>,
+        pool: Option<Batcher<'p>>,
+    },
+    /// Nothing made: each member counted in the stats and told to the
+    /// listener where the tree would have made it; bodies skipped. A dry
+    /// run.
+    Record,
+}
+
+/// The loop's state: the reader and what it read.
+struct Reading<'c, 'x, R> {
     ctx: &'c Ctx<'x>,
     rd: tar::Reader<R>,
-    pool: Option<Batcher<'p>>,
     out: ReadOutcome,
+    /// The archive is a zinstall layer: its tree is under `root/`.
+    subtree: bool,
+}
+
+/// What the members are made in, when they are made.
+enum Making<'p> {
+    /// Boxed: the tree's side is large, and made once per unpack.
+    Tree(Box<Tree<'p>>),
+    /// A dry run: nothing made.
+    Record,
+}
+
+/// The tree's side of the loop: the pool, and what is made.
+struct Tree<'p> {
+    pool: Option<Batcher<'p>>,
     /// Paths queued and not yet written, by a hash of each: a constant per
     /// path at any depth.
     queued: HashSet<u64>,
@@ -114,68 +146,31 @@ struct Reading<'c, 'x, 'p, R> {
     /// makes something refuses an existing name).
     made: Made,
     layered: Option<Layered>,
-    /// The archive is a zinstall layer: its tree is under `root/`.
-    subtree: bool,
 }
 
-/// Paths tracked in [`Made`] at most: past them, every entry is looked
-/// at again (16 MiB of hashes, whatever the archive's length).
-const MAX_MADE: usize = 1 << 20;
-
-#[derive(Default)]
-struct Made {
-    dirs: HashSet<u64>,
-    placed: HashSet<u64>,
-    /// Past [`MAX_MADE`]: nothing is tracked any more.
-    full: bool,
-}
-
-impl Made {
-    /// Whether `rel`, in the directory `parent`, is known to be free.
-    fn free(&self, parent: u64, rel: u64) -> bool {
-        !self.full && self.dirs.contains(&parent) && !self.placed.contains(&rel)
-    }
-
-    fn placed(&mut self, rel: u64) {
-        if self.full {
-            return;
-        }
-        if self.placed.len() + self.dirs.len() >= MAX_MADE {
-            *self = Made {
-                full: true,
-                ..Made::default()
-            };
-            return;
-        }
-        self.placed.insert(rel);
-    }
-
-    fn dir(&mut self, rel: u64) {
-        if !self.full {
-            self.dirs.insert(rel);
-        }
-    }
-}
-
-/// Reads every member of `rd` and makes it beneath the root, file bodies
-/// through `pool` when there is one.
+/// Reads every member of `rd`, checks it, and takes it to `dest`.
 pub(super) fn read_all<R: Read>(
     ctx: &Ctx<'_>,
     rd: tar::Reader<R>,
-    pool: Option<Batcher<'_>>,
+    dest: Dest<'_>,
 ) -> Result<ReadOutcome> {
     let started = Instant::now();
     let mut r = Reading {
         ctx,
         rd,
-        pool,
         out: ReadOutcome::default(),
-        queued: HashSet::new(),
-        queued_key: RandomState::new(),
-        chain: Chain::new(Arc::clone(&ctx.root_fd)),
-        made: Made::default(),
-        layered: Layered::new(ctx.opts.whiteouts),
         subtree: false,
+    };
+    let mut making = match dest {
+        Dest::Tree { root, pool } => Making::Tree(Box::new(Tree {
+            pool,
+            queued: HashSet::new(),
+            queued_key: RandomState::new(),
+            chain: Chain::new(root),
+            made: Made::default(),
+            layered: Layered::new(ctx.opts.whiteouts),
+        })),
+        Dest::Record => Making::Record,
     };
     let mut first = true;
     let mut ended = false;
@@ -186,7 +181,8 @@ pub(super) fn read_all<R: Read>(
             ended = true;
             break;
         };
-        if let Flow::Stop = r.member(m, std::mem::take(&mut first))? {
+        let is_first = std::mem::take(&mut first);
+        if let Flow::Stop = r.member(&mut making, m, is_first)? {
             break;
         }
     }
@@ -196,14 +192,10 @@ pub(super) fn read_all<R: Read>(
         }
         ctx.notice(NoticeKind::ArchiveQuirk(NO_MEMBERS.into()), ctx.archive);
     }
-    r.finish(ended, started)
+    r.finish(making, ended, started)
 }
 
-impl<R: Read> Reading<'_, '_, '_, R> {
-    fn tar_err(&self, e: TarError) -> Error {
-        Error::tar(self.ctx.archive, e)
-    }
-
+impl Tree<'_> {
     /// What a path is tracked by while queued.
     fn rel(&self, parts: &[CString]) -> u64 {
         use std::hash::{BuildHasher, Hasher};
@@ -218,113 +210,50 @@ impl<R: Read> Reading<'_, '_, '_, R> {
 
     /// Waits until every queued file is written; false if the pool is
     /// gone.
-    fn barrier(&mut self) -> bool {
+    fn barrier(&mut self, ctx: &Ctx<'_>) -> bool {
         let sent = self.pool.as_mut().is_none_or(Batcher::flush);
         if sent {
-            self.ctx.pending.wait_empty();
+            ctx.pending.wait_empty();
             self.queued.clear();
         }
         sent
     }
 
-    /// One member: its name checked, a layer's bookkeeping and whiteouts
-    /// applied, then made by its kind's step.
-    fn member(&mut self, m: tar::Member, first: bool) -> Result<Flow> {
-        let ctx = self.ctx;
-        let entry = m.name_lossy();
-        let raw = relative(&m.name, "member names", |k, p| ctx.notice(k, p));
-        let mut name = names::check(raw).map_err(|r| ctx.refuse(&entry, r))?;
-        if first
-            && let Some(meta) = first_member(
-                &mut self.rd,
-                &m,
-                &name,
-                ctx.opts.expect,
-                ctx.archive,
-            )?
-        {
-            self.out.meta = Some(meta);
-            self.subtree = true;
-            return Ok(Flow::Go);
-        }
-        if self.subtree {
-            if name.parts.first().map(|p| p.as_bytes()) != Some(b"root") {
-                self.out.stats.skipped += 1;
-                return Ok(Flow::Go);
-            }
-            name.parts.remove(0);
-        }
-        if let Some(flow) = self.layer_bookkeeping(&name, &entry)? {
-            return Ok(flow);
-        }
-        let meta = Meta::of(&m)
-            .map_err(|why| ctx.refuse(&entry, ArchiveRefusal::Corrupt(why)))?;
-        let Some(leaf) = name.leaf().cloned() else {
-            // The layer's own `root/` (or `./`): the root directory itself.
-            if m.kind == tar::Kind::Directory {
-                if let Some(lay) = self.layered.as_mut() {
-                    lay.note_root_entry();
-                }
-                self.out.dirs.push(&name.parts, meta);
-            }
-            return Ok(Flow::Go);
+    /// Hands `job` to the pool (or writes it here, serial); false when the
+    /// pool is gone.
+    fn queue(&mut self, ctx: &Ctx<'_>, rel: u64, job: FileJob) -> bool {
+        let held = job.body.held();
+        ctx.pending.acquire(1, u64::MAX);
+        let Some(pool) = &mut self.pool else {
+            ctx.write_job(job);
+            return true;
         };
-        // Whatever was recorded at this path (or beneath it, when it
-        // replaces a directory) is not what is there now; a file records
-        // its own once written. A directory over a directory keeps what
-        // is in it; over anything else, nothing was beneath.
-        if let Some(c) = &ctx.opts.contents {
-            match m.kind {
-                tar::Kind::Directory => c.forget_one(&joined(&name.parts)),
-                _ => c.forget(&joined(&name.parts)),
-            }
+        self.queued.insert(rel);
+        if pool.push(job) {
+            return true;
         }
-        let Some(e) = self.place(m, name, entry, meta, leaf)? else {
-            return Ok(Flow::Stop);
-        };
-        if let Some(l) = &ctx.opts.listener {
-            l.entry(Path::new(&e.entry), &e.shown, listed_kind(e.m.kind));
-        }
-        match e.m.kind {
-            tar::Kind::Directory => self.directory(e).map(|()| Flow::Go),
-            tar::Kind::File => self.file(e),
-            tar::Kind::Symlink => self.symlink(e).map(|()| Flow::Go),
-            tar::Kind::HardLink => self.hard_link(e),
-            tar::Kind::CharDevice
-            | tar::Kind::BlockDevice
-            | tar::Kind::Fifo => self.special(e).map(|()| Flow::Go),
-            tar::Kind::Other(t) => Err(ctx.refuse(
-                &e.entry,
-                ArchiveRefusal::UnsupportedEntryType(format!(
-                    "typeflag {:?}",
-                    t as char
-                )),
-            )),
-        }
+        // Dropped unwritten: what it counted is given back.
+        ctx.pending.release(1);
+        ctx.budget.release(held);
+        false
     }
 
-    /// In an OCI layer: AUFS bookkeeping skipped, opaque markers and
-    /// whiteouts applied (or recorded). `Some` when the member was one of
-    /// those and is done.
-    fn layer_bookkeeping(
+    /// A layer's opaque marker or whiteout applied (or recorded), once
+    /// what this layer queued beneath it is written.
+    fn layer_change(
         &mut self,
+        ctx: &Ctx<'_>,
         name: &Name,
         entry: &str,
-    ) -> Result<Option<Flow>> {
-        let ctx = self.ctx;
+        class: Class,
+    ) -> Result<Flow> {
         let Some(lay) = self.layered.as_ref() else {
-            return Ok(None);
+            return Ok(Flow::Go);
         };
-        let class = super::layered::classify(&name.parts)
-            .map_err(|why| ctx.refuse(entry, ArchiveRefusal::Corrupt(why)))?;
         // What this layer queued stays until written: nothing is removed
         // from under a worker.
         let must_wait = match &class {
-            Class::Entry => return Ok(None),
-            Class::Skip => {
-                self.out.stats.skipped += 1;
-                return Ok(Some(Flow::Go));
-            }
+            Class::Entry | Class::Skip => false,
             Class::Opaque => lay.applying(),
             Class::Whiteout(leaf) => {
                 let mut target = name.parent().to_vec();
@@ -332,11 +261,11 @@ impl<R: Read> Reading<'_, '_, '_, R> {
                 lay.applying() && lay.made(&target)
             }
         };
-        if must_wait && !self.barrier() {
-            return Ok(Some(Flow::Stop));
+        if must_wait && !self.barrier(ctx) {
+            return Ok(Flow::Stop);
         }
         let Some(lay) = self.layered.as_mut() else {
-            return Ok(None);
+            return Ok(Flow::Go);
         };
         if let Some(c) = &ctx.opts.contents {
             match &class {
@@ -358,7 +287,7 @@ impl<R: Read> Reading<'_, '_, '_, R> {
             }
             Class::Entry | Class::Skip => {}
         }
-        Ok(Some(Flow::Go))
+        Ok(Flow::Go)
     }
 
     /// Opens the member's directory beneath the root (made if missing)
@@ -368,18 +297,18 @@ impl<R: Read> Reading<'_, '_, '_, R> {
     /// if the pool is gone.
     fn place(
         &mut self,
+        ctx: &Ctx<'_>,
         m: tar::Member,
         name: Name,
         entry: String,
         meta: Meta,
         leaf: CString,
     ) -> Result<Option<Entry>> {
-        let ctx = self.ctx;
         let rel = self.rel(&name.parts);
         // A second entry for a path still queued waits for the first (two
         // paths of one hash wait too: harmless).
         if (self.queued.contains(&rel) || self.queued.len() >= MAX_TRACKED)
-            && !self.barrier()
+            && !self.barrier(ctx)
         {
             return Ok(None);
         }
@@ -419,10 +348,171 @@ impl<R: Read> Reading<'_, '_, '_, R> {
             now,
         }))
     }
+}
+
+impl<R: Read> Reading<'_, '_, R> {
+    fn tar_err(&self, e: TarError) -> Error {
+        Error::tar(self.ctx.archive, e)
+    }
+
+    /// One member: its name, a layer's bookkeeping and its metadata
+    /// checked, then made by its kind's step or recorded.
+    fn member(
+        &mut self,
+        making: &mut Making<'_>,
+        m: tar::Member,
+        first: bool,
+    ) -> Result<Flow> {
+        let ctx = self.ctx;
+        let entry = m.name_lossy();
+        let raw = relative(&m.name, "member names", |k, p| ctx.notice(k, p));
+        let mut name = names::check(raw).map_err(|r| ctx.refuse(&entry, r))?;
+        if first
+            && let Some(meta) = first_member(
+                &mut self.rd,
+                &m,
+                &name,
+                ctx.opts.expect,
+                ctx.archive,
+            )?
+        {
+            self.out.meta = Some(meta);
+            self.subtree = true;
+            return Ok(Flow::Go);
+        }
+        if self.subtree {
+            if name.parts.first().map(|p| p.as_bytes()) != Some(b"root") {
+                self.out.stats.skipped += 1;
+                return Ok(Flow::Go);
+            }
+            name.parts.remove(0);
+        }
+        // In an OCI layer: AUFS bookkeeping skipped, opaque markers and
+        // whiteouts applied (or recorded) by the tree, not entries.
+        if ctx.opts.whiteouts != Whiteouts::Off {
+            let class = classify(&name.parts).map_err(|why| {
+                ctx.refuse(&entry, ArchiveRefusal::Corrupt(why))
+            })?;
+            match (class, &mut *making) {
+                (Class::Entry, _) => {}
+                (Class::Skip, _) => {
+                    self.out.stats.skipped += 1;
+                    return Ok(Flow::Go);
+                }
+                (_, Making::Record) => return Ok(Flow::Go),
+                (class, Making::Tree(t)) => {
+                    return t.layer_change(ctx, &name, &entry, class);
+                }
+            }
+        }
+        let meta = Meta::of(&m)
+            .map_err(|why| ctx.refuse(&entry, ArchiveRefusal::Corrupt(why)))?;
+        let Some(leaf) = name.leaf().cloned() else {
+            // The layer's own `root/` (or `./`): the root directory itself.
+            if m.kind == tar::Kind::Directory
+                && let Making::Tree(t) = making
+            {
+                if let Some(lay) = t.layered.as_mut() {
+                    lay.note_root_entry();
+                }
+                self.out.dirs.push(&name.parts, meta);
+            }
+            return Ok(Flow::Go);
+        };
+        match making {
+            Making::Tree(t) => self.make(t, m, name, entry, meta, leaf),
+            Making::Record => self.record(&m, &name, &entry).map(|()| Flow::Go),
+        }
+    }
+
+    /// A checked member made beneath the root by its kind's step.
+    fn make(
+        &mut self,
+        t: &mut Tree<'_>,
+        m: tar::Member,
+        name: Name,
+        entry: String,
+        meta: Meta,
+        leaf: CString,
+    ) -> Result<Flow> {
+        let ctx = self.ctx;
+        // Whatever was recorded at this path (or beneath it, when it
+        // replaces a directory) is not what is there now; a file records
+        // its own once written. A directory over a directory keeps what
+        // is in it; over anything else, nothing was beneath.
+        if let Some(c) = &ctx.opts.contents {
+            match m.kind {
+                tar::Kind::Directory => c.forget_one(&joined(&name.parts)),
+                _ => c.forget(&joined(&name.parts)),
+            }
+        }
+        let Some(e) = t.place(ctx, m, name, entry, meta, leaf)? else {
+            return Ok(Flow::Stop);
+        };
+        if let Some(l) = &ctx.opts.listener {
+            l.entry(Path::new(&e.entry), &e.shown, listed_kind(e.m.kind));
+        }
+        match e.m.kind {
+            tar::Kind::Directory => self.directory(t, e).map(|()| Flow::Go),
+            tar::Kind::File => self.file(t, e),
+            tar::Kind::Symlink => self.symlink(t, e).map(|()| Flow::Go),
+            tar::Kind::HardLink => self.hard_link(t, e),
+            tar::Kind::CharDevice
+            | tar::Kind::BlockDevice
+            | tar::Kind::Fifo => self.special(e).map(|()| Flow::Go),
+            tar::Kind::Other(typ) => Err(unsupported(ctx, &e.entry, typ)),
+        }
+    }
+
+    /// A checked member told to the listener and counted where [`make`]
+    /// would have made it, with its kind's own checks; its body is
+    /// skipped. What depends on the tree (what is already there, a
+    /// symlink on the way, a hard link's target) is not looked at.
+    ///
+    /// [`make`]: Self::make
+    fn record(
+        &mut self,
+        m: &tar::Member,
+        name: &Name,
+        entry: &str,
+    ) -> Result<()> {
+        let ctx = self.ctx;
+        if let Some(l) = &ctx.opts.listener {
+            l.entry(
+                Path::new(entry),
+                &ctx.shown(&name.parts),
+                listed_kind(m.kind),
+            );
+        }
+        let stats = &mut self.out.stats;
+        match m.kind {
+            tar::Kind::Directory => stats.dirs += 1,
+            tar::Kind::File => {
+                stats.files += 1;
+                stats.bytes += m.size;
+            }
+            tar::Kind::Symlink => {
+                symlink_target(ctx, m, entry)?;
+                stats.symlinks += 1;
+            }
+            tar::Kind::HardLink => {
+                link_target(ctx, m, entry, self.subtree)?;
+                stats.hardlinks += 1;
+            }
+            tar::Kind::CharDevice
+            | tar::Kind::BlockDevice
+            | tar::Kind::Fifo => {
+                special_type(ctx, m, entry)?;
+                stats.specials += 1;
+            }
+            tar::Kind::Other(typ) => return Err(unsupported(ctx, entry, typ)),
+        }
+        Ok(())
+    }
 
     /// A directory: made owner-writable (0700) unless there, its metadata
     /// applied at the end, after its contents.
-    fn directory(&mut self, e: Entry) -> Result<()> {
+    fn directory(&mut self, t: &mut Tree<'_>, e: Entry) -> Result<()> {
         match e.now {
             Existing::Dir => {}
             Existing::Symlink => {
@@ -434,7 +524,7 @@ impl<R: Read> Reading<'_, '_, '_, R> {
                 e.unlink_existing()?;
                 at::mkdir(e.dfd(), &e.leaf, 0o700)
                     .map_err(|err| Error::io(Op::Mkdir, &e.shown, err))?;
-                self.made.dir(e.rel);
+                t.made.dir(e.rel);
                 self.out.stats.dirs += 1;
             }
         }
@@ -445,7 +535,7 @@ impl<R: Read> Reading<'_, '_, '_, R> {
     /// A regular file: its body copied by a worker from the archive file's
     /// ranges, or held in memory (small ones, within the byte budget), or
     /// streamed here when neither can be.
-    fn file(&mut self, e: Entry) -> Result<Flow> {
+    fn file(&mut self, t: &mut Tree<'_>, e: Entry) -> Result<Flow> {
         let ctx = self.ctx;
         e.not_over_dir(ctx)?;
         let replace = e.now != Existing::Nothing;
@@ -454,9 +544,9 @@ impl<R: Read> Reading<'_, '_, '_, R> {
                 segments: e.m.segments(),
                 size: e.m.size,
             })
-        } else if self.pool.is_some() && e.m.sparse.is_none() {
+        } else if t.pool.is_some() && e.m.sparse.is_none() {
             if e.m.size > SMALL {
-                return self.chunked(e, replace);
+                return self.chunked(t, e, replace);
             }
             // Held until the worker has written it; the size is at most
             // SMALL, whatever the archive says.
@@ -475,7 +565,7 @@ impl<R: Read> Reading<'_, '_, '_, R> {
         };
         let Some(body) = body else {
             // Streamed by the reader: one body at a time.
-            if !self.barrier() {
+            if !t.barrier(ctx) {
                 return Ok(Flow::Stop);
             }
             let path =
@@ -492,36 +582,21 @@ impl<R: Read> Reading<'_, '_, '_, R> {
         };
         let rel = e.rel;
         let path = ctx.opts.contents.as_ref().map(|_| joined(&e.name.parts));
-        match self.queue(rel, e.job(replace, body, path)) {
+        match t.queue(ctx, rel, e.job(replace, body, path)) {
             true => Ok(Flow::Go),
             false => Ok(Flow::Stop),
         }
     }
 
-    /// Hands `job` to the pool (or writes it here, serial); false when the
-    /// pool is gone.
-    fn queue(&mut self, rel: u64, job: FileJob) -> bool {
-        let ctx = self.ctx;
-        let held = job.body.held();
-        ctx.pending.acquire(1, u64::MAX);
-        let Some(pool) = &mut self.pool else {
-            ctx.write_job(job);
-            return true;
-        };
-        self.queued.insert(rel);
-        if pool.push(job) {
-            return true;
-        }
-        // Dropped unwritten: what it counted is given back.
-        ctx.pending.release(1);
-        ctx.budget.release(held);
-        false
-    }
-
     /// A large body: its job goes to a worker first, then the body after
     /// it in chunks as the reader reads them, so the worker writes one
     /// chunk while the reader reads the next.
-    fn chunked(&mut self, e: Entry, replace: bool) -> Result<Flow> {
+    fn chunked(
+        &mut self,
+        t: &mut Tree<'_>,
+        e: Entry,
+        replace: bool,
+    ) -> Result<Flow> {
         let ctx = self.ctx;
         let (tx, rx) = crossbeam_channel::bounded(CHUNKS_AHEAD);
         let size = e.m.size;
@@ -529,9 +604,9 @@ impl<R: Read> Reading<'_, '_, '_, R> {
         let path = ctx.opts.contents.as_ref().map(|_| joined(&e.name.parts));
         let job = e.job(replace, Body::Chunks { rx, size }, path);
         // Sent at once, ahead of what follows.
-        let sent = self.pool.as_mut().is_some_and(Batcher::flush)
-            && self.queue(rel, job)
-            && self.pool.as_mut().is_some_and(Batcher::flush);
+        let sent = t.pool.as_mut().is_some_and(Batcher::flush)
+            && t.queue(ctx, rel, job)
+            && t.pool.as_mut().is_some_and(Batcher::flush);
         if !sent {
             return Ok(Flow::Stop);
         }
@@ -558,22 +633,10 @@ impl<R: Read> Reading<'_, '_, '_, R> {
 
     /// A symlink, made under a temporary name and renamed over what is
     /// there, so the name never points nowhere.
-    fn symlink(&mut self, e: Entry) -> Result<()> {
+    fn symlink(&mut self, t: &mut Tree<'_>, e: Entry) -> Result<()> {
         let ctx = self.ctx;
         e.not_over_dir(ctx)?;
-        let target = e.m.link.clone().unwrap_or_default();
-        let target = CString::new(target).map_err(|_| {
-            ctx.refuse(
-                &e.entry,
-                ArchiveRefusal::Corrupt("NUL in symlink target".into()),
-            )
-        })?;
-        if target.as_bytes().is_empty() {
-            return Err(ctx.refuse(
-                &e.entry,
-                ArchiveRefusal::Corrupt("symlink without target".into()),
-            ));
-        }
+        let target = symlink_target(ctx, &e.m, &e.entry)?;
         let tmp = if e.now == Existing::Nothing {
             e.leaf.clone()
         } else {
@@ -587,37 +650,25 @@ impl<R: Read> Reading<'_, '_, '_, R> {
                 .map_err(|err| Error::io(Op::Rename, &e.shown, err))?;
         }
         self.out.stats.symlinks += 1;
-        self.queued.insert(e.rel);
+        t.queued.insert(e.rel);
         Ok(())
     }
 
     /// A hard link: its target must be a file or symlink this archive (or,
     /// in a layer, a lower one) made beneath the root; reached through
     /// the chain, never a path.
-    fn hard_link(&mut self, e: Entry) -> Result<Flow> {
+    fn hard_link(&mut self, t: &mut Tree<'_>, e: Entry) -> Result<Flow> {
         let ctx = self.ctx;
         e.not_over_dir(ctx)?;
         let outside = || ctx.refuse(&e.entry, ArchiveRefusal::HardLinkOutside);
-        let target_raw = e.m.link.clone().ok_or_else(outside)?;
-        let target_raw =
-            relative(&target_raw, "hard link targets", |k, p| ctx.notice(k, p));
-        let mut target = names::check(target_raw).map_err(|_| outside())?;
-        if self.subtree {
-            if target.parts.first().map(|p| p.as_bytes()) != Some(b"root") {
-                return Err(outside());
-            }
-            target.parts.remove(0);
-        }
-        let Some(tleaf) = target.leaf().cloned() else {
-            return Err(outside());
-        };
+        let (target, tleaf) = link_target(ctx, &e.m, &e.entry, self.subtree)?;
         // Its target may still be in a worker's hands: then every queued
         // file is waited for.
-        if self.queued.contains(&self.rel(&target.parts)) && !self.barrier() {
+        if t.queued.contains(&t.rel(&target.parts)) && !t.barrier(ctx) {
             return Ok(Flow::Stop);
         }
         let found = match ctx.open_dir(
-            &mut self.chain,
+            &mut t.chain,
             target.parent(),
             &e.entry,
             false,
@@ -628,7 +679,7 @@ impl<R: Read> Reading<'_, '_, '_, R> {
             }
             Err(_) => None,
         };
-        let recording = self.layered.as_ref().is_some_and(|l| !l.applying());
+        let recording = t.layered.as_ref().is_some_and(|l| !l.applying());
         let tdir = match found {
             Some((tdir, Existing::Other | Existing::Symlink)) => Some(tdir),
             None | Some((_, Existing::Nothing)) if recording => None,
@@ -636,13 +687,13 @@ impl<R: Read> Reading<'_, '_, '_, R> {
         };
         // The chain may have moved to the target's directory.
         let dir =
-            ctx.open_dir(&mut self.chain, e.name.parent(), &e.entry, true)?;
+            ctx.open_dir(&mut t.chain, e.name.parent(), &e.entry, true)?;
         let dfd = dir.as_raw_fd();
         if e.now != Existing::Nothing {
             at::unlink(dfd, &e.leaf, false)
                 .map_err(|err| Error::io(Op::Remove, &e.shown, err))?;
         }
-        match (tdir, self.layered.as_mut()) {
+        match (tdir, t.layered.as_mut()) {
             (Some(tdir), _) => at::link(tdir.as_raw_fd(), &tleaf, dfd, &e.leaf)
                 .map_err(|err| Error::io(Op::Link, &e.shown, err))?,
             // A layer alone: the target is a lower layer's file, linked
@@ -660,14 +711,7 @@ impl<R: Read> Reading<'_, '_, '_, R> {
     /// opened at all.
     fn special(&mut self, e: Entry) -> Result<()> {
         let ctx = self.ctx;
-        let (typ, dev) = match e.m.kind {
-            tar::Kind::CharDevice => (libc::S_IFCHR, true),
-            tar::Kind::BlockDevice => (libc::S_IFBLK, true),
-            _ => (libc::S_IFIFO, false),
-        };
-        if dev && !ctx.opts.allow_devices {
-            return Err(ctx.refuse(&e.entry, ArchiveRefusal::DeviceNotAllowed));
-        }
+        let typ = special_type(ctx, &e.m, &e.entry)?;
         e.not_over_dir(ctx)?;
         e.unlink_existing()?;
         let rdev = crate::sys::posix::makedev(e.m.dev.0, e.m.dev.1);
@@ -681,17 +725,24 @@ impl<R: Read> Reading<'_, '_, '_, R> {
     /// After the last member (or a stop): every queued file written, a
     /// layer's changes settled, and, for an archive read to its end, the
     /// rest checked (zeros, a compressed stream's checksums and trailer).
-    fn finish(mut self, ended: bool, started: Instant) -> Result<ReadOutcome> {
+    fn finish(
+        mut self,
+        making: Making<'_>,
+        ended: bool,
+        started: Instant,
+    ) -> Result<ReadOutcome> {
         let ctx = self.ctx;
-        if let Some(mut pool) = self.pool.take() {
-            pool.flush();
-        }
-        ctx.pending.wait_empty();
-        if let Some(lay) = self.layered.take()
-            && ended
-            && !ctx.stopped()
-        {
-            self.out.changes = lay.finish(ctx, &mut self.chain)?;
+        if let Making::Tree(mut t) = making {
+            if let Some(mut pool) = t.pool.take() {
+                pool.flush();
+            }
+            ctx.pending.wait_empty();
+            if let Some(lay) = t.layered.take()
+                && ended
+                && !ctx.stopped()
+            {
+                self.out.changes = lay.finish(ctx, &mut t.chain)?;
+            }
         }
         if ended {
             let rest = self.rd.read_rest();

@@ -1,32 +1,88 @@
-//! The entry points: an archive file or a stream unpacked. The shared
-//! state is made, the reader run with the pool's workers or the unpack's
-//! own (or none), directories finished at the end, and the report made.
+//! The entry points: an archive file or a stream unpacked, or dry-run.
+//! The shared state is made, the reader run with the pool's workers or
+//! the unpack's own (or none), or recording, directories finished at the
+//! end, and the report made.
 
 use std::fs::File;
-use std::io::Read;
+use std::io::{Read, Seek, SeekFrom};
+use std::os::fd::OwnedFd;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crossbeam_channel::Receiver;
 
 use zinstall_archive::ahead::read_ahead;
-use zinstall_archive::compress::{Compression, decompress};
+use zinstall_archive::compress::{
+    self, Compression, compression_of, decompress, read_up_to,
+};
 use zinstall_archive::tar;
 
 use super::batch::Batcher;
-use super::budget::{Gate, Spare};
 use super::ctx::{Ctx, DirList, ReadOutcome};
 use super::job::FileJob;
 use super::options::{UnpackOptions, UnpackReport};
-use super::read::read_all;
+use super::read::{Dest, read_all};
 use super::source::{blame_stream, limits, open_archive};
 use crate::beneath::{Chain, Root};
 use crate::descriptors::Descriptors;
 use crate::error::{Error, Op, Result};
-use crate::stats::{Notice, NoticeBoard};
-use crate::sys::posix::euid;
+use crate::stats::Notice;
 use crate::writeback::Flusher;
+
+/// Reads `archive` to its end as [`unpack`] would into `root`, through
+/// the same reader and its checks, making nothing: the
+/// [`Listener`](crate::Listener) of `opts` hears of each member where the
+/// unpack would make it, and the report counts what would be made. What
+/// depends on the tree being built (what `root` holds, a member below a
+/// symlink an earlier member made, a file over a directory, a hard
+/// link's target being there) is found by the unpack alone.
+pub fn dry_run(
+    archive: &Path,
+    root: &Path,
+    opts: &UnpackOptions,
+) -> Result<UnpackReport> {
+    let mut f = zinstall_core::foreign::open(
+        archive,
+        zinstall_core::foreign::Follow::Yes,
+    )
+    .map_err(|e| Error::io(Op::Open, archive, e.into()))?;
+    let mut head = [0u8; compress::MAGIC_LEN];
+    let n = read_up_to(&mut f, &mut head)
+        .map_err(|e| Error::io(Op::Read, archive, e))?;
+    f.seek(SeekFrom::Start(0))
+        .map_err(|e| Error::io(Op::Read, archive, e))?;
+    let reader = decompress(f, compression_of(&head[..n]))
+        .map_err(|e| Error::io(Op::Read, archive, e))?;
+    dry_run_from(reader, archive, root, opts)
+}
+
+/// [`dry_run`] of a tar stream already decompressed (an OCI layer read
+/// through its digest checks); `archive` names it in errors. With
+/// `opts.whiteouts` other than `Off`, OCI whiteouts are removals, not
+/// entries: they are checked and not counted.
+pub fn dry_run_from(
+    reader: impl Read,
+    archive: &Path,
+    root: &Path,
+    opts: &UnpackOptions,
+) -> Result<UnpackReport> {
+    let ctx = Ctx::new(archive, root, opts);
+    let rd = tar::Reader::new(reader, limits(opts));
+    let outcome = read_all(&ctx, rd, Dest::Record)?;
+    if ctx.cancelled() {
+        return Err(Error::Cancelled {
+            path: archive.to_path_buf(),
+        });
+    }
+    Ok(UnpackReport {
+        stats: outcome.stats,
+        meta: outcome.meta,
+        notices: ctx.notices.into_vec(),
+        changes: Vec::new(),
+        sha256: None,
+    })
+}
 
 /// Unpacks the archive file `archive` (a tar, plain or compressed, told
 /// by content: see [`compress`]) into the existing directory `root`;
@@ -217,23 +273,7 @@ fn run<R: Read>(
     opts.tunables.validate()?;
     // The root's own last component is not followed either.
     let root_dir = Root::open(root)?;
-    let is_root = euid() == 0;
     let ctx = Ctx {
-        archive,
-        root,
-        root_fd: Arc::clone(root_dir.fd()),
-        opts,
-        is_root,
-        preserve_owner: opts.preserve_owner.unwrap_or(is_root),
-        quit: AtomicBool::new(false),
-        error: Mutex::new(None),
-        notices: NoticeBoard::default(),
-        budget: Gate::default(),
-        spare: Spare::default(),
-        pending: Gate::default(),
-        temp: AtomicU64::new(0),
-        bytes_written: AtomicU64::new(0),
-        files: AtomicU64::new(0),
         body_source,
         flusher: match opts.tunables.copy_writeback.early(opts.durable) {
             true => Some(
@@ -245,6 +285,7 @@ fn run<R: Read>(
             ),
             false => None,
         },
+        ..Ctx::new(archive, root, opts)
     };
     let batch_size = opts.tunables.copy_batch.max(1);
     // The pool's, shared with its other runs, or the unpack's own.
@@ -275,10 +316,13 @@ fn run<R: Read>(
                 fds: fds.clone(),
                 stopped: Box::new(|| ctx.stopped()),
             };
-            read_all(ctx, input, Some(batcher))
+            let root = Arc::clone(root_dir.fd());
+            let pool = Some(batcher);
+            read_all(ctx, input, Dest::Tree { root, pool })
         })
     } else {
-        unpack_with_own_workers(&ctx, input, batch_size, &fds)
+        let root = Arc::clone(root_dir.fd());
+        unpack_with_own_workers(&ctx, input, root, batch_size, &fds)
     };
     let outcome = match reader_result {
         Ok(o) => o,
@@ -307,9 +351,9 @@ fn run<R: Read>(
     // share their parents' open descriptors.
     let DirList { tree, mut list } = outcome.dirs;
     list.sort_by_key(|(id, _)| std::cmp::Reverse(tree.depth(*id)));
-    let mut chain = Chain::new(Arc::clone(&ctx.root_fd));
+    let mut chain = Chain::new(Arc::clone(root_dir.fd()));
     for (id, m) in &list {
-        ctx.finish_dir(&mut chain, &tree.parts(*id), m)?;
+        ctx.finish_dir(root_dir.fd(), &mut chain, &tree.parts(*id), m)?;
     }
     let mut stats = outcome.stats;
     stats.fd_limit = fds.limit();
@@ -332,6 +376,7 @@ fn run<R: Read>(
 fn unpack_with_own_workers<R: Read>(
     ctx: &Ctx<'_>,
     input: tar::Reader<R>,
+    root: Arc<OwnedFd>,
     batch_size: usize,
     fds: &Descriptors,
 ) -> Result<ReadOutcome> {
@@ -366,6 +411,6 @@ fn unpack_with_own_workers<R: Read>(
             fds: fds.clone(),
             stopped: Box::new(|| ctx.stopped()),
         });
-        read_all(ctx, input, pool)
+        read_all(ctx, input, Dest::Tree { root, pool })
     })
 }
