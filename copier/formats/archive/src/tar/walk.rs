@@ -164,8 +164,8 @@ impl<R: Read> Reader<R> {
             }));
         }
         let data = self.bytes(size, "PAX extended header")?;
-        let records =
-            parse_pax(&data).map_err(|why| self.err(TarErrorKind::Pax(why)))?;
+        let records = parse_pax(&data)
+            .map_err(|why| self.err(TarErrorKind::Pax(why.to_string())))?;
         if is_global {
             return self.add_globals(&records);
         }
