@@ -115,7 +115,7 @@ pub fn dry_run_from(
         }
         if opts.whiteouts != Whiteouts::Off {
             match super::layered::classify(&name.parts).map_err(|why| {
-                refuse(&shown_entry, ArchiveRefusal::Corrupt(why))
+                refuse(&shown_entry, ArchiveRefusal::Corrupt(why.to_string()))
             })? {
                 super::layered::Class::Entry => {}
                 super::layered::Class::Skip => {

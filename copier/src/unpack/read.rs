@@ -257,8 +257,9 @@ impl<R: Read> Reading<'_, '_, '_, R> {
         if let Some(flow) = self.layer_bookkeeping(&name, &entry)? {
             return Ok(flow);
         }
-        let meta = Meta::of(&m)
-            .map_err(|why| ctx.refuse(&entry, ArchiveRefusal::Corrupt(why)))?;
+        let meta = Meta::of(&m).map_err(|why| {
+            ctx.refuse(&entry, ArchiveRefusal::Corrupt(why.to_string()))
+        })?;
         let Some(leaf) = name.leaf().cloned() else {
             // The layer's own `root/` (or `./`): the root directory itself.
             if m.kind == tar::Kind::Directory {
@@ -315,8 +316,9 @@ impl<R: Read> Reading<'_, '_, '_, R> {
         let Some(lay) = self.layered.as_ref() else {
             return Ok(None);
         };
-        let class = super::layered::classify(&name.parts)
-            .map_err(|why| ctx.refuse(entry, ArchiveRefusal::Corrupt(why)))?;
+        let class = super::layered::classify(&name.parts).map_err(|why| {
+            ctx.refuse(entry, ArchiveRefusal::Corrupt(why.to_string()))
+        })?;
         // What this layer queued stays until written: nothing is removed
         // from under a worker.
         let must_wait = match &class {
