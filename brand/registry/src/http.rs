@@ -47,7 +47,26 @@ pub(crate) struct Remote {
     pub(crate) watch: Watch,
     /// Whether the registry's name resolved, the first time it was
     /// needed: a name that does not is a failure no retry mends.
-    name: OnceLock<std::result::Result<(), String>>,
+    name: OnceLock<std::result::Result<(), Unresolved>>,
+}
+
+/// A registry's name that did not resolve, kept for later requests.
+#[derive(Clone, Debug)]
+struct Unresolved {
+    host: String,
+    /// The resolver's error; `None` when it found no address.
+    error: Option<Arc<std::io::Error>>,
+}
+
+impl std::fmt::Display for Unresolved {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.error {
+            None => {
+                write!(f, "{}: the name resolves to no address", self.host)
+            }
+            Some(e) => write!(f, "{}: {e}", self.host),
+        }
+    }
 }
 
 impl Remote {
@@ -114,17 +133,21 @@ impl Remote {
             };
             match hp.to_socket_addrs().map(|mut a| a.next()) {
                 Ok(Some(_)) => Ok(()),
-                Ok(None) => {
-                    Err(format!("{host}: the name resolves to no address"))
-                }
-                Err(e) => Err(format!("{host}: {e}")),
+                Ok(None) => Err(Unresolved {
+                    host: host.to_string(),
+                    error: None,
+                }),
+                Err(e) => Err(Unresolved {
+                    host: host.to_string(),
+                    error: Some(Arc::new(e)),
+                }),
             }
         });
         r.clone().map_err(|why| Error::Http {
             op: "GET",
             url: url.to_string(),
             kind: Failure::Name,
-            why,
+            why: why.to_string(),
         })
     }
 
