@@ -258,56 +258,7 @@ pub fn parse(mut input: impl Read) -> Result<Statemap, ParseError> {
             meta = Some(metadata(&obj).map_err(err)?);
             continue;
         };
-        if obj.contains_key("state") && obj.contains_key("entity") {
-            let entity = string(&obj, "entity").map_err(err)?;
-            let time = time(&obj).map_err(err)?;
-            let state =
-                obj.get("state").and_then(Value::as_u64).ok_or_else(|| {
-                    err(ParseProblem::Unrecognized(
-                        "state is not a number".into(),
-                    ))
-                })?;
-            if state >= m.states.len() as u64 {
-                return Err(err(ParseProblem::UnknownState(state)));
-            }
-            if let Some(&prev) = last.get(&entity)
-                && time < prev
-            {
-                return Err(err(ParseProblem::TimeBackwards {
-                    entity,
-                    previous: prev,
-                    time,
-                }));
-            }
-            last.insert(entity.clone(), time);
-            map.data.push(Datum {
-                time,
-                entity,
-                state: state as u32,
-            });
-        } else if obj.contains_key("event") {
-            map.events.push(Event {
-                time: time(&obj).map_err(err)?,
-                entity: string(&obj, "entity").map_err(err)?,
-                event: string(&obj, "event").map_err(err)?,
-                target: obj.get("target").map(|t| match t {
-                    Value::String(s) => s.clone(),
-                    other => other.to_string(),
-                }),
-            });
-        } else if obj.contains_key("description") {
-            map.descriptions.insert(
-                string(&obj, "entity").map_err(err)?,
-                string(&obj, "description").map_err(err)?,
-            );
-        } else if obj.contains_key("tag") {
-            map.tags.push(Value::Object(obj));
-        } else {
-            let keys: Vec<&str> = obj.keys().map(String::as_str).collect();
-            return Err(err(ParseProblem::Unrecognized(format!(
-                "keys {keys:?}"
-            ))));
-        }
+        add(&mut map, m, &mut last, obj).map_err(err)?;
     }
     map.meta = meta.ok_or(ParseError {
         line: 1,
@@ -315,6 +266,61 @@ pub fn parse(mut input: impl Read) -> Result<Statemap, ParseError> {
         problem: ParseProblem::Empty,
     })?;
     Ok(map)
+}
+
+/// Adds one object after the metadata `m` to `map`: a datum (its time
+/// after its entity's `last`), an event, a description or a tag.
+fn add(
+    map: &mut Statemap,
+    m: &Metadata,
+    last: &mut HashMap<String, u64>,
+    obj: Map<String, Value>,
+) -> Result<(), ParseProblem> {
+    if obj.contains_key("state") && obj.contains_key("entity") {
+        let entity = string(&obj, "entity")?;
+        let time = time(&obj)?;
+        let state =
+            obj.get("state").and_then(Value::as_u64).ok_or_else(|| {
+                ParseProblem::Unrecognized("state is not a number".into())
+            })?;
+        if state >= m.states.len() as u64 {
+            return Err(ParseProblem::UnknownState(state));
+        }
+        if let Some(&prev) = last.get(&entity)
+            && time < prev
+        {
+            return Err(ParseProblem::TimeBackwards {
+                entity,
+                previous: prev,
+                time,
+            });
+        }
+        last.insert(entity.clone(), time);
+        map.data.push(Datum {
+            time,
+            entity,
+            state: state as u32,
+        });
+    } else if obj.contains_key("event") {
+        map.events.push(Event {
+            time: time(&obj)?,
+            entity: string(&obj, "entity")?,
+            event: string(&obj, "event")?,
+            target: obj.get("target").map(|t| match t {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            }),
+        });
+    } else if obj.contains_key("description") {
+        map.descriptions
+            .insert(string(&obj, "entity")?, string(&obj, "description")?);
+    } else if obj.contains_key("tag") {
+        map.tags.push(Value::Object(obj));
+    } else {
+        let keys: Vec<&str> = obj.keys().map(String::as_str).collect();
+        return Err(ParseProblem::Unrecognized(format!("keys {keys:?}")));
+    }
+    Ok(())
 }
 
 fn string(obj: &Map<String, Value>, key: &str) -> Result<String, ParseProblem> {
