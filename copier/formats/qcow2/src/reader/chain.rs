@@ -303,6 +303,20 @@ fn resolve(
             }
         )));
     };
+    open_beneath(start, start_shown, &rel, what, &refuse)
+}
+
+/// Opens the regular file `rel` beneath `start` (shown as
+/// `start_shown`) one component at a time, following no symlink; its
+/// refusals made by `refuse`. The file, its path, its directory and
+/// that one's path.
+fn open_beneath(
+    start: &File,
+    start_shown: &Path,
+    rel: &Path,
+    what: &'static str,
+    refuse: &dyn Fn(String) -> Error,
+) -> Result<(File, PathBuf, File, PathBuf)> {
     let parts: Vec<&std::ffi::OsStr> = rel
         .components()
         .filter_map(|c| match c {
