@@ -19,7 +19,7 @@ use crate::connection::{Place, log_refusal, log_summary, serve};
 use crate::protocol::{ErrorKind, Reply, WireError};
 pub use crate::state::Options;
 use crate::state::{self, Daemon};
-use crate::sys;
+use crate::sys::{self, Peer};
 
 /// Sums up the refusal windows that ended (from the accept loop, so that
 /// a flood that stopped is still told).
@@ -216,49 +216,11 @@ fn accept(d: &Arc<Daemon>, stream: UnixStream) {
             return;
         }
     };
-    let mut made_room = None;
-    let mut slot = None;
-    let busy = {
-        let mut c = d.connections.lock().unwrap_or_else(|p| p.into_inner());
-        let mine = c.held_by(peer.uid);
-        let refused = if peer.uid == 0 {
-            None
-        } else if c.len() >= config.max_connections
-            && mine < config.max_connections_per_uid
-            && let Some(victim) = c.make_room(peer.uid, &evicted_line())
-        {
-            made_room = Some(victim);
-            None
-        } else if c.len() >= config.max_connections {
-            Some(format!(
-                "zinstalld: busy: {} connections are being served \
-                 (max_connections); try again",
-                config.max_connections
-            ))
-        } else if mine >= config.max_connections_per_uid {
-            Some(format!(
-                "zinstalld: busy: uid {} has {mine} connections open \
-                 (max_connections_per_uid); try again",
-                peer.uid
-            ))
-        } else {
-            None
-        };
-        refused.or_else(|| {
-            if peer.uid == 0 {
-                return None;
-            }
-            // The accept loop's handle on the connection, to close it
-            // should its place be needed while it idles.
-            match stream.try_clone() {
-                Ok(handle) => {
-                    slot = Some(c.add(peer.uid, handle));
-                    None
-                }
-                Err(e) => Some(format!("zinstalld: busy: {e}; try again")),
-            }
-        })
-    };
+    let Admission {
+        made_room,
+        slot,
+        busy,
+    } = place_for(d, &config, &peer, &stream);
     if let Some(victim) = made_room {
         log_refusal(
             d,
@@ -296,6 +258,75 @@ fn accept(d: &Arc<Daemon>, stream: UnixStream) {
         });
     if let Err(e) = spawned {
         warn!(d.log, "cannot serve a connection"; "error" => %e);
+    }
+}
+
+/// A new connection's admission.
+struct Admission {
+    /// The uid whose idle connection was closed to make room.
+    made_room: Option<u32>,
+    /// Its place among the connections; none for root's.
+    slot: Option<u64>,
+    /// Why it is not served.
+    busy: Option<String>,
+}
+
+/// Whether a connection of `peer` is served: a place for it (none for
+/// root, which is never refused), made, if need be, by closing an idle
+/// connection of a caller holding more; else why it is busy.
+fn place_for(
+    d: &Daemon,
+    config: &Config,
+    peer: &Peer,
+    stream: &UnixStream,
+) -> Admission {
+    let mut made_room = None;
+    let mut slot = None;
+    let busy = {
+        let mut c = d.connections.lock().unwrap_or_else(|p| p.into_inner());
+        let mine = c.held_by(peer.uid);
+        let refused = if peer.uid == 0 {
+            None
+        } else if c.len() >= config.max_connections
+            && mine < config.max_connections_per_uid
+            && let Some(victim) = c.make_room(peer.uid, &evicted_line())
+        {
+            made_room = Some(victim);
+            None
+        } else if c.len() >= config.max_connections {
+            Some(format!(
+                "zinstalld: busy: {} connections are being served \
+             (max_connections); try again",
+                config.max_connections
+            ))
+        } else if mine >= config.max_connections_per_uid {
+            Some(format!(
+                "zinstalld: busy: uid {} has {mine} connections open \
+             (max_connections_per_uid); try again",
+                peer.uid
+            ))
+        } else {
+            None
+        };
+        refused.or_else(|| {
+            if peer.uid == 0 {
+                return None;
+            }
+            // The accept loop's handle on the connection, to close it
+            // should its place be needed while it idles.
+            match stream.try_clone() {
+                Ok(handle) => {
+                    slot = Some(c.add(peer.uid, handle));
+                    None
+                }
+                Err(e) => Some(format!("zinstalld: busy: {e}; try again")),
+            }
+        })
+    };
+    Admission {
+        made_room,
+        slot,
+        busy,
     }
 }
 
