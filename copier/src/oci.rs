@@ -204,27 +204,50 @@ pub fn encode_changes(changes: &[Change]) -> Vec<u8> {
     v
 }
 
+/// Why a layer's recorded changes do not decode.
+#[derive(Debug, thiserror::Error)]
+pub enum BadChanges {
+    /// The last record has no terminating NUL.
+    #[error("not NUL-terminated")]
+    NotTerminated,
+    /// A record with no tag.
+    #[error("an empty record")]
+    EmptyRecord,
+    /// A path that is absolute or has `.`/`..` in it.
+    #[error("{}: not a plain relative path", .0.display())]
+    NotPlain(PathBuf),
+    /// A record (shown) whose tag is unknown or out of place.
+    #[error("bad record {0:?}")]
+    BadRecord(String),
+    /// A link record is the last.
+    #[error("a link record without its target")]
+    LinkWithoutTarget,
+}
+
 /// Reads what [`encode_changes`] wrote; every path must be relative
 /// with plain components.
-pub fn decode_changes(b: &[u8]) -> std::result::Result<Vec<Change>, String> {
+pub fn decode_changes(
+    b: &[u8],
+) -> std::result::Result<Vec<Change>, BadChanges> {
     let mut out = Vec::new();
     let Some(body) = b.strip_suffix(&[0]) else {
         return if b.is_empty() {
             Ok(out)
         } else {
-            Err("not NUL-terminated".into())
+            Err(BadChanges::NotTerminated)
         };
     };
     let mut link: Option<PathBuf> = None;
     for rec in body.split(|&c| c == 0) {
         let Some((&tag, path)) = rec.split_first() else {
-            return Err("an empty record".into());
+            return Err(BadChanges::EmptyRecord);
         };
         let p = PathBuf::from(OsStr::from_bytes(path));
         if !p.components().all(|c| matches!(c, Component::Normal(_))) {
-            return Err(format!("{}: not a plain relative path", p.display()));
+            return Err(BadChanges::NotPlain(p));
         }
-        let bad = || format!("bad record {:?}", String::from_utf8_lossy(rec));
+        let bad =
+            || BadChanges::BadRecord(String::from_utf8_lossy(rec).into_owned());
         if let Some(path) = link.take() {
             if tag != b't' || p.as_os_str().is_empty() {
                 return Err(bad());
@@ -244,7 +267,7 @@ pub fn decode_changes(b: &[u8]) -> std::result::Result<Vec<Change>, String> {
         });
     }
     if link.is_some() {
-        return Err("a link record without its target".into());
+        return Err(BadChanges::LinkWithoutTarget);
     }
     Ok(out)
 }

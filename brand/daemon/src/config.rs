@@ -347,83 +347,10 @@ impl Config {
         Config::from_raw(toml::from_str(text).map_err(Invalid::Toml)?)
     }
 
-    fn from_raw(raw: Raw) -> Result<Config, Invalid> {
+    fn from_raw(mut raw: Raw) -> Result<Config, Invalid> {
         let mut c = Config::default();
-        if let Some(s) = raw.socket {
-            c.socket = absolute("socket", s)?;
-        }
-        if let Some(m) = raw.socket_mode {
-            c.socket_mode = u32::from_str_radix(&m, 8)
-                .ok()
-                .filter(|m| *m <= 0o777)
-                .ok_or_else(|| Invalid::SocketMode(m.clone()))?;
-        }
-        if let Some(g) = raw.socket_group {
-            c.socket_group = Some(gid("socket_group", &g)?);
-        }
-        if let Some(n) = raw.copy_threads {
-            c.copy_threads = Some(bounded("copy_threads", n, 1, 1024)?);
-        }
-        if let Some(n) = raw.copy_walkers {
-            c.copy_walkers = Some(bounded("copy_walkers", n, 0, 256)?);
-        }
-        if let Some(p) = raw.defaults {
-            c.defaults = absolute("defaults", p)?;
-        }
-        if let Some(p) = raw.cache {
-            c.cache = absolute("cache", p)?;
-        }
-        if let Some(p) = raw.profile {
-            c.profile = absolute("profile", p)?;
-        }
-        if let Some(n) = raw.max_connections {
-            c.max_connections = bounded("max_connections", n, 1, 65536)?;
-        }
-        if let Some(n) = raw.max_connections_per_uid {
-            c.max_connections_per_uid =
-                bounded("max_connections_per_uid", n, 1, 65536)?;
-        }
-        if let Some(n) = raw.max_jobs {
-            c.max_jobs = bounded("max_jobs", n, 1, 4096)?;
-        }
-        if let Some(n) = raw.max_jobs_per_uid {
-            c.max_jobs_per_uid = bounded("max_jobs_per_uid", n, 1, 4096)?;
-        }
-        if let Some(n) = raw.io_timeout_secs {
-            c.io_timeout = Duration::from_secs(bounded(
-                "io_timeout_secs",
-                n as usize,
-                1,
-                3600,
-            )? as u64);
-        }
-        if let Some(n) = raw.job_stall_secs {
-            c.job_stall = Duration::from_secs(bounded(
-                "job_stall_secs",
-                n as usize,
-                1,
-                86400,
-            )? as u64);
-        }
-        if let Some(n) = raw.fetch_deadline_secs {
-            c.fetch_deadline = Duration::from_secs(bounded(
-                "fetch_deadline_secs",
-                n as usize,
-                1,
-                86400,
-            )? as u64);
-        }
-        if let Some(n) = raw.refusal_log_burst {
-            c.refusal_log_burst = bounded("refusal_log_burst", n, 0, 10_000)?;
-        }
-        if let Some(n) = raw.refusal_log_window_secs {
-            c.refusal_log_window = Duration::from_secs(bounded(
-                "refusal_log_window_secs",
-                n as usize,
-                1,
-                3600,
-            )? as u64);
-        }
+        c.service_from(&mut raw)?;
+        c.limits_from(&mut raw)?;
         c.insecure_registries = raw.insecure_registries;
         if let Some(p) = raw.policy {
             c.policy = Some(absolute("policy", p)?);
@@ -435,41 +362,133 @@ impl Config {
             c.keep_finished = bounded("keep_finished", n, 0, 100_000)?;
         }
         for (i, g) in raw.grant.into_iter().enumerate() {
-            let at = format!("grant {}", i + 1);
-            let mut grant = Grant {
-                users: BTreeSet::new(),
-                groups: BTreeSet::new(),
-                operations: BTreeSet::new(),
-                prefixes: Vec::new(),
-            };
-            for u in &g.users {
-                grant.users.insert(uid(&at, u)?);
-            }
-            for gr in &g.groups {
-                grant.groups.insert(gid(&at, gr)?);
-            }
-            if grant.users.is_empty() && grant.groups.is_empty() {
-                return Err(Invalid::GrantsNobody { at });
-            }
-            for op in g.operations {
-                if !Call::NAMES.contains(&op.as_str()) {
-                    return Err(Invalid::UnknownOperation { at, op });
-                }
-                if !GRANTABLE.contains(&op.as_str()) {
-                    return Err(Invalid::NotGrantable { at, op });
-                }
-                grant.operations.insert(op);
-            }
-            for p in g.prefixes {
-                grant.prefixes.push(absolute(&at, p)?);
-            }
-            if grant.operations.contains("copy") && grant.prefixes.is_empty() {
-                return Err(Invalid::CopyWithoutPrefixes { at });
-            }
-            c.grants.push(grant);
+            c.grants.push(grant(i, g)?);
         }
         Ok(c)
     }
+
+    /// The socket, the copy pool and the files the service reads.
+    fn service_from(&mut self, raw: &mut Raw) -> Result<(), Invalid> {
+        if let Some(s) = raw.socket.take() {
+            self.socket = absolute("socket", s)?;
+        }
+        if let Some(m) = raw.socket_mode.take() {
+            self.socket_mode = u32::from_str_radix(&m, 8)
+                .ok()
+                .filter(|m| *m <= 0o777)
+                .ok_or_else(|| Invalid::SocketMode(m.clone()))?;
+        }
+        if let Some(g) = raw.socket_group.take() {
+            self.socket_group = Some(gid("socket_group", &g)?);
+        }
+        if let Some(n) = raw.copy_threads.take() {
+            self.copy_threads = Some(bounded("copy_threads", n, 1, 1024)?);
+        }
+        if let Some(n) = raw.copy_walkers.take() {
+            self.copy_walkers = Some(bounded("copy_walkers", n, 0, 256)?);
+        }
+        if let Some(p) = raw.defaults.take() {
+            self.defaults = absolute("defaults", p)?;
+        }
+        if let Some(p) = raw.cache.take() {
+            self.cache = absolute("cache", p)?;
+        }
+        if let Some(p) = raw.profile.take() {
+            self.profile = absolute("profile", p)?;
+        }
+        Ok(())
+    }
+
+    /// The bounds on connections, jobs, time and refusal logging.
+    fn limits_from(&mut self, raw: &mut Raw) -> Result<(), Invalid> {
+        if let Some(n) = raw.max_connections.take() {
+            self.max_connections = bounded("max_connections", n, 1, 65536)?;
+        }
+        if let Some(n) = raw.max_connections_per_uid.take() {
+            self.max_connections_per_uid =
+                bounded("max_connections_per_uid", n, 1, 65536)?;
+        }
+        if let Some(n) = raw.max_jobs.take() {
+            self.max_jobs = bounded("max_jobs", n, 1, 4096)?;
+        }
+        if let Some(n) = raw.max_jobs_per_uid.take() {
+            self.max_jobs_per_uid = bounded("max_jobs_per_uid", n, 1, 4096)?;
+        }
+        if let Some(n) = raw.io_timeout_secs.take() {
+            self.io_timeout = Duration::from_secs(bounded(
+                "io_timeout_secs",
+                n as usize,
+                1,
+                3600,
+            )? as u64);
+        }
+        if let Some(n) = raw.job_stall_secs.take() {
+            self.job_stall = Duration::from_secs(bounded(
+                "job_stall_secs",
+                n as usize,
+                1,
+                86400,
+            )? as u64);
+        }
+        if let Some(n) = raw.fetch_deadline_secs.take() {
+            self.fetch_deadline = Duration::from_secs(bounded(
+                "fetch_deadline_secs",
+                n as usize,
+                1,
+                86400,
+            )? as u64);
+        }
+        if let Some(n) = raw.refusal_log_burst.take() {
+            self.refusal_log_burst =
+                bounded("refusal_log_burst", n, 0, 10_000)?;
+        }
+        if let Some(n) = raw.refusal_log_window_secs.take() {
+            self.refusal_log_window = Duration::from_secs(bounded(
+                "refusal_log_window_secs",
+                n as usize,
+                1,
+                3600,
+            )?
+                as u64);
+        }
+        Ok(())
+    }
+}
+
+/// The `i`th (0-based) `[[grant]]` table, checked.
+fn grant(i: usize, g: RawGrant) -> Result<Grant, Invalid> {
+    let at = format!("grant {}", i + 1);
+    let mut grant = Grant {
+        users: BTreeSet::new(),
+        groups: BTreeSet::new(),
+        operations: BTreeSet::new(),
+        prefixes: Vec::new(),
+    };
+    for u in &g.users {
+        grant.users.insert(uid(&at, u)?);
+    }
+    for gr in &g.groups {
+        grant.groups.insert(gid(&at, gr)?);
+    }
+    if grant.users.is_empty() && grant.groups.is_empty() {
+        return Err(Invalid::GrantsNobody { at });
+    }
+    for op in g.operations {
+        if !Call::NAMES.contains(&op.as_str()) {
+            return Err(Invalid::UnknownOperation { at, op });
+        }
+        if !GRANTABLE.contains(&op.as_str()) {
+            return Err(Invalid::NotGrantable { at, op });
+        }
+        grant.operations.insert(op);
+    }
+    for p in g.prefixes {
+        grant.prefixes.push(absolute(&at, p)?);
+    }
+    if grant.operations.contains("copy") && grant.prefixes.is_empty() {
+        return Err(Invalid::CopyWithoutPrefixes { at });
+    }
+    Ok(grant)
 }
 
 fn bounded(

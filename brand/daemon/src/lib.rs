@@ -46,6 +46,7 @@
 mod auth;
 pub mod client;
 pub mod config;
+mod connection;
 mod jobs;
 mod limits;
 mod ops;

@@ -380,99 +380,19 @@ impl Profile {
             ))),
             ..err(e.message().to_string())
         })?;
-        for (i, t) in raw.trees.iter().enumerate() {
-            let bad = t.is_absolute()
-                || t.components()
-                    .any(|c| !matches!(c, std::path::Component::Normal(_)));
-            if bad || t.as_os_str().is_empty() {
-                return Err(err(format!(
-                    "trees[{i}] = {:?}: must be a relative path without ..",
-                    t
-                )));
-            }
-        }
-        for (i, l) in raw.links.iter().enumerate() {
-            if !plain_relative(&l.path) {
-                return Err(err(format!(
-                    "link[{i}].path = {:?}: must be a relative path without ..",
-                    l.path
-                )));
-            }
-            if l.target.as_os_str().is_empty() {
-                return Err(err(format!("link[{i}].target is empty")));
-            }
-        }
-        for (i, d) in raw.dirs.iter().enumerate() {
-            if !plain_relative(&d.path) {
-                return Err(err(format!(
-                    "dir[{i}].path = {:?}: must be a relative path without ..",
-                    d.path
-                )));
-            }
-            if d.mode > 0o7777 {
-                return Err(err(format!(
-                    "dir[{i}].mode = {:#o}: more than 0o7777",
-                    d.mode
-                )));
-            }
-        }
+        check_paths(path, &raw)?;
         // Prune rules first: a pruned path is skipped whatever else matches.
         let mut rules = Vec::new();
         let mut prune = raw.prune.paths.clone();
         if let Some(list) = &raw.prune.list_file {
-            match read_bounded(list, MAX_LIST_BYTES) {
-                Ok(text) => {
-                    for (n, line) in text.lines().enumerate() {
-                        let line = line.trim();
-                        if line.is_empty() || line.starts_with('#') {
-                            continue;
-                        }
-                        if line.starts_with('/')
-                            || line.split('/').any(|c| c == "..")
-                        {
-                            return Err(err(format!(
-                                "prune.list_file {}:{}: {line:?} must be relative, without ..",
-                                list.display(),
-                                n + 1
-                            )));
-                        }
-                        prune.push(line.to_string());
-                    }
-                }
-                // The list is optional: a system may have none.
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => {
-                    return Err(err(format!(
-                        "prune.list_file {}: {e}",
-                        list.display()
-                    )));
-                }
-            }
+            prune.extend(prune_list(path, list)?);
         }
         for p in &prune {
             let p = p.trim_matches('/');
             rules.push(Rule::new(globset::escape(p), Action::Skip));
         }
         for (i, r) in raw.rules.iter().enumerate() {
-            let need_prefix = |a: fn(PathBuf) -> Action| match &r.prefix {
-                Some(p) => Ok(a(p.clone())),
-                None => Err(err(format!(
-                    "rule[{i}]: action {:?} needs a prefix",
-                    r.action
-                ))),
-            };
-            let action = match r.action.as_str() {
-                "copy" => Action::Copy,
-                "skip" => Action::Skip,
-                "link" => need_prefix(Action::Link)?,
-                "relative-link" => need_prefix(Action::RelativeLink)?,
-                other => {
-                    return Err(err(format!(
-                        "rule[{i}].action = {other:?}: must be copy, link, relative-link or skip"
-                    )));
-                }
-            };
-            rules.push(Rule::new(r.pattern.clone(), action));
+            rules.push(rule(path, i, r)?);
         }
         let owners =
             Owners::from_raw(raw.update).map_err(|e| err(e.to_string()))?;
@@ -501,6 +421,107 @@ impl Profile {
             owners: Arc::new(owners),
         })
     }
+}
+
+/// Checks that the trees, links and dirs of the profile at `path` name
+/// plain relative paths, and the dirs' modes.
+fn check_paths(path: &Path, raw: &Raw) -> Result<(), ProfileError> {
+    let err = |message: String| ProfileError::new(path, message);
+    for (i, t) in raw.trees.iter().enumerate() {
+        let bad = t.is_absolute()
+            || t.components()
+                .any(|c| !matches!(c, std::path::Component::Normal(_)));
+        if bad || t.as_os_str().is_empty() {
+            return Err(err(format!(
+                "trees[{i}] = {:?}: must be a relative path without ..",
+                t
+            )));
+        }
+    }
+    for (i, l) in raw.links.iter().enumerate() {
+        if !plain_relative(&l.path) {
+            return Err(err(format!(
+                "link[{i}].path = {:?}: must be a relative path without ..",
+                l.path
+            )));
+        }
+        if l.target.as_os_str().is_empty() {
+            return Err(err(format!("link[{i}].target is empty")));
+        }
+    }
+    for (i, d) in raw.dirs.iter().enumerate() {
+        if !plain_relative(&d.path) {
+            return Err(err(format!(
+                "dir[{i}].path = {:?}: must be a relative path without ..",
+                d.path
+            )));
+        }
+        if d.mode > 0o7777 {
+            return Err(err(format!(
+                "dir[{i}].mode = {:#o}: more than 0o7777",
+                d.mode
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The paths `list` (a profile's `prune.list_file`) names, one a line;
+/// none if it does not exist.
+fn prune_list(path: &Path, list: &Path) -> Result<Vec<String>, ProfileError> {
+    let err = |message: String| ProfileError::new(path, message);
+    let mut out = Vec::new();
+    match read_bounded(list, MAX_LIST_BYTES) {
+        Ok(text) => {
+            for (n, line) in text.lines().enumerate() {
+                let line = line.trim();
+                if line.is_empty() || line.starts_with('#') {
+                    continue;
+                }
+                if line.starts_with('/') || line.split('/').any(|c| c == "..") {
+                    return Err(err(format!(
+                        "prune.list_file {}:{}: {line:?} must be relative, without ..",
+                        list.display(),
+                        n + 1
+                    )));
+                }
+                out.push(line.to_string());
+            }
+        }
+        // The list is optional: a system may have none.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => {
+            return Err(err(format!(
+                "prune.list_file {}: {e}",
+                list.display()
+            )));
+        }
+    }
+    Ok(out)
+}
+
+/// The profile's `i`th rule.
+fn rule(path: &Path, i: usize, r: &RawRule) -> Result<Rule, ProfileError> {
+    let err = |message: String| ProfileError::new(path, message);
+    let need_prefix = |a: fn(PathBuf) -> Action| match &r.prefix {
+        Some(p) => Ok(a(p.clone())),
+        None => Err(err(format!(
+            "rule[{i}]: action {:?} needs a prefix",
+            r.action
+        ))),
+    };
+    let action = match r.action.as_str() {
+        "copy" => Action::Copy,
+        "skip" => Action::Skip,
+        "link" => need_prefix(Action::Link)?,
+        "relative-link" => need_prefix(Action::RelativeLink)?,
+        other => {
+            return Err(err(format!(
+                "rule[{i}].action = {other:?}: must be copy, link, relative-link or skip"
+            )));
+        }
+    };
+    Ok(Rule::new(r.pattern.clone(), action))
 }
 
 #[cfg(test)]

@@ -215,6 +215,34 @@ impl Install<'_> {
         digests: &mut std::collections::HashMap<PathBuf, String>,
     ) -> Result<Summary, Cause> {
         let mut sum = Summary::default();
+        let top = self.make_root(root)?;
+        if !self.profile.links.is_empty() || !self.profile.dirs.is_empty() {
+            (self.events)(&Event::LayingOut);
+            let t0 = self.step_start("layout");
+            let r = layout(&self.profile, root, self.pool.as_ref());
+            self.step_done("layout", t0, r.is_err());
+            add(&mut sum.stats, &r?);
+        }
+        let trees = self.profile.trees.clone();
+        for t in &trees {
+            self.replicate(root, t, &mut sum)?;
+        }
+        for a in archives {
+            self.unpack_archive(a, root, contents, digests, &mut sum)?;
+        }
+        let host_files = self.profile.host_files.clone();
+        for f in &host_files {
+            self.copy_host_file(f, root, &top, &mut sum)?;
+        }
+        for n in &sum.notices {
+            (self.events)(&Event::Notice(n.clone()));
+        }
+        Ok(sum)
+    }
+
+    /// Makes the root (a subvolume on btrfs), or opens it, without
+    /// following a symlink at its name.
+    fn make_root(&mut self, root: &Path) -> Result<Root, Cause> {
         let step_err = |step: &str| {
             let step = step.to_string();
             move |source| Cause::Step {
@@ -238,126 +266,144 @@ impl Install<'_> {
         }
         let top = Root::create(root, 0o755).map_err(step_err("make root"))?;
         top.set_mode(0o755).map_err(step_err("make root"))?;
-        if !self.profile.links.is_empty() || !self.profile.dirs.is_empty() {
-            (self.events)(&Event::LayingOut);
-            let t0 = self.step_start("layout");
-            let r = layout(&self.profile, root, self.pool.as_ref());
-            self.step_done("layout", t0, r.is_err());
-            add(&mut sum.stats, &r?);
+        Ok(top)
+    }
+
+    /// Replicates the host's tree `t` (relative to the source root) into
+    /// the root.
+    fn replicate(
+        &mut self,
+        root: &Path,
+        t: &Path,
+        sum: &mut Summary,
+    ) -> Result<(), Cause> {
+        let name = format!("/{}", t.display());
+        let src = self.profile.source_root.join(t);
+        let dst = root.join(t);
+        (self.events)(&Event::Replicating { tree: name.clone() });
+        let step = format!("replicate {name}");
+        let t0 = self.step_start(&step);
+        let r = self
+            .plan(&src, &dst)
+            .within(root)
+            .tunables(self.tunables)
+            .rules(std::sync::Arc::clone(&self.profile.rules), t)
+            .skip_special(true)
+            .run();
+        self.step_done(&step, t0, r.is_err());
+        let report = r.map_err(|source| Cause::Copy {
+            step: step.clone(),
+            source,
+        })?;
+        let s = &report.stats;
+        (self.events)(&Event::Replicated {
+            tree: name.clone(),
+            stats: s.clone(),
+        });
+        info!(self.log, "replicated"; "tree" => &name, "files" => s.files, "symlinks" => s.symlinks,
+              "linked" => s.redirects, "skipped" => s.skipped, "bytes" => s.bytes,
+              "ms" => s.elapsed.as_millis() as u64);
+        merge_notices(&mut sum.notices, &report.notices);
+        add(&mut sum.stats, s);
+        Ok(())
+    }
+
+    /// Unpacks archive `a` (or applies its OCI image) into the root,
+    /// noting its digest in `digests`.
+    fn unpack_archive(
+        &mut self,
+        a: &Archive,
+        root: &Path,
+        contents: &std::sync::Arc<copier::contents::Contents>,
+        digests: &mut std::collections::HashMap<PathBuf, String>,
+        sum: &mut Summary,
+    ) -> Result<(), Cause> {
+        if let Some(image) = &a.oci {
+            return self.apply_oci(image, root, sum, contents);
         }
-        let trees = self.profile.trees.clone();
-        for t in &trees {
-            let name = format!("/{}", t.display());
-            let src = self.profile.source_root.join(t);
-            let dst = root.join(t);
-            (self.events)(&Event::Replicating { tree: name.clone() });
-            let step = format!("replicate {name}");
-            let t0 = self.step_start(&step);
-            let r = self
-                .plan(&src, &dst)
-                .within(root)
-                .tunables(self.tunables)
-                .rules(std::sync::Arc::clone(&self.profile.rules), t)
-                .skip_special(true)
-                .run();
-            self.step_done(&step, t0, r.is_err());
-            let report = r.map_err(|source| Cause::Copy {
-                step: step.clone(),
-                source,
-            })?;
-            let s = &report.stats;
-            (self.events)(&Event::Replicated {
-                tree: name.clone(),
-                stats: s.clone(),
-            });
-            info!(self.log, "replicated"; "tree" => &name, "files" => s.files, "symlinks" => s.symlinks,
-                  "linked" => s.redirects, "skipped" => s.skipped, "bytes" => s.bytes,
-                  "ms" => s.elapsed.as_millis() as u64);
-            merge_notices(&mut sum.notices, &report.notices);
-            add(&mut sum.stats, s);
+        let (path, kind) = (a.path.clone(), a.kind);
+        (self.events)(&Event::Unpacking {
+            path: path.clone(),
+            kind,
+        });
+        let step = format!("unpack {}", path.display());
+        let t0 = self.step_start(&step);
+        // Its SHA-256, the recipe's name for it, taken as it is read.
+        let opts = UnpackOptions {
+            contents: Some(std::sync::Arc::clone(contents)),
+            // Not for a root stored elsewhere: it records no recipe.
+            digest: self.objects.is_none(),
+            ..self.unpack_options(a)
+        };
+        let r = unpack::unpack(&path, root, &opts);
+        self.step_done(&step, t0, r.is_err());
+        // The engine's error names the archive and the member.
+        let r = r.map_err(|source| Cause::Step {
+            step: "unpack".into(),
+            source: Box::new(source),
+        })?;
+        if let Some(d) = &r.sha256 {
+            digests.insert(path.clone(), d.clone());
         }
-        for a in archives {
-            if let Some(image) = &a.oci {
-                self.apply_oci(image, root, &mut sum, contents)?;
-                continue;
+        let s = &r.stats;
+        let took = t0.elapsed();
+        (self.events)(&Event::Unpacked {
+            path: path.clone(),
+            stats: s.clone(),
+            took,
+        });
+        info!(self.log, "unpacked"; "archive" => %path.display(), "files" => s.files,
+              "bytes" => s.bytes, "ms" => took.as_millis() as u64);
+        merge_notices(&mut sum.notices, &r.notices);
+        add(&mut sum.stats, s);
+        Ok(())
+    }
+
+    /// Copies the host file `f` into the root, beneath `top`.
+    fn copy_host_file(
+        &mut self,
+        f: &Path,
+        root: &Path,
+        top: &Root,
+        sum: &mut Summary,
+    ) -> Result<(), Cause> {
+        (self.events)(&Event::CopyingHostFile {
+            path: f.to_path_buf(),
+        });
+        let rel = f.strip_prefix("/").unwrap_or(f);
+        let dst = root.join(rel);
+        let step = format!("host file {}", f.display());
+        let t0 = self.step_start(&step);
+        let src = match host_source(f, root) {
+            Some(real) => {
+                (self.events)(&Event::HostFileByContent {
+                    path: f.to_path_buf(),
+                    real: real.clone(),
+                });
+                real
             }
-            let (path, kind) = (a.path.clone(), a.kind);
-            (self.events)(&Event::Unpacking {
-                path: path.clone(),
-                kind,
-            });
-            let step = format!("unpack {}", path.display());
-            let t0 = self.step_start(&step);
-            // Its SHA-256, the recipe's name for it, taken as it is read.
-            let opts = UnpackOptions {
-                contents: Some(std::sync::Arc::clone(contents)),
-                // Not for a root stored elsewhere: it records no recipe.
-                digest: self.objects.is_none(),
-                ..self.unpack_options(a)
-            };
-            let r = unpack::unpack(&path, root, &opts);
-            self.step_done(&step, t0, r.is_err());
-            // The engine's error names the archive and the member.
-            let r = r.map_err(|source| Cause::Step {
-                step: "unpack".into(),
-                source: Box::new(source),
-            })?;
-            if let Some(d) = &r.sha256 {
-                digests.insert(path.clone(), d.clone());
-            }
-            let s = &r.stats;
-            let took = t0.elapsed();
-            (self.events)(&Event::Unpacked {
-                path: path.clone(),
-                stats: s.clone(),
-                took,
-            });
-            info!(self.log, "unpacked"; "archive" => %path.display(), "files" => s.files,
-                  "bytes" => s.bytes, "ms" => took.as_millis() as u64);
-            merge_notices(&mut sum.notices, &r.notices);
-            add(&mut sum.stats, s);
-        }
-        let host_files = self.profile.host_files.clone();
-        for f in &host_files {
-            (self.events)(&Event::CopyingHostFile { path: f.clone() });
-            let rel = f.strip_prefix("/").unwrap_or(f);
-            let dst = root.join(rel);
-            let step = format!("host file {}", f.display());
-            let t0 = self.step_start(&step);
-            let src = match host_source(f, root) {
-                Some(real) => {
-                    (self.events)(&Event::HostFileByContent {
-                        path: f.clone(),
-                        real: real.clone(),
-                    });
-                    real
-                }
-                None => f.clone(),
-            };
-            // Beneath the root: a symlink an image planted on the way
-            // (etc -> /host/dir) is refused and named; one at the file's
-            // own name is replaced, never written through. The directory
-            // it goes into keeps its times, as the tree gave them.
-            let parent = rel.parent().filter(|p| !p.as_os_str().is_empty());
-            let dir = parent.and_then(|p| top.dir(p, None).ok());
-            let r = match &dir {
-                Some(d) => d.keeping_times(|| {
-                    self.plan(&src, &dst).within(root).merge(true).run()
-                }),
-                None => self.plan(&src, &dst).within(root).merge(true).run(),
-            };
-            self.step_done(&step, t0, r.is_err());
-            let r = r.map_err(|source| Cause::Copy {
-                step: step.clone(),
-                source,
-            })?;
-            merge_notices(&mut sum.notices, &r.notices);
-            add(&mut sum.stats, &r.stats);
-        }
-        for n in &sum.notices {
-            (self.events)(&Event::Notice(n.clone()));
-        }
-        Ok(sum)
+            None => f.to_path_buf(),
+        };
+        // Beneath the root: a symlink an image planted on the way
+        // (etc -> /host/dir) is refused and named; one at the file's
+        // own name is replaced, never written through. The directory
+        // it goes into keeps its times, as the tree gave them.
+        let parent = rel.parent().filter(|p| !p.as_os_str().is_empty());
+        let dir = parent.and_then(|p| top.dir(p, None).ok());
+        let r = match &dir {
+            Some(d) => d.keeping_times(|| {
+                self.plan(&src, &dst).within(root).merge(true).run()
+            }),
+            None => self.plan(&src, &dst).within(root).merge(true).run(),
+        };
+        self.step_done(&step, t0, r.is_err());
+        let r = r.map_err(|source| Cause::Copy {
+            step: step.clone(),
+            source,
+        })?;
+        merge_notices(&mut sum.notices, &r.notices);
+        add(&mut sum.stats, &r.stats);
+        Ok(())
     }
 
     /// Flushes the root's filesystem: each file's writeback started as

@@ -126,164 +126,220 @@ pub(crate) fn build(
 ) -> Result<(), ProvisionError> {
     reader.meter(opts.progress.clone());
     match kind {
-        ImageKind::Tree(c) => {
-            fs::create_dir(payload)
-                .map_err(|e| Error::io(Op::Mkdir, payload, e))?;
-            // Unbuffered: the decoder buffers what it reads.
-            let stream = decompress(reader, c)
-                .map_err(|e| Error::io(Op::Read, image, e))?;
-            // Read, summed and decompressed ahead of the tar reader, on a
-            // thread of its own.
-            std::thread::scope(|s| {
-                let (ahead, _stream) = zinstall_archive::ahead::read_ahead(
-                    s,
-                    unpack::DECOMPRESS_THREAD,
-                    stream,
-                )
-                .map_err(|e| Error::io(Op::Read, image, e))?;
-                unpack::unpack_from(ahead, image, payload, &opts.unpack())
-                    .map_err(Error::from)
-            })?;
-        }
-        ImageKind::Raw(c) => {
-            let out = File::create_new(payload)
-                .map_err(|e| Error::io(Op::Create, payload, e))?;
-            let mut stream = decompress(reader, c)
-                .map_err(|e| Error::io(Op::Read, image, e))?;
-            // Compressed, the stream may say anything: bounded. A plain
-            // file's bytes are its size.
-            let limit = match c {
-                Compression::None => u64::MAX,
-                _ => opts.max_archive_bytes,
-            };
-            decompress_into(image, &mut stream, &out, payload, limit, opts)?;
-            // A fixed VHD is the disk and a footer, which the guest must
-            // not see; compressed, only the stream shows it.
-            let len = out
-                .metadata()
-                .map_err(|e| Error::io(Op::Stat, payload, e))?
-                .len();
-            if let Some(disk) = detect::fixed_vhd_disk_len(&out, len, image)? {
-                out.set_len(disk)
-                    .map_err(|e| Error::io(Op::Truncate, payload, e))?;
-            }
-        }
+        ImageKind::Tree(c) => build_tree(image, c, reader, payload, opts),
+        ImageKind::Raw(c) => build_raw(image, c, reader, payload, opts),
         ImageKind::Qcow2 => {
-            let qcow = match qcow {
-                Some(q) => q,
-                None => open_qcow2(image, open_image(image)?, opts)?,
-            };
-            match qcow {
-                Qcow2Input::Native(img) => {
-                    notices.extend(img.notices());
-                    // One sequential read of the file feeds the digest;
-                    // plain clusters are reflinked or copied in the kernel
-                    // from the image file, or written from the same
-                    // buffers.
-                    convert_streaming(
-                        &img,
-                        image,
-                        reader,
-                        payload,
-                        opts,
-                        &Placer::new(),
-                    )?;
-                }
-                Qcow2Input::QemuImg(qemu_img, why) => {
-                    let copy = payload.with_file_name("image.foreign");
-                    scratch_copy(
-                        image,
-                        reader,
-                        Compression::None,
-                        &copy,
-                        u64::MAX,
-                        opts,
-                    )?;
-                    let r = crate::qemu_img::convert_to_raw(
-                        &crate::qemu_img::Conversion {
-                            qemu_img: &qemu_img,
-                            format: crate::qemu_img::Format::Qcow2,
-                            shown: image,
-                            copy: &copy,
-                            payload,
-                            cancel: opts.cancel.as_ref(),
-                            secret: match why.refusal() {
-                                Some(qcow2::Problem::Encrypted(_)) => {
-                                    opts.secret_file.as_deref()
-                                }
-                                _ => None,
-                            },
-                        },
-                    );
-                    let _scratch = fs::remove_file(&copy);
-                    r?;
-                    notices.push(format!(
-                        "{}: not read natively ({}); converted by {}",
-                        image.display(),
-                        why.refusal().map_or(String::new(), |p| p.to_string()),
-                        qemu_img.display()
-                    ));
-                }
-            }
+            build_qcow2(image, qcow, reader, payload, opts, notices)
         }
         ImageKind::CompressedQcow2(c) => {
-            // Decompressed once beside the payload (the scratch directory,
-            // removed with it on failure), read natively, then dropped.
-            let inner = payload.with_file_name("image.qcow2");
+            build_compressed_qcow2(image, c, reader, payload, opts, notices)
+        }
+        ImageKind::Foreign(..) => {
+            build_foreign(image, kind, reader, payload, opts)
+        }
+        // Built layer by layer (the oci module), never from one stream.
+        ImageKind::Oci => Err(Error::Image {
+            path: image.to_path_buf(),
+            problem: ImageProblem::Unsupported(
+                "an OCI image is not one stream".into(),
+            ),
+        }),
+    }
+}
+
+/// A tree image: unpacked into `payload`, read ahead of the tar reader.
+fn build_tree(
+    image: &Path,
+    c: Compression,
+    reader: &mut HashingReader,
+    payload: &Path,
+    opts: &ProvisionOptions,
+) -> Result<(), ProvisionError> {
+    fs::create_dir(payload).map_err(|e| Error::io(Op::Mkdir, payload, e))?;
+    // Unbuffered: the decoder buffers what it reads.
+    let stream =
+        decompress(reader, c).map_err(|e| Error::io(Op::Read, image, e))?;
+    // Read, summed and decompressed ahead of the tar reader, on a
+    // thread of its own.
+    std::thread::scope(|s| {
+        let (ahead, _stream) = zinstall_archive::ahead::read_ahead(
+            s,
+            unpack::DECOMPRESS_THREAD,
+            stream,
+        )
+        .map_err(|e| Error::io(Op::Read, image, e))?;
+        unpack::unpack_from(ahead, image, payload, &opts.unpack())
+            .map_err(Error::from)
+    })?;
+    Ok(())
+}
+
+/// A raw disk image: decompressed into `payload`, a fixed VHD's footer
+/// cut off.
+fn build_raw(
+    image: &Path,
+    c: Compression,
+    reader: &mut HashingReader,
+    payload: &Path,
+    opts: &ProvisionOptions,
+) -> Result<(), ProvisionError> {
+    let out = File::create_new(payload)
+        .map_err(|e| Error::io(Op::Create, payload, e))?;
+    let mut stream =
+        decompress(reader, c).map_err(|e| Error::io(Op::Read, image, e))?;
+    // Compressed, the stream may say anything: bounded. A plain
+    // file's bytes are its size.
+    let limit = match c {
+        Compression::None => u64::MAX,
+        _ => opts.max_archive_bytes,
+    };
+    decompress_into(image, &mut stream, &out, payload, limit, opts)?;
+    // A fixed VHD is the disk and a footer, which the guest must
+    // not see; compressed, only the stream shows it.
+    let len = out
+        .metadata()
+        .map_err(|e| Error::io(Op::Stat, payload, e))?
+        .len();
+    if let Some(disk) = detect::fixed_vhd_disk_len(&out, len, image)? {
+        out.set_len(disk)
+            .map_err(|e| Error::io(Op::Truncate, payload, e))?;
+    }
+    Ok(())
+}
+
+/// A plain qcow2 image: converted natively as it is read, or by
+/// qemu-img where it must be.
+fn build_qcow2(
+    image: &Path,
+    qcow: Option<Qcow2Input>,
+    reader: &mut HashingReader,
+    payload: &Path,
+    opts: &ProvisionOptions,
+    notices: &mut Vec<String>,
+) -> Result<(), ProvisionError> {
+    let qcow = match qcow {
+        Some(q) => q,
+        None => open_qcow2(image, open_image(image)?, opts)?,
+    };
+    match qcow {
+        Qcow2Input::Native(img) => {
+            notices.extend(img.notices());
+            // One sequential read of the file feeds the digest;
+            // plain clusters are reflinked or copied in the kernel
+            // from the image file, or written from the same
+            // buffers.
+            convert_streaming(
+                &img,
+                image,
+                reader,
+                payload,
+                opts,
+                &Placer::new(),
+            )?;
+        }
+        Qcow2Input::QemuImg(qemu_img, why) => {
+            let copy = payload.with_file_name("image.foreign");
             scratch_copy(
                 image,
                 reader,
-                c,
-                &inner,
-                opts.max_archive_bytes,
+                Compression::None,
+                &copy,
+                u64::MAX,
                 opts,
             )?;
-            // Its problems are the image's: the scratch copy is gone.
-            let r = convert_qcow2(&inner, image, payload, opts, notices)
-                .map_err(|e| match e {
-                    ProvisionError::Qcow2(mut q) if q.path == inner => {
-                        q.path = image.to_path_buf();
-                        ProvisionError::Qcow2(q)
-                    }
-                    e => e,
-                });
-            let _scratch = fs::remove_file(&inner);
-            r?;
-        }
-        ImageKind::Foreign(format, c) => {
-            // Copied (decompressed) into the scratch directory first: what
-            // qemu-img reads is what was hashed, and it is given nothing
-            // of the host's (see crate::qemu_img).
-            let qemu_img = converter(opts, image, kind)?;
-            let copy = payload.with_file_name("image.foreign");
-            let limit = match c {
-                Compression::None => u64::MAX,
-                _ => opts.max_archive_bytes,
-            };
-            scratch_copy(image, reader, c, &copy, limit, opts)?;
             let r =
                 crate::qemu_img::convert_to_raw(&crate::qemu_img::Conversion {
                     qemu_img: &qemu_img,
-                    format: crate::qemu_img::Format::Foreign(format),
+                    format: crate::qemu_img::Format::Qcow2,
                     shown: image,
                     copy: &copy,
                     payload,
                     cancel: opts.cancel.as_ref(),
-                    secret: None,
+                    secret: match why.refusal() {
+                        Some(qcow2::Problem::Encrypted(_)) => {
+                            opts.secret_file.as_deref()
+                        }
+                        _ => None,
+                    },
                 });
             let _scratch = fs::remove_file(&copy);
             r?;
-        }
-        // Built layer by layer (the oci module), never from one stream.
-        ImageKind::Oci => {
-            return Err(Error::Image {
-                path: image.to_path_buf(),
-                problem: ImageProblem::Unsupported(
-                    "an OCI image is not one stream".into(),
-                ),
-            });
+            notices.push(format!(
+                "{}: not read natively ({}); converted by {}",
+                image.display(),
+                why.refusal().map_or(String::new(), |p| p.to_string()),
+                qemu_img.display()
+            ));
         }
     }
+    Ok(())
+}
+
+/// A compressed qcow2 image: decompressed once beside the payload (the
+/// scratch directory, removed with it on failure), read natively, then
+/// dropped.
+fn build_compressed_qcow2(
+    image: &Path,
+    c: Compression,
+    reader: &mut HashingReader,
+    payload: &Path,
+    opts: &ProvisionOptions,
+    notices: &mut Vec<String>,
+) -> Result<(), ProvisionError> {
+    // Decompressed once beside the payload (the scratch directory,
+    // removed with it on failure), read natively, then dropped.
+    let inner = payload.with_file_name("image.qcow2");
+    scratch_copy(image, reader, c, &inner, opts.max_archive_bytes, opts)?;
+    // Its problems are the image's: the scratch copy is gone.
+    let r =
+        convert_qcow2(&inner, image, payload, opts, notices).map_err(
+            |e| match e {
+                ProvisionError::Qcow2(mut q) if q.path == inner => {
+                    q.path = image.to_path_buf();
+                    ProvisionError::Qcow2(q)
+                }
+                e => e,
+            },
+        );
+    let _scratch = fs::remove_file(&inner);
+    r?;
+    Ok(())
+}
+
+/// A foreign image (VHD, VMDK, ...): copied (decompressed) into the
+/// scratch directory first, what qemu-img reads being what was hashed;
+/// it is given nothing of the host's (see crate::qemu_img).
+fn build_foreign(
+    image: &Path,
+    kind: ImageKind,
+    reader: &mut HashingReader,
+    payload: &Path,
+    opts: &ProvisionOptions,
+) -> Result<(), ProvisionError> {
+    let ImageKind::Foreign(format, c) = kind else {
+        unreachable!("only foreign images are built here");
+    };
+    // Copied (decompressed) into the scratch directory first: what
+    // qemu-img reads is what was hashed, and it is given nothing
+    // of the host's (see crate::qemu_img).
+    let qemu_img = converter(opts, image, kind)?;
+    let copy = payload.with_file_name("image.foreign");
+    let limit = match c {
+        Compression::None => u64::MAX,
+        _ => opts.max_archive_bytes,
+    };
+    scratch_copy(image, reader, c, &copy, limit, opts)?;
+    let r = crate::qemu_img::convert_to_raw(&crate::qemu_img::Conversion {
+        qemu_img: &qemu_img,
+        format: crate::qemu_img::Format::Foreign(format),
+        shown: image,
+        copy: &copy,
+        payload,
+        cancel: opts.cancel.as_ref(),
+        secret: None,
+    });
+    let _scratch = fs::remove_file(&copy);
+    r?;
     Ok(())
 }
 

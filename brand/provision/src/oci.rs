@@ -192,7 +192,7 @@ fn build_tree(
         let changes =
             oci::decode_changes(&bytes).map_err(|why| Error::Image {
                 path: path.clone(),
-                problem: ImageProblem::Corrupt(why),
+                problem: ImageProblem::Corrupt(why.to_string()),
             })?;
         let kept = oci::prepare_layer(payload, &tree, name, &changes)?;
         let mut plan = Plan::new(&tree, payload)

@@ -47,7 +47,26 @@ pub(crate) struct Remote {
     pub(crate) watch: Watch,
     /// Whether the registry's name resolved, the first time it was
     /// needed: a name that does not is a failure no retry mends.
-    name: OnceLock<std::result::Result<(), String>>,
+    name: OnceLock<std::result::Result<(), Unresolved>>,
+}
+
+/// A registry's name that did not resolve, kept for later requests.
+#[derive(Clone, Debug)]
+struct Unresolved {
+    host: String,
+    /// The resolver's error; `None` when it found no address.
+    error: Option<Arc<std::io::Error>>,
+}
+
+impl std::fmt::Display for Unresolved {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.error {
+            None => {
+                write!(f, "{}: the name resolves to no address", self.host)
+            }
+            Some(e) => write!(f, "{}: {e}", self.host),
+        }
+    }
 }
 
 impl Remote {
@@ -114,17 +133,21 @@ impl Remote {
             };
             match hp.to_socket_addrs().map(|mut a| a.next()) {
                 Ok(Some(_)) => Ok(()),
-                Ok(None) => {
-                    Err(format!("{host}: the name resolves to no address"))
-                }
-                Err(e) => Err(format!("{host}: {e}")),
+                Ok(None) => Err(Unresolved {
+                    host: host.to_string(),
+                    error: None,
+                }),
+                Err(e) => Err(Unresolved {
+                    host: host.to_string(),
+                    error: Some(Arc::new(e)),
+                }),
             }
         });
         r.clone().map_err(|why| Error::Http {
             op: "GET",
             url: url.to_string(),
             kind: Failure::Name,
-            why,
+            why: why.to_string(),
         })
     }
 
@@ -245,31 +268,11 @@ impl Remote {
     /// Answers a `WWW-Authenticate` challenge: a bearer token from the
     /// realm it names (with the credentials, if any), or Basic with them.
     fn authorize(&self, url: &str, challenge: &str) -> Result<()> {
-        let auth_err = |why: String| Error::Auth {
-            registry: self.reference.registry.clone(),
-            why,
-        };
+        let auth_err = |why: String| self.auth_err(why);
         let (scheme, params) =
             challenge.split_once(' ').unwrap_or((challenge, ""));
         if scheme.eq_ignore_ascii_case("basic") {
-            return match &self.credentials {
-                Some(c) if c.identity_token.is_some() => {
-                    Err(auth_err(format!(
-                        "GET {url}: asks for Basic authentication; the \
-                     credentials found are an identity token, which only \
-                     a token service takes"
-                    )))
-                }
-                // Sent already with the request; refused.
-                Some(_) => Err(auth_err(format!(
-                    "GET {url}: the credentials found were refused"
-                ))),
-                None => Err(auth_err(format!(
-                    "GET {url}: needs a login; no credentials found in \
-                     REGISTRY_AUTH_FILE, containers-auth.json or \
-                     ~/.docker/config.json"
-                ))),
-            };
+            return Err(self.basic_refused(url));
         }
         if !scheme.eq_ignore_ascii_case("bearer") {
             return Err(auth_err(format!(
@@ -297,6 +300,48 @@ impl Remote {
         let scope = get("scope").map(str::to_string).unwrap_or_else(|| {
             format!("repository:{}:pull", self.reference.repository)
         });
+        let resp = self.request_token(realm, &scope, get("service"))?;
+        let t = self.token_from(realm, resp)?;
+        *self.token.lock().expect("token lock") = Some(t);
+        Ok(())
+    }
+
+    fn auth_err(&self, why: String) -> Error {
+        Error::Auth {
+            registry: self.reference.registry.clone(),
+            why,
+        }
+    }
+
+    /// Why a registry that asks for Basic authentication is not served:
+    /// the credentials were sent with the request already.
+    fn basic_refused(&self, url: &str) -> Error {
+        let auth_err = |why: String| self.auth_err(why);
+        match &self.credentials {
+            Some(c) if c.identity_token.is_some() => auth_err(format!(
+                "GET {url}: asks for Basic authentication; the \
+                 credentials found are an identity token, which only \
+                 a token service takes"
+            )),
+            // Sent already with the request; refused.
+            Some(_) => auth_err(format!(
+                "GET {url}: the credentials found were refused"
+            )),
+            None => auth_err(format!(
+                "GET {url}: needs a login; no credentials found in \
+                 REGISTRY_AUTH_FILE, containers-auth.json or \
+                 ~/.docker/config.json"
+            )),
+        }
+    }
+
+    /// Asks the token service at `realm` for a token of `scope`.
+    fn request_token(
+        &self,
+        realm: &str,
+        scope: &str,
+        service: Option<&str>,
+    ) -> Result<Response<Body>> {
         let resp = match self
             .credentials
             .as_ref()
@@ -308,10 +353,10 @@ impl Remote {
                 let mut form = vec![
                     ("grant_type", "refresh_token"),
                     ("refresh_token", refresh),
-                    ("scope", scope.as_str()),
+                    ("scope", scope),
                     ("client_id", "zinstall"),
                 ];
-                if let Some(service) = get("service") {
+                if let Some(service) = service {
                     form.push(("service", service));
                 }
                 self.agent
@@ -320,8 +365,8 @@ impl Remote {
                     .map_err(|e| http_error("POST", realm, e))?
             }
             None => {
-                let mut req = self.agent.get(realm).query("scope", &scope);
-                if let Some(service) = get("service") {
+                let mut req = self.agent.get(realm).query("scope", scope);
+                if let Some(service) = service {
                     req = req.query("service", service);
                 }
                 if let Some(c) = &self.credentials {
@@ -330,6 +375,13 @@ impl Remote {
                 req.call().map_err(|e| http_error("GET", realm, e))?
             }
         };
+        Ok(resp)
+    }
+
+    /// The token in the token service's answer, which must be one a
+    /// header can carry.
+    fn token_from(&self, realm: &str, resp: Response<Body>) -> Result<String> {
+        let auth_err = |why: String| self.auth_err(why);
         if !resp.status().is_success() {
             return Err(auth_err(format!(
                 "token from {realm}: {}",
@@ -354,8 +406,7 @@ impl Remote {
                 "token from {realm}: not a header value"
             )));
         }
-        *self.token.lock().expect("token lock") = Some(t);
-        Ok(())
+        Ok(t)
     }
 }
 

@@ -48,16 +48,13 @@ pub struct TuneArgs {
 
 /// Sweeps, reports, and writes with --write.
 pub fn run(args: &TuneArgs) -> Exit {
-    let walkers = match args.walkers.as_deref().map(sweep::list) {
+    let list = |s: &str| sweep::list(s).map_err(|e| e.to_string());
+    let walkers = match args.walkers.as_deref().map(list) {
         None => Ok(Vec::new()),
         Some(Ok(w)) if w.is_empty() => Err("--walkers: empty list".into()),
         Some(r) => r,
     };
-    let grid = match (
-        sweep::list(&args.threads),
-        sweep::list(&args.batch),
-        walkers,
-    ) {
+    let grid = match (list(&args.threads), list(&args.batch), walkers) {
         (Ok(threads), Ok(batches), Ok(walkers))
             if !threads.is_empty() && !batches.is_empty() =>
         {

@@ -88,13 +88,14 @@ pub fn markdown(all: &[Samples], reference: &str) -> String {
 
 /// Times `names.len()` contenders `runs` times each, interleaved (the
 /// order rotates every run): `one(i)` prepares and runs contender `i` and
-/// returns its wall time. Each time is told to `log` as it comes.
-pub fn interleaved(
+/// returns its wall time. Each time is told to `log` as it comes; the
+/// first error `one` gives ends the runs.
+pub fn interleaved<E>(
     names: &[&str],
     runs: usize,
-    mut one: impl FnMut(usize) -> Result<Duration, String>,
+    mut one: impl FnMut(usize) -> Result<Duration, E>,
     log: &mut dyn FnMut(&str),
-) -> Result<Vec<Samples>, String> {
+) -> Result<Vec<Samples>, E> {
     let mut samples: Vec<Samples> = names
         .iter()
         .map(|n| Samples {
@@ -220,7 +221,7 @@ mod test {
             2,
             |i| {
                 order.push(i);
-                Ok(Duration::from_secs(i as u64 + 1))
+                Ok::<_, String>(Duration::from_secs(i as u64 + 1))
             },
             &mut |l| logged.push(l.to_string()),
         )
@@ -229,7 +230,7 @@ mod test {
         assert_eq!(s[2].times, [Duration::from_secs(3); 2]);
         assert_eq!(logged.len(), 6);
         assert!(logged[0].contains("run 0 a"), "{logged:?}");
-        let e = interleaved(&["a"], 3, |_| Err("no".into()), &mut |_| {});
+        let e = interleaved(&["a"], 3, |_| Err("no"), &mut |_| {});
         assert!(e.is_err());
     }
 

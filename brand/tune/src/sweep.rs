@@ -213,13 +213,18 @@ pub fn best<'a>(
     out
 }
 
+/// An item of a list of numbers (shown) that is not one.
+#[derive(Debug, thiserror::Error)]
+#[error("{0:?} is not a number")]
+pub struct NotANumber(pub String);
+
 /// Parses `1,2,4` into numbers.
-pub fn list(s: &str) -> Result<Vec<usize>, String> {
+pub fn list(s: &str) -> Result<Vec<usize>, NotANumber> {
     s.split(',')
         .map(|x| {
             x.trim()
                 .parse::<usize>()
-                .map_err(|_| format!("{x:?} is not a number"))
+                .map_err(|_| NotANumber(x.to_string()))
         })
         .filter(|r| !matches!(r, Ok(0)))
         .collect()

@@ -25,17 +25,28 @@ pub(super) struct Meta {
     pub(super) xattrs: Vec<(CString, Vec<u8>)>,
 }
 
+/// A member's xattr name holds a NUL, which no file system takes.
+#[derive(Debug)]
+pub(super) struct NulInXattrName;
+
+impl std::fmt::Display for NulInXattrName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("NUL in an xattr name")
+    }
+}
+
 impl Meta {
     /// Owner, mode, times and xattrs of a member. Owners are numeric, as
     /// `tar --numeric-owner` keeps them: an image's names belong to the
     /// image's own passwd, not the host's.
-    pub(super) fn of(m: &tar::Member) -> std::result::Result<Meta, String> {
+    pub(super) fn of(
+        m: &tar::Member,
+    ) -> std::result::Result<Meta, NulInXattrName> {
         let t = |(s, ns): (i64, u32)| (s, i64::from(ns));
         let mtime = t(m.mtime);
         let mut xattrs = Vec::with_capacity(m.xattrs.len());
         for (name, value) in &m.xattrs {
-            let c = CString::new(name.clone())
-                .map_err(|_| "NUL in an xattr name".to_string())?;
+            let c = CString::new(name.clone()).map_err(|_| NulInXattrName)?;
             xattrs.push((c, value.clone()));
         }
         Ok(Meta {

@@ -65,10 +65,35 @@ const PREFIX: &[u8] = b".wh.";
 const OPAQUE: &[u8] = b".wh..wh..opq";
 const META: &[u8] = b".wh..wh.";
 
+/// A whiteout member that cannot be followed.
+#[derive(Debug)]
+pub(crate) enum BadWhiteout {
+    /// A `.wh.` name (shown) with members beneath it.
+    HasEntries(String),
+    /// A `.wh.` name (shown) that names no entry: empty, `.` or `..`.
+    NamesNothing(String),
+    /// A NUL in the name it whites out.
+    Nul,
+}
+
+impl std::fmt::Display for BadWhiteout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BadWhiteout::HasEntries(name) => {
+                write!(f, "whiteout {name:?} has entries beneath it")
+            }
+            BadWhiteout::NamesNothing(name) => {
+                write!(f, "whiteout {name:?} names no entry")
+            }
+            BadWhiteout::Nul => f.write_str("NUL in a whiteout"),
+        }
+    }
+}
+
 /// Classifies a member by its checked name.
 pub(crate) fn classify(
     parts: &[CString],
-) -> std::result::Result<Class, String> {
+) -> std::result::Result<Class, BadWhiteout> {
     for (i, p) in parts.iter().enumerate() {
         let b = p.as_bytes();
         if !b.starts_with(PREFIX) {
@@ -82,21 +107,19 @@ pub(crate) fn classify(
             return Ok(Class::Skip);
         }
         if !leaf {
-            return Err(format!(
-                "whiteout {:?} has entries beneath it",
-                String::from_utf8_lossy(b)
+            return Err(BadWhiteout::HasEntries(
+                String::from_utf8_lossy(b).into_owned(),
             ));
         }
         let target = &b[PREFIX.len()..];
         if target.is_empty() || target == b"." || target == b".." {
-            return Err(format!(
-                "whiteout {:?} names no entry",
-                String::from_utf8_lossy(b)
+            return Err(BadWhiteout::NamesNothing(
+                String::from_utf8_lossy(b).into_owned(),
             ));
         }
         return CString::new(target)
             .map(Class::Whiteout)
-            .map_err(|_| "NUL in a whiteout".to_string());
+            .map_err(|_| BadWhiteout::Nul);
     }
     Ok(Class::Entry)
 }

@@ -90,7 +90,9 @@ pub(super) fn first_member<R: Read>(
     let shown = m.name_lossy();
     let body = read_meta(rd, m)
         .map_err(|e| Error::tar(archive, e))?
-        .map_err(|why| refuse(&shown, ArchiveRefusal::BadMetadata(why)))?;
+        .map_err(|why| {
+            refuse(&shown, ArchiveRefusal::BadMetadata(why.to_string()))
+        })?;
     let found = meta::parse(&body).map_err(|why| {
         refuse(&shown, ArchiveRefusal::BadMetadata(why.to_string()))
     })?;
@@ -108,20 +110,37 @@ pub(super) fn first_member<R: Read>(
     Ok(Some(found))
 }
 
+/// Why a `zinstall.json` member is not metadata, before it is parsed.
+#[derive(Debug)]
+enum NotMeta {
+    /// It is not a plain regular file.
+    NotAFile,
+    /// It holds this many bytes, more than [`MAX_META`].
+    TooLarge(u64),
+}
+
+impl std::fmt::Display for NotMeta {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NotMeta::NotAFile => f.write_str("not a regular file"),
+            NotMeta::TooLarge(size) => {
+                write!(f, "{size} bytes, more than the {MAX_META} it may hold")
+            }
+        }
+    }
+}
+
 /// The body of `zinstall.json`, bounded; the inner error says why it is
 /// not metadata.
 fn read_meta<R: Read>(
     rd: &mut tar::Reader<R>,
     m: &tar::Member,
-) -> std::result::Result<std::result::Result<Vec<u8>, String>, TarError> {
+) -> std::result::Result<std::result::Result<Vec<u8>, NotMeta>, TarError> {
     if m.kind != tar::Kind::File || m.sparse.is_some() {
-        return Ok(Err("not a regular file".into()));
+        return Ok(Err(NotMeta::NotAFile));
     }
     if m.size > MAX_META {
-        return Ok(Err(format!(
-            "{} bytes, more than the {MAX_META} it may hold",
-            m.size
-        )));
+        return Ok(Err(NotMeta::TooLarge(m.size)));
     }
     let mut body = Vec::with_capacity(m.size as usize);
     rd.body()

@@ -391,7 +391,7 @@ impl<R: Read> Reading<'_, '_, R> {
         // whiteouts applied (or recorded) by the tree, not entries.
         if ctx.opts.whiteouts != Whiteouts::Off {
             let class = classify(&name.parts).map_err(|why| {
-                ctx.refuse(&entry, ArchiveRefusal::Corrupt(why))
+                ctx.refuse(&entry, ArchiveRefusal::Corrupt(why.to_string()))
             })?;
             match (class, &mut *making) {
                 (Class::Entry, _) => {}
@@ -405,8 +405,9 @@ impl<R: Read> Reading<'_, '_, R> {
                 }
             }
         }
-        let meta = Meta::of(&m)
-            .map_err(|why| ctx.refuse(&entry, ArchiveRefusal::Corrupt(why)))?;
+        let meta = Meta::of(&m).map_err(|why| {
+            ctx.refuse(&entry, ArchiveRefusal::Corrupt(why.to_string()))
+        })?;
         let Some(leaf) = name.leaf().cloned() else {
             // The layer's own `root/` (or `./`): the root directory itself.
             if m.kind == tar::Kind::Directory

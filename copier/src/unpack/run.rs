@@ -273,7 +273,39 @@ fn run<R: Read>(
     opts.tunables.validate()?;
     // The root's own last component is not followed either.
     let root_dir = Root::open(root)?;
-    let ctx = Ctx {
+    let ctx = context(archive, root, &root_dir, opts, body_source)?;
+    let batch_size = opts.tunables.copy_batch.max(1);
+    // The pool's, shared with its other runs, or the unpack's own.
+    let fds = match &opts.pool {
+        Some(pool) => pool.descriptors().clone(),
+        None => Descriptors::for_threads(opts.tunables.copy_threads, 1),
+    };
+    let tree = Arc::clone(root_dir.fd());
+    let reader_result = if let Some(pool) = &opts.pool {
+        unpack_on_pool(&ctx, pool, input, tree, batch_size, &fds)
+    } else {
+        unpack_with_own_workers(&ctx, input, tree, batch_size, &fds)
+    };
+    let outcome = match reader_result {
+        Ok(o) => o,
+        Err(e) => {
+            ctx.fail(e);
+            ReadOutcome::default()
+        }
+    };
+    finish(ctx, &root_dir, outcome, &fds)
+}
+
+/// The unpack's shared state, with a flusher on the root when files are
+/// flushed as they are written.
+fn context<'a>(
+    archive: &'a Path,
+    root: &'a Path,
+    root_dir: &Root,
+    opts: &'a UnpackOptions,
+    body_source: Option<File>,
+) -> Result<Ctx<'a>> {
+    Ok(Ctx {
         body_source,
         flusher: match opts.tunables.copy_writeback.early(opts.durable) {
             true => Some(
@@ -286,51 +318,60 @@ fn run<R: Read>(
             false => None,
         },
         ..Ctx::new(archive, root, opts)
-    };
-    let batch_size = opts.tunables.copy_batch.max(1);
-    // The pool's, shared with its other runs, or the unpack's own.
-    let fds = match &opts.pool {
-        Some(pool) => pool.descriptors().clone(),
-        None => Descriptors::for_threads(opts.tunables.copy_threads, 1),
-    };
-    let reader_result = if let Some(pool) = &opts.pool {
-        let in_flight = crate::pool::InFlight::default();
-        let cap = 2 * pool.threads();
-        let ctx = &ctx;
-        let in_flight = &in_flight;
-        pool.scope(|scope| {
-            let send = move |batch: Vec<FileJob>| {
-                in_flight.enter(cap);
-                scope.spawn(move |_| {
-                    ctx.write_batch(batch);
-                    in_flight.leave();
-                });
-                true
-            };
-            let batcher = Batcher {
-                tx: Box::new(send),
-                batch: Vec::new(),
-                held: 0,
-                dirs: 0,
-                size: batch_size,
-                fds: fds.clone(),
-                stopped: Box::new(|| ctx.stopped()),
-            };
-            let root = Arc::clone(root_dir.fd());
-            let pool = Some(batcher);
-            read_all(ctx, input, Dest::Tree { root, pool })
-        })
-    } else {
-        let root = Arc::clone(root_dir.fd());
-        unpack_with_own_workers(&ctx, input, root, batch_size, &fds)
-    };
-    let outcome = match reader_result {
-        Ok(o) => o,
-        Err(e) => {
-            ctx.fail(e);
-            ReadOutcome::default()
-        }
-    };
+    })
+}
+
+/// Reads the archive in this thread, the pool's threads writing the
+/// files; at most two batches a thread are in flight.
+fn unpack_on_pool<R: Read>(
+    ctx: &Ctx<'_>,
+    pool: &crate::Pool,
+    input: tar::Reader<R>,
+    root: Arc<OwnedFd>,
+    batch_size: usize,
+    fds: &Descriptors,
+) -> Result<ReadOutcome> {
+    let in_flight = crate::pool::InFlight::default();
+    let cap = 2 * pool.threads();
+    let in_flight = &in_flight;
+    pool.scope(|scope| {
+        let send = move |batch: Vec<FileJob>| {
+            in_flight.enter(cap);
+            scope.spawn(move |_| {
+                ctx.write_batch(batch);
+                in_flight.leave();
+            });
+            true
+        };
+        let batcher = Batcher {
+            tx: Box::new(send),
+            batch: Vec::new(),
+            held: 0,
+            dirs: 0,
+            size: batch_size,
+            fds: fds.clone(),
+            stopped: Box::new(|| ctx.stopped()),
+        };
+        read_all(
+            ctx,
+            input,
+            Dest::Tree {
+                root,
+                pool: Some(batcher),
+            },
+        )
+    })
+}
+
+/// After the read: waits for the flush, takes the first error, then
+/// sets the directories' metadata and counts what was done.
+fn finish(
+    ctx: Ctx<'_>,
+    root_dir: &Root,
+    outcome: ReadOutcome,
+    fds: &Descriptors,
+) -> Result<UnpackReport> {
+    let (archive, root) = (ctx.archive, ctx.root);
     // Every file is written: the flush under way is waited for, and one
     // that failed fails the unpack (the caller's final flush might not
     // see it again).

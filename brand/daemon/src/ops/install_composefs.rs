@@ -93,15 +93,18 @@ pub(super) fn install(
 }
 
 /// Uninstalls the composefs root at `zonepath`: `None` when it holds
-/// none; else what went wrong, as the message says it.
+/// none; else what went wrong.
 #[cfg(target_os = "linux")]
-pub(super) fn uninstall(zonepath: &Path) -> Option<Result<(), String>> {
-    zinstall_install::composefs::uninstall(zonepath)
-        .map(|r| r.map(|_| ()).map_err(|e| e.to_string()))
+pub(super) fn uninstall(
+    zonepath: &Path,
+) -> Option<Result<(), zinstall_install::composefs::ComposefsError>> {
+    zinstall_install::composefs::uninstall(zonepath).map(|r| r.map(|_| ()))
 }
 
-/// Elsewhere there is none.
+/// Elsewhere there is none (nor its error type).
 #[cfg(not(target_os = "linux"))]
-pub(super) fn uninstall(_: &Path) -> Option<Result<(), String>> {
+pub(super) fn uninstall(
+    _: &Path,
+) -> Option<Result<(), std::convert::Infallible>> {
     None
 }

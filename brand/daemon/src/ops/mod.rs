@@ -140,7 +140,7 @@ fn uninstall(
     job.set_phase("uninstall");
     if let Some(r) = install_composefs::uninstall(&a.zonepath) {
         r.map_err(|e| {
-            let mut w = WireError::new(ErrorKind::Install, e);
+            let mut w = WireError::new(ErrorKind::Install, e.to_string());
             w.path = Some(a.zonepath.to_path_buf());
             w
         })?;

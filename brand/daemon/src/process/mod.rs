@@ -34,7 +34,7 @@ mod wire;
 use std::io::{self, BufRead, BufReader, Write};
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -67,28 +67,8 @@ pub(crate) fn granted_copy(
     granted: &Granted,
 ) -> Result<CopyReply, WireError> {
     job.set_phase("copy");
-    // Each path is opened by the daemon beneath the prefix authorization
-    // matched, with no symlink anywhere on its way (a parent the caller
-    // owns cannot swap it for a link); the job's process reaches the
-    // paths beneath these descriptors alone.
-    let prefix = |p: &CleanPath| {
-        granted.prefix(p).map(Path::to_path_buf).ok_or_else(|| {
-            WireError::new(
-                ErrorKind::Internal,
-                format!(
-                    "zinstalld: {}: no grant was matched for uid {}'s copy",
-                    p.display(),
-                    peer.uid
-                ),
-            )
-        })
-    };
     let (src, dst) = (&a.src, &a.dst);
-    let (src_prefix, dst_prefix) = (prefix(src)?, prefix(dst)?);
-    let open = |p: &Path| {
-        Root::open_no_symlinks(p).map_err(|e| WireError::from_copier(&e))
-    };
-    let (src_root, dst_root) = (open(&src_prefix)?, open(&dst_prefix)?);
+    let roots = GrantedRoots::open(a, peer, granted)?;
     let tunables = d.tunables();
     // A member of the granted jobs' budget from now on: its share may be
     // none for a while (paused), until its turn comes.
@@ -99,8 +79,8 @@ pub(crate) fn granted_copy(
     let order = Order {
         src: src.to_path_buf(),
         dst: dst.to_path_buf(),
-        src_root: src_prefix,
-        dst_root: dst_prefix,
+        src_root: roots.src_prefix,
+        dst_root: roots.dst_prefix,
         merge: a.merge,
         sync: a.sync,
         skip_special: a.skip_special,
@@ -112,42 +92,14 @@ pub(crate) fn granted_copy(
         bufsize: tunables.copy_bufsize,
         writeback: tunables.copy_writeback,
     };
-    let internal = |what: &str, e: io::Error| {
-        WireError::new(
-            ErrorKind::Internal,
-            format!("zinstalld: {what} a job's process: {e}"),
-        )
-    };
     let (mut mine, theirs) =
         UnixStream::pair().map_err(|e| internal("cannot connect", e))?;
-    let who = Identity {
-        uid: peer.uid,
-        gid: peer.gid,
-        groups: peer.groups.clone(),
-    };
-    let args = vec![
-        CHILD_ARG.to_string(),
-        who.uid.to_string(),
-        who.gid.to_string(),
-        who.groups
-            .iter()
-            .map(u32::to_string)
-            .collect::<Vec<_>>()
-            .join(","),
-        sys::pid().to_string(),
-    ];
-    let exe = sys::self_exe().map_err(|e| internal("cannot find", e))?;
-    let mut child = sys::spawn_job_process(
-        &exe,
-        &args,
-        &[theirs.as_fd(), src_root.as_fd(), dst_root.as_fd()],
-    )
-    .map_err(|e| internal("cannot start", e))?;
+    let mut child = start(peer, &theirs, &roots.src, &roots.dst)?;
     // The process holds its own copies now.
-    drop((theirs, src_root, dst_root));
+    drop((theirs, roots.src, roots.dst));
     let pid = child.id();
     job.set_process(Some(pid));
-    info!(d.log(), "job process"; "job" => job.id, "pid" => pid, "uid" => who.uid,
+    info!(d.log(), "job process"; "job" => job.id, "pid" => pid, "uid" => peer.uid,
           "workers" => allowed);
     let sent = serde_json::to_vec(&order)
         .map_err(io::Error::other)
@@ -176,6 +128,92 @@ pub(crate) fn granted_copy(
         }
         Err(e) => Err(e),
     }
+}
+
+/// A copy's source and destination prefixes, as its grant matched them,
+/// each opened by the daemon.
+struct GrantedRoots {
+    src_prefix: PathBuf,
+    dst_prefix: PathBuf,
+    src: Root,
+    dst: Root,
+}
+
+impl GrantedRoots {
+    /// Each path is opened by the daemon beneath the prefix authorization
+    /// matched, with no symlink anywhere on its way (a parent the caller
+    /// owns cannot swap it for a link); the job's process reaches the
+    /// paths beneath these descriptors alone.
+    fn open(
+        a: &CopyArgs,
+        peer: &Peer,
+        granted: &Granted,
+    ) -> Result<GrantedRoots, WireError> {
+        let prefix = |p: &CleanPath| {
+            granted.prefix(p).map(Path::to_path_buf).ok_or_else(|| {
+                WireError::new(
+                    ErrorKind::Internal,
+                    format!(
+                        "zinstalld: {}: no grant was matched for uid {}'s copy",
+                        p.display(),
+                        peer.uid
+                    ),
+                )
+            })
+        };
+        let (src_prefix, dst_prefix) = (prefix(&a.src)?, prefix(&a.dst)?);
+        let open = |p: &Path| {
+            Root::open_no_symlinks(p).map_err(|e| WireError::from_copier(&e))
+        };
+        let (src, dst) = (open(&src_prefix)?, open(&dst_prefix)?);
+        Ok(GrantedRoots {
+            src_prefix,
+            dst_prefix,
+            src,
+            dst,
+        })
+    }
+}
+
+/// A failure to start or talk to a job's process.
+fn internal(what: &str, e: io::Error) -> WireError {
+    WireError::new(
+        ErrorKind::Internal,
+        format!("zinstalld: {what} a job's process: {e}"),
+    )
+}
+
+/// Starts a job's process as `peer`, handed its end of the control
+/// socket and the two roots.
+fn start(
+    peer: &Peer,
+    theirs: &UnixStream,
+    src_root: &Root,
+    dst_root: &Root,
+) -> Result<std::process::Child, WireError> {
+    let who = Identity {
+        uid: peer.uid,
+        gid: peer.gid,
+        groups: peer.groups.clone(),
+    };
+    let args = vec![
+        CHILD_ARG.to_string(),
+        who.uid.to_string(),
+        who.gid.to_string(),
+        who.groups
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(","),
+        sys::pid().to_string(),
+    ];
+    let exe = sys::self_exe().map_err(|e| internal("cannot find", e))?;
+    sys::spawn_job_process(
+        &exe,
+        &args,
+        &[theirs.as_fd(), src_root.as_fd(), dst_root.as_fd()],
+    )
+    .map_err(|e| internal("cannot start", e))
 }
 
 /// Waits for a job's process that has closed its end of the control
@@ -268,12 +306,6 @@ fn relay(
     let mut result = None;
     let mut term_at: Option<Instant> = None;
     let mut killed = false;
-    let broken = |why: String| {
-        WireError::new(
-            ErrorKind::Internal,
-            format!("zinstalld: job process {pid}: {why}"),
-        )
-    };
     loop {
         if job.cancel.is_cancelled() && term_at.is_none() {
             sys::signal(pid, libc::SIGTERM);
@@ -282,12 +314,8 @@ fn relay(
         let workers = share.workers();
         if workers != told {
             told = workers;
-            if let Some(t) = &mut tell
-                && let Ok(mut line) =
-                    serde_json::to_vec(&wire::Told::Workers { n: workers })
-            {
-                line.push(b'\n');
-                let _missed = t.write_all(&line);
+            if let Some(t) = &mut tell {
+                tell_workers(t, workers);
             }
         }
         if term_at.is_none() && watch.stalled(job, workers) {
@@ -306,50 +334,11 @@ fn relay(
             sys::signal(pid, libc::SIGKILL);
             killed = true;
         }
-        let buf = match r.fill_buf() {
-            Ok(b) => b,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::WouldBlock
-                        | io::ErrorKind::TimedOut
-                        | io::ErrorKind::Interrupted
-                ) =>
-            {
-                continue;
-            }
-            // Its end closed with a share we told it unread: the end of
-            // what it says, as a close is.
-            Err(e) if e.kind() == io::ErrorKind::ConnectionReset => break,
-            Err(e) => {
-                sys::signal(pid, libc::SIGKILL);
-                return Err(broken(format!("read: {e}")));
-            }
+        let said = match hear(&mut r, &mut line, pid)? {
+            Heard::Nothing => continue,
+            Heard::Closed => break,
+            Heard::Said(said) => *said,
         };
-        if buf.is_empty() {
-            break;
-        }
-        let (take, end) = match buf.iter().position(|b| *b == b'\n') {
-            Some(i) => (i + 1, true),
-            None => (buf.len(), false),
-        };
-        line.extend_from_slice(&buf[..take]);
-        r.consume(take);
-        if line.len() > MAX_LINE {
-            sys::signal(pid, libc::SIGKILL);
-            return Err(broken(format!("a line longer than {MAX_LINE} bytes")));
-        }
-        if !end {
-            continue;
-        }
-        let said: Said = match serde_json::from_slice(&line) {
-            Ok(s) => s,
-            Err(e) => {
-                sys::signal(pid, libc::SIGKILL);
-                return Err(broken(format!("unreadable report: {e}")));
-            }
-        };
-        line.clear();
         match said {
             Said::Progress { entries, bytes } => job.set_done(entries, bytes),
             Said::Done { stats, notices } => {
@@ -362,7 +351,97 @@ fn relay(
         if job.cancel.is_cancelled() {
             Err(WireError::new(ErrorKind::Cancelled, "cancelled"))
         } else {
-            Err(broken("ended without a result".into()))
+            Err(broken(pid, "ended without a result".into()))
         }
     })
+}
+
+/// Tells the job's process its share of the workers; one it misses
+/// (not reading) is counted all the same.
+fn tell_workers(t: &mut UnixStream, workers: usize) {
+    if let Ok(mut line) =
+        serde_json::to_vec(&wire::Told::Workers { n: workers })
+    {
+        line.push(b'\n');
+        let _missed = t.write_all(&line);
+    }
+}
+
+/// What one read of a job's process's control socket gave.
+enum Heard {
+    /// No whole line yet.
+    Nothing,
+    /// It closed its end.
+    Closed,
+    /// A whole line: what it said (boxed: a result is large, a
+    /// progress line small).
+    Said(Box<Said>),
+}
+
+/// Reads on toward the next line of the job's process `pid` (into
+/// `line`); a read that fails, a line too long or one that does not
+/// parse kills the process.
+fn hear(
+    r: &mut BufReader<UnixStream>,
+    line: &mut Vec<u8>,
+    pid: u32,
+) -> Result<Heard, WireError> {
+    let buf = match r.fill_buf() {
+        Ok(b) => b,
+        Err(e)
+            if matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock
+                    | io::ErrorKind::TimedOut
+                    | io::ErrorKind::Interrupted
+            ) =>
+        {
+            return Ok(Heard::Nothing);
+        }
+        // Its end closed with a share we told it unread: the end of
+        // what it says, as a close is.
+        Err(e) if e.kind() == io::ErrorKind::ConnectionReset => {
+            return Ok(Heard::Closed);
+        }
+        Err(e) => {
+            sys::signal(pid, libc::SIGKILL);
+            return Err(broken(pid, format!("read: {e}")));
+        }
+    };
+    if buf.is_empty() {
+        return Ok(Heard::Closed);
+    }
+    let (take, end) = match buf.iter().position(|b| *b == b'\n') {
+        Some(i) => (i + 1, true),
+        None => (buf.len(), false),
+    };
+    line.extend_from_slice(&buf[..take]);
+    r.consume(take);
+    if line.len() > MAX_LINE {
+        sys::signal(pid, libc::SIGKILL);
+        return Err(broken(
+            pid,
+            format!("a line longer than {MAX_LINE} bytes"),
+        ));
+    }
+    if !end {
+        return Ok(Heard::Nothing);
+    }
+    let said: Said = match serde_json::from_slice(line) {
+        Ok(s) => s,
+        Err(e) => {
+            sys::signal(pid, libc::SIGKILL);
+            return Err(broken(pid, format!("unreadable report: {e}")));
+        }
+    };
+    line.clear();
+    Ok(Heard::Said(Box::new(said)))
+}
+
+/// The job's process `pid` broke the protocol, or the socket failed.
+fn broken(pid: u32, why: String) -> WireError {
+    WireError::new(
+        ErrorKind::Internal,
+        format!("zinstalld: job process {pid}: {why}"),
+    )
 }

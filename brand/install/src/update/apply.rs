@@ -181,30 +181,7 @@ fn write_one(
         .as_ref()
         .is_some_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR);
     if e.k == 'd' {
-        if existing.is_some() && !existing_dir {
-            dir.remove_at(name)?;
-        }
-        if !existing_dir {
-            match rustix::fs::mkdirat(dir, name, Mode::from_raw_mode(0o700)) {
-                Ok(()) | Err(rustix::io::Errno::EXIST) => {}
-                Err(err) => return Err(errno_at("make", &at)(err)),
-            }
-        }
-        let fd = rustix::fs::openat(
-            dir,
-            name,
-            OFlags::RDONLY
-                | OFlags::DIRECTORY
-                | OFlags::NOFOLLOW
-                | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(errno_at("open", &at))?;
-        let x = match &w.from {
-            From::Path(src) | From::Staged(src) => attrs::xattrs_of(src)?,
-            _ => Vec::new(),
-        };
-        attrs::set_meta(fd.as_fd(), e.u, e.g, e.m, &x, &at)?;
+        write_dir(w, dir, name, existing.is_some(), existing_dir, &at)?;
         return Ok(None);
     }
     // Anything else replaces what is there.
@@ -260,55 +237,113 @@ fn write_one(
             out.data.push(w.rel.clone());
             Ok(Some((hash, n, stamp_of(&file, &at)?)))
         }
-        (From::Recorded, 'f') => {
-            // A recorded file that must be written (its group changed):
-            // its bytes from the old root, as recorded.
-            let (odir, oname) = parent(roots.old, &w.rel, false)?;
-            let from = rustix::fs::openat(
-                &odir,
-                oname.as_c_str(),
-                OFlags::RDONLY
-                    | OFlags::NOFOLLOW
-                    | OFlags::CLOEXEC
-                    | OFlags::NONBLOCK,
-                Mode::empty(),
-            )
-            .map_err(errno_at("open", shown_in(&odir, &oname)))?;
-            let x = attrs::xattrs_fd(from.as_fd(), &at)?;
-            let from = fs::File::from(from);
-            let (file, hash, n) = copy_into(&from, dir, name, &at)?;
-            attrs::set_meta(file.as_fd(), e.u, e.g, e.m, &x, &at)?;
-            attrs::set_times(file.as_fd(), w.atime, e.t, &at)?;
-            out.data.push(w.rel.clone());
-            Ok(Some((hash, n, stamp_of(&file, &at)?)))
-        }
+        (From::Recorded, 'f') => copy_recorded(w, dir, name, roots, out, &at),
         (_, 'l') => {
-            let target = e.target().unwrap_or_default();
-            rustix::fs::symlinkat(OsStr::from_bytes(&target), dir, name)
-                .map_err(errno_at("make symlink", &at))?;
-            if !w.redirect && !w.from.loose() {
-                use rustix::fs::{Gid, Uid};
-                rustix::fs::chownat(
-                    dir,
-                    name,
-                    Some(Uid::from_raw(e.u)),
-                    Some(Gid::from_raw(e.g)),
-                    AtFlags::SYMLINK_NOFOLLOW,
-                )
-                .map_err(errno_at("chown", &at))?;
-                rustix::fs::utimensat(
-                    dir,
-                    name,
-                    &attrs::timestamps(w.atime, e.t),
-                    AtFlags::SYMLINK_NOFOLLOW,
-                )
-                .map_err(errno_at("set times of", &at))?;
-            }
+            write_symlink(w, dir, name, &at)?;
             Ok(None)
         }
         // Devices, FIFOs and sockets come only from staged archives.
         _ => Ok(None),
     }
+}
+
+/// Makes the directory `w` at `name` in `dir` (replacing a
+/// non-directory there) and sets its metadata; one already there is
+/// kept, its metadata set.
+fn write_dir(
+    w: &Want,
+    dir: &Dir,
+    name: &CStr,
+    existing: bool,
+    existing_dir: bool,
+    at: &Path,
+) -> Result<(), UpdateError> {
+    let e = &w.entry;
+    if existing && !existing_dir {
+        dir.remove_at(name)?;
+    }
+    if !existing_dir {
+        match rustix::fs::mkdirat(dir, name, Mode::from_raw_mode(0o700)) {
+            Ok(()) | Err(rustix::io::Errno::EXIST) => {}
+            Err(err) => return Err(errno_at("make", at)(err)),
+        }
+    }
+    let fd = rustix::fs::openat(
+        dir,
+        name,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(errno_at("open", at))?;
+    let x = match &w.from {
+        From::Path(src) | From::Staged(src) => attrs::xattrs_of(src)?,
+        _ => Vec::new(),
+    };
+    attrs::set_meta(fd.as_fd(), e.u, e.g, e.m, &x, at)?;
+    Ok(())
+}
+
+/// A recorded file that must be written (its group changed): its bytes
+/// from the old root, as recorded.
+fn copy_recorded(
+    w: &Want,
+    dir: &Dir,
+    name: &CStr,
+    roots: &Roots<'_>,
+    out: &mut Written,
+    at: &Path,
+) -> Result<Option<(String, u64, super::clone::Stamp)>, UpdateError> {
+    let e = &w.entry;
+    // A recorded file that must be written (its group changed):
+    // its bytes from the old root, as recorded.
+    let (odir, oname) = parent(roots.old, &w.rel, false)?;
+    let from = rustix::fs::openat(
+        &odir,
+        oname.as_c_str(),
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK,
+        Mode::empty(),
+    )
+    .map_err(errno_at("open", shown_in(&odir, &oname)))?;
+    let x = attrs::xattrs_fd(from.as_fd(), at)?;
+    let from = fs::File::from(from);
+    let (file, hash, n) = copy_into(&from, dir, name, at)?;
+    attrs::set_meta(file.as_fd(), e.u, e.g, e.m, &x, at)?;
+    attrs::set_times(file.as_fd(), w.atime, e.t, at)?;
+    out.data.push(w.rel.clone());
+    Ok(Some((hash, n, stamp_of(&file, at)?)))
+}
+
+/// The symlink `w` at `name` in `dir`, owned and timed as recorded
+/// unless it is a redirect or comes from a loose source.
+fn write_symlink(
+    w: &Want,
+    dir: &Dir,
+    name: &CStr,
+    at: &Path,
+) -> Result<(), UpdateError> {
+    let e = &w.entry;
+    let target = e.target().unwrap_or_default();
+    rustix::fs::symlinkat(OsStr::from_bytes(&target), dir, name)
+        .map_err(errno_at("make symlink", at))?;
+    if !w.redirect && !w.from.loose() {
+        use rustix::fs::{Gid, Uid};
+        rustix::fs::chownat(
+            dir,
+            name,
+            Some(Uid::from_raw(e.u)),
+            Some(Gid::from_raw(e.g)),
+            AtFlags::SYMLINK_NOFOLLOW,
+        )
+        .map_err(errno_at("chown", at))?;
+        rustix::fs::utimensat(
+            dir,
+            name,
+            &attrs::timestamps(w.atime, e.t),
+            AtFlags::SYMLINK_NOFOLLOW,
+        )
+        .map_err(errno_at("set times of", at))?;
+    }
+    Ok(())
 }
 
 /// A new file `name` in `dir` holding what `from` reads: shared with it

@@ -8,6 +8,7 @@
 //! not, so a change of content at the same size is reported as one);
 //! what the zone changed, from the zone's entry ([`Zone::vs`]).
 
+use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -160,301 +161,395 @@ pub(super) fn decide(
     i: &Inputs<'_>,
     report: &mut Report,
 ) -> Result<Decision, UpdateError> {
-    use rayon::prelude::*;
-    let by_path = i.old.by_path();
-    let want_at: HashMap<&[u8], usize> = i
-        .wants
-        .iter()
-        .enumerate()
-        .map(|(n, w)| (w.rel.as_slice(), n))
-        .collect();
-    // Hard-link groups, recorded and now, as sets of paths.
-    let mut old_groups: HashMap<u64, BTreeSet<&[u8]>> = HashMap::new();
     let paths: Vec<_> = i.old.entries.iter().map(Entry::path).collect();
-    for (e, p) in i.old.entries.iter().zip(&paths) {
-        if let Some(n) = e.n {
-            old_groups.entry(n).or_default().insert(p.as_ref());
-        }
-    }
-    let mut new_groups: HashMap<(u64, u64), BTreeSet<&[u8]>> = HashMap::new();
-    for w in i.wants {
-        if let Some(g) = w.group {
-            new_groups.entry(g).or_default().insert(w.rel.as_slice());
-        }
-    }
-    let links_differ = |w: &Want, b: &Entry| -> bool {
-        let old: BTreeSet<&[u8]> = match b.n.and_then(|n| old_groups.get(&n)) {
-            Some(s) => s.clone(),
-            None => BTreeSet::from([w.rel.as_slice()]),
-        };
-        let new: BTreeSet<&[u8]> =
-            match w.group.and_then(|g| new_groups.get(&g)) {
-                Some(s) if s.len() > 1 => s.clone(),
-                _ => BTreeSet::from([w.rel.as_slice()]),
-            };
-        old != new
+    let k = Known::of(i, &paths);
+    let mut plan = Plan {
+        write: vec![false; i.wants.len()],
+        zones: vec![false; i.wants.len()],
+        remove: Vec::new(),
     };
-    let whats: Vec<Option<Vec<&'static str>>> = i
-        .wants
-        .iter()
-        .map(|w| {
-            by_path
-                .get(w.rel.as_slice())
-                .map(|b| changes(b, w, links_differ(w, b)))
-        })
-        .collect();
-    // The zone's state, where a decision depends on it: every recorded
-    // entry in a followed path, a changed or removed one in a merged
-    // path. Read in parallel (a state may need a hash).
-    let mut asks: Vec<(&[u8], &Entry)> = Vec::new();
-    for (w, what) in i.wants.iter().zip(&whats) {
-        let Some(b) = by_path.get(w.rel.as_slice()) else {
-            continue;
-        };
-        let o = i.owner(&w.rel);
-        let changed = what.as_ref().is_some_and(|v| !v.is_empty());
-        if o == Owner::Follow || (o == Owner::Merge && changed) {
-            asks.push((w.rel.as_slice(), b));
-        }
-    }
-    for (e, p) in i.old.entries.iter().zip(&paths) {
-        if !want_at.contains_key(p.as_ref()) && i.owner(p) != Owner::Keep {
-            asks.push((p.as_ref(), e));
-        }
-    }
-    let states: HashMap<&[u8], Vs> = asks
-        .par_iter()
-        .map(|(rel, b)| (*rel, i.zone.vs(rel, b)))
-        .collect();
-    let state = |rel: &[u8]| states.get(rel).copied().unwrap_or(Vs::Same);
-
-    let mut write = vec![false; i.wants.len()];
-    let mut zones = vec![false; i.wants.len()];
-    let mut remove: Vec<(Vec<u8>, bool)> = Vec::new();
     for (n, w) in i.wants.iter().enumerate() {
         if i.pinned.contains(&w.rel) {
             continue;
         }
-        let o = i.owner(&w.rel);
         let here = i.zone.exists(&w.rel);
-        match (by_path.get(w.rel.as_slice()), &whats[n]) {
-            (Some(_), Some(what)) => {
-                let changed = !what.is_empty();
-                if changed {
-                    report.changed.push(Change {
-                        path: shown(&w.rel),
-                        what: what.clone(),
-                    });
-                }
-                match o {
-                    Owner::Keep => {
-                        if changed {
-                            report.kept.push(Kept {
-                                path: shown(&w.rel),
-                                why: concat!("a kept path: the new source changes it, the ", made!(), "'s stays"),
-                            });
-                            zones[n] = true;
-                        }
-                    }
-                    Owner::Follow => {
-                        let zs = state(&w.rel);
-                        if zs != Vs::Same {
-                            if w.from == From::Recorded {
-                                return Ok(Decision::Restage {
-                                    path: shown(&w.rel),
-                                });
-                            }
-                            report.replaced.push(Kept {
-                                path: shown(&w.rel),
-                                why: replaced_why(zs),
-                            });
-                            write[n] = true;
-                        } else if changed {
-                            write[n] = true;
-                        }
-                    }
-                    Owner::Merge => match state(&w.rel) {
-                        _ if !changed => {}
-                        Vs::Same => write[n] = true,
-                        Vs::Gone => {
-                            report.kept.push(Kept {
-                                path: shown(&w.rel),
-                                why: concat!(
-                                    "removed in the ",
-                                    made!(),
-                                    " since it was recorded; stays removed"
-                                ),
-                            });
-                            zones[n] = true;
-                        }
-                        Vs::Changed(_) => {
-                            report.kept.push(Kept {
-                                path: shown(&w.rel),
-                                why: concat!("changed in the ", made!(), " since it was recorded; the new source changes it too"),
-                            });
-                            zones[n] = true;
-                        }
-                    },
-                }
-            }
+        let restage = match (k.by_path.get(w.rel.as_slice()), &k.whats[n]) {
+            (Some(_), Some(what)) => k.recorded(n, w, what, &mut plan, report),
             _ => {
-                report.added.push(Change {
-                    path: shown(&w.rel),
-                    what: Vec::new(),
-                });
-                match o {
-                    // The zone's entries are never replaced; where it has
-                    // none, the source's is made, as an install makes it.
-                    Owner::Keep if here => {
-                        report.kept.push(Kept {
-                            path: shown(&w.rel),
-                            why: concat!(
-                                "a kept path: the ",
-                                made!(),
-                                "'s own entry where the new source adds one"
-                            ),
-                        });
-                        zones[n] = true;
-                    }
-                    Owner::Keep => write[n] = true,
-                    Owner::Follow => {
-                        if here {
-                            report.replaced.push(Kept {
-                                path: shown(&w.rel),
-                                why: concat!(
-                                    "the ",
-                                    made!(),
-                                    "'s own entry where the new source adds one"
-                                ),
-                            });
-                        }
-                        write[n] = true;
-                    }
-                    Owner::Merge => {
-                        if here
-                            && !(w.entry.k == 'd'
-                                && i.zone
-                                    .get(&w.rel)
-                                    .is_some_and(|z| z.kind == 'd'))
-                        {
-                            report.kept.push(Kept {
-                                path: shown(&w.rel),
-                                why: concat!(
-                                    "the ",
-                                    made!(),
-                                    "'s own entry where the new source adds one"
-                                ),
-                            });
-                            zones[n] = true;
-                        } else {
-                            write[n] = true;
-                        }
-                    }
-                }
+                k.added(n, w, here, &mut plan, report);
+                None
             }
+        };
+        if let Some(restage) = restage {
+            return Ok(restage);
         }
     }
-    // Recorded entries the source no longer has.
-    for (e, p) in i.old.entries.iter().zip(&paths) {
-        if want_at.contains_key(p.as_ref()) || i.pinned.contains(p.as_ref()) {
-            continue;
+    k.gone_from_source(&mut plan, report);
+    k.zone_additions(&mut plan, report);
+    if let Some(restage) = k.whole_link_groups(&mut plan) {
+        return Ok(restage);
+    }
+    plan.remove.sort_by(|a, b| b.0.cmp(&a.0));
+    plan.remove.dedup();
+    Ok(Decision::Plan(plan))
+}
+
+/// What a decision is made from: the recorded entries by path, each
+/// want's changes against its recorded entry, and the zone's state
+/// where a decision depends on it.
+struct Known<'a> {
+    i: &'a Inputs<'a>,
+    /// The recorded entries' paths, in the manifest's order.
+    paths: &'a [Cow<'a, [u8]>],
+    by_path: HashMap<Cow<'a, [u8]>, &'a Entry>,
+    want_at: HashMap<&'a [u8], usize>,
+    /// Per want: what changed since its recorded entry, if it has one.
+    whats: Vec<Option<Vec<&'static str>>>,
+    states: HashMap<&'a [u8], Vs>,
+}
+
+impl<'a> Known<'a> {
+    fn of(i: &'a Inputs<'a>, paths: &'a [Cow<'a, [u8]>]) -> Known<'a> {
+        use rayon::prelude::*;
+        let by_path = i.old.by_path();
+        let want_at: HashMap<&[u8], usize> = i
+            .wants
+            .iter()
+            .enumerate()
+            .map(|(n, w)| (w.rel.as_slice(), n))
+            .collect();
+        // Hard-link groups, recorded and now, as sets of paths.
+        let mut old_groups: HashMap<u64, BTreeSet<&[u8]>> = HashMap::new();
+        for (e, p) in i.old.entries.iter().zip(paths) {
+            if let Some(n) = e.n {
+                old_groups.entry(n).or_default().insert(p.as_ref());
+            }
         }
-        report.removed.push(Change {
-            path: shown(p),
+        let mut new_groups: HashMap<(u64, u64), BTreeSet<&[u8]>> =
+            HashMap::new();
+        for w in i.wants {
+            if let Some(g) = w.group {
+                new_groups.entry(g).or_default().insert(w.rel.as_slice());
+            }
+        }
+        let links_differ = |w: &Want, b: &Entry| -> bool {
+            let old: BTreeSet<&[u8]> =
+                match b.n.and_then(|n| old_groups.get(&n)) {
+                    Some(s) => s.clone(),
+                    None => BTreeSet::from([w.rel.as_slice()]),
+                };
+            let new: BTreeSet<&[u8]> =
+                match w.group.and_then(|g| new_groups.get(&g)) {
+                    Some(s) if s.len() > 1 => s.clone(),
+                    _ => BTreeSet::from([w.rel.as_slice()]),
+                };
+            old != new
+        };
+        let whats: Vec<Option<Vec<&'static str>>> = i
+            .wants
+            .iter()
+            .map(|w| {
+                by_path
+                    .get(w.rel.as_slice())
+                    .map(|b| changes(b, w, links_differ(w, b)))
+            })
+            .collect();
+        // The zone's state, where a decision depends on it: every recorded
+        // entry in a followed path, a changed or removed one in a merged
+        // path. Read in parallel (a state may need a hash).
+        let mut asks: Vec<(&[u8], &Entry)> = Vec::new();
+        for (w, what) in i.wants.iter().zip(&whats) {
+            let Some(b) = by_path.get(w.rel.as_slice()) else {
+                continue;
+            };
+            let o = i.owner(&w.rel);
+            let changed = what.as_ref().is_some_and(|v| !v.is_empty());
+            if o == Owner::Follow || (o == Owner::Merge && changed) {
+                asks.push((w.rel.as_slice(), b));
+            }
+        }
+        for (e, p) in i.old.entries.iter().zip(paths) {
+            if !want_at.contains_key(p.as_ref()) && i.owner(p) != Owner::Keep {
+                asks.push((p.as_ref(), e));
+            }
+        }
+        let states: HashMap<&[u8], Vs> = asks
+            .par_iter()
+            .map(|(rel, b)| (*rel, i.zone.vs(rel, b)))
+            .collect();
+        Known {
+            i,
+            paths,
+            by_path,
+            want_at,
+            whats,
+            states,
+        }
+    }
+
+    fn state(&self, rel: &[u8]) -> Vs {
+        self.states.get(rel).copied().unwrap_or(Vs::Same)
+    }
+
+    /// A want with a recorded entry, changed by `what`; a `Restage` when
+    /// the zone changed a recorded entry the source no longer holds.
+    fn recorded(
+        &self,
+        n: usize,
+        w: &Want,
+        what: &[&'static str],
+        plan: &mut Plan,
+        report: &mut Report,
+    ) -> Option<Decision> {
+        let o = self.i.owner(&w.rel);
+        let changed = !what.is_empty();
+        if changed {
+            report.changed.push(Change {
+                path: shown(&w.rel),
+                what: what.to_vec(),
+            });
+        }
+        match o {
+            Owner::Keep => {
+                if changed {
+                    report.kept.push(Kept {
+                        path: shown(&w.rel),
+                        why: concat!(
+                            "a kept path: the new source changes it, the ",
+                            made!(),
+                            "'s stays"
+                        ),
+                    });
+                    plan.zones[n] = true;
+                }
+            }
+            Owner::Follow => {
+                let zs = self.state(&w.rel);
+                if zs != Vs::Same {
+                    if w.from == From::Recorded {
+                        return Some(Decision::Restage {
+                            path: shown(&w.rel),
+                        });
+                    }
+                    report.replaced.push(Kept {
+                        path: shown(&w.rel),
+                        why: replaced_why(zs),
+                    });
+                    plan.write[n] = true;
+                } else if changed {
+                    plan.write[n] = true;
+                }
+            }
+            Owner::Merge => match self.state(&w.rel) {
+                _ if !changed => {}
+                Vs::Same => plan.write[n] = true,
+                Vs::Gone => {
+                    report.kept.push(Kept {
+                        path: shown(&w.rel),
+                        why: concat!(
+                            "removed in the ",
+                            made!(),
+                            " since it was recorded; stays removed"
+                        ),
+                    });
+                    plan.zones[n] = true;
+                }
+                Vs::Changed(_) => {
+                    report.kept.push(Kept {
+                        path: shown(&w.rel),
+                        why: concat!("changed in the ", made!(), " since it was recorded; the new source changes it too"),
+                    });
+                    plan.zones[n] = true;
+                }
+            },
+        }
+        None
+    }
+
+    /// A want without a recorded entry: the source adds it; `here`, the
+    /// zone has an entry there.
+    fn added(
+        &self,
+        n: usize,
+        w: &Want,
+        here: bool,
+        plan: &mut Plan,
+        report: &mut Report,
+    ) {
+        let o = self.i.owner(&w.rel);
+        report.added.push(Change {
+            path: shown(&w.rel),
             what: Vec::new(),
         });
-        match i.owner(p) {
-            Owner::Keep => report.kept.push(Kept {
-                path: shown(p),
-                why: concat!(
-                    "a kept path: the new source removes it, the ",
-                    made!(),
-                    "'s stays"
-                ),
-            }),
-            Owner::Follow => match state(p) {
-                Vs::Gone => {}
-                zs => {
-                    if zs != Vs::Same {
-                        report.replaced.push(Kept {
-                            path: shown(p),
-                            why: concat!(
-                                "changed in the ",
-                                made!(),
-                                "; the new source removes it"
-                            ),
-                        });
-                    }
-                    remove.push((p.to_vec(), true));
+        match o {
+            // The zone's entries are never replaced; where it has
+            // none, the source's is made, as an install makes it.
+            Owner::Keep if here => {
+                report.kept.push(Kept {
+                    path: shown(&w.rel),
+                    why: concat!(
+                        "a kept path: the ",
+                        made!(),
+                        "'s own entry where the new source adds one"
+                    ),
+                });
+                plan.zones[n] = true;
+            }
+            Owner::Keep => plan.write[n] = true,
+            Owner::Follow => {
+                if here {
+                    report.replaced.push(Kept {
+                        path: shown(&w.rel),
+                        why: concat!(
+                            "the ",
+                            made!(),
+                            "'s own entry where the new source adds one"
+                        ),
+                    });
                 }
-            },
-            Owner::Merge => match state(p) {
-                Vs::Gone => {}
-                Vs::Same => remove.push((p.to_vec(), e.k != 'd')),
-                Vs::Changed(_) => report.kept.push(Kept {
+                plan.write[n] = true;
+            }
+            Owner::Merge => {
+                if here
+                    && !(w.entry.k == 'd'
+                        && self
+                            .i
+                            .zone
+                            .get(&w.rel)
+                            .is_some_and(|z| z.kind == 'd'))
+                {
+                    report.kept.push(Kept {
+                        path: shown(&w.rel),
+                        why: concat!(
+                            "the ",
+                            made!(),
+                            "'s own entry where the new source adds one"
+                        ),
+                    });
+                    plan.zones[n] = true;
+                } else {
+                    plan.write[n] = true;
+                }
+            }
+        }
+    }
+
+    /// Recorded entries the source no longer has.
+    fn gone_from_source(&self, plan: &mut Plan, report: &mut Report) {
+        // Recorded entries the source no longer has.
+        for (e, p) in self.i.old.entries.iter().zip(self.paths) {
+            if self.want_at.contains_key(p.as_ref())
+                || self.i.pinned.contains(p.as_ref())
+            {
+                continue;
+            }
+            report.removed.push(Change {
+                path: shown(p),
+                what: Vec::new(),
+            });
+            match self.i.owner(p) {
+                Owner::Keep => report.kept.push(Kept {
                     path: shown(p),
                     why: concat!(
-                        "changed in the ",
+                        "a kept path: the new source removes it, the ",
                         made!(),
-                        " since it was recorded; the new source removes it"
+                        "'s stays"
                     ),
                 }),
-            },
-        }
-    }
-    // What the zone added in a followed path goes: the source owns it.
-    // (Not where only --force makes the source win: the zone's own
-    // entries stay there.)
-    let mut added: Vec<&Vec<u8>> = i
-        .zone
-        .paths()
-        .filter(|p| {
-            !by_path.contains_key(p.as_slice())
-                && !want_at.contains_key(p.as_slice())
-                && i.owners.of(p) == Owner::Follow
-        })
-        .collect();
-    added.sort();
-    let mut last: Option<&[u8]> = None;
-    for p in added {
-        // Beneath one already going: goes with it.
-        if last
-            .is_some_and(|l| p.starts_with(l) && p.get(l.len()) == Some(&b'/'))
-        {
-            continue;
-        }
-        report.replaced.push(Kept {
-            path: shown(p),
-            why: concat!("the ", made!(), "'s own entry in a followed path"),
-        });
-        remove.push((p.clone(), true));
-        last = Some(p.as_slice());
-    }
-    // A hard-link group with one name written is written whole.
-    let mut dirty: HashSet<(u64, u64)> = HashSet::new();
-    for (n, w) in i.wants.iter().enumerate() {
-        if let (Some(g), true) = (w.group, write[n]) {
-            dirty.insert(g);
-        }
-    }
-    for (n, w) in i.wants.iter().enumerate() {
-        if !write[n] && !zones[n] && w.group.is_some_and(|g| dirty.contains(&g))
-        {
-            if w.from == From::Recorded && state(&w.rel) != Vs::Same {
-                return Ok(Decision::Restage {
-                    path: shown(&w.rel),
-                });
+                Owner::Follow => match self.state(p) {
+                    Vs::Gone => {}
+                    zs => {
+                        if zs != Vs::Same {
+                            report.replaced.push(Kept {
+                                path: shown(p),
+                                why: concat!(
+                                    "changed in the ",
+                                    made!(),
+                                    "; the new source removes it"
+                                ),
+                            });
+                        }
+                        plan.remove.push((p.to_vec(), true));
+                    }
+                },
+                Owner::Merge => match self.state(p) {
+                    Vs::Gone => {}
+                    Vs::Same => plan.remove.push((p.to_vec(), e.k != 'd')),
+                    Vs::Changed(_) => report.kept.push(Kept {
+                        path: shown(p),
+                        why: concat!(
+                            "changed in the ",
+                            made!(),
+                            " since it was recorded; the new source removes it"
+                        ),
+                    }),
+                },
             }
-            write[n] = true;
         }
     }
-    remove.sort_by(|a, b| b.0.cmp(&a.0));
-    remove.dedup();
-    Ok(Decision::Plan(Plan {
-        write,
-        zones,
-        remove,
-    }))
+
+    /// What the zone added in a followed path.
+    fn zone_additions(&self, plan: &mut Plan, report: &mut Report) {
+        // What the zone added in a followed path goes: the source owns it.
+        // (Not where only --force makes the source win: the zone's own
+        // entries stay there.)
+        let mut added: Vec<&Vec<u8>> = self
+            .i
+            .zone
+            .paths()
+            .filter(|p| {
+                !self.by_path.contains_key(p.as_slice())
+                    && !self.want_at.contains_key(p.as_slice())
+                    && self.i.owners.of(p) == Owner::Follow
+            })
+            .collect();
+        added.sort();
+        let mut last: Option<&[u8]> = None;
+        for p in added {
+            // Beneath one already going: goes with it.
+            if last.is_some_and(|l| {
+                p.starts_with(l) && p.get(l.len()) == Some(&b'/')
+            }) {
+                continue;
+            }
+            report.replaced.push(Kept {
+                path: shown(p),
+                why: concat!(
+                    "the ",
+                    made!(),
+                    "'s own entry in a followed path"
+                ),
+            });
+            plan.remove.push((p.clone(), true));
+            last = Some(p.as_slice());
+        }
+    }
+
+    /// A `Restage` when a link group must be written whole and one of its
+    /// recorded names changed in the zone.
+    fn whole_link_groups(&self, plan: &mut Plan) -> Option<Decision> {
+        // A hard-link group with one name written is written whole.
+        let mut dirty: HashSet<(u64, u64)> = HashSet::new();
+        for (n, w) in self.i.wants.iter().enumerate() {
+            if let (Some(g), true) = (w.group, plan.write[n]) {
+                dirty.insert(g);
+            }
+        }
+        for (n, w) in self.i.wants.iter().enumerate() {
+            if !plan.write[n]
+                && !plan.zones[n]
+                && w.group.is_some_and(|g| dirty.contains(&g))
+            {
+                if w.from == From::Recorded && self.state(&w.rel) != Vs::Same {
+                    return Some(Decision::Restage {
+                        path: shown(&w.rel),
+                    });
+                }
+                plan.write[n] = true;
+            }
+        }
+        None
+    }
 }
 
 fn replaced_why(zs: Vs) -> &'static str {

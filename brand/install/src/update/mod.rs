@@ -63,20 +63,21 @@ use std::io;
 use std::os::fd::AsFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use copier::beneath::Root;
 
 use crate::manifest::{self, Made, Manifest, Recipe};
 use crate::profile::Profile;
-use crate::state::{self, State, ZoneLock};
+use crate::state::ZoneLock;
 use crate::zonepath::open_zonepath;
 
 mod apply;
 mod attrs;
 pub mod clone;
 mod decide;
+mod durable;
 mod error;
 mod journal;
 pub mod live;
@@ -91,8 +92,9 @@ mod zone;
 use apply::{Roots, apply};
 use clone::Clone;
 use decide::{Decision, Inputs, decide, settle_hashes};
+use durable::durable;
 pub use error::UpdateError;
-use error::{errno_at, io_at};
+use error::io_at;
 use journal::{Journal, finish_update, remove_if, write_journal};
 pub use journal::{Rolled, clear, recover, rollback};
 pub use names::{JOURNAL, ROOT_NEW, ROOT_PREV, STAGE};
@@ -141,10 +143,6 @@ pub struct Update<'a> {
     /// built (after the switch it finishes).
     pub cancel: Option<copier::Cancel>,
 }
-
-/// Past this many files written, one `syncfs` makes them durable rather
-/// than an `fsync` each.
-const FSYNC_MOST: usize = 1024;
 
 fn text(p: &std::path::Path) -> String {
     String::from_utf8_lossy(p.as_os_str().as_bytes()).into_owned()
@@ -419,43 +417,8 @@ impl Update<'_> {
 
     fn run_locked(&mut self, report: &mut Report) -> Result<(), UpdateError> {
         let zp = self.zonepath.clone();
-        match state::read(&zp)
-            .map_err(io_at("read marker", zp.join(state::STATE)))?
-        {
-            Some(State::Installed) => {}
-            st => {
-                if let Some(e) = error::composefs_root(&zp) {
-                    return Err(e);
-                }
-                return Err(UpdateError::NotInstalled {
-                    zonepath: zp,
-                    state: match st {
-                        Some(State::Installing) => "its install did not finish",
-                        _ => "no install is recorded there",
-                    },
-                });
-            }
-        }
-        let (old, have_manifest) =
-            match manifest::read(&zp, manifest::MANIFEST)? {
-                Some(m) => (m, true),
-                None if self.force => (
-                    Manifest {
-                        header: manifest::Header {
-                            version: manifest::CURRENT_VERSION,
-                            root_ino: None,
-                            trees: Vec::new(),
-                            images: Vec::new(),
-                            entries: 0,
-                            recipe: None,
-                            made: None,
-                        },
-                        entries: Vec::new(),
-                    },
-                    false,
-                ),
-                None => return Err(UpdateError::NoManifest { zonepath: zp }),
-            };
+        record::installed(&zp)?;
+        let (old, have_manifest) = record::recorded(&zp, self.force)?;
         let mut plan = self.target(&old, have_manifest)?;
         let root_path = zp.join("root");
         if !self.dry_run
@@ -469,10 +432,6 @@ impl Update<'_> {
                 what: u.what,
             });
         }
-        let stop = |cancel: &Option<copier::Cancel>| match cancel {
-            Some(c) if c.is_cancelled() => Err(UpdateError::Cancelled),
-            _ => Ok(()),
-        };
         let o = self.image_options();
         let opened = source::open_images(&plan.images, &o)?;
         plan.recipe.images = opened.iter().map(|i| i.record.clone()).collect();
@@ -480,100 +439,22 @@ impl Update<'_> {
         stop(&self.cancel)?;
         let old_root = Root::open(&root_path)?;
         let mut staging = Staging::new(&zp)?;
-        let fresh = |r: &Report| Report {
-            dry_run: r.dry_run,
-            recovered: r.recovered,
-            recipe: r.recipe.clone(),
-            ..Report::default()
+        let from = Sources {
+            plan: &plan,
+            old: &old,
+            opened: &opened,
+            have_manifest,
         };
-        // The zone's root is walked while the source is laid out: each
-        // is a walk of its own tree.
-        let owners = Arc::clone(&self.profile.owners);
-        let mut first_report = fresh(report);
-        let (zone, first) = std::thread::scope(|s| {
-            let scan = std::thread::Builder::new()
-                .name("zone-scan".into())
-                .spawn_scoped(s, || Zone::scan(&old_root, &owners));
-            let first = self.source(
-                &plan,
-                &old,
-                &opened,
-                have_manifest,
-                &mut staging,
-                &mut first_report,
-            );
-            let zone = match scan {
-                Ok(h) => h.join().unwrap_or_else(|_| {
-                    Err(UpdateError::Io {
-                        op: "walk",
-                        path: root_path.clone(),
-                        error: io::Error::other("the walk's thread panicked"),
-                    })
-                }),
-                // No thread to spare: walked here.
-                Err(_) => Zone::scan(&old_root, &owners),
-            };
-            (zone, first)
-        });
-        let built = (|| {
-            let zone = zone?;
-            let mut reuse = have_manifest;
-            let mut first = Some((first, first_report));
-            loop {
-                let (source, mut r) = match first.take() {
-                    Some(f) => f,
-                    None => {
-                        let mut r = fresh(report);
-                        let s = self.source(
-                            &plan,
-                            &old,
-                            &opened,
-                            reuse,
-                            &mut staging,
-                            &mut r,
-                        );
-                        (s, r)
-                    }
-                };
-                let (wants, pinned) = source?;
-                stop(&self.cancel)?;
-                let inputs = Inputs {
-                    old: &old,
-                    wants: &wants,
-                    zone: &zone,
-                    owners: &self.profile.owners,
-                    force: self.force,
-                    pinned: &pinned,
-                };
-                match decide(&inputs, &mut r)? {
-                    Decision::Plan(d) => {
-                        *report = r;
-                        return Ok((wants, pinned, d, zone.len()));
-                    }
-                    // A followed path the zone changed, which only the
-                    // layers hold: read them all.
-                    Decision::Restage { path: _ } if reuse => reuse = false,
-                    Decision::Restage { path } => {
-                        return Err(UpdateError::Io {
-                            op: "restore",
-                            path,
-                            error: io::Error::other(
-                                "the source's copy is not to be found",
-                            ),
-                        });
-                    }
-                }
-            }
-        })();
-        let (wants, pinned, decided, zone_entries) = match built {
-            Ok(b) => b,
+        let decided = match self.decided(&from, &old_root, &mut staging, report)
+        {
+            Ok(d) => d,
             Err(e) => {
                 let _already_failing = staging.remove();
                 return Err(e);
             }
         };
-        let nothing =
-            !decided.write.iter().any(|w| *w) && decided.remove.is_empty();
+        let nothing = !decided.plan.write.iter().any(|w| *w)
+            && decided.plan.remove.is_empty();
         if self.dry_run || nothing {
             staging.remove()?;
             return Ok(());
@@ -582,92 +463,7 @@ impl Update<'_> {
         let old_ino = record::root_ino(&root_path)?;
         write_journal(&zp, &Journal::Update(old_ino))?;
         let new_path = zp.join(ROOT_NEW);
-        let built = (|| -> Result<(Manifest, bool), UpdateError> {
-            // A leftover the journal did not name is not built on.
-            remove_if(&new_path)?;
-            let zdir = Root::open(&zp)?;
-            let new_root = if platform::snapshot(
-                old_root.as_fd(),
-                zdir.as_fd(),
-                c"root.new",
-            )
-            .map_err(io_at("snapshot", &new_path))?
-            {
-                // A btrfs subvolume: the whole root shared copy-on-write
-                // in one call.
-                report.method = "snapshot";
-                report.shared = zone_entries as u64;
-                (Root::open(&new_path)?, HashMap::new())
-            } else {
-                let new_root = Root::create(&new_path, 0o700)?;
-                let top_x = attrs::xattrs_fd(old_root.as_fd(), &root_path)?;
-                attrs::set_xattrs(new_root.as_fd(), &top_x, &new_path)?;
-                let method = clone::probe(new_root.as_fd(), &new_path)?;
-                report.method = method.as_str();
-                let cloning = Clone::new(
-                    method,
-                    old_root.as_fd(),
-                    &new_path,
-                    self.cancel.as_ref(),
-                )?;
-                let walk =
-                    || cloning.tree(old_root.as_fd(), new_root.as_fd(), b"", 1);
-                report.shared += match manifest::deep_pool() {
-                    Some(pool) => pool.install(walk)?,
-                    None => walk()?,
-                };
-                let cloned = cloning.finish(&old_root, &new_root)?;
-                (new_root, cloned)
-            };
-            let (new_root, cloned) = new_root;
-            (self.stage)("cloned");
-            let roots = Roots {
-                old: &old_root,
-                new: &new_root,
-            };
-            let written = apply(&wants, &decided, &roots, report)?;
-            // The root's own directory, as the old one was.
-            let top = std::fs::symlink_metadata(&root_path)
-                .map_err(io_at("stat", &root_path))?;
-            attrs::set_owner(
-                new_root.as_fd(),
-                top.uid(),
-                top.gid(),
-                &new_path,
-            )?;
-            attrs::set_mode(new_root.as_fd(), top.mode() & 0o7777, &new_path)?;
-            attrs::set_times(
-                new_root.as_fd(),
-                (top.atime(), top.atime_nsec()),
-                (top.mtime(), top.mtime_nsec()),
-                &new_path,
-            )?;
-            (self.stage)("applied");
-            let generation =
-                old.header.made.as_ref().map_or(0, |m| m.generation) + 1;
-            let mut m = record::new_manifest(
-                &old,
-                &wants,
-                &decided,
-                &written,
-                &record::Kept {
-                    pinned: &pinned,
-                    method: report.method,
-                    cloned: &cloned,
-                },
-                plan.recipe.clone(),
-                Made {
-                    how: "update".into(),
-                    at: now_secs(),
-                    generation,
-                },
-            )?;
-            m.header.root_ino = Some(record::root_ino(&new_path)?);
-            manifest::write(&zp, manifest::MANIFEST_NEW, &m)?;
-            durable(&new_root, &written)?;
-            (self.stage)("recorded");
-            stop(&self.cancel).map(|()| (m, written.staged))
-        })();
+        let built = self.build_new_root(&from, &old_root, &decided, report);
         let (recorded, staged) = match built {
             Ok(m) => m,
             Err(e) => {
@@ -694,51 +490,268 @@ impl Update<'_> {
         }
         Ok(())
     }
+
+    /// Lays the source out while the zone's root is walked (each is a
+    /// walk of its own tree), then decides. A followed path the zone
+    /// changed, which only the layers hold, has the source laid out again
+    /// from them all.
+    fn decided(
+        &self,
+        from: &Sources<'_>,
+        old_root: &Root,
+        staging: &mut Staging,
+        report: &mut Report,
+    ) -> Result<Decided, UpdateError> {
+        let mut first_report = fresh(report);
+        let (zone, first) =
+            self.scan_and_lay_out(from, old_root, staging, &mut first_report);
+        let zone = zone?;
+        let mut reuse = from.have_manifest;
+        let mut first = Some((first, first_report));
+        loop {
+            let (source, mut r) = match first.take() {
+                Some(f) => f,
+                None => {
+                    let mut r = fresh(report);
+                    let s = self.source(
+                        from.plan,
+                        from.old,
+                        from.opened,
+                        reuse,
+                        staging,
+                        &mut r,
+                    );
+                    (s, r)
+                }
+            };
+            let (wants, pinned) = source?;
+            stop(&self.cancel)?;
+            let inputs = Inputs {
+                old: from.old,
+                wants: &wants,
+                zone: &zone,
+                owners: &self.profile.owners,
+                force: self.force,
+                pinned: &pinned,
+            };
+            match decide(&inputs, &mut r)? {
+                Decision::Plan(plan) => {
+                    *report = r;
+                    return Ok(Decided {
+                        wants,
+                        pinned,
+                        plan,
+                        zone_entries: zone.len(),
+                    });
+                }
+                // A followed path the zone changed, which only the
+                // layers hold: read them all.
+                Decision::Restage { path: _ } if reuse => reuse = false,
+                Decision::Restage { path } => {
+                    return Err(UpdateError::Io {
+                        op: "restore",
+                        path,
+                        error: io::Error::other(
+                            "the source's copy is not to be found",
+                        ),
+                    });
+                }
+            }
+        }
+    }
+
+    /// The zone's root walked on a thread of its own (here, with none to
+    /// spare) while the source is laid out with the recorded layers.
+    fn scan_and_lay_out<'r>(
+        &self,
+        from: &Sources<'_>,
+        old_root: &'r Root,
+        staging: &mut Staging,
+        first_report: &mut Report,
+    ) -> (Result<Zone<'r>, UpdateError>, Laid) {
+        let owners = Arc::clone(&self.profile.owners);
+        std::thread::scope(|s| {
+            let scan = std::thread::Builder::new()
+                .name("zone-scan".into())
+                .spawn_scoped(s, || Zone::scan(old_root, &owners));
+            let first = self.source(
+                from.plan,
+                from.old,
+                from.opened,
+                from.have_manifest,
+                staging,
+                first_report,
+            );
+            let zone = match scan {
+                Ok(h) => h.join().unwrap_or_else(|_| {
+                    Err(UpdateError::Io {
+                        op: "walk",
+                        path: self.zonepath.join("root"),
+                        error: io::Error::other("the walk's thread panicked"),
+                    })
+                }),
+                // No thread to spare: walked here.
+                Err(_) => Zone::scan(old_root, &owners),
+            };
+            (zone, first)
+        })
+    }
+
+    /// Builds ZONEPATH/root.new beside the root: the old root cloned (or
+    /// snapshot), the decided changes applied, its top directory as the
+    /// old one's, its manifest written and all of it durable. The new
+    /// manifest, and whether staged files were linked in.
+    fn build_new_root(
+        &mut self,
+        from: &Sources<'_>,
+        old_root: &Root,
+        d: &Decided,
+        report: &mut Report,
+    ) -> Result<(Manifest, bool), UpdateError> {
+        let zp = self.zonepath.clone();
+        let (root_path, new_path) = (zp.join("root"), zp.join(ROOT_NEW));
+        // A leftover the journal did not name is not built on.
+        remove_if(&new_path)?;
+        let (new_root, cloned) =
+            self.clone_root(old_root, d.zone_entries, report)?;
+        (self.stage)("cloned");
+        let roots = Roots {
+            old: old_root,
+            new: &new_root,
+        };
+        let written = apply(&d.wants, &d.plan, &roots, report)?;
+        same_top(&new_root, &root_path, &new_path)?;
+        (self.stage)("applied");
+        let old = from.old;
+        let generation =
+            old.header.made.as_ref().map_or(0, |m| m.generation) + 1;
+        let mut m = record::new_manifest(
+            old,
+            &d.wants,
+            &d.plan,
+            &written,
+            &record::Kept {
+                pinned: &d.pinned,
+                method: report.method,
+                cloned: &cloned,
+            },
+            from.plan.recipe.clone(),
+            Made {
+                how: "update".into(),
+                at: now_secs(),
+                generation,
+            },
+        )?;
+        m.header.root_ino = Some(record::root_ino(&new_path)?);
+        manifest::write(&zp, manifest::MANIFEST_NEW, &m)?;
+        durable(&new_root, &written)?;
+        (self.stage)("recorded");
+        stop(&self.cancel).map(|()| (m, written.staged))
+    }
+
+    /// ZONEPATH/root.new made from the old root: on btrfs a snapshot of
+    /// the subvolume, the whole root shared copy-on-write in one call;
+    /// else a clone, entry by entry, by the best method the filesystem
+    /// has. The new root, and what was cloned by path.
+    fn clone_root(
+        &self,
+        old_root: &Root,
+        zone_entries: usize,
+        report: &mut Report,
+    ) -> Result<(Root, HashMap<Vec<u8>, clone::Stamp>), UpdateError> {
+        let zp = &self.zonepath;
+        let (root_path, new_path) = (zp.join("root"), zp.join(ROOT_NEW));
+        let zdir = Root::open(zp)?;
+        if platform::snapshot(old_root.as_fd(), zdir.as_fd(), c"root.new")
+            .map_err(io_at("snapshot", &new_path))?
+        {
+            report.method = "snapshot";
+            report.shared = zone_entries as u64;
+            return Ok((Root::open(&new_path)?, HashMap::new()));
+        }
+        let new_root = Root::create(&new_path, 0o700)?;
+        let top_x = attrs::xattrs_fd(old_root.as_fd(), &root_path)?;
+        attrs::set_xattrs(new_root.as_fd(), &top_x, &new_path)?;
+        let method = clone::probe(new_root.as_fd(), &new_path)?;
+        report.method = method.as_str();
+        let cloning = Clone::new(
+            method,
+            old_root.as_fd(),
+            &new_path,
+            self.cancel.as_ref(),
+        )?;
+        let walk = || cloning.tree(old_root.as_fd(), new_root.as_fd(), b"", 1);
+        report.shared += match manifest::deep_pool() {
+            Some(pool) => pool.install(walk)?,
+            None => walk()?,
+        };
+        let cloned = cloning.finish(old_root, &new_root)?;
+        Ok((new_root, cloned))
+    }
+}
+
+/// What an update lays its source out from.
+struct Sources<'a> {
+    plan: &'a Target,
+    old: &'a Manifest,
+    opened: &'a [OpenedImage],
+    have_manifest: bool,
+}
+
+/// The source laid out: what it wants, and the paths pinned to their
+/// recorded entries.
+type Laid = Result<(Vec<Want>, HashSet<Vec<u8>>), UpdateError>;
+
+/// What was decided, and of what.
+struct Decided {
+    wants: Vec<Want>,
+    pinned: HashSet<Vec<u8>>,
+    plan: decide::Plan,
+    /// Entries in the zone's root.
+    zone_entries: usize,
+}
+
+/// `Cancelled` once `cancel` is raised.
+fn stop(cancel: &Option<copier::Cancel>) -> Result<(), UpdateError> {
+    match cancel {
+        Some(c) if c.is_cancelled() => Err(UpdateError::Cancelled),
+        _ => Ok(()),
+    }
+}
+
+/// An empty report of a new attempt at the source, keeping what was
+/// said of the update so far.
+fn fresh(r: &Report) -> Report {
+    Report {
+        dry_run: r.dry_run,
+        recovered: r.recovered,
+        recipe: r.recipe.clone(),
+        ..Report::default()
+    }
+}
+
+/// The new root's own directory owned, moded and timed as the old one.
+fn same_top(
+    new_root: &Root,
+    root_path: &Path,
+    new_path: &Path,
+) -> Result<(), UpdateError> {
+    // The root's own directory, as the old one was.
+    let top = std::fs::symlink_metadata(root_path)
+        .map_err(io_at("stat", root_path))?;
+    attrs::set_owner(new_root.as_fd(), top.uid(), top.gid(), new_path)?;
+    attrs::set_mode(new_root.as_fd(), top.mode() & 0o7777, new_path)?;
+    attrs::set_times(
+        new_root.as_fd(),
+        (top.atime(), top.atime_nsec()),
+        (top.mtime(), top.mtime_nsec()),
+        new_path,
+    )?;
+    Ok(())
 }
 
 fn now_secs() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64)
-}
-
-/// Makes what the update wrote durable: each file whose data it wrote
-/// (one `syncfs` instead past [`FSYNC_MOST`], or on btrfs, whose
-/// `fsync` makes only the file's own metadata durable), then every
-/// directory it made or changed and the new root itself, whose journal
-/// or log commit carries the clone's metadata before it.
-fn durable(new: &Root, written: &apply::Written) -> Result<(), UpdateError> {
-    use rustix::fs::{Mode, OFlags};
-    if written.data.len() > FSYNC_MOST || platform::on_btrfs(new.as_fd()) {
-        let fd = new
-            .as_fd()
-            .try_clone_to_owned()
-            .map_err(io_at("flush", new.path()))?;
-        return copier::fsutil::sync_fs(&std::fs::File::from(fd))
-            .map_err(io_at("flush", new.path()));
-    }
-    for rel in &written.data {
-        let (dir, name) = attrs::parent(new, rel, false)?;
-        let fd = rustix::fs::openat(
-            &dir,
-            name.as_c_str(),
-            OFlags::RDONLY
-                | OFlags::NOFOLLOW
-                | OFlags::CLOEXEC
-                | OFlags::NONBLOCK,
-            Mode::empty(),
-        )
-        .map_err(errno_at("open", attrs::shown(&dir, &name)))?;
-        rustix::fs::fsync(&fd)
-            .map_err(errno_at("flush", attrs::shown(&dir, &name)))?;
-    }
-    for rel in written.dirs.iter().rev() {
-        if rel.is_empty() {
-            continue;
-        }
-        if let Ok(d) = new.dir(attrs::rel_path(rel), None) {
-            rustix::fs::fsync(&d).map_err(errno_at("flush", d.path()))?;
-        }
-    }
-    rustix::fs::fsync(new).map_err(errno_at("flush", new.path()))
 }

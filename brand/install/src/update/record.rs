@@ -11,11 +11,12 @@ use copier::beneath::Root;
 
 use super::apply::Written;
 use super::decide::Plan;
-use super::error::{UpdateError, io_at};
+use super::error::{self, UpdateError, io_at};
 use super::source::{From, Want};
 use super::zone::Zone;
 use crate::manifest::{self, Made, Manifest, Recipe};
 use crate::owners::Owners;
+use crate::state::{self, State};
 
 /// What stays of the old root in the new one, for its record.
 pub(super) struct Kept<'a> {
@@ -182,4 +183,57 @@ pub(super) fn stamp(
 /// Which directory `p` is ([`super::platform::root_id`]).
 pub(super) fn root_ino(p: &Path) -> Result<u64, UpdateError> {
     super::platform::root_id(p).map_err(io_at("stat", p))
+}
+
+/// Refuses a zonepath with no finished install.
+pub(super) fn installed(zp: &Path) -> Result<(), UpdateError> {
+    match state::read(zp)
+        .map_err(io_at("read marker", zp.join(state::STATE)))?
+    {
+        Some(State::Installed) => {}
+        st => {
+            if let Some(e) = error::composefs_root(zp) {
+                return Err(e);
+            }
+            return Err(UpdateError::NotInstalled {
+                zonepath: zp.to_path_buf(),
+                state: match st {
+                    Some(State::Installing) => "its install did not finish",
+                    _ => "no install is recorded there",
+                },
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The root's recorded manifest, and whether there is one: without,
+/// `force` updates as if every entry were the source's.
+pub(super) fn recorded(
+    zp: &Path,
+    force: bool,
+) -> Result<(Manifest, bool), UpdateError> {
+    Ok(match manifest::read(zp, manifest::MANIFEST)? {
+        Some(m) => (m, true),
+        None if force => (
+            Manifest {
+                header: manifest::Header {
+                    version: manifest::CURRENT_VERSION,
+                    root_ino: None,
+                    trees: Vec::new(),
+                    images: Vec::new(),
+                    entries: 0,
+                    recipe: None,
+                    made: None,
+                },
+                entries: Vec::new(),
+            },
+            false,
+        ),
+        None => {
+            return Err(UpdateError::NoManifest {
+                zonepath: zp.to_path_buf(),
+            });
+        }
+    })
 }

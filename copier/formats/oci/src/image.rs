@@ -159,40 +159,14 @@ impl Image {
         path: &Path,
         location: &Path,
         store: Store,
-        mut candidates: Vec<Descriptor>,
+        candidates: Vec<Descriptor>,
         select: &Select,
     ) -> Result<Image> {
         let ctx = Ctx {
             image: path,
             store: &store,
         };
-        let mut depth = 0;
-        let manifest_desc = loop {
-            let d = ctx.choose(&candidates, select)?;
-            let mt = d.media_type().to_string();
-            if d.media_type() == &MediaType::ImageIndex || mt == DOCKER_LIST {
-                depth += 1;
-                if depth > MAX_DEPTH {
-                    return Err(ctx.bad(
-                        "index.json",
-                        format!("indexes nested more than {MAX_DEPTH} deep"),
-                    ));
-                }
-                let (inner, _): (ImageIndex, _) =
-                    ctx.blob_json(&d, "index", BlobKind::Index)?;
-                candidates = inner.manifests().clone();
-                continue;
-            }
-            if d.media_type() != &MediaType::ImageManifest
-                && mt != DOCKER_MANIFEST
-            {
-                return Err(ctx.bad(
-                    &format!("descriptor {}", d.digest()),
-                    format!("media type {mt} is not an image manifest"),
-                ));
-            }
-            break d;
-        };
+        let manifest_desc = ctx.manifest_among(candidates, select)?;
         let manifest_digest = ctx.digest(&manifest_desc)?;
         let (manifest, manifest_bytes): (ImageManifest, _) =
             ctx.blob_json(&manifest_desc, "manifest", BlobKind::Manifest)?;
@@ -230,36 +204,7 @@ impl Image {
                 ),
             ));
         }
-        let mut layers = Vec::with_capacity(diff_ids.len());
-        for (d, diff) in manifest.layers().iter().zip(diff_ids) {
-            let digest = ctx.digest(d)?;
-            let media_type = d.media_type().to_string();
-            let compression = match d.media_type() {
-                MediaType::ImageLayer => Compression::None,
-                MediaType::ImageLayerGzip => Compression::Gzip,
-                MediaType::ImageLayerZstd => Compression::Zstd,
-                MediaType::Other(s) if s == DOCKER_LAYER_GZIP => {
-                    Compression::Gzip
-                }
-                _ => {
-                    return Err(Error::MediaType {
-                        image: path.to_path_buf(),
-                        digest: digest.to_string(),
-                        media_type,
-                    });
-                }
-            };
-            let diff_id = Digest::parse(diff).map_err(|why| {
-                ctx.bad(&config_name, format!("diff_id: {why}"))
-            })?;
-            layers.push(Layer {
-                digest,
-                size: d.size(),
-                media_type,
-                compression,
-                diff_id,
-            });
-        }
+        let layers = ctx.layers(&manifest, diff_ids, &config_name)?;
         let manifest_sha256 = sha256_hex(&manifest_bytes);
         Ok(Image {
             path: path.to_path_buf(),
@@ -364,6 +309,83 @@ struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
+    /// The image manifest among `candidates` that `select` picks,
+    /// indexes (an OCI index, a docker manifest list) followed.
+    fn manifest_among(
+        &self,
+        mut candidates: Vec<Descriptor>,
+        select: &Select,
+    ) -> Result<Descriptor> {
+        let mut depth = 0;
+        loop {
+            let d = self.choose(&candidates, select)?;
+            let mt = d.media_type().to_string();
+            if d.media_type() == &MediaType::ImageIndex || mt == DOCKER_LIST {
+                depth += 1;
+                if depth > MAX_DEPTH {
+                    return Err(self.bad(
+                        "index.json",
+                        format!("indexes nested more than {MAX_DEPTH} deep"),
+                    ));
+                }
+                let (inner, _): (ImageIndex, _) =
+                    self.blob_json(&d, "index", BlobKind::Index)?;
+                candidates = inner.manifests().clone();
+                continue;
+            }
+            if d.media_type() != &MediaType::ImageManifest
+                && mt != DOCKER_MANIFEST
+            {
+                return Err(self.bad(
+                    &format!("descriptor {}", d.digest()),
+                    format!("media type {mt} is not an image manifest"),
+                ));
+            }
+            return Ok(d);
+        }
+    }
+
+    /// The layers `manifest` lists, each with its diff_id from the config
+    /// (named `config_name` in messages).
+    fn layers(
+        &self,
+        manifest: &ImageManifest,
+        diff_ids: &[String],
+        config_name: &str,
+    ) -> Result<Vec<Layer>> {
+        let mut layers = Vec::with_capacity(diff_ids.len());
+        for (d, diff) in manifest.layers().iter().zip(diff_ids) {
+            let digest = self.digest(d)?;
+            let media_type = d.media_type().to_string();
+            let compression = match d.media_type() {
+                MediaType::ImageLayer => Compression::None,
+                MediaType::ImageLayerGzip => Compression::Gzip,
+                MediaType::ImageLayerZstd => Compression::Zstd,
+                MediaType::Other(s) if s == DOCKER_LAYER_GZIP => {
+                    Compression::Gzip
+                }
+                _ => {
+                    return Err(Error::MediaType {
+                        image: self.image.to_path_buf(),
+                        digest: digest.to_string(),
+                        media_type,
+                    });
+                }
+            };
+            let diff_id = Digest::parse(diff).map_err(|why| {
+                self.bad(config_name, format!("diff_id: {why}"))
+            })?;
+            layers.push(Layer {
+                digest,
+                size: d.size(),
+                media_type,
+                compression,
+                diff_id,
+            });
+        }
+        Ok(layers)
+    }
+
     fn bad(&self, what: &str, why: String) -> Error {
         Error::Layout {
             image: self.image.to_path_buf(),

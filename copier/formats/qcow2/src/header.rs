@@ -93,80 +93,17 @@ impl Header {
         if !(9..=21).contains(&cluster_bits) {
             return bad(Problem::ClusterBits(cluster_bits));
         }
-        let corrupt =
-            |why: String| Err(Error::problem(path, Problem::Corrupt(why)));
-        let cluster = 1usize << cluster_bits;
-        let (mut incompatible, mut refcount_order, mut header_length) =
-            (0, 4, 72);
-        let mut autoclear = 0;
-        let mut compression_type = 0;
-        if version == 3 {
-            if head.len() < 104 {
-                return corrupt("v3 header truncated".into());
-            }
-            incompatible = be64(head, 72);
-            autoclear = be64(head, 88);
-            refcount_order = be32(head, 96);
-            header_length = be32(head, 100) as usize;
-            // QEMU's bounds: the v3 fields, and no more than cluster 0.
-            if header_length < 104 || header_length > cluster {
-                return corrupt(format!(
-                    "header_length {header_length} outside 104..={cluster}"
-                ));
-            }
-            if header_length > 104 && head.len() > 104 {
-                compression_type = head[104];
-            }
-        }
-        let backing_file_offset = be64(head, 8);
-        let backing_file_size = be32(head, 16);
-        let backing_file = if backing_file_offset != 0 {
-            // The spec's limit; QEMU refuses longer names too.
-            if backing_file_size > 1023 {
-                return corrupt(format!(
-                    "backing file name of {backing_file_size} bytes (at \
-                     most 1023)"
-                ));
-            }
-            let name =
-                usize::try_from(backing_file_offset).ok().and_then(|at| {
-                    head.get(at..at.checked_add(backing_file_size as usize)?)
-                });
-            let Some(name) = name else {
-                return corrupt(format!(
-                    "backing file name at {backing_file_offset:#x} \
-                     ({backing_file_size} bytes) outside cluster 0"
-                ));
-            };
-            Some(String::from_utf8_lossy(name).into_owned())
+        let v3 = if version == 3 {
+            V3::parse(path, head, 1usize << cluster_bits)?
         } else {
-            None
+            V3::default()
         };
-        // Header extensions: type, length, data padded to 8 bytes. Each
-        // takes at least 8 bytes of cluster 0, so the loop is bounded.
-        let mut backing_format = None;
-        let mut data_file = None;
-        let mut at = header_length.max(72);
-        while version == 3 && at.saturating_add(8) <= head.len() {
-            let (kind, len) = (be32(head, at), be32(head, at + 4) as usize);
-            if kind == EXT_END {
-                break;
-            }
-            let data = head.get(at + 8..).and_then(|d| d.get(..len));
-            let Some(data) = data else {
-                return corrupt(format!(
-                    "header extension {kind:#x} at {at:#x} ({len} bytes) \
-                     runs past cluster 0"
-                ));
-            };
-            if kind == EXT_BACKING_FORMAT {
-                backing_format =
-                    Some(String::from_utf8_lossy(data).into_owned());
-            } else if kind == EXT_DATA_FILE {
-                data_file = Some(String::from_utf8_lossy(data).into_owned());
-            }
-            at = at + 8 + len.next_multiple_of(8);
-        }
+        let backing_file = backing_file(path, head)?;
+        let (backing_format, data_file) = if version == 3 {
+            extensions(path, head, v3.header_length)?
+        } else {
+            (None, None)
+        };
         Ok(Header {
             version,
             cluster_bits,
@@ -177,10 +114,10 @@ impl Header {
             refcount_table_offset: be64(head, 48),
             refcount_table_clusters: be32(head, 56),
             nb_snapshots: be32(head, 60),
-            incompatible,
-            autoclear,
-            refcount_order,
-            compression_type,
+            incompatible: v3.incompatible,
+            autoclear: v3.autoclear,
+            refcount_order: v3.refcount_order,
+            compression_type: v3.compression_type,
             backing_file,
             backing_format,
             data_file,
@@ -218,4 +155,118 @@ impl Header {
         }
         Ok(())
     }
+}
+/// The v3 fields (defaults for v2: no features, 16-bit refcounts, a
+/// 72-byte header).
+struct V3 {
+    incompatible: u64,
+    autoclear: u64,
+    refcount_order: u32,
+    header_length: usize,
+    compression_type: u8,
+}
+
+impl Default for V3 {
+    fn default() -> V3 {
+        V3 {
+            incompatible: 0,
+            autoclear: 0,
+            refcount_order: 4,
+            header_length: 72,
+            compression_type: 0,
+        }
+    }
+}
+
+impl V3 {
+    /// The v3 fields of `head`, whose clusters are `cluster` bytes.
+    fn parse(path: &Path, head: &[u8], cluster: usize) -> Result<V3> {
+        let corrupt =
+            |why: String| Err(Error::problem(path, Problem::Corrupt(why)));
+        if head.len() < 104 {
+            return corrupt("v3 header truncated".into());
+        }
+        let header_length = be32(head, 100) as usize;
+        // QEMU's bounds: the v3 fields, and no more than cluster 0.
+        if header_length < 104 || header_length > cluster {
+            return corrupt(format!(
+                "header_length {header_length} outside 104..={cluster}"
+            ));
+        }
+        Ok(V3 {
+            incompatible: be64(head, 72),
+            autoclear: be64(head, 88),
+            refcount_order: be32(head, 96),
+            header_length,
+            compression_type: if header_length > 104 && head.len() > 104 {
+                head[104]
+            } else {
+                0
+            },
+        })
+    }
+}
+
+/// The backing file's name, which must lie in cluster 0.
+fn backing_file(path: &Path, head: &[u8]) -> Result<Option<String>> {
+    let corrupt =
+        |why: String| Err(Error::problem(path, Problem::Corrupt(why)));
+    let backing_file_offset = be64(head, 8);
+    let backing_file_size = be32(head, 16);
+    if backing_file_offset == 0 {
+        return Ok(None);
+    }
+    // The spec's limit; QEMU refuses longer names too.
+    if backing_file_size > 1023 {
+        return corrupt(format!(
+            "backing file name of {backing_file_size} bytes (at \
+             most 1023)"
+        ));
+    }
+    let name = usize::try_from(backing_file_offset).ok().and_then(|at| {
+        head.get(at..at.checked_add(backing_file_size as usize)?)
+    });
+    let Some(name) = name else {
+        return corrupt(format!(
+            "backing file name at {backing_file_offset:#x} \
+             ({backing_file_size} bytes) outside cluster 0"
+        ));
+    };
+    Ok(Some(String::from_utf8_lossy(name).into_owned()))
+}
+
+/// A v3 image's backing format and data file, from the header
+/// extensions after `header_length`.
+fn extensions(
+    path: &Path,
+    head: &[u8],
+    header_length: usize,
+) -> Result<(Option<String>, Option<String>)> {
+    let corrupt =
+        |why: String| Err(Error::problem(path, Problem::Corrupt(why)));
+    // Header extensions: type, length, data padded to 8 bytes. Each
+    // takes at least 8 bytes of cluster 0, so the loop is bounded.
+    let mut backing_format = None;
+    let mut data_file = None;
+    let mut at = header_length.max(72);
+    while at.saturating_add(8) <= head.len() {
+        let (kind, len) = (be32(head, at), be32(head, at + 4) as usize);
+        if kind == EXT_END {
+            break;
+        }
+        let data = head.get(at + 8..).and_then(|d| d.get(..len));
+        let Some(data) = data else {
+            return corrupt(format!(
+                "header extension {kind:#x} at {at:#x} ({len} bytes) \
+                 runs past cluster 0"
+            ));
+        };
+        if kind == EXT_BACKING_FORMAT {
+            backing_format = Some(String::from_utf8_lossy(data).into_owned());
+        } else if kind == EXT_DATA_FILE {
+            data_file = Some(String::from_utf8_lossy(data).into_owned());
+        }
+        at = at + 8 + len.next_multiple_of(8);
+    }
+    Ok((backing_format, data_file))
 }

@@ -255,67 +255,10 @@ pub fn parse(mut input: impl Read) -> Result<Statemap, ParseError> {
             )));
         };
         let Some(m) = &meta else {
-            meta = Some(
-                metadata(&obj)
-                    .map_err(|e| err(ParseProblem::BadMetadata(e)))?,
-            );
+            meta = Some(metadata(&obj).map_err(err)?);
             continue;
         };
-        if obj.contains_key("state") && obj.contains_key("entity") {
-            let entity = string(&obj, "entity")
-                .map_err(|e| err(ParseProblem::Unrecognized(e)))?;
-            let time = time(&obj).map_err(err)?;
-            let state =
-                obj.get("state").and_then(Value::as_u64).ok_or_else(|| {
-                    err(ParseProblem::Unrecognized(
-                        "state is not a number".into(),
-                    ))
-                })?;
-            if state >= m.states.len() as u64 {
-                return Err(err(ParseProblem::UnknownState(state)));
-            }
-            if let Some(&prev) = last.get(&entity)
-                && time < prev
-            {
-                return Err(err(ParseProblem::TimeBackwards {
-                    entity,
-                    previous: prev,
-                    time,
-                }));
-            }
-            last.insert(entity.clone(), time);
-            map.data.push(Datum {
-                time,
-                entity,
-                state: state as u32,
-            });
-        } else if obj.contains_key("event") {
-            map.events.push(Event {
-                time: time(&obj).map_err(err)?,
-                entity: string(&obj, "entity")
-                    .map_err(|e| err(ParseProblem::Unrecognized(e)))?,
-                event: string(&obj, "event")
-                    .map_err(|e| err(ParseProblem::Unrecognized(e)))?,
-                target: obj.get("target").map(|t| match t {
-                    Value::String(s) => s.clone(),
-                    other => other.to_string(),
-                }),
-            });
-        } else if obj.contains_key("description") {
-            map.descriptions.insert(
-                string(&obj, "entity")
-                    .map_err(|e| err(ParseProblem::Unrecognized(e)))?,
-                string(&obj, "description")
-                    .map_err(|e| err(ParseProblem::Unrecognized(e)))?,
-            );
-        } else if obj.contains_key("tag") {
-            map.tags.push(Value::Object(obj));
-        } else {
-            let keys: Vec<&str> = obj.keys().map(String::as_str).collect();
-            return Err(err(ParseProblem::Unrecognized(format!(
-                "keys {keys:?}"
-            ))));
-        }
+        add(&mut map, m, &mut last, obj).map_err(err)?;
     }
     map.meta = meta.ok_or(ParseError {
         line: 1,
@@ -325,11 +268,68 @@ pub fn parse(mut input: impl Read) -> Result<Statemap, ParseError> {
     Ok(map)
 }
 
-fn string(obj: &Map<String, Value>, key: &str) -> Result<String, String> {
+/// Adds one object after the metadata `m` to `map`: a datum (its time
+/// after its entity's `last`), an event, a description or a tag.
+fn add(
+    map: &mut Statemap,
+    m: &Metadata,
+    last: &mut HashMap<String, u64>,
+    obj: Map<String, Value>,
+) -> Result<(), ParseProblem> {
+    if obj.contains_key("state") && obj.contains_key("entity") {
+        let entity = string(&obj, "entity")?;
+        let time = time(&obj)?;
+        let state =
+            obj.get("state").and_then(Value::as_u64).ok_or_else(|| {
+                ParseProblem::Unrecognized("state is not a number".into())
+            })?;
+        if state >= m.states.len() as u64 {
+            return Err(ParseProblem::UnknownState(state));
+        }
+        if let Some(&prev) = last.get(&entity)
+            && time < prev
+        {
+            return Err(ParseProblem::TimeBackwards {
+                entity,
+                previous: prev,
+                time,
+            });
+        }
+        last.insert(entity.clone(), time);
+        map.data.push(Datum {
+            time,
+            entity,
+            state: state as u32,
+        });
+    } else if obj.contains_key("event") {
+        map.events.push(Event {
+            time: time(&obj)?,
+            entity: string(&obj, "entity")?,
+            event: string(&obj, "event")?,
+            target: obj.get("target").map(|t| match t {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            }),
+        });
+    } else if obj.contains_key("description") {
+        map.descriptions
+            .insert(string(&obj, "entity")?, string(&obj, "description")?);
+    } else if obj.contains_key("tag") {
+        map.tags.push(Value::Object(obj));
+    } else {
+        let keys: Vec<&str> = obj.keys().map(String::as_str).collect();
+        return Err(ParseProblem::Unrecognized(format!("keys {keys:?}")));
+    }
+    Ok(())
+}
+
+fn string(obj: &Map<String, Value>, key: &str) -> Result<String, ParseProblem> {
     match obj.get(key) {
         Some(Value::String(s)) => Ok(s.clone()),
         Some(Value::Number(n)) => Ok(n.to_string()),
-        _ => Err(format!("{key} missing or not a string")),
+        _ => Err(ParseProblem::Unrecognized(format!(
+            "{key} missing or not a string"
+        ))),
     }
 }
 
@@ -352,19 +352,25 @@ fn time(obj: &Map<String, Value>) -> Result<u64, ParseProblem> {
     Ok(t)
 }
 
-fn metadata(obj: &Map<String, Value>) -> Result<Metadata, String> {
+/// The metadata object; its problems are [`ParseProblem::BadMetadata`].
+fn metadata(obj: &Map<String, Value>) -> Result<Metadata, ParseProblem> {
+    let bad = |why: String| ParseProblem::BadMetadata(why);
     let start = match obj.get("start") {
         Some(Value::Array(a)) if a.len() == 2 => {
             match (a[0].as_u64(), a[1].as_u64()) {
                 (Some(s), Some(ns)) => (s, ns),
-                _ => return Err("start must be [seconds, nanoseconds]".into()),
+                _ => {
+                    return Err(bad(
+                        "start must be [seconds, nanoseconds]".into()
+                    ));
+                }
             }
         }
-        _ => return Err("start must be [seconds, nanoseconds]".into()),
+        _ => return Err(bad("start must be [seconds, nanoseconds]".into())),
     };
     let title = match obj.get("title") {
         Some(Value::String(s)) => s.clone(),
-        _ => return Err("title missing".into()),
+        _ => return Err(bad("title missing".into())),
     };
     let host = obj.get("host").and_then(Value::as_str).map(str::to_string);
     let entity_kind = obj
@@ -373,19 +379,19 @@ fn metadata(obj: &Map<String, Value>) -> Result<Metadata, String> {
         .unwrap_or("Entity")
         .to_string();
     let Some(Value::Object(states)) = obj.get("states") else {
-        return Err("states missing".into());
+        return Err(bad("states missing".into()));
     };
     let mut defs: Vec<Option<StateDef>> = vec![None; states.len()];
     for (name, def) in states {
         let value = def
             .get("value")
             .and_then(Value::as_u64)
-            .ok_or_else(|| format!("state {name:?} has no value"))?;
+            .ok_or_else(|| bad(format!("state {name:?} has no value")))?;
         let slot = defs.get_mut(value as usize).ok_or_else(|| {
-            format!("state values must be 0..{}", states.len())
+            bad(format!("state values must be 0..{}", states.len()))
         })?;
         if slot.is_some() {
-            return Err(format!("state value {value} used twice"));
+            return Err(bad(format!("state value {value} used twice")));
         }
         let color = def
             .get("color")
@@ -400,7 +406,7 @@ fn metadata(obj: &Map<String, Value>) -> Result<Metadata, String> {
     let states = defs
         .into_iter()
         .collect::<Option<Vec<_>>>()
-        .ok_or("state values must be 0..N-1")?;
+        .ok_or_else(|| bad("state values must be 0..N-1".into()))?;
     Ok(Metadata {
         start,
         title,

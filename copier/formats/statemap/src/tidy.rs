@@ -35,79 +35,12 @@ pub struct TidyReport {
 /// writing fails or no metadata object is found.
 pub fn tidy(raw: &[u8], mut out: impl Write) -> io::Result<TidyReport> {
     let mut report = TidyReport::default();
-    let mut meta: Option<Map<String, Value>> = None;
-    // (time, line order, object)
-    let mut timed: Vec<(u64, usize, Map<String, Value>)> = Vec::new();
-    let mut untimed: Vec<Map<String, Value>> = Vec::new();
-    // tid → (time, name) of its latest name event.
-    let mut names: HashMap<String, (u64, String)> = HashMap::new();
-    // An object may span lines (DTrace's metadata does): a line that
-    // starts one but ends early is joined with the next ones.
-    let mut pending = String::new();
-    for (n, line) in raw.split(|&b| b == b'\n').enumerate() {
-        let line = String::from_utf8_lossy(line);
-        let line = line.trim();
-        if line.is_empty() && pending.is_empty() {
-            continue;
-        }
-        let joined;
-        let text = if pending.is_empty() {
-            line
-        } else {
-            pending.push('\n');
-            pending.push_str(line);
-            joined = std::mem::take(&mut pending);
-            joined.as_str()
-        };
-        let obj = match serde_json::from_str::<Value>(text) {
-            Ok(Value::Object(o)) => o,
-            Err(e)
-                if e.classify() == serde_json::error::Category::Eof
-                    && text.starts_with('{')
-                    && text.len() < 1 << 16 =>
-            {
-                pending = text.to_string();
-                continue;
-            }
-            _ => {
-                for l in text.lines() {
-                    if let Some(k) = lost_count(l.trim()) {
-                        report.lost = report.lost.saturating_add(k);
-                    }
-                    report.diagnostics.push(l.trim().to_string());
-                }
-                continue;
-            }
-        };
-        if meta.is_none() {
-            if obj.contains_key("states") {
-                meta = Some(obj);
-            } else {
-                report.diagnostics.push(text.to_string());
-            }
-            continue;
-        }
-        let Some(time) = obj.get("time").and_then(time_of) else {
-            untimed.push(obj);
-            continue;
-        };
-        if obj.get("event").and_then(Value::as_str) == Some("name")
-            && let (Some(Value::String(tid)), Some(Value::String(name))) =
-                (obj.get("entity"), obj.get("target"))
-        {
-            let e = names.entry(tid.clone()).or_insert((time, name.clone()));
-            if time >= e.0 {
-                *e = (time, name.clone());
-            }
-            continue;
-        }
-        timed.push((time, n, obj));
-    }
-    if !pending.is_empty() {
-        report
-            .diagnostics
-            .extend(pending.lines().map(str::to_string));
-    }
+    let Lines {
+        meta,
+        mut timed,
+        untimed,
+        names,
+    } = Lines::sort(raw, &mut report);
     let Some(meta) = meta else {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
@@ -116,51 +49,9 @@ pub fn tidy(raw: &[u8], mut out: impl Write) -> io::Result<TidyReport> {
     };
     timed.sort_by_key(|(t, n, _)| (*t, *n));
     let before = timed.len();
-    // One state per entity per nanosecond: where a tracer wrote two
-    // (probes on two CPUs at one clock reading), the later line wins,
-    // as it would have an instant later. Renderers refuse two at one
-    // time (oxidecomputer/statemap panics on it).
-    let mut last_state: HashMap<(String, u64), usize> = HashMap::new();
-    for (i, (time, _, obj)) in timed.iter().enumerate() {
-        if obj.contains_key("state")
-            && let Some(Value::String(entity)) = obj.get("entity")
-        {
-            last_state.insert((entity.clone(), *time), i);
-        }
-    }
-    let timed: Vec<_> = timed
-        .into_iter()
-        .enumerate()
-        .filter(|(i, (time, _, obj))| {
-            !obj.contains_key("state")
-                || match obj.get("entity") {
-                    Some(Value::String(entity)) => {
-                        last_state.get(&(entity.clone(), *time)) == Some(i)
-                    }
-                    _ => true,
-                }
-        })
-        .map(|(_, t)| t)
-        .collect();
+    let timed = one_state_a_time(timed);
     report.collapsed = before - timed.len();
-    // Names: a name shared by several ids becomes NAME/ID for each.
-    let mut uses: HashMap<&str, usize> = HashMap::new();
-    for (_, name) in names.values() {
-        *uses.entry(name.as_str()).or_default() += 1;
-    }
-    let mut rename: HashMap<String, String> = HashMap::new();
-    let mut ids: Vec<&String> = names.keys().collect();
-    ids.sort_by_key(|id| id.parse::<u64>().unwrap_or(u64::MAX));
-    for id in ids {
-        let name = &names[id].1;
-        let new = if uses[name.as_str()] > 1 || name.is_empty() {
-            format!("{name}/{id}")
-        } else {
-            name.clone()
-        };
-        report.renamed.push((id.clone(), new.clone()));
-        rename.insert(id.clone(), new);
-    }
+    let rename = rename(&names, &mut report);
     let renamed = |v: &mut Value| {
         if let Value::String(s) = v
             && let Some(n) = rename.get(s.as_str())
@@ -191,6 +82,157 @@ pub fn tidy(raw: &[u8], mut out: impl Write) -> io::Result<TidyReport> {
     }
     out.flush()?;
     Ok(report)
+}
+
+/// The tracer's lines, sorted out.
+struct Lines {
+    meta: Option<Map<String, Value>>,
+    /// (time, line order, object)
+    timed: Vec<(u64, usize, Map<String, Value>)>,
+    untimed: Vec<Map<String, Value>>,
+    /// tid → (time, name) of its latest name event.
+    names: HashMap<String, (u64, String)>,
+}
+
+impl Lines {
+    /// Sorts `raw`'s lines: the metadata, objects with a time and
+    /// without, thread names; what is not a statemap object is a
+    /// diagnostic in `report`.
+    fn sort(raw: &[u8], report: &mut TidyReport) -> Lines {
+        let mut meta = None;
+        let mut timed = Vec::new();
+        let mut untimed = Vec::new();
+        let mut names: HashMap<String, (u64, String)> = HashMap::new();
+        let mut pending = String::new();
+        for (n, line) in raw.split(|&b| b == b'\n').enumerate() {
+            let line = String::from_utf8_lossy(line);
+            let line = line.trim();
+            if line.is_empty() && pending.is_empty() {
+                continue;
+            }
+            let joined;
+            let text = if pending.is_empty() {
+                line
+            } else {
+                pending.push('\n');
+                pending.push_str(line);
+                joined = std::mem::take(&mut pending);
+                joined.as_str()
+            };
+            let obj = match serde_json::from_str::<Value>(text) {
+                Ok(Value::Object(o)) => o,
+                Err(e)
+                    if e.classify() == serde_json::error::Category::Eof
+                        && text.starts_with('{')
+                        && text.len() < 1 << 16 =>
+                {
+                    pending = text.to_string();
+                    continue;
+                }
+                _ => {
+                    for l in text.lines() {
+                        if let Some(k) = lost_count(l.trim()) {
+                            report.lost = report.lost.saturating_add(k);
+                        }
+                        report.diagnostics.push(l.trim().to_string());
+                    }
+                    continue;
+                }
+            };
+            if meta.is_none() {
+                if obj.contains_key("states") {
+                    meta = Some(obj);
+                } else {
+                    report.diagnostics.push(text.to_string());
+                }
+                continue;
+            }
+            let Some(time) = obj.get("time").and_then(time_of) else {
+                untimed.push(obj);
+                continue;
+            };
+            if obj.get("event").and_then(Value::as_str) == Some("name")
+                && let (Some(Value::String(tid)), Some(Value::String(name))) =
+                    (obj.get("entity"), obj.get("target"))
+            {
+                let e =
+                    names.entry(tid.clone()).or_insert((time, name.clone()));
+                if time >= e.0 {
+                    *e = (time, name.clone());
+                }
+                continue;
+            }
+            timed.push((time, n, obj));
+        }
+        if !pending.is_empty() {
+            report
+                .diagnostics
+                .extend(pending.lines().map(str::to_string));
+        }
+        Lines {
+            meta,
+            timed,
+            untimed,
+            names,
+        }
+    }
+}
+
+/// One state per entity per nanosecond: where a tracer wrote two
+/// (probes on two CPUs at one clock reading), the later line wins, as it
+/// would have an instant later. Renderers refuse two at one time
+/// (oxidecomputer/statemap panics on it). `timed` is in time order.
+fn one_state_a_time(
+    timed: Vec<(u64, usize, Map<String, Value>)>,
+) -> Vec<(u64, usize, Map<String, Value>)> {
+    let mut last_state: HashMap<(String, u64), usize> = HashMap::new();
+    for (i, (time, _, obj)) in timed.iter().enumerate() {
+        if obj.contains_key("state")
+            && let Some(Value::String(entity)) = obj.get("entity")
+        {
+            last_state.insert((entity.clone(), *time), i);
+        }
+    }
+    timed
+        .into_iter()
+        .enumerate()
+        .filter(|(i, (time, _, obj))| {
+            !obj.contains_key("state")
+                || match obj.get("entity") {
+                    Some(Value::String(entity)) => {
+                        last_state.get(&(entity.clone(), *time)) == Some(i)
+                    }
+                    _ => true,
+                }
+        })
+        .map(|(_, t)| t)
+        .collect()
+}
+
+/// Names: a name shared by several ids becomes NAME/ID for each. Each
+/// renaming is listed in `report`; the map is id → new name.
+fn rename(
+    names: &HashMap<String, (u64, String)>,
+    report: &mut TidyReport,
+) -> HashMap<String, String> {
+    let mut uses: HashMap<&str, usize> = HashMap::new();
+    for (_, name) in names.values() {
+        *uses.entry(name.as_str()).or_default() += 1;
+    }
+    let mut rename: HashMap<String, String> = HashMap::new();
+    let mut ids: Vec<&String> = names.keys().collect();
+    ids.sort_by_key(|id| id.parse::<u64>().unwrap_or(u64::MAX));
+    for id in ids {
+        let name = &names[id].1;
+        let new = if uses[name.as_str()] > 1 || name.is_empty() {
+            format!("{name}/{id}")
+        } else {
+            name.clone()
+        };
+        report.renamed.push((id.clone(), new.clone()));
+        rename.insert(id.clone(), new);
+    }
+    rename
 }
 
 /// A time as statemaps write it: a decimal string, or a number.

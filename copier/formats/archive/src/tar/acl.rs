@@ -105,6 +105,55 @@ impl NameTable {
     }
 }
 
+/// Why a text ACL does not become an xattr.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BadAcl {
+    /// An entry (shown) that does not parse.
+    Entry(String, EntryFlaw),
+    /// Not exactly one entry of this kind (`user::`, `group::`, `other::`).
+    NeedsOne(&'static str),
+    /// More than one `mask::` entry.
+    TwoMasks,
+    /// A named user or group twice.
+    Twice,
+}
+
+/// What is wrong with one ACL entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EntryFlaw {
+    /// Its tag is none of user, group, mask, other.
+    UnknownTag,
+    /// It has the wrong number of fields.
+    Malformed,
+    /// Its permissions are not `rwx`/`-` letters, each once.
+    BadPermissions,
+    /// Its fourth field is not a number.
+    BadId,
+}
+
+impl std::fmt::Display for BadAcl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BadAcl::Entry(entry, flaw) => {
+                let flaw = match flaw {
+                    EntryFlaw::UnknownTag => "unknown tag",
+                    EntryFlaw::Malformed => "malformed",
+                    EntryFlaw::BadPermissions => "bad permissions",
+                    EntryFlaw::BadId => "bad id",
+                };
+                write!(f, "ACL entry {entry:?}: {flaw}")
+            }
+            BadAcl::NeedsOne(what) => {
+                write!(f, "ACL needs exactly one {what} entry")
+            }
+            BadAcl::TwoMasks => f.write_str("ACL has more than one mask entry"),
+            BadAcl::Twice => {
+                f.write_str("ACL names the same user or group twice")
+            }
+        }
+    }
+}
+
 /// Turns a text ACL (GNU tar's or star/bsdtar's) into the value of a
 /// `system.posix_acl_access` or `system.posix_acl_default` xattr. Bare
 /// names are resolved through `names`. An empty text gives `None`.
@@ -112,7 +161,7 @@ impl NameTable {
 pub fn acl_from_text(
     text: &[u8],
     names: &NameTable,
-) -> Result<Option<Vec<u8>>, String> {
+) -> Result<Option<Vec<u8>>, BadAcl> {
     acl_from_text_noting(text, names, &mut Vec::new())
 }
 
@@ -122,7 +171,7 @@ pub(super) fn acl_from_text_noting(
     text: &[u8],
     names: &NameTable,
     notes: &mut Vec<QuirkKind>,
-) -> Result<Option<Vec<u8>>, String> {
+) -> Result<Option<Vec<u8>>, BadAcl> {
     let mut entries: Vec<(u16, u16, u32)> = Vec::new();
     for raw in text.split(|&b| b == b',' || b == b'\n') {
         let raw = match raw.iter().position(|&b| b == b'#') {
@@ -151,11 +200,11 @@ pub(super) fn acl_from_text_noting(
         (OTHER, "other::"),
     ] {
         if count(tag) != 1 {
-            return Err(format!("ACL needs exactly one {what} entry"));
+            return Err(BadAcl::NeedsOne(what));
         }
     }
     if count(MASK) > 1 {
-        return Err("ACL has more than one mask entry".into());
+        return Err(BadAcl::TwoMasks);
     }
     if (count(USER) > 0 || count(GROUP) > 0) && count(MASK) == 0 {
         let perm = entries
@@ -170,7 +219,7 @@ pub(super) fn acl_from_text_noting(
         (w[0].0, w[0].2) == (w[1].0, w[1].2)
             && (w[0].0 == USER || w[0].0 == GROUP)
     }) {
-        return Err("ACL names the same user or group twice".into());
+        return Err(BadAcl::Twice);
     }
     let mut out = Vec::with_capacity(4 + 8 * entries.len());
     out.extend_from_slice(&VERSION.to_le_bytes());
@@ -267,7 +316,7 @@ pub fn acl_mode_bits(value: &[u8]) -> Option<u32> {
 fn parse_entry(
     entry: &[u8],
     names: &NameTable,
-) -> Result<Option<(u16, u16, u32)>, String> {
+) -> Result<Option<(u16, u16, u32)>, BadAcl> {
     let show = || String::from_utf8_lossy(entry).into_owned();
     let fields: Vec<&[u8]> = entry.split(|&b| b == b':').collect();
     let tag_word = fields[0];
@@ -275,13 +324,13 @@ fn parse_entry(
         b"user" | b"u" => Some(true),
         b"group" | b"g" => Some(false),
         b"mask" | b"m" | b"other" | b"o" => None,
-        _ => return Err(format!("ACL entry {:?}: unknown tag", show())),
+        _ => return Err(BadAcl::Entry(show(), EntryFlaw::UnknownTag)),
     };
     let Some(is_user) = named_kind else {
         // mask::perms or mask:perms
         let perms = match fields.as_slice() {
             [_, p] | [_, b"", p] => p,
-            _ => return Err(format!("ACL entry {:?}: malformed", show())),
+            _ => return Err(BadAcl::Entry(show(), EntryFlaw::Malformed)),
         };
         let tag = if matches!(tag_word, b"mask" | b"m") {
             MASK
@@ -290,16 +339,16 @@ fn parse_entry(
         };
         return Ok(Some((
             tag,
-            parse_perms(perms).ok_or_else(|| bad_perms(&show()))?,
+            parse_perms(perms).ok_or_else(|| bad_perms(show()))?,
             UNDEFINED_ID,
         )));
     };
     let (qualifier, perms, id_field) = match fields.as_slice() {
         [_, q, p] => (*q, *p, None),
         [_, q, p, id] => (*q, *p, Some(*id)),
-        _ => return Err(format!("ACL entry {:?}: malformed", show())),
+        _ => return Err(BadAcl::Entry(show(), EntryFlaw::Malformed)),
     };
-    let perm = parse_perms(perms).ok_or_else(|| bad_perms(&show()))?;
+    let perm = parse_perms(perms).ok_or_else(|| bad_perms(show()))?;
     if qualifier.is_empty() {
         return Ok(Some((
             if is_user { USER_OBJ } else { GROUP_OBJ },
@@ -315,8 +364,9 @@ fn parse_entry(
             .filter(|&id| id != UNDEFINED_ID)
     };
     let id = match id_field {
-        Some(f) => numeric(f)
-            .ok_or_else(|| format!("ACL entry {:?}: bad id", show()))?,
+        Some(f) => {
+            numeric(f).ok_or_else(|| BadAcl::Entry(show(), EntryFlaw::BadId))?
+        }
         None => match numeric(qualifier) {
             Some(id) => id,
             None => {
@@ -335,8 +385,8 @@ fn parse_entry(
     Ok(Some((if is_user { USER } else { GROUP }, perm, id)))
 }
 
-fn bad_perms(entry: &str) -> String {
-    format!("ACL entry {entry:?}: bad permissions")
+fn bad_perms(entry: String) -> BadAcl {
+    BadAcl::Entry(entry, EntryFlaw::BadPermissions)
 }
 
 /// `rwx`, with `-` for absent bits, in any order, each letter once.

@@ -296,7 +296,7 @@ impl<R: Read> Reader<R> {
             let names = self.names.get_or_insert_with(NameTable::host);
             let mut notes = Vec::new();
             let v = acl::acl_from_text_noting(&text, names, &mut notes)
-                .map_err(|why| self.err(TarErrorKind::Acl(why)))?;
+                .map_err(|why| self.err(TarErrorKind::Acl(why.to_string())))?;
             for q in notes {
                 self.quirk(q);
             }
@@ -377,7 +377,7 @@ impl<R: Read> Reader<R> {
             ))));
         }
         let sparse = check_map(&map, real, data)
-            .map_err(|why| self.err(TarErrorKind::Sparse(why)))?;
+            .map_err(|why| self.err(TarErrorKind::Sparse(why.to_string())))?;
         Ok(Layout {
             real,
             data,

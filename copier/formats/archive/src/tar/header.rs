@@ -31,6 +31,28 @@ pub struct FieldError {
     pub why: String,
 }
 
+/// Why a numeric field does not read as a number.
+#[derive(Debug)]
+enum BadNumber {
+    /// The value does not fit; the encoding's name.
+    Overflows(&'static str),
+    /// A byte that is not an octal digit, in the field shown.
+    NotOctal(String),
+}
+
+impl std::fmt::Display for BadNumber {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BadNumber::Overflows(encoding) => {
+                write!(f, "{encoding} value overflows")
+            }
+            BadNumber::NotOctal(field) => {
+                write!(f, "{field:?} is not an octal number")
+            }
+        }
+    }
+}
+
 /// Is the block all zeros (an end-of-archive marker)?
 pub fn is_zero(block: &[u8; BLOCK]) -> bool {
     block.iter().all(|&b| b == 0)
@@ -81,7 +103,7 @@ fn unsigned_sum(block: &[u8; BLOCK]) -> u64 {
 /// Octal digits after optional leading spaces, ended by a space, a NUL or
 /// the end of the field; what follows the terminator is ignored (as GNU
 /// tar does). `None` for a field with no digits at all.
-fn octal(field: &[u8]) -> Result<Option<u64>, String> {
+fn octal(field: &[u8]) -> Result<Option<u64>, BadNumber> {
     let mut i = 0;
     while i < field.len() && field[i] == b' ' {
         i += 1;
@@ -95,14 +117,13 @@ fn octal(field: &[u8]) -> Result<Option<u64>, String> {
                 v = v
                     .checked_mul(8)
                     .and_then(|v| v.checked_add(u64::from(b - b'0')))
-                    .ok_or_else(|| "octal value overflows".to_string())?;
+                    .ok_or(BadNumber::Overflows("octal"))?;
                 digits += 1;
             }
             b' ' | 0 => break,
             _ => {
-                return Err(format!(
-                    "{:?} is not an octal number",
-                    String::from_utf8_lossy(field)
+                return Err(BadNumber::NotOctal(
+                    String::from_utf8_lossy(field).into_owned(),
                 ));
             }
         }
@@ -113,7 +134,7 @@ fn octal(field: &[u8]) -> Result<Option<u64>, String> {
 
 /// GNU base-256: the first byte's top bit marks it, its next bit is the
 /// sign, and the whole field is a big-endian two's-complement number.
-fn base256(field: &[u8]) -> Result<i128, String> {
+fn base256(field: &[u8]) -> Result<i128, BadNumber> {
     // The marker bit takes the sign bit's value, so the first byte reads
     // as the signed top byte of the number.
     let first = if field[0] & 0x40 != 0 {
@@ -126,7 +147,7 @@ fn base256(field: &[u8]) -> Result<i128, String> {
         v = v
             .checked_mul(256)
             .and_then(|v| v.checked_add(i128::from(b)))
-            .ok_or_else(|| "base-256 value overflows".to_string())?;
+            .ok_or(BadNumber::Overflows("base-256"))?;
     }
     Ok(v)
 }
@@ -134,7 +155,10 @@ fn base256(field: &[u8]) -> Result<i128, String> {
 /// A numeric field as a signed number: octal, or base-256. An empty
 /// field reads as 0 (as libarchive does).
 pub fn number(field: &[u8], name: &'static str) -> Result<i128, FieldError> {
-    let err = |why: String| FieldError { field: name, why };
+    let err = |why: BadNumber| FieldError {
+        field: name,
+        why: why.to_string(),
+    };
     if field[0] & 0x80 != 0 {
         base256(field).map_err(err)
     } else {

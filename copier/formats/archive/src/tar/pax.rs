@@ -19,12 +19,80 @@ pub struct Record<'a> {
     pub value: &'a [u8],
 }
 
+/// A PAX record that does not parse: where it starts and what is wrong.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BadRecord {
+    /// The record's first byte in the header's data.
+    pub at: usize,
+    /// What is wrong with it.
+    pub why: Flaw,
+}
+
+/// What is wrong with a PAX record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Flaw {
+    /// It does not start with decimal digits (or has over 20).
+    NoLength,
+    /// Its length is not followed by a space.
+    NoSpace,
+    /// Its length does not fit a `usize`.
+    LengthOverflows,
+    /// Its length is too short for a record or runs past the data.
+    LengthDoesNotFit {
+        /// The length it gives.
+        len: usize,
+        /// The bytes left from its start.
+        left: usize,
+    },
+    /// Its last byte is not a newline.
+    NoNewline {
+        /// The length it gives.
+        len: usize,
+    },
+    /// It has no `=`.
+    NoEquals,
+    /// Its keyword is empty.
+    EmptyKeyword,
+}
+
+impl std::fmt::Display for BadRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let pos = self.at;
+        match &self.why {
+            Flaw::NoLength => {
+                write!(f, "record at byte {pos} does not start with a length")
+            }
+            Flaw::NoSpace => {
+                write!(f, "record at byte {pos}: no space after its length")
+            }
+            Flaw::LengthOverflows => {
+                write!(f, "record at byte {pos}: length overflows")
+            }
+            Flaw::LengthDoesNotFit { len, left } => write!(
+                f,
+                "record at byte {pos}: length {len} does not fit the {left} \
+                 bytes left"
+            ),
+            Flaw::NoNewline { len } => write!(
+                f,
+                "record at byte {pos}: length {len} does not end at a newline"
+            ),
+            Flaw::NoEquals => {
+                write!(f, "record at byte {pos}: no '=' in the record")
+            }
+            Flaw::EmptyKeyword => {
+                write!(f, "record at byte {pos}: empty keyword")
+            }
+        }
+    }
+}
+
 /// Splits a PAX extended header's data into its records, in order.
 ///
 /// Trailing NUL bytes after the last record are accepted (some writers
 /// pad the data); anything else that is not a whole record is an error.
 /// Pure and allocation-bounded by the input: suitable for fuzzing.
-pub fn parse_pax(data: &[u8]) -> Result<Vec<Record<'_>>, String> {
+pub fn parse_pax(data: &[u8]) -> Result<Vec<Record<'_>>, BadRecord> {
     let mut out = Vec::new();
     let mut pos = 0usize;
     while pos < data.len() {
@@ -34,37 +102,49 @@ pub fn parse_pax(data: &[u8]) -> Result<Vec<Record<'_>>, String> {
         }
         let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
         if digits == 0 || digits > 20 {
-            return Err(format!(
-                "record at byte {pos} does not start with a length"
-            ));
+            return Err(BadRecord {
+                at: pos,
+                why: Flaw::NoLength,
+            });
         }
         if rest.get(digits) != Some(&b' ') {
-            return Err(format!(
-                "record at byte {pos}: no space after its length"
-            ));
+            return Err(BadRecord {
+                at: pos,
+                why: Flaw::NoSpace,
+            });
         }
         let len = decimal_u64(&rest[..digits])
             .and_then(|l| usize::try_from(l).ok())
-            .ok_or_else(|| format!("record at byte {pos}: length overflows"))?;
+            .ok_or(BadRecord {
+                at: pos,
+                why: Flaw::LengthOverflows,
+            })?;
         // Length, space, at least a one-byte key, '=', newline.
         if len < digits + 4 || len > rest.len() {
-            return Err(format!(
-                "record at byte {pos}: length {len} does not fit the {} \
-                 bytes left",
-                rest.len()
-            ));
+            return Err(BadRecord {
+                at: pos,
+                why: Flaw::LengthDoesNotFit {
+                    len,
+                    left: rest.len(),
+                },
+            });
         }
         let rec = &rest[digits + 1..len];
         let Some((&b'\n', body)) = rec.split_last() else {
-            return Err(format!(
-                "record at byte {pos}: length {len} does not end at a newline"
-            ));
+            return Err(BadRecord {
+                at: pos,
+                why: Flaw::NoNewline { len },
+            });
         };
-        let eq = body.iter().position(|&b| b == b'=').ok_or_else(|| {
-            format!("record at byte {pos}: no '=' in the record")
+        let eq = body.iter().position(|&b| b == b'=').ok_or(BadRecord {
+            at: pos,
+            why: Flaw::NoEquals,
         })?;
         if eq == 0 {
-            return Err(format!("record at byte {pos}: empty keyword"));
+            return Err(BadRecord {
+                at: pos,
+                why: Flaw::EmptyKeyword,
+            });
         }
         out.push(Record {
             key: &body[..eq],

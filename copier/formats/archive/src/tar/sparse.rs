@@ -19,6 +19,72 @@
 use super::header::{self, BLOCK};
 use super::pax::decimal_u64;
 
+/// Why a sparse map does not fit its member.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BadMap {
+    /// Segment `i`'s end does not fit in 64 bits.
+    SegmentOverflows {
+        /// The segment's index.
+        i: usize,
+        /// Its offset.
+        off: u64,
+        /// Its length.
+        len: u64,
+    },
+    /// Segment `i` ends past the file's real size.
+    PastRealSize {
+        /// The segment's index.
+        i: usize,
+        /// Its offset.
+        off: u64,
+        /// Its length.
+        len: u64,
+        /// The real size.
+        real: u64,
+    },
+    /// Segment `i` starts before the one before it ends.
+    Overlaps {
+        /// The segment's index.
+        i: usize,
+        /// Its offset.
+        off: u64,
+        /// Where the one before ends.
+        end_prev: u64,
+    },
+    /// The lengths' sum does not fit in 64 bits.
+    LengthsOverflow,
+    /// The segments hold a different number of bytes than the member.
+    StoredDiffers {
+        /// What the segments add up to.
+        data: u64,
+        /// What the member stores.
+        stored: u64,
+    },
+}
+
+impl std::fmt::Display for BadMap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BadMap::SegmentOverflows { i, off, len } => {
+                write!(f, "segment {i} ({off}+{len}) overflows")
+            }
+            BadMap::PastRealSize { i, off, len, real } => write!(
+                f,
+                "segment {i} ({off}+{len}) ends past the real size {real}"
+            ),
+            BadMap::Overlaps { i, off, end_prev } => write!(
+                f,
+                "segment {i} at {off} overlaps or precedes the one before (ending at {end_prev})"
+            ),
+            BadMap::LengthsOverflow => f.write_str("segment lengths overflow"),
+            BadMap::StoredDiffers { data, stored } => write!(
+                f,
+                "segments hold {data} bytes but the member stores {stored}"
+            ),
+        }
+    }
+}
+
 /// Checks a map against the real size and the stored data: segments in
 /// ascending order, not overlapping, each within the real size, their
 /// lengths adding up to the stored bytes. Returns it without zero-length
@@ -27,32 +93,26 @@ pub fn check_map(
     map: &[(u64, u64)],
     real: u64,
     stored: u64,
-) -> Result<Vec<(u64, u64)>, String> {
+) -> Result<Vec<(u64, u64)>, BadMap> {
     let mut end_prev = 0u64;
     let mut data = 0u64;
     for (i, &(off, len)) in map.iter().enumerate() {
-        let end = off
-            .checked_add(len)
-            .ok_or_else(|| format!("segment {i} ({off}+{len}) overflows"))?;
+        let end = off.checked_add(len).ok_or(BadMap::SegmentOverflows {
+            i,
+            off,
+            len,
+        })?;
         if end > real {
-            return Err(format!(
-                "segment {i} ({off}+{len}) ends past the real size {real}"
-            ));
+            return Err(BadMap::PastRealSize { i, off, len, real });
         }
         if off < end_prev {
-            return Err(format!(
-                "segment {i} at {off} overlaps or precedes the one before (ending at {end_prev})"
-            ));
+            return Err(BadMap::Overlaps { i, off, end_prev });
         }
         end_prev = end;
-        data = data
-            .checked_add(len)
-            .ok_or_else(|| "segment lengths overflow".to_string())?;
+        data = data.checked_add(len).ok_or(BadMap::LengthsOverflow)?;
     }
     if data != stored {
-        return Err(format!(
-            "segments hold {data} bytes but the member stores {stored}"
-        ));
+        return Err(BadMap::StoredDiffers { data, stored });
     }
     Ok(map.iter().copied().filter(|&(_, len)| len > 0).collect())
 }

@@ -47,29 +47,7 @@ impl<R: Read> Reader<R> {
             let mut block = [0u8; BLOCK];
             let got = self.header_block(&mut block)?;
             if got == 0 || (got == BLOCK && header::is_zero(&block)) {
-                // An empty PAX header says nothing: before the end marker
-                // it is no sign of a lost member (GNU tar and bsdtar end
-                // there quietly).
-                let empty_pax = got == BLOCK
-                    && ext.long_name.is_none()
-                    && ext.long_link.is_none()
-                    && ext.pax.as_ref().is_some_and(Vec::is_empty);
-                if empty_pax {
-                    self.quirk(QuirkKind::EmptyPaxHeader);
-                } else if ext.any() {
-                    return Err(self.err(TarErrorKind::Truncated(
-                        "member after its extended headers",
-                    )));
-                }
-                // GNU tar and libarchive both stop at the first zero
-                // block, and accept a stream ending on a block boundary
-                // (bsdtar silently, GNU tar too; said here, since a cut
-                // download ends so as well).
-                if got == 0 && offset > self.base {
-                    self.quirk(QuirkKind::NoEndMarker);
-                }
-                self.done = true;
-                return Ok(None);
+                return self.end(got, offset, &ext);
             }
             if got != BLOCK {
                 return Err(self.err(TarErrorKind::Truncated("header")));
@@ -89,38 +67,11 @@ impl<R: Read> Reader<R> {
                 }
                 b'L' | b'K' => self.long_name(&block, typ == b'L', &mut ext)?,
                 b'V' => {
-                    // A GNU volume label names the archive, not a file.
-                    if ext.any() {
-                        return Err(self.err(TarErrorKind::Malformed(
-                            "extended headers before a volume label".into(),
-                        )));
-                    }
-                    // GNU tar takes a label's size for a body, bsdtar
-                    // does not (decode::bodiless): one is skipped only
-                    // where it is there, so no member is lost.
-                    let size = self.stored_size(&block)?;
-                    if !self.body_follows(size)? && size > 0 {
-                        self.quirk(QuirkKind::NoBody {
-                            what: "volume label",
-                            bytes: size,
-                        });
-                    }
+                    self.volume_label(&block, &ext)?;
                     first_offset = None;
                 }
                 b'A' => {
-                    // A Solaris ACL header (star, Solaris tar) for the
-                    // member after it: GNU tar and bsdtar skip it as an
-                    // unknown extended header, and so does this reader.
-                    let size = self.stored_size(&block)?;
-                    self.count(size)?;
-                    let was = std::mem::replace(
-                        &mut self.member,
-                        lossy(header::cstr(&block[..100])),
-                    );
-                    self.skip(size, "Solaris ACL header")?;
-                    self.skip(pad(size), "Solaris ACL header")?;
-                    self.quirk(QuirkKind::SolarisAcl);
-                    self.member = was;
+                    self.solaris_acl(&block)?;
                     first_offset = None;
                 }
                 b'M' | b'N' => {
@@ -136,6 +87,80 @@ impl<R: Read> Reader<R> {
                 _ => return self.member(&block, ext).map(Some),
             }
         }
+    }
+
+    /// A zero block, or the stream's end (`got` 0), at `offset`: the end
+    /// of the archive, unless extended headers wait for their member.
+    fn end(
+        &mut self,
+        got: usize,
+        offset: u64,
+        ext: &Extensions,
+    ) -> Result<Option<Member>, TarError> {
+        // An empty PAX header says nothing: before the end marker
+        // it is no sign of a lost member (GNU tar and bsdtar end
+        // there quietly).
+        let empty_pax = got == BLOCK
+            && ext.long_name.is_none()
+            && ext.long_link.is_none()
+            && ext.pax.as_ref().is_some_and(Vec::is_empty);
+        if empty_pax {
+            self.quirk(QuirkKind::EmptyPaxHeader);
+        } else if ext.any() {
+            return Err(self.err(TarErrorKind::Truncated(
+                "member after its extended headers",
+            )));
+        }
+        // GNU tar and libarchive both stop at the first zero
+        // block, and accept a stream ending on a block boundary
+        // (bsdtar silently, GNU tar too; said here, since a cut
+        // download ends so as well).
+        if got == 0 && offset > self.base {
+            self.quirk(QuirkKind::NoEndMarker);
+        }
+        self.done = true;
+        Ok(None)
+    }
+
+    /// A GNU volume label, which names the archive, not a file.
+    fn volume_label(
+        &mut self,
+        block: &[u8; BLOCK],
+        ext: &Extensions,
+    ) -> Result<(), TarError> {
+        if ext.any() {
+            return Err(self.err(TarErrorKind::Malformed(
+                "extended headers before a volume label".into(),
+            )));
+        }
+        // GNU tar takes a label's size for a body, bsdtar
+        // does not (decode::bodiless): one is skipped only
+        // where it is there, so no member is lost.
+        let size = self.stored_size(block)?;
+        if !self.body_follows(size)? && size > 0 {
+            self.quirk(QuirkKind::NoBody {
+                what: "volume label",
+                bytes: size,
+            });
+        }
+        Ok(())
+    }
+
+    /// A Solaris ACL header (star, Solaris tar) for the member after it:
+    /// GNU tar and bsdtar skip it as an unknown extended header, and so
+    /// does this reader.
+    fn solaris_acl(&mut self, block: &[u8; BLOCK]) -> Result<(), TarError> {
+        let size = self.stored_size(block)?;
+        self.count(size)?;
+        let was = std::mem::replace(
+            &mut self.member,
+            lossy(header::cstr(&block[..100])),
+        );
+        self.skip(size, "Solaris ACL header")?;
+        self.skip(pad(size), "Solaris ACL header")?;
+        self.quirk(QuirkKind::SolarisAcl);
+        self.member = was;
+        Ok(())
     }
 
     /// A PAX extended header (`x`, for the next member) or a global one
@@ -164,8 +189,8 @@ impl<R: Read> Reader<R> {
             }));
         }
         let data = self.bytes(size, "PAX extended header")?;
-        let records =
-            parse_pax(&data).map_err(|why| self.err(TarErrorKind::Pax(why)))?;
+        let records = parse_pax(&data)
+            .map_err(|why| self.err(TarErrorKind::Pax(why.to_string())))?;
         if is_global {
             return self.add_globals(&records);
         }

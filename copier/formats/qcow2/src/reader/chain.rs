@@ -156,28 +156,7 @@ impl Image {
             true,
         )?;
         if img.header.external_data() {
-            let Some(name) = img.header.data_file.clone() else {
-                return Err(img.problem(Problem::ExternalData));
-            };
-            let (file, shown, _, _) =
-                resolve(&path, "data file", &dir, dir_shown, &name, walk)?;
-            let len = file
-                .metadata()
-                .map_err(|e| Error::io(&shown, "stat", e))?
-                .len();
-            if img.header.autoclear & AUTOCLEAR_DATA_FILE_RAW != 0 {
-                img.notices.push(format!(
-                    "{}: data file {} is also a raw image; read through the \
-                     image's tables",
-                    path.display(),
-                    shown.display()
-                ));
-            }
-            img.data = Some(DataFile {
-                path: shown,
-                file,
-                len,
-            });
+            img.attach_data_file(&path, &dir, dir_shown, walk)?;
         }
         let Some(name) = img.header.backing_file.clone() else {
             return Ok(img);
@@ -202,26 +181,7 @@ impl Image {
                 chain: paths(walk, Some(&shown)),
             }));
         }
-        let qcow2 = match img.header.backing_format.as_deref() {
-            Some("qcow2") => true,
-            Some("raw") => false,
-            Some(other) => {
-                return Err(img.problem(Problem::BackingFormat(other.into())));
-            }
-            None => {
-                // No recorded format: probed by its magic, as QEMU does.
-                let mut magic = [0u8; 4];
-                let n = file.read_at(&mut magic, 0).unwrap_or(0);
-                let q = n == 4 && &magic == b"QFI\xfb";
-                img.notices.push(format!(
-                    "{}: backing file {} has no recorded format; probed as {}",
-                    path.display(),
-                    shown.display(),
-                    if q { "qcow2" } else { "raw" }
-                ));
-                q
-            }
-        };
+        let qcow2 = img.backing_is_qcow2(&path, &shown, &file)?;
         img.backing = Some(if qcow2 {
             Backing::Qcow2(Box::new(Self::open_level(
                 shown, file, sub, &sub_shown, walk,
@@ -234,6 +194,70 @@ impl Image {
             }
         });
         Ok(img)
+    }
+
+    /// Opens the external data file the image names, beside it in `dir`
+    /// (shown as `dir_shown`) or beneath the allowed directory.
+    fn attach_data_file(
+        &mut self,
+        path: &Path,
+        dir: &File,
+        dir_shown: &Path,
+        walk: &mut Walk<'_>,
+    ) -> Result<()> {
+        let Some(name) = self.header.data_file.clone() else {
+            return Err(self.problem(Problem::ExternalData));
+        };
+        let (file, shown, _, _) =
+            resolve(path, "data file", dir, dir_shown, &name, walk)?;
+        let len = file
+            .metadata()
+            .map_err(|e| Error::io(&shown, "stat", e))?
+            .len();
+        if self.header.autoclear & AUTOCLEAR_DATA_FILE_RAW != 0 {
+            self.notices.push(format!(
+                "{}: data file {} is also a raw image; read through the \
+                 image's tables",
+                path.display(),
+                shown.display()
+            ));
+        }
+        self.data = Some(DataFile {
+            path: shown,
+            file,
+            len,
+        });
+        Ok(())
+    }
+
+    /// Whether the backing `file` (at `shown`) is a qcow2 image, not a
+    /// raw one: as the image records, else probed by its magic.
+    fn backing_is_qcow2(
+        &mut self,
+        path: &Path,
+        shown: &Path,
+        file: &File,
+    ) -> Result<bool> {
+        match self.header.backing_format.as_deref() {
+            Some("qcow2") => Ok(true),
+            Some("raw") => Ok(false),
+            Some(other) => {
+                Err(self.problem(Problem::BackingFormat(other.into())))
+            }
+            None => {
+                // No recorded format: probed by its magic, as QEMU does.
+                let mut magic = [0u8; 4];
+                let n = file.read_at(&mut magic, 0).unwrap_or(0);
+                let q = n == 4 && &magic == b"QFI\xfb";
+                self.notices.push(format!(
+                    "{}: backing file {} has no recorded format; probed as {}",
+                    path.display(),
+                    shown.display(),
+                    if q { "qcow2" } else { "raw" }
+                ));
+                Ok(q)
+            }
+        }
     }
 }
 
@@ -263,37 +287,36 @@ fn resolve(
         return Err(refuse("empty, or holds a NUL byte".into()));
     }
     let p = Path::new(name);
-    let beside = !p.is_absolute()
-        && p.components()
-            .all(|c| matches!(c, Component::Normal(_) | Component::CurDir));
-    let (start, start_shown, rel): (&File, &Path, PathBuf) = if beside {
-        (dir, dir_shown, p.components().collect())
-    } else {
-        let lexical = lexical(&dir_shown.join(p));
-        let under = walk.backing_dir.as_ref().and_then(|(d, f)| {
-            let rest = lexical.as_deref()?.strip_prefix(d).ok()?;
-            Some((f, d.as_path(), rest.to_path_buf()))
-        });
-        match under {
-            Some(u) => u,
-            None => {
-                let how = if p.is_absolute() {
-                    "an absolute name"
-                } else {
-                    "a name with `..`"
-                };
-                return Err(refuse(format!(
-                    "{how}; only names beside the image are followed, or \
-                     names beneath a directory allowed for backing files{}",
-                    match &walk.backing_dir {
-                        Some((d, _)) =>
-                            format!(" ({}), which it is not", d.display()),
-                        None => " (none is)".into(),
-                    }
-                )));
+    let Some((start, start_shown, rel)) = start_of(p, dir, dir_shown, walk)
+    else {
+        let how = if p.is_absolute() {
+            "an absolute name"
+        } else {
+            "a name with `..`"
+        };
+        return Err(refuse(format!(
+            "{how}; only names beside the image are followed, or \
+             names beneath a directory allowed for backing files{}",
+            match &walk.backing_dir {
+                Some((d, _)) => format!(" ({}), which it is not", d.display()),
+                None => " (none is)".into(),
             }
-        }
+        )));
     };
+    open_beneath(start, start_shown, &rel, what, &refuse)
+}
+
+/// Opens the regular file `rel` beneath `start` (shown as
+/// `start_shown`) one component at a time, following no symlink; its
+/// refusals made by `refuse`. The file, its path, its directory and
+/// that one's path.
+fn open_beneath(
+    start: &File,
+    start_shown: &Path,
+    rel: &Path,
+    what: &'static str,
+    refuse: &dyn Fn(String) -> Error,
+) -> Result<(File, PathBuf, File, PathBuf)> {
     let parts: Vec<&std::ffi::OsStr> = rel
         .components()
         .filter_map(|c| match c {
@@ -347,6 +370,29 @@ fn resolve(
         )));
     }
     Ok((file, path, cur, shown))
+}
+
+/// Where the search for `p` starts, shown how, and the rest of it: the
+/// image's directory for a name beside the image, else the directory
+/// allowed for backing files if the name lies beneath it; `None` if
+/// neither.
+fn start_of<'a>(
+    p: &Path,
+    dir: &'a File,
+    dir_shown: &'a Path,
+    walk: &'a Walk<'_>,
+) -> Option<(&'a File, &'a Path, PathBuf)> {
+    let beside = !p.is_absolute()
+        && p.components()
+            .all(|c| matches!(c, Component::Normal(_) | Component::CurDir));
+    if beside {
+        return Some((dir, dir_shown, p.components().collect()));
+    }
+    let lexical = lexical(&dir_shown.join(p));
+    walk.backing_dir.as_ref().and_then(|(d, f)| {
+        let rest = lexical.as_deref()?.strip_prefix(d).ok()?;
+        Some((f, d.as_path(), rest.to_path_buf()))
+    })
 }
 
 /// `p` with `.` and `..` resolved lexically; `None` if `..` climbs above
