@@ -741,9 +741,19 @@ fn main() -> ExitCode {
             walkers,
             cold,
             scratch,
-        } => zinstall_tune::sweep::list(&walkers).and_then(|w| {
-            walk_bench(&tree, scale, runs, only.as_deref(), &w, cold, &scratch)
-        }),
+        } => zinstall_tune::sweep::list(&walkers)
+            .map_err(|e| e.to_string())
+            .and_then(|w| {
+                walk_bench(
+                    &tree,
+                    scale,
+                    runs,
+                    only.as_deref(),
+                    &w,
+                    cold,
+                    &scratch,
+                )
+            }),
         Cmd::SerialCopy { src, dst } => {
             peers::serial_copy(&src, &dst).map_err(|e| {
                 format!("{} -> {}: {e}", src.display(), dst.display())

@@ -245,7 +245,7 @@ pub(crate) fn qcow2_bench(
                         out.display()
                     ))?,
                 };
-                Ok(t)
+                Ok::<_, String>(t)
             },
             &mut |l| eprintln!("{l}"),
         )?;

@@ -36,8 +36,8 @@ pub(crate) fn sweep_bench(
     }
     let me = std::env::current_exe().map_err(|e| e.to_string())?;
     let grid = Grid {
-        threads: sweep::list(threads)?,
-        batches: sweep::list(batch)?,
+        threads: sweep::list(threads).map_err(|e| e.to_string())?,
+        batches: sweep::list(batch).map_err(|e| e.to_string())?,
         walkers: Vec::new(),
     };
     let mut tools = grid.tools();

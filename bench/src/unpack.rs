@@ -151,7 +151,7 @@ impl UnpackBench<'_> {
                     d.as_secs_f64()
                 );
                 flushed[i].push(d);
-                Ok(t)
+                Ok::<_, String>(t)
             },
             &mut |l| eprintln!("{l}"),
         )?;

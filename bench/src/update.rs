@@ -170,7 +170,9 @@ pub fn bench(
                     let o = c.output().map_err(|e| e.to_string())?;
                     let took = t1.elapsed();
                     if !o.status.success() {
-                        return Err(String::from_utf8_lossy(&o.stdout).into());
+                        return Err(
+                            String::from_utf8_lossy(&o.stdout).into_owned()
+                        );
                     }
                     let text = String::from_utf8_lossy(&o.stdout);
                     bytes = text

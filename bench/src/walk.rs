@@ -116,7 +116,7 @@ pub(crate) fn walk_bench(
                         .sum::<f64>()
                         .max(1e-9),
             });
-            Ok(took)
+            Ok::<_, String>(took)
         },
         &mut |l| eprintln!("{l}"),
     )?;
