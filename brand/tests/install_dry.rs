@@ -102,3 +102,29 @@ fn dry_run_refuses_a_hostile_layer_naming_the_member() {
     assert!(text(&o).contains("../escaped"), "{}", text(&o));
     assert!(!w.zonepath.exists());
 }
+
+#[test]
+fn dry_run_refuses_a_layout_the_install_cannot_make() {
+    let w = world(1);
+    // A mount point below a link: made in the staging tree, the link
+    // finds its name taken.
+    let mut p = fs::read_to_string(&w.profile).unwrap();
+    p.push_str(
+        r#"
+[[link]]
+path = "run"
+target = "var/run"
+
+[[dir]]
+path = "run/lock"
+mode = 0o1777
+"#,
+    );
+    fs::write(&w.profile, p).unwrap();
+    let real = zinstall(&w, &[]);
+    assert!(!real.status.success(), "{}", text(&real));
+    assert!(!w.zonepath.join("root").exists());
+    let dry = zinstall(&w, &[Path::new("--dry-run")]);
+    assert_eq!(dry.status.code(), real.status.code(), "{}", text(&dry));
+    assert!(text(&dry).contains("link run"), "{}", text(&dry));
+}

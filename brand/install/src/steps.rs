@@ -1,7 +1,8 @@
 //! The install's steps, under the zonepath's lock: the root made, the
 //! trees replicated, the archives unpacked, the host files copied, the
 //! root flushed and recorded ([`crate::manifest`]), the marker moved
-//! along; and a failure's partial root removed.
+//! along; and a failure's partial root removed. The dry run goes
+//! through the same steps, recording instead of writing ([`Writes`]).
 
 use std::fs;
 use std::os::fd::AsFd;
@@ -19,7 +20,7 @@ use crate::event::Event;
 use crate::manifest::{
     self, ArchiveRecord, ImageRecord, MANIFEST, Pending, Recipe,
 };
-use crate::plan::{Archive, Install};
+use crate::plan::{Archive, Install, Writes};
 use crate::profile::Profile;
 use crate::state::{self, State, ZoneLock};
 use crate::summary::{Summary, add, merge_notices};
@@ -89,23 +90,7 @@ impl Install<'_> {
 
     fn run_locked(&mut self) -> Result<Summary, InstallError> {
         let root = self.zonepath.join("root");
-        let st = self.check_state(&root)?;
-        match st {
-            Some(State::Installed) | None => {}
-            Some(State::Installing) => {
-                (self.events)(&Event::CleaningInterrupted);
-                info!(self.log, "cleaning interrupted install");
-                copier::fsutil::remove_tree(&root).map_err(|source| {
-                    InstallError::partial(Cause::Step {
-                        step: "cleaning up after an interrupted install".into(),
-                        source: Box::new(source),
-                    })
-                })?;
-            }
-        }
-        let archives = self.preflight()?;
-        write_marker(&self.zonepath, State::Installing)
-            .map_err(InstallError::before)?;
+        let (archives, _) = self.begin(&root, Writes::Make)?;
         // The manifest is recorded from the page cache while the flush
         // waits on the disk.
         let mut recorded = None;
@@ -116,7 +101,13 @@ impl Install<'_> {
             None => copier::contents::Contents::new(),
         });
         let mut digests = std::collections::HashMap::new();
-        let laid = self.lay_out(&root, &archives, &contents, &mut digests);
+        let laid = self.lay_out(
+            &root,
+            &archives,
+            &contents,
+            &mut digests,
+            Writes::Make,
+        );
         if self.objects.is_some() {
             return self.finish_unrecorded(&root, &archives, laid, contents);
         }
@@ -157,6 +148,44 @@ impl Install<'_> {
             }
             Err(cause) => Err(self.undo(&root, cause)),
         }
+    }
+
+    /// Steps 1 to 3 between the lock and the root: the zonepath's state
+    /// checked, an interrupted install's root cleaned, everything checked
+    /// before writing, the zonepath marked `installing`. Returns the
+    /// archives to unpack and how the steps write: a dry run over an
+    /// interrupted install takes the root as empty, as the real run
+    /// leaves it.
+    pub(crate) fn begin(
+        &mut self,
+        root: &Path,
+        writes: Writes,
+    ) -> Result<(Vec<Archive>, Writes), InstallError> {
+        let interrupted = self.check_state(root)? == Some(State::Installing);
+        if interrupted {
+            (self.events)(&Event::CleaningInterrupted);
+            if writes.makes() {
+                info!(self.log, "cleaning interrupted install");
+                copier::fsutil::remove_tree(root).map_err(|source| {
+                    InstallError::partial(Cause::Step {
+                        step: "cleaning up after an interrupted install".into(),
+                        source: Box::new(source),
+                    })
+                })?;
+            }
+        }
+        let archives = self.preflight()?;
+        let writes = match writes {
+            Writes::Make => {
+                write_marker(&self.zonepath, State::Installing)
+                    .map_err(InstallError::before)?;
+                Writes::Make
+            }
+            Writes::Record { as_if_empty } => Writes::Record {
+                as_if_empty: as_if_empty || interrupted,
+            },
+        };
+        Ok((archives, writes))
     }
 
     /// The end of an install whose root is stored elsewhere
@@ -206,43 +235,27 @@ impl Install<'_> {
         InstallError::new(stage, cause)
     }
 
-    /// Steps 3 to 6.
-    fn lay_out(
+    /// Steps 3 to 6, writing or (a dry run) recording what they would
+    /// write ([`Writes`]).
+    pub(crate) fn lay_out(
         &mut self,
         root: &Path,
         archives: &[Archive],
         contents: &std::sync::Arc<copier::contents::Contents>,
         digests: &mut std::collections::HashMap<PathBuf, String>,
+        writes: Writes,
     ) -> Result<Summary, Cause> {
         let mut sum = Summary::default();
-        let step_err = |step: &str| {
-            let step = step.to_string();
-            move |source| Cause::Step {
-                step,
-                source: Box::new(source),
-            }
+        // A dry run leaves the root as it is: it may not exist yet.
+        let top = match writes {
+            Writes::Make => Some(make_root(root)?),
+            Writes::Record { .. } => None,
         };
-        // Made or opened without following a symlink at ZONEPATH/root;
-        // everything below goes through Plan::within / unpack, which open
-        // every directory beneath it the same way.
-        // On btrfs, a subvolume: an update then snapshots it whole.
-        if let (Some(zp), false) = (root.parent(), root.exists()) {
-            Root::open(zp)
-                .and_then(|z| {
-                    crate::update::platform::make_subvolume(z.as_fd(), c"root")
-                        .map_err(|e| {
-                            copier::Error::io(copier::Op::Mkdir, root, e)
-                        })
-                })
-                .map_err(step_err("make root"))?;
-        }
-        let top = Root::create(root, 0o755).map_err(step_err("make root"))?;
-        top.set_mode(0o755).map_err(step_err("make root"))?;
         if !self.profile.links.is_empty() || !self.profile.dirs.is_empty() {
             (self.events)(&Event::LayingOut);
-            let t0 = self.step_start("layout");
-            let r = layout(&self.profile, root, self.pool.as_ref());
-            self.step_done("layout", t0, r.is_err());
+            let t0 = self.step_start("layout", writes);
+            let r = layout(&self.profile, root, self.pool.as_ref(), writes);
+            self.step_done("layout", t0, r.is_err(), writes);
             add(&mut sum.stats, &r?);
         }
         let trees = self.profile.trees.clone();
@@ -252,15 +265,14 @@ impl Install<'_> {
             let dst = root.join(t);
             (self.events)(&Event::Replicating { tree: name.clone() });
             let step = format!("replicate {name}");
-            let t0 = self.step_start(&step);
-            let r = self
-                .plan(&src, &dst)
+            let t0 = self.step_start(&step, writes);
+            let r = recording(self.plan(&src, &dst), writes)
                 .within(root)
                 .tunables(self.tunables)
                 .rules(std::sync::Arc::clone(&self.profile.rules), t)
                 .skip_special(true)
                 .run();
-            self.step_done(&step, t0, r.is_err());
+            self.step_done(&step, t0, r.is_err(), writes);
             let report = r.map_err(|source| Cause::Copy {
                 step: step.clone(),
                 source,
@@ -270,15 +282,17 @@ impl Install<'_> {
                 tree: name.clone(),
                 stats: s.clone(),
             });
-            info!(self.log, "replicated"; "tree" => &name, "files" => s.files, "symlinks" => s.symlinks,
-                  "linked" => s.redirects, "skipped" => s.skipped, "bytes" => s.bytes,
-                  "ms" => s.elapsed.as_millis() as u64);
+            if writes.makes() {
+                info!(self.log, "replicated"; "tree" => &name, "files" => s.files, "symlinks" => s.symlinks,
+                      "linked" => s.redirects, "skipped" => s.skipped, "bytes" => s.bytes,
+                      "ms" => s.elapsed.as_millis() as u64);
+            }
             merge_notices(&mut sum.notices, &report.notices);
             add(&mut sum.stats, s);
         }
         for a in archives {
             if let Some(image) = &a.oci {
-                self.apply_oci(image, root, &mut sum, contents)?;
+                self.apply_oci(image, root, &mut sum, contents, writes)?;
                 continue;
             }
             let (path, kind) = (a.path.clone(), a.kind);
@@ -287,16 +301,26 @@ impl Install<'_> {
                 kind,
             });
             let step = format!("unpack {}", path.display());
-            let t0 = self.step_start(&step);
-            // Its SHA-256, the recipe's name for it, taken as it is read.
-            let opts = UnpackOptions {
-                contents: Some(std::sync::Arc::clone(contents)),
-                // Not for a root stored elsewhere: it records no recipe.
-                digest: self.objects.is_none(),
-                ..self.unpack_options(a)
+            let t0 = self.step_start(&step, writes);
+            let r = match writes {
+                Writes::Make => unpack::unpack(
+                    &path,
+                    root,
+                    &UnpackOptions {
+                        // Its SHA-256, the recipe's name for it, taken as
+                        // it is read.
+                        contents: Some(std::sync::Arc::clone(contents)),
+                        // Not for a root stored elsewhere: it records no
+                        // recipe.
+                        digest: self.objects.is_none(),
+                        ..self.unpack_options(a)
+                    },
+                ),
+                Writes::Record { .. } => {
+                    unpack::dry_run(&path, root, &self.unpack_options(a))
+                }
             };
-            let r = unpack::unpack(&path, root, &opts);
-            self.step_done(&step, t0, r.is_err());
+            self.step_done(&step, t0, r.is_err(), writes);
             // The engine's error names the archive and the member.
             let r = r.map_err(|source| Cause::Step {
                 step: "unpack".into(),
@@ -312,8 +336,10 @@ impl Install<'_> {
                 stats: s.clone(),
                 took,
             });
-            info!(self.log, "unpacked"; "archive" => %path.display(), "files" => s.files,
-                  "bytes" => s.bytes, "ms" => took.as_millis() as u64);
+            if writes.makes() {
+                info!(self.log, "unpacked"; "archive" => %path.display(), "files" => s.files,
+                      "bytes" => s.bytes, "ms" => took.as_millis() as u64);
+            }
             merge_notices(&mut sum.notices, &r.notices);
             add(&mut sum.stats, s);
         }
@@ -323,8 +349,13 @@ impl Install<'_> {
             let rel = f.strip_prefix("/").unwrap_or(f);
             let dst = root.join(rel);
             let step = format!("host file {}", f.display());
-            let t0 = self.step_start(&step);
-            let src = match host_source(f, root) {
+            let t0 = self.step_start(&step, writes);
+            // Whether a link is copied by content depends on what the
+            // root holds, which a dry run has not made: it copies the
+            // host file as it is.
+            let by_content =
+                writes.makes().then(|| host_source(f, root)).flatten();
+            let src = match by_content {
                 Some(real) => {
                     (self.events)(&Event::HostFileByContent {
                         path: f.clone(),
@@ -338,15 +369,22 @@ impl Install<'_> {
             // (etc -> /host/dir) is refused and named; one at the file's
             // own name is replaced, never written through. The directory
             // it goes into keeps its times, as the tree gave them.
-            let parent = rel.parent().filter(|p| !p.as_os_str().is_empty());
-            let dir = parent.and_then(|p| top.dir(p, None).ok());
-            let r = match &dir {
-                Some(d) => d.keeping_times(|| {
-                    self.plan(&src, &dst).within(root).merge(true).run()
-                }),
-                None => self.plan(&src, &dst).within(root).merge(true).run(),
+            let plan = || {
+                recording(self.plan(&src, &dst), writes)
+                    .within(root)
+                    .merge(true)
+                    .run()
             };
-            self.step_done(&step, t0, r.is_err());
+            let parent = rel.parent().filter(|p| !p.as_os_str().is_empty());
+            let dir = top
+                .as_ref()
+                .zip(parent)
+                .and_then(|(top, p)| top.dir(p, None).ok());
+            let r = match &dir {
+                Some(d) => d.keeping_times(plan),
+                None => plan(),
+            };
+            self.step_done(&step, t0, r.is_err(), writes);
             let r = r.map_err(|source| Cause::Copy {
                 step: step.clone(),
                 source,
@@ -354,8 +392,14 @@ impl Install<'_> {
             merge_notices(&mut sum.notices, &r.notices);
             add(&mut sum.stats, &r.stats);
         }
-        for n in &sum.notices {
-            (self.events)(&Event::Notice(n.clone()));
+        if writes.makes() {
+            for n in &sum.notices {
+                (self.events)(&Event::Notice(n.clone()));
+            }
+        } else {
+            // Most notices tell of what writing met (an owner not kept,
+            // xattrs refused): a dry run says none.
+            sum.notices.clear();
         }
         Ok(sum)
     }
@@ -364,7 +408,7 @@ impl Install<'_> {
     /// it was written (`COPY_WRITEBACK`), so this waits for the tail.
     fn flush(&mut self, root: &Path) -> Result<(), Cause> {
         (self.events)(&Event::Flushing);
-        let t0 = self.step_start("flush");
+        let t0 = self.step_start("flush", Writes::Make);
         // The root this install made, opened only to flush its
         // filesystem.
         #[allow(clippy::disallowed_methods)]
@@ -374,7 +418,7 @@ impl Install<'_> {
                 step: "flush".into(),
                 source: Box::new(copier::Error::io(copier::Op::Sync, root, e)),
             });
-        self.step_done("flush", t0, r.is_err());
+        self.step_done("flush", t0, r.is_err(), Writes::Make);
         r
     }
 
@@ -386,7 +430,15 @@ impl Install<'_> {
         root: &Path,
         sum: &mut Summary,
         contents: &std::sync::Arc<copier::contents::Contents>,
+        writes: Writes,
     ) -> Result<(), Cause> {
+        if !writes.makes()
+            && self.store.as_deref() == Some(image.location.as_path())
+        {
+            // Pulled in a dry run: its layers are not downloaded to be
+            // looked at; the manifest and config were checked.
+            return Ok(());
+        }
         for i in 0..image.layers.len() {
             let path = image.layer_path(i);
             (self.events)(&Event::Unpacking {
@@ -394,15 +446,31 @@ impl Install<'_> {
                 kind: ArchiveKind::Layer,
             });
             let step = format!("unpack {}", path.display());
-            let t0 = self.step_start(&step);
-            let opts = UnpackOptions {
-                contents: Some(std::sync::Arc::clone(contents)),
-                ..self.oci_unpack_options()
+            let t0 = self.step_start(&step, writes);
+            let r = match writes {
+                Writes::Make => {
+                    let opts = UnpackOptions {
+                        contents: Some(std::sync::Arc::clone(contents)),
+                        ..self.oci_unpack_options()
+                    };
+                    copier::oci::unpack_layer(image, i, root, &opts)
+                }
+                Writes::Record { .. } => copier::oci::dry_run_layer(
+                    image,
+                    i,
+                    root,
+                    &self.oci_unpack_options(),
+                ),
             };
-            let r = copier::oci::unpack_layer(image, i, root, &opts);
-            self.step_done(&step, t0, r.is_err());
+            self.step_done(&step, t0, r.is_err(), writes);
+            // A dry run's layer fails as its check: read through against
+            // its digest and diff_id, before anything would be written.
             let r = r.map_err(|source| Cause::Step {
-                step: "unpack".into(),
+                step: match writes {
+                    Writes::Make => "unpack",
+                    Writes::Record { .. } => "check OCI image",
+                }
+                .into(),
                 source: Box::new(source),
             })?;
             let took = t0.elapsed();
@@ -411,8 +479,10 @@ impl Install<'_> {
                 stats: r.stats.clone(),
                 took,
             });
-            info!(self.log, "unpacked"; "archive" => %path.display(), "files" => r.stats.files,
-                  "bytes" => r.stats.bytes, "ms" => took.as_millis() as u64);
+            if writes.makes() {
+                info!(self.log, "unpacked"; "archive" => %path.display(), "files" => r.stats.files,
+                      "bytes" => r.stats.bytes, "ms" => took.as_millis() as u64);
+            }
             merge_notices(&mut sum.notices, &r.notices);
             add(&mut sum.stats, &r.stats);
         }
@@ -457,12 +527,19 @@ impl Install<'_> {
         recipe_of(&self.profile, &self.profile.source_root, images, baseline)
     }
 
-    fn step_start(&self, step: &str) -> Instant {
-        copier::probes::step_start(&self.zone, step);
+    /// A step's start: fired as a probe when it writes (a dry run
+    /// leaves no record of itself).
+    fn step_start(&self, step: &str, writes: Writes) -> Instant {
+        if writes.makes() {
+            copier::probes::step_start(&self.zone, step);
+        }
         Instant::now()
     }
 
-    fn step_done(&self, step: &str, t0: Instant, failed: bool) {
+    fn step_done(&self, step: &str, t0: Instant, failed: bool, writes: Writes) {
+        if !writes.makes() {
+            return;
+        }
         let ns = t0.elapsed().as_nanos() as u64;
         copier::probes::step_done(&self.zone, step, ns, failed);
         info!(self.log, "step"; "step" => step, "ms" => ns / 1_000_000, "failed" => failed);
@@ -560,6 +637,7 @@ fn layout(
     p: &Profile,
     root: &Path,
     pool: Option<&copier::Pool>,
+    writes: Writes,
 ) -> Result<Stats, Cause> {
     let staging = private_dir().map_err(|source| Cause::Layout {
         what: "staging directory".into(),
@@ -591,7 +669,9 @@ fn layout(
             }
             symlink(target, &l).map_err(failed(what()))?;
         }
-        let mut plan = Plan::new(&top, root).within(root).merge(true);
+        let mut plan = recording(Plan::new(&top, root), writes)
+            .within(root)
+            .merge(true);
         if let Some(pool) = pool {
             plan = plan.pool(pool.clone());
         }
@@ -603,6 +683,40 @@ fn layout(
     })();
     let _gone = fs::remove_dir_all(&staging);
     made
+}
+
+/// Makes the root (0755), or opens it, without following a symlink at
+/// ZONEPATH/root; everything below goes through Plan::within / unpack,
+/// which open every directory beneath it the same way. On btrfs, a
+/// subvolume: an update then snapshots it whole.
+fn make_root(root: &Path) -> Result<Root, Cause> {
+    let failed = |source| Cause::Step {
+        step: "make root".into(),
+        source: Box::new(source),
+    };
+    if let (Some(zp), false) = (root.parent(), root.exists()) {
+        Root::open(zp)
+            .and_then(|z| {
+                crate::update::platform::make_subvolume(z.as_fd(), c"root")
+                    .map_err(|e| copier::Error::io(copier::Op::Mkdir, root, e))
+            })
+            .map_err(failed)?;
+    }
+    let top = Root::create(root, 0o755).map_err(failed)?;
+    top.set_mode(0o755).map_err(failed)?;
+    Ok(top)
+}
+
+/// `plan` as `writes` says: in a dry run, recording instead of writing,
+/// the destination taken as empty where the real run will have emptied
+/// it.
+fn recording(plan: Plan, writes: Writes) -> Plan {
+    match writes {
+        Writes::Make => plan,
+        Writes::Record { as_if_empty } => {
+            plan.dry_run(true).dry_run_as_if_empty(as_if_empty)
+        }
+    }
 }
 
 /// A new directory only this process uses, under the temporary
