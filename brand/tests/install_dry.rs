@@ -128,3 +128,42 @@ mode = 0o1777
     assert_eq!(dry.status.code(), real.status.code(), "{}", text(&dry));
     assert!(text(&dry).contains("link run"), "{}", text(&dry));
 }
+
+#[test]
+fn dry_run_counts_the_layout_as_the_install_makes_it() {
+    let w = world(3);
+    // The profile's links and mount points too, beside the trees, the
+    // baseline, the layers and the host file.
+    let mut p = fs::read_to_string(&w.profile).unwrap();
+    p.push_str(
+        r#"
+[[link]]
+path = "bin"
+target = "usr/bin"
+
+[[link]]
+path = "var/run"
+target = "../run"
+
+[[dir]]
+path = "run"
+mode = 0o755
+
+[[dir]]
+path = "var/tmp"
+mode = 0o1777
+"#,
+    );
+    fs::write(&w.profile, p).unwrap();
+    let (l1, l2) = (w.layer1.as_path(), w.layer2.as_path());
+    let json = Path::new("--json");
+    let o = zinstall(&w, &[Path::new("--dry-run"), json, l1, l2]);
+    assert!(o.status.success(), "{}", text(&o));
+    let would = counts(&o);
+    assert!(!w.zonepath.exists());
+    let o = zinstall(&w, &[json, l1, l2]);
+    assert!(o.status.success(), "{}", text(&o));
+    let root = w.zonepath.join("root");
+    assert!(root.join("var/tmp").is_dir() && root.join("bin").is_symlink());
+    assert_eq!(counts(&o), would, "dry run and install disagree");
+}
