@@ -28,6 +28,7 @@ mod image_chains;
 mod install;
 #[cfg(target_os = "linux")]
 mod install_composefs;
+mod install_dry;
 mod job_process;
 mod manpages;
 mod messages;

@@ -1,24 +1,34 @@
-//! The dry run ([`Install::dry_run`]): every check the install makes,
-//! then each step walked or read through without writing anything. Its
-//! own room: it shares the plan's checks and none of the steps' writes.
+//! The dry run ([`Install::dry_run`]): the install's own steps, set to
+//! record instead of writing.
 
-use copier::unpack;
-
-use crate::error::{Cause, InstallError};
-use crate::event::Event;
-use crate::plan::Install;
-use crate::state::State;
-use crate::summary::{Summary, add};
+use crate::error::InstallError;
+use crate::plan::{Install, Writes};
+use crate::summary::Summary;
 
 impl Install<'_> {
-    /// A dry run: every check [`run`](Install::run) makes before writing
-    /// (the zonepath's state, the profile's trees, the baseline and each
-    /// image's kind), then each step walked or read through without
-    /// writing anything: the trees as their copies would walk them, each
-    /// archive read to its end ([`unpack::dry_run`]), the host files.
-    /// Events and the listener report what would be done; the summary
-    /// counts it. Takes no lock and writes no log record: a dry run
-    /// leaves the zonepath as it found it.
+    /// A dry run: the steps of [`run`](Install::run), in its order and
+    /// with its checks (the zonepath's state, the profile's trees, the
+    /// baseline and each image's kind), each recording what it would
+    /// write instead of writing it: the layout and the trees walked as
+    /// their copies would walk them ([`copier::Plan::dry_run`]), each
+    /// archive and layer read to its end through the unpack's own reader
+    /// ([`copier::unpack::dry_run`]), the host files. Events and the
+    /// listener report what would be done; the summary counts it. Takes
+    /// no lock, makes no root, writes no marker, log or probe record and
+    /// no manifest: a dry run leaves the zonepath as it found it. The
+    /// layout's links and mount points are made in a private staging
+    /// directory, removed after, as the real run makes them: what it
+    /// cannot make fails the dry run too.
+    ///
+    /// What only the real run can find is not found: a registry image's
+    /// layers are not downloaded (its manifest and config are checked);
+    /// what each step would meet in the root is judged against the root
+    /// as it is now (empty after an interrupted install), not as the
+    /// steps before would have left it (a tree replicated over a mount
+    /// point of the layout's passes here); a host file that is a link
+    /// is copied as the link, where the real run may copy what it points
+    /// to because the root lacks its target; notices, which tell of what
+    /// writing met, are not reported.
     pub fn dry_run(&mut self) -> Result<Summary, InstallError> {
         self.choose_host_parts();
         // A registry image's manifest and config are fetched into a store
@@ -45,131 +55,16 @@ impl Install<'_> {
 
     fn dry_run_with(&mut self) -> Result<Summary, InstallError> {
         let root = self.zonepath.join("root");
-        // An interrupted install's partial root is removed before the
-        // real run writes: the dry run takes the root as empty, as that
-        // run will find it.
-        let interrupted = self.check_state(&root)? == Some(State::Installing);
-        if interrupted {
-            (self.events)(&Event::CleaningInterrupted);
-        }
-        let archives = self.preflight()?;
-        let mut sum = Summary::default();
-        let copy_err =
-            |step: String| move |source| Cause::Copy { step, source };
-        // The layout step copies a staging tree: its top, every
-        // directory named and every parent a directory or link needs.
-        let p = &self.profile;
-        if !p.links.is_empty() || !p.dirs.is_empty() {
-            let mut dirs = std::collections::BTreeSet::new();
-            let parents = p.links.iter().filter_map(|(l, _)| l.parent());
-            for d in p.dirs.iter().map(|(d, _)| d.as_path()).chain(parents) {
-                dirs.extend(
-                    d.ancestors().filter(|a| !a.as_os_str().is_empty()),
-                );
-            }
-            sum.stats.dirs += 1 + dirs.len() as u64;
-            sum.stats.symlinks += p.links.len() as u64;
-            if let Some(l) = &self.listener {
-                for d in &dirs {
-                    l.entry(d, &root.join(d), copier::EntryKind::Dir);
-                }
-                for (path, target) in &p.links {
-                    l.entry(
-                        target,
-                        &root.join(path),
-                        copier::EntryKind::Symlink,
-                    );
-                }
-            }
-        }
-        for t in &self.profile.trees.clone() {
-            let name = format!("/{}", t.display());
-            (self.events)(&Event::Replicating { tree: name.clone() });
-            let src = self.profile.source_root.join(t);
-            let r = self
-                .plan(&src, &root.join(t))
-                .tunables(self.tunables)
-                .rules(std::sync::Arc::clone(&self.profile.rules), t)
-                .skip_special(true)
-                .dry_run(true)
-                .dry_run_as_if_empty(interrupted)
-                .run()
-                .map_err(copy_err(format!("replicate {name}")))
-                .map_err(InstallError::before)?;
-            (self.events)(&Event::Replicated {
-                tree: name,
-                stats: r.stats.clone(),
-            });
-            add(&mut sum.stats, &r.stats);
-        }
-        for a in &archives {
-            if let Some(image) = &a.oci {
-                if self.store.as_deref() == Some(image.location.as_path()) {
-                    // Pulled: its layers are not downloaded to be looked
-                    // at; the manifest and config were checked.
-                    continue;
-                }
-                // Each layer read through as its unpack reads it: checked
-                // against its digest and diff_id, its members counted.
-                for i in 0..image.layers.len() {
-                    let path = image.layer_path(i);
-                    (self.events)(&Event::Unpacking {
-                        path: path.clone(),
-                        kind: a.kind,
-                    });
-                    let r = copier::oci::dry_run_layer(
-                        image,
-                        i,
-                        &root,
-                        &self.unpack_options(a),
-                    )
-                    .map_err(|source| {
-                        InstallError::before(Cause::Step {
-                            step: "check OCI image".into(),
-                            source: Box::new(source),
-                        })
-                    })?;
-                    (self.events)(&Event::Unpacked {
-                        path,
-                        stats: r.stats.clone(),
-                        took: r.stats.elapsed,
-                    });
-                    add(&mut sum.stats, &r.stats);
-                }
-                continue;
-            }
-            (self.events)(&Event::Unpacking {
-                path: a.path.clone(),
-                kind: a.kind,
-            });
-            let opts = self.unpack_options(a);
-            let r =
-                unpack::dry_run(&a.path, &root, &opts).map_err(|source| {
-                    InstallError::before(Cause::Step {
-                        step: "unpack".into(),
-                        source: Box::new(source),
-                    })
-                })?;
-            (self.events)(&Event::Unpacked {
-                path: a.path.clone(),
-                stats: r.stats.clone(),
-                took: r.stats.elapsed,
-            });
-            add(&mut sum.stats, &r.stats);
-        }
-        for f in &self.profile.host_files.clone() {
-            (self.events)(&Event::CopyingHostFile { path: f.clone() });
-            let dst = root.join(f.strip_prefix("/").unwrap_or(f));
-            let r = self
-                .plan(f, &dst)
-                .merge(true)
-                .dry_run(true)
-                .dry_run_as_if_empty(interrupted)
-                .run()
-                .map_err(copy_err(format!("host file {}", f.display())))
-                .map_err(InstallError::before)?;
-            add(&mut sum.stats, &r.stats);
-        }
-        Ok(sum)
+        let (archives, writes) =
+            self.begin(&root, Writes::Record { as_if_empty: false })?;
+        let contents = std::sync::Arc::new(copier::contents::Contents::new());
+        self.lay_out(
+            &root,
+            &archives,
+            &contents,
+            &mut Default::default(),
+            writes,
+        )
+        .map_err(InstallError::before)
     }
 }

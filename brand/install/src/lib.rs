@@ -107,6 +107,7 @@ pub mod manifest;
 pub mod owners;
 mod plan;
 pub mod profile;
+mod recipe;
 pub mod state;
 mod steps;
 mod summary;

@@ -1,7 +1,7 @@
 //! The install plan: what one install is ([`Install`]), and what it
 //! checks and decides before the root is touched: the zonepath's state,
 //! the trees, each archive and image, how each step copies or unpacks.
-//! Shared by the steps and the dry run, which both start from it.
+//! Shared by the steps and the dry run, which runs the same steps.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -279,6 +279,30 @@ impl Install<'_> {
     /// (`objects`). Its writeback then starts while the run goes on.
     fn flushed_later(&self) -> bool {
         self.sync || self.objects.is_some()
+    }
+}
+
+/// Whether the install's steps write the root or, in a
+/// [`dry run`](Install::dry_run), record what they would write: the same
+/// steps in the same order either way, each deciding at its write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Writes {
+    /// The root is made and written; log and probe records are kept.
+    Make,
+    /// Nothing is written: each step reads its source through and counts
+    /// what it would write. `as_if_empty`: the root is taken as empty, as
+    /// the real run finds it once it has removed an interrupted
+    /// install's partial root.
+    Record {
+        /// Take the root as empty.
+        as_if_empty: bool,
+    },
+}
+
+impl Writes {
+    /// Whether the steps write.
+    pub(crate) fn makes(self) -> bool {
+        self == Writes::Make
     }
 }
 

@@ -1,7 +1,8 @@
 //! The install's steps, under the zonepath's lock: the root made, the
 //! trees replicated, the archives unpacked, the host files copied, the
 //! root flushed and recorded ([`crate::manifest`]), the marker moved
-//! along; and a failure's partial root removed.
+//! along; and a failure's partial root removed. The dry run goes
+//! through the same steps, recording instead of writing ([`Writes`]).
 
 use std::fs;
 use std::os::fd::AsFd;
@@ -16,11 +17,10 @@ use zinstall_archive::ArchiveKind;
 
 use crate::error::{Aftermath, Cause, InstallError, Stage};
 use crate::event::Event;
-use crate::manifest::{
-    self, ArchiveRecord, ImageRecord, MANIFEST, Pending, Recipe,
-};
-use crate::plan::{Archive, Install};
+use crate::manifest::{self, ArchiveRecord, MANIFEST, Pending, Recipe};
+use crate::plan::{Archive, Install, Writes};
 use crate::profile::Profile;
+use crate::recipe::{image_record, recipe_of, text};
 use crate::state::{self, State, ZoneLock};
 use crate::summary::{Summary, add, merge_notices};
 use crate::zonepath::{open_zonepath, settle, write_marker};
@@ -89,23 +89,7 @@ impl Install<'_> {
 
     fn run_locked(&mut self) -> Result<Summary, InstallError> {
         let root = self.zonepath.join("root");
-        let st = self.check_state(&root)?;
-        match st {
-            Some(State::Installed) | None => {}
-            Some(State::Installing) => {
-                (self.events)(&Event::CleaningInterrupted);
-                info!(self.log, "cleaning interrupted install");
-                copier::fsutil::remove_tree(&root).map_err(|source| {
-                    InstallError::partial(Cause::Step {
-                        step: "cleaning up after an interrupted install".into(),
-                        source: Box::new(source),
-                    })
-                })?;
-            }
-        }
-        let archives = self.preflight()?;
-        write_marker(&self.zonepath, State::Installing)
-            .map_err(InstallError::before)?;
+        let (archives, _) = self.begin(&root, Writes::Make)?;
         // The manifest is recorded from the page cache while the flush
         // waits on the disk.
         let mut recorded = None;
@@ -116,7 +100,13 @@ impl Install<'_> {
             None => copier::contents::Contents::new(),
         });
         let mut digests = std::collections::HashMap::new();
-        let laid = self.lay_out(&root, &archives, &contents, &mut digests);
+        let laid = self.lay_out(
+            &root,
+            &archives,
+            &contents,
+            &mut digests,
+            Writes::Make,
+        );
         if self.objects.is_some() {
             return self.finish_unrecorded(&root, &archives, laid, contents);
         }
@@ -157,6 +147,44 @@ impl Install<'_> {
             }
             Err(cause) => Err(self.undo(&root, cause)),
         }
+    }
+
+    /// Steps 1 to 3 between the lock and the root: the zonepath's state
+    /// checked, an interrupted install's root cleaned, everything checked
+    /// before writing, the zonepath marked `installing`. Returns the
+    /// archives to unpack and how the steps write: a dry run over an
+    /// interrupted install takes the root as empty, as the real run
+    /// leaves it.
+    pub(crate) fn begin(
+        &mut self,
+        root: &Path,
+        writes: Writes,
+    ) -> Result<(Vec<Archive>, Writes), InstallError> {
+        let interrupted = self.check_state(root)? == Some(State::Installing);
+        if interrupted {
+            (self.events)(&Event::CleaningInterrupted);
+            if writes.makes() {
+                info!(self.log, "cleaning interrupted install");
+                copier::fsutil::remove_tree(root).map_err(|source| {
+                    InstallError::partial(Cause::Step {
+                        step: "cleaning up after an interrupted install".into(),
+                        source: Box::new(source),
+                    })
+                })?;
+            }
+        }
+        let archives = self.preflight()?;
+        let writes = match writes {
+            Writes::Make => {
+                write_marker(&self.zonepath, State::Installing)
+                    .map_err(InstallError::before)?;
+                Writes::Make
+            }
+            Writes::Record { as_if_empty } => Writes::Record {
+                as_if_empty: as_if_empty || interrupted,
+            },
+        };
+        Ok((archives, writes))
     }
 
     /// The end of an install whose root is stored elsewhere
@@ -206,67 +234,50 @@ impl Install<'_> {
         InstallError::new(stage, cause)
     }
 
-    /// Steps 3 to 6.
-    fn lay_out(
+    /// Steps 3 to 6, writing or (a dry run) recording what they would
+    /// write ([`Writes`]).
+    pub(crate) fn lay_out(
         &mut self,
         root: &Path,
         archives: &[Archive],
         contents: &std::sync::Arc<copier::contents::Contents>,
         digests: &mut std::collections::HashMap<PathBuf, String>,
+        writes: Writes,
     ) -> Result<Summary, Cause> {
         let mut sum = Summary::default();
-        let top = self.make_root(root)?;
+        // A dry run leaves the root as it is: it may not exist yet.
+        let top = match writes {
+            Writes::Make => Some(make_root(root)?),
+            Writes::Record { .. } => None,
+        };
         if !self.profile.links.is_empty() || !self.profile.dirs.is_empty() {
             (self.events)(&Event::LayingOut);
-            let t0 = self.step_start("layout");
-            let r = layout(&self.profile, root, self.pool.as_ref());
-            self.step_done("layout", t0, r.is_err());
+            let t0 = self.step_start("layout", writes);
+            let r = layout(&self.profile, root, self.pool.as_ref(), writes);
+            self.step_done("layout", t0, r.is_err(), writes);
             add(&mut sum.stats, &r?);
         }
         let trees = self.profile.trees.clone();
         for t in &trees {
-            self.replicate(root, t, &mut sum)?;
+            self.replicate(root, t, &mut sum, writes)?;
         }
         for a in archives {
-            self.unpack_archive(a, root, contents, digests, &mut sum)?;
+            self.unpack_archive(a, root, contents, digests, &mut sum, writes)?;
         }
         let host_files = self.profile.host_files.clone();
         for f in &host_files {
-            self.copy_host_file(f, root, &top, &mut sum)?;
+            self.copy_host_file(f, root, top.as_ref(), &mut sum, writes)?;
         }
-        for n in &sum.notices {
-            (self.events)(&Event::Notice(n.clone()));
+        if writes.makes() {
+            for n in &sum.notices {
+                (self.events)(&Event::Notice(n.clone()));
+            }
+        } else {
+            // Most notices tell of what writing met (an owner not kept,
+            // xattrs refused): a dry run says none.
+            sum.notices.clear();
         }
         Ok(sum)
-    }
-
-    /// Makes the root (a subvolume on btrfs), or opens it, without
-    /// following a symlink at its name.
-    fn make_root(&mut self, root: &Path) -> Result<Root, Cause> {
-        let step_err = |step: &str| {
-            let step = step.to_string();
-            move |source| Cause::Step {
-                step,
-                source: Box::new(source),
-            }
-        };
-        // Made or opened without following a symlink at ZONEPATH/root;
-        // everything below goes through Plan::within / unpack, which open
-        // every directory beneath it the same way.
-        // On btrfs, a subvolume: an update then snapshots it whole.
-        if let (Some(zp), false) = (root.parent(), root.exists()) {
-            Root::open(zp)
-                .and_then(|z| {
-                    crate::update::platform::make_subvolume(z.as_fd(), c"root")
-                        .map_err(|e| {
-                            copier::Error::io(copier::Op::Mkdir, root, e)
-                        })
-                })
-                .map_err(step_err("make root"))?;
-        }
-        let top = Root::create(root, 0o755).map_err(step_err("make root"))?;
-        top.set_mode(0o755).map_err(step_err("make root"))?;
-        Ok(top)
     }
 
     /// Replicates the host's tree `t` (relative to the source root) into
@@ -276,21 +287,21 @@ impl Install<'_> {
         root: &Path,
         t: &Path,
         sum: &mut Summary,
+        writes: Writes,
     ) -> Result<(), Cause> {
         let name = format!("/{}", t.display());
         let src = self.profile.source_root.join(t);
         let dst = root.join(t);
         (self.events)(&Event::Replicating { tree: name.clone() });
         let step = format!("replicate {name}");
-        let t0 = self.step_start(&step);
-        let r = self
-            .plan(&src, &dst)
+        let t0 = self.step_start(&step, writes);
+        let r = recording(self.plan(&src, &dst), writes)
             .within(root)
             .tunables(self.tunables)
             .rules(std::sync::Arc::clone(&self.profile.rules), t)
             .skip_special(true)
             .run();
-        self.step_done(&step, t0, r.is_err());
+        self.step_done(&step, t0, r.is_err(), writes);
         let report = r.map_err(|source| Cause::Copy {
             step: step.clone(),
             source,
@@ -300,16 +311,18 @@ impl Install<'_> {
             tree: name.clone(),
             stats: s.clone(),
         });
-        info!(self.log, "replicated"; "tree" => &name, "files" => s.files, "symlinks" => s.symlinks,
-              "linked" => s.redirects, "skipped" => s.skipped, "bytes" => s.bytes,
-              "ms" => s.elapsed.as_millis() as u64);
+        if writes.makes() {
+            info!(self.log, "replicated"; "tree" => &name, "files" => s.files, "symlinks" => s.symlinks,
+                  "linked" => s.redirects, "skipped" => s.skipped, "bytes" => s.bytes,
+                  "ms" => s.elapsed.as_millis() as u64);
+        }
         merge_notices(&mut sum.notices, &report.notices);
         add(&mut sum.stats, s);
         Ok(())
     }
 
     /// Unpacks archive `a` (or applies its OCI image) into the root,
-    /// noting its digest in `digests`.
+    /// noting its digest in `digests`; in a dry run, reads it through.
     fn unpack_archive(
         &mut self,
         a: &Archive,
@@ -317,9 +330,10 @@ impl Install<'_> {
         contents: &std::sync::Arc<copier::contents::Contents>,
         digests: &mut std::collections::HashMap<PathBuf, String>,
         sum: &mut Summary,
+        writes: Writes,
     ) -> Result<(), Cause> {
         if let Some(image) = &a.oci {
-            return self.apply_oci(image, root, sum, contents);
+            return self.apply_oci(image, root, sum, contents, writes);
         }
         let (path, kind) = (a.path.clone(), a.kind);
         (self.events)(&Event::Unpacking {
@@ -327,16 +341,26 @@ impl Install<'_> {
             kind,
         });
         let step = format!("unpack {}", path.display());
-        let t0 = self.step_start(&step);
-        // Its SHA-256, the recipe's name for it, taken as it is read.
-        let opts = UnpackOptions {
-            contents: Some(std::sync::Arc::clone(contents)),
-            // Not for a root stored elsewhere: it records no recipe.
-            digest: self.objects.is_none(),
-            ..self.unpack_options(a)
+        let t0 = self.step_start(&step, writes);
+        let r = match writes {
+            Writes::Make => unpack::unpack(
+                &path,
+                root,
+                &UnpackOptions {
+                    // Its SHA-256, the recipe's name for it, taken as it
+                    // is read.
+                    contents: Some(std::sync::Arc::clone(contents)),
+                    // Not for a root stored elsewhere: it records no
+                    // recipe.
+                    digest: self.objects.is_none(),
+                    ..self.unpack_options(a)
+                },
+            ),
+            Writes::Record { .. } => {
+                unpack::dry_run(&path, root, &self.unpack_options(a))
+            }
         };
-        let r = unpack::unpack(&path, root, &opts);
-        self.step_done(&step, t0, r.is_err());
+        self.step_done(&step, t0, r.is_err(), writes);
         // The engine's error names the archive and the member.
         let r = r.map_err(|source| Cause::Step {
             step: "unpack".into(),
@@ -352,20 +376,24 @@ impl Install<'_> {
             stats: s.clone(),
             took,
         });
-        info!(self.log, "unpacked"; "archive" => %path.display(), "files" => s.files,
-              "bytes" => s.bytes, "ms" => took.as_millis() as u64);
+        if writes.makes() {
+            info!(self.log, "unpacked"; "archive" => %path.display(), "files" => s.files,
+                  "bytes" => s.bytes, "ms" => took.as_millis() as u64);
+        }
         merge_notices(&mut sum.notices, &r.notices);
         add(&mut sum.stats, s);
         Ok(())
     }
 
-    /// Copies the host file `f` into the root, beneath `top`.
+    /// Copies the host file `f` into the root, beneath `top` (none in a
+    /// dry run, which has not made the root).
     fn copy_host_file(
         &mut self,
         f: &Path,
         root: &Path,
-        top: &Root,
+        top: Option<&Root>,
         sum: &mut Summary,
+        writes: Writes,
     ) -> Result<(), Cause> {
         (self.events)(&Event::CopyingHostFile {
             path: f.to_path_buf(),
@@ -373,8 +401,12 @@ impl Install<'_> {
         let rel = f.strip_prefix("/").unwrap_or(f);
         let dst = root.join(rel);
         let step = format!("host file {}", f.display());
-        let t0 = self.step_start(&step);
-        let src = match host_source(f, root) {
+        let t0 = self.step_start(&step, writes);
+        // Whether a link is copied by content depends on what the root
+        // holds, which a dry run has not made: it copies the host file as
+        // it is.
+        let by_content = writes.makes().then(|| host_source(f, root)).flatten();
+        let src = match by_content {
             Some(real) => {
                 (self.events)(&Event::HostFileByContent {
                     path: f.to_path_buf(),
@@ -388,15 +420,19 @@ impl Install<'_> {
         // (etc -> /host/dir) is refused and named; one at the file's
         // own name is replaced, never written through. The directory
         // it goes into keeps its times, as the tree gave them.
-        let parent = rel.parent().filter(|p| !p.as_os_str().is_empty());
-        let dir = parent.and_then(|p| top.dir(p, None).ok());
-        let r = match &dir {
-            Some(d) => d.keeping_times(|| {
-                self.plan(&src, &dst).within(root).merge(true).run()
-            }),
-            None => self.plan(&src, &dst).within(root).merge(true).run(),
+        let plan = || {
+            recording(self.plan(&src, &dst), writes)
+                .within(root)
+                .merge(true)
+                .run()
         };
-        self.step_done(&step, t0, r.is_err());
+        let parent = rel.parent().filter(|p| !p.as_os_str().is_empty());
+        let dir = top.zip(parent).and_then(|(top, p)| top.dir(p, None).ok());
+        let r = match &dir {
+            Some(d) => d.keeping_times(plan),
+            None => plan(),
+        };
+        self.step_done(&step, t0, r.is_err(), writes);
         let r = r.map_err(|source| Cause::Copy {
             step: step.clone(),
             source,
@@ -410,7 +446,7 @@ impl Install<'_> {
     /// it was written (`COPY_WRITEBACK`), so this waits for the tail.
     fn flush(&mut self, root: &Path) -> Result<(), Cause> {
         (self.events)(&Event::Flushing);
-        let t0 = self.step_start("flush");
+        let t0 = self.step_start("flush", Writes::Make);
         // The root this install made, opened only to flush its
         // filesystem.
         #[allow(clippy::disallowed_methods)]
@@ -420,7 +456,7 @@ impl Install<'_> {
                 step: "flush".into(),
                 source: Box::new(copier::Error::io(copier::Op::Sync, root, e)),
             });
-        self.step_done("flush", t0, r.is_err());
+        self.step_done("flush", t0, r.is_err(), Writes::Make);
         r
     }
 
@@ -432,7 +468,15 @@ impl Install<'_> {
         root: &Path,
         sum: &mut Summary,
         contents: &std::sync::Arc<copier::contents::Contents>,
+        writes: Writes,
     ) -> Result<(), Cause> {
+        if !writes.makes()
+            && self.store.as_deref() == Some(image.location.as_path())
+        {
+            // Pulled in a dry run: its layers are not downloaded to be
+            // looked at; the manifest and config were checked.
+            return Ok(());
+        }
         for i in 0..image.layers.len() {
             let path = image.layer_path(i);
             (self.events)(&Event::Unpacking {
@@ -440,15 +484,31 @@ impl Install<'_> {
                 kind: ArchiveKind::Layer,
             });
             let step = format!("unpack {}", path.display());
-            let t0 = self.step_start(&step);
-            let opts = UnpackOptions {
-                contents: Some(std::sync::Arc::clone(contents)),
-                ..self.oci_unpack_options()
+            let t0 = self.step_start(&step, writes);
+            let r = match writes {
+                Writes::Make => {
+                    let opts = UnpackOptions {
+                        contents: Some(std::sync::Arc::clone(contents)),
+                        ..self.oci_unpack_options()
+                    };
+                    copier::oci::unpack_layer(image, i, root, &opts)
+                }
+                Writes::Record { .. } => copier::oci::dry_run_layer(
+                    image,
+                    i,
+                    root,
+                    &self.oci_unpack_options(),
+                ),
             };
-            let r = copier::oci::unpack_layer(image, i, root, &opts);
-            self.step_done(&step, t0, r.is_err());
+            self.step_done(&step, t0, r.is_err(), writes);
+            // A dry run's layer fails as its check: read through against
+            // its digest and diff_id, before anything would be written.
             let r = r.map_err(|source| Cause::Step {
-                step: "unpack".into(),
+                step: match writes {
+                    Writes::Make => "unpack",
+                    Writes::Record { .. } => "check OCI image",
+                }
+                .into(),
                 source: Box::new(source),
             })?;
             let took = t0.elapsed();
@@ -457,8 +517,10 @@ impl Install<'_> {
                 stats: r.stats.clone(),
                 took,
             });
-            info!(self.log, "unpacked"; "archive" => %path.display(), "files" => r.stats.files,
-                  "bytes" => r.stats.bytes, "ms" => took.as_millis() as u64);
+            if writes.makes() {
+                info!(self.log, "unpacked"; "archive" => %path.display(), "files" => r.stats.files,
+                      "bytes" => r.stats.bytes, "ms" => took.as_millis() as u64);
+            }
             merge_notices(&mut sum.notices, &r.notices);
             add(&mut sum.stats, &r.stats);
         }
@@ -503,12 +565,19 @@ impl Install<'_> {
         recipe_of(&self.profile, &self.profile.source_root, images, baseline)
     }
 
-    fn step_start(&self, step: &str) -> Instant {
-        copier::probes::step_start(&self.zone, step);
+    /// A step's start: fired as a probe when it writes (a dry run
+    /// leaves no record of itself).
+    fn step_start(&self, step: &str, writes: Writes) -> Instant {
+        if writes.makes() {
+            copier::probes::step_start(&self.zone, step);
+        }
         Instant::now()
     }
 
-    fn step_done(&self, step: &str, t0: Instant, failed: bool) {
+    fn step_done(&self, step: &str, t0: Instant, failed: bool, writes: Writes) {
+        if !writes.makes() {
+            return;
+        }
         let ns = t0.elapsed().as_nanos() as u64;
         copier::probes::step_done(&self.zone, step, ns, failed);
         info!(self.log, "step"; "step" => step, "ms" => ns / 1_000_000, "failed" => failed);
@@ -533,67 +602,6 @@ impl Install<'_> {
     }
 }
 
-fn text(p: &Path) -> String {
-    use std::os::unix::ffi::OsStrExt;
-    String::from_utf8_lossy(p.as_os_str().as_bytes()).into_owned()
-}
-
-/// How the manifest records image `arg`, laid out as `a`: an OCI image
-/// by its manifest's digest and its layers' diff_ids; a tarball by the
-/// SHA-256 of its bytes (filled in as the manifest is recorded). A file
-/// is named by its absolute path, so an update from anywhere opens it
-/// again.
-fn image_record(arg: &Path, a: &Archive) -> ImageRecord {
-    let arg = if zinstall_registry::reference_of(arg).is_some() {
-        text(arg)
-    } else {
-        text(&copier::oci::absolute_name(arg))
-    };
-    match &a.oci {
-        Some(image) => oci_record(arg, image),
-        None => ImageRecord {
-            arg,
-            digest: String::new(),
-            kind: "tarball".into(),
-            layers: Vec::new(),
-        },
-    }
-}
-
-/// How the manifest records the OCI image `image`, given as `arg`: by
-/// its manifest's digest and its layers' diff_ids.
-pub(crate) fn oci_record(
-    arg: String,
-    image: &copier::oci::Image,
-) -> ImageRecord {
-    ImageRecord {
-        arg,
-        digest: format!("sha256:{}", image.manifest_sha256),
-        kind: "oci".into(),
-        layers: image.layers.iter().map(|l| l.diff_id.to_string()).collect(),
-    }
-}
-
-/// The recipe of an install of `p` (its trees read under `source_root`)
-/// with `images` and `baseline`.
-pub(crate) fn recipe_of(
-    p: &Profile,
-    source_root: &Path,
-    images: Vec<ImageRecord>,
-    baseline: Option<ArchiveRecord>,
-) -> Recipe {
-    Recipe {
-        source_root: (!p.trees.is_empty()).then(|| text(source_root)),
-        trees: p.trees.iter().map(|t| text(t)).collect(),
-        links: p.links.iter().map(|(l, t)| (text(l), text(t))).collect(),
-        dirs: p.dirs.iter().map(|(d, m)| (text(d), *m)).collect(),
-        images_over_host: !images.is_empty() && p.has_host_parts(),
-        baseline,
-        images,
-        host_files: p.host_files.iter().map(|f| text(f)).collect(),
-    }
-}
-
 /// The images as a list of strings: a JSON array in the log.
 fn images_list(images: &[PathBuf]) -> Vec<String> {
     images.iter().map(|p| p.display().to_string()).collect()
@@ -606,6 +614,7 @@ fn layout(
     p: &Profile,
     root: &Path,
     pool: Option<&copier::Pool>,
+    writes: Writes,
 ) -> Result<Stats, Cause> {
     let staging = private_dir().map_err(|source| Cause::Layout {
         what: "staging directory".into(),
@@ -637,7 +646,9 @@ fn layout(
             }
             symlink(target, &l).map_err(failed(what()))?;
         }
-        let mut plan = Plan::new(&top, root).within(root).merge(true);
+        let mut plan = recording(Plan::new(&top, root), writes)
+            .within(root)
+            .merge(true);
         if let Some(pool) = pool {
             plan = plan.pool(pool.clone());
         }
@@ -649,6 +660,40 @@ fn layout(
     })();
     let _gone = fs::remove_dir_all(&staging);
     made
+}
+
+/// Makes the root (0755), or opens it, without following a symlink at
+/// ZONEPATH/root; everything below goes through Plan::within / unpack,
+/// which open every directory beneath it the same way. On btrfs, a
+/// subvolume: an update then snapshots it whole.
+fn make_root(root: &Path) -> Result<Root, Cause> {
+    let failed = |source| Cause::Step {
+        step: "make root".into(),
+        source: Box::new(source),
+    };
+    if let (Some(zp), false) = (root.parent(), root.exists()) {
+        Root::open(zp)
+            .and_then(|z| {
+                crate::update::platform::make_subvolume(z.as_fd(), c"root")
+                    .map_err(|e| copier::Error::io(copier::Op::Mkdir, root, e))
+            })
+            .map_err(failed)?;
+    }
+    let top = Root::create(root, 0o755).map_err(failed)?;
+    top.set_mode(0o755).map_err(failed)?;
+    Ok(top)
+}
+
+/// `plan` as `writes` says: in a dry run, recording instead of writing,
+/// the destination taken as empty where the real run will have emptied
+/// it.
+fn recording(plan: Plan, writes: Writes) -> Plan {
+    match writes {
+        Writes::Make => plan,
+        Writes::Record { as_if_empty } => {
+            plan.dry_run(true).dry_run_as_if_empty(as_if_empty)
+        }
+    }
 }
 
 /// A new directory only this process uses, under the temporary

@@ -330,7 +330,7 @@ impl Update<'_> {
                 path: text(&path),
             }
         });
-        crate::steps::recipe_of(&p, source, Vec::new(), baseline)
+        crate::recipe::recipe_of(&p, source, Vec::new(), baseline)
     }
 
     fn image_options(&self) -> ImageOptions<'_> {

@@ -71,7 +71,7 @@ pub(crate) fn open_images(
                 .map_err(failed)?
         {
             out.push(OpenedImage {
-                record: crate::steps::oci_record(arg.clone(), &image),
+                record: crate::recipe::oci_record(arg.clone(), &image),
                 source: ImageSource::Oci(Box::new(image)),
             });
             continue;
