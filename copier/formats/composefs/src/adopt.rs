@@ -1,6 +1,6 @@
 //! Adopting a file as an object: a tree written only to be stored (an
 //! install's staging root on the store's filesystem) gives its regular
-//! files to the store by a link, not a copy. Before the rename the
+//! files to the store by a link, not a copy. Before the link the
 //! file is made an object like any other: owned by the store's owner
 //! (when run as root), mode 0644 and no extended attribute, so that a
 //! setuid bit or a file capability never survives into the store; the
