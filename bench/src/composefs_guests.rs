@@ -121,7 +121,7 @@ struct Row {
 pub(crate) fn bench(b: &ComposefsBench) -> Result<(), String> {
     if !b.zinstall.is_file() {
         return Err(format!(
-            "{}: build it first: cargo build --release -p brand",
+            "{}: build it first: cargo build --release -p zinstall",
             b.zinstall.display()
         ));
     }

@@ -27,7 +27,7 @@ pub(crate) fn copy_bench(
         zinstall.unwrap_or_else(|| workspace().join("target/release/zinstall"));
     if !zinstall.is_file() {
         return Err(format!(
-            "{}: build it first: cargo build --release -p brand",
+            "{}: build it first: cargo build --release -p zinstall",
             zinstall.display()
         ));
     }
@@ -75,7 +75,7 @@ pub(crate) fn copy_bench(
                 let bin = workspace().join("target/noprobes/release/zinstall");
                 if !bin.is_file() {
                     return Err(format!(
-                        "{}: build it first: cargo build --release -p brand \
+                        "{}: build it first: cargo build --release -p zinstall \
                          --no-default-features --target-dir target/noprobes",
                         bin.display()
                     ));

@@ -57,7 +57,7 @@ impl Log {
 pub(crate) fn bench(b: &CustomizeBench) -> Result<(), String> {
     if !b.zinstall.is_file() {
         return Err(format!(
-            "{}: build it first: cargo build --release -p brand",
+            "{}: build it first: cargo build --release -p zinstall",
             b.zinstall.display()
         ));
     }

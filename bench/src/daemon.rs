@@ -345,7 +345,7 @@ pub fn run(
     for b in ["zinstall", "zinstalld"] {
         if !bin.join(b).is_file() {
             return Err(format!(
-                "{}: build it first: cargo build --release -p brand",
+                "{}: build it first: cargo build --release -p zinstall",
                 bin.join(b).display()
             ));
         }

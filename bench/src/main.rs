@@ -1,4 +1,4 @@
-//! `cargo run --release -p bench -- ...`: see bench/README.md.
+//! `cargo run --release -p zinstall-bench -- ...`: see bench/README.md.
 //!
 //! The arguments of each command and the dispatch to its module.
 
@@ -400,7 +400,7 @@ enum Cmd {
         clients: usize,
         /// The daemon's worker budget (its copy_threads); the processes
         /// run at the default COPY_THREADS.
-        #[arg(long, default_value_t = copier::tunables::DEFAULT_COPY_THREADS)]
+        #[arg(long, default_value_t = zinstall_engine::tunables::DEFAULT_COPY_THREADS)]
         budget: usize,
         /// Where trees, images and zonepaths go.
         #[arg(long, default_value = "/var/tmp/zinstall-bench")]
@@ -491,7 +491,7 @@ enum Cmd {
 
 fn main() -> ExitCode {
     // The binaries measured raise theirs too: the same limits for both.
-    let _kept = copier::descriptors::raise_limit();
+    let _kept = zinstall_engine::descriptors::raise_limit();
     let cli = Cli::parse();
     let r = match cli.command {
         Cmd::Model {

@@ -89,7 +89,7 @@ pub fn bench(
 ) -> Result<(), String> {
     if !z.is_file() {
         return Err(format!(
-            "{}: build it first: cargo build --release -p brand",
+            "{}: build it first: cargo build --release -p zinstall",
             z.display()
         ));
     }

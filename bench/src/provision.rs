@@ -20,7 +20,7 @@ pub(crate) fn provision_bench(
 ) -> Result<(), String> {
     if !z.is_file() {
         return Err(format!(
-            "{}: build it first: cargo build --release -p brand",
+            "{}: build it first: cargo build --release -p zinstall",
             z.display()
         ));
     }

@@ -30,7 +30,7 @@ pub(crate) fn sweep_bench(
         zinstall.unwrap_or_else(|| workspace().join("target/release/zinstall"));
     if !z.is_file() {
         return Err(format!(
-            "{}: build it first: cargo build --release -p brand",
+            "{}: build it first: cargo build --release -p zinstall",
             z.display()
         ));
     }

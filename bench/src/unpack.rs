@@ -6,8 +6,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use copier::unpack::{self as archive, UnpackOptions};
 use zinstall_archive::ArchiveKind;
+use zinstall_engine::unpack::{self as archive, UnpackOptions};
 use zinstall_tune::peers;
 use zinstall_tune::report::{self, Samples};
 
@@ -39,7 +39,7 @@ struct Contender {
     archive: PathBuf,
     /// zinstall's workers, or `None` for GNU tar with this flag.
     threads: Option<usize>,
-    writeback: copier::Writeback,
+    writeback: zinstall_engine::Writeback,
     tar_flag: &'static str,
 }
 
@@ -50,7 +50,7 @@ impl UnpackBench<'_> {
         let (plain, expect) = self.plain_tar()?;
         let mut writebacks = Vec::new();
         for w in self.writeback.split(',') {
-            let mut t = copier::Tunables::default();
+            let mut t = zinstall_engine::Tunables::default();
             t.set("COPY_WRITEBACK", w, Path::new("--writeback"), 0)
                 .map_err(|e| e.to_string())?;
             writebacks.push(t.copy_writeback);
@@ -90,7 +90,7 @@ impl UnpackBench<'_> {
                 name: format!("tar {tar_flag} -xf {suffix}").replace("  ", " "),
                 archive,
                 threads: None,
-                writeback: copier::Writeback::Never,
+                writeback: zinstall_engine::Writeback::Never,
                 tar_flag,
             });
         }
@@ -125,10 +125,10 @@ impl UnpackBench<'_> {
                         // As an install unpacks: flushed at its end, so
                         // each file's writeback starts as it is written.
                         let opts = UnpackOptions {
-                            tunables: copier::Tunables {
+                            tunables: zinstall_engine::Tunables {
                                 copy_threads: t,
                                 copy_writeback: c.writeback,
-                                ..copier::Tunables::default()
+                                ..zinstall_engine::Tunables::default()
                             },
                             expect,
                             durable: true,

@@ -49,7 +49,7 @@ fn need(z: &Path) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!(
-            "{}: build it first: cargo build --release -p brand",
+            "{}: build it first: cargo build --release -p zinstall",
             z.display()
         ))
     }

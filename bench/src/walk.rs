@@ -81,12 +81,12 @@ pub(crate) fn walk_bench(
             // One worker for the copy, and one walker: the copy as it
             // was timed before there were several. The walk-only runs
             // discard their batches in the walkers themselves.
-            let tunables = copier::Tunables {
+            let tunables = zinstall_engine::Tunables {
                 copy_threads: 1,
                 copy_walkers: counts[i].unwrap_or(1),
-                ..copier::Tunables::default()
+                ..zinstall_engine::Tunables::default()
             };
-            let plan = copier::Plan::new(&src, &dst)
+            let plan = zinstall_engine::Plan::new(&src, &dst)
                 .tunables(tunables)
                 .walk_only(counts[i].is_some());
             let t0 = Instant::now();
