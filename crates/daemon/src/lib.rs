@@ -4,8 +4,8 @@
 //!
 //! * [`server::run`]: the service (the `zinstalld` binary is a thin
 //!   wrapper): its socket, the accept loop, a thread per connection, the
-//!   job lanes (`queue`), and one [`zinstall_engine::Pool`] root's jobs' workers
-//!   come from.
+//!   job lanes (`queue`), and one [`zinstall_engine::Pool`] root's
+//!   jobs' workers come from.
 //! * [`process`]: a caller's granted copy, in a process that is the
 //!   caller.
 //! * [`protocol`]: the versioned JSON-lines protocol ([`protocol::Request`],

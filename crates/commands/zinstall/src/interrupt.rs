@@ -1,9 +1,9 @@
 //! What stops a run started from the command line: SIGINT (Ctrl-C),
 //! SIGTERM and SIGHUP, and a standard output that was closed under a
 //! listing (`zinstall copy -v … | head`). Each raises one
-//! [`zinstall_engine::Cancel`] the running command holds, so that a copy stops at
-//! its next entry and says what it left, and an install removes what it
-//! made, as a failed install does. A second signal ends the process at
+//! [`zinstall_engine::Cancel`] the running command holds, so that a
+//! copy stops at its next entry and says what it left, and an install
+//! removes what it made, as a failed install does. A second signal ends the process at
 //! once (exit status 1).
 //!
 //! The handlers only store into atomics (signal-hook's `flag` module):

@@ -562,8 +562,9 @@ fn measured(
 /// level, within its descriptor budget, so the same descriptor limit
 /// holds for it. A directory still being copied keeps its name and a
 /// link to its parent, not its paths, so a level costs a constant there
-/// too (crates/commands/zinstall/tests/descriptors.rs holds it to 2 KB a level); the bound
-/// here is the looser one of when each level kept its paths.
+/// too (crates/commands/zinstall/tests/descriptors.rs holds it to 2 KB
+/// a level); the bound here is the looser one of when each level kept
+/// its paths.
 #[test]
 fn deep_trees_install_and_provision_in_bounded_memory() {
     // Peak memory is measured: see zinstall_testkit::run::limited.

@@ -1075,8 +1075,9 @@ fn service_unit_is_hardened_but_can_lay_out_any_root() {
     assert_eq!(u.get("Service", "ProtectSystem"), Some("full"));
     assert_eq!(u.get("Service", "SystemCallArchitectures"), Some("native"));
     // What the daemon needs, no more: its socket and sd_notify (AF_UNIX),
-    // and registry pulls over TCP on IPv4 and IPv6 (crates/commands/zinstall/tests/
-    // boundary.rs traces a real pull against this list).
+    // and registry pulls over TCP on IPv4 and IPv6
+    // (crates/commands/zinstall/tests/boundary.rs traces a real pull
+    // against this list).
     assert_eq!(
         u.words("Service", "RestrictAddressFamilies"),
         BTreeSet::from(["AF_UNIX", "AF_INET", "AF_INET6"])
@@ -1104,7 +1105,8 @@ fn service_unit_is_hardened_but_can_lay_out_any_root() {
     assert!(!denied.contains("@mount"), "@mount denied: {denied:?}");
     // ProtectSystem= gives the daemon a mount namespace of its own, so a
     // guest's mount never leaks to the host; it is why --mount is refused
-    // through zinstalld there (crates/commands/zinstall/tests/composefs_guests.rs).
+    // through zinstalld there
+    // (crates/commands/zinstall/tests/composefs_guests.rs).
     assert_eq!(u.get("Service", "MountFlags"), None);
 
     // Each of these would refuse a place an administrator keeps roots

@@ -10,8 +10,8 @@
 //! Root appends to the log by a path a profile or a caller named, so the
 //! file is opened only where nobody else could have decided what is
 //! there ([`open_file`]): its directory reached as a zonepath is
-//! ([`zinstall_engine::trusted::open_dir`]) and writable by nobody else unless it
-//! is sticky and root's; the file itself never through a symlink, and
+//! ([`zinstall_engine::trusted::open_dir`]) and writable by nobody else
+//! unless it is sticky and root's; the file itself never through a symlink, and
 //! only a regular file of root's or the directory owner's, with one link
 //! (or a character device of root's, such as `/dev/null`).
 

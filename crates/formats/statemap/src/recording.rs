@@ -44,8 +44,8 @@ pub const SCHED_STATES: [(&str, &str); 8] = [
     ("off-cpu-dead", palette::DEAD),
 ];
 
-/// The states of the copy engine's recorder (`zinstall_engine::trace`), in value
-/// order, with their colours. Idle is pale grey; busy states take the
+/// The states of the copy engine's recorder (`zinstall_engine::trace`),
+/// in value order, with their colours. Idle is pale grey; busy states take the
 /// Okabe-Ito palette; a state meaning what a scheduler state of
 /// [`SCHED_STATES`] means has its colour (waiting, blocked, reading,
 /// writing, and metadata calls as time in system calls).

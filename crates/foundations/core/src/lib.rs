@@ -12,8 +12,9 @@
 //!   opened by descriptor, refused unless regular, read within a cap.
 //!
 //! It depends on nothing of the workspace; the engine re-exports these
-//! types where its callers found them before (`zinstall_engine::Cancel`,
-//! `zinstall_engine::Progress`, `zinstall_engine::fsutil::Flock`, `zinstall_engine::Credentials`).
+//! types where its callers found them before
+//! (`zinstall_engine::Cancel`, `zinstall_engine::Progress`,
+//! `zinstall_engine::fsutil::Flock`, `zinstall_engine::Credentials`).
 //! Each lives in a module of its own; this file only declares and
 //! re-exports them.
 
