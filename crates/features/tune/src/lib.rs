@@ -5,8 +5,8 @@
 //! interleaved, on the same source and filesystem, with an untimed warm-up
 //! first; a time counts only if the destination it produced is verified
 //! equal to the source. Results are medians with min and max, and ratios,
-//! since the machines are shared and noisy. The `bench` crate builds its
-//! benchmarks from these pieces; nothing here depends on it.
+//! since the machines are shared and noisy. The `zinstall-bench` crate builds
+//! its benchmarks from these pieces; nothing here depends on it.
 //!
 //! * [`trees`]: deterministic trees shaped like the ones zinstall copies.
 //! * [`peers`]: the contenders (`zinstall copy`, `cp -a`, tar, rsync...).
