@@ -5,8 +5,8 @@
 
 use std::path::Path;
 
-use zinstall_engine::{DefaultsFile, Tunables};
 use libfuzzer_sys::fuzz_target;
+use zinstall_engine::{DefaultsFile, Tunables};
 
 fuzz_target!(|data: &[u8]| {
     let path = Path::new("/etc/default/zinstall");

@@ -12,8 +12,8 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use zinstall_engine::oci::{decode_changes, encode_changes};
 use libfuzzer_sys::fuzz_target;
+use zinstall_engine::oci::{decode_changes, encode_changes};
 use zinstall_oci::{Image, Platform, Select, sha256_hex};
 
 /// Layer bytes read per input, at most.
