@@ -3,8 +3,8 @@
 //! listing (`zinstall copy -v … | head`). Each raises one
 //! [`zinstall_engine::Cancel`] the running command holds, so that a
 //! copy stops at its next entry and says what it left, and an install
-//! removes what it made, as a failed install does. A second signal ends the process at
-//! once (exit status 1).
+//! removes what it made, as a failed install does. A second signal ends
+//! the process at once (exit status 1).
 //!
 //! The handlers only store into atomics (signal-hook's `flag` module):
 //! no thread waits for signals, so a traced run has no thread of this

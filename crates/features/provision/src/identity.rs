@@ -5,8 +5,9 @@
 //!
 //! Every change is made beneath the guest's root without following a
 //! symlink ([`zinstall_engine::beneath`]): a file is replaced by
-//! renaming a new one over it, so the cached image the guest was copied (or reflinked) from
-//! is never written, and the directories changed keep their times.
+//! renaming a new one over it, so the cached image the guest was copied
+//! (or reflinked) from is never written, and the directories changed
+//! keep their times.
 //!
 //! The choices themselves ([`IdentityOptions`], [`MachineId`],
 //! [`HostKeys`]) are options like the others, defined with them and
