@@ -2,12 +2,15 @@
 //! following links or crossing mounts, flushing a filesystem, placing
 //! ranges of one file in another in the kernel, and whole-file locks.
 
+use std::ffi::CString;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::MetadataExt;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 pub use crate::beneath::{Visit, remove_tree, walk_tree};
+use crate::error::{Error, Op, Result};
 /// Whole-file locks, from `zinstall-core` (which the registry client
 /// shares without depending on the engine).
 pub use zinstall_core::Flock;
@@ -133,4 +136,28 @@ impl RangeCopier {
     pub fn copied(&self) -> u64 {
         self.copied.load(Ordering::Relaxed)
     }
+}
+
+/// Every extended attribute of `p` (not following a final symlink):
+/// name and value, in the order the filesystem lists them. What an
+/// archive keeps of a file and what a comparison compares.
+pub fn read_xattrs(p: &Path) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    let c = crate::sys::posix::cstr(p)
+        .map_err(|e| Error::io(Op::ListXattr, p, e))?;
+    let t = crate::sys::XattrTarget::Path(&c);
+    let names = crate::sys::list_xattrs(&t)
+        .map_err(|e| Error::io(Op::ListXattr, p, e))?;
+    let mut out = Vec::new();
+    for name in names.split(|&b| b == 0).filter(|n| !n.is_empty()) {
+        let cname = CString::new(name).map_err(|_| {
+            Error::io(Op::GetXattr, p, io::ErrorKind::InvalidData.into())
+        })?;
+        // Gone since it was listed: nothing to keep.
+        if let Some(v) = crate::sys::get_xattr(&t, &cname)
+            .map_err(|e| Error::io(Op::GetXattr, p, e))?
+        {
+            out.push((name.to_vec(), v));
+        }
+    }
+    Ok(out)
 }

@@ -34,7 +34,6 @@
 //! * [`Pool`]: one worker budget shared by many runs (a service's);
 //!   [`Credentials`]: a run that reads and writes as its caller would.
 //! * [`Tunables`] and [`DefaultsFile`]: the knobs and `/etc/default/zinstall`.
-//! * [`verify`]: comparing two trees on every attribute a copy keeps.
 //! * [`Stats`], [`Notice`]; [`trace`] (the recorder), [`probes`] (USDT).
 //! * [`Error`]: every error names its operation ([`Op`]) and path.
 //!
@@ -76,7 +75,6 @@ pub mod trace;
 pub mod trusted;
 pub mod tunables;
 pub mod unpack;
-pub mod verify;
 mod writeback;
 
 pub use defaults::DefaultsFile;

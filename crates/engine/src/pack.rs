@@ -108,7 +108,7 @@ pub fn pack(
             uid: md.uid(),
             gid: md.gid(),
             mtime: (md.mtime(), md.mtime_nsec() as u32),
-            xattrs: crate::verify::read_xattrs(path)?,
+            xattrs: crate::fsutil::read_xattrs(path)?,
             ..Entry::default()
         };
         let mut body: Option<(File, Vec<(u64, u64)>)> = None;

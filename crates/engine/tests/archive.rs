@@ -270,12 +270,12 @@ fn a_layer_unpacks_in_parallel_and_serially_alike() {
         s.assert_outside_untouched();
     }
     // Directories the archive does not list get the time they were made.
-    let opts = zinstall_engine::verify::CompareOptions {
+    let opts = zinstall_verify::CompareOptions {
         atime: false,
         mtime: false,
         ..Default::default()
     };
-    let c = zinstall_engine::verify::compare(&a.root, &b.root, &opts).unwrap();
+    let c = zinstall_verify::compare(&a.root, &b.root, &opts).unwrap();
     assert!(c.is_identical(), "{c}");
 }
 
@@ -285,7 +285,7 @@ fn batch_sizes_do_not_change_the_tree() {
     let data = good_layer();
     let serial = scene();
     serial.unpack(&data, &layer_opts(1)).unwrap();
-    let opts = zinstall_engine::verify::CompareOptions {
+    let opts = zinstall_verify::CompareOptions {
         atime: false,
         mtime: false,
         ..Default::default()
@@ -306,8 +306,7 @@ fn batch_sizes_do_not_change_the_tree() {
             .unwrap();
         for s in [&from_file, &streamed] {
             let c =
-                zinstall_engine::verify::compare(&serial.root, &s.root, &opts)
-                    .unwrap();
+                zinstall_verify::compare(&serial.root, &s.root, &opts).unwrap();
             assert!(c.is_identical(), "batch {batch}: {c}");
         }
     }
@@ -330,14 +329,13 @@ fn plain_files_and_streams_unpack_alike() {
         &layer_opts(4),
     )
     .unwrap();
-    let opts = zinstall_engine::verify::CompareOptions {
+    let opts = zinstall_verify::CompareOptions {
         atime: false,
         mtime: false,
         ..Default::default()
     };
-    let c =
-        zinstall_engine::verify::compare(&by_range.root, &streamed.root, &opts)
-            .unwrap();
+    let c = zinstall_verify::compare(&by_range.root, &streamed.root, &opts)
+        .unwrap();
     assert!(c.is_identical(), "{c}");
     let shm = Path::new("/dev/shm");
     let root_dev = fs::metadata(&by_range.root).unwrap().dev();
@@ -351,12 +349,9 @@ fn plain_files_and_streams_unpack_alike() {
                 fs::remove_dir_all(&s.root).unwrap();
                 fs::create_dir(&s.root).unwrap();
                 archive::unpack(&far, &s.root, &layer_opts(threads)).unwrap();
-                let c = zinstall_engine::verify::compare(
-                    &by_range.root,
-                    &s.root,
-                    &opts,
-                )
-                .unwrap();
+                let c =
+                    zinstall_verify::compare(&by_range.root, &s.root, &opts)
+                        .unwrap();
                 assert!(c.is_identical(), "{threads} workers: {c}");
             }
         }

@@ -8,8 +8,8 @@
 use std::fs;
 use std::path::Path;
 
-use zinstall_engine::verify::{CompareOptions, compare};
 use zinstall_engine::{Descriptors, Plan, Pool, Tunables};
+use zinstall_verify::{CompareOptions, compare};
 
 use zinstall_testkit::Tmp;
 

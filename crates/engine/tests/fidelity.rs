@@ -15,8 +15,8 @@ use std::os::unix::fs::{PermissionsExt, symlink};
 use std::path::Path;
 
 use common::{assert_same_tree, build_fidelity_tree, copy_tree, is_root};
-use zinstall_engine::verify::{self, CompareOptions, DiffKind};
 use zinstall_testkit::loopfs::{self, Kind, LoopFs};
+use zinstall_verify::{self as verify, CompareOptions, DiffKind};
 
 #[test]
 fn round_trip_for_every_thread_and_batch_setting() {

@@ -166,10 +166,10 @@ fn a_bind_mount_of_the_same_filesystem_is_a_mount_point() {
     assert!(cross.join("data/bound/deep/secret").exists());
     // verify: the copy made without crossing is the source, as far as
     // the source's own mount goes.
-    let c = zinstall_engine::verify::compare(
+    let c = zinstall_verify::compare(
         &src,
         &d.path().join("one-1"),
-        &zinstall_engine::verify::CompareOptions::default(),
+        &zinstall_verify::CompareOptions::default(),
     )
     .unwrap();
     assert!(c.is_identical(), "{c}");

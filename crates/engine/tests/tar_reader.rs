@@ -1055,7 +1055,7 @@ fn refusals_convert_to_archive_errors() {
 /// here do not hold them). Returns the differences, one line each.
 fn unpack_and_verify(t: &Tree, archive: &Path, names: &[&str]) -> String {
     use zinstall_engine::unpack::{UnpackOptions, unpack};
-    use zinstall_engine::verify::{CompareOptions, compare};
+    use zinstall_verify::{CompareOptions, compare};
     let root = t.work.join(format!(
         "root-{}",
         archive.file_name().unwrap().to_string_lossy()

@@ -22,11 +22,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use common::{build_fidelity_tree, is_root, set_times};
 use fsops::{Racer, mkdir_deep, swap_for_symlink};
 use sentinel::Sentinel;
-use zinstall_engine::verify::{self, CompareOptions};
 use zinstall_engine::{
     Cancel, Error, Failure, Plan, Pool, Progress, Refusal, Report, Tunables,
 };
 use zinstall_testkit::Tmp;
+use zinstall_verify::{self as verify, CompareOptions};
 
 const WALKERS: [usize; 4] = [1, 2, 4, 16];
 

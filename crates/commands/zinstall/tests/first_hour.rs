@@ -103,10 +103,10 @@ fn ctrl_c_stops_a_copy_that_merge_then_finishes() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{:?}", text(&o));
-    let c = zinstall_engine::verify::compare(
+    let c = zinstall_verify::compare(
         &src,
         &dst,
-        &zinstall_engine::verify::CompareOptions::default(),
+        &zinstall_verify::CompareOptions::default(),
     )
     .unwrap();
     assert!(c.is_identical(), "{c}");

@@ -260,10 +260,10 @@ fn rootfs_archives_give_directory_guests() {
     );
     for g in 0..3 {
         let guest = out.join(format!("guest-{g}"));
-        let c = zinstall_engine::verify::compare(
+        let c = zinstall_verify::compare(
             &root,
             &guest,
-            &zinstall_engine::verify::CompareOptions {
+            &zinstall_verify::CompareOptions {
                 atime: false,
                 ..Default::default()
             },

@@ -101,10 +101,10 @@ fn bpftrace_statemap_of_a_real_copy() {
     assert!(out.status.success(), "zinstall trace failed: {err}");
     assert!(!err.contains("Lost"), "events lost: {err}");
     assert!(!err.contains("lost"), "events lost: {err}");
-    let c = zinstall_engine::verify::compare(
+    let c = zinstall_verify::compare(
         &src,
         &d.path().join("dst with space"),
-        &zinstall_engine::verify::CompareOptions::default(),
+        &zinstall_verify::CompareOptions::default(),
     )
     .unwrap();
     assert!(c.is_identical(), "the traced copy is not a copy: {c}");

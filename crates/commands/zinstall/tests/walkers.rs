@@ -69,10 +69,10 @@ fn a_directory_of_100k_entries_is_copied_within_the_descriptor_limit() {
     }
     let dst = fs.path().join("dst");
     copy_limited(&src, &dst);
-    let c = zinstall_engine::verify::compare(
+    let c = zinstall_verify::compare(
         &src,
         &dst,
-        &zinstall_engine::verify::CompareOptions::default(),
+        &zinstall_verify::CompareOptions::default(),
     )
     .unwrap();
     assert!(c.is_identical(), "{c}");

@@ -11,9 +11,9 @@ use std::os::unix::fs::{PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use zinstall_engine::verify::{self, CompareOptions};
 use zinstall_engine::{Plan, Report, Tunables};
 use zinstall_sys::fs::at;
+use zinstall_verify::{self as verify, CompareOptions};
 
 pub use zinstall_testkit::{is_root, pseudo_random};
 

@@ -9,7 +9,7 @@ use std::process::{Command, ExitStatus};
 use std::time::{Duration, Instant};
 
 use zinstall_core::paths::DEFAULTS_ENV;
-use zinstall_engine::verify::{self, CompareOptions};
+use zinstall_verify::{self as verify, CompareOptions};
 
 /// One contender.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -344,12 +344,12 @@ mod test {
         let b =
             generate(Shape::Store, &d.path().join("b"), 0.01, false).unwrap();
         assert_eq!(a, b);
-        let opts = zinstall_engine::verify::CompareOptions {
+        let opts = zinstall_verify::CompareOptions {
             mtime: false,
             atime: false,
             ..Default::default()
         };
-        let c = zinstall_engine::verify::compare(
+        let c = zinstall_verify::compare(
             &d.path().join("a"),
             &d.path().join("b"),
             &opts,

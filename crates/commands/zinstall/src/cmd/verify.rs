@@ -4,7 +4,7 @@ use crate::exit::Exit;
 use std::path::PathBuf;
 
 use clap::Args;
-use zinstall_engine::verify::{self, CompareOptions};
+use zinstall_verify::{self as verify, CompareOptions};
 
 use crate::output;
 

@@ -1,4 +1,7 @@
-//! Comparing two trees on every attribute a faithful copy keeps.
+//! Comparing two trees on every attribute a faithful copy keeps: what
+//! `zinstall verify` runs, and what the tests and `zinstall tune` use to
+//! check a copy. It reads both trees and writes nothing, so it stands
+//! above the engine, using only its [`Error`] and [`Op`].
 //!
 //! Both trees are walked side by side, each in sorted order, so memory
 //! stays flat however large they are: an entry of one tree is matched with
@@ -12,8 +15,10 @@
 //! with `O_NOATIME` where the kernel allows it, so comparing does not
 //! change what it compares.
 
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
 use std::collections::HashMap;
-use std::ffi::CString;
 use std::fmt;
 use std::fs::{self, Metadata};
 use std::io;
@@ -23,8 +28,10 @@ use std::path::{Path, PathBuf};
 
 use walkdir::WalkDir;
 
-use crate::error::{Error, Op, Result};
-use crate::sys::{self, XattrTarget, posix};
+use zinstall_engine::fsutil::read_xattrs;
+use zinstall_engine::{Error, Op, Result};
+use zinstall_sys::fs as sys;
+use zinstall_sys::ident::euid;
 
 /// What to compare besides types, modes, sizes and symlink targets.
 #[derive(Clone, Debug)]
@@ -51,7 +58,7 @@ pub struct CompareOptions {
 impl Default for CompareOptions {
     fn default() -> Self {
         CompareOptions {
-            owner: posix::euid() == 0,
+            owner: euid() == 0,
             content: true,
             mtime: true,
             atime: true,
@@ -326,7 +333,7 @@ fn sorted_walk(root: &Path, cross_fs: bool) -> Walk {
 fn mount_of(p: &Path) -> Option<u64> {
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(p.as_os_str().as_bytes()).ok()?;
-    crate::sys::mount_id(libc::AT_FDCWD, &c).ok().flatten()
+    sys::mount_id(libc::AT_FDCWD, &c).ok().flatten()
 }
 
 fn next(
@@ -505,7 +512,7 @@ fn first_difference(a: &Path, b: &Path) -> Result<Option<u64>> {
     let len = fa.metadata().map_err(|e| Error::io(Op::Stat, a, e))?.len();
     let (mut ba, mut bb) = (vec![0u8; 256 << 10], vec![0u8; 256 << 10]);
     let seek = |f: &std::fs::File, p: &Path, off: u64, data: bool| {
-        posix::seek(f, off, data)
+        sys::seek(f, off, data)
             .map(|o| o.unwrap_or(len).min(len))
             .map_err(|e| Error::io(Op::Seek, p, e))
     };
@@ -557,28 +564,6 @@ fn read_full_at(
         }
     }
     Ok(n)
-}
-
-/// Every extended attribute of `p` (not following a final symlink):
-/// name and value, in the order the filesystem lists them.
-pub(crate) fn read_xattrs(p: &Path) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
-    let c = posix::cstr(p).map_err(|e| Error::io(Op::ListXattr, p, e))?;
-    let t = XattrTarget::Path(&c);
-    let names =
-        sys::list_xattrs(&t).map_err(|e| Error::io(Op::ListXattr, p, e))?;
-    let mut out = Vec::new();
-    for name in names.split(|&b| b == 0).filter(|n| !n.is_empty()) {
-        let cname = CString::new(name).map_err(|_| {
-            Error::io(Op::GetXattr, p, io::ErrorKind::InvalidData.into())
-        })?;
-        // Gone since it was listed: nothing to keep.
-        if let Some(v) = sys::get_xattr(&t, &cname)
-            .map_err(|e| Error::io(Op::GetXattr, p, e))?
-        {
-            out.push((name.to_vec(), v));
-        }
-    }
-    Ok(out)
 }
 
 /// Names of the attributes missing on one side or differing in value.
