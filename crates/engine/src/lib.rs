@@ -24,7 +24,7 @@
 //! * [`Plan`] → [`Plan::run`] → [`Report`] or [`Failure`]: one copy;
 //!   [`RuleSet`] (link, copy, skip by glob), [`Progress`] to watch it.
 //! * [`unpack`]: a tar layer (plain, gzip, zstd, xz, bzip2, lz4) applied beneath a
-//!   root by the same kind of writer; [`pack`]: a tree made a layer.
+//!   root by the same kind of writer.
 //! * [`oci`]: OCI images (layout directories, oci-archives): layers
 //!   checked against their digests and applied with their whiteouts.
 //! * [`beneath`]: the writer's base: a [`beneath::Root`] opened without
@@ -62,7 +62,6 @@ pub mod error;
 pub mod fsutil;
 mod limit;
 pub mod oci;
-pub mod pack;
 pub mod plan;
 mod pool;
 pub mod probes;

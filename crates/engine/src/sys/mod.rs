@@ -8,8 +8,8 @@ pub(crate) mod posix;
 pub(crate) use zinstall_sys::fs::{
     XATTRS, XattrTarget, advise_sequential, chmod_at, clone_file, clone_range,
     copy_range, get_xattr, list_xattrs, mount_id, open_dir_beneath,
-    open_dir_same_mount, open_dir_search, open_source, open_source_at,
-    read_dir, set_xattr, start_writeback, sync_fs,
+    open_dir_same_mount, open_dir_search, open_source_at, read_dir, set_xattr,
+    start_writeback, sync_fs,
 };
 pub(crate) use zinstall_sys::ident::Assumed;
 

@@ -4,7 +4,7 @@
 
 pub(crate) use zinstall_sys::cstr;
 pub(crate) use zinstall_sys::fs::{
-    Stat, Times, at, major_minor, makedev, mkdir, seek, set_times_fd,
+    Stat, Times, at, makedev, mkdir, seek, set_times_fd,
 };
 pub(crate) use zinstall_sys::ident::{egid, euid, groups};
 pub(crate) use zinstall_sys::process::{

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use clap::{Args, Subcommand, ValueEnum};
 use zinstall_archive::ArchiveKind;
 use zinstall_archive::compress::{Encoder, compression_for_name};
-use zinstall_engine::pack::{PackOptions, pack};
+use zinstall_pack::{PackOptions, pack};
 
 use crate::output;
 

@@ -1,5 +1,8 @@
 //! Packing a tree into a zinstall archive: `zinstall.json`, then the
-//! tree under `root/`, with every attribute a copy keeps.
+//! tree under `root/`, with every attribute a copy keeps (`zinstall
+//! image pack`). It reads the tree and writes a stream, never into a
+//! root, so it stands above the engine, using its [`Error`], [`Op`] and
+//! [`Stats`].
 //!
 //! Members come in name order (the same tree gives the same archive,
 //! byte for byte, but for the times in it). Each keeps its type, mode
@@ -16,6 +19,9 @@
 //! [`Stats::skipped`]). A file whose size or times change while it is
 //! read is refused rather than archived torn.
 
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
 use std::collections::HashMap;
 use std::fs::{self, File};
 use std::io::Write;
@@ -28,9 +34,10 @@ use zinstall_archive::ArchiveKind;
 use zinstall_archive::meta;
 use zinstall_archive::tar::{Entry, WriteKind, Writer};
 
-use crate::error::{Error, Op, Refusal, Result};
-use crate::stats::Stats;
-use crate::sys;
+use zinstall_engine::fsutil::read_xattrs;
+use zinstall_engine::{Error, Op, Refusal, Result, Stats};
+use zinstall_sys::fs as sys;
+use zinstall_sys::fs::{major_minor, seek};
 
 /// How to pack.
 #[derive(Clone, Debug)]
@@ -108,7 +115,7 @@ pub fn pack(
             uid: md.uid(),
             gid: md.gid(),
             mtime: (md.mtime(), md.mtime_nsec() as u32),
-            xattrs: crate::fsutil::read_xattrs(path)?,
+            xattrs: read_xattrs(path)?,
             ..Entry::default()
         };
         let mut body: Option<(File, Vec<(u64, u64)>)> = None;
@@ -148,7 +155,7 @@ pub fn pack(
             } else {
                 WriteKind::BlockDevice
             };
-            e.dev = sys::posix::major_minor(md.rdev());
+            e.dev = major_minor(md.rdev());
             stats.specials += 1;
         }
         if !ft.is_dir() && !ft.is_symlink() && md.nlink() > 1 {
@@ -227,13 +234,13 @@ fn data_segments(f: &File, len: u64) -> std::io::Result<Vec<(u64, u64)>> {
     let mut map = Vec::new();
     let mut off = 0;
     while off < len {
-        let Some(start) = sys::posix::seek(f, off, true)? else {
+        let Some(start) = seek(f, off, true)? else {
             break;
         };
         if start >= len {
             break;
         }
-        let end = sys::posix::seek(f, start, false)?.unwrap_or(len).min(len);
+        let end = seek(f, start, false)?.unwrap_or(len).min(len);
         if end <= start {
             break;
         }
