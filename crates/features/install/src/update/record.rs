@@ -99,8 +99,18 @@ pub(super) fn new_manifest(
             entries.push(standing(b));
         }
     }
+    Ok(sorted_manifest(entries, recipe, made))
+}
+
+/// The manifest of `entries`, sorted by path, made by `made` from
+/// `recipe`.
+fn sorted_manifest(
+    mut entries: Vec<Entry>,
+    recipe: Recipe,
+    made: Made,
+) -> Manifest {
     entries.sort_by(|a, b| a.path().cmp(&b.path()));
-    Ok(Manifest {
+    Manifest {
         header: manifest::Header {
             version: manifest::CURRENT_VERSION,
             root_ino: None,
@@ -111,7 +121,7 @@ pub(super) fn new_manifest(
             made: Some(made),
         },
         entries,
-    })
+    }
 }
 
 /// An entry of the old record that stands in the new one, without its
