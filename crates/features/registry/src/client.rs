@@ -298,14 +298,9 @@ impl Fetcher {
         let mut last = String::new();
         while have < size {
             if attempts > self.retries {
-                return Err(RegistryError::Interrupted {
-                    reference: self.remote.reference.to_string(),
-                    digest: digest.to_string(),
-                    got: have,
-                    size,
-                    attempts,
-                    last,
-                });
+                return Err(
+                    self.interrupted(digest, have, size, attempts, last)
+                );
             }
             if attempts > 0 {
                 self.emit(Event::Retrying {
@@ -352,6 +347,26 @@ impl Fetcher {
             }
         }
         Ok(hasher.finish())
+    }
+
+    /// A transfer given up after `attempts`, `have` of the blob's `size`
+    /// bytes kept, and the `last` failure's words.
+    fn interrupted(
+        &self,
+        digest: &Digest,
+        have: u64,
+        size: u64,
+        attempts: u32,
+        last: String,
+    ) -> RegistryError {
+        RegistryError::Interrupted {
+            reference: self.remote.reference.to_string(),
+            digest: digest.to_string(),
+            got: have,
+            size,
+            attempts,
+            last,
+        }
     }
 
     /// Asks `url` for the blob's bytes from `have` on (all of them when
