@@ -85,65 +85,7 @@ impl Ctx<'_> {
         // The content's hash, where it is recorded and can be taken.
         let contents = self.opts.contents.as_deref();
         let mut hash = None;
-        let r = match &job.body {
-            Body::Bytes(data) => write_data(&f, data, 0)
-                .and_then(|end| {
-                    // Ends in zeros left as a hole: the length still.
-                    if end < data.len() as u64 {
-                        f.set_len(data.len() as u64)?;
-                    }
-                    if let (Some(c), Some(_)) = (contents, &job.rel) {
-                        let mut h = c.hasher();
-                        h.write(data);
-                        hash = Some((data.len() as u64, h));
-                    }
-                    Ok(true)
-                })
-                .map_err(|e| Error::io(Op::Write, &job.shown, e)),
-            Body::Chunks { rx, size } => {
-                let mut h =
-                    contents.filter(|_| job.rel.is_some()).map(|c| c.hasher());
-                let whole =
-                    write_chunks(&f, rx, *size, &self.spare, h.as_mut())
-                        .map_err(|e| Error::io(Op::Write, &job.shown, e));
-                if let (Ok(true), Some(h)) = (&whole, h) {
-                    hash = Some((*size, h));
-                }
-                whole
-            }
-            Body::At { segments, size } => segments
-                .iter()
-                .try_for_each(|&(at, len, from)| {
-                    self.copy_body(&f, from, len, at, &job.shown)
-                })
-                .and_then(|()| {
-                    let end =
-                        segments.last().map_or(0, |&(at, len, _)| at + len);
-                    if *size > end {
-                        // Ends in a hole.
-                        f.set_len(*size)
-                            .map_err(|e| Error::io(Op::Truncate, &job.shown, e))
-                    } else {
-                        Ok(())
-                    }
-                })
-                .map(|()| {
-                    // Copied in the kernel: read back from the page cache
-                    // it was just copied through (a sparse body is left to
-                    // whoever wants its hash).
-                    if let (Some(c), Some(_), [(0, len, from)]) =
-                        (contents, &job.rel, segments.as_slice())
-                        && len == size
-                    {
-                        hash = self.hash_range(c, *from, *len);
-                    }
-                    true
-                }),
-        }
-        .and_then(|whole| match whole {
-            true => self.finish_fd(&f, &job.meta, &job.shown).map(|()| true),
-            false => Ok(false),
-        });
+        let r = self.write_body(&f, job, &mut hash);
         // Its attributes as they were left, through the descriptor.
         let xattrs = match (&r, &job.rel) {
             (Ok(true), Some(_))
@@ -177,6 +119,77 @@ impl Ctx<'_> {
             c.put(rel.clone(), n, h, xattrs);
         }
         Ok(true)
+    }
+
+    /// Writes a job's body into `f`, its new file, and then its metadata
+    /// through the descriptor; false when a chunked body ended short.
+    /// Leaves in `hash` the content's hash where it is recorded and can
+    /// be taken.
+    fn write_body(
+        &self,
+        f: &File,
+        job: &FileJob,
+        hash: &mut Option<(u64, crate::contents::BodyHash)>,
+    ) -> Result<bool> {
+        let contents = self.opts.contents.as_deref();
+        match &job.body {
+            Body::Bytes(data) => write_data(f, data, 0)
+                .and_then(|end| {
+                    // Ends in zeros left as a hole: the length still.
+                    if end < data.len() as u64 {
+                        f.set_len(data.len() as u64)?;
+                    }
+                    if let (Some(c), Some(_)) = (contents, &job.rel) {
+                        let mut h = c.hasher();
+                        h.write(data);
+                        *hash = Some((data.len() as u64, h));
+                    }
+                    Ok(true)
+                })
+                .map_err(|e| Error::io(Op::Write, &job.shown, e)),
+            Body::Chunks { rx, size } => {
+                let mut h =
+                    contents.filter(|_| job.rel.is_some()).map(|c| c.hasher());
+                let whole = write_chunks(f, rx, *size, &self.spare, h.as_mut())
+                    .map_err(|e| Error::io(Op::Write, &job.shown, e));
+                if let (Ok(true), Some(h)) = (&whole, h) {
+                    *hash = Some((*size, h));
+                }
+                whole
+            }
+            Body::At { segments, size } => segments
+                .iter()
+                .try_for_each(|&(at, len, from)| {
+                    self.copy_body(f, from, len, at, &job.shown)
+                })
+                .and_then(|()| {
+                    let end =
+                        segments.last().map_or(0, |&(at, len, _)| at + len);
+                    if *size > end {
+                        // Ends in a hole.
+                        f.set_len(*size)
+                            .map_err(|e| Error::io(Op::Truncate, &job.shown, e))
+                    } else {
+                        Ok(())
+                    }
+                })
+                .map(|()| {
+                    // Copied in the kernel: read back from the page cache
+                    // it was just copied through (a sparse body is left to
+                    // whoever wants its hash).
+                    if let (Some(c), Some(_), [(0, len, from)]) =
+                        (contents, &job.rel, segments.as_slice())
+                        && len == size
+                    {
+                        *hash = self.hash_range(c, *from, *len);
+                    }
+                    true
+                }),
+        }
+        .and_then(|whole| match whole {
+            true => self.finish_fd(f, &job.meta, &job.shown).map(|()| true),
+            false => Ok(false),
+        })
     }
 
     /// The hash of `len` bytes at `offset` of the plain tar file, as

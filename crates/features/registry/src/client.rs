@@ -298,14 +298,9 @@ impl Fetcher {
         let mut last = String::new();
         while have < size {
             if attempts > self.retries {
-                return Err(RegistryError::Interrupted {
-                    reference: self.remote.reference.to_string(),
-                    digest: digest.to_string(),
-                    got: have,
-                    size,
-                    attempts,
-                    last,
-                });
+                return Err(
+                    self.interrupted(digest, have, size, attempts, last)
+                );
             }
             if attempts > 0 {
                 self.emit(Event::Retrying {
@@ -318,32 +313,9 @@ impl Fetcher {
             }
             attempts += 1;
             last.clear();
-            let from = (have > 0).then_some(have);
-            let resp = match self.remote.get_watched(url, accept, from) {
-                Ok(r) => r,
-                Err(e) if e.is_transient() => {
-                    last = e.to_string();
-                    continue;
-                }
-                Err(e) => return Err(e),
-            };
-            let status = resp.status().as_u16();
-            match status {
-                206 if from.is_some() => {
-                    let starts = range_start(&resp);
-                    if starts != Some(have) {
-                        return Err(RegistryError::Mismatch {
-                            reference: self.remote.reference.to_string(),
-                            what: "blob",
-                            digest: digest.to_string(),
-                            why: format!(
-                                "asked {url} for bytes from {have}, it sent \
-                                 {starts:?}"
-                            ),
-                        });
-                    }
-                }
-                200 => {
+            let resp = match self.ask(url, accept, digest, have)? {
+                Answer::Rest(resp) => resp,
+                Answer::Whole(resp) => {
                     // The whole blob again: start over.
                     if have > 0 {
                         file.set_len(0).map_err(|e| io_err("truncate", e))?;
@@ -351,16 +323,13 @@ impl Fetcher {
                         hasher = Hasher::new(digest.algorithm());
                         begin(0);
                     }
+                    resp
                 }
-                _ => {
-                    let e = status_error(url, resp, &self.remote.watch);
-                    if e.is_transient() {
-                        last = e.to_string();
-                        continue;
-                    }
-                    return Err(e);
+                Answer::Retry(why) => {
+                    last = why;
+                    continue;
                 }
-            }
+            };
             let blob = Blob {
                 url,
                 digest,
@@ -378,6 +347,72 @@ impl Fetcher {
             }
         }
         Ok(hasher.finish())
+    }
+
+    /// A transfer given up after `attempts`, `have` of the blob's `size`
+    /// bytes kept, and the `last` failure's words.
+    fn interrupted(
+        &self,
+        digest: &Digest,
+        have: u64,
+        size: u64,
+        attempts: u32,
+        last: String,
+    ) -> RegistryError {
+        RegistryError::Interrupted {
+            reference: self.remote.reference.to_string(),
+            digest: digest.to_string(),
+            got: have,
+            size,
+            attempts,
+            last,
+        }
+    }
+
+    /// Asks `url` for the blob's bytes from `have` on (all of them when
+    /// `have` is 0) and judges the answer by its status: the rest, the
+    /// whole blob, or why a transient failure cut it.
+    fn ask(
+        &self,
+        url: &str,
+        accept: Option<&'static str>,
+        digest: &Digest,
+        have: u64,
+    ) -> Result<Answer> {
+        let from = (have > 0).then_some(have);
+        let resp = match self.remote.get_watched(url, accept, from) {
+            Ok(r) => r,
+            Err(e) if e.is_transient() => {
+                return Ok(Answer::Retry(e.to_string()));
+            }
+            Err(e) => return Err(e),
+        };
+        let status = resp.status().as_u16();
+        match status {
+            206 if from.is_some() => {
+                let starts = range_start(&resp);
+                if starts != Some(have) {
+                    return Err(RegistryError::Mismatch {
+                        reference: self.remote.reference.to_string(),
+                        what: "blob",
+                        digest: digest.to_string(),
+                        why: format!(
+                            "asked {url} for bytes from {have}, it sent \
+                             {starts:?}"
+                        ),
+                    });
+                }
+                Ok(Answer::Rest(resp))
+            }
+            200 => Ok(Answer::Whole(resp)),
+            _ => {
+                let e = status_error(url, resp, &self.remote.watch);
+                if e.is_transient() {
+                    return Ok(Answer::Retry(e.to_string()));
+                }
+                Err(e)
+            }
+        }
     }
 
     /// Writes the body of `resp` to `blob.file` from `*have` on, hashing
@@ -513,6 +548,16 @@ fn hash_kept(
         off += n as u64;
     }
     Ok(hasher)
+}
+
+/// A registry's answer to a request for a blob's bytes, by its status.
+enum Answer {
+    /// The bytes from where the kept ones end (206, its range checked).
+    Rest(ureq::http::Response<ureq::Body>),
+    /// The whole blob, whatever was asked (200).
+    Whole(ureq::http::Response<ureq::Body>),
+    /// Why a transient failure stopped it: to retry.
+    Retry(String),
 }
 
 /// Where a 206 response's `Content-Range: bytes FROM-TO/SIZE` starts.

@@ -442,70 +442,10 @@ pub fn convert_to_raw_streaming_with(
                 sink(chunk.bytes());
             }
         });
-        let writer = s.spawn(move || -> Result<(u64, u64)> {
-            let (mut written, mut placed) = (0, 0);
-            let mut next = 0usize;
-            let mut finished = Finished::new(kernel, dst);
-            for chunk in writer_rx {
-                let (at, buf) = (chunk.at, chunk.bytes());
-                let end = at + buf.len() as u64;
-                // Runs are sorted by host offset and do not overlap.
-                while next < runs.len() && runs[next].0 + runs[next].2 <= at {
-                    next += 1;
-                }
-                let mut i = next;
-                while i < runs.len() && runs[i].0 < end {
-                    let (host, guest, len) = runs[i];
-                    let from = host.max(at);
-                    let to = (host + len).min(end);
-                    let piece = &buf[(from - at) as usize..(to - at) as usize];
-                    let (w, p) = place(
-                        img,
-                        dst,
-                        kernel,
-                        piece,
-                        from,
-                        guest + (from - host),
-                    )?;
-                    written += w;
-                    placed += p;
-                    finished.add(guest + (from - host), piece.len() as u64);
-                    i += 1;
-                }
-            }
-            Ok((written, placed))
-        });
-        let mut at = 0u64;
-        let mut failed = None;
-        while at < file_len {
-            let Ok((raw, off)) = pool.recv() else {
-                break;
-            };
-            let mut chunk = Chunk {
-                at,
-                n: 0,
-                raw,
-                off,
-                home: home.clone(),
-            };
-            let (off, raw) = (chunk.off, &mut chunk.raw);
-            match img.read_file_at(&mut raw[off..off + CHUNK], at) {
-                Ok(n) => {
-                    chunk.n = n;
-                    at += n as u64;
-                    let chunk = std::sync::Arc::new(chunk);
-                    if to_sink.send(std::sync::Arc::clone(&chunk)).is_err()
-                        || to_writer.send(chunk).is_err()
-                    {
-                        break;
-                    }
-                }
-                Err(e) => {
-                    failed = Some(e);
-                    break;
-                }
-            }
-        }
+        let writer =
+            s.spawn(move || write_chunks(img, dst, kernel, &runs, writer_rx));
+        let failed =
+            read_file_chunks(img, file_len, &pool, &home, &to_sink, &to_writer);
         drop((to_sink, to_writer));
         join(sink_thread);
         let w = join(writer);
@@ -519,6 +459,90 @@ pub fn convert_to_raw_streaming_with(
     st.written += written + inflated;
     st.placed += placed;
     Ok(st)
+}
+
+/// The writer's side of [`convert_to_raw_streaming_with`]: each buffer
+/// of the image file, front to back, placed where its plain clusters'
+/// `runs` (host, guest, length) put it in `dst`; returns the bytes
+/// written and placed.
+fn write_chunks(
+    img: &Image,
+    dst: &File,
+    kernel: &dyn KernelCopy,
+    runs: &[(u64, u64, u64)],
+    writer_rx: std::sync::mpsc::Receiver<std::sync::Arc<Chunk>>,
+) -> Result<(u64, u64)> {
+    let (mut written, mut placed) = (0, 0);
+    let mut next = 0usize;
+    let mut finished = Finished::new(kernel, dst);
+    for chunk in writer_rx {
+        let (at, buf) = (chunk.at, chunk.bytes());
+        let end = at + buf.len() as u64;
+        // Runs are sorted by host offset and do not overlap.
+        while next < runs.len() && runs[next].0 + runs[next].2 <= at {
+            next += 1;
+        }
+        let mut i = next;
+        while i < runs.len() && runs[i].0 < end {
+            let (host, guest, len) = runs[i];
+            let from = host.max(at);
+            let to = (host + len).min(end);
+            let piece = &buf[(from - at) as usize..(to - at) as usize];
+            let (w, p) =
+                place(img, dst, kernel, piece, from, guest + (from - host))?;
+            written += w;
+            placed += p;
+            finished.add(guest + (from - host), piece.len() as u64);
+            i += 1;
+        }
+    }
+    Ok((written, placed))
+}
+
+/// The reader's side of [`convert_to_raw_streaming_with`]: the image
+/// file read front to back into the pool's buffers, each handed to the
+/// sink and the writer; stops early when either has gone, and returns
+/// the read's error, if any.
+fn read_file_chunks(
+    img: &Image,
+    file_len: u64,
+    pool: &std::sync::mpsc::Receiver<(Vec<u8>, usize)>,
+    home: &std::sync::mpsc::SyncSender<(Vec<u8>, usize)>,
+    to_sink: &std::sync::mpsc::SyncSender<std::sync::Arc<Chunk>>,
+    to_writer: &std::sync::mpsc::SyncSender<std::sync::Arc<Chunk>>,
+) -> Option<Error> {
+    let mut at = 0u64;
+    let mut failed = None;
+    while at < file_len {
+        let Ok((raw, off)) = pool.recv() else {
+            break;
+        };
+        let mut chunk = Chunk {
+            at,
+            n: 0,
+            raw,
+            off,
+            home: home.clone(),
+        };
+        let (off, raw) = (chunk.off, &mut chunk.raw);
+        match img.read_file_at(&mut raw[off..off + CHUNK], at) {
+            Ok(n) => {
+                chunk.n = n;
+                at += n as u64;
+                let chunk = std::sync::Arc::new(chunk);
+                if to_sink.send(std::sync::Arc::clone(&chunk)).is_err()
+                    || to_writer.send(chunk).is_err()
+                {
+                    break;
+                }
+            }
+            Err(e) => {
+                failed = Some(e);
+                break;
+            }
+        }
+    }
+    failed
 }
 
 /// A scoped thread's value; its panic goes on in the caller.

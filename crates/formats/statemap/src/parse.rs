@@ -204,38 +204,14 @@ pub fn parse(mut input: impl Read) -> Result<Statemap, ParseError> {
     let mut stream =
         serde_json::Deserializer::from_slice(&bytes).into_iter::<Value>();
     let mut meta: Option<Metadata> = None;
-    let mut map = Statemap {
-        meta: Metadata {
-            start: (0, 0),
-            title: String::new(),
-            host: None,
-            entity_kind: String::new(),
-            states: Vec::new(),
-        },
-        data: Vec::new(),
-        events: Vec::new(),
-        descriptions: HashMap::new(),
-        tags: Vec::new(),
-    };
+    let mut map = empty();
     let mut last: HashMap<String, u64> = HashMap::new();
     loop {
         let before = stream.byte_offset();
         let value = match stream.next() {
             None => break,
             Some(Ok(v)) => v,
-            Some(Err(e)) => {
-                // The position is in the fields, not repeated in the text.
-                let why = e.to_string();
-                let why = why
-                    .rsplit_once(" at line ")
-                    .map_or(why.as_str(), |w| w.0)
-                    .to_string();
-                return Err(ParseError {
-                    line: e.line(),
-                    column: e.column(),
-                    problem: ParseProblem::Json(why),
-                });
-            }
+            Some(Err(e)) => return Err(json_error(&e)),
         };
         // Skip the whitespace the deserializer consumed before the object.
         let start = before
@@ -266,6 +242,38 @@ pub fn parse(mut input: impl Read) -> Result<Statemap, ParseError> {
         problem: ParseProblem::Empty,
     })?;
     Ok(map)
+}
+
+/// A JSON syntax error at its line and column; the position is in the
+/// fields, not repeated in the text.
+fn json_error(e: &serde_json::Error) -> ParseError {
+    let why = e.to_string();
+    let why = why
+        .rsplit_once(" at line ")
+        .map_or(why.as_str(), |w| w.0)
+        .to_string();
+    ParseError {
+        line: e.line(),
+        column: e.column(),
+        problem: ParseProblem::Json(why),
+    }
+}
+
+/// A statemap with nothing in it yet, its metadata to come.
+fn empty() -> Statemap {
+    Statemap {
+        meta: Metadata {
+            start: (0, 0),
+            title: String::new(),
+            host: None,
+            entity_kind: String::new(),
+            states: Vec::new(),
+        },
+        data: Vec::new(),
+        events: Vec::new(),
+        descriptions: HashMap::new(),
+        tags: Vec::new(),
+    }
 }
 
 /// Adds one object after the metadata `m` to `map`: a datum (its time

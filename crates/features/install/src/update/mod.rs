@@ -197,9 +197,38 @@ impl Update<'_> {
         old: &Manifest,
         have_manifest: bool,
     ) -> Result<Target, UpdateError> {
-        let zp = &self.zonepath;
-        let given_images: Vec<String> = self
-            .images
+        let given_images = self.given_images();
+        let mut recipe = if have_manifest {
+            old.header.recipe()
+        } else {
+            // No record: what an install of the profile with these
+            // images would make.
+            self.install_recipe(&given_images)
+        };
+        self.refuse_mismatch(&recipe, &given_images, have_manifest)?;
+        let images = if given_images.is_empty() {
+            recipe.images.iter().map(|i| i.arg.clone()).collect()
+        } else {
+            given_images
+        };
+        let source_root = match (&self.source_root, &recipe.source_root) {
+            (Some(s), _) => s.clone(),
+            (None, Some(r)) => PathBuf::from(r),
+            (None, None) => self.profile.source_root.clone(),
+        };
+        if !recipe.trees.is_empty() {
+            recipe.source_root = Some(text(&source_root));
+        }
+        Ok(Target {
+            recipe,
+            images,
+            source_root,
+        })
+    }
+
+    /// The images given, as the record names them.
+    fn given_images(&self) -> Vec<String> {
+        self.images
             .iter()
             .map(|i| {
                 // A file is recorded by its absolute path, so a later
@@ -210,44 +239,51 @@ impl Update<'_> {
                     text(i)
                 }
             })
-            .collect();
-        let mut recipe = if have_manifest {
-            old.header.recipe()
+            .collect()
+    }
+
+    /// What was given, in words, for a refusal: the images, the trees'
+    /// root and the profile's trees where the recipe reads trees.
+    fn given_words(&self, recipe: &Recipe, given_images: &[String]) -> String {
+        let mut w = Vec::new();
+        if !given_images.is_empty() {
+            w.push(format!("the images {}", given_images.join(", ")));
+        }
+        if let Some(s) = &self.source_root {
+            w.push(format!("--source-root {}", s.display()));
+        }
+        if recipe.images.is_empty() && !recipe.trees.is_empty() {
+            w.push(format!(
+                "the profile {} (trees {})",
+                self.profile.path.display(),
+                self.profile
+                    .trees
+                    .iter()
+                    .map(|t| format!("/{}", t.display()))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        if w.is_empty() {
+            "nothing".into()
         } else {
-            // No record: what an install of the profile with these
-            // images would make.
-            self.install_recipe(&given_images)
-        };
-        let given_words = || {
-            let mut w = Vec::new();
-            if !given_images.is_empty() {
-                w.push(format!("the images {}", given_images.join(", ")));
-            }
-            if let Some(s) = &self.source_root {
-                w.push(format!("--source-root {}", s.display()));
-            }
-            if recipe.images.is_empty() && !recipe.trees.is_empty() {
-                w.push(format!(
-                    "the profile {} (trees {})",
-                    self.profile.path.display(),
-                    self.profile
-                        .trees
-                        .iter()
-                        .map(|t| format!("/{}", t.display()))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ));
-            }
-            if w.is_empty() {
-                "nothing".into()
-            } else {
-                w.join(" and ")
-            }
-        };
+            w.join(" and ")
+        }
+    }
+
+    /// Refuses an update whose images, trees or trees' root contradict
+    /// `recipe`, saying what was recorded and what was given.
+    fn refuse_mismatch(
+        &self,
+        recipe: &Recipe,
+        given_images: &[String],
+        have_manifest: bool,
+    ) -> Result<(), UpdateError> {
+        let zp = &self.zonepath;
         let mismatch = |why: &str| UpdateError::RecipeMismatch {
             zonepath: zp.clone(),
             recorded: recipe.describe(),
-            given: given_words(),
+            given: self.given_words(recipe, given_images),
             why: why.into(),
         };
         if !given_images.is_empty() && have_manifest {
@@ -296,24 +332,7 @@ impl Update<'_> {
                 self.profile.source_root.display()
             )));
         }
-        let images = if given_images.is_empty() {
-            recipe.images.iter().map(|i| i.arg.clone()).collect()
-        } else {
-            given_images
-        };
-        let source_root = match (&self.source_root, &recipe.source_root) {
-            (Some(s), _) => s.clone(),
-            (None, Some(r)) => PathBuf::from(r),
-            (None, None) => self.profile.source_root.clone(),
-        };
-        if !recipe.trees.is_empty() {
-            recipe.source_root = Some(text(&source_root));
-        }
-        Ok(Target {
-            recipe,
-            images,
-            source_root,
-        })
+        Ok(())
     }
 
     /// The recipe of an install of the profile with `images`.

@@ -4,6 +4,7 @@
 //! in place, each entry's inode and change time, so that the next update
 //! reads only what the zone touched.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
@@ -14,7 +15,7 @@ use super::decide::Plan;
 use super::error::{self, UpdateError, io_at};
 use super::source::{From, Want};
 use super::zone::Zone;
-use crate::manifest::{self, Made, Manifest, Recipe};
+use crate::manifest::{self, Entry, Made, Manifest, Recipe};
 use crate::owners::Owners;
 use crate::state::{self, State};
 
@@ -42,21 +43,13 @@ pub(super) fn new_manifest(
     let pinned = kept.pinned;
     let by_path = old.by_path();
     let blocked: HashSet<usize> = written.blocked.iter().copied().collect();
-    let mut counts: HashMap<(u64, u64), usize> = HashMap::new();
-    for w in wants {
-        if let Some(g) = w.group {
-            *counts.entry(g).or_default() += 1;
-        }
-    }
+    let counts = group_sizes(wants);
     let mut groups: HashMap<(u64, u64), u64> = HashMap::new();
     let mut entries = Vec::with_capacity(wants.len());
     for (n, w) in wants.iter().enumerate() {
         if pinned.contains(&w.rel) {
             if let Some(b) = by_path.get(w.rel.as_slice()) {
-                let mut b = (*b).clone();
-                b.n = None;
-                b.i = None;
-                entries.push(b);
+                entries.push(standing(b));
             }
             continue;
         }
@@ -70,10 +63,7 @@ pub(super) fn new_manifest(
                 && (b.k != 'l' || b.l == w.entry.l)
         }) && !plan.write[n]
         {
-            let mut b = (*b).clone();
-            b.n = None;
-            b.i = None;
-            entries.push(b);
+            entries.push(standing(b));
             continue;
         }
         let mut e = w.entry.clone();
@@ -84,33 +74,14 @@ pub(super) fn new_manifest(
             .group
             .is_none_or(|g| counts.get(&g).is_none_or(|c| *c < 2));
         if e.k == 'f' && !e.z && alone {
-            // The file's inode and change time where they are known now
-            // and nothing will move them: written here, cloned alone, or
-            // a snapshot's (which keeps the old root's inodes).
-            e.i = match (written.stamps.get(&n), plan.write[n], kept.method) {
-                (Some(s), _, _) => Some(*s),
-                (None, true, _) => None,
-                (None, false, "snapshot") => {
-                    b.and_then(|b| b.i.filter(|_| b.n.is_none()))
-                }
-                (None, false, "reflink") => kept.cloned.get(&w.rel).copied(),
-                _ => None,
-            };
+            e.i = known_stamp(n, w, b.copied(), plan, written, kept);
         }
         if e.k == 'f' {
             if let Some(h) = written.hashes.get(&n) {
                 e.h = Some(h.clone());
             }
             if e.h.is_none() {
-                e.h = Some(match &w.from {
-                    From::Path(src) | From::Staged(src) => {
-                        manifest::hash_file(src).map_err(io_at("hash", src))?
-                    }
-                    _ => by_path
-                        .get(w.rel.as_slice())
-                        .and_then(|b| b.h.clone())
-                        .unwrap_or_default(),
-                });
+                e.h = Some(source_hash(w, &by_path)?);
             }
         }
         if let Some(g) =
@@ -125,14 +96,21 @@ pub(super) fn new_manifest(
         if pinned.contains(p.as_ref())
             && !wants.iter().any(|w| w.rel == p.as_ref())
         {
-            let mut b = (*b).clone();
-            b.n = None;
-            b.i = None;
-            entries.push(b);
+            entries.push(standing(b));
         }
     }
+    Ok(sorted_manifest(entries, recipe, made))
+}
+
+/// The manifest of `entries`, sorted by path, made by `made` from
+/// `recipe`.
+fn sorted_manifest(
+    mut entries: Vec<Entry>,
+    recipe: Recipe,
+    made: Made,
+) -> Manifest {
     entries.sort_by(|a, b| a.path().cmp(&b.path()));
-    Ok(Manifest {
+    Manifest {
         header: manifest::Header {
             version: manifest::CURRENT_VERSION,
             root_ino: None,
@@ -143,6 +121,66 @@ pub(super) fn new_manifest(
             made: Some(made),
         },
         entries,
+    }
+}
+
+/// An entry of the old record that stands in the new one, without its
+/// link group or stamp (the new record numbers and stamps its own).
+fn standing(b: &Entry) -> Entry {
+    let mut b = b.clone();
+    b.n = None;
+    b.i = None;
+    b
+}
+
+/// How many wants share each link group.
+fn group_sizes(wants: &[Want]) -> HashMap<(u64, u64), usize> {
+    let mut counts: HashMap<(u64, u64), usize> = HashMap::new();
+    for w in wants {
+        if let Some(g) = w.group {
+            *counts.entry(g).or_default() += 1;
+        }
+    }
+    counts
+}
+
+/// Want `n`'s file's inode and change time where they are known now
+/// and nothing will move them: written here, cloned alone, or a
+/// snapshot's (which keeps the old root's inodes); `b` is its recorded
+/// entry.
+fn known_stamp(
+    n: usize,
+    w: &Want,
+    b: Option<&Entry>,
+    plan: &Plan,
+    written: &Written,
+    kept: &Kept<'_>,
+) -> Option<super::clone::Stamp> {
+    match (written.stamps.get(&n), plan.write[n], kept.method) {
+        (Some(s), _, _) => Some(*s),
+        (None, true, _) => None,
+        (None, false, "snapshot") => {
+            b.and_then(|b| b.i.filter(|_| b.n.is_none()))
+        }
+        (None, false, "reflink") => kept.cloned.get(&w.rel).copied(),
+        _ => None,
+    }
+}
+
+/// The content hash of a file not written by copying: its source's, or
+/// the recorded one where it has no file to read.
+fn source_hash(
+    w: &Want,
+    by_path: &HashMap<Cow<'_, [u8]>, &Entry>,
+) -> Result<String, UpdateError> {
+    Ok(match &w.from {
+        From::Path(src) | From::Staged(src) => {
+            manifest::hash_file(src).map_err(io_at("hash", src))?
+        }
+        _ => by_path
+            .get(w.rel.as_slice())
+            .and_then(|b| b.h.clone())
+            .unwrap_or_default(),
     })
 }
 

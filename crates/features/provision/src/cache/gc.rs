@@ -245,50 +245,24 @@ impl Cache {
                     continue;
                 }
             }
-            let build = self.lock_file(
+            let Some(why) = self.remove_unheld(
                 &dir,
-                &format!("{}.build", info.entry.content_name()),
-                false,
-            )?;
-            let lock = match self.try_lock_file(&dir, &name)? {
-                Some(l) => l,
-                None => {
-                    let _unlocked = build.flock_unlock();
-                    report.kept_in_use += 1;
-                    images_kept.push((name.clone(), info.layers.clone()));
-                    decide(false, "a provision is using it now".into());
-                    continue;
-                }
-            };
-            let why = match &info.altered {
-                Some(a) => format!("altered ({a}) and no guest uses it"),
-                None => {
-                    let recorded = self.user_records(&info.entry)?.len();
-                    format!(
-                        "no guest uses it ({recorded} recorded, none found; \
-                         not open by any process)"
-                    )
-                }
-            };
-            if opts.dry_run {
-                let _unlocked = lock.flock_unlock();
-                let _unlocked = build.flock_unlock();
-                total = total.saturating_sub(info.size);
-                report.freed += info.size;
-                decide(true, why);
+                &info,
+                opts.dry_run,
+                &mut report.files_removed,
+            )?
+            else {
+                report.kept_in_use += 1;
+                images_kept.push((name.clone(), info.layers.clone()));
+                decide(false, "a provision is using it now".into());
                 continue;
-            }
-            let r = self.remove_entry(&info.entry, &mut report.files_removed);
-            let _unlocked = lock.flock_unlock();
-            let _unlocked = build.flock_unlock();
-            r?;
-            if info.entry.kind == EntryKind::Tree {
-                self.remove_composefs_ref(&info.entry)?;
-            }
+            };
             total = total.saturating_sub(info.size);
             report.freed += info.size;
             decide(true, why);
-            report.removed.push(info.entry);
+            if !opts.dry_run {
+                report.removed.push(info.entry);
+            }
         }
         if !opts.dry_run {
             report.files_removed += self.remove_dangling_index()?;
@@ -297,6 +271,50 @@ impl Cache {
         // Last: the entries removed above gave up their refs.
         report.composefs = self.gc_composefs(opts.dry_run)?;
         Ok(report)
+    }
+
+    /// Removes the entry `info` names, which nothing keeps, under its
+    /// locks (a dry run only takes them and lets them go); `None` when a
+    /// provision holds it now, else why it goes.
+    fn remove_unheld(
+        &self,
+        dir: &Path,
+        info: &EntryInfo,
+        dry_run: bool,
+        files_removed: &mut usize,
+    ) -> Result<Option<String>> {
+        let build = self.lock_file(
+            dir,
+            &format!("{}.build", info.entry.content_name()),
+            false,
+        )?;
+        let Some(lock) = self.try_lock_file(dir, &info.entry.name())? else {
+            let _unlocked = build.flock_unlock();
+            return Ok(None);
+        };
+        let why = match &info.altered {
+            Some(a) => format!("altered ({a}) and no guest uses it"),
+            None => {
+                let recorded = self.user_records(&info.entry)?.len();
+                format!(
+                    "no guest uses it ({recorded} recorded, none found; \
+                     not open by any process)"
+                )
+            }
+        };
+        if dry_run {
+            let _unlocked = lock.flock_unlock();
+            let _unlocked = build.flock_unlock();
+            return Ok(Some(why));
+        }
+        let r = self.remove_entry(&info.entry, files_removed);
+        let _unlocked = lock.flock_unlock();
+        let _unlocked = build.flock_unlock();
+        r?;
+        if info.entry.kind == EntryKind::Tree {
+            self.remove_composefs_ref(&info.entry)?;
+        }
+        Ok(Some(why))
     }
 
     /// The disk entries guests still read, each with why: a guest found

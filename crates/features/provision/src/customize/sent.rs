@@ -206,28 +206,7 @@ pub(crate) fn plan(
 fn steps_of(g: &GuestRequest) -> Result<Steps, ProvisionError> {
     let mut st = Steps::default();
     for f in &g.copy_in {
-        let plain = !f.name.is_empty()
-            && f.name != "."
-            && f.name != ".."
-            && !f.name.contains(['/', '\0']);
-        if !plain {
-            return Err(refuse(
-                "--copy-in",
-                &f.name,
-                "",
-                "a file's name is one path component",
-            ));
-        }
-        check_size("--copy-in", Path::new(&f.name), f.content.len())?;
-        let dir = format!("/:{}", f.remote_dir.to_string_lossy());
-        // The guest's directory checked as `--copy-in`'s value is.
-        let ci: super::spec::CopyIn = dir.parse().map_err(spec)?;
-        st.copy_in_sent.push(SentCopy {
-            name: f.name.clone(),
-            remote_dir: ci.remote_dir,
-            mode: f.mode & 0o7777,
-            content: f.content.clone(),
-        });
+        st.copy_in_sent.push(checked_copy(f)?);
     }
     for w in &g.writes {
         let v = format!("{}:{}", w.path.to_string_lossy(), w.content);
@@ -238,50 +217,10 @@ fn steps_of(g: &GuestRequest) -> Result<Steps, ProvisionError> {
         st.timezone = Some(super::plan::timezone(tz)?);
     }
     for p in &g.passwords {
-        let option = if p.user_option {
-            "--password"
-        } else {
-            "--root-password"
-        };
-        // The user's name checked as `--password USER:` checks it.
-        let _: super::spec::UserPassword =
-            format!("{}:random", p.user).parse().map_err(spec)?;
-        let secret = match &p.secret {
-            SentSecret::Given(s) if !s.is_empty() && !s.contains('\n') => {
-                Secret::Given(s.clone())
-            }
-            SentSecret::Given(_) => {
-                return Err(refuse(
-                    option,
-                    &p.user,
-                    "",
-                    "an empty password, or one of more than a line",
-                ));
-            }
-            SentSecret::Random => Secret::Random,
-            SentSecret::Disabled => Secret::Disabled,
-        };
-        st.passwords.push(NewPassword {
-            option,
-            user: p.user.clone(),
-            secret,
-            locked: p.locked,
-        });
+        st.passwords.push(checked_password(p)?);
     }
     for k in &g.keys {
-        let mut keys = Vec::with_capacity(k.keys.len().min(64));
-        for line in &k.keys {
-            // Checked as `--ssh-inject USER:string:KEY` is.
-            let v = format!("{}:string:{line}", k.user);
-            let s: super::spec::SshInject = v.parse().map_err(spec)?;
-            if let super::spec::KeySource::String(key) = s.key {
-                keys.push(key);
-            }
-        }
-        if keys.is_empty() {
-            return Err(refuse("--ssh-inject", &k.user, "", "no key"));
-        }
-        st.keys.push((k.user.clone(), keys));
+        st.keys.push(checked_keys(k)?);
     }
     for s in &g.firstboot {
         if super::spec::script_name(&s.name) != s.name {
@@ -297,35 +236,122 @@ fn steps_of(g: &GuestRequest) -> Result<Steps, ProvisionError> {
     }
     st.firstboot_commands = g.firstboot_commands.clone();
     for r in &g.run {
-        st.run.push(match r {
-            SentRun::Script(s) => {
-                if super::spec::script_name(&s.name) != s.name {
-                    return Err(refuse(
-                        "--run",
-                        &s.name,
-                        "",
-                        "a script's name is letters, digits, '.', '_' and \
-                         '-'",
-                    ));
-                }
-                check_size("--run", Path::new(&s.name), s.content.len())?;
-                run::sent_script(&s.name, s.content.clone())?
-            }
-            SentRun::Command(c) => {
-                if c.trim().is_empty() || c.contains('\0') {
-                    return Err(refuse(
-                        "--run-command",
-                        c,
-                        "",
-                        "a command is a line of shell, not empty and \
-                         without a NUL",
-                    ));
-                }
-                run::read(&RunStep::Command(c.clone()))?
-            }
-        });
+        st.run.push(checked_run(r)?);
     }
     Ok(st)
+}
+
+/// A sent `--copy-in` file checked: its name one path component, its
+/// size and its guest directory as the option's are.
+fn checked_copy(f: &SentFile) -> Result<SentCopy, ProvisionError> {
+    let plain = !f.name.is_empty()
+        && f.name != "."
+        && f.name != ".."
+        && !f.name.contains(['/', '\0']);
+    if !plain {
+        return Err(refuse(
+            "--copy-in",
+            &f.name,
+            "",
+            "a file's name is one path component",
+        ));
+    }
+    check_size("--copy-in", Path::new(&f.name), f.content.len())?;
+    let dir = format!("/:{}", f.remote_dir.to_string_lossy());
+    // The guest's directory checked as `--copy-in`'s value is.
+    let ci: super::spec::CopyIn = dir.parse().map_err(spec)?;
+    Ok(SentCopy {
+        name: f.name.clone(),
+        remote_dir: ci.remote_dir,
+        mode: f.mode & 0o7777,
+        content: f.content.clone(),
+    })
+}
+
+/// A sent password checked: its user's name as `--password USER:`
+/// checks it, a given secret one line and not empty.
+fn checked_password(p: &SentPassword) -> Result<NewPassword, ProvisionError> {
+    let option = if p.user_option {
+        "--password"
+    } else {
+        "--root-password"
+    };
+    // The user's name checked as `--password USER:` checks it.
+    let _: super::spec::UserPassword =
+        format!("{}:random", p.user).parse().map_err(spec)?;
+    let secret = match &p.secret {
+        SentSecret::Given(s) if !s.is_empty() && !s.contains('\n') => {
+            Secret::Given(s.clone())
+        }
+        SentSecret::Given(_) => {
+            return Err(refuse(
+                option,
+                &p.user,
+                "",
+                "an empty password, or one of more than a line",
+            ));
+        }
+        SentSecret::Random => Secret::Random,
+        SentSecret::Disabled => Secret::Disabled,
+    };
+    Ok(NewPassword {
+        option,
+        user: p.user.clone(),
+        secret,
+        locked: p.locked,
+    })
+}
+
+/// A user's sent keys checked as `--ssh-inject USER:string:KEY` checks
+/// each; at least one.
+fn checked_keys(
+    k: &SentKeys,
+) -> Result<(String, Vec<SshPublicKey>), ProvisionError> {
+    let mut keys = Vec::with_capacity(k.keys.len().min(64));
+    for line in &k.keys {
+        // Checked as `--ssh-inject USER:string:KEY` is.
+        let v = format!("{}:string:{line}", k.user);
+        let s: super::spec::SshInject = v.parse().map_err(spec)?;
+        if let super::spec::KeySource::String(key) = s.key {
+            keys.push(key);
+        }
+    }
+    if keys.is_empty() {
+        return Err(refuse("--ssh-inject", &k.user, "", "no key"));
+    }
+    Ok((k.user.clone(), keys))
+}
+
+/// A sent `--run` script or `--run-command` checked and read as a
+/// local one is.
+fn checked_run(r: &SentRun) -> Result<run::Run, ProvisionError> {
+    Ok(match r {
+        SentRun::Script(s) => {
+            if super::spec::script_name(&s.name) != s.name {
+                return Err(refuse(
+                    "--run",
+                    &s.name,
+                    "",
+                    "a script's name is letters, digits, '.', '_' and \
+                     '-'",
+                ));
+            }
+            check_size("--run", Path::new(&s.name), s.content.len())?;
+            run::sent_script(&s.name, s.content.clone())?
+        }
+        SentRun::Command(c) => {
+            if c.trim().is_empty() || c.contains('\0') {
+                return Err(refuse(
+                    "--run-command",
+                    c,
+                    "",
+                    "a command is a line of shell, not empty and \
+                     without a NUL",
+                ));
+            }
+            run::read(&RunStep::Command(c.clone()))?
+        }
+    })
 }
 
 fn spec(e: super::spec::SpecError) -> ProvisionError {
