@@ -34,7 +34,26 @@ pub(super) struct Batcher<'a> {
 /// descriptor each until the batch filled.
 const BATCH_DIRS: usize = 8;
 
-impl Batcher<'_> {
+impl<'a> Batcher<'a> {
+    /// Nothing batched yet: batches of `size` jobs go to `tx`, their
+    /// directories counted against `fds`, until `stopped`.
+    pub(super) fn new(
+        tx: Box<dyn Fn(Vec<FileJob>) -> bool + 'a>,
+        size: usize,
+        fds: &Descriptors,
+        stopped: Box<dyn Fn() -> bool + 'a>,
+    ) -> Batcher<'a> {
+        Batcher {
+            tx,
+            batch: Vec::new(),
+            held: 0,
+            dirs: 0,
+            size,
+            fds: fds.clone(),
+            stopped,
+        }
+    }
+
     /// Queues `job`; false when the workers are gone.
     pub(super) fn push(&mut self, mut job: FileJob) -> bool {
         self.held += job.body.held();

@@ -343,15 +343,12 @@ fn unpack_on_pool<R: Read>(
             });
             true
         };
-        let batcher = Batcher {
-            tx: Box::new(send),
-            batch: Vec::new(),
-            held: 0,
-            dirs: 0,
-            size: batch_size,
-            fds: fds.clone(),
-            stopped: Box::new(|| ctx.stopped()),
-        };
+        let batcher = Batcher::new(
+            Box::new(send),
+            batch_size,
+            fds,
+            Box::new(|| ctx.stopped()),
+        );
         read_all(
             ctx,
             input,
@@ -443,14 +440,13 @@ fn unpack_with_own_workers<R: Read>(
             }
         }
         drop(rx);
-        let pool = (workers > 0).then(|| Batcher {
-            tx: Box::new(move |batch| tx.send(batch).is_ok()),
-            batch: Vec::new(),
-            held: 0,
-            dirs: 0,
-            size: batch_size,
-            fds: fds.clone(),
-            stopped: Box::new(|| ctx.stopped()),
+        let pool = (workers > 0).then(|| {
+            Batcher::new(
+                Box::new(move |batch| tx.send(batch).is_ok()),
+                batch_size,
+                fds,
+                Box::new(|| ctx.stopped()),
+            )
         });
         read_all(ctx, input, Dest::Tree { root, pool })
     })
