@@ -82,8 +82,8 @@ mod linux {
     use std::path::{Path, PathBuf};
 
     use zinstall_composefs::{
-        Layers, MountVerity, ObjectId, ROOT_DIR, Record, Store, UPPER_DIR,
-        WORK_DIR, hex, mount_root, unmount, write_image,
+        Backing, Layers, MountVerity, Mounting, ObjectId, ROOT_DIR, Record,
+        Store, UPPER_DIR, WORK_DIR, hex, mount_root, unmount, write_image,
     };
     use zinstall_sys::fs::{Times, at};
 
@@ -214,17 +214,21 @@ mod linux {
     ) -> Result<(), ProvisionError> {
         let upper = open_dir(guest, UPPER_DIR, path)?;
         let work = open_dir(guest, WORK_DIR, path)?;
+        let how = Mounting {
+            layers: Layers::Overlay {
+                upper: upper.as_fd(),
+                work: work.as_fd(),
+            },
+            verity: MountVerity::IfPresent,
+            backing: Backing::Auto,
+        };
         mount_root(
             &image.store,
             &image.id,
             guest.as_fd(),
             ROOT_DIR,
             &path.join(ROOT_DIR),
-            Layers::Overlay {
-                upper: upper.as_fd(),
-                work: work.as_fd(),
-            },
-            MountVerity::IfPresent,
+            how,
         )
         .map_err(error)
     }

@@ -59,7 +59,7 @@ pub use image::{
     Image, image_bytes, write_image, write_image_with, write_scanned,
 };
 pub use mount::{
-    Backing, Layers, MountVerity, Root, mount_root, mount_root_on_loop, unmount,
+    Backing, Layers, MountVerity, Mounting, Root, mount_root, unmount,
 };
 pub use record::{RECORD, ROOT_DIR, Record, UPPER_DIR, WORK_DIR};
 pub use refs::{REF_NAME_MAX, install_ref, valid_ref_name};

@@ -59,59 +59,28 @@ pub enum Backing {
     Loop,
 }
 
+/// How a root is mounted besides its image and place.
+#[derive(Debug, Clone, Copy)]
+pub struct Mounting<'a> {
+    /// The overlay's layers above the image.
+    pub layers: Layers<'a>,
+    /// Whether file contents are checked against fs-verity digests.
+    pub verity: MountVerity,
+    /// How the image reaches the kernel.
+    pub backing: Backing,
+}
+
 /// Mounts the image `id` of `store` on the directory `name` in `parent`
-/// (`shown` names that mount point in errors), the image given to the
-/// kernel as [`Backing::Auto`] says.
+/// (`shown` names that mount point in errors), as `how` says.
 pub fn mount_root(
     store: &Store,
     id: &ObjectId,
     parent: BorrowedFd<'_>,
     name: &str,
     shown: &Path,
-    layers: Layers<'_>,
-    verity: MountVerity,
+    how: Mounting<'_>,
 ) -> Result<(), Error> {
-    let how = How {
-        layers,
-        verity,
-        backing: Backing::Auto,
-    };
-    mount_image(store, id, (parent, name), shown, how)
-}
-
-/// [`mount_root`] with the image on a loop device ([`Backing::Loop`]).
-pub fn mount_root_on_loop(
-    store: &Store,
-    id: &ObjectId,
-    parent: BorrowedFd<'_>,
-    name: &str,
-    shown: &Path,
-    layers: Layers<'_>,
-    verity: MountVerity,
-) -> Result<(), Error> {
-    let how = How {
-        layers,
-        verity,
-        backing: Backing::Loop,
-    };
-    mount_image(store, id, (parent, name), shown, how)
-}
-
-/// What a mount is asked besides its image and place.
-struct How<'a> {
-    layers: Layers<'a>,
-    verity: MountVerity,
-    backing: Backing,
-}
-
-fn mount_image(
-    store: &Store,
-    id: &ObjectId,
-    (parent, name): (BorrowedFd<'_>, &str),
-    shown: &Path,
-    how: How<'_>,
-) -> Result<(), Error> {
-    let How {
+    let Mounting {
         layers,
         verity,
         backing,
@@ -310,29 +279,30 @@ impl Root {
                 .map_err(|e| Error::io(&self.dir.join(name), Op::Open, e))
         };
         if read_only {
+            let how = Mounting {
+                layers: Layers::ReadOnly,
+                verity,
+                backing: Backing::Auto,
+            };
             return mount_root(
                 &store,
                 &id,
                 self.fd.as_fd(),
                 ROOT_DIR,
                 &shown,
-                Layers::ReadOnly,
-                verity,
+                how,
             );
         }
         let (upper, work) = (open(UPPER_DIR)?, open(WORK_DIR)?);
-        mount_root(
-            &store,
-            &id,
-            self.fd.as_fd(),
-            ROOT_DIR,
-            &shown,
-            Layers::Overlay {
+        let how = Mounting {
+            layers: Layers::Overlay {
                 upper: upper.as_fd(),
                 work: work.as_fd(),
             },
             verity,
-        )
+            backing: Backing::Auto,
+        };
+        mount_root(&store, &id, self.fd.as_fd(), ROOT_DIR, &shown, how)
     }
 
     /// The commands (argument vectors: `mkdir`, then mount(8) for the

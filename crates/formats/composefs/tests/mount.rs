@@ -32,6 +32,19 @@ fn has_filesystem(name: &str) -> bool {
         .any(|l| l.split_whitespace().last() == Some(name))
 }
 
+/// True if composefs roots can be mounted here by descriptor: root,
+/// Linux 6.15 or later, erofs and overlayfs (each required: a failure
+/// naming it under CI).
+fn composefs_mounts_here() -> bool {
+    require_root()
+        && require(
+            kernel() >= (6, 15),
+            "Linux 6.15 or later (composefs mounts by descriptor)",
+        )
+        && require(has_filesystem("erofs"), "the kernel's erofs filesystem")
+        && require(has_filesystem("overlay"), "the kernel's overlayfs")
+}
+
 #[test]
 fn the_mounted_image_is_the_tree() {
     if !require_root()
@@ -116,14 +129,7 @@ fn the_mounted_image_is_the_tree() {
 #[test]
 fn a_root_mounted_by_descriptor_is_the_tree() {
     use zinstall_composefs::{MountVerity, Record, Root, unmount};
-    if !require_root()
-        || !require(
-            kernel() >= (6, 15),
-            "Linux 6.15 or later (composefs mounts by descriptor)",
-        )
-        || !require(has_filesystem("erofs"), "the kernel's erofs filesystem")
-        || !require(has_filesystem("overlay"), "the kernel's overlayfs")
-    {
+    if !composefs_mounts_here() {
         return;
     }
     let tmp = Tmp::new();
@@ -213,15 +219,9 @@ fn loops_backing(image: &Path) -> Vec<String> {
 #[test]
 fn a_root_mounted_through_a_loop_device_is_the_tree_and_frees_it() {
     use zinstall_composefs::{
-        Layers, MountVerity, mount_root_on_loop, unmount,
+        Backing, Layers, MountVerity, Mounting, mount_root, unmount,
     };
-    if !require_root()
-        || !require(
-            kernel() >= (6, 15),
-            "Linux 6.15 or later (composefs mounts by descriptor)",
-        )
-        || !require(has_filesystem("erofs"), "the kernel's erofs filesystem")
-        || !require(has_filesystem("overlay"), "the kernel's overlayfs")
+    if !composefs_mounts_here()
         || !require(
             Path::new("/dev/loop-control").exists(),
             "loop devices (/dev/loop-control)",
@@ -240,16 +240,13 @@ fn a_root_mounted_through_a_loop_device_is_the_tree_and_frees_it() {
     fs::create_dir_all(guest.join("root")).unwrap();
     let parent = fs::File::open(&guest).unwrap();
     let at = guest.join("root");
-    mount_root_on_loop(
-        &store,
-        &image.id,
-        std::os::fd::AsFd::as_fd(&parent),
-        "root",
-        &at,
-        Layers::ReadOnly,
-        MountVerity::Off,
-    )
-    .unwrap();
+    let how = Mounting {
+        layers: Layers::ReadOnly,
+        verity: MountVerity::Off,
+        backing: Backing::Loop,
+    };
+    let parent_fd = std::os::fd::AsFd::as_fd(&parent);
+    mount_root(&store, &image.id, parent_fd, "root", &at, how).unwrap();
     let loops = loops_backing(&img);
     let ro = loops.iter().all(|l| {
         fs::read_to_string(format!("/sys/block/{l}/ro"))
