@@ -742,3 +742,37 @@ fn a_relative_cache_is_recorded_by_its_absolute_path() {
         "{rec}"
     );
 }
+
+/// A writable mount shows its top directory from `upper/`: the install
+/// gives `upper/` the owner, mode and time of the image's top, so the
+/// mounted root equals the plain install there too.
+#[test]
+fn a_writable_mount_shows_the_top_directory_of_the_image() {
+    if !crate::composefs_mount::composefs_mounts() {
+        return;
+    }
+    let w = world(None);
+    let src = w.dir.join("src");
+    fs::set_permissions(&src, fs::Permissions::from_mode(0o751)).unwrap();
+    std::os::unix::fs::chown(&src, Some(1001), Some(1002)).unwrap();
+    run(Command::new("touch")
+        .args(["-h", "-d", "@1577934245.678901234"])
+        .arg(&src));
+    fs::remove_file(&w.tar).unwrap();
+    run(zinstall().args(["image", "create"]).arg(&src).arg(&w.tar));
+    let cache = w.dir.join("cache");
+    let (plain, zp) = (w.dir.join("plain"), w.dir.join("zp"));
+    for (dir, extra) in [(&plain, &[][..]), (&zp, &["--format", "composefs"])] {
+        let o = install(&w, dir, &cache, extra);
+        assert!(o.status.success(), "{}", text(&o));
+    }
+    let o = zinstall().args(["mount", "--zonepath"]).arg(&zp).output();
+    let o = o.unwrap();
+    assert!(o.status.success(), "{}", text(&o));
+    let _unmounts = crate::composefs_mount::Unmounts(zp.join("root"));
+    let top = fs::symlink_metadata(zp.join("root")).unwrap();
+    assert_eq!(top.permissions().mode() & 0o7777, 0o751);
+    assert_eq!((top.uid(), top.gid()), (1001, 1002));
+    assert_eq!((top.mtime(), top.mtime_nsec()), (1577934245, 678901234));
+    assert_identical(&plain, &zp);
+}

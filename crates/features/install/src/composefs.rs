@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 
 use zinstall_composefs::{
     BodyHasher, Image, Known, RECORD, ROOT_DIR, Record, ScanOptions, Scanned,
-    Store, UPPER_DIR, WORK_DIR, from_bytes, install_ref, scan_with,
-    write_scanned,
+    Store, Top, UPPER_DIR, WORK_DIR, from_bytes, install_ref, match_upper,
+    scan_with, write_scanned,
 };
 
 use crate::{InstallError, Summary, Zonepath};
@@ -229,11 +229,16 @@ pub fn install(
             sc.spawn(|| zinstall_engine::fsutil::remove_tree(&staging));
         let done = scanned.and_then(|(scanned, summary)| {
             let root = staging.join("root");
+            let top = Top::of_stat(&scanned.fs.root.stat);
             let image = write_scanned(scanned, &store, &root)?;
             let ref_name = install_ref(&zonepath);
             store.add_ref(&ref_name, &image.id)?;
-            let recorded =
-                record(&zp, &zp_fd, &zonepath, &store, &image, &ref_name);
+            let made = Made {
+                image: &image,
+                top: &top,
+                ref_name: &ref_name,
+            };
+            let recorded = record(&zp, &zp_fd, &zonepath, &store, &made);
             if let Err(e) = recorded {
                 // No record names the image: no ref keeps it either.
                 let _ = store.remove_ref(&ref_name);
@@ -342,25 +347,31 @@ fn stage_and_scan(
     Ok((scanned, summary))
 }
 
-/// Makes `root/`, `upper/` and `work/` in the zonepath and writes the
-/// record, last.
+/// The image an install made and what its record and `upper/` take of it.
+struct Made<'a> {
+    image: &'a Image,
+    top: &'a Top,
+    ref_name: &'a str,
+}
+
+/// Makes `root/`, `upper/` (with the image's top directory's owner, mode
+/// and time, which a writable mount shows from it) and `work/` in the
+/// zonepath and writes the record, last.
 fn record(
     zp: &Zonepath,
     zp_fd: &OwnedFd,
     zonepath: &Path,
     store: &Store,
-    image: &Image,
-    ref_name: &str,
+    made: &Made<'_>,
 ) -> Result<(), ComposefsError> {
     for (name, mode) in
         [(ROOT_DIR, 0o755), (UPPER_DIR, 0o755), (WORK_DIR, 0o700)]
     {
         zp.dir.dir(Path::new(name), Some(mode))?;
     }
-    Ok(
-        Record::new(store.path(), &image.id, ref_name)
-            .write(zp_fd, zonepath)?,
-    )
+    match_upper(zp_fd, zonepath, made.top)?;
+    Ok(Record::new(store.path(), &made.image.id, made.ref_name)
+        .write(zp_fd, zonepath)?)
 }
 
 /// Uninstalls a composefs root: `None` when the zonepath holds no

@@ -78,14 +78,14 @@ mod linux {
     use std::ffi::CString;
     use std::fs;
     use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-    use std::os::unix::fs::{MetadataExt, PermissionsExt};
     use std::path::{Path, PathBuf};
 
     use zinstall_composefs::{
         Backing, Layers, MountVerity, Mounting, ObjectId, ROOT_DIR, Record,
-        Store, UPPER_DIR, WORK_DIR, hex, mount_root, unmount, write_image,
+        Store, Top, UPPER_DIR, WORK_DIR, hex, match_upper, mount_root, unmount,
+        write_image,
     };
-    use zinstall_sys::fs::{Times, at};
+    use zinstall_sys::fs::at;
 
     use super::Made;
     use crate::cache::{Cache, Entry};
@@ -181,30 +181,6 @@ mod linux {
             .map_err(|e| io(&shown.join(name), "open", e))
     }
 
-    /// Gives `upper/` the attributes of the image's top directory, which
-    /// the mounted root shows as its own (an overlay's top directory is
-    /// its upper layer's).
-    fn match_top(
-        guest: &OwnedFd,
-        path: &Path,
-        top: &fs::Metadata,
-    ) -> Result<(), ProvisionError> {
-        let upper = path.join(UPPER_DIR);
-        std::os::unix::fs::lchown(&upper, Some(top.uid()), Some(top.gid()))
-            .map_err(|e| io(&upper, "chown", e))?;
-        fs::set_permissions(
-            &upper,
-            fs::Permissions::from_mode(top.mode() & 0o7777),
-        )
-        .map_err(|e| io(&upper, "chmod", e))?;
-        at::set_times(
-            guest.as_raw_fd(),
-            &cname(&upper, UPPER_DIR)?,
-            &Times::of(top),
-        )
-        .map_err(|e| io(&upper, "set times", e))
-    }
-
     /// Mounts the guest at `path` (its directory open as `guest`) on
     /// `root/`, writable.
     fn mount(
@@ -279,7 +255,7 @@ mod linux {
             at::mkdir(guest.as_raw_fd(), &cname(path, name)?, mode)
                 .map_err(|e| io(&path.join(name), "mkdir", e))?;
         }
-        match_top(&guest, path, &top)?;
+        match_upper(&guest, path, &Top::of_metadata(&top)).map_err(error)?;
         let mut identity = identity::GuestIdentity::default();
         let mut customized = Customized::default();
         if opts.identity.changes_anything() || custom.is_some() {
@@ -303,7 +279,8 @@ mod linux {
             }
             mounted.unmount()?;
             // Copying a directory up touched upper/ itself.
-            match_top(&guest, path, &top)?;
+            match_upper(&guest, path, &Top::of_metadata(&top))
+                .map_err(error)?;
         }
         Record::new(image.store.path(), &image.id, &image.ref_name)
             .write(&guest, path)

@@ -47,6 +47,8 @@ pub enum Op {
     Mount,
     /// Unmounting a root.
     Unmount,
+    /// Setting a directory's owner, mode or times.
+    Attributes,
 }
 
 impl fmt::Display for Op {
@@ -68,6 +70,7 @@ impl fmt::Display for Op {
             Op::Remove => "remove",
             Op::Verity => "enable fs-verity",
             Op::Adopt => "make an object of",
+            Op::Attributes => "set the owner, mode and times of",
             Op::Lock => "lock",
             Op::Mount => "mount",
             Op::Unmount => "unmount",

@@ -61,7 +61,9 @@ pub use image::{
 pub use mount::{
     Backing, Layers, MountVerity, Mounting, Root, mount_root, unmount,
 };
-pub use record::{RECORD, ROOT_DIR, Record, UPPER_DIR, WORK_DIR};
+pub use record::{
+    RECORD, ROOT_DIR, Record, Top, UPPER_DIR, WORK_DIR, match_upper,
+};
 pub use refs::{REF_NAME_MAX, install_ref, valid_ref_name};
 pub use scan::{Counts, Known, ScanOptions, Scanned, scan, scan_with};
 pub use store::{Put, Store};

@@ -309,12 +309,27 @@ impl Root {
     /// image and for the overlay) that mount the same root, for fstab and
     /// systemd users: the image on a per-image directory under
     /// `lower_base`, shared by every root of it, then the overlay on
-    /// `DIR/root`. Paths are made absolute (not resolved).
+    /// `DIR/root`. Paths are made absolute (not resolved). The overlay
+    /// requires fs-verity of every file read when the image object has
+    /// it, as [`Root::mount`] does: the store is opened to see.
     pub fn mount_commands(
         &self,
         read_only: bool,
         lower_base: &Path,
-    ) -> Vec<Vec<String>> {
+    ) -> Result<Vec<Vec<String>>, Error> {
+        let id = self.record.image_id(&self.dir.join(RECORD))?;
+        let store = self.store()?;
+        let image = store.open_object(&id).map_err(|e| {
+            Error::new(
+                &self.mount_point(),
+                Op::Mount,
+                Problem::MissingImage(Box::new(e)),
+            )
+        })?;
+        let verity = matches!(
+            verity_requirement(&store, &id, &image, MountVerity::IfPresent)?,
+            VerityRequirement::Required
+        );
         let abs = |p: &Path| {
             std::path::absolute(p)
                 .unwrap_or_else(|_| p.to_path_buf())
@@ -335,11 +350,12 @@ impl Root {
             )
         };
         let overlay = format!(
-            "{layers},lowerdir={lower}::{},redirect_dir=on,metacopy=on",
-            store.join("objects").display()
+            "{layers},lowerdir={lower}::{},redirect_dir=on,metacopy=on{}",
+            store.join("objects").display(),
+            if verity { ",verity=require" } else { "" }
         );
         let v = |a: &[&str]| a.iter().map(|s| s.to_string()).collect();
-        vec![
+        Ok(vec![
             v(&["mkdir", "-p", &lower]),
             v(&["mount", "-t", "erofs", "-o", "ro", &abs(&image), &lower]),
             v(&[
@@ -351,7 +367,7 @@ impl Root {
                 &overlay,
                 &abs(&dir.join(ROOT_DIR)),
             ]),
-        ]
+        ])
     }
 
     /// Unmounts `DIR/root`: an error naming it if nothing is mounted

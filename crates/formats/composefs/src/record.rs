@@ -25,6 +25,65 @@ pub const UPPER_DIR: &str = "upper";
 /// The overlay's work directory.
 pub const WORK_DIR: &str = "work";
 
+/// The attributes of an image's top directory that a writable mount
+/// shows from `upper/` instead: an overlay's top directory is its upper
+/// layer's, so `upper/` must have them for the root to show the image's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Top {
+    /// Permission bits (with setuid, setgid and sticky).
+    pub mode: u32,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+    /// Modification time: seconds, nanoseconds.
+    pub mtime: (i64, i64),
+}
+
+impl Top {
+    /// The top of a tree about to be written as an image.
+    pub fn of_stat(st: &composefs::tree::Stat) -> Top {
+        Top {
+            mode: st.st_mode & 0o7777,
+            uid: st.st_uid,
+            gid: st.st_gid,
+            mtime: (st.st_mtim_sec, i64::from(st.st_mtim_nsec)),
+        }
+    }
+
+    /// The top of a directory on disk.
+    pub fn of_metadata(md: &std::fs::Metadata) -> Top {
+        use std::os::unix::fs::MetadataExt;
+        Top {
+            mode: md.mode() & 0o7777,
+            uid: md.uid(),
+            gid: md.gid(),
+            mtime: (md.mtime(), md.mtime_nsec()),
+        }
+    }
+}
+
+/// Gives `upper/` in the root directory `dir` (`shown`) the attributes
+/// of the image's top directory; owner first, as a chown clears setuid
+/// and setgid bits.
+pub fn match_upper(
+    dir: &impl AsFd,
+    shown: &Path,
+    top: &Top,
+) -> Result<(), Error> {
+    let path = shown.join(UPPER_DIR);
+    let upper = at::open_dir(dir.as_fd().as_raw_fd(), c"upper")
+        .map_err(|e| Error::io(&path, Op::Open, e))?;
+    let failed = |e| Error::io(&path, Op::Attributes, e);
+    at::fchown(&upper, top.uid, top.gid).map_err(failed)?;
+    at::fchmod(&upper, top.mode).map_err(failed)?;
+    let times = zinstall_sys::fs::Times {
+        atime: top.mtime,
+        mtime: top.mtime,
+    };
+    at::futimens(&upper, &times).map_err(failed)
+}
+
 /// The most bytes a record may have (its store path is the only field
 /// of any length).
 const RECORD_MAX: u64 = 16 << 10;

@@ -74,9 +74,13 @@ pub fn mount(args: &MountArgs) -> Exit {
         Err(e) => return failed(&e),
     };
     if args.print {
-        for argv in root
+        let lines = match root
             .mount_commands(args.read_only, std::path::Path::new(LOWER_BASE))
         {
+            Ok(l) => l,
+            Err(e) => return failed(&e),
+        };
+        for argv in lines {
             let words: Vec<String> =
                 argv.iter().map(|w| shell_word(w)).collect();
             crate::output::out(words.join(" "));
