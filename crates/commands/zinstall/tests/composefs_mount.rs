@@ -33,14 +33,14 @@ fn has_filesystem(name: &str) -> bool {
         .any(|l| l.split_whitespace().last() == Some(name))
 }
 
-/// True if composefs roots can be mounted here: root, Linux 6.15 or
-/// later (EROFS from a file, overlay layers by descriptor), erofs and
+/// True if composefs roots can be mounted here: root, Linux 6.12 or
+/// later (EROFS from a file, overlay data-only layers), erofs and
 /// overlayfs; otherwise the missing one is reported as unmet.
 pub(crate) fn composefs_mounts() -> bool {
     require_root()
         && require(
-            kernel() >= (6, 15),
-            "Linux 6.15 or later (composefs mounts by descriptor)",
+            kernel() >= (6, 12),
+            "Linux 6.12 or later (composefs mounts)",
         )
         && require(has_filesystem("erofs"), "the kernel's erofs filesystem")
         && require(has_filesystem("overlay"), "the kernel's overlayfs")

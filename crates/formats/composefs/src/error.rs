@@ -167,10 +167,10 @@ impl fmt::Display for Error {
             Problem::Kernel(e) => write!(
                 f,
                 "{p}: {op}: the kernel refused it ({e}): composefs mounts \
-                 need Linux 6.15 or later with erofs and overlayfs (EROFS \
-                 mounted from a file or a loop device, overlay layers given \
-                 by descriptor); upgrade the kernel, or load the erofs, \
-                 overlay and loop modules"
+                 need Linux 6.12 or later with erofs and overlayfs (EROFS \
+                 mounted from a file or a loop device, overlay data-only \
+                 layers); upgrade the kernel, or load the erofs, overlay \
+                 and loop modules"
             ),
             Problem::NotDirectory => write!(
                 f,

@@ -2,9 +2,10 @@
 //! never by a path someone could swap) under an overlay whose data-only
 //! lower layer is the store's `objects/`, with the root's own `upper/`
 //! and `work/` when it is writable. Everything is passed to the kernel by
-//! descriptor (composefs-rs's `composefs_fsmount`), so only the mount
-//! point itself is named, and it is resolved beneath its parent without
-//! following a symlink.
+//! descriptor (composefs-rs's `composefs_fsmount`: the overlay's layers
+//! as the `/proc/self/fd` links of descriptors held here, which kernels
+//! before 6.15 need), so only the mount point itself is named, and it is
+//! resolved beneath its parent without following a symlink.
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};

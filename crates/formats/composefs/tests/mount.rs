@@ -33,13 +33,13 @@ fn has_filesystem(name: &str) -> bool {
 }
 
 /// True if composefs roots can be mounted here by descriptor: root,
-/// Linux 6.15 or later, erofs and overlayfs (each required: a failure
+/// Linux 6.12 or later, erofs and overlayfs (each required: a failure
 /// naming it under CI).
 fn composefs_mounts_here() -> bool {
     require_root()
         && require(
-            kernel() >= (6, 15),
-            "Linux 6.15 or later (composefs mounts by descriptor)",
+            kernel() >= (6, 12),
+            "Linux 6.12 or later (composefs mounts)",
         )
         && require(has_filesystem("erofs"), "the kernel's erofs filesystem")
         && require(has_filesystem("overlay"), "the kernel's overlayfs")
