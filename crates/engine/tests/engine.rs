@@ -419,3 +419,37 @@ fn a_dry_run_decides_as_the_copy_does() {
     assert_eq!(real, (0, 0, 3, 1));
     assert_eq!(dry, real);
 }
+
+/// A dry run meets what the copy meets, as the copy does: a layer's
+/// directory where the destination has a file replaces the file (the
+/// dry run used to refuse it as a conflict), and a top destination that
+/// is a symlink inside the root is refused (the dry run used to follow
+/// it).
+#[test]
+fn a_dry_run_meets_the_destination_as_the_copy_does() {
+    let d = tmp();
+    let (src, dst) = (d.path().join("src"), d.path().join("dst"));
+    write(&src.join("d/f"), b"in d");
+    write(&src.join("g"), b"g");
+    write(&dst.join("d"), b"a file where the layer has a directory");
+    let layer = |p: Plan| p.layered(true);
+    let [dry, real] = dry_and_real(layer, &src, &dst);
+    assert_eq!(real, (2, 0, 0, 0));
+    assert_eq!(dry, real);
+
+    let root = d.path().join("root");
+    fs::create_dir_all(root.join("real")).unwrap();
+    symlink("real", root.join("top")).unwrap();
+    for dry in [true, false] {
+        let f = Plan::new(&src, root.join("top"))
+            .within(&root)
+            .dry_run(dry)
+            .run()
+            .unwrap_err();
+        assert!(
+            matches!(f.errors.as_slice(), [Error::Beneath { .. }]),
+            "dry {dry}: {f}"
+        );
+    }
+    assert_eq!(fs::read_dir(root.join("real")).unwrap().count(), 0);
+}

@@ -13,12 +13,12 @@
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 use std::ffi::CString;
-use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::Duration;
 
 use super::node::DirNode;
+use super::writes::DstDir;
 
 #[derive(Default)]
 pub(crate) struct InodeMap {
@@ -41,9 +41,9 @@ pub(crate) struct Placed {
 #[derive(Clone)]
 pub(crate) enum PlacedDir {
     /// A single job's directory, held open.
-    Open(Arc<OwnedFd>),
+    Open(Arc<DstDir>),
     /// A walked directory.
-    Walked(Weak<OwnedFd>, Arc<DirNode>),
+    Walked(Weak<DstDir>, Arc<DirNode>),
 }
 
 pub(crate) struct Slot {

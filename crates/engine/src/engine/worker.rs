@@ -247,8 +247,13 @@ impl<'s, 'p> Worker<'s, 'p> {
             Placement::Direct => &job.leaf,
             Placement::Replace(tmp) => tmp,
         };
+        let Some(dir) = self.shared.writes.dir_fd(&job.dir) else {
+            // Recorded: the file as the copy would write it.
+            self.stats.files += 1;
+            self.stats.bytes += md.len();
+            return Ok(());
+        };
         self.trace.enter(ThreadState::Writing);
-        let dir = job.dir.as_raw_fd();
         let dst = self
             .shared
             .fds
@@ -279,7 +284,7 @@ impl<'s, 'p> Worker<'s, 'p> {
             }
         };
         drop(dst);
-        finish_placement(job, &place)?;
+        finish_placement(job, dir, &place)?;
         if method != Method::Clone {
             self.shared.wrote(copied);
         }
@@ -513,9 +518,8 @@ impl<'s, 'p> Worker<'s, 'p> {
     ) -> Result<()> {
         let ctarget = posix::cstr(target)
             .map_err(|e| Error::io2(Op::Symlink, &job.dst, target, e))?;
-        let dir = job.dir.as_raw_fd();
         let place = self.place(job, |st| {
-            let read = || at::readlink(dir, &job.leaf);
+            let read = || job.dir.readlink(&job.leaf);
             placing::same_symlink(st, read, ctarget.as_bytes())
         })?;
         let name = match &place {
@@ -523,29 +527,31 @@ impl<'s, 'p> Worker<'s, 'p> {
             Placement::Direct => &job.leaf,
             Placement::Replace(tmp) => tmp,
         };
+        // Recorded: counted by the caller.
+        let Some(dir) = self.shared.writes.dir_fd(&job.dir) else {
+            return Ok(());
+        };
         at::symlink(&ctarget, dir, name)
             .map_err(|e| Error::io2(Op::Symlink, &job.dst, target, e))?;
         if let Some(md) = md {
             self.trace.enter(ThreadState::Metadata);
-            self.apply_at(job, md, name)?;
+            self.apply_at(job, md, dir, name)?;
         }
-        finish_placement(job, &place)
+        finish_placement(job, dir, &place)
     }
 
     /// The source's owner, xattrs, mode and times on the entry `name`
-    /// made for `job` in its directory.
-    fn apply_at(&self, job: &Job, md: &Stat, name: &CStr) -> Result<()> {
+    /// made for `job` in its directory, open as `dir`.
+    fn apply_at(
+        &self,
+        job: &Job,
+        md: &Stat,
+        dir: RawFd,
+        name: &CStr,
+    ) -> Result<()> {
         let (sdir, sname) = source(job);
         let src = XattrTarget::At(sdir, sname);
-        meta::apply_at(
-            self.shared,
-            md,
-            &src,
-            &job.src,
-            job.dir.as_raw_fd(),
-            name,
-            &job.dst,
-        )
+        meta::apply_at(self.shared, md, &src, &job.src, dir, name, &job.dst)
     }
 
     fn redirect(&mut self, job: &Job, target: &Path) -> Result<()> {
@@ -595,7 +601,11 @@ impl<'s, 'p> Worker<'s, 'p> {
             Placement::Direct => &job.leaf,
             Placement::Replace(tmp) => tmp,
         };
-        let dir = job.dir.as_raw_fd();
+        let Some(dir) = self.shared.writes.dir_fd(&job.dir) else {
+            // Recorded: whether mknod is permitted is not known.
+            self.stats.specials += 1;
+            return Ok(());
+        };
         if let Err(e) = at::mknod(dir, name, type_bits | 0o600, md.rdev) {
             if e.raw_os_error() == Some(libc::EPERM) {
                 if self.shared.plan.skip_special {
@@ -608,8 +618,8 @@ impl<'s, 'p> Worker<'s, 'p> {
             return Err(Error::io(Op::Mknod, &job.dst, e));
         }
         self.trace.enter(ThreadState::Metadata);
-        self.apply_at(job, md, name)?;
-        finish_placement(job, &place)?;
+        self.apply_at(job, md, dir, name)?;
+        finish_placement(job, dir, &place)?;
         self.stats.specials += 1;
         Ok(())
     }
@@ -624,7 +634,8 @@ impl<'s, 'p> Worker<'s, 'p> {
                 None => node.open_fds()?.dst,
             },
         };
-        let first_id = at::lstat(first_dir.as_raw_fd(), &first.leaf)
+        let first_id = first_dir
+            .lstat(&first.leaf)
             .ok()
             .flatten()
             .map(|st| (st.st_dev as u64, st.st_ino as u64));
@@ -639,14 +650,17 @@ impl<'s, 'p> Worker<'s, 'p> {
             Placement::Direct => &job.leaf,
             Placement::Replace(tmp) => tmp,
         };
-        at::link(
-            first_dir.as_raw_fd(),
-            &first.leaf,
-            job.dir.as_raw_fd(),
-            name,
-        )
-        .map_err(|e| Error::io2(Op::Link, &first.shown, &job.dst, e))?;
-        finish_placement(job, &place)?;
+        let writes = self.shared.writes;
+        let (Some(from), Some(dir)) =
+            (writes.dir_fd(&first_dir), writes.dir_fd(&job.dir))
+        else {
+            // Recorded.
+            self.stats.hardlinks += 1;
+            return Ok(());
+        };
+        at::link(from, &first.leaf, dir, name)
+            .map_err(|e| Error::io2(Op::Link, &first.shown, &job.dst, e))?;
+        finish_placement(job, dir, &place)?;
         self.stats.hardlinks += 1;
         Ok(())
     }
@@ -676,8 +690,7 @@ impl<'s, 'p> Worker<'s, 'p> {
         job: &Job,
         same: impl FnOnce(&libc::stat) -> bool,
     ) -> Result<Placement> {
-        let dir = job.dir.as_raw_fd();
-        let look = || at::lstat(dir, &job.leaf);
+        let look = || job.dir.lstat(&job.leaf);
         match placing::decide(
             Merging::of(self.shared.plan),
             &job.dst,
@@ -686,7 +699,9 @@ impl<'s, 'p> Worker<'s, 'p> {
         )? {
             Decision::Direct => Ok(Placement::Direct),
             Decision::RemoveDir => {
-                crate::beneath::remove_at(dir, &job.leaf, &job.dst)?;
+                if let Some(dir) = self.shared.writes.dir_fd(&job.dir) {
+                    crate::beneath::remove_at(dir, &job.leaf, &job.dst)?;
+                }
                 Ok(Placement::Direct)
             }
             Decision::Unchanged => Ok(Placement::Unchanged),
@@ -697,14 +712,14 @@ impl<'s, 'p> Worker<'s, 'p> {
     }
 }
 
-/// Renames a replacement over its destination, within its directory.
-fn finish_placement(job: &Job, place: &Placement) -> Result<()> {
-    if let Placement::Replace(tmp) = place {
-        let dir = job.dir.as_raw_fd();
-        if let Err(e) = at::rename(dir, tmp, &job.leaf) {
-            let _already_failing = at::unlink(dir, tmp, false);
-            return Err(Error::io(Op::Rename, &job.dst, e));
-        }
+/// Renames a replacement over its destination, within its directory
+/// (open as `dir`).
+fn finish_placement(job: &Job, dir: RawFd, place: &Placement) -> Result<()> {
+    if let Placement::Replace(tmp) = place
+        && let Err(e) = at::rename(dir, tmp, &job.leaf)
+    {
+        let _already_failing = at::unlink(dir, tmp, false);
+        return Err(Error::io(Op::Rename, &job.dst, e));
     }
     Ok(())
 }
