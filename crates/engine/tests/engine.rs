@@ -453,3 +453,30 @@ fn a_dry_run_meets_the_destination_as_the_copy_does() {
     }
     assert_eq!(fs::read_dir(root.join("real")).unwrap().count(), 0);
 }
+
+/// Merging, a later name of an inode whose first name is written anew is
+/// linked anew, dry as for real: what is at its place was a link to the
+/// first name's old copy, not to the one the copy makes (the dry run
+/// used to find the old copy there and count the later name unchanged).
+#[test]
+fn a_dry_run_links_later_names_to_a_first_name_made_anew() {
+    let d = tmp();
+    let (src, dst) = (d.path().join("src"), d.path().join("dst"));
+    write(&src.join("a"), b"old");
+    fs::hard_link(src.join("a"), src.join("b")).unwrap();
+    Plan::new(&src, &dst).run().unwrap();
+    write(&src.join("a"), b"new and longer");
+    let stats = |dry: bool| {
+        let s = Plan::new(&src, &dst)
+            .merge(true)
+            .dry_run(dry)
+            .run()
+            .unwrap()
+            .stats;
+        (s.files, s.hardlinks, s.unchanged)
+    };
+    let dry = stats(true);
+    let real = stats(false);
+    assert_eq!(real, (1, 1, 0));
+    assert_eq!(dry, real);
+}

@@ -17,11 +17,12 @@ use std::time::Instant;
 
 use crossbeam_channel::Receiver;
 
-use super::inodes::{Claim, Placed, PlacedDir};
+use super::inodes::{Claim, Outcome, Placed, PlacedDir};
 use super::job::{Job, JobKind};
 use super::opening::{identity, open_error};
 use super::placing::{self, Decision, Merging};
 use super::shared::{Shared, ThreadResult, new_trace};
+use super::writes::Writes;
 use super::{dirs, meta};
 use crate::descriptors;
 use crate::error::{Error, Op, Refusal, Result};
@@ -60,6 +61,8 @@ pub(crate) struct Worker<'s, 'p> {
     index: u32,
     /// Progress not yet reported.
     unreported: (u64, u64),
+    /// Whether the last entry placed was left as it was (merging).
+    left: bool,
 }
 
 impl<'s, 'p> Worker<'s, 'p> {
@@ -72,6 +75,7 @@ impl<'s, 'p> Worker<'s, 'p> {
             load: WorkerStats::default(),
             index: index as u32,
             unreported: (0, 0),
+            left: false,
         }
     }
 
@@ -217,10 +221,12 @@ impl<'s, 'p> Worker<'s, 'p> {
             match self.claim(identity(&md), md.nlink(), job) {
                 Claim::First(first) => {
                     let r = self.copy_file_body(job, &src, &md);
-                    first.done(r.is_ok());
+                    first.done(self.outcome(&r));
                     return r;
                 }
-                Claim::Later(first) => return self.hard_link(&first, job),
+                Claim::Later(first, anew) => {
+                    return self.hard_link(&first, anew, job);
+                }
                 // Its first name failed and the run goes on: this name
                 // is copied on its own rather than left out.
                 Claim::Abandoned if self.goes_on() => {}
@@ -491,7 +497,9 @@ impl<'s, 'p> Worker<'s, 'p> {
         let first = if md.nlink > 1 {
             match self.claim(md.identity(), md.nlink, job) {
                 Claim::First(f) => Some(f),
-                Claim::Later(first) => return self.hard_link(&first, job),
+                Claim::Later(first, anew) => {
+                    return self.hard_link(&first, anew, job);
+                }
                 Claim::Abandoned if self.goes_on() => None,
                 Claim::Abandoned => return Ok(()),
             }
@@ -503,7 +511,7 @@ impl<'s, 'p> Worker<'s, 'p> {
             self.stats.symlinks += 1;
         }
         if let Some(f) = first {
-            f.done(r.is_ok());
+            f.done(self.outcome(&r));
         }
         r
     }
@@ -574,7 +582,9 @@ impl<'s, 'p> Worker<'s, 'p> {
         let first = if md.nlink > 1 {
             match self.claim(md.identity(), md.nlink, job) {
                 Claim::First(f) => Some(f),
-                Claim::Later(first) => return self.hard_link(&first, job),
+                Claim::Later(first, anew) => {
+                    return self.hard_link(&first, anew, job);
+                }
                 Claim::Abandoned if self.goes_on() => None,
                 Claim::Abandoned => return Ok(()),
             }
@@ -583,7 +593,7 @@ impl<'s, 'p> Worker<'s, 'p> {
         };
         let r = self.make_special(job, &md);
         if let Some(f) = first {
-            f.done(r.is_ok());
+            f.done(self.outcome(&r));
         }
         r
     }
@@ -624,8 +634,23 @@ impl<'s, 'p> Worker<'s, 'p> {
         Ok(())
     }
 
-    /// A later name of an inode already copied to `first`.
-    fn hard_link(&mut self, first: &Placed, job: &Job) -> Result<()> {
+    /// How the copy of a first name ended, from its result.
+    fn outcome(&self, r: &Result<()>) -> Outcome {
+        match r {
+            Err(_) => Outcome::Failed,
+            Ok(()) if self.left => Outcome::Left,
+            Ok(()) => Outcome::Made,
+        }
+    }
+
+    /// A later name of an inode already copied to `first` (`anew`: made,
+    /// not left as it was).
+    fn hard_link(
+        &mut self,
+        first: &Placed,
+        anew: bool,
+        job: &Job,
+    ) -> Result<()> {
         self.trace.enter(ThreadState::Linking);
         let first_dir = match &first.dir {
             PlacedDir::Open(d) => Arc::clone(d),
@@ -634,11 +659,16 @@ impl<'s, 'p> Worker<'s, 'p> {
                 None => node.open_fds()?.dst,
             },
         };
-        let first_id = first_dir
-            .lstat(&first.leaf)
-            .ok()
-            .flatten()
-            .map(|st| (st.st_dev as u64, st.st_ino as u64));
+        let first_id = match (self.shared.writes, anew) {
+            // Recorded, a first name made anew is not there: nothing
+            // there is a link to it.
+            (Writes::Record, true) => None,
+            _ => first_dir
+                .lstat(&first.leaf)
+                .ok()
+                .flatten()
+                .map(|st| (st.st_dev as u64, st.st_ino as u64)),
+        };
         let place = self.place(job, |st| {
             Some((st.st_dev as u64, st.st_ino as u64)) == first_id
         })?;
@@ -686,10 +716,11 @@ impl<'s, 'p> Worker<'s, 'p> {
     /// entry): a directory a layer replaces is removed here, and a
     /// replacement gets its temporary name.
     fn place(
-        &self,
+        &mut self,
         job: &Job,
         same: impl FnOnce(&libc::stat) -> bool,
     ) -> Result<Placement> {
+        self.left = false;
         let look = || job.dir.lstat(&job.leaf);
         match placing::decide(
             Merging::of(self.shared.plan),
@@ -704,7 +735,10 @@ impl<'s, 'p> Worker<'s, 'p> {
                 }
                 Ok(Placement::Direct)
             }
-            Decision::Unchanged => Ok(Placement::Unchanged),
+            Decision::Unchanged => {
+                self.left = true;
+                Ok(Placement::Unchanged)
+            }
             Decision::Replace => {
                 Ok(Placement::Replace(self.shared.temp_name()))
             }
