@@ -422,9 +422,9 @@ fn a_dry_run_decides_as_the_copy_does() {
 
 /// A dry run meets what the copy meets, as the copy does: a layer's
 /// directory where the destination has a file replaces the file (the
-/// dry run used to refuse it as a conflict), and a top destination that
-/// is a symlink inside the root is refused (the dry run used to follow
-/// it).
+/// dry run used to refuse it as a conflict), a top destination that is
+/// a symlink inside the root is refused (the dry run used to follow
+/// it), and one that is a dangling symlink fails to be made.
 #[test]
 fn a_dry_run_meets_the_destination_as_the_copy_does() {
     let d = tmp();
@@ -452,6 +452,19 @@ fn a_dry_run_meets_the_destination_as_the_copy_does() {
         );
     }
     assert_eq!(fs::read_dir(root.join("real")).unwrap().count(), 0);
+
+    // A dangling symlink named as the destination: the copy's mkdir
+    // fails on it, and so does the dry run (it used to call it a
+    // conflict of its own).
+    let dangling = d.path().join("dangling");
+    symlink("nowhere", &dangling).unwrap();
+    for dry in [true, false] {
+        let f = Plan::new(&src, &dangling).dry_run(dry).run().unwrap_err();
+        assert!(
+            matches!(f.errors.as_slice(), [Error::Io { op: Op::Mkdir, .. }]),
+            "dry {dry}: {f}"
+        );
+    }
 }
 
 /// Merging, a later name of an inode whose first name is written anew is

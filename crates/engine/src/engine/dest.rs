@@ -159,6 +159,11 @@ fn make_root(dst: &Path, writes: Writes) -> Result<bool> {
         return Ok(true);
     }
     if writes == Writes::Record {
+        // What the copy's mkdir would meet: a dangling symlink, say.
+        if fs::symlink_metadata(dst).is_ok() {
+            let e = io::Error::from_raw_os_error(libc::EEXIST);
+            return Err(Error::io(Op::Mkdir, dst, e));
+        }
         return Ok(false);
     }
     if let Some(parent) = dst.parent()
