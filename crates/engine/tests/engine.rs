@@ -419,3 +419,77 @@ fn a_dry_run_decides_as_the_copy_does() {
     assert_eq!(real, (0, 0, 3, 1));
     assert_eq!(dry, real);
 }
+
+/// A dry run meets what the copy meets, as the copy does: a layer's
+/// directory where the destination has a file replaces the file (the
+/// dry run used to refuse it as a conflict), a top destination that is
+/// a symlink inside the root is refused (the dry run used to follow
+/// it), and one that is a dangling symlink fails to be made.
+#[test]
+fn a_dry_run_meets_the_destination_as_the_copy_does() {
+    let d = tmp();
+    let (src, dst) = (d.path().join("src"), d.path().join("dst"));
+    write(&src.join("d/f"), b"in d");
+    write(&src.join("g"), b"g");
+    write(&dst.join("d"), b"a file where the layer has a directory");
+    let layer = |p: Plan| p.layered(true);
+    let [dry, real] = dry_and_real(layer, &src, &dst);
+    assert_eq!(real, (2, 0, 0, 0));
+    assert_eq!(dry, real);
+
+    let root = d.path().join("root");
+    fs::create_dir_all(root.join("real")).unwrap();
+    symlink("real", root.join("top")).unwrap();
+    for dry in [true, false] {
+        let f = Plan::new(&src, root.join("top"))
+            .within(&root)
+            .dry_run(dry)
+            .run()
+            .unwrap_err();
+        assert!(
+            matches!(f.errors.as_slice(), [Error::Beneath { .. }]),
+            "dry {dry}: {f}"
+        );
+    }
+    assert_eq!(fs::read_dir(root.join("real")).unwrap().count(), 0);
+
+    // A dangling symlink named as the destination: the copy's mkdir
+    // fails on it, and so does the dry run (it used to call it a
+    // conflict of its own).
+    let dangling = d.path().join("dangling");
+    symlink("nowhere", &dangling).unwrap();
+    for dry in [true, false] {
+        let f = Plan::new(&src, &dangling).dry_run(dry).run().unwrap_err();
+        assert!(
+            matches!(f.errors.as_slice(), [Error::Io { op: Op::Mkdir, .. }]),
+            "dry {dry}: {f}"
+        );
+    }
+}
+
+/// Merging, a later name of an inode whose first name is written anew is
+/// linked anew, dry as for real: what is at its place was a link to the
+/// first name's old copy, not to the one the copy makes (the dry run
+/// used to find the old copy there and count the later name unchanged).
+#[test]
+fn a_dry_run_links_later_names_to_a_first_name_made_anew() {
+    let d = tmp();
+    let (src, dst) = (d.path().join("src"), d.path().join("dst"));
+    write(&src.join("a"), b"old");
+    fs::hard_link(src.join("a"), src.join("b")).unwrap();
+    Plan::new(&src, &dst).run().unwrap();
+    write(&src.join("a"), b"new and longer");
+    let stats = |dry: bool| {
+        let s = Plan::new(&src, &dst)
+            .merge(true)
+            .dry_run(dry)
+            .run()
+            .unwrap()
+            .stats;
+        (s.files, s.hardlinks, s.unchanged)
+    };
+    let dry = stats(true);
+    let real = stats(false);
+    assert_eq!(real, (1, 1, 0));
+    assert_eq!(dry, real);
+}

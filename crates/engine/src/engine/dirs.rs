@@ -20,6 +20,7 @@ use std::sync::atomic::Ordering;
 use super::meta;
 use super::node::{DirFds, DirNode};
 use super::shared::Shared;
+use super::writes::Writes;
 
 /// Releases one hold on `node`, whose descriptors the caller holds
 /// (`fds` gives them, if it could open them: called only when they are
@@ -59,21 +60,24 @@ pub(crate) fn release_n(
         if shared.stopped() {
             return;
         }
-        let fds = match own.take() {
-            Some(f) => Ok(f),
-            None => cur.fds(below.as_ref()),
+        let fds = match (shared.writes, own.take()) {
+            // A dry run sets no metadata: nothing to open for it.
+            (Writes::Record, _) => None,
+            (Writes::Make, Some(f)) => Some(Ok(f)),
+            (Writes::Make, None) => Some(cur.fds(below.as_ref())),
         };
         below = match fds {
+            None => None,
             // Walk-only leaves directory metadata out: it is the workers'
             // work in a copy.
-            Ok(f) if shared.plan.walk_only => Some(f),
-            Ok(f) => {
+            Some(Ok(f)) if shared.plan.walk_only => Some(f),
+            Some(Ok(f)) => {
                 if let Err(e) = meta::apply_dir(shared, &cur, &f) {
                     shared.entry_failed(e);
                 }
                 Some(f)
             }
-            Err(e) => {
+            Some(Err(e)) => {
                 shared.entry_failed(e);
                 None
             }

@@ -13,12 +13,12 @@
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 use std::ffi::CString;
-use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::Duration;
 
 use super::node::DirNode;
+use super::writes::DstDir;
 
 #[derive(Default)]
 pub(crate) struct InodeMap {
@@ -41,9 +41,9 @@ pub(crate) struct Placed {
 #[derive(Clone)]
 pub(crate) enum PlacedDir {
     /// A single job's directory, held open.
-    Open(Arc<OwnedFd>),
+    Open(Arc<DstDir>),
     /// A walked directory.
-    Walked(Weak<OwnedFd>, Arc<DirNode>),
+    Walked(Weak<DstDir>, Arc<DirNode>),
 }
 
 pub(crate) struct Slot {
@@ -55,7 +55,17 @@ pub(crate) struct Slot {
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum State {
     Pending,
-    Done,
+    Ended(Outcome),
+}
+
+/// How the copy of a first name ended.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// Written: made, or made again over what was there.
+    Made,
+    /// Merging, what was there was like it and left alone.
+    Left,
+    /// Failed (its error is recorded), or given up.
     Failed,
 }
 
@@ -69,8 +79,9 @@ struct Group {
 pub(crate) enum Claim {
     /// Copy it; then call [`First::done`].
     First(First),
-    /// Link to this entry, the copy of the first name.
-    Later(Placed),
+    /// Link to this entry, the copy of the first name; `true` if that
+    /// was made anew (not left as it was).
+    Later(Placed, bool),
     /// The first copy failed (its error is already recorded) or the run
     /// stopped: nothing to do.
     Abandoned,
@@ -81,15 +92,15 @@ pub(crate) enum Claim {
 pub(crate) struct First(Arc<Slot>);
 
 impl First {
-    pub(crate) fn done(self, ok: bool) {
-        self.0.set(if ok { State::Done } else { State::Failed });
+    pub(crate) fn done(self, outcome: Outcome) {
+        self.0.set(State::Ended(outcome));
         std::mem::forget(self);
     }
 }
 
 impl Drop for First {
     fn drop(&mut self) {
-        self.0.set(State::Failed);
+        self.0.set(State::Ended(Outcome::Failed));
     }
 }
 
@@ -149,7 +160,10 @@ impl InodeMap {
                 .0;
         }
         match *g {
-            State::Done => Claim::Later(slot.dst.clone()),
+            State::Ended(Outcome::Made) => Claim::Later(slot.dst.clone(), true),
+            State::Ended(Outcome::Left) => {
+                Claim::Later(slot.dst.clone(), false)
+            }
             _ => Claim::Abandoned,
         }
     }

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::node::{DirFds, DirNode};
+use super::writes::DstDir;
 use crate::descriptors::Slot;
 
 /// One unit of work for a worker.
@@ -19,8 +20,9 @@ pub(crate) struct Job {
     /// ([`Job::name_paths`]).
     pub(crate) src: PathBuf,
     pub(crate) dst: PathBuf,
-    /// The destination directory, opened beneath the destination root.
-    pub(crate) dir: Arc<OwnedFd>,
+    /// The destination directory, opened beneath the destination root
+    /// (or, in a dry run, one not made).
+    pub(crate) dir: Arc<DstDir>,
     /// The entry's name in `dir`, and in `src_dir` unless `src_leaf`
     /// says otherwise.
     pub(crate) leaf: CString,

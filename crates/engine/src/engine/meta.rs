@@ -85,7 +85,11 @@ pub(crate) fn apply_dir(
     fds: &DirFds,
 ) -> Result<()> {
     let md = &d.md;
-    let dst = &*fds.dst;
+    // A dry run's directory, not made, has nothing to apply to (and a
+    // dry run applies nothing).
+    let Some(dst) = fds.dst.fd() else {
+        return Ok(());
+    };
     // Made here, not kept: a node holds no paths.
     let (src_path, dst_path) = d.paths();
     owner(shared, md.uid, md.gid, &dst_path, || {

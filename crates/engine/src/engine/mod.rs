@@ -92,14 +92,16 @@
 //! the batches it fills instead of queuing them, releasing their
 //! directories, and no directory's metadata is applied (the workers'
 //! work in a copy), so the walkers' own rate is measured apart from the
-//! copying and from any consumer's. A dry run is the same walk
-//! with nothing made: the walkers count what a copy would do
-//! ([`dry_run`]).
+//! copying and from any consumer's.
+//!
+//! A dry run ([`Plan::dry_run`]) is the copy itself, recording
+//! ([`writes::Writes::Record`]): the same walk, jobs, workers, checks
+//! and placement, the destination read through the same descriptors;
+//! where the copy would write, the write is counted instead.
 
 mod dest;
 mod dirs;
 mod dispatch;
-mod dry_run;
 mod inodes;
 mod job;
 mod meta;
@@ -109,11 +111,11 @@ mod placing;
 mod shared;
 mod source;
 mod tasks;
-mod visit;
 mod walk;
 mod worker;
+mod writes;
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Instant;
@@ -121,7 +123,7 @@ use std::time::Instant;
 use crate::error::{Error, Op, Refusal};
 use crate::stats::{NoticeKind, Stats};
 use crate::sys;
-use crate::sys::posix::{Stat, at};
+use crate::sys::posix::Stat;
 use crate::trace::Recording;
 use crate::{Failure, Plan, Report};
 
@@ -130,7 +132,7 @@ use dispatch::{Dispatch, PoolDispatch};
 use job::{Job, JobKind};
 use shared::{Shared, as_caller};
 use source::Source;
-use visit::Mode;
+use writes::{DstDir, Writes};
 
 /// Runs `plan` ([`Plan::run`]): the engine's one entry.
 pub(crate) fn run(plan: &Plan) -> Result<Report, Failure> {
@@ -156,13 +158,6 @@ pub(crate) fn run(plan: &Plan) -> Result<Report, Failure> {
     if let Some(source) = &source {
         match source.stat(&plan.src) {
             Err(e) => shared.fail(e),
-            Ok(md) if plan.dry_run => {
-                if let Some(walked) =
-                    dry_run::run(&shared, source, &md, &mut stats)
-                {
-                    add_walkers(&mut stats, &mut entities, walked);
-                }
-            }
             Ok(md) if md.is_dir() => {
                 run_tree(&shared, source, &mut stats, &mut entities);
                 shared.finish_flusher();
@@ -173,7 +168,7 @@ pub(crate) fn run(plan: &Plan) -> Result<Report, Failure> {
         }
     }
     if plan.sync
-        && !plan.dry_run
+        && shared.writes == Writes::Make
         && !shared.stopped()
         && let Err(e) = sync_destination(&plan.dst)
     {
@@ -234,7 +229,7 @@ fn run_tree(
     let plan = shared.plan;
     let tops = source.open_dir(&plan.src).and_then(|src| {
         check_destination(plan, &src)?;
-        Ok((src, open_top(plan)?))
+        Ok((src, open_top(plan, shared.writes)?))
     });
     let (top_src, top) = match tops {
         Ok(fds) => fds,
@@ -243,7 +238,9 @@ fn run_tree(
             return;
         }
     };
-    if let Err(e) = shared.start_flusher(&top) {
+    if let Some(fd) = top.fd()
+        && let Err(e) = shared.start_flusher(fd)
+    {
         shared.fail(e);
         return;
     }
@@ -281,9 +278,8 @@ fn run_tree(
         drop(rx);
         let walked = walk::run(
             shared,
-            Mode::Copy,
             (!plan.walk_only).then_some(&tx as &(dyn Dispatch + Sync)),
-            (top_src, Some(top)),
+            (top_src, top),
             plan.tunables.walkers(),
         );
         // Every walker is done: closing the queue lets the workers finish.
@@ -324,7 +320,7 @@ fn add_walkers(
 fn run_tree_pooled(
     shared: &Shared<'_>,
     pool: &crate::pool::Pool,
-    tops: (OwnedFd, OwnedFd),
+    tops: (OwnedFd, DstDir),
     stats: &mut Stats,
     entities: &mut Vec<crate::trace::EntityTrace>,
 ) {
@@ -341,13 +337,7 @@ fn run_tree_pooled(
             in_flight: &in_flight,
             cap: 2 * pool.threads(),
         };
-        walk::run(
-            shared,
-            Mode::Copy,
-            Some(&dispatch),
-            (tops.0, Some(tops.1)),
-            walkers.count(),
-        )
+        walk::run(shared, Some(&dispatch), (tops.0, tops.1), walkers.count())
     });
     drop(walkers);
     add_walkers(stats, entities, walked);
@@ -375,15 +365,20 @@ fn run_single(
     entities: &mut Vec<crate::trace::EntityTrace>,
 ) {
     let plan = shared.plan;
-    let (dir, leaf, dst) = match single_destination(plan) {
+    let (dir, leaf, dst) = match single_destination(plan, shared.writes) {
         Ok(d) => d,
         Err(e) => {
             shared.fail(e);
             return;
         }
     };
+    // Taken as missing, in a dry run that takes the destination as empty.
+    let dir = match (shared.writes, plan.dry_run_empty) {
+        (Writes::Record, true) => DstDir::Unmade,
+        _ => dir,
+    };
     if !plan.merge {
-        match at::lstat(dir.as_raw_fd(), &leaf) {
+        match dir.lstat(&leaf) {
             Ok(None) => {}
             Ok(Some(_)) => {
                 shared.fail(Error::refused(&dst, Refusal::Exists));
@@ -413,7 +408,7 @@ fn run_single(
         kind,
         src: plan.src.clone(),
         dst,
-        dir,
+        dir: Arc::new(dir),
         leaf,
         src_dir: Arc::clone(&source.dir),
         hold: None,
@@ -449,7 +444,7 @@ mod test {
             kind,
             src: src.to_path_buf(),
             dst: dst.to_path_buf(),
-            dir: Arc::new(dir.into()),
+            dir: Arc::new(DstDir::Open(dir.into())),
             leaf: worker::leaf_name(dst.file_name().unwrap()).unwrap(),
             src_dir: Arc::new(src_dir.into()),
             hold: None,

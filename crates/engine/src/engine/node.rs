@@ -29,6 +29,7 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex, Weak};
 
 use super::opening::step_error;
+use super::writes::DstDir;
 use crate::beneath;
 use crate::descriptors::Slot;
 use crate::error::{Error, Op, Refusal, Result};
@@ -40,7 +41,7 @@ use crate::sys::posix::{Stat, at};
 #[derive(Clone)]
 pub(crate) struct DirFds {
     pub(crate) src: Arc<OwnedFd>,
-    pub(crate) dst: Arc<OwnedFd>,
+    pub(crate) dst: Arc<DstDir>,
     pub(crate) hold: Option<Arc<Slot>>,
 }
 
@@ -59,8 +60,9 @@ pub(crate) struct DirNode {
     /// The source's `lstat`, taken before the walk read it, so the access
     /// time is the one before our own readdir.
     pub(crate) md: Stat,
-    /// `(dev, ino)` of the destination directory made.
-    dst_id: (u64, u64),
+    /// `(dev, ino)` of the destination directory made; `None` for one a
+    /// dry run would make, which is never there to reopen.
+    dst_id: Option<(u64, u64)>,
     open: Mutex<Open>,
     /// The top directory's descriptors and paths, kept for the whole
     /// run: there is no directory to reopen it from.
@@ -73,7 +75,7 @@ pub(crate) struct DirNode {
 /// has subdirectories queued, unless the walk let go of them.
 struct Open {
     src: Weak<OwnedFd>,
-    dst: Weak<OwnedFd>,
+    dst: Weak<DstDir>,
     hold: Weak<Slot>,
     pin: Option<DirFds>,
     queued: usize,
@@ -107,7 +109,7 @@ impl DirNode {
         name: &CStr,
         md: Stat,
         fds: &DirFds,
-        dst_id: (u64, u64),
+        dst_id: Option<(u64, u64)>,
         parent: Option<Arc<DirNode>>,
         top_paths: Option<(PathBuf, PathBuf)>,
     ) -> Arc<Self> {
@@ -242,9 +244,18 @@ impl DirNode {
         let src = at::open_dir(parent.src.as_raw_fd(), &self.name)
             .map_err(|e| Error::io(Op::Open, shown().0, e))?;
         check_id(&src, self.md.identity(), || shown().0)?;
-        let dst = beneath::step(parent.dst.as_raw_fd(), &self.name, None)
-            .map_err(|f| step_error(f, &shown().1))?;
-        check_id(&dst, self.dst_id, || shown().1)?;
+        let dst = match (self.dst_id, parent.dst.raw()) {
+            (Some(id), Some(p)) => {
+                let dst = beneath::step(p, &self.name, None)
+                    .map_err(|f| step_error(f, &shown().1))?;
+                check_id(&dst, id, || shown().1)?;
+                DstDir::Open(dst)
+            }
+            // A dry run's, not made.
+            (None, _) => DstDir::Unmade,
+            // In a directory not made: none is.
+            (Some(_), None) => return Err(self.lost()),
+        };
         let fds = DirFds {
             src: Arc::new(src),
             dst: Arc::new(dst),
@@ -279,7 +290,13 @@ impl DirNode {
             return Err(self.lost());
         };
         let src = self.reopen(&below.src, self.md.identity(), true)?;
-        let dst = self.reopen(&below.dst, self.dst_id, false)?;
+        let dst = match (self.dst_id, below.dst.fd()) {
+            (Some(id), Some(below)) => {
+                DstDir::Open(self.reopen(below, id, false)?)
+            }
+            (None, _) => DstDir::Unmade,
+            (Some(_), None) => return Err(self.lost()),
+        };
         Ok(DirFds {
             src: Arc::new(src),
             dst: Arc::new(dst),

@@ -10,6 +10,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use super::inodes;
+use super::writes::Writes;
 use crate::descriptors::Descriptors;
 use crate::error::{Error, Op};
 use crate::stats::{NoticeBoard, NoticeKind, Stats, WorkerStats};
@@ -22,6 +23,9 @@ use crate::{Failure, OnError, Plan};
 /// State shared by the walker and the workers of one run.
 pub(crate) struct Shared<'p> {
     pub(crate) plan: &'p Plan,
+    /// Whether the run writes, or records what it would write (a dry
+    /// run).
+    pub(crate) writes: Writes,
     pub(crate) quit: AtomicBool,
     pub(super) errors: Mutex<(Vec<Error>, u64)>,
     pub(super) notices: NoticeBoard,
@@ -61,6 +65,7 @@ impl<'p> Shared<'p> {
         };
         Shared {
             plan,
+            writes: Writes::of(plan),
             quit: AtomicBool::new(false),
             errors: Mutex::new((Vec::new(), 0)),
             notices: NoticeBoard::default(),
@@ -98,7 +103,7 @@ impl<'p> Shared<'p> {
             .tunables
             .copy_writeback
             .early(plan.sync || plan.durable);
-        if !early || plan.walk_only || plan.dry_run {
+        if !early || plan.walk_only || self.writes == Writes::Record {
             return Ok(());
         }
         // The top may be a search-only (O_PATH) descriptor, which

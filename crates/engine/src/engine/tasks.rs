@@ -6,7 +6,6 @@
 use std::collections::VecDeque;
 use std::ffi::CString;
 use std::os::fd::OwnedFd;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering, fence};
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::Duration;
@@ -14,9 +13,9 @@ use std::time::Duration;
 use crossbeam_deque::{Injector, Steal, Stealer, Worker as DequeWorker};
 
 use super::node::DirNode;
+use super::writes::DstDir;
 
-/// A directory still to read. Copying, it holds a count on its parent's
-/// node, whose descriptors stay pinned open for it until it is popped
+/// A directory still to read. It holds a count on its parent's node, whose descriptors stay pinned open for it until it is popped
 /// (unless the walk lets go of them for want of descriptors, see
 /// [`Tasks::evict`]): only then is it made at the destination and
 /// opened, so a directory with many subdirectories queues them without
@@ -28,18 +27,10 @@ pub(crate) struct DirTask {
 
 pub(super) enum TaskAt {
     /// The top: the source directory and the destination, both opened
-    /// already (no destination in a dry run).
-    Top(OwnedFd, Option<OwnedFd>),
-    /// A subdirectory of a copy: its name in its parent's node.
+    /// already (the destination unmade when a dry run finds none).
+    Top(OwnedFd, DstDir),
+    /// A subdirectory: its name in its parent's node.
     Sub(CString),
-    /// A subdirectory of a dry run: its parent's open source directory,
-    /// its name there, and its paths (a dry run keeps no nodes).
-    Dry {
-        src_dir: Arc<OwnedFd>,
-        name: CString,
-        src: PathBuf,
-        dst: PathBuf,
-    },
 }
 
 /// The directories still to read, and how an idle walker learns there is

@@ -1,8 +1,9 @@
 //! The walkers: `COPY_WALKERS` threads sharing the directories still to
 //! read through work-stealing deques. Each reads a directory relative to
 //! its parent's descriptor, makes and opens it beneath the destination
-//! first (copying), queues its subdirectories and feeds batches of jobs
-//! for everything else into the one queue the workers share.
+//! first (recorded, in a dry run), queues its subdirectories and feeds
+//! batches of jobs for everything else into the one queue the workers
+//! share.
 
 use std::ffi::{CStr, CString, OsStr};
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -22,7 +23,7 @@ use super::job::{Job, JobKind};
 use super::node::{DirFds, DirNode, READ_RESERVE};
 use super::shared::{Shared, as_caller, new_trace};
 use super::tasks::{DirTask, IDLE_POLL, TaskAt, Tasks};
-use super::visit::Mode;
+use super::writes::DstDir;
 use crate::descriptors::{self, Slot};
 use crate::error::{Error, Op, Refusal, Result};
 use crate::plan::Plan;
@@ -38,7 +39,6 @@ use crate::trace::{ThreadState, ThreadTrace};
 /// what to do with what they find.
 pub(crate) struct Walk<'s, 'p> {
     shared: &'s Shared<'p>,
-    mode: Mode<'s>,
     dispatch: Option<&'s (dyn Dispatch + Sync + 's)>,
     tasks: Tasks,
     /// The top source directory's device and mount (where the system
@@ -52,14 +52,13 @@ pub(crate) type WalkResult =
     Vec<(Stats, WalkerStats, Option<crate::trace::EntityTrace>)>;
 
 /// Walks the plan's source, open as `top.0`, with `walkers` threads,
-/// `walk-0` …, each taking the run's identity as a worker does. Copying,
-/// `top.1` is the destination directory, open, and `dispatch` where
-/// batches go.
+/// `walk-0`, `walk-1`, ..., each taking the run's identity as a worker
+/// does. `top.1` is the destination directory, and `dispatch` where
+/// batches go (none when walking only).
 pub(crate) fn run<'s, 'p>(
     shared: &'s Shared<'p>,
-    mode: Mode<'s>,
     dispatch: Option<&'s (dyn Dispatch + Sync + 's)>,
-    top: (OwnedFd, Option<OwnedFd>),
+    top: (OwnedFd, DstDir),
     walkers: usize,
 ) -> WalkResult {
     let walkers = walkers.max(1);
@@ -70,7 +69,6 @@ pub(crate) fn run<'s, 'p>(
     let (tasks, locals) = Tasks::new(walkers, top);
     let walk = Walk {
         shared,
-        mode,
         dispatch,
         tasks,
         top_dev: OnceLock::new(),
@@ -207,7 +205,7 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
         self.walk.tasks.push(&self.local, task);
     }
 
-    /// Reads one directory: makes it (copying), queues its
+    /// Reads one directory: makes it (or records it), queues its
     /// subdirectories and batches the rest. An error about the top stops
     /// the run; about any other directory it is that entry's (left out
     /// with its contents, the run going on if the plan says so). The
@@ -220,7 +218,6 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
         let top = matches!(task.at, TaskAt::Top(..));
         let (src, dst) = match (&task.at, &task.parent) {
             (TaskAt::Sub(name), Some(p)) => p.paths_of(name),
-            (TaskAt::Dry { src, dst, .. }, _) => (src.clone(), dst.clone()),
             _ => (plan.src.clone(), plan.dst.clone()),
         };
         crate::probes::dir_start(|| (idx, src.to_string_lossy()));
@@ -315,11 +312,14 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
             .map(|p| (Arc::clone(p), parent_fds.clone(), 1));
         let made = self.open(src, dst, at, parent_fds.as_ref(), slot);
         let made = made.and_then(|o| {
-            let id = match (&o.3, &parent) {
-                (Some(d), Some(_)) => at::fstat(&**d)
-                    .map(|st| Stat::of(&st).identity())
-                    .map_err(|e| Error::io(Op::Stat, dst, e))?,
-                _ => (0, 0),
+            let id = match o.3.fd() {
+                Some(d) => Some(
+                    at::fstat(d)
+                        .map(|st| Stat::of(&st).identity())
+                        .map_err(|e| Error::io(Op::Stat, dst, e))?,
+                ),
+                // Not made (a dry run's): never reopened.
+                None => None,
             };
             Ok((o, id))
         });
@@ -329,43 +329,36 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
             Err(e) => return (Err(e), parent_hold),
         };
         drop(parent_hold);
-        if matches!(self.walk.mode, Mode::Copy) {
-            // A dry run counted it as it checked it.
-            self.stats.dirs += 1;
-        }
+        self.stats.dirs += 1;
         self.load.dirs += 1;
         let is_top = parent.is_none();
-        let node = dst_fd.map(|dst_fd| {
-            let fds = DirFds {
-                src: Arc::clone(&src_fd),
-                dst: dst_fd,
-                hold: hold.map(Arc::new),
-            };
-            if let Some(l) = &self.shared.plan.listener {
-                l.entry(src, dst, crate::EntryKind::Dir);
-            }
-            let top_paths =
-                is_top.then(|| (src.to_path_buf(), dst.to_path_buf()));
-            let node = DirNode::new(&name, md, &fds, id, parent, top_paths);
-            (node, fds)
-        });
+        let fds = DirFds {
+            src: Arc::clone(&src_fd),
+            dst: dst_fd,
+            hold: hold.map(Arc::new),
+        };
+        if let Some(l) = &self.shared.plan.listener {
+            l.entry(src, dst, crate::EntryKind::Dir);
+        }
+        let top_paths = is_top.then(|| (src.to_path_buf(), dst.to_path_buf()));
+        let node = DirNode::new(&name, md, &fds, id, parent, top_paths);
         self.trace.enter(ThreadState::Walking);
         self.given = 0;
         let r = if mount {
             // Another filesystem, not crossed: made, not read (cp -x).
             Ok(())
         } else {
-            self.list(src, dst, &src_fd, node.as_ref())
+            self.list(src, &node, &fds)
         };
         let left = READ_RESERVE - self.given + 1;
-        (r, node.map(|(n, f)| (n, Some(f), left)))
+        (r, Some((node, Some(fds), left)))
     }
 
     /// The source directory's `lstat`, name and descriptor (never
-    /// followed), the destination directory made and opened (copying;
-    /// checked, dry), whether it is a mount point not to descend into,
+    /// followed), the destination directory made and opened (recorded,
+    /// in a dry run), whether it is a mount point not to descend into,
     /// and the budget slot its descriptors hold (`slot`, taken for a
-    /// subdirectory of a copy).
+    /// subdirectory).
     #[allow(clippy::type_complexity)]
     fn open(
         &mut self,
@@ -374,14 +367,8 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
         at: TaskAt,
         parent: Option<&DirFds>,
         slot: Option<Slot>,
-    ) -> Result<(
-        Stat,
-        CString,
-        Arc<OwnedFd>,
-        Option<Arc<OwnedFd>>,
-        bool,
-        Option<Slot>,
-    )> {
+    ) -> Result<(Stat, CString, Arc<OwnedFd>, Arc<DstDir>, bool, Option<Slot>)>
+    {
         let plan = self.shared.plan;
         self.trace.enter(ThreadState::Mkdir);
         let (src_dir, dst_dir, name) = match at {
@@ -391,23 +378,19 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
                     .map_err(|e| Error::io(Op::Stat, src, e))?;
                 let mnt = sys::mount_id(fd.as_raw_fd(), c"").ok().flatten();
                 let _first = self.walk.top_dev.set((md.dev, mnt));
-                if let Mode::DryRun(p) = self.walk.mode {
-                    p.dir(&mut self.stats, src, dst, &md, true)?;
-                }
                 return Ok((
                     md,
                     CString::default(),
                     Arc::new(fd),
-                    dst_fd.map(Arc::new),
+                    Arc::new(dst_fd),
                     false,
                     None,
                 ));
             }
             TaskAt::Sub(name) => match parent {
-                Some(p) => (Arc::clone(&p.src), Some(&p.dst), name),
+                Some(p) => (Arc::clone(&p.src), &p.dst, name),
                 None => return Err(Error::refused(dst, Refusal::ChangedType)),
             },
-            TaskAt::Dry { src_dir, name, .. } => (src_dir, None, name),
         };
         let md = at::stat(src_dir.as_raw_fd(), &name)
             .map_err(|e| Error::io(Op::Stat, src, e))?;
@@ -444,42 +427,32 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
                 }
                 _ => Error::io(Op::ReadDir, src, e),
             })?;
-        let dst_fd = match (self.walk.mode, dst_dir) {
-            (Mode::DryRun(p), _) => {
-                p.dir(&mut self.stats, src, dst, &md, false)?;
-                None
-            }
-            (Mode::Copy, Some(d)) => Some(Arc::new(make_dir(
-                self.shared,
-                d.as_raw_fd(),
-                &name,
-                dst,
-                plan.merge,
-                plan.layered,
-            )?)),
-            (Mode::Copy, None) => {
-                return Err(Error::refused(dst, Refusal::ChangedType));
-            }
-        };
-        Ok((md, name, Arc::new(fd), dst_fd, mount, slot))
+        let dst_fd = make_dir(
+            self.shared,
+            dst_dir,
+            &name,
+            dst,
+            plan.merge,
+            plan.layered,
+        )?;
+        Ok((md, name, Arc::new(fd), Arc::new(dst_fd), mount, slot))
     }
 
     /// Reads the entries of an open source directory: subdirectories
-    /// queued, the rest batched (or counted, dry).
+    /// queued, the rest batched.
     fn list(
         &mut self,
         src: &Path,
-        dst: &Path,
-        src_fd: &Arc<OwnedFd>,
-        node: Option<&(Arc<DirNode>, DirFds)>,
+        node: &Arc<DirNode>,
+        fds: &DirFds,
     ) -> Result<()> {
         let mut buf = std::mem::take(&mut self.buf);
-        let r = sys::read_dir(src_fd.as_raw_fd(), &mut buf, |name, dtype| {
+        let r = sys::read_dir(fds.src.as_raw_fd(), &mut buf, |name, dtype| {
             if self.shared.stopped() {
                 return Ok(false);
             }
             self.load.entries += 1;
-            if let Err(e) = self.entry(src, dst, src_fd, node, name, dtype) {
+            if let Err(e) = self.entry(src, node, fds, name, dtype) {
                 self.shared.entry_failed(e);
             }
             Ok(!self.shared.stopped())
@@ -492,9 +465,8 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
     fn entry(
         &mut self,
         src: &Path,
-        dst: &Path,
-        src_fd: &Arc<OwnedFd>,
-        node: Option<&(Arc<DirNode>, DirFds)>,
+        node: &Arc<DirNode>,
+        fds: &DirFds,
         name: &CStr,
         dtype: u8,
     ) -> Result<()> {
@@ -519,53 +491,26 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
             libc::DT_DIR => libc::S_IFDIR,
             libc::DT_REG => libc::S_IFREG,
             libc::DT_LNK => libc::S_IFLNK,
-            libc::DT_UNKNOWN => at::stat(src_fd.as_raw_fd(), name)
+            libc::DT_UNKNOWN => at::stat(fds.src.as_raw_fd(), name)
                 .map_err(|e| Error::io(Op::Stat, src.join(os), e))?
                 .kind() as libc::mode_t,
             _ => libc::S_IFIFO,
         };
         if kind == libc::S_IFDIR {
-            let task = match node {
-                Some((n, fds)) => {
-                    self.given += 1;
-                    if n.queue_sub(fds) {
-                        self.walk.tasks.pinned(n);
-                    }
-                    DirTask {
-                        at: TaskAt::Sub(name.to_owned()),
-                        parent: Some(Arc::clone(n)),
-                    }
-                }
-                None => DirTask {
-                    at: TaskAt::Dry {
-                        src_dir: Arc::clone(src_fd),
-                        name: name.to_owned(),
-                        src: src.join(os),
-                        dst: dst.join(os),
-                    },
-                    parent: None,
-                },
-            };
-            self.push(task);
+            self.given += 1;
+            if node.queue_sub(fds) {
+                self.walk.tasks.pinned(node);
+            }
+            self.push(DirTask {
+                at: TaskAt::Sub(name.to_owned()),
+                parent: Some(Arc::clone(node)),
+            });
             return Ok(());
         }
         let target = if kind == libc::S_IFREG {
             rules::link_target(&action, &rule_path)
         } else {
             None
-        };
-        let Some((node, fds)) = node else {
-            // A dry run: counted here, nothing queued.
-            let Mode::DryRun(p) = self.walk.mode else {
-                return Ok(());
-            };
-            return p.entry(
-                &mut self.stats,
-                (src_fd.as_raw_fd(), name),
-                &src.join(os),
-                &dst.join(os),
-                target.is_some(),
-            );
         };
         let kind = match (kind, target) {
             (_, Some(target)) => JobKind::Redirect(target),

@@ -17,11 +17,12 @@ use std::time::Instant;
 
 use crossbeam_channel::Receiver;
 
-use super::inodes::{Claim, Placed, PlacedDir};
+use super::inodes::{Claim, Outcome, Placed, PlacedDir};
 use super::job::{Job, JobKind};
 use super::opening::{identity, open_error};
 use super::placing::{self, Decision, Merging};
 use super::shared::{Shared, ThreadResult, new_trace};
+use super::writes::Writes;
 use super::{dirs, meta};
 use crate::descriptors;
 use crate::error::{Error, Op, Refusal, Result};
@@ -60,6 +61,8 @@ pub(crate) struct Worker<'s, 'p> {
     index: u32,
     /// Progress not yet reported.
     unreported: (u64, u64),
+    /// Whether the last entry placed was left as it was (merging).
+    left: bool,
 }
 
 impl<'s, 'p> Worker<'s, 'p> {
@@ -72,6 +75,7 @@ impl<'s, 'p> Worker<'s, 'p> {
             load: WorkerStats::default(),
             index: index as u32,
             unreported: (0, 0),
+            left: false,
         }
     }
 
@@ -217,10 +221,12 @@ impl<'s, 'p> Worker<'s, 'p> {
             match self.claim(identity(&md), md.nlink(), job) {
                 Claim::First(first) => {
                     let r = self.copy_file_body(job, &src, &md);
-                    first.done(r.is_ok());
+                    first.done(self.outcome(&r));
                     return r;
                 }
-                Claim::Later(first) => return self.hard_link(&first, job),
+                Claim::Later(first, anew) => {
+                    return self.hard_link(&first, anew, job);
+                }
                 // Its first name failed and the run goes on: this name
                 // is copied on its own rather than left out.
                 Claim::Abandoned if self.goes_on() => {}
@@ -247,8 +253,13 @@ impl<'s, 'p> Worker<'s, 'p> {
             Placement::Direct => &job.leaf,
             Placement::Replace(tmp) => tmp,
         };
+        let Some(dir) = self.shared.writes.dir_fd(&job.dir) else {
+            // Recorded: the file as the copy would write it.
+            self.stats.files += 1;
+            self.stats.bytes += md.len();
+            return Ok(());
+        };
         self.trace.enter(ThreadState::Writing);
-        let dir = job.dir.as_raw_fd();
         let dst = self
             .shared
             .fds
@@ -279,7 +290,7 @@ impl<'s, 'p> Worker<'s, 'p> {
             }
         };
         drop(dst);
-        finish_placement(job, &place)?;
+        finish_placement(job, dir, &place)?;
         if method != Method::Clone {
             self.shared.wrote(copied);
         }
@@ -486,7 +497,9 @@ impl<'s, 'p> Worker<'s, 'p> {
         let first = if md.nlink > 1 {
             match self.claim(md.identity(), md.nlink, job) {
                 Claim::First(f) => Some(f),
-                Claim::Later(first) => return self.hard_link(&first, job),
+                Claim::Later(first, anew) => {
+                    return self.hard_link(&first, anew, job);
+                }
                 Claim::Abandoned if self.goes_on() => None,
                 Claim::Abandoned => return Ok(()),
             }
@@ -498,7 +511,7 @@ impl<'s, 'p> Worker<'s, 'p> {
             self.stats.symlinks += 1;
         }
         if let Some(f) = first {
-            f.done(r.is_ok());
+            f.done(self.outcome(&r));
         }
         r
     }
@@ -513,9 +526,8 @@ impl<'s, 'p> Worker<'s, 'p> {
     ) -> Result<()> {
         let ctarget = posix::cstr(target)
             .map_err(|e| Error::io2(Op::Symlink, &job.dst, target, e))?;
-        let dir = job.dir.as_raw_fd();
         let place = self.place(job, |st| {
-            let read = || at::readlink(dir, &job.leaf);
+            let read = || job.dir.readlink(&job.leaf);
             placing::same_symlink(st, read, ctarget.as_bytes())
         })?;
         let name = match &place {
@@ -523,29 +535,31 @@ impl<'s, 'p> Worker<'s, 'p> {
             Placement::Direct => &job.leaf,
             Placement::Replace(tmp) => tmp,
         };
+        // Recorded: counted by the caller.
+        let Some(dir) = self.shared.writes.dir_fd(&job.dir) else {
+            return Ok(());
+        };
         at::symlink(&ctarget, dir, name)
             .map_err(|e| Error::io2(Op::Symlink, &job.dst, target, e))?;
         if let Some(md) = md {
             self.trace.enter(ThreadState::Metadata);
-            self.apply_at(job, md, name)?;
+            self.apply_at(job, md, dir, name)?;
         }
-        finish_placement(job, &place)
+        finish_placement(job, dir, &place)
     }
 
     /// The source's owner, xattrs, mode and times on the entry `name`
-    /// made for `job` in its directory.
-    fn apply_at(&self, job: &Job, md: &Stat, name: &CStr) -> Result<()> {
+    /// made for `job` in its directory, open as `dir`.
+    fn apply_at(
+        &self,
+        job: &Job,
+        md: &Stat,
+        dir: RawFd,
+        name: &CStr,
+    ) -> Result<()> {
         let (sdir, sname) = source(job);
         let src = XattrTarget::At(sdir, sname);
-        meta::apply_at(
-            self.shared,
-            md,
-            &src,
-            &job.src,
-            job.dir.as_raw_fd(),
-            name,
-            &job.dst,
-        )
+        meta::apply_at(self.shared, md, &src, &job.src, dir, name, &job.dst)
     }
 
     fn redirect(&mut self, job: &Job, target: &Path) -> Result<()> {
@@ -568,7 +582,9 @@ impl<'s, 'p> Worker<'s, 'p> {
         let first = if md.nlink > 1 {
             match self.claim(md.identity(), md.nlink, job) {
                 Claim::First(f) => Some(f),
-                Claim::Later(first) => return self.hard_link(&first, job),
+                Claim::Later(first, anew) => {
+                    return self.hard_link(&first, anew, job);
+                }
                 Claim::Abandoned if self.goes_on() => None,
                 Claim::Abandoned => return Ok(()),
             }
@@ -577,7 +593,7 @@ impl<'s, 'p> Worker<'s, 'p> {
         };
         let r = self.make_special(job, &md);
         if let Some(f) = first {
-            f.done(r.is_ok());
+            f.done(self.outcome(&r));
         }
         r
     }
@@ -595,7 +611,11 @@ impl<'s, 'p> Worker<'s, 'p> {
             Placement::Direct => &job.leaf,
             Placement::Replace(tmp) => tmp,
         };
-        let dir = job.dir.as_raw_fd();
+        let Some(dir) = self.shared.writes.dir_fd(&job.dir) else {
+            // Recorded: whether mknod is permitted is not known.
+            self.stats.specials += 1;
+            return Ok(());
+        };
         if let Err(e) = at::mknod(dir, name, type_bits | 0o600, md.rdev) {
             if e.raw_os_error() == Some(libc::EPERM) {
                 if self.shared.plan.skip_special {
@@ -608,14 +628,29 @@ impl<'s, 'p> Worker<'s, 'p> {
             return Err(Error::io(Op::Mknod, &job.dst, e));
         }
         self.trace.enter(ThreadState::Metadata);
-        self.apply_at(job, md, name)?;
-        finish_placement(job, &place)?;
+        self.apply_at(job, md, dir, name)?;
+        finish_placement(job, dir, &place)?;
         self.stats.specials += 1;
         Ok(())
     }
 
-    /// A later name of an inode already copied to `first`.
-    fn hard_link(&mut self, first: &Placed, job: &Job) -> Result<()> {
+    /// How the copy of a first name ended, from its result.
+    fn outcome(&self, r: &Result<()>) -> Outcome {
+        match r {
+            Err(_) => Outcome::Failed,
+            Ok(()) if self.left => Outcome::Left,
+            Ok(()) => Outcome::Made,
+        }
+    }
+
+    /// A later name of an inode already copied to `first` (`anew`: made,
+    /// not left as it was).
+    fn hard_link(
+        &mut self,
+        first: &Placed,
+        anew: bool,
+        job: &Job,
+    ) -> Result<()> {
         self.trace.enter(ThreadState::Linking);
         let first_dir = match &first.dir {
             PlacedDir::Open(d) => Arc::clone(d),
@@ -624,10 +659,16 @@ impl<'s, 'p> Worker<'s, 'p> {
                 None => node.open_fds()?.dst,
             },
         };
-        let first_id = at::lstat(first_dir.as_raw_fd(), &first.leaf)
-            .ok()
-            .flatten()
-            .map(|st| (st.st_dev as u64, st.st_ino as u64));
+        let first_id = match (self.shared.writes, anew) {
+            // Recorded, a first name made anew is not there: nothing
+            // there is a link to it.
+            (Writes::Record, true) => None,
+            _ => first_dir
+                .lstat(&first.leaf)
+                .ok()
+                .flatten()
+                .map(|st| (st.st_dev as u64, st.st_ino as u64)),
+        };
         let place = self.place(job, |st| {
             Some((st.st_dev as u64, st.st_ino as u64)) == first_id
         })?;
@@ -639,14 +680,17 @@ impl<'s, 'p> Worker<'s, 'p> {
             Placement::Direct => &job.leaf,
             Placement::Replace(tmp) => tmp,
         };
-        at::link(
-            first_dir.as_raw_fd(),
-            &first.leaf,
-            job.dir.as_raw_fd(),
-            name,
-        )
-        .map_err(|e| Error::io2(Op::Link, &first.shown, &job.dst, e))?;
-        finish_placement(job, &place)?;
+        let writes = self.shared.writes;
+        let (Some(from), Some(dir)) =
+            (writes.dir_fd(&first_dir), writes.dir_fd(&job.dir))
+        else {
+            // Recorded.
+            self.stats.hardlinks += 1;
+            return Ok(());
+        };
+        at::link(from, &first.leaf, dir, name)
+            .map_err(|e| Error::io2(Op::Link, &first.shown, &job.dst, e))?;
+        finish_placement(job, dir, &place)?;
         self.stats.hardlinks += 1;
         Ok(())
     }
@@ -672,12 +716,12 @@ impl<'s, 'p> Worker<'s, 'p> {
     /// entry): a directory a layer replaces is removed here, and a
     /// replacement gets its temporary name.
     fn place(
-        &self,
+        &mut self,
         job: &Job,
         same: impl FnOnce(&libc::stat) -> bool,
     ) -> Result<Placement> {
-        let dir = job.dir.as_raw_fd();
-        let look = || at::lstat(dir, &job.leaf);
+        self.left = false;
+        let look = || job.dir.lstat(&job.leaf);
         match placing::decide(
             Merging::of(self.shared.plan),
             &job.dst,
@@ -686,10 +730,15 @@ impl<'s, 'p> Worker<'s, 'p> {
         )? {
             Decision::Direct => Ok(Placement::Direct),
             Decision::RemoveDir => {
-                crate::beneath::remove_at(dir, &job.leaf, &job.dst)?;
+                if let Some(dir) = self.shared.writes.dir_fd(&job.dir) {
+                    crate::beneath::remove_at(dir, &job.leaf, &job.dst)?;
+                }
                 Ok(Placement::Direct)
             }
-            Decision::Unchanged => Ok(Placement::Unchanged),
+            Decision::Unchanged => {
+                self.left = true;
+                Ok(Placement::Unchanged)
+            }
             Decision::Replace => {
                 Ok(Placement::Replace(self.shared.temp_name()))
             }
@@ -697,14 +746,14 @@ impl<'s, 'p> Worker<'s, 'p> {
     }
 }
 
-/// Renames a replacement over its destination, within its directory.
-fn finish_placement(job: &Job, place: &Placement) -> Result<()> {
-    if let Placement::Replace(tmp) = place {
-        let dir = job.dir.as_raw_fd();
-        if let Err(e) = at::rename(dir, tmp, &job.leaf) {
-            let _already_failing = at::unlink(dir, tmp, false);
-            return Err(Error::io(Op::Rename, &job.dst, e));
-        }
+/// Renames a replacement over its destination, within its directory
+/// (open as `dir`).
+fn finish_placement(job: &Job, dir: RawFd, place: &Placement) -> Result<()> {
+    if let Placement::Replace(tmp) = place
+        && let Err(e) = at::rename(dir, tmp, &job.leaf)
+    {
+        let _already_failing = at::unlink(dir, tmp, false);
+        return Err(Error::io(Op::Rename, &job.dst, e));
     }
     Ok(())
 }

@@ -292,13 +292,20 @@ impl Plan {
         self
     }
 
-    /// Write nothing: walk the source as the copy would (rules, mount
-    /// points and every refusal about the destination included), tell the
+    /// Write nothing: run the copy itself (its walk, rules, mount points,
+    /// workers, every check and refusal about the source and the
+    /// destination) with each write counted instead of made, tell the
     /// [`Listener`] of each entry that would be written, and report what
-    /// would be done. Merging, the destination is read to count entries
-    /// that already match as unchanged. The [`Report`](crate::Report)'s byte count is the
-    /// data that would be copied; nothing is opened for writing, no
-    /// directory is made, nothing is synced.
+    /// would be done. Each source file is opened, as the copy opens it;
+    /// the destination is read through the descriptors the copy opens
+    /// (beneath its root, no symlink followed): merging, to decide each
+    /// entry as the copy does (unchanged, replaced, in the way). A
+    /// directory the copy would make is not there to open: the walk
+    /// goes on below it taking it as empty, as the copy finds it when it
+    /// has just made it (and so below a directory a layer would make in
+    /// place of a file). The [`Report`](crate::Report)'s byte count is
+    /// the data that would be copied; nothing is opened for writing, no
+    /// directory is made, no metadata is set, nothing is synced.
     pub fn dry_run(mut self, yes: bool) -> Self {
         self.dry_run = yes;
         self
