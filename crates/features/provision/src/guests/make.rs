@@ -3,7 +3,7 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use zinstall_engine::{Op, Plan};
 use zinstall_qcow2 as qcow2;
@@ -42,12 +42,15 @@ pub(super) fn make_guests(
     guests: &mut Vec<Guest>,
     on_guest: &mut dyn FnMut(&Guest),
 ) -> Result<(), ProvisionError> {
-    let (entry, entry_kind, custom, seed) =
-        (from.entry, from.kind, from.custom, from.seed);
     fs::create_dir_all(&opts.out)
         .map_err(|e| Error::io(Op::Mkdir, &opts.out, e))?;
-    // The data of a directory guest, once the first copy counted it.
-    let mut tree_bytes = None;
+    let mut m = Making {
+        cache,
+        from,
+        opts,
+        made,
+        tree_bytes: None,
+    };
     for i in 0..opts.count {
         if opts.cancel.as_ref().is_some_and(|c| c.is_cancelled()) {
             return Err(ProvisionError::Fs(
@@ -57,54 +60,111 @@ pub(super) fn make_guests(
             ));
         }
         let t0 = Instant::now();
-        let path = guest_path(opts, entry_kind, i);
-        if fs::symlink_metadata(&path).is_ok() {
-            if !opts.force {
-                return Err(ProvisionError::GuestExists(path));
+        let path = guest_path(opts, from.kind, i);
+        let seed_at = from.seed.map(|_| seed_path(opts, i));
+        m.make_room(&path, seed_at.as_deref())?;
+        // From here on the path is this run's to remove on failure,
+        // whatever state the guest is left in.
+        m.made.push(path.clone());
+        let mut g = match from.image {
+            Some(image) => m.composefs_guest(path, image, i)?,
+            None => m.copied_guest(path, seed_at, i)?,
+        };
+        g.took = t0.elapsed();
+        cache.add_user(from.entry, &g.path)?;
+        on_guest(&g);
+        guests.push(g);
+    }
+    Ok(())
+}
+
+/// One run's making of guests: what they are made from and how, the
+/// paths it is to remove on failure.
+struct Making<'a> {
+    cache: &'a Cache,
+    from: &'a Source<'a>,
+    opts: &'a ProvisionOptions,
+    made: &'a mut Vec<PathBuf>,
+    /// The data of a directory guest, once the first copy counted it.
+    tree_bytes: Option<u64>,
+}
+
+impl Making<'_> {
+    /// Removes, for `--force`, the guest at `path` and its seed at
+    /// `seed_at`; without it, either one there is an error.
+    fn make_room(
+        &self,
+        path: &Path,
+        seed_at: Option<&Path>,
+    ) -> Result<(), ProvisionError> {
+        if fs::symlink_metadata(path).is_ok() {
+            if !self.opts.force {
+                return Err(ProvisionError::GuestExists(path.to_path_buf()));
             }
-            let id = file_id(&path);
-            composefs::unmount_guest(&path, false);
-            remove_guest(&path)?;
+            let id = file_id(path);
+            composefs::unmount_guest(path, false);
+            remove_guest(path)?;
             // Gone for good, not moved: its base need not stay.
             if let Some(id) = id {
-                cache.release_guest(&path, id)?;
+                self.cache.release_guest(path, id)?;
             }
         }
-        let seed_at = seed.map(|_| seed_path(opts, i));
-        if let Some(sp) = &seed_at
+        if let Some(sp) = seed_at
             && fs::symlink_metadata(sp).is_ok()
         {
-            if !opts.force {
-                return Err(ProvisionError::GuestExists(sp.clone()));
+            if !self.opts.force {
+                return Err(ProvisionError::GuestExists(sp.to_path_buf()));
             }
             remove_guest(sp)?;
         }
-        // From here on the path is this run's to remove on failure,
-        // whatever state the guest is left in.
-        made.push(path.clone());
-        if let Some(image) = from.image {
-            let m =
-                composefs::make_guest(&path, image, entry, i, opts, custom)?;
-            let g = Guest {
-                path,
-                kind: GuestKind::Composefs {
-                    image: image.hex.clone(),
-                    mounted: m.mounted,
-                },
-                identity: m.identity,
-                seed: None,
-                customized: m.customized,
-                took: t0.elapsed(),
-            };
-            cache.add_user(entry, &g.path)?;
-            on_guest(&g);
-            guests.push(g);
-            continue;
-        }
-        let kind = make_guest(&path, entry_kind, entry, opts, &mut tree_bytes)?;
-        let seed = match (seed, seed_at) {
+        Ok(())
+    }
+
+    /// Guest `i` at `path`, a composefs root over the entry's `image`.
+    fn composefs_guest(
+        &self,
+        path: PathBuf,
+        image: &composefs::EntryImage,
+        i: usize,
+    ) -> Result<Guest, ProvisionError> {
+        let (entry, opts) = (self.from.entry, self.opts);
+        let m = composefs::make_guest(
+            &path,
+            image,
+            entry,
+            i,
+            opts,
+            self.from.custom,
+        )?;
+        Ok(Guest {
+            path,
+            kind: GuestKind::Composefs {
+                image: image.hex.clone(),
+                mounted: m.mounted,
+            },
+            identity: m.identity,
+            seed: None,
+            customized: m.customized,
+            took: Duration::ZERO,
+        })
+    }
+
+    /// Guest `i` at `path`, a copy of the entry's tree or an overlay over
+    /// its disk (with its seed at `seed_at`), its identity and
+    /// customisation applied.
+    fn copied_guest(
+        &mut self,
+        path: PathBuf,
+        seed_at: Option<PathBuf>,
+        i: usize,
+    ) -> Result<Guest, ProvisionError> {
+        let (entry, entry_kind, opts) =
+            (self.from.entry, self.from.kind, self.opts);
+        let kind =
+            make_guest(&path, entry_kind, entry, opts, &mut self.tree_bytes)?;
+        let seed = match (self.from.seed, seed_at) {
             (Some(s), Some(sp)) => {
-                made.push(sp.clone());
+                self.made.push(sp.clone());
                 Some(s.write(
                     &sp,
                     &opts.name,
@@ -123,7 +183,7 @@ pub(super) fn make_guests(
             )?,
             EntryKind::Raw => GuestIdentity::default(),
         };
-        let customized = match custom {
+        let customized = match self.from.custom {
             Some(c) => customize::apply(
                 c,
                 &path,
@@ -133,19 +193,15 @@ pub(super) fn make_guests(
             )?,
             None => Customized::default(),
         };
-        let g = Guest {
+        Ok(Guest {
             path,
             kind,
             identity,
             seed,
             customized,
-            took: t0.elapsed(),
-        };
-        cache.add_user(entry, &g.path)?;
-        on_guest(&g);
-        guests.push(g);
+            took: Duration::ZERO,
+        })
     }
-    Ok(())
 }
 
 /// The device and inode of the file (a disk guest) at `path`.
