@@ -196,6 +196,46 @@ fn steps_for(
 ) -> Result<Steps, ProvisionError> {
     let x = |s: &str| crate::options::for_guest(s, n, name);
     let mut st = Steps::default();
+    copy_ins(&mut st, o, &x)?;
+    for w in &o.write {
+        st.writes.push(x(w).parse().map_err(spec)?);
+    }
+    if let Some(tz) = &o.timezone {
+        st.timezone = Some(timezone(&x(tz))?);
+    }
+    passwords(&mut st, o, &x)?;
+    for k in &o.ssh_inject {
+        let v = x(k);
+        let s: SshInject = v.parse().map_err(spec)?;
+        let keys = match s.key {
+            KeySource::String(k) => vec![k],
+            KeySource::File(p) => key_file(&v, &p)?,
+        };
+        st.keys.push((s.user, keys));
+    }
+    firstboot_scripts(&mut st, o, &x)?;
+    for c in &o.firstboot_command {
+        st.firstboot_commands.push(x(c));
+    }
+    for r in &o.run {
+        let r = match r {
+            RunStep::Script(p) => {
+                RunStep::Script(x(&p.to_string_lossy()).into())
+            }
+            RunStep::Command(c) => RunStep::Command(x(c)),
+        };
+        st.run.push(run::read(&r)?);
+    }
+    Ok(st)
+}
+
+/// `--copy-in`s, `x` expanding the guest's `{n}` and `{name}`, each
+/// local path checked to be there.
+fn copy_ins(
+    st: &mut Steps,
+    o: &CustomizeOptions,
+    x: &dyn Fn(&str) -> String,
+) -> Result<(), ProvisionError> {
     for c in &o.copy_in {
         let c: CopyIn = x(c).parse().map_err(spec)?;
         // The caller's own path, followed as a shell would.
@@ -211,12 +251,16 @@ fn steps_for(
         }
         st.copy_in.push(c);
     }
-    for w in &o.write {
-        st.writes.push(x(w).parse().map_err(spec)?);
-    }
-    if let Some(tz) = &o.timezone {
-        st.timezone = Some(timezone(&x(tz))?);
-    }
+    Ok(())
+}
+
+/// `--root-password`, then each `--password`, `x` expanding the
+/// guest's `{n}` and `{name}`.
+fn passwords(
+    st: &mut Steps,
+    o: &CustomizeOptions,
+    x: &dyn Fn(&str) -> String,
+) -> Result<(), ProvisionError> {
     if let Some(p) = &o.root_password {
         let v = x(p);
         let p: Password = v.parse().map_err(spec)?;
@@ -233,15 +277,16 @@ fn steps_for(
             up.password,
         )?);
     }
-    for k in &o.ssh_inject {
-        let v = x(k);
-        let s: SshInject = v.parse().map_err(spec)?;
-        let keys = match s.key {
-            KeySource::String(k) => vec![k],
-            KeySource::File(p) => key_file(&v, &p)?,
-        };
-        st.keys.push((s.user, keys));
-    }
+    Ok(())
+}
+
+/// Each `--firstboot` script, read from this host, `x` expanding the
+/// guest's `{n}` and `{name}` in its path.
+fn firstboot_scripts(
+    st: &mut Steps,
+    o: &CustomizeOptions,
+    x: &dyn Fn(&str) -> String,
+) -> Result<(), ProvisionError> {
     for f in &o.firstboot {
         let p = PathBuf::from(x(&f.to_string_lossy()));
         let script = foreign::read(
@@ -266,19 +311,7 @@ fn steps_for(
             .unwrap_or_default();
         st.firstboot.push((script_name(&base), script));
     }
-    for c in &o.firstboot_command {
-        st.firstboot_commands.push(x(c));
-    }
-    for r in &o.run {
-        let r = match r {
-            RunStep::Script(p) => {
-                RunStep::Script(x(&p.to_string_lossy()).into())
-            }
-            RunStep::Command(c) => RunStep::Command(x(c)),
-        };
-        st.run.push(run::read(&r)?);
-    }
-    Ok(st)
+    Ok(())
 }
 
 /// `--timezone`'s name, as tzdata spells them (`Europe/Berlin`, `UTC`,
