@@ -269,7 +269,6 @@ pub struct SeedInfo {
 impl ProvisionReply {
     /// `r`, provisioned from `image`.
     pub fn of(image: &Path, r: &zinstall_provision::ProvisionReport) -> Self {
-        use zinstall_provision::GuestKind;
         use zinstall_provision::cache::Obtained;
         let (obtained, build_ms) = match r.obtained {
             Obtained::Built(t) => ("built", Some(t.as_millis() as u64)),
@@ -289,65 +288,63 @@ impl ProvisionReply {
                 entry: o.old.name(),
                 why: o.why.clone(),
             }),
-            guests: r
-                .guests
+            guests: r.guests.iter().map(GuestInfo::of).collect(),
+        }
+    }
+}
+
+impl GuestInfo {
+    /// The guest `g`, as a reply tells it.
+    fn of(g: &zinstall_provision::Guest) -> Self {
+        use zinstall_provision::GuestKind;
+        let (kind, reflinked, virtual_size) = match g.kind {
+            GuestKind::Tree { reflinked } => ("tree", Some(reflinked), None),
+            GuestKind::Composefs { .. } => ("composefs", None, None),
+            GuestKind::Disk { virtual_size } => {
+                ("qcow2", None, Some(virtual_size))
+            }
+        };
+        let (image, mounted) = match &g.kind {
+            GuestKind::Composefs { image, mounted } => {
+                (Some(image.clone()), Some(*mounted))
+            }
+            _ => (None, None),
+        };
+        GuestInfo {
+            path: lossy(&g.path),
+            ms: g.took.as_millis() as u64,
+            shown: g.to_string(),
+            hostname: g.identity.hostname.clone(),
+            machine_id: g.identity.machine_id.clone(),
+            ssh_host_keys: g.identity.host_keys.clone(),
+            kind: kind.to_string(),
+            mount: image
+                .as_ref()
+                .map(|_| format!("zinstall mount {}", lossy(&g.path))),
+            image,
+            mounted,
+            reflinked,
+            virtual_size,
+            seed: g.seed.as_ref().map(|s| SeedInfo {
+                path: lossy(&s.path),
+                drive: format!(
+                    "-drive file={},if=virtio,format=raw",
+                    lossy(&s.path)
+                ),
+                instance_id: s.instance_id.clone(),
+                hostname: s.hostname.clone(),
+                root_password: s.root_password.clone(),
+            }),
+            passwords: g
+                .customized
+                .passwords
                 .iter()
-                .map(|g| {
-                    let (kind, reflinked, virtual_size) = match g.kind {
-                        GuestKind::Tree { reflinked } => {
-                            ("tree", Some(reflinked), None)
-                        }
-                        GuestKind::Composefs { .. } => {
-                            ("composefs", None, None)
-                        }
-                        GuestKind::Disk { virtual_size } => {
-                            ("qcow2", None, Some(virtual_size))
-                        }
-                    };
-                    let (image, mounted) = match &g.kind {
-                        GuestKind::Composefs { image, mounted } => {
-                            (Some(image.clone()), Some(*mounted))
-                        }
-                        _ => (None, None),
-                    };
-                    GuestInfo {
-                        path: lossy(&g.path),
-                        ms: g.took.as_millis() as u64,
-                        shown: g.to_string(),
-                        hostname: g.identity.hostname.clone(),
-                        machine_id: g.identity.machine_id.clone(),
-                        ssh_host_keys: g.identity.host_keys.clone(),
-                        kind: kind.to_string(),
-                        mount: image.as_ref().map(|_| {
-                            format!("zinstall mount {}", lossy(&g.path))
-                        }),
-                        image,
-                        mounted,
-                        reflinked,
-                        virtual_size,
-                        seed: g.seed.as_ref().map(|s| SeedInfo {
-                            path: lossy(&s.path),
-                            drive: format!(
-                                "-drive file={},if=virtio,format=raw",
-                                lossy(&s.path)
-                            ),
-                            instance_id: s.instance_id.clone(),
-                            hostname: s.hostname.clone(),
-                            root_password: s.root_password.clone(),
-                        }),
-                        passwords: g
-                            .customized
-                            .passwords
-                            .iter()
-                            .map(|(user, password)| PasswordInfo {
-                                user: user.clone(),
-                                password: password.clone(),
-                            })
-                            .collect(),
-                        run_log: g.customized.ran.log.as_deref().map(lossy),
-                    }
+                .map(|(user, password)| PasswordInfo {
+                    user: user.clone(),
+                    password: password.clone(),
                 })
                 .collect(),
+            run_log: g.customized.ran.log.as_deref().map(lossy),
         }
     }
 }

@@ -67,6 +67,33 @@ pub fn run(opts: Options, log: Logger) -> Result<(), ServeError> {
     sys::raise_nofile();
     let pool =
         Pool::new(tunables.copy_threads)?.with_walkers(tunables.walkers());
+    let (term, hup) = signal_flags(&config)?;
+    let (listener, activated) = listen(&config)?;
+    let d = Arc::new(Daemon::new(
+        opts,
+        config.clone(),
+        tunables,
+        pool,
+        log.clone(),
+    ));
+    info!(log, "listening"; "socket" => %config.socket.display(), "activated" => activated,
+          "workers" => tunables.copy_threads, "walkers" => tunables.walkers(), "pid" => sys::pid(), "version" => &d.opts.version);
+    sys::notify("READY=1\nSTATUS=serving");
+    accept_until(&d, &listener, &term, &hup);
+    sys::notify("STOPPING=1");
+    d.stopping.store(true, Ordering::Relaxed);
+    drop(listener);
+    if !activated {
+        let _gone = std::fs::remove_file(&config.socket);
+    }
+    stop(&d, &config);
+    Ok(())
+}
+
+/// Flags SIGTERM and SIGINT (stop) and SIGHUP (reload) set.
+fn signal_flags(
+    config: &Config,
+) -> Result<(Arc<AtomicBool>, Arc<AtomicBool>), ServeError> {
     let term = Arc::new(AtomicBool::new(false));
     let hup = Arc::new(AtomicBool::new(false));
     for (sig, flag) in [
@@ -82,9 +109,15 @@ pub fn run(opts: Options, log: Logger) -> Result<(), ServeError> {
             },
         )?;
     }
+    Ok((term, hup))
+}
+
+/// The listening socket, non-blocking: the one the service manager
+/// handed over (then `true`), or one bound here.
+fn listen(config: &Config) -> Result<(UnixListener, bool), ServeError> {
     let (listener, activated) = match sys::activated_listener() {
         Some(l) => (l, true),
-        None => (bind(&config)?, false),
+        None => (bind(config)?, false),
     };
     listener
         .set_nonblocking(true)
@@ -93,41 +126,41 @@ pub fn run(opts: Options, log: Logger) -> Result<(), ServeError> {
             op: "set non-blocking",
             error,
         })?;
-    let d = Arc::new(Daemon::new(
-        opts,
-        config.clone(),
-        tunables,
-        pool,
-        log.clone(),
-    ));
-    info!(log, "listening"; "socket" => %config.socket.display(), "activated" => activated,
-          "workers" => tunables.copy_threads, "walkers" => tunables.walkers(), "pid" => sys::pid(), "version" => &d.opts.version);
-    sys::notify("READY=1\nSTATUS=serving");
+    Ok((listener, activated))
+}
+
+/// Accepts connections until `term` is set, reloading whenever `hup` is.
+fn accept_until(
+    d: &Arc<Daemon>,
+    listener: &UnixListener,
+    term: &AtomicBool,
+    hup: &AtomicBool,
+) {
     while !term.load(Ordering::Relaxed) {
         if hup.swap(false, Ordering::Relaxed) {
             d.reload();
         }
-        refusal_tick(&d);
+        refusal_tick(d);
         d.failures.tick(&d.log);
         match listener.accept() {
-            Ok((stream, _)) => accept(&d, stream),
+            Ok((stream, _)) => accept(d, stream),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                sys::readable(&listener, 200);
+                sys::readable(listener, 200);
             }
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => {
                 // Out of descriptors, say: keep serving the others.
-                warn!(log, "accept failed"; "error" => %e);
+                warn!(d.log, "accept failed"; "error" => %e);
                 thread::sleep(Duration::from_millis(50));
             }
         }
     }
-    sys::notify("STOPPING=1");
-    d.stopping.store(true, Ordering::Relaxed);
-    drop(listener);
-    if !activated {
-        let _gone = std::fs::remove_file(&config.socket);
-    }
+}
+
+/// Cancels the jobs and waits, up to the I/O timeout, for their clients
+/// to hear how they ended.
+fn stop(d: &Daemon, config: &Config) {
+    let log = &d.log;
     let active = d.jobs.active();
     info!(log, "stopping"; "cancelling" => active);
     d.jobs.cancel_all();
@@ -141,7 +174,6 @@ pub fn run(opts: Options, log: Logger) -> Result<(), ServeError> {
         thread::sleep(Duration::from_millis(10));
     }
     info!(log, "stopped");
-    Ok(())
 }
 
 /// Makes the socket: its directory (0755) when missing, a stale socket

@@ -34,7 +34,7 @@
 
 use std::collections::VecDeque;
 use std::ffi::{CString, OsString};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStringExt;
 use std::path::{Component, Path, PathBuf};
 
@@ -55,125 +55,183 @@ pub fn open_dir(path: &Path, create: Option<u32>) -> Result<Root> {
     // A relative path is the caller's, from its working directory.
     let absolute =
         std::path::absolute(path).map_err(|e| Error::io(Op::Open, path, e))?;
-    let me = posix::euid();
-    let mut links = 0;
     let mut todo: VecDeque<OsString> = names(&absolute);
     let root_fd = at::open_dir(libc::AT_FDCWD, c"/")
         .map_err(|e| Error::io(Op::Open, "/", e))?;
     let root_st =
         at::fstat(&root_fd).map_err(|e| Error::io(Op::Stat, "/", e))?;
-    // The directories from `/` to where the walk is, for `..`.
-    let mut stack: Vec<(OwnedFd, libc::stat, PathBuf)> =
-        vec![(root_fd, root_st, PathBuf::from("/"))];
+    let mut w = Walk {
+        path,
+        create,
+        me: posix::euid(),
+        links: 0,
+        stack: vec![(root_fd, root_st, PathBuf::from("/"))],
+    };
     while let Some(name) = todo.pop_front() {
         let last = todo.is_empty();
         if name == ".." {
-            if stack.len() > 1 {
-                stack.pop();
+            if w.stack.len() > 1 {
+                w.stack.pop();
             }
             continue;
         }
-        let (dir, dir_st, dir_path) = stack.last().expect("never empty");
+        w.step(name, last, &mut todo)?;
+    }
+    let (fd, _, _) = w.stack.pop().expect("never empty");
+    Root::from_fd(fd, path)
+}
+
+/// [`open_dir`]'s walk from `/`.
+struct Walk<'p> {
+    /// The path asked for, as given: what a refusal names.
+    path: &'p Path,
+    create: Option<u32>,
+    /// This process's user.
+    me: u32,
+    /// Symlinks followed so far.
+    links: usize,
+    /// The directories from `/` to where the walk is, for `..`.
+    stack: Vec<(OwnedFd, libc::stat, PathBuf)>,
+}
+
+impl Walk<'_> {
+    /// The component `name` (the `last` one, or one before `todo`):
+    /// looked at, made if missing and asked for, then refused, followed
+    /// or entered.
+    fn step(
+        &mut self,
+        name: OsString,
+        last: bool,
+        todo: &mut VecDeque<OsString>,
+    ) -> Result<()> {
+        let (dir, dir_st, dir_path) = self.stack.last().expect("never empty");
+        let dir_fd = dir.as_raw_fd();
         let shown = dir_path.join(&name);
         let cname = CString::new(name.into_vec())
             .map_err(|_| Error::refused(&shown, Refusal::NotBeneath))?;
-        let mut st = at::lstat(dir.as_raw_fd(), &cname)
-            .map_err(|e| Error::io(Op::Stat, &shown, e))?;
+        let (st, made) = self.look(dir_fd, &cname, &shown, last)?;
+        if let Some(why) = swappable(dir_st, &st, self.me) {
+            return Err(untrusted(
+                self.path,
+                format!("{} {why}", dir_path.display()),
+            ));
+        }
+        match st.st_mode & libc::S_IFMT {
+            libc::S_IFLNK if last => Err(untrusted(
+                self.path,
+                "is a symlink, which is never followed here".into(),
+            )),
+            libc::S_IFLNK => self.follow(dir_fd, &cname, &shown, todo),
+            libc::S_IFDIR => self.enter(dir_fd, &cname, shown, &st, made, last),
+            _ => Err(Error::io(
+                Op::Open,
+                &shown,
+                std::io::Error::from_raw_os_error(libc::ENOTDIR),
+            )),
+        }
+    }
+
+    /// The entry `cname` of `dir` (at `shown`), not followed; a
+    /// directory made there if missing and asked for, then also its
+    /// open descriptor.
+    fn look(
+        &self,
+        dir: RawFd,
+        cname: &CString,
+        shown: &Path,
+        last: bool,
+    ) -> Result<(libc::stat, Option<OwnedFd>)> {
+        let mut st =
+            at::lstat(dir, cname).map_err(|e| Error::io(Op::Stat, shown, e))?;
         // A directory made here, already open.
         let mut made = None;
         if st.is_none()
-            && let Some(mode) = create
+            && let Some(mode) = self.create
         {
             // Missing directories on the way are made as `mkdir -p` does,
             // by the engine's step beneath the parent.
             let mode = if last { mode } else { 0o755 };
-            let fd = beneath::step(dir.as_raw_fd(), &cname, Some(mode))
-                .map_err(|f| step_error(path, &shown, f))?;
+            let fd = beneath::step(dir, cname, Some(mode))
+                .map_err(|f| step_error(self.path, shown, f))?;
             st = Some(
-                at::fstat(&fd).map_err(|e| Error::io(Op::Stat, &shown, e))?,
+                at::fstat(&fd).map_err(|e| Error::io(Op::Stat, shown, e))?,
             );
             made = Some(fd);
         }
         let Some(st) = st else {
             return Err(Error::io(
                 Op::Open,
-                &shown,
+                shown,
                 std::io::Error::from_raw_os_error(libc::ENOENT),
             ));
         };
-        if let Some(why) = swappable(dir_st, &st, me) {
-            return Err(untrusted(
-                path,
-                format!("{} {why}", dir_path.display()),
+        Ok((st, made))
+    }
+
+    /// Follows the symlink `cname` of `dir` (at `shown`): its target's
+    /// components go first in `todo`, from `/` if it is absolute.
+    fn follow(
+        &mut self,
+        dir: RawFd,
+        cname: &CString,
+        shown: &Path,
+        todo: &mut VecDeque<OsString>,
+    ) -> Result<()> {
+        self.links += 1;
+        if self.links > MAX_LINKS {
+            return Err(Error::io(
+                Op::Open,
+                shown,
+                std::io::Error::from_raw_os_error(libc::ELOOP),
             ));
         }
-        match st.st_mode & libc::S_IFMT {
-            libc::S_IFLNK if last => {
-                return Err(untrusted(
-                    path,
-                    "is a symlink, which is never followed here".into(),
-                ));
-            }
-            libc::S_IFLNK => {
-                links += 1;
-                if links > MAX_LINKS {
-                    return Err(Error::io(
-                        Op::Open,
-                        &shown,
-                        std::io::Error::from_raw_os_error(libc::ELOOP),
-                    ));
-                }
-                let target = at::readlink(dir.as_raw_fd(), &cname)
-                    .map_err(|e| Error::io(Op::Readlink, &shown, e))?;
-                let target = PathBuf::from(OsString::from_vec(target));
-                if target.is_absolute() {
-                    stack.truncate(1);
-                }
-                for n in names(&target).into_iter().rev() {
-                    todo.push_front(n);
-                }
-            }
-            libc::S_IFDIR => {
-                let fd = match made {
-                    Some(fd) => fd,
-                    None => beneath::step(dir.as_raw_fd(), &cname, None)
-                        .map_err(|f| step_error(path, &shown, f))?,
-                };
-                let now = at::fstat(&fd)
-                    .map_err(|e| Error::io(Op::Stat, &shown, e))?;
-                // Replaced between the look and the open: by whom, if
-                // the directory holding it is safe? Refuse either way.
-                if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino) {
-                    return Err(untrusted(
-                        path,
-                        format!(
-                            "{} changed while it was opened",
-                            shown.display()
-                        ),
-                    ));
-                }
-                // Its owner could chmod it and swap what is inside; its
-                // mode is the caller's to set, through the descriptor.
-                let uid = now.st_uid as u32;
-                if last && uid != 0 && uid != me {
-                    return Err(untrusted(
-                        path,
-                        format!("is owned by uid {uid}"),
-                    ));
-                }
-                stack.push((fd, now, shown));
-            }
-            _ => {
-                return Err(Error::io(
-                    Op::Open,
-                    &shown,
-                    std::io::Error::from_raw_os_error(libc::ENOTDIR),
-                ));
-            }
+        let target = at::readlink(dir, cname)
+            .map_err(|e| Error::io(Op::Readlink, shown, e))?;
+        let target = PathBuf::from(OsString::from_vec(target));
+        if target.is_absolute() {
+            self.stack.truncate(1);
         }
+        for n in names(&target).into_iter().rev() {
+            todo.push_front(n);
+        }
+        Ok(())
     }
-    let (fd, _, _) = stack.pop().expect("never empty");
-    Root::from_fd(fd, path)
+
+    /// Enters the directory `cname` of `dir` (at `shown`, as `st` saw
+    /// it; `made` if it was made here), refusing one replaced meanwhile
+    /// or, the `last`, owned by someone else.
+    fn enter(
+        &mut self,
+        dir: RawFd,
+        cname: &CString,
+        shown: PathBuf,
+        st: &libc::stat,
+        made: Option<OwnedFd>,
+        last: bool,
+    ) -> Result<()> {
+        let fd = match made {
+            Some(fd) => fd,
+            None => beneath::step(dir, cname, None)
+                .map_err(|f| step_error(self.path, &shown, f))?,
+        };
+        let now = at::fstat(&fd).map_err(|e| Error::io(Op::Stat, &shown, e))?;
+        // Replaced between the look and the open: by whom, if
+        // the directory holding it is safe? Refuse either way.
+        if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino) {
+            return Err(untrusted(
+                self.path,
+                format!("{} changed while it was opened", shown.display()),
+            ));
+        }
+        // Its owner could chmod it and swap what is inside; its
+        // mode is the caller's to set, through the descriptor.
+        let uid = now.st_uid as u32;
+        if last && uid != 0 && uid != self.me {
+            return Err(untrusted(self.path, format!("is owned by uid {uid}")));
+        }
+        self.stack.push((fd, now, shown));
+        Ok(())
+    }
 }
 
 fn untrusted(path: &Path, why: String) -> Error {

@@ -636,6 +636,34 @@ fn dry_run_json_and_listing() {
     assert_eq!(files, 50 + 1 + 1 + 9, "{listing}");
 }
 
+/// A dry run of an image whose name is not UTF-8 tells it, lossily, as
+/// text and as JSON, as every other path is told.
+#[test]
+fn dry_run_tells_a_name_that_is_not_utf8() {
+    use std::os::unix::ffi::OsStrExt;
+    let d = Tmp::new();
+    let tarball = d.path().join(std::ffi::OsStr::from_bytes(b"r\xff.tar"));
+    run(Command::new("tar")
+        .arg("-C")
+        .arg(rootfs(d.path()))
+        .arg("-cf")
+        .arg(&tarball)
+        .arg("."));
+    let dry = |json: bool| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_zinstall"));
+        c.arg("provision").arg(&tarball).arg("-n");
+        c.arg("--cache").arg(d.path().join("cache"));
+        c.arg("--out").arg(d.path().join("out"));
+        c.args(json.then_some("--json")).output().unwrap()
+    };
+    let o = dry(false);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("r\u{fffd}.tar (tar)"), "{}", text(&o));
+    let v = json_of(&dry(true));
+    assert_eq!(v["image"], d.path().join("r\u{fffd}.tar").to_str().unwrap());
+    assert_eq!(v["cache"], "build", "{v}");
+}
+
 /// A rootfs with an identity: hostname, hosts, machine-id (and D-Bus's
 /// copy), SSH host keys of two types.
 fn rootfs_with_identity(dir: &Path) -> PathBuf {

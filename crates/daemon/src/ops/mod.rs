@@ -295,38 +295,7 @@ fn provision(
              without --mount and mount each with `zinstall mount DIR`",
         ));
     }
-    let request = ProvisionRequest {
-        count: a.count,
-        out: a.out.to_path_buf(),
-        name: a.name.clone(),
-        size: a.size,
-        sha256: a.sha256.clone(),
-        max_archive_bytes: a.max_archive_size,
-        allow_devices: a.allow_devices,
-        keep_identity: a.keep_identity,
-        hostname: a.hostname.clone(),
-        machine_id: a.machine_id,
-        ssh_host_keys: a.ssh_host_keys,
-        force: a.force,
-        platform: platform(ErrorKind::Provision, &a.platform)?,
-        format: a.format,
-        mount: a.mount,
-        // Made from the contents the client sent: no path of its is
-        // opened here.
-        seed: a
-            .seed
-            .as_ref()
-            .map(|s| {
-                zinstall_provision::seed::sent::request(
-                    s,
-                    a.hostname.as_deref(),
-                )
-            })
-            .transpose()
-            .map_err(|e| {
-                WireError::new(ErrorKind::Provision, provision_message(&e))
-            })?,
-    };
+    let request = provision_request(a)?;
     let opts = ProvisionOptions {
         customize_sent: a.customize.as_deref().cloned(),
         tunables: d.tunables(),
@@ -362,6 +331,42 @@ fn provision(
               "rebuilt" => r.entry.name());
     }
     Ok(ProvisionReply::of(a.image.as_path(), &r))
+}
+
+/// The provision the client asked for, as the library takes it.
+fn provision_request(a: &ProvisionArgs) -> Result<ProvisionRequest, WireError> {
+    Ok(ProvisionRequest {
+        count: a.count,
+        out: a.out.to_path_buf(),
+        name: a.name.clone(),
+        size: a.size,
+        sha256: a.sha256.clone(),
+        max_archive_bytes: a.max_archive_size,
+        allow_devices: a.allow_devices,
+        keep_identity: a.keep_identity,
+        hostname: a.hostname.clone(),
+        machine_id: a.machine_id,
+        ssh_host_keys: a.ssh_host_keys,
+        force: a.force,
+        platform: platform(ErrorKind::Provision, &a.platform)?,
+        format: a.format,
+        mount: a.mount,
+        // Made from the contents the client sent: no path of its is
+        // opened here.
+        seed: a
+            .seed
+            .as_ref()
+            .map(|s| {
+                zinstall_provision::seed::sent::request(
+                    s,
+                    a.hostname.as_deref(),
+                )
+            })
+            .transpose()
+            .map_err(|e| {
+                WireError::new(ErrorKind::Provision, provision_message(&e))
+            })?,
+    })
 }
 
 /// A provision's failure as the daemon's client should read it: the

@@ -56,30 +56,7 @@ pub fn walk_tree(
     if !visit(&v).map_err(|e| Error::io(Op::ReadDir, top, e))? {
         return Ok(());
     }
-    let entries = |fd: &OwnedFd, rel: &Path| -> Result<Walked> {
-        let st =
-            at::fstat(fd).map_err(|e| Error::io(Op::Stat, shown(rel), e))?;
-        let names = at::read_names(fd)
-            .map_err(|e| Error::io(Op::ReadDir, shown(rel), e))?;
-        let mut v = Vec::with_capacity(names.len());
-        for n in names {
-            if let Some(st) = at::lstat(fd.as_raw_fd(), &n).map_err(|e| {
-                Error::io(
-                    Op::Stat,
-                    shown(&rel.join(std::ffi::OsStr::from_bytes(n.as_bytes()))),
-                    e,
-                )
-            })? {
-                v.push((n, st));
-            }
-        }
-        v.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
-        Ok(Walked {
-            id: (st.st_dev as u64, st.st_ino as u64),
-            entries: v.into_iter(),
-        })
-    };
-    let mut stack = vec![entries(&cur, &rel)?];
+    let mut stack = vec![entries(&cur, top, &rel)?];
     loop {
         let Some(level) = stack.last_mut() else {
             return Ok(());
@@ -101,7 +78,7 @@ pub fn walk_tree(
             }
             let child = at::open_dir(cur.as_raw_fd(), &name)
                 .map_err(|e| Error::io(Op::Open, shown(&rel), e))?;
-            let walked = entries(&child, &rel)?;
+            let walked = entries(&child, top, &rel)?;
             if walked.id != (st.st_dev as u64, st.st_ino as u64) {
                 return Err(Error::refused(shown(&rel), Refusal::ChangedType));
             }
@@ -113,15 +90,53 @@ pub fn walk_tree(
         let Some(parent) = stack.last() else {
             return Ok(());
         };
-        let up = at::open_dir(cur.as_raw_fd(), c"..")
-            .map_err(|e| Error::io(Op::Open, shown(&rel), e))?;
-        let st =
-            at::fstat(&up).map_err(|e| Error::io(Op::Stat, shown(&rel), e))?;
-        rel.pop();
-        // Moved meanwhile: `..` is another directory now.
-        if (st.st_dev as u64, st.st_ino as u64) != parent.id {
-            return Err(Error::refused(shown(&rel), Refusal::ChangedType));
-        }
-        cur = up;
+        cur = up(&cur, top, &mut rel, parent.id)?;
     }
+}
+
+/// The entries of the directory `fd` (at `rel` beneath `top`), each with
+/// its `lstat`, in the byte order of their names.
+fn entries(fd: &OwnedFd, top: &Path, rel: &Path) -> Result<Walked> {
+    let shown = |rel: &Path| top.join(rel);
+    let st = at::fstat(fd).map_err(|e| Error::io(Op::Stat, shown(rel), e))?;
+    let names = at::read_names(fd)
+        .map_err(|e| Error::io(Op::ReadDir, shown(rel), e))?;
+    let mut v = Vec::with_capacity(names.len());
+    for n in names {
+        if let Some(st) = at::lstat(fd.as_raw_fd(), &n).map_err(|e| {
+            Error::io(
+                Op::Stat,
+                shown(&rel.join(std::ffi::OsStr::from_bytes(n.as_bytes()))),
+                e,
+            )
+        })? {
+            v.push((n, st));
+        }
+    }
+    v.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+    Ok(Walked {
+        id: (st.st_dev as u64, st.st_ino as u64),
+        entries: v.into_iter(),
+    })
+}
+
+/// Goes up from `cur` (at `rel` beneath `top`, which loses its last
+/// component) to `..`, checked to be the directory `parent` it came
+/// from.
+fn up(
+    cur: &OwnedFd,
+    top: &Path,
+    rel: &mut PathBuf,
+    parent: (u64, u64),
+) -> Result<OwnedFd> {
+    let up = at::open_dir(cur.as_raw_fd(), c"..")
+        .map_err(|e| Error::io(Op::Open, top.join(&*rel), e))?;
+    let st =
+        at::fstat(&up).map_err(|e| Error::io(Op::Stat, top.join(&*rel), e))?;
+    rel.pop();
+    // Moved meanwhile: `..` is another directory now.
+    if (st.st_dev as u64, st.st_ino as u64) != parent {
+        return Err(Error::refused(top.join(&*rel), Refusal::ChangedType));
+    }
+    Ok(up)
 }

@@ -126,17 +126,33 @@ pub enum LogError {
 /// is, so that a link or file another user planted is never written
 /// through.
 pub fn open_file(path: &Path) -> Result<File, LogError> {
-    let io_err = |op: &'static str| {
-        move |error: io::Error| LogError::Io {
-            path: path.to_path_buf(),
-            op,
-            error,
-        }
-    };
-    let path = &std::path::absolute(path).map_err(io_err("resolve"))?;
+    // I/O errors name the path as given.
+    let given = path;
+    let path =
+        &std::path::absolute(path).map_err(io_error(given, "resolve"))?;
     let (Some(dir), Some(_)) = (path.parent(), path.file_name()) else {
         return Err(LogError::NotAFile { path: path.clone() });
     };
+    let dir_md = checked_dir(dir)?;
+    let (file, made) = open_appending(path, given)?;
+    check_file(&file, made, &dir_md, path, given)?;
+    Ok(file)
+}
+
+fn io_error<'a>(
+    path: &'a Path,
+    op: &'static str,
+) -> impl FnOnce(io::Error) -> LogError + 'a {
+    move |error: io::Error| LogError::Io {
+        path: path.to_path_buf(),
+        op,
+        error,
+    }
+}
+
+/// Opens (making it, 0755, when missing) and checks the log's directory
+/// `dir`: its metadata, if no one but root or its owner can write in it.
+fn checked_dir(dir: &Path) -> Result<std::fs::Metadata, LogError> {
     // Every directory on the way is root's or ours alone (or sticky and
     // holding only root's entries), so the path leads where it did when
     // checked.
@@ -170,40 +186,60 @@ pub fn open_file(path: &Path) -> Result<File, LogError> {
             why,
         });
     }
+    Ok(dir_md)
+}
+
+/// Opens `path` for appending, making it (0640) if missing; whether it
+/// was made.
+fn open_appending(path: &Path, given: &Path) -> Result<(File, bool), LogError> {
     let flags = libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NOCTTY;
     let nofollow = |e: io::Error| {
         if e.raw_os_error() == Some(libc::ELOOP) {
-            LogError::Symlink { path: path.clone() }
+            LogError::Symlink {
+                path: path.to_path_buf(),
+            }
         } else {
-            io_err("open")(e)
+            io_error(given, "open")(e)
         }
     };
     // Made here, it is ours; found, it must be root's or the directory
     // owner's (who could replace it anyway). Not blocking, so that a
     // FIFO planted there cannot hold the install. Opened for appending
-    // only, never followed, and checked on its descriptor below.
+    // only, never followed, and checked on its descriptor after.
     #[allow(clippy::disallowed_methods)]
-    let (file, made) = match OpenOptions::new()
+    match OpenOptions::new()
         .append(true)
         .create_new(true)
         .mode(0o640)
         .custom_flags(flags)
         .open(path)
     {
-        Ok(f) => (f, true),
+        Ok(f) => Ok((f, true)),
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
             let f = OpenOptions::new()
                 .append(true)
                 .custom_flags(flags | libc::O_NONBLOCK)
                 .open(path)
                 .map_err(nofollow)?;
-            (f, false)
+            Ok((f, false))
         }
-        Err(e) => return Err(nofollow(e)),
-    };
-    let md = file.metadata().map_err(io_err("stat"))?;
+        Err(e) => Err(nofollow(e)),
+    }
+}
+
+/// Refuses a log `file` (at `path`, `made` here or found) that is not a
+/// regular file (or a device of root's), is owned by someone other than
+/// root or the owner of its directory (`dir_md`), or has other links.
+fn check_file(
+    file: &File,
+    made: bool,
+    dir_md: &std::fs::Metadata,
+    path: &Path,
+    given: &Path,
+) -> Result<(), LogError> {
+    let md = file.metadata().map_err(io_error(given, "stat"))?;
     let not_ours = |why: String| LogError::NotOurs {
-        path: path.clone(),
+        path: path.to_path_buf(),
         why,
     };
     // A device of root's (`/dev/null`, `/dev/full`) is the
@@ -222,7 +258,7 @@ pub fn open_file(path: &Path) -> Result<File, LogError> {
             md.nlink()
         )));
     }
-    Ok(file)
+    Ok(())
 }
 
 /// The one way a zinstall log is written: JSON lines with the time and

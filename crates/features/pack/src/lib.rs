@@ -109,55 +109,7 @@ pub fn pack(
         }
         let mut name = b"root/".to_vec();
         name.extend_from_slice(rel.as_os_str().as_bytes());
-        let mut e = Entry {
-            name: name.clone(),
-            mode: md.mode() & 0o7777,
-            uid: md.uid(),
-            gid: md.gid(),
-            mtime: (md.mtime(), md.mtime_nsec() as u32),
-            xattrs: read_xattrs(path)?,
-            ..Entry::default()
-        };
-        let mut body: Option<(File, Vec<(u64, u64)>)> = None;
-        if ft.is_dir() {
-            e.kind = WriteKind::Directory;
-            stats.dirs += 1;
-        } else if ft.is_symlink() {
-            e.kind = WriteKind::Symlink;
-            e.link = fs::read_link(path)
-                .map_err(|er| Error::io(Op::Readlink, path, er))?
-                .into_os_string()
-                .into_vec();
-            stats.symlinks += 1;
-        } else if md.nlink() > 1
-            && let Some(first) = links.get(&(md.dev(), md.ino()))
-        {
-            e.kind = WriteKind::HardLink;
-            e.link = first.clone();
-            e.xattrs.clear();
-            stats.hardlinks += 1;
-        } else if ft.is_file() {
-            e.kind = WriteKind::File;
-            e.size = md.len();
-            let (f, data) = open_file(path, &md)?;
-            if data != [(0, md.len())] {
-                e.sparse = Some(data.clone());
-            }
-            body = Some((f, data));
-            stats.files += 1;
-            stats.bytes += md.len();
-        } else if ft.is_fifo() {
-            e.kind = WriteKind::Fifo;
-            stats.specials += 1;
-        } else if ft.is_char_device() || ft.is_block_device() {
-            e.kind = if ft.is_char_device() {
-                WriteKind::CharDevice
-            } else {
-                WriteKind::BlockDevice
-            };
-            e.dev = major_minor(md.rdev());
-            stats.specials += 1;
-        }
+        let (e, body) = member(path, &md, name.clone(), &links, &mut stats)?;
         if !ft.is_dir() && !ft.is_symlink() && md.nlink() > 1 {
             links.entry((md.dev(), md.ino())).or_insert(name);
         }
@@ -170,6 +122,74 @@ pub fn pack(
     w.finish().map_err(wrote)?;
     stats.elapsed = started.elapsed();
     Ok(stats)
+}
+
+/// A regular file's body: the file, and its data segments (offset,
+/// length).
+type Body = (File, Vec<(u64, u64)>);
+
+/// The member for `path` (`md` when walked), named `name`, and, for a
+/// regular file, the file and its data segments to append; a second
+/// name of a file already packed (in `links`) is a hard link to it.
+/// Counts it in `stats`.
+fn member(
+    path: &Path,
+    md: &fs::Metadata,
+    name: Vec<u8>,
+    links: &HashMap<(u64, u64), Vec<u8>>,
+    stats: &mut Stats,
+) -> Result<(Entry, Option<Body>)> {
+    let ft = md.file_type();
+    let mut e = Entry {
+        name,
+        mode: md.mode() & 0o7777,
+        uid: md.uid(),
+        gid: md.gid(),
+        mtime: (md.mtime(), md.mtime_nsec() as u32),
+        xattrs: read_xattrs(path)?,
+        ..Entry::default()
+    };
+    let mut body: Option<Body> = None;
+    if ft.is_dir() {
+        e.kind = WriteKind::Directory;
+        stats.dirs += 1;
+    } else if ft.is_symlink() {
+        e.kind = WriteKind::Symlink;
+        e.link = fs::read_link(path)
+            .map_err(|er| Error::io(Op::Readlink, path, er))?
+            .into_os_string()
+            .into_vec();
+        stats.symlinks += 1;
+    } else if md.nlink() > 1
+        && let Some(first) = links.get(&(md.dev(), md.ino()))
+    {
+        e.kind = WriteKind::HardLink;
+        e.link = first.clone();
+        e.xattrs.clear();
+        stats.hardlinks += 1;
+    } else if ft.is_file() {
+        e.kind = WriteKind::File;
+        e.size = md.len();
+        let (f, data) = open_file(path, md)?;
+        if data != [(0, md.len())] {
+            e.sparse = Some(data.clone());
+        }
+        body = Some((f, data));
+        stats.files += 1;
+        stats.bytes += md.len();
+    } else if ft.is_fifo() {
+        e.kind = WriteKind::Fifo;
+        stats.specials += 1;
+    } else if ft.is_char_device() || ft.is_block_device() {
+        e.kind = if ft.is_char_device() {
+            WriteKind::CharDevice
+        } else {
+            WriteKind::BlockDevice
+        };
+        e.dev = major_minor(md.rdev());
+        stats.specials += 1;
+    }
+    Ok((e, body))
 }
 
 /// Opens the file `path` that was `md` when walked, and finds its data

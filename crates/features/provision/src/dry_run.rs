@@ -11,8 +11,9 @@ use crate::asked;
 use crate::cache::{Cache, WouldObtain};
 use crate::detect::ImageKind;
 use crate::error::{ProvisionError, ProvisionError as Error};
-use crate::guests::{
-    chain_files, check_request, entry_kind, guest_path, is_disk, seed_path,
+use crate::guests::chain_files;
+use crate::guests::request::{
+    check_request, entry_kind, guest_path, is_disk, seed_path,
 };
 use crate::options::ProvisionOptions;
 

@@ -205,7 +205,20 @@ fn run_helper(
     } else {
         registry
     };
-    let mut child = Command::new(&path)
+    let Some(out) = ask_helper(&path, server, &fail)? else {
+        return Ok(None);
+    };
+    credentials_of(&out, &fail)
+}
+
+/// Runs the helper at `path` (`get`) for `server`: what it answered, or
+/// `None` when it has no credentials for it.
+fn ask_helper(
+    path: &Path,
+    server: &str,
+    fail: &dyn Fn(String) -> Error,
+) -> Result<Option<Vec<u8>>> {
+    let mut child = Command::new(path)
         .arg("get")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -241,6 +254,15 @@ fn run_helper(
     if out.len() as u64 > MAX_HELPER_OUTPUT {
         return Err(fail("answered more than a credential".into()));
     }
+    Ok(Some(out))
+}
+
+/// The credentials a helper's answer `out` gives, if any: an identity
+/// token when its user is `<token>`.
+fn credentials_of(
+    out: &[u8],
+    fail: &dyn Fn(String) -> Error,
+) -> Result<Option<Credentials>> {
     #[derive(serde::Deserialize)]
     struct Answer {
         #[serde(rename = "Username", default)]
@@ -248,7 +270,7 @@ fn run_helper(
         #[serde(rename = "Secret", default)]
         secret: String,
     }
-    let a: Answer = serde_json::from_slice(&out)
+    let a: Answer = serde_json::from_slice(out)
         .map_err(|e| fail(format!("its answer is not JSON: {e}")))?;
     if a.secret.is_empty() {
         return Ok(None);

@@ -185,44 +185,9 @@ impl Fetcher {
             return Ok(());
         }
         let io_err = |op, e| RegistryError::io(op, partial, e);
-        let mut have = file.metadata().map_err(|e| io_err("stat", e))?.len();
-        // What is kept is resumed only from where it came from: bytes
-        // another registry (or repository) sent are no prefix of this one's.
-        let origin = self.remote.origin();
-        let left_by = foreign::read(&from_file, Follow::No, Kind::Record)
-            .ok()
-            .map(|b| String::from_utf8_lossy(&b).trim().to_string());
-        if have > size || (have > 0 && left_by.as_deref() != Some(&origin)) {
-            self.emit(Event::Discarded {
-                digest: digest.to_string(),
-                bytes: have,
-                why: match &left_by {
-                    _ if have > size => {
-                        format!("more than the {size} bytes the blob has")
-                    }
-                    Some(o) => format!("left by a pull from {o}"),
-                    None => "left by a pull from an unknown registry".into(),
-                },
-            });
-            file.set_len(0).map_err(|e| io_err("truncate", e))?;
-            have = 0;
-        }
-        write_atomic(
-            from_file.parent().unwrap_or(Path::new(".")),
-            &from_file.file_name().unwrap_or_default().to_string_lossy(),
-            origin.as_bytes(),
-            BLOB_MODE,
-        )?;
+        let have = self.kept_bytes(digest, size, file, partial, &from_file)?;
         let resumed = have;
-        let (url, accept) = match kind {
-            BlobKind::Index | BlobKind::Manifest => (
-                self.remote.manifest_url(&digest.to_string()),
-                Some(MANIFEST_TYPES),
-            ),
-            BlobKind::Config | BlobKind::Layer => {
-                (self.remote.blob_url(&digest.to_string()), None)
-            }
-        };
+        let (url, accept) = self.url_of(kind, digest);
         self.emit(Event::Fetching {
             digest: digest.to_string(),
             size,
@@ -265,6 +230,68 @@ impl Fetcher {
             took: started.elapsed(),
         });
         Ok(())
+    }
+
+    /// The bytes of `partial` (locked as `file`) a download of `digest`
+    /// (`size` bytes) resumes from: none when they came from elsewhere
+    /// (as `from_file` records) or are too many. Records this registry as
+    /// where they come from now.
+    fn kept_bytes(
+        &self,
+        digest: &Digest,
+        size: u64,
+        file: &File,
+        partial: &Path,
+        from_file: &Path,
+    ) -> Result<u64> {
+        let io_err = |op, e| RegistryError::io(op, partial, e);
+        let mut have = file.metadata().map_err(|e| io_err("stat", e))?.len();
+        // What is kept is resumed only from where it came from: bytes
+        // another registry (or repository) sent are no prefix of this one's.
+        let origin = self.remote.origin();
+        let left_by = foreign::read(from_file, Follow::No, Kind::Record)
+            .ok()
+            .map(|b| String::from_utf8_lossy(&b).trim().to_string());
+        if have > size || (have > 0 && left_by.as_deref() != Some(&origin)) {
+            self.emit(Event::Discarded {
+                digest: digest.to_string(),
+                bytes: have,
+                why: match &left_by {
+                    _ if have > size => {
+                        format!("more than the {size} bytes the blob has")
+                    }
+                    Some(o) => format!("left by a pull from {o}"),
+                    None => "left by a pull from an unknown registry".into(),
+                },
+            });
+            file.set_len(0).map_err(|e| io_err("truncate", e))?;
+            have = 0;
+        }
+        write_atomic(
+            from_file.parent().unwrap_or(Path::new(".")),
+            &from_file.file_name().unwrap_or_default().to_string_lossy(),
+            origin.as_bytes(),
+            BLOB_MODE,
+        )?;
+        Ok(have)
+    }
+
+    /// Where the blob `digest` of `kind` is fetched, and the media types
+    /// accepted.
+    fn url_of(
+        &self,
+        kind: BlobKind,
+        digest: &Digest,
+    ) -> (String, Option<&'static str>) {
+        match kind {
+            BlobKind::Index | BlobKind::Manifest => (
+                self.remote.manifest_url(&digest.to_string()),
+                Some(MANIFEST_TYPES),
+            ),
+            BlobKind::Config | BlobKind::Layer => {
+                (self.remote.blob_url(&digest.to_string()), None)
+            }
+        }
     }
 
     /// Brings `partial` (holding `have` bytes) to the blob's `size` from

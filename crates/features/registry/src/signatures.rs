@@ -272,30 +272,9 @@ impl<'a> Fetched<'a> {
         }
         let tag = format!("{}.sig", self.digest.replace(':', "-"));
         let url = self.remote.manifest_url(&tag);
-        let resp = self
-            .remote
-            .get_watched(&url, Some(ATTACHMENT_TYPES), None)
-            .map_err(|e| fetch_error(&url, e))?;
-        match resp.status().as_u16() {
-            404 => return Ok(Vec::new()),
-            200..=299 => {}
-            _ => {
-                return Err(fetch_error(
-                    &url,
-                    status_error(&url, resp, &self.remote.watch),
-                ));
-            }
-        }
-        let bytes = read_bounded(
-            resp,
-            &url,
-            "manifest",
-            zinstall_oci::MAX_JSON,
-            &self.remote.watch,
-        )
-        .map_err(|e| fetch_error(&url, e))?;
-        let m: serde_json::Value = serde_json::from_slice(&bytes)
-            .map_err(|e| fetch_error(&url, format!("not a manifest: {e}")))?;
+        let Some(m) = self.attachment_manifest(&url)? else {
+            return Ok(Vec::new());
+        };
         let mut out = Vec::new();
         for layer in m["layers"].as_array().into_iter().flatten() {
             if layer["mediaType"].as_str() != Some(SIMPLESIGNING_TYPE) {
@@ -311,42 +290,9 @@ impl<'a> Fetched<'a> {
             };
             let want = zinstall_oci::Digest::parse(digest)
                 .map_err(|e| fetch_error(&url, format!("layer digest: {e}")))?;
-            let burl = self.remote.blob_url(digest);
-            if size > MAX_PAYLOAD as u64 {
-                return Err(fetch_error(
-                    &burl,
-                    "larger than a signature payload may be",
-                ));
-            }
-            let resp = self
-                .remote
-                .get_watched(&burl, None, None)
-                .map_err(|e| fetch_error(&burl, e))?;
-            if !resp.status().is_success() {
-                return Err(fetch_error(
-                    &burl,
-                    status_error(&burl, resp, &self.remote.watch),
-                ));
-            }
-            let payload = read_bounded(
-                resp,
-                &burl,
-                "signature payload",
-                size,
-                &self.remote.watch,
-            )
-            .map_err(|e| fetch_error(&burl, e))?;
-            let mut h = zinstall_oci::Hasher::new(want.algorithm());
-            h.update(&payload);
-            if h.finish() != want {
-                return Err(fetch_error(
-                    &burl,
-                    format!("the payload's bytes are not {want}"),
-                ));
-            }
             out.push(SigstoreSig {
                 source: format!("{url} layer {digest}"),
-                payload,
+                payload: self.attached_payload(digest, &want, size)?,
                 signature: layer["annotations"][SIGNATURE_ANNOTATION]
                     .as_str()
                     .unwrap_or_default()
@@ -354,6 +300,82 @@ impl<'a> Fetched<'a> {
             });
         }
         Ok(out)
+    }
+
+    /// The manifest at `url` the signatures are attached to, or `None`
+    /// if there is none.
+    fn attachment_manifest(
+        &self,
+        url: &str,
+    ) -> std::result::Result<Option<serde_json::Value>, PolicyError> {
+        let resp = self
+            .remote
+            .get_watched(url, Some(ATTACHMENT_TYPES), None)
+            .map_err(|e| fetch_error(url, e))?;
+        match resp.status().as_u16() {
+            404 => return Ok(None),
+            200..=299 => {}
+            _ => {
+                return Err(fetch_error(
+                    url,
+                    status_error(url, resp, &self.remote.watch),
+                ));
+            }
+        }
+        let bytes = read_bounded(
+            resp,
+            url,
+            "manifest",
+            zinstall_oci::MAX_JSON,
+            &self.remote.watch,
+        )
+        .map_err(|e| fetch_error(url, e))?;
+        let m = serde_json::from_slice(&bytes)
+            .map_err(|e| fetch_error(url, format!("not a manifest: {e}")))?;
+        Ok(Some(m))
+    }
+
+    /// The payload blob `digest` of `size` bytes, checked to be `want`.
+    fn attached_payload(
+        &self,
+        digest: &str,
+        want: &zinstall_oci::Digest,
+        size: u64,
+    ) -> std::result::Result<Vec<u8>, PolicyError> {
+        let burl = self.remote.blob_url(digest);
+        if size > MAX_PAYLOAD as u64 {
+            return Err(fetch_error(
+                &burl,
+                "larger than a signature payload may be",
+            ));
+        }
+        let resp = self
+            .remote
+            .get_watched(&burl, None, None)
+            .map_err(|e| fetch_error(&burl, e))?;
+        if !resp.status().is_success() {
+            return Err(fetch_error(
+                &burl,
+                status_error(&burl, resp, &self.remote.watch),
+            ));
+        }
+        let payload = read_bounded(
+            resp,
+            &burl,
+            "signature payload",
+            size,
+            &self.remote.watch,
+        )
+        .map_err(|e| fetch_error(&burl, e))?;
+        let mut h = zinstall_oci::Hasher::new(want.algorithm());
+        h.update(&payload);
+        if h.finish() != *want {
+            return Err(fetch_error(
+                &burl,
+                format!("the payload's bytes are not {want}"),
+            ));
+        }
+        Ok(payload)
     }
 }
 

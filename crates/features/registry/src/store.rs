@@ -158,82 +158,23 @@ fn gc_locked(
     let mut images = images(store, &blobs)?;
     images.sort_by_key(|i| i.pulled);
     let partials = files_in(&store.join("partial"))?;
-
-    // What goes regardless of decisions: partial downloads (nobody is
-    // downloading, or the lock would be held) and blobs no record reaches.
-    let reached: HashSet<&String> =
-        images.iter().flat_map(|i| i.blobs.iter()).collect();
-    let mut doomed: Vec<PathBuf> = Vec::new();
-    let mut total: u64 = blobs.values().map(|(_, s)| s).sum();
-    for (digest, (path, size)) in &blobs {
-        if !reached.contains(digest) {
-            doomed.push(path.clone());
-            report.blobs_removed += 1;
-            report.freed += size;
-            total -= size;
-        }
-    }
-    for (path, size) in &partials {
-        doomed.push(path.clone());
-        report.partial_removed += 1;
-        report.freed += size;
-    }
-
-    // Oldest pull first, each image nothing keeps goes: all of them, or
-    // only while the store is over the budget.
-    let mut removed: Vec<bool> = vec![false; images.len()];
-    let mut whys: Vec<Option<String>> =
-        images.iter().map(|i| (opts.keep)(i)).collect();
-    for i in 0..images.len() {
-        if whys[i].is_some() {
-            continue;
-        }
-        if let Some(b) = opts.budget
-            && total <= b
-        {
-            whys[i] = Some(format!("the cache is within {b} bytes"));
-            continue;
-        }
-        removed[i] = true;
-        // Blobs only this image (among those still kept) reaches.
-        let others: HashSet<&String> = images
-            .iter()
-            .enumerate()
-            .filter(|(j, _)| *j != i && !removed[*j])
-            .flat_map(|(_, o)| o.blobs.iter())
-            .collect();
-        for b in &images[i].blobs {
-            if !others.contains(b)
-                && let Some((path, size)) = blobs.get(b)
-            {
-                doomed.push(path.clone());
-                report.blobs_removed += 1;
-                report.freed += size;
-                total = total.saturating_sub(*size);
-            }
-        }
-        whys[i] = Some("no cache entry was made from it, or none stays".into());
-    }
+    let mut sweep = Sweep {
+        blobs: &blobs,
+        report,
+        doomed: Vec::new(),
+        total: blobs.values().map(|(_, s)| s).sum(),
+    };
+    sweep.unreached_and_partials(&images, &partials);
+    let (removed, whys) = sweep.decide(&images, opts);
+    let Sweep {
+        report,
+        doomed,
+        total,
+        ..
+    } = sweep;
     report.size_after = total;
-
     if !opts.dry_run {
-        if removed.iter().any(|r| *r) {
-            let gone: HashSet<&str> = images
-                .iter()
-                .zip(&removed)
-                .filter(|(_, r)| **r)
-                .map(|(i, _)| i.digest.as_str())
-                .collect();
-            rewrite_index(store, &gone)?;
-        }
-        for p in &doomed {
-            match fs::remove_file(p) {
-                Ok(()) => {}
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => return Err(RegistryError::io("remove", p, e)),
-            }
-        }
-        forget_trust_records(store)?;
+        remove_decided(store, &images, &removed, &doomed)?;
     }
     report.decisions = images
         .into_iter()
@@ -246,6 +187,115 @@ fn gc_locked(
         })
         .collect();
     Ok(())
+}
+
+/// What a gc removes, as it decides: the files doomed, and the store's
+/// size once they are gone.
+struct Sweep<'a> {
+    blobs: &'a HashMap<String, (PathBuf, u64)>,
+    report: &'a mut StoreGcReport,
+    doomed: Vec<PathBuf>,
+    total: u64,
+}
+
+impl Sweep<'_> {
+    /// Dooms what goes regardless of decisions: partial downloads
+    /// (nobody is downloading, or the lock would be held) and blobs no
+    /// record reaches.
+    fn unreached_and_partials(
+        &mut self,
+        images: &[StoredImage],
+        partials: &[(PathBuf, u64)],
+    ) {
+        let reached: HashSet<&String> =
+            images.iter().flat_map(|i| i.blobs.iter()).collect();
+        for (digest, (path, size)) in self.blobs {
+            if !reached.contains(digest) {
+                self.doom_blob(path, *size);
+            }
+        }
+        for (path, size) in partials {
+            self.doomed.push(path.clone());
+            self.report.partial_removed += 1;
+            self.report.freed += size;
+        }
+    }
+
+    /// Oldest pull first, each image nothing keeps goes: all of them, or
+    /// only while the store is over the budget. Whether each goes, and
+    /// why.
+    fn decide(
+        &mut self,
+        images: &[StoredImage],
+        opts: &StoreGc<'_>,
+    ) -> (Vec<bool>, Vec<Option<String>>) {
+        let mut removed: Vec<bool> = vec![false; images.len()];
+        let mut whys: Vec<Option<String>> =
+            images.iter().map(|i| (opts.keep)(i)).collect();
+        for i in 0..images.len() {
+            if whys[i].is_some() {
+                continue;
+            }
+            if let Some(b) = opts.budget
+                && self.total <= b
+            {
+                whys[i] = Some(format!("the cache is within {b} bytes"));
+                continue;
+            }
+            removed[i] = true;
+            // Blobs only this image (among those still kept) reaches.
+            let others: HashSet<&String> = images
+                .iter()
+                .enumerate()
+                .filter(|(j, _)| *j != i && !removed[*j])
+                .flat_map(|(_, o)| o.blobs.iter())
+                .collect();
+            for b in &images[i].blobs {
+                if !others.contains(b)
+                    && let Some((path, size)) = self.blobs.get(b)
+                {
+                    self.doom_blob(path, *size);
+                }
+            }
+            whys[i] =
+                Some("no cache entry was made from it, or none stays".into());
+        }
+        (removed, whys)
+    }
+
+    fn doom_blob(&mut self, path: &Path, size: u64) {
+        self.doomed.push(path.to_path_buf());
+        self.report.blobs_removed += 1;
+        self.report.freed += size;
+        self.total = self.total.saturating_sub(size);
+    }
+}
+
+/// Removes the images decided on from the index, then the doomed files,
+/// then trust records no image is left for.
+fn remove_decided(
+    store: &Path,
+    images: &[StoredImage],
+    removed: &[bool],
+    doomed: &[PathBuf],
+) -> Result<()> {
+    if removed.iter().any(|r| *r) {
+        let gone: HashSet<&str> = images
+            .iter()
+            .zip(removed)
+            .filter(|(_, r)| **r)
+            .map(|(i, _)| i.digest.as_str())
+            .collect();
+        rewrite_index(store, &gone)?;
+    }
+    for p in doomed {
+        match fs::remove_file(p) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(RegistryError::io("remove", p, e)),
+        }
+    }
+    forget_trust_records(store)
 }
 
 /// Removes the trust records (`trust/ALGO-HEX.json`) of manifests no

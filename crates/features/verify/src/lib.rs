@@ -429,32 +429,7 @@ impl Comparer<'_> {
             );
         }
         if ma.file_type().is_file() {
-            if ma.len() != mb.len() {
-                self.push(
-                    rel.clone(),
-                    DiffKind::Size {
-                        a: ma.len(),
-                        b: mb.len(),
-                    },
-                );
-            } else if self.opts.content
-                && let Some(offset) = first_difference(a, b)?
-            {
-                self.push(rel.clone(), DiffKind::Content { offset });
-            }
-            let (alloc_a, alloc_b) = (ma.blocks() * 512, mb.blocks() * 512);
-            if self.opts.sparse
-                && alloc_a < ma.len()
-                && alloc_b > alloc_a + (64 << 10)
-            {
-                self.push(
-                    rel.clone(),
-                    DiffKind::Sparse {
-                        a: alloc_a,
-                        b: alloc_b,
-                    },
-                );
-            }
+            self.file(&rel, a, b, &ma, &mb)?;
         }
         if is_link {
             let la =
@@ -471,37 +446,87 @@ impl Comparer<'_> {
         {
             self.push(rel.clone(), DiffKind::Rdev);
         }
-        let times = |m: &Metadata| {
-            ((m.mtime(), m.mtime_nsec()), (m.atime(), m.atime_nsec()))
-        };
-        let ((mta, ata), (mtb, atb)) = (times(&ma), times(&mb));
-        if self.opts.mtime && mta != mtb {
-            self.push(rel.clone(), DiffKind::Mtime { a: mta, b: mtb });
-        }
-        if self.opts.atime && !ft.is_dir() && !ft.is_symlink() && ata != atb {
-            self.push(rel.clone(), DiffKind::Atime { a: ata, b: atb });
-        }
+        self.times(&rel, &ma, &mb);
         if self.opts.xattrs {
             for name in differing_xattrs(a, b)? {
                 self.push(rel.clone(), DiffKind::Xattr { name });
             }
         }
         if !ft.is_dir() && (ma.nlink() > 1 || mb.nlink() > 1) {
-            let leader_a = self
-                .links_a
-                .entry((ma.dev(), ma.ino()))
-                .or_insert_with(|| rel.clone())
-                .clone();
-            let leader_b = self
-                .links_b
-                .entry((mb.dev(), mb.ino()))
-                .or_insert_with(|| rel.clone())
-                .clone();
-            if leader_a != leader_b {
-                self.push(rel, DiffKind::HardLinks);
-            }
+            self.hard_links(rel, &ma, &mb);
         }
         Ok(())
+    }
+
+    /// Regular files' sizes, contents and sparseness.
+    fn file(
+        &mut self,
+        rel: &Path,
+        a: &Path,
+        b: &Path,
+        ma: &Metadata,
+        mb: &Metadata,
+    ) -> Result<()> {
+        if ma.len() != mb.len() {
+            self.push(
+                rel.to_path_buf(),
+                DiffKind::Size {
+                    a: ma.len(),
+                    b: mb.len(),
+                },
+            );
+        } else if self.opts.content
+            && let Some(offset) = first_difference(a, b)?
+        {
+            self.push(rel.to_path_buf(), DiffKind::Content { offset });
+        }
+        let (alloc_a, alloc_b) = (ma.blocks() * 512, mb.blocks() * 512);
+        if self.opts.sparse
+            && alloc_a < ma.len()
+            && alloc_b > alloc_a + (64 << 10)
+        {
+            self.push(
+                rel.to_path_buf(),
+                DiffKind::Sparse {
+                    a: alloc_a,
+                    b: alloc_b,
+                },
+            );
+        }
+        Ok(())
+    }
+
+    /// Modification and access times, as the options ask.
+    fn times(&mut self, rel: &Path, ma: &Metadata, mb: &Metadata) {
+        let ft = ma.file_type();
+        let times = |m: &Metadata| {
+            ((m.mtime(), m.mtime_nsec()), (m.atime(), m.atime_nsec()))
+        };
+        let ((mta, ata), (mtb, atb)) = (times(ma), times(mb));
+        if self.opts.mtime && mta != mtb {
+            self.push(rel.to_path_buf(), DiffKind::Mtime { a: mta, b: mtb });
+        }
+        if self.opts.atime && !ft.is_dir() && !ft.is_symlink() && ata != atb {
+            self.push(rel.to_path_buf(), DiffKind::Atime { a: ata, b: atb });
+        }
+    }
+
+    /// Whether the two files at `rel`, with other names, share them with
+    /// the same entries: each inode's first name stands for it.
+    fn hard_links(&mut self, rel: PathBuf, ma: &Metadata, mb: &Metadata) {
+        let leader_a = self
+            .links_a
+            .entry((ma.dev(), ma.ino()))
+            .or_insert_with(|| rel.clone())
+            .clone();
+        let leader_b = self
+            .links_b
+            .entry((mb.dev(), mb.ino()))
+            .or_insert_with(|| rel.clone())
+            .clone();
+        if leader_a != leader_b {
+            self.push(rel, DiffKind::HardLinks);
+        }
     }
 }
 

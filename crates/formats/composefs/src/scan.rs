@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crossbeam_channel::Sender;
+use crossbeam_channel::{Receiver, Sender};
 
 use composefs::generic_tree::LeafId;
 use composefs::tree::{
@@ -162,21 +162,7 @@ pub fn scan_with(
         for _ in 0..workers {
             let (queue, answers) = (queue.clone(), answers.clone());
             let failed = &failed;
-            sc.spawn(move || {
-                for job in queue {
-                    if failed.load(Ordering::Relaxed) {
-                        continue;
-                    }
-                    let stored = store_file(store, &job, src, opts);
-                    if stored.is_err() {
-                        failed.store(true, Ordering::Relaxed);
-                    }
-                    let _ = answers.send(Done {
-                        leaf: job.leaf,
-                        stored,
-                    });
-                }
-            });
+            sc.spawn(move || work(&queue, &answers, store, src, opts, failed));
         }
         drop((queue, answers));
         let walked = s.directory(&Arc::new(top), src, stat_of(&st, xattrs));
@@ -188,29 +174,7 @@ pub fn scan_with(
         drop(std::mem::replace(&mut s.jobs, sender));
         walked
     });
-    let mut first_failure: Option<(usize, Error)> = None;
-    for d in done.try_iter() {
-        match d.stored {
-            Ok((leaf, put, named)) => {
-                s.counts.objects += 1;
-                s.counts.named_by_writer += u64::from(named);
-                if put.written {
-                    s.counts.written += 1;
-                    s.counts.bytes_written += put.size;
-                }
-                if put.replaced {
-                    s.counts.replaced += 1;
-                }
-                s.leaves[d.leaf] = leaf;
-            }
-            // The earliest file's, whichever worker saw it first.
-            Err(e) => {
-                if first_failure.as_ref().is_none_or(|(l, _)| d.leaf < *l) {
-                    first_failure = Some((d.leaf, e));
-                }
-            }
-        }
-    }
+    let first_failure = s.take_answers(&done);
     let root = walked?;
     if let Some((_, e)) = first_failure {
         return Err(e);
@@ -222,6 +186,65 @@ pub fn scan_with(
         },
         counts: s.counts,
     })
+}
+
+/// A worker: stores each file queued and answers with its leaf; after
+/// the first failure (`failed`), drops what is queued.
+fn work(
+    queue: &Receiver<Job>,
+    answers: &Sender<Done>,
+    store: &Store,
+    top: &Path,
+    opts: &ScanOptions,
+    failed: &AtomicBool,
+) {
+    for job in queue {
+        if failed.load(Ordering::Relaxed) {
+            continue;
+        }
+        let stored = store_file(store, &job, top, opts);
+        if stored.is_err() {
+            failed.store(true, Ordering::Relaxed);
+        }
+        let _ = answers.send(Done {
+            leaf: job.leaf,
+            stored,
+        });
+    }
+}
+
+impl Scan<'_> {
+    /// Puts the workers' answers in the tree and the counts; the failure
+    /// of the earliest file, if any failed.
+    fn take_answers(
+        &mut self,
+        done: &Receiver<Done>,
+    ) -> Option<(usize, Error)> {
+        let mut first_failure: Option<(usize, Error)> = None;
+        for d in done.try_iter() {
+            match d.stored {
+                Ok((leaf, put, named)) => {
+                    self.counts.objects += 1;
+                    self.counts.named_by_writer += u64::from(named);
+                    if put.written {
+                        self.counts.written += 1;
+                        self.counts.bytes_written += put.size;
+                    }
+                    if put.replaced {
+                        self.counts.replaced += 1;
+                    }
+                    self.leaves[d.leaf] = leaf;
+                }
+                // The earliest file's, whichever worker saw it first.
+                Err(e) => {
+                    if first_failure.as_ref().is_none_or(|(l, _)| d.leaf < *l) {
+                        first_failure = Some((d.leaf, e));
+                    }
+                }
+            }
+        }
+        first_failure
+    }
 }
 
 /// A worker's part: opens the file `job` names through the foreign-file

@@ -118,6 +118,8 @@ pub(crate) fn partition(clusters: u64, threads: u64, t: u64) -> (u64, u64) {
     (start.min(clusters), end.min(clusters))
 }
 
+/// Converts clusters `start..end` of `img` into `dst`, adding the guest
+/// bytes done to `done` and reporting them every 64 clusters.
 fn convert_range(
     img: &Image,
     dst: &File,
@@ -127,8 +129,6 @@ fn convert_range(
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<ConvertStats> {
     let cs = img.cluster_size();
-    let size = img.virtual_size();
-    let mut st = ConvertStats::default();
     // A run never spans more than the range: small images, or many
     // threads, need no 4 MiB buffer each.
     let (mut raw, at) = aligned(
@@ -137,57 +137,26 @@ fn convert_range(
             .min((end - start).max(1).saturating_mul(cs)) as usize,
     );
     let len = raw.len() - PAGE;
-    let buf = &mut raw[at..at + len];
-    // A cluster read through the chain.
-    let mut one = Vec::new();
-    // The current run: first guest cluster, first host offset, clusters.
-    let mut run: Option<(u64, u64, u64)> = None;
+    let mut w = RangeWriter {
+        img,
+        dst,
+        buf: &mut raw[at..at + len],
+        one: Vec::new(),
+        run: None,
+        st: ConvertStats::default(),
+    };
     let mut n = start;
     let mut reported = start;
     let mut l2 = None;
     while n < end {
         if let Some(next) = img.unmapped_until(n) {
             // No L2 table: the whole span reads as zeros.
-            if let Some(r) = run.take() {
-                st.written += flush_run(img, dst, r, buf)?;
-            }
+            w.flush()?;
             let next = next.min(end);
-            st.hole_clusters += next - n;
+            w.st.hole_clusters += next - n;
             n = next;
         } else {
-            let m = img.map_with(n, &mut l2)?;
-            let extends = matches!((run, m), (Some((_, h, k)), Mapping::Data(host))
-                if host == h + k * cs && (k + 1) * cs <= RUN_BYTES);
-            if !extends && let Some(r) = run.take() {
-                st.written += flush_run(img, dst, r, buf)?;
-            }
-            match m {
-                Mapping::Data(host) => {
-                    st.data_clusters += 1;
-                    match &mut run {
-                        Some((_, _, k)) if extends => *k += 1,
-                        _ => run = Some((n, host, 1)),
-                    }
-                }
-                Mapping::Compressed(off, len) => {
-                    st.compressed_clusters += 1;
-                    let c = img.inflate(n, off, len)?;
-                    let take = cs.min(size - n * cs) as usize;
-                    st.written +=
-                        write_nonzero(img, dst, &c.bytes()[..take], n * cs)?;
-                }
-                Mapping::Zero => st.hole_clusters += 1,
-                Mapping::Unallocated if !img.has_backing() => {
-                    st.hole_clusters += 1
-                }
-                Mapping::Unallocated | Mapping::Sub { .. } => {
-                    st.data_clusters += 1;
-                    let take = cs.min(size - n * cs) as usize;
-                    one.resize(take, 0);
-                    img.read_mapped(n, m, 0, &mut one)?;
-                    st.written += write_nonzero(img, dst, &one, n * cs)?;
-                }
-            }
+            w.cluster(n, img.map_with(n, &mut l2)?)?;
             n += 1;
         }
         if n - reported >= 64 || n == end {
@@ -196,10 +165,71 @@ fn convert_range(
             reported = n;
         }
     }
-    if let Some(r) = run.take() {
-        st.written += flush_run(img, dst, r, buf)?;
+    w.flush()?;
+    Ok(w.st)
+}
+
+/// One thread's writing of its range: the run of host-contiguous data
+/// clusters it is gathering, and what it wrote so far.
+struct RangeWriter<'a> {
+    img: &'a Image,
+    dst: &'a File,
+    /// Holds a run's data.
+    buf: &'a mut [u8],
+    /// A cluster read through the chain.
+    one: Vec<u8>,
+    /// The current run: first guest cluster, first host offset, clusters.
+    run: Option<(u64, u64, u64)>,
+    st: ConvertStats,
+}
+
+impl RangeWriter<'_> {
+    /// Writes the run gathered so far, if any.
+    fn flush(&mut self) -> Result<()> {
+        if let Some(r) = self.run.take() {
+            self.st.written += flush_run(self.img, self.dst, r, self.buf)?;
+        }
+        Ok(())
     }
-    Ok(st)
+
+    /// Guest cluster `n`, mapped to `m`: extends the run, or ends it and
+    /// writes the cluster (or starts a new run).
+    fn cluster(&mut self, n: u64, m: Mapping) -> Result<()> {
+        let (img, cs) = (self.img, self.img.cluster_size());
+        let size = img.virtual_size();
+        let extends = matches!((self.run, m), (Some((_, h, k)), Mapping::Data(host))
+            if host == h + k * cs && (k + 1) * cs <= RUN_BYTES);
+        if !extends {
+            self.flush()?;
+        }
+        let st = &mut self.st;
+        match m {
+            Mapping::Data(host) => {
+                st.data_clusters += 1;
+                match &mut self.run {
+                    Some((_, _, k)) if extends => *k += 1,
+                    _ => self.run = Some((n, host, 1)),
+                }
+            }
+            Mapping::Compressed(off, len) => {
+                st.compressed_clusters += 1;
+                let c = img.inflate(n, off, len)?;
+                let take = cs.min(size - n * cs) as usize;
+                st.written +=
+                    write_nonzero(img, self.dst, &c.bytes()[..take], n * cs)?;
+            }
+            Mapping::Zero => st.hole_clusters += 1,
+            Mapping::Unallocated if !img.has_backing() => st.hole_clusters += 1,
+            Mapping::Unallocated | Mapping::Sub { .. } => {
+                st.data_clusters += 1;
+                let take = cs.min(size - n * cs) as usize;
+                self.one.resize(take, 0);
+                img.read_mapped(n, m, 0, &mut self.one)?;
+                st.written += write_nonzero(img, self.dst, &self.one, n * cs)?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Reads a run of contiguous data clusters and writes its non-zero blocks.

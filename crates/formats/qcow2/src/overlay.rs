@@ -40,20 +40,7 @@ pub fn create_overlay(
     virtual_size: u64,
 ) -> Result<u64> {
     let invalid = |why: String| Error::problem(overlay, Problem::Invalid(why));
-    if !base.is_absolute() {
-        return Err(invalid(format!(
-            "backing file {} must be an absolute path (a relative one is \
-             resolved against the overlay's directory)",
-            base.display()
-        )));
-    }
-    let name = base.as_os_str().as_bytes();
-    if name.len() > 1023 {
-        return Err(invalid(format!(
-            "backing file name is {} bytes; the limit is 1023",
-            name.len()
-        )));
-    }
+    let name = backing_name(overlay, base)?;
     // Checked before rounding: near u64::MAX the rounding would wrap to a
     // 0-byte disk.
     if virtual_size > MAX_OVERLAY_SIZE {
@@ -75,6 +62,37 @@ pub fn create_overlay(
              at most {MAX_L1_CLUSTERS} (32 MiB) are allowed"
         )));
     }
+    let out = overlay_bytes(size, l1_size, base_format.as_bytes(), name);
+    write_new(overlay, &out)?;
+    Ok(size)
+}
+
+/// The backing file's name as the header holds it: `base`, absolute and
+/// at most 1023 bytes.
+fn backing_name<'b>(overlay: &Path, base: &'b Path) -> Result<&'b [u8]> {
+    let invalid = |why: String| Error::problem(overlay, Problem::Invalid(why));
+    if !base.is_absolute() {
+        return Err(invalid(format!(
+            "backing file {} must be an absolute path (a relative one is \
+             resolved against the overlay's directory)",
+            base.display()
+        )));
+    }
+    let name = base.as_os_str().as_bytes();
+    if name.len() > 1023 {
+        return Err(invalid(format!(
+            "backing file name is {} bytes; the limit is 1023",
+            name.len()
+        )));
+    }
+    Ok(name)
+}
+
+/// The whole overlay of `size` bytes, its L1 table `l1_size` entries,
+/// over a base of format `fmt` named `name`: header, refcount table and
+/// block, and the empty L1 table.
+fn overlay_bytes(size: u64, l1_size: u64, fmt: &[u8], name: &[u8]) -> Vec<u8> {
+    let l1_clusters = (l1_size * 8).div_ceil(CLUSTER);
     let mut out = vec![0u8; (3 * CLUSTER + l1_size * 8) as usize];
     let put32 = |b: &mut [u8], at: usize, v: u32| {
         b[at..at + 4].copy_from_slice(&v.to_be_bytes())
@@ -84,7 +102,6 @@ pub fn create_overlay(
     };
     // Header extension: backing format, padded to 8; then the end marker,
     // then the backing file name.
-    let fmt = base_format.as_bytes();
     let ext_end = HEADER_LENGTH + 8 + fmt.len().div_ceil(8) * 8;
     let name_at = ext_end + 8;
     out[..4].copy_from_slice(b"QFI\xfb");
@@ -110,6 +127,11 @@ pub fn create_overlay(
         let at = (2 * CLUSTER + c * 2) as usize;
         out[at..at + 2].copy_from_slice(&1u16.to_be_bytes());
     }
+    out
+}
+
+/// Writes `out` to the new file `overlay`; a partial file is removed.
+fn write_new(overlay: &Path, out: &[u8]) -> Result<()> {
     // A new file of ours (O_EXCL: never through a link).
     #[allow(clippy::disallowed_methods)]
     let mut f = OpenOptions::new()
@@ -118,10 +140,10 @@ pub fn create_overlay(
         .mode(0o600)
         .open(overlay)
         .map_err(|e| Error::io(overlay, "create", e))?;
-    if let Err(e) = f.write_all(&out) {
+    if let Err(e) = f.write_all(out) {
         drop(f);
         let _already_failing = std::fs::remove_file(overlay);
         return Err(Error::io(overlay, "write", e));
     }
-    Ok(size)
+    Ok(())
 }

@@ -50,54 +50,11 @@ pub fn render_svg(
     mut out: impl Write,
 ) -> io::Result<()> {
     let rows = intervals(map);
-    let t_min = rows
-        .iter()
-        .filter_map(|(_, s)| s.first().map(|i| i.0))
-        .min()
-        .unwrap_or(0);
-    let t_max = map.end().max(t_min.saturating_add(1));
-    let n = rows.len().max(1);
-    // Rows shrink as entities grow: 28 px for a few, 10 px for 64.
-    let row_h = (640.0 / n as f64).clamp(8.0, 28.0);
-    let (top, plot_w) = (56.0, opts.width - opts.label_width - 20.0);
-    let plot_h = row_h * n as f64;
-    let legend_rows = map.meta.states.len().div_ceil(4);
-    let height = top + plot_h + 40.0 + 22.0 * legend_rows as f64 + 10.0;
-    let scale = plot_w / (t_max - t_min).max(1) as f64;
-    let x0 = opts.label_width;
-    let span = t_max - t_min;
-    let unit = Unit::for_span(span);
-
+    let d = Drawing::new(map, opts, &rows);
     let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" \
-         height=\"{height:.0}\" viewBox=\"0 0 {w} {height:.0}\" \
-         font-family=\"sans-serif\" font-size=\"12\">",
-        w = opts.width
-    );
-    let _ =
-        writeln!(s, "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>");
-    let mut title = map.meta.title.clone();
-    if let Some(h) = &map.meta.host {
-        title.push_str(" on ");
-        title.push_str(h);
-    }
-    let _ = writeln!(
-        s,
-        "<text x=\"{}\" y=\"22\" font-size=\"16\" font-weight=\"bold\">{}</text>",
-        x0,
-        esc(&title)
-    );
-    let _ = writeln!(
-        s,
-        "<text x=\"{}\" y=\"40\" fill=\"#555\">{} {}s, {}</text>",
-        x0,
-        rows.len(),
-        esc(&map.meta.entity_kind.to_lowercase()),
-        fmt_ns(t_max - t_min)
-    );
+    d.head(&mut s, rows.len());
     let mut labels = String::new();
+    let (x0, top, plot_w, plot_h) = (d.x0, d.top, d.plot_w, d.plot_h);
     let _ = writeln!(
         s,
         "<clipPath id=\"clip\"><rect x=\"{x0}\" y=\"{top}\" \
@@ -107,7 +64,143 @@ pub fn render_svg(
          fill=\"white\"/>\n<g id=\"rows\">"
     );
     for (r, (name, spans)) in rows.iter().enumerate() {
-        let y = top + r as f64 * row_h;
+        d.row(&mut s, &mut labels, r, name, spans);
+    }
+    let _ = writeln!(s, "</g></g>");
+    s.push_str(&labels);
+    // Time axis with round ticks.
+    let axis_y = top + plot_h + 4.0;
+    d.axis(&mut s, axis_y);
+    d.legend(&mut s, axis_y);
+    let _ = writeln!(
+        s,
+        "<script><![CDATA[\n{}]]></script>",
+        ZOOM_SCRIPT
+            .replace("@X0@", &format!("{x0}"))
+            .replace("@W@", &format!("{plot_w}"))
+            .replace("@SPAN@", &format!("{}", d.span as f64 / d.unit.ns))
+            .replace("@UNIT@", d.unit.name)
+            .replace("@AXISY@", &format!("{axis_y}"))
+    );
+    s.push_str("</svg>\n");
+    out.write_all(s.as_bytes())?;
+    out.flush()
+}
+
+/// The drawing of a map: its geometry, and the span of time it shows.
+struct Drawing<'a> {
+    map: &'a Statemap,
+    opts: &'a RenderOptions,
+    /// The plot's left edge (the label column's width).
+    x0: f64,
+    /// The first row's top.
+    top: f64,
+    plot_w: f64,
+    plot_h: f64,
+    row_h: f64,
+    height: f64,
+    /// Pixels per nanosecond.
+    scale: f64,
+    /// The first time in the map, and the length of the map from it.
+    t_min: u64,
+    span: u64,
+    unit: Unit,
+}
+
+/// Intervals of a row gathered into one rectangle: its x and width, the
+/// time in each state, and the time it starts and ends.
+struct Gathered {
+    x: f64,
+    w: f64,
+    time_in: Vec<u64>,
+    t0: u64,
+    t1: u64,
+}
+
+impl<'a> Drawing<'a> {
+    fn new(
+        map: &'a Statemap,
+        opts: &'a RenderOptions,
+        rows: &[(String, Vec<super::summary::Interval>)],
+    ) -> Self {
+        let t_min = rows
+            .iter()
+            .filter_map(|(_, s)| s.first().map(|i| i.0))
+            .min()
+            .unwrap_or(0);
+        let t_max = map.end().max(t_min.saturating_add(1));
+        let n = rows.len().max(1);
+        // Rows shrink as entities grow: 28 px for a few, 10 px for 64.
+        let row_h = (640.0 / n as f64).clamp(8.0, 28.0);
+        let (top, plot_w) = (56.0, opts.width - opts.label_width - 20.0);
+        let plot_h = row_h * n as f64;
+        let legend_rows = map.meta.states.len().div_ceil(4);
+        let height = top + plot_h + 40.0 + 22.0 * legend_rows as f64 + 10.0;
+        let span = t_max - t_min;
+        Drawing {
+            map,
+            opts,
+            x0: opts.label_width,
+            top,
+            plot_w,
+            plot_h,
+            row_h,
+            height,
+            scale: plot_w / (t_max - t_min).max(1) as f64,
+            t_min,
+            span,
+            unit: Unit::for_span(span),
+        }
+    }
+
+    /// The document's start: its size, background, title and subtitle
+    /// (`rows` entities).
+    fn head(&self, s: &mut String, rows: usize) {
+        let (map, x0, height) = (self.map, self.x0, self.height);
+        let _ = writeln!(
+            s,
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" \
+             height=\"{height:.0}\" viewBox=\"0 0 {w} {height:.0}\" \
+             font-family=\"sans-serif\" font-size=\"12\">",
+            w = self.opts.width
+        );
+        let _ = writeln!(
+            s,
+            "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>"
+        );
+        let mut title = map.meta.title.clone();
+        if let Some(h) = &map.meta.host {
+            title.push_str(" on ");
+            title.push_str(h);
+        }
+        let _ = writeln!(
+            s,
+            "<text x=\"{}\" y=\"22\" font-size=\"16\" font-weight=\"bold\">{}</text>",
+            x0,
+            esc(&title)
+        );
+        let _ = writeln!(
+            s,
+            "<text x=\"{}\" y=\"40\" fill=\"#555\">{} {}s, {}</text>",
+            x0,
+            rows,
+            esc(&map.meta.entity_kind.to_lowercase()),
+            fmt_ns(self.span)
+        );
+    }
+
+    /// Row `r`, the entity `name`: its label into `labels`, its
+    /// intervals into `s`, those narrower than `min_rect` gathered.
+    fn row(
+        &self,
+        s: &mut String,
+        labels: &mut String,
+        r: usize,
+        name: &str,
+        spans: &[super::summary::Interval],
+    ) {
+        let (x0, row_h) = (self.x0, self.row_h);
+        let y = self.top + r as f64 * row_h;
         let _ = writeln!(
             labels,
             "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\" \
@@ -119,143 +212,141 @@ pub fn render_svg(
         );
         let _ =
             writeln!(s, "<g class=\"entity\" data-entity=\"{}\">", esc(name));
-        // A rectangle being gathered: x, width, time in each state, and
-        // the time it starts and ends.
-        let mut pending: Option<(f64, f64, Vec<u64>, u64, u64)> = None;
-        let emit = |s: &mut String, p: &(f64, f64, Vec<u64>, u64, u64)| {
-            let (x, w, time_in, t0, t1) = p;
-            let state = time_in
-                .iter()
-                .enumerate()
-                .max_by_key(|(_, t)| **t)
-                .map_or(0, |(i, _)| i);
-            let color = map
-                .meta
-                .states
-                .get(state)
-                .map_or("#000000", |d| d.color.as_str());
-            let state_name =
-                |i: usize| map.meta.states.get(i).map_or("?", |d| &d.name);
-            let total = t1 - t0;
-            let mut title = format!(
-                "{name}: {} at {}, {}",
-                state_name(state),
-                fmt_time(t0 - t_min, unit),
-                fmt_ns(total)
-            );
-            let shares: Vec<(usize, u64)> = time_in
-                .iter()
-                .copied()
-                .enumerate()
-                .filter(|(_, t)| *t > 0)
-                .collect();
-            if shares.len() > 1 {
-                title.push_str(" (");
-                for (k, (i, t)) in shares.iter().enumerate() {
-                    if k > 0 {
-                        title.push_str(", ");
-                    }
-                    let _ = write!(
-                        title,
-                        "{} {:.0}%",
-                        state_name(*i),
-                        *t as f64 * 100.0 / total.max(1) as f64
-                    );
-                }
-                title.push(')');
-            }
-            let _ = writeln!(
-                s,
-                "<rect x=\"{x:.4}\" y=\"{y:.2}\" width=\"{w:.6}\" \
-                 height=\"{:.2}\" fill=\"{}\"><title>{}</title></rect>",
-                row_h - 1.0,
-                esc(color),
-                esc(&title)
-            );
-        };
+        let mut pending: Option<Gathered> = None;
         for &(t0, t1, st) in spans {
-            let x = x0 + (t0 - t_min) as f64 * scale;
-            let w = (t1 - t0) as f64 * scale;
-            let p = pending.get_or_insert_with(|| {
-                (x, 0.0, vec![0; map.meta.states.len().max(1)], t0, t0)
+            let x = x0 + (t0 - self.t_min) as f64 * self.scale;
+            let w = (t1 - t0) as f64 * self.scale;
+            let p = pending.get_or_insert_with(|| Gathered {
+                x,
+                w: 0.0,
+                time_in: vec![0; self.map.meta.states.len().max(1)],
+                t0,
+                t1: t0,
             });
-            p.1 += w;
-            p.4 = t1;
-            if let Some(slot) = p.2.get_mut(st as usize) {
+            p.w += w;
+            p.t1 = t1;
+            if let Some(slot) = p.time_in.get_mut(st as usize) {
                 *slot = slot.saturating_add(t1 - t0);
             }
-            if p.1 >= opts.min_rect
+            if p.w >= self.opts.min_rect
                 && let Some(p) = pending.take()
             {
-                emit(&mut s, &p);
+                self.rect(s, name, y, &p);
             }
         }
         if let Some(p) = pending.take()
-            && p.1 > 0.0
+            && p.w > 0.0
         {
-            emit(&mut s, &p);
+            self.rect(s, name, y, &p);
         }
         let _ = writeln!(s, "</g>");
     }
-    let _ = writeln!(s, "</g></g>");
-    s.push_str(&labels);
-    // Time axis with round ticks.
-    let axis_y = top + plot_h + 4.0;
-    let _ = writeln!(
-        s,
-        "<line x1=\"{x0}\" y1=\"{axis_y}\" x2=\"{:.1}\" y2=\"{axis_y}\" \
-         stroke=\"#333\"/>",
-        x0 + plot_w
-    );
-    let step = nice_step(span / 8);
-    let _ = writeln!(s, "<g id=\"axis\">");
-    let mut t = 0u64;
-    loop {
-        let x = x0 + t as f64 * scale;
+
+    /// One rectangle of the entity `name` at `y`, coloured by the state
+    /// that dominates it, its title telling the share of each.
+    fn rect(&self, s: &mut String, name: &str, y: f64, p: &Gathered) {
+        let states = &self.map.meta.states;
+        let Gathered {
+            x,
+            w,
+            time_in,
+            t0,
+            t1,
+        } = p;
+        let state = time_in
+            .iter()
+            .enumerate()
+            .max_by_key(|(_, t)| **t)
+            .map_or(0, |(i, _)| i);
+        let color = states.get(state).map_or("#000000", |d| d.color.as_str());
+        let state_name = |i: usize| states.get(i).map_or("?", |d| &d.name);
+        let total = t1 - t0;
+        let mut title = format!(
+            "{name}: {} at {}, {}",
+            state_name(state),
+            fmt_time(t0 - self.t_min, self.unit),
+            fmt_ns(total)
+        );
+        let shares: Vec<(usize, u64)> = time_in
+            .iter()
+            .copied()
+            .enumerate()
+            .filter(|(_, t)| *t > 0)
+            .collect();
+        if shares.len() > 1 {
+            title.push_str(" (");
+            for (k, (i, t)) in shares.iter().enumerate() {
+                if k > 0 {
+                    title.push_str(", ");
+                }
+                let _ = write!(
+                    title,
+                    "{} {:.0}%",
+                    state_name(*i),
+                    *t as f64 * 100.0 / total.max(1) as f64
+                );
+            }
+            title.push(')');
+        }
         let _ = writeln!(
             s,
-            "<line x1=\"{x:.1}\" y1=\"{axis_y}\" x2=\"{x:.1}\" y2=\"{:.1}\" \
-             stroke=\"#333\"/><text x=\"{x:.1}\" y=\"{:.1}\" \
-             text-anchor=\"middle\" font-size=\"11\">{}</text>",
-            axis_y + 5.0,
-            axis_y + 18.0,
-            fmt_time(t, unit)
+            "<rect x=\"{x:.4}\" y=\"{y:.2}\" width=\"{w:.6}\" \
+             height=\"{:.2}\" fill=\"{}\"><title>{}</title></rect>",
+            self.row_h - 1.0,
+            esc(color),
+            esc(&title)
         );
-        // The last tick may be the last one u64 can count to.
-        match t.checked_add(step) {
-            Some(next) if next <= span => t = next,
-            _ => break,
+    }
+
+    /// The time axis at `axis_y`, its ticks at round times.
+    fn axis(&self, s: &mut String, axis_y: f64) {
+        let x0 = self.x0;
+        let _ = writeln!(
+            s,
+            "<line x1=\"{x0}\" y1=\"{axis_y}\" x2=\"{:.1}\" y2=\"{axis_y}\" \
+             stroke=\"#333\"/>",
+            x0 + self.plot_w
+        );
+        let step = nice_step(self.span / 8);
+        let _ = writeln!(s, "<g id=\"axis\">");
+        let mut t = 0u64;
+        loop {
+            let x = x0 + t as f64 * self.scale;
+            let _ = writeln!(
+                s,
+                "<line x1=\"{x:.1}\" y1=\"{axis_y}\" x2=\"{x:.1}\" y2=\"{:.1}\" \
+                 stroke=\"#333\"/><text x=\"{x:.1}\" y=\"{:.1}\" \
+                 text-anchor=\"middle\" font-size=\"11\">{}</text>",
+                axis_y + 5.0,
+                axis_y + 18.0,
+                fmt_time(t, self.unit)
+            );
+            // The last tick may be the last one u64 can count to.
+            match t.checked_add(step) {
+                Some(next) if next <= self.span => t = next,
+                _ => break,
+            }
+        }
+        let _ = writeln!(s, "</g>");
+    }
+
+    /// The legend below the axis at `axis_y`, four states to a row.
+    fn legend(&self, s: &mut String, axis_y: f64) {
+        let legend_y = axis_y + 36.0;
+        for (i, st) in self.map.meta.states.iter().enumerate() {
+            let lx = self.x0 + (i % 4) as f64 * (self.plot_w / 4.0);
+            let ly = legend_y + (i / 4) as f64 * 22.0;
+            let _ = writeln!(
+                s,
+                "<rect x=\"{lx:.1}\" y=\"{:.1}\" width=\"14\" height=\"14\" \
+                 fill=\"{}\" stroke=\"#333\"/><text x=\"{:.1}\" y=\"{ly:.1}\">{}</text>",
+                ly - 11.0,
+                esc(&st.color),
+                lx + 20.0,
+                esc(&st.name)
+            );
         }
     }
-    let _ = writeln!(s, "</g>");
-    // Legend, four states to a row.
-    let legend_y = axis_y + 36.0;
-    for (i, st) in map.meta.states.iter().enumerate() {
-        let lx = x0 + (i % 4) as f64 * (plot_w / 4.0);
-        let ly = legend_y + (i / 4) as f64 * 22.0;
-        let _ = writeln!(
-            s,
-            "<rect x=\"{lx:.1}\" y=\"{:.1}\" width=\"14\" height=\"14\" \
-             fill=\"{}\" stroke=\"#333\"/><text x=\"{:.1}\" y=\"{ly:.1}\">{}</text>",
-            ly - 11.0,
-            esc(&st.color),
-            lx + 20.0,
-            esc(&st.name)
-        );
-    }
-    let _ = writeln!(
-        s,
-        "<script><![CDATA[\n{}]]></script>",
-        ZOOM_SCRIPT
-            .replace("@X0@", &format!("{x0}"))
-            .replace("@W@", &format!("{plot_w}"))
-            .replace("@SPAN@", &format!("{}", span as f64 / unit.ns))
-            .replace("@UNIT@", unit.name)
-            .replace("@AXISY@", &format!("{axis_y}"))
-    );
-    s.push_str("</svg>\n");
-    out.write_all(s.as_bytes())?;
-    out.flush()
 }
 
 /// Wheel zoom, drag pan and double-click reset of the rows, redrawing

@@ -15,7 +15,7 @@ use zinstall_provision::{
 };
 
 use crate::cmd::cache_print::{print_cache_list, print_gc, print_in_use};
-use crate::cmd::provision_dry;
+use crate::cmd::provision_dry::DryRunSummary;
 use crate::cmd::provision_seed::SeedArgs;
 use crate::output::{self, Bar};
 use crate::settings::TunableArgs;
@@ -378,11 +378,11 @@ pub fn provision(args: &ProvisionArgs) -> Exit {
     if args.dry_run {
         return match provision::dry_run(&args.image, &opts) {
             Ok(p) => {
-                let v = provision_dry::dry_run_json(&args.image, &p);
+                let found = DryRunSummary::of(&args.image, &p);
                 if args.json {
-                    crate::json::result(v);
+                    crate::json::result(crate::json::typed(&found));
                 } else {
-                    provision_dry::print_dry_run(&v);
+                    found.print();
                 }
                 Exit::Ok
             }

@@ -285,8 +285,7 @@ impl Walk<'_> {
         name: &std::ffi::CStr,
         depth: usize,
     ) -> Result<Vec<Recorded>, ManifestError> {
-        use rustix::fs::{AtFlags, Mode, OFlags};
-        use std::os::fd::AsFd;
+        use rustix::fs::AtFlags;
         let mut rel = parent.to_vec();
         if !rel.is_empty() {
             rel.push(b'/');
@@ -302,6 +301,28 @@ impl Walk<'_> {
             st.st_ctime as i64,
             st.st_ctime_nsec as i64,
         ));
+        let mut below = self.contents(dir, name, &rel, &st, &mut e, depth)?;
+        let linked = (e.k != 'd' && st.st_nlink > 1)
+            .then_some((st.st_dev as u64, st.st_ino as u64));
+        below.insert(0, Recorded { entry: e, linked });
+        Ok(below)
+    }
+
+    /// Records into `e` what the entry `name` of `dir` (at `rel`, stat
+    /// `st`) holds: its xattrs, a file's hash, a link's target; a
+    /// directory's entries are returned.
+    fn contents(
+        &self,
+        dir: std::os::fd::BorrowedFd<'_>,
+        name: &std::ffi::CStr,
+        rel: &[u8],
+        st: &rustix::fs::Stat,
+        e: &mut Entry,
+        depth: usize,
+    ) -> Result<Vec<Recorded>, ManifestError> {
+        use rustix::fs::{Mode, OFlags};
+        use std::os::fd::AsFd;
+        let at = || self.at(rel);
         let open = |flags: OFlags| {
             rustix::fs::openat(
                 dir,
@@ -314,7 +335,7 @@ impl Walk<'_> {
         let mut below = Vec::new();
         let known = self
             .contents
-            .and_then(|c| c.get(&rel))
+            .and_then(|c| c.get(rel))
             .filter(|r| e.k == 'f' && r.size == e.s && r.hash.is_some());
         match (e.k, known) {
             ('f', Some(r)) => {
@@ -347,7 +368,7 @@ impl Walk<'_> {
                     if depth >= MAX_DEPTH {
                         return Err(ManifestError::TooDeep { path: at() });
                     }
-                    below = self.dir(fd.as_fd(), &rel, depth + 1)?;
+                    below = self.dir(fd.as_fd(), rel, depth + 1)?;
                 }
             }
             ('l', _) => {
@@ -364,9 +385,6 @@ impl Walk<'_> {
                     .map_err(io_err("read xattrs of", &at()))?;
             }
         }
-        let linked = (e.k != 'd' && st.st_nlink > 1)
-            .then_some((st.st_dev as u64, st.st_ino as u64));
-        below.insert(0, Recorded { entry: e, linked });
         Ok(below)
     }
 }

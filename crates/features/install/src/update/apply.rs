@@ -204,40 +204,11 @@ fn write_one(
     }
     match (&w.from, e.k) {
         (From::Staged(src), _) => {
-            // Unpacked on this filesystem with its attributes: the name
-            // moves into the root, its data is not written again.
-            rustix::fs::linkat(
-                rustix::fs::CWD,
-                src.as_path(),
-                dir,
-                name,
-                AtFlags::empty(),
-            )
-            .map_err(errno_at("link", &at))?;
-            if e.k == 'f' {
-                out.data.push(w.rel.clone());
-            }
-            out.staged = true;
+            link_staged(w, src, dir, name, out, &at)?;
             Ok(None)
         }
         (From::Path(src), 'f') => {
-            let from = zinstall_engine::beneath::open_file_nofollow(
-                src,
-                fs::OpenOptions::new().read(true),
-            )?;
-            let copied = copy_into(&from, dir, name, &at)?;
-            let (file, hash, n) = copied;
-            attrs::set_meta(
-                file.as_fd(),
-                e.u,
-                e.g,
-                e.m,
-                &attrs::xattrs_of(src)?,
-                &at,
-            )?;
-            attrs::set_times(file.as_fd(), w.atime, e.t, &at)?;
-            out.data.push(w.rel.clone());
-            Ok(Some((hash, n, stamp_of(&file, &at)?)))
+            copy_path(w, src, dir, name, out, &at).map(Some)
         }
         (From::Recorded, 'f') => copy_recorded(w, dir, name, roots, out, &at),
         (_, 'l') => {
@@ -247,6 +218,48 @@ fn write_one(
         // Devices, FIFOs and sockets come only from staged archives.
         _ => Ok(None),
     }
+}
+
+/// Moves the name of `w`'s entry staged at `src` (unpacked on this
+/// filesystem with its attributes) to `name` in `dir`: its data is not
+/// written again.
+fn link_staged(
+    w: &Want,
+    src: &Path,
+    dir: &Dir,
+    name: &CStr,
+    out: &mut Written,
+    at: &Path,
+) -> Result<(), UpdateError> {
+    rustix::fs::linkat(rustix::fs::CWD, src, dir, name, AtFlags::empty())
+        .map_err(errno_at("link", at))?;
+    if w.entry.k == 'f' {
+        out.data.push(w.rel.clone());
+    }
+    out.staged = true;
+    Ok(())
+}
+
+/// Copies the file `w` from the loose source `src` to `name` in `dir`,
+/// with the metadata recorded; its hash, size and stamp.
+fn copy_path(
+    w: &Want,
+    src: &Path,
+    dir: &Dir,
+    name: &CStr,
+    out: &mut Written,
+    at: &Path,
+) -> Result<(String, u64, super::clone::Stamp), UpdateError> {
+    let e = &w.entry;
+    let from = zinstall_engine::beneath::open_file_nofollow(
+        src,
+        fs::OpenOptions::new().read(true),
+    )?;
+    let (file, hash, n) = copy_into(&from, dir, name, at)?;
+    attrs::set_meta(file.as_fd(), e.u, e.g, e.m, &attrs::xattrs_of(src)?, at)?;
+    attrs::set_times(file.as_fd(), w.atime, e.t, at)?;
+    out.data.push(w.rel.clone());
+    Ok((hash, n, stamp_of(&file, at)?))
 }
 
 /// Makes the directory `w` at `name` in `dir` (replacing a

@@ -90,6 +90,14 @@ pub(super) fn probe(
     r
 }
 
+/// An entry of a directory being cloned: its name, its type and, where
+/// it was taken, its stat.
+struct Listed<'n> {
+    name: &'n CStr,
+    kind: FileType,
+    st: Option<rustix::fs::Stat>,
+}
+
 /// A file with other names, cloned once after the walk: its path in the
 /// root and its inode.
 type Linked = (Vec<u8>, (u64, u64));
@@ -160,75 +168,19 @@ impl<'a> Clone<'a> {
             if name.to_bytes() == b"." || name.to_bytes() == b".." {
                 continue;
             }
-            let at = || here.join(OsStr::from_bytes(name.to_bytes()));
-            // The entry's type where the directory says it (illumos's
-            // does not), else from a stat.
-            #[cfg(not(any(target_os = "illumos", target_os = "solaris")))]
-            let listed = e.file_type();
-            #[cfg(any(target_os = "illumos", target_os = "solaris"))]
-            let listed = FileType::Unknown;
-            let listed = match (listed, self.method) {
-                (FileType::Unknown, _)
-                | (FileType::RegularFile, Method::Reflink) => None,
-                (t, _) => Some(t),
-            };
-            let st = match listed {
-                Some(_) => None,
-                None => Some(
-                    rustix::fs::statat(old, name, AtFlags::SYMLINK_NOFOLLOW)
-                        .map_err(errno_at("stat", at()))?,
-                ),
-            };
-            let kind = listed.unwrap_or_else(|| {
-                FileType::from_raw_mode(
-                    st.as_ref().map_or(0, |s| s.st_mode) as _
-                )
-            });
+            let at = here.join(OsStr::from_bytes(name.to_bytes()));
+            let listed = self.kind_of(old, &e, &at)?;
             made += 1;
-            if kind == FileType::Directory {
+            if listed.kind == FileType::Directory {
                 subdirs.push(name.to_owned());
                 continue;
             }
             match self.method {
                 Method::HardLink => {
                     rustix::fs::linkat(old, name, new, name, AtFlags::empty())
-                        .map_err(errno_at("link", at()))?;
+                        .map_err(errno_at("link", &at))?;
                 }
-                Method::Reflink => {
-                    let st = match st {
-                        Some(st) => st,
-                        None => rustix::fs::statat(
-                            old,
-                            name,
-                            AtFlags::SYMLINK_NOFOLLOW,
-                        )
-                        .map_err(errno_at("stat", at()))?,
-                    };
-                    if kind == FileType::RegularFile && st.st_nlink > 1 {
-                        let mut r = rel.to_vec();
-                        if !r.is_empty() {
-                            r.push(b'/');
-                        }
-                        r.extend_from_slice(name.to_bytes());
-                        self.linked
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .push((r, (st.st_dev as u64, st.st_ino as u64)));
-                        continue;
-                    }
-                    if let Some(stamp) = copy_entry(old, new, name, &st, &at())?
-                    {
-                        let mut r = rel.to_vec();
-                        if !r.is_empty() {
-                            r.push(b'/');
-                        }
-                        r.extend_from_slice(name.to_bytes());
-                        self.stamps
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .insert(r, stamp);
-                    }
-                }
+                Method::Reflink => self.reflink(old, new, rel, listed, &at)?,
             }
         }
         let below = subdirs
@@ -236,6 +188,84 @@ impl<'a> Clone<'a> {
             .map(|name| self.subdir(old, new, rel, name, depth))
             .collect::<Result<Vec<u64>, UpdateError>>()?;
         Ok(made + below.iter().sum::<u64>())
+    }
+
+    /// The entry `e` of `old` (at `at`) with its type and, where it was
+    /// taken, its stat: a reflink needs one for each regular file.
+    fn kind_of<'e>(
+        &self,
+        old: BorrowedFd<'_>,
+        e: &'e rustix::fs::DirEntry,
+        at: &Path,
+    ) -> Result<Listed<'e>, UpdateError> {
+        // The entry's type where the directory says it (illumos's
+        // does not), else from a stat.
+        #[cfg(not(any(target_os = "illumos", target_os = "solaris")))]
+        let listed = e.file_type();
+        #[cfg(any(target_os = "illumos", target_os = "solaris"))]
+        let listed = FileType::Unknown;
+        let listed = match (listed, self.method) {
+            (FileType::Unknown, _)
+            | (FileType::RegularFile, Method::Reflink) => None,
+            (t, _) => Some(t),
+        };
+        let st = match listed {
+            Some(_) => None,
+            None => Some(
+                rustix::fs::statat(
+                    old,
+                    e.file_name(),
+                    AtFlags::SYMLINK_NOFOLLOW,
+                )
+                .map_err(errno_at("stat", at))?,
+            ),
+        };
+        let kind = listed.unwrap_or_else(|| {
+            FileType::from_raw_mode(st.as_ref().map_or(0, |s| s.st_mode) as _)
+        });
+        Ok(Listed {
+            name: e.file_name(),
+            kind,
+            st,
+        })
+    }
+
+    /// Clones the non-directory `e` of `old` (at `rel`, shown as `at`)
+    /// into `new`; a file with other names is left for
+    /// [`Clone::finish`].
+    fn reflink(
+        &self,
+        old: BorrowedFd<'_>,
+        new: BorrowedFd<'_>,
+        rel: &[u8],
+        e: Listed<'_>,
+        at: &Path,
+    ) -> Result<(), UpdateError> {
+        let Listed { name, kind, st } = e;
+        let st = match st {
+            Some(st) => st,
+            None => rustix::fs::statat(old, name, AtFlags::SYMLINK_NOFOLLOW)
+                .map_err(errno_at("stat", at))?,
+        };
+        let mut r = rel.to_vec();
+        if !r.is_empty() {
+            r.push(b'/');
+        }
+        r.extend_from_slice(name.to_bytes());
+        if kind == FileType::RegularFile && st.st_nlink > 1 {
+            self.linked
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push((r, (st.st_dev as u64, st.st_ino as u64)));
+            return Ok(());
+        }
+        if let Some(stamp) = copy_entry(old, new, name, &st, at)? {
+            self.stamps
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(r, stamp);
+        }
+        Ok(())
     }
 
     fn subdir(
@@ -346,84 +376,10 @@ fn copy_entry(
     st: &rustix::fs::Stat,
     at: &Path,
 ) -> Result<Option<Stamp>, UpdateError> {
-    let times = (
-        (st.st_atime as i64, st.st_atime_nsec as i64),
-        (st.st_mtime as i64, st.st_mtime_nsec as i64),
-    );
     match FileType::from_raw_mode(st.st_mode as _) {
-        FileType::RegularFile => {
-            let src = rustix::fs::openat(
-                old,
-                name,
-                OFlags::RDONLY
-                    | OFlags::NOFOLLOW
-                    | OFlags::CLOEXEC
-                    | OFlags::NONBLOCK,
-                Mode::empty(),
-            )
-            .map_err(errno_at("open", at))?;
-            let dst = rustix::fs::openat(
-                new,
-                name,
-                OFlags::WRONLY
-                    | OFlags::CREATE
-                    | OFlags::EXCL
-                    | OFlags::NOFOLLOW
-                    | OFlags::CLOEXEC,
-                Mode::from_raw_mode(0o600),
-            )
-            .map_err(errno_at("create", at))?;
-            if !super::platform::clone_data(dst.as_fd(), src.as_fd()) {
-                let mut out = std::fs::File::from(
-                    dst.try_clone().map_err(io_at("copy", at))?,
-                );
-                std::io::copy(
-                    &mut std::fs::File::from(
-                        src.try_clone().map_err(io_at("copy", at))?,
-                    ),
-                    &mut out,
-                )
-                .map_err(io_at("copy", at))?;
-            }
-            let x = attrs::xattrs_fd(src.as_fd(), at)?;
-            attrs::set_meta(
-                dst.as_fd(),
-                st.st_uid,
-                st.st_gid,
-                st.st_mode & 0o7777,
-                &x,
-                at,
-            )?;
-            attrs::set_times(dst.as_fd(), times.0, times.1, at)?;
-            let now = rustix::fs::fstat(&dst).map_err(errno_at("stat", at))?;
-            Ok(Some((
-                now.st_ino as u64,
-                now.st_ctime as i64,
-                now.st_ctime_nsec as i64,
-            )))
-        }
+        FileType::RegularFile => copy_file(old, new, name, st, at).map(Some),
         FileType::Symlink => {
-            let target = rustix::fs::readlinkat(old, name, Vec::new())
-                .map_err(errno_at("read link", at))?;
-            rustix::fs::symlinkat(target.as_c_str(), new, name)
-                .map_err(errno_at("make symlink", at))?;
-            use rustix::fs::{Gid, Uid};
-            rustix::fs::chownat(
-                new,
-                name,
-                Some(Uid::from_raw(st.st_uid)),
-                Some(Gid::from_raw(st.st_gid)),
-                AtFlags::SYMLINK_NOFOLLOW,
-            )
-            .map_err(errno_at("chown", at))?;
-            rustix::fs::utimensat(
-                new,
-                name,
-                &attrs::timestamps(times.0, times.1),
-                AtFlags::SYMLINK_NOFOLLOW,
-            )
-            .map_err(errno_at("set times of", at))
-            .map(|()| None)
+            copy_symlink(old, new, name, st, at).map(|()| None)
         }
         // A device, FIFO or socket has no data to share: a second name
         // of it costs nothing and edits of it are not a thing.
@@ -431,6 +387,104 @@ fn copy_entry(
             .map_err(errno_at("link", at))
             .map(|()| None),
     }
+}
+
+/// The access and modification times `st` holds.
+fn times_of(st: &rustix::fs::Stat) -> ((i64, i64), (i64, i64)) {
+    (
+        (st.st_atime as i64, st.st_atime_nsec as i64),
+        (st.st_mtime as i64, st.st_mtime_nsec as i64),
+    )
+}
+
+/// Clones (or, where it cannot, copies) the regular file `name` of
+/// `old`, stat `st`, into `new` with its metadata; the stamp of the
+/// file made.
+fn copy_file(
+    old: BorrowedFd<'_>,
+    new: BorrowedFd<'_>,
+    name: &CStr,
+    st: &rustix::fs::Stat,
+    at: &Path,
+) -> Result<Stamp, UpdateError> {
+    let times = times_of(st);
+    let src = rustix::fs::openat(
+        old,
+        name,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK,
+        Mode::empty(),
+    )
+    .map_err(errno_at("open", at))?;
+    let dst = rustix::fs::openat(
+        new,
+        name,
+        OFlags::WRONLY
+            | OFlags::CREATE
+            | OFlags::EXCL
+            | OFlags::NOFOLLOW
+            | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o600),
+    )
+    .map_err(errno_at("create", at))?;
+    if !super::platform::clone_data(dst.as_fd(), src.as_fd()) {
+        let mut out =
+            std::fs::File::from(dst.try_clone().map_err(io_at("copy", at))?);
+        std::io::copy(
+            &mut std::fs::File::from(
+                src.try_clone().map_err(io_at("copy", at))?,
+            ),
+            &mut out,
+        )
+        .map_err(io_at("copy", at))?;
+    }
+    let x = attrs::xattrs_fd(src.as_fd(), at)?;
+    attrs::set_meta(
+        dst.as_fd(),
+        st.st_uid,
+        st.st_gid,
+        st.st_mode & 0o7777,
+        &x,
+        at,
+    )?;
+    attrs::set_times(dst.as_fd(), times.0, times.1, at)?;
+    let now = rustix::fs::fstat(&dst).map_err(errno_at("stat", at))?;
+    Ok((
+        now.st_ino as u64,
+        now.st_ctime as i64,
+        now.st_ctime_nsec as i64,
+    ))
+}
+
+/// Makes the symlink `name` of `old`, stat `st`, again in `new`, with
+/// its owner and times.
+fn copy_symlink(
+    old: BorrowedFd<'_>,
+    new: BorrowedFd<'_>,
+    name: &CStr,
+    st: &rustix::fs::Stat,
+    at: &Path,
+) -> Result<(), UpdateError> {
+    let times = times_of(st);
+    let target = rustix::fs::readlinkat(old, name, Vec::new())
+        .map_err(errno_at("read link", at))?;
+    rustix::fs::symlinkat(target.as_c_str(), new, name)
+        .map_err(errno_at("make symlink", at))?;
+    use rustix::fs::{Gid, Uid};
+    rustix::fs::chownat(
+        new,
+        name,
+        Some(Uid::from_raw(st.st_uid)),
+        Some(Gid::from_raw(st.st_gid)),
+        AtFlags::SYMLINK_NOFOLLOW,
+    )
+    .map_err(errno_at("chown", at))?;
+    rustix::fs::utimensat(
+        new,
+        name,
+        &attrs::timestamps(times.0, times.1),
+        AtFlags::SYMLINK_NOFOLLOW,
+    )
+    .map_err(errno_at("set times of", at))
 }
 
 /// A file's inode and change time: the manifest's stamp.

@@ -3,7 +3,7 @@
 //! size), with the reason for each decision; stale scratch, dangling
 //! index files and pulled images no kept entry was made from go too.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -16,6 +16,50 @@ use super::layout::{Cache, Entry, EntryKind, Meta, store_of};
 use super::protect::remove_entry_tree;
 use crate::error::{ProvisionError as Error, Result};
 use crate::{records, sys};
+
+/// A gc deciding, entry by entry, what stays.
+struct Deciding<'a> {
+    opts: &'a GcOptions,
+    /// For each entry in use, why.
+    in_use: HashMap<String, String>,
+    /// The entries' directory.
+    dir: PathBuf,
+    /// Bytes the entries that stay take.
+    total: u64,
+    /// The image entries that stay, with their layers.
+    images_kept: Vec<(String, Vec<String>)>,
+    report: &'a mut GcReport,
+}
+
+/// Why an entry stays, as the report counts it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kept {
+    /// The cache is within its budget: not counted as in use.
+    Budget,
+    /// In use; an image's layers stay with it.
+    Used,
+    /// Held by what stays (the image it is a layer of, guests recorded
+    /// and not found): its own layers are not counted as staying.
+    Held,
+}
+
+impl Deciding<'_> {
+    fn keep(&mut self, info: &EntryInfo, why: String, kept: Kept) {
+        if kept != Kept::Budget {
+            self.report.kept_in_use += 1;
+        }
+        if kept != Kept::Held {
+            self.images_kept
+                .push((info.entry.name(), info.layers.clone()));
+        }
+        self.report.decisions.push(GcDecision {
+            entry: info.entry.clone(),
+            size: info.size,
+            remove: false,
+            why,
+        });
+    }
+}
 
 /// One entry as listed by [`Cache::list`].
 #[derive(Clone, Debug)]
@@ -195,75 +239,18 @@ impl Cache {
         entries.sort_by_key(|e| e.entry.kind == EntryKind::Layer);
         let listed: Vec<&Entry> = entries.iter().map(|e| &e.entry).collect();
         let in_use = self.find_users(&listed, &opts.search)?;
-        let mut images_kept: Vec<(String, Vec<String>)> = Vec::new();
-        let mut total: u64 = entries.iter().map(|e| e.size).sum();
-        let dir = self.entries_dir();
+        let mut d = Deciding {
+            opts,
+            in_use,
+            dir: self.entries_dir(),
+            total: entries.iter().map(|e| e.size).sum(),
+            images_kept: Vec::new(),
+            report: &mut report,
+        };
         for info in entries {
-            let name = info.entry.name();
-            let mut decide = |remove: bool, why: String| {
-                report.decisions.push(GcDecision {
-                    entry: info.entry.clone(),
-                    size: info.size,
-                    remove,
-                    why,
-                })
-            };
-            if let Some(m) = opts.max_size
-                && total <= m
-            {
-                images_kept.push((name.clone(), info.layers.clone()));
-                decide(false, format!("the cache is within {m} bytes"));
-                continue;
-            }
-            if let Some(why) = in_use.get(&name) {
-                report.kept_in_use += 1;
-                images_kept.push((name.clone(), info.layers.clone()));
-                decide(false, why.clone());
-                continue;
-            }
-            if info.entry.kind == EntryKind::Layer
-                && let Some((image, _)) =
-                    images_kept.iter().find(|(_, l)| l.contains(&name))
-            {
-                report.kept_in_use += 1;
-                decide(false, format!("a layer of {image}, which stays"));
-                continue;
-            }
-            // A disk guest cannot outlive its base: one recorded and not
-            // found may have been moved or copied where nobody looked.
-            if info.entry.kind == EntryKind::Raw && !opts.release_missing {
-                let held = self.user_records(&info.entry)?.len();
-                if held > 0 {
-                    report.kept_in_use += 1;
-                    decide(
-                        false,
-                        format!(
-                            "{}; --release-missing lets it go",
-                            held_by_missing(held)
-                        ),
-                    );
-                    continue;
-                }
-            }
-            let Some(why) = self.remove_unheld(
-                &dir,
-                &info,
-                opts.dry_run,
-                &mut report.files_removed,
-            )?
-            else {
-                report.kept_in_use += 1;
-                images_kept.push((name.clone(), info.layers.clone()));
-                decide(false, "a provision is using it now".into());
-                continue;
-            };
-            total = total.saturating_sub(info.size);
-            report.freed += info.size;
-            decide(true, why);
-            if !opts.dry_run {
-                report.removed.push(info.entry);
-            }
+            self.decide(&mut d, info)?;
         }
+        let total = d.total;
         if !opts.dry_run {
             report.files_removed += self.remove_dangling_index()?;
         }
@@ -271,6 +258,68 @@ impl Cache {
         // Last: the entries removed above gave up their refs.
         report.composefs = self.gc_composefs(opts.dry_run)?;
         Ok(report)
+    }
+
+    /// Keeps the entry `info` (oldest first) or removes it.
+    fn decide(&self, d: &mut Deciding<'_>, info: EntryInfo) -> Result<()> {
+        let name = info.entry.name();
+        if let Some(m) = d.opts.max_size
+            && d.total <= m
+        {
+            d.keep(
+                &info,
+                format!("the cache is within {m} bytes"),
+                Kept::Budget,
+            );
+            return Ok(());
+        }
+        if let Some(why) = d.in_use.get(&name) {
+            d.keep(&info, why.clone(), Kept::Used);
+            return Ok(());
+        }
+        if info.entry.kind == EntryKind::Layer
+            && let Some((image, _)) =
+                d.images_kept.iter().find(|(_, l)| l.contains(&name))
+        {
+            let why = format!("a layer of {image}, which stays");
+            d.keep(&info, why, Kept::Held);
+            return Ok(());
+        }
+        // A disk guest cannot outlive its base: one recorded and not
+        // found may have been moved or copied where nobody looked.
+        if info.entry.kind == EntryKind::Raw && !d.opts.release_missing {
+            let held = self.user_records(&info.entry)?.len();
+            if held > 0 {
+                let why = format!(
+                    "{}; --release-missing lets it go",
+                    held_by_missing(held)
+                );
+                d.keep(&info, why, Kept::Held);
+                return Ok(());
+            }
+        }
+        let Some(why) = self.remove_unheld(
+            &d.dir,
+            &info,
+            d.opts.dry_run,
+            &mut d.report.files_removed,
+        )?
+        else {
+            d.keep(&info, "a provision is using it now".into(), Kept::Used);
+            return Ok(());
+        };
+        d.total = d.total.saturating_sub(info.size);
+        d.report.freed += info.size;
+        d.report.decisions.push(GcDecision {
+            entry: info.entry.clone(),
+            size: info.size,
+            remove: true,
+            why,
+        });
+        if !d.opts.dry_run {
+            d.report.removed.push(info.entry);
+        }
+        Ok(())
     }
 
     /// Removes the entry `info` names, which nothing keeps, under its

@@ -332,16 +332,16 @@ impl Cache {
             sources
                 .push(f.metadata().map_err(|e| Error::io(Op::Stat, image, e))?);
         }
-        let published = self.publish(
+        let published = self.publish(&Built {
             kind,
-            &sha,
-            &scratch,
+            sha: &sha,
+            scratch: &scratch,
             image,
-            &sources,
+            sources: &sources,
             bytes,
             took,
-            &[],
-        );
+            layers: &[],
+        });
         let (entry, built, superseded) = match published {
             Ok(v) => v,
             Err(e) => return fail(e.into()),
@@ -476,16 +476,16 @@ impl Cache {
                 }
             };
             let took = started.elapsed();
-            let (entry, built, superseded) = match self.publish(
+            let (entry, built, superseded) = match self.publish(&Built {
                 kind,
-                key,
-                &scratch,
-                source,
-                std::slice::from_ref(&md),
+                sha: key,
+                scratch: &scratch,
+                image: source,
+                sources: std::slice::from_ref(&md),
                 bytes,
                 took,
-                &from,
-            ) {
+                layers: &from,
+            }) {
                 Ok(v) => v,
                 Err(e) => {
                     let _already_failing = remove_entry_tree(&scratch);
@@ -537,116 +537,95 @@ impl Cache {
     /// Returns the entry, whether it was built now (false if a good entry
     /// with the same content was already there), and the altered entry
     /// it replaces, if any.
-    #[allow(clippy::too_many_arguments)]
     fn publish(
         &self,
-        kind: EntryKind,
-        sha: &str,
-        scratch: &Path,
-        image: &Path,
-        sources: &[fs::Metadata],
-        bytes: u64,
-        took: Duration,
-        layers: &[String],
+        b: &Built<'_>,
     ) -> Result<(Entry, bool, Option<Replaced>)> {
         // The build lock, not the lease lock: publishing must not wait for
         // guests being made from an existing entry of the same content.
         let lock = self.lock_file(
             &self.entries_dir(),
-            &format!("{}-{sha}.build", kind.as_str()),
+            &format!("{}-{}.build", b.kind.as_str(), b.sha),
             false,
         )?;
-        let r = (|| {
-            let mut replaced = None;
-            let latest = self.generations(kind, sha)?.pop();
-            if let Some(cur) = &latest {
-                match self.altered(cur)? {
-                    None => {
-                        remove_entry_tree(scratch)?;
-                        return Ok((cur.clone(), false, None));
-                    }
-                    Some(why) => {
-                        self.mark_altered(cur, &why)?;
-                        replaced = Some(Replaced {
-                            old: cur.clone(),
-                            why,
-                        });
-                    }
-                }
-            }
-            let generation = latest.map_or(0, |e| e.generation + 1);
-            let mut entry = Entry {
-                dir: PathBuf::new(),
-                kind,
-                sha256: sha.to_string(),
-                generation,
-            };
-            entry.dir = self.entries_dir().join(entry.name());
-            let payload = scratch.join(kind.payload());
-            restrict_like(scratch, &payload, kind, sources)?;
-            // The data on disk first, in one flush of the cache's
-            // filesystem: ext4 writes a dirty file back and waits when
-            // the immutable flag is set on it, one file at a time, which
-            // made a tree of 10,000 files take 0.8 s to protect instead
-            // of 0.1 s to flush and 0.13 s to protect once clean.
-            // Our scratch, opened only to flush its filesystem.
-            #[allow(clippy::disallowed_methods)]
-            let dir = File::open(scratch)
-                .map_err(|e| Error::io(Op::Open, scratch, e))?;
-            let flushing = Instant::now();
-            sync_fs(&dir).map_err(|e| Error::io(Op::Sync, scratch, e))?;
-            let immutable = protect(&payload, kind)?;
-            let mut flush = flushing.elapsed();
-            let (stamp, devices) = stamp_walk(&payload, kind)?;
-            let created = now_secs();
-            let source =
-                fs::canonicalize(image).unwrap_or_else(|_| image.to_path_buf());
-            let meta = Meta {
-                kind: kind.as_str().to_string(),
-                sha256: sha.to_string(),
-                source: source.to_string_lossy().into_owned(),
-                image_bytes: bytes,
-                created,
-                build_ms: took.as_millis() as u64,
-                stamp: Some(stamp),
-                immutable,
-                layers: layers.to_vec(),
-                devices,
-            };
-            let meta_path = scratch.join("meta.json");
-            let json = serde_json::to_vec_pretty(&meta).map_err(|e| {
-                Error::io(Op::Record, &meta_path, io::Error::other(e))
-            })?;
-            fs::write(&meta_path, json)
-                .map_err(|e| Error::io(Op::Record, &meta_path, e))?;
-            // Then the flags, times and record, so that what the rename
-            // publishes is on disk as stamped.
-            let synced = Instant::now();
-            sync_fs(&dir).map_err(|e| Error::io(Op::Sync, scratch, e))?;
-            flush += synced.elapsed();
-            fs::rename(scratch, &entry.dir)
-                .map_err(|e| Error::io2(Op::Rename, scratch, &entry.dir, e))?;
-            let synced = Instant::now();
-            sync_dir(&self.entries_dir())?;
-            flush += synced.elapsed();
-            // The build and its flush apart: writing a large base back to
-            // disk can take as long as making it, and benchmarks compare
-            // each with its like. The flush is all the waiting for the
-            // disk: the two syncfs, the immutable flag and the
-            // directory's fsync.
-            let line = format!(
-                "{created} {} {} {} {} {}\n",
-                std::process::id(),
-                entry.name(),
-                took.as_millis(),
-                flush.as_millis(),
-                source.to_string_lossy()
-            );
-            append_line(&self.root.join("builds.log"), &line)?;
-            Ok((entry, true, replaced))
-        })();
+        let r = self.publish_locked(b);
         let _unlocked = lock.flock_unlock();
         r
+    }
+
+    /// [`Cache::publish`], its build lock held.
+    fn publish_locked(
+        &self,
+        b: &Built<'_>,
+    ) -> Result<(Entry, bool, Option<Replaced>)> {
+        let (kind, scratch) = (b.kind, b.scratch);
+        let mut replaced = None;
+        let latest = self.generations(kind, b.sha)?.pop();
+        if let Some(cur) = &latest {
+            match self.altered(cur)? {
+                None => {
+                    remove_entry_tree(scratch)?;
+                    return Ok((cur.clone(), false, None));
+                }
+                Some(why) => {
+                    self.mark_altered(cur, &why)?;
+                    replaced = Some(Replaced {
+                        old: cur.clone(),
+                        why,
+                    });
+                }
+            }
+        }
+        let generation = latest.map_or(0, |e| e.generation + 1);
+        let mut entry = Entry {
+            dir: PathBuf::new(),
+            kind,
+            sha256: b.sha.to_string(),
+            generation,
+        };
+        entry.dir = self.entries_dir().join(entry.name());
+        let payload = scratch.join(kind.payload());
+        restrict_like(scratch, &payload, kind, b.sources)?;
+        // The data on disk first, in one flush of the cache's
+        // filesystem: ext4 writes a dirty file back and waits when
+        // the immutable flag is set on it, one file at a time, which
+        // made a tree of 10,000 files take 0.8 s to protect instead
+        // of 0.1 s to flush and 0.13 s to protect once clean.
+        // Our scratch, opened only to flush its filesystem.
+        #[allow(clippy::disallowed_methods)]
+        let dir =
+            File::open(scratch).map_err(|e| Error::io(Op::Open, scratch, e))?;
+        let flushing = Instant::now();
+        sync_fs(&dir).map_err(|e| Error::io(Op::Sync, scratch, e))?;
+        let immutable = protect(&payload, kind)?;
+        let mut flush = flushing.elapsed();
+        let (stamp, devices) = stamp_walk(&payload, kind)?;
+        let (created, source) = write_meta(b, stamp, immutable, devices)?;
+        // Then the flags, times and record, so that what the rename
+        // publishes is on disk as stamped.
+        let synced = Instant::now();
+        sync_fs(&dir).map_err(|e| Error::io(Op::Sync, scratch, e))?;
+        flush += synced.elapsed();
+        fs::rename(scratch, &entry.dir)
+            .map_err(|e| Error::io2(Op::Rename, scratch, &entry.dir, e))?;
+        let synced = Instant::now();
+        sync_dir(&self.entries_dir())?;
+        flush += synced.elapsed();
+        // The build and its flush apart: writing a large base back to
+        // disk can take as long as making it, and benchmarks compare
+        // each with its like. The flush is all the waiting for the
+        // disk: the two syncfs, the immutable flag and the
+        // directory's fsync.
+        let line = format!(
+            "{created} {} {} {} {} {}\n",
+            std::process::id(),
+            entry.name(),
+            b.took.as_millis(),
+            flush.as_millis(),
+            source.to_string_lossy()
+        );
+        append_line(&self.root.join("builds.log"), &line)?;
+        Ok((entry, true, replaced))
     }
 
     /// A shared hold on an entry while guests are made from it.
@@ -685,6 +664,56 @@ impl Cache {
             io::BufRead::consume(&mut r, n);
         }
     }
+}
+
+/// A finished build in its scratch directory, to be published.
+struct Built<'a> {
+    kind: EntryKind,
+    /// The content's key, hex.
+    sha: &'a str,
+    scratch: &'a Path,
+    /// What it was built from.
+    image: &'a Path,
+    /// Every file it was made from: the entry is no more readable than
+    /// the least readable of them.
+    sources: &'a [fs::Metadata],
+    /// Bytes of the image read.
+    bytes: u64,
+    /// How long the build took.
+    took: Duration,
+    /// The layer entries it was made of, if any.
+    layers: &'a [String],
+}
+
+/// Writes the record (`meta.json`) of the build `b` into its scratch;
+/// when it was made (seconds since the epoch) and its image's path.
+fn write_meta(
+    b: &Built<'_>,
+    stamp: String,
+    immutable: bool,
+    devices: bool,
+) -> Result<(u64, PathBuf)> {
+    let created = now_secs();
+    let source =
+        fs::canonicalize(b.image).unwrap_or_else(|_| b.image.to_path_buf());
+    let meta = Meta {
+        kind: b.kind.as_str().to_string(),
+        sha256: b.sha.to_string(),
+        source: source.to_string_lossy().into_owned(),
+        image_bytes: b.bytes,
+        created,
+        build_ms: b.took.as_millis() as u64,
+        stamp: Some(stamp),
+        immutable,
+        layers: b.layers.to_vec(),
+        devices,
+    };
+    let meta_path = b.scratch.join("meta.json");
+    let json = serde_json::to_vec_pretty(&meta)
+        .map_err(|e| Error::io(Op::Record, &meta_path, io::Error::other(e)))?;
+    fs::write(&meta_path, json)
+        .map_err(|e| Error::io(Op::Record, &meta_path, e))?;
+    Ok((created, source))
 }
 
 fn check_expected(

@@ -119,79 +119,107 @@ impl Cache {
         entries: &[&Entry],
         search: &[PathBuf],
     ) -> Result<HashMap<String, String>> {
-        let mut used: HashMap<String, String> = HashMap::new();
-        // Payloads of disk entries by (dev, ino), and recorded guests by
-        // (dev, ino).
-        let mut bases: HashMap<(u64, u64), String> = HashMap::new();
-        let mut guests: HashMap<(u64, u64), String> = HashMap::new();
-        let mut roots: Vec<PathBuf> = search.to_vec();
+        let mut users = Users {
+            roots: search.to_vec(),
+            ..Users::default()
+        };
         for &entry in entries {
-            let name = entry.name();
-            let base_id = (entry.kind == EntryKind::Raw)
-                .then(|| fs::symlink_metadata(entry.payload()).ok())
-                .flatten()
-                .map(|m| (m.dev(), m.ino()));
-            if let Some(id) = base_id {
-                bases.insert(id, name.clone());
+            let records = self.user_records(entry)?;
+            users.recorded(entry, records);
+        }
+        users.search();
+        users.held_open();
+        Ok(users.used)
+    }
+}
+
+/// What is known of who uses the entries, as it is found.
+#[derive(Default)]
+struct Users {
+    /// For each entry in use, why.
+    used: HashMap<String, String>,
+    /// Payloads of disk entries by (dev, ino).
+    bases: HashMap<(u64, u64), String>,
+    /// Recorded guests by (dev, ino).
+    guests: HashMap<(u64, u64), String>,
+    /// Where guests were made, and the directories asked to be searched:
+    /// where a moved guest or an overlay may be.
+    roots: Vec<PathBuf>,
+}
+
+impl Users {
+    /// What `entry`'s user records say: a guest still where it was
+    /// made, and still the one made, uses it.
+    fn recorded(&mut self, entry: &Entry, records: Vec<UserRecord>) {
+        let name = entry.name();
+        let base_id = (entry.kind == EntryKind::Raw)
+            .then(|| fs::symlink_metadata(entry.payload()).ok())
+            .flatten()
+            .map(|m| (m.dev(), m.ino()));
+        if let Some(id) = base_id {
+            self.bases.insert(id, name.clone());
+        }
+        for rec in records {
+            if let Some(p) = rec.path.parent() {
+                self.roots.push(p.to_path_buf());
             }
-            for rec in self.user_records(entry)? {
-                if let Some(p) = rec.path.parent() {
-                    roots.push(p.to_path_buf());
+            if rec.ino != 0 {
+                self.guests.insert((rec.dev, rec.ino), name.clone());
+            }
+            if self.used.contains_key(&name) {
+                continue;
+            }
+            let Ok(md) = fs::symlink_metadata(&rec.path) else {
+                continue;
+            };
+            let here = match (entry.kind, base_id) {
+                (EntryKind::Raw, Some(id)) => {
+                    backing_of(&rec.path).is_some_and(|b| b == id)
                 }
-                if rec.ino != 0 {
-                    guests.insert((rec.dev, rec.ino), name.clone());
+                (EntryKind::Raw, None) => false,
+                // Guests are made from the image's tree, not a layer.
+                (EntryKind::Layer, _) => false,
+                // A tree guest is a copy; it is its own as long as it
+                // is the directory made (or an old record without an
+                // inode).
+                (EntryKind::Tree, _) => {
+                    rec.ino == 0 || (md.dev(), md.ino()) == (rec.dev, rec.ino)
                 }
-                if used.contains_key(&name) {
-                    continue;
-                }
-                let Ok(md) = fs::symlink_metadata(&rec.path) else {
-                    continue;
-                };
-                let here = match (entry.kind, base_id) {
-                    (EntryKind::Raw, Some(id)) => {
-                        backing_of(&rec.path).is_some_and(|b| b == id)
-                    }
-                    (EntryKind::Raw, None) => false,
-                    // Guests are made from the image's tree, not a layer.
-                    (EntryKind::Layer, _) => false,
-                    // A tree guest is a copy; it is its own as long as it
-                    // is the directory made (or an old record without an
-                    // inode).
-                    (EntryKind::Tree, _) => {
-                        rec.ino == 0
-                            || (md.dev(), md.ino()) == (rec.dev, rec.ino)
-                    }
-                };
-                if here {
-                    used.insert(
-                        name.clone(),
-                        format!("used by {}", rec.path.display()),
-                    );
-                }
+            };
+            if here {
+                self.used.insert(
+                    name.clone(),
+                    format!("used by {}", rec.path.display()),
+                );
             }
         }
-        roots.sort();
-        roots.dedup();
-        for root in &roots {
+    }
+
+    /// Searches the roots for recorded guests moved there and for
+    /// overlays whose backing file is a disk entry's payload.
+    fn search(&mut self) {
+        self.roots.sort();
+        self.roots.dedup();
+        for root in &self.roots {
             let walk = walkdir::WalkDir::new(root)
                 .follow_links(false)
                 .max_depth(SEARCH_DEPTH);
             for e in walk.into_iter().filter_map(|e| e.ok()) {
                 let Ok(md) = e.metadata() else { continue };
-                if let Some(name) = guests.get(&(md.dev(), md.ino()))
-                    && !used.contains_key(name)
+                if let Some(name) = self.guests.get(&(md.dev(), md.ino()))
+                    && !self.used.contains_key(name)
                 {
-                    used.insert(
+                    self.used.insert(
                         name.clone(),
                         format!("used by {} (moved there)", e.path().display()),
                     );
                 }
                 if md.is_file()
                     && let Some(id) = backing_of(e.path())
-                    && let Some(name) = bases.get(&id)
-                    && !used.contains_key(name)
+                    && let Some(name) = self.bases.get(&id)
+                    && !self.used.contains_key(name)
                 {
-                    used.insert(
+                    self.used.insert(
                         name.clone(),
                         format!(
                             "used by {} (its backing file)",
@@ -201,14 +229,18 @@ impl Cache {
                 }
             }
         }
-        for (id, name) in &bases {
-            if !used.contains_key(name)
+    }
+
+    /// Disk entries whose payload a process holds open.
+    fn held_open(&mut self) {
+        for (id, name) in &self.bases {
+            if !self.used.contains_key(name)
                 && let Some(pid) = open_by_process(*id)
             {
-                used.insert(name.clone(), format!("open by process {pid}"));
+                self.used
+                    .insert(name.clone(), format!("open by process {pid}"));
             }
         }
-        Ok(used)
     }
 }
 

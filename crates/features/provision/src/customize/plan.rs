@@ -196,6 +196,46 @@ fn steps_for(
 ) -> Result<Steps, ProvisionError> {
     let x = |s: &str| crate::options::for_guest(s, n, name);
     let mut st = Steps::default();
+    copy_ins(&mut st, o, &x)?;
+    for w in &o.write {
+        st.writes.push(x(w).parse().map_err(spec)?);
+    }
+    if let Some(tz) = &o.timezone {
+        st.timezone = Some(timezone(&x(tz))?);
+    }
+    passwords(&mut st, o, &x)?;
+    for k in &o.ssh_inject {
+        let v = x(k);
+        let s: SshInject = v.parse().map_err(spec)?;
+        let keys = match s.key {
+            KeySource::String(k) => vec![k],
+            KeySource::File(p) => key_file(&v, &p)?,
+        };
+        st.keys.push((s.user, keys));
+    }
+    firstboot_scripts(&mut st, o, &x)?;
+    for c in &o.firstboot_command {
+        st.firstboot_commands.push(x(c));
+    }
+    for r in &o.run {
+        let r = match r {
+            RunStep::Script(p) => {
+                RunStep::Script(x(&p.to_string_lossy()).into())
+            }
+            RunStep::Command(c) => RunStep::Command(x(c)),
+        };
+        st.run.push(run::read(&r)?);
+    }
+    Ok(st)
+}
+
+/// `--copy-in`s, `x` expanding the guest's `{n}` and `{name}`, each
+/// local path checked to be there.
+fn copy_ins(
+    st: &mut Steps,
+    o: &CustomizeOptions,
+    x: &dyn Fn(&str) -> String,
+) -> Result<(), ProvisionError> {
     for c in &o.copy_in {
         let c: CopyIn = x(c).parse().map_err(spec)?;
         // The caller's own path, followed as a shell would.
@@ -211,12 +251,16 @@ fn steps_for(
         }
         st.copy_in.push(c);
     }
-    for w in &o.write {
-        st.writes.push(x(w).parse().map_err(spec)?);
-    }
-    if let Some(tz) = &o.timezone {
-        st.timezone = Some(timezone(&x(tz))?);
-    }
+    Ok(())
+}
+
+/// `--root-password`, then each `--password`, `x` expanding the
+/// guest's `{n}` and `{name}`.
+fn passwords(
+    st: &mut Steps,
+    o: &CustomizeOptions,
+    x: &dyn Fn(&str) -> String,
+) -> Result<(), ProvisionError> {
     if let Some(p) = &o.root_password {
         let v = x(p);
         let p: Password = v.parse().map_err(spec)?;
@@ -233,15 +277,16 @@ fn steps_for(
             up.password,
         )?);
     }
-    for k in &o.ssh_inject {
-        let v = x(k);
-        let s: SshInject = v.parse().map_err(spec)?;
-        let keys = match s.key {
-            KeySource::String(k) => vec![k],
-            KeySource::File(p) => key_file(&v, &p)?,
-        };
-        st.keys.push((s.user, keys));
-    }
+    Ok(())
+}
+
+/// Each `--firstboot` script, read from this host, `x` expanding the
+/// guest's `{n}` and `{name}` in its path.
+fn firstboot_scripts(
+    st: &mut Steps,
+    o: &CustomizeOptions,
+    x: &dyn Fn(&str) -> String,
+) -> Result<(), ProvisionError> {
     for f in &o.firstboot {
         let p = PathBuf::from(x(&f.to_string_lossy()));
         let script = foreign::read(
@@ -266,19 +311,7 @@ fn steps_for(
             .unwrap_or_default();
         st.firstboot.push((script_name(&base), script));
     }
-    for c in &o.firstboot_command {
-        st.firstboot_commands.push(x(c));
-    }
-    for r in &o.run {
-        let r = match r {
-            RunStep::Script(p) => {
-                RunStep::Script(x(&p.to_string_lossy()).into())
-            }
-            RunStep::Command(c) => RunStep::Command(x(c)),
-        };
-        st.run.push(run::read(&r)?);
-    }
-    Ok(st)
+    Ok(())
 }
 
 /// `--timezone`'s name, as tzdata spells them (`Europe/Berlin`, `UTC`,
@@ -426,28 +459,56 @@ pub(crate) fn check_tree(
     tree: &Path,
 ) -> Result<(), ProvisionError> {
     let root = Root::open(tree)?;
-    let read = |rel: &str| -> Result<String, ProvisionError> {
-        let p = Path::new(rel);
-        let dir = root.dir(p.parent().unwrap_or(Path::new("")), None)?;
-        let name = p.file_name().unwrap_or_default().to_string_lossy();
-        let bytes = dir.read_file(&name, MAX_ACCOUNTS)?;
-        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    let mut image = ImageFiles {
+        root: &root,
+        tree,
+        passwd: None,
+        shadow: None,
     };
-    // Each read once, however many guests' steps name users.
-    let mut passwd: Option<String> = None;
-    let mut shadow: Option<String> = None;
     if c.steps.iter().any(|st| !st.run.is_empty()) {
         run::check_shell(&root, tree)?;
     }
     for st in &c.steps {
+        image.check_users(st)?;
+        image.check_shadow(st)?;
+        if let Some(tz) = &st.timezone {
+            image.check_timezone(tz)?;
+        }
+    }
+    Ok(())
+}
+
+/// The image's files the steps are checked against, each read once,
+/// however many guests' steps name users.
+struct ImageFiles<'a> {
+    root: &'a Root,
+    tree: &'a Path,
+    passwd: Option<String>,
+    shadow: Option<String>,
+}
+
+impl ImageFiles<'_> {
+    /// The file at `rel` in the image, read beneath its root.
+    fn read(&self, rel: &str) -> Result<String, ProvisionError> {
+        let p = Path::new(rel);
+        let dir = self.root.dir(p.parent().unwrap_or(Path::new("")), None)?;
+        let name = p.file_name().unwrap_or_default().to_string_lossy();
+        let bytes = dir.read_file(&name, MAX_ACCOUNTS)?;
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    /// Every user `st` names (by a password or keys) is in the image's
+    /// `/etc/passwd`.
+    fn check_users(&mut self, st: &Steps) -> Result<(), ProvisionError> {
+        let tree = self.tree;
         let users = st
             .passwords
             .iter()
             .map(|p| (p.option, p.user.as_str()))
             .chain(st.keys.iter().map(|(u, _)| ("--ssh-inject", u.as_str())));
         for (option, user) in users {
-            if passwd.is_none() {
-                passwd = Some(read("etc/passwd").map_err(|e| {
+            if self.passwd.is_none() {
+                self.passwd = Some(self.read("etc/passwd").map_err(|e| {
                     refuse(
                         option,
                         user,
@@ -459,7 +520,7 @@ pub(crate) fn check_tree(
                     )
                 })?);
             }
-            let text = passwd.as_deref().unwrap_or_default();
+            let text = self.passwd.as_deref().unwrap_or_default();
             if account(text, user).is_none() {
                 return Err(refuse(
                     option,
@@ -472,10 +533,17 @@ pub(crate) fn check_tree(
                 ));
             }
         }
+        Ok(())
+    }
+
+    /// Every user `st` sets a password of is in the image's
+    /// `/etc/shadow`.
+    fn check_shadow(&mut self, st: &Steps) -> Result<(), ProvisionError> {
+        let tree = self.tree;
         if let Some(p) = st.passwords.first()
-            && shadow.is_none()
+            && self.shadow.is_none()
         {
-            shadow = Some(read("etc/shadow").map_err(|e| {
+            self.shadow = Some(self.read("etc/shadow").map_err(|e| {
                 refuse(
                     p.option,
                     &p.user,
@@ -484,7 +552,7 @@ pub(crate) fn check_tree(
                 )
             })?);
         }
-        if let Some(shadow) = &shadow {
+        if let Some(shadow) = &self.shadow {
             for p in &st.passwords {
                 let has = shadow
                     .lines()
@@ -499,27 +567,29 @@ pub(crate) fn check_tree(
                 }
             }
         }
-        if let Some(tz) = &st.timezone {
-            let rel = Path::new("usr/share/zoneinfo").join(tz);
-            let there = root
-                .dir(rel.parent().unwrap_or(Path::new("")), None)
-                .and_then(|d| {
-                    d.stat(
-                        &rel.file_name().unwrap_or_default().to_string_lossy(),
-                    )
-                });
-            if !matches!(there, Ok(Some(f)) if f.format != libc::S_IFDIR) {
-                return Err(refuse(
-                    "--timezone",
-                    tz,
-                    tree.join(&rel),
-                    "the image has no such zoneinfo file: install its \
-                     tzdata, or name a zone it has",
-                ));
-            }
-        }
+        Ok(())
     }
-    Ok(())
+
+    /// The time zone `tz` is a zoneinfo file in the image.
+    fn check_timezone(&self, tz: &str) -> Result<(), ProvisionError> {
+        let rel = Path::new("usr/share/zoneinfo").join(tz);
+        let there = self
+            .root
+            .dir(rel.parent().unwrap_or(Path::new("")), None)
+            .and_then(|d| {
+                d.stat(&rel.file_name().unwrap_or_default().to_string_lossy())
+            });
+        if !matches!(there, Ok(Some(f)) if f.format != libc::S_IFDIR) {
+            return Err(refuse(
+                "--timezone",
+                tz,
+                self.tree.join(&rel),
+                "the image has no such zoneinfo file: install its \
+                 tzdata, or name a zone it has",
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// Adds the options of a `--customize` FILE (virt-builder's

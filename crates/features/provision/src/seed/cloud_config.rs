@@ -47,8 +47,33 @@ fn map<const N: usize>(pairs: [(&str, Value); N]) -> Value {
 /// given).
 pub(crate) fn generate(o: &Options<'_>) -> Mapping {
     let mut m = Mapping::new();
-    let root: Vec<Value> = o
-        .keys
+    authorized_keys(&mut m, o.keys);
+    let mut runcmd: Vec<Value> = o.runcmd.iter().map(|c| s(c)).collect();
+    root_password(&mut m, &mut runcmd, o.password.as_ref());
+    if o.locked {
+        runcmd.insert(0, argv(&["passwd", "-l", "root"]));
+    }
+    if !runcmd.is_empty() {
+        m.insert(s("runcmd"), Value::Sequence(runcmd));
+    }
+    if !o.writes.is_empty() {
+        let files = o
+            .writes
+            .iter()
+            .map(|(p, c)| map([("path", s(p)), ("content", s(c))]))
+            .collect();
+        m.insert(s("write_files"), Value::Sequence(files));
+    }
+    if let Some(h) = &o.hostname {
+        m.insert(s("hostname"), s(h));
+    }
+    m
+}
+
+/// Root's keys (`ssh_authorized_keys`) and each other user's, in the
+/// order first named (`users`, after the image's default user).
+fn authorized_keys(m: &mut Mapping, keys: &[(String, String)]) {
+    let root: Vec<Value> = keys
         .iter()
         .filter(|(u, _)| u == "root")
         .map(|(_, k)| s(k))
@@ -61,14 +86,13 @@ pub(crate) fn generate(o: &Options<'_>) -> Mapping {
     }
     let mut users: Vec<Value> = Vec::new();
     let mut names: Vec<&str> = Vec::new();
-    for (u, _) in o.keys.iter().filter(|(u, _)| u != "root") {
+    for (u, _) in keys.iter().filter(|(u, _)| u != "root") {
         if !names.contains(&u.as_str()) {
             names.push(u);
         }
     }
     for u in names {
-        let keys = o
-            .keys
+        let keys = keys
             .iter()
             .filter(|(n, _)| n == u)
             .map(|(_, k)| s(k))
@@ -83,8 +107,16 @@ pub(crate) fn generate(o: &Options<'_>) -> Mapping {
         users.insert(0, s("default"));
         m.insert(s("users"), Value::Sequence(users));
     }
-    let mut runcmd: Vec<Value> = o.runcmd.iter().map(|c| s(c)).collect();
-    match &o.password {
+}
+
+/// Root's password: set by `chpasswd` (with password login), or
+/// disabled by the first command the guest runs.
+fn root_password(
+    m: &mut Mapping,
+    runcmd: &mut Vec<Value>,
+    password: Option<&RootPassword>,
+) {
+    match password {
         Some(RootPassword::Text(p)) => {
             m.insert(
                 s("chpasswd"),
@@ -108,24 +140,6 @@ pub(crate) fn generate(o: &Options<'_>) -> Mapping {
         }
         None => {}
     }
-    if o.locked {
-        runcmd.insert(0, argv(&["passwd", "-l", "root"]));
-    }
-    if !runcmd.is_empty() {
-        m.insert(s("runcmd"), Value::Sequence(runcmd));
-    }
-    if !o.writes.is_empty() {
-        let files = o
-            .writes
-            .iter()
-            .map(|(p, c)| map([("path", s(p)), ("content", s(c))]))
-            .collect();
-        m.insert(s("write_files"), Value::Sequence(files));
-    }
-    if let Some(h) = &o.hostname {
-        m.insert(s("hostname"), s(h));
-    }
-    m
 }
 
 /// A command as a list: run without a shell.

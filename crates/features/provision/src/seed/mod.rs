@@ -412,7 +412,27 @@ impl Seed {
             writes: self.writes.iter().map(|(p, c)| (x(p), x(c))).collect(),
             hostname: explicit,
         });
-        let user_data = match &self.user {
+        let user_data = self.user_data(ours)?;
+        let mut meta = Mapping::new();
+        meta.insert("instance-id".into(), instance_id.clone().into());
+        meta.insert("local-hostname".into(), hostname.clone().into());
+        let meta_data = serde_norway::to_string(&meta)
+            .map_err(|e| refused("meta-data", "", e.to_string()))?;
+        Ok(Composed {
+            meta_data,
+            user_data,
+            instance_id,
+            hostname,
+            root_password,
+            volume_id: u32::from_be_bytes([id[0], id[1], id[2], id[3]]),
+        })
+    }
+
+    /// The user-data of a guest whose options make the cloud-config
+    /// `ours`: the user's own file as it is, ours alone, or the user's
+    /// cloud-config merged with ours (a key both set otherwise refused).
+    fn user_data(&self, ours: Mapping) -> Result<Vec<u8>, ProvisionError> {
+        Ok(match &self.user {
             UserData::Other(_, bytes) => bytes.clone(),
             UserData::None => render(&ours)?,
             UserData::CloudConfig(theirs) => {
@@ -431,19 +451,6 @@ impl Seed {
                 }
                 render(&merged)?
             }
-        };
-        let mut meta = Mapping::new();
-        meta.insert("instance-id".into(), instance_id.clone().into());
-        meta.insert("local-hostname".into(), hostname.clone().into());
-        let meta_data = serde_norway::to_string(&meta)
-            .map_err(|e| refused("meta-data", "", e.to_string()))?;
-        Ok(Composed {
-            meta_data,
-            user_data,
-            instance_id,
-            hostname,
-            root_password,
-            volume_id: u32::from_be_bytes([id[0], id[1], id[2], id[3]]),
         })
     }
 

@@ -234,99 +234,119 @@ impl Requirement {
         digest: &str,
         sigs: &mut dyn Signatures,
     ) -> Result<Judgement, PolicyError> {
-        let (kind, rejections) = match self {
-            Requirement::InsecureAcceptAnything => return Ok(Judgement::Met),
-            Requirement::Reject => {
-                return Ok(Judgement::unmet(
-                    Failed::Rejected,
-                    "the policy rejects every image in this scope",
-                ));
-            }
+        match self {
+            Requirement::InsecureAcceptAnything => Ok(Judgement::Met),
+            Requirement::Reject => Ok(Judgement::unmet(
+                Failed::Rejected,
+                "the policy rejects every image in this scope",
+            )),
             Requirement::SignedBy { keys, identity } => {
-                let keyring =
-                    match keys.read().and_then(|k| gpg::Keyring::parse(&k)) {
-                        Ok(k) => k,
-                        Err(why) => {
-                            return Ok(Judgement::unmet(
-                                Failed::KeyUnreadable,
-                                why.to_string(),
-                            ));
-                        }
-                    };
-                let found = sigs.simple()?;
-                let r = found
-                    .iter()
-                    .map(|(source, bytes)| {
-                        keyring
-                            .verify(bytes)
-                            .and_then(|p| {
-                                payload::check_simple(
-                                    &p, digest, image, identity,
-                                )
-                            })
-                            .map(|_| ())
-                            .map_err(|(failed, why)| SigRejection {
-                                failed,
-                                detail: format!("{source}: {why}"),
-                            })
-                    })
-                    .collect::<Vec<_>>();
-                ("simple-signing", r)
+                judge_simple(keys, identity, image, digest, sigs)
             }
             Requirement::SigstoreSigned { key, identity } => {
-                let key =
-                    match key.read().and_then(|k| sigstore::Keys::parse(&k)) {
-                        Ok(k) => k,
-                        Err(why) => {
-                            return Ok(Judgement::unmet(
-                                Failed::KeyUnreadable,
-                                why.to_string(),
-                            ));
-                        }
-                    };
-                let found = sigs.sigstore()?;
-                let r = found
-                    .iter()
-                    .map(|s| {
-                        key.verify(&s.payload, &s.signature)
-                            .and_then(|()| {
-                                payload::check_sigstore(
-                                    &s.payload, digest, image, identity,
-                                )
-                            })
-                            .map_err(|(failed, why)| SigRejection {
-                                failed,
-                                detail: format!("{}: {why}", s.source),
-                            })
-                    })
-                    .collect::<Vec<_>>();
-                ("sigstore", r)
+                judge_sigstore(key, identity, image, digest, sigs)
             }
-        };
-        if rejections.is_empty() {
+        }
+    }
+}
+
+/// Judges the image's simple-signing signatures against `keys` and
+/// `identity`.
+fn judge_simple(
+    keys: &Keys,
+    identity: &SignedIdentity,
+    image: &DockerRef,
+    digest: &str,
+    sigs: &mut dyn Signatures,
+) -> Result<Judgement, PolicyError> {
+    let keyring = match keys.read().and_then(|k| gpg::Keyring::parse(&k)) {
+        Ok(k) => k,
+        Err(why) => {
             return Ok(Judgement::unmet(
-                Failed::NoSignature,
-                format!("a {kind} signature is required, but none exists"),
+                Failed::KeyUnreadable,
+                why.to_string(),
             ));
         }
-        if rejections.iter().any(Result::is_ok) {
-            return Ok(Judgement::Met);
+    };
+    let found = sigs.simple()?;
+    let r = found
+        .iter()
+        .map(|(source, bytes)| {
+            keyring
+                .verify(bytes)
+                .and_then(|p| {
+                    payload::check_simple(&p, digest, image, identity)
+                })
+                .map(|_| ())
+                .map_err(|(failed, why)| SigRejection {
+                    failed,
+                    detail: format!("{source}: {why}"),
+                })
+        })
+        .collect::<Vec<_>>();
+    Ok(verdict("simple-signing", r))
+}
+
+/// Judges the image's sigstore signatures against `key` and `identity`.
+fn judge_sigstore(
+    key: &Keys,
+    identity: &SignedIdentity,
+    image: &DockerRef,
+    digest: &str,
+    sigs: &mut dyn Signatures,
+) -> Result<Judgement, PolicyError> {
+    let key = match key.read().and_then(|k| sigstore::Keys::parse(&k)) {
+        Ok(k) => k,
+        Err(why) => {
+            return Ok(Judgement::unmet(
+                Failed::KeyUnreadable,
+                why.to_string(),
+            ));
         }
-        // The signature that got furthest says most of what is wrong.
-        let errs: Vec<SigRejection> =
-            rejections.into_iter().filter_map(Result::err).collect();
-        let failed = errs
-            .iter()
-            .map(|e| e.failed)
-            .max()
-            .unwrap_or(Failed::WrongKey);
-        let detail = errs
-            .iter()
-            .map(|e| e.detail.clone())
-            .collect::<Vec<_>>()
-            .join("; ");
-        Ok(Judgement::unmet(failed, detail))
+    };
+    let found = sigs.sigstore()?;
+    let r = found
+        .iter()
+        .map(|s| {
+            key.verify(&s.payload, &s.signature)
+                .and_then(|()| {
+                    payload::check_sigstore(&s.payload, digest, image, identity)
+                })
+                .map_err(|(failed, why)| SigRejection {
+                    failed,
+                    detail: format!("{}: {why}", s.source),
+                })
+        })
+        .collect::<Vec<_>>();
+    Ok(verdict("sigstore", r))
+}
+
+/// What the signatures of `kind` found, one result each, add up to: met
+/// by any one accepted; else unmet, said by the one that got furthest.
+fn verdict(kind: &str, rejections: Vec<Result<(), SigRejection>>) -> Judgement {
+    if rejections.is_empty() {
+        return Judgement::unmet(
+            Failed::NoSignature,
+            format!("a {kind} signature is required, but none exists"),
+        );
     }
+    if rejections.iter().any(Result::is_ok) {
+        return Judgement::Met;
+    }
+    // The signature that got furthest says most of what is wrong.
+    let errs: Vec<SigRejection> =
+        rejections.into_iter().filter_map(Result::err).collect();
+    let failed = errs
+        .iter()
+        .map(|e| e.failed)
+        .max()
+        .unwrap_or(Failed::WrongKey);
+    let detail = errs
+        .iter()
+        .map(|e| e.detail.clone())
+        .collect::<Vec<_>>()
+        .join("; ");
+    Judgement::unmet(failed, detail)
 }
 
 /// What judging an image against one requirement found.

@@ -78,6 +78,48 @@ impl From<String> for ApplyError {
     }
 }
 
+/// One PAX record being applied: its keyword and value, and the limits
+/// a name in it is held to.
+struct Record<'a> {
+    key: &'a [u8],
+    v: &'a [u8],
+    limits: &'a Limits,
+}
+
+impl Record<'_> {
+    fn bad(&self, what: &str) -> ApplyError {
+        ApplyError::Bad(format!(
+            "{}={:?}: {what}",
+            lossy(self.key),
+            lossy(self.v)
+        ))
+    }
+
+    fn num(&self) -> Result<u64, ApplyError> {
+        pax::decimal_u64(self.v).ok_or_else(|| self.bad("not a number"))
+    }
+
+    fn id(&self) -> Result<u32, ApplyError> {
+        pax::decimal_u64(self.v)
+            .and_then(|n| u32::try_from(n).ok())
+            .ok_or_else(|| self.bad("not a 32-bit number"))
+    }
+
+    fn name(&self) -> Result<Vec<u8>, ApplyError> {
+        if self.v.contains(&0) {
+            Err(self.bad("NUL byte in a name"))
+        } else if self.v.len() as u64 > self.limits.max_name_bytes {
+            Err(ApplyError::Bad(format!(
+                "{} is longer than the name limit of {}",
+                lossy(self.key),
+                self.limits.max_name_bytes
+            )))
+        } else {
+            Ok(self.v.to_vec())
+        }
+    }
+}
+
 impl Overrides {
     pub(super) fn apply(
         &mut self,
@@ -85,67 +127,26 @@ impl Overrides {
         v: &[u8],
         limits: &Limits,
     ) -> Result<(), ApplyError> {
-        let bad = |what: &str| {
-            ApplyError::Bad(format!("{}={:?}: {what}", lossy(key), lossy(v)))
-        };
-        let num =
-            |v: &[u8]| pax::decimal_u64(v).ok_or_else(|| bad("not a number"));
-        let id = |v: &[u8]| {
-            pax::decimal_u64(v)
-                .and_then(|n| u32::try_from(n).ok())
-                .ok_or_else(|| bad("not a 32-bit number"))
-        };
-        let name = |v: &[u8]| {
-            if v.contains(&0) {
-                Err(bad("NUL byte in a name"))
-            } else if v.len() as u64 > limits.max_name_bytes {
-                Err(ApplyError::Bad(format!(
-                    "{} is longer than the name limit of {}",
-                    lossy(key),
-                    limits.max_name_bytes
-                )))
-            } else {
-                Ok(v.to_vec())
-            }
-        };
+        let r = Record { key, v, limits };
         // An empty value unsets a standard keyword (POSIX); for xattrs it
         // is an empty value, which is valid.
         let empty = v.is_empty();
         match key {
-            b"path" => self.path = if empty { None } else { Some(name(v)?) },
+            b"path" => self.path = if empty { None } else { Some(r.name()?) },
             b"linkpath" => {
-                self.linkpath = if empty { None } else { Some(name(v)?) }
+                self.linkpath = if empty { None } else { Some(r.name()?) }
             }
-            b"size" => self.size = if empty { None } else { Some(num(v)?) },
-            b"uid" => self.uid = if empty { None } else { Some(id(v)?) },
-            b"gid" => self.gid = if empty { None } else { Some(id(v)?) },
+            b"size" => self.size = if empty { None } else { Some(r.num()?) },
+            b"uid" => self.uid = if empty { None } else { Some(r.id()?) },
+            b"gid" => self.gid = if empty { None } else { Some(r.id()?) },
             b"uname" => self.uname = (!empty).then(|| v.to_vec()),
             b"gname" => self.gname = (!empty).then(|| v.to_vec()),
-            b"mtime" | b"atime" => {
-                let t = if empty {
-                    None
-                } else {
-                    let (t, exact) = pax::parse_time_prefix(v)
-                        .ok_or_else(|| bad("not a time"))?;
-                    if !exact {
-                        self.notes.push(QuirkKind::TimeJunk {
-                            key: lossy(key),
-                            value: lossy(v),
-                        });
-                    }
-                    Some(t)
-                };
-                if key == b"mtime" {
-                    self.mtime = t;
-                } else {
-                    self.atime = t;
-                }
-            }
+            b"mtime" | b"atime" => self.apply_time(&r)?,
             b"SCHILY.devmajor" => {
-                self.devmajor = if empty { None } else { Some(id(v)?) }
+                self.devmajor = if empty { None } else { Some(r.id()?) }
             }
             b"SCHILY.devminor" => {
-                self.devminor = if empty { None } else { Some(id(v)?) }
+                self.devminor = if empty { None } else { Some(r.id()?) }
             }
             b"SCHILY.acl.access" => {
                 self.acl_access = (!empty).then(|| v.to_vec())
@@ -153,6 +154,43 @@ impl Overrides {
             b"SCHILY.acl.default" => {
                 self.acl_default = (!empty).then(|| v.to_vec())
             }
+            _ => self.apply_xattr_or_sparse(&r)?,
+        }
+        Ok(())
+    }
+
+    /// An `mtime` or `atime` record; junk after the time is a quirk
+    /// noted, not an error.
+    fn apply_time(&mut self, r: &Record<'_>) -> Result<(), ApplyError> {
+        let t = if r.v.is_empty() {
+            None
+        } else {
+            let (t, exact) = pax::parse_time_prefix(r.v)
+                .ok_or_else(|| r.bad("not a time"))?;
+            if !exact {
+                self.notes.push(QuirkKind::TimeJunk {
+                    key: lossy(r.key),
+                    value: lossy(r.v),
+                });
+            }
+            Some(t)
+        };
+        if r.key == b"mtime" {
+            self.mtime = t;
+        } else {
+            self.atime = t;
+        }
+        Ok(())
+    }
+
+    /// A record of an extended attribute (in any vendor's spelling) or of
+    /// a GNU sparse map; any other keyword is ignored.
+    fn apply_xattr_or_sparse(
+        &mut self,
+        r: &Record<'_>,
+    ) -> Result<(), ApplyError> {
+        let (key, v) = (r.key, r.v);
+        match key {
             // Red Hat's tar stores the label under its own keyword;
             // bsdtar reads it as the xattr, and so does this reader (GNU
             // tar reads only the SCHILY spelling and drops it).
@@ -168,13 +206,13 @@ impl Overrides {
             }
             _ if key.starts_with(b"LIBARCHIVE.xattr.") => {
                 let n = pax::url_decode(&key[b"LIBARCHIVE.xattr.".len()..])
-                    .ok_or_else(|| bad("bad %-escape in the name"))?;
+                    .ok_or_else(|| r.bad("bad %-escape in the name"))?;
                 let value =
-                    pax::base64_decode(v).ok_or_else(|| bad("bad base64"))?;
+                    pax::base64_decode(v).ok_or_else(|| r.bad("bad base64"))?;
                 self.set_xattr(n, value)?;
             }
             _ if key.starts_with(b"GNU.sparse.") => {
-                self.apply_sparse(key, v, limits)?
+                self.apply_sparse(key, v, r.limits)?
             }
             // ctime, charset, comment, SCHILY.dev/ino/nlink/fflags, …:
             // nothing to apply, as POSIX says of unknown keywords.

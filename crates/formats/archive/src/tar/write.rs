@@ -122,12 +122,7 @@ impl<W: Write> Writer<W> {
     /// ends early is an `UnexpectedEof` error: the archive would be
     /// corrupt. Other kinds have no body.
     pub fn append(&mut self, e: &Entry, body: impl Read) -> io::Result<()> {
-        if e.name.is_empty() || e.name.contains(&0) || e.link.contains(&0) {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "a member name or link target is empty or holds NUL",
-            ));
-        }
+        check_names(e)?;
         let map = match (&e.sparse, e.kind) {
             (Some(map), WriteKind::File) => Some(sparse_map_text(map, e.size)?),
             _ => None,
@@ -143,107 +138,53 @@ impl<W: Write> Writer<W> {
         if e.kind == WriteKind::Directory && !name.ends_with(b"/") {
             name.push(b'/');
         }
-        let mut pax: Vec<u8> = Vec::new();
-        let (prefix, short) = if map.is_some() {
-            record(&mut pax, b"GNU.sparse.major", b"1");
-            record(&mut pax, b"GNU.sparse.minor", b"0");
-            record(&mut pax, b"GNU.sparse.name", &name);
-            record(
-                &mut pax,
-                b"GNU.sparse.realsize",
-                e.size.to_string().as_bytes(),
-            );
-            (Vec::new(), sparse_placeholder(&name))
-        } else {
-            match split_ustar_name(&name) {
-                Some(p) => p,
-                None => {
-                    record(&mut pax, b"path", &name);
-                    (Vec::new(), name[..name.len().min(100)].to_vec())
-                }
-            }
-        };
-        if e.link.len() > 100 {
-            record(&mut pax, b"linkpath", &e.link);
+        let names = pax_records(e, &name, map.is_some(), size);
+        if !names.pax.is_empty() {
+            self.write_pax_header(&names, e.mtime.0)?;
         }
-        const MAX8: u64 = 0o7777777;
-        const MAX12: u64 = 0o77777777777;
-        if u64::from(e.uid) > MAX8 {
-            record(&mut pax, b"uid", e.uid.to_string().as_bytes());
-        }
-        if u64::from(e.gid) > MAX8 {
-            record(&mut pax, b"gid", e.gid.to_string().as_bytes());
-        }
-        if size > MAX12 {
-            record(&mut pax, b"size", size.to_string().as_bytes());
-        }
-        let (secs, nanos) = e.mtime;
-        if nanos != 0 || secs < 0 || secs as u64 > MAX12 {
-            record(&mut pax, b"mtime", time_text(secs, nanos).as_bytes());
-        }
-        for (k, v) in &e.xattrs {
-            let acl_key: Option<&[u8]> = match k.as_slice() {
-                b"system.posix_acl_access" => Some(b"SCHILY.acl.access"),
-                b"system.posix_acl_default" => Some(b"SCHILY.acl.default"),
-                _ => None,
-            };
-            if let Some(key) = acl_key
-                && let Some(text) = super::acl::acl_to_text(v)
-            {
-                record(&mut pax, key, &text);
-                continue;
-            }
-            let mut key = b"SCHILY.xattr.".to_vec();
-            key.extend_from_slice(k);
-            record(&mut pax, &key, v);
-        }
-        if !pax.is_empty() {
-            let mut h = [0u8; BLOCK];
-            let mut pname = b"PaxHeaders/".to_vec();
-            pname.extend_from_slice(&short[..short.len().min(89)]);
-            put(&mut h[0..100], &pname);
-            octal(&mut h[100..108], 0o644);
-            octal(&mut h[108..116], 0);
-            octal(&mut h[116..124], 0);
-            octal(&mut h[124..136], pax.len() as u64);
-            octal(&mut h[136..148], secs.clamp(0, MAX12 as i64) as u64);
-            h[156] = b'x';
-            ustar_magic(&mut h);
-            checksum(&mut h);
-            self.write(&h)?;
-            self.write(&pax)?;
-            self.pad(pax.len() as u64)?;
-        }
-        let mut h = [0u8; BLOCK];
-        put(&mut h[0..100], &short);
-        octal(&mut h[100..108], u64::from(e.mode & 0o7777));
-        octal(&mut h[108..116], u64::from(e.uid).min(MAX8));
-        octal(&mut h[116..124], u64::from(e.gid).min(MAX8));
-        octal(&mut h[124..136], size.min(MAX12));
-        octal(&mut h[136..148], secs.clamp(0, MAX12 as i64) as u64);
-        h[156] = typeflag(e.kind);
-        put(&mut h[157..257], &e.link[..e.link.len().min(100)]);
-        ustar_magic(&mut h);
-        if matches!(e.kind, WriteKind::CharDevice | WriteKind::BlockDevice) {
-            octal(&mut h[329..337], u64::from(e.dev.0).min(MAX8));
-            octal(&mut h[337..345], u64::from(e.dev.1).min(MAX8));
-        }
-        put(&mut h[345..500], &prefix);
-        checksum(&mut h);
-        self.write(&h)?;
+        self.write(&ustar_header(e, &names, size))?;
         if let Some((text, _)) = &map {
             self.write(text)?;
         }
-        if data > 0 {
-            let n = io::copy(&mut body.take(data), &mut WriteCount(self))?;
-            if n != data {
-                return Err(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    format!("body ended after {n} of {data} bytes"),
-                ));
-            }
-        }
+        self.write_body(body, data)?;
         self.pad(size)?;
+        Ok(())
+    }
+
+    /// Writes the PAX extended header holding `names.pax`, named after
+    /// the member it precedes.
+    fn write_pax_header(&mut self, names: &Names, secs: i64) -> io::Result<()> {
+        let (pax, short) = (&names.pax, &names.short);
+        let mut h = [0u8; BLOCK];
+        let mut pname = b"PaxHeaders/".to_vec();
+        pname.extend_from_slice(&short[..short.len().min(89)]);
+        put(&mut h[0..100], &pname);
+        octal(&mut h[100..108], 0o644);
+        octal(&mut h[108..116], 0);
+        octal(&mut h[116..124], 0);
+        octal(&mut h[124..136], pax.len() as u64);
+        octal(&mut h[136..148], secs.clamp(0, MAX12 as i64) as u64);
+        h[156] = b'x';
+        ustar_magic(&mut h);
+        checksum(&mut h);
+        self.write(&h)?;
+        self.write(pax)?;
+        self.pad(pax.len() as u64)
+    }
+
+    /// Copies exactly `data` bytes of `body`; one that ends early is an
+    /// `UnexpectedEof` error.
+    fn write_body(&mut self, body: impl Read, data: u64) -> io::Result<()> {
+        if data == 0 {
+            return Ok(());
+        }
+        let n = io::copy(&mut body.take(data), &mut WriteCount(self))?;
+        if n != data {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("body ended after {n} of {data} bytes"),
+            ));
+        }
         Ok(())
     }
 
@@ -268,6 +209,118 @@ impl<W: Write> Writer<W> {
         }
         Ok(())
     }
+}
+
+/// The largest value an 8-byte octal ustar field holds.
+const MAX8: u64 = 0o7777777;
+/// The largest value a 12-byte octal ustar field holds.
+const MAX12: u64 = 0o77777777777;
+
+/// Refuses a member whose name is empty or whose name or link target
+/// holds a NUL: no reader could read it back.
+fn check_names(e: &Entry) -> io::Result<()> {
+    if e.name.is_empty() || e.name.contains(&0) || e.link.contains(&0) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "a member name or link target is empty or holds NUL",
+        ));
+    }
+    Ok(())
+}
+
+/// What a member's headers name it: the ustar prefix and name fields,
+/// and the PAX records for whatever ustar cannot hold exactly.
+struct Names {
+    prefix: Vec<u8>,
+    short: Vec<u8>,
+    pax: Vec<u8>,
+}
+
+/// The PAX records of `e` (named `name`, its data area `size` bytes)
+/// and the ustar name fields they stand beside.
+fn pax_records(e: &Entry, name: &[u8], sparse: bool, size: u64) -> Names {
+    let mut pax: Vec<u8> = Vec::new();
+    let (prefix, short) = if sparse {
+        record(&mut pax, b"GNU.sparse.major", b"1");
+        record(&mut pax, b"GNU.sparse.minor", b"0");
+        record(&mut pax, b"GNU.sparse.name", name);
+        record(
+            &mut pax,
+            b"GNU.sparse.realsize",
+            e.size.to_string().as_bytes(),
+        );
+        (Vec::new(), sparse_placeholder(name))
+    } else {
+        match split_ustar_name(name) {
+            Some(p) => p,
+            None => {
+                record(&mut pax, b"path", name);
+                (Vec::new(), name[..name.len().min(100)].to_vec())
+            }
+        }
+    };
+    if e.link.len() > 100 {
+        record(&mut pax, b"linkpath", &e.link);
+    }
+    if u64::from(e.uid) > MAX8 {
+        record(&mut pax, b"uid", e.uid.to_string().as_bytes());
+    }
+    if u64::from(e.gid) > MAX8 {
+        record(&mut pax, b"gid", e.gid.to_string().as_bytes());
+    }
+    if size > MAX12 {
+        record(&mut pax, b"size", size.to_string().as_bytes());
+    }
+    let (secs, nanos) = e.mtime;
+    if nanos != 0 || secs < 0 || secs as u64 > MAX12 {
+        record(&mut pax, b"mtime", time_text(secs, nanos).as_bytes());
+    }
+    xattr_records(&mut pax, &e.xattrs);
+    Names { prefix, short, pax }
+}
+
+/// Appends a record per extended attribute: a POSIX ACL GNU tar and
+/// libarchive can read as `SCHILY.acl.*` text, anything else as
+/// `SCHILY.xattr.NAME`.
+fn xattr_records(pax: &mut Vec<u8>, xattrs: &[(Vec<u8>, Vec<u8>)]) {
+    for (k, v) in xattrs {
+        let acl_key: Option<&[u8]> = match k.as_slice() {
+            b"system.posix_acl_access" => Some(b"SCHILY.acl.access"),
+            b"system.posix_acl_default" => Some(b"SCHILY.acl.default"),
+            _ => None,
+        };
+        if let Some(key) = acl_key
+            && let Some(text) = super::acl::acl_to_text(v)
+        {
+            record(pax, key, &text);
+            continue;
+        }
+        let mut key = b"SCHILY.xattr.".to_vec();
+        key.extend_from_slice(k);
+        record(pax, &key, v);
+    }
+}
+
+/// The ustar header block of `e`, its fields clamped to what ustar holds
+/// (the PAX records before it carry the exact values).
+fn ustar_header(e: &Entry, names: &Names, size: u64) -> [u8; BLOCK] {
+    let mut h = [0u8; BLOCK];
+    put(&mut h[0..100], &names.short);
+    octal(&mut h[100..108], u64::from(e.mode & 0o7777));
+    octal(&mut h[108..116], u64::from(e.uid).min(MAX8));
+    octal(&mut h[116..124], u64::from(e.gid).min(MAX8));
+    octal(&mut h[124..136], size.min(MAX12));
+    octal(&mut h[136..148], e.mtime.0.clamp(0, MAX12 as i64) as u64);
+    h[156] = typeflag(e.kind);
+    put(&mut h[157..257], &e.link[..e.link.len().min(100)]);
+    ustar_magic(&mut h);
+    if matches!(e.kind, WriteKind::CharDevice | WriteKind::BlockDevice) {
+        octal(&mut h[329..337], u64::from(e.dev.0).min(MAX8));
+        octal(&mut h[337..345], u64::from(e.dev.1).min(MAX8));
+    }
+    put(&mut h[345..500], &names.prefix);
+    checksum(&mut h);
+    h
 }
 
 /// Counts body bytes through the writer.

@@ -148,7 +148,6 @@ impl Image {
         n: u64,
         last: &mut Option<(u64, Arc<Vec<u64>>)>,
     ) -> Result<Mapping> {
-        let bits = self.header.cluster_bits;
         let per_l2 = 1u64 << self.header.l2_bits();
         let Some(&l1e) = usize::try_from(n / per_l2)
             .ok()
@@ -173,27 +172,7 @@ impl Image {
         };
         let external = self.header.external_data();
         if e & (1 << 62) != 0 {
-            if external {
-                return Err(self.problem(Problem::Corrupt(format!(
-                    "guest cluster {n}: compressed, in an image with an \
-                     external data file"
-                ))));
-            }
-            // Compressed: offset in the low x bits, then the count of
-            // additional 512-byte sectors.
-            let x = 62 - (bits - 8);
-            let off = e & ((1u64 << x) - 1);
-            let sectors = (e >> x) & ((1u64 << (bits - 8)) - 1);
-            let len = (sectors + 1) * 512 - (off % 512);
-            if off >= self.file_len {
-                return Err(self.problem(Problem::OutsideFile {
-                    what: "compressed cluster",
-                    offset: off,
-                    len,
-                    file_len: self.file_len,
-                }));
-            }
-            return Ok(Mapping::Compressed(off, len));
+            return self.compressed(n, e);
         }
         let host = e & OFFSET_MASK;
         // In an external data file, offset 0 is its first cluster: the
@@ -209,6 +188,46 @@ impl Image {
             self.check_host(host)?;
             return Ok(Mapping::Data(host));
         }
+        self.subclusters(n, host, has_host, bitmap)
+    }
+
+    /// Guest cluster `n`, compressed by its L2 entry `e`: where its
+    /// compressed bytes are.
+    fn compressed(&self, n: u64, e: u64) -> Result<Mapping> {
+        if self.header.external_data() {
+            return Err(self.problem(Problem::Corrupt(format!(
+                "guest cluster {n}: compressed, in an image with an \
+                 external data file"
+            ))));
+        }
+        // Compressed: offset in the low x bits, then the count of
+        // additional 512-byte sectors.
+        let bits = self.header.cluster_bits;
+        let x = 62 - (bits - 8);
+        let off = e & ((1u64 << x) - 1);
+        let sectors = (e >> x) & ((1u64 << (bits - 8)) - 1);
+        let len = (sectors + 1) * 512 - (off % 512);
+        if off >= self.file_len {
+            return Err(self.problem(Problem::OutsideFile {
+                what: "compressed cluster",
+                offset: off,
+                len,
+                file_len: self.file_len,
+            }));
+        }
+        Ok(Mapping::Compressed(off, len))
+    }
+
+    /// Guest cluster `n` of an image with extended L2 entries: its host
+    /// cluster `host` (if it `has_host`) and its subclusters, allocated
+    /// and zero, as `bitmap` says.
+    fn subclusters(
+        &self,
+        n: u64,
+        host: u64,
+        has_host: bool,
+        bitmap: u64,
+    ) -> Result<Mapping> {
         let (alloc, zero) = (bitmap as u32, (bitmap >> 32) as u32);
         if alloc & zero != 0 {
             return Err(self.problem(Problem::Corrupt(format!(

@@ -58,6 +58,10 @@ pub(crate) fn layout(recipe: &Recipe, fold: &mut Fold) {
     }
 }
 
+/// A path a tree lists: where it is, its path in the root, which tree
+/// it is of, and the symlink a link rule makes of it.
+type Listed = (PathBuf, PathBuf, usize, Option<PathBuf>);
+
 /// Every entry the trees make now, with its attributes: the walk lists
 /// names and applies the rules; the attributes are read in parallel.
 pub(crate) fn trees(
@@ -67,65 +71,10 @@ pub(crate) fn trees(
     fold: &mut Fold,
 ) -> Result<(), UpdateError> {
     use rayon::prelude::*;
-    // Path, path in the root, tree, and the symlink a link rule makes of
-    // it.
-    let mut listed: Vec<(PathBuf, PathBuf, usize, Option<PathBuf>)> =
-        Vec::new();
+    let mut listed: Vec<Listed> = Vec::new();
     let mut scratch = Vec::new();
     for (tree, t) in trees.iter().enumerate() {
-        let t = PathBuf::from(t);
-        let top = source_root.join(&t);
-        // A tree the profile names may be a link to its directory, as
-        // the install copies it; only whether it is one is asked.
-        #[allow(clippy::disallowed_methods)]
-        let md = std::fs::metadata(&top)
-            .map_err(|_| UpdateError::TreeMissing { tree: top.clone() })?;
-        if !md.is_dir() {
-            return Err(UpdateError::TreeMissing { tree: top });
-        }
-        // A mount point is listed, not entered: copied empty, as the
-        // install does.
-        let mut it = walkdir::WalkDir::new(&top)
-            .follow_links(false)
-            .same_file_system(true)
-            .into_iter();
-        while let Some(item) = it.next() {
-            let item = item.map_err(|e| UpdateError::Io {
-                op: "walk",
-                path: e.path().unwrap_or(&top).to_path_buf(),
-                error: e
-                    .into_io_error()
-                    .unwrap_or_else(|| std::io::Error::other("loop")),
-            })?;
-            let ft = item.file_type();
-            let inner = item.path().strip_prefix(&top).unwrap_or(Path::new(""));
-            let rel = if inner.as_os_str().is_empty() {
-                t.clone()
-            } else {
-                t.join(inner)
-            };
-            let action = if item.depth() == 0 {
-                &zinstall_engine::Action::Copy
-            } else {
-                profile.rules.action(&rel, &mut scratch)
-            };
-            if *action == zinstall_engine::Action::Skip {
-                if ft.is_dir() {
-                    it.skip_current_dir();
-                }
-                continue;
-            }
-            if !(ft.is_dir() || ft.is_file() || ft.is_symlink()) {
-                // The install skips sockets, FIFOs and devices.
-                continue;
-            }
-            let link = if ft.is_file() {
-                zinstall_engine::rules::link_target(action, &rel)
-            } else {
-                None
-            };
-            listed.push((item.into_path(), rel, tree, link));
-        }
+        list_tree(profile, source_root, (tree, t), &mut listed, &mut scratch)?;
     }
     let wants = listed
         .into_par_iter()
@@ -146,6 +95,71 @@ pub(crate) fn trees(
         .collect::<Result<Vec<Want>, UpdateError>>()?;
     for w in wants {
         fold.put(w);
+    }
+    Ok(())
+}
+
+/// Lists into `listed` what tree number `tree` (named `t`) under
+/// `source_root` makes, by the profile's rules (`scratch` is theirs).
+fn list_tree(
+    profile: &Profile,
+    source_root: &Path,
+    (tree, t): (usize, &str),
+    listed: &mut Vec<Listed>,
+    scratch: &mut Vec<usize>,
+) -> Result<(), UpdateError> {
+    let t = PathBuf::from(t);
+    let top = source_root.join(&t);
+    // A tree the profile names may be a link to its directory, as
+    // the install copies it; only whether it is one is asked.
+    #[allow(clippy::disallowed_methods)]
+    let md = std::fs::metadata(&top)
+        .map_err(|_| UpdateError::TreeMissing { tree: top.clone() })?;
+    if !md.is_dir() {
+        return Err(UpdateError::TreeMissing { tree: top });
+    }
+    // A mount point is listed, not entered: copied empty, as the
+    // install does.
+    let mut it = walkdir::WalkDir::new(&top)
+        .follow_links(false)
+        .same_file_system(true)
+        .into_iter();
+    while let Some(item) = it.next() {
+        let item = item.map_err(|e| UpdateError::Io {
+            op: "walk",
+            path: e.path().unwrap_or(&top).to_path_buf(),
+            error: e
+                .into_io_error()
+                .unwrap_or_else(|| std::io::Error::other("loop")),
+        })?;
+        let ft = item.file_type();
+        let inner = item.path().strip_prefix(&top).unwrap_or(Path::new(""));
+        let rel = if inner.as_os_str().is_empty() {
+            t.clone()
+        } else {
+            t.join(inner)
+        };
+        let action = if item.depth() == 0 {
+            &zinstall_engine::Action::Copy
+        } else {
+            profile.rules.action(&rel, scratch)
+        };
+        if *action == zinstall_engine::Action::Skip {
+            if ft.is_dir() {
+                it.skip_current_dir();
+            }
+            continue;
+        }
+        if !(ft.is_dir() || ft.is_file() || ft.is_symlink()) {
+            // The install skips sockets, FIFOs and devices.
+            continue;
+        }
+        let link = if ft.is_file() {
+            zinstall_engine::rules::link_target(action, &rel)
+        } else {
+            None
+        };
+        listed.push((item.into_path(), rel, tree, link));
     }
     Ok(())
 }
