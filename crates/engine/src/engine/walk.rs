@@ -461,7 +461,8 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
         r.map_err(|e| Error::io(Op::ReadDir, src, e))
     }
 
-    /// One entry of a directory being read.
+    /// One entry of a directory being read: left out if a rule skips
+    /// it, queued if a directory, else batched as a job.
     fn entry(
         &mut self,
         src: &Path,
@@ -470,54 +471,60 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
         name: &CStr,
         dtype: u8,
     ) -> Result<()> {
-        let plan = self.shared.plan;
         let os = OsStr::from_bytes(name.to_bytes());
+        let (action, rule_path) = self.action_of(src, os);
+        if action == Action::Skip {
+            self.stats.skipped += 1;
+            return Ok(());
+        }
+        let kind = kind_of(&fds.src, src, name, dtype)?;
+        if kind == libc::S_IFDIR {
+            self.queue_dir(node, fds, name);
+            return Ok(());
+        }
+        let kind = job_kind(kind, &action, &rule_path);
+        self.queue_job(node, fds, name, kind);
+        Ok(())
+    }
+
+    /// The rule action for the entry `os` of the directory `src`, and
+    /// the path it was matched as.
+    fn action_of(&mut self, src: &Path, os: &OsStr) -> (Action, PathBuf) {
+        let plan = self.shared.plan;
         // Paths cost the walker more than anything else per entry: they
         // are made here only for rules and directories; a job's are made
         // by its worker.
         let ruled = plan.rules.as_ref().is_some_and(|r| !r.is_empty());
-        let (action, rule_path) = if ruled {
+        if ruled {
             let p = src.join(os);
             let rel = p.strip_prefix(&plan.src).unwrap_or(Path::new(""));
             rule_for(plan, rel, &mut self.scratch)
         } else {
             (Action::Copy, PathBuf::new())
-        };
-        if action == Action::Skip {
-            self.stats.skipped += 1;
-            return Ok(());
         }
-        let kind = match dtype {
-            libc::DT_DIR => libc::S_IFDIR,
-            libc::DT_REG => libc::S_IFREG,
-            libc::DT_LNK => libc::S_IFLNK,
-            libc::DT_UNKNOWN => at::stat(fds.src.as_raw_fd(), name)
-                .map_err(|e| Error::io(Op::Stat, src.join(os), e))?
-                .kind() as libc::mode_t,
-            _ => libc::S_IFIFO,
-        };
-        if kind == libc::S_IFDIR {
-            self.given += 1;
-            if node.queue_sub(fds) {
-                self.walk.tasks.pinned(node);
-            }
-            self.push(DirTask {
-                at: TaskAt::Sub(name.to_owned()),
-                parent: Some(Arc::clone(node)),
-            });
-            return Ok(());
+    }
+
+    /// Queues the subdirectory `name` of the directory being read,
+    /// counted on `node`, which stays pinned open until it is taken.
+    fn queue_dir(&mut self, node: &Arc<DirNode>, fds: &DirFds, name: &CStr) {
+        self.given += 1;
+        if node.queue_sub(fds) {
+            self.walk.tasks.pinned(node);
         }
-        let target = if kind == libc::S_IFREG {
-            rules::link_target(&action, &rule_path)
-        } else {
-            None
-        };
-        let kind = match (kind, target) {
-            (_, Some(target)) => JobKind::Redirect(target),
-            (libc::S_IFREG, None) => JobKind::File,
-            (libc::S_IFLNK, None) => JobKind::Symlink,
-            _ => JobKind::Special,
-        };
+        self.push(DirTask {
+            at: TaskAt::Sub(name.to_owned()),
+            parent: Some(Arc::clone(node)),
+        });
+    }
+
+    /// Batches the job for the entry `name` of the directory being read.
+    fn queue_job(
+        &mut self,
+        node: &Arc<DirNode>,
+        fds: &DirFds,
+        name: &CStr,
+        kind: JobKind,
+    ) {
         self.given += 1;
         self.queue(Job {
             kind,
@@ -530,7 +537,6 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
             leaf: name.to_owned(),
             parent: Some(Arc::clone(node)),
         });
-        Ok(())
     }
 
     fn queue(&mut self, job: Job) {
@@ -621,6 +627,50 @@ pub(crate) fn rule_for(
             (r.action(&p, scratch).clone(), p)
         }
         _ => (Action::Copy, PathBuf::new()),
+    }
+}
+
+/// The file type (`S_IFMT` bits) of the entry `name` in the source
+/// directory `dir` (at `src`): readdir's, or its `lstat`'s where readdir
+/// does not tell; anything but a directory, file or symlink is taken as
+/// special.
+fn kind_of(
+    dir: &OwnedFd,
+    src: &Path,
+    name: &CStr,
+    dtype: u8,
+) -> Result<libc::mode_t> {
+    Ok(match dtype {
+        libc::DT_DIR => libc::S_IFDIR,
+        libc::DT_REG => libc::S_IFREG,
+        libc::DT_LNK => libc::S_IFLNK,
+        libc::DT_UNKNOWN => at::stat(dir.as_raw_fd(), name)
+            .map_err(|e| {
+                Error::io(
+                    Op::Stat,
+                    src.join(OsStr::from_bytes(name.to_bytes())),
+                    e,
+                )
+            })?
+            .kind() as libc::mode_t,
+        _ => libc::S_IFIFO,
+    })
+}
+
+/// The job for a non-directory entry of file type `kind`: a redirect
+/// where the rule `action` (matched as `rule_path`) links a file
+/// elsewhere, else a copy of its kind.
+fn job_kind(kind: libc::mode_t, action: &Action, rule_path: &Path) -> JobKind {
+    let target = if kind == libc::S_IFREG {
+        rules::link_target(action, rule_path)
+    } else {
+        None
+    };
+    match (kind, target) {
+        (_, Some(target)) => JobKind::Redirect(target),
+        (libc::S_IFREG, None) => JobKind::File,
+        (libc::S_IFLNK, None) => JobKind::Symlink,
+        _ => JobKind::Special,
     }
 }
 
