@@ -47,6 +47,11 @@ pub(crate) struct Walk<'s, 'p> {
     top_dev: OnceLock<(u64, Option<u64>)>,
 }
 
+/// A directory opened to be read ([`Walker::open`]): its source `lstat`,
+/// name and descriptor, its destination, whether it is a mount point not
+/// to descend into, and the budget slot its descriptors hold.
+type Opened = (Stat, CString, Arc<OwnedFd>, Arc<DstDir>, bool, Option<Slot>);
+
 /// The results of a walk: each walker's counters, load and trace.
 pub(crate) type WalkResult =
     Vec<(Stats, WalkerStats, Option<crate::trace::EntityTrace>)>;
@@ -359,7 +364,6 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
     /// in a dry run), whether it is a mount point not to descend into,
     /// and the budget slot its descriptors hold (`slot`, taken for a
     /// subdirectory).
-    #[allow(clippy::type_complexity)]
     fn open(
         &mut self,
         src: &Path,
@@ -367,26 +371,11 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
         at: TaskAt,
         parent: Option<&DirFds>,
         slot: Option<Slot>,
-    ) -> Result<(Stat, CString, Arc<OwnedFd>, Arc<DstDir>, bool, Option<Slot>)>
-    {
+    ) -> Result<Opened> {
         let plan = self.shared.plan;
         self.trace.enter(ThreadState::Mkdir);
         let (src_dir, dst_dir, name) = match at {
-            TaskAt::Top(fd, dst_fd) => {
-                let md = at::fstat(&fd)
-                    .map(|st| Stat::of(&st))
-                    .map_err(|e| Error::io(Op::Stat, src, e))?;
-                let mnt = sys::mount_id(fd.as_raw_fd(), c"").ok().flatten();
-                let _first = self.walk.top_dev.set((md.dev, mnt));
-                return Ok((
-                    md,
-                    CString::default(),
-                    Arc::new(fd),
-                    Arc::new(dst_fd),
-                    false,
-                    None,
-                ));
-            }
+            TaskAt::Top(fd, dst_fd) => return self.open_top(src, fd, dst_fd),
             TaskAt::Sub(name) => match parent {
                 Some(p) => (Arc::clone(&p.src), &p.dst, name),
                 None => return Err(Error::refused(dst, Refusal::ChangedType)),
@@ -397,11 +386,57 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
         if !md.is_dir() {
             return Err(Error::refused(src, Refusal::ChangedType));
         }
-        let mount = !plan.cross_fs
+        let mount = self.mount_point(src, &src_dir, &name, &md);
+        let fd = self.open_src(src, &src_dir, &name)?;
+        let dst_fd = make_dir(
+            self.shared,
+            dst_dir,
+            &name,
+            dst,
+            plan.merge,
+            plan.layered,
+        )?;
+        Ok((md, name, Arc::new(fd), Arc::new(dst_fd), mount, slot))
+    }
+
+    /// The top directory, already open as `fd` (at `src`) and `dst_fd`:
+    /// its device and mount kept for the same-mount rule.
+    fn open_top(
+        &self,
+        src: &Path,
+        fd: OwnedFd,
+        dst_fd: DstDir,
+    ) -> Result<Opened> {
+        let md = at::fstat(&fd)
+            .map(|st| Stat::of(&st))
+            .map_err(|e| Error::io(Op::Stat, src, e))?;
+        let mnt = sys::mount_id(fd.as_raw_fd(), c"").ok().flatten();
+        let _first = self.walk.top_dev.set((md.dev, mnt));
+        Ok((
+            md,
+            CString::default(),
+            Arc::new(fd),
+            Arc::new(dst_fd),
+            false,
+            None,
+        ))
+    }
+
+    /// Whether the subdirectory `name` of `src_dir` (at `src`, its
+    /// `lstat` `md`) is on another mount than the top, when the plan
+    /// does not cross them; one that is gets a notice.
+    fn mount_point(
+        &self,
+        src: &Path,
+        src_dir: &OwnedFd,
+        name: &CStr,
+        md: &Stat,
+    ) -> bool {
+        let mount = !self.shared.plan.cross_fs
             && self.walk.top_dev.get().is_some_and(|(dev, mnt)| {
                 *dev != md.dev
                     || mnt.is_some_and(|top| {
-                        sys::mount_id(src_dir.as_raw_fd(), &name)
+                        sys::mount_id(src_dir.as_raw_fd(), name)
                             .ok()
                             .flatten()
                             .is_some_and(|m| m != top)
@@ -412,13 +447,23 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
             self.shared
                 .notice(NoticeKind::MountPoint(src.to_path_buf()), src);
         }
-        let shared = self.shared;
-        let fds = &shared.fds;
+        mount
+    }
+
+    /// Opens the subdirectory `name` of `src_dir` (at `src`), never
+    /// followed, waiting out a lack of descriptors.
+    fn open_src(
+        &self,
+        src: &Path,
+        src_dir: &OwnedFd,
+        name: &CStr,
+    ) -> Result<OwnedFd> {
         // Opening it is the first step of reading it: a directory that
         // cannot be opened is one that cannot be read.
-        let fd = fds
+        self.shared
+            .fds
             .retrying(
-                || at::open_dir(src_dir.as_raw_fd(), &name),
+                || at::open_dir(src_dir.as_raw_fd(), name),
                 descriptors::exhausted,
             )
             .map_err(|e| match e.raw_os_error() {
@@ -426,16 +471,7 @@ impl<'w, 's, 'p> Walker<'w, 's, 'p> {
                     Error::refused(src, Refusal::ChangedType)
                 }
                 _ => Error::io(Op::ReadDir, src, e),
-            })?;
-        let dst_fd = make_dir(
-            self.shared,
-            dst_dir,
-            &name,
-            dst,
-            plan.merge,
-            plan.layered,
-        )?;
-        Ok((md, name, Arc::new(fd), Arc::new(dst_fd), mount, slot))
+            })
     }
 
     /// Reads the entries of an open source directory: subdirectories
