@@ -146,35 +146,7 @@ pub(crate) fn run(plan: &Plan) -> Result<Report, Failure> {
     if !sys::XATTRS {
         shared.notice(NoticeKind::XattrsUnsupported, &plan.src);
     }
-    // Held for the whole run: the walk, the single copy and the sync are
-    // this thread's; the workers take the identity themselves.
-    let assumed = shared.assume();
-    let ready = assumed.is_some()
-        && plan.tunables.validate().map_err(|e| shared.fail(e)).is_ok();
-    // Resolved once, as the run's identity; read through from here on.
-    let source = ready
-        .then(|| Source::resolve(plan).map_err(|e| shared.fail(e)).ok())
-        .flatten();
-    if let Some(source) = &source {
-        match source.stat(&plan.src) {
-            Err(e) => shared.fail(e),
-            Ok(md) if md.is_dir() => {
-                run_tree(&shared, source, &mut stats, &mut entities);
-                shared.finish_flusher();
-            }
-            Ok(md) => {
-                run_single(&shared, source, &md, &mut stats, &mut entities)
-            }
-        }
-    }
-    if plan.sync
-        && shared.writes == Writes::Make
-        && !shared.stopped()
-        && let Err(e) = sync_destination(&plan.dst)
-    {
-        shared.fail(e);
-    }
-    drop(assumed);
+    copy(&shared, &mut stats, &mut entities);
     // A cancelled run that met no error of its own still did not finish.
     if shared.cancelled() && shared.error_count() == 0 {
         shared.fail(Error::Cancelled {
@@ -192,7 +164,55 @@ pub(crate) fn run(plan: &Plan) -> Result<Report, Failure> {
             stats.elapsed.as_nanos() as u64,
         )
     });
-    let recording = plan.record.then(|| Recording {
+    outcome(shared, stats, entities)
+}
+
+/// The run's copy, under the identity it takes: its settings checked,
+/// its source resolved, the tree or the single entry copied and the
+/// destination synced. Errors go to `shared`.
+fn copy(
+    shared: &Shared<'_>,
+    stats: &mut Stats,
+    entities: &mut Vec<crate::trace::EntityTrace>,
+) {
+    let plan = shared.plan;
+    // Held for the whole run: the walk, the single copy and the sync are
+    // this thread's; the workers take the identity themselves.
+    let assumed = shared.assume();
+    let ready = assumed.is_some()
+        && plan.tunables.validate().map_err(|e| shared.fail(e)).is_ok();
+    // Resolved once, as the run's identity; read through from here on.
+    let source = ready
+        .then(|| Source::resolve(plan).map_err(|e| shared.fail(e)).ok())
+        .flatten();
+    if let Some(source) = &source {
+        match source.stat(&plan.src) {
+            Err(e) => shared.fail(e),
+            Ok(md) if md.is_dir() => {
+                run_tree(shared, source, stats, entities);
+                shared.finish_flusher();
+            }
+            Ok(md) => run_single(shared, source, &md, stats, entities),
+        }
+    }
+    if plan.sync
+        && shared.writes == Writes::Make
+        && !shared.stopped()
+        && let Err(e) = sync_destination(&plan.dst)
+    {
+        shared.fail(e);
+    }
+    drop(assumed);
+}
+
+/// What the run ends as: its report (with its recording, if the plan
+/// asked for one), or its errors with the report.
+fn outcome(
+    shared: Shared<'_>,
+    stats: Stats,
+    entities: Vec<crate::trace::EntityTrace>,
+) -> Result<Report, Failure> {
+    let recording = shared.plan.record.then(|| Recording {
         start: shared.clock.wall,
         end_ns: shared.clock.now_ns(),
         states: crate::trace::engine_states(),
