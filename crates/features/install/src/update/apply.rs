@@ -341,22 +341,13 @@ fn write_symlink(
     rustix::fs::symlinkat(OsStr::from_bytes(&target), dir, name)
         .map_err(errno_at("make symlink", at))?;
     if !w.redirect && !w.from.loose() {
-        use rustix::fs::{Gid, Uid};
-        rustix::fs::chownat(
-            dir,
+        attrs::set_link_owner_and_times(
+            dir.as_fd(),
             name,
-            Some(Uid::from_raw(e.u)),
-            Some(Gid::from_raw(e.g)),
-            AtFlags::SYMLINK_NOFOLLOW,
-        )
-        .map_err(errno_at("chown", at))?;
-        rustix::fs::utimensat(
-            dir,
-            name,
-            &attrs::timestamps(w.atime, e.t),
-            AtFlags::SYMLINK_NOFOLLOW,
-        )
-        .map_err(errno_at("set times of", at))?;
+            (e.u, e.g),
+            (w.atime, e.t),
+            at,
+        )?;
     }
     Ok(())
 }

@@ -120,6 +120,24 @@ pub(super) fn timestamps(
     }
 }
 
+/// Gives the symlink `name` in `dir` its owner and times; never
+/// followed.
+pub(super) fn set_link_owner_and_times(
+    dir: BorrowedFd<'_>,
+    name: &CStr,
+    (uid, gid): (u32, u32),
+    (atime, mtime): ((i64, i64), (i64, i64)),
+    at: &Path,
+) -> Result<(), UpdateError> {
+    use rustix::fs::{AtFlags, Gid, Uid};
+    let nofollow = AtFlags::SYMLINK_NOFOLLOW;
+    let (uid, gid) = (Some(Uid::from_raw(uid)), Some(Gid::from_raw(gid)));
+    rustix::fs::chownat(dir, name, uid, gid, nofollow)
+        .map_err(errno_at("chown", at))?;
+    rustix::fs::utimensat(dir, name, &timestamps(atime, mtime), nofollow)
+        .map_err(errno_at("set times of", at))
+}
+
 pub(super) fn set_times(
     fd: BorrowedFd<'_>,
     atime: (i64, i64),

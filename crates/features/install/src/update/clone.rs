@@ -469,22 +469,13 @@ fn copy_symlink(
         .map_err(errno_at("read link", at))?;
     rustix::fs::symlinkat(target.as_c_str(), new, name)
         .map_err(errno_at("make symlink", at))?;
-    use rustix::fs::{Gid, Uid};
-    rustix::fs::chownat(
-        new,
+    attrs::set_link_owner_and_times(
+        new.as_fd(),
         name,
-        Some(Uid::from_raw(st.st_uid)),
-        Some(Gid::from_raw(st.st_gid)),
-        AtFlags::SYMLINK_NOFOLLOW,
+        (st.st_uid, st.st_gid),
+        times,
+        at,
     )
-    .map_err(errno_at("chown", at))?;
-    rustix::fs::utimensat(
-        new,
-        name,
-        &attrs::timestamps(times.0, times.1),
-        AtFlags::SYMLINK_NOFOLLOW,
-    )
-    .map_err(errno_at("set times of", at))
 }
 
 /// A file's inode and change time: the manifest's stamp.
