@@ -11,7 +11,7 @@ use crate::asked;
 use crate::cache::{Cache, WouldObtain};
 use crate::detect::ImageKind;
 use crate::error::{ProvisionError, ProvisionError as Error};
-use crate::guests::chain_files;
+use crate::guests::open_for_cache;
 use crate::guests::request::{
     check_request, entry_kind, guest_path, is_disk, seed_path,
 };
@@ -56,18 +56,8 @@ pub fn dry_run(
     } else {
         // A qcow2 image's chain is part of its identity: opened (its
         // headers and L1 tables read, no data).
-        let opened = crate::build::open_image(image)?;
-        let file = opened
-            .file
-            .try_clone()
-            .map_err(|e| Error::io(Op::Open, image, e))?;
-        let qcow = match kind {
-            ImageKind::Qcow2 => {
-                Some(crate::build::open_qcow2(image, opened, opts)?)
-            }
-            _ => None,
-        };
-        let also = chain_files(qcow.as_ref(), opts)?;
+        let opened = open_for_cache(image, kind, opts)?;
+        let (file, also) = (opened.file, opened.also);
         let also: Vec<&File> = also.iter().collect();
         Cache::peek(
             &root,

@@ -144,6 +144,37 @@ fn open_cache(
     }
 }
 
+/// An image opened for the cache: its file, opened once beneath its
+/// directory's descriptor; a qcow2's chain, opened beneath that same
+/// descriptor (the build reads the very files opened); and the files
+/// besides it that its entry depends on ([`chain_files`]).
+pub(crate) struct ForCache {
+    pub(crate) file: File,
+    pub(crate) qcow: Option<crate::build::Qcow2Input>,
+    pub(crate) also: Vec<File>,
+}
+
+/// Opens `image`, of `kind`, for the cache ([`ForCache`]).
+pub(crate) fn open_for_cache(
+    image: &Path,
+    kind: ImageKind,
+    opts: &ProvisionOptions,
+) -> Result<ForCache, ProvisionError> {
+    let opened = crate::build::open_image(image)?;
+    let file = opened
+        .file
+        .try_clone()
+        .map_err(|e| Error::io(Op::Open, image, e))?;
+    let qcow = match kind {
+        ImageKind::Qcow2 => {
+            Some(crate::build::open_qcow2(image, opened, opts)?)
+        }
+        _ => None,
+    };
+    let also = chain_files(qcow.as_ref(), opts)?;
+    Ok(ForCache { file, qcow, also })
+}
+
 /// The files besides a qcow2 image that its entry depends on: its data
 /// file and backing chain as opened, or an encrypted image's key file.
 pub(crate) fn chain_files(
@@ -190,22 +221,8 @@ fn lease_entry(
     let (lease, obtained) = if kind == ImageKind::Oci {
         crate::oci::obtain(cache, image, opts)?
     } else {
-        // The image is opened once, beneath its directory's descriptor;
-        // a qcow2 image's files are opened beneath that same descriptor:
-        // their identities are part of its own, and the build reads the
-        // very files opened.
-        let opened = crate::build::open_image(image)?;
-        let file = opened
-            .file
-            .try_clone()
-            .map_err(|e| Error::io(Op::Open, image, e))?;
-        let qcow = match kind {
-            ImageKind::Qcow2 => {
-                Some(crate::build::open_qcow2(image, opened, opts)?)
-            }
-            _ => None,
-        };
-        let also = chain_files(qcow.as_ref(), opts)?;
+        // A qcow2 image's files are part of its identity.
+        let ForCache { file, qcow, also } = open_for_cache(image, kind, opts)?;
         let also: Vec<&File> = also.iter().collect();
         cache.obtain_with(
             image,
