@@ -360,17 +360,7 @@ fn copy_into(
     name: &CStr,
     at: &Path,
 ) -> Result<(fs::File, String, u64), UpdateError> {
-    let fd = rustix::fs::openat(
-        dir,
-        name,
-        OFlags::WRONLY
-            | OFlags::CREATE
-            | OFlags::EXCL
-            | OFlags::NOFOLLOW
-            | OFlags::CLOEXEC,
-        Mode::from_raw_mode(0o600),
-    )
-    .map_err(errno_at("create", at))?;
+    let fd = attrs::create_new(dir.as_fd(), name, at)?;
     let mut out = fs::File::from(fd);
     let (n, hash) =
         manifest::hash_copy(from, &mut out).map_err(io_at("write", at))?;

@@ -120,6 +120,27 @@ pub(super) fn timestamps(
     }
 }
 
+/// Makes the file `name` in `dir`, which must not exist (never through
+/// a symlink), 0600 until its metadata is set; open for writing.
+pub(super) fn create_new(
+    dir: BorrowedFd<'_>,
+    name: &CStr,
+    at: &Path,
+) -> Result<std::os::fd::OwnedFd, UpdateError> {
+    use rustix::fs::OFlags;
+    rustix::fs::openat(
+        dir,
+        name,
+        OFlags::WRONLY
+            | OFlags::CREATE
+            | OFlags::EXCL
+            | OFlags::NOFOLLOW
+            | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o600),
+    )
+    .map_err(errno_at("create", at))
+}
+
 /// Gives the symlink `name` in `dir` its owner and times; never
 /// followed.
 pub(super) fn set_link_owner_and_times(

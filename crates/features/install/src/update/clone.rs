@@ -415,17 +415,7 @@ fn copy_file(
         Mode::empty(),
     )
     .map_err(errno_at("open", at))?;
-    let dst = rustix::fs::openat(
-        new,
-        name,
-        OFlags::WRONLY
-            | OFlags::CREATE
-            | OFlags::EXCL
-            | OFlags::NOFOLLOW
-            | OFlags::CLOEXEC,
-        Mode::from_raw_mode(0o600),
-    )
-    .map_err(errno_at("create", at))?;
+    let dst = attrs::create_new(new, name, at)?;
     if !super::platform::clone_data(dst.as_fd(), src.as_fd()) {
         let mut out =
             std::fs::File::from(dst.try_clone().map_err(io_at("copy", at))?);
