@@ -86,7 +86,9 @@ pub fn need(program: &str) {
 /// image. qemu-img 7.2 calibrates the key's PBKDF by the thread's CPU
 /// time, which the kernel counts in scheduler ticks: on a loaded machine
 /// the sample can be zero and it fails with "Unable to get accurate CPU
-/// usage". That failure alone is tried again, a few times.
+/// usage". That failure alone is tried again, up to 20 times, waiting
+/// longer each time for the machine to quieten (a burst of load made
+/// five tries in a row fail).
 pub fn qemu_img_luks(dir: &Path, args: &[&str]) -> Output {
     const QUIRK: &str = "Unable to get accurate CPU usage";
     let mut tries = 0;
@@ -98,10 +100,11 @@ pub fn qemu_img_luks(dir: &Path, args: &[&str]) -> Output {
             .unwrap();
         tries += 1;
         if o.status.success()
-            || tries == 5
+            || tries == 20
             || !String::from_utf8_lossy(&o.stderr).contains(QUIRK)
         {
             return o;
         }
+        std::thread::sleep(std::time::Duration::from_millis(100 * tries));
     }
 }
