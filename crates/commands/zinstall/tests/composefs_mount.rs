@@ -8,42 +8,11 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+pub(crate) use zinstall_testkit::composefs_mounts;
 use zinstall_testkit::run::text;
-use zinstall_testkit::{require, require_root};
 
 pub(crate) fn zinstall() -> Command {
     zinstall_testkit::run::command(env!("CARGO_BIN_EXE_zinstall"))
-}
-
-fn kernel() -> (u32, u32) {
-    let r = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
-    let mut it = r.trim().split(['.', '-']).map(|p| p.parse().unwrap_or(0));
-    (it.next().unwrap_or(0), it.next().unwrap_or(0))
-}
-
-fn has_filesystem(name: &str) -> bool {
-    // erofs and overlay may be modules not loaded yet.
-    let _ = Command::new("modprobe")
-        .arg(name)
-        .stderr(std::process::Stdio::null())
-        .status();
-    fs::read_to_string("/proc/filesystems")
-        .unwrap()
-        .lines()
-        .any(|l| l.split_whitespace().last() == Some(name))
-}
-
-/// True if composefs roots can be mounted here: root, Linux 6.12 or
-/// later (EROFS from a file, overlay data-only layers), erofs and
-/// overlayfs; otherwise the missing one is reported as unmet.
-pub(crate) fn composefs_mounts() -> bool {
-    require_root()
-        && require(
-            kernel() >= (6, 12),
-            "Linux 6.12 or later (composefs mounts)",
-        )
-        && require(has_filesystem("erofs"), "the kernel's erofs filesystem")
-        && require(has_filesystem("overlay"), "the kernel's overlayfs")
 }
 
 /// True if something is mounted at `at`.

@@ -9,41 +9,11 @@ use std::path::Path;
 
 use zinstall_composefs::{Store, write_image};
 use zinstall_testkit::fsops::Mount;
-use zinstall_testkit::{Tmp, require, require_root};
+use zinstall_testkit::{
+    Tmp, composefs_mounts, has_filesystem, kernel, require, require_root,
+};
 
 use crate::{compare, tree};
-
-/// The running kernel's version, major and minor.
-fn kernel() -> (u32, u32) {
-    let r = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
-    let mut it = r.trim().split(['.', '-']).map(|p| p.parse().unwrap_or(0));
-    (it.next().unwrap_or(0), it.next().unwrap_or(0))
-}
-
-fn has_filesystem(name: &str) -> bool {
-    // erofs and overlay may be modules not loaded yet: modprobe, if there.
-    let _ = std::process::Command::new("modprobe")
-        .arg(name)
-        .stderr(std::process::Stdio::null())
-        .status();
-    fs::read_to_string("/proc/filesystems")
-        .unwrap()
-        .lines()
-        .any(|l| l.split_whitespace().last() == Some(name))
-}
-
-/// True if composefs roots can be mounted here by descriptor: root,
-/// Linux 6.12 or later, erofs and overlayfs (each required: a failure
-/// naming it under CI).
-fn composefs_mounts_here() -> bool {
-    require_root()
-        && require(
-            kernel() >= (6, 12),
-            "Linux 6.12 or later (composefs mounts)",
-        )
-        && require(has_filesystem("erofs"), "the kernel's erofs filesystem")
-        && require(has_filesystem("overlay"), "the kernel's overlayfs")
-}
 
 #[test]
 fn the_mounted_image_is_the_tree() {
@@ -129,7 +99,7 @@ fn the_mounted_image_is_the_tree() {
 #[test]
 fn a_root_mounted_by_descriptor_is_the_tree() {
     use zinstall_composefs::{MountVerity, Record, Root, unmount};
-    if !composefs_mounts_here() {
+    if !composefs_mounts() {
         return;
     }
     let tmp = Tmp::new();
@@ -221,7 +191,7 @@ fn a_root_mounted_through_a_loop_device_is_the_tree_and_frees_it() {
     use zinstall_composefs::{
         Backing, Layers, MountVerity, Mounting, mount_root, unmount,
     };
-    if !composefs_mounts_here()
+    if !composefs_mounts()
         || !require(
             Path::new("/dev/loop-control").exists(),
             "loop devices (/dev/loop-control)",

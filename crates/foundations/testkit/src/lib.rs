@@ -38,6 +38,9 @@ pub mod tools;
 pub use files::{exchange, xattrs};
 pub use files::{listing, mkfifo, pseudo_random};
 pub use loopfs::{Kind, LoopFs, delayed_extents, shares_extents};
-pub use prereq::{alone, in_ci, is_root, require, require_root, unmet};
+pub use prereq::{
+    alone, composefs_mounts, has_filesystem, in_ci, is_root, kernel, require,
+    require_root, unmet,
+};
 pub use tmp::Tmp;
 pub use tools::{have, need, package, tool};

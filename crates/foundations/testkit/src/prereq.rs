@@ -97,3 +97,38 @@ pub fn require_root() -> bool {
 pub fn require(cond: bool, what: &str) -> bool {
     cond || unmet(what)
 }
+
+/// The running kernel's version, major and minor.
+pub fn kernel() -> (u32, u32) {
+    let r = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .unwrap_or_default();
+    let mut it = r.trim().split(['.', '-']).map(|p| p.parse().unwrap_or(0));
+    (it.next().unwrap_or(0), it.next().unwrap_or(0))
+}
+
+/// True if the kernel has the filesystem `name`, loading its module
+/// first where `modprobe` is there.
+pub fn has_filesystem(name: &str) -> bool {
+    let _ = std::process::Command::new("modprobe")
+        .arg(name)
+        .stderr(std::process::Stdio::null())
+        .status();
+    std::fs::read_to_string("/proc/filesystems")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.split_whitespace().last() == Some(name))
+}
+
+/// True if composefs roots can be mounted here: root, Linux 6.12 or
+/// later (EROFS from a file, overlay data-only layers), erofs and
+/// overlayfs; otherwise the missing one is reported as unmet (a failure
+/// naming it under CI).
+pub fn composefs_mounts() -> bool {
+    require_root()
+        && require(
+            kernel() >= (6, 12),
+            "Linux 6.12 or later (composefs mounts)",
+        )
+        && require(has_filesystem("erofs"), "the kernel's erofs filesystem")
+        && require(has_filesystem("overlay"), "the kernel's overlayfs")
+}
