@@ -207,6 +207,14 @@ pub enum BodyHash {
 }
 
 impl BodyHash {
+    /// The [`ObjectHash`] digest, when it is one.
+    pub fn finish_object(self) -> Option<ObjectDigest> {
+        match self {
+            BodyHash::Xxh(_) => None,
+            BodyHash::Object(o) => Some(o.finish()),
+        }
+    }
+
     /// Adds `b`.
     pub fn write(&mut self, b: &[u8]) {
         match self {

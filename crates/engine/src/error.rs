@@ -76,6 +76,22 @@ pub enum Error {
         /// Why.
         reason: ArchiveRefusal,
     },
+    /// An unpack into memory met a member whose result only the kernel
+    /// decides ([`crate::unpack::unpack_to_memory`]): the caller unpacks
+    /// into a tree instead.
+    #[error(
+        "{}: {}{why}: left to an unpack into a tree",
+        archive.display(),
+        EntryName(entry)
+    )]
+    Unmodeled {
+        /// The archive file.
+        archive: PathBuf,
+        /// The member's name as the archive gives it (lossy).
+        entry: String,
+        /// What it holds that is not modelled.
+        why: String,
+    },
     /// The run was cancelled ([`crate::Cancel`]) before it finished.
     #[error("{}: cancelled", path.display())]
     Cancelled {
@@ -218,7 +234,8 @@ impl Error {
             | Error::Beneath { path, .. }
             | Error::MountsLeft { path, .. } => path,
             Error::Defaults { file, .. } => file,
-            Error::Archive { archive, .. } => archive,
+            Error::Archive { archive, .. }
+            | Error::Unmodeled { archive, .. } => archive,
             Error::Oci(e) => e.image(),
             Error::Rule { .. } => Path::new(""),
         }
@@ -259,6 +276,7 @@ impl From<Error> for io::Error {
             Error::Defaults { .. }
             | Error::Rule { .. }
             | Error::Archive { .. }
+            | Error::Unmodeled { .. }
             | Error::Oci(_) => io::ErrorKind::InvalidData,
         };
         io::Error::new(kind, e)

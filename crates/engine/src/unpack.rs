@@ -64,10 +64,12 @@ mod checks;
 mod ctx;
 mod finish;
 mod holes;
+mod into_memory;
 mod job;
 mod layered;
 mod made;
 mod members;
+mod memory;
 mod options;
 mod paths;
 mod read;
@@ -75,6 +77,12 @@ mod run;
 mod source;
 mod write;
 
+pub use memory::{
+    Attrs, FileBody, MemTree, Node, NodeId, NodeKind, ObjectSink,
+};
 pub use options::{Change, UnpackOptions, UnpackReport, Whiteouts};
-pub use run::{DECOMPRESS_THREAD, dry_run, dry_run_from, unpack, unpack_from};
+pub use run::{
+    DECOMPRESS_THREAD, dry_run, dry_run_from, unpack, unpack_from,
+    unpack_to_memory,
+};
 pub use source::peek_kind;

@@ -28,6 +28,8 @@ mod image_chains;
 mod install;
 #[cfg(target_os = "linux")]
 mod install_composefs;
+#[cfg(target_os = "linux")]
+mod install_composefs_memory;
 mod install_dry;
 mod job_process;
 mod manpages;

@@ -47,7 +47,9 @@ pub(super) fn install(
         None => unreachable!("the staging install runs once"),
     };
     let mut notes = |n: String| job.event(format!("NOTE: {n}"));
-    match composefs::install(&req, &mut stage, &mut notes) {
+    // Through a staging tree: a granted job runs as its caller, and the
+    // build in memory is for installs as root.
+    match composefs::install(&req, &mut stage, None, &mut notes) {
         Ok(m) => Ok(InstallReply {
             zonepath: a.zonepath.to_string_lossy().into_owned(),
             notices: NoticeInfo::of(&m.summary.notices),

@@ -57,11 +57,15 @@ impl<'a> Batcher<'a> {
     /// Queues `job`; false when the workers are gone.
     pub(super) fn push(&mut self, mut job: FileJob) -> bool {
         self.held += job.body.held();
-        if self
-            .batch
-            .last()
-            .is_none_or(|last| !Arc::ptr_eq(&last.dir, &job.dir))
-        {
+        // A job written into the store holds no directory.
+        let new_dir = match (self.batch.last(), job.place.dir()) {
+            (_, None) => false,
+            (None, Some(_)) => true,
+            (Some(last), Some(dir)) => {
+                last.place.dir().is_none_or(|l| !Arc::ptr_eq(l, dir))
+            }
+        };
+        if new_dir {
             self.dirs += 1;
             match self.slot() {
                 Some(s) => job.hold = Some(s),

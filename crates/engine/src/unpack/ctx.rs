@@ -17,6 +17,7 @@ use zinstall_archive::{ArchiveMeta, ArchiveRefusal};
 use super::budget::{Gate, Spare};
 use super::job::Meta;
 use super::members::quirk_notice;
+use super::memory::ObjectsTo;
 use super::options::{Change, UnpackOptions};
 use super::paths::{NodeId, PathTree};
 use crate::beneath::{Chain, WalkFail};
@@ -65,6 +66,8 @@ pub(super) struct Ctx<'a> {
     /// Flushes the root's filesystem as the unpack goes, when it will be
     /// flushed at its end ([`crate::Writeback`]).
     pub(super) flusher: Option<Flusher>,
+    /// In an unpack into memory: where the workers store bodies.
+    pub(super) objects: Option<ObjectsTo<'a>>,
 }
 
 #[derive(Default)]
@@ -125,6 +128,7 @@ impl<'a> Ctx<'a> {
             files: AtomicU64::new(0),
             body_source: None,
             flusher: None,
+            objects: None,
         }
     }
 
@@ -149,6 +153,19 @@ impl<'a> Ctx<'a> {
             archive: self.archive.to_path_buf(),
             entry: entry.to_string(),
             reason,
+        }
+    }
+
+    /// A member an unpack into memory leaves to one into a tree.
+    pub(super) fn unmodeled(
+        &self,
+        entry: &str,
+        why: impl Into<String>,
+    ) -> Error {
+        Error::Unmodeled {
+            archive: self.archive.to_path_buf(),
+            entry: entry.to_string(),
+            why: why.into(),
         }
     }
 

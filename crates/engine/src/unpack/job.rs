@@ -64,9 +64,7 @@ impl Meta {
 
 /// A file for the pool.
 pub(super) struct FileJob {
-    pub(super) dir: Arc<OwnedFd>,
-    pub(super) leaf: CString,
-    pub(super) replace: bool,
+    pub(super) place: Place,
     pub(super) body: Body,
     pub(super) meta: Meta,
     pub(super) shown: PathBuf,
@@ -76,6 +74,30 @@ pub(super) struct FileJob {
     pub(super) hold: Option<Slot>,
     /// Its path in the root, when content hashes are recorded.
     pub(super) rel: Option<Vec<u8>>,
+}
+
+/// Where a file job's file goes.
+pub(super) enum Place {
+    /// Named `leaf` in the directory `dir` beneath the root, under a
+    /// temporary name first when it `replace`s what is there.
+    Tree {
+        dir: Arc<OwnedFd>,
+        leaf: CString,
+        replace: bool,
+    },
+    /// Into the store of an unpack into memory, its digest put in this
+    /// slot of the tree ([`super::memory::MemTree::object`]).
+    Object(usize),
+}
+
+impl Place {
+    /// The directory it is written in, if one beneath the root.
+    pub(super) fn dir(&self) -> Option<&Arc<OwnedFd>> {
+        match self {
+            Place::Tree { dir, .. } => Some(dir),
+            Place::Object(_) => None,
+        }
+    }
 }
 
 /// Where a file's bytes are.

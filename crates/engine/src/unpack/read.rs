@@ -22,10 +22,12 @@ use super::batch::Batcher;
 use super::budget::{BUDGET, CHUNKS_AHEAD, SMALL, Spare};
 use super::checks::{link_target, special_type, symlink_target, unsupported};
 use super::ctx::{Ctx, ReadOutcome};
-use super::job::{Body, Existing, FileJob, Meta, Target, existing};
+use super::into_memory::InMemory;
+use super::job::{Body, Existing, FileJob, Meta, Place, Target, existing};
 use super::layered::{Class, Layered, classify};
 use super::made::Made;
 use super::members::{NO_MEMBERS, first_member, listed_kind, relative};
+use super::memory::MemTree;
 use super::options::Whiteouts;
 use super::write::stream_file;
 use crate::beneath::{self, Chain};
@@ -38,7 +40,7 @@ use crate::sys::posix::at;
 const MAX_TRACKED: usize = 65_536;
 
 /// Whether the loop goes on after a member.
-enum Flow {
+pub(super) enum Flow {
     Go,
     /// The pool is gone: a worker failed, and said why.
     Stop,
@@ -64,9 +66,11 @@ impl Entry {
     /// The pool's job for this file, with its body.
     fn job(self, replace: bool, body: Body, rel: Option<Vec<u8>>) -> FileJob {
         FileJob {
-            dir: self.dir,
-            leaf: self.leaf,
-            replace,
+            place: Place::Tree {
+                dir: self.dir,
+                leaf: self.leaf,
+                replace,
+            },
             body,
             meta: self.meta,
             shown: self.shown,
@@ -111,15 +115,21 @@ pub(super) enum Dest<'p> {
     /// listener where the tree would have made it; bodies skipped. A dry
     /// run.
     Record,
+    /// Held in memory ([`MemTree`]), file bodies stored through `pool`
+    /// when there is one.
+    Memory {
+        tree: &'p mut MemTree,
+        pool: Option<Batcher<'p>>,
+    },
 }
 
 /// The loop's state: the reader and what it read.
-struct Reading<'c, 'x, R> {
-    ctx: &'c Ctx<'x>,
-    rd: tar::Reader<R>,
-    out: ReadOutcome,
+pub(super) struct Reading<'c, 'x, R> {
+    pub(super) ctx: &'c Ctx<'x>,
+    pub(super) rd: tar::Reader<R>,
+    pub(super) out: ReadOutcome,
     /// The archive is a zinstall layer: its tree is under `root/`.
-    subtree: bool,
+    pub(super) subtree: bool,
 }
 
 /// What the members are made in, when they are made.
@@ -128,6 +138,8 @@ enum Making<'p> {
     Tree(Box<Tree<'p>>),
     /// A dry run: nothing made.
     Record,
+    /// Held in memory.
+    Memory(Box<InMemory<'p>>),
 }
 
 /// The tree's side of the loop: the pool, and what is made.
@@ -146,6 +158,28 @@ struct Tree<'p> {
     /// makes something refuses an existing name).
     made: Made,
     layered: Option<Layered>,
+}
+
+/// Hands `job` to `pool` (or writes it here, serial); false when the pool
+/// is gone.
+pub(super) fn send(
+    ctx: &Ctx<'_>,
+    pool: &mut Option<Batcher<'_>>,
+    job: FileJob,
+) -> bool {
+    let held = job.body.held();
+    ctx.pending.acquire(1, u64::MAX);
+    let Some(pool) = pool else {
+        ctx.write_job(job);
+        return true;
+    };
+    if pool.push(job) {
+        return true;
+    }
+    // Dropped unwritten: what it counted is given back.
+    ctx.pending.release(1);
+    ctx.budget.release(held);
+    false
 }
 
 /// Reads every member of `rd`, checks it, and takes it to `dest`.
@@ -171,6 +205,9 @@ pub(super) fn read_all<R: Read>(
             layered: Layered::new(ctx.opts.whiteouts),
         })),
         Dest::Record => Making::Record,
+        Dest::Memory { tree, pool } => {
+            Making::Memory(Box::new(InMemory::new(ctx, tree, pool)))
+        }
     };
     let mut first = true;
     let mut ended = false;
@@ -222,20 +259,10 @@ impl Tree<'_> {
     /// Hands `job` to the pool (or writes it here, serial); false when the
     /// pool is gone.
     fn queue(&mut self, ctx: &Ctx<'_>, rel: u64, job: FileJob) -> bool {
-        let held = job.body.held();
-        ctx.pending.acquire(1, u64::MAX);
-        let Some(pool) = &mut self.pool else {
-            ctx.write_job(job);
-            return true;
-        };
-        self.queued.insert(rel);
-        if pool.push(job) {
-            return true;
+        if self.pool.is_some() {
+            self.queued.insert(rel);
         }
-        // Dropped unwritten: what it counted is given back.
-        ctx.pending.release(1);
-        ctx.budget.release(held);
-        false
+        send(ctx, &mut self.pool, job)
     }
 
     /// A layer's opaque marker or whiteout applied (or recorded), once
@@ -400,6 +427,9 @@ impl<R: Read> Reading<'_, '_, R> {
                     return Ok(Flow::Go);
                 }
                 (_, Making::Record) => return Ok(Flow::Go),
+                (_, Making::Memory(_)) => {
+                    return Err(ctx.unmodeled(&entry, "a layer's whiteout"));
+                }
                 (class, Making::Tree(t)) => {
                     return t.layer_change(ctx, &name, &entry, class);
                 }
@@ -410,19 +440,25 @@ impl<R: Read> Reading<'_, '_, R> {
         })?;
         let Some(leaf) = name.leaf().cloned() else {
             // The layer's own `root/` (or `./`): the root directory itself.
-            if m.kind == tar::Kind::Directory
-                && let Making::Tree(t) = making
-            {
-                if let Some(lay) = t.layered.as_mut() {
-                    lay.note_root_entry();
+            match making {
+                _ if m.kind != tar::Kind::Directory => {}
+                Making::Tree(t) => {
+                    if let Some(lay) = t.layered.as_mut() {
+                        lay.note_root_entry();
+                    }
+                    self.out.dirs.push(&name.parts, meta);
                 }
-                self.out.dirs.push(&name.parts, meta);
+                Making::Memory(mm) => mm.root_entry(ctx, &entry, meta)?,
+                Making::Record => {}
             }
             return Ok(Flow::Go);
         };
         match making {
             Making::Tree(t) => self.make(t, m, name, entry, meta, leaf),
             Making::Record => self.record(&m, &name, &entry).map(|()| Flow::Go),
+            Making::Memory(mm) => {
+                self.in_memory(mm, m, name, entry, meta, leaf)
+            }
         }
     }
 
@@ -611,6 +647,17 @@ impl<R: Read> Reading<'_, '_, R> {
         if !sent {
             return Ok(Flow::Stop);
         }
+        self.feed(&tx, size)
+    }
+
+    /// Reads a body of `size` bytes in chunks into `tx`, to the worker
+    /// that writes it.
+    pub(super) fn feed(
+        &mut self,
+        tx: &crossbeam_channel::Sender<Vec<u8>>,
+        size: u64,
+    ) -> Result<Flow> {
+        let ctx = self.ctx;
         let mut body = self.rd.body();
         let mut left = size;
         while left > 0 {
@@ -733,7 +780,9 @@ impl<R: Read> Reading<'_, '_, R> {
         started: Instant,
     ) -> Result<ReadOutcome> {
         let ctx = self.ctx;
-        if let Making::Tree(mut t) = making {
+        if let Making::Memory(mm) = making {
+            (*mm).finish(ctx, ended)?;
+        } else if let Making::Tree(mut t) = making {
             if let Some(mut pool) = t.pool.take() {
                 pool.flush();
             }

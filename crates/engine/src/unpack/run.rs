@@ -21,6 +21,7 @@ use zinstall_archive::tar;
 use super::batch::Batcher;
 use super::ctx::{Ctx, DirList, ReadOutcome};
 use super::job::FileJob;
+use super::memory::{MemTree, ObjectSink, ObjectsTo};
 use super::options::{UnpackOptions, UnpackReport};
 use super::read::{Dest, read_all};
 use super::source::{blame_stream, limits, open_archive};
@@ -113,6 +114,7 @@ pub fn unpack(
         archive,
         root,
         opts,
+        Onto::Root,
     )?;
     // What the decoder left unread after the stream's end, at the file's
     // own offsets.
@@ -200,7 +202,7 @@ fn unpack_open(
         let f = crate::Metered::new(f, opts.progress.clone());
         let reader = tar::Reader::seekable(f, limits(opts))
             .map_err(|e| Error::io(Op::Read, archive, e))?;
-        return run(reader, Some(body_source), archive, root, opts);
+        return run(reader, Some(body_source), archive, root, opts, Onto::Root);
     }
     unpack_stream(
         crate::Metered::new(f, opts.progress.clone()),
@@ -208,6 +210,7 @@ fn unpack_open(
         archive,
         root,
         opts,
+        Onto::Root,
     )
 }
 
@@ -219,6 +222,7 @@ fn unpack_stream(
     archive: &Path,
     root: &Path,
     opts: &UnpackOptions,
+    onto: Onto<'_>,
 ) -> Result<UnpackReport> {
     let reader = decompress(input, compression)
         .map_err(|e| Error::io(Op::Read, archive, e))?;
@@ -228,7 +232,8 @@ fn unpack_stream(
     let mut report = std::thread::scope(|s| {
         let (ahead, _decoder) = read_ahead(s, DECOMPRESS_THREAD, reader)
             .map_err(|e| Error::io(Op::Read, archive, e))?;
-        unpack_from(ahead, archive, root, opts)
+        let input = tar::Reader::new(ahead, limits(opts));
+        run(input, None, archive, root, opts, onto)
     })
     .map_err(|e| blame_stream(e, archive, opts.max_bytes))?;
     report.notices.extend(
@@ -257,6 +262,67 @@ pub fn unpack_from(
         archive,
         root,
         opts,
+        Onto::Root,
+    )
+}
+
+/// Where [`run`] makes what it reads.
+enum Onto<'t> {
+    /// Beneath the root.
+    Root,
+    /// Into `tree`, bodies into `sink`.
+    Memory {
+        tree: &'t mut MemTree,
+        sink: &'t dyn ObjectSink,
+    },
+}
+
+/// Unpacks `archive` into `tree` rather than beneath a root: each member
+/// made a node as the unpack beneath a root would make it (`root` names
+/// where, in messages), each regular file's body stored by `sink`
+/// (written by the workers, hashed as written, named by its digest;
+/// small ones kept in the node), the directories' metadata applied last.
+/// The archive is read as a stream, whatever it is.
+///
+/// Only what the kernel would keep as given is modelled: as root (owners
+/// kept), no whiteouts, and no member with an ACL, a security attribute
+/// other than a file capability, a sparse body, or a time or name some
+/// filesystem would refuse or clamp. Anything else fails with
+/// [`Error::Unmodeled`] naming the member, and the caller unpacks into a
+/// tree instead; objects already stored stay in the store.
+pub fn unpack_to_memory(
+    archive: &Path,
+    root: &Path,
+    tree: &mut MemTree,
+    sink: &dyn ObjectSink,
+    opts: &UnpackOptions,
+) -> Result<UnpackReport> {
+    let unmodeled = |why: &str| Error::Unmodeled {
+        archive: archive.to_path_buf(),
+        entry: String::new(),
+        why: why.into(),
+    };
+    if opts.whiteouts != super::Whiteouts::Off {
+        return Err(unmodeled("an image layer, whose whiteouts apply"));
+    }
+    let is_root = crate::sys::posix::euid() == 0;
+    if !is_root || !opts.preserve_owner.unwrap_or(is_root) {
+        return Err(unmodeled(
+            "an unpack whose owners and attributes the kernel decides \
+             (not as root, or owners not kept)",
+        ));
+    }
+    let (f, compression) = open_archive(archive)?;
+    if let Some(p) = &opts.progress {
+        p.begin(f.metadata().ok().map(|m| m.len()));
+    }
+    unpack_stream(
+        crate::Metered::new(f, opts.progress.clone()),
+        compression,
+        archive,
+        root,
+        opts,
+        Onto::Memory { tree, sink },
     )
 }
 
@@ -269,22 +335,45 @@ fn run<R: Read>(
     archive: &Path,
     root: &Path,
     opts: &UnpackOptions,
+    onto: Onto<'_>,
 ) -> Result<UnpackReport> {
     opts.tunables.validate()?;
-    // The root's own last component is not followed either.
-    let root_dir = Root::open(root)?;
-    let ctx = context(archive, root, &root_dir, opts, body_source)?;
+    let (root_dir, ctx, into) = match onto {
+        Onto::Root => {
+            // The root's own last component is not followed either.
+            let root_dir = Root::open(root)?;
+            let ctx = context(archive, root, &root_dir, opts, body_source)?;
+            let into = Into::Root(Arc::clone(root_dir.fd()));
+            (Some(root_dir), ctx, into)
+        }
+        Onto::Memory { tree, sink } => {
+            let mut ctx = Ctx::new(archive, root, opts);
+            if opts.tunables.copy_writeback.early(opts.durable)
+                && let Some(fs) = sink.filesystem()
+            {
+                ctx.flusher = Some(
+                    Flusher::start(fs)
+                        .map_err(|e| Error::io(Op::Sync, root, e))?,
+                );
+            }
+            ctx.objects = Some(ObjectsTo {
+                sink,
+                hasher: sink.hasher(),
+                slots: tree.slots(),
+            });
+            (None, ctx, Into::Memory(tree))
+        }
+    };
     let batch_size = opts.tunables.copy_batch.max(1);
     // The pool's, shared with its other runs, or the unpack's own.
     let fds = match &opts.pool {
         Some(pool) => pool.descriptors().clone(),
         None => Descriptors::for_threads(opts.tunables.copy_threads, 1),
     };
-    let tree = Arc::clone(root_dir.fd());
     let reader_result = if let Some(pool) = &opts.pool {
-        unpack_on_pool(&ctx, pool, input, tree, batch_size, &fds)
+        unpack_on_pool(&ctx, pool, input, into, batch_size, &fds)
     } else {
-        unpack_with_own_workers(&ctx, input, tree, batch_size, &fds)
+        unpack_with_own_workers(&ctx, input, into, batch_size, &fds)
     };
     let outcome = match reader_result {
         Ok(o) => o,
@@ -293,7 +382,22 @@ fn run<R: Read>(
             ReadOutcome::default()
         }
     };
-    finish(ctx, &root_dir, outcome, &fds)
+    finish(ctx, root_dir.as_ref(), outcome, &fds)
+}
+
+/// What the reader's loop makes its members in.
+enum Into<'t> {
+    Root(Arc<OwnedFd>),
+    Memory(&'t mut MemTree),
+}
+
+impl<'t> Into<'t> {
+    fn dest(self, pool: Option<Batcher<'t>>) -> Dest<'t> {
+        match self {
+            Into::Root(root) => Dest::Tree { root, pool },
+            Into::Memory(tree) => Dest::Memory { tree, pool },
+        }
+    }
 }
 
 /// The unpack's shared state, with a flusher on the root when files are
@@ -327,7 +431,7 @@ fn unpack_on_pool<R: Read>(
     ctx: &Ctx<'_>,
     pool: &crate::Pool,
     input: tar::Reader<R>,
-    root: Arc<OwnedFd>,
+    into: Into<'_>,
     batch_size: usize,
     fds: &Descriptors,
 ) -> Result<ReadOutcome> {
@@ -349,14 +453,7 @@ fn unpack_on_pool<R: Read>(
             fds,
             Box::new(|| ctx.stopped()),
         );
-        read_all(
-            ctx,
-            input,
-            Dest::Tree {
-                root,
-                pool: Some(batcher),
-            },
-        )
+        read_all(ctx, input, into.dest(Some(batcher)))
     })
 }
 
@@ -364,7 +461,7 @@ fn unpack_on_pool<R: Read>(
 /// sets the directories' metadata and counts what was done.
 fn finish(
     ctx: Ctx<'_>,
-    root_dir: &Root,
+    root_dir: Option<&Root>,
     outcome: ReadOutcome,
     fds: &Descriptors,
 ) -> Result<UnpackReport> {
@@ -389,9 +486,11 @@ fn finish(
     // share their parents' open descriptors.
     let DirList { tree, mut list } = outcome.dirs;
     list.sort_by_key(|(id, _)| std::cmp::Reverse(tree.depth(*id)));
-    let mut chain = Chain::new(Arc::clone(root_dir.fd()));
-    for (id, m) in &list {
-        ctx.finish_dir(root_dir.fd(), &mut chain, &tree.parts(*id), m)?;
+    if let Some(root_dir) = root_dir {
+        let mut chain = Chain::new(Arc::clone(root_dir.fd()));
+        for (id, m) in &list {
+            ctx.finish_dir(root_dir.fd(), &mut chain, &tree.parts(*id), m)?;
+        }
     }
     let mut stats = outcome.stats;
     stats.fd_limit = fds.limit();
@@ -414,7 +513,7 @@ fn finish(
 fn unpack_with_own_workers<R: Read>(
     ctx: &Ctx<'_>,
     input: tar::Reader<R>,
-    root: Arc<OwnedFd>,
+    into: Into<'_>,
     batch_size: usize,
     fds: &Descriptors,
 ) -> Result<ReadOutcome> {
@@ -448,6 +547,6 @@ fn unpack_with_own_workers<R: Read>(
                 Box::new(|| ctx.stopped()),
             )
         });
-        read_all(ctx, input, Dest::Tree { root, pool })
+        read_all(ctx, input, into.dest(pool))
     })
 }

@@ -18,7 +18,7 @@ use zinstall_archive::tar::{self, TarError};
 use super::budget::Spare;
 use super::ctx::Ctx;
 use super::holes::{HOLE_BLOCK, write_data};
-use super::job::{Body, FileJob, Meta, Target};
+use super::job::{Body, FileJob, Meta, Place, Target};
 use crate::error::{Error, Op, Result};
 use crate::probes;
 use crate::sys::{self, posix::at};
@@ -74,11 +74,16 @@ impl Ctx<'_> {
     /// Creates and writes a job's file; false (and nothing left) when a
     /// chunked body ended short.
     fn write_file(&self, job: &FileJob) -> Result<bool> {
-        let dir = job.dir.as_raw_fd();
-        let (name, temp) = if job.replace {
+        let (dir, leaf, replace) = match &job.place {
+            Place::Tree { dir, leaf, replace } => {
+                (dir.as_raw_fd(), leaf, *replace)
+            }
+            Place::Object(slot) => return self.write_object(job, *slot),
+        };
+        let (name, temp) = if replace {
             (self.temp_name(), true)
         } else {
-            (job.leaf.clone(), false)
+            (leaf.clone(), false)
         };
         let f = at::create_file(dir, &name)
             .map_err(|e| Error::io(Op::Create, &job.shown, e))?;
@@ -108,7 +113,7 @@ impl Ctx<'_> {
             }
         }
         if temp {
-            at::rename(dir, &name, &job.leaf).map_err(|e| {
+            at::rename(dir, &name, leaf).map_err(|e| {
                 let _already_failing = at::unlink(dir, &name, false);
                 Error::io(Op::Rename, &job.shown, e)
             })?;
@@ -190,6 +195,47 @@ impl Ctx<'_> {
             true => self.finish_fd(f, &job.meta, &job.shown).map(|()| true),
             false => Ok(false),
         })
+    }
+
+    /// Writes a job's body into the store of an unpack into memory
+    /// ([`super::memory::ObjectSink`]), hashed as it goes, and puts its
+    /// digest in the tree's `slot`; false (nothing named) when a chunked
+    /// body ended short.
+    fn write_object(&self, job: &FileJob, slot: usize) -> Result<bool> {
+        let no_store = |what: &str| {
+            Error::io(
+                Op::Create,
+                &job.shown,
+                io::Error::other(what.to_string()),
+            )
+        };
+        let Some(to) = &self.objects else {
+            return Err(no_store("no store for the bodies of this unpack"));
+        };
+        let (rx, size) = match &job.body {
+            // Held whole: hashed first, written once where it belongs.
+            Body::Bytes(data) => {
+                to.put(data, slot, &job.shown)?;
+                return Ok(true);
+            }
+            Body::Chunks { rx, size } => (rx, *size),
+            // Never made for an unpack into memory: it reads the stream.
+            Body::At { .. } => {
+                return Err(no_store("a body copied from the archive file"));
+            }
+        };
+        let f = to
+            .sink
+            .create()
+            .map_err(|e| Error::io(Op::Create, &job.shown, e))?;
+        let mut h = crate::contents::BodyHash::Object((to.hasher)());
+        let whole = write_chunks(&f, rx, size, &self.spare, Some(&mut h))
+            .map_err(|e| Error::io(Op::Write, &job.shown, e))?;
+        if !whole {
+            return Ok(false);
+        }
+        to.store(f, h, size, slot, &job.shown)?;
+        Ok(true)
     }
 
     /// The hash of `len` bytes at `offset` of the plain tar file, as
@@ -442,4 +488,52 @@ fn xattrs_of(f: &File) -> Option<Option<u128>> {
         }
     }
     Some(crate::contents::xattrs_digest(pairs))
+}
+
+/// A body the reader stores itself (an unpack into memory with no
+/// workers): read in pieces, written and hashed as it comes, then named
+/// in the store and its digest put in `slot`.
+pub(super) fn stream_object<R: Read>(
+    ctx: &Ctx<'_>,
+    rd: &mut tar::Reader<R>,
+    size: u64,
+    slot: usize,
+    shown: &Path,
+) -> Result<()> {
+    let Some(to) = &ctx.objects else {
+        return Err(Error::io(
+            Op::Create,
+            shown,
+            io::Error::other("no store for the bodies of this unpack"),
+        ));
+    };
+    let f = to
+        .sink
+        .create()
+        .map_err(|e| Error::io(Op::Create, shown, e))?;
+    let mut h = crate::contents::BodyHash::Object((to.hasher)());
+    let mut buf = vec![0u8; size.min(1 << 20) as usize];
+    let mut body = rd.body();
+    let (mut at, mut end) = (0u64, 0u64);
+    while at < size {
+        let want = (size - at).min(buf.len() as u64) as usize;
+        body.read_exact(&mut buf[..want])
+            .map_err(|e| Error::tar(ctx.archive, TarError::from_io(e)))?;
+        let written = write_data(&f, &buf[..want], at)
+            .map_err(|e| Error::io(Op::Write, shown, e))?;
+        end = end.max(written);
+        h.write(&buf[..want]);
+        at += want as u64;
+    }
+    if end < size {
+        f.set_len(size)
+            .map_err(|e| Error::io(Op::Truncate, shown, e))?;
+    }
+    to.store(f, h, size, slot, shown)?;
+    if let Some(fl) = &ctx.flusher {
+        fl.wrote(size);
+    }
+    ctx.files.fetch_add(1, Ordering::Relaxed);
+    ctx.bytes_written.fetch_add(size, Ordering::Relaxed);
+    Ok(())
 }

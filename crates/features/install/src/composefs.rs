@@ -19,7 +19,9 @@ use zinstall_composefs::{
     scan_with, write_scanned,
 };
 
-use crate::{InstallError, Summary, Zonepath};
+use zinstall_engine::unpack::{MemTree, ObjectSink};
+
+use crate::{Built, InstallError, Summary, Zonepath};
 
 /// What a composefs install is asked.
 pub struct Request<'a> {
@@ -36,6 +38,11 @@ pub struct Request<'a> {
 /// and tunables the caller was given, its workers hashing each body with
 /// [`object_hasher`] ([`crate::Install::objects`]).
 pub type Stage<'s> = dyn FnMut(&Path) -> Result<Summary, InstallError> + 's;
+
+/// The install built in memory instead ([`crate::Install::run_in_memory`]):
+/// its archives unpacked into the tree given, bodies into the store.
+pub type BuildInMemory<'s> = dyn FnMut(&mut MemTree, &dyn ObjectSink) -> Result<Built, InstallError>
+    + 's;
 
 /// The staging trees' directory in the store.
 const STAGING: &str = "staging";
@@ -177,11 +184,15 @@ pub fn ref_for(zonepath: &Path) -> String {
     install_ref(&std::path::absolute(zonepath).unwrap_or_default())
 }
 
-/// Installs in composefs form: the install into staging, then the
-/// image, the ref and the record. `notes` hears what a failure undid.
+/// Installs in composefs form: built in memory where `memory` is given
+/// and the install allows (its archives alone, every member modelled),
+/// else through a staging tree; then the image, the ref and the record.
+/// `notes` hears why a build went through staging, and what a failure
+/// undid.
 pub fn install(
     req: &Request<'_>,
     stage: &mut Stage<'_>,
+    memory: Option<&mut BuildInMemory<'_>>,
     notes: &mut dyn FnMut(String),
 ) -> Result<Installed, ComposefsError> {
     let zonepath = std::path::absolute(req.zonepath)
@@ -205,15 +216,40 @@ pub fn install(
     }
     let zp = crate::prepare_zonepath(&zonepath)?;
     let zp_fd = owned(&zp.dir, &zonepath)?;
-    // Held until the ref names the image (the guard in `held` lives to
-    // the end of this function): no sweep takes its objects.
-    let held = store.lock_shared();
-    let staging = match held {
-        Ok(_) => make_staging(&store, &zonepath),
-        Err(e) => Err(e.into()),
+    // Held until the ref names the image: no sweep takes its objects.
+    let _held = match store.lock_shared() {
+        Ok(g) => g,
+        Err(e) => {
+            if let Some(said) = undo(zp, zp_fd) {
+                notes(said);
+            }
+            return Err(e.into());
+        }
     };
-    let staging = match staging {
-        Ok(s) => s,
+    let at = Zp {
+        zp: &zp,
+        fd: &zp_fd,
+        path: &zonepath,
+    };
+    let done = match memory {
+        Some(build) => match build_in_memory(&store, &zonepath, build) {
+            Ok(Ok((scanned, summary))) => {
+                Some(finish(&at, &store, scanned, summary, &at.root()))
+            }
+            Ok(Err(why)) => {
+                notes(format!("built through a staging tree: {why}"));
+                None
+            }
+            Err(e) => Some(Err(e)),
+        },
+        None => None,
+    };
+    let done = match done {
+        Some(d) => d,
+        None => through_staging(req, &store, &at, stage, notes),
+    };
+    let (image, summary, ref_name) = match done {
+        Ok(d) => d,
         Err(e) => {
             if let Some(said) = undo(zp, zp_fd) {
                 notes(said);
@@ -221,53 +257,113 @@ pub fn install(
             return Err(e);
         }
     };
-    let scanned = stage_and_scan(req, &store, &staging, stage);
-    // Once scanned, the staging tree is not read again: it is removed
-    // while the image is written and the store synced.
-    let (done, removed) = std::thread::scope(|sc| {
-        let removing =
-            sc.spawn(|| zinstall_engine::fsutil::remove_tree(&staging));
-        let done = scanned.and_then(|(scanned, summary)| {
-            let root = staging.join("root");
-            let top = Top::of_stat(&scanned.fs.root.stat);
-            let image = write_scanned(scanned, &store, &root)?;
-            let ref_name = install_ref(&zonepath);
-            store.add_ref(&ref_name, &image.id)?;
-            let made = Made {
-                image: &image,
-                top: &top,
-                ref_name: &ref_name,
-            };
-            let recorded = record(&zp, &zp_fd, &zonepath, &store, &made);
-            if let Err(e) = recorded {
-                // No record names the image: no ref keeps it either.
-                let _ = store.remove_ref(&ref_name);
-                return Err(e);
-            }
-            Ok((image, summary, ref_name))
-        });
-        let removed = removing
-            .join()
-            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-        (done, removed)
-    });
-    if done.is_err()
-        && let Some(said) = undo(zp, zp_fd)
-    {
-        notes(said);
-    }
-    let (image, summary, ref_name) = done?;
-    if let Err(e) = removed {
-        notes(format!(
-            "the staging tree was left ({e}): `zinstall cache gc` removes it"
-        ));
-    }
     Ok(Installed {
         image,
         store,
         ref_name,
         summary,
     })
+}
+
+/// The zonepath being installed: its state, descriptor and path.
+struct Zp<'a> {
+    zp: &'a Zonepath,
+    fd: &'a OwnedFd,
+    path: &'a Path,
+}
+
+impl Zp<'_> {
+    /// Where the root is mounted, as messages name it.
+    fn root(&self) -> PathBuf {
+        self.path.join(ROOT_DIR)
+    }
+}
+
+/// The tree built in memory: `Ok(Err(why))` when the install must go
+/// through a staging tree instead.
+fn build_in_memory(
+    store: &Store,
+    zonepath: &Path,
+    build: &mut BuildInMemory<'_>,
+) -> Result<Result<(Scanned, Summary), String>, ComposefsError> {
+    let Some(umask) = zinstall_sys::ident::umask() else {
+        return Ok(Err("the kernel does not report the umask".into()));
+    };
+    let mut tree = MemTree::new(umask);
+    let sink = crate::composefs_build::StoreSink::new(store);
+    match build(&mut tree, &sink)? {
+        Built::Unmodeled(why) => Ok(Err(why)),
+        Built::Memory(summary) => {
+            match crate::composefs_build::scanned(&tree, &sink) {
+                Some(s) => Ok(Ok((s, *summary))),
+                None => Err(ComposefsError::Io {
+                    path: zonepath.join(ROOT_DIR),
+                    op: "build the image",
+                    error: std::io::Error::other(
+                        "a file's body was not stored",
+                    ),
+                }),
+            }
+        }
+    }
+}
+
+/// The install into a staging tree, its files moved into the store, then
+/// the image; the staging tree removed meanwhile.
+fn through_staging(
+    req: &Request<'_>,
+    store: &Store,
+    at: &Zp<'_>,
+    stage: &mut Stage<'_>,
+    notes: &mut dyn FnMut(String),
+) -> Result<(Image, Summary, String), ComposefsError> {
+    let staging = make_staging(store, at.path)?;
+    let scanned = stage_and_scan(req, store, &staging, stage);
+    // Once scanned, the staging tree is not read again: it is removed
+    // while the image is written and the store synced.
+    let (done, removed) = std::thread::scope(|sc| {
+        let removing =
+            sc.spawn(|| zinstall_engine::fsutil::remove_tree(&staging));
+        let done = scanned.and_then(|(scanned, summary)| {
+            finish(at, store, scanned, summary, &staging.join("root"))
+        });
+        let removed = removing
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        (done, removed)
+    });
+    if let Err(e) = removed {
+        notes(format!(
+            "the staging tree was left ({e}): `zinstall cache gc` removes it"
+        ));
+    }
+    done
+}
+
+/// The image of `scanned` (`src` names its tree), its ref, and last the
+/// record; the ref removed again if the record cannot be written.
+fn finish(
+    at: &Zp<'_>,
+    store: &Store,
+    scanned: Scanned,
+    summary: Summary,
+    src: &Path,
+) -> Result<(Image, Summary, String), ComposefsError> {
+    let top = Top::of_stat(&scanned.fs.root.stat);
+    let image = write_scanned(scanned, store, src)?;
+    let ref_name = install_ref(at.path);
+    store.add_ref(&ref_name, &image.id)?;
+    let made = Made {
+        image: &image,
+        top: &top,
+        ref_name: &ref_name,
+    };
+    if let Err(e) = record(at.zp, at.fd, at.path, store, &made) {
+        // No record names the image: no ref keeps it either.
+        let _ = store.remove_ref(&ref_name);
+        return Err(e);
+    }
+    Ok((image, summary, ref_name))
 }
 
 /// After a failure: the empty `root/`, `upper/` and `work/` the record

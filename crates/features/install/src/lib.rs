@@ -99,9 +99,13 @@ macro_rules! made {
 mod attach;
 #[cfg(target_os = "linux")]
 pub mod composefs;
+#[cfg(target_os = "linux")]
+mod composefs_build;
 mod dry_run;
 mod error;
 mod event;
+#[cfg(target_os = "linux")]
+mod in_memory;
 pub mod log;
 pub mod manifest;
 pub mod owners;
@@ -118,6 +122,8 @@ mod zonepath;
 pub use attach::attach;
 pub use error::{Aftermath, Cause, InstallError, Keep, Left, Stage};
 pub use event::Event;
+#[cfg(target_os = "linux")]
+pub use in_memory::Built;
 pub use plan::{Install, check_kind, oci_image};
 pub use profile::Profile;
 pub use summary::Summary;

@@ -39,6 +39,7 @@
 #![forbid(unsafe_code)]
 
 mod adopt;
+mod build;
 mod digest;
 mod error;
 mod image;
@@ -48,8 +49,10 @@ mod refs;
 mod scan;
 mod store;
 mod sweep;
+mod unnamed;
 mod verity;
 
+pub use build::{Builder, Entry, EntryStat, LeafKind, LeafRef, is_inline};
 pub use digest::{
     BodyHasher, INLINE_MAX, ObjectId, from_bytes, hex, object_path, of_bytes,
     parse_hex,

@@ -54,6 +54,9 @@ pub struct Store {
     /// otherwise open (and try to make) its object's directory two or
     /// three times a file. The store never removes them.
     dirs: Box<[OnceLock<OwnedFd>]>,
+    /// Whether a file this process creates has an object's mode, and its
+    /// owner, without a change: asked once.
+    pub(crate) new_files: OnceLock<(bool, bool)>,
 }
 
 /// Locks that order writes of the same object (stripes, not one per
@@ -146,6 +149,7 @@ impl Store {
             writing: std::array::from_fn(|_| Mutex::new(())),
             verity: AtomicU8::new(0),
             dirs: (0..256).map(|_| OnceLock::new()).collect(),
+            new_files: OnceLock::new(),
         })
     }
 

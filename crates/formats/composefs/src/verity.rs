@@ -59,6 +59,11 @@ fn unsupported(e: &EnableVerityError) -> bool {
 }
 
 impl Store {
+    /// False once the store's filesystem was found to have no fs-verity.
+    pub(crate) fn may_have_verity(&self) -> bool {
+        self.verity_state().load(Ordering::Relaxed) != UNSUPPORTED
+    }
+
     /// Enables fs-verity on the finished temporary file `name` in `dir`
     /// (no writable descriptor of it may be open) and checks the kernel's
     /// digest is `id`; nothing where the filesystem has no fs-verity.

@@ -71,6 +71,12 @@ pub struct InstallArgs {
     /// in ZONEPATH/composefs.json, ZONEPATH/root left empty to mount it.
     #[arg(long, value_enum, default_value_t = Format::Tree)]
     pub format: Format,
+    /// With `--format composefs`: build through a staging tree, as an
+    /// install that is more than its archives does, even where the build
+    /// in memory could (run as root, archives alone). The image is the
+    /// same; for comparing the two, and as a way round.
+    #[arg(long)]
+    pub composefs_staging: bool,
 }
 
 /// The form of an installed root.
@@ -241,6 +247,7 @@ fn composefs(
         }
         return exit;
     }
+    let for_memory = (profile.clone(), trust.clone());
     let mut once = Some((profile, tunables, trust));
     let mut stage = |staging: &std::path::Path| {
         let Some((profile, tunables, trust)) = once.take() else {
@@ -248,7 +255,18 @@ fn composefs(
         };
         stage_composefs(args, staging, profile, tunables, trust)
     };
-    cfs::install(&req, &mut stage)
+    let mut memory = Some(for_memory);
+    let mut in_memory =
+        |tree: &mut zinstall_engine::unpack::MemTree,
+         sink: &dyn zinstall_engine::unpack::ObjectSink| {
+            let Some((profile, trust)) = memory.take() else {
+                unreachable!("the build in memory runs once");
+            };
+            build_in_memory(args, profile, tunables, trust, tree, sink)
+        };
+    let memory: Option<&mut install::composefs::BuildInMemory<'_>> =
+        (!args.composefs_staging).then_some(&mut in_memory);
+    cfs::install(&req, &mut stage, memory)
 }
 
 /// The plain install into the composefs staging zonepath `staging`;
@@ -285,6 +303,43 @@ fn stage_composefs(
         b.finish();
     }
     summary
+}
+
+/// The install built in memory: its archives into `tree`, bodies into
+/// the store through `sink`.
+#[cfg(target_os = "linux")]
+fn build_in_memory(
+    args: &InstallArgs,
+    profile: Profile,
+    tunables: zinstall_engine::Tunables,
+    trust: Option<Arc<zinstall_registry::policy::Trust>>,
+    tree: &mut zinstall_engine::unpack::MemTree,
+    sink: &dyn zinstall_engine::unpack::ObjectSink,
+) -> Result<install::Built, install::InstallError> {
+    let argv: Vec<String> = std::env::args_os()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let (log, warning) =
+        install::log::open(&profile.log, &argv, |m| output::note(m));
+    if let Some(w) = warning {
+        output::note(w);
+    }
+    if let Err(e) = crate::interrupt::watch_signals() {
+        output::note(format_args!("signals not handled: {e}"));
+    }
+    let json = args.json;
+    let bar = Bar::for_terminal(json || args.verbose, "installing");
+    let mut show = |e: &install::Event| show_event(json, &bar, e);
+    let zonepath = args.zonepath.clone();
+    let mut job = job(
+        args, &zonepath, profile, tunables, log, &mut show, &bar, trust,
+    );
+    job.sync = false;
+    let built = job.run_in_memory(tree, sink);
+    if let Some(b) = &bar {
+        b.finish();
+    }
+    built
 }
 
 /// The install the arguments describe, into `zonepath`.

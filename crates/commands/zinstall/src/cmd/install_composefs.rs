@@ -7,7 +7,7 @@ use std::path::Path;
 use zinstall_composefs::{RECORD, ROOT_DIR, UPPER_DIR, WORK_DIR};
 use zinstall_daemon::protocol::ComposefsInstall;
 use zinstall_install as install;
-use zinstall_install::composefs::{Installed, Stage};
+use zinstall_install::composefs::{BuildInMemory, Installed, Stage};
 
 use crate::exit::Exit;
 use crate::output;
@@ -25,7 +25,11 @@ pub struct Request<'a> {
 }
 
 /// Installs in composefs form; exit 0, or 1 with the error.
-pub fn install(args: &Request<'_>, stage: &mut Stage<'_>) -> Exit {
+pub fn install(
+    args: &Request<'_>,
+    stage: &mut Stage<'_>,
+    memory: Option<&mut BuildInMemory<'_>>,
+) -> Exit {
     // The record names the store by an absolute path.
     let cache =
         std::path::absolute(args.cache).unwrap_or(args.cache.to_path_buf());
@@ -35,8 +39,9 @@ pub fn install(args: &Request<'_>, stage: &mut Stage<'_>) -> Exit {
         store: &store_path,
         workers: args.workers,
     };
-    let made =
-        install::composefs::install(&req, stage, &mut |n| output::note(n));
+    let made = install::composefs::install(&req, stage, memory, &mut |n| {
+        output::note(n)
+    });
     let made = match made {
         Ok(m) => m,
         Err(e) => {

@@ -484,3 +484,80 @@ pub fn unmount(path: &Path) -> io::Result<()> {
     }
     Ok(())
 }
+
+/// A new unnamed regular file in the directory `dir` (`O_TMPFILE`),
+/// open for writing, with `mode`: it has no name until [`link_unnamed`]
+/// gives it one, and is gone if the process dies first.
+pub fn create_unnamed(dir: RawFd, mode: u32) -> io::Result<File> {
+    // SAFETY: a valid descriptor and a C string literal.
+    let fd = unsafe {
+        libc::openat(
+            dir,
+            c".".as_ptr(),
+            libc::O_TMPFILE | libc::O_RDWR | libc::O_CLOEXEC,
+            mode as libc::c_uint,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a descriptor just opened and owned by no one else.
+    Ok(File::from(unsafe { OwnedFd::from_raw_fd(fd) }))
+}
+
+/// The unnamed file `f` reopened read-only, through its descriptor's
+/// `/proc/self/fd` link (not a path anyone else names): what fs-verity
+/// needs once the writable descriptor is closed.
+pub fn reopen_read_only(f: &File) -> io::Result<File> {
+    let proc = CString::new(format!("/proc/self/fd/{}", f.as_raw_fd()))
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: a C string; the link names the descriptor we hold.
+    let fd =
+        unsafe { libc::open(proc.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a descriptor just opened and owned by no one else.
+    Ok(File::from(unsafe { OwnedFd::from_raw_fd(fd) }))
+}
+
+/// Names the unnamed file `f` ([`create_unnamed`]) `n` in `dir`; fails
+/// with `EEXIST` if the name is taken. By its descriptor
+/// (`AT_EMPTY_PATH`, which takes `CAP_DAC_READ_SEARCH`), else through its
+/// `/proc/self/fd` link, which takes no capability.
+pub fn link_unnamed(f: &File, dir: RawFd, n: &CStr) -> io::Result<()> {
+    // SAFETY: valid descriptors and C strings.
+    let r = unsafe {
+        libc::linkat(
+            f.as_raw_fd(),
+            c"".as_ptr(),
+            dir,
+            n.as_ptr(),
+            libc::AT_EMPTY_PATH,
+        )
+    };
+    if r == 0 {
+        return Ok(());
+    }
+    let e = io::Error::last_os_error();
+    // Without the capability the kernel says ENOENT.
+    if e.raw_os_error() != Some(libc::ENOENT) {
+        return Err(e);
+    }
+    let proc = CString::new(format!("/proc/self/fd/{}", f.as_raw_fd()))
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    // SAFETY: valid C strings and descriptor.
+    let r = unsafe {
+        libc::linkat(
+            libc::AT_FDCWD,
+            proc.as_ptr(),
+            dir,
+            n.as_ptr(),
+            libc::AT_SYMLINK_FOLLOW,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}

@@ -59,6 +59,9 @@ pub const XATTRS: bool = cfg!(target_os = "linux");
 /// Unmounting: Linux's, for composefs roots.
 #[cfg(target_os = "linux")]
 pub use linux::unmount;
+/// Unnamed files: Linux's, for composefs objects.
+#[cfg(target_os = "linux")]
+pub use linux::{create_unnamed, link_unnamed, reopen_read_only};
 /// Linux's alone: composefs (its only user) is Linux's.
 #[cfg(target_os = "linux")]
 pub use linux_xattr::remove_xattr_fd;

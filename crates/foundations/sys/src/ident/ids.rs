@@ -64,3 +64,15 @@ pub fn group_id(name: &str) -> Option<u32> {
     };
     (r == 0 && !out.is_null()).then_some(gr.gr_gid)
 }
+
+/// The process's file-mode creation mask, as the kernel reports it in
+/// `/proc/self/status` (Linux 4.7 and later); `None` where it does not.
+/// Read, not set: `umask(2)` cannot be read without changing it for
+/// every thread a moment.
+pub fn umask() -> Option<u32> {
+    // The kernel's own report of this process, not a file from outside.
+    #[allow(clippy::disallowed_methods)]
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let value = status.lines().find_map(|l| l.strip_prefix("Umask:"))?;
+    u32::from_str_radix(value.trim(), 8).ok()
+}

@@ -34,7 +34,7 @@ use assume_portable as assume_platform;
 use illumos as platform;
 
 pub use assume_platform::{Assumed, assume};
-pub use ids::{egid, euid, group_id, groups, user_id};
+pub use ids::{egid, euid, group_id, groups, umask, user_id};
 pub use types::{Identity, Peer};
 
 /// The credentials of the process that connected `sock`.
