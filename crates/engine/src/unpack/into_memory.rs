@@ -101,11 +101,7 @@ impl<'p> InMemory<'p> {
 
     /// After the last member (or a stop): every body stored, then, for
     /// an archive read through, the directories' metadata applied.
-    pub(super) fn finish(
-        mut self,
-        ctx: &Ctx<'_>,
-        ended: bool,
-    ) -> Result<()> {
+    pub(super) fn finish(mut self, ctx: &Ctx<'_>, ended: bool) -> Result<()> {
         if let Some(mut pool) = self.pool.take() {
             pool.flush();
         }
