@@ -46,6 +46,21 @@
 //! With one thread (`copy_threads = 1`) the reader does everything itself:
 //! the serial unpack.
 //!
+//! # Into memory
+//!
+//! [`unpack_to_memory`] reads the archive through the same loop and the
+//! same checks into a [`MemTree`] instead of beneath a root: each member
+//! a node, made as the tree unpack would make it (a later member over an
+//! earlier one, hard links sharing a node, missing parents as
+//! `mkdir(0755)` makes them, directories' metadata last), each regular
+//! file's body stored by the workers through an [`ObjectSink`] (a store of
+//! objects named by their digest). For a root kept as an image over such
+//! a store (composefs), no tree is written to be read back. What only the
+//! kernel decides (ACLs, security attributes, clamped times, sparse
+//! bodies, an unpack as a user) is not modelled: such a member stops the
+//! unpack with [`crate::Error::Unmodeled`] and the caller unpacks into a
+//! tree instead.
+//!
 //! # Dry run
 //!
 //! [`dry_run`] reads the archive through the same loop and the same
@@ -73,6 +88,7 @@ mod memory;
 mod options;
 mod paths;
 mod read;
+mod reading;
 mod run;
 mod source;
 mod write;

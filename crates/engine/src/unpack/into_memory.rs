@@ -20,7 +20,7 @@ use super::ctx::Ctx;
 use super::job::{Body, Existing, FileJob, Meta, Place};
 use super::members::listed_kind;
 use super::memory::{Attrs, FileBody, MemTree, Met, Node, NodeId, NodeKind};
-use super::read::{Flow, Reading, send};
+use super::reading::{Flow, Reading, send};
 use super::write::stream_object;
 use crate::error::{Error, Result};
 

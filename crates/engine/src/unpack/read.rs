@@ -29,6 +29,7 @@ use super::made::Made;
 use super::members::{NO_MEMBERS, first_member, listed_kind, relative};
 use super::memory::MemTree;
 use super::options::Whiteouts;
+use super::reading::{Flow, Reading, send};
 use super::write::stream_file;
 use crate::beneath::{self, Chain};
 use crate::error::{Error, Op, Result};
@@ -38,13 +39,6 @@ use crate::sys::posix::at;
 /// Paths remembered between two barriers, to keep a later entry for the
 /// same path from overtaking an earlier one still queued.
 const MAX_TRACKED: usize = 65_536;
-
-/// Whether the loop goes on after a member.
-pub(super) enum Flow {
-    Go,
-    /// The pool is gone: a worker failed, and said why.
-    Stop,
-}
 
 /// A member placed: its name beneath the root, its directory opened, and
 /// what is there now.
@@ -123,15 +117,6 @@ pub(super) enum Dest<'p> {
     },
 }
 
-/// The loop's state: the reader and what it read.
-pub(super) struct Reading<'c, 'x, R> {
-    pub(super) ctx: &'c Ctx<'x>,
-    pub(super) rd: tar::Reader<R>,
-    pub(super) out: ReadOutcome,
-    /// The archive is a zinstall layer: its tree is under `root/`.
-    pub(super) subtree: bool,
-}
-
 /// What the members are made in, when they are made.
 enum Making<'p> {
     /// Boxed: the tree's side is large, and made once per unpack.
@@ -158,28 +143,6 @@ struct Tree<'p> {
     /// makes something refuses an existing name).
     made: Made,
     layered: Option<Layered>,
-}
-
-/// Hands `job` to `pool` (or writes it here, serial); false when the pool
-/// is gone.
-pub(super) fn send(
-    ctx: &Ctx<'_>,
-    pool: &mut Option<Batcher<'_>>,
-    job: FileJob,
-) -> bool {
-    let held = job.body.held();
-    ctx.pending.acquire(1, u64::MAX);
-    let Some(pool) = pool else {
-        ctx.write_job(job);
-        return true;
-    };
-    if pool.push(job) {
-        return true;
-    }
-    // Dropped unwritten: what it counted is given back.
-    ctx.pending.release(1);
-    ctx.budget.release(held);
-    false
 }
 
 /// Reads every member of `rd`, checks it, and takes it to `dest`.
@@ -648,35 +611,6 @@ impl<R: Read> Reading<'_, '_, R> {
             return Ok(Flow::Stop);
         }
         self.feed(&tx, size)
-    }
-
-    /// Reads a body of `size` bytes in chunks into `tx`, to the worker
-    /// that writes it.
-    pub(super) fn feed(
-        &mut self,
-        tx: &crossbeam_channel::Sender<Vec<u8>>,
-        size: u64,
-    ) -> Result<Flow> {
-        let ctx = self.ctx;
-        let mut body = self.rd.body();
-        let mut left = size;
-        while left > 0 {
-            if ctx.stopped() {
-                return Ok(Flow::Stop);
-            }
-            let want = left.min(SMALL);
-            let mut chunk = ctx.spare.take(want as usize);
-            chunk.resize(want as usize, 0);
-            if let Err(err) = body.read_exact(&mut chunk) {
-                return Err(Error::tar(ctx.archive, TarError::from_io(err)));
-            }
-            left -= want;
-            // Its worker stopped: it failed, and said why.
-            if tx.send(chunk).is_err() {
-                return Ok(Flow::Stop);
-            }
-        }
-        Ok(Flow::Go)
     }
 
     /// A symlink, made under a temporary name and renamed over what is

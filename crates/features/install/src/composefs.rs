@@ -1,4 +1,9 @@
-//! An install in composefs form (Linux), and its uninstall: the install
+//! An install in composefs form (Linux), and its uninstall. An install of
+//! archives alone, as root, is built in memory
+//! ([`crate::Install::run_in_memory`]): its members become a tree in
+//! memory, each body goes straight into the store, and no tree is written
+//! to be read back. Otherwise (or for a member only the kernel can decide,
+//! which the build in memory names in a note) the install
 //! runs exactly as a plain one, into a staging root in the store
 //! (`STORE/staging/<unique>`, 0700, on the store's filesystem), its
 //! workers naming each file's contents as they write it
@@ -14,13 +19,14 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use zinstall_composefs::{
-    BodyHasher, Image, Known, RECORD, ROOT_DIR, Record, ScanOptions, Scanned,
-    Store, Top, UPPER_DIR, WORK_DIR, from_bytes, install_ref, match_upper,
-    scan_with, write_scanned,
+    Image, Known, RECORD, ROOT_DIR, Record, ScanOptions, Scanned, Store, Top,
+    UPPER_DIR, WORK_DIR, from_bytes, install_ref, match_upper, scan_with,
+    write_scanned,
 };
 
 use zinstall_engine::unpack::{MemTree, ObjectSink};
 
+pub use crate::composefs_build::object_hasher;
 use crate::{Built, InstallError, Summary, Zonepath};
 
 /// What a composefs install is asked.
@@ -157,26 +163,6 @@ pub struct Installed {
     pub ref_name: String,
     /// What the staging install did.
     pub summary: Summary,
-}
-
-/// The fs-verity digest as the unpacker's workers take it of each body
-/// they write.
-struct VerityBody(BodyHasher);
-
-impl zinstall_engine::contents::ObjectHash for VerityBody {
-    fn write(&mut self, b: &[u8]) {
-        self.0.write(b);
-    }
-
-    fn finish(self: Box<Self>) -> zinstall_engine::contents::ObjectDigest {
-        self.0.finish()
-    }
-}
-
-/// What the staging install hashes each file's body with, beside
-/// writing it: its object name ([`crate::Install::objects`]).
-pub fn object_hasher() -> zinstall_engine::contents::ObjectHasher {
-    std::sync::Arc::new(|| Box::new(VerityBody(BodyHasher::new())))
 }
 
 /// The ref an install of `zonepath` keeps its image by.

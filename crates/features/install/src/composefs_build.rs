@@ -1,19 +1,41 @@
 //! A composefs install's build in memory: the store as the unpack's
-//! [`ObjectSink`] (each body an unnamed file, named by its digest with
-//! one link), and the tree in memory handed to the image writer.
+//! [`ObjectSink`] (a body held whole hashed first and created under its
+//! name; a larger one written to an unnamed file as it streams in, then
+//! named with one link), the hash that names them, and the tree in memory
+//! handed to the image writer.
 
 use std::collections::HashMap;
 use std::fs::File;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use zinstall_composefs::{
-    Builder, Entry, EntryStat, INLINE_MAX, LeafKind, LeafRef, Scanned, Store,
-    from_bytes,
+    BodyHasher, Builder, Entry, EntryStat, INLINE_MAX, LeafKind, LeafRef,
+    Scanned, Store, from_bytes,
 };
 use zinstall_engine::contents::{ObjectDigest, ObjectHasher};
 use zinstall_engine::unpack::{
     Attrs, FileBody, MemTree, NodeId, NodeKind, ObjectSink,
 };
+
+/// The fs-verity digest as the unpacker's workers take it of each body
+/// they write.
+struct VerityBody(BodyHasher);
+
+impl zinstall_engine::contents::ObjectHash for VerityBody {
+    fn write(&mut self, b: &[u8]) {
+        self.0.write(b);
+    }
+
+    fn finish(self: Box<Self>) -> zinstall_engine::contents::ObjectDigest {
+        self.0.finish()
+    }
+}
+
+/// What the staging install hashes each file's body with, beside
+/// writing it: its object name ([`crate::Install::objects`]).
+pub fn object_hasher() -> zinstall_engine::contents::ObjectHasher {
+    std::sync::Arc::new(|| Box::new(VerityBody(BodyHasher::new())))
+}
 
 /// The store, taking the bodies of an unpack into memory, and what it
 /// wrote.
@@ -76,7 +98,7 @@ impl ObjectSink for StoreSink<'_> {
     }
 
     fn hasher(&self) -> ObjectHasher {
-        crate::composefs::object_hasher()
+        object_hasher()
     }
 
     fn inline_max(&self) -> u64 {
