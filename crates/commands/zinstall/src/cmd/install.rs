@@ -167,18 +167,7 @@ pub fn install(args: &InstallArgs) -> Exit {
             return Exit::Failed;
         }
     };
-    // OS strings: a path given need not be UTF-8.
-    let argv: Vec<String> = std::env::args_os()
-        .map(|a| a.to_string_lossy().into_owned())
-        .collect();
-    let (log, warning) =
-        install::log::open(&profile.log, &argv, |m| output::note(m));
-    if let Some(w) = warning {
-        output::note(w);
-    }
-    if let Err(e) = crate::interrupt::watch_signals() {
-        output::note(format_args!("signals not handled: {e}"));
-    }
+    let log = open_log(&profile);
     let json = args.json;
     let bar = Bar::for_terminal(json || args.verbose, "installing");
     let mut show = |e: &install::Event| show_event(json, &bar, e);
@@ -279,17 +268,7 @@ fn stage_composefs(
     tunables: zinstall_engine::Tunables,
     trust: Option<Arc<zinstall_registry::policy::Trust>>,
 ) -> Result<install::Summary, install::InstallError> {
-    let argv: Vec<String> = std::env::args_os()
-        .map(|a| a.to_string_lossy().into_owned())
-        .collect();
-    let (log, warning) =
-        install::log::open(&profile.log, &argv, |m| output::note(m));
-    if let Some(w) = warning {
-        output::note(w);
-    }
-    if let Err(e) = crate::interrupt::watch_signals() {
-        output::note(format_args!("signals not handled: {e}"));
-    }
+    let log = open_log(&profile);
     let json = args.json;
     let bar = Bar::for_terminal(json || args.verbose, "installing");
     let mut show = |e: &install::Event| show_event(json, &bar, e);
@@ -316,17 +295,7 @@ fn build_in_memory(
     tree: &mut zinstall_engine::unpack::MemTree,
     sink: &dyn zinstall_engine::unpack::ObjectSink,
 ) -> Result<install::Built, install::InstallError> {
-    let argv: Vec<String> = std::env::args_os()
-        .map(|a| a.to_string_lossy().into_owned())
-        .collect();
-    let (log, warning) =
-        install::log::open(&profile.log, &argv, |m| output::note(m));
-    if let Some(w) = warning {
-        output::note(w);
-    }
-    if let Err(e) = crate::interrupt::watch_signals() {
-        output::note(format_args!("signals not handled: {e}"));
-    }
+    let log = open_log(&profile);
     let json = args.json;
     let bar = Bar::for_terminal(json || args.verbose, "installing");
     let mut show = |e: &install::Event| show_event(json, &bar, e);
@@ -340,6 +309,24 @@ fn build_in_memory(
         b.finish();
     }
     built
+}
+
+/// The install's log, this command line recorded in it, with signals
+/// watched from here on.
+fn open_log(profile: &Profile) -> slog::Logger {
+    // OS strings: a path given need not be UTF-8.
+    let argv: Vec<String> = std::env::args_os()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let (log, warning) =
+        install::log::open(&profile.log, &argv, |m| output::note(m));
+    if let Some(w) = warning {
+        output::note(w);
+    }
+    if let Err(e) = crate::interrupt::watch_signals() {
+        output::note(format_args!("signals not handled: {e}"));
+    }
+    log
 }
 
 /// The install the arguments describe, into `zonepath`.

@@ -59,8 +59,8 @@ pub fn stat(dir: RawFd, n: &CStr) -> io::Result<Stat> {
     }
 }
 
-/// Creates a regular file `n` in `dir`; fails if anything is there.
-/// [`create_file`] with `mode` (under the umask) rather than 0600.
+/// Creates a regular file `n` in `dir` with `mode` (under the umask);
+/// fails if anything is there.
 pub fn create_file_mode(dir: RawFd, n: &CStr, mode: u32) -> io::Result<File> {
     // SAFETY: valid descriptor and C string.
     let fd = fd_result(unsafe {
@@ -78,21 +78,10 @@ pub fn create_file_mode(dir: RawFd, n: &CStr, mode: u32) -> io::Result<File> {
     Ok(File::from(fd))
 }
 
+/// Creates a regular file `n` in `dir`, 0600; fails if anything is
+/// there.
 pub fn create_file(dir: RawFd, n: &CStr) -> io::Result<File> {
-    // SAFETY: valid descriptor and C string.
-    let fd = fd_result(unsafe {
-        libc::openat(
-            dir,
-            n.as_ptr(),
-            libc::O_WRONLY
-                | libc::O_CREAT
-                | libc::O_EXCL
-                | libc::O_NOFOLLOW
-                | libc::O_CLOEXEC,
-            0o600 as libc::c_uint,
-        )
-    })?;
-    Ok(File::from(fd))
+    create_file_mode(dir, n, 0o600)
 }
 
 pub fn mkdir(dir: RawFd, n: &CStr, mode: u32) -> io::Result<()> {
