@@ -1,8 +1,10 @@
 //! `bench composefs`: building a root in composefs form against the
 //! plain install it replaces. A tar of a tree is installed by
-//! `zinstall install` (a tree, flushed) and by `zinstall install --format
-//! composefs` (its files moved into a fresh object store, the EROFS image
-//! written, the store flushed once), and beside them `mkfs.erofs` of the
+//! `zinstall install` (a tree, flushed), by `zinstall install --format
+//! composefs` (built in memory: each body straight into a fresh object
+//! store, the EROFS image written, the store flushed), and by the same with
+//! `--composefs-staging` (through a staging tree whose files are moved into
+//! the store), and beside them `mkfs.erofs` of the
 //! unpacked tree (erofs-utils: an image with the data in it, not
 //! flushed), interleaved; the load before and after is printed.
 
@@ -74,6 +76,7 @@ pub(crate) fn composefs_bench(
     let names = [
         "zinstall install",
         "zinstall install --format composefs",
+        "zinstall install --format composefs --composefs-staging",
         "mkfs.erofs",
     ];
     let load_before = crate::customize_setup::load();
@@ -92,7 +95,7 @@ pub(crate) fn composefs_bench(
             let _ = fs::remove_file(&img);
             peers::sync();
             let mut c;
-            if i == 2 {
+            if i == 3 {
                 c = Command::new("mkfs.erofs");
                 c.arg("--quiet").arg(&img).arg(&unpacked);
             } else {
@@ -107,8 +110,11 @@ pub(crate) fn composefs_bench(
                         "--cache",
                         s(&cache),
                     ]);
-                if i == 1 {
+                if i >= 1 {
                     c.args(["--format", "composefs"]);
+                }
+                if i == 2 {
+                    c.arg("--composefs-staging");
                 }
                 c.arg(&archive);
             }

@@ -313,8 +313,9 @@ enum Cmd {
         zinstall: Option<PathBuf>,
     },
     /// A tar of a tree installed by `zinstall install`, by `zinstall
-    /// install --format composefs` (a fresh store each run), and
-    /// mkfs.erofs of the unpacked tree, interleaved.
+    /// install --format composefs` (a fresh store each run), the same
+    /// with `--composefs-staging`, and mkfs.erofs of the unpacked tree,
+    /// interleaved.
     Composefs {
         /// Timed runs of each.
         #[arg(long, default_value_t = 3)]
