@@ -305,6 +305,10 @@ fn the_build_in_memory_gives_the_image_the_staging_build_gives() {
     assert_eq!(image(&one).0, image(&staged).0, "one worker: images differ");
 }
 
+/// A member the build in memory leaves to staging: what it is, its
+/// name, its owner and its PAX records.
+type Odd<'a> = (&'a str, &'a str, (u64, u64), &'a [(&'a str, &'a [u8])]);
+
 #[test]
 fn what_the_build_in_memory_cannot_model_goes_through_staging() {
     if !require_root() {
@@ -316,7 +320,7 @@ fn what_the_build_in_memory_cannot_model_goes_through_staging() {
         2, 0, 0, 0, 1, 0, 6, 0, 255, 255, 255, 255, 4, 0, 4, 0, 255, 255, 255,
         255, 16, 0, 4, 0, 255, 255, 255, 255, 32, 0, 4, 0, 255, 255, 255, 255,
     ];
-    let cases: [(&str, &str, (u64, u64), &[(&str, &[u8])]); 4] = [
+    let cases: [Odd; 4] = [
         (
             "an ACL",
             "a/acl",
