@@ -422,7 +422,11 @@ impl<R: Read> Reading<'_, '_, R> {
             .ok_or_else(outside)?;
         if (tdir, tleaf.as_bytes()) == (at.dir, at.leaf) {
             // The tree unpack unlinks the name, then fails to link it.
-            return Err(ctx.unmodeled(at.entry, "a hard link to itself"));
+            return Err(Error::io(
+                crate::error::Op::Link,
+                ctx.shown(&target.parts),
+                std::io::Error::from_raw_os_error(libc::ENOENT),
+            ));
         }
         mm.tree.set(at.dir, at.leaf, node);
         self.out.stats.hardlinks += 1;
