@@ -46,6 +46,23 @@ pub fn unpack_layer(
     })
 }
 
+/// [`unpack_layer`] into `tree` rather than beneath a root
+/// ([`unpack::unpack_from_to_memory`]): the layer's whiteouts remove what
+/// lower layers left in the tree, its bodies go to `sink`.
+pub fn unpack_layer_to_memory(
+    image: &Image,
+    i: usize,
+    root: &Path,
+    tree: &mut unpack::MemTree,
+    sink: &dyn unpack::ObjectSink,
+    opts: &UnpackOptions,
+) -> Result<UnpackReport> {
+    let opts = applying(opts);
+    through_layer(image, i, opts.progress.as_ref(), |diff, shown| {
+        unpack::unpack_from_to_memory(diff, shown, root, tree, sink, &opts)
+    })
+}
+
 /// What [`unpack_layer`] would make of layer `i` of `image` in `root`,
 /// nothing written ([`unpack::dry_run_from`]): the layer read through,
 /// decompressed, and checked against its digest and diff_id as an unpack

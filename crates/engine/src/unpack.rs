@@ -55,9 +55,11 @@
 //! `mkdir(0755)` makes them, directories' metadata last), each regular
 //! file's body stored by the workers through an [`ObjectSink`] (a store of
 //! objects named by their digest). For a root kept as an image over such
-//! a store (composefs), no tree is written to be read back. What only the
-//! kernel decides (ACLs, security attributes, clamped times, sparse
-//! bodies, an unpack as a user) is not modelled: such a member stops the
+//! a store (composefs), no tree is written to be read back. An OCI
+//! layer's whiteouts apply to the tree as beneath a root
+//! (`memory_layers.rs`). What only the kernel decides (ACLs, security
+//! attributes, clamped times, sparse bodies, an unpack as a user) is not
+//! modelled: such a member stops the
 //! unpack with [`crate::Error::Unmodeled`] and the caller unpacks into a
 //! tree instead.
 //!
@@ -85,6 +87,7 @@ mod layered;
 mod made;
 mod members;
 mod memory;
+mod memory_layers;
 mod options;
 mod paths;
 mod read;
@@ -99,6 +102,6 @@ pub use memory::{
 pub use options::{Change, UnpackOptions, UnpackReport, Whiteouts};
 pub use run::{
     DECOMPRESS_THREAD, dry_run, dry_run_from, unpack, unpack_from,
-    unpack_to_memory,
+    unpack_from_to_memory, unpack_to_memory,
 };
 pub use source::peek_kind;

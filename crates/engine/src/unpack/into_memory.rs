@@ -18,8 +18,11 @@ use super::budget::{BUDGET, CHUNKS_AHEAD, SMALL, Spare};
 use super::checks::{link_target, special_type, symlink_target, unsupported};
 use super::ctx::Ctx;
 use super::job::{Body, Existing, FileJob, Meta, Place};
+use super::layered::Class;
 use super::members::listed_kind;
 use super::memory::{Attrs, FileBody, MemTree, Met, Node, NodeId, NodeKind};
+use super::memory_layers::MemLayer;
+use super::options::Whiteouts;
 use super::reading::{Flow, Reading, send};
 use super::write::stream_object;
 use crate::error::{Error, Result};
@@ -43,6 +46,8 @@ pub(super) struct InMemory<'p> {
     /// Directories' metadata, applied after the last member as the tree
     /// unpack applies it: deepest first, in archive order at each depth.
     dirs: Vec<(Vec<CString>, Meta)>,
+    /// An OCI layer's state, when its whiteouts apply.
+    layer: Option<MemLayer>,
 }
 
 /// What a node's attributes are checked for.
@@ -84,6 +89,8 @@ impl<'p> InMemory<'p> {
             pool,
             inline_max: ctx.objects.as_ref().map_or(0, |o| o.sink.inline_max()),
             dirs: Vec::new(),
+            layer: (ctx.opts.whiteouts == Whiteouts::Apply)
+                .then(MemLayer::default),
         }
     }
 
@@ -95,8 +102,32 @@ impl<'p> InMemory<'p> {
         meta: Meta,
     ) -> Result<()> {
         attrs_of(ctx, entry, &meta, Kind::Dir)?;
+        if let Some(lay) = self.layer.as_mut() {
+            lay.note_root_entry();
+        }
         self.dirs.push((Vec::new(), meta));
         Ok(())
+    }
+
+    /// A layer's opaque marker or whiteout, applied to what lower layers
+    /// left.
+    pub(super) fn layer_change(
+        &mut self,
+        ctx: &Ctx<'_>,
+        name: &Name,
+        entry: &str,
+        class: Class,
+    ) -> Result<()> {
+        let Some(lay) = self.layer.as_mut() else {
+            return Err(ctx.unmodeled(entry, "a whiteout outside a layer"));
+        };
+        match class {
+            Class::Opaque => lay.opaque(ctx, self.tree, name.parent(), entry),
+            Class::Whiteout(leaf) => {
+                lay.whiteout(ctx, self.tree, name.parent(), &leaf, entry)
+            }
+            Class::Entry | Class::Skip => Ok(()),
+        }
     }
 
     /// After the last member (or a stop): every body stored, then, for
@@ -108,6 +139,9 @@ impl<'p> InMemory<'p> {
         ctx.pending.wait_empty();
         if !ended || ctx.stopped() {
             return Ok(());
+        }
+        if let Some(lay) = self.layer.take() {
+            lay.finish(self.tree);
         }
         self.dirs.sort_by_key(|(p, _)| std::cmp::Reverse(p.len()));
         for (parts, m) in &self.dirs {
@@ -230,6 +264,9 @@ impl<R: Read> Reading<'_, '_, R> {
         if name.parts.iter().any(|p| p.as_bytes().len() > NAME_MAX) {
             return Err(ctx.unmodeled(&entry, "a name longer than 255 bytes"));
         }
+        if let Some(lay) = mm.layer.as_mut() {
+            lay.touch(mm.tree, name.parent());
+        }
         let dir =
             mm.tree.walk(name.parent(), true).map_err(|met| match met {
                 Met::Symlink => {
@@ -246,10 +283,24 @@ impl<R: Read> Reading<'_, '_, R> {
                 listed_kind(m.kind),
             );
         }
+        let mut now = mm.existing(dir, leaf.as_bytes());
+        if let Some(lay) = mm.layer.as_mut() {
+            // A lower layer's directory becomes a file, or its symlink a
+            // directory: what it left goes. Within one layer, refused.
+            let dir_entry = m.kind == tar::Kind::Directory;
+            if ((now == Existing::Dir && !dir_entry)
+                || (now == Existing::Symlink && dir_entry))
+                && !lay.made(&name.parts)
+            {
+                mm.tree.unset(dir, leaf.as_bytes());
+                now = Existing::Nothing;
+            }
+            lay.note(&name.parts, dir_entry);
+        }
         let at = At {
             dir,
             leaf: leaf.as_bytes(),
-            now: mm.existing(dir, leaf.as_bytes()),
+            now,
             entry: &entry,
         };
         match m.kind {

@@ -242,6 +242,17 @@ impl MemTree {
         }
     }
 
+    /// Removes the name `leaf` from `dir`, if there; the directory's time
+    /// is now, as the kernel's would be.
+    pub(super) fn unset(&mut self, dir: NodeId, leaf: &[u8]) {
+        let d = &mut self.nodes[dir];
+        if let NodeKind::Dir(e) = &mut d.kind
+            && e.remove(leaf).is_some()
+        {
+            d.attrs.mtime = stamp(SystemTime::now());
+        }
+    }
+
     /// The directory `parts` below the root, made (as `mkdir(0755)`
     /// would, a set-group-ID parent's group passed on) where missing when
     /// `create`; never through a symlink.

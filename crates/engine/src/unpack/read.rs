@@ -390,8 +390,9 @@ impl<R: Read> Reading<'_, '_, R> {
                     return Ok(Flow::Go);
                 }
                 (_, Making::Record) => return Ok(Flow::Go),
-                (_, Making::Memory(_)) => {
-                    return Err(ctx.unmodeled(&entry, "a layer's whiteout"));
+                (class, Making::Memory(mm)) => {
+                    mm.layer_change(ctx, &name, &entry, class)?;
+                    return Ok(Flow::Go);
                 }
                 (class, Making::Tree(t)) => {
                     return t.layer_change(ctx, &name, &entry, class);

@@ -285,7 +285,8 @@ enum Onto<'t> {
 /// The archive is read as a stream, whatever it is.
 ///
 /// Only what the kernel would keep as given is modelled: as root (owners
-/// kept), no whiteouts, and no member with an ACL, a security attribute
+/// kept), whiteouts applied (never recorded), and no member with an ACL,
+/// a security attribute
 /// other than a file capability, a sparse body, or a time or name some
 /// filesystem would refuse or clamp. Anything else fails with
 /// [`Error::Unmodeled`] naming the member, and the caller unpacks into a
@@ -297,21 +298,7 @@ pub fn unpack_to_memory(
     sink: &dyn ObjectSink,
     opts: &UnpackOptions,
 ) -> Result<UnpackReport> {
-    let unmodeled = |why: &str| Error::Unmodeled {
-        archive: archive.to_path_buf(),
-        entry: String::new(),
-        why: why.into(),
-    };
-    if opts.whiteouts != super::Whiteouts::Off {
-        return Err(unmodeled("an image layer, whose whiteouts apply"));
-    }
-    let is_root = crate::sys::posix::euid() == 0;
-    if !is_root || !opts.preserve_owner.unwrap_or(is_root) {
-        return Err(unmodeled(
-            "an unpack whose owners and attributes the kernel decides \
-             (not as root, or owners not kept)",
-        ));
-    }
+    in_memory_allowed(archive, opts)?;
     let (f, compression) = open_archive(archive)?;
     if let Some(p) = &opts.progress {
         p.begin(f.metadata().ok().map(|m| m.len()));
@@ -383,6 +370,53 @@ fn run<R: Read>(
         }
     };
     finish(ctx, root_dir.as_ref(), outcome, &fds)
+}
+
+/// [`unpack_to_memory`] of a tar stream read from `reader` (`archive`
+/// names it): an OCI layer's, checked as it is read
+/// ([`crate::oci::unpack_layer_to_memory`]). With
+/// [`Whiteouts::Apply`](super::Whiteouts::Apply) its whiteouts remove
+/// what lower layers left in `tree`, as beneath a root.
+pub fn unpack_from_to_memory(
+    reader: impl Read,
+    archive: &Path,
+    root: &Path,
+    tree: &mut MemTree,
+    sink: &dyn ObjectSink,
+    opts: &UnpackOptions,
+) -> Result<UnpackReport> {
+    in_memory_allowed(archive, opts)?;
+    let input = tar::Reader::new(reader, limits(opts));
+    run(
+        input,
+        None,
+        archive,
+        root,
+        opts,
+        Onto::Memory { tree, sink },
+    )
+}
+
+/// Refuses, as [`Error::Unmodeled`], an unpack into memory of what only
+/// the kernel decides: an unpack not as root (or not keeping owners), or
+/// a layer recorded rather than applied.
+fn in_memory_allowed(archive: &Path, opts: &UnpackOptions) -> Result<()> {
+    let unmodeled = |why: &str| Error::Unmodeled {
+        archive: archive.to_path_buf(),
+        entry: String::new(),
+        why: why.into(),
+    };
+    if opts.whiteouts == super::Whiteouts::Record {
+        return Err(unmodeled("a layer whose whiteouts are recorded"));
+    }
+    let is_root = crate::sys::posix::euid() == 0;
+    if !is_root || !opts.preserve_owner.unwrap_or(is_root) {
+        return Err(unmodeled(
+            "an unpack whose owners and attributes the kernel decides \
+             (not as root, or owners not kept)",
+        ));
+    }
+    Ok(())
 }
 
 /// What the reader's loop makes its members in.

@@ -1,8 +1,9 @@
 //! An install built in memory (Linux, for a composefs root): the same
-//! install, its archives unpacked into a [`MemTree`] with every file's
-//! body in a store, for an install that is its archives alone. Anything
-//! else (a tree of the host, a host file, links or directories the
-//! profile makes, an OCI image, a member only the kernel can decide) is
+//! install, its archives and OCI images' layers unpacked into a
+//! [`MemTree`] with every file's body in a store, for an install that is
+//! its archives alone. Anything else (a tree of the host, a host file,
+//! links or directories the profile makes, a member only the kernel can
+//! decide) is
 //! said to be [`Built::Unmodeled`], and the caller installs through a
 //! tree instead.
 
@@ -10,6 +11,8 @@ use std::time::Instant;
 
 use slog::info;
 
+use zinstall_archive::ArchiveKind;
+use zinstall_engine::oci;
 use zinstall_engine::unpack::{self, MemTree, ObjectSink, UnpackOptions};
 
 use crate::error::{Cause, InstallError};
@@ -50,11 +53,6 @@ impl Install<'_> {
             )));
         }
         let archives = self.preflight()?;
-        if archives.iter().any(|a| a.oci.is_some()) {
-            return Ok(Built::Unmodeled(
-                "an OCI image, whose layers apply whiteouts".into(),
-            ));
-        }
         (self.events)(&Event::Installing {
             zone: self.zone.clone(),
             zonepath: self.zonepath.clone(),
@@ -65,41 +63,23 @@ impl Install<'_> {
         let root = self.zonepath.join("root");
         let mut sum = Summary::default();
         for a in &archives {
-            (self.events)(&Event::Unpacking {
-                path: a.path.clone(),
-                kind: a.kind,
-            });
-            let t0 = Instant::now();
+            // The store is flushed before a ref names the image.
             let opts = UnpackOptions {
-                // The store is flushed before a ref names the image.
                 durable: true,
                 ..self.unpack_options(a)
             };
-            let r = match unpack::unpack_to_memory(
-                &a.path, &root, tree, sink, &opts,
-            ) {
-                Err(e @ zinstall_engine::Error::Unmodeled { .. }) => {
-                    return Ok(Built::Unmodeled(e.to_string()));
+            let layers = a.oci.as_ref().map_or(1, |image| image.layers.len());
+            for i in 0..layers {
+                let at = Layer {
+                    archive: a,
+                    i,
+                    root: &root,
+                };
+                match self.unpack_one(&at, tree, sink, &opts, &mut sum)? {
+                    None => {}
+                    Some(why) => return Ok(Built::Unmodeled(why)),
                 }
-                Err(source) => {
-                    return Err(InstallError::before(Cause::Step {
-                        step: "unpack".into(),
-                        source: Box::new(source),
-                    }));
-                }
-                Ok(r) => r,
-            };
-            let took = t0.elapsed();
-            (self.events)(&Event::Unpacked {
-                path: a.path.clone(),
-                stats: r.stats.clone(),
-                took,
-            });
-            info!(self.log, "unpacked"; "archive" => %a.path.display(),
-                  "files" => r.stats.files, "bytes" => r.stats.bytes,
-                  "ms" => took.as_millis() as u64);
-            merge_notices(&mut sum.notices, &r.notices);
-            add(&mut sum.stats, &r.stats);
+            }
         }
         for n in &sum.notices {
             (self.events)(&Event::Notice(n.clone()));
@@ -115,4 +95,66 @@ impl Install<'_> {
               "bytes" => sum.stats.bytes);
         Ok(Built::Memory(Box::new(sum)))
     }
+
+    /// One archive, or layer `i` of an OCI image, into `tree`, its counts
+    /// and notices added to `sum`; `Some(why)` when it holds what the
+    /// build in memory leaves to a tree.
+    fn unpack_one(
+        &mut self,
+        at: &Layer<'_>,
+        tree: &mut MemTree,
+        sink: &dyn ObjectSink,
+        opts: &UnpackOptions,
+        sum: &mut Summary,
+    ) -> Result<Option<String>, InstallError> {
+        let a = at.archive;
+        let (path, kind) = match &a.oci {
+            Some(image) => (image.layer_path(at.i), ArchiveKind::Layer),
+            None => (a.path.clone(), a.kind),
+        };
+        (self.events)(&Event::Unpacking {
+            path: path.clone(),
+            kind,
+        });
+        let t0 = Instant::now();
+        let r = match &a.oci {
+            Some(image) => oci::unpack_layer_to_memory(
+                image, at.i, at.root, tree, sink, opts,
+            ),
+            None => {
+                unpack::unpack_to_memory(&a.path, at.root, tree, sink, opts)
+            }
+        };
+        let r = match r {
+            Err(e @ zinstall_engine::Error::Unmodeled { .. }) => {
+                return Ok(Some(e.to_string()));
+            }
+            Err(source) => {
+                return Err(InstallError::before(Cause::Step {
+                    step: "unpack".into(),
+                    source: Box::new(source),
+                }));
+            }
+            Ok(r) => r,
+        };
+        let took = t0.elapsed();
+        (self.events)(&Event::Unpacked {
+            path: path.clone(),
+            stats: r.stats.clone(),
+            took,
+        });
+        info!(self.log, "unpacked"; "archive" => %path.display(),
+              "files" => r.stats.files, "bytes" => r.stats.bytes,
+              "ms" => took.as_millis() as u64);
+        merge_notices(&mut sum.notices, &r.notices);
+        add(&mut sum.stats, &r.stats);
+        Ok(None)
+    }
+}
+
+/// One archive, or one layer of an OCI image, of an install.
+struct Layer<'a> {
+    archive: &'a crate::plan::Archive,
+    i: usize,
+    root: &'a std::path::Path,
 }
