@@ -25,6 +25,8 @@ mod tar_quirks;
 mod tar_reader;
 mod tar_support;
 mod tar_types;
+#[cfg(target_os = "linux")]
+mod unpack_memory;
 mod walk_only;
 mod walkers;
 mod writeback;

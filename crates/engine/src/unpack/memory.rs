@@ -146,6 +146,12 @@ impl Slots {
 #[derive(Debug)]
 pub struct MemTree {
     nodes: Vec<Node>,
+    /// Names each node has (its hard links): a node no name holds any
+    /// more is taken again by the next one made, so an archive that
+    /// writes one name a million times holds one node, not a million.
+    links: Vec<u32>,
+    /// Nodes no name holds.
+    free: Vec<NodeId>,
     objects: Arc<Slots>,
     /// The creator's umask, euid and egid: what a directory made as a
     /// missing parent gets.
@@ -180,6 +186,9 @@ impl MemTree {
                 },
                 kind: NodeKind::Dir(BTreeMap::new()),
             }],
+            // The root is never freed.
+            links: vec![1],
+            free: Vec::new(),
             objects: Arc::default(),
             umask: umask & 0o777,
             euid,
@@ -190,6 +199,11 @@ impl MemTree {
     /// The root directory's node.
     pub fn root(&self) -> NodeId {
         0
+    }
+
+    /// Nodes held: those names hold, and those free to be taken again.
+    pub fn nodes_held(&self) -> usize {
+        self.nodes.len()
     }
 
     /// The node `id`.
@@ -220,8 +234,35 @@ impl MemTree {
 
     /// Adds `node`, not yet named anywhere.
     pub(super) fn push(&mut self, node: Node) -> NodeId {
+        if let Some(id) = self.free.pop() {
+            self.nodes[id] = node;
+            self.links[id] = 0;
+            return id;
+        }
         self.nodes.push(node);
+        self.links.push(0);
         self.nodes.len() - 1
+    }
+
+    /// One name fewer for `id`: a node left with none is free, and so,
+    /// for a directory, is what only it held.
+    fn release(&mut self, id: NodeId) {
+        let mut stack = vec![id];
+        while let Some(n) = stack.pop() {
+            self.links[n] = self.links[n].saturating_sub(1);
+            if self.links[n] > 0 || n == self.root() {
+                continue;
+            }
+            let gone = std::mem::replace(
+                &mut self.nodes[n].kind,
+                NodeKind::Dir(BTreeMap::new()),
+            );
+            if let NodeKind::Dir(entries) = gone {
+                stack.extend(entries.into_values());
+            }
+            // Its stored body's slot is kept: a worker may still fill it.
+            self.free.push(n);
+        }
     }
 
     /// The node named `leaf` in directory `dir`.
@@ -236,9 +277,17 @@ impl MemTree {
     /// directory's time is now, as the kernel's would be.
     pub(super) fn set(&mut self, dir: NodeId, leaf: &[u8], id: NodeId) {
         let d = &mut self.nodes[dir];
-        if let NodeKind::Dir(e) = &mut d.kind {
-            e.insert(leaf.to_vec(), id);
-            d.attrs.mtime = stamp(SystemTime::now());
+        let NodeKind::Dir(e) = &mut d.kind else {
+            return;
+        };
+        let was = e.insert(leaf.to_vec(), id);
+        d.attrs.mtime = stamp(SystemTime::now());
+        if was == Some(id) {
+            return;
+        }
+        self.links[id] += 1;
+        if let Some(old) = was {
+            self.release(old);
         }
     }
 
@@ -246,10 +295,12 @@ impl MemTree {
     /// is now, as the kernel's would be.
     pub(super) fn unset(&mut self, dir: NodeId, leaf: &[u8]) {
         let d = &mut self.nodes[dir];
-        if let NodeKind::Dir(e) = &mut d.kind
-            && e.remove(leaf).is_some()
-        {
+        let NodeKind::Dir(e) = &mut d.kind else {
+            return;
+        };
+        if let Some(old) = e.remove(leaf) {
             d.attrs.mtime = stamp(SystemTime::now());
+            self.release(old);
         }
     }
 
