@@ -83,6 +83,7 @@ mod finish;
 mod holes;
 mod into_memory;
 mod job;
+mod kernel_attrs;
 mod layered;
 mod made;
 mod members;

@@ -77,6 +77,11 @@ impl ObjectSink for Store {
         64
     }
 
+    fn scratch(&self) -> std::io::Result<std::os::fd::OwnedFd> {
+        let d = self.dir.as_ref().map_or(Path::new("/tmp"), |d| d.path());
+        Ok(File::open(d)?.into())
+    }
+
     fn filesystem(&self) -> Option<File> {
         None
     }

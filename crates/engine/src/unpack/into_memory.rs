@@ -18,6 +18,7 @@ use super::budget::{BUDGET, CHUNKS_AHEAD, SMALL, Spare};
 use super::checks::{link_target, special_type, symlink_target, unsupported};
 use super::ctx::Ctx;
 use super::job::{Body, Existing, FileJob, Meta, Place};
+use super::kernel_attrs::{is_acl, kernel_attrs};
 use super::layered::Class;
 use super::members::listed_kind;
 use super::memory::{Attrs, FileBody, MemTree, Met, Node, NodeId, NodeKind};
@@ -145,13 +146,18 @@ impl<'p> InMemory<'p> {
         }
         self.dirs.sort_by_key(|(p, _)| std::cmp::Reverse(p.len()));
         for (parts, m) in &self.dirs {
+            let entry = Name::joined(parts).to_string_lossy().into_owned();
             let id = self.tree.walk(parts, false).map_err(|_| {
-                ctx.unmodeled(
-                    &Name::joined(parts).to_string_lossy(),
-                    "a directory replaced after its entry",
-                )
+                ctx.unmodeled(&entry, "a directory replaced after its entry")
             })?;
             let a = &mut self.tree.node_mut(id).attrs;
+            if a.xattrs.keys().any(|n| is_acl(n))
+                || m.xattrs.iter().any(|(n, _)| is_acl(n.as_bytes()))
+            {
+                // The kernel keeps an ACL in step with the mode.
+                *a = kernel_attrs(ctx, &ctx.shown(parts), m, Some(a))?;
+                continue;
+            }
             // Set as chown, setxattr, chmod and utimensat set them.
             a.uid = m.uid;
             a.gid = m.gid;
@@ -207,9 +213,11 @@ fn attrs_of(
         let plain = (n.starts_with(b"user.") && n.len() > 5)
             || (n.starts_with(b"trusted.") && n.len() > 8);
         let stored_as_given = match kind {
-            Kind::Dir => plain,
+            Kind::Dir => plain || is_acl(n),
             Kind::File => {
-                plain || (n == b"security.capability" && cap_v2(value))
+                plain
+                    || n == b"system.posix_acl_access"
+                    || (n == b"security.capability" && cap_v2(value))
             }
             Kind::Other => false,
         };
@@ -263,6 +271,19 @@ impl<R: Read> Reading<'_, '_, R> {
         let ctx = self.ctx;
         if name.parts.iter().any(|p| p.as_bytes().len() > NAME_MAX) {
             return Err(ctx.unmodeled(&entry, "a name longer than 255 bytes"));
+        }
+        let dir_entry = m.kind == tar::Kind::Directory;
+        let links = m.kind == tar::Kind::HardLink;
+        if mm.tree.inherits_acl(
+            name.parent(),
+            leaf.as_bytes(),
+            dir_entry,
+            links,
+        ) {
+            return Err(ctx.unmodeled(
+                &entry,
+                "an entry made in a directory with a default ACL",
+            ));
         }
         if let Some(lay) = mm.layer.as_mut() {
             lay.touch(mm.tree, name.parent());
@@ -365,7 +386,12 @@ impl<R: Read> Reading<'_, '_, R> {
         if m.sparse.is_some() {
             return Err(ctx.unmodeled(at.entry, "a sparse file"));
         }
-        let attrs = attrs_of(ctx, at.entry, &meta, Kind::File)?;
+        let mut attrs = attrs_of(ctx, at.entry, &meta, Kind::File)?;
+        if attrs.xattrs.keys().any(|n| is_acl(n)) {
+            // The kernel keeps an ACL in step with the mode: asked.
+            let shown = ctx.shown(&name.parts);
+            attrs = kernel_attrs(ctx, &shown, &meta, None)?;
+        }
         let size = m.size;
         let read_err = |e| Error::tar(ctx.archive, TarError::from_io(e));
         if size <= mm.inline_max {

@@ -49,6 +49,10 @@ pub trait ObjectSink: Send + Sync {
     fn hasher(&self) -> ObjectHasher;
     /// Files of at most this many bytes are kept in the node, not stored.
     fn inline_max(&self) -> u64;
+    /// A directory on the store's filesystem where the unpack may make
+    /// and remove entries of its own, to ask the kernel what it makes of
+    /// attributes it keeps by rules of its own (an ACL and the mode).
+    fn scratch(&self) -> std::io::Result<std::os::fd::OwnedFd>;
     /// A descriptor on the store's filesystem, for its data to be sent
     /// to the disk while the unpack goes on (`syncfs(2)`, as an unpack
     /// beneath a root does), when the caller flushes it at the end.
@@ -331,6 +335,42 @@ impl MemTree {
             }
         }
         Ok(at)
+    }
+
+    /// Whether a member at `parent`/`leaf` would be made in a directory
+    /// with a default ACL (the kernel gives it to what is made there): the
+    /// member itself unless it `links` an existing node or is a directory
+    /// entry (`dir`) over a directory, and any parent missing on the way.
+    pub(super) fn inherits_acl(
+        &self,
+        parent: &[CString],
+        leaf: &[u8],
+        dir: bool,
+        links: bool,
+    ) -> bool {
+        let has_default = |n: NodeId| {
+            self.nodes[n]
+                .attrs
+                .xattrs
+                .contains_key(&b"system.posix_acl_default"[..])
+        };
+        let mut at = self.root();
+        for p in parent {
+            match self.get(at, p.as_bytes()) {
+                Some(n) if matches!(self.nodes[n].kind, NodeKind::Dir(_)) => {
+                    at = n;
+                }
+                // Made here, without a default ACL below it.
+                None => return has_default(at),
+                // Refused by the walk.
+                Some(_) => return false,
+            }
+        }
+        let made = match self.get(at, leaf) {
+            Some(n) if dir => !matches!(self.nodes[n].kind, NodeKind::Dir(_)),
+            _ => !links,
+        };
+        made && has_default(at)
     }
 
     /// A directory made in `parent`: `mkdir(mode)` under the umask, owned

@@ -105,6 +105,10 @@ impl ObjectSink for StoreSink<'_> {
         INLINE_MAX
     }
 
+    fn scratch(&self) -> std::io::Result<std::os::fd::OwnedFd> {
+        self.store.scratch_dir().map_err(std::io::Error::other)
+    }
+
     fn filesystem(&self) -> Option<File> {
         self.store
             .objects_dir()

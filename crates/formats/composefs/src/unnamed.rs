@@ -14,6 +14,13 @@ use crate::error::{Error, Op};
 use crate::store::{OBJECT_MODE, Present, Put, Store};
 
 impl Store {
+    /// `staging/`, made if missing: where the store's writers make
+    /// entries of their own (staging trees; an unpack into memory asking
+    /// the kernel what it makes of an ACL), on the store's filesystem.
+    pub fn scratch_dir(&self) -> Result<std::os::fd::OwnedFd, Error> {
+        self.subdir(&["staging"])
+    }
+
     /// A new unnamed file in `objects/`, mode 0644 and the store's owner,
     /// to write one object's contents into; [`Store::name_unnamed`] names
     /// it.
