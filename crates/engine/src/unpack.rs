@@ -57,9 +57,11 @@
 //! objects named by their digest). For a root kept as an image over such
 //! a store (composefs), no tree is written to be read back. An OCI
 //! layer's whiteouts apply to the tree as beneath a root
-//! (`memory_layers.rs`). What only the kernel decides (ACLs, security
-//! attributes, clamped times, sparse bodies, an unpack as a user) is not
-//! modelled: such a member stops the
+//! (`memory_layers.rs`). An ACL is settled by asking the kernel on an
+//! entry of the store's scratch directory (`kernel_attrs.rs`). What only
+//! the kernel decides otherwise (a default ACL given to new entries,
+//! security attributes, clamped times, sparse bodies, an unpack as a
+//! user) is not modelled: such a member stops the
 //! unpack with [`crate::Error::Unmodeled`] and the caller unpacks into a
 //! tree instead.
 //!

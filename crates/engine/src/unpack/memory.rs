@@ -9,10 +9,11 @@
 //! same checks and refusals (a file over a directory, a member through a
 //! symlink, a hard link whose target is not there), a later member over an
 //! earlier one, hard links sharing a node, missing parents made as
-//! `mkdir(0755)` makes them, directories' metadata applied last. What only
-//! the kernel decides (an ACL kept in step with the mode, a default ACL
-//! given to new entries, attributes a filesystem refuses or clamps) is not
-//! modelled: such a member fails the unpack with [`Error::Unmodeled`], and
+//! `mkdir(0755)` makes them, directories' metadata applied last. An ACL,
+//! which the kernel keeps in step with the mode, is settled by asking it
+//! (`kernel_attrs.rs`). What only the kernel decides otherwise (a default
+//! ACL given to new entries, attributes a filesystem refuses or clamps)
+//! is not modelled: such a member fails the unpack with [`Error::Unmodeled`], and
 //! the caller unpacks into a tree instead.
 //!
 //! [`Error::Unmodeled`]: crate::Error::Unmodeled

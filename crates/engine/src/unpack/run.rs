@@ -284,11 +284,12 @@ enum Onto<'t> {
 /// small ones kept in the node), the directories' metadata applied last.
 /// The archive is read as a stream, whatever it is.
 ///
-/// Only what the kernel would keep as given is modelled: as root (owners
-/// kept), whiteouts applied (never recorded), and no member with an ACL,
-/// a security attribute
-/// other than a file capability, a sparse body, or a time or name some
-/// filesystem would refuse or clamp. Anything else fails with
+/// Only what the kernel would keep as given is modelled, and ACLs, which
+/// the kernel is asked about ([`ObjectSink::scratch`]): as root (owners
+/// kept), whiteouts applied (never recorded), and no member made in a
+/// directory with a default ACL, with a security attribute other than a
+/// file capability, a sparse body, or a time or name some filesystem
+/// would refuse or clamp. Anything else fails with
 /// [`Error::Unmodeled`] naming the member, and the caller unpacks into a
 /// tree instead; objects already stored stay in the store.
 pub fn unpack_to_memory(
